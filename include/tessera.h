@@ -1,0 +1,132 @@
+/* tessera — the one public header.
+ *
+ * The CLI and the server use only this header. Handles are opaque; the caller owns what it
+ * created and frees it with the matching _free/_close. Every fallible call returns a ts_status
+ * (TS_OK == 0); on error ts_last_error() gives one line naming the file, tensor, field or value
+ * at fault. Errors are per thread. */
+#ifndef TESSERA_H
+#define TESSERA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum {
+    TS_OK = 0,
+    TS_ERR_IO = -1,          /* a file cannot be opened or read */
+    TS_ERR_FORMAT = -2,      /* a file is malformed, truncated or inconsistent */
+    TS_ERR_UNSUPPORTED = -3, /* well-formed but not something we run (architecture, dtype) */
+    TS_ERR_NOMEM = -4,
+    TS_ERR_INVALID = -5, /* a bad argument from the caller */
+    TS_ERR_RANGE = -6,   /* a value outside its allowed range (e.g. context exceeded) */
+    TS_ERR_CANCELLED = -7,
+    TS_ERR_BUSY = -8,
+} ts_status;
+
+const char *ts_last_error(void);
+const char *ts_status_name(ts_status st);
+
+/* ---- models ---------------------------------------------------------------------------- */
+
+typedef struct ts_model ts_model;
+
+/* Opens a model: a directory with config.json + safetensors. The architecture is read from the
+ * files and bound through the model factory. Weights are mmap'd, not copied. */
+ts_status ts_model_open(const char *path, ts_model **out);
+void ts_model_close(ts_model *model);
+
+typedef struct {
+    const char *arch;         /* factory name, e.g. "qwen35" */
+    const char *weight_dtype; /* dtype of the bulk of the weights, e.g. "BF16" */
+    int n_vocab;              /* rows of the output head */
+    int n_embd;
+    int n_layers;
+    int n_ctx_train;
+    int64_t n_params;      /* parameters of the text model */
+    uint64_t weight_bytes; /* bytes of weights read per decoded token (roofline) */
+} ts_model_info;
+
+void ts_model_get_info(const ts_model *model, ts_model_info *info);
+
+/* Writes a random checkpoint with the real shapes of a known size (config.json +
+ * model.safetensors) into dir, for speed measurements. arch "qwen35", preset "0.8b" or "2b",
+ * dtype "bf16", "f16" or "f32". */
+ts_status ts_synth_write(const char *arch, const char *preset, const char *dtype, uint64_t seed,
+                         const char *dir);
+
+/* ---- engine: sequences, state slots and the batched forward ----------------------------- */
+
+typedef struct ts_engine ts_engine;
+
+typedef enum { TS_ISA_AUTO, TS_ISA_SCALAR, TS_ISA_AVX2, TS_ISA_AVX512 } ts_isa;
+
+typedef struct {
+    int n_slots;   /* sequences held at once (state allocated up front) */
+    int n_ctx;     /* tokens per sequence, at most */
+    int n_batch;   /* tokens per internal forward step; larger batches are split */
+    int n_threads; /* 0 = one per core */
+    ts_isa isa;    /* kernels to use; AUTO = best the CPU supports */
+} ts_engine_opts;
+
+void ts_engine_opts_default(ts_engine_opts *opts);
+ts_status ts_engine_create(ts_model *model, const ts_engine_opts *opts, ts_engine **out);
+void ts_engine_free(ts_engine *engine);
+int ts_engine_n_vocab(const ts_engine *engine);
+int ts_engine_n_ctx(const ts_engine *engine);
+
+/* A batch is a list of tokens, each tagged with its sequence slot and position, and whether
+ * its logits are wanted. Tokens of one slot must appear in increasing position order, and the
+ * first one of a slot must continue that slot (position == tokens already held). One sequence
+ * prefilling 500 tokens and eight sequences decoding one token each are the same call. */
+typedef struct {
+    int n_tokens;
+    const int32_t *tokens;
+    const int32_t *pos;
+    const int32_t *slot;
+    const uint8_t *wants_logits; /* NULL = only the last token of the batch */
+} ts_batch;
+
+/* Runs the model over the batch and writes n_vocab logits for each token whose logits are
+ * wanted, in batch order, to logits (may be NULL when none are wanted). */
+ts_status ts_engine_forward(ts_engine *engine, const ts_batch *batch, float *logits);
+
+/* Empties a slot (its sequence starts again at position 0). */
+ts_status ts_engine_slot_clear(ts_engine *engine, int slot);
+/* Tokens held by a slot. */
+int ts_engine_slot_len(const ts_engine *engine, int slot);
+/* Copies the whole state of slot src into slot dst (snapshot / restore). */
+ts_status ts_engine_slot_copy(ts_engine *engine, int src, int dst);
+/* What runs the engine, e.g. "cpu avx512 x2" (backend, kernel set, threads). */
+const char *ts_engine_describe(const ts_engine *engine);
+
+/* Measured read bandwidth of main memory with n_threads threads (0 = all cores), in GB/s:
+ * the denominator of the decode roofline. Takes about a second. */
+double ts_measure_read_bandwidth(int n_threads);
+
+/* ---- sampling --------------------------------------------------------------------------- */
+
+typedef struct {
+    float temperature; /* 0 = greedy */
+    int top_k;         /* 0 = off */
+    float top_p;       /* 1 = off */
+    float min_p;       /* 0 = off */
+    uint64_t seed;
+} ts_sampler_params;
+
+typedef struct ts_sampler ts_sampler;
+
+void ts_sampler_params_default(ts_sampler_params *p);
+ts_status ts_sampler_create(const ts_sampler_params *p, int n_vocab, ts_sampler **out);
+void ts_sampler_free(ts_sampler *s);
+/* Picks the next token from a row of n_vocab logits. Deterministic for a given seed and
+ * sequence of calls. */
+int32_t ts_sampler_sample(ts_sampler *s, const float *logits);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

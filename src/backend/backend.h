@@ -1,0 +1,123 @@
+/* The backend op interface: what a model's forward pass is written against.
+ *
+ * A backend is a small vtable plus a context (ggml style). Models allocate activation and
+ * state buffers through it and call its ops with those buffers; a model never dereferences an
+ * activation buffer itself, so the same model code can run on the CPU or a GPU. All activations
+ * are fp32, row-major; "ld" arguments are row strides in floats. Kernels never know which model
+ * calls them.
+ *
+ * Sequence-mixing ops (attention, conv, gated delta) act on a *run*: consecutive tokens of one
+ * sequence, positions pos0 .. pos0+n-1, with that sequence's state buffers. */
+#ifndef TS_BACKEND_BACKEND_H
+#define TS_BACKEND_BACKEND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/status.h"
+#include "base/tensor.h"
+
+typedef struct ts_backend ts_backend;
+
+/* Geometry of one Gated DeltaNet head group for ts_backend_ops.gdn. */
+typedef struct {
+    int n_k_heads; /* Hk: heads of q and k */
+    int n_v_heads; /* Hv: heads of v, outputs and states; a multiple of Hk */
+    int d_k, d_v;
+} ts_gdn_dims;
+
+/* Geometry of one attention run for ts_backend_ops.attention. */
+typedef struct {
+    int n_heads, n_kv_heads, head_dim;
+    float scale;
+    int window; /* sliding window in keys (key j visible to query i iff i-window < j <= i); 0 = none */
+} ts_attn_dims;
+
+typedef struct {
+    const char *name;
+    /* Frees the backend and its context. */
+    void (*destroy)(ts_backend *be);
+
+    /* Buffers: zeroed on allocation. NULL on failure. */
+    void *(*alloc)(ts_backend *be, size_t bytes);
+    void (*free)(ts_backend *be, void *buf);
+    /* Host <-> buffer copies (plain memcpy on the CPU). */
+    void (*upload)(ts_backend *be, void *dst, const void *src, size_t bytes);
+    void (*download)(ts_backend *be, void *dst, const void *src, size_t bytes);
+    void (*copy)(ts_backend *be, void *dst, const void *src, size_t bytes);
+    void (*zero)(ts_backend *be, void *dst, size_t bytes);
+
+    /* out[i, :] = W[ids[i], :] * scale */
+    void (*get_rows)(ts_backend *be, const ts_tensor *W, const int32_t *ids, int n, float scale,
+                     float *out);
+    /* y[t, o] = sum_i W[o, i] x[t, i] */
+    void (*matmul)(ts_backend *be, const ts_tensor *W, const float *x, int64_t ldx, int n,
+                   float *y, int64_t ldy);
+    /* out[r, :] = x[r, :] / sqrt(mean(x[r, :]^2) + eps) * w  for n_rows rows of dim values.
+     * (Models fold "1 + w" norms into w at load.) out may equal x. */
+    void (*rmsnorm)(ts_backend *be, const float *x, int64_t ldx, int n_rows, int dim,
+                    const float *w, float eps, float *out, int64_t ldo);
+    /* x[r, :] *= scale / sqrt(sum(x[r, :]^2) + eps) (L2 normalisation), in place. */
+    void (*l2norm)(ts_backend *be, float *x, int64_t ldx, int n_rows, int dim, float eps,
+                   float scale);
+    /* Rotate-half RoPE on the first rot_dim dims of each head, in place. Token t's head h starts
+     * at x + t*ldx + h*head_stride. Angle j = pos[t] * theta^(-2j/rot_dim). */
+    void (*rope)(ts_backend *be, float *x, int64_t ldx, int n_tok, int n_heads,
+                 int64_t head_stride, int rot_dim, const int32_t *pos, float theta);
+    /* dst[i] += src[i] */
+    void (*add)(ts_backend *be, float *dst, const float *src, int64_t n);
+    /* out[t, i] = silu(gate[t, i]) * up[t, i] */
+    void (*swiglu)(ts_backend *be, const float *gate, const float *up, int64_t ldg, int n_tok,
+                   int dim, float *out, int64_t ldo);
+    /* x[t, h*hd + d] *= sigmoid(g[t, h*gstride + d]): the gated-attention output gate. */
+    void (*sigmoid_gate)(ts_backend *be, float *x, int64_t ldx, const float *g, int64_t ldg,
+                         int n_tok, int n_heads, int head_dim, int64_t gstride);
+    /* Copies n rows of dim floats (row r of src at src + r*lds) to dst (row stride ldd). */
+    void (*copy_rows)(ts_backend *be, float *dst, int64_t ldd, const float *src, int64_t lds,
+                      int n, int dim);
+
+    /* Causal attention for a run of n queries at positions pos0..pos0+n-1. The run's keys and
+     * values must already be in the caches (row p = position p, n_kv_heads*head_dim floats).
+     * q rows have ldq stride and head h at q + h*q_head_stride; out is [n][n_heads*head_dim]. */
+    void (*attention)(ts_backend *be, const float *q, int64_t ldq, int64_t q_head_stride, int n,
+                      int pos0, const float *k_cache, const float *v_cache,
+                      const ts_attn_dims *dims, float *out, int64_t ldo);
+
+    /* Depthwise causal conv over time + SiLU for a run of n tokens of C channels.
+     * state holds the K-1 previous inputs [K-1][C] (zero at sequence start) and is updated.
+     * w is [C][K], w[c][K-1] multiplies the current token. */
+    void (*conv1d_silu)(ts_backend *be, const float *x, int64_t ldx, int n, int C, int K,
+                        const float *w, float *state, float *out, int64_t ldo);
+
+    /* Gated DeltaNet gates: beta = sigmoid(b), g = neg_exp_a[h] * softplus(a + dt_bias[h]),
+     * n tokens of Hv heads each (a, b rows with lda/ldb stride, outputs [n][Hv]). */
+    void (*gdn_gates)(ts_backend *be, const float *a, int64_t lda, const float *b, int64_t ldb,
+                      int n, int Hv, const float *neg_exp_a, const float *dt_bias, float *g,
+                      float *beta);
+    /* The gated delta rule for a run of n tokens (q, k already L2-normalised and q scaled).
+     * q, k: [n] rows of Hk*d_k (stride ldqk); v: rows of Hv*d_v (stride ldv); g, beta: [n][Hv];
+     * state: [Hv][d_k][d_v] fp32, updated; out: [n][Hv*d_v]. chunked selects the chunked
+     * (prefill) form; both forms compute the same thing. */
+    void (*gdn)(ts_backend *be, const float *q, const float *k, int64_t ldqk, const float *v,
+                int64_t ldv, const float *g, const float *beta, int n, const ts_gdn_dims *dims,
+                float *state, float *out, bool chunked);
+    /* out[t, h*dv + d] = rmsnorm(x[t, h*dv:...])[d] * w[d] * silu(z[t, h*dv + d]) */
+    void (*gated_rmsnorm)(ts_backend *be, const float *x, const float *z, int n_tok, int n_heads,
+                          int dv, const float *w, float eps, float *out);
+} ts_backend_ops;
+
+struct ts_backend {
+    const ts_backend_ops *ops;
+    void *ctx;
+};
+
+/* The CPU backend. n_threads 0 = one per core; isa is a cpu_isa value or -1 for the best. */
+ts_status ts_backend_cpu_create(int n_threads, int isa, ts_backend **out);
+/* The name of the CPU kernel set in use ("scalar", "avx2", "avx512"); NULL if not a CPU backend. */
+const char *ts_backend_cpu_isa_name(const ts_backend *be);
+static inline void ts_backend_free(ts_backend *be) {
+    if (be) be->ops->destroy(be);
+}
+
+#endif

@@ -1,0 +1,100 @@
+/* The CPU backend: the vtable, buffers, and the thread pool and ISA it runs with. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cpu/cpu_int.h"
+#include "base/cpu.h"
+
+#define CPU_BUF_ALIGN 64
+
+static void *cpu_alloc(ts_backend *be, size_t bytes) {
+    (void)be;
+    size_t n = (bytes + CPU_BUF_ALIGN - 1) / CPU_BUF_ALIGN * CPU_BUF_ALIGN;
+    void *p = aligned_alloc(CPU_BUF_ALIGN, n ? n : CPU_BUF_ALIGN);
+    if (p) memset(p, 0, n);
+    return p;
+}
+
+static void cpu_free(ts_backend *be, void *buf) {
+    (void)be;
+    free(buf);
+}
+
+static void cpu_memcpy(ts_backend *be, void *dst, const void *src, size_t bytes) {
+    (void)be;
+    if (bytes) memmove(dst, src, bytes);
+}
+
+static void cpu_zero(ts_backend *be, void *dst, size_t bytes) {
+    (void)be;
+    memset(dst, 0, bytes);
+}
+
+static void cpu_destroy(ts_backend *be);
+
+static const ts_backend_ops cpu_ops = {
+    .name = "cpu",
+    .destroy = cpu_destroy,
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .upload = cpu_memcpy,
+    .download = cpu_memcpy,
+    .copy = cpu_memcpy,
+    .zero = cpu_zero,
+    .get_rows = cpu_op_get_rows,
+    .matmul = cpu_op_matmul,
+    .rmsnorm = cpu_op_rmsnorm,
+    .l2norm = cpu_op_l2norm,
+    .rope = cpu_op_rope,
+    .add = cpu_op_add,
+    .swiglu = cpu_op_swiglu,
+    .sigmoid_gate = cpu_op_sigmoid_gate,
+    .copy_rows = cpu_op_copy_rows,
+    .attention = cpu_op_attention,
+    .conv1d_silu = cpu_op_conv1d_silu,
+    .gdn_gates = cpu_op_gdn_gates,
+    .gdn = cpu_op_gdn,
+    .gated_rmsnorm = cpu_op_gated_rmsnorm,
+};
+
+ts_status ts_backend_cpu_create(int n_threads, int isa, ts_backend **out) {
+    *out = NULL;
+    if (n_threads <= 0) n_threads = ts_cpu_count();
+    cpu_isa chosen = cpu_isa_best();
+    if (isa >= 0) {
+        if (isa >= CPU_ISA_COUNT || !cpu_isa_supported((cpu_isa)isa))
+            return ts_error(TS_ERR_UNSUPPORTED, "kernel set %s is not supported by this CPU",
+                            isa < CPU_ISA_COUNT ? cpu_isa_name((cpu_isa)isa) : "?");
+        chosen = (cpu_isa)isa;
+    }
+    ts_backend *be = calloc(1, sizeof *be);
+    cpu_ctx *ctx = calloc(1, sizeof *ctx);
+    if (!be || !ctx) {
+        free(be);
+        free(ctx);
+        return ts_error(TS_ERR_NOMEM, "cpu backend: out of memory");
+    }
+    ts_status st = ts_pool_create(n_threads, &ctx->pool);
+    if (st != TS_OK) {
+        free(be);
+        free(ctx);
+        return st;
+    }
+    ctx->isa = chosen;
+    be->ops = &cpu_ops;
+    be->ctx = ctx;
+    *out = be;
+    return TS_OK;
+}
+
+const char *ts_backend_cpu_isa_name(const ts_backend *be) {
+    if (!be || be->ops != &cpu_ops) return NULL;
+    return cpu_isa_name(((const cpu_ctx *)be->ctx)->isa);
+}
+
+static void cpu_destroy(ts_backend *be) {
+    cpu_ctx *ctx = be->ctx;
+    if (ctx) ts_pool_free(ctx->pool);
+    free(ctx);
+    free(be);
+}

@@ -1,0 +1,59 @@
+/* Internals shared by the CPU backend's op files. */
+#ifndef TS_BACKEND_CPU_INT_H
+#define TS_BACKEND_CPU_INT_H
+
+#include <math.h>
+
+#include "backend/backend.h"
+#include "backend/cpu/matmul.h"
+#include "base/threadpool.h"
+
+typedef struct {
+    ts_pool *pool;
+    cpu_isa isa;
+} cpu_ctx;
+
+static inline cpu_ctx *cpu_of(ts_backend *be) { return (cpu_ctx *)be->ctx; }
+
+static inline float cpu_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+static inline float cpu_silu(float x) { return x / (1.0f + expf(-x)); }
+/* softplus as torch computes it: x when x > 20, else log1p(exp(x)). */
+static inline float cpu_softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+
+/* Largest head sizes the stack-buffered sequence kernels accept (checked at model load). */
+#define CPU_MAX_HEAD_DIM 512
+#define CPU_GDN_CHUNK 64
+
+/* Op implementations, grouped by file. */
+void cpu_op_get_rows(ts_backend *be, const ts_tensor *W, const int32_t *ids, int n, float scale,
+                     float *out);
+void cpu_op_matmul(ts_backend *be, const ts_tensor *W, const float *x, int64_t ldx, int n,
+                   float *y, int64_t ldy);
+void cpu_op_rmsnorm(ts_backend *be, const float *x, int64_t ldx, int n_rows, int dim,
+                    const float *w, float eps, float *out, int64_t ldo);
+void cpu_op_l2norm(ts_backend *be, float *x, int64_t ldx, int n_rows, int dim, float eps,
+                   float scale);
+void cpu_op_rope(ts_backend *be, float *x, int64_t ldx, int n_tok, int n_heads,
+                 int64_t head_stride, int rot_dim, const int32_t *pos, float theta);
+void cpu_op_add(ts_backend *be, float *dst, const float *src, int64_t n);
+void cpu_op_swiglu(ts_backend *be, const float *gate, const float *up, int64_t ldg, int n_tok,
+                   int dim, float *out, int64_t ldo);
+void cpu_op_sigmoid_gate(ts_backend *be, float *x, int64_t ldx, const float *g, int64_t ldg,
+                         int n_tok, int n_heads, int head_dim, int64_t gstride);
+void cpu_op_copy_rows(ts_backend *be, float *dst, int64_t ldd, const float *src, int64_t lds,
+                      int n, int dim);
+void cpu_op_attention(ts_backend *be, const float *q, int64_t ldq, int64_t q_head_stride, int n,
+                      int pos0, const float *k_cache, const float *v_cache,
+                      const ts_attn_dims *dims, float *out, int64_t ldo);
+void cpu_op_conv1d_silu(ts_backend *be, const float *x, int64_t ldx, int n, int C, int K,
+                        const float *w, float *state, float *out, int64_t ldo);
+void cpu_op_gdn_gates(ts_backend *be, const float *a, int64_t lda, const float *b, int64_t ldb,
+                      int n, int Hv, const float *neg_exp_a, const float *dt_bias, float *g,
+                      float *beta);
+void cpu_op_gdn(ts_backend *be, const float *q, const float *k, int64_t ldqk, const float *v,
+                int64_t ldv, const float *g, const float *beta, int n, const ts_gdn_dims *dims,
+                float *state, float *out, bool chunked);
+void cpu_op_gated_rmsnorm(ts_backend *be, const float *x, const float *z, int n_tok,
+                          int n_heads, int dv, const float *w, float eps, float *out);
+
+#endif

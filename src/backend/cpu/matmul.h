@@ -1,0 +1,35 @@
+/* CPU matrix multiplication against weight tensors of every supported dtype.
+ *
+ * One scalar reference kernel per dtype is the oracle; AVX2 and AVX-512 variants live in their
+ * own files, compiled with their own flags, and are chosen at run time (cpu_isa_best) from what
+ * cpuid reports. Tests force each ISA to check it against the scalar path. */
+#ifndef TS_BACKEND_CPU_MATMUL_H
+#define TS_BACKEND_CPU_MATMUL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "base/tensor.h"
+#include "base/threadpool.h"
+
+typedef enum { CPU_ISA_SCALAR, CPU_ISA_AVX2, CPU_ISA_AVX512, CPU_ISA_COUNT } cpu_isa;
+
+const char *cpu_isa_name(cpu_isa isa);
+/* True when this CPU can run the kernels of isa. */
+bool cpu_isa_supported(cpu_isa isa);
+/* The fastest supported ISA; the environment variable TESSERA_ISA=scalar|avx2|avx512 can only
+ * lower it (for tests and comparisons). */
+cpu_isa cpu_isa_best(void);
+/* True when matmul supports the weight dtype (at every ISA; slower ISAs may fall back). */
+bool cpu_matmul_supports(ts_dtype dtype);
+
+/* y[t*ldy + o] = sum_i W[o, i] * x[t*ldx + i]  for t in [0, n_tok), o in [0, rows(W)).
+ * W is 2-D [out, in]; x and y are fp32 and must not overlap. Splits the work over the pool's
+ * threads (pool may be NULL: single-threaded). Accumulates in fp32. */
+void cpu_matmul(ts_pool *pool, cpu_isa isa, const ts_tensor *W, const float *x, int64_t ldx,
+                int n_tok, float *y, int64_t ldy);
+
+/* out[j] = W[row, j] as fp32 for j in [0, cols(W)) (embedding lookup). */
+void cpu_dequant_row(const ts_tensor *W, int64_t row, float *out);
+
+#endif

@@ -1,0 +1,120 @@
+/* Row-wise and elementwise CPU ops: norms, RoPE, activations, copies, embedding lookup.
+ * They are cheap next to the matmuls, so they stay scalar loops the compiler vectorises. */
+#include <string.h>
+
+#include "backend/cpu/cpu_int.h"
+
+typedef struct {
+    const ts_tensor *W;
+    const int32_t *ids;
+    int n;
+    float scale;
+    float *out;
+} get_rows_job;
+
+static void get_rows_task(void *p, int ith, int nth) {
+    get_rows_job *j = p;
+    long lo, hi;
+    ts_split_range(j->n, ith, nth, &lo, &hi);
+    int64_t cols = ts_tensor_cols(j->W);
+    for (long i = lo; i < hi; i++) {
+        float *o = j->out + i * cols;
+        cpu_dequant_row(j->W, j->ids[i], o);
+        if (j->scale != 1.0f)
+            for (int64_t c = 0; c < cols; c++) o[c] *= j->scale;
+    }
+}
+
+void cpu_op_get_rows(ts_backend *be, const ts_tensor *W, const int32_t *ids, int n, float scale,
+                     float *out) {
+    get_rows_job j = {W, ids, n, scale, out};
+    if (n > 8)
+        ts_pool_run(cpu_of(be)->pool, get_rows_task, &j);
+    else
+        get_rows_task(&j, 0, 1);
+}
+
+void cpu_op_matmul(ts_backend *be, const ts_tensor *W, const float *x, int64_t ldx, int n,
+                   float *y, int64_t ldy) {
+    cpu_ctx *c = cpu_of(be);
+    cpu_matmul(c->pool, c->isa, W, x, ldx, n, y, ldy);
+}
+
+void cpu_op_rmsnorm(ts_backend *be, const float *x, int64_t ldx, int n_rows, int dim,
+                    const float *w, float eps, float *out, int64_t ldo) {
+    (void)be;
+    for (int r = 0; r < n_rows; r++) {
+        const float *xr = x + r * ldx;
+        float *o = out + r * ldo;
+        double ss = 0; /* double sum: the reference sums in fp32 with pairwise order */
+        for (int i = 0; i < dim; i++) ss += (double)xr[i] * xr[i];
+        float inv = 1.0f / sqrtf((float)(ss / dim) + eps);
+        for (int i = 0; i < dim; i++) o[i] = (xr[i] * inv) * w[i];
+    }
+}
+
+void cpu_op_l2norm(ts_backend *be, float *x, int64_t ldx, int n_rows, int dim, float eps,
+                   float scale) {
+    (void)be;
+    for (int r = 0; r < n_rows; r++) {
+        float *xr = x + r * ldx;
+        double ss = 0;
+        for (int i = 0; i < dim; i++) ss += (double)xr[i] * xr[i];
+        float inv = 1.0f / sqrtf((float)ss + eps);
+        for (int i = 0; i < dim; i++) xr[i] = (xr[i] * inv) * scale;
+    }
+}
+
+void cpu_op_rope(ts_backend *be, float *x, int64_t ldx, int n_tok, int n_heads,
+                 int64_t head_stride, int rot_dim, const int32_t *pos, float theta) {
+    (void)be;
+    int half = rot_dim / 2;
+    float cs[CPU_MAX_HEAD_DIM / 2], sn[CPU_MAX_HEAD_DIM / 2];
+    for (int t = 0; t < n_tok; t++) {
+        /* The angles as the reference computes them: fp32 inv_freq times an fp32 position. */
+        for (int j = 0; j < half; j++) {
+            float inv_freq = (float)(1.0 / pow((double)theta, (double)(2 * j) / rot_dim));
+            float a = (float)pos[t] * inv_freq;
+            cs[j] = cosf(a);
+            sn[j] = sinf(a);
+        }
+        for (int h = 0; h < n_heads; h++) {
+            float *v = x + t * ldx + h * head_stride;
+            for (int j = 0; j < half; j++) {
+                float x0 = v[j], x1 = v[j + half];
+                v[j] = x0 * cs[j] - x1 * sn[j];
+                v[j + half] = x1 * cs[j] + x0 * sn[j];
+            }
+        }
+    }
+}
+
+void cpu_op_add(ts_backend *be, float *dst, const float *src, int64_t n) {
+    (void)be;
+    for (int64_t i = 0; i < n; i++) dst[i] += src[i];
+}
+
+void cpu_op_swiglu(ts_backend *be, const float *gate, const float *up, int64_t ldg, int n_tok,
+                   int dim, float *out, int64_t ldo) {
+    (void)be;
+    for (int t = 0; t < n_tok; t++)
+        for (int i = 0; i < dim; i++)
+            out[t * ldo + i] = cpu_silu(gate[t * ldg + i]) * up[t * ldg + i];
+}
+
+void cpu_op_sigmoid_gate(ts_backend *be, float *x, int64_t ldx, const float *g, int64_t ldg,
+                         int n_tok, int n_heads, int head_dim, int64_t gstride) {
+    (void)be;
+    for (int t = 0; t < n_tok; t++)
+        for (int h = 0; h < n_heads; h++) {
+            float *xv = x + t * ldx + (int64_t)h * head_dim;
+            const float *gv = g + t * ldg + h * gstride;
+            for (int d = 0; d < head_dim; d++) xv[d] *= cpu_sigmoid(gv[d]);
+        }
+}
+
+void cpu_op_copy_rows(ts_backend *be, float *dst, int64_t ldd, const float *src, int64_t lds,
+                      int n, int dim) {
+    (void)be;
+    for (int r = 0; r < n; r++) memmove(dst + r * ldd, src + r * lds, (size_t)dim * sizeof(float));
+}

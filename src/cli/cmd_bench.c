@@ -1,0 +1,151 @@
+/* tessera bench: prefill (pp) and decode (tg) tokens/s, llama-bench style: each test runs on a
+ * fresh sequence, several repetitions, the median is reported. Decode is also set against the
+ * memory-bandwidth roofline (weight bytes read per token ÷ measured read bandwidth). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/common_model.h"
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* Prefill of n tokens on a fresh slot; returns seconds or < 0 on error. */
+static double time_prefill(ts_engine *e, const int32_t *ids, int32_t *pos, int32_t *slot, int n,
+                           float *logits) {
+    if (ts_engine_slot_clear(e, 0) != TS_OK) return -1;
+    for (int i = 0; i < n; i++) pos[i] = i, slot[i] = 0;
+    ts_batch b = {n, ids, pos, slot, NULL};
+    double t0 = cli_now();
+    if (ts_engine_forward(e, &b, logits) != TS_OK) return -1;
+    return cli_now() - t0;
+}
+
+/* n single-token decode steps from an empty slot; returns seconds or < 0 on error. */
+static double time_decode(ts_engine *e, int n, float *logits, int V) {
+    if (ts_engine_slot_clear(e, 0) != TS_OK) return -1;
+    int32_t tok = 1, s0 = 0;
+    double t0 = cli_now();
+    for (int i = 0; i < n; i++) {
+        int32_t p = i;
+        ts_batch b = {1, &tok, &p, &s0, NULL};
+        if (ts_engine_forward(e, &b, logits) != TS_OK) return -1;
+        int best = 0; /* greedy, so the next input depends on this step as in real decoding */
+        for (int j = 1; j < V; j++)
+            if (logits[j] > logits[best]) best = j;
+        tok = best;
+    }
+    return cli_now() - t0;
+}
+
+int cmd_bench(int argc, char **argv) {
+    cli_engine_args ea = {0};
+    long n_pp = 512, n_tg = 128, reps = 3;
+    bool json = false, no_bw = false;
+    const char *v;
+    for (int i = 1; i < argc; i++) {
+        int r = cli_engine_opt(argc, argv, &i, &ea);
+        if (r < 0) return CLI_EXIT_USAGE;
+        if (r > 0) continue;
+        if ((v = cli_opt_value(argc, argv, &i, "-p", "--n-prompt"))) {
+            if (!cli_parse_int(v, 0, 1 << 20, &n_pp)) return cli_usage("bad -p '%s'", v);
+        } else if ((v = cli_opt_value(argc, argv, &i, "-n", "--n-gen"))) {
+            if (!cli_parse_int(v, 0, 1 << 20, &n_tg)) return cli_usage("bad -n '%s'", v);
+        } else if ((v = cli_opt_value(argc, argv, &i, "-r", "--repetitions"))) {
+            if (!cli_parse_int(v, 1, 1000, &reps)) return cli_usage("bad -r '%s'", v);
+        } else if (strcmp(argv[i], "--json") == 0) {
+            json = true;
+        } else if (strcmp(argv[i], "--no-bandwidth") == 0) {
+            no_bw = true;
+        } else {
+            return cli_usage("bench: unknown option '%s'", argv[i]);
+        }
+    }
+    if (!ea.n_ctx) ea.n_ctx = (int)(n_pp > n_tg ? n_pp : n_tg) + 1;
+    if (!ea.n_batch) ea.n_batch = n_pp > 0 ? (int)n_pp : 1;
+    ts_model *model;
+    ts_engine *e;
+    int rc = cli_open(&ea, &model, &e);
+    if (rc) return rc;
+    ts_model_info info;
+    ts_model_get_info(model, &info);
+    int V = ts_engine_n_vocab(e);
+    size_t np = n_pp > 0 ? (size_t)n_pp : 1;
+    int32_t *ids = malloc(np * 4), *pos = malloc(np * 4), *slot = malloc(np * 4);
+    float *logits = malloc((size_t)V * sizeof(float));
+    double *pp = calloc((size_t)reps, sizeof(double)), *tg = calloc((size_t)reps, sizeof(double));
+    if (!ids || !pos || !slot || !logits || !pp || !tg) {
+        fprintf(stderr, "tessera: bench: out of memory\n");
+        rc = CLI_EXIT_ERROR;
+        goto done;
+    }
+    uint64_t x = 12345;
+    for (size_t i = 0; i < np; i++) {
+        x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+        ids[i] = (int32_t)((x >> 33) % (uint64_t)V);
+    }
+    /* warm-up: page the weights in and let the threads spin up */
+    if (time_prefill(e, ids, pos, slot, n_pp > 0 ? (int)(n_pp < 16 ? n_pp : 16) : 1, logits) < 0 ||
+        time_decode(e, 2, logits, V) < 0) {
+        rc = cli_fail("bench");
+        goto done;
+    }
+    for (long r = 0; r < reps; r++) {
+        double a = n_pp > 0 ? time_prefill(e, ids, pos, slot, (int)n_pp, logits) : 0;
+        double b = n_tg > 0 ? time_decode(e, (int)n_tg, logits, V) : 0;
+        if (a < 0 || b < 0) {
+            rc = cli_fail("bench");
+            goto done;
+        }
+        pp[r] = a;
+        tg[r] = b;
+    }
+    double t_pp = median(pp, (int)reps), t_tg = median(tg, (int)reps);
+    double pp_tps = n_pp > 0 ? n_pp / t_pp : 0, tg_tps = n_tg > 0 ? n_tg / t_tg : 0;
+    double bw = no_bw ? 0 : ts_measure_read_bandwidth(ea.n_threads);
+    double bound = bw > 0 ? bw * 1e9 / (double)info.weight_bytes : 0;
+    if (json) {
+        printf("{\"model\": \"%s\", \"arch\": \"%s\", \"dtype\": \"%s\", \"params\": %lld, "
+               "\"weight_bytes_per_token\": %llu, \"backend\": \"%s\", \"repetitions\": %ld, "
+               "\"pp\": {\"n\": %ld, \"tokens_per_s\": %.2f, \"ttft_ms\": %.2f}, "
+               "\"tg\": {\"n\": %ld, \"tokens_per_s\": %.3f, \"ms_per_token\": %.3f}, "
+               "\"read_bandwidth_gbs\": %.2f, \"tg_bound_tokens_per_s\": %.2f, "
+               "\"tg_fraction_of_bound\": %.3f}\n",
+               ea.model_path, info.arch, info.weight_dtype, (long long)info.n_params,
+               (unsigned long long)info.weight_bytes, ts_engine_describe(e), reps, n_pp, pp_tps,
+               t_pp * 1e3, n_tg, tg_tps, n_tg > 0 ? t_tg * 1e3 / n_tg : 0, bw, bound,
+               bound > 0 ? tg_tps / bound : 0);
+    } else {
+        printf("| model | dtype | params | weights/token | backend | test | t/s |\n");
+        printf("|---|---|---|---|---|---|---|\n");
+        if (n_pp > 0)
+            printf("| %s | %s | %.0fM | %.0f MB | %s | pp%ld | %.2f |\n", info.arch,
+                   info.weight_dtype, info.n_params / 1e6, info.weight_bytes / 1e6,
+                   ts_engine_describe(e), n_pp, pp_tps);
+        if (n_tg > 0)
+            printf("| %s | %s | %.0fM | %.0f MB | %s | tg%ld | %.2f |\n", info.arch,
+                   info.weight_dtype, info.n_params / 1e6, info.weight_bytes / 1e6,
+                   ts_engine_describe(e), n_tg, tg_tps);
+        if (n_pp > 0) printf("\ntime to first token (pp%ld): %.1f ms\n", n_pp, t_pp * 1e3);
+        if (bw > 0)
+            printf("memory read bandwidth %.1f GB/s -> decode bound %.2f t/s; tg reaches %.0f%%\n",
+                   bw, bound, 100 * tg_tps / bound);
+    }
+done:
+    free(ids);
+    free(pos);
+    free(slot);
+    free(logits);
+    free(pp);
+    free(tg);
+    ts_engine_free(e);
+    ts_model_close(model);
+    return rc;
+}

@@ -1,0 +1,89 @@
+/* tessera logits: one prefill of the given ids; every position's logits to a file. */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/common_model.h"
+
+int cmd_logits(int argc, char **argv) {
+    cli_engine_args ea = {0};
+    const char *ids_arg = NULL, *out_path = NULL, *v;
+    for (int i = 1; i < argc; i++) {
+        int r = cli_engine_opt(argc, argv, &i, &ea);
+        if (r < 0) return CLI_EXIT_USAGE;
+        if (r > 0) continue;
+        if ((v = cli_opt_value(argc, argv, &i, NULL, "--ids")))
+            ids_arg = v;
+        else if ((v = cli_opt_value(argc, argv, &i, "-o", "--output")))
+            out_path = v;
+        else
+            return cli_usage("logits: unknown option '%s'", argv[i]);
+    }
+    int32_t *ids;
+    int n;
+    if (!cli_parse_ids(ids_arg, &ids, &n))
+        return cli_usage("logits: --ids needs a comma-separated list of token ids");
+    if (!ea.n_ctx) ea.n_ctx = n;
+    ts_model *model;
+    ts_engine *engine;
+    int rc = cli_open(&ea, &model, &engine);
+    if (rc) {
+        free(ids);
+        return rc;
+    }
+    int V = ts_engine_n_vocab(engine);
+    int32_t *pos = malloc((size_t)n * sizeof *pos), *slot = calloc((size_t)n, sizeof *slot);
+    uint8_t *want = malloc((size_t)n);
+    float *logits = malloc((size_t)n * V * sizeof(float));
+    if (!pos || !slot || !want || !logits) {
+        fprintf(stderr, "tessera: logits: out of memory\n");
+        rc = CLI_EXIT_ERROR;
+        goto done;
+    }
+    for (int i = 0; i < n; i++) {
+        pos[i] = i;
+        want[i] = 1;
+    }
+    ts_batch b = {n, ids, pos, slot, want};
+    double t0 = cli_now();
+    if (ts_engine_forward(engine, &b, logits) != TS_OK) {
+        rc = cli_fail("forward failed");
+        goto done;
+    }
+    double dt = cli_now() - t0;
+    if (out_path) {
+        FILE *f = fopen(out_path, "wb");
+        if (!f || fwrite(logits, sizeof(float), (size_t)n * V, f) != (size_t)n * V) {
+            fprintf(stderr, "tessera: logits: cannot write %s: %s\n", out_path, strerror(errno));
+            if (f) fclose(f);
+            rc = CLI_EXIT_ERROR;
+            goto done;
+        }
+        if (fclose(f) != 0) {
+            fprintf(stderr, "tessera: logits: cannot write %s\n", out_path);
+            rc = CLI_EXIT_ERROR;
+            goto done;
+        }
+    }
+    const float *last = logits + (size_t)(n - 1) * V;
+    int best = 0;
+    double sumsq = 0;
+    for (int j = 0; j < V; j++) {
+        if (last[j] > last[best]) best = j;
+        sumsq += (double)last[j] * last[j];
+    }
+    printf("tokens %d, vocab %d, %.1f ms (%s); last position: argmax %d (%.4f), rms %.4f%s%s\n",
+           n, V, dt * 1e3, ts_engine_describe(engine), best, last[best], sqrt(sumsq / V),
+           out_path ? ", written to " : "", out_path ? out_path : "");
+done:
+    free(ids);
+    free(pos);
+    free(slot);
+    free(want);
+    free(logits);
+    ts_engine_free(engine);
+    ts_model_close(model);
+    return rc;
+}

@@ -1,0 +1,115 @@
+/* tessera run: prefill a prompt, then decode N tokens one at a time with the sampler. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/common_model.h"
+
+int cmd_run(int argc, char **argv) {
+    cli_engine_args ea = {0};
+    const char *ids_arg = NULL, *v;
+    long n_gen = 16;
+    bool print_ids = false;
+    ts_sampler_params sp;
+    ts_sampler_params_default(&sp);
+    for (int i = 1; i < argc; i++) {
+        int r = cli_engine_opt(argc, argv, &i, &ea);
+        double d;
+        long x;
+        if (r < 0) return CLI_EXIT_USAGE;
+        if (r > 0) continue;
+        if ((v = cli_opt_value(argc, argv, &i, NULL, "--ids"))) {
+            ids_arg = v;
+        } else if ((v = cli_opt_value(argc, argv, &i, "-n", "--n-predict"))) {
+            if (!cli_parse_int(v, 0, 1 << 24, &n_gen)) return cli_usage("bad -n '%s'", v);
+        } else if ((v = cli_opt_value(argc, argv, &i, NULL, "--temp"))) {
+            if (!cli_parse_float(v, &d) || d < 0 || d > 100) return cli_usage("bad --temp '%s'", v);
+            sp.temperature = (float)d;
+        } else if ((v = cli_opt_value(argc, argv, &i, NULL, "--top-k"))) {
+            if (!cli_parse_int(v, 0, 1 << 24, &x)) return cli_usage("bad --top-k '%s'", v);
+            sp.top_k = (int)x;
+        } else if ((v = cli_opt_value(argc, argv, &i, NULL, "--top-p"))) {
+            if (!cli_parse_float(v, &d) || !(d > 0 && d <= 1)) return cli_usage("bad --top-p '%s'", v);
+            sp.top_p = (float)d;
+        } else if ((v = cli_opt_value(argc, argv, &i, NULL, "--min-p"))) {
+            if (!cli_parse_float(v, &d) || !(d >= 0 && d <= 1)) return cli_usage("bad --min-p '%s'", v);
+            sp.min_p = (float)d;
+        } else if ((v = cli_opt_value(argc, argv, &i, NULL, "--seed"))) {
+            if (!cli_parse_int(v, 0, 0x7fffffffL, &x)) return cli_usage("bad --seed '%s'", v);
+            sp.seed = (uint64_t)x;
+        } else if (strcmp(argv[i], "--print-ids") == 0) {
+            print_ids = true;
+        } else {
+            return cli_usage("run: unknown option '%s'", argv[i]);
+        }
+    }
+    int32_t *ids;
+    int n_prompt;
+    if (!cli_parse_ids(ids_arg, &ids, &n_prompt))
+        return cli_usage("run: --ids needs a comma-separated list of token ids");
+    if (!ea.n_ctx) ea.n_ctx = n_prompt + (int)n_gen;
+    ts_model *model;
+    ts_engine *engine;
+    int rc = cli_open(&ea, &model, &engine);
+    if (rc) {
+        free(ids);
+        return rc;
+    }
+    int V = ts_engine_n_vocab(engine);
+    ts_sampler *sampler = NULL;
+    int32_t *pos = malloc((size_t)n_prompt * sizeof *pos), *slot = calloc((size_t)n_prompt, 4);
+    int32_t *out = malloc(((size_t)n_gen + 1) * sizeof *out);
+    float *logits = malloc((size_t)V * sizeof(float));
+    if (!pos || !slot || !out || !logits) {
+        fprintf(stderr, "tessera: run: out of memory\n");
+        rc = CLI_EXIT_ERROR;
+        goto done;
+    }
+    if (ts_sampler_create(&sp, V, &sampler) != TS_OK) {
+        rc = cli_fail("sampler");
+        goto done;
+    }
+    for (int i = 0; i < n_prompt; i++) pos[i] = i;
+    double t0 = cli_now();
+    ts_batch pb = {n_prompt, ids, pos, slot, NULL};
+    if (ts_engine_forward(engine, &pb, logits) != TS_OK) {
+        rc = cli_fail("prefill failed");
+        goto done;
+    }
+    double t_prefill = cli_now() - t0;
+    int n_out = 0;
+    double t1 = cli_now();
+    for (long k = 0; k < n_gen; k++) {
+        int32_t tok = ts_sampler_sample(sampler, logits);
+        out[n_out++] = tok;
+        if (k + 1 == n_gen) break;
+        int32_t p = n_prompt + (int32_t)k, s0 = 0;
+        ts_batch db = {1, &tok, &p, &s0, NULL};
+        if (ts_engine_forward(engine, &db, logits) != TS_OK) {
+            rc = cli_fail("decode failed");
+            goto done;
+        }
+    }
+    double t_decode = cli_now() - t1;
+    if (print_ids) {
+        for (int i = 0; i < n_out; i++) printf(i ? " %d" : "%d", out[i]);
+        printf("\n");
+    } else {
+        printf("generated:");
+        for (int i = 0; i < n_out; i++) printf(" %d", out[i]);
+        printf("\n");
+    }
+    fprintf(stderr, "prompt %d tokens in %.1f ms (%.1f t/s), %d generated in %.1f ms (%.2f t/s), %s\n",
+            n_prompt, t_prefill * 1e3, n_prompt / t_prefill, n_out, t_decode * 1e3,
+            n_out > 1 ? (n_out - 1) / t_decode : 0.0, ts_engine_describe(engine));
+done:
+    ts_sampler_free(sampler);
+    free(ids);
+    free(pos);
+    free(slot);
+    free(out);
+    free(logits);
+    ts_engine_free(engine);
+    ts_model_close(model);
+    return rc;
+}

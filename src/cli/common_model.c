@@ -1,0 +1,51 @@
+#include <stdio.h>
+
+#include "cli/common_model.h"
+
+int cli_engine_opt(int argc, char **argv, int *i, cli_engine_args *a) {
+    const char *v;
+    long x;
+    if ((v = cli_opt_value(argc, argv, i, "-m", "--model"))) {
+        if (!*v) return cli_usage("-m needs a model path"), -1;
+        a->model_path = v;
+        return 1;
+    }
+    if ((v = cli_opt_value(argc, argv, i, "-t", "--threads"))) {
+        if (!cli_parse_int(v, 1, 1024, &x)) return cli_usage("bad --threads '%s'", v), -1;
+        a->n_threads = (int)x;
+        return 1;
+    }
+    if ((v = cli_opt_value(argc, argv, i, "-c", "--ctx"))) {
+        if (!cli_parse_int(v, 1, 1 << 24, &x)) return cli_usage("bad --ctx '%s'", v), -1;
+        a->n_ctx = (int)x;
+        return 1;
+    }
+    if ((v = cli_opt_value(argc, argv, i, "-b", "--batch"))) {
+        if (!cli_parse_int(v, 1, 65536, &x)) return cli_usage("bad --batch '%s'", v), -1;
+        a->n_batch = (int)x;
+        return 1;
+    }
+    return 0;
+}
+
+int cli_open(const cli_engine_args *a, ts_model **model, ts_engine **engine) {
+    *model = NULL;
+    *engine = NULL;
+    if (!a->model_path) return cli_usage("missing -m MODEL");
+    if (ts_model_open(a->model_path, model) != TS_OK) return cli_fail("cannot load model");
+    ts_model_info info;
+    ts_model_get_info(*model, &info);
+    ts_engine_opts o;
+    ts_engine_opts_default(&o);
+    o.n_threads = a->n_threads;
+    o.n_slots = a->n_slots > 0 ? a->n_slots : 1;
+    o.n_ctx = a->n_ctx > 0 ? a->n_ctx : (info.n_ctx_train < 4096 ? info.n_ctx_train : 4096);
+    if (a->n_batch > 0) o.n_batch = a->n_batch;
+    if (ts_engine_create(*model, &o, engine) != TS_OK) {
+        int rc = cli_fail("cannot create the engine");
+        ts_model_close(*model);
+        *model = NULL;
+        return rc;
+    }
+    return 0;
+}

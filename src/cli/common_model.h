@@ -1,0 +1,23 @@
+/* Opening a model and an engine the same way in every command. */
+#ifndef TS_CLI_COMMON_MODEL_H
+#define TS_CLI_COMMON_MODEL_H
+
+#include "cli/cli.h"
+
+typedef struct {
+    const char *model_path;
+    int n_threads;
+    int n_ctx;
+    int n_batch;
+    int n_slots;
+} cli_engine_args;
+
+/* Parses --threads/-t, --ctx/-c, --batch/-b and -m/--model at argv[*i]; returns 1 when it
+ * consumed an option, 0 when argv[*i] is not one of them, -1 (after printing) on a bad value. */
+int cli_engine_opt(int argc, char **argv, int *i, cli_engine_args *a);
+
+/* Opens the model and an engine sized for it; prints the error and returns non-zero on
+ * failure. */
+int cli_open(const cli_engine_args *a, ts_model **model, ts_engine **engine);
+
+#endif

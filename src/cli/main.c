@@ -1,0 +1,37 @@
+/* tessera: the command-line entry point. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/cli.h"
+
+static const struct {
+    const char *name;
+    int (*fn)(int, char **);
+    const char *help;
+} commands[] = {
+    {"run", cmd_run, "run -m MODEL --ids 1,2,3 -n N [--temp T] [--top-k K] [--top-p P] "
+                     "[--min-p P] [--seed S] [--threads K] [--print-ids]"},
+    {"logits", cmd_logits, "logits -m MODEL --ids 1,2,3 [-o FILE] [--threads K]"},
+    {"bench", cmd_bench, "bench -m MODEL [-p 512] [-n 128] [-r REPS] [--threads K] [--json]"},
+    {"synth", cmd_synth, "synth --arch qwen35 --preset 0.8b|2b -o DIR [--dtype bf16|f16|f32] "
+                         "[--seed S]"},
+};
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: tessera COMMAND [options]\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        fprintf(f, "  tessera %s\n", commands[i].help);
+    fprintf(f, "\nCommon options: --threads K (default: all cores), "
+               "TESSERA_ISA=scalar|avx2|avx512 limits the CPU kernels.\n");
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2 || strcmp(argv[1], "help") == 0 || strcmp(argv[1], "--help") == 0 ||
+        strcmp(argv[1], "-h") == 0) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? CLI_EXIT_USAGE : 0;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (strcmp(argv[1], commands[i].name) == 0) return commands[i].fn(argc - 1, argv + 1);
+    return cli_usage("unknown command '%s'", argv[1]);
+}

@@ -1,0 +1,165 @@
+/* The engine: a model's runtime, its slot pool of per-sequence state, and the batched forward.
+ *
+ * All state is allocated when the engine is created (n_slots × the model's state size for
+ * n_ctx tokens), so serving never allocates per request. A batch larger than n_batch is run
+ * in pieces; positions are checked against what each slot holds, so a sequence can only be
+ * continued, never silently corrupted. */
+#include <stdlib.h>
+#include <string.h>
+
+#include <stdio.h>
+
+#include "base/cpu.h"
+#include "engine/engine_int.h"
+
+void ts_engine_opts_default(ts_engine_opts *o) {
+    *o = (ts_engine_opts){.n_slots = 1, .n_ctx = 4096, .n_batch = 512, .n_threads = 0,
+                          .isa = TS_ISA_AUTO};
+}
+
+void ts_engine_free(ts_engine *e) {
+    if (!e) return;
+    if (e->slot_state)
+        for (int i = 0; i < e->n_slots; i++)
+            if (e->slot_state[i]) e->be->ops->free(e->be, e->slot_state[i]);
+    if (e->rt) e->model->arch->runtime_free(e->rt);
+    ts_backend_free(e->be);
+    free(e->slot_state);
+    free(e->slot_len);
+    free(e->pending_len);
+    free(e->want_scratch);
+    free(e);
+}
+
+ts_status ts_engine_create(ts_model *model, const ts_engine_opts *opts, ts_engine **out) {
+    *out = NULL;
+    ts_engine_opts o;
+    if (opts)
+        o = *opts;
+    else
+        ts_engine_opts_default(&o);
+    if (o.n_slots < 1 || o.n_slots > 4096)
+        return ts_error(TS_ERR_INVALID, "slots %d out of range 1..4096", o.n_slots);
+    if (o.n_ctx < 1 || o.n_ctx > model->info.n_ctx_train)
+        return ts_error(TS_ERR_INVALID, "context %d out of range 1..%d (the model's)", o.n_ctx,
+                        model->info.n_ctx_train);
+    if (o.n_batch < 1 || o.n_batch > 65536)
+        return ts_error(TS_ERR_INVALID, "batch %d out of range 1..65536", o.n_batch);
+    int isa = o.isa == TS_ISA_AUTO ? -1 : (int)o.isa - 1; /* ts_isa -> cpu_isa */
+    ts_engine *e = calloc(1, sizeof *e);
+    if (!e) return ts_error(TS_ERR_NOMEM, "out of memory");
+    e->model = model;
+    e->n_slots = o.n_slots;
+    e->n_ctx = o.n_ctx;
+    e->n_batch = o.n_batch;
+    e->n_vocab = model->info.n_vocab;
+    ts_status st = ts_backend_cpu_create(o.n_threads, isa, &e->be);
+    if (st == TS_OK) st = model->arch->runtime_create(model, e->be, o.n_batch, o.n_ctx, &e->rt);
+    if (st == TS_OK) {
+        e->state_bytes = model->arch->state_bytes(model, o.n_ctx);
+        e->slot_state = calloc((size_t)o.n_slots, sizeof *e->slot_state);
+        e->slot_len = calloc((size_t)o.n_slots, sizeof *e->slot_len);
+        e->pending_len = calloc((size_t)o.n_slots, sizeof *e->pending_len);
+        e->want_scratch = calloc((size_t)o.n_batch, 1);
+        if (!e->slot_state || !e->slot_len || !e->pending_len || !e->want_scratch)
+            st = ts_error(TS_ERR_NOMEM, "out of memory");
+    }
+    for (int i = 0; st == TS_OK && i < o.n_slots; i++) {
+        e->slot_state[i] = e->be->ops->alloc(e->be, e->state_bytes);
+        if (!e->slot_state[i])
+            st = ts_error(TS_ERR_NOMEM, "out of memory for the state of %d sequences of %d tokens "
+                          "(%zu MiB each)", o.n_slots, o.n_ctx, e->state_bytes >> 20);
+    }
+    if (st != TS_OK) {
+        ts_engine_free(e);
+        return st;
+    }
+    snprintf(e->desc, sizeof e->desc, "%s %s x%d", e->be->ops->name,
+             ts_backend_cpu_isa_name(e->be) ? ts_backend_cpu_isa_name(e->be) : "",
+             o.n_threads > 0 ? o.n_threads : ts_cpu_count());
+    *out = e;
+    return TS_OK;
+}
+
+const char *ts_engine_describe(const ts_engine *e) { return e->desc; }
+
+int ts_engine_n_vocab(const ts_engine *e) { return e->n_vocab; }
+int ts_engine_n_ctx(const ts_engine *e) { return e->n_ctx; }
+
+static ts_status check_slot(const ts_engine *e, int slot) {
+    if (slot < 0 || slot >= e->n_slots)
+        return ts_error(TS_ERR_INVALID, "slot %d out of range 0..%d", slot, e->n_slots - 1);
+    return TS_OK;
+}
+
+ts_status ts_engine_slot_clear(ts_engine *e, int slot) {
+    TS_TRY(check_slot(e, slot));
+    /* KV rows past the length are never read, but conv and recurrent state must be zero */
+    e->be->ops->zero(e->be, e->slot_state[slot], e->state_bytes);
+    e->slot_len[slot] = 0;
+    return TS_OK;
+}
+
+int ts_engine_slot_len(const ts_engine *e, int slot) {
+    return check_slot(e, slot) == TS_OK ? e->slot_len[slot] : -1;
+}
+
+ts_status ts_engine_slot_copy(ts_engine *e, int src, int dst) {
+    TS_TRY(check_slot(e, src));
+    TS_TRY(check_slot(e, dst));
+    if (src != dst) {
+        e->be->ops->copy(e->be, e->slot_state[dst], e->slot_state[src], e->state_bytes);
+        e->slot_len[dst] = e->slot_len[src];
+    }
+    return TS_OK;
+}
+
+/* Every token must continue its slot: position == tokens held (plus earlier tokens of the
+ * same slot in this batch), inside the context. Checked before any state changes. */
+static ts_status check_batch(ts_engine *e, const ts_batch *b) {
+    if (b->n_tokens < 1) return ts_error(TS_ERR_INVALID, "empty batch");
+    if (!b->tokens || !b->pos || !b->slot)
+        return ts_error(TS_ERR_INVALID, "batch without tokens, positions or slots");
+    memcpy(e->pending_len, e->slot_len, (size_t)e->n_slots * sizeof *e->pending_len);
+    for (int i = 0; i < b->n_tokens; i++) {
+        TS_TRY(check_slot(e, b->slot[i]));
+        int s = b->slot[i];
+        if (b->pos[i] != e->pending_len[s])
+            return ts_error(TS_ERR_INVALID, "token %d: position %d does not continue slot %d "
+                            "(holds %d tokens)", i, b->pos[i], s, e->pending_len[s]);
+        if (b->pos[i] >= e->n_ctx)
+            return ts_error(TS_ERR_RANGE, "slot %d: position %d is past the context of %d tokens",
+                            s, b->pos[i], e->n_ctx);
+        if (b->tokens[i] < 0 || b->tokens[i] >= e->n_vocab)
+            return ts_error(TS_ERR_RANGE, "token %d: id %d out of range [0, %d)", i, b->tokens[i],
+                            e->n_vocab);
+        e->pending_len[s]++;
+    }
+    return TS_OK;
+}
+
+ts_status ts_engine_forward(ts_engine *e, const ts_batch *b, float *logits) {
+    TS_TRY(check_batch(e, b));
+    for (int start = 0; start < b->n_tokens; start += e->n_batch) {
+        int n = b->n_tokens - start < e->n_batch ? b->n_tokens - start : e->n_batch;
+        /* without a wants_logits array only the batch's last token gets logits */
+        const uint8_t *want;
+        if (b->wants_logits) {
+            want = b->wants_logits + start;
+        } else {
+            memset(e->want_scratch, 0, (size_t)n);
+            if (start + n == b->n_tokens) e->want_scratch[n - 1] = 1;
+            want = e->want_scratch;
+        }
+        int produced = 0;
+        for (int i = 0; i < n; i++) produced += want[i] != 0;
+        if (produced && !logits) return ts_error(TS_ERR_INVALID, "logits wanted but no buffer");
+        ts_fwd_batch fb = {n, b->tokens + start, b->pos + start, b->slot + start, want,
+                           e->slot_state};
+        ts_status st = e->model->arch->forward(e->rt, &fb, logits);
+        if (st != TS_OK) return st;
+        for (int i = 0; i < n; i++) e->slot_len[fb.slot[i]]++;
+        if (logits) logits += (size_t)produced * e->n_vocab;
+    }
+    return TS_OK;
+}

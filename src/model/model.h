@@ -1,0 +1,69 @@
+/* The model factory's internals: ts_model and the per-architecture vtable (ts_arch).
+ *
+ * Adding a model family = one new file in model/ that defines a ts_arch, plus one line in the
+ * registry (registry.c). The engine drives a model only through this vtable; the model drives
+ * the hardware only through the backend ops (backend/backend.h). */
+#ifndef TS_MODEL_MODEL_H
+#define TS_MODEL_MODEL_H
+
+#include <stdbool.h>
+
+#include "backend/backend.h"
+#include "format/hfconfig.h"
+#include "format/safetensors.h"
+#include "tessera.h"
+
+/* One forward step as the engine hands it to a model: every array has n_tokens entries, and
+ * slot_state[s] is the state blob of slot s (layout owned by the model). */
+typedef struct {
+    int n_tokens;
+    const int32_t *tokens;
+    const int32_t *pos;
+    const int32_t *slot;
+    const uint8_t *wants_logits;
+    void *const *slot_state;
+} ts_fwd_batch;
+
+typedef struct ts_arch ts_arch;
+
+struct ts_model {
+    const ts_arch *arch;
+    char *path;
+    ts_hfconfig *cfg; /* HF directory form */
+    ts_st *st;
+    void *impl; /* the architecture's hyper-parameters and weight views */
+    ts_model_info info;
+};
+
+struct ts_arch {
+    const char *name;
+    /* Whether this architecture reads an HF config of this (text section) model_type. */
+    bool (*matches_hf)(const char *model_type);
+    /* Reads hyper-parameters and binds weights; validates every shape and dtype. Fills m->impl
+     * and m->info. On error, leaves nothing allocated in m->impl. */
+    ts_status (*load_hf)(ts_model *m);
+    void (*unload)(ts_model *m);
+    /* Bytes of one sequence's state (KV cache, conv and recurrent state) for n_ctx tokens. */
+    size_t (*state_bytes)(const ts_model *m, int n_ctx);
+    /* Scratch buffers and device copies of small parameters for batches of up to n_batch tokens. */
+    ts_status (*runtime_create)(const ts_model *m, ts_backend *be, int n_batch, int n_ctx,
+                                void **rt);
+    void (*runtime_free)(void *rt);
+    /* Runs one batch (n_tokens <= n_batch); logits rows for wanted tokens go to logits (host). */
+    ts_status (*forward)(void *rt, const ts_fwd_batch *b, float *logits);
+    /* Writes a random checkpoint of a named size; NULL when not provided. */
+    ts_status (*synth)(const char *preset, ts_dtype dtype, uint64_t seed, const char *dir);
+};
+
+/* The registry (registry.c). */
+const ts_arch *ts_arch_find_hf(const char *model_type);
+const ts_arch *ts_arch_find_name(const char *name);
+
+/* Helpers for loaders: look up a weight and check its rank, shape and float dtype; the error
+ * names the file and tensor. shape entries < 0 are not checked. */
+ts_status ts_model_tensor(const ts_model *m, const char *name, int n_dims, const int64_t *shape,
+                          const ts_tensor **out);
+/* Copies a small float tensor (any float dtype) into dst as fp32 (n elements). */
+ts_status ts_model_tensor_f32(const ts_model *m, const char *name, int64_t n, float *dst);
+
+#endif

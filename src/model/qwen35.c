@@ -1,0 +1,287 @@
+/* Qwen3.5 text decoder: configuration and weights from a Hugging Face checkpoint.
+ *
+ * Reads both config forms (text-only `qwen3_5_text`, and composite `qwen3_5` with a
+ * `text_config`), both tensor prefixes (`model.language_model.` and `model.`), `layer_types`
+ * or `full_attention_interval`, and tied or untied output heads. Every tensor's shape is
+ * checked before use; an error names the file and the tensor or field. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/qwen35.h"
+
+static bool qwen35_matches_hf(const char *model_type) {
+    return strcmp(model_type, "qwen3_5_text") == 0 || strcmp(model_type, "qwen3_5") == 0;
+}
+
+static ts_status cfg_int(const ts_hfconfig *c, const char *key, int64_t lo, int64_t hi, int *out) {
+    int64_t v;
+    TS_TRY(ts_hfconfig_int(c, key, lo, hi, &v));
+    *out = (int)v;
+    return TS_OK;
+}
+
+static ts_status read_layer_types(const ts_hfconfig *c, qwen35_hparams *h) {
+    if (ts_hfconfig_has(c, "layer_types")) {
+        const char *items[QWEN35_MAX_LAYERS];
+        int n = 0;
+        TS_TRY(ts_hfconfig_str_array(c, "layer_types", items, QWEN35_MAX_LAYERS, &n));
+        if (n != h->n_layers)
+            return ts_error(TS_ERR_FORMAT,
+                            "%s: field 'layer_types': %d entries for num_hidden_layers %d",
+                            ts_hfconfig_path(c), n, h->n_layers);
+        for (int i = 0; i < n; i++) {
+            if (strcmp(items[i], "full_attention") == 0)
+                h->is_full[i] = true;
+            else if (strcmp(items[i], "linear_attention") == 0)
+                h->is_full[i] = false;
+            else
+                return ts_error(TS_ERR_UNSUPPORTED,
+                                "%s: field 'layer_types[%d]': unknown layer type '%s'",
+                                ts_hfconfig_path(c), i, items[i]);
+        }
+        return TS_OK;
+    }
+    int64_t interval;
+    TS_TRY(ts_hfconfig_int_opt(c, "full_attention_interval", 1, 1 << 20, 4, &interval));
+    for (int i = 0; i < h->n_layers; i++) h->is_full[i] = (i + 1) % interval == 0;
+    return TS_OK;
+}
+
+static ts_status read_hparams(const ts_hfconfig *c, qwen35_hparams *h) {
+    const char *path = ts_hfconfig_path(c);
+    TS_TRY(cfg_int(c, "vocab_size", 1, 1 << 24, &h->n_vocab));
+    TS_TRY(cfg_int(c, "hidden_size", 1, 1 << 16, &h->n_embd));
+    TS_TRY(cfg_int(c, "num_hidden_layers", 1, QWEN35_MAX_LAYERS, &h->n_layers));
+    TS_TRY(cfg_int(c, "intermediate_size", 1, 1 << 20, &h->n_ff));
+    TS_TRY(cfg_int(c, "num_attention_heads", 1, 1024, &h->n_head));
+    TS_TRY(cfg_int(c, "num_key_value_heads", 1, 1024, &h->n_kv_head));
+    int64_t hd;
+    TS_TRY(ts_hfconfig_int_opt(c, "head_dim", 1, 512, h->n_embd / h->n_head, &hd));
+    h->head_dim = (int)hd;
+    TS_TRY(cfg_int(c, "linear_num_key_heads", 1, 1024, &h->lin_hk));
+    TS_TRY(cfg_int(c, "linear_num_value_heads", 1, 1024, &h->lin_hv));
+    TS_TRY(cfg_int(c, "linear_key_head_dim", 1, 512, &h->lin_dk));
+    TS_TRY(cfg_int(c, "linear_value_head_dim", 1, 512, &h->lin_dv));
+    TS_TRY(cfg_int(c, "linear_conv_kernel_dim", 1, 64, &h->conv_k));
+    double eps;
+    TS_TRY(ts_hfconfig_float_opt(c, "rms_norm_eps", 1e-6, &eps));
+    h->eps = (float)eps;
+    int64_t ctx;
+    TS_TRY(ts_hfconfig_int_opt(c, "max_position_embeddings", 1, INT32_MAX, 262144, &ctx));
+    h->n_ctx_train = (int)ctx;
+    TS_TRY(ts_hfconfig_bool_opt(c, "attn_output_gate", true, &h->attn_gate));
+    TS_TRY(ts_hfconfig_bool_opt(c, "tie_word_embeddings", true, &h->tied));
+
+    /* RoPE: newer configs nest it in rope_parameters, older ones keep top-level keys. */
+    double theta, prf;
+    const char *rope_type = "default";
+    if (ts_hfconfig_has(c, "rope_parameters.rope_type"))
+        TS_TRY(ts_hfconfig_str(c, "rope_parameters.rope_type", &rope_type));
+    if (strcmp(rope_type, "default") != 0)
+        return ts_error(TS_ERR_UNSUPPORTED, "%s: field 'rope_parameters.rope_type': '%s' not "
+                        "supported (only 'default')", path, rope_type);
+    if (ts_hfconfig_has(c, "rope_parameters.rope_theta"))
+        TS_TRY(ts_hfconfig_float(c, "rope_parameters.rope_theta", &theta));
+    else
+        TS_TRY(ts_hfconfig_float_opt(c, "rope_theta", 10000000.0, &theta));
+    if (ts_hfconfig_has(c, "rope_parameters.partial_rotary_factor"))
+        TS_TRY(ts_hfconfig_float(c, "rope_parameters.partial_rotary_factor", &prf));
+    else
+        TS_TRY(ts_hfconfig_float_opt(c, "partial_rotary_factor", 0.25, &prf));
+    if (!(theta > 0) || !(prf > 0 && prf <= 1))
+        return ts_error(TS_ERR_FORMAT, "%s: rope_theta %g / partial_rotary_factor %g out of range",
+                        path, theta, prf);
+    h->rope_theta = (float)theta;
+    h->rot_dim = (int)(h->head_dim * prf);
+    h->rot_dim -= h->rot_dim % 2;
+
+    if (h->n_head % h->n_kv_head)
+        return ts_error(TS_ERR_FORMAT, "%s: num_attention_heads %d is not a multiple of "
+                        "num_key_value_heads %d", path, h->n_head, h->n_kv_head);
+    if (h->lin_hv % h->lin_hk)
+        return ts_error(TS_ERR_FORMAT, "%s: linear_num_value_heads %d is not a multiple of "
+                        "linear_num_key_heads %d", path, h->lin_hv, h->lin_hk);
+    return read_layer_types(c, h);
+}
+
+/* Counts the fp32 values of small parameters kept on the host. */
+static size_t host_param_count(const qwen35_hparams *h) {
+    size_t n = (size_t)h->n_embd; /* final norm */
+    for (int i = 0; i < h->n_layers; i++) {
+        n += 2 * (size_t)h->n_embd;
+        if (h->is_full[i])
+            n += 2 * (size_t)h->head_dim;
+        else
+            n += (size_t)qwen35_conv_dim(h) * h->conv_k + 2 * (size_t)h->lin_hv + h->lin_dv;
+    }
+    return n;
+}
+
+static void add_one(float *w, int n) {
+    for (int i = 0; i < n; i++) w[i] += 1.0f;
+}
+
+typedef struct {
+    const ts_model *m;
+    char prefix[64];
+    int64_t n_params;
+    uint64_t bytes;
+} loader;
+
+static ts_status mat(loader *L, const char *fmt, int layer, int64_t rows, int64_t cols,
+                     const ts_tensor **out) {
+    char name[256];
+    char tail[160];
+    snprintf(tail, sizeof tail, fmt, layer);
+    snprintf(name, sizeof name, "%s%s", L->prefix, tail);
+    int64_t shape[2] = {rows, cols};
+    TS_TRY(ts_model_tensor(L->m, name, 2, shape, out));
+    const ts_tensor *t = *out;
+    if (t->dtype != TS_DTYPE_F32 && t->dtype != TS_DTYPE_F16 && t->dtype != TS_DTYPE_BF16)
+        return ts_error(TS_ERR_UNSUPPORTED, "%s: tensor '%s': dtype %s not supported",
+                        ts_st_file_of(L->m->st, name), name, ts_dtype_name(t->dtype));
+    L->n_params += rows * cols;
+    L->bytes += t->nbytes;
+    return TS_OK;
+}
+
+static ts_status vec(loader *L, const char *fmt, int layer, int64_t n, float **cursor,
+                     float **out) {
+    char name[256], tail[160];
+    snprintf(tail, sizeof tail, fmt, layer);
+    snprintf(name, sizeof name, "%s%s", L->prefix, tail);
+    *out = *cursor;
+    *cursor += n;
+    L->n_params += n;
+    return ts_model_tensor_f32(L->m, name, n, *out);
+}
+
+static ts_status load_layer(loader *L, qwen35_model *q, int i, float **cur) {
+    const qwen35_hparams *h = &q->hp;
+    qwen35_layer *ly = &q->layers[i];
+    int D = h->n_embd;
+    TS_TRY(vec(L, "layers.%d.input_layernorm.weight", i, D, cur, &ly->ln1));
+    TS_TRY(vec(L, "layers.%d.post_attention_layernorm.weight", i, D, cur, &ly->ln2));
+    add_one(ly->ln1, D);
+    add_one(ly->ln2, D);
+    TS_TRY(mat(L, "layers.%d.mlp.gate_proj.weight", i, h->n_ff, D, &ly->gate));
+    TS_TRY(mat(L, "layers.%d.mlp.up_proj.weight", i, h->n_ff, D, &ly->up));
+    TS_TRY(mat(L, "layers.%d.mlp.down_proj.weight", i, D, h->n_ff, &ly->down));
+    if (h->is_full[i]) {
+        int qrows = h->n_head * h->head_dim * (h->attn_gate ? 2 : 1);
+        TS_TRY(mat(L, "layers.%d.self_attn.q_proj.weight", i, qrows, D, &ly->wq));
+        TS_TRY(mat(L, "layers.%d.self_attn.k_proj.weight", i, h->n_kv_head * h->head_dim, D,
+                   &ly->wk));
+        TS_TRY(mat(L, "layers.%d.self_attn.v_proj.weight", i, h->n_kv_head * h->head_dim, D,
+                   &ly->wv));
+        TS_TRY(mat(L, "layers.%d.self_attn.o_proj.weight", i, D, h->n_head * h->head_dim,
+                   &ly->wo));
+        TS_TRY(vec(L, "layers.%d.self_attn.q_norm.weight", i, h->head_dim, cur, &ly->q_norm));
+        TS_TRY(vec(L, "layers.%d.self_attn.k_norm.weight", i, h->head_dim, cur, &ly->k_norm));
+        add_one(ly->q_norm, h->head_dim);
+        add_one(ly->k_norm, h->head_dim);
+        return TS_OK;
+    }
+    int cd = qwen35_conv_dim(h), vd = h->lin_hv * h->lin_dv;
+    TS_TRY(mat(L, "layers.%d.linear_attn.in_proj_qkv.weight", i, cd, D, &ly->in_qkv));
+    TS_TRY(mat(L, "layers.%d.linear_attn.in_proj_z.weight", i, vd, D, &ly->in_z));
+    TS_TRY(mat(L, "layers.%d.linear_attn.in_proj_b.weight", i, h->lin_hv, D, &ly->in_b));
+    TS_TRY(mat(L, "layers.%d.linear_attn.in_proj_a.weight", i, h->lin_hv, D, &ly->in_a));
+    TS_TRY(mat(L, "layers.%d.linear_attn.out_proj.weight", i, D, vd, &ly->out_proj));
+    /* conv1d.weight is [C, 1, K]: check the shape, then read it flat as [C][K] */
+    {
+        char name[256];
+        snprintf(name, sizeof name, "%slayers.%d.linear_attn.conv1d.weight", L->prefix, i);
+        int64_t shape[3] = {cd, 1, h->conv_k};
+        const ts_tensor *t;
+        TS_TRY(ts_model_tensor(L->m, name, 3, shape, &t));
+    }
+    TS_TRY(vec(L, "layers.%d.linear_attn.conv1d.weight", i, (int64_t)cd * h->conv_k, cur,
+               &ly->conv_w));
+    TS_TRY(vec(L, "layers.%d.linear_attn.A_log", i, h->lin_hv, cur, &ly->neg_exp_a));
+    for (int k = 0; k < h->lin_hv; k++) ly->neg_exp_a[k] = -expf(ly->neg_exp_a[k]);
+    TS_TRY(vec(L, "layers.%d.linear_attn.dt_bias", i, h->lin_hv, cur, &ly->dt_bias));
+    TS_TRY(vec(L, "layers.%d.linear_attn.norm.weight", i, h->lin_dv, cur, &ly->gnorm));
+    return TS_OK;
+}
+
+static void qwen35_unload(ts_model *m) {
+    qwen35_model *q = m->impl;
+    if (!q) return;
+    free(q->host_params);
+    free(q);
+    m->impl = NULL;
+}
+
+static ts_status qwen35_load_hf(ts_model *m) {
+    qwen35_model *q = calloc(1, sizeof *q);
+    if (!q) return ts_error(TS_ERR_NOMEM, "out of memory");
+    m->impl = q;
+    qwen35_hparams *h = &q->hp;
+    ts_status st = read_hparams(m->cfg, h);
+    if (st == TS_OK && (h->head_dim > 512 || h->lin_dk > 512 || h->lin_dv > 512))
+        st = ts_error(TS_ERR_UNSUPPORTED, "%s: head sizes above 512 are not supported",
+                      ts_hfconfig_path(m->cfg));
+    loader L = {.m = m};
+    if (st == TS_OK) {
+        const char *pfx = ts_st_find(m->st, "model.language_model.embed_tokens.weight")
+                              ? "model.language_model."
+                              : "model.";
+        snprintf(L.prefix, sizeof L.prefix, "%s", pfx);
+        q->host_params = malloc(host_param_count(h) * sizeof(float));
+        if (!q->host_params) st = ts_error(TS_ERR_NOMEM, "out of memory");
+    }
+    float *cur = q->host_params;
+    if (st == TS_OK) st = mat(&L, "embed_tokens.weight%.0d", 0, h->n_vocab, h->n_embd, &q->embed);
+    if (st == TS_OK) st = vec(&L, "norm.weight%.0d", 0, h->n_embd, &cur, &q->final_norm);
+    if (st == TS_OK) add_one(q->final_norm, h->n_embd);
+    for (int i = 0; st == TS_OK && i < h->n_layers; i++) st = load_layer(&L, q, i, &cur);
+    if (st == TS_OK) {
+        const ts_tensor *lm = ts_st_find(m->st, "lm_head.weight");
+        if (h->tied || !lm) {
+            if (!h->tied)
+                st = ts_error(TS_ERR_FORMAT, "%s: missing tensor 'lm_head.weight' "
+                              "(tie_word_embeddings is false)", m->path);
+            q->lm_head = q->embed;
+        } else {
+            int64_t shape[2] = {h->n_vocab, h->n_embd};
+            st = ts_model_tensor(m, "lm_head.weight", 2, shape, &q->lm_head);
+            if (st == TS_OK) {
+                L.n_params += (int64_t)h->n_vocab * h->n_embd;
+                L.bytes += q->lm_head->nbytes;
+            }
+        }
+    }
+    if (st != TS_OK) {
+        qwen35_unload(m);
+        return st;
+    }
+    m->info = (ts_model_info){
+        .arch = "qwen35",
+        .weight_dtype = ts_dtype_name(q->layers[0].gate->dtype),
+        .n_vocab = h->n_vocab,
+        .n_embd = h->n_embd,
+        .n_layers = h->n_layers,
+        .n_ctx_train = h->n_ctx_train,
+        .n_params = L.n_params,
+        /* per decoded token: every matrix once; the embedding only as the output head (one
+         * row is read for the input), or both when untied */
+        .weight_bytes = L.bytes - (h->tied ? 0 : q->embed->nbytes) +
+                        ts_dtype_row_bytes(q->embed->dtype, h->n_embd),
+    };
+    return TS_OK;
+}
+
+const ts_arch ts_arch_qwen35 = {
+    .name = "qwen35",
+    .matches_hf = qwen35_matches_hf,
+    .load_hf = qwen35_load_hf,
+    .unload = qwen35_unload,
+    .state_bytes = qwen35_state_bytes,
+    .runtime_create = qwen35_runtime_create,
+    .runtime_free = qwen35_runtime_free,
+    .forward = qwen35_forward,
+    .synth = qwen35_synth,
+};

@@ -1,0 +1,66 @@
+/* Qwen3.5 text decoder (hybrid Gated DeltaNet + gated full attention): private definitions
+ * shared by the loader (qwen35.c), the forward pass (qwen35_forward.c) and the synthetic
+ * checkpoint writer (qwen35_synth.c). Math: specs/models.md Part A. */
+#ifndef TS_MODEL_QWEN35_H
+#define TS_MODEL_QWEN35_H
+
+#include "model/model.h"
+
+#define QWEN35_MAX_LAYERS 256
+
+typedef struct {
+    int n_vocab, n_embd, n_layers, n_ff;
+    int n_head, n_kv_head, head_dim, rot_dim; /* full attention */
+    bool attn_gate;                           /* q_proj also yields a sigmoid output gate */
+    int lin_hk, lin_hv, lin_dk, lin_dv, conv_k; /* Gated DeltaNet */
+    float rope_theta, eps;
+    int n_ctx_train;
+    bool tied;
+    bool is_full[QWEN35_MAX_LAYERS];
+} qwen35_hparams;
+
+static inline int qwen35_conv_dim(const qwen35_hparams *h) {
+    return 2 * h->lin_hk * h->lin_dk + h->lin_hv * h->lin_dv;
+}
+
+/* Weights of one layer: views into the checkpoint (big matrices) and fp32 copies of the small
+ * vectors. Decoder norms are stored as (1 + w), folded here. */
+typedef struct {
+    float *ln1, *ln2; /* [n_embd], already 1 + w */
+    const ts_tensor *gate, *up, *down;
+    /* linear attention */
+    const ts_tensor *in_qkv, *in_z, *in_b, *in_a, *out_proj;
+    float *conv_w;    /* [conv_dim][conv_k] */
+    float *neg_exp_a; /* [Hv]: -exp(A_log) */
+    float *dt_bias;   /* [Hv] */
+    float *gnorm;     /* [lin_dv], plain w */
+    /* full attention */
+    const ts_tensor *wq, *wk, *wv, *wo;
+    float *q_norm, *k_norm; /* [head_dim], 1 + w */
+} qwen35_layer;
+
+typedef struct {
+    qwen35_hparams hp;
+    const ts_tensor *embed, *lm_head;
+    float *final_norm; /* 1 + w */
+    qwen35_layer layers[QWEN35_MAX_LAYERS];
+    float *host_params; /* one allocation behind every float* above */
+} qwen35_model;
+
+/* Byte offsets of a layer's pieces inside one slot's state blob. */
+typedef struct {
+    size_t conv, rec;   /* linear layers */
+    size_t kc, vc;      /* full layers */
+} qwen35_state_off;
+
+void qwen35_state_layout(const qwen35_hparams *h, int n_ctx, qwen35_state_off *offs,
+                         size_t *total);
+
+size_t qwen35_state_bytes(const ts_model *m, int n_ctx);
+ts_status qwen35_runtime_create(const ts_model *m, ts_backend *be, int n_batch, int n_ctx,
+                                void **rt);
+void qwen35_runtime_free(void *rt);
+ts_status qwen35_forward(void *rt, const ts_fwd_batch *b, float *logits);
+ts_status qwen35_synth(const char *preset, ts_dtype dtype, uint64_t seed, const char *dir);
+
+#endif

@@ -1,0 +1,305 @@
+/* Qwen3.5 text decoder: the forward pass over a batch, written against the backend ops.
+ *
+ * The batch is processed layer by layer for all its tokens at once (the matmuls see every
+ * token), while the sequence-mixing parts (conv, gated delta rule, attention) walk the batch's
+ * runs: maximal stretches of consecutive tokens of one sequence. Runs of one token use the
+ * recurrent form of the delta rule, longer runs the chunked form. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/qwen35.h"
+
+/* Logits are computed for at most this many tokens at a time, so the scratch for them stays
+ * small even for a vocabulary of 250k. */
+#define LOGIT_ROWS 8
+
+typedef struct {
+    const qwen35_model *q;
+    ts_backend *be;
+    int n_batch, n_ctx;
+    qwen35_state_off offs[QWEN35_MAX_LAYERS];
+    /* scratch, [n_batch][width] each */
+    float *x, *h, *t1, *t2, *t3, *t4, *t5, *t6;
+    float *g, *beta; /* [n_batch][Hv] */
+    float *lh;       /* [LOGIT_ROWS][n_embd] */
+    float *logits;   /* [LOGIT_ROWS][n_vocab] */
+    /* backend copies of the small parameters (same layout as the host block) */
+    float *params;
+    int32_t *sel;           /* [n_batch] indices of tokens whose logits are wanted */
+} qwen35_rt;
+
+void qwen35_state_layout(const qwen35_hparams *h, int n_ctx, qwen35_state_off *offs,
+                         size_t *total) {
+    size_t off = 0;
+    size_t conv = (size_t)(h->conv_k - 1) * qwen35_conv_dim(h) * sizeof(float);
+    size_t rec = (size_t)h->lin_hv * h->lin_dk * h->lin_dv * sizeof(float);
+    size_t kv = (size_t)n_ctx * h->n_kv_head * h->head_dim * sizeof(float);
+    for (int i = 0; i < h->n_layers; i++) {
+        memset(&offs[i], 0, sizeof offs[i]);
+        if (h->is_full[i]) {
+            offs[i].kc = off;
+            off += kv;
+            offs[i].vc = off;
+            off += kv;
+        } else {
+            offs[i].conv = off;
+            off += conv;
+            offs[i].rec = off;
+            off += rec;
+        }
+    }
+    *total = off;
+}
+
+size_t qwen35_state_bytes(const ts_model *m, int n_ctx) {
+    const qwen35_model *q = m->impl;
+    qwen35_state_off offs[QWEN35_MAX_LAYERS];
+    size_t total;
+    qwen35_state_layout(&q->hp, n_ctx, offs, &total);
+    return total;
+}
+
+static size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
+
+void qwen35_runtime_free(void *p) {
+    qwen35_rt *rt = p;
+    if (!rt) return;
+    ts_backend *be = rt->be;
+    float *bufs[] = {rt->x,  rt->h,  rt->t1,   rt->t2,     rt->t3,     rt->t4,
+                     rt->t5, rt->t6, rt->g,    rt->beta,   rt->lh,     rt->logits,
+                     rt->params};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        if (bufs[i]) be->ops->free(be, bufs[i]);
+    free(rt->sel);
+    free(rt);
+}
+
+ts_status qwen35_runtime_create(const ts_model *m, ts_backend *be, int n_batch, int n_ctx,
+                                void **out) {
+    const qwen35_model *q = m->impl;
+    const qwen35_hparams *h = &q->hp;
+    *out = NULL;
+    qwen35_rt *rt = calloc(1, sizeof *rt);
+    if (!rt) return ts_error(TS_ERR_NOMEM, "out of memory");
+    rt->q = q;
+    rt->be = be;
+    rt->n_batch = n_batch;
+    rt->n_ctx = n_ctx;
+    size_t total;
+    qwen35_state_layout(h, n_ctx, rt->offs, &total);
+
+    size_t nb = (size_t)n_batch;
+    size_t qg = (size_t)h->n_head * h->head_dim * (h->attn_gate ? 2 : 1);
+    size_t kvw = (size_t)h->n_kv_head * h->head_dim;
+    size_t cd = (size_t)qwen35_conv_dim(h), vd = (size_t)h->lin_hv * h->lin_dv;
+    size_t kd = (size_t)h->lin_hk * h->lin_dk;
+    /* t1: qkv / q+gate / mlp gate; t2: conv out / k / mlp up; t3: z / v; t4: gdn out / attn out
+     * / mlp act; t5, t6: split q and k of the delta rule */
+    size_t w1 = max_sz(max_sz(cd, qg), (size_t)h->n_ff);
+    size_t w2 = max_sz(max_sz(cd, kvw), (size_t)h->n_ff);
+    size_t w3 = max_sz(vd, kvw) + 2 * (size_t)h->lin_hv;
+    size_t w4 = max_sz(max_sz(vd, (size_t)h->n_head * h->head_dim), (size_t)h->n_ff);
+    struct {
+        float **p;
+        size_t n;
+    } plan[] = {
+        {&rt->x, nb * h->n_embd}, {&rt->h, nb * h->n_embd}, {&rt->t1, nb * w1},
+        {&rt->t2, nb * w2},       {&rt->t3, nb * w3},       {&rt->t4, nb * w4},
+        {&rt->t5, nb * max_sz(kd, vd)}, {&rt->t6, nb * kd}, {&rt->g, nb * h->lin_hv},
+        {&rt->beta, nb * h->lin_hv},    {&rt->lh, (size_t)LOGIT_ROWS * h->n_embd},
+        {&rt->logits, (size_t)LOGIT_ROWS * h->n_vocab},
+    };
+    for (size_t i = 0; i < sizeof plan / sizeof plan[0]; i++) {
+        *plan[i].p = be->ops->alloc(be, plan[i].n * sizeof(float));
+        if (!*plan[i].p) {
+            qwen35_runtime_free(rt);
+            return ts_error(TS_ERR_NOMEM, "out of memory for activations (%d tokens)", n_batch);
+        }
+    }
+    rt->sel = malloc(nb * sizeof *rt->sel);
+    /* the small parameters: one upload of the whole host block */
+    size_t np = 0;
+    {
+        const float *end = q->final_norm + h->n_embd;
+        for (int i = 0; i < h->n_layers; i++) {
+            const qwen35_layer *ly = &q->layers[i];
+            const float *last = h->is_full[i] ? ly->k_norm + h->head_dim : ly->gnorm + h->lin_dv;
+            if (last > end) end = last;
+        }
+        np = (size_t)(end - q->host_params);
+    }
+    rt->params = be->ops->alloc(be, np * sizeof(float));
+    if (!rt->params || !rt->sel) {
+        qwen35_runtime_free(rt);
+        return ts_error(TS_ERR_NOMEM, "out of memory");
+    }
+    be->ops->upload(be, rt->params, q->host_params, np * sizeof(float));
+    *out = rt;
+    return TS_OK;
+}
+
+/* The backend copy of a host parameter vector. */
+static const float *P(const qwen35_rt *rt, const float *host) {
+    return rt->params + (host - rt->q->host_params);
+}
+
+typedef struct {
+    int start, len, slot, pos0;
+} run;
+
+/* Splits the batch into runs of consecutive tokens of one slot with consecutive positions. */
+static int batch_runs(const ts_fwd_batch *b, run *runs) {
+    int nr = 0;
+    for (int i = 0; i < b->n_tokens; i++) {
+        if (nr && runs[nr - 1].slot == b->slot[i] &&
+            runs[nr - 1].pos0 + runs[nr - 1].len == b->pos[i]) {
+            runs[nr - 1].len++;
+        } else {
+            runs[nr++] = (run){i, 1, b->slot[i], b->pos[i]};
+        }
+    }
+    return nr;
+}
+
+static void linear_attention(qwen35_rt *rt, int il, const ts_fwd_batch *b, const run *runs,
+                             int nr) {
+    const qwen35_hparams *hp = &rt->q->hp;
+    const qwen35_layer *ly = &rt->q->layers[il];
+    ts_backend *be = rt->be;
+    const ts_backend_ops *op = be->ops;
+    int n = b->n_tokens, D = hp->n_embd;
+    int cd = qwen35_conv_dim(hp), kd = hp->lin_hk * hp->lin_dk, vd = hp->lin_hv * hp->lin_dv;
+    int Hv = hp->lin_hv;
+    float *mqkv = rt->t1, *conv = rt->t2, *z = rt->t3, *ab = rt->t3 + (size_t)n * vd;
+    float *qn = rt->t5, *kn = rt->t6, *o = rt->t4;
+
+    op->matmul(be, ly->in_qkv, rt->h, D, n, mqkv, cd);
+    op->matmul(be, ly->in_z, rt->h, D, n, z, vd);
+    float *a = ab, *bb = ab + (size_t)n * Hv;
+    op->matmul(be, ly->in_a, rt->h, D, n, a, Hv);
+    op->matmul(be, ly->in_b, rt->h, D, n, bb, Hv);
+    for (int r = 0; r < nr; r++) {
+        char *st = b->slot_state[runs[r].slot];
+        op->conv1d_silu(be, mqkv + (size_t)runs[r].start * cd, cd, runs[r].len, cd, hp->conv_k,
+                        P(rt, ly->conv_w), (float *)(st + rt->offs[il].conv),
+                        conv + (size_t)runs[r].start * cd, cd);
+    }
+    /* q and k to their own buffers so each head is a row; L2-normalise, scale q by dk^-1/2 */
+    op->copy_rows(be, qn, kd, conv, cd, n, kd);
+    op->copy_rows(be, kn, kd, conv + kd, cd, n, kd);
+    op->l2norm(be, qn, hp->lin_dk, n * hp->lin_hk, hp->lin_dk, 1e-6f,
+               1.0f / sqrtf((float)hp->lin_dk));
+    op->l2norm(be, kn, hp->lin_dk, n * hp->lin_hk, hp->lin_dk, 1e-6f, 1.0f);
+    op->gdn_gates(be, a, Hv, bb, Hv, n, Hv, P(rt, ly->neg_exp_a), P(rt, ly->dt_bias), rt->g,
+                  rt->beta);
+    ts_gdn_dims dims = {hp->lin_hk, hp->lin_hv, hp->lin_dk, hp->lin_dv};
+    for (int r = 0; r < nr; r++) {
+        size_t s0 = (size_t)runs[r].start;
+        char *st = b->slot_state[runs[r].slot];
+        op->gdn(be, qn + s0 * kd, kn + s0 * kd, kd, conv + s0 * cd + 2 * kd, cd,
+                rt->g + s0 * Hv, rt->beta + s0 * Hv, runs[r].len, &dims,
+                (float *)(st + rt->offs[il].rec), o + s0 * vd, runs[r].len > 1);
+    }
+    op->gated_rmsnorm(be, o, z, n, Hv, hp->lin_dv, P(rt, ly->gnorm), hp->eps, o);
+    op->matmul(be, ly->out_proj, o, vd, n, rt->h, D);
+}
+
+static void full_attention(qwen35_rt *rt, int il, const ts_fwd_batch *b, const run *runs,
+                           int nr) {
+    const qwen35_hparams *hp = &rt->q->hp;
+    const qwen35_layer *ly = &rt->q->layers[il];
+    ts_backend *be = rt->be;
+    const ts_backend_ops *op = be->ops;
+    int n = b->n_tokens, D = hp->n_embd, hd = hp->head_dim;
+    int hstride = hd * (hp->attn_gate ? 2 : 1); /* per head: hd query values, then hd gates */
+    int qw = hp->n_head * hstride, kvw = hp->n_kv_head * hd, ow = hp->n_head * hd;
+    float *qg = rt->t1, *k = rt->t2, *v = rt->t3, *o = rt->t4;
+
+    op->matmul(be, ly->wq, rt->h, D, n, qg, qw);
+    op->matmul(be, ly->wk, rt->h, D, n, k, kvw);
+    op->matmul(be, ly->wv, rt->h, D, n, v, kvw);
+    op->rmsnorm(be, qg, hstride, n * hp->n_head, hd, P(rt, ly->q_norm), hp->eps, qg, hstride);
+    op->rmsnorm(be, k, hd, n * hp->n_kv_head, hd, P(rt, ly->k_norm), hp->eps, k, hd);
+    op->rope(be, qg, qw, n, hp->n_head, hstride, hp->rot_dim, b->pos, hp->rope_theta);
+    op->rope(be, k, kvw, n, hp->n_kv_head, hd, hp->rot_dim, b->pos, hp->rope_theta);
+    ts_attn_dims dims = {hp->n_head, hp->n_kv_head, hd, 1.0f / sqrtf((float)hd), 0};
+    for (int r = 0; r < nr; r++) {
+        char *st = b->slot_state[runs[r].slot];
+        float *kc = (float *)(st + rt->offs[il].kc), *vc = (float *)(st + rt->offs[il].vc);
+        size_t s0 = (size_t)runs[r].start;
+        op->copy_rows(be, kc + (size_t)runs[r].pos0 * kvw, kvw, k + s0 * kvw, kvw, runs[r].len,
+                      kvw);
+        op->copy_rows(be, vc + (size_t)runs[r].pos0 * kvw, kvw, v + s0 * kvw, kvw, runs[r].len,
+                      kvw);
+        op->attention(be, qg + s0 * qw, qw, hstride, runs[r].len, runs[r].pos0, kc, vc, &dims,
+                      o + s0 * ow, ow);
+    }
+    if (hp->attn_gate) op->sigmoid_gate(be, o, ow, qg + hd, qw, n, hp->n_head, hd, hstride);
+    op->matmul(be, ly->wo, o, ow, n, rt->h, D);
+}
+
+static void mlp(qwen35_rt *rt, int il, int n) {
+    const qwen35_hparams *hp = &rt->q->hp;
+    const qwen35_layer *ly = &rt->q->layers[il];
+    ts_backend *be = rt->be;
+    const ts_backend_ops *op = be->ops;
+    int D = hp->n_embd, F = hp->n_ff;
+    op->matmul(be, ly->gate, rt->h, D, n, rt->t1, F);
+    op->matmul(be, ly->up, rt->h, D, n, rt->t2, F);
+    op->swiglu(be, rt->t1, rt->t2, F, n, F, rt->t4, F);
+    op->matmul(be, ly->down, rt->t4, F, n, rt->h, D);
+}
+
+ts_status qwen35_forward(void *p, const ts_fwd_batch *b, float *logits) {
+    qwen35_rt *rt = p;
+    const qwen35_model *q = rt->q;
+    const qwen35_hparams *hp = &q->hp;
+    ts_backend *be = rt->be;
+    const ts_backend_ops *op = be->ops;
+    int n = b->n_tokens, D = hp->n_embd;
+    if (n < 1 || n > rt->n_batch)
+        return ts_error(TS_ERR_INVALID, "batch of %d tokens (limit %d)", n, rt->n_batch);
+    for (int i = 0; i < n; i++) {
+        if (b->tokens[i] < 0 || b->tokens[i] >= hp->n_vocab)
+            return ts_error(TS_ERR_RANGE, "token id %d out of range [0, %d)", b->tokens[i],
+                            hp->n_vocab);
+        if (b->pos[i] < 0 || b->pos[i] >= rt->n_ctx)
+            return ts_error(TS_ERR_RANGE, "position %d outside the context of %d", b->pos[i],
+                            rt->n_ctx);
+    }
+    run runs_local[64];
+    run *runs = n <= 64 ? runs_local : malloc((size_t)n * sizeof *runs);
+    if (!runs) return ts_error(TS_ERR_NOMEM, "out of memory");
+    int nr = batch_runs(b, runs);
+
+    op->get_rows(be, q->embed, b->tokens, n, 1.0f, rt->x);
+    for (int il = 0; il < hp->n_layers; il++) {
+        op->rmsnorm(be, rt->x, D, n, D, P(rt, q->layers[il].ln1), hp->eps, rt->h, D);
+        if (hp->is_full[il])
+            full_attention(rt, il, b, runs, nr);
+        else
+            linear_attention(rt, il, b, runs, nr);
+        op->add(be, rt->x, rt->h, (int64_t)n * D);
+        op->rmsnorm(be, rt->x, D, n, D, P(rt, q->layers[il].ln2), hp->eps, rt->h, D);
+        mlp(rt, il, n);
+        op->add(be, rt->x, rt->h, (int64_t)n * D);
+    }
+    if (runs != runs_local) free(runs);
+
+    /* output head, LOGIT_ROWS wanted tokens at a time */
+    int ns = 0;
+    for (int i = 0; i < n; i++)
+        if (b->wants_logits[i]) rt->sel[ns++] = i;
+    for (int s0 = 0; s0 < ns; s0 += LOGIT_ROWS) {
+        int k = ns - s0 < LOGIT_ROWS ? ns - s0 : LOGIT_ROWS;
+        for (int i = 0; i < k; i++)
+            op->copy_rows(be, rt->lh + (size_t)i * D, D, rt->x + (size_t)rt->sel[s0 + i] * D, D,
+                          1, D);
+        op->rmsnorm(be, rt->lh, D, k, D, P(rt, q->final_norm), hp->eps, rt->lh, D);
+        op->matmul(be, q->lm_head, rt->lh, D, k, rt->logits, hp->n_vocab);
+        op->download(be, logits + (size_t)s0 * hp->n_vocab, rt->logits,
+                     (size_t)k * hp->n_vocab * sizeof(float));
+    }
+    return TS_OK;
+}

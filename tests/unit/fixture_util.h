@@ -1,0 +1,78 @@
+/* Reading the Hugging Face reference fixtures (tests/fixtures/qwen35/<model>/ref/). */
+#ifndef TS_FIXTURE_UTIL_H
+#define TS_FIXTURE_UTIL_H
+
+#include <dirent.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Reads whitespace-separated ints from line `line` (0-based) of a text file. */
+static inline int fx_read_ids(const char *path, int line, int32_t **ids, int *n) {
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    char *buf = NULL;
+    size_t cap = 0;
+    ssize_t len = 0;
+    for (int l = 0; l <= line; l++)
+        if ((len = getline(&buf, &cap, f)) < 0) {
+            free(buf);
+            fclose(f);
+            return -1;
+        }
+    fclose(f);
+    int k = 0, alloc = 16;
+    int32_t *v = malloc(alloc * sizeof *v);
+    char *p = buf, *end;
+    for (;;) {
+        long x = strtol(p, &end, 10);
+        if (end == p) break;
+        if (k == alloc) v = realloc(v, (alloc *= 2) * sizeof *v);
+        v[k++] = (int32_t)x;
+        p = end;
+    }
+    free(buf);
+    *ids = v;
+    *n = k;
+    return 0;
+}
+
+static inline float *fx_read_floats(const char *path, long n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    float *v = malloc((size_t)n * sizeof *v);
+    long got = (long)fread(v, sizeof *v, (size_t)n, f);
+    int extra = fgetc(f);
+    fclose(f);
+    if (got != n || extra != EOF) {
+        free(v);
+        return NULL;
+    }
+    return v;
+}
+
+/* Lists the model directories under dir into names (up to cap); returns the count, sorted. */
+static int fx_cmp(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+static inline int fx_list_models(const char *dir, char **names, int cap) {
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) && n < cap) {
+        if (e->d_name[0] == '.') continue;
+        char p[8192];
+        snprintf(p, sizeof p, "%s/%s/config.json", dir, e->d_name);
+        FILE *f = fopen(p, "r");
+        if (!f) continue;
+        fclose(f);
+        names[n++] = strdup(e->d_name);
+    }
+    closedir(d);
+    qsort(names, (size_t)n, sizeof *names, fx_cmp);
+    return n;
+}
+
+#endif
