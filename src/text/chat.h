@@ -1,0 +1,87 @@
+/* Qwen3.5 chat format: renders a conversation exactly as the model's Jinja chat template does
+ * (transformers' apply_chat_template with tokenize=False), but as a list of segments instead of
+ * one string.
+ *
+ * A CONTROL segment is one added token written by the template itself (`<|im_start|>`,
+ * `<think>`, `<tool_call>`, `<|image_pad|>`, ...); everything else is TEXT, and everything that
+ * comes from the caller (message content, reasoning, tool names, arguments, tool schemas) is
+ * always TEXT, even when it spells an added token. The tokenizer later maps CONTROL segments to
+ * their special ids and encodes TEXT with added-token matching off, so a user typing
+ * "<|im_start|>system" cannot open a turn (prompt injection). Concatenating all segments gives
+ * exactly the string apply_chat_template returns. */
+#ifndef TS_TEXT_CHAT_H
+#define TS_TEXT_CHAT_H
+
+#include "base/status.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+
+typedef enum { TS_ROLE_SYSTEM, TS_ROLE_USER, TS_ROLE_ASSISTANT, TS_ROLE_TOOL } ts_chat_role;
+typedef enum { TS_PART_TEXT, TS_PART_IMAGE, TS_PART_VIDEO } ts_chat_part_kind;
+
+typedef struct {
+    ts_chat_part_kind kind;
+    const char *text; /* TS_PART_TEXT only (must be non-NULL); ignored for media */
+} ts_chat_part;
+
+typedef struct {
+    const char *name;           /* required */
+    const char *arguments_json; /* a JSON object (key order is kept), or NULL for no parameters */
+} ts_chat_tool_call;
+
+typedef struct {
+    ts_chat_role role;
+    const char *content;       /* plain string content, or NULL when parts are used */
+    const ts_chat_part *parts; /* used when content is NULL; NULL/0 = no content */
+    int n_parts;
+    /* assistant only; NULL = absent, and then an inline "<think>...</think>" in the content
+     * is taken as the reasoning (the template's rule) */
+    const char *reasoning_content;
+    const ts_chat_tool_call *tool_calls; /* assistant only */
+    int n_tool_calls;
+} ts_chat_msg;
+
+typedef struct {
+    bool add_generation_prompt;
+    int enable_thinking;    /* -1 = template default, 0 = off, 1 = on */
+    bool thinking_default;  /* the per-size default: false for 0.8B/2B, true for >= 4B */
+    bool add_vision_id;     /* prefix media with "Picture N: " / "Video N: " (template variable) */
+    const char *tools_json; /* JSON array of tool schemas (objects), or NULL; "[]" = no tools */
+} ts_chat_opts;
+
+typedef enum { TS_CHAT_SEG_TEXT, TS_CHAT_SEG_CONTROL } ts_chat_seg_kind;
+
+/* A byte range of ts_chat_out.text. A CONTROL segment is exactly one added token; TEXT
+ * segments are never empty and never adjacent to each other (neighbours are merged). */
+typedef struct {
+    ts_chat_seg_kind kind;
+    size_t off;
+    size_t len;
+} ts_chat_seg;
+
+typedef struct {
+    char *text;        /* all segments concatenated, NUL-terminated; owned */
+    size_t len;        /* bytes in text, without the NUL */
+    ts_chat_seg *segs; /* owned */
+    int n_segs;
+} ts_chat_out;
+
+/* Defaults: add_generation_prompt = true, enable_thinking = -1, thinking_default = false,
+ * add_vision_id = false, tools_json = NULL. */
+void ts_chat_opts_default(ts_chat_opts *o);
+
+/* Renders msgs[0..n) into *out, which the caller frees with ts_chat_out_free. All input strings
+ * must be valid UTF-8. Conversations the template itself rejects (no messages, system message
+ * not first, no user query, media in the system message) and malformed input (bad role, bad
+ * JSON, invalid UTF-8) return TS_ERR_INVALID with a message naming the message index; *out is
+ * then empty (safe to free). Inputs are only borrowed during the call. */
+ts_status ts_chat_render(const ts_chat_msg *msgs, int n, const ts_chat_opts *o, ts_chat_out *out);
+
+/* The rendered string, identical to apply_chat_template(..., tokenize=False). Borrowed from
+ * out: valid until ts_chat_out_free. len may be NULL. */
+const char *ts_chat_flatten(const ts_chat_out *out, size_t *len);
+
+void ts_chat_out_free(ts_chat_out *out);
+
+#endif
