@@ -7,6 +7,7 @@
 #ifndef TESSERA_H
 #define TESSERA_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -105,6 +106,51 @@ const char *ts_engine_describe(const ts_engine *engine);
 /* Measured read bandwidth of main memory with n_threads threads (0 = all cores), in GB/s:
  * the denominator of the decode roofline. Takes about a second. */
 double ts_measure_read_bandwidth(int n_threads);
+
+/* ---- text: tokenizer, streaming detokenizer, chat format ---------------------------------- */
+
+typedef struct ts_tokenizer ts_tokenizer;
+
+/* Opens path/tokenizer.json (path a model directory) or path itself (a tokenizer.json file).
+ * tokenizer_config.json beside it, when present, tells the chat template's thinking default. */
+ts_status ts_tokenizer_open(const char *path, ts_tokenizer **out);
+void ts_tokenizer_free(ts_tokenizer *tok);
+int ts_tokenizer_vocab_size(const ts_tokenizer *tok);
+/* Encodes text into a malloc'd id array (caller frees). parse_special: whether added tokens
+ * flagged special that appear in the text become their ids (raw prompts may opt in; chat
+ * content never does). Invalid UTF-8 bytes are read as U+FFFD. */
+ts_status ts_tokenize(const ts_tokenizer *tok, const char *text, size_t len, bool parse_special,
+                      int32_t **ids, size_t *n_ids);
+/* Decodes ids into a malloc'd NUL-terminated string (caller frees). */
+ts_status ts_detokenize(const ts_tokenizer *tok, const int32_t *ids, size_t n, bool skip_special,
+                        char **text, size_t *len);
+/* True for the tokens that end a generation (<|im_end|>, <|endoftext|>). */
+bool ts_tokenizer_is_eog(const ts_tokenizer *tok, int32_t id);
+
+/* Streaming: feed ids one at a time, get back only whole UTF-8 characters. */
+typedef struct ts_detokenizer ts_detokenizer;
+ts_status ts_detokenizer_create(const ts_tokenizer *tok, bool skip_special, ts_detokenizer **out);
+void ts_detokenizer_free(ts_detokenizer *d);
+/* *text (not NUL-terminated, *len bytes) stays valid until the next call on d. */
+ts_status ts_detokenizer_push(ts_detokenizer *d, int32_t id, const char **text, size_t *len);
+ts_status ts_detokenizer_flush(ts_detokenizer *d, const char **text, size_t *len);
+
+typedef struct {
+    const char *role; /* "system", "user", "assistant" or "tool" */
+    const char *content;
+    const char *reasoning_content; /* assistant only, may be NULL */
+} ts_chat_message;
+
+typedef struct {
+    bool add_generation_prompt;
+    int enable_thinking; /* -1 = the model's default, 0 = off, 1 = on */
+} ts_chat_params;
+
+/* Renders a conversation with the model's chat format and tokenizes it: the template's own
+ * control tokens become special ids, message text is encoded with special-token matching off
+ * (so user text cannot forge a turn). ids is malloc'd (caller frees). */
+ts_status ts_chat_tokenize(const ts_tokenizer *tok, const ts_chat_message *msgs, int n,
+                           const ts_chat_params *p, int32_t **ids, size_t *n_ids);
 
 /* ---- sampling --------------------------------------------------------------------------- */
 

@@ -16,6 +16,9 @@ int cmd_logits(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_synth(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
+int cmd_detokenize(int argc, char **argv);
+int cmd_chat(int argc, char **argv);
 
 /* Prints "tessera: <what>: <ts_last_error()>" and returns CLI_EXIT_ERROR. */
 int cli_fail(const char *what);

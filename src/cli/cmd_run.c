@@ -4,12 +4,13 @@
 #include <string.h>
 
 #include "cli/common_model.h"
+#include "cli/generate.h"
 
 int cmd_run(int argc, char **argv) {
     cli_engine_args ea = {0};
-    const char *ids_arg = NULL, *v;
+    const char *ids_arg = NULL, *prompt = NULL, *v;
     long n_gen = 16;
-    bool print_ids = false;
+    bool print_ids = false, special = false, ignore_eos = false;
     ts_sampler_params sp;
     ts_sampler_params_default(&sp);
     for (int i = 1; i < argc; i++) {
@@ -20,6 +21,12 @@ int cmd_run(int argc, char **argv) {
         if (r > 0) continue;
         if ((v = cli_opt_value(argc, argv, &i, NULL, "--ids"))) {
             ids_arg = v;
+        } else if ((v = cli_opt_value(argc, argv, &i, "-p", "--prompt"))) {
+            prompt = v;
+        } else if (strcmp(argv[i], "--special") == 0) {
+            special = true;
+        } else if (strcmp(argv[i], "--ignore-eos") == 0) {
+            ignore_eos = true;
         } else if ((v = cli_opt_value(argc, argv, &i, "-n", "--n-predict"))) {
             if (!cli_parse_int(v, 0, 1 << 24, &n_gen)) return cli_usage("bad -n '%s'", v);
         } else if ((v = cli_opt_value(argc, argv, &i, NULL, "--temp"))) {
@@ -43,16 +50,35 @@ int cmd_run(int argc, char **argv) {
             return cli_usage("run: unknown option '%s'", argv[i]);
         }
     }
-    int32_t *ids;
-    int n_prompt;
-    if (!cli_parse_ids(ids_arg, &ids, &n_prompt))
+    int32_t *ids = NULL;
+    int n_prompt = 0;
+    ts_tokenizer *tok = NULL;
+    ts_detokenizer *detok = NULL;
+    if (!!ids_arg == !!prompt) return cli_usage("run needs one of --ids 1,2,3 or -p TEXT");
+    if (ids_arg && !cli_parse_ids(ids_arg, &ids, &n_prompt))
         return cli_usage("run: --ids needs a comma-separated list of token ids");
+    if (prompt) {
+        size_t n;
+        if (!ea.model_path) return cli_usage("missing -m MODEL");
+        if (ts_tokenizer_open(ea.model_path, &tok) != TS_OK) return cli_fail("cannot load tokenizer");
+        if (ts_tokenize(tok, prompt, strlen(prompt), special, &ids, &n) != TS_OK) {
+            ts_tokenizer_free(tok);
+            return cli_fail("tokenize");
+        }
+        n_prompt = (int)n;
+        if (n_prompt == 0) {
+            free(ids);
+            ts_tokenizer_free(tok);
+            return cli_usage("run: the prompt is empty");
+        }
+    }
     if (!ea.n_ctx) ea.n_ctx = n_prompt + (int)n_gen;
     ts_model *model;
     ts_engine *engine;
     int rc = cli_open(&ea, &model, &engine);
     if (rc) {
         free(ids);
+        ts_tokenizer_free(tok);
         return rc;
     }
     int V = ts_engine_n_vocab(engine);
@@ -60,6 +86,16 @@ int cmd_run(int argc, char **argv) {
     int32_t *pos = malloc((size_t)n_prompt * sizeof *pos), *slot = calloc((size_t)n_prompt, 4);
     int32_t *out = malloc(((size_t)n_gen + 1) * sizeof *out);
     float *logits = malloc((size_t)V * sizeof(float));
+    if (tok && ts_tokenizer_vocab_size(tok) > V) {
+        fprintf(stderr, "tessera: run: the tokenizer has %d tokens, the model only %d\n",
+                ts_tokenizer_vocab_size(tok), V);
+        rc = CLI_EXIT_ERROR;
+        goto done;
+    }
+    if (tok && !print_ids && ts_detokenizer_create(tok, true, &detok) != TS_OK) {
+        rc = cli_fail("detokenizer");
+        goto done;
+    }
     if (!pos || !slot || !out || !logits) {
         fprintf(stderr, "tessera: run: out of memory\n");
         rc = CLI_EXIT_ERROR;
@@ -77,32 +113,26 @@ int cmd_run(int argc, char **argv) {
         goto done;
     }
     double t_prefill = cli_now() - t0;
-    int n_out = 0;
-    double t1 = cli_now();
-    for (long k = 0; k < n_gen; k++) {
-        int32_t tok = ts_sampler_sample(sampler, logits);
-        out[n_out++] = tok;
-        if (k + 1 == n_gen) break;
-        int32_t p = n_prompt + (int32_t)k, s0 = 0;
-        ts_batch db = {1, &tok, &p, &s0, NULL};
-        if (ts_engine_forward(engine, &db, logits) != TS_OK) {
-            rc = cli_fail("decode failed");
-            goto done;
-        }
+    cli_gen g = {engine, 0, sampler, tok, detok, tok && !ignore_eos, false, out};
+    cli_gen_result gr;
+    if (cli_generate(&g, logits, n_prompt, (int)n_gen, &gr) != TS_OK) {
+        rc = cli_fail("decode failed");
+        goto done;
     }
-    double t_decode = cli_now() - t1;
-    if (print_ids) {
-        for (int i = 0; i < n_out; i++) printf(i ? " %d" : "%d", out[i]);
-        printf("\n");
-    } else {
-        printf("generated:");
-        for (int i = 0; i < n_out; i++) printf(" %d", out[i]);
-        printf("\n");
+    int n_out = gr.n_generated;
+    double t_decode = gr.seconds;
+    if (print_ids || !detok) {
+        if (!print_ids) printf("generated:");
+        for (int i = 0; i < n_out; i++) printf(i || !print_ids ? " %d" : "%d", out[i]);
     }
+    printf("\n");
+    fflush(stdout);
     fprintf(stderr, "prompt %d tokens in %.1f ms (%.1f t/s), %d generated in %.1f ms (%.2f t/s), %s\n",
             n_prompt, t_prefill * 1e3, n_prompt / t_prefill, n_out, t_decode * 1e3,
-            n_out > 1 ? (n_out - 1) / t_decode : 0.0, ts_engine_describe(engine));
+            n_out > 0 ? n_out / t_decode : 0.0, ts_engine_describe(engine));
 done:
+    ts_detokenizer_free(detok);
+    ts_tokenizer_free(tok);
     ts_sampler_free(sampler);
     free(ids);
     free(pos);

@@ -9,8 +9,13 @@ static const struct {
     int (*fn)(int, char **);
     const char *help;
 } commands[] = {
-    {"run", cmd_run, "run -m MODEL --ids 1,2,3 -n N [--temp T] [--top-k K] [--top-p P] "
-                     "[--min-p P] [--seed S] [--threads K] [--print-ids]"},
+    {"run", cmd_run, "run -m MODEL (--ids 1,2,3 | -p TEXT [--special]) -n N [--temp T] "
+                     "[--top-k K] [--top-p P] [--min-p P] [--seed S] [--threads K] [--print-ids] "
+                     "[--ignore-eos]"},
+    {"chat", cmd_chat, "chat -m MODEL [--system TEXT] [--think] [-n MAX] [--temp T] [--seed S] "
+                       "[--threads K]"},
+    {"tokenize", cmd_tokenize, "tokenize -m MODEL [--special] TEXT"},
+    {"detokenize", cmd_detokenize, "detokenize -m MODEL [--skip-special] ID..."},
     {"logits", cmd_logits, "logits -m MODEL --ids 1,2,3 [-o FILE] [--threads K]"},
     {"bench", cmd_bench, "bench -m MODEL [-p 512] [-n 128] [-r REPS] [--threads K] [--json]"},
     {"synth", cmd_synth, "synth --arch qwen35 --preset 0.8b|2b -o DIR [--dtype bf16|f16|f32] "

@@ -14,11 +14,17 @@
 
 typedef struct {
     const char *name;
-    int n_embd, n_ff;
+    int n_vocab, n_embd, n_ff, n_layers;
+    int n_head, n_kv_head, head_dim, lin_heads, lin_dim;
 } preset;
 
-/* specs/models.md A.1: the sizes differ only in width; the head geometry is shared. */
-static const preset presets[] = {{"0.8b", 1024, 3584}, {"2b", 2048, 6144}};
+/* specs/models.md A.1: 0.8B and 2B differ only in width. "tiny" has the same structure at a
+ * toy size (a vocabulary room for small test tokenizers), for end-to-end tests of the tools. */
+static const preset presets[] = {
+    {"0.8b", 248320, 1024, 3584, 24, 8, 2, 256, 16, 128},
+    {"2b", 248320, 2048, 6144, 24, 8, 2, 256, 16, 128},
+    {"tiny", 4096, 64, 128, 4, 4, 2, 16, 2, 16},
+};
 
 static uint64_t rng_next(uint64_t *s) {
     *s ^= *s >> 12;
@@ -158,14 +164,15 @@ ts_status qwen35_synth(const char *preset_name, ts_dtype dtype, uint64_t seed, c
     const preset *p = NULL;
     for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++)
         if (strcmp(presets[i].name, preset_name) == 0) p = &presets[i];
-    if (!p) return ts_error(TS_ERR_INVALID, "unknown preset '%s' (known: 0.8b, 2b)", preset_name);
+    if (!p)
+        return ts_error(TS_ERR_INVALID, "unknown preset '%s' (known: 0.8b, 2b, tiny)", preset_name);
     if (dtype != TS_DTYPE_BF16 && dtype != TS_DTYPE_F16 && dtype != TS_DTYPE_F32)
         return ts_error(TS_ERR_INVALID, "synth writes bf16, f16 or f32 weights");
     qwen35_hparams h = {
-        .n_vocab = 248320, .n_embd = p->n_embd, .n_layers = 24, .n_ff = p->n_ff,
-        .n_head = 8, .n_kv_head = 2, .head_dim = 256, .attn_gate = true,
-        .lin_hk = 16, .lin_hv = 16, .lin_dk = 128, .lin_dv = 128, .conv_k = 4,
-        .n_ctx_train = 262144,
+        .n_vocab = p->n_vocab, .n_embd = p->n_embd, .n_layers = p->n_layers, .n_ff = p->n_ff,
+        .n_head = p->n_head, .n_kv_head = p->n_kv_head, .head_dim = p->head_dim,
+        .attn_gate = true, .lin_hk = p->lin_heads, .lin_hv = p->lin_heads,
+        .lin_dk = p->lin_dim, .lin_dv = p->lin_dim, .conv_k = 4, .n_ctx_train = 262144,
     };
     for (int i = 0; i < h.n_layers; i++) h.is_full[i] = (i + 1) % 4 == 0;
     if (mkdir(dir, 0755) != 0 && errno != EEXIST)

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Builds tessera with warnings as errors and runs the whole test suite; then builds the unit
+# tests with ASan + UBSan and runs them again. Usage: scripts/test.sh [build-dir]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+B=${1:-build}
+jobs=$(nproc)
+cmake -S . -B "$B" -DCMAKE_BUILD_TYPE=Release -DTESSERA_WERROR=ON > /dev/null
+cmake --build "$B" -j "$jobs"
+(cd "$B" && ctest --output-on-failure -j "$jobs")
+if [ "${TS_SKIP_SANITIZE:-0}" != 1 ]; then
+  cmake -S . -B "$B-asan" -DCMAKE_BUILD_TYPE=Debug -DTESSERA_WERROR=ON -DTESSERA_SANITIZE=ON > /dev/null
+  cmake --build "$B-asan" -j "$jobs"
+  # unit tests only: the script and Python tests exercise the same code through the CLI
+  (cd "$B-asan" && TS_SKIP_SYNTH=1 ctest --output-on-failure -j "$jobs" -R '^test_')
+fi

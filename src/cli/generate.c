@@ -1,0 +1,41 @@
+#include <stdio.h>
+
+#include "cli/generate.h"
+
+ts_status cli_generate(const cli_gen *g, float *logits, int pos, int max_new, cli_gen_result *r) {
+    *r = (cli_gen_result){0};
+    double t0 = cli_now();
+    for (int k = 0; k < max_new; k++) {
+        int32_t tok = ts_sampler_sample(g->sampler, logits);
+        if (g->ids_out) g->ids_out[k] = tok;
+        r->n_generated++;
+        bool eog = g->tok && ts_tokenizer_is_eog(g->tok, tok);
+        if (g->detok && !eog) {
+            const char *text;
+            size_t len;
+            if (ts_detokenizer_push(g->detok, tok, &text, &len) == TS_OK && len) {
+                fwrite(text, 1, len, stdout);
+                fflush(stdout);
+            }
+        }
+        bool last = k + 1 == max_new || (eog && g->stop_at_eog);
+        if (!last || g->feed_last) {
+            int32_t p = pos + k, s = g->slot;
+            ts_batch b = {1, &tok, &p, &s, NULL};
+            ts_status st = ts_engine_forward(g->engine, &b, logits);
+            if (st != TS_OK) return st;
+        }
+        if (eog && g->stop_at_eog) {
+            r->stopped_at_eog = true;
+            break;
+        }
+    }
+    if (g->detok) {
+        const char *text;
+        size_t len;
+        if (ts_detokenizer_flush(g->detok, &text, &len) == TS_OK && len) fwrite(text, 1, len, stdout);
+        fflush(stdout);
+    }
+    r->seconds = cli_now() - t0;
+    return TS_OK;
+}

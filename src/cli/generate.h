@@ -1,0 +1,28 @@
+/* The decode loop shared by `run` and `chat`: sample, stream text, feed the token back. */
+#ifndef TS_CLI_GENERATE_H
+#define TS_CLI_GENERATE_H
+
+#include "cli/cli.h"
+
+typedef struct {
+    ts_engine *engine;
+    int slot;
+    ts_sampler *sampler;
+    const ts_tokenizer *tok; /* NULL: no end-of-generation stop */
+    ts_detokenizer *detok;   /* NULL: no text output */
+    bool stop_at_eog;
+    bool feed_last; /* also run the final token through the model (to continue later) */
+    int32_t *ids_out; /* NULL or room for max_new ids */
+} cli_gen;
+
+typedef struct {
+    int n_generated;
+    double seconds; /* decode time, from the first sample to the end */
+    bool stopped_at_eog;
+} cli_gen_result;
+
+/* logits holds the next token's logits on entry (n_vocab floats) and is overwritten. pos is
+ * the position of the first generated token. Returns TS_OK or the engine's error. */
+ts_status cli_generate(const cli_gen *g, float *logits, int pos, int max_new, cli_gen_result *r);
+
+#endif
