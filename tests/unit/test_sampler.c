@@ -1,0 +1,105 @@
+/* The sampler: greedy picks the argmax; top-k, top-p and min-p never pick outside their sets;
+ * the empirical distribution follows softmax(logits / T); a seed reproduces a sequence. */
+#include <math.h>
+#include <string.h>
+
+#include "tessera.h"
+#include "testutil.h"
+
+#define V 50
+
+static ts_sampler *make(float t, int k, float p, float minp, uint64_t seed) {
+    ts_sampler_params sp = {t, k, p, minp, seed};
+    ts_sampler *s = NULL;
+    CHECK(ts_sampler_create(&sp, V, &s) == TS_OK);
+    return s;
+}
+
+int main(void) {
+    float logits[V];
+    for (int i = 0; i < V; i++) logits[i] = -0.1f * (float)((i * 7) % V); /* id 0 is best */
+    logits[13] = 0.5f;                                                   /* the argmax */
+
+    ts_sampler *g = make(0.0f, 0, 1.0f, 0.0f, 1);
+    for (int i = 0; i < 5; i++) CHECK(ts_sampler_sample(g, logits) == 13);
+    ts_sampler_free(g);
+
+    /* order of the ids by logit, for checking set membership */
+    int order[V];
+    for (int i = 0; i < V; i++) order[i] = i;
+    for (int i = 0; i < V; i++)
+        for (int j = i + 1; j < V; j++)
+            if (logits[order[j]] > logits[order[i]]) {
+                int t = order[i];
+                order[i] = order[j];
+                order[j] = t;
+            }
+    int rank[V];
+    for (int i = 0; i < V; i++) rank[order[i]] = i;
+
+    /* top-k = 3: only the three best ever come out */
+    ts_sampler *k3 = make(1.5f, 3, 1.0f, 0.0f, 42);
+    int seen[V] = {0};
+    for (int i = 0; i < 3000; i++) seen[ts_sampler_sample(k3, logits)]++;
+    for (int i = 0; i < V; i++) CHECKF(rank[i] < 3 || seen[i] == 0, "top-k leaked id %d", i);
+    CHECK(seen[order[0]] > 0 && seen[order[1]] > 0 && seen[order[2]] > 0);
+    ts_sampler_free(k3);
+
+    /* the distribution at T = 1 follows softmax: compare frequencies of the top 5 */
+    ts_sampler *full = make(1.0f, 0, 1.0f, 0.0f, 7);
+    memset(seen, 0, sizeof seen);
+    int N = 200000;
+    for (int i = 0; i < N; i++) seen[ts_sampler_sample(full, logits)]++;
+    double z = 0;
+    for (int i = 0; i < V; i++) z += exp(logits[i]);
+    for (int r = 0; r < 5; r++) {
+        int id = order[r];
+        double p = exp(logits[id]) / z, f = (double)seen[id] / N;
+        CHECKF(fabs(f - p) < 4 * sqrt(p * (1 - p) / N) + 1e-3, "id %d: freq %.4f vs p %.4f", id, f,
+               p);
+    }
+    ts_sampler_free(full);
+
+    /* top-p: the smallest prefix of the sorted distribution whose mass reaches p */
+    double probs[V], cum = 0;
+    for (int i = 0; i < V; i++) probs[i] = exp(logits[i]) / z;
+    int nucleus = 0;
+    while (cum < 0.5) cum += probs[order[nucleus++]];
+    ts_sampler *tp = make(1.0f, 0, 0.5f, 0.0f, 9);
+    memset(seen, 0, sizeof seen);
+    for (int i = 0; i < 5000; i++) seen[ts_sampler_sample(tp, logits)]++;
+    for (int i = 0; i < V; i++) CHECKF(rank[i] < nucleus || seen[i] == 0, "top-p leaked id %d", i);
+    ts_sampler_free(tp);
+
+    /* min-p: nothing below min_p × the best probability */
+    ts_sampler *mp = make(1.0f, 0, 1.0f, 0.6f, 11);
+    memset(seen, 0, sizeof seen);
+    for (int i = 0; i < 5000; i++) seen[ts_sampler_sample(mp, logits)]++;
+    double pmax = probs[order[0]];
+    for (int i = 0; i < V; i++)
+        CHECKF(probs[i] >= 0.6 * pmax || seen[i] == 0, "min-p leaked id %d", i);
+    ts_sampler_free(mp);
+
+    /* seeds: the same seed repeats the sequence, another seed does not */
+    ts_sampler *a = make(1.0f, 0, 1.0f, 0.0f, 5), *b = make(1.0f, 0, 1.0f, 0.0f, 5),
+               *c = make(1.0f, 0, 1.0f, 0.0f, 6);
+    int same_ab = 1, same_ac = 1;
+    for (int i = 0; i < 64; i++) {
+        int x = ts_sampler_sample(a, logits), y = ts_sampler_sample(b, logits),
+            w = ts_sampler_sample(c, logits);
+        same_ab &= x == y;
+        same_ac &= x == w;
+    }
+    CHECK(same_ab);
+    CHECK(!same_ac);
+    ts_sampler_free(a), ts_sampler_free(b), ts_sampler_free(c);
+
+    /* bad parameters are refused */
+    ts_sampler_params bad = {1.0f, 0, 0.0f, 0.0f, 0};
+    ts_sampler *s;
+    CHECK(ts_sampler_create(&bad, V, &s) == TS_ERR_INVALID);
+    bad.top_p = 1.0f;
+    bad.temperature = -1.0f;
+    CHECK(ts_sampler_create(&bad, V, &s) == TS_ERR_INVALID);
+    return tu_report("test_sampler");
+}
