@@ -32,6 +32,7 @@ typedef struct {
     int n_heads, n_kv_heads, head_dim;
     float scale;
     int window; /* sliding window in keys (key j visible to query i iff i-window < j <= i); 0 = none */
+    float softcap; /* scores -> softcap * tanh(scores / softcap) when > 0 */
 } ts_attn_dims;
 
 typedef struct {
@@ -70,6 +71,11 @@ typedef struct {
     /* out[t, i] = silu(gate[t, i]) * up[t, i] */
     void (*swiglu)(ts_backend *be, const float *gate, const float *up, int64_t ldg, int n_tok,
                    int dim, float *out, int64_t ldo);
+    /* out[t, i] = gelu_tanh(gate[t, i]) * up[t, i] */
+    void (*gelu_mul)(ts_backend *be, const float *gate, const float *up, int64_t ldg, int n_tok,
+                     int dim, float *out, int64_t ldo);
+    /* x[i] = cap * tanh(x[i] / cap) (logit soft-capping) */
+    void (*softcap)(ts_backend *be, float *x, int64_t n, float cap);
     /* x[t, h*hd + d] *= sigmoid(g[t, h*gstride + d]): the gated-attention output gate. */
     void (*sigmoid_gate)(ts_backend *be, float *x, int64_t ldx, const float *g, int64_t ldg,
                          int n_tok, int n_heads, int head_dim, int64_t gstride);

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/layers.h"
 #include "model/qwen35.h"
 
 static bool qwen35_matches_hf(const char *model_type) {
@@ -139,9 +140,7 @@ static ts_status mat(loader *L, const char *fmt, int layer, int64_t rows, int64_
     int64_t shape[2] = {rows, cols};
     TS_TRY(ts_model_tensor(L->m, name, 2, shape, out));
     const ts_tensor *t = *out;
-    if (t->dtype != TS_DTYPE_F32 && t->dtype != TS_DTYPE_F16 && t->dtype != TS_DTYPE_BF16)
-        return ts_error(TS_ERR_UNSUPPORTED, "%s: tensor '%s': dtype %s not supported",
-                        ts_st_file_of(L->m->st, name), name, ts_dtype_name(t->dtype));
+    TS_TRY(ts_check_matmul_dtype(L->m, name, t));
     L->n_params += rows * cols;
     L->bytes += t->nbytes;
     return TS_OK;

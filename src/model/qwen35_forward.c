@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/layers.h"
 #include "model/qwen35.h"
 
 /* Logits are computed for at most this many tokens at a time, so the scratch for them stays
@@ -27,6 +28,7 @@ typedef struct {
     /* backend copies of the small parameters (same layout as the host block) */
     float *params;
     int32_t *sel;           /* [n_batch] indices of tokens whose logits are wanted */
+    ts_run *runs;           /* [n_batch] */
 } qwen35_rt;
 
 void qwen35_state_layout(const qwen35_hparams *h, int n_ctx, qwen35_state_off *offs,
@@ -72,6 +74,7 @@ void qwen35_runtime_free(void *p) {
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) be->ops->free(be, bufs[i]);
     free(rt->sel);
+    free(rt->runs);
     free(rt);
 }
 
@@ -118,6 +121,7 @@ ts_status qwen35_runtime_create(const ts_model *m, ts_backend *be, int n_batch, 
         }
     }
     rt->sel = malloc(nb * sizeof *rt->sel);
+    rt->runs = malloc(nb * sizeof *rt->runs);
     /* the small parameters: one upload of the whole host block */
     size_t np = 0;
     {
@@ -130,7 +134,7 @@ ts_status qwen35_runtime_create(const ts_model *m, ts_backend *be, int n_batch, 
         np = (size_t)(end - q->host_params);
     }
     rt->params = be->ops->alloc(be, np * sizeof(float));
-    if (!rt->params || !rt->sel) {
+    if (!rt->params || !rt->sel || !rt->runs) {
         qwen35_runtime_free(rt);
         return ts_error(TS_ERR_NOMEM, "out of memory");
     }
@@ -144,25 +148,7 @@ static const float *P(const qwen35_rt *rt, const float *host) {
     return rt->params + (host - rt->q->host_params);
 }
 
-typedef struct {
-    int start, len, slot, pos0;
-} run;
-
-/* Splits the batch into runs of consecutive tokens of one slot with consecutive positions. */
-static int batch_runs(const ts_fwd_batch *b, run *runs) {
-    int nr = 0;
-    for (int i = 0; i < b->n_tokens; i++) {
-        if (nr && runs[nr - 1].slot == b->slot[i] &&
-            runs[nr - 1].pos0 + runs[nr - 1].len == b->pos[i]) {
-            runs[nr - 1].len++;
-        } else {
-            runs[nr++] = (run){i, 1, b->slot[i], b->pos[i]};
-        }
-    }
-    return nr;
-}
-
-static void linear_attention(qwen35_rt *rt, int il, const ts_fwd_batch *b, const run *runs,
+static void linear_attention(qwen35_rt *rt, int il, const ts_fwd_batch *b, const ts_run *runs,
                              int nr) {
     const qwen35_hparams *hp = &rt->q->hp;
     const qwen35_layer *ly = &rt->q->layers[il];
@@ -205,7 +191,7 @@ static void linear_attention(qwen35_rt *rt, int il, const ts_fwd_batch *b, const
     op->matmul(be, ly->out_proj, o, vd, n, rt->h, D);
 }
 
-static void full_attention(qwen35_rt *rt, int il, const ts_fwd_batch *b, const run *runs,
+static void full_attention(qwen35_rt *rt, int il, const ts_fwd_batch *b, const ts_run *runs,
                            int nr) {
     const qwen35_hparams *hp = &rt->q->hp;
     const qwen35_layer *ly = &rt->q->layers[il];
@@ -223,7 +209,7 @@ static void full_attention(qwen35_rt *rt, int il, const ts_fwd_batch *b, const r
     op->rmsnorm(be, k, hd, n * hp->n_kv_head, hd, P(rt, ly->k_norm), hp->eps, k, hd);
     op->rope(be, qg, qw, n, hp->n_head, hstride, hp->rot_dim, b->pos, hp->rope_theta);
     op->rope(be, k, kvw, n, hp->n_kv_head, hd, hp->rot_dim, b->pos, hp->rope_theta);
-    ts_attn_dims dims = {hp->n_head, hp->n_kv_head, hd, 1.0f / sqrtf((float)hd), 0};
+    ts_attn_dims dims = {hp->n_head, hp->n_kv_head, hd, 1.0f / sqrtf((float)hd), 0, 0};
     for (int r = 0; r < nr; r++) {
         char *st = b->slot_state[runs[r].slot];
         float *kc = (float *)(st + rt->offs[il].kc), *vc = (float *)(st + rt->offs[il].vc);
@@ -268,10 +254,8 @@ ts_status qwen35_forward(void *p, const ts_fwd_batch *b, float *logits) {
             return ts_error(TS_ERR_RANGE, "position %d outside the context of %d", b->pos[i],
                             rt->n_ctx);
     }
-    run runs_local[64];
-    run *runs = n <= 64 ? runs_local : malloc((size_t)n * sizeof *runs);
-    if (!runs) return ts_error(TS_ERR_NOMEM, "out of memory");
-    int nr = batch_runs(b, runs);
+    ts_run *runs = rt->runs;
+    int nr = ts_batch_runs(b, runs);
 
     op->get_rows(be, q->embed, b->tokens, n, 1.0f, rt->x);
     for (int il = 0; il < hp->n_layers; il++) {
@@ -285,21 +269,7 @@ ts_status qwen35_forward(void *p, const ts_fwd_batch *b, float *logits) {
         mlp(rt, il, n);
         op->add(be, rt->x, rt->h, (int64_t)n * D);
     }
-    if (runs != runs_local) free(runs);
-
-    /* output head, LOGIT_ROWS wanted tokens at a time */
-    int ns = 0;
-    for (int i = 0; i < n; i++)
-        if (b->wants_logits[i]) rt->sel[ns++] = i;
-    for (int s0 = 0; s0 < ns; s0 += LOGIT_ROWS) {
-        int k = ns - s0 < LOGIT_ROWS ? ns - s0 : LOGIT_ROWS;
-        for (int i = 0; i < k; i++)
-            op->copy_rows(be, rt->lh + (size_t)i * D, D, rt->x + (size_t)rt->sel[s0 + i] * D, D,
-                          1, D);
-        op->rmsnorm(be, rt->lh, D, k, D, P(rt, q->final_norm), hp->eps, rt->lh, D);
-        op->matmul(be, q->lm_head, rt->lh, D, k, rt->logits, hp->n_vocab);
-        op->download(be, logits + (size_t)s0 * hp->n_vocab, rt->logits,
-                     (size_t)k * hp->n_vocab * sizeof(float));
-    }
+    ts_output_head oh = {P(rt, q->final_norm), hp->eps, q->lm_head, D, hp->n_vocab, LOGIT_ROWS, 0};
+    ts_output_logits(be, &oh, b, rt->x, rt->sel, rt->lh, rt->logits, logits);
     return TS_OK;
 }

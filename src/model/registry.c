@@ -4,9 +4,11 @@
 #include "model/model.h"
 
 extern const ts_arch ts_arch_qwen35;
+extern const ts_arch ts_arch_gemma3;
 
 static const ts_arch *const archs[] = {
     &ts_arch_qwen35,
+    &ts_arch_gemma3,
 };
 
 const ts_arch *ts_arch_find_hf(const char *model_type) {

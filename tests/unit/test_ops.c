@@ -94,7 +94,7 @@ static void test_attention(ts_backend *be, int H, int Hkv, int hd, int n, int po
     int T = pos0 + n;
     float *q = rnd((long)n * H * hd, 1), *kc = rnd((long)T * Hkv * hd, 1), *vc = rnd((long)T * Hkv * hd, 1);
     float *out = malloc((size_t)n * H * hd * 4);
-    ts_attn_dims d = {H, Hkv, hd, 1.0f / sqrtf((float)hd), window};
+    ts_attn_dims d = {H, Hkv, hd, 1.0f / sqrtf((float)hd), window, 0};
     be->ops->attention(be, q, (long)H * hd, hd, n, pos0, kc, vc, &d, out, (long)H * hd);
     double err = 0, den = 0;
     double *p = malloc((size_t)T * sizeof *p);

@@ -38,6 +38,9 @@ void cpu_op_rope(ts_backend *be, float *x, int64_t ldx, int n_tok, int n_heads,
 void cpu_op_add(ts_backend *be, float *dst, const float *src, int64_t n);
 void cpu_op_swiglu(ts_backend *be, const float *gate, const float *up, int64_t ldg, int n_tok,
                    int dim, float *out, int64_t ldo);
+void cpu_op_gelu_mul(ts_backend *be, const float *gate, const float *up, int64_t ldg, int n_tok,
+                     int dim, float *out, int64_t ldo);
+void cpu_op_softcap(ts_backend *be, float *x, int64_t n, float cap);
 void cpu_op_sigmoid_gate(ts_backend *be, float *x, int64_t ldx, const float *g, int64_t ldg,
                          int n_tok, int n_heads, int head_dim, int64_t gstride);
 void cpu_op_copy_rows(ts_backend *be, float *dst, int64_t ldd, const float *src, int64_t lds,

@@ -33,6 +33,7 @@ static void attend_one(const attn_job *j, int h, int i) {
         float s = 0.0f;
         for (int c = 0; c < hd; c++) s += q[c] * k[c];
         s *= d->scale;
+        if (d->softcap > 0) s = d->softcap * tanhf(s / d->softcap);
         const float *v = j->v_cache + p * ldkv + (int64_t)kvh * hd;
         if (s > m) {
             float corr = expf(m - s); /* 0 on the first key */

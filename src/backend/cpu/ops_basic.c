@@ -102,6 +102,25 @@ void cpu_op_swiglu(ts_backend *be, const float *gate, const float *up, int64_t l
             out[t * ldo + i] = cpu_silu(gate[t * ldg + i]) * up[t * ldg + i];
 }
 
+/* gelu with the tanh approximation (PyTorch's approximate="tanh") */
+static inline float gelu_tanh(float x) {
+    const float k = 0.7978845608028654f; /* sqrt(2/pi) */
+    return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
+}
+
+void cpu_op_gelu_mul(ts_backend *be, const float *gate, const float *up, int64_t ldg, int n_tok,
+                     int dim, float *out, int64_t ldo) {
+    (void)be;
+    for (int t = 0; t < n_tok; t++)
+        for (int i = 0; i < dim; i++)
+            out[t * ldo + i] = gelu_tanh(gate[t * ldg + i]) * up[t * ldg + i];
+}
+
+void cpu_op_softcap(ts_backend *be, float *x, int64_t n, float cap) {
+    (void)be;
+    for (int64_t i = 0; i < n; i++) x[i] = cap * tanhf(x[i] / cap);
+}
+
 void cpu_op_sigmoid_gate(ts_backend *be, float *x, int64_t ldx, const float *g, int64_t ldg,
                          int n_tok, int n_heads, int head_dim, int64_t gstride) {
     (void)be;

@@ -1,0 +1,412 @@
+/* Gemma 3 text decoder (specs/models.md Part D) from a Hugging Face checkpoint.
+ *
+ * Scaled embeddings, (1 + w) RMSNorms before and after attention and the MLP, q/k norms,
+ * sliding-window layers and global layers with their own RoPE bases, GELU-tanh gated MLP,
+ * optional logit soft-capping, tied output head. The embedding scale is sqrt(hidden_size) in
+ * fp32, matching an fp32 computation of the stored weights. Every sliding layer keeps a full
+ * KV cache for now (the window only limits what attention reads). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/layers.h"
+
+#define GEMMA3_MAX_LAYERS 256
+#define LOGIT_ROWS 8
+
+typedef struct {
+    int n_vocab, n_embd, n_layers, n_ff, n_head, n_kv_head, head_dim, window, n_ctx_train;
+    float eps, scale, embed_scale, theta_local, theta_global, final_softcap, attn_softcap;
+    bool tied;
+    bool is_global[GEMMA3_MAX_LAYERS];
+} gemma3_hparams;
+
+typedef struct {
+    float *ln_in, *ln_post_attn, *ln_pre_ff, *ln_post_ff, *q_norm, *k_norm; /* all 1 + w */
+    const ts_tensor *wq, *wk, *wv, *wo, *gate, *up, *down;
+} gemma3_layer;
+
+typedef struct {
+    gemma3_hparams hp;
+    const ts_tensor *embed, *lm_head;
+    float *final_norm;
+    gemma3_layer layers[GEMMA3_MAX_LAYERS];
+    float *host_params;
+    size_t n_host_params;
+} gemma3_model;
+
+static bool gemma3_matches_hf(const char *model_type) {
+    return strcmp(model_type, "gemma3_text") == 0 || strcmp(model_type, "gemma3") == 0;
+}
+
+static ts_status geti(const ts_hfconfig *c, const char *k, int64_t lo, int64_t hi, int *out) {
+    int64_t v;
+    TS_TRY(ts_hfconfig_int(c, k, lo, hi, &v));
+    *out = (int)v;
+    return TS_OK;
+}
+
+/* RoPE bases: newer configs nest them per layer type in rope_parameters, older ones use
+ * rope_theta (global) and rope_local_base_freq (sliding). Only unscaled RoPE is supported. */
+static ts_status read_rope(const ts_hfconfig *c, gemma3_hparams *h) {
+    const char *path = ts_hfconfig_path(c);
+    static const char *const kinds[2] = {"sliding_attention", "full_attention"};
+    double theta[2] = {10000.0, 1000000.0};
+    for (int i = 0; i < 2; i++) {
+        char key[96];
+        snprintf(key, sizeof key, "rope_parameters.%s.rope_type", kinds[i]);
+        if (ts_hfconfig_has(c, key)) {
+            const char *type;
+            TS_TRY(ts_hfconfig_str(c, key, &type));
+            if (strcmp(type, "default") != 0)
+                return ts_error(TS_ERR_UNSUPPORTED, "%s: field '%s': '%s' not supported", path, key,
+                                type);
+        }
+        snprintf(key, sizeof key, "rope_parameters.%s.rope_theta", kinds[i]);
+        if (ts_hfconfig_has(c, key)) {
+            TS_TRY(ts_hfconfig_float(c, key, &theta[i]));
+        } else {
+            TS_TRY(ts_hfconfig_float_opt(c, i ? "rope_theta" : "rope_local_base_freq", theta[i],
+                                         &theta[i]));
+        }
+        if (!(theta[i] > 0))
+            return ts_error(TS_ERR_FORMAT, "%s: RoPE base %g out of range", path, theta[i]);
+    }
+    if (ts_hfconfig_has(c, "rope_scaling"))
+        return ts_error(TS_ERR_UNSUPPORTED, "%s: field 'rope_scaling': scaled RoPE not supported",
+                        path);
+    h->theta_local = (float)theta[0];
+    h->theta_global = (float)theta[1];
+    return TS_OK;
+}
+
+static ts_status read_hparams(const ts_hfconfig *c, gemma3_hparams *h) {
+    const char *path = ts_hfconfig_path(c);
+    TS_TRY(geti(c, "vocab_size", 1, 1 << 24, &h->n_vocab));
+    TS_TRY(geti(c, "hidden_size", 1, 1 << 16, &h->n_embd));
+    TS_TRY(geti(c, "num_hidden_layers", 1, GEMMA3_MAX_LAYERS, &h->n_layers));
+    TS_TRY(geti(c, "intermediate_size", 1, 1 << 20, &h->n_ff));
+    TS_TRY(geti(c, "num_attention_heads", 1, 1024, &h->n_head));
+    TS_TRY(geti(c, "num_key_value_heads", 1, 1024, &h->n_kv_head));
+    int64_t v;
+    TS_TRY(ts_hfconfig_int_opt(c, "head_dim", 1, 512, 256, &v));
+    h->head_dim = (int)v;
+    TS_TRY(ts_hfconfig_int_opt(c, "query_pre_attn_scalar", 1, 1 << 20, h->head_dim, &v));
+    h->scale = (float)(1.0 / sqrt((double)v));
+    TS_TRY(ts_hfconfig_int_opt(c, "sliding_window", 1, INT32_MAX, 4096, &v));
+    h->window = (int)v;
+    TS_TRY(ts_hfconfig_int_opt(c, "max_position_embeddings", 1, INT32_MAX, 32768, &v));
+    h->n_ctx_train = (int)v;
+    double d;
+    TS_TRY(ts_hfconfig_float_opt(c, "rms_norm_eps", 1e-6, &d));
+    h->eps = (float)d;
+    TS_TRY(ts_hfconfig_float_opt(c, "final_logit_softcapping", 0.0, &d));
+    h->final_softcap = (float)d;
+    TS_TRY(ts_hfconfig_float_opt(c, "attn_logit_softcapping", 0.0, &d));
+    h->attn_softcap = (float)d;
+    TS_TRY(ts_hfconfig_bool_opt(c, "tie_word_embeddings", true, &h->tied));
+    const char *act;
+    TS_TRY(ts_hfconfig_str_opt(c, "hidden_activation", "gelu_pytorch_tanh", &act));
+    if (strcmp(act, "gelu_pytorch_tanh") != 0)
+        return ts_error(TS_ERR_UNSUPPORTED, "%s: field 'hidden_activation': '%s' not supported",
+                        path, act);
+    bool bidir;
+    TS_TRY(ts_hfconfig_bool_opt(c, "use_bidirectional_attention", false, &bidir));
+    if (bidir)
+        return ts_error(TS_ERR_UNSUPPORTED, "%s: bidirectional attention not supported", path);
+    if (h->n_head % h->n_kv_head)
+        return ts_error(TS_ERR_FORMAT, "%s: num_attention_heads %d is not a multiple of "
+                        "num_key_value_heads %d", path, h->n_head, h->n_kv_head);
+    h->embed_scale = sqrtf((float)h->n_embd);
+    if (ts_hfconfig_has(c, "layer_types")) {
+        const char *items[GEMMA3_MAX_LAYERS];
+        int n;
+        TS_TRY(ts_hfconfig_str_array(c, "layer_types", items, GEMMA3_MAX_LAYERS, &n));
+        if (n != h->n_layers)
+            return ts_error(TS_ERR_FORMAT, "%s: field 'layer_types': %d entries for %d layers",
+                            path, n, h->n_layers);
+        for (int i = 0; i < n; i++) {
+            if (strcmp(items[i], "full_attention") == 0)
+                h->is_global[i] = true;
+            else if (strcmp(items[i], "sliding_attention") == 0)
+                h->is_global[i] = false;
+            else
+                return ts_error(TS_ERR_UNSUPPORTED, "%s: field 'layer_types[%d]': unknown '%s'",
+                                path, i, items[i]);
+        }
+    } else {
+        int64_t pat;
+        TS_TRY(ts_hfconfig_int_opt(c, "sliding_window_pattern", 1, 1 << 20, 6, &pat));
+        for (int i = 0; i < h->n_layers; i++) h->is_global[i] = (i + 1) % pat == 0;
+    }
+    return read_rope(c, h);
+}
+
+static void gemma3_unload(ts_model *m) {
+    gemma3_model *g = m->impl;
+    if (!g) return;
+    free(g->host_params);
+    free(g);
+    m->impl = NULL;
+}
+
+typedef struct {
+    const ts_model *m;
+    const char *prefix;
+    float *cur;
+    int64_t n_params;
+    uint64_t bytes;
+} loader;
+
+static ts_status mat(loader *L, int layer, const char *what, int64_t rows, int64_t cols,
+                     const ts_tensor **out) {
+    char name[256];
+    if (layer >= 0)
+        snprintf(name, sizeof name, "%slayers.%d.%s", L->prefix, layer, what);
+    else
+        snprintf(name, sizeof name, "%s%s", L->prefix, what);
+    int64_t shape[2] = {rows, cols};
+    TS_TRY(ts_model_tensor(L->m, name, 2, shape, out));
+    TS_TRY(ts_check_matmul_dtype(L->m, name, *out));
+    L->n_params += rows * cols;
+    L->bytes += (*out)->nbytes;
+    return TS_OK;
+}
+
+/* a (1 + w) norm weight, folded */
+static ts_status norm(loader *L, int layer, const char *what, int n, float **out) {
+    char name[256];
+    if (layer >= 0)
+        snprintf(name, sizeof name, "%slayers.%d.%s", L->prefix, layer, what);
+    else
+        snprintf(name, sizeof name, "%s%s", L->prefix, what);
+    *out = L->cur;
+    L->cur += n;
+    L->n_params += n;
+    TS_TRY(ts_model_tensor_f32(L->m, name, n, *out));
+    for (int i = 0; i < n; i++) (*out)[i] += 1.0f;
+    return TS_OK;
+}
+
+static ts_status load_weights(ts_model *m, gemma3_model *g, loader *L) {
+    const gemma3_hparams *h = &g->hp;
+    int D = h->n_embd, hd = h->head_dim;
+    TS_TRY(mat(L, -1, "embed_tokens.weight", h->n_vocab, D, &g->embed));
+    TS_TRY(norm(L, -1, "norm.weight", D, &g->final_norm));
+    for (int i = 0; i < h->n_layers; i++) {
+        gemma3_layer *ly = &g->layers[i];
+        TS_TRY(norm(L, i, "input_layernorm.weight", D, &ly->ln_in));
+        TS_TRY(norm(L, i, "post_attention_layernorm.weight", D, &ly->ln_post_attn));
+        TS_TRY(norm(L, i, "pre_feedforward_layernorm.weight", D, &ly->ln_pre_ff));
+        TS_TRY(norm(L, i, "post_feedforward_layernorm.weight", D, &ly->ln_post_ff));
+        TS_TRY(norm(L, i, "self_attn.q_norm.weight", hd, &ly->q_norm));
+        TS_TRY(norm(L, i, "self_attn.k_norm.weight", hd, &ly->k_norm));
+        TS_TRY(mat(L, i, "self_attn.q_proj.weight", (int64_t)h->n_head * hd, D, &ly->wq));
+        TS_TRY(mat(L, i, "self_attn.k_proj.weight", (int64_t)h->n_kv_head * hd, D, &ly->wk));
+        TS_TRY(mat(L, i, "self_attn.v_proj.weight", (int64_t)h->n_kv_head * hd, D, &ly->wv));
+        TS_TRY(mat(L, i, "self_attn.o_proj.weight", D, (int64_t)h->n_head * hd, &ly->wo));
+        TS_TRY(mat(L, i, "mlp.gate_proj.weight", h->n_ff, D, &ly->gate));
+        TS_TRY(mat(L, i, "mlp.up_proj.weight", h->n_ff, D, &ly->up));
+        TS_TRY(mat(L, i, "mlp.down_proj.weight", D, h->n_ff, &ly->down));
+    }
+    const ts_tensor *lm = ts_st_find(m->st, "lm_head.weight");
+    if (h->tied || !lm) {
+        if (!h->tied)
+            return ts_error(TS_ERR_FORMAT, "%s: missing tensor 'lm_head.weight' "
+                            "(tie_word_embeddings is false)", m->path);
+        g->lm_head = g->embed;
+        return TS_OK;
+    }
+    int64_t shape[2] = {h->n_vocab, D};
+    TS_TRY(ts_model_tensor(m, "lm_head.weight", 2, shape, &g->lm_head));
+    TS_TRY(ts_check_matmul_dtype(m, "lm_head.weight", g->lm_head));
+    L->n_params += (int64_t)h->n_vocab * D;
+    L->bytes += g->lm_head->nbytes;
+    return TS_OK;
+}
+
+static ts_status gemma3_load_hf(ts_model *m) {
+    gemma3_model *g = calloc(1, sizeof *g);
+    if (!g) return ts_error(TS_ERR_NOMEM, "out of memory");
+    m->impl = g;
+    gemma3_hparams *h = &g->hp;
+    ts_status st = read_hparams(m->cfg, h);
+    loader L = {.m = m};
+    if (st == TS_OK) {
+        L.prefix = ts_st_find(m->st, "model.language_model.embed_tokens.weight")
+                       ? "model.language_model."
+                       : "model.";
+        g->n_host_params = (size_t)h->n_embd * (1 + 4 * (size_t)h->n_layers) +
+                           2 * (size_t)h->head_dim * h->n_layers;
+        g->host_params = malloc(g->n_host_params * sizeof(float));
+        if (!g->host_params) st = ts_error(TS_ERR_NOMEM, "out of memory");
+        L.cur = g->host_params;
+    }
+    if (st == TS_OK) st = load_weights(m, g, &L);
+    if (st != TS_OK) {
+        gemma3_unload(m);
+        return st;
+    }
+    m->info = (ts_model_info){
+        .arch = "gemma3",
+        .weight_dtype = ts_dtype_name(g->layers[0].gate->dtype),
+        .n_vocab = h->n_vocab,
+        .n_embd = h->n_embd,
+        .n_layers = h->n_layers,
+        .n_ctx_train = h->n_ctx_train,
+        .n_params = L.n_params,
+        .weight_bytes = L.bytes - (h->tied ? 0 : g->embed->nbytes) +
+                        ts_dtype_row_bytes(g->embed->dtype, h->n_embd),
+    };
+    return TS_OK;
+}
+
+/* ---- the forward pass ------------------------------------------------------------------ */
+
+typedef struct {
+    const gemma3_model *g;
+    ts_backend *be;
+    int n_batch, n_ctx;
+    float *x, *h, *q, *k, *v, *o, *f1, *f2, *lh, *logits, *params;
+    int32_t *sel;
+    ts_run *runs;
+} gemma3_rt;
+
+static size_t kv_bytes(const gemma3_hparams *h, int n_ctx) {
+    return (size_t)n_ctx * h->n_kv_head * h->head_dim * sizeof(float);
+}
+
+static size_t gemma3_state_bytes(const ts_model *m, int n_ctx) {
+    const gemma3_model *g = m->impl;
+    return 2 * kv_bytes(&g->hp, n_ctx) * (size_t)g->hp.n_layers;
+}
+
+static void gemma3_runtime_free(void *p) {
+    gemma3_rt *rt = p;
+    if (!rt) return;
+    float *bufs[] = {rt->x, rt->h, rt->q, rt->k, rt->v, rt->o, rt->f1, rt->f2, rt->lh, rt->logits,
+                     rt->params};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        if (bufs[i]) rt->be->ops->free(rt->be, bufs[i]);
+    free(rt->sel);
+    free(rt->runs);
+    free(rt);
+}
+
+static ts_status gemma3_runtime_create(const ts_model *m, ts_backend *be, int n_batch, int n_ctx,
+                                       void **out) {
+    const gemma3_model *g = m->impl;
+    const gemma3_hparams *h = &g->hp;
+    *out = NULL;
+    gemma3_rt *rt = calloc(1, sizeof *rt);
+    if (!rt) return ts_error(TS_ERR_NOMEM, "out of memory");
+    rt->g = g;
+    rt->be = be;
+    rt->n_batch = n_batch;
+    rt->n_ctx = n_ctx;
+    size_t nb = (size_t)n_batch, qw = (size_t)h->n_head * h->head_dim;
+    size_t kvw = (size_t)h->n_kv_head * h->head_dim;
+    struct {
+        float **p;
+        size_t n;
+    } plan[] = {{&rt->x, nb * h->n_embd}, {&rt->h, nb * h->n_embd}, {&rt->q, nb * qw},
+                {&rt->k, nb * kvw},       {&rt->v, nb * kvw},       {&rt->o, nb * qw},
+                {&rt->f1, nb * h->n_ff},  {&rt->f2, nb * h->n_ff},
+                {&rt->lh, (size_t)LOGIT_ROWS * h->n_embd},
+                {&rt->logits, (size_t)LOGIT_ROWS * h->n_vocab},
+                {&rt->params, g->n_host_params}};
+    for (size_t i = 0; i < sizeof plan / sizeof plan[0]; i++)
+        if (!(*plan[i].p = be->ops->alloc(be, plan[i].n * sizeof(float)))) {
+            gemma3_runtime_free(rt);
+            return ts_error(TS_ERR_NOMEM, "out of memory for activations (%d tokens)", n_batch);
+        }
+    rt->sel = malloc(nb * sizeof *rt->sel);
+    rt->runs = malloc(nb * sizeof *rt->runs);
+    if (!rt->sel || !rt->runs) {
+        gemma3_runtime_free(rt);
+        return ts_error(TS_ERR_NOMEM, "out of memory");
+    }
+    be->ops->upload(be, rt->params, g->host_params, g->n_host_params * sizeof(float));
+    *out = rt;
+    return TS_OK;
+}
+
+static const float *P(const gemma3_rt *rt, const float *host) {
+    return rt->params + (host - rt->g->host_params);
+}
+
+static void attention(gemma3_rt *rt, int il, const ts_fwd_batch *b, const ts_run *runs, int nr) {
+    const gemma3_hparams *hp = &rt->g->hp;
+    const gemma3_layer *ly = &rt->g->layers[il];
+    ts_backend *be = rt->be;
+    const ts_backend_ops *op = be->ops;
+    int n = b->n_tokens, D = hp->n_embd, hd = hp->head_dim;
+    int qw = hp->n_head * hd, kvw = hp->n_kv_head * hd;
+    float theta = hp->is_global[il] ? hp->theta_global : hp->theta_local;
+    op->matmul(be, ly->wq, rt->h, D, n, rt->q, qw);
+    op->matmul(be, ly->wk, rt->h, D, n, rt->k, kvw);
+    op->matmul(be, ly->wv, rt->h, D, n, rt->v, kvw);
+    op->rmsnorm(be, rt->q, hd, n * hp->n_head, hd, P(rt, ly->q_norm), hp->eps, rt->q, hd);
+    op->rmsnorm(be, rt->k, hd, n * hp->n_kv_head, hd, P(rt, ly->k_norm), hp->eps, rt->k, hd);
+    op->rope(be, rt->q, qw, n, hp->n_head, hd, hd, b->pos, theta);
+    op->rope(be, rt->k, kvw, n, hp->n_kv_head, hd, hd, b->pos, theta);
+    ts_attn_dims dims = {hp->n_head, hp->n_kv_head, hd, hp->scale,
+                         hp->is_global[il] ? 0 : hp->window, hp->attn_softcap};
+    size_t kvb = kv_bytes(hp, rt->n_ctx);
+    for (int r = 0; r < nr; r++) {
+        char *st = (char *)b->slot_state[runs[r].slot] + 2 * kvb * (size_t)il;
+        float *kc = (float *)st, *vc = (float *)(st + kvb);
+        size_t s0 = (size_t)runs[r].start;
+        op->copy_rows(be, kc + (size_t)runs[r].pos0 * kvw, kvw, rt->k + s0 * kvw, kvw,
+                      runs[r].len, kvw);
+        op->copy_rows(be, vc + (size_t)runs[r].pos0 * kvw, kvw, rt->v + s0 * kvw, kvw,
+                      runs[r].len, kvw);
+        op->attention(be, rt->q + s0 * qw, qw, hd, runs[r].len, runs[r].pos0, kc, vc, &dims,
+                      rt->o + s0 * qw, qw);
+    }
+    op->matmul(be, ly->wo, rt->o, qw, n, rt->h, D);
+}
+
+static ts_status gemma3_forward(void *p, const ts_fwd_batch *b, float *logits) {
+    gemma3_rt *rt = p;
+    const gemma3_model *g = rt->g;
+    const gemma3_hparams *hp = &g->hp;
+    ts_backend *be = rt->be;
+    const ts_backend_ops *op = be->ops;
+    int n = b->n_tokens, D = hp->n_embd, F = hp->n_ff;
+    if (n < 1 || n > rt->n_batch)
+        return ts_error(TS_ERR_INVALID, "batch of %d tokens (limit %d)", n, rt->n_batch);
+    int nr = ts_batch_runs(b, rt->runs);
+    op->get_rows(be, g->embed, b->tokens, n, hp->embed_scale, rt->x);
+    for (int il = 0; il < hp->n_layers; il++) {
+        const gemma3_layer *ly = &g->layers[il];
+        op->rmsnorm(be, rt->x, D, n, D, P(rt, ly->ln_in), hp->eps, rt->h, D);
+        attention(rt, il, b, rt->runs, nr);
+        op->rmsnorm(be, rt->h, D, n, D, P(rt, ly->ln_post_attn), hp->eps, rt->h, D);
+        op->add(be, rt->x, rt->h, (int64_t)n * D);
+        op->rmsnorm(be, rt->x, D, n, D, P(rt, ly->ln_pre_ff), hp->eps, rt->h, D);
+        op->matmul(be, ly->gate, rt->h, D, n, rt->f1, F);
+        op->matmul(be, ly->up, rt->h, D, n, rt->f2, F);
+        op->gelu_mul(be, rt->f1, rt->f2, F, n, F, rt->f1, F);
+        op->matmul(be, ly->down, rt->f1, F, n, rt->h, D);
+        op->rmsnorm(be, rt->h, D, n, D, P(rt, ly->ln_post_ff), hp->eps, rt->h, D);
+        op->add(be, rt->x, rt->h, (int64_t)n * D);
+    }
+    ts_output_head oh = {P(rt, g->final_norm), hp->eps, g->lm_head, D, hp->n_vocab, LOGIT_ROWS,
+                         hp->final_softcap};
+    ts_output_logits(be, &oh, b, rt->x, rt->sel, rt->lh, rt->logits, logits);
+    return TS_OK;
+}
+
+const ts_arch ts_arch_gemma3 = {
+    .name = "gemma3",
+    .matches_hf = gemma3_matches_hf,
+    .load_hf = gemma3_load_hf,
+    .unload = gemma3_unload,
+    .state_bytes = gemma3_state_bytes,
+    .runtime_create = gemma3_runtime_create,
+    .runtime_free = gemma3_runtime_free,
+    .forward = gemma3_forward,
+    .synth = NULL,
+};
