@@ -103,8 +103,9 @@ static ts_status read_hparams(const ts_hfconfig *c, gemma3_hparams *h) {
     h->eps = (float)d;
     TS_TRY(ts_hfconfig_float_opt(c, "final_logit_softcapping", 0.0, &d));
     h->final_softcap = (float)d;
-    TS_TRY(ts_hfconfig_float_opt(c, "attn_logit_softcapping", 0.0, &d));
-    h->attn_softcap = (float)d;
+    /* attn_logit_softcapping is read by Gemma 2 but ignored by transformers' Gemma 3: so is it
+     * here, or outputs would differ from the reference for configs that carry it. */
+    h->attn_softcap = 0.0f;
     TS_TRY(ts_hfconfig_bool_opt(c, "tie_word_embeddings", true, &h->tied));
     const char *act;
     TS_TRY(ts_hfconfig_str_opt(c, "hidden_activation", "gelu_pytorch_tanh", &act));

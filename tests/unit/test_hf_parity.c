@@ -1,7 +1,11 @@
-/* Qwen3.5 against Hugging Face transformers: logits for every prompt position, greedy
- * continuations with the cache, decode-after-prefill against full prefill, and several
- * sequences in one batch against each alone. Runs every fixture model with the scalar kernels
- * and with the best kernels this CPU has. */
+/* Every model family against Hugging Face transformers (tests/fixtures/<family>/<model>/):
+ * logits for every prompt position, greedy continuations with the cache, decode-after-prefill
+ * against full prefill, and several sequences in one batch against each alone. Runs every
+ * fixture model with the scalar kernels and with the best kernels this CPU has. */
+#include <limits.h>
+#include <stdlib.h>
+#include <unistd.h>
+
 #include "fixture_util.h"
 #include "testutil.h"
 #include "tessera.h"
@@ -194,12 +198,57 @@ static void check_multi_sequence(const char *dir, const char *model, ts_model *m
     ts_engine_free(e);
 }
 
-int main(void) {
+/* The same weights with an alternative form of config.json (config.<form>.json beside the
+ * real one: older RoPE keys, a layer pattern instead of layer_types, ...) give the same logits. */
+static void check_config_forms(const char *dir, const char *model) {
+    static const char *const forms[] = {"interval", "legacy_rope", "pattern"};
+    char src[PATH_MAX], tmp[64], path[8192], link[8192];
+    int32_t *ids;
+    int n;
+    snprintf(path, sizeof path, "%s/%s/ref/prompt_1.ids", dir, model);
+    if (fx_read_ids(path, 0, &ids, &n) != 0) return;
+    for (size_t f = 0; f < sizeof forms / sizeof forms[0]; f++) {
+        snprintf(path, sizeof path, "%s/%s/config.%s.json", dir, model, forms[f]);
+        if (access(path, R_OK) != 0 || !realpath(path, src)) continue;
+        snprintf(tmp, sizeof tmp, "/tmp/ts_cfgform_XXXXXX");
+        CHECK(mkdtemp(tmp) != NULL);
+        snprintf(link, sizeof link, "%s/config.json", tmp);
+        CHECK(symlink(src, link) == 0);
+        snprintf(path, sizeof path, "%s/%s/model.safetensors", dir, model);
+        snprintf(link, sizeof link, "%s/model.safetensors", tmp);
+        CHECK(realpath(path, src) && symlink(src, link) == 0);
+        ts_model *a, *b;
+        snprintf(path, sizeof path, "%s/%s", dir, model);
+        CHECK(ts_model_open(path, &a) == TS_OK);
+        ts_status st = ts_model_open(tmp, &b);
+        CHECKF(st == TS_OK, "%s config.%s.json: %s", model, forms[f], ts_last_error());
+        if (st == TS_OK) {
+            ts_engine *ea = make_engine(a, TS_ISA_AUTO, 1, 512), *eb = make_engine(b, TS_ISA_AUTO, 1, 512);
+            float *la = prefill_all(ea, 0, ids, n), *lb = prefill_all(eb, 0, ids, n);
+            CHECKF(la && lb && tu_rel_l2(lb, la, (long)n * ts_engine_n_vocab(ea)) == 0.0,
+                   "%s: config.%s.json gives other logits", model, forms[f]);
+            free(la), free(lb);
+            ts_engine_free(ea), ts_engine_free(eb);
+            ts_model_close(b);
+            printf("%s: config.%s.json ok\n", model, forms[f]);
+        }
+        ts_model_close(a);
+        snprintf(link, sizeof link, "%s/config.json", tmp);
+        unlink(link);
+        snprintf(link, sizeof link, "%s/model.safetensors", tmp);
+        unlink(link);
+        rmdir(tmp);
+    }
+    free(ids);
+}
+
+static void check_family(const char *family, int min_models) {
     char dir[1024];
-    snprintf(dir, sizeof dir, "%s/qwen35", tu_env("TS_FIXTURES", "tests/fixtures"));
+    snprintf(dir, sizeof dir, "%s/%s", tu_env("TS_FIXTURES", "tests/fixtures"), family);
     char *models[MAX_MODELS];
     int nm = fx_list_models(dir, models, MAX_MODELS);
-    CHECKF(nm >= 3, "expected at least 3 fixture models in %s, found %d", dir, nm);
+    CHECKF(nm >= min_models, "expected at least %d fixture models in %s, found %d", min_models,
+           dir, nm);
     ts_isa isas[] = {TS_ISA_SCALAR, TS_ISA_AUTO};
     const char *labels[] = {"scalar", "best"};
     for (int i = 0; i < nm; i++) {
@@ -208,19 +257,26 @@ int main(void) {
         ts_model *m;
         ts_status st = ts_model_open(path, &m);
         CHECKF(st == TS_OK, "%s: %s", models[i], ts_last_error());
-        if (st != TS_OK) continue;
-        for (int k = 0; k < 2; k++) {
-            ts_engine *e = make_engine(m, isas[k], 1, k ? 64 : 512);
-            CHECK(e != NULL);
-            if (!e) continue;
-            check_logits(dir, models[i], e, labels[k]);
-            check_greedy(dir, models[i], e, labels[k]);
-            ts_engine_free(e);
+        if (st == TS_OK) {
+            for (int k = 0; k < 2; k++) {
+                ts_engine *e = make_engine(m, isas[k], 1, k ? 64 : 512);
+                CHECK(e != NULL);
+                if (!e) continue;
+                check_logits(dir, models[i], e, labels[k]);
+                check_greedy(dir, models[i], e, labels[k]);
+                ts_engine_free(e);
+            }
+            check_multi_sequence(dir, models[i], m);
+            check_config_forms(dir, models[i]);
+            ts_model_close(m);
+            printf("%s/%s: checked\n", family, models[i]);
         }
-        check_multi_sequence(dir, models[i], m);
-        ts_model_close(m);
-        printf("%s: checked\n", models[i]);
         free(models[i]);
     }
-    return tu_report("test_qwen35_parity");
+}
+
+int main(void) {
+    check_family("qwen35", 3);
+    check_family("gemma3", 3);
+    return tu_report("test_hf_parity");
 }
