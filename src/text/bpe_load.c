@@ -1,0 +1,731 @@
+/* Loading and validating tokenizer.json for the byte-level BPE tokenizer (see bpe.h).
+ *
+ * Everything that HF's tokenizer would treat differently from what bpe.c implements is
+ * refused here with TS_ERR_UNSUPPORTED naming the JSON field; malformed or inconsistent files
+ * (a merge naming an unknown token, an id used twice) give TS_ERR_FORMAT.
+ *
+ * Regex fidelity: HF compiles the pre-tokenizer pattern with Oniguruma, we with PCRE2 (UTF +
+ * UCP). Oniguruma's \s is Unicode White_Space; PCRE2's also matches U+180E, so \s and \S are
+ * rewritten to \p{White_Space} and \P{White_Space}. Escapes whose meaning differs more (\w,
+ * \b, \h, ...) are refused. Categories follow PCRE2's Unicode tables, which may be older than
+ * HF's (code points assigned later count as unassigned here). */
+#include "base/status.h"
+#include "text/bpe_int.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <utf8proc.h>
+
+/* ---- byte-level alphabet ------------------------------------------------------------------- */
+
+static int bpe_cp_to_byte(uint32_t cp) {
+    if (cp < 0x100) return bpe_byte_to_cp((uint8_t)cp) == cp ? (int)cp : -1;
+    if (cp <= 0x120) return (int)(cp - 0x100);
+    if (cp <= 0x142) return (int)(0x7F + cp - 0x121);
+    if (cp == 0x143) return 0xAD;
+    return -1;
+}
+
+bool bpe_spelling_to_bytes(const char *s, size_t n, char *out, size_t *out_len) {
+    size_t i = 0, o = 0;
+    while (i < n) {
+        uint32_t cp;
+        size_t len;
+        if (ts_utf8_next(s + i, n - i, &cp, &len) != TS_UTF8_CHAR) return false;
+        int b = bpe_cp_to_byte(cp);
+        if (b < 0) return false;
+        out[o++] = (char)b;
+        i += len;
+    }
+    *out_len = o;
+    return true;
+}
+
+size_t bpe_bytes_to_spelling(const uint8_t *p, size_t n, char *out) {
+    size_t o = 0;
+    for (size_t i = 0; i < n; i++)
+        o += ts_utf8_encode(bpe_byte_to_cp(p[i]), out + o);
+    return o;
+}
+
+/* ---- hashing -------------------------------------------------------------------------------- */
+
+static size_t bpe_table_size(size_t n) {
+    size_t size = 16;
+    while (size < 2 * n)
+        size *= 2;
+    return size;
+}
+
+int32_t bpe_vocab_find(const ts_bpe *t, const char *key, size_t n) {
+    if (!t->vocab_slots) return -1;
+    size_t i = bpe_hash(key, n) & t->vocab_mask;
+    for (;;) {
+        int32_t id = t->vocab_slots[i];
+        if (id < 0) return -1;
+        if (t->key_len[id] == n && memcmp(t->keys + t->key_off[id], key, n) == 0) return id;
+        i = (i + 1) & t->vocab_mask;
+    }
+}
+
+/* ---- loading: file and JSON helpers -------------------------------------------------------- */
+
+static ts_status bpe_read_file(const char *path, char **buf, size_t *n) {
+    *buf = NULL;
+    FILE *f = fopen(path, "rb");
+    if (!f) return ts_error(TS_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    struct stat sb;
+    if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        fclose(f);
+        return ts_error(TS_ERR_IO, "%s: not a regular file", path);
+    }
+    if ((uint64_t)sb.st_size > TS_BPE_MAX_FILE_BYTES) {
+        fclose(f);
+        return ts_error(TS_ERR_RANGE, "%s: %lld bytes, more than the %u accepted for a tokenizer",
+                        path, (long long)sb.st_size, TS_BPE_MAX_FILE_BYTES);
+    }
+    size_t size = (size_t)sb.st_size;
+    char *p = malloc(size + 1);
+    if (!p) {
+        fclose(f);
+        return ts_error(TS_ERR_NOMEM, "%s: out of memory", path);
+    }
+    size_t got = fread(p, 1, size, f);
+    fclose(f);
+    if (got != size) {
+        free(p);
+        return ts_error(TS_ERR_IO, "%s: short read (%zu of %zu bytes)", path, got, size);
+    }
+    *buf = p;
+    *n = size;
+    return TS_OK;
+}
+
+static bool bpe_null(const json_t *v) { return !v || json_is_null(v); }
+
+/* Reads an optional boolean field; absent or null gives dflt. */
+static ts_status bpe_bool(const ts_bpe *t, const json_t *obj, const char *where, const char *name,
+                          bool dflt, bool *out) {
+    const json_t *v = json_object_get(obj, name);
+    if (bpe_null(v)) {
+        *out = dflt;
+        return TS_OK;
+    }
+    if (!json_is_boolean(v))
+        return ts_error(TS_ERR_FORMAT, "%s: %s.%s: expected true or false", t->path, where, name);
+    *out = json_is_true(v);
+    return TS_OK;
+}
+
+static const char *bpe_type(const json_t *obj) {
+    const json_t *v = json_object_get(obj, "type");
+    return json_is_string(v) ? json_string_value(v) : "";
+}
+
+/* An optional string field that must be absent, null or "". */
+static ts_status bpe_empty_string(const ts_bpe *t, const json_t *obj, const char *where,
+                                  const char *name) {
+    const json_t *v = json_object_get(obj, name);
+    if (bpe_null(v) || (json_is_string(v) && json_string_length(v) == 0)) return TS_OK;
+    return ts_error(TS_ERR_UNSUPPORTED, "%s: %s.%s: only null or \"\" is supported", t->path, where,
+                    name);
+}
+
+/* ---- loading: model.vocab and model.merges ------------------------------------------------- */
+
+static ts_status bpe_id_value(const ts_bpe *t, const json_t *v, const char *where, int32_t *id) {
+    if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= BPE_MAX_ID)
+        return ts_error(TS_ERR_FORMAT, "%s: %s: id must be an integer in [0, %d)", t->path, where,
+                        BPE_MAX_ID);
+    *id = (int32_t)json_integer_value(v);
+    return TS_OK;
+}
+
+/* Sizes the per-id tables: the highest id in model.vocab and added_tokens. */
+static ts_status bpe_count_ids(ts_bpe *t, const json_t *vocab, const json_t *added) {
+    int32_t max_id = -1, id;
+    const char *key;
+    const json_t *v;
+    json_object_foreach((json_t *)vocab, key, v) {
+        char where[96];
+        snprintf(where, sizeof where, "model.vocab['%.48s']", key);
+        TS_TRY(bpe_id_value(t, v, where, &id));
+        if (id > max_id) max_id = id;
+    }
+    size_t i;
+    json_array_foreach(added, i, v) {
+        TS_TRY(bpe_id_value(t, json_object_get(v, "id"), "added_tokens[].id", &id));
+        if (id > max_id) max_id = id;
+    }
+    if (max_id < 0) return ts_error(TS_ERR_FORMAT, "%s: model.vocab: empty", t->path);
+    t->n_ids = max_id + 1;
+    size_t n = (size_t)t->n_ids;
+    t->tok_off = calloc(n, sizeof *t->tok_off);
+    t->tok_len = calloc(n, sizeof *t->tok_len);
+    t->key_off = calloc(n, sizeof *t->key_off);
+    t->key_len = calloc(n, sizeof *t->key_len);
+    t->tok_flags = calloc(n, sizeof *t->tok_flags);
+    if (!t->tok_off || !t->tok_len || !t->key_off || !t->key_len || !t->tok_flags)
+        return ts_error(TS_ERR_NOMEM, "%s: out of memory for %zu ids", t->path, n);
+    return TS_OK;
+}
+
+static ts_status bpe_load_vocab(ts_bpe *t, const json_t *vocab, ts_strbuf *blob, ts_strbuf *keys) {
+    size_t n = json_object_size(vocab);
+    size_t slots = bpe_table_size(n);
+    t->vocab_slots = malloc(slots * sizeof *t->vocab_slots);
+    if (!t->vocab_slots) return ts_error(TS_ERR_NOMEM, "%s: out of memory", t->path);
+    memset(t->vocab_slots, 0xff, slots * sizeof *t->vocab_slots);
+    t->vocab_mask = slots - 1;
+    for (int b = 0; b < 256; b++)
+        t->byte_id[b] = -1;
+
+    const char *key;
+    const json_t *v;
+    json_object_foreach((json_t *)vocab, key, v) {
+        int32_t id = (int32_t)json_integer_value(v);
+        size_t klen = strlen(key);
+        if (t->tok_flags[id] & BPE_TOK_PRESENT)
+            return ts_error(TS_ERR_FORMAT, "%s: model.vocab: id %d is given to two tokens", t->path,
+                            (int)id);
+        if (klen == 0) return ts_error(TS_ERR_FORMAT, "%s: model.vocab: empty token", t->path);
+        t->key_off[id] = (uint32_t)keys->len;
+        t->key_len[id] = (uint32_t)klen;
+        TS_TRY(ts_strbuf_append(keys, key, klen));
+        /* Decoded bytes: the alphabet undone when the whole spelling is in the alphabet, else
+         * the spelling itself (what HF's ByteLevel decoder does). Only the former can ever be
+         * produced by merging bytes. */
+        TS_TRY(ts_strbuf_reserve(blob, klen));
+        size_t blen;
+        t->tok_off[id] = (uint32_t)blob->len;
+        uint8_t flags = BPE_TOK_PRESENT;
+        if (bpe_spelling_to_bytes(key, klen, blob->data + blob->len, &blen)) {
+            flags |= BPE_TOK_BYTES;
+            if (blen == 1) t->byte_id[(uint8_t)blob->data[blob->len]] = id;
+        } else {
+            memcpy(blob->data + blob->len, key, klen);
+            blen = klen;
+        }
+        blob->len += blen;
+        t->tok_len[id] = (uint32_t)blen;
+        t->tok_flags[id] = flags;
+    }
+    /* keys is complete only now, so the hash table is filled afterwards. */
+    t->keys = keys->data;
+    for (int32_t id = 0; id < t->n_ids; id++) {
+        if (!(t->tok_flags[id] & BPE_TOK_PRESENT)) continue;
+        size_t i = bpe_hash(t->keys + t->key_off[id], t->key_len[id]) & t->vocab_mask;
+        while (t->vocab_slots[i] >= 0)
+            i = (i + 1) & t->vocab_mask;
+        t->vocab_slots[i] = id;
+    }
+    for (int b = 0; b < 256; b++)
+        if (t->byte_id[b] < 0)
+            return ts_error(TS_ERR_UNSUPPORTED,
+                            "%s: model.vocab: no token for byte 0x%02x (byte-level BPE needs all "
+                            "256 bytes)",
+                            t->path, b);
+    return TS_OK;
+}
+
+static ts_status bpe_merge_part(const ts_bpe *t, size_t index, const char *s, size_t n,
+                                int32_t *id) {
+    *id = bpe_vocab_find(t, s, n);
+    if (*id < 0)
+        return ts_error(TS_ERR_FORMAT, "%s: model.merges[%zu]: '%.*s' is not in model.vocab",
+                        t->path, index, (int)(n > 64 ? 64 : n), s);
+    return TS_OK;
+}
+
+static ts_status bpe_load_merges(ts_bpe *t, const json_t *merges) {
+    size_t n = json_array_size(merges);
+    if (n > (size_t)INT32_MAX / 4)
+        return ts_error(TS_ERR_RANGE, "%s: model.merges: too many merges", t->path);
+    size_t slots = bpe_table_size(n);
+    t->merges = malloc(slots * sizeof *t->merges);
+    if (!t->merges) return ts_error(TS_ERR_NOMEM, "%s: out of memory for merges", t->path);
+    for (size_t i = 0; i < slots; i++)
+        t->merges[i].key = BPE_EMPTY_KEY;
+    t->merge_mask = slots - 1;
+
+    char *joined = NULL;
+    size_t joined_cap = 0;
+    ts_status st = TS_OK;
+    size_t index;
+    const json_t *m;
+    json_array_foreach(merges, index, m) {
+        const char *a, *b;
+        size_t alen, blen;
+        /* Two forms: "left right" (split at the only space; spellings never contain one) or
+         * ["left", "right"]. */
+        if (json_is_string(m)) {
+            a = json_string_value(m);
+            const char *sp = strchr(a, ' ');
+            if (!sp || strchr(sp + 1, ' ') || json_string_length(m) != strlen(a)) {
+                st = ts_error(TS_ERR_FORMAT, "%s: model.merges[%zu]: expected \"left right\"",
+                              t->path, index);
+                break;
+            }
+            alen = (size_t)(sp - a);
+            b = sp + 1;
+            blen = strlen(b);
+        } else if (json_is_array(m) && json_array_size(m) == 2 &&
+                   json_is_string(json_array_get(m, 0)) && json_is_string(json_array_get(m, 1))) {
+            a = json_string_value(json_array_get(m, 0));
+            b = json_string_value(json_array_get(m, 1));
+            alen = json_string_length(json_array_get(m, 0));
+            blen = json_string_length(json_array_get(m, 1));
+        } else {
+            st = ts_error(TS_ERR_FORMAT, "%s: model.merges[%zu]: expected a string or a pair",
+                          t->path, index);
+            break;
+        }
+        int32_t left, right, merged;
+        if ((st = bpe_merge_part(t, index, a, alen, &left)) != TS_OK) break;
+        if ((st = bpe_merge_part(t, index, b, blen, &right)) != TS_OK) break;
+        if (alen + blen > joined_cap) {
+            joined_cap = 2 * (alen + blen);
+            free(joined);
+            joined = malloc(joined_cap);
+            if (!joined) {
+                st = ts_error(TS_ERR_NOMEM, "%s: out of memory", t->path);
+                break;
+            }
+        }
+        memcpy(joined, a, alen);
+        memcpy(joined + alen, b, blen);
+        if ((st = bpe_merge_part(t, index, joined, alen + blen, &merged)) != TS_OK) break;
+        /* A pair listed twice keeps its later rank, as in HF (a map built in list order). */
+        uint64_t key = ((uint64_t)(uint32_t)left << 32) | (uint32_t)right;
+        size_t i = bpe_mix(key) & t->merge_mask;
+        while (t->merges[i].key != BPE_EMPTY_KEY && t->merges[i].key != key)
+            i = (i + 1) & t->merge_mask;
+        t->merges[i].key = key;
+        t->merges[i].rank = (int32_t)index;
+        t->merges[i].new_id = merged;
+    }
+    free(joined);
+    return st;
+}
+
+/* ---- loading: added tokens ----------------------------------------------------------------- */
+
+ts_status bpe_nfc(const char *s, size_t n, char **out, size_t *out_len) {
+    utf8proc_uint8_t *dst = NULL;
+    utf8proc_ssize_t r = utf8proc_map((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)n, &dst,
+                                      UTF8PROC_STABLE | UTF8PROC_COMPOSE);
+    if (r < 0) {
+        free(dst);
+        return ts_error(r == UTF8PROC_ERROR_NOMEM ? TS_ERR_NOMEM : TS_ERR_INVALID,
+                        "NFC normalization failed: %s", utf8proc_errmsg(r));
+    }
+    *out = (char *)dst;
+    *out_len = (size_t)r;
+    return TS_OK;
+}
+
+static int bpe_added_order(const ts_bpe *t, int32_t x, int32_t y) {
+    const bpe_added *a = &t->added[x], *b = &t->added[y];
+    uint8_t fa = (uint8_t)a->pattern[0], fb = (uint8_t)b->pattern[0];
+    if (fa != fb) return fa < fb ? -1 : 1;
+    if (a->pattern_len != b->pattern_len) return a->pattern_len > b->pattern_len ? -1 : 1;
+    return x < y ? -1 : x > y;
+}
+
+static ts_status bpe_build_matcher(ts_bpe *t, bpe_matcher *m, bool normalized) {
+    m->order = malloc((size_t)(t->n_added ? t->n_added : 1) * sizeof *m->order);
+    if (!m->order) return ts_error(TS_ERR_NOMEM, "%s: out of memory", t->path);
+    m->n = 0;
+    for (int i = 0; i < t->n_added; i++)
+        if (t->added[i].normalized == normalized) m->order[m->n++] = i;
+    /* Insertion sort: a few dozen tokens in the files we load. */
+    for (int i = 1; i < m->n; i++) {
+        int32_t x = m->order[i];
+        int j = i - 1;
+        while (j >= 0 && bpe_added_order(t, m->order[j], x) > 0) {
+            m->order[j + 1] = m->order[j];
+            j--;
+        }
+        m->order[j + 1] = x;
+    }
+    int k = 0;
+    for (int b = 0; b <= 256; b++) {
+        while (k < m->n && (uint8_t)t->added[m->order[k]].pattern[0] < b)
+            k++;
+        m->first[b] = k;
+    }
+    return TS_OK;
+}
+
+/* HF does not take an added token's id from the file: a token spelled like a vocab entry gets
+ * that entry's id, the others get ids in list order after the vocabulary (model.vocab's entry
+ * count). A file whose ids disagree would tokenize differently in HF and here; refuse it. */
+static ts_status bpe_load_added(ts_bpe *t, const json_t *added, size_t vocab_len, ts_strbuf *blob) {
+    int64_t max_assigned = -1;
+    size_t n = json_array_size(added);
+    t->added = calloc(n ? n : 1, sizeof *t->added);
+    if (!t->added) return ts_error(TS_ERR_NOMEM, "%s: out of memory", t->path);
+    size_t i;
+    const json_t *a;
+    json_array_foreach(added, i, a) {
+        char where[64];
+        snprintf(where, sizeof where, "added_tokens[%zu]", i);
+        if (!json_is_object(a))
+            return ts_error(TS_ERR_FORMAT, "%s: %s: expected an object", t->path, where);
+        const json_t *content = json_object_get(a, "content");
+        if (!json_is_string(content) || json_string_length(content) == 0 ||
+            json_string_length(content) != strlen(json_string_value(content)))
+            return ts_error(TS_ERR_FORMAT, "%s: %s.content: expected a non-empty string", t->path,
+                            where);
+        const char *text = json_string_value(content);
+        size_t len = strlen(text);
+        bpe_added *tok = &t->added[t->n_added];
+        TS_TRY(bpe_id_value(t, json_object_get(a, "id"), where, &tok->id));
+        /* HF requires both flags; the others may be left out here (false). */
+        if (!json_is_boolean(json_object_get(a, "special")) ||
+            !json_is_boolean(json_object_get(a, "normalized")))
+            return ts_error(TS_ERR_FORMAT,
+                            "%s: %s: needs \"special\" and \"normalized\" (true or "
+                            "false)",
+                            t->path, where);
+        TS_TRY(bpe_bool(t, a, where, "special", false, &tok->special));
+        TS_TRY(bpe_bool(t, a, where, "normalized", false, &tok->normalized));
+        static const char *const refused[] = {"single_word", "lstrip", "rstrip"};
+        for (int r = 0; r < 3; r++) {
+            bool on;
+            TS_TRY(bpe_bool(t, a, where, refused[r], false, &on));
+            if (on)
+                return ts_error(TS_ERR_UNSUPPORTED, "%s: %s.%s: only false is supported", t->path,
+                                where, refused[r]);
+        }
+        for (int j = 0; j < t->n_added; j++) {
+            if (strcmp(t->added[j].content, text) == 0)
+                return ts_error(TS_ERR_FORMAT, "%s: %s: content '%s' is listed twice", t->path,
+                                where, text);
+            if (t->added[j].id == tok->id)
+                return ts_error(TS_ERR_FORMAT, "%s: %s: id %d is listed twice", t->path, where,
+                                (int)tok->id);
+        }
+        int64_t expect = bpe_vocab_find(t, text, len);
+        if (expect < 0)
+            expect = max_assigned >= (int64_t)vocab_len ? max_assigned + 1 : (int64_t)vocab_len;
+        if (tok->id != expect)
+            return ts_error(TS_ERR_FORMAT,
+                            "%s: %s: id %d, but Hugging Face gives '%s' id %lld (added tokens "
+                            "take a vocab entry's id, or the next id after the vocabulary)",
+                            t->path, where, (int)tok->id, text, (long long)expect);
+        if (expect > max_assigned) max_assigned = expect;
+        tok->content = strdup(text);
+        if (!tok->content) return ts_error(TS_ERR_NOMEM, "%s: out of memory", t->path);
+        t->n_added++;
+        if (tok->normalized && t->nfc) {
+            TS_TRY(bpe_nfc(text, len, &tok->pattern, &tok->pattern_len));
+        } else {
+            tok->pattern = strdup(text);
+            if (!tok->pattern) return ts_error(TS_ERR_NOMEM, "%s: out of memory", t->path);
+            tok->pattern_len = len;
+        }
+        uint8_t *flags = &t->tok_flags[tok->id];
+        if (*flags & BPE_TOK_PRESENT) {
+            /* Also a vocab entry: only consistent when it is the same token. */
+            if (t->key_len[tok->id] != len || memcmp(t->keys + t->key_off[tok->id], text, len))
+                return ts_error(TS_ERR_FORMAT, "%s: %s: id %d is also model.vocab token '%.*s'",
+                                t->path, where, (int)tok->id, (int)t->key_len[tok->id],
+                                t->keys + t->key_off[tok->id]);
+        } else {
+            /* The decoder treats an added token like any other: alphabet undone if possible. */
+            TS_TRY(ts_strbuf_reserve(blob, len));
+            size_t blen;
+            if (!bpe_spelling_to_bytes(text, len, blob->data + blob->len, &blen)) {
+                memcpy(blob->data + blob->len, text, len);
+                blen = len;
+            }
+            t->tok_off[tok->id] = (uint32_t)blob->len;
+            t->tok_len[tok->id] = (uint32_t)blen;
+            blob->len += blen;
+            *flags = BPE_TOK_PRESENT;
+        }
+        *flags |= BPE_TOK_ADDED | (tok->special ? BPE_TOK_SPECIAL : 0);
+    }
+    TS_TRY(bpe_build_matcher(t, &t->raw_match, false));
+    return bpe_build_matcher(t, &t->norm_match, true);
+}
+
+/* ---- loading: normalizer, pre-tokenizer, decoder ------------------------------------------ */
+
+static ts_status bpe_load_normalizer(ts_bpe *t, const json_t *norm) {
+    if (bpe_null(norm)) return TS_OK;
+    const char *type = bpe_type(norm);
+    if (strcmp(type, "NFC") == 0) {
+        t->nfc = true;
+        return TS_OK;
+    }
+    if (strcmp(type, "Sequence") == 0) {
+        const json_t *list = json_object_get(norm, "normalizers");
+        size_t i;
+        const json_t *n;
+        if (!json_is_array(list))
+            return ts_error(TS_ERR_FORMAT, "%s: normalizer.normalizers: expected an array",
+                            t->path);
+        json_array_foreach(list, i, n) {
+            if (strcmp(bpe_type(n), "NFC") != 0)
+                return ts_error(TS_ERR_UNSUPPORTED,
+                                "%s: normalizer.normalizers[%zu].type '%s': only NFC is supported",
+                                t->path, i, bpe_type(n));
+            t->nfc = true;
+        }
+        return TS_OK;
+    }
+    return ts_error(TS_ERR_UNSUPPORTED, "%s: normalizer.type '%s': only NFC or null is supported",
+                    t->path, type);
+}
+
+/* Rewrites the escapes whose meaning differs between Oniguruma (HF) and PCRE2. */
+static ts_status bpe_translate_regex(const ts_bpe *t, const char *where, const char *re,
+                                     ts_strbuf *out) {
+    for (size_t i = 0; re[i]; i++) {
+        if (re[i] != '\\' || !re[i + 1]) {
+            TS_TRY(ts_strbuf_append(out, re + i, 1));
+            continue;
+        }
+        char c = re[++i];
+        if (c == 's')
+            TS_TRY(ts_strbuf_append(out, "\\p{White_Space}", 15));
+        else if (c == 'S')
+            TS_TRY(ts_strbuf_append(out, "\\P{White_Space}", 15));
+        else if (c == 'v')
+            TS_TRY(ts_strbuf_append(out, "\\x{0B}", 6));
+        else if (strchr("wWbBhHRXKNQ", c))
+            return ts_error(TS_ERR_UNSUPPORTED,
+                            "%s: %s: escape \\%c means different things in HF's regex engine and "
+                            "ours",
+                            t->path, where, c);
+        else {
+            char two[2] = {'\\', c};
+            TS_TRY(ts_strbuf_append(out, two, 2));
+        }
+    }
+    return TS_OK;
+}
+
+static ts_status bpe_add_split(ts_bpe *t, const char *where, const char *pattern, bool literal) {
+    if (t->n_split == BPE_MAX_SPLITS)
+        return ts_error(TS_ERR_UNSUPPORTED, "%s: %s: more than %d splitting steps", t->path, where,
+                        BPE_MAX_SPLITS);
+    ts_strbuf re = {0};
+    ts_status st = literal ? ts_strbuf_append(&re, pattern, strlen(pattern))
+                           : bpe_translate_regex(t, where, pattern, &re);
+    if (st != TS_OK) {
+        ts_strbuf_free(&re);
+        return st;
+    }
+    int err;
+    PCRE2_SIZE off;
+    uint32_t opts = literal ? PCRE2_UTF | PCRE2_LITERAL /* the only options LITERAL allows */
+                            : PCRE2_UTF | PCRE2_UCP | PCRE2_NEVER_BACKSLASH_C;
+    pcre2_code *code = pcre2_compile((PCRE2_SPTR)re.data, re.len, opts, &err, &off, NULL);
+    ts_strbuf_free(&re);
+    if (!code) {
+        PCRE2_UCHAR msg[160];
+        pcre2_get_error_message(err, msg, sizeof msg);
+        return ts_error(TS_ERR_FORMAT, "%s: %s: regex does not compile: %s (near offset %zu)",
+                        t->path, where, (const char *)msg, (size_t)off);
+    }
+    t->split_jit[t->n_split] = pcre2_jit_compile(code, PCRE2_JIT_COMPLETE) == 0;
+    uint32_t caps = 0;
+    pcre2_pattern_info(code, PCRE2_INFO_CAPTURECOUNT, &caps);
+    if (caps > t->max_captures) t->max_captures = caps;
+    t->split[t->n_split++] = code;
+    return TS_OK;
+}
+
+/* The pattern HF's ByteLevel pre-tokenizer applies itself when use_regex is true (GPT-2's). */
+static const char bpe_gpt2_pattern[] =
+    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
+
+static ts_status bpe_load_pretok_step(ts_bpe *t, const json_t *p, const char *where,
+                                      bool *byte_level) {
+    const char *type = bpe_type(p);
+    if (*byte_level)
+        return ts_error(TS_ERR_UNSUPPORTED, "%s: %s: nothing may follow ByteLevel", t->path, where);
+    char field[96];
+    if (strcmp(type, "Split") == 0) {
+        const json_t *pat = json_object_get(p, "pattern");
+        const json_t *re = json_object_get(pat, "Regex");
+        const json_t *lit = json_object_get(pat, "String");
+        const json_t *behavior = json_object_get(p, "behavior");
+        bool invert;
+        TS_TRY(bpe_bool(t, p, where, "invert", false, &invert));
+        if (!json_is_string(behavior) || strcmp(json_string_value(behavior), "Isolated") != 0)
+            return ts_error(TS_ERR_UNSUPPORTED, "%s: %s.behavior: only Isolated is supported",
+                            t->path, where);
+        if (invert)
+            return ts_error(TS_ERR_UNSUPPORTED, "%s: %s.invert: only false is supported", t->path,
+                            where);
+        snprintf(field, sizeof field, "%s.pattern", where);
+        if (json_is_string(re)) return bpe_add_split(t, field, json_string_value(re), false);
+        if (json_is_string(lit) && json_string_length(lit) > 0)
+            return bpe_add_split(t, field, json_string_value(lit), true);
+        return ts_error(TS_ERR_FORMAT, "%s: %s: expected {\"Regex\": ...} or {\"String\": ...}",
+                        t->path, field);
+    }
+    if (strcmp(type, "ByteLevel") == 0) {
+        bool prefix, use_regex;
+        TS_TRY(bpe_bool(t, p, where, "add_prefix_space", true, &prefix));
+        TS_TRY(bpe_bool(t, p, where, "use_regex", true, &use_regex));
+        if (prefix)
+            return ts_error(TS_ERR_UNSUPPORTED, "%s: %s.add_prefix_space: only false is supported",
+                            t->path, where);
+        *byte_level = true;
+        snprintf(field, sizeof field, "%s (use_regex)", where);
+        return use_regex ? bpe_add_split(t, field, bpe_gpt2_pattern, false) : TS_OK;
+    }
+    return ts_error(TS_ERR_UNSUPPORTED, "%s: %s.type '%s': only Split and ByteLevel are supported",
+                    t->path, where, type);
+}
+
+static ts_status bpe_load_pretok(ts_bpe *t, const json_t *pre) {
+    bool byte_level = false;
+    if (bpe_null(pre))
+        return ts_error(TS_ERR_UNSUPPORTED, "%s: pre_tokenizer: null (not byte-level)", t->path);
+    if (strcmp(bpe_type(pre), "Sequence") == 0) {
+        const json_t *list = json_object_get(pre, "pretokenizers");
+        if (!json_is_array(list))
+            return ts_error(TS_ERR_FORMAT, "%s: pre_tokenizer.pretokenizers: expected an array",
+                            t->path);
+        size_t i;
+        const json_t *p;
+        json_array_foreach(list, i, p) {
+            char where[64];
+            snprintf(where, sizeof where, "pre_tokenizer.pretokenizers[%zu]", i);
+            TS_TRY(bpe_load_pretok_step(t, p, where, &byte_level));
+        }
+    } else {
+        TS_TRY(bpe_load_pretok_step(t, pre, "pre_tokenizer", &byte_level));
+    }
+    if (!byte_level)
+        return ts_error(TS_ERR_UNSUPPORTED, "%s: pre_tokenizer: no ByteLevel step", t->path);
+    return TS_OK;
+}
+
+static ts_status bpe_load_model(ts_bpe *t, const json_t *model, ts_strbuf *blob, ts_strbuf *keys) {
+    if (!json_is_object(model)) return ts_error(TS_ERR_FORMAT, "%s: model: missing", t->path);
+    const char *type = bpe_type(model);
+    if (*type && strcmp(type, "BPE") != 0)
+        return ts_error(TS_ERR_UNSUPPORTED, "%s: model.type '%s': only BPE is supported", t->path,
+                        type);
+    if (!bpe_null(json_object_get(model, "dropout")))
+        return ts_error(TS_ERR_UNSUPPORTED, "%s: model.dropout: only null is supported", t->path);
+    TS_TRY(bpe_empty_string(t, model, "model", "continuing_subword_prefix"));
+    TS_TRY(bpe_empty_string(t, model, "model", "end_of_word_suffix"));
+    /* unk_token, fuse_unk and byte_fallback only act on characters missing from the vocab,
+     * which cannot happen once all 256 byte tokens are present (checked below). */
+    TS_TRY(bpe_bool(t, model, "model", "ignore_merges", false, &t->ignore_merges));
+    const json_t *vocab = json_object_get(model, "vocab");
+    const json_t *merges = json_object_get(model, "merges");
+    if (!json_is_object(vocab))
+        return ts_error(TS_ERR_FORMAT, "%s: model.vocab: expected an object", t->path);
+    if (!bpe_null(merges) && !json_is_array(merges))
+        return ts_error(TS_ERR_FORMAT, "%s: model.merges: expected an array", t->path);
+    TS_TRY(bpe_load_vocab(t, vocab, blob, keys));
+    return bpe_load_merges(t, merges); /* absent or null: no merges */
+}
+
+static ts_status bpe_parse(ts_bpe *t, const json_t *root) {
+    if (!json_is_object(root)) return ts_error(TS_ERR_FORMAT, "%s: not a JSON object", t->path);
+    if (!bpe_null(json_object_get(root, "truncation")))
+        return ts_error(TS_ERR_UNSUPPORTED, "%s: truncation: only null is supported", t->path);
+    if (!bpe_null(json_object_get(root, "padding")))
+        return ts_error(TS_ERR_UNSUPPORTED, "%s: padding: only null is supported", t->path);
+    const json_t *decoder = json_object_get(root, "decoder");
+    if (strcmp(bpe_type(decoder), "ByteLevel") != 0)
+        return ts_error(TS_ERR_UNSUPPORTED, "%s: decoder.type '%s': only ByteLevel is supported",
+                        t->path, bpe_type(decoder));
+    /* post_processor only matters to HF's add_special_tokens=True; ts_bpe_encode never adds
+     * tokens (the chat template does), so it is not read. */
+    const json_t *model = json_object_get(root, "model");
+    const json_t *vocab = json_object_get(model, "vocab");
+    const json_t *added = json_object_get(root, "added_tokens");
+    if (!bpe_null(added) && !json_is_array(added))
+        return ts_error(TS_ERR_FORMAT, "%s: added_tokens: expected an array", t->path);
+    json_t *no_added = json_array();
+    if (!no_added) return ts_error(TS_ERR_NOMEM, "%s: out of memory", t->path);
+    if (bpe_null(added)) added = no_added;
+    ts_strbuf blob = {0}, keys = {0};
+    ts_status st = bpe_load_normalizer(t, json_object_get(root, "normalizer"));
+    if (st == TS_OK) st = bpe_load_pretok(t, json_object_get(root, "pre_tokenizer"));
+    if (st == TS_OK && !json_is_object(vocab))
+        st = ts_error(TS_ERR_FORMAT, "%s: model.vocab: expected an object", t->path);
+    if (st == TS_OK) st = bpe_count_ids(t, vocab, added);
+    if (st == TS_OK) st = bpe_load_model(t, model, &blob, &keys);
+    if (st == TS_OK) st = bpe_load_added(t, added, json_object_size(vocab), &blob);
+    json_decref(no_added);
+    t->blob = blob.data;
+    t->keys = keys.data;
+    return st;
+}
+
+ts_status ts_bpe_load(const char *path, ts_bpe **out) {
+    *out = NULL;
+    ts_bpe *t = calloc(1, sizeof *t);
+    if (!t) return ts_error(TS_ERR_NOMEM, "%s: out of memory", path);
+    pthread_mutex_init(&t->pool_lock, NULL);
+    t->path = strdup(path);
+    if (!t->path) {
+        ts_bpe_free(t);
+        return ts_error(TS_ERR_NOMEM, "%s: out of memory", path);
+    }
+    char *buf;
+    size_t n = 0;
+    ts_status st = bpe_read_file(path, &buf, &n);
+    if (st != TS_OK) {
+        ts_bpe_free(t);
+        return st;
+    }
+    json_error_t jerr;
+    json_t *root = json_loadb(buf, n, 0, &jerr);
+    free(buf);
+    if (!root) {
+        ts_bpe_free(t);
+        return ts_error(TS_ERR_FORMAT, "%s: line %d column %d: %s", path, jerr.line, jerr.column,
+                        jerr.text);
+    }
+    st = bpe_parse(t, root);
+    json_decref(root);
+    if (st != TS_OK) {
+        ts_bpe_free(t);
+        return st;
+    }
+    *out = t;
+    return TS_OK;
+}
+
+void ts_bpe_free(ts_bpe *t) {
+    if (!t) return;
+    bpe_pool_free(t);
+    pthread_mutex_destroy(&t->pool_lock);
+    for (int i = 0; i < t->n_split; i++)
+        pcre2_code_free(t->split[i]);
+    for (int i = 0; i < t->n_added; i++) {
+        free(t->added[i].content);
+        free(t->added[i].pattern);
+    }
+    free(t->added);
+    free(t->raw_match.order);
+    free(t->norm_match.order);
+    free(t->merges);
+    free(t->vocab_slots);
+    free(t->tok_off);
+    free(t->tok_len);
+    free(t->key_off);
+    free(t->key_len);
+    free(t->tok_flags);
+    free(t->blob);
+    free(t->keys);
+    free(t->path);
+    free(t);
+}

@@ -1,0 +1,87 @@
+/* UTF-8 helpers, a growable byte buffer, and the incremental detokenizer.
+ *
+ * Invalid input policy (used by the tokenizers and by every decode path): each *maximal
+ * subpart* of an ill-formed sequence becomes one U+FFFD. A maximal subpart is the longest
+ * prefix of a well-formed sequence that the input contains (e.g. E2 82 followed by 'A' is one
+ * subpart; C0 80 is two, since C0 can never start a sequence). This is the Unicode standard's
+ * recommended practice, and what Python's bytes.decode('utf-8', errors='replace') and Rust's
+ * String::from_utf8_lossy (hence Hugging Face tokenizers' decode) do. */
+#ifndef TS_TEXT_UTF8_H
+#define TS_TEXT_UTF8_H
+
+#include "tessera.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define TS_UTF8_REPLACEMENT "\xEF\xBF\xBD" /* U+FFFD */
+
+typedef enum {
+    TS_UTF8_CHAR,      /* a whole, valid character */
+    TS_UTF8_INVALID,   /* an ill-formed maximal subpart (becomes one U+FFFD) */
+    TS_UTF8_TRUNCATED, /* the input ends inside a sequence that could still become valid */
+} ts_utf8_kind;
+
+/* Classifies the bytes at s[0..n), n >= 1. *len gets the bytes consumed: the character's
+ * length, the maximal subpart's length, or n when truncated. *cp gets the code point for
+ * TS_UTF8_CHAR (U+FFFD otherwise). */
+ts_utf8_kind ts_utf8_next(const char *s, size_t n, uint32_t *cp, size_t *len);
+
+/* True when s[0..n) is entirely well-formed UTF-8. */
+bool ts_utf8_valid(const char *s, size_t n);
+
+/* Writes cp (<= 0x10FFFF, not a surrogate) as UTF-8 into out; returns the length (1-4), or 0
+ * for an invalid code point. */
+size_t ts_utf8_encode(uint32_t cp, char out[4]);
+
+/* ---- growable byte buffer ------------------------------------------------------------------ */
+
+/* Zero-initialise ({0}) before use; the owner frees data with ts_strbuf_free. data is kept
+ * NUL-terminated whenever it is non-NULL (the NUL is not counted in len). */
+typedef struct {
+    char *data;
+    size_t len;
+    size_t cap;
+} ts_strbuf;
+
+ts_status ts_strbuf_reserve(ts_strbuf *b, size_t extra);
+ts_status ts_strbuf_append(ts_strbuf *b, const char *s, size_t n);
+void ts_strbuf_free(ts_strbuf *b);
+
+/* Appends s[0..n) to out with the invalid-input policy above applied. */
+ts_status ts_utf8_append_lossy(ts_strbuf *out, const char *s, size_t n);
+
+/* ---- incremental detokenizer ------------------------------------------------------------- */
+
+/* Where the detokenizer reads token bytes; implemented by each tokenizer (BPE, SentencePiece).
+ * token_bytes returns the raw bytes of id (NULL when id is out of range; a valid id with no
+ * bytes returns "" and 0). is_special says whether skip_special drops the id. */
+typedef struct {
+    const void *ctx;
+    const char *(*token_bytes)(const void *ctx, int32_t id, size_t *len);
+    bool (*is_special)(const void *ctx, int32_t id);
+} ts_token_source;
+
+/* Streams text out of token ids, one id at a time: emits only whole UTF-8 characters, holds
+ * back the bytes of a character that a later token may complete, and replaces ill-formed
+ * bytes by U+FFFD as soon as they are known to be ill-formed. Pushing ids one by one and then
+ * flushing yields exactly the text of a one-shot lossy decode of all their bytes. */
+typedef struct ts_detok ts_detok;
+
+/* src is copied; the tokenizer behind it must outlive the detokenizer. */
+ts_status ts_detok_create(const ts_token_source *src, bool skip_special, ts_detok **out);
+void ts_detok_free(ts_detok *d);
+
+/* Feeds one id. *text and *len receive the newly completed text (possibly empty), which stays
+ * valid until the next call on d. TS_ERR_RANGE for an id the tokenizer does not know (the
+ * state is unchanged). */
+ts_status ts_detok_push(ts_detok *d, int32_t id, const char **text, size_t *len);
+
+/* Ends the stream: held-back bytes come out as U+FFFD. d is then ready for a new stream. */
+ts_status ts_detok_flush(ts_detok *d, const char **text, size_t *len);
+
+/* Forgets held-back bytes without emitting them. */
+void ts_detok_reset(ts_detok *d);
+
+#endif
