@@ -1,6 +1,7 @@
 #include "base/threadpool.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 
@@ -122,5 +123,12 @@ void ts_pool_run(ts_pool *pool, ts_pool_fn fn, void *ctx) {
     pthread_cond_broadcast(&pool->cv);
     pthread_mutex_unlock(&pool->mu);
     fn(ctx, 0, pool->n);
-    while (atomic_load_explicit(&pool->pending, memory_order_acquire) > 0) cpu_relax();
+    /* spin while the others finish; yield when it takes long, so a descheduled worker (more
+     * threads than free cores) can run instead of us burning its core */
+    for (long spins = 0; atomic_load_explicit(&pool->pending, memory_order_acquire) > 0; spins++) {
+        if (spins < SPIN_ITERS)
+            cpu_relax();
+        else
+            sched_yield();
+    }
 }

@@ -19,6 +19,8 @@ int cmd_bench(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_detokenize(int argc, char **argv);
 int cmd_chat(int argc, char **argv);
+int cmd_ppl(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
 
 /* Prints "tessera: <what>: <ts_last_error()>" and returns CLI_EXIT_ERROR. */
 int cli_fail(const char *what);

@@ -14,6 +14,11 @@ static const struct {
                      "[--ignore-eos]"},
     {"chat", cmd_chat, "chat -m MODEL [--system TEXT] [--think] [-n MAX] [--temp T] [--seed S] "
                        "[--threads K]"},
+    {"serve", cmd_serve, "serve -m MODEL [--host 127.0.0.1] [--port 8080] [--ctx N] "
+                         "[--max-pending 32] [--max-tokens-cap N] [--threads K] [--api-key KEY] "
+                         "[--alias NAME] [--cache-mb 1024] [--max-body-kb 4096] [--drain-ms 10000]"},
+    {"ppl", cmd_ppl, "ppl -m MODEL -f FILE [--ctx 512] [--stride 256] [--max-tokens N] "
+                     "[--threads K]"},
     {"tokenize", cmd_tokenize, "tokenize -m MODEL [--special] TEXT"},
     {"detokenize", cmd_detokenize, "detokenize -m MODEL [--skip-special] ID..."},
     {"logits", cmd_logits, "logits -m MODEL --ids 1,2,3 [-o FILE] [--threads K]"},
