@@ -100,6 +100,9 @@ ts_status ts_engine_slot_clear(ts_engine *engine, int slot);
 int ts_engine_slot_len(const ts_engine *engine, int slot);
 /* Copies the whole state of slot src into slot dst (snapshot / restore). */
 ts_status ts_engine_slot_copy(ts_engine *engine, int src, int dst);
+/* Bytes of sequence state one slot holds for n_ctx tokens (KV cache + recurrent state): what a
+ * snapshot costs, to size a prefix cache before creating the engine. */
+size_t ts_model_state_bytes(const ts_model *model, int n_ctx);
 /* What runs the engine, e.g. "cpu avx512 x2" (backend, kernel set, threads). */
 const char *ts_engine_describe(const ts_engine *engine);
 

@@ -1,0 +1,178 @@
+#!/usr/bin/env python3
+"""Serving benchmark for `tessera serve`: time to first token (short prompt, multi-turn
+follow-up, reasoning prompt) with and without prefix reuse, server overhead per request, and
+the time to admit or refuse a request.
+
+    python3 bench/serve_bench.py [--bin build/tessera] [--model DIR] [--reps 5] [--json]
+
+Without --model a tiny random model is built (tessera synth --preset tiny + the fixture
+tokenizer): that measures the server, not the model. Goals (issue 4): the follow-up's TTFT
+within 10% of the short prompt's; admission/refusal under 1 ms."""
+import argparse
+import http.client
+import json
+import os
+import statistics
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "py"))
+import server_util  # noqa: E402
+
+
+def stream_ttft(port, path, body):
+    """Seconds to the first content or reasoning delta, and the whole request."""
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
+    t0 = time.perf_counter()
+    c.request("POST", path, json.dumps(dict(body, stream=True)),
+              {"Content-Type": "application/json"})
+    r = c.getresponse()
+    first = None
+    while True:
+        line = r.fp.readline()
+        if not line:
+            break
+        if not line.startswith(b"data: "):
+            continue
+        data = line[6:].strip()
+        if data == b"[DONE]":
+            break
+        ev = json.loads(data)
+        ch = ev.get("choices") or [{}]
+        d = ch[0].get("delta", {})
+        if first is None and (d.get("content") or d.get("reasoning_content") or ch[0].get("text")):
+            first = time.perf_counter() - t0
+    total = time.perf_counter() - t0
+    c.close()
+    return first if first is not None else total, total
+
+
+def median_ms(xs):
+    return statistics.median(xs) * 1e3
+
+
+SYSTEM = "You are a careful assistant. Answer briefly and precisely. " * 20
+
+
+def conversation(turns):
+    msgs = [{"role": "system", "content": SYSTEM}]
+    for q, a in turns:
+        msgs.append({"role": "user", "content": q})
+        if a is not None:
+            msgs.append({"role": "assistant", "content": a})
+    return msgs
+
+
+def bench_ttft(srv, reps, max_tokens):
+    out = {}
+    short = {"messages": [{"role": "user", "content": "What is 2 + 2?"}], "temperature": 0,
+             "max_tokens": max_tokens}
+    out["short"] = median_ms([stream_ttft(srv.port, "/v1/chat/completions",
+                                          dict(short, seed=i))[0] for i in range(reps)])
+    # multi-turn: the first turn is answered, then the follow-up is timed (a fresh question
+    # each repetition so that only the shared history can be reused)
+    follow = []
+    for i in range(reps):
+        first_q = f"Tell me about topic {i}."
+        _, _, r = srv.post("/v1/chat/completions",
+                           {"messages": conversation([(first_q, None)]), "temperature": 0,
+                            "max_tokens": max_tokens})
+        answer = r["choices"][0]["message"]["content"]
+        body = {"messages": conversation([(first_q, answer), ("And why?", None)]),
+                "temperature": 0, "max_tokens": max_tokens}
+        follow.append(stream_ttft(srv.port, "/v1/chat/completions", body)[0])
+    out["follow_up"] = median_ms(follow)
+    think = {"messages": [{"role": "user", "content": "Think about 17 * 23."}], "temperature": 0,
+             "max_tokens": max_tokens, "chat_template_kwargs": {"enable_thinking": True}}
+    out["reasoning"] = median_ms([stream_ttft(srv.port, "/v1/chat/completions", think)[0]
+                                  for _ in range(reps)])
+    return out
+
+
+def bench_overhead(srv, reps):
+    """Client latency of a 1-token request minus the worker's own time (from /metrics)."""
+    lat, work = [], []
+    body = {"prompt": "Hi", "max_tokens": 1, "temperature": 0}
+    for i in range(reps * 4):
+        m0 = srv.metrics()
+        t0 = time.perf_counter()
+        srv.post("/v1/completions", body)
+        lat.append(time.perf_counter() - t0)
+        m1 = srv.metrics()
+        work.append(m1["tessera_ttft_seconds_sum"] - m0["tessera_ttft_seconds_sum"])
+    health = []
+    for _ in range(reps * 4):
+        t0 = time.perf_counter()
+        srv.request("GET", "/health")
+        health.append(time.perf_counter() - t0)
+    return {"request_ms": median_ms(lat), "worker_ms": median_ms(work),
+            "overhead_ms": median_ms([a - b for a, b in zip(lat, work)]),
+            "health_ms": median_ms(health)}
+
+
+def bench_admission(bin_args, reps):
+    """Time to refuse (503) with the cap reached, and to admit (until the job is queued:
+    measured as the 1-token request on an idle server minus its worker time, above)."""
+    with server_util.Server("--max-pending", "1", "--debug-step-delay-ms", "100", *bin_args) as s:
+        c = http.client.HTTPConnection("127.0.0.1", s.port, timeout=60)
+        c.request("POST", "/v1/completions", json.dumps({"prompt": "x", "max_tokens": 200,
+                                                         "stream": True}),
+                  {"Content-Type": "application/json"})
+        r = c.getresponse()
+        r.fp.readline()
+        refuse = []
+        conn = http.client.HTTPConnection("127.0.0.1", s.port, timeout=10)
+        body = json.dumps({"prompt": "x", "max_tokens": 1})
+        for _ in range(reps * 10):
+            t0 = time.perf_counter()
+            conn.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
+            resp = conn.getresponse()
+            resp.read()
+            refuse.append(time.perf_counter() - t0)
+            assert resp.status == 503
+        c.close()
+    return {"refuse_ms": median_ms(refuse)}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bin")
+    ap.add_argument("--model")
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--max-tokens", type=int, default=8)
+    ap.add_argument("--threads", default=None)
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args()
+    if a.bin:
+        os.environ["TS_SERVER_BIN"] = os.path.abspath(a.bin)
+    extra = ["--threads", a.threads] if a.threads else []
+    model = a.model or server_util.tiny_model()
+    res = {"model": model}
+    for name, args in (("cache", []), ("no_cache", ["--cache-mb", "0"])):
+        with server_util.Server(*args, *extra, model=model) as srv:
+            res[name] = bench_ttft(srv, a.reps, a.max_tokens)
+            if name == "cache":
+                res["overhead"] = bench_overhead(srv, a.reps)
+    res["admission"] = bench_admission(extra, a.reps)
+    c = res["cache"]
+    res["goals"] = {
+        "follow_up_within_10pct_of_short": c["follow_up"] <= 1.10 * c["short"],
+        "refusal_under_1ms": res["admission"]["refuse_ms"] < 1.0,
+    }
+    if a.json:
+        print(json.dumps(res, indent=2))
+        return
+    print(f"model: {model}")
+    print(f"{'TTFT (median ms)':24} {'prefix reuse':>14} {'no reuse':>10}")
+    for k in ("short", "follow_up", "reasoning"):
+        print(f"{k:24} {res['cache'][k]:14.2f} {res['no_cache'][k]:10.2f}")
+    o = res["overhead"]
+    print(f"1-token request {o['request_ms']:.2f} ms = worker {o['worker_ms']:.2f} ms + server "
+          f"overhead {o['overhead_ms']:.2f} ms; GET /health {o['health_ms']:.2f} ms")
+    print(f"refusal (503 server_busy) round trip: {res['admission']['refuse_ms']:.3f} ms")
+    print("goals:", ", ".join(f"{k}={'yes' if v else 'NO'}" for k, v in res["goals"].items()))
+
+
+if __name__ == "__main__":
+    main()

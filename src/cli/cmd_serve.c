@@ -1,0 +1,61 @@
+/* tessera serve: the OpenAI-compatible HTTP server (see src/serve/README.md, docs/API.md). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "serve/serve.h"
+
+int cmd_serve(int argc, char **argv) {
+    serve_opts o;
+    serve_opts_default(&o);
+    const char *v, *env = getenv("TESSERA_API_KEY");
+    if (env && *env) o.api_key = env;
+    long x, body_kb = 4096;
+    for (int i = 1; i < argc; i++) {
+#define INT_OPT(name, lo, hi, field)                                                               \
+    if ((v = cli_opt_value(argc, argv, &i, NULL, name))) {                                         \
+        if (!cli_parse_int(v, lo, hi, &x)) return cli_usage("bad %s '%s'", name, v);               \
+        field = x;                                                                                 \
+        continue;                                                                                  \
+    }
+        if ((v = cli_opt_value(argc, argv, &i, "-m", "--model"))) {
+            o.model_path = v;
+            continue;
+        }
+        if ((v = cli_opt_value(argc, argv, &i, NULL, "--host"))) {
+            o.host = v;
+            continue;
+        }
+        if ((v = cli_opt_value(argc, argv, &i, NULL, "--api-key"))) {
+            o.api_key = v;
+            continue;
+        }
+        if ((v = cli_opt_value(argc, argv, &i, NULL, "--alias"))) {
+            o.alias = v;
+            continue;
+        }
+        if ((v = cli_opt_value(argc, argv, &i, NULL, "--device"))) {
+            if (strcmp(v, "cpu") != 0) return cli_usage("--device %s: only cpu is built", v);
+            continue;
+        }
+        INT_OPT("--port", 0, 65535, o.port)
+        INT_OPT("--ctx", 1, 1 << 24, o.n_ctx)
+        INT_OPT("-c", 1, 1 << 24, o.n_ctx)
+        INT_OPT("--max-pending", 1, 4096, o.max_pending)
+        INT_OPT("--max-tokens-cap", 1, 1 << 24, o.max_tokens_cap)
+        INT_OPT("--threads", 1, 1024, o.n_threads)
+        INT_OPT("-t", 1, 1024, o.n_threads)
+        INT_OPT("--cache-mb", 0, 1 << 20, o.cache_mb)
+        INT_OPT("--max-body-kb", 1, 1 << 20, body_kb)
+        INT_OPT("--drain-ms", 0, 3600 * 1000, o.drain_ms)
+        /* testing aids: slow decode (cancellation tests) and slow loading (503 model_loading) */
+        INT_OPT("--debug-step-delay-ms", 0, 60000, o.step_delay_ms)
+        INT_OPT("--debug-load-delay-ms", 0, 600000, o.load_delay_ms)
+#undef INT_OPT
+        return cli_usage("serve: unknown option '%s'", argv[i]);
+    }
+    if (!o.model_path || !*o.model_path) return cli_usage("serve needs -m MODEL");
+    if (o.api_key && !*o.api_key) return cli_usage("--api-key must not be empty");
+    o.max_body = (size_t)body_kb << 10;
+    return serve_run(&o);
+}

@@ -1,0 +1,289 @@
+#include "serve/decode.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/status.h"
+
+#define PREFILL_CHUNK 256
+
+ts_status serve_decoder_init(serve_decoder *d, const serve_decoder_opts *o) {
+    memset(d, 0, sizeof *d);
+    d->o = *o;
+    d->think_open = d->think_close = -1;
+    d->n_vocab = ts_engine_n_vocab(o->engine);
+    d->n_ctx = ts_engine_n_ctx(o->engine);
+    d->logits = malloc((size_t)d->n_vocab * sizeof *d->logits);
+    d->gen_count = calloc((size_t)d->n_vocab, sizeof *d->gen_count);
+    d->seen = calloc((size_t)d->n_vocab, 1);
+    d->seq = malloc((size_t)d->n_ctx * sizeof *d->seq);
+    d->pos = malloc((size_t)d->n_ctx * sizeof *d->pos);
+    d->slot = calloc((size_t)d->n_ctx, sizeof *d->slot);
+    d->want = malloc(PREFILL_CHUNK);
+    if (!d->want || !d->logits || !d->gen_count || !d->seen || !d->seq || !d->pos || !d->slot)
+        return ts_error(TS_ERR_NOMEM, "out of memory for the decoder");
+    return TS_OK;
+}
+
+void serve_decoder_free(serve_decoder *d) {
+    free(d->logits);
+    free(d->gen_count);
+    free(d->seen);
+    free(d->seq);
+    free(d->pos);
+    free(d->slot);
+    free(d->want);
+    memset(d, 0, sizeof *d);
+}
+
+static bool cancelled(const serve_job *j) { return atomic_load(&j->cancel); }
+
+/* Runs seq[from, to) through slot 0 (which must hold exactly `from` tokens), in chunks so a
+ * cancel is seen between them; logits of the last token when want_logits. */
+static ts_status prefill(serve_decoder *d, serve_job *j, int from, int to, bool want_logits) {
+    for (int a = from; a < to;) {
+        if (j && cancelled(j)) return TS_ERR_CANCELLED;
+        int n = to - a < PREFILL_CHUNK ? to - a : PREFILL_CHUNK;
+        for (int i = 0; i < n; i++) d->pos[i] = a + i;
+        bool logits = want_logits && a + n == to;
+        /* an explicit "no logits" list: without one the engine computes the last token's */
+        memset(d->want, 0, (size_t)n);
+        if (logits) d->want[n - 1] = 1;
+        ts_batch b = {n, d->seq + a, d->pos, d->slot, d->want};
+        TS_TRY(ts_engine_forward(d->o.engine, &b, logits ? d->logits : NULL));
+        a += n;
+    }
+    return TS_OK;
+}
+
+/* Copies slot 0 (holding seq[0, len)) into a snapshot slot. */
+static void snapshot(serve_decoder *d, int len) {
+    int dst = serve_prefix_cache_store(d->o.cache, d->seq, len);
+    if (dst < 0) return;
+    if (ts_engine_slot_copy(d->o.engine, 0, dst) != TS_OK) serve_prefix_cache_drop(d->o.cache, dst);
+}
+
+static ts_status sink(void *ctx, serve_channel ch, const char *s, size_t n) {
+    serve_job *j = ctx;
+    if (!n) return TS_OK;
+    pthread_mutex_lock(&j->mu);
+    ts_status st = TS_OK;
+    if (j->n_seg == j->cap_seg) {
+        int cap = j->cap_seg ? 2 * j->cap_seg : 64;
+        serve_segment *p = realloc(j->seg, (size_t)cap * sizeof *p);
+        if (!p) st = ts_error(TS_ERR_NOMEM, "out of memory");
+        else j->seg = p, j->cap_seg = cap;
+    }
+    if (st == TS_OK) {
+        size_t off = j->text.len;
+        st = ts_strbuf_append(&j->text, s, n);
+        if (st == TS_OK) j->seg[j->n_seg++] = (serve_segment){ch, off, n};
+    }
+    pthread_mutex_unlock(&j->mu);
+    return st;
+}
+
+static void apply_penalties(serve_decoder *d, const serve_job *j) {
+    float rep = j->repetition_penalty, fr = j->frequency_penalty, pr = j->presence_penalty;
+    if (rep == 1.0f && fr == 0.0f && pr == 0.0f) return;
+    for (int t = 0; t < d->n_vocab; t++) {
+        if (!d->seen[t]) continue;
+        float *l = &d->logits[t];
+        if (rep != 1.0f) *l = *l > 0 ? *l / rep : *l * rep;
+        if (d->gen_count[t]) *l -= fr * (float)d->gen_count[t] + pr;
+    }
+}
+
+/* Log-probabilities of the (penalised) distribution: the chosen token and the k best. */
+static void compute_logprobs(const serve_decoder *d, int32_t chosen, int k, serve_logprob *out) {
+    const float *l = d->logits;
+    float mx = -INFINITY;
+    for (int t = 0; t < d->n_vocab; t++)
+        if (l[t] > mx) mx = l[t];
+    double sum = 0;
+    for (int t = 0; t < d->n_vocab; t++) sum += exp((double)(l[t] - mx));
+    float lse = mx + (float)log(sum);
+    out->id = chosen;
+    out->logprob = l[chosen] - lse;
+    out->n_top = 0;
+    for (int t = 0; t < d->n_vocab && k > 0; t++) {
+        if (isnan(l[t])) continue;
+        int n = out->n_top;
+        if (n == k && l[t] - lse <= out->top_lp[n - 1]) continue;
+        int i = n < k ? n++ : n - 1;
+        while (i > 0 && out->top_lp[i - 1] < l[t] - lse) {
+            out->top_lp[i] = out->top_lp[i - 1];
+            out->top_id[i] = out->top_id[i - 1];
+            i--;
+        }
+        out->top_lp[i] = l[t] - lse;
+        out->top_id[i] = t;
+        out->n_top = n;
+    }
+}
+
+static ts_status push_logprob(serve_job *j, const serve_logprob *lp) {
+    ts_status st = TS_OK;
+    pthread_mutex_lock(&j->mu);
+    if (j->n_lp == j->cap_lp) {
+        int cap = j->cap_lp ? 2 * j->cap_lp : 64;
+        serve_logprob *p = realloc(j->lp, (size_t)cap * sizeof *p);
+        if (!p) st = ts_error(TS_ERR_NOMEM, "out of memory");
+        else j->lp = p, j->cap_lp = cap;
+    }
+    if (st == TS_OK) j->lp[j->n_lp++] = *lp;
+    pthread_mutex_unlock(&j->mu);
+    return st;
+}
+
+static void wake(serve_job *j) {
+    pthread_mutex_lock(&j->mu);
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+}
+
+static void sleep_ms(int ms) {
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* Restores the best snapshot into slot 0 (or clears it); returns the tokens reused. */
+static int restore_prefix(serve_decoder *d, const serve_job *j) {
+    const serve_snapshot *s = serve_prefix_cache_find(d->o.cache, j->ids, j->n_ids, j->n_ids - 1);
+    if (s && ts_engine_slot_copy(d->o.engine, s->slot, 0) == TS_OK) return s->len;
+    ts_engine_slot_clear(d->o.engine, 0);
+    return 0;
+}
+
+/* Prefills the prompt after `start`, stopping at the snapshot points on the way. */
+static ts_status prefill_prompt(serve_decoder *d, serve_job *j, int start) {
+    int n = j->n_ids, points[2], np = 0;
+    if (d->o.cache->n > 0) {
+        if (j->snapshot_at > start && j->snapshot_at < n - 1) points[np++] = j->snapshot_at;
+        if (n - 1 > start) points[np++] = n - 1;
+    }
+    int at = start;
+    for (int p = 0; p < np; p++) {
+        TS_TRY(prefill(d, j, at, points[p], false));
+        snapshot(d, points[p]);
+        at = points[p];
+    }
+    return prefill(d, j, at, n, true);
+}
+
+static ts_status decode(serve_decoder *d, serve_job *j, serve_finish *how) {
+    ts_sampler *smp = NULL;
+    ts_detokenizer *dt = NULL;
+    serve_textout to;
+    serve_textout_init(&to, d->think_open, d->think_close, j->in_think, j->stops, j->n_stops,
+                       sink, j);
+    ts_status st = ts_sampler_create(&j->sp, d->n_vocab, &smp);
+    if (st == TS_OK) st = ts_detokenizer_create(d->o.tok, true, &dt);
+    *how = SERVE_FINISH_LENGTH;
+    for (int k = 0; st == TS_OK && k < j->max_tokens; k++) {
+        if (cancelled(j)) {
+            *how = SERVE_FINISH_CANCELLED;
+            break;
+        }
+        double t0 = serve_now();
+        apply_penalties(d, j);
+        int32_t tok = ts_sampler_sample(smp, d->logits);
+        serve_logprob lp;
+        if (j->top_logprobs >= 0) compute_logprobs(d, tok, j->top_logprobs, &lp);
+        d->seq[d->n_seq++] = tok;
+        d->gen_count[tok]++;
+        d->seen[tok] = 1;
+        d->answer_pending = true;
+        pthread_mutex_lock(&j->mu);
+        if (k == 0) j->t_first_token = serve_now();
+        if (k == j->cap_ids) {
+            int cap = j->cap_ids ? 2 * j->cap_ids : 64;
+            int32_t *p = realloc(j->out_ids, (size_t)cap * sizeof *p);
+            if (p) j->out_ids = p, j->cap_ids = cap;
+        }
+        if (k < j->cap_ids) j->out_ids[k] = tok;
+        else st = ts_error(TS_ERR_NOMEM, "out of memory");
+        j->completion_tokens = k + 1;
+        pthread_mutex_unlock(&j->mu);
+        if (k == 0) serve_metrics_ttft(d->o.metrics, j->t_first_token - j->t_submit);
+        bool stopped = false;
+        if (!j->ignore_eos && ts_tokenizer_is_eog(d->o.tok, tok)) {
+            stopped = true;
+        } else {
+            const char *text = NULL;
+            size_t len = 0;
+            if (ts_detokenizer_push(dt, tok, &text, &len) != TS_OK) len = 0;
+            st = serve_textout_token(&to, tok, text, len, &stopped);
+        }
+        if (st == TS_OK && j->top_logprobs >= 0) st = push_logprob(j, &lp);
+        wake(j);
+        if (stopped) {
+            *how = SERVE_FINISH_STOP;
+            break;
+        }
+        if (k + 1 == j->max_tokens || d->n_seq >= d->n_ctx) break; /* length */
+        if (d->o.step_delay_ms > 0) sleep_ms(d->o.step_delay_ms);
+        int32_t p = d->n_seq - 1;
+        ts_batch b = {1, &tok, &p, d->slot, NULL};
+        if (st == TS_OK) st = ts_engine_forward(d->o.engine, &b, d->logits);
+        serve_metrics_token_latency(d->o.metrics, serve_now() - t0);
+    }
+    if (st == TS_OK && (*how == SERVE_FINISH_LENGTH)) {
+        const char *text = NULL;
+        size_t len = 0;
+        if (ts_detokenizer_flush(dt, &text, &len) == TS_OK && len) {
+            bool stopped = false;
+            st = serve_textout_token(&to, -1, text, len, &stopped);
+        }
+        if (st == TS_OK) st = serve_textout_finish(&to);
+    } else if (st == TS_OK && *how == SERVE_FINISH_STOP) {
+        st = serve_textout_finish(&to); /* held text that was not a stop (end of generation) */
+    }
+    serve_textout_free(&to);
+    ts_detokenizer_free(dt);
+    ts_sampler_free(smp);
+    return st;
+}
+
+void serve_decoder_run(serve_decoder *d, serve_job *j, serve_finish *how, char *err,
+                       size_t err_size) {
+    *how = SERVE_FINISH_ERROR;
+    d->answer_pending = false;
+    memcpy(d->seq, j->ids, (size_t)j->n_ids * sizeof *j->ids);
+    d->n_seq = j->n_ids;
+    memset(d->gen_count, 0, (size_t)d->n_vocab * sizeof *d->gen_count);
+    memset(d->seen, 0, (size_t)d->n_vocab);
+    for (int i = 0; i < j->n_ids; i++) d->seen[j->ids[i]] = 1;
+
+    int start = restore_prefix(d, j);
+    pthread_mutex_lock(&j->mu);
+    j->prompt_tokens = j->n_ids;
+    j->cached_tokens = start;
+    pthread_mutex_unlock(&j->mu);
+    ts_status st = cancelled(j) ? TS_ERR_CANCELLED : prefill_prompt(d, j, start);
+    if (st == TS_OK && cancelled(j)) st = TS_ERR_CANCELLED;
+    if (st == TS_OK) {
+        serve_metrics_tokens(d->o.metrics, j->n_ids, start, j->n_ids - start, 0);
+        st = decode(d, j, how);
+        serve_metrics_tokens(d->o.metrics, 0, 0, 0, j->completion_tokens);
+    }
+    if (st == TS_ERR_CANCELLED) {
+        *how = SERVE_FINISH_CANCELLED;
+    } else if (st != TS_OK) {
+        *how = SERVE_FINISH_ERROR;
+        snprintf(err, err_size, "%s", ts_last_error());
+    }
+    if (*how == SERVE_FINISH_CANCELLED || *how == SERVE_FINISH_ERROR) d->answer_pending = false;
+}
+
+void serve_decoder_snapshot_answer(serve_decoder *d) {
+    if (!d->answer_pending || d->o.cache->n == 0) return;
+    d->answer_pending = false;
+    int held = ts_engine_slot_len(d->o.engine, 0);
+    if (held != d->n_seq - 1 || d->n_seq > d->n_ctx) return;
+    if (prefill(d, NULL, held, d->n_seq, false) != TS_OK) return;
+    snapshot(d, d->n_seq);
+}

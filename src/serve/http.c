@@ -1,0 +1,227 @@
+#include "serve/http.h"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+
+static const struct {
+    const char *path;
+    const char *method;
+} routes[] = {
+    [ROUTE_CHAT] = {"/v1/chat/completions", "POST"},
+    [ROUTE_COMPLETIONS] = {"/v1/completions", "POST"},
+    [ROUTE_MODELS] = {"/v1/models", "GET"},
+    [ROUTE_HEALTH] = {"/health", "GET"},
+    [ROUTE_METRICS] = {"/metrics", "GET"},
+    [ROUTE_TOKENIZE] = {"/tokenize", "POST"},
+    [ROUTE_DETOKENIZE] = {"/detokenize", "POST"},
+};
+
+enum MHD_Result serve_send_json(serve_conn *cn, struct MHD_Connection *c, int status,
+                                char *json) {
+    if (!json) {
+        static const char oom[] = "{\"error\":{\"message\":\"out of memory\",\"type\":"
+                                  "\"server_error\",\"param\":null,\"code\":\"internal_error\"}}";
+        json = strdup(oom);
+        status = 500;
+        if (!json) return MHD_NO;
+    }
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(strlen(json), json, MHD_RESPMEM_MUST_FREE);
+    if (!r) {
+        free(json);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, "Content-Type", "application/json");
+    if (status == 503) MHD_add_response_header(r, "Retry-After", "1");
+    if (status == 405) MHD_add_response_header(r, "Allow", routes[cn->route].method);
+    if (status == 401) MHD_add_response_header(r, "WWW-Authenticate", "Bearer");
+    cn->status = status;
+    enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+enum MHD_Result serve_send_error(serve_conn *cn, struct MHD_Connection *c, const serve_error *e) {
+    return serve_send_json(cn, c, e->status, serve_error_json(e));
+}
+
+bool serve_client_gone(struct MHD_Connection *c) {
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (!ci) return false;
+    struct pollfd p = {ci->connect_fd, POLLIN | POLLRDHUP, 0};
+    if (poll(&p, 1, 0) <= 0) return false;
+    if (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) return true;
+    char b;
+    return recv(ci->connect_fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
+}
+
+/* Constant-time: the time taken does not depend on where the strings differ. */
+static bool key_equal(const char *given, const char *want) {
+    size_t lg = strlen(given), lw = strlen(want);
+    unsigned diff = (unsigned)(lg ^ lw);
+    for (size_t i = 0; i < lw; i++) diff |= (unsigned char)want[i] ^ (unsigned char)given[i % (lg ? lg : 1)];
+    return diff == 0 && lg == lw;
+}
+
+static bool authorized(serve_server *s, struct MHD_Connection *c) {
+    if (!s->o.api_key) return true;
+    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+    if (!h || strncasecmp(h, "Bearer ", 7) != 0) return false;
+    h += 7;
+    while (*h == ' ') h++;
+    return key_equal(h, s->o.api_key);
+}
+
+static bool json_content_type(struct MHD_Connection *c) {
+    const char *ct = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Type");
+    if (!ct) return false;
+    while (*ct == ' ') ct++;
+    size_t n = strlen("application/json");
+    return strncasecmp(ct, "application/json", n) == 0 &&
+           (ct[n] == 0 || ct[n] == ';' || ct[n] == ' ');
+}
+
+static int find_route(const char *url) {
+    for (int i = 0; i < ROUTE_UNKNOWN; i++)
+        if (strcmp(url, routes[i].path) == 0) return i;
+    return ROUTE_UNKNOWN;
+}
+
+/* Everything decided from the request line and headers, in the documented order:
+ * route, method, API key, loading, content type, declared body size. */
+static enum MHD_Result check_headers(serve_conn *cn, struct MHD_Connection *c, const char *url,
+                                     const char *method, bool *done) {
+    serve_server *s = cn->srv;
+    serve_error e;
+    *done = true;
+    if (cn->route == ROUTE_UNKNOWN) {
+        serve_fail(&e, 404, "not_found", NULL, "no route %.100s %.200s", method, url);
+        return serve_send_error(cn, c, &e);
+    }
+    if (strcmp(method, routes[cn->route].method) != 0) {
+        serve_fail(&e, 405, "method_not_allowed", NULL, "%.200s takes %s, not %.20s",
+                   routes[cn->route].path, routes[cn->route].method, method);
+        return serve_send_error(cn, c, &e);
+    }
+    if (cn->route != ROUTE_HEALTH && !authorized(s, c)) {
+        serve_fail(&e, 401, "invalid_api_key", NULL, "missing or wrong API key (send "
+                   "'Authorization: Bearer KEY')");
+        return serve_send_error(cn, c, &e);
+    }
+    if (serve_worker_state(s->worker) != SERVE_READY) {
+        serve_fail(&e, 503, "model_loading", NULL, "the model is still loading");
+        return serve_send_error(cn, c, &e);
+    }
+    if (strcmp(method, "POST") == 0) {
+        if (!json_content_type(c)) {
+            serve_fail(&e, 415, "unsupported_media_type", NULL,
+                       "the body must be sent as Content-Type: application/json");
+            return serve_send_error(cn, c, &e);
+        }
+        const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
+        if (cl) {
+            char *end;
+            unsigned long long n = strtoull(cl, &end, 10);
+            if (n > s->o.max_body) {
+                serve_fail(&e, 413, "request_body_too_large", NULL,
+                           "the body of %llu bytes is over the limit of %zu bytes", n,
+                           s->o.max_body);
+                return serve_send_error(cn, c, &e);
+            }
+        }
+    }
+    *done = false;
+    return MHD_YES;
+}
+
+static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *url,
+                               const char *method, const char *version, const char *upload,
+                               size_t *upload_size, void **con_cls) {
+    (void)version;
+    serve_server *s = cls;
+    serve_conn *cn = *con_cls;
+    if (!cn) {
+        cn = calloc(1, sizeof *cn);
+        if (!cn) return MHD_NO;
+        cn->srv = s;
+        cn->route = find_route(url);
+        *con_cls = cn;
+        bool done;
+        enum MHD_Result r = check_headers(cn, c, url, method, &done);
+        if (!done) cn->phase = 1;
+        return r;
+    }
+    if (cn->phase != 1) return MHD_YES; /* a response is already queued: ignore the body */
+    if (*upload_size) {
+        /* a body without Content-Length (chunked) is bounded while it streams in; past twice
+         * the cap the connection is dropped rather than read to its end */
+        cn->received += *upload_size;
+        if (cn->received > s->o.max_body) {
+            cn->too_large = true;
+            ts_strbuf_free(&cn->body);
+            if (cn->received > 2 * s->o.max_body + (1u << 20)) return MHD_NO;
+        } else if (ts_strbuf_append(&cn->body, upload, *upload_size) != TS_OK) {
+            return MHD_NO;
+        }
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    cn->phase = 2;
+    if (cn->too_large) {
+        serve_error e;
+        serve_fail(&e, 413, "request_body_too_large", NULL, "the body is over the limit of %zu "
+                   "bytes", s->o.max_body);
+        return serve_send_error(cn, c, &e);
+    }
+    return strcmp(method, "POST") == 0 ? serve_route_post(cn, c) : serve_route_get(cn, c);
+}
+
+static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
+                      enum MHD_RequestTerminationCode toe) {
+    (void)c;
+    (void)toe;
+    serve_server *s = cls;
+    serve_conn *cn = *con_cls;
+    if (!cn) return;
+    if (cn->status) serve_metrics_request(&s->metrics, cn->route, cn->status);
+    ts_strbuf_free(&cn->body);
+    free(cn);
+    *con_cls = NULL;
+}
+
+struct MHD_Daemon *serve_http_start(serve_server *s, unsigned *port) {
+    struct addrinfo hints = {0}, *ai = NULL;
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+    char ps[16];
+    snprintf(ps, sizeof ps, "%d", s->o.port);
+    if (getaddrinfo(s->o.host, ps, &hints, &ai) != 0 || !ai) {
+        fprintf(stderr, "tessera: serve: cannot resolve host '%s'\n", s->o.host);
+        return NULL;
+    }
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
+                     MHD_USE_POLL | MHD_USE_ITC | MHD_USE_ERROR_LOG;
+    if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
+    struct MHD_Daemon *d = MHD_start_daemon(
+        flags, (uint16_t)s->o.port, NULL, NULL, handler, s, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+        MHD_OPTION_NOTIFY_COMPLETED, completed, s, MHD_OPTION_CONNECTION_LIMIT, (unsigned)1024,
+        /* request line + headers must fit in this per-connection pool: the header cap */
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 * 1024), MHD_OPTION_CONNECTION_TIMEOUT,
+        (unsigned)600, MHD_OPTION_END);
+    freeaddrinfo(ai);
+    if (!d) {
+        fprintf(stderr, "tessera: serve: cannot listen on %s:%d\n", s->o.host, s->o.port);
+        return NULL;
+    }
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
+    *port = di ? di->port : (unsigned)s->o.port;
+    return d;
+}

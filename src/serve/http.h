@@ -1,0 +1,59 @@
+/* The HTTP side: libmicrohttpd in thread-per-connection mode (a connection's thread may block
+ * while its job runs), routing, limits, auth, and the route handlers. */
+#ifndef TS_SERVE_HTTP_H
+#define TS_SERVE_HTTP_H
+
+#include <microhttpd.h>
+#include <stdatomic.h>
+
+#include "serve/metrics.h"
+#include "serve/openai.h"
+#include "serve/serve.h"
+#include "serve/worker.h"
+
+enum {
+    ROUTE_CHAT,
+    ROUTE_COMPLETIONS,
+    ROUTE_MODELS,
+    ROUTE_HEALTH,
+    ROUTE_METRICS,
+    ROUTE_TOKENIZE,
+    ROUTE_DETOKENIZE,
+    ROUTE_UNKNOWN
+};
+
+typedef struct {
+    serve_opts o;
+    serve_worker *worker;
+    serve_metrics metrics;
+    struct MHD_Daemon *daemon;
+    char model_id[256];
+    const char *model_ids[3]; /* the names a request's "model" may use */
+    long long started;
+    atomic_bool shutting_down;
+    atomic_int open_jobs; /* generation requests whose response is not finished */
+} serve_server;
+
+/* Per-request state (MHD's con_cls). */
+typedef struct {
+    serve_server *srv;
+    int route;
+    int phase; /* 0 headers seen, 1 receiving the body */
+    ts_strbuf body;
+    size_t received;
+    bool too_large;
+    int status;
+} serve_conn;
+
+struct MHD_Daemon *serve_http_start(serve_server *s, unsigned *port);
+
+/* ---- used by the route handlers (routes.c) ---- */
+enum MHD_Result serve_send_json(serve_conn *cn, struct MHD_Connection *c, int status, char *json);
+enum MHD_Result serve_send_error(serve_conn *cn, struct MHD_Connection *c, const serve_error *e);
+/* True when the client closed its end of the connection. */
+bool serve_client_gone(struct MHD_Connection *c);
+
+enum MHD_Result serve_route_post(serve_conn *cn, struct MHD_Connection *c);
+enum MHD_Result serve_route_get(serve_conn *cn, struct MHD_Connection *c);
+
+#endif

@@ -1,0 +1,54 @@
+#include "serve/job.h"
+
+#include <stdlib.h>
+#include <time.h>
+
+#include "base/status.h"
+
+double serve_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+ts_status serve_job_create(serve_job **out) {
+    serve_job *j = calloc(1, sizeof *j);
+    if (!j) return ts_error(TS_ERR_NOMEM, "out of memory");
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_mutex_init(&j->mu, NULL);
+    pthread_cond_init(&j->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    atomic_init(&j->cancel, false);
+    atomic_init(&j->refs, 1);
+    j->top_logprobs = -1;
+    j->repetition_penalty = 1.0f;
+    *out = j;
+    return TS_OK;
+}
+
+void serve_job_ref(serve_job *j) { atomic_fetch_add(&j->refs, 1); }
+
+void serve_job_unref(serve_job *j) {
+    if (!j || atomic_fetch_sub(&j->refs, 1) != 1) return;
+    free(j->ids);
+    for (int i = 0; i < j->n_stops; i++) free(j->stops[i]);
+    ts_strbuf_free(&j->text);
+    free(j->seg);
+    free(j->lp);
+    free(j->out_ids);
+    pthread_mutex_destroy(&j->mu);
+    pthread_cond_destroy(&j->cv);
+    free(j);
+}
+
+void serve_job_wait_locked(serve_job *j, int n_seg, int n_lp, int timeout_ms) {
+    if (j->finish != SERVE_RUNNING || j->n_seg > n_seg || j->n_lp > n_lp) return;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    ts.tv_nsec += (long)timeout_ms * 1000000L;
+    ts.tv_sec += ts.tv_nsec / 1000000000L;
+    ts.tv_nsec %= 1000000000L;
+    pthread_cond_timedwait(&j->cv, &j->mu, &ts);
+}

@@ -1,0 +1,85 @@
+/* A generation job: what preparation produced, and what the worker sends back.
+ *
+ * The HTTP thread fills the input, submits the job and then only reads the output under the
+ * job's mutex; the worker appends output and finally sets exactly one terminal state. The job
+ * is shared by reference count (the HTTP side and the worker each hold one). */
+#ifndef TS_SERVE_JOB_H
+#define TS_SERVE_JOB_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+
+#include "serve/stop.h"
+#include "serve/textout.h"
+
+#define SERVE_MAX_TOP_LOGPROBS 20
+
+typedef enum {
+    SERVE_RUNNING = 0,
+    SERVE_FINISH_STOP,      /* end-of-generation token or a stop string */
+    SERVE_FINISH_LENGTH,    /* max_tokens or the context window */
+    SERVE_FINISH_CANCELLED, /* the client left or the server shut down */
+    SERVE_FINISH_ERROR,
+} serve_finish;
+
+typedef struct {
+    int32_t id;
+    float logprob;
+    int n_top;
+    int32_t top_id[SERVE_MAX_TOP_LOGPROBS];
+    float top_lp[SERVE_MAX_TOP_LOGPROBS];
+} serve_logprob;
+
+/* A run of output text of one channel: bytes [off, off+len) of serve_job.text. */
+typedef struct {
+    serve_channel ch;
+    size_t off, len;
+} serve_segment;
+
+typedef struct serve_job {
+    /* ---- input: set before submit, read-only afterwards ---- */
+    int32_t *ids; /* the whole prompt, owned */
+    int n_ids;
+    int max_tokens;
+    ts_sampler_params sp;
+    float presence_penalty, frequency_penalty, repetition_penalty;
+    char *stops[SERVE_MAX_STOPS]; /* owned */
+    int n_stops;
+    bool in_think;     /* the prompt ends inside <think> */
+    bool ignore_eos;
+    int top_logprobs;  /* -1 = no logprobs */
+    int snapshot_at;   /* a prompt position worth a snapshot (start of the last turn), or 0 */
+
+    /* ---- shared: under mu ---- */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    atomic_bool cancel; /* set by the HTTP side (client left) or at shutdown */
+    ts_strbuf text;
+    serve_segment *seg;
+    int n_seg, cap_seg;
+    serve_logprob *lp;
+    int n_lp, cap_lp;
+    int32_t *out_ids; /* generated ids, [completion_tokens] */
+    int cap_ids;
+    serve_finish finish;
+    char error[256];
+    int prompt_tokens, cached_tokens, completion_tokens;
+    bool started; /* the worker dequeued it */
+    double t_submit, t_first_token, t_done;
+
+    atomic_int refs;
+} serve_job;
+
+/* A job with one reference (the caller's). */
+ts_status serve_job_create(serve_job **out);
+void serve_job_ref(serve_job *j);
+void serve_job_unref(serve_job *j);
+
+/* Waits up to timeout_ms for the output to grow past (n_seg, n_lp) or for the job to end;
+ * called with mu held (cond wait). */
+void serve_job_wait_locked(serve_job *j, int n_seg, int n_lp, int timeout_ms);
+
+double serve_now(void);
+
+#endif

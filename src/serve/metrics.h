@@ -1,0 +1,46 @@
+/* Server counters, gauges and latency histograms, rendered as Prometheus text (GET /metrics).
+ * Updated from the HTTP threads and the worker; one mutex, held only for a few adds. */
+#ifndef TS_SERVE_METRICS_H
+#define TS_SERVE_METRICS_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "text/utf8.h"
+
+#define SERVE_METRICS_ROUTES   8
+#define SERVE_METRICS_STATUSES 10
+#define SERVE_HIST_BUCKETS     14
+
+typedef struct {
+    uint64_t count[SERVE_HIST_BUCKETS + 1]; /* last = +Inf */
+    double sum;
+    uint64_t n;
+} serve_hist;
+
+typedef struct {
+    pthread_mutex_t mu;
+    uint64_t requests[SERVE_METRICS_ROUTES][SERVE_METRICS_STATUSES];
+    uint64_t prompt_tokens, completion_tokens, cached_tokens, prefill_tokens;
+    uint64_t rejected, cancelled, cancelled_queued, errors;
+    int queued, running;
+    serve_hist ttft, token_latency;
+} serve_metrics;
+
+/* route names, in the order of the index the HTTP side passes */
+extern const char *const serve_metrics_route_names[SERVE_METRICS_ROUTES];
+
+void serve_metrics_init(serve_metrics *m);
+void serve_metrics_free(serve_metrics *m);
+void serve_metrics_request(serve_metrics *m, int route, int status);
+void serve_metrics_tokens(serve_metrics *m, int prompt, int cached, int prefilled,
+                          int completion);
+void serve_metrics_ttft(serve_metrics *m, double seconds);
+void serve_metrics_token_latency(serve_metrics *m, double seconds);
+void serve_metrics_gauges(serve_metrics *m, int queued, int running);
+/* what: 0 rejected (busy), 1 cancelled while running, 2 cancelled while queued, 3 error */
+void serve_metrics_event(serve_metrics *m, int what);
+ts_status serve_metrics_render(serve_metrics *m, ts_strbuf *out);
+
+#endif

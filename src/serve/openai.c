@@ -1,0 +1,445 @@
+#include "serve/openai.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+bool serve_fail(serve_error *e, int status, const char *code, const char *param, const char *fmt,
+                ...) {
+    e->status = status;
+    e->code = code;
+    e->type = status >= 500 ? (status == 503 ? "unavailable_error" : "server_error")
+              : status == 401 ? "authentication_error"
+              : status == 404 ? "not_found_error"
+                              : "invalid_request_error";
+    snprintf(e->param, sizeof e->param, "%s", param ? param : "");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->message, sizeof e->message, fmt, ap);
+    va_end(ap);
+    return false;
+}
+
+char *serve_error_json(const serve_error *e) {
+    json_t *err = json_pack("{s:s, s:s, s:o, s:s}", "message", e->message, "type", e->type,
+                            "param", e->param[0] ? json_string(e->param) : json_null(), "code",
+                            e->code);
+    json_t *root = err ? json_pack("{s:o}", "error", err) : NULL;
+    char *s = root ? json_dumps(root, JSON_COMPACT) : NULL;
+    json_decref(root);
+    return s;
+}
+
+/* Nesting depth of a JSON text, counted outside strings; bounds the parser's recursion. */
+static int json_depth(const char *s, size_t n) {
+    int depth = 0, max = 0;
+    bool in_str = false;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (in_str) {
+            if (c == '\\') i++;
+            else if (c == '"') in_str = false;
+        } else if (c == '"') {
+            in_str = true;
+        } else if (c == '[' || c == '{') {
+            if (++depth > max) max = depth;
+        } else if (c == ']' || c == '}') {
+            depth--;
+        }
+    }
+    return max;
+}
+
+bool serve_json_parse(const char *body, size_t len, json_t **root, serve_error *e) {
+    *root = NULL;
+    if (len == 0) return serve_fail(e, 400, "invalid_request_body", NULL, "the body is empty");
+    if (json_depth(body, len) > SERVE_MAX_JSON_DEPTH)
+        return serve_fail(e, 400, "invalid_request_body", NULL,
+                          "JSON nested deeper than %d levels", SERVE_MAX_JSON_DEPTH);
+    json_error_t je;
+    json_t *v = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
+    if (!v)
+        return serve_fail(e, 400, "invalid_request_body", NULL, "invalid JSON at byte %d: %s",
+                          je.position, je.text);
+    if (!json_is_object(v)) {
+        json_decref(v);
+        return serve_fail(e, 400, "invalid_request_body", NULL, "the body must be a JSON object");
+    }
+    *root = v;
+    return true;
+}
+
+/* ---- typed fields: absent or null = keep the default ---------------------------------- */
+
+static const json_t *field(const json_t *o, const char *name) {
+    const json_t *v = json_object_get(o, name);
+    return v && !json_is_null(v) ? v : NULL;
+}
+
+static bool get_bool(const json_t *o, const char *name, bool *out, serve_error *e) {
+    const json_t *v = field(o, name);
+    if (!v) return true;
+    if (!json_is_boolean(v)) return serve_fail(e, 400, "invalid_value", name, "'%s' must be a boolean", name);
+    *out = json_is_true(v);
+    return true;
+}
+
+static bool get_num(const json_t *o, const char *name, double lo, double hi, bool lo_open,
+                    double *out, serve_error *e) {
+    const json_t *v = field(o, name);
+    if (!v) return true;
+    if (!json_is_number(v)) return serve_fail(e, 400, "invalid_value", name, "'%s' must be a number", name);
+    double x = json_number_value(v);
+    if (!isfinite(x) || x > hi || (lo_open ? x <= lo : x < lo))
+        return serve_fail(e, 400, "invalid_value", name, "'%s' must be in %c%g, %g]", name,
+                          lo_open ? '(' : '[', lo, hi);
+    *out = x;
+    return true;
+}
+
+static bool get_int(const json_t *o, const char *name, long long lo, long long hi, long long *out,
+                    serve_error *e) {
+    const json_t *v = field(o, name);
+    if (!v) return true;
+    long long x;
+    if (json_is_integer(v)) {
+        x = json_integer_value(v);
+    } else if (json_is_real(v) && json_real_value(v) == floor(json_real_value(v)) &&
+               fabs(json_real_value(v)) < 9e15) {
+        x = (long long)json_real_value(v);
+    } else {
+        return serve_fail(e, 400, "invalid_value", name, "'%s' must be an integer", name);
+    }
+    if (x < lo || x > hi)
+        return serve_fail(e, 400, "invalid_value", name, "'%s' must be in [%lld, %lld]", name, lo,
+                          hi);
+    *out = x;
+    return true;
+}
+
+/* Fields OpenAI defines that we do not implement yet: refused, never silently dropped. */
+static bool refuse_unsupported(const json_t *o, const char *const *names, serve_error *e) {
+    for (int i = 0; names[i]; i++)
+        if (field(o, names[i]))
+            return serve_fail(e, 400, "unsupported_feature", names[i],
+                              "'%s' is not supported by this server yet", names[i]);
+    return true;
+}
+
+static char *own(serve_request *r, char *s) {
+    char **p = realloc(r->owned, (size_t)(r->n_owned + 1) * sizeof *p);
+    if (!p) {
+        free(s);
+        return NULL;
+    }
+    r->owned = p;
+    r->owned[r->n_owned++] = s;
+    return s;
+}
+
+/* content: a string, or a list of text parts (joined, as the template does). */
+static bool parse_content(serve_request *r, const json_t *c, int i, const char **out,
+                          serve_error *e) {
+    char param[48];
+    snprintf(param, sizeof param, "messages[%d].content", i);
+    if (json_is_string(c)) {
+        *out = json_string_value(c);
+        return true;
+    }
+    if (!json_is_array(c))
+        return serve_fail(e, 400, "invalid_value", param, "%s must be a string or a list of parts",
+                          param);
+    size_t total = 1, k;
+    const json_t *part;
+    json_array_foreach(c, k, part) {
+        const json_t *type = json_object_get(part, "type");
+        if (!json_is_object(part) || !json_is_string(type))
+            return serve_fail(e, 400, "invalid_value", param, "%s[%zu] must be an object with a "
+                              "'type'", param, k);
+        const char *t = json_string_value(type);
+        if (strcmp(t, "image_url") == 0 || strcmp(t, "input_audio") == 0 ||
+            strcmp(t, "video_url") == 0 || strcmp(t, "file") == 0)
+            return serve_fail(e, 400, "unsupported_feature", param, "%s[%zu]: '%s' parts are not "
+                              "supported by this model", param, k, t);
+        const json_t *text = json_object_get(part, "text");
+        if (strcmp(t, "text") != 0 || !json_is_string(text))
+            return serve_fail(e, 400, "invalid_value", param, "%s[%zu] must be a text part with "
+                              "a string 'text'", param, k);
+        total += json_string_length(text);
+    }
+    char *s = malloc(total), *p = s;
+    if (!s || !own(r, s)) return serve_fail(e, 500, "internal_error", NULL, "out of memory");
+    json_array_foreach(c, k, part) {
+        const json_t *text = json_object_get(part, "text");
+        memcpy(p, json_string_value(text), json_string_length(text));
+        p += json_string_length(text);
+    }
+    *p = 0;
+    *out = s;
+    return true;
+}
+
+static bool parse_messages(serve_request *r, const json_t *root, serve_error *e) {
+    const json_t *m = json_object_get(root, "messages");
+    if (!m) return serve_fail(e, 400, "invalid_value", "messages", "'messages' is required");
+    if (!json_is_array(m))
+        return serve_fail(e, 400, "invalid_value", "messages", "'messages' must be a list");
+    size_t n = json_array_size(m);
+    if (n == 0) return serve_fail(e, 400, "invalid_value", "messages", "'messages' is empty");
+    if (n > 100000)
+        return serve_fail(e, 400, "invalid_value", "messages", "too many messages (%zu)", n);
+    r->msgs = calloc(n, sizeof *r->msgs);
+    if (!r->msgs) return serve_fail(e, 500, "internal_error", NULL, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        const json_t *msg = json_array_get(m, i);
+        char param[48];
+        snprintf(param, sizeof param, "messages[%zu]", i);
+        if (!json_is_object(msg))
+            return serve_fail(e, 400, "invalid_value", param, "%s must be an object", param);
+        const json_t *role = json_object_get(msg, "role");
+        snprintf(param, sizeof param, "messages[%zu].role", i);
+        if (!json_is_string(role))
+            return serve_fail(e, 400, "invalid_role", param, "%s must be a string", param);
+        const char *rs = json_string_value(role);
+        static const char *const roles[] = {"system", "user", "assistant", "tool", "developer"};
+        const char *mapped = NULL;
+        for (size_t k = 0; k < sizeof roles / sizeof roles[0]; k++)
+            if (strcmp(rs, roles[k]) == 0) mapped = k == 4 ? "system" : roles[k];
+        if (!mapped)
+            return serve_fail(e, 400, "invalid_role", param, "%s: unknown role '%.40s' (system, "
+                              "user, assistant, tool)", param, rs);
+        ts_chat_message *cm = &r->msgs[r->n_msgs++];
+        cm->role = mapped;
+        snprintf(param, sizeof param, "messages[%zu].tool_calls", i);
+        if (field(msg, "tool_calls") || field(msg, "function_call"))
+            return serve_fail(e, 400, "unsupported_feature", param, "tool calls are not "
+                              "supported by this server yet");
+        const json_t *c = field(msg, "content");
+        if (!c) {
+            if (strcmp(mapped, "assistant") != 0) {
+                snprintf(param, sizeof param, "messages[%zu].content", i);
+                return serve_fail(e, 400, "invalid_value", param, "%s is required", param);
+            }
+            cm->content = "";
+        } else if (!parse_content(r, c, (int)i, &cm->content, e)) {
+            return false;
+        }
+        const json_t *rc = field(msg, "reasoning_content");
+        if (rc) {
+            snprintf(param, sizeof param, "messages[%zu].reasoning_content", i);
+            if (!json_is_string(rc))
+                return serve_fail(e, 400, "invalid_value", param, "%s must be a string", param);
+            if (strcmp(mapped, "assistant") == 0) cm->reasoning_content = json_string_value(rc);
+        }
+    }
+    return true;
+}
+
+static bool parse_prompt(serve_request *r, const json_t *root, serve_error *e) {
+    const json_t *p = json_object_get(root, "prompt");
+    if (!p || json_is_null(p))
+        return serve_fail(e, 400, "invalid_value", "prompt", "'prompt' is required");
+    if (json_is_array(p) && json_array_size(p) == 1 &&
+        (json_is_string(json_array_get(p, 0)) || json_is_array(json_array_get(p, 0))))
+        p = json_array_get(p, 0);
+    if (json_is_string(p)) {
+        r->prompt = json_string_value(p);
+        return true;
+    }
+    if (!json_is_array(p))
+        return serve_fail(e, 400, "invalid_value", "prompt",
+                          "'prompt' must be a string, a list of token ids, or a list of one of "
+                          "those");
+    size_t n = json_array_size(p), i;
+    const json_t *v;
+    json_array_foreach(p, i, v) {
+        if (json_is_string(v) || json_is_array(v))
+            return serve_fail(e, 400, "unsupported_feature", "prompt",
+                              "several prompts in one request are not supported");
+        if (!json_is_integer(v) || json_integer_value(v) < 0 ||
+            json_integer_value(v) > INT32_MAX)
+            return serve_fail(e, 400, "invalid_value", "prompt", "prompt[%zu] must be a token id",
+                              i);
+    }
+    r->prompt_ids = malloc((n ? n : 1) * sizeof *r->prompt_ids);
+    if (!r->prompt_ids) return serve_fail(e, 500, "internal_error", NULL, "out of memory");
+    json_array_foreach(p, i, v) r->prompt_ids[i] = (int32_t)json_integer_value(v);
+    r->n_prompt_ids = (int)n;
+    return true;
+}
+
+static bool parse_sampling(serve_request *r, const json_t *o, int max_tokens_cap, serve_error *e) {
+    long long x = -1, y = -1;
+    const char *mt = r->api == SERVE_API_CHAT ? "max_completion_tokens" : "max_tokens";
+    if (!get_int(o, "max_tokens", 1, INT32_MAX, &x, e)) return false;
+    if (r->api == SERVE_API_CHAT) {
+        if (!get_int(o, "max_completion_tokens", 1, INT32_MAX, &y, e)) return false;
+        if (x >= 0 && y >= 0 && x != y)
+            return serve_fail(e, 400, "invalid_value", "max_completion_tokens",
+                              "'max_tokens' (%lld) and 'max_completion_tokens' (%lld) differ", x,
+                              y);
+        if (x < 0) x = y;
+    }
+    if (x >= 0 && max_tokens_cap > 0 && x > max_tokens_cap)
+        return serve_fail(e, 400, "invalid_value", x == y ? mt : "max_tokens",
+                          "max_tokens %lld is over this server's cap of %d", x, max_tokens_cap);
+    r->max_tokens = (int)x;
+    double d;
+    d = 1.0;
+    if (!get_num(o, "temperature", 0, 2, false, &d, e)) return false;
+    r->sp.temperature = (float)d;
+    d = 1.0;
+    if (!get_num(o, "top_p", 0, 1, true, &d, e)) return false;
+    r->sp.top_p = (float)d;
+    x = 0;
+    if (!get_int(o, "top_k", -1, INT32_MAX, &x, e)) return false;
+    r->sp.top_k = x < 0 ? 0 : (int)x;
+    d = 0;
+    if (!get_num(o, "min_p", 0, 1, false, &d, e)) return false;
+    r->sp.min_p = (float)d;
+    if (field(o, "seed")) {
+        if (!get_int(o, "seed", INT64_MIN, INT64_MAX, &x, e)) return false;
+        r->sp.seed = (uint64_t)x;
+        r->has_seed = true;
+    }
+    d = 0;
+    if (!get_num(o, "presence_penalty", -2, 2, false, &d, e)) return false;
+    r->presence_penalty = (float)d;
+    d = 0;
+    if (!get_num(o, "frequency_penalty", -2, 2, false, &d, e)) return false;
+    r->frequency_penalty = (float)d;
+    d = 1;
+    if (!get_num(o, "repetition_penalty", 0, 2, true, &d, e)) return false;
+    r->repetition_penalty = (float)d;
+    return true;
+}
+
+static bool parse_logprobs(serve_request *r, const json_t *o, serve_error *e) {
+    if (r->api == SERVE_API_COMPLETION) { /* an int: how many alternatives */
+        long long k = -1;
+        if (!get_int(o, "logprobs", 0, 20, &k, e)) return false;
+        r->top_logprobs = (int)k;
+        return true;
+    }
+    bool lp = false;
+    long long k = -1;
+    if (!get_bool(o, "logprobs", &lp, e)) return false;
+    if (!get_int(o, "top_logprobs", 0, 20, &k, e)) return false;
+    if (k >= 0 && !lp)
+        return serve_fail(e, 400, "invalid_value", "top_logprobs",
+                          "'top_logprobs' needs 'logprobs': true");
+    r->top_logprobs = lp ? (k < 0 ? 0 : (int)k) : -1;
+    return true;
+}
+
+static bool parse_chat_extras(serve_request *r, const json_t *o, serve_error *e) {
+    const json_t *rf = field(o, "response_format");
+    if (rf) {
+        const json_t *t = json_is_object(rf) ? json_object_get(rf, "type") : NULL;
+        if (!json_is_string(t))
+            return serve_fail(e, 400, "invalid_value", "response_format",
+                              "'response_format' must be an object with a 'type'");
+        const char *ts = json_string_value(t);
+        if (strcmp(ts, "json_object") == 0 || strcmp(ts, "json_schema") == 0)
+            return serve_fail(e, 400, "unsupported_feature", "response_format",
+                              "response_format '%s' needs grammar decoding, not supported yet", ts);
+        if (strcmp(ts, "text") != 0)
+            return serve_fail(e, 400, "invalid_value", "response_format",
+                              "unknown response_format type '%.40s'", ts);
+    }
+    const json_t *kw = field(o, "chat_template_kwargs");
+    if (kw && !json_is_object(kw))
+        return serve_fail(e, 400, "invalid_value", "chat_template_kwargs",
+                          "'chat_template_kwargs' must be an object");
+    r->enable_thinking = -1;
+    const json_t *re = field(o, "reasoning_effort");
+    if (re) {
+        static const char *const efforts[] = {"none", "minimal", "low", "medium", "high"};
+        int idx = -1;
+        for (int i = 0; json_is_string(re) && i < 5; i++)
+            if (strcmp(json_string_value(re), efforts[i]) == 0) idx = i;
+        if (idx < 0)
+            return serve_fail(e, 400, "invalid_value", "reasoning_effort",
+                              "'reasoning_effort' must be none, minimal, low, medium or high");
+        if (idx == 0) r->enable_thinking = 0;
+    }
+    if (kw) {
+        bool on = false;
+        if (!get_bool(kw, "enable_thinking", &on, e)) {
+            snprintf(e->param, sizeof e->param, "chat_template_kwargs.enable_thinking");
+            return false;
+        }
+        if (field(kw, "enable_thinking")) r->enable_thinking = on;
+    }
+    return true;
+}
+
+bool serve_request_parse(serve_api api, json_t *root, const char *const *model_ids,
+                         int max_tokens_cap, serve_request *r, serve_error *e) {
+    memset(r, 0, sizeof *r);
+    r->api = api;
+    r->root = root;
+    r->max_tokens = -1;
+    r->top_logprobs = -1;
+    r->enable_thinking = -1;
+    ts_sampler_params_default(&r->sp);
+    const json_t *m = field(root, "model");
+    if (m) {
+        if (!json_is_string(m))
+            return serve_fail(e, 400, "invalid_value", "model", "'model' must be a string");
+        bool known = false;
+        for (int i = 0; model_ids[i]; i++) known |= strcmp(model_ids[i], json_string_value(m)) == 0;
+        if (!known)
+            return serve_fail(e, 404, "model_not_found", "model", "the model '%.100s' does not "
+                              "exist; this server runs '%s'", json_string_value(m), model_ids[0]);
+        r->model = json_string_value(m);
+    }
+    if (api == SERVE_API_CHAT ? !parse_messages(r, root, e) : !parse_prompt(r, root, e))
+        return false;
+    if (!get_bool(root, "stream", &r->stream, e)) return false;
+    const json_t *so = field(root, "stream_options");
+    if (so) {
+        if (!json_is_object(so))
+            return serve_fail(e, 400, "invalid_value", "stream_options",
+                              "'stream_options' must be an object");
+        if (!get_bool(so, "include_usage", &r->include_usage, e)) return false;
+    }
+    if (!parse_sampling(r, root, max_tokens_cap, e)) return false;
+    if (!parse_logprobs(r, root, e)) return false;
+    long long n = 1;
+    if (!get_int(root, "n", 1, 128, &n, e)) return false;
+    if (n != 1)
+        return serve_fail(e, 400, "unsupported_feature", "n", "only n = 1 is supported");
+    if (!get_bool(root, "ignore_eos", &r->ignore_eos, e)) return false;
+    if (!get_bool(root, "return_token_ids", &r->return_token_ids, e)) return false;
+    if (api == SERVE_API_CHAT) {
+        if (!parse_chat_extras(r, root, e)) return false;
+        static const char *const unsupported[] = {"tools", "tool_choice", "functions",
+                                                  "function_call", "logit_bias", "audio",
+                                                  "prediction", NULL};
+        if (!refuse_unsupported(root, unsupported, e)) return false;
+    } else {
+        static const char *const unsupported[] = {"suffix", "logit_bias", NULL};
+        if (!refuse_unsupported(root, unsupported, e)) return false;
+        bool echo = false;
+        if (!get_bool(root, "echo", &echo, e)) return false;
+        if (echo) return serve_fail(e, 400, "unsupported_feature", "echo", "'echo' is not supported");
+        long long best_of = 1;
+        if (!get_int(root, "best_of", 1, 128, &best_of, e)) return false;
+        if (best_of != 1)
+            return serve_fail(e, 400, "unsupported_feature", "best_of", "only best_of = 1 is supported");
+    }
+    r->stop = field(root, "stop");
+    return true;
+}
+
+void serve_request_free(serve_request *r) {
+    for (int i = 0; i < r->n_owned; i++) free(r->owned[i]);
+    free(r->owned);
+    free(r->msgs);
+    free(r->prompt_ids);
+    json_decref(r->root);
+    memset(r, 0, sizeof *r);
+}

@@ -1,0 +1,65 @@
+/* The OpenAI request bodies: JSON -> a plain request struct, validated field by field in a
+ * fixed order (the first failing check wins), and the error envelope. No engine here. */
+#ifndef TS_SERVE_OPENAI_H
+#define TS_SERVE_OPENAI_H
+
+#include <jansson.h>
+#include <stdbool.h>
+
+#include "tessera.h"
+
+#define SERVE_MAX_JSON_DEPTH 64
+
+typedef struct {
+    int status;       /* HTTP status */
+    const char *type; /* "invalid_request_error", ... */
+    const char *code;
+    char param[48]; /* "" = null */
+    char message[384];
+} serve_error;
+
+/* Fills e and returns false, so validators can `return serve_fail(e, ...)`. */
+bool serve_fail(serve_error *e, int status, const char *code, const char *param, const char *fmt,
+                ...) __attribute__((format(printf, 5, 6)));
+
+typedef enum { SERVE_API_CHAT, SERVE_API_COMPLETION } serve_api;
+
+typedef struct {
+    serve_api api;
+    json_t *root; /* owned; every string below is borrowed from it unless said otherwise */
+    const char *model;
+    bool stream, include_usage;
+    int max_tokens; /* -1 = not given */
+    ts_sampler_params sp;
+    bool has_seed;
+    float presence_penalty, frequency_penalty, repetition_penalty;
+    int top_logprobs; /* -1 = no logprobs */
+    int enable_thinking;
+    bool ignore_eos;
+    bool return_token_ids; /* vLLM's extension: the prompt's and the answer's ids */
+    /* chat */
+    ts_chat_message *msgs;
+    int n_msgs;
+    char **owned; /* strings joined from content parts */
+    int n_owned;
+    /* completions: text, or token ids */
+    const char *prompt;
+    int32_t *prompt_ids; /* owned */
+    int n_prompt_ids;
+    const json_t *stop; /* validated later, by preparation */
+} serve_request;
+
+/* Parses a body: rejects invalid JSON, duplicate keys, nesting deeper than
+ * SERVE_MAX_JSON_DEPTH, and a non-object top level. */
+bool serve_json_parse(const char *body, size_t len, json_t **root, serve_error *e);
+
+/* Validates the fields of a chat or completion request. model_ids: the names the model
+ * answers to (NULL-terminated); max_tokens_cap: 0 = none. Takes ownership of root. */
+bool serve_request_parse(serve_api api, json_t *root, const char *const *model_ids,
+                         int max_tokens_cap, serve_request *r, serve_error *e);
+void serve_request_free(serve_request *r);
+
+/* The error envelope as a malloc'd JSON string. */
+char *serve_error_json(const serve_error *e);
+
+#endif

@@ -1,0 +1,122 @@
+#include "serve/prep.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static bool tokenize(const serve_runtime *rt, const serve_request *r, int32_t **ids, int *n,
+                     serve_error *e) {
+    size_t nn = 0;
+    *ids = NULL;
+    if (r->api == SERVE_API_CHAT) {
+        ts_chat_params cp = {true, r->enable_thinking};
+        if (ts_chat_tokenize(rt->tok, r->msgs, r->n_msgs, &cp, ids, &nn) != TS_OK)
+            return serve_fail(e, 400, "invalid_value", "messages", "%s", ts_last_error());
+    } else if (r->prompt) {
+        /* a raw prompt may spell control tokens on purpose (llama-server and vLLM do too) */
+        if (ts_tokenize(rt->tok, r->prompt, strlen(r->prompt), true, ids, &nn) != TS_OK)
+            return serve_fail(e, 400, "invalid_value", "prompt", "%s", ts_last_error());
+    } else {
+        for (int i = 0; i < r->n_prompt_ids; i++)
+            if (r->prompt_ids[i] >= rt->n_vocab)
+                return serve_fail(e, 400, "invalid_value", "prompt", "prompt[%d]: token id %d is "
+                                  "not in the vocabulary of %d", i, r->prompt_ids[i], rt->n_vocab);
+        nn = (size_t)r->n_prompt_ids;
+        *ids = malloc((nn ? nn : 1) * sizeof **ids);
+        if (!*ids) return serve_fail(e, 500, "internal_error", NULL, "out of memory");
+        memcpy(*ids, r->prompt_ids, nn * sizeof **ids);
+    }
+    if (nn > (size_t)INT32_MAX / 2) nn = (size_t)INT32_MAX / 2; /* caught by the context check */
+    *n = (int)nn;
+    if (nn == 0)
+        return serve_fail(e, 400, "invalid_value", r->api == SERVE_API_CHAT ? "messages" : "prompt",
+                          "the prompt is empty");
+    return true;
+}
+
+bool serve_parse_stop(const json_t *stop, char **out, int *n, serve_error *e) {
+    *n = 0;
+    if (!stop || json_is_null(stop)) return true;
+    const json_t *one[1] = {stop};
+    size_t count = 1;
+    if (json_is_array(stop)) {
+        count = json_array_size(stop);
+        if (count > SERVE_MAX_STOPS)
+            return serve_fail(e, 400, "invalid_stop", "stop", "at most %d stop sequences, not %zu",
+                              SERVE_MAX_STOPS, count);
+    } else if (!json_is_string(stop)) {
+        return serve_fail(e, 400, "invalid_stop", "stop", "'stop' must be a string or a list of "
+                          "strings");
+    }
+    for (size_t i = 0; i < count; i++) {
+        const json_t *s = json_is_array(stop) ? json_array_get(stop, i) : one[0];
+        if (!json_is_string(s))
+            return serve_fail(e, 400, "invalid_stop", "stop", "stop[%zu] must be a string", i);
+        if (json_string_length(s) == 0)
+            return serve_fail(e, 400, "invalid_stop", "stop", "stop[%zu] is empty", i);
+        if (json_string_length(s) > 1024)
+            return serve_fail(e, 400, "invalid_stop", "stop", "stop[%zu] is longer than 1024 "
+                              "bytes", i);
+        out[*n] = strdup(json_string_value(s));
+        if (!out[*n]) return serve_fail(e, 500, "internal_error", NULL, "out of memory");
+        (*n)++;
+    }
+    return true;
+}
+
+static uint64_t random_seed(void) {
+    static _Atomic uint64_t counter;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t z = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 30) ^ (counter++ << 48);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    return z ^ (z >> 31);
+}
+
+bool serve_prepare(const serve_runtime *rt, const serve_request *r, int max_tokens_cap,
+                   serve_job *j, serve_error *e) {
+    int n = 0;
+    if (!tokenize(rt, r, &j->ids, &n, e)) return false;
+    j->n_ids = n;
+    const char *mt = r->api == SERVE_API_CHAT && !json_object_get(r->root, "max_tokens")
+                         ? "max_completion_tokens"
+                         : "max_tokens";
+    if (r->max_tokens >= 0) {
+        if ((long long)n + r->max_tokens > rt->n_ctx)
+            return serve_fail(e, 400, "context_length_exceeded", mt,
+                              "this model's maximum context length is %d tokens, but %d tokens "
+                              "were requested (%d in the prompt, %d for the completion); "
+                              "shorten the prompt or lower %s", rt->n_ctx, n + r->max_tokens, n,
+                              r->max_tokens, mt);
+        j->max_tokens = r->max_tokens;
+    } else {
+        if (n >= rt->n_ctx)
+            return serve_fail(e, 400, "context_length_exceeded", r->api == SERVE_API_CHAT
+                              ? "messages" : "prompt", "this model's maximum context length is "
+                              "%d tokens, but the prompt has %d tokens and leaves no room for "
+                              "a completion", rt->n_ctx, n);
+        /* OpenAI's default for completions is 16; a chat answer may use the rest */
+        int room = rt->n_ctx - n;
+        j->max_tokens = r->api == SERVE_API_COMPLETION ? (room < 16 ? room : 16) : room;
+        if (max_tokens_cap > 0 && j->max_tokens > max_tokens_cap) j->max_tokens = max_tokens_cap;
+    }
+    if (!serve_parse_stop(r->stop, j->stops, &j->n_stops, e)) return false;
+
+    j->sp = r->sp;
+    if (!r->has_seed) j->sp.seed = random_seed();
+    j->presence_penalty = r->presence_penalty;
+    j->frequency_penalty = r->frequency_penalty;
+    j->repetition_penalty = r->repetition_penalty;
+    j->top_logprobs = r->top_logprobs;
+    j->ignore_eos = r->ignore_eos;
+    /* thinking is open when the prompt's last <think> is after its last </think> */
+    int last_open = -1, last_close = -1, last_turn = 0;
+    for (int i = 0; i < n; i++) {
+        if (j->ids[i] == rt->think_open) last_open = i;
+        if (j->ids[i] == rt->think_close) last_close = i;
+        if (j->ids[i] == rt->turn_start) last_turn = i;
+    }
+    j->in_think = rt->think_open >= 0 && last_open > last_close;
+    j->snapshot_at = r->api == SERVE_API_CHAT ? last_turn : 0;
+    return true;
+}

@@ -1,0 +1,20 @@
+/* Preparation, on the HTTP thread before admission: render the chat -> tokenize the whole
+ * prompt -> check prompt + max_tokens against the context window -> parse the stop strings.
+ * Bound to the tokenizer and context size the worker published, so what is checked here is
+ * exactly what will run. Nothing is ever truncated: an over-long prompt is a 400. */
+#ifndef TS_SERVE_PREP_H
+#define TS_SERVE_PREP_H
+
+#include "serve/job.h"
+#include "serve/openai.h"
+#include "serve/worker.h"
+
+/* Fills the job's input from the request. max_tokens_cap (0 = none) bounds the default
+ * max_tokens of a chat request. */
+bool serve_prepare(const serve_runtime *rt, const serve_request *r, int max_tokens_cap,
+                   serve_job *j, serve_error *e);
+
+/* Stop strings: null, a string, or a list of at most SERVE_MAX_STOPS non-empty strings. */
+bool serve_parse_stop(const json_t *stop, char **out, int *n, serve_error *e);
+
+#endif

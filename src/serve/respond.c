@@ -1,0 +1,193 @@
+#include "serve/respond.h"
+
+#include "base/status.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+const char *serve_finish_name(serve_finish f) {
+    return f == SERVE_FINISH_STOP ? "stop" : f == SERVE_FINISH_LENGTH ? "length" : "error";
+}
+
+void serve_resp_init(serve_resp *r, serve_api api, const char *model, bool logprobs,
+                     const ts_tokenizer *tok) {
+    static _Atomic uint64_t counter;
+    uint64_t z = (uint64_t)time(NULL) * 0x9E3779B97F4A7C15ULL + ++counter * 0xBF58476D1CE4E5B9ULL;
+    z ^= z >> 29;
+    z *= 0x94D049BB133111EBULL;
+    z ^= z >> 32;
+    r->api = api;
+    snprintf(r->id, sizeof r->id, "%s-%016llx%08llx", api == SERVE_API_CHAT ? "chatcmpl" : "cmpl",
+             (unsigned long long)z, (unsigned long long)(counter & 0xffffffffu));
+    r->created = (long long)time(NULL);
+    r->model = model;
+    r->logprobs = logprobs;
+    r->token_ids = false;
+    r->tok = tok;
+}
+
+static json_t *usage_json(const serve_job *j) {
+    return json_pack("{s:i, s:i, s:i, s:{s:i}}", "prompt_tokens", j->prompt_tokens,
+                     "completion_tokens", j->completion_tokens, "total_tokens",
+                     j->prompt_tokens + j->completion_tokens, "prompt_tokens_details",
+                     "cached_tokens", j->cached_tokens);
+}
+
+/* The token's text (lossy UTF-8 for JSON) and its raw bytes. */
+static void token_text(const serve_resp *r, int32_t id, json_t **str, json_t **bytes) {
+    char *t = NULL;
+    size_t n = 0;
+    if (ts_detokenize(r->tok, &id, 1, false, &t, &n) != TS_OK) n = 0;
+    ts_strbuf b = {0};
+    ts_utf8_append_lossy(&b, t ? t : "", n);
+    *str = json_stringn(b.data ? b.data : "", b.len);
+    if (bytes) {
+        *bytes = json_array();
+        for (size_t i = 0; i < n; i++) json_array_append_new(*bytes, json_integer((unsigned char)t[i]));
+    }
+    ts_strbuf_free(&b);
+    free(t);
+}
+
+static json_t *logprobs_json(const serve_resp *r, const serve_logprob *lp, int n) {
+    if (r->api == SERVE_API_CHAT) {
+        json_t *content = json_array();
+        for (int i = 0; i < n; i++) {
+            json_t *s, *b, *top = json_array();
+            for (int k = 0; k < lp[i].n_top; k++) {
+                json_t *ts, *tb;
+                token_text(r, lp[i].top_id[k], &ts, &tb);
+                json_array_append_new(top, json_pack("{s:o, s:f, s:o}", "token", ts, "logprob",
+                                                     (double)lp[i].top_lp[k], "bytes", tb));
+            }
+            token_text(r, lp[i].id, &s, &b);
+            json_array_append_new(content, json_pack("{s:o, s:f, s:o, s:o}", "token", s, "logprob",
+                                                     (double)lp[i].logprob, "bytes", b,
+                                                     "top_logprobs", top));
+        }
+        return json_pack("{s:o}", "content", content);
+    }
+    json_t *tokens = json_array(), *lps = json_array(), *tops = json_array();
+    for (int i = 0; i < n; i++) {
+        json_t *s, *top = json_object();
+        token_text(r, lp[i].id, &s, NULL);
+        json_array_append_new(tokens, s);
+        json_array_append_new(lps, json_real(lp[i].logprob));
+        for (int k = 0; k < lp[i].n_top; k++) {
+            json_t *ts;
+            token_text(r, lp[i].top_id[k], &ts, NULL);
+            json_object_set_new(top, json_string_value(ts), json_real(lp[i].top_lp[k]));
+            json_decref(ts);
+        }
+        json_array_append_new(tops, top);
+    }
+    return json_pack("{s:o, s:o, s:o}", "tokens", tokens, "token_logprobs", lps, "top_logprobs",
+                     tops);
+}
+
+char *serve_resp_full(const serve_resp *r, const serve_job *j) {
+    ts_strbuf text[2] = {{0}, {0}};
+    for (int i = 0; i < j->n_seg; i++)
+        ts_strbuf_append(&text[j->seg[i].ch], j->text.data + j->seg[i].off, j->seg[i].len);
+    json_t *lp = r->logprobs ? logprobs_json(r, j->lp, j->n_lp) : json_null();
+    json_t *choice;
+    if (r->api == SERVE_API_CHAT) {
+        json_t *msg = json_pack("{s:s, s:s%}", "role", "assistant", "content",
+                                text[0].data ? text[0].data : "", text[0].len);
+        if (text[1].len) json_object_set_new(msg, "reasoning_content",
+                                             json_stringn(text[1].data, text[1].len));
+        choice = json_pack("{s:i, s:o, s:o, s:s}", "index", 0, "message", msg, "logprobs", lp,
+                           "finish_reason", serve_finish_name(j->finish));
+    } else {
+        choice = json_pack("{s:i, s:s%, s:o, s:s}", "index", 0, "text",
+                           text[0].data ? text[0].data : "", text[0].len, "logprobs", lp,
+                           "finish_reason", serve_finish_name(j->finish));
+    }
+    if (r->token_ids && choice) {
+        json_t *ids = json_array();
+        for (int i = 0; i < j->completion_tokens; i++)
+            json_array_append_new(ids, json_integer(j->out_ids[i]));
+        json_object_set_new(choice, "token_ids", ids);
+    }
+    json_t *root = json_pack("{s:s, s:s, s:I, s:s, s:[o], s:o}", "id", r->id, "object",
+                             r->api == SERVE_API_CHAT ? "chat.completion" : "text_completion",
+                             "created", (json_int_t)r->created, "model", r->model, "choices", choice, "usage",
+                             usage_json(j));
+    char *s = root ? json_dumps(root, JSON_COMPACT) : NULL;
+    json_decref(root);
+    ts_strbuf_free(&text[0]);
+    ts_strbuf_free(&text[1]);
+    return s;
+}
+
+static ts_status emit(ts_strbuf *out, json_t *v) {
+    char *s = v ? json_dumps(v, JSON_COMPACT) : NULL;
+    json_decref(v);
+    if (!s) return TS_ERR_NOMEM;
+    ts_status st = ts_strbuf_append(out, "data: ", 6);
+    if (st == TS_OK) st = ts_strbuf_append(out, s, strlen(s));
+    if (st == TS_OK) st = ts_strbuf_append(out, "\n\n", 2);
+    free(s);
+    return st;
+}
+
+static json_t *chunk(const serve_resp *r, json_t *choice) {
+    return json_pack("{s:s, s:s, s:I, s:s, s:[o]}", "id", r->id, "object",
+                     r->api == SERVE_API_CHAT ? "chat.completion.chunk" : "text_completion",
+                     "created", (json_int_t)r->created, "model", r->model, "choices", choice);
+}
+
+ts_status serve_resp_chunk_role(const serve_resp *r, ts_strbuf *out) {
+    if (r->api != SERVE_API_CHAT) return TS_OK;
+    return emit(out, chunk(r, json_pack("{s:i, s:{s:s, s:s}, s:n, s:n}", "index", 0, "delta",
+                                        "role", "assistant", "content", "", "logprobs",
+                                        "finish_reason")));
+}
+
+ts_status serve_resp_chunk_text(const serve_resp *r, serve_channel ch, const char *s, size_t n,
+                                const serve_logprob *lp, int n_lp, ts_strbuf *out) {
+    json_t *lpj = r->logprobs && n_lp ? logprobs_json(r, lp, n_lp) : json_null();
+    json_t *choice;
+    if (r->api == SERVE_API_CHAT)
+        choice = json_pack("{s:i, s:{s:s%}, s:o, s:n}", "index", 0, "delta",
+                           ch == SERVE_CH_REASONING ? "reasoning_content" : "content", s, n,
+                           "logprobs", lpj, "finish_reason");
+    else
+        choice = json_pack("{s:i, s:s%, s:o, s:n}", "index", 0, "text", s, n, "logprobs", lpj,
+                           "finish_reason");
+    return emit(out, chunk(r, choice));
+}
+
+ts_status serve_resp_chunk_end(const serve_resp *r, const serve_job *j, bool include_usage,
+                               const serve_logprob *lp, int n_lp, ts_strbuf *out) {
+    json_t *lpj = r->logprobs && n_lp ? logprobs_json(r, lp, n_lp) : json_null();
+    json_t *choice;
+    if (r->api == SERVE_API_CHAT)
+        choice = json_pack("{s:i, s:{}, s:o, s:s}", "index", 0, "delta", "logprobs", lpj,
+                           "finish_reason", serve_finish_name(j->finish));
+    else
+        choice = json_pack("{s:i, s:s, s:o, s:s}", "index", 0, "text", "", "logprobs", lpj,
+                           "finish_reason", serve_finish_name(j->finish));
+    TS_TRY(emit(out, chunk(r, choice)));
+    if (include_usage) {
+        json_t *u = json_pack("{s:s, s:s, s:I, s:s, s:[], s:o}", "id", r->id, "object",
+                              r->api == SERVE_API_CHAT ? "chat.completion.chunk"
+                                                       : "text_completion",
+                              "created", (json_int_t)r->created, "model", r->model, "choices", "usage",
+                              usage_json(j));
+        TS_TRY(emit(out, u));
+    }
+    return ts_strbuf_append(out, "data: [DONE]\n\n", 14);
+}
+
+ts_status serve_resp_chunk_error(const serve_error *e, ts_strbuf *out) {
+    char *s = serve_error_json(e);
+    if (!s) return TS_ERR_NOMEM;
+    ts_status st = ts_strbuf_append(out, "data: ", 6);
+    if (st == TS_OK) st = ts_strbuf_append(out, s, strlen(s));
+    if (st == TS_OK) st = ts_strbuf_append(out, "\n\ndata: [DONE]\n\n", 16);
+    free(s);
+    return st;
+}

@@ -1,0 +1,332 @@
+/* The route handlers: generation (streaming and not), tokenize/detokenize, models, health,
+ * metrics. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/status.h"
+#include "serve/http.h"
+#include "serve/prep.h"
+#include "serve/respond.h"
+
+#define WAIT_SLICE_MS 20
+
+/* ---- generation ------------------------------------------------------------------------- */
+
+typedef struct {
+    serve_server *srv;
+    struct MHD_Connection *conn;
+    serve_job *job;
+    serve_resp resp;
+    bool include_usage;
+    int phase; /* 0 role chunk, 1 deltas, 2 all formatted */
+    int n_seg, n_lp;      /* job output already formatted */
+    ts_strbuf out;        /* formatted, not yet handed to MHD */
+    size_t out_off;
+} serve_stream;
+
+static void shutdown_error(serve_error *e) {
+    serve_fail(e, 503, "server_shutting_down", NULL, "the server is shutting down");
+}
+
+/* Formats the job's new output (job mutex held). */
+static ts_status format_new(serve_stream *s) {
+    serve_job *j = s->job;
+    int lp_end = j->n_lp;
+    while (s->n_seg < j->n_seg) {
+        /* merge consecutive segments of one channel into one delta */
+        serve_channel ch = j->seg[s->n_seg].ch;
+        size_t off = j->seg[s->n_seg].off, len = 0;
+        while (s->n_seg < j->n_seg && j->seg[s->n_seg].ch == ch) len += j->seg[s->n_seg++].len;
+        TS_TRY(serve_resp_chunk_text(&s->resp, ch, j->text.data + off, len, j->lp + s->n_lp,
+                                     lp_end - s->n_lp, &s->out));
+        s->n_lp = lp_end;
+    }
+    if (j->finish == SERVE_RUNNING) return TS_OK;
+    s->phase = 2;
+    if (j->finish == SERVE_FINISH_STOP || j->finish == SERVE_FINISH_LENGTH)
+        return serve_resp_chunk_end(&s->resp, j, s->include_usage, j->lp + s->n_lp,
+                                    lp_end - s->n_lp, &s->out);
+    serve_error e;
+    if (j->finish == SERVE_FINISH_CANCELLED)
+        shutdown_error(&e);
+    else
+        serve_fail(&e, 500, "internal_error", NULL, "generation failed: %s", j->error);
+    return serve_resp_chunk_error(&e, &s->out);
+}
+
+static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
+    (void)pos;
+    serve_stream *s = cls;
+    for (;;) {
+        if (s->out_off < s->out.len) {
+            size_t n = s->out.len - s->out_off < max ? s->out.len - s->out_off : max;
+            memcpy(buf, s->out.data + s->out_off, n);
+            s->out_off += n;
+            return (ssize_t)n;
+        }
+        s->out.len = s->out_off = 0;
+        if (s->phase == 2) return MHD_CONTENT_READER_END_OF_STREAM;
+        if (s->phase == 0) {
+            s->phase = 1;
+            if (serve_resp_chunk_role(&s->resp, &s->out) != TS_OK)
+                return MHD_CONTENT_READER_END_WITH_ERROR;
+            continue;
+        }
+        serve_job *j = s->job;
+        pthread_mutex_lock(&j->mu);
+        serve_job_wait_locked(j, s->n_seg, s->n_lp, WAIT_SLICE_MS);
+        ts_status st = format_new(s);
+        pthread_mutex_unlock(&j->mu);
+        if (st != TS_OK) return MHD_CONTENT_READER_END_WITH_ERROR;
+        if (s->out.len == 0 && serve_client_gone(s->conn)) {
+            atomic_store(&j->cancel, true);
+            return MHD_CONTENT_READER_END_WITH_ERROR;
+        }
+    }
+}
+
+static void stream_free(void *cls) {
+    serve_stream *s = cls;
+    /* the connection is gone (finished or not): a job still running has no reader left */
+    atomic_store(&s->job->cancel, true);
+    serve_job_unref(s->job);
+    atomic_fetch_sub(&s->srv->open_jobs, 1);
+    ts_strbuf_free(&s->out);
+    free(s);
+}
+
+static enum MHD_Result start_stream(serve_conn *cn, struct MHD_Connection *c, serve_job *j,
+                                    const serve_resp *resp, bool include_usage) {
+    serve_stream *s = calloc(1, sizeof *s);
+    if (!s) {
+        atomic_store(&j->cancel, true);
+        serve_job_unref(j);
+        atomic_fetch_sub(&cn->srv->open_jobs, 1);
+        return MHD_NO;
+    }
+    *s = (serve_stream){cn->srv, c, j, *resp, include_usage, 0, 0, 0, {0}, 0};
+    struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024,
+                                                               stream_read, s, stream_free);
+    if (!r) {
+        stream_free(s);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, "Content-Type", "text/event-stream");
+    MHD_add_response_header(r, "Cache-Control", "no-cache");
+    MHD_add_response_header(r, "X-Accel-Buffering", "no");
+    cn->status = 200;
+    enum MHD_Result ret = MHD_queue_response(c, 200, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+/* Waits for a non-streaming job, watching for the client leaving. */
+static enum MHD_Result finish_blocking(serve_conn *cn, struct MHD_Connection *c, serve_job *j,
+                                       const serve_resp *resp) {
+    pthread_mutex_lock(&j->mu);
+    while (j->finish == SERVE_RUNNING) {
+        serve_job_wait_locked(j, j->n_seg, j->n_lp, WAIT_SLICE_MS);
+        if (j->finish == SERVE_RUNNING && serve_client_gone(c)) {
+            atomic_store(&j->cancel, true);
+            pthread_mutex_unlock(&j->mu);
+            serve_job_unref(j);
+            atomic_fetch_sub(&cn->srv->open_jobs, 1);
+            return MHD_NO; /* nobody to answer */
+        }
+    }
+    enum MHD_Result ret;
+    if (j->finish == SERVE_FINISH_STOP || j->finish == SERVE_FINISH_LENGTH) {
+        char *body = serve_resp_full(resp, j);
+        pthread_mutex_unlock(&j->mu);
+        ret = serve_send_json(cn, c, 200, body);
+    } else {
+        serve_error e;
+        if (j->finish == SERVE_FINISH_CANCELLED)
+            shutdown_error(&e);
+        else
+            serve_fail(&e, 500, "internal_error", NULL, "generation failed: %s", j->error);
+        pthread_mutex_unlock(&j->mu);
+        ret = serve_send_error(cn, c, &e);
+    }
+    serve_job_unref(j);
+    atomic_fetch_sub(&cn->srv->open_jobs, 1);
+    return ret;
+}
+
+static enum MHD_Result generate(serve_conn *cn, struct MHD_Connection *c, serve_api api,
+                                json_t *root) {
+    serve_server *s = cn->srv;
+    const serve_runtime *rt = serve_worker_runtime(s->worker);
+    serve_request req;
+    serve_error e;
+    serve_job *j = NULL;
+    bool ok = serve_request_parse(api, root, s->model_ids, s->o.max_tokens_cap, &req, &e);
+    if (ok && serve_job_create(&j) != TS_OK)
+        ok = serve_fail(&e, 500, "internal_error", NULL, "out of memory");
+    if (ok) ok = serve_prepare(rt, &req, s->o.max_tokens_cap, j, &e);
+    if (ok && serve_worker_submit(s->worker, j) != TS_OK) {
+        serve_metrics_event(&s->metrics, 0);
+        ok = serve_fail(&e, 503, "server_busy", NULL, "the server is busy (%d requests admitted); "
+                        "retry later", s->o.max_pending);
+    }
+    if (!ok) {
+        serve_request_free(&req);
+        serve_job_unref(j);
+        return serve_send_error(cn, c, &e);
+    }
+    serve_resp resp;
+    serve_resp_init(&resp, api, req.model ? req.model : s->model_ids[0], req.top_logprobs >= 0,
+                    rt->tok);
+    resp.token_ids = req.return_token_ids;
+    bool stream = req.stream, include_usage = req.include_usage;
+    /* the response's model name points into the request; keep a copy that outlives it */
+    resp.model = req.model && strcmp(req.model, s->model_ids[1] ? s->model_ids[1] : "") == 0
+                     ? s->model_ids[1]
+                     : s->model_ids[0];
+    serve_request_free(&req);
+    atomic_fetch_add(&s->open_jobs, 1);
+    return stream ? start_stream(cn, c, j, &resp, include_usage) : finish_blocking(cn, c, j, &resp);
+}
+
+/* ---- tokenize / detokenize ---------------------------------------------------------------- */
+
+static enum MHD_Result tokenize(serve_conn *cn, struct MHD_Connection *c, json_t *root) {
+    serve_server *s = cn->srv;
+    const serve_runtime *rt = serve_worker_runtime(s->worker);
+    serve_error e;
+    int32_t *ids = NULL;
+    size_t n = 0;
+    const json_t *text = json_object_get(root, "content");
+    if (!text) text = json_object_get(root, "prompt");
+    const json_t *msgs = json_object_get(root, "messages");
+    const json_t *ps = json_object_get(root, "parse_special");
+    if (ps && !json_is_boolean(ps)) {
+        serve_fail(&e, 400, "invalid_value", "parse_special", "'parse_special' must be a boolean");
+    } else if (json_is_string(text)) {
+        if (ts_tokenize(rt->tok, json_string_value(text), json_string_length(text),
+                        ps ? json_is_true(ps) : true, &ids, &n) != TS_OK)
+            serve_fail(&e, 400, "invalid_value", "content", "%s", ts_last_error());
+        else
+            e.status = 0;
+    } else if (msgs && !text) {
+        /* a chat: rendered as /v1/chat/completions would render it */
+        serve_request req;
+        json_incref(root);
+        bool ok = serve_request_parse(SERVE_API_CHAT, root, s->model_ids, 0, &req, &e);
+        if (ok) {
+            ts_chat_params cp = {true, req.enable_thinking};
+            if (ts_chat_tokenize(rt->tok, req.msgs, req.n_msgs, &cp, &ids, &n) != TS_OK)
+                serve_fail(&e, 400, "invalid_value", "messages", "%s", ts_last_error());
+            else
+                e.status = 0;
+        }
+        serve_request_free(&req);
+    } else {
+        serve_fail(&e, 400, "invalid_value", "content", "give 'content' (a string) or 'messages'");
+    }
+    json_decref(root);
+    if (e.status) {
+        free(ids);
+        return serve_send_error(cn, c, &e);
+    }
+    json_t *arr = json_array();
+    for (size_t i = 0; i < n; i++) json_array_append_new(arr, json_integer(ids[i]));
+    free(ids);
+    json_t *out = json_pack("{s:o, s:i, s:i}", "tokens", arr, "count", (int)n, "max_model_len",
+                            rt->n_ctx);
+    char *body = out ? json_dumps(out, JSON_COMPACT) : NULL;
+    json_decref(out);
+    return serve_send_json(cn, c, 200, body);
+}
+
+static enum MHD_Result detokenize(serve_conn *cn, struct MHD_Connection *c, json_t *root) {
+    serve_server *s = cn->srv;
+    const serve_runtime *rt = serve_worker_runtime(s->worker);
+    serve_error e;
+    const json_t *arr = json_object_get(root, "tokens");
+    if (!json_is_array(arr)) {
+        json_decref(root);
+        serve_fail(&e, 400, "invalid_value", "tokens", "'tokens' must be a list of token ids");
+        return serve_send_error(cn, c, &e);
+    }
+    size_t n = json_array_size(arr), i;
+    int32_t *ids = malloc((n ? n : 1) * sizeof *ids);
+    const json_t *v;
+    bool ok = ids != NULL;
+    json_array_foreach(arr, i, v) {
+        if (!ok) break;
+        if (!json_is_integer(v) || json_integer_value(v) < 0 ||
+            json_integer_value(v) >= rt->n_vocab) {
+            ok = serve_fail(&e, 400, "invalid_value", "tokens", "tokens[%zu] is not a token id "
+                            "in [0, %d)", i, rt->n_vocab);
+            break;
+        }
+        ids[i] = (int32_t)json_integer_value(v);
+    }
+    if (!ids) serve_fail(&e, 500, "internal_error", NULL, "out of memory");
+    json_decref(root);
+    char *text = NULL;
+    size_t len = 0;
+    if (ok && ts_detokenize(rt->tok, ids, n, false, &text, &len) != TS_OK)
+        ok = serve_fail(&e, 400, "invalid_value", "tokens", "%s", ts_last_error());
+    free(ids);
+    if (!ok) {
+        free(text);
+        return serve_send_error(cn, c, &e);
+    }
+    ts_strbuf clean = {0};
+    ts_utf8_append_lossy(&clean, text ? text : "", len);
+    free(text);
+    json_t *out = json_pack("{s:s%}", "content", clean.data ? clean.data : "", clean.len);
+    ts_strbuf_free(&clean);
+    char *body = out ? json_dumps(out, JSON_COMPACT) : NULL;
+    json_decref(out);
+    return serve_send_json(cn, c, 200, body);
+}
+
+enum MHD_Result serve_route_post(serve_conn *cn, struct MHD_Connection *c) {
+    serve_error e;
+    json_t *root;
+    if (!serve_json_parse(cn->body.data, cn->body.len, &root, &e))
+        return serve_send_error(cn, c, &e);
+    ts_strbuf_free(&cn->body);
+    switch (cn->route) {
+    case ROUTE_CHAT: return generate(cn, c, SERVE_API_CHAT, root);
+    case ROUTE_COMPLETIONS: return generate(cn, c, SERVE_API_COMPLETION, root);
+    case ROUTE_TOKENIZE: return tokenize(cn, c, root);
+    default: return detokenize(cn, c, root);
+    }
+}
+
+/* ---- GET routes ------------------------------------------------------------------------- */
+
+enum MHD_Result serve_route_get(serve_conn *cn, struct MHD_Connection *c) {
+    serve_server *s = cn->srv;
+    if (cn->route == ROUTE_HEALTH) return serve_send_json(cn, c, 200, strdup("{\"status\":\"ok\"}"));
+    if (cn->route == ROUTE_METRICS) {
+        ts_strbuf b = {0};
+        if (serve_metrics_render(&s->metrics, &b) != TS_OK) {
+            ts_strbuf_free(&b);
+            return serve_send_json(cn, c, 500, NULL);
+        }
+        struct MHD_Response *r = MHD_create_response_from_buffer(b.len, b.data,
+                                                                 MHD_RESPMEM_MUST_FREE);
+        if (!r) {
+            ts_strbuf_free(&b);
+            return MHD_NO;
+        }
+        MHD_add_response_header(r, "Content-Type", "text/plain; version=0.0.4");
+        cn->status = 200;
+        enum MHD_Result ret = MHD_queue_response(c, 200, r);
+        MHD_destroy_response(r);
+        return ret;
+    }
+    const serve_runtime *rt = serve_worker_runtime(s->worker);
+    json_t *out = json_pack("{s:s, s:[{s:s, s:s, s:I, s:s, s:i}]}", "object", "list", "data", "id",
+                            s->model_ids[0], "object", "model", "created", (json_int_t)s->started,
+                            "owned_by", "tessera", "context_length", rt->n_ctx);
+    char *body = out ? json_dumps(out, JSON_COMPACT) : NULL;
+    json_decref(out);
+    return serve_send_json(cn, c, 200, body);
+}

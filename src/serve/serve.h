@@ -1,0 +1,32 @@
+/* tessera serve: the OpenAI-compatible HTTP server (specs/serving.md), the entry point the
+ * CLI calls. */
+#ifndef TS_SERVE_SERVE_H
+#define TS_SERVE_SERVE_H
+
+#include <stddef.h>
+
+#include "tessera.h"
+
+typedef struct {
+    const char *model_path;
+    const char *host; /* default 127.0.0.1 */
+    int port;         /* 0 = any free port (printed at start) */
+    int n_ctx;        /* 0 = min(model's, 4096) */
+    int max_pending;  /* queued + running jobs */
+    int max_tokens_cap;
+    int n_threads;
+    const char *api_key; /* NULL = no key required */
+    const char *alias;   /* model id; NULL = the model directory's name */
+    size_t max_body;     /* bytes */
+    size_t cache_mb;     /* prefix snapshots; 0 = no prefix reuse */
+    int drain_ms;        /* on SIGTERM: how long running jobs may take to finish */
+    int step_delay_ms;   /* testing aid: sleep before every decode step */
+    int load_delay_ms;   /* testing aid: sleep before loading the model */
+} serve_opts;
+
+void serve_opts_default(serve_opts *o);
+
+/* Runs until SIGTERM/SIGINT; returns the process exit status (0 after a clean shutdown). */
+int serve_run(const serve_opts *o);
+
+#endif

@@ -1,0 +1,111 @@
+/* serve_run: starts the worker (which loads the model on its own thread) and the HTTP daemon,
+ * then waits for SIGTERM/SIGINT and shuts down in order: stop accepting, drain with a
+ * deadline, cancel the rest, join, exit 0. */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "serve/http.h"
+
+void serve_opts_default(serve_opts *o) {
+    *o = (serve_opts){.host = "127.0.0.1",
+                      .port = 8080,
+                      .max_pending = 32,
+                      .max_body = 4u << 20,
+                      .cache_mb = 1024,
+                      .drain_ms = 10000};
+}
+
+/* The model's name: the last component of its path. */
+static void base_name(const char *path, char *out, size_t size) {
+    size_t n = strlen(path);
+    while (n > 1 && path[n - 1] == '/') n--;
+    size_t b = n;
+    while (b > 0 && path[b - 1] != '/') b--;
+    snprintf(out, size, "%.*s", (int)(n - b), path + b);
+}
+
+int serve_run(const serve_opts *opts) {
+    serve_server *s = calloc(1, sizeof *s);
+    if (!s) return 2;
+    s->o = *opts;
+    static char dir_name[256];
+    base_name(opts->model_path, dir_name, sizeof dir_name);
+    snprintf(s->model_id, sizeof s->model_id, "%s", opts->alias ? opts->alias : dir_name);
+    s->model_ids[0] = s->model_id;
+    s->model_ids[1] = opts->alias && strcmp(opts->alias, dir_name) != 0 ? dir_name : NULL;
+    s->started = (long long)time(NULL);
+    atomic_init(&s->shutting_down, false);
+    atomic_init(&s->open_jobs, 0);
+    serve_metrics_init(&s->metrics);
+
+    /* every thread started from here on inherits the mask; only sigtimedwait below sees them */
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    serve_worker_opts wo = {opts->model_path, opts->n_ctx, opts->n_threads, opts->max_pending,
+                            opts->cache_mb << 20, opts->step_delay_ms, opts->load_delay_ms};
+    int rc = 0;
+    if (serve_worker_start(&wo, &s->metrics, &s->worker) != TS_OK) {
+        fprintf(stderr, "tessera: serve: %s\n", ts_last_error());
+        rc = 2;
+        goto out;
+    }
+    unsigned port = 0;
+    s->daemon = serve_http_start(s, &port);
+    if (!s->daemon) {
+        rc = 2;
+        goto out;
+    }
+    fprintf(stderr, "tessera: serving '%s' on http://%s:%u (loading the model)\n", s->model_id,
+            opts->host, port);
+    bool announced = false;
+    for (;;) {
+        struct timespec slice = {0, 100 * 1000000L};
+        int sig = sigtimedwait(&set, NULL, &slice);
+        if (sig == SIGTERM || sig == SIGINT) {
+            fprintf(stderr, "tessera: serve: %s, shutting down\n", sig == SIGTERM ? "SIGTERM"
+                                                                                 : "SIGINT");
+            break;
+        }
+        serve_state st = serve_worker_state(s->worker);
+        if (st == SERVE_FAILED) {
+            fprintf(stderr, "tessera: serve: cannot load the model: %s\n",
+                    serve_worker_error(s->worker));
+            rc = 2;
+            break;
+        }
+        if (st == SERVE_READY && !announced) {
+            const serve_runtime *rt = serve_worker_runtime(s->worker);
+            fprintf(stderr, "tessera: ready: context %d, %s, %d prefix snapshots of %.1f MiB\n",
+                    rt->n_ctx, rt->describe, rt->n_snapshots, rt->state_bytes / 1048576.0);
+            announced = true;
+        }
+    }
+    /* stop accepting connections; requests on open connections now get 503 */
+    int lfd = MHD_quiesce_daemon(s->daemon);
+    if (lfd >= 0) close(lfd);
+    bool joined = serve_worker_shutdown(s->worker, opts->drain_ms, 2000);
+    atomic_store(&s->shutting_down, true);
+    /* let the connections send their jobs' final events before the sockets close */
+    for (int i = 0; i < 100 && atomic_load(&s->open_jobs) > 0; i++) usleep(10000);
+    MHD_stop_daemon(s->daemon);
+    s->daemon = NULL;
+    if (!joined) {
+        fprintf(stderr, "tessera: serve: the worker did not stop in time; exiting anyway\n");
+        _exit(rc);
+    }
+out:
+    if (s->daemon) MHD_stop_daemon(s->daemon);
+    serve_worker_free(s->worker);
+    serve_metrics_free(&s->metrics);
+    free(s);
+    return rc;
+}

@@ -1,0 +1,42 @@
+/* Generated tokens -> the text a client sees, in two channels.
+ *
+ * Text between <think> and </think> is reasoning (reasoning_content), the rest is content. The
+ * tags are recognised by token id, so the tag text never reaches the client. Like the chat
+ * template when it reads an answer back, the reasoning is trimmed of the newlines around it
+ * and the content after </think> of the newlines in front. Stop strings are matched within
+ * each channel (a stop never spans the tag) with undecided text held back (serve/stop.h). */
+#ifndef TS_SERVE_TEXTOUT_H
+#define TS_SERVE_TEXTOUT_H
+
+#include "serve/stop.h"
+
+typedef enum { SERVE_CH_CONTENT = 0, SERVE_CH_REASONING = 1 } serve_channel;
+
+/* Receives decided text in order. */
+typedef ts_status (*serve_text_sink)(void *ctx, serve_channel ch, const char *s, size_t n);
+
+typedef struct {
+    int32_t think_open, think_close; /* token ids, -1 when the tokenizer has none */
+    serve_channel ch;
+    bool started;      /* a non-newline byte was written to the current channel */
+    bool strip_lead;   /* drop the current channel's leading newlines */
+    size_t pending_nl; /* reasoning: trailing newlines not yet known to be inner */
+    serve_stop stop;
+    ts_strbuf dec; /* scratch: text the stop matcher released */
+    serve_text_sink sink;
+    void *sink_ctx;
+} serve_textout;
+
+/* in_think: the prompt ended inside an open <think> block. stops are borrowed. */
+void serve_textout_init(serve_textout *t, int32_t think_open, int32_t think_close, bool in_think,
+                        char *const *stops, int n_stops, serve_text_sink sink, void *ctx);
+void serve_textout_free(serve_textout *t);
+
+/* Feeds one generated token and its text (from the streaming detokenizer; may be empty).
+ * *stopped is set when a stop string completed. */
+ts_status serve_textout_token(serve_textout *t, int32_t id, const char *text, size_t len,
+                              bool *stopped);
+/* The generation ended without a stop string: releases what was held back. */
+ts_status serve_textout_finish(serve_textout *t);
+
+#endif

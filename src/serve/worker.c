@@ -1,0 +1,281 @@
+#include "serve/worker.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/status.h"
+#include "serve/decode.h"
+#include "serve/prefix_cache.h"
+
+#define SERVE_MAX_SNAPSHOTS 64
+
+struct serve_worker {
+    serve_worker_opts o;
+    serve_metrics *metrics;
+    pthread_t thread;
+    bool thread_started, joined;
+
+    pthread_mutex_t mu; /* guards everything below up to `rt` */
+    pthread_cond_t cv;  /* queue grew, a job ended, or state changed */
+    serve_job **queue;  /* ring of max_pending */
+    int q_head, q_len;
+    int active; /* queued + running: the admission count */
+    serve_job *current;
+    bool accepting, stop;
+    serve_state state;
+    char error[512];
+
+    serve_runtime rt; /* published when state becomes READY, then read-only */
+
+    /* ---- owned by the worker thread ---- */
+    ts_tokenizer *tok;
+    ts_model *model;
+    ts_engine *engine;
+    serve_prefix_cache cache;
+    serve_decoder dec;
+};
+
+static void publish_gauges(serve_worker *w) {
+    serve_metrics_gauges(w->metrics, w->q_len, w->current ? 1 : 0);
+}
+
+static int32_t single_token(const ts_tokenizer *tok, const char *text) {
+    int32_t *ids, id = -1;
+    size_t n;
+    if (ts_tokenize(tok, text, strlen(text), true, &ids, &n) != TS_OK) return -1;
+    if (n == 1) id = ids[0];
+    free(ids);
+    return id;
+}
+
+/* Builds the runtime on this thread: tokenizer, model (through the factory), engine with one
+ * working slot plus as many snapshot slots as the cache budget holds. */
+static ts_status load(serve_worker *w) {
+    if (w->o.load_delay_ms > 0) {
+        struct timespec ts = {w->o.load_delay_ms / 1000, (long)(w->o.load_delay_ms % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    TS_TRY(ts_tokenizer_open(w->o.model_path, &w->tok));
+    TS_TRY(ts_model_open(w->o.model_path, &w->model));
+    ts_model_info info;
+    ts_model_get_info(w->model, &info);
+    if (ts_tokenizer_vocab_size(w->tok) > info.n_vocab)
+        return ts_error(TS_ERR_FORMAT, "%s: the tokenizer has %d tokens but the model only %d",
+                        w->o.model_path, ts_tokenizer_vocab_size(w->tok), info.n_vocab);
+    int n_ctx = w->o.n_ctx > 0 ? w->o.n_ctx
+                               : (info.n_ctx_train < 4096 ? info.n_ctx_train : 4096);
+    size_t sb = ts_model_state_bytes(w->model, n_ctx);
+    size_t n_snap = sb ? w->o.cache_bytes / sb : 0;
+    if (n_snap > SERVE_MAX_SNAPSHOTS) n_snap = SERVE_MAX_SNAPSHOTS;
+    ts_engine_opts eo;
+    ts_engine_opts_default(&eo);
+    eo.n_ctx = n_ctx;
+    eo.n_threads = w->o.n_threads;
+    eo.n_slots = 1 + (int)n_snap;
+    TS_TRY(ts_engine_create(w->model, &eo, &w->engine));
+    TS_TRY(serve_prefix_cache_init(&w->cache, (int)n_snap, 1));
+    serve_decoder_opts dopts = {w->engine, w->tok, &w->cache, w->metrics, w->o.step_delay_ms};
+    TS_TRY(serve_decoder_init(&w->dec, &dopts));
+    serve_runtime *rt = &w->rt;
+    rt->tok = w->tok;
+    rt->n_ctx = n_ctx;
+    rt->n_vocab = info.n_vocab;
+    rt->think_open = single_token(w->tok, "<think>");
+    rt->think_close = single_token(w->tok, "</think>");
+    rt->turn_start = single_token(w->tok, "<|im_start|>");
+    rt->n_snapshots = (int)n_snap;
+    rt->state_bytes = sb;
+    snprintf(rt->describe, sizeof rt->describe, "%s", ts_engine_describe(w->engine));
+    w->dec.think_open = rt->think_open;
+    w->dec.think_close = rt->think_close;
+    return TS_OK;
+}
+
+/* The one place a job ends: terminal state, wake its reader, release the admission slot. */
+static void finish_job(serve_worker *w, serve_job *j, serve_finish how, const char *error) {
+    pthread_mutex_lock(&j->mu);
+    if (j->finish == SERVE_RUNNING) {
+        j->finish = how;
+        if (error) snprintf(j->error, sizeof j->error, "%s", error);
+        j->t_done = serve_now();
+    }
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+    pthread_mutex_lock(&w->mu);
+    w->active--;
+    if (w->current == j) w->current = NULL;
+    publish_gauges(w);
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+}
+
+static void *worker_main(void *arg) {
+    serve_worker *w = arg;
+    ts_status st = load(w);
+    pthread_mutex_lock(&w->mu);
+    if (st != TS_OK) {
+        snprintf(w->error, sizeof w->error, "%s", ts_last_error());
+        w->state = SERVE_FAILED;
+        w->accepting = false;
+    } else {
+        w->state = SERVE_READY;
+    }
+    pthread_cond_broadcast(&w->cv);
+    for (;;) {
+        while (!w->stop && w->q_len == 0) pthread_cond_wait(&w->cv, &w->mu);
+        if (w->q_len == 0) break; /* stop requested and nothing left */
+        serve_job *j = w->queue[w->q_head];
+        w->q_head = (w->q_head + 1) % w->o.max_pending;
+        w->q_len--;
+        w->current = j;
+        publish_gauges(w);
+        pthread_mutex_unlock(&w->mu);
+
+        pthread_mutex_lock(&j->mu);
+        j->started = true;
+        pthread_mutex_unlock(&j->mu);
+        if (atomic_load(&j->cancel) || w->state != SERVE_READY) {
+            /* the client left while the job waited: never prefilled */
+            serve_metrics_event(w->metrics, 2);
+            finish_job(w, j, SERVE_FINISH_CANCELLED, NULL);
+        } else {
+            serve_finish how = SERVE_FINISH_ERROR;
+            char err[256] = "";
+            serve_decoder_run(&w->dec, j, &how, err, sizeof err);
+            if (how == SERVE_FINISH_CANCELLED) serve_metrics_event(w->metrics, 1);
+            if (how == SERVE_FINISH_ERROR) serve_metrics_event(w->metrics, 3);
+            finish_job(w, j, how, err[0] ? err : NULL);
+            /* after the client has its answer: keep the answer's state for the next turn */
+            if (how == SERVE_FINISH_STOP || how == SERVE_FINISH_LENGTH)
+                serve_decoder_snapshot_answer(&w->dec);
+        }
+        serve_job_unref(j);
+        pthread_mutex_lock(&w->mu);
+    }
+    pthread_mutex_unlock(&w->mu);
+    return NULL;
+}
+
+ts_status serve_worker_start(const serve_worker_opts *o, serve_metrics *m, serve_worker **out) {
+    *out = NULL;
+    if (o->max_pending < 1) return ts_error(TS_ERR_INVALID, "max_pending must be >= 1");
+    serve_worker *w = calloc(1, sizeof *w);
+    if (!w) return ts_error(TS_ERR_NOMEM, "out of memory");
+    w->o = *o;
+    w->metrics = m;
+    w->queue = calloc((size_t)o->max_pending, sizeof *w->queue);
+    if (!w->queue) {
+        free(w);
+        return ts_error(TS_ERR_NOMEM, "out of memory");
+    }
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_cond_init(&w->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    w->accepting = true;
+    w->state = SERVE_LOADING;
+    if (pthread_create(&w->thread, NULL, worker_main, w) != 0) {
+        serve_worker_free(w);
+        return ts_error(TS_ERR_NOMEM, "cannot start the worker thread");
+    }
+    w->thread_started = true;
+    *out = w;
+    return TS_OK;
+}
+
+serve_state serve_worker_state(serve_worker *w) {
+    pthread_mutex_lock(&w->mu);
+    serve_state s = w->state;
+    pthread_mutex_unlock(&w->mu);
+    return s;
+}
+
+const char *serve_worker_error(serve_worker *w) { return w->error; }
+
+const serve_runtime *serve_worker_runtime(serve_worker *w) {
+    return serve_worker_state(w) == SERVE_READY ? &w->rt : NULL;
+}
+
+ts_status serve_worker_submit(serve_worker *w, serve_job *j) {
+    pthread_mutex_lock(&w->mu);
+    if (!w->accepting || w->state != SERVE_READY || w->active >= w->o.max_pending) {
+        pthread_mutex_unlock(&w->mu);
+        return TS_ERR_BUSY;
+    }
+    serve_job_ref(j);
+    j->t_submit = serve_now();
+    w->queue[(w->q_head + w->q_len) % w->o.max_pending] = j;
+    w->q_len++;
+    w->active++;
+    publish_gauges(w);
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+    return TS_OK;
+}
+
+int serve_worker_active(serve_worker *w) {
+    pthread_mutex_lock(&w->mu);
+    int n = w->active;
+    pthread_mutex_unlock(&w->mu);
+    return n;
+}
+
+static void deadline_in(struct timespec *ts, int ms) {
+    clock_gettime(CLOCK_MONOTONIC, ts);
+    ts->tv_sec += ms / 1000;
+    ts->tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (ts->tv_nsec >= 1000000000L) {
+        ts->tv_sec++;
+        ts->tv_nsec -= 1000000000L;
+    }
+}
+
+/* Waits (mu held) until no job is admitted or the deadline passes. */
+static void wait_idle(serve_worker *w, int ms) {
+    struct timespec dl;
+    deadline_in(&dl, ms);
+    while (w->active > 0)
+        if (pthread_cond_timedwait(&w->cv, &w->mu, &dl) == ETIMEDOUT) break;
+}
+
+bool serve_worker_shutdown(serve_worker *w, int drain_ms, int join_ms) {
+    if (!w->thread_started || w->joined) return true;
+    pthread_mutex_lock(&w->mu);
+    w->accepting = false;
+    wait_idle(w, drain_ms);
+    /* past the deadline: cancel what is left; each job still ends exactly once */
+    for (int i = 0; i < w->q_len; i++)
+        atomic_store(&w->queue[(w->q_head + i) % w->o.max_pending]->cancel, true);
+    if (w->current) atomic_store(&w->current->cancel, true);
+    wait_idle(w, join_ms);
+    w->stop = true;
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+    struct timespec dl;
+    clock_gettime(CLOCK_REALTIME, &dl);
+    dl.tv_sec += join_ms / 1000 + 1;
+    if (pthread_timedjoin_np(w->thread, NULL, &dl) != 0) return false;
+    w->joined = true;
+    return true;
+}
+
+void serve_worker_free(serve_worker *w) {
+    if (!w) return;
+    if (w->thread_started && !w->joined) {
+        if (!serve_worker_shutdown(w, 0, 1000)) return; /* still running: leave it be */
+    }
+    serve_decoder_free(&w->dec);
+    serve_prefix_cache_free(&w->cache);
+    ts_engine_free(w->engine);
+    ts_model_close(w->model);
+    ts_tokenizer_free(w->tok);
+    pthread_mutex_destroy(&w->mu);
+    pthread_cond_destroy(&w->cv);
+    free(w->queue);
+    free(w);
+}

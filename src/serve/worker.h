@@ -1,0 +1,62 @@
+/* The serving worker: owns the runtime and runs jobs on its own thread.
+ *
+ * The model, engine and tokenizer are built ON the worker thread (by the model factory, via
+ * the public API); the HTTP side never names a model family and only sees what the worker
+ * publishes once loading is done (serve_runtime). Admission is bounded: queued + running jobs
+ * never exceed max_pending, and a refused job is refused at once. Every admitted job ends with
+ * exactly one terminal state, and its admission slot is released exactly once, at that moment.
+ *
+ * The scheduler runs one job at a time, but a job is only "a sequence in slot 0 plus its
+ * sampler and output", so several of them can later share one batched forward. */
+#ifndef TS_SERVE_WORKER_H
+#define TS_SERVE_WORKER_H
+
+#include "serve/job.h"
+#include "serve/metrics.h"
+
+typedef struct {
+    const char *model_path;
+    int n_ctx;         /* 0 = min(model's training context, 4096) */
+    int n_threads;     /* 0 = all cores */
+    int max_pending;   /* queued + running */
+    size_t cache_bytes; /* memory for prefix snapshots; 0 = no prefix reuse */
+    int step_delay_ms; /* testing aid: sleep before each decode step */
+    int load_delay_ms; /* testing aid: sleep before loading */
+} serve_worker_opts;
+
+typedef enum { SERVE_LOADING, SERVE_READY, SERVE_FAILED } serve_state;
+
+/* What the HTTP side may use once the worker is ready. The tokenizer is thread-safe for
+ * encode/decode and lives until the worker is freed. */
+typedef struct {
+    const ts_tokenizer *tok;
+    int n_ctx;
+    int n_vocab;
+    int32_t think_open, think_close, turn_start; /* token ids, -1 when absent */
+    int n_snapshots;
+    size_t state_bytes;
+    char describe[64];
+} serve_runtime;
+
+typedef struct serve_worker serve_worker;
+
+ts_status serve_worker_start(const serve_worker_opts *o, serve_metrics *m, serve_worker **out);
+serve_state serve_worker_state(serve_worker *w);
+/* The load error when FAILED. */
+const char *serve_worker_error(serve_worker *w);
+/* NULL while loading. */
+const serve_runtime *serve_worker_runtime(serve_worker *w);
+
+/* Admits the job (taking a reference) or refuses it at once with TS_ERR_BUSY (over the cap or
+ * shutting down). */
+ts_status serve_worker_submit(serve_worker *w, serve_job *j);
+/* Queued + running jobs. */
+int serve_worker_active(serve_worker *w);
+
+/* Stops admission, waits up to drain_ms for the admitted jobs, cancels what is left, and joins
+ * the worker thread (waiting at most join_ms more). Returns false when the thread could not
+ * be joined in time (its resources are then left to the process exit). */
+bool serve_worker_shutdown(serve_worker *w, int drain_ms, int join_ms);
+void serve_worker_free(serve_worker *w);
+
+#endif

@@ -1,0 +1,185 @@
+"""Starting the real `tessera serve` on loopback for the server tests.
+
+The model is a tiny random Qwen3.5 (`tessera synth --preset tiny`) with the small real BPE
+tokenizer of the fixtures: gibberish output, but every serving behaviour is testable.
+TS_SERVER_BIN points the tests at another build of the binary (e.g. ASan + UBSan); otherwise
+TS_BIN, otherwise build/tessera."""
+
+import http.client
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+
+
+def binary():
+    for var in ("TS_SERVER_BIN", "TS_BIN"):
+        if os.environ.get(var):
+            return os.environ[var]
+    return os.path.join(REPO, "build", "tessera")
+
+
+def fixtures():
+    return os.environ.get("TS_FIXTURES") or os.path.join(REPO, "tests", "fixtures")
+
+
+_model_lock = threading.Lock()
+
+
+def tiny_model():
+    """A tiny random model directory with a real tokenizer (built once per build dir)."""
+    base = os.environ.get("TS_BUILD") or tempfile.gettempdir()
+    path = os.path.abspath(os.path.join(base, "test-cache", "serve-tiny"))
+    with _model_lock:
+        if not os.path.exists(os.path.join(path, "tokenizer.json")):
+            tmp = path + f".tmp{os.getpid()}"
+            shutil.rmtree(tmp, ignore_errors=True)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            subprocess.run([binary(), "synth", "--preset", "tiny", "-o", tmp], check=True,
+                           capture_output=True)
+            shutil.copy(os.path.join(fixtures(), "tokenizer", "small", "tokenizer.json"), tmp)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            try:
+                os.rename(tmp, path)
+            except OSError:  # another test process won the race
+                shutil.rmtree(tmp, ignore_errors=True)
+    return path
+
+
+class Server:
+    """`tessera serve` on 127.0.0.1 and a free port (--port 0; the port is read from stderr)."""
+
+    def __init__(self, *args, model=None, wait_ready=True, env=None):
+        self.model = model or tiny_model()
+        cmd = [binary(), "serve", "-m", self.model, "--port", "0", "--threads", "1", *args]
+        self.log = tempfile.TemporaryFile()
+        e = dict(os.environ)
+        e.pop("TESSERA_API_KEY", None)
+        e.update(env or {})
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.PIPE, env=e)
+        self.port = None
+        self._lines = []
+        deadline = time.time() + 30
+        while self.port is None:
+            line = self.proc.stderr.readline().decode(errors="replace")
+            if not line:
+                raise RuntimeError("server exited early:\n" + "".join(self._lines))
+            self._lines.append(line)
+            m = re.search(r"on http://[^:]+:(\d+)", line)
+            if m:
+                self.port = int(m.group(1))
+            if time.time() > deadline:
+                raise RuntimeError("server did not start:\n" + "".join(self._lines))
+        threading.Thread(target=self._drain, daemon=True).start()
+        self.base = f"http://127.0.0.1:{self.port}"
+        if wait_ready:
+            self.wait_ready()
+
+    def _drain(self):
+        for line in self.proc.stderr:
+            self._lines.append(line.decode(errors="replace"))
+
+    def stderr(self):
+        return "".join(self._lines)
+
+    def wait_ready(self, timeout=30):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            try:
+                status, _, _ = self.request("GET", "/health")
+                if status == 200:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.02)
+        raise RuntimeError("server not ready:\n" + self.stderr())
+
+    def request(self, method, path, body=None, headers=None, timeout=60):
+        """Raw HTTP: returns (status, headers dict (lower-case), body bytes)."""
+        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        h = {"Content-Type": "application/json"} if body is not None else {}
+        h.update(headers or {})
+        if isinstance(body, (dict, list)):
+            body = json.dumps(body)
+        if isinstance(body, str):
+            body = body.encode()
+        c.request(method, path, body=body, headers=h)
+        r = c.getresponse()
+        data = r.read()
+        hd = {k.lower(): v for k, v in r.getheaders()}
+        c.close()
+        return r.status, hd, data
+
+    def post(self, path, body, **kw):
+        status, hd, data = self.request("POST", path, body, **kw)
+        return status, hd, json.loads(data) if data else None
+
+    def metrics(self):
+        _, _, data = self.request("GET", "/metrics")
+        out = {}
+        for line in data.decode().splitlines():
+            if line and not line.startswith("#"):
+                k, v = line.rsplit(" ", 1)
+                out[k] = float(v)
+        return out
+
+    def client(self, api_key="none"):
+        import openai
+        return openai.OpenAI(base_url=self.base + "/v1", api_key=api_key, max_retries=0)
+
+    def stop(self, sig=signal.SIGTERM, timeout=20):
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+                raise AssertionError("server did not exit after the signal:\n" + self.stderr())
+        return self.proc.returncode
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        rc = self.stop()
+        # a sanitizer report or a crash must fail the test that caused it
+        if exc[0] is None:
+            assert rc == 0, f"server exited {rc}:\n{self.stderr()[-4000:]}"
+
+
+def raw(port, data, timeout=10):
+    """Sends raw bytes, returns what came back (maybe nothing)."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    try:
+        s.sendall(data)
+        s.shutdown(socket.SHUT_WR)
+        out = b""
+        while True:
+            try:
+                chunk = s.recv(65536)
+            except (ConnectionResetError, socket.timeout):
+                break
+            if not chunk:
+                break
+            out += chunk
+        return out
+    finally:
+        s.close()
+
+
+def chat(content, **kw):
+    body = {"messages": [{"role": "user", "content": content}], "temperature": 0}
+    body.update(kw)
+    return body

@@ -1,0 +1,110 @@
+"""Prefix reuse: a multi-turn conversation gives the same tokens with and without the snapshot
+cache (temperature 0), reports the reused prompt tokens, and the follow-up's time to first
+token drops."""
+import json
+import time
+
+import pytest
+
+from server_util import Server
+
+SYSTEM = "You are a helpful assistant. " + "Remember these facts carefully. " * 300
+QUESTIONS = ["What is the capital of France?", "And of Italy?", "Which one is larger?"]
+
+
+def converse(client, turns=QUESTIONS, max_tokens=24):
+    msgs = [{"role": "system", "content": SYSTEM}]
+    out = []
+    for q in turns:
+        msgs.append({"role": "user", "content": q})
+        r = client.chat.completions.create(model="serve-tiny", messages=msgs, temperature=0,
+                                           max_tokens=max_tokens, logprobs=True)
+        text = r.choices[0].message.content
+        toks = [t.token for t in r.choices[0].logprobs.content]
+        out.append((text, toks, r.usage))
+        msgs.append({"role": "assistant", "content": text})
+    return out
+
+
+@pytest.fixture(scope="module")
+def warm():
+    with Server() as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def cold():
+    with Server("--cache-mb", "0") as s:
+        yield s
+
+
+def test_multi_turn_identical_with_and_without_cache(warm, cold):
+    a = converse(warm.client())
+    b = converse(cold.client())
+    for (ta, ka, ua), (tb, kb, ub) in zip(a, b):
+        assert ka == kb
+        assert ta == tb
+        assert ua.prompt_tokens == ub.prompt_tokens
+        assert ub.prompt_tokens_details.cached_tokens == 0
+    # later turns reuse the previous prompt up to its generation prompt (the template renders
+    # earlier answers differently from how they were generated, so the answer itself is new)
+    for i in (1, 2):
+        cached = a[i][2].prompt_tokens_details.cached_tokens
+        assert cached >= a[i - 1][2].prompt_tokens - 16, (i, cached)
+        assert cached < a[i][2].prompt_tokens
+
+
+def test_same_prompt_twice_prefills_one_token(warm):
+    body = {"messages": [{"role": "user", "content": "repeat me " * 40}], "max_tokens": 8,
+            "temperature": 0}
+    st, _, r1 = warm.post("/v1/chat/completions", body)
+    before = warm.metrics()["tessera_prefill_tokens_total"]
+    st, _, r2 = warm.post("/v1/chat/completions", body)
+    assert r2["choices"][0]["message"] == r1["choices"][0]["message"]
+    n = r2["usage"]["prompt_tokens"]
+    assert r2["usage"]["prompt_tokens_details"]["cached_tokens"] == n - 1
+    assert warm.metrics()["tessera_prefill_tokens_total"] - before == 1
+
+
+def test_completion_continuation_uses_answer_snapshot(warm, cold):
+    # a raw completion continued by the client: prompt + answer ids extend the answer snapshot
+    st, _, t = warm.post("/tokenize", {"content": "In the beginning " * 20})
+    ids = t["tokens"]
+    body = {"prompt": ids, "max_tokens": 12, "temperature": 0, "return_token_ids": True}
+    st, _, r = warm.post("/v1/completions", body)
+    out = r["choices"][0]["token_ids"]
+    assert st == 200 and len(out) == 12
+    st, _, c = cold.post("/v1/completions", body)
+    assert c["choices"][0]["token_ids"] == out
+    more = {"prompt": ids + out + [5, 6, 7], "max_tokens": 10, "temperature": 0,
+            "return_token_ids": True}
+    st, _, r2 = warm.post("/v1/completions", more)
+    assert r2["usage"]["prompt_tokens_details"]["cached_tokens"] == len(ids) + len(out)
+    st, _, c2 = cold.post("/v1/completions", more)
+    assert c2["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+    assert r2["choices"][0]["token_ids"] == c2["choices"][0]["token_ids"]
+
+
+def ttft(srv, msgs):
+    c = srv.client()
+    t0 = time.perf_counter()
+    stream = c.chat.completions.create(model="serve-tiny", messages=msgs, temperature=0,
+                                       max_tokens=4, stream=True)
+    first = None
+    for ch in stream:
+        if first is None and ch.choices and ch.choices[0].delta.content is not None \
+                and ch.choices[0].delta.role is None:
+            first = time.perf_counter() - t0
+    return first if first is not None else time.perf_counter() - t0
+
+
+def test_follow_up_ttft_drops(warm, cold):
+    long_system = "Context: " + "the quick brown fox jumps over the lazy dog. " * 160
+    msgs = [{"role": "system", "content": long_system}, {"role": "user", "content": "Hi"}]
+    c = warm.client()
+    r = c.chat.completions.create(model="serve-tiny", messages=msgs, temperature=0, max_tokens=8)
+    follow = msgs + [{"role": "assistant", "content": r.choices[0].message.content},
+                     {"role": "user", "content": "Tell me more."}]
+    warm_t = min(ttft(warm, follow + [{"role": "user", "content": f"#{i}"}]) for i in range(3))
+    cold_t = min(ttft(cold, follow + [{"role": "user", "content": f"#{i}"}]) for i in range(3))
+    assert warm_t < cold_t, (warm_t, cold_t)

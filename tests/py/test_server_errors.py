@@ -1,0 +1,221 @@
+"""Every error row of specs/serving.md over raw HTTP: status, envelope and code; the fixed
+validation order; body and header limits; content type; method; API key; model loading."""
+import json
+import threading
+import time
+
+import pytest
+
+from server_util import Server, chat, raw
+
+
+@pytest.fixture(scope="module")
+def srv():
+    with Server("--max-tokens-cap", "1000", "--max-body-kb", "64") as s:
+        yield s
+
+
+def envelope(body):
+    e = json.loads(body)["error"]
+    assert set(e) == {"message", "type", "param", "code"}, e
+    assert isinstance(e["message"], str) and e["message"]
+    return e
+
+
+def expect(srv, status, code, method, path, body=None, headers=None, param="-"):
+    st, hd, data = srv.request(method, path, body, headers)
+    assert st == status, (st, data)
+    assert hd["content-type"].startswith("application/json")
+    e = envelope(data)
+    assert e["code"] == code, e
+    if param != "-":
+        assert e["param"] == param, e
+    return hd, e
+
+
+U = [{"role": "user", "content": "hi"}]
+
+
+@pytest.mark.parametrize("body,code,param", [
+    ("{not json", "invalid_request_body", None),
+    ("[1, 2]", "invalid_request_body", None),
+    ("", "invalid_request_body", None),
+    ('{"messages": [], "messages": []}', "invalid_request_body", None),
+    ("[" * 100 + "]" * 100, "invalid_request_body", None),
+    ({"messages": "hi"}, "invalid_value", "messages"),
+    ({"messages": []}, "invalid_value", "messages"),
+    ({}, "invalid_value", "messages"),
+    ({"messages": [{"role": "wizard", "content": "x"}]}, "invalid_role", "messages[0].role"),
+    ({"messages": [{"role": 3, "content": "x"}]}, "invalid_role", "messages[0].role"),
+    ({"messages": [{"role": "user"}]}, "invalid_value", "messages[0].content"),
+    ({"messages": [{"role": "user", "content": 5}]}, "invalid_value", "messages[0].content"),
+    ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]},
+     "unsupported_feature", "messages[0].content"),
+    ({"messages": U, "stream": "yes"}, "invalid_value", "stream"),
+    ({"messages": U, "temperature": 2.5}, "invalid_value", "temperature"),
+    ({"messages": U, "temperature": -0.1}, "invalid_value", "temperature"),
+    ({"messages": U, "top_p": 0}, "invalid_value", "top_p"),
+    ({"messages": U, "top_p": 1.5}, "invalid_value", "top_p"),
+    ({"messages": U, "top_k": "5"}, "invalid_value", "top_k"),
+    ({"messages": U, "min_p": 2}, "invalid_value", "min_p"),
+    ({"messages": U, "presence_penalty": 3}, "invalid_value", "presence_penalty"),
+    ({"messages": U, "frequency_penalty": -2.5}, "invalid_value", "frequency_penalty"),
+    ({"messages": U, "repetition_penalty": 0}, "invalid_value", "repetition_penalty"),
+    ({"messages": U, "seed": 1.5}, "invalid_value", "seed"),
+    ({"messages": U, "max_tokens": 0}, "invalid_value", "max_tokens"),
+    ({"messages": U, "max_tokens": 2.5}, "invalid_value", "max_tokens"),
+    ({"messages": U, "max_tokens": 1e300}, "invalid_value", "max_tokens"),
+    ({"messages": U, "max_tokens": 5, "max_completion_tokens": 6}, "invalid_value",
+     "max_completion_tokens"),
+    ({"messages": U, "max_tokens": 1001}, "invalid_value", "max_tokens"),
+    ({"messages": U, "logprobs": True, "top_logprobs": 21}, "invalid_value", "top_logprobs"),
+    ({"messages": U, "top_logprobs": 2}, "invalid_value", "top_logprobs"),
+    ({"messages": U, "n": 2}, "unsupported_feature", "n"),
+    ({"messages": U, "n": 0}, "invalid_value", "n"),
+    ({"messages": U, "response_format": {"type": "json_object"}}, "unsupported_feature",
+     "response_format"),
+    ({"messages": U, "response_format": {"type": "xml"}}, "invalid_value", "response_format"),
+    ({"messages": U, "reasoning_effort": "max"}, "invalid_value", "reasoning_effort"),
+    ({"messages": U, "chat_template_kwargs": {"enable_thinking": "yes"}}, "invalid_value",
+     "chat_template_kwargs.enable_thinking"),
+    ({"messages": U, "tools": [{"type": "function"}]}, "unsupported_feature", "tools"),
+    ({"messages": U, "logit_bias": {"1": 2}}, "unsupported_feature", "logit_bias"),
+    ({"messages": U, "stop": ["a", "b", "c", "d", "e"]}, "invalid_stop", "stop"),
+    ({"messages": U, "stop": 5}, "invalid_stop", "stop"),
+    ({"messages": U, "stop": [""]}, "invalid_stop", "stop"),
+    ({"messages": U, "stop": ["a", 1]}, "invalid_stop", "stop"),
+    ({"messages": [{"role": "system", "content": "s"}, {"role": "system", "content": "s"},
+                   {"role": "user", "content": "u"}]}, "invalid_value", "messages"),
+])
+def test_400(srv, body, code, param):
+    expect(srv, 400, code, "POST", "/v1/chat/completions", body, param=param)
+
+
+@pytest.mark.parametrize("body,code", [
+    ({}, "invalid_value"),
+    ({"prompt": 5}, "invalid_value"),
+    ({"prompt": ["a", "b"]}, "unsupported_feature"),
+    ({"prompt": [1, -2]}, "invalid_value"),
+    ({"prompt": [1, 999999]}, "invalid_value"),
+    ({"prompt": ""}, "invalid_value"),
+    ({"prompt": "x", "echo": True}, "unsupported_feature"),
+    ({"prompt": "x", "logprobs": 21}, "invalid_value"),
+    ({"prompt": "x", "suffix": "y"}, "unsupported_feature"),
+])
+def test_400_completions(srv, body, code):
+    expect(srv, 400, code, "POST", "/v1/completions", body)
+
+
+def test_context_length_exceeded_names_both_numbers(srv):
+    long = "word " * 3000
+    _, e = expect(srv, 400, "context_length_exceeded", "POST", "/v1/chat/completions",
+                  chat(long, max_tokens=900))
+    st, _, t = srv.post("/tokenize", {"messages": [{"role": "user", "content": long}]})
+    n = t["count"]
+    assert "4096" in e["message"] and str(n) in e["message"] and "900" in e["message"]
+    # a prompt that alone fills the context: also refused, never truncated
+    expect(srv, 400, "context_length_exceeded", "POST", "/v1/completions",
+           {"prompt": "word " * 5000})
+
+
+def test_validation_order(srv):
+    # each body fails several checks; the documented first one must win
+    expect(srv, 404, "model_not_found", "POST", "/v1/chat/completions",
+           {"model": "nope", "messages": [], "temperature": 9})
+    expect(srv, 400, "invalid_value", "POST", "/v1/chat/completions",
+           {"messages": [], "temperature": 9}, param="messages")
+    expect(srv, 400, "invalid_value", "POST", "/v1/chat/completions",
+           {"messages": U, "temperature": 9, "top_p": 9}, param="temperature")
+    # context before stop parsing
+    expect(srv, 400, "context_length_exceeded", "POST", "/v1/chat/completions",
+           {"messages": [{"role": "user", "content": "w " * 5000}], "stop": 5})
+    # headers before the body: wrong method beats everything, content type beats bad JSON
+    expect(srv, 405, "method_not_allowed", "GET", "/v1/chat/completions")
+    expect(srv, 415, "unsupported_media_type", "POST", "/v1/chat/completions", "{bad",
+           headers={"Content-Type": "text/plain"})
+
+
+def test_404_405(srv):
+    expect(srv, 404, "not_found", "GET", "/v2/nothing")
+    expect(srv, 404, "not_found", "POST", "/v1/chat/completion", {"messages": U})
+    expect(srv, 404, "model_not_found", "POST", "/v1/completions", {"model": "gpt-4",
+                                                                    "prompt": "x"})
+    hd, _ = expect(srv, 405, "method_not_allowed", "POST", "/health", {})
+    assert hd["allow"] == "GET"
+    expect(srv, 405, "method_not_allowed", "DELETE", "/v1/models")
+    expect(srv, 405, "method_not_allowed", "GET", "/tokenize")
+
+
+def test_415(srv):
+    for ct in ("text/plain", "application/x-www-form-urlencoded", "application/jsonx"):
+        expect(srv, 415, "unsupported_media_type", "POST", "/v1/chat/completions",
+               json.dumps({"messages": U}), headers={"Content-Type": ct})
+    st, _, data = srv.request("POST", "/v1/chat/completions", json.dumps(chat("x", max_tokens=1)),
+                              headers={"Content-Type": "application/json; charset=utf-8"})
+    assert st == 200
+
+
+def test_413_declared_and_streamed(srv):
+    big = json.dumps(chat("x" * 70000))
+    expect(srv, 413, "request_body_too_large", "POST", "/v1/chat/completions", big)
+    # declared size over the cap: refused from the headers, before the body is read
+    resp = raw(srv.port, b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+               b"application/json\r\nContent-Length: 999999999\r\n\r\n{")
+    assert resp.startswith(b"HTTP/1.1 413"), resp[:100]
+    # chunked upload: no length, caught while it streams in
+    body = big.encode()
+    chunked = b"".join(b"%x\r\n%s\r\n" % (len(body[i:i + 8192]), body[i:i + 8192])
+                       for i in range(0, len(body), 8192)) + b"0\r\n\r\n"
+    resp = raw(srv.port, b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+               b"application/json\r\nTransfer-Encoding: chunked\r\n\r\n" + chunked)
+    assert resp.startswith(b"HTTP/1.1 413"), resp[:100]
+    assert b"request_body_too_large" in resp
+
+
+def test_header_limit(srv):
+    resp = raw(srv.port, b"GET /health HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 100000 +
+               b"\r\n\r\n")
+    assert resp.split(b" ")[1] in (b"413", b"431"), resp[:100]
+    assert srv.request("GET", "/health")[0] == 200
+
+
+def test_health_and_models_ok(srv):
+    st, _, body = srv.request("GET", "/health")
+    assert st == 200 and json.loads(body) == {"status": "ok"}
+    st, _, body = srv.request("GET", "/v1/models")
+    assert st == 200 and json.loads(body)["data"][0]["id"] == "serve-tiny"
+
+
+def test_api_key():
+    with Server("--api-key", "s3cret") as s:
+        for hdr in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "s3cret"},
+                    {"Authorization": "Bearer s3cre"}, {"Authorization": "Bearer s3cretX"}):
+            expect(s, 401, "invalid_api_key", "GET", "/v1/models", headers=hdr)
+            expect(s, 401, "invalid_api_key", "POST", "/v1/chat/completions", {"messages": U},
+                   headers=hdr)
+        st, _, _ = s.request("GET", "/v1/models", headers={"Authorization": "Bearer s3cret"})
+        assert st == 200
+        assert s.request("GET", "/health")[0] == 200  # health stays open for probes
+        r = s.client(api_key="s3cret").chat.completions.create(
+            model="serve-tiny", messages=U, max_tokens=2)
+        assert r.usage.completion_tokens == 2
+    # the key may come from the environment
+    with Server(env={"TESSERA_API_KEY": "envkey"}) as s:
+        expect(s, 401, "invalid_api_key", "GET", "/v1/models")
+        assert s.request("GET", "/v1/models", headers={"Authorization": "Bearer envkey"})[0] == 200
+
+
+def test_model_loading():
+    with Server("--debug-load-delay-ms", "1500", wait_ready=False) as s:
+        for path, method, body in (("/health", "GET", None), ("/v1/models", "GET", None),
+                                   ("/v1/chat/completions", "POST", {"messages": U}),
+                                   ("/metrics", "GET", None)):
+            hd, _ = expect(s, 503, "model_loading", method, path, body)
+            assert "retry-after" in hd
+        s.wait_ready()
+        assert s.request("GET", "/health")[0] == 200
+
+
+def test_no_500_and_still_alive(srv):
+    m = srv.metrics()
+    assert not any('status="500"' in k for k in m), m

@@ -1,0 +1,193 @@
+"""The server through the official openai client: chat (plain and streaming), completions,
+models, stop strings, usage, seeds, logprobs and reasoning_content."""
+import pytest
+
+from server_util import Server
+
+MSG = [{"role": "user", "content": "Tell me a story about a cat."}]
+
+
+@pytest.fixture(scope="module")
+def srv():
+    with Server("--alias", "tiny-test") as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def client(srv):
+    return srv.client()
+
+
+def test_models(client):
+    models = client.models.list().data
+    assert [m.id for m in models] == ["tiny-test"]
+    assert models[0].model_extra["context_length"] == 4096
+
+
+def test_chat_non_streaming(client):
+    r = client.chat.completions.create(model="tiny-test", messages=MSG, max_tokens=12,
+                                       temperature=0)
+    assert r.id.startswith("chatcmpl-") and r.object == "chat.completion"
+    assert r.model == "tiny-test"
+    c = r.choices[0]
+    assert c.message.role == "assistant" and isinstance(c.message.content, str)
+    assert c.finish_reason == "length"
+    assert r.usage.completion_tokens == 12
+    assert r.usage.prompt_tokens > 5
+    assert r.usage.total_tokens == r.usage.prompt_tokens + 12
+
+
+def test_chat_streaming_matches_non_streaming(client):
+    full = client.chat.completions.create(model="tiny-test", messages=MSG, max_tokens=20,
+                                          temperature=0)
+    chunks = list(client.chat.completions.create(
+        model="tiny-test", messages=MSG, max_tokens=20, temperature=0, stream=True,
+        stream_options={"include_usage": True}))
+    assert chunks[0].choices[0].delta.role == "assistant"
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == full.choices[0].message.content
+    finals = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert finals == ["length"]
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 20
+    assert chunks[-1].usage.prompt_tokens == full.usage.prompt_tokens
+    assert len({c.id for c in chunks}) == 1
+
+
+def test_stream_without_usage_has_no_usage_chunk(client):
+    chunks = list(client.chat.completions.create(model="tiny-test", messages=MSG, max_tokens=4,
+                                                 temperature=0, stream=True))
+    assert all(c.choices for c in chunks)
+    assert all(c.usage is None for c in chunks)
+
+
+def test_completions(client):
+    r = client.completions.create(model="tiny-test", prompt="Once upon a time", max_tokens=10,
+                                  temperature=0)
+    assert r.object == "text_completion" and r.choices[0].finish_reason == "length"
+    assert r.usage.completion_tokens == 10
+    chunks = list(client.completions.create(model="tiny-test", prompt="Once upon a time",
+                                            max_tokens=10, temperature=0, stream=True))
+    assert "".join(c.choices[0].text for c in chunks) == r.choices[0].text
+
+
+def test_completions_default_max_tokens_is_16(client):
+    r = client.completions.create(model="tiny-test", prompt="Hello", temperature=0)
+    assert r.usage.completion_tokens == 16
+
+
+def _greedy(client, n=40):
+    return client.completions.create(model="tiny-test", prompt="The weather today", max_tokens=n,
+                                     temperature=0).choices[0].text
+
+
+def test_stop_string(client):
+    text = _greedy(client)
+    # a stop taken from the middle of the greedy output, spanning whatever tokens it spans
+    stop = text[len(text) // 2: len(text) // 2 + 3]
+    assert len(stop) == 3 and stop.strip(), text
+    cut = text[: text.index(stop)]
+    r = client.completions.create(model="tiny-test", prompt="The weather today", max_tokens=40,
+                                  temperature=0, stop=[stop, "\x01never"])
+    assert r.choices[0].finish_reason == "stop"
+    assert r.choices[0].text == cut
+    chunks = list(client.completions.create(model="tiny-test", prompt="The weather today",
+                                            max_tokens=40, temperature=0, stop=stop,
+                                            stream=True))
+    assert "".join(c.choices[0].text for c in chunks) == cut
+    assert chunks[-1].choices[0].finish_reason == "stop"
+
+
+def test_stop_on_chat(client):
+    full = client.chat.completions.create(model="tiny-test", messages=MSG, max_tokens=30,
+                                          temperature=0).choices[0].message.content
+    stop = full[len(full) // 3: len(full) // 3 + 2]
+    r = client.chat.completions.create(model="tiny-test", messages=MSG, max_tokens=30,
+                                       temperature=0, stop=stop)
+    assert r.choices[0].message.content == full[: full.index(stop)]
+    assert r.choices[0].finish_reason == "stop"
+
+
+def test_seed_reproducible(client):
+    def run(seed):
+        return client.chat.completions.create(model="tiny-test", messages=MSG, max_tokens=24,
+                                              temperature=1.0, top_p=0.95, seed=seed
+                                              ).choices[0].message.content
+    a, b, c = run(7), run(7), run(8)
+    assert a == b
+    assert a != c
+
+
+def test_sampling_fields_accepted(client):
+    r = client.chat.completions.create(model="tiny-test", messages=MSG, max_tokens=5,
+                                       temperature=0.7, top_p=0.9, presence_penalty=0.5,
+                                       frequency_penalty=0.5, seed=1,
+                                       extra_body={"top_k": 20, "min_p": 0.05,
+                                                   "repetition_penalty": 1.1})
+    assert r.usage.completion_tokens == 5
+
+
+def test_repetition_penalty_changes_greedy_output(client):
+    base = _greedy(client, 30)
+    pen = client.completions.create(model="tiny-test", prompt="The weather today", max_tokens=30,
+                                    temperature=0, frequency_penalty=2.0).choices[0].text
+    assert base != pen
+
+
+def test_logprobs(client):
+    r = client.chat.completions.create(model="tiny-test", messages=MSG, max_tokens=6,
+                                       temperature=0, logprobs=True, top_logprobs=3)
+    lp = r.choices[0].logprobs.content
+    assert len(lp) == 6
+    for e in lp:
+        assert e.logprob <= 0 and len(e.top_logprobs) == 3
+        # greedy: the chosen token is the most likely one
+        assert abs(e.top_logprobs[0].logprob - e.logprob) < 1e-5
+        assert e.top_logprobs[0].logprob >= e.top_logprobs[1].logprob >= e.top_logprobs[2].logprob
+
+
+def test_reasoning_content(client, srv):
+    # with thinking on, the prompt ends inside <think>: everything up to </think> is reasoning.
+    # A random model rarely closes the block, so all its text must be reasoning, none content.
+    r = client.chat.completions.create(model="tiny-test", messages=MSG, max_tokens=20,
+                                       temperature=0,
+                                       extra_body={"chat_template_kwargs": {"enable_thinking": True}})
+    msg = r.choices[0].message
+    assert msg.model_extra.get("reasoning_content")
+    assert msg.content == ""
+    chunks = list(client.chat.completions.create(
+        model="tiny-test", messages=MSG, max_tokens=20, temperature=0, stream=True,
+        extra_body={"chat_template_kwargs": {"enable_thinking": True}}))
+    streamed = "".join((c.choices[0].delta.model_extra or {}).get("reasoning_content") or ""
+                       for c in chunks if c.choices)
+    assert streamed == msg.model_extra["reasoning_content"]
+    # thinking off: no reasoning_content at all
+    r = client.chat.completions.create(model="tiny-test", messages=MSG, max_tokens=20,
+                                       temperature=0, reasoning_effort="none")
+    assert "reasoning_content" not in (r.choices[0].message.model_extra or {})
+
+
+def test_reasoning_split_when_model_closes_think(srv):
+    # Force the split with a raw completion whose prompt opens <think>: ids for "</think>" in the
+    # prompt close it, so the model's answer is content.
+    st, _, body = srv.post("/v1/completions", {"prompt": "<think>\nhm\n</think>\n\nHi",
+                                                "max_tokens": 5, "temperature": 0})
+    assert st == 200 and body["choices"][0]["text"] is not None
+
+
+def test_tokenize_detokenize(srv):
+    st, _, t = srv.post("/tokenize", {"content": "Hello world"})
+    assert st == 200 and t["count"] == len(t["tokens"]) > 0 and t["max_model_len"] == 4096
+    st, _, d = srv.post("/detokenize", {"tokens": t["tokens"]})
+    assert st == 200 and d["content"] == "Hello world"
+    st, _, t2 = srv.post("/tokenize", {"messages": MSG})
+    u = srv.client().chat.completions.create(model="tiny-test", messages=MSG, max_tokens=1)
+    assert t2["count"] == u.usage.prompt_tokens
+
+
+def test_multimodal_text_parts(client):
+    parts = [{"type": "text", "text": "Tell me a story "}, {"type": "text", "text": "about a cat."}]
+    a = client.chat.completions.create(model="tiny-test", max_tokens=8, temperature=0,
+                                       messages=[{"role": "user", "content": parts}])
+    b = client.chat.completions.create(model="tiny-test", messages=MSG, max_tokens=8,
+                                       temperature=0)
+    assert a.choices[0].message.content == b.choices[0].message.content

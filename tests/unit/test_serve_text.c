@@ -1,0 +1,213 @@
+/* serve/: the stop-string matcher (across pieces, hold-back), the reasoning/content splitter,
+ * the prefix-cache LRU, and the request validation of openai.c. */
+#include <string.h>
+
+#include "serve/openai.h"
+#include "serve/prefix_cache.h"
+#include "serve/textout.h"
+#include "testutil.h"
+
+/* ---- stop matcher ---- */
+
+/* Feeds text in pieces of `step` bytes; returns what was shown and whether a stop hit. */
+static bool run_stop(const char *text, size_t step, char *const *stops, int n, ts_strbuf *out,
+                     int *pushes_after_stop) {
+    serve_stop m;
+    serve_stop_init(&m, stops, n);
+    bool hit = false;
+    *pushes_after_stop = 0;
+    size_t len = strlen(text);
+    for (size_t i = 0; i < len; i += step) {
+        size_t k = len - i < step ? len - i : step;
+        if (hit) {
+            (*pushes_after_stop)++;
+            break;
+        }
+        ts_status st;
+        hit = serve_stop_push(&m, text + i, k, out, &st);
+        CHECK(st == TS_OK);
+    }
+    if (!hit) serve_stop_flush(&m, out);
+    serve_stop_free(&m);
+    return hit;
+}
+
+static void test_stop(void) {
+    char *stops[] = {"END", "xyz"};
+    for (size_t step = 1; step <= 5; step++) {
+        ts_strbuf out = {0};
+        int after;
+        bool hit = run_stop("hello wENorld END tail", step, stops, 2, &out, &after);
+        CHECKF(hit, "step %zu", step);
+        CHECKF(out.len == 14 && memcmp(out.data, "hello wENorld ", 14) == 0, "step %zu: '%.*s'",
+               step, (int)out.len, out.data);
+        ts_strbuf_free(&out);
+        out = (ts_strbuf){0};
+        hit = run_stop("no stop here, EN", step, stops, 2, &out, &after);
+        CHECK(!hit);
+        CHECKF(out.len == 16, "flush releases the held 'EN' (step %zu)", step);
+        ts_strbuf_free(&out);
+    }
+    /* hold-back: a possible prefix is not shown until decided */
+    serve_stop m;
+    serve_stop_init(&m, stops, 2);
+    ts_strbuf out = {0};
+    ts_status st;
+    CHECK(!serve_stop_push(&m, "abcE", 4, &out, &st));
+    CHECK(out.len == 3);
+    CHECK(!serve_stop_push(&m, "N", 1, &out, &st));
+    CHECK(out.len == 3);
+    CHECK(!serve_stop_push(&m, "x", 1, &out, &st)); /* "ENx" is no stop: "EN" released */
+    CHECKF(out.len == 5 && memcmp(out.data, "abcEN", 5) == 0, "'%.*s'", (int)out.len, out.data);
+    /* the earliest stop wins even if a later-listed one started first */
+    CHECK(serve_stop_push(&m, "yzEND", 5, &out, &st));
+    CHECKF(out.len == 5, "'x' was part of 'xyz': '%.*s'", (int)out.len, out.data);
+    serve_stop_free(&m);
+    ts_strbuf_free(&out);
+}
+
+/* ---- reasoning / content splitter ---- */
+
+typedef struct {
+    ts_strbuf ch[2];
+    int switches;
+    int last;
+} capture;
+
+static ts_status cap_sink(void *ctx, serve_channel ch, const char *s, size_t n) {
+    capture *c = ctx;
+    if (c->last != (int)ch) c->switches++;
+    c->last = (int)ch;
+    return ts_strbuf_append(&c->ch[ch], s, n);
+}
+
+enum { OPEN = 100, CLOSE = 101 };
+
+static void feed(serve_textout *t, int32_t id, const char *s, bool *stopped) {
+    CHECK(serve_textout_token(t, id, s, s ? strlen(s) : 0, stopped) == TS_OK);
+}
+
+static void test_split(void) {
+    capture c = {{{0}}, 0, -1};
+    serve_textout t;
+    bool stop;
+    serve_textout_init(&t, OPEN, CLOSE, true, NULL, 0, cap_sink, &c);
+    feed(&t, 1, "\n", &stop);
+    feed(&t, 2, "I think", &stop);
+    feed(&t, 3, "\n\n", &stop);
+    feed(&t, 4, "so.\n", &stop);
+    feed(&t, CLOSE, "</think>", &stop);
+    feed(&t, 5, "\n\n", &stop);
+    feed(&t, 6, "Answer", &stop);
+    feed(&t, 7, "\n", &stop);
+    CHECK(serve_textout_finish(&t) == TS_OK);
+    CHECKF(c.ch[1].len == 12 && memcmp(c.ch[1].data, "I think\n\nso.", 12) == 0,
+           "reasoning '%.*s'", (int)c.ch[1].len, c.ch[1].data);
+    CHECKF(c.ch[0].len == 7 && memcmp(c.ch[0].data, "Answer\n", 7) == 0, "content '%.*s'",
+           (int)c.ch[0].len, c.ch[0].data);
+    CHECK(c.switches == 2);
+    serve_textout_free(&t);
+    ts_strbuf_free(&c.ch[0]);
+    ts_strbuf_free(&c.ch[1]);
+
+    /* thinking off: all content, but a <think> the model writes opens reasoning; a stop string
+     * is matched inside each channel */
+    capture d = {{{0}}, 0, -1};
+    char *stops[] = {"STOP"};
+    serve_textout_init(&t, OPEN, CLOSE, false, stops, 1, cap_sink, &d);
+    feed(&t, 1, "\nhi ST", &stop);
+    feed(&t, OPEN, "<think>", &stop);
+    feed(&t, 2, "why", &stop);
+    feed(&t, CLOSE, NULL, &stop);
+    feed(&t, 3, "ok ST", &stop);
+    CHECK(!stop);
+    feed(&t, 4, "OP more", &stop);
+    CHECK(stop);
+    CHECKF(d.ch[0].len == 9 && memcmp(d.ch[0].data, "\nhi STok ", 9) == 0, "content '%.*s'",
+           (int)d.ch[0].len, d.ch[0].data);
+    CHECK(d.ch[1].len == 3);
+    serve_textout_free(&t);
+    ts_strbuf_free(&d.ch[0]);
+    ts_strbuf_free(&d.ch[1]);
+}
+
+/* ---- prefix cache ---- */
+
+static void test_cache(void) {
+    serve_prefix_cache c;
+    CHECK(serve_prefix_cache_init(&c, 2, 1) == TS_OK);
+    int32_t a[] = {1, 2, 3, 4, 5, 6}, b[] = {1, 2, 9, 9};
+    int s1 = serve_prefix_cache_store(&c, a, 3);
+    int s2 = serve_prefix_cache_store(&c, a, 5);
+    CHECK(s1 == 1 && s2 == 2);
+    CHECK(serve_prefix_cache_store(&c, a, 5) == -1); /* already held */
+    const serve_snapshot *s = serve_prefix_cache_find(&c, a, 6, 5);
+    CHECK(s && s->len == 5);
+    s = serve_prefix_cache_find(&c, a, 6, 4); /* must leave a token to prefill */
+    CHECK(s && s->len == 3);
+    CHECK(serve_prefix_cache_find(&c, b, 4, 3) == NULL);
+    /* LRU: a[0..3) was used last, so a[0..5) is evicted */
+    int s3 = serve_prefix_cache_store(&c, b, 2);
+    CHECK(s3 == s2);
+    s = serve_prefix_cache_find(&c, a, 6, 5);
+    CHECK(s && s->len == 3);
+    serve_prefix_cache_free(&c);
+    CHECK(serve_prefix_cache_init(&c, 0, 1) == TS_OK);
+    CHECK(serve_prefix_cache_store(&c, a, 3) == -1);
+    serve_prefix_cache_free(&c);
+}
+
+/* ---- request validation ---- */
+
+static const char *parse_code(serve_api api, const char *body) {
+    static const char *ids[] = {"m", NULL};
+    static char code[64];
+    serve_error e;
+    json_t *root;
+    if (!serve_json_parse(body, strlen(body), &root, &e)) {
+        snprintf(code, sizeof code, "%s", e.code);
+        return code;
+    }
+    serve_request r;
+    bool ok = serve_request_parse(api, root, ids, 100, &r, &e);
+    snprintf(code, sizeof code, "%s", ok ? "ok" : e.code);
+    serve_request_free(&r);
+    return code;
+}
+
+static void test_validation(void) {
+    const serve_api C = SERVE_API_CHAT, P = SERVE_API_COMPLETION;
+    const char *u = "\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]";
+    char b[512];
+#define BODY(...) (snprintf(b, sizeof b, __VA_ARGS__), b)
+    CHECK(!strcmp(parse_code(C, BODY("{%s}", u)), "ok"));
+    CHECK(!strcmp(parse_code(C, "[1]"), "invalid_request_body"));
+    CHECK(!strcmp(parse_code(C, "{\"a\":1,\"a\":1}"), "invalid_request_body"));
+    CHECK(!strcmp(parse_code(C, BODY("{%s,\"model\":\"x\"}", u)), "model_not_found"));
+    CHECK(!strcmp(parse_code(C, "{\"messages\":[{\"role\":\"x\",\"content\":\"y\"}]}"),
+                  "invalid_role"));
+    CHECK(!strcmp(parse_code(C, BODY("{%s,\"temperature\":\"hot\"}", u)), "invalid_value"));
+    CHECK(!strcmp(parse_code(C, BODY("{%s,\"max_tokens\":101}", u)), "invalid_value"));
+    CHECK(!strcmp(parse_code(C, BODY("{%s,\"max_tokens\":5,\"max_completion_tokens\":6}", u)),
+                  "invalid_value"));
+    CHECK(!strcmp(parse_code(C, BODY("{%s,\"n\":2}", u)), "unsupported_feature"));
+    CHECK(!strcmp(parse_code(C, BODY("{%s,\"top_logprobs\":21,\"logprobs\":true}", u)),
+                  "invalid_value"));
+    CHECK(!strcmp(parse_code(C, BODY("{%s,\"response_format\":{\"type\":\"json_object\"}}", u)),
+                  "unsupported_feature"));
+    /* the first failing check wins: the model before the sampling fields */
+    CHECK(!strcmp(parse_code(C, BODY("{%s,\"temperature\":9,\"model\":\"zz\"}", u)),
+                  "model_not_found"));
+    CHECK(!strcmp(parse_code(P, "{\"prompt\":[1,2,3]}"), "ok"));
+    CHECK(!strcmp(parse_code(P, "{\"prompt\":[\"a\",\"b\"]}"), "unsupported_feature"));
+    CHECK(!strcmp(parse_code(P, "{\"prompt\":{}}"), "invalid_value"));
+#undef BODY
+}
+
+int main(void) {
+    test_stop();
+    test_split();
+    test_cache();
+    test_validation();
+    return tu_report("test_serve_text");
+}
