@@ -11,6 +11,8 @@ cmake --build "$B" -j "$jobs"
 if [ "${TS_SKIP_SANITIZE:-0}" != 1 ]; then
   cmake -S . -B "$B-asan" -DCMAKE_BUILD_TYPE=Debug -DTESSERA_WERROR=ON -DTESSERA_SANITIZE=ON > /dev/null
   cmake --build "$B-asan" -j "$jobs"
-  # unit tests only: the script and Python tests exercise the same code through the CLI
+  # the unit tests, then the server integration suite against the sanitized server
   (cd "$B-asan" && TS_SKIP_SYNTH=1 ctest --output-on-failure -j "$jobs" -R '^test_')
+  TS_SERVER_BIN="$PWD/$B-asan/tessera" TS_BIN="$PWD/$B/tessera" TS_BUILD="$PWD/$B" \
+    TS_FIXTURES="$PWD/tests/fixtures" python3 -m pytest -q -p no:cacheprovider tests/py/test_server_*.py
 fi
