@@ -8,6 +8,10 @@ jobs=$(nproc)
 cmake -S . -B "$B" -DCMAKE_BUILD_TYPE=Release -DTESSERA_WERROR=ON > /dev/null
 cmake --build "$B" -j "$jobs"
 (cd "$B" && ctest --output-on-failure -j "$jobs")
+# the GGUF reader under libFuzzer for a bounded time (hostile model files)
+if [ "${TS_SKIP_FUZZ:-0}" != 1 ]; then
+  bash scripts/fuzz.sh "${TS_FUZZ_SECONDS:-60}"
+fi
 if [ "${TS_SKIP_SANITIZE:-0}" != 1 ]; then
   cmake -S . -B "$B-asan" -DCMAKE_BUILD_TYPE=Debug -DTESSERA_WERROR=ON -DTESSERA_SANITIZE=ON > /dev/null
   cmake --build "$B-asan" -j "$jobs"

@@ -8,7 +8,7 @@ static const struct {
     [TS_DTYPE_F32] = {"F32", 1, 4},      [TS_DTYPE_F16] = {"F16", 1, 2},
     [TS_DTYPE_BF16] = {"BF16", 1, 2},    [TS_DTYPE_Q8_0] = {"Q8_0", 32, 34},
     [TS_DTYPE_Q4_0] = {"Q4_0", 32, 18},  [TS_DTYPE_Q4_K] = {"Q4_K", 256, 144},
-    [TS_DTYPE_Q6_K] = {"Q6_K", 256, 210},
+    [TS_DTYPE_Q6_K] = {"Q6_K", 256, 210}, [TS_DTYPE_Q5_0] = {"Q5_0", 32, 22},
 };
 
 const char *ts_dtype_name(ts_dtype t) {

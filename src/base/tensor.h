@@ -19,6 +19,7 @@ typedef enum {
     TS_DTYPE_Q4_0,
     TS_DTYPE_Q4_K,
     TS_DTYPE_Q6_K,
+    TS_DTYPE_Q5_0,
     TS_DTYPE_COUNT
 } ts_dtype;
 

@@ -89,7 +89,10 @@ void chat_json_repr_double(double x, char out[32]) {
             memcpy(o, dig + 1, (size_t)(nd - 1));
             o += nd - 1;
         }
-        snprintf(o, 8, "e%+03d", decpt - 1);
+        int e = decpt - 1; /* |e| <= 324 for doubles; the clamp tells the compiler so */
+        if (e < -999) e = -999;
+        if (e > 999) e = 999;
+        snprintf(o, 8, "e%+03d", e);
     }
 }
 
