@@ -7,15 +7,36 @@
 #include "base/half.h"
 #include "model/model.h"
 
+/* A single .gguf file: the architecture comes from general.architecture. */
+static ts_status open_gguf(const char *path, ts_model **out) {
+    ts_model *m = calloc(1, sizeof *m);
+    if (!m) return ts_error(TS_ERR_NOMEM, "out of memory");
+    m->path = strdup(path);
+    ts_status st = m->path ? TS_OK : ts_error(TS_ERR_NOMEM, "out of memory");
+    if (st == TS_OK) st = ts_gguf_open(path, &m->gguf);
+    const char *arch = NULL;
+    if (st == TS_OK) st = ts_gguf_get_str(m->gguf, "general.architecture", &arch, NULL);
+    if (st == TS_OK) {
+        m->arch = ts_arch_find_gguf(arch);
+        if (!m->arch || !m->arch->load_gguf)
+            st = ts_error(TS_ERR_UNSUPPORTED, "%s: unknown architecture: general.architecture '%s'",
+                          path, arch);
+    }
+    if (st == TS_OK) st = m->arch->load_gguf(m);
+    if (st != TS_OK) {
+        m->arch = NULL;
+        ts_model_close(m);
+        return st;
+    }
+    *out = m;
+    return TS_OK;
+}
+
 ts_status ts_model_open(const char *path, ts_model **out) {
     *out = NULL;
     struct stat sb;
     if (stat(path, &sb) != 0) return ts_error(TS_ERR_IO, "%s: no such file or directory", path);
-    if (!S_ISDIR(sb.st_mode))
-        return ts_error(TS_ERR_UNSUPPORTED,
-                        "%s: not a model directory (expected a Hugging Face directory with "
-                        "config.json)",
-                        path);
+    if (!S_ISDIR(sb.st_mode)) return open_gguf(path, out);
     ts_model *m = calloc(1, sizeof *m);
     if (!m) return ts_error(TS_ERR_NOMEM, "out of memory");
     m->path = strdup(path);
@@ -43,6 +64,7 @@ void ts_model_close(ts_model *m) {
     if (!m) return;
     if (m->arch && m->arch->unload) m->arch->unload(m);
     ts_st_close(m->st);
+    ts_gguf_close(m->gguf);
     ts_hfconfig_free(m->cfg);
     free(m->path);
     free(m);
@@ -50,12 +72,32 @@ void ts_model_close(ts_model *m) {
 
 void ts_model_get_info(const ts_model *m, ts_model_info *info) { *info = m->info; }
 
+const char *ts_model_file_of(const ts_model *m, const char *name) {
+    const char *f = m->st ? ts_st_file_of(m->st, name) : NULL;
+    return f ? f : m->path;
+}
+
+/* The tensor in whichever container the model came in; NULL when absent. For GGUF, a tensor
+ * of a type we cannot compute with is an error of its own. */
+static ts_status find_tensor(const ts_model *m, const char *name, const ts_tensor **t) {
+    if (m->gguf) {
+        *t = ts_gguf_find(m->gguf, name);
+        if (*t) return TS_OK;
+        ts_status st = ts_gguf_tensor(m->gguf, name, t); /* absent, or a type we cannot use? */
+        *t = NULL;
+        return st == TS_ERR_FORMAT ? TS_OK : st;
+    }
+    *t = ts_st_find(m->st, name);
+    return TS_OK;
+}
+
 ts_status ts_model_tensor(const ts_model *m, const char *name, int n_dims, const int64_t *shape,
                           const ts_tensor **out) {
-    const ts_tensor *t = ts_st_find(m->st, name);
+    const ts_tensor *t;
     *out = NULL;
+    TS_TRY(find_tensor(m, name, &t));
     if (!t) return ts_error(TS_ERR_FORMAT, "%s: missing tensor '%s'", m->path, name);
-    const char *file = ts_st_file_of(m->st, name);
+    const char *file = ts_model_file_of(m, name);
     if (t->n_dims != n_dims)
         return ts_error(TS_ERR_FORMAT, "%s: tensor '%s': expected %d dimensions, got %d", file,
                         name, n_dims, t->n_dims);
@@ -77,11 +119,12 @@ ts_status ts_model_tensor(const ts_model *m, const char *name, int n_dims, const
 }
 
 ts_status ts_model_tensor_f32(const ts_model *m, const char *name, int64_t n, float *dst) {
-    const ts_tensor *t = ts_st_find(m->st, name);
+    const ts_tensor *t;
+    TS_TRY(find_tensor(m, name, &t));
     if (!t) return ts_error(TS_ERR_FORMAT, "%s: missing tensor '%s'", m->path, name);
     if (ts_tensor_nelems(t) != n)
         return ts_error(TS_ERR_FORMAT, "%s: tensor '%s': expected %lld elements, got %lld",
-                        ts_st_file_of(m->st, name), name, (long long)n,
+                        ts_model_file_of(m, name), name, (long long)n,
                         (long long)ts_tensor_nelems(t));
     const unsigned char *p = t->data;
     for (int64_t i = 0; i < n; i++) {
@@ -101,7 +144,7 @@ ts_status ts_model_tensor_f32(const ts_model *m, const char *name, int64_t n, fl
         }
         default:
             return ts_error(TS_ERR_UNSUPPORTED, "%s: tensor '%s': dtype %s not supported here",
-                            ts_st_file_of(m->st, name), name, ts_dtype_name(t->dtype));
+                            ts_model_file_of(m, name), name, ts_dtype_name(t->dtype));
         }
     }
     return TS_OK;

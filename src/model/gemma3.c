@@ -19,6 +19,7 @@ typedef struct {
     int n_vocab, n_embd, n_layers, n_ff, n_head, n_kv_head, head_dim, window, n_ctx_train;
     float eps, scale, embed_scale, theta_local, theta_global, final_softcap, attn_softcap;
     bool tied;
+    bool lm_head_separate; /* an output head of its own was loaded */
     bool is_global[GEMMA3_MAX_LAYERS];
 } gemma3_hparams;
 
@@ -152,21 +153,54 @@ static void gemma3_unload(ts_model *m) {
     m->impl = NULL;
 }
 
+/* Tensor names in the two containers. GGUF (llama.cpp's converter) stores the norms with the
+ * 1 already added, so they are read as they are; Hugging Face stores w of (1 + w). */
+typedef struct {
+    const char *embed, *final_norm, *head;
+    const char *ln_in, *ln_post_attn, *ln_pre_ff, *ln_post_ff, *q_norm, *k_norm;
+    const char *wq, *wk, *wv, *wo, *gate, *up, *down;
+    bool norms_plus_one; /* add 1 to the norm weights at load */
+} gemma3_names;
+
+static const gemma3_names hf_names = {
+    "embed_tokens.weight", "norm.weight", "lm_head.weight",
+    "layers.%d.input_layernorm.weight", "layers.%d.post_attention_layernorm.weight",
+    "layers.%d.pre_feedforward_layernorm.weight", "layers.%d.post_feedforward_layernorm.weight",
+    "layers.%d.self_attn.q_norm.weight", "layers.%d.self_attn.k_norm.weight",
+    "layers.%d.self_attn.q_proj.weight", "layers.%d.self_attn.k_proj.weight",
+    "layers.%d.self_attn.v_proj.weight", "layers.%d.self_attn.o_proj.weight",
+    "layers.%d.mlp.gate_proj.weight", "layers.%d.mlp.up_proj.weight",
+    "layers.%d.mlp.down_proj.weight", true,
+};
+
+static const gemma3_names gguf_names = {
+    "token_embd.weight", "output_norm.weight", "output.weight",
+    "blk.%d.attn_norm.weight", "blk.%d.post_attention_norm.weight", "blk.%d.ffn_norm.weight",
+    "blk.%d.post_ffw_norm.weight", "blk.%d.attn_q_norm.weight", "blk.%d.attn_k_norm.weight",
+    "blk.%d.attn_q.weight", "blk.%d.attn_k.weight", "blk.%d.attn_v.weight",
+    "blk.%d.attn_output.weight", "blk.%d.ffn_gate.weight", "blk.%d.ffn_up.weight",
+    "blk.%d.ffn_down.weight", false,
+};
+
 typedef struct {
     const ts_model *m;
-    const char *prefix;
+    const char *prefix; /* "" for GGUF and for the output head */
+    const gemma3_names *nm;
     float *cur;
     int64_t n_params;
     uint64_t bytes;
 } loader;
 
-static ts_status mat(loader *L, int layer, const char *what, int64_t rows, int64_t cols,
+static void tensor_name(const loader *L, const char *fmt, int layer, char *out, size_t cap) {
+    char tail[160];
+    snprintf(tail, sizeof tail, fmt, layer);
+    snprintf(out, cap, "%s%s", L->prefix, tail);
+}
+
+static ts_status mat(loader *L, const char *fmt, int layer, int64_t rows, int64_t cols,
                      const ts_tensor **out) {
     char name[256];
-    if (layer >= 0)
-        snprintf(name, sizeof name, "%slayers.%d.%s", L->prefix, layer, what);
-    else
-        snprintf(name, sizeof name, "%s%s", L->prefix, what);
+    tensor_name(L, fmt, layer, name, sizeof name);
     int64_t shape[2] = {rows, cols};
     TS_TRY(ts_model_tensor(L->m, name, 2, shape, out));
     TS_TRY(ts_check_matmul_dtype(L->m, name, *out));
@@ -175,80 +209,69 @@ static ts_status mat(loader *L, int layer, const char *what, int64_t rows, int64
     return TS_OK;
 }
 
-/* a (1 + w) norm weight, folded */
-static ts_status norm(loader *L, int layer, const char *what, int n, float **out) {
+/* a norm weight, as the effective multiplier (1 + w) */
+static ts_status norm(loader *L, const char *fmt, int layer, int n, float **out) {
     char name[256];
-    if (layer >= 0)
-        snprintf(name, sizeof name, "%slayers.%d.%s", L->prefix, layer, what);
-    else
-        snprintf(name, sizeof name, "%s%s", L->prefix, what);
+    tensor_name(L, fmt, layer, name, sizeof name);
     *out = L->cur;
     L->cur += n;
     L->n_params += n;
     TS_TRY(ts_model_tensor_f32(L->m, name, n, *out));
-    for (int i = 0; i < n; i++) (*out)[i] += 1.0f;
+    if (L->nm->norms_plus_one)
+        for (int i = 0; i < n; i++) (*out)[i] += 1.0f;
     return TS_OK;
 }
 
 static ts_status load_weights(ts_model *m, gemma3_model *g, loader *L) {
     const gemma3_hparams *h = &g->hp;
+    const gemma3_names *nm = L->nm;
     int D = h->n_embd, hd = h->head_dim;
-    TS_TRY(mat(L, -1, "embed_tokens.weight", h->n_vocab, D, &g->embed));
-    TS_TRY(norm(L, -1, "norm.weight", D, &g->final_norm));
+    TS_TRY(mat(L, nm->embed, 0, h->n_vocab, D, &g->embed));
+    TS_TRY(norm(L, nm->final_norm, 0, D, &g->final_norm));
     for (int i = 0; i < h->n_layers; i++) {
         gemma3_layer *ly = &g->layers[i];
-        TS_TRY(norm(L, i, "input_layernorm.weight", D, &ly->ln_in));
-        TS_TRY(norm(L, i, "post_attention_layernorm.weight", D, &ly->ln_post_attn));
-        TS_TRY(norm(L, i, "pre_feedforward_layernorm.weight", D, &ly->ln_pre_ff));
-        TS_TRY(norm(L, i, "post_feedforward_layernorm.weight", D, &ly->ln_post_ff));
-        TS_TRY(norm(L, i, "self_attn.q_norm.weight", hd, &ly->q_norm));
-        TS_TRY(norm(L, i, "self_attn.k_norm.weight", hd, &ly->k_norm));
-        TS_TRY(mat(L, i, "self_attn.q_proj.weight", (int64_t)h->n_head * hd, D, &ly->wq));
-        TS_TRY(mat(L, i, "self_attn.k_proj.weight", (int64_t)h->n_kv_head * hd, D, &ly->wk));
-        TS_TRY(mat(L, i, "self_attn.v_proj.weight", (int64_t)h->n_kv_head * hd, D, &ly->wv));
-        TS_TRY(mat(L, i, "self_attn.o_proj.weight", D, (int64_t)h->n_head * hd, &ly->wo));
-        TS_TRY(mat(L, i, "mlp.gate_proj.weight", h->n_ff, D, &ly->gate));
-        TS_TRY(mat(L, i, "mlp.up_proj.weight", h->n_ff, D, &ly->up));
-        TS_TRY(mat(L, i, "mlp.down_proj.weight", D, h->n_ff, &ly->down));
+        TS_TRY(norm(L, nm->ln_in, i, D, &ly->ln_in));
+        TS_TRY(norm(L, nm->ln_post_attn, i, D, &ly->ln_post_attn));
+        TS_TRY(norm(L, nm->ln_pre_ff, i, D, &ly->ln_pre_ff));
+        TS_TRY(norm(L, nm->ln_post_ff, i, D, &ly->ln_post_ff));
+        TS_TRY(norm(L, nm->q_norm, i, hd, &ly->q_norm));
+        TS_TRY(norm(L, nm->k_norm, i, hd, &ly->k_norm));
+        TS_TRY(mat(L, nm->wq, i, (int64_t)h->n_head * hd, D, &ly->wq));
+        TS_TRY(mat(L, nm->wk, i, (int64_t)h->n_kv_head * hd, D, &ly->wk));
+        TS_TRY(mat(L, nm->wv, i, (int64_t)h->n_kv_head * hd, D, &ly->wv));
+        TS_TRY(mat(L, nm->wo, i, D, (int64_t)h->n_head * hd, &ly->wo));
+        TS_TRY(mat(L, nm->gate, i, h->n_ff, D, &ly->gate));
+        TS_TRY(mat(L, nm->up, i, h->n_ff, D, &ly->up));
+        TS_TRY(mat(L, nm->down, i, D, h->n_ff, &ly->down));
     }
-    const ts_tensor *lm = ts_st_find(m->st, "lm_head.weight");
-    if (h->tied || !lm) {
+    /* the output head is never under the HF model prefix */
+    L->prefix = "";
+    const ts_tensor *lm = NULL;
+    ts_status st = ts_model_tensor(m, nm->head, 2, (int64_t[2]){h->n_vocab, D}, &lm);
+    if (h->tied || st != TS_OK) {
         if (!h->tied)
-            return ts_error(TS_ERR_FORMAT, "%s: missing tensor 'lm_head.weight' "
-                            "(tie_word_embeddings is false)", m->path);
+            return ts_error(TS_ERR_FORMAT, "%s: missing tensor '%s' (the output head is not tied)",
+                            m->path, nm->head);
         g->lm_head = g->embed;
         return TS_OK;
     }
-    int64_t shape[2] = {h->n_vocab, D};
-    TS_TRY(ts_model_tensor(m, "lm_head.weight", 2, shape, &g->lm_head));
-    TS_TRY(ts_check_matmul_dtype(m, "lm_head.weight", g->lm_head));
-    L->n_params += (int64_t)h->n_vocab * D;
-    L->bytes += g->lm_head->nbytes;
-    return TS_OK;
+    g->hp.lm_head_separate = true;
+    return mat(L, nm->head, 0, h->n_vocab, D, &g->lm_head);
 }
 
-static ts_status gemma3_load_hf(ts_model *m) {
-    gemma3_model *g = calloc(1, sizeof *g);
-    if (!g) return ts_error(TS_ERR_NOMEM, "out of memory");
-    m->impl = g;
-    gemma3_hparams *h = &g->hp;
-    ts_status st = read_hparams(m->cfg, h);
-    loader L = {.m = m};
-    if (st == TS_OK) {
-        L.prefix = ts_st_find(m->st, "model.language_model.embed_tokens.weight")
-                       ? "model.language_model."
-                       : "model.";
-        g->n_host_params = (size_t)h->n_embd * (1 + 4 * (size_t)h->n_layers) +
-                           2 * (size_t)h->head_dim * h->n_layers;
-        g->host_params = malloc(g->n_host_params * sizeof(float));
-        if (!g->host_params) st = ts_error(TS_ERR_NOMEM, "out of memory");
-        L.cur = g->host_params;
-    }
-    if (st == TS_OK) st = load_weights(m, g, &L);
-    if (st != TS_OK) {
-        gemma3_unload(m);
-        return st;
-    }
+static size_t host_param_count(const gemma3_hparams *h) {
+    return (size_t)h->n_embd * (1 + 4 * (size_t)h->n_layers) +
+           2 * (size_t)h->head_dim * h->n_layers;
+}
+
+/* Binds the weights and fills m->info; frees everything on error. */
+static ts_status finish_load(ts_model *m, gemma3_model *g, loader *L) {
+    const gemma3_hparams *h = &g->hp;
+    g->n_host_params = host_param_count(h);
+    g->host_params = malloc(g->n_host_params * sizeof(float));
+    if (!g->host_params) return ts_error(TS_ERR_NOMEM, "out of memory");
+    L->cur = g->host_params;
+    TS_TRY(load_weights(m, g, L));
     m->info = (ts_model_info){
         .arch = "gemma3",
         .weight_dtype = ts_dtype_name(g->layers[0].gate->dtype),
@@ -256,11 +279,84 @@ static ts_status gemma3_load_hf(ts_model *m) {
         .n_embd = h->n_embd,
         .n_layers = h->n_layers,
         .n_ctx_train = h->n_ctx_train,
-        .n_params = L.n_params,
-        .weight_bytes = L.bytes - (h->tied ? 0 : g->embed->nbytes) +
+        .n_params = L->n_params,
+        .weight_bytes = L->bytes - (h->lm_head_separate ? g->embed->nbytes : 0) +
                         ts_dtype_row_bytes(g->embed->dtype, h->n_embd),
     };
     return TS_OK;
+}
+
+static ts_status gemma3_load_hf(ts_model *m) {
+    gemma3_model *g = calloc(1, sizeof *g);
+    if (!g) return ts_error(TS_ERR_NOMEM, "out of memory");
+    m->impl = g;
+    ts_status st = read_hparams(m->cfg, &g->hp);
+    if (st == TS_OK) {
+        loader L = {.m = m, .nm = &hf_names};
+        L.prefix = ts_st_find(m->st, "model.language_model.embed_tokens.weight")
+                       ? "model.language_model."
+                       : "model.";
+        st = finish_load(m, g, &L);
+    }
+    if (st != TS_OK) gemma3_unload(m);
+    return st;
+}
+
+/* Hyper-parameters from GGUF metadata (llama.cpp's gemma3 keys). The sliding-layer RoPE base
+ * and the 5:1 layer pattern are not in the metadata; llama.cpp fixes them for Gemma 3 too. */
+static ts_status read_gguf_hparams(const ts_model *m, gemma3_hparams *h) {
+    const ts_gguf *g = m->gguf;
+    uint32_t u;
+#define U32(key, dst, lo, hi)                                                                      \
+    do {                                                                                           \
+        TS_TRY(ts_gguf_get_u32(g, key, &u));                                                       \
+        if (u < (lo) || u > (hi))                                                                  \
+            return ts_error(TS_ERR_FORMAT, "%s: key '%s': %u out of range [%u, %u]", m->path, key, \
+                            u, (unsigned)(lo), (unsigned)(hi));                                    \
+        dst = (int)u;                                                                              \
+    } while (0)
+    U32("gemma3.embedding_length", h->n_embd, 1, 1 << 16);
+    U32("gemma3.block_count", h->n_layers, 1, GEMMA3_MAX_LAYERS);
+    U32("gemma3.feed_forward_length", h->n_ff, 1, 1 << 20);
+    U32("gemma3.attention.head_count", h->n_head, 1, 1024);
+    U32("gemma3.attention.head_count_kv", h->n_kv_head, 1, 1024);
+    U32("gemma3.attention.key_length", h->head_dim, 1, 512);
+    U32("gemma3.context_length", h->n_ctx_train, 1, INT32_MAX);
+    U32("gemma3.attention.sliding_window", h->window, 1, INT32_MAX);
+#undef U32
+    uint32_t vlen;
+    TS_TRY(ts_gguf_get_u32_opt(g, "gemma3.attention.value_length", (uint32_t)h->head_dim, &vlen));
+    if ((int)vlen != h->head_dim)
+        return ts_error(TS_ERR_UNSUPPORTED, "%s: value_length %u differs from key_length %d",
+                        m->path, vlen, h->head_dim);
+    TS_TRY(ts_gguf_get_f32_opt(g, "gemma3.attention.layer_norm_rms_epsilon", 1e-6f, &h->eps));
+    TS_TRY(ts_gguf_get_f32_opt(g, "gemma3.rope.freq_base", 1000000.0f, &h->theta_global));
+    TS_TRY(ts_gguf_get_f32_opt(g, "gemma3.final_logit_softcapping", 0.0f, &h->final_softcap));
+    h->theta_local = 10000.0f;
+    if (h->n_head % h->n_kv_head)
+        return ts_error(TS_ERR_FORMAT, "%s: head_count %d is not a multiple of head_count_kv %d",
+                        m->path, h->n_head, h->n_kv_head);
+    h->scale = 1.0f / sqrtf((float)h->head_dim);
+    h->embed_scale = sqrtf((float)h->n_embd);
+    for (int i = 0; i < h->n_layers; i++) h->is_global[i] = (i + 1) % 6 == 0;
+    const ts_tensor *emb;
+    TS_TRY(ts_model_tensor(m, "token_embd.weight", 2, (int64_t[2]){-1, h->n_embd}, &emb));
+    h->n_vocab = (int)emb->shape[0];
+    h->tied = ts_gguf_find(g, "output.weight") == NULL;
+    return TS_OK;
+}
+
+static ts_status gemma3_load_gguf(ts_model *m) {
+    gemma3_model *g = calloc(1, sizeof *g);
+    if (!g) return ts_error(TS_ERR_NOMEM, "out of memory");
+    m->impl = g;
+    ts_status st = read_gguf_hparams(m, &g->hp);
+    if (st == TS_OK) {
+        loader L = {.m = m, .prefix = "", .nm = &gguf_names};
+        st = finish_load(m, g, &L);
+    }
+    if (st != TS_OK) gemma3_unload(m);
+    return st;
 }
 
 /* ---- the forward pass ------------------------------------------------------------------ */
@@ -404,6 +500,8 @@ const ts_arch ts_arch_gemma3 = {
     .name = "gemma3",
     .matches_hf = gemma3_matches_hf,
     .load_hf = gemma3_load_hf,
+    .gguf_arch = "gemma3",
+    .load_gguf = gemma3_load_gguf,
     .unload = gemma3_unload,
     .state_bytes = gemma3_state_bytes,
     .runtime_create = gemma3_runtime_create,

@@ -34,5 +34,5 @@ ts_status ts_check_matmul_dtype(const ts_model *m, const char *name, const ts_te
     if (t->dtype == TS_DTYPE_F32 || t->dtype == TS_DTYPE_F16 || t->dtype == TS_DTYPE_BF16)
         return TS_OK;
     return ts_error(TS_ERR_UNSUPPORTED, "%s: tensor '%s': dtype %s not supported",
-                    ts_st_file_of(m->st, name), name, ts_dtype_name(t->dtype));
+                    ts_model_file_of(m, name), name, ts_dtype_name(t->dtype));
 }

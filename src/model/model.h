@@ -9,6 +9,7 @@
 #include <stdbool.h>
 
 #include "backend/backend.h"
+#include "format/gguf.h"
 #include "format/hfconfig.h"
 #include "format/safetensors.h"
 #include "tessera.h"
@@ -29,8 +30,9 @@ typedef struct ts_arch ts_arch;
 struct ts_model {
     const ts_arch *arch;
     char *path;
-    ts_hfconfig *cfg; /* HF directory form */
+    ts_hfconfig *cfg; /* HF directory form: config.json + safetensors */
     ts_st *st;
+    ts_gguf *gguf; /* GGUF form: metadata and tensors in one file */
     void *impl; /* the architecture's hyper-parameters and weight views */
     ts_model_info info;
 };
@@ -42,6 +44,9 @@ struct ts_arch {
     /* Reads hyper-parameters and binds weights; validates every shape and dtype. Fills m->impl
      * and m->info. On error, leaves nothing allocated in m->impl. */
     ts_status (*load_hf)(ts_model *m);
+    /* The GGUF `general.architecture` this family reads, and its loader (NULL: none). */
+    const char *gguf_arch;
+    ts_status (*load_gguf)(ts_model *m);
     void (*unload)(ts_model *m);
     /* Bytes of one sequence's state (KV cache, conv and recurrent state) for n_ctx tokens. */
     size_t (*state_bytes)(const ts_model *m, int n_ctx);
@@ -58,12 +63,15 @@ struct ts_arch {
 /* The registry (registry.c). */
 const ts_arch *ts_arch_find_hf(const char *model_type);
 const ts_arch *ts_arch_find_name(const char *name);
+const ts_arch *ts_arch_find_gguf(const char *general_architecture);
 
-/* Helpers for loaders: look up a weight and check its rank, shape and float dtype; the error
- * names the file and tensor. shape entries < 0 are not checked. */
+/* Helpers for loaders (either format): look up a weight and check its rank and shape; the
+ * error names the file and tensor. shape entries < 0 are not checked. */
 ts_status ts_model_tensor(const ts_model *m, const char *name, int n_dims, const int64_t *shape,
                           const ts_tensor **out);
 /* Copies a small float tensor (any float dtype) into dst as fp32 (n elements). */
+/* The file that holds a tensor, for messages. */
+const char *ts_model_file_of(const ts_model *m, const char *name);
 ts_status ts_model_tensor_f32(const ts_model *m, const char *name, int64_t n, float *dst);
 
 #endif

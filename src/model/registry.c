@@ -22,3 +22,10 @@ const ts_arch *ts_arch_find_name(const char *name) {
         if (strcmp(archs[i]->name, name) == 0) return archs[i];
     return NULL;
 }
+
+const ts_arch *ts_arch_find_gguf(const char *general_architecture) {
+    for (size_t i = 0; i < sizeof archs / sizeof archs[0]; i++)
+        if (archs[i]->gguf_arch && strcmp(archs[i]->gguf_arch, general_architecture) == 0)
+            return archs[i];
+    return NULL;
+}
