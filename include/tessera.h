@@ -114,20 +114,24 @@ double ts_measure_read_bandwidth(int n_threads);
 
 typedef struct ts_tokenizer ts_tokenizer;
 
-/* Opens path/tokenizer.json (path a model directory) or path itself (a tokenizer.json file).
- * tokenizer_config.json beside it, when present, tells the chat template's thinking default. */
+/* Opens path/tokenizer.json (path a model directory), path itself (a tokenizer.json file), or
+ * the tokenizer in a GGUF file's metadata (byte-level BPE "gpt2" or SentencePiece "llama"; also
+ * a directory whose only model file is a .gguf). tokenizer_config.json beside a tokenizer.json,
+ * when present, tells the chat template's thinking default. */
 ts_status ts_tokenizer_open(const char *path, ts_tokenizer **out);
 void ts_tokenizer_free(ts_tokenizer *tok);
 int ts_tokenizer_vocab_size(const ts_tokenizer *tok);
 /* Encodes text into a malloc'd id array (caller frees). parse_special: whether added tokens
  * flagged special that appear in the text become their ids (raw prompts may opt in; chat
- * content never does). Invalid UTF-8 bytes are read as U+FFFD. */
+ * content never does). Invalid UTF-8 bytes are read as U+FFFD. A BOS is added when the
+ * tokenizer asks for it (GGUF add_bos_token, e.g. Gemma). */
 ts_status ts_tokenize(const ts_tokenizer *tok, const char *text, size_t len, bool parse_special,
                       int32_t **ids, size_t *n_ids);
 /* Decodes ids into a malloc'd NUL-terminated string (caller frees). */
 ts_status ts_detokenize(const ts_tokenizer *tok, const int32_t *ids, size_t n, bool skip_special,
                         char **text, size_t *len);
-/* True for the tokens that end a generation (<|im_end|>, <|endoftext|>). */
+/* True for the tokens that end a generation (<|im_end|>, <|endoftext|>, <end_of_turn>, and a
+ * GGUF's eos/eot ids). */
 bool ts_tokenizer_is_eog(const ts_tokenizer *tok, int32_t id);
 
 /* Streaming: feed ids one at a time, get back only whole UTF-8 characters. */
@@ -138,15 +142,24 @@ void ts_detokenizer_free(ts_detokenizer *d);
 ts_status ts_detokenizer_push(ts_detokenizer *d, int32_t id, const char **text, size_t *len);
 ts_status ts_detokenizer_flush(ts_detokenizer *d, const char **text, size_t *len);
 
+/* A function call an assistant turn made. */
+typedef struct {
+    const char *name;
+    const char *arguments_json; /* a JSON object (key order kept), or NULL for no arguments */
+} ts_tool_call;
+
 typedef struct {
     const char *role; /* "system", "user", "assistant" or "tool" */
     const char *content;
-    const char *reasoning_content; /* assistant only, may be NULL */
+    const char *reasoning_content;  /* assistant only, may be NULL */
+    const ts_tool_call *tool_calls; /* assistant only, may be NULL */
+    int n_tool_calls;
 } ts_chat_message;
 
 typedef struct {
     bool add_generation_prompt;
-    int enable_thinking; /* -1 = the model's default, 0 = off, 1 = on */
+    int enable_thinking;    /* -1 = the model's default, 0 = off, 1 = on */
+    const char *tools_json; /* a JSON array of tool schemas (objects), or NULL */
 } ts_chat_params;
 
 /* Renders a conversation with the model's chat format and tokenizes it: the template's own

@@ -122,9 +122,9 @@ int cmd_chat(int argc, char **argv) {
          * state already holds everything up to the previous <|im_end|> */
         ts_chat_message msgs[2];
         int nm = 0;
-        if (first && system) msgs[nm++] = (ts_chat_message){"system", system, NULL};
-        msgs[nm++] = (ts_chat_message){"user", line, NULL};
-        ts_chat_params cp = {true, thinking};
+        if (first && system) msgs[nm++] = (ts_chat_message){.role = "system", .content = system};
+        msgs[nm++] = (ts_chat_message){.role = "user", .content = line};
+        ts_chat_params cp = {.add_generation_prompt = true, .enable_thinking = thinking};
         int32_t *ids;
         size_t n;
         if (ts_chat_tokenize(tok, msgs, nm, &cp, &ids, &n) != TS_OK) {

@@ -7,8 +7,11 @@
 #include <time.h>
 
 #include "base/status.h"
+#include "serve/openai.h"
 
 #define PREFILL_CHUNK 256
+/* background work yields to a new request within one chunk of this many tokens */
+#define NEXT_TURN_CHUNK 16
 
 ts_status serve_decoder_init(serve_decoder *d, const serve_decoder_opts *o) {
     memset(d, 0, sizeof *d);
@@ -41,12 +44,16 @@ void serve_decoder_free(serve_decoder *d) {
 
 static bool cancelled(const serve_job *j) { return atomic_load(&j->cancel); }
 
-/* Runs seq[from, to) through slot 0 (which must hold exactly `from` tokens), in chunks so a
- * cancel is seen between them; logits of the last token when want_logits. */
-static ts_status prefill(serve_decoder *d, serve_job *j, int from, int to, bool want_logits) {
+static bool job_cancelled(void *j) { return cancelled(j); }
+
+/* Runs seq[from, to) through slot 0 (which must hold exactly `from` tokens), in chunks of
+ * `chunk` so an interruption is seen between them; logits of the last token when
+ * want_logits. */
+static ts_status prefill_chunked(serve_decoder *d, serve_interrupt_fn stop, void *ctx, int chunk,
+                                 int from, int to, bool want_logits) {
     for (int a = from; a < to;) {
-        if (j && cancelled(j)) return TS_ERR_CANCELLED;
-        int n = to - a < PREFILL_CHUNK ? to - a : PREFILL_CHUNK;
+        if (stop && stop(ctx)) return TS_ERR_CANCELLED;
+        int n = to - a < chunk ? to - a : chunk;
         for (int i = 0; i < n; i++) d->pos[i] = a + i;
         bool logits = want_logits && a + n == to;
         /* an explicit "no logits" list: without one the engine computes the last token's */
@@ -57,6 +64,10 @@ static ts_status prefill(serve_decoder *d, serve_job *j, int from, int to, bool 
         a += n;
     }
     return TS_OK;
+}
+
+static ts_status prefill(serve_decoder *d, serve_job *j, int from, int to, bool want_logits) {
+    return prefill_chunked(d, j ? job_cancelled : NULL, j, PREFILL_CHUNK, from, to, want_logits);
 }
 
 /* Copies slot 0 (holding seq[0, len)) into a snapshot slot. */
@@ -180,6 +191,7 @@ static ts_status decode(serve_decoder *d, serve_job *j, serve_finish *how) {
     serve_textout to;
     serve_textout_init(&to, d->think_open, d->think_close, j->in_think, j->stops, j->n_stops,
                        sink, j);
+    if (j->parse_tools) serve_textout_enable_tools(&to);
     ts_status st = ts_sampler_create(&j->sp, d->n_vocab, &smp);
     if (st == TS_OK) st = ts_detokenizer_create(d->o.tok, true, &dt);
     *how = SERVE_FINISH_LENGTH;
@@ -286,4 +298,97 @@ void serve_decoder_snapshot_answer(serve_decoder *d) {
     if (held != d->n_seq - 1 || d->n_seq > d->n_ctx) return;
     if (prefill(d, NULL, held, d->n_seq, false) != TS_OK) return;
     snapshot(d, d->n_seq);
+}
+
+/* ---- the next turn's prefix ------------------------------------------------------------- */
+
+/* The conversation as the next request will carry it: the messages, this answer as the client
+ * got it (content, reasoning_content when there was any, tool calls), then a placeholder turn
+ * (a tool result after tool calls, else a user message), tokenized without a generation
+ * prompt. *cut: where the placeholder's turn starts (after the answer's "<|im_end|>\n"). */
+static ts_status render_next_turn(serve_decoder *d, const serve_job *j, int32_t **ids,
+                                  size_t *n, int *cut) {
+    const serve_request *r = j->req;
+    ts_strbuf text[2] = {{0}, {0}};
+    json_t *parsed = json_array();
+    int n_calls = 0;
+    for (int i = 0; i < j->n_seg; i++)
+        if (j->seg[i].ch == SERVE_CH_TOOL) n_calls++;
+    ts_chat_message *m = calloc((size_t)r->n_msgs + 2, sizeof *m);
+    ts_tool_call *calls = calloc((size_t)n_calls + 1, sizeof *calls);
+    ts_status st = m && calls && parsed ? TS_OK : ts_error(TS_ERR_NOMEM, "out of memory");
+    for (int i = 0, c = 0; st == TS_OK && i < j->n_seg; i++) {
+        const char *p = j->text.data + j->seg[i].off;
+        if (j->seg[i].ch != SERVE_CH_TOOL) {
+            st = ts_strbuf_append(&text[j->seg[i].ch], p, j->seg[i].len);
+            continue;
+        }
+        json_t *call = json_loadb(p, j->seg[i].len, 0, NULL);
+        json_array_append_new(parsed, call);
+        calls[c].name = json_string_value(json_object_get(call, "name"));
+        calls[c++].arguments_json = json_string_value(json_object_get(call, "arguments"));
+    }
+    for (int c = 0; st == TS_OK && c < n_calls; c++)
+        if (!calls[c].name) st = ts_error(TS_ERR_INVALID, "a tool call segment is malformed");
+    if (st == TS_OK) {
+        memcpy(m, r->msgs, (size_t)r->n_msgs * sizeof *m);
+        m[r->n_msgs] = (ts_chat_message){.role = "assistant",
+                                         .content = text[0].data ? text[0].data : "",
+                                         .reasoning_content = text[1].len ? text[1].data : NULL,
+                                         .tool_calls = calls,
+                                         .n_tool_calls = n_calls};
+        m[r->n_msgs + 1] = (ts_chat_message){.role = n_calls ? "tool" : "user", .content = "x"};
+        ts_chat_params cp = {false, r->enable_thinking, r->tools_json};
+        st = ts_chat_tokenize(d->o.tok, m, r->n_msgs + 2, &cp, ids, n);
+    }
+    *cut = -1;
+    for (size_t i = 0; st == TS_OK && i < *n; i++)
+        if ((*ids)[i] == d->turn_start) *cut = (int)i;
+    free(m);
+    free(calls);
+    json_decref(parsed);
+    ts_strbuf_free(&text[0]);
+    ts_strbuf_free(&text[1]);
+    return st;
+}
+
+bool serve_decoder_prepare_next_turn(serve_decoder *d, const serve_job *j,
+                                     serve_interrupt_fn interrupt, void *ctx, int *prefilled) {
+    *prefilled = 0;
+    if (!j->req || d->o.cache->n == 0 || d->turn_start < 0) return false;
+    int32_t *ids = NULL;
+    size_t n = 0;
+    int cut = -1;
+    if (render_next_turn(d, j, &ids, &n, &cut) != TS_OK || cut <= 0 || cut >= d->n_ctx) {
+        free(ids);
+        return false;
+    }
+    /* start from whichever holds more of the prefix: a snapshot, or the working slot itself
+     * (it holds the prompt and answer, a prefix when the template renders the answer back as
+     * it was generated, e.g. tool calls after thinking) */
+    int held = ts_engine_slot_len(d->o.engine, 0), start = 0;
+    bool slot_ok = held > 0 && held <= cut && held <= d->n_seq &&
+                   memcmp(d->seq, ids, (size_t)held * sizeof *ids) == 0;
+    const serve_snapshot *s = serve_prefix_cache_find(d->o.cache, ids, cut, cut);
+    d->answer_pending = false;
+    if (s && s->len == cut) {
+        free(ids);
+        return true; /* already held */
+    }
+    if (s && s->len > (slot_ok ? held : 0) &&
+        ts_engine_slot_copy(d->o.engine, s->slot, 0) == TS_OK) {
+        start = s->len;
+    } else if (slot_ok) {
+        start = held;
+    } else {
+        ts_engine_slot_clear(d->o.engine, 0);
+    }
+    memcpy(d->seq, ids, (size_t)cut * sizeof *ids);
+    d->n_seq = cut;
+    free(ids);
+    ts_status st = prefill_chunked(d, interrupt, ctx, NEXT_TURN_CHUNK, start, cut, false);
+    *prefilled = ts_engine_slot_len(d->o.engine, 0) - start;
+    if (st != TS_OK) return false;
+    snapshot(d, cut);
+    return true;
 }

@@ -4,11 +4,15 @@
  * Prefix reuse: slot 0 is the working sequence; slots 1..n hold snapshots (serve/prefix_cache).
  * A job restores the longest snapshot that is a prefix of its prompt AND shorter than it (at
  * least one prompt token must run through the model, so the first token's logits exist) and
- * prefills only the rest. Snapshots are taken at three points: where the prompt's last turn
- * starts (the prefix the next turn of a chat shares: the template re-renders earlier answers,
- * so the state after an answer is rarely a prefix of the next prompt), one token before the
- * end of the prompt (so the same prompt again prefills only its last token), and after the
- * answer (a raw completion continued by the client). */
+ * prefills only the rest. Snapshots are taken where the prompt's last turn starts, one token
+ * before the end of the prompt (so the same prompt again prefills only its last token), and
+ * after the answer: for a raw completion, the answer's own state (continued by the client);
+ * for a chat, the next turn's prefix. The chat template re-renders an earlier answer without
+ * its think block (and without the empty one of non-thinking mode), so the state after
+ * generation is never a prefix of the next prompt; instead, while the worker is idle, the
+ * conversation is rendered as the next request will render it (the messages, this answer as
+ * the client gets it, and a placeholder turn) and everything up to the placeholder is
+ * prefilled from the best snapshot and kept. The follow-up then prefills only its new turn. */
 #ifndef TS_SERVE_DECODE_H
 #define TS_SERVE_DECODE_H
 
@@ -26,7 +30,7 @@ typedef struct {
 
 typedef struct {
     serve_decoder_opts o;
-    int32_t think_open, think_close;
+    int32_t think_open, think_close, turn_start;
     int n_vocab, n_ctx;
     float *logits;      /* [n_vocab] */
     int32_t *gen_count; /* [n_vocab] occurrences in the answer (presence/frequency penalty) */
@@ -49,5 +53,15 @@ void serve_decoder_run(serve_decoder *d, serve_job *j, serve_finish *how, char *
 /* After the job's terminal state was published: runs the answer's last token and keeps the
  * state as a snapshot. */
 void serve_decoder_snapshot_answer(serve_decoder *d);
+
+/* True when background work must stop (a request is waiting, or shutdown). */
+typedef bool (*serve_interrupt_fn)(void *ctx);
+
+/* After a chat job ended (STOP or LENGTH) and while nothing waits: prefills the prefix the
+ * conversation's next request will start with and keeps it as a snapshot. Checks interrupt
+ * between small prefill chunks and gives up as soon as it says so. *prefilled: the tokens run
+ * through the model. Returns true when the prefix is held (already, or now). */
+bool serve_decoder_prepare_next_turn(serve_decoder *d, const serve_job *j,
+                                     serve_interrupt_fn interrupt, void *ctx, int *prefilled);
 
 #endif

@@ -4,6 +4,7 @@
 #include <time.h>
 
 #include "base/status.h"
+#include "serve/openai.h"
 
 double serve_now(void) {
     struct timespec ts;
@@ -38,6 +39,8 @@ void serve_job_unref(serve_job *j) {
     free(j->seg);
     free(j->lp);
     free(j->out_ids);
+    if (j->req) serve_request_free(j->req);
+    free(j->req);
     pthread_mutex_destroy(&j->mu);
     pthread_cond_destroy(&j->cv);
     free(j);

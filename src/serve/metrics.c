@@ -80,6 +80,14 @@ void serve_metrics_event(serve_metrics *m, int what) {
     pthread_mutex_unlock(&m->mu);
 }
 
+void serve_metrics_next_turn(serve_metrics *m, bool ready, int prefilled) {
+    pthread_mutex_lock(&m->mu);
+    if (ready) m->next_turn_ready++;
+    else m->next_turn_abandoned++;
+    m->next_turn_tokens += (uint64_t)prefilled;
+    pthread_mutex_unlock(&m->mu);
+}
+
 static ts_status put(ts_strbuf *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static ts_status put(ts_strbuf *o, const char *fmt, ...) {
     char line[256];
@@ -140,6 +148,14 @@ ts_status serve_metrics_render(serve_metrics *src, ts_strbuf *o) {
                    m.cancelled_queued));
     TS_TRY(counter(o, "tessera_job_errors_total", "Jobs that failed inside the engine.",
                    m.errors));
+    TS_TRY(counter(o, "tessera_next_turn_ready_total",
+                   "Chat answers whose next turn's prefix was prefilled and kept (idle worker).",
+                   m.next_turn_ready));
+    TS_TRY(counter(o, "tessera_next_turn_abandoned_total",
+                   "Next-turn prefills given up because a request arrived.",
+                   m.next_turn_abandoned));
+    TS_TRY(counter(o, "tessera_next_turn_prefill_tokens_total",
+                   "Tokens run through the model to prepare next turns.", m.next_turn_tokens));
     TS_TRY(put(o, "# HELP tessera_queue_depth Admitted jobs waiting for the worker.\n"
                   "# TYPE tessera_queue_depth gauge\ntessera_queue_depth %d\n", m.queued));
     TS_TRY(put(o, "# HELP tessera_running Jobs the worker is running.\n"

@@ -4,6 +4,7 @@
 #define TS_SERVE_METRICS_H
 
 #include <pthread.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -24,6 +25,7 @@ typedef struct {
     uint64_t requests[SERVE_METRICS_ROUTES][SERVE_METRICS_STATUSES];
     uint64_t prompt_tokens, completion_tokens, cached_tokens, prefill_tokens;
     uint64_t rejected, cancelled, cancelled_queued, errors;
+    uint64_t next_turn_ready, next_turn_abandoned, next_turn_tokens;
     int queued, running;
     serve_hist ttft, token_latency;
 } serve_metrics;
@@ -41,6 +43,9 @@ void serve_metrics_token_latency(serve_metrics *m, double seconds);
 void serve_metrics_gauges(serve_metrics *m, int queued, int running);
 /* what: 0 rejected (busy), 1 cancelled while running, 2 cancelled while queued, 3 error */
 void serve_metrics_event(serve_metrics *m, int what);
+/* The worker prepared (or gave up preparing, for a waiting request) the state a chat's next
+ * turn starts from; prefilled: tokens it ran through the model for that. */
+void serve_metrics_next_turn(serve_metrics *m, bool ready, int prefilled);
 ts_status serve_metrics_render(serve_metrics *m, ts_strbuf *out);
 
 #endif

@@ -128,8 +128,8 @@ static bool refuse_unsupported(const json_t *o, const char *const *names, serve_
     return true;
 }
 
-static char *own(serve_request *r, char *s) {
-    char **p = realloc(r->owned, (size_t)(r->n_owned + 1) * sizeof *p);
+static void *own(serve_request *r, void *s) {
+    void **p = realloc(r->owned, (size_t)(r->n_owned + 1) * sizeof *p);
     if (!p) {
         free(s);
         return NULL;
@@ -181,6 +181,62 @@ static bool parse_content(serve_request *r, const json_t *c, int i, const char *
     return true;
 }
 
+/* An assistant message's tool_calls: [{id, type: "function", function: {name, arguments}}],
+ * arguments being a JSON object in a string (OpenAI); the renderer reads that text. */
+static bool parse_tool_calls(serve_request *r, const json_t *msg, int i, ts_chat_message *cm,
+                             serve_error *e) {
+    const json_t *tc = field(msg, "tool_calls");
+    char param[80];
+    snprintf(param, sizeof param, "messages[%d].tool_calls", i);
+    if (!tc) return true;
+    if (strcmp(cm->role, "assistant") != 0)
+        return serve_fail(e, 400, "invalid_value", param, "only assistant messages have "
+                          "tool_calls");
+    if (!json_is_array(tc))
+        return serve_fail(e, 400, "invalid_value", param, "%s must be a list", param);
+    size_t n = json_array_size(tc), k;
+    if (n == 0) return true;
+    ts_tool_call *calls = own(r, calloc(n, sizeof *calls));
+    if (!calls) return serve_fail(e, 500, "internal_error", NULL, "out of memory");
+    const json_t *call;
+    json_array_foreach(tc, k, call) {
+        snprintf(param, sizeof param, "messages[%d].tool_calls[%zu]", i, k);
+        const json_t *type = json_is_object(call) ? field(call, "type") : NULL;
+        const json_t *fn = json_is_object(call) ? field(call, "function") : NULL;
+        if (!json_is_object(fn) || (type && !json_is_string(type)))
+            return serve_fail(e, 400, "invalid_value", param, "%s must be an object with a "
+                              "'function' object", param);
+        if (type && strcmp(json_string_value(type), "function") != 0)
+            return serve_fail(e, 400, "unsupported_feature", param, "%s: only 'function' tool "
+                              "calls are supported", param);
+        const json_t *name = field(fn, "name"), *args = field(fn, "arguments");
+        if (!json_is_string(name) || json_string_length(name) == 0) {
+            snprintf(param, sizeof param, "messages[%d].tool_calls[%zu].function.name", i, k);
+            return serve_fail(e, 400, "invalid_value", param, "%s must be a non-empty string",
+                              param);
+        }
+        calls[k].name = json_string_value(name);
+        snprintf(param, sizeof param, "messages[%d].tool_calls[%zu].function.arguments", i, k);
+        if (args && !json_is_string(args))
+            return serve_fail(e, 400, "invalid_value", param, "%s must be a string holding a "
+                              "JSON object", param);
+        if (!args || json_string_length(args) == 0) continue; /* no arguments */
+        json_error_t je;
+        json_t *obj = json_loadb(json_string_value(args), json_string_length(args), 0, &je);
+        bool is_obj = json_is_object(obj);
+        json_decref(obj);
+        if (!obj)
+            return serve_fail(e, 400, "invalid_value", param, "%s is not valid JSON: %s", param,
+                              je.text);
+        if (!is_obj)
+            return serve_fail(e, 400, "invalid_value", param, "%s must be a JSON object", param);
+        calls[k].arguments_json = json_string_value(args);
+    }
+    cm->tool_calls = calls;
+    cm->n_tool_calls = (int)n;
+    return true;
+}
+
 static bool parse_messages(serve_request *r, const json_t *root, serve_error *e) {
     const json_t *m = json_object_get(root, "messages");
     if (!m) return serve_fail(e, 400, "invalid_value", "messages", "'messages' is required");
@@ -212,10 +268,16 @@ static bool parse_messages(serve_request *r, const json_t *root, serve_error *e)
                               "user, assistant, tool)", param, rs);
         ts_chat_message *cm = &r->msgs[r->n_msgs++];
         cm->role = mapped;
-        snprintf(param, sizeof param, "messages[%zu].tool_calls", i);
-        if (field(msg, "tool_calls") || field(msg, "function_call"))
-            return serve_fail(e, 400, "unsupported_feature", param, "tool calls are not "
-                              "supported by this server yet");
+        snprintf(param, sizeof param, "messages[%zu].function_call", i);
+        if (field(msg, "function_call"))
+            return serve_fail(e, 400, "unsupported_feature", param, "the legacy 'function_call' "
+                              "is not supported; use 'tool_calls'");
+        if (!parse_tool_calls(r, msg, (int)i, cm, e)) return false;
+        const json_t *tid = field(msg, "tool_call_id");
+        if (tid && !json_is_string(tid)) {
+            snprintf(param, sizeof param, "messages[%zu].tool_call_id", i);
+            return serve_fail(e, 400, "invalid_value", param, "%s must be a string", param);
+        }
         const json_t *c = field(msg, "content");
         if (!c) {
             if (strcmp(mapped, "assistant") != 0) {
@@ -376,6 +438,63 @@ static bool parse_chat_extras(serve_request *r, const json_t *o, serve_error *e)
     return true;
 }
 
+/* tools: [{type: "function", function: {name, description, parameters}}], rendered into the
+ * system turn as given; tool_choice "auto" (the default) or "none" (calls are not parsed). */
+static bool parse_tools(serve_request *r, const json_t *o, serve_error *e) {
+    const json_t *tools = field(o, "tools"), *choice = field(o, "tool_choice");
+    if (tools) {
+        if (!json_is_array(tools))
+            return serve_fail(e, 400, "invalid_value", "tools", "'tools' must be a list");
+        size_t k;
+        const json_t *t;
+        json_array_foreach(tools, k, t) {
+            char param[48];
+            snprintf(param, sizeof param, "tools[%zu]", k);
+            const json_t *type = json_is_object(t) ? json_object_get(t, "type") : NULL;
+            if (!json_is_string(type))
+                return serve_fail(e, 400, "invalid_value", param, "%s must be an object with a "
+                                  "'type'", param);
+            if (strcmp(json_string_value(type), "function") != 0)
+                return serve_fail(e, 400, "unsupported_feature", param, "%s: only 'function' "
+                                  "tools are supported", param);
+            const json_t *fn = json_object_get(t, "function");
+            const json_t *name = json_is_object(fn) ? json_object_get(fn, "name") : NULL;
+            if (!json_is_string(name) || json_string_length(name) == 0) {
+                snprintf(param, sizeof param, "tools[%zu].function.name", k);
+                return serve_fail(e, 400, "invalid_value", param, "%s must be a non-empty "
+                                  "string", param);
+            }
+            const json_t *params = json_object_get(fn, "parameters");
+            if (params && !json_is_null(params) && !json_is_object(params)) {
+                snprintf(param, sizeof param, "tools[%zu].function.parameters", k);
+                return serve_fail(e, 400, "invalid_value", param, "%s must be a JSON Schema "
+                                  "object", param);
+            }
+        }
+        if (json_array_size(tools) > 0) {
+            r->tools_json = json_dumps(tools, JSON_COMPACT);
+            if (!r->tools_json) return serve_fail(e, 500, "internal_error", NULL, "out of memory");
+        }
+    }
+    bool none = false;
+    if (choice) {
+        if (json_is_object(choice) || (json_is_string(choice) &&
+                                       strcmp(json_string_value(choice), "required") == 0))
+            return serve_fail(e, 400, "unsupported_feature", "tool_choice", "tool_choice "
+                              "'required' or a named function needs grammar decoding, not "
+                              "supported yet; use 'auto' or 'none'");
+        if (!json_is_string(choice) || (strcmp(json_string_value(choice), "auto") != 0 &&
+                                        strcmp(json_string_value(choice), "none") != 0))
+            return serve_fail(e, 400, "invalid_value", "tool_choice", "'tool_choice' must be "
+                              "'auto', 'none', 'required' or a named function");
+        none = strcmp(json_string_value(choice), "none") == 0;
+    }
+    bool parallel = true;
+    if (!get_bool(o, "parallel_tool_calls", &parallel, e)) return false;
+    r->parse_tools = r->tools_json && !none;
+    return true;
+}
+
 bool serve_request_parse(serve_api api, json_t *root, const char *const *model_ids,
                          int max_tokens_cap, serve_request *r, serve_error *e) {
     memset(r, 0, sizeof *r);
@@ -416,9 +535,9 @@ bool serve_request_parse(serve_api api, json_t *root, const char *const *model_i
     if (!get_bool(root, "return_token_ids", &r->return_token_ids, e)) return false;
     if (api == SERVE_API_CHAT) {
         if (!parse_chat_extras(r, root, e)) return false;
-        static const char *const unsupported[] = {"tools", "tool_choice", "functions",
-                                                  "function_call", "logit_bias", "audio",
-                                                  "prediction", NULL};
+        if (!parse_tools(r, root, e)) return false;
+        static const char *const unsupported[] = {"functions", "function_call", "logit_bias",
+                                                  "audio", "prediction", NULL};
         if (!refuse_unsupported(root, unsupported, e)) return false;
     } else {
         static const char *const unsupported[] = {"suffix", "logit_bias", NULL};
@@ -438,6 +557,7 @@ bool serve_request_parse(serve_api api, json_t *root, const char *const *model_i
 void serve_request_free(serve_request *r) {
     for (int i = 0; i < r->n_owned; i++) free(r->owned[i]);
     free(r->owned);
+    free(r->tools_json);
     free(r->msgs);
     free(r->prompt_ids);
     json_decref(r->root);

@@ -14,7 +14,7 @@ typedef struct {
     int status;       /* HTTP status */
     const char *type; /* "invalid_request_error", ... */
     const char *code;
-    char param[48]; /* "" = null */
+    char param[80]; /* "" = null */
     char message[384];
 } serve_error;
 
@@ -24,7 +24,7 @@ bool serve_fail(serve_error *e, int status, const char *code, const char *param,
 
 typedef enum { SERVE_API_CHAT, SERVE_API_COMPLETION } serve_api;
 
-typedef struct {
+typedef struct serve_request {
     serve_api api;
     json_t *root; /* owned; every string below is borrowed from it unless said otherwise */
     const char *model;
@@ -40,8 +40,10 @@ typedef struct {
     /* chat */
     ts_chat_message *msgs;
     int n_msgs;
-    char **owned; /* strings joined from content parts */
+    void **owned; /* strings joined from content parts, tool call lists */
     int n_owned;
+    char *tools_json; /* owned; NULL = no tools */
+    bool parse_tools; /* tools offered and tool_choice is not "none" */
     /* completions: text, or token ids */
     const char *prompt;
     int32_t *prompt_ids; /* owned */

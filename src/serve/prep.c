@@ -9,7 +9,7 @@ static bool tokenize(const serve_runtime *rt, const serve_request *r, int32_t **
     size_t nn = 0;
     *ids = NULL;
     if (r->api == SERVE_API_CHAT) {
-        ts_chat_params cp = {true, r->enable_thinking};
+        ts_chat_params cp = {true, r->enable_thinking, r->tools_json};
         if (ts_chat_tokenize(rt->tok, r->msgs, r->n_msgs, &cp, ids, &nn) != TS_OK)
             return serve_fail(e, 400, "invalid_value", "messages", "%s", ts_last_error());
     } else if (r->prompt) {
@@ -118,5 +118,6 @@ bool serve_prepare(const serve_runtime *rt, const serve_request *r, int max_toke
     }
     j->in_think = rt->think_open >= 0 && last_open > last_close;
     j->snapshot_at = r->api == SERVE_API_CHAT ? last_turn : 0;
+    j->parse_tools = r->parse_tools;
     return true;
 }

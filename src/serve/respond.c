@@ -28,6 +28,28 @@ void serve_resp_init(serve_resp *r, serve_api api, const char *model, bool logpr
     r->tok = tok;
 }
 
+/* "tool_calls" when the answer ended after the model called tools. */
+static const char *finish_reason(const serve_job *j) {
+    if (j->finish == SERVE_FINISH_STOP)
+        for (int i = 0; i < j->n_seg; i++)
+            if (j->seg[i].ch == SERVE_CH_TOOL) return "tool_calls";
+    return serve_finish_name(j->finish);
+}
+
+/* One OpenAI tool call from its segment text {"name", "arguments"}; index < 0: no "index". */
+static json_t *tool_call_json(const serve_resp *r, int index, const char *s, size_t n) {
+    json_t *c = json_loadb(s, n, 0, NULL);
+    const char *hex = strchr(r->id, '-');
+    char id[64];
+    snprintf(id, sizeof id, "call_%s%d", hex ? hex + 1 : r->id, index < 0 ? -index - 1 : index);
+    json_t *out = json_pack("{s:s, s:s, s:{s:O, s:O}}", "id", id, "type", "function", "function",
+                            "name", json_object_get(c, "name"), "arguments",
+                            json_object_get(c, "arguments"));
+    json_decref(c);
+    if (out && index >= 0) json_object_set_new(out, "index", json_integer(index));
+    return out;
+}
+
 static json_t *usage_json(const serve_job *j) {
     return json_pack("{s:i, s:i, s:i, s:{s:i}}", "prompt_tokens", j->prompt_tokens,
                      "completion_tokens", j->completion_tokens, "total_tokens",
@@ -89,17 +111,28 @@ static json_t *logprobs_json(const serve_resp *r, const serve_logprob *lp, int n
 
 char *serve_resp_full(const serve_resp *r, const serve_job *j) {
     ts_strbuf text[2] = {{0}, {0}};
-    for (int i = 0; i < j->n_seg; i++)
-        ts_strbuf_append(&text[j->seg[i].ch], j->text.data + j->seg[i].off, j->seg[i].len);
+    json_t *calls = json_array();
+    for (int i = 0; i < j->n_seg; i++) {
+        const char *p = j->text.data + j->seg[i].off;
+        if (j->seg[i].ch == SERVE_CH_TOOL)
+            json_array_append_new(calls, tool_call_json(r, -(int)json_array_size(calls) - 1, p,
+                                                        j->seg[i].len));
+        else
+            ts_strbuf_append(&text[j->seg[i].ch], p, j->seg[i].len);
+    }
     json_t *lp = r->logprobs ? logprobs_json(r, j->lp, j->n_lp) : json_null();
     json_t *choice;
     if (r->api == SERVE_API_CHAT) {
-        json_t *msg = json_pack("{s:s, s:s%}", "role", "assistant", "content",
-                                text[0].data ? text[0].data : "", text[0].len);
+        /* OpenAI: content is null when the answer is only tool calls */
+        json_t *content = text[0].len || !json_array_size(calls)
+                              ? json_stringn(text[0].data ? text[0].data : "", text[0].len)
+                              : json_null();
+        json_t *msg = json_pack("{s:s, s:o}", "role", "assistant", "content", content);
         if (text[1].len) json_object_set_new(msg, "reasoning_content",
                                              json_stringn(text[1].data, text[1].len));
+        if (json_array_size(calls)) json_object_set(msg, "tool_calls", calls);
         choice = json_pack("{s:i, s:o, s:o, s:s}", "index", 0, "message", msg, "logprobs", lp,
-                           "finish_reason", serve_finish_name(j->finish));
+                           "finish_reason", finish_reason(j));
     } else {
         choice = json_pack("{s:i, s:s%, s:o, s:s}", "index", 0, "text",
                            text[0].data ? text[0].data : "", text[0].len, "logprobs", lp,
@@ -117,6 +150,7 @@ char *serve_resp_full(const serve_resp *r, const serve_job *j) {
                              usage_json(j));
     char *s = root ? json_dumps(root, JSON_COMPACT) : NULL;
     json_decref(root);
+    json_decref(calls);
     ts_strbuf_free(&text[0]);
     ts_strbuf_free(&text[1]);
     return s;
@@ -160,13 +194,21 @@ ts_status serve_resp_chunk_text(const serve_resp *r, serve_channel ch, const cha
     return emit(out, chunk(r, choice));
 }
 
+ts_status serve_resp_chunk_tool(const serve_resp *r, int index, const char *s, size_t n,
+                                const serve_logprob *lp, int n_lp, ts_strbuf *out) {
+    json_t *lpj = r->logprobs && n_lp ? logprobs_json(r, lp, n_lp) : json_null();
+    json_t *choice = json_pack("{s:i, s:{s:[o]}, s:o, s:n}", "index", 0, "delta", "tool_calls",
+                               tool_call_json(r, index, s, n), "logprobs", lpj, "finish_reason");
+    return emit(out, chunk(r, choice));
+}
+
 ts_status serve_resp_chunk_end(const serve_resp *r, const serve_job *j, bool include_usage,
                                const serve_logprob *lp, int n_lp, ts_strbuf *out) {
     json_t *lpj = r->logprobs && n_lp ? logprobs_json(r, lp, n_lp) : json_null();
     json_t *choice;
     if (r->api == SERVE_API_CHAT)
         choice = json_pack("{s:i, s:{}, s:o, s:s}", "index", 0, "delta", "logprobs", lpj,
-                           "finish_reason", serve_finish_name(j->finish));
+                           "finish_reason", finish_reason(j));
     else
         choice = json_pack("{s:i, s:s, s:o, s:s}", "index", 0, "text", "", "logprobs", lpj,
                            "finish_reason", serve_finish_name(j->finish));

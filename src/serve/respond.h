@@ -29,6 +29,9 @@ ts_status serve_resp_chunk_role(const serve_resp *r, ts_strbuf *out);
 /* A delta of one channel; lp/n_lp: the logprobs that go with it (may be 0). */
 ts_status serve_resp_chunk_text(const serve_resp *r, serve_channel ch, const char *s, size_t n,
                                 const serve_logprob *lp, int n_lp, ts_strbuf *out);
+/* A delta with one complete tool call (index: its place among the answer's calls). */
+ts_status serve_resp_chunk_tool(const serve_resp *r, int index, const char *s, size_t n,
+                                const serve_logprob *lp, int n_lp, ts_strbuf *out);
 /* Final chunk (empty delta + finish_reason), then the usage chunk when asked, then [DONE]. */
 ts_status serve_resp_chunk_end(const serve_resp *r, const serve_job *j, bool include_usage,
                                const serve_logprob *lp, int n_lp, ts_strbuf *out);

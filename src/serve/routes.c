@@ -21,6 +21,7 @@ typedef struct {
     bool include_usage;
     int phase; /* 0 role chunk, 1 deltas, 2 all formatted */
     int n_seg, n_lp;      /* job output already formatted */
+    int n_tool;           /* tool calls sent */
     ts_strbuf out;        /* formatted, not yet handed to MHD */
     size_t out_off;
 } serve_stream;
@@ -37,6 +38,13 @@ static ts_status format_new(serve_stream *s) {
         /* merge consecutive segments of one channel into one delta */
         serve_channel ch = j->seg[s->n_seg].ch;
         size_t off = j->seg[s->n_seg].off, len = 0;
+        if (ch == SERVE_CH_TOOL) { /* one chunk per call */
+            TS_TRY(serve_resp_chunk_tool(&s->resp, s->n_tool++, j->text.data + off,
+                                         j->seg[s->n_seg++].len, j->lp + s->n_lp,
+                                         lp_end - s->n_lp, &s->out));
+            s->n_lp = lp_end;
+            continue;
+        }
         while (s->n_seg < j->n_seg && j->seg[s->n_seg].ch == ch) len += j->seg[s->n_seg++].len;
         TS_TRY(serve_resp_chunk_text(&s->resp, ch, j->text.data + off, len, j->lp + s->n_lp,
                                      lp_end - s->n_lp, &s->out));
@@ -105,7 +113,7 @@ static enum MHD_Result start_stream(serve_conn *cn, struct MHD_Connection *c, se
         atomic_fetch_sub(&cn->srv->open_jobs, 1);
         return MHD_NO;
     }
-    *s = (serve_stream){cn->srv, c, j, *resp, include_usage, 0, 0, 0, {0}, 0};
+    *s = (serve_stream){cn->srv, c, j, *resp, include_usage, 0, 0, 0, 0, {0}, 0};
     struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024,
                                                                stream_read, s, stream_free);
     if (!r) {
@@ -165,6 +173,18 @@ static enum MHD_Result generate(serve_conn *cn, struct MHD_Connection *c, serve_
     if (ok && serve_job_create(&j) != TS_OK)
         ok = serve_fail(&e, 500, "internal_error", NULL, "out of memory");
     if (ok) ok = serve_prepare(rt, &req, s->o.max_tokens_cap, j, &e);
+    if (ok && api == SERVE_API_CHAT) {
+        /* the worker renders the next turn's prefix from the conversation: the job owns the
+         * request from here on (read-only on both sides; freed with the job) */
+        j->req = malloc(sizeof *j->req);
+        if (!j->req) {
+            ok = serve_fail(&e, 500, "internal_error", NULL, "out of memory");
+        } else {
+            *j->req = req;
+            memset(&req, 0, sizeof req);
+        }
+    }
+    const serve_request *rq = j && j->req ? j->req : &req;
     if (ok && serve_worker_submit(s->worker, j) != TS_OK) {
         serve_metrics_event(&s->metrics, 0);
         ok = serve_fail(&e, 503, "server_busy", NULL, "the server is busy (%d requests admitted); "
@@ -176,12 +196,12 @@ static enum MHD_Result generate(serve_conn *cn, struct MHD_Connection *c, serve_
         return serve_send_error(cn, c, &e);
     }
     serve_resp resp;
-    serve_resp_init(&resp, api, req.model ? req.model : s->model_ids[0], req.top_logprobs >= 0,
+    serve_resp_init(&resp, api, rq->model ? rq->model : s->model_ids[0], rq->top_logprobs >= 0,
                     rt->tok);
-    resp.token_ids = req.return_token_ids;
-    bool stream = req.stream, include_usage = req.include_usage;
+    resp.token_ids = rq->return_token_ids;
+    bool stream = rq->stream, include_usage = rq->include_usage;
     /* the response's model name points into the request; keep a copy that outlives it */
-    resp.model = req.model && strcmp(req.model, s->model_ids[1] ? s->model_ids[1] : "") == 0
+    resp.model = rq->model && strcmp(rq->model, s->model_ids[1] ? s->model_ids[1] : "") == 0
                      ? s->model_ids[1]
                      : s->model_ids[0];
     serve_request_free(&req);
@@ -215,7 +235,7 @@ static enum MHD_Result tokenize(serve_conn *cn, struct MHD_Connection *c, json_t
         json_incref(root);
         bool ok = serve_request_parse(SERVE_API_CHAT, root, s->model_ids, 0, &req, &e);
         if (ok) {
-            ts_chat_params cp = {true, req.enable_thinking};
+            ts_chat_params cp = {true, req.enable_thinking, req.tools_json};
             if (ts_chat_tokenize(rt->tok, req.msgs, req.n_msgs, &cp, &ids, &n) != TS_OK)
                 serve_fail(&e, 400, "invalid_value", "messages", "%s", ts_last_error());
             else

@@ -18,7 +18,18 @@ void serve_textout_init(serve_textout *t, int32_t think_open, int32_t think_clos
 
 void serve_textout_free(serve_textout *t) {
     serve_stop_free(&t->stop);
+    serve_toolcall_filter_free(&t->tc);
     ts_strbuf_free(&t->dec);
+}
+
+static ts_status tool_sink(void *ctx, bool call, const char *s, size_t n) {
+    serve_textout *t = ctx;
+    return t->sink(t->sink_ctx, call ? SERVE_CH_TOOL : SERVE_CH_CONTENT, s, n);
+}
+
+void serve_textout_enable_tools(serve_textout *t) {
+    t->tools = true;
+    serve_toolcall_filter_init(&t->tc, tool_sink, t);
 }
 
 static ts_status write_channel(serve_textout *t, const char *s, size_t n) {
@@ -27,6 +38,7 @@ static ts_status write_channel(serve_textout *t, const char *s, size_t n) {
     if (!n) return TS_OK;
     if (t->ch == SERVE_CH_CONTENT) {
         t->started = true;
+        if (t->tools) return serve_toolcall_filter_push(&t->tc, s, n);
         return t->sink(t->sink_ctx, t->ch, s, n);
     }
     /* reasoning: newlines at the end wait until more text shows they are inside */
@@ -50,7 +62,9 @@ static ts_status write_channel(serve_textout *t, const char *s, size_t n) {
 static ts_status release_held(serve_textout *t) {
     t->dec.len = 0;
     TS_TRY(serve_stop_flush(&t->stop, &t->dec));
-    return write_channel(t, t->dec.data, t->dec.len);
+    TS_TRY(write_channel(t, t->dec.data, t->dec.len));
+    /* a call still open when the content ends (or thinking reopens) is content after all */
+    return t->tools && t->ch == SERVE_CH_CONTENT ? serve_toolcall_filter_finish(&t->tc) : TS_OK;
 }
 
 static void switch_channel(serve_textout *t, serve_channel ch) {

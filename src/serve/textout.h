@@ -9,8 +9,10 @@
 #define TS_SERVE_TEXTOUT_H
 
 #include "serve/stop.h"
+#include "serve/toolcall.h"
 
-typedef enum { SERVE_CH_CONTENT = 0, SERVE_CH_REASONING = 1 } serve_channel;
+/* SERVE_CH_TOOL: one segment per tool call, its text the call's JSON (serve/toolcall.h). */
+typedef enum { SERVE_CH_CONTENT = 0, SERVE_CH_REASONING = 1, SERVE_CH_TOOL = 2 } serve_channel;
 
 /* Receives decided text in order. */
 typedef ts_status (*serve_text_sink)(void *ctx, serve_channel ch, const char *s, size_t n);
@@ -22,6 +24,8 @@ typedef struct {
     bool strip_lead;   /* drop the current channel's leading newlines */
     size_t pending_nl; /* reasoning: trailing newlines not yet known to be inner */
     serve_stop stop;
+    bool tools;               /* tool calls are parsed out of the content */
+    serve_toolcall_filter tc; /* used when tools */
     ts_strbuf dec; /* scratch: text the stop matcher released */
     serve_text_sink sink;
     void *sink_ctx;
@@ -31,6 +35,8 @@ typedef struct {
 void serve_textout_init(serve_textout *t, int32_t think_open, int32_t think_close, bool in_think,
                         char *const *stops, int n_stops, serve_text_sink sink, void *ctx);
 void serve_textout_free(serve_textout *t);
+/* Parses tool calls out of the content channel from now on (the request offered tools). */
+void serve_textout_enable_tools(serve_textout *t);
 
 /* Feeds one generated token and its text (from the streaming detokenizer; may be empty).
  * *stopped is set when a stop string completed. */

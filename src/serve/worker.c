@@ -91,7 +91,17 @@ static ts_status load(serve_worker *w) {
     snprintf(rt->describe, sizeof rt->describe, "%s", ts_engine_describe(w->engine));
     w->dec.think_open = rt->think_open;
     w->dec.think_close = rt->think_close;
+    w->dec.turn_start = rt->turn_start;
     return TS_OK;
+}
+
+/* Background work yields to any admitted request, and to shutdown. */
+static bool worker_interrupted(void *ctx) {
+    serve_worker *w = ctx;
+    pthread_mutex_lock(&w->mu);
+    bool stop = w->q_len > 0 || w->stop || !w->accepting;
+    pthread_mutex_unlock(&w->mu);
+    return stop;
 }
 
 /* The one place a job ends: terminal state, wake its reader, release the admission slot. */
@@ -148,9 +158,19 @@ static void *worker_main(void *arg) {
             if (how == SERVE_FINISH_CANCELLED) serve_metrics_event(w->metrics, 1);
             if (how == SERVE_FINISH_ERROR) serve_metrics_event(w->metrics, 3);
             finish_job(w, j, how, err[0] ? err : NULL);
-            /* after the client has its answer: keep the answer's state for the next turn */
-            if (how == SERVE_FINISH_STOP || how == SERVE_FINISH_LENGTH)
-                serve_decoder_snapshot_answer(&w->dec);
+            /* after the client has its answer, unless a request waits: keep the state the
+             * next turn starts from (a chat's next prefix, or a completion's own state) */
+            if (how == SERVE_FINISH_STOP || how == SERVE_FINISH_LENGTH) {
+                bool busy = worker_interrupted(w);
+                if (j->req && w->rt.n_snapshots > 0) {
+                    int n = 0;
+                    bool ready = !busy && serve_decoder_prepare_next_turn(
+                                              &w->dec, j, worker_interrupted, w, &n);
+                    serve_metrics_next_turn(w->metrics, ready, n);
+                } else if (!busy && !j->req) {
+                    serve_decoder_snapshot_answer(&w->dec);
+                }
+            }
         }
         serve_job_unref(j);
         pthread_mutex_lock(&w->mu);

@@ -46,6 +46,28 @@ typedef struct ts_bpe ts_bpe;
 ts_status ts_bpe_load(const char *tokenizer_json_path, ts_bpe **out);
 void ts_bpe_free(ts_bpe *t);
 
+/* A tokenizer given as arrays (e.g. GGUF `tokenizer.ggml.*` metadata for model "gpt2") rather
+ * than a file. ts_bpe_build turns it into the tokenizer.json structure it stands for and runs
+ * the same validation and construction as ts_bpe_load, so both paths build identical
+ * tokenizers. Token types are GGUF's: 1 normal, 3 control (an added token flagged special),
+ * 4 user-defined (an added token matched in both special modes), 5 unused (no token at that
+ * id), 0 and 6 as normal. */
+typedef struct {
+    const char *name;            /* for messages (e.g. the GGUF file) */
+    int32_t n_tokens;            /* ids 0 .. n_tokens-1 */
+    const char *const *text;     /* [n_tokens] spellings (byte-level alphabet for normal tokens) */
+    const size_t *len;           /* [n_tokens] */
+    const int32_t *types;        /* [n_tokens], NULL = all normal */
+    const char *const *merges;   /* [n_merges] "left right", highest priority first */
+    const size_t *merge_len;     /* [n_merges] */
+    size_t n_merges;
+    const char *const *split_regex; /* pre-tokenizer regexes (HF syntax), applied in order */
+    int n_split;
+    bool nfc;                    /* NFC-normalize text before splitting */
+} ts_bpe_spec;
+
+ts_status ts_bpe_build(const ts_bpe_spec *spec, ts_bpe **out);
+
 /* Highest token id + 1, counting added tokens. */
 int ts_bpe_vocab_size(const ts_bpe *t);
 

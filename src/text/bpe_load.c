@@ -669,39 +669,142 @@ static ts_status bpe_parse(ts_bpe *t, const json_t *root) {
     return st;
 }
 
-ts_status ts_bpe_load(const char *path, ts_bpe **out) {
-    *out = NULL;
+/* Builds a tokenizer from a parsed tokenizer.json tree (the one path both loaders take). */
+static ts_status bpe_from_root(const char *name, const json_t *root, ts_bpe **out) {
     ts_bpe *t = calloc(1, sizeof *t);
-    if (!t) return ts_error(TS_ERR_NOMEM, "%s: out of memory", path);
+    if (!t) return ts_error(TS_ERR_NOMEM, "%s: out of memory", name);
     pthread_mutex_init(&t->pool_lock, NULL);
-    t->path = strdup(path);
-    if (!t->path) {
-        ts_bpe_free(t);
-        return ts_error(TS_ERR_NOMEM, "%s: out of memory", path);
-    }
-    char *buf;
-    size_t n = 0;
-    ts_status st = bpe_read_file(path, &buf, &n);
-    if (st != TS_OK) {
-        ts_bpe_free(t);
-        return st;
-    }
-    json_error_t jerr;
-    json_t *root = json_loadb(buf, n, 0, &jerr);
-    free(buf);
-    if (!root) {
-        ts_bpe_free(t);
-        return ts_error(TS_ERR_FORMAT, "%s: line %d column %d: %s", path, jerr.line, jerr.column,
-                        jerr.text);
-    }
-    st = bpe_parse(t, root);
-    json_decref(root);
+    t->path = strdup(name);
+    ts_status st = t->path ? bpe_parse(t, root) : ts_error(TS_ERR_NOMEM, "%s: out of memory", name);
     if (st != TS_OK) {
         ts_bpe_free(t);
         return st;
     }
     *out = t;
     return TS_OK;
+}
+
+ts_status ts_bpe_load(const char *path, ts_bpe **out) {
+    *out = NULL;
+    char *buf;
+    size_t n = 0;
+    TS_TRY(bpe_read_file(path, &buf, &n));
+    json_error_t jerr;
+    json_t *root = json_loadb(buf, n, 0, &jerr);
+    free(buf);
+    if (!root)
+        return ts_error(TS_ERR_FORMAT, "%s: line %d column %d: %s", path, jerr.line, jerr.column,
+                        jerr.text);
+    ts_status st = bpe_from_root(path, root, out);
+    json_decref(root);
+    return st;
+}
+
+/* ---- building from arrays (GGUF metadata) ------------------------------------------------- */
+
+static int bpe_spec_type(const ts_bpe_spec *s, int32_t i) { return s->types ? s->types[i] : 1; }
+
+static bool bpe_spec_added(int type) { return type == 3 || type == 4; }
+
+/* Added tokens after every regular one, in id order, are what tokenizer.json files hold (HF
+ * gives them the ids after the vocabulary). Otherwise they are also listed in the vocabulary,
+ * where HF takes their ids from. */
+static bool bpe_spec_added_in_vocab(const ts_bpe_spec *s) {
+    int32_t n_regular = 0, next = -1;
+    for (int32_t i = 0; i < s->n_tokens; i++) {
+        int ty = bpe_spec_type(s, i);
+        if (ty != 5 && !bpe_spec_added(ty)) n_regular++;
+    }
+    for (int32_t i = 0; i < s->n_tokens; i++) {
+        int ty = bpe_spec_type(s, i);
+        if (ty == 5) continue;
+        if (!bpe_spec_added(ty)) {
+            if (next >= 0) return true; /* a regular token after an added one */
+            continue;
+        }
+        if (next < 0) next = n_regular;
+        if (i != next) return true;
+        next++;
+    }
+    return false;
+}
+
+static json_t *bpe_spec_split(const char *re) {
+    return json_pack("{s:s, s:{s:s}, s:s, s:b}", "type", "Split", "pattern", "Regex", re,
+                     "behavior", "Isolated", "invert", 0);
+}
+
+static ts_status bpe_spec_json(const ts_bpe_spec *s, json_t *root) {
+    json_t *vocab = json_object(), *merges = json_array(), *added = json_array();
+    int bad = 0;
+    if (json_object_set_new(root, "added_tokens", added) ||
+        json_object_set_new(
+            root, "model",
+            json_pack("{s:s, s:o, s:o}", "type", "BPE", "vocab", vocab, "merges", merges)))
+        bad = 1;
+    bool also_vocab = bpe_spec_added_in_vocab(s);
+    char *key = NULL;
+    size_t key_cap = 0;
+    for (int32_t i = 0; !bad && i < s->n_tokens; i++) {
+        int ty = bpe_spec_type(s, i);
+        if (ty < 0 || ty > 6 || !s->text[i] || memchr(s->text[i], 0, s->len[i])) {
+            free(key);
+            return ts_error(TS_ERR_FORMAT, "%s: token %d: type %d, or missing, or holds a NUL byte",
+                            s->name, (int)i, ty);
+        }
+        if (ty == 5) continue;
+        if (bpe_spec_added(ty))
+            bad |= json_array_append_new(
+                added, json_pack("{s:I, s:s%, s:b, s:b, s:b, s:b, s:b}", "id", (json_int_t)i,
+                                 "content", s->text[i], s->len[i], "special", ty == 3, "normalized",
+                                 0, "single_word", 0, "lstrip", 0, "rstrip", 0));
+        if (bpe_spec_added(ty) && !also_vocab) continue;
+        if (s->len[i] + 1 > key_cap) {
+            key_cap = 2 * (s->len[i] + 1);
+            free(key);
+            if (!(key = malloc(key_cap)))
+                return ts_error(TS_ERR_NOMEM, "%s: out of memory", s->name);
+        }
+        memcpy(key, s->text[i], s->len[i]);
+        key[s->len[i]] = 0;
+        if (json_object_get(vocab, key)) {
+            free(key);
+            return ts_error(TS_ERR_FORMAT, "%s: token %d: '%.48s' is spelled like an earlier token",
+                            s->name, (int)i, s->text[i]);
+        }
+        bad |= json_object_set_new(vocab, key, json_integer(i));
+    }
+    free(key);
+    json_t *pre = json_array();
+    bad |= !pre;
+    for (size_t i = 0; !bad && i < s->n_merges; i++)
+        bad |= json_array_append_new(merges, json_stringn(s->merges[i], s->merge_len[i]));
+    for (int i = 0; !bad && i < s->n_split; i++)
+        bad |= json_array_append_new(pre, bpe_spec_split(s->split_regex[i]));
+    bad = bad || json_array_append_new(pre, json_pack("{s:s, s:b, s:b}", "type", "ByteLevel",
+                                                      "add_prefix_space", 0, "use_regex", 0));
+    bad = bad || json_object_set_new(root, "pre_tokenizer",
+                                     json_pack("{s:s, s:o}", "type", "Sequence", "pretokenizers",
+                                               json_incref(pre)));
+    bad = bad || json_object_set_new(root, "normalizer",
+                                     s->nfc ? json_pack("{s:s}", "type", "NFC") : json_null());
+    bad = bad || json_object_set_new(root, "decoder", json_pack("{s:s}", "type", "ByteLevel"));
+    json_decref(pre);
+    return bad ? ts_error(TS_ERR_NOMEM, "%s: out of memory building the tokenizer", s->name)
+               : TS_OK;
+}
+
+ts_status ts_bpe_build(const ts_bpe_spec *spec, ts_bpe **out) {
+    *out = NULL;
+    const char *name = spec->name ? spec->name : "tokenizer";
+    if (spec->n_tokens <= 0 || !spec->text || !spec->len)
+        return ts_error(TS_ERR_FORMAT, "%s: empty vocabulary", name);
+    json_t *root = json_object();
+    if (!root) return ts_error(TS_ERR_NOMEM, "%s: out of memory", name);
+    ts_status st = bpe_spec_json(spec, root);
+    if (st == TS_OK) st = bpe_from_root(name, root, out);
+    json_decref(root);
+    return st;
 }
 
 void ts_bpe_free(ts_bpe *t) {

@@ -84,4 +84,12 @@ const char *ts_chat_flatten(const ts_chat_out *out, size_t *len);
 
 void ts_chat_out_free(ts_chat_out *out);
 
+/* Gemma 3 chat format (chat_gemma.c): `<bos>`, turns `<start_of_turn>{user|model}\n{content
+ * trimmed}<end_of_turn>\n`, a first system message folded into the first user turn as
+ * "{system}\n\n{user}", roles alternating (TS_ERR_INVALID otherwise, as the template raises),
+ * generation prompt `<start_of_turn>model\n`. CONTROL segments: `<bos>`, `<start_of_turn>`,
+ * `<end_of_turn>`, `<start_of_image>`. Only add_generation_prompt is read from o. */
+ts_status ts_chat_render_gemma(const ts_chat_msg *msgs, int n, const ts_chat_opts *o,
+                               ts_chat_out *out);
+
 #endif

@@ -1,18 +1,35 @@
-/* The public tokenizer: the byte-level BPE of tokenizer.json, its streaming detokenizer, and
- * chat rendering turned into ids (control segments -> special ids, text -> plain encoding). */
+/* The public tokenizer: the byte-level BPE of tokenizer.json or of a GGUF ("gpt2" model), or
+ * the SentencePiece-style BPE of a GGUF ("llama" model); their streaming detokenizer; and chat
+ * rendering turned into ids (control segments -> special ids, text -> plain encoding).
+ *
+ * BOS: ts_tokenize prepends the BOS id when a GGUF says tokenizer.ggml.add_bos_token (Gemma);
+ * tokenizer.json files never get one. Chat formats write their own `<bos>`, so
+ * ts_chat_tokenize never adds another. */
+#include "base/mmapfile.h"
+#include "format/gguf.h"
+#include "text/bpe.h"
+#include "text/chat.h"
+#include "text/spm.h"
+#include "text/utf8.h"
+
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
-#include "base/mmapfile.h"
-#include "text/bpe.h"
-#include "text/chat.h"
-#include "text/utf8.h"
+#define TOK_MAX_EOG 8
+
+typedef enum { TOK_CHAT_NONE, TOK_CHAT_QWEN, TOK_CHAT_GEMMA } tok_chat;
 
 struct ts_tokenizer {
-    ts_bpe *bpe;
-    int32_t eog[2];
+    ts_bpe *bpe; /* exactly one of bpe, spm */
+    ts_spm *spm;
+    int32_t eog[TOK_MAX_EOG];
+    int n_eog;
+    int32_t bos; /* -1 = none */
+    bool add_bos;
+    tok_chat chat;
     bool thinking_default; /* the chat template's default for enable_thinking */
 };
 
@@ -33,14 +50,258 @@ static bool read_thinking_default(const char *dir) {
     return on;
 }
 
+static bool thinking_default_in(const char *template_text) {
+    return strstr(template_text, "enable_thinking is false") &&
+           !strstr(template_text, "enable_thinking is true");
+}
+
+static int32_t tok_id(const ts_tokenizer *t, const char *text) {
+    return t->spm ? ts_spm_token_id(t->spm, text) : ts_bpe_token_id(t->bpe, text);
+}
+
+static void add_eog(ts_tokenizer *t, int32_t id) {
+    if (id < 0 || id >= ts_tokenizer_vocab_size(t) || t->n_eog == TOK_MAX_EOG) return;
+    for (int i = 0; i < t->n_eog; i++)
+        if (t->eog[i] == id) return;
+    t->eog[t->n_eog++] = id;
+}
+
+/* The end-of-generation tokens the chat formats know, by content. */
+static void add_eog_by_content(ts_tokenizer *t) {
+    static const char *const names[] = {"<|im_end|>", "<|endoftext|>", "<end_of_turn>"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        add_eog(t, tok_id(t, names[i]));
+}
+
+static bool has_gguf_magic(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return false;
+    char magic[4] = {0};
+    size_t got = fread(magic, 1, 4, f);
+    fclose(f);
+    return got == 4 && memcmp(magic, "GGUF", 4) == 0;
+}
+
+/* A directory without tokenizer.json but with exactly one .gguf file means that file. */
+static bool find_single_gguf(const char *dir, char *file, size_t cap) {
+    DIR *d = opendir(dir);
+    if (!d) return false;
+    int found = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        size_t n = strlen(e->d_name);
+        if (n > 5 && strcmp(e->d_name + n - 5, ".gguf") == 0) {
+            if (found++ == 0) snprintf(file, cap, "%s/%s", dir, e->d_name);
+        }
+    }
+    closedir(d);
+    return found == 1;
+}
+
+/* llama.cpp's pre-tokenizer names for byte-level BPE vocabularies, as the split regexes of the
+ * tokenizer.json they come from. qwen2/qwen35 keep the (?i:...) contractions and the NFC
+ * normalizer of the Qwen tokenizer.json files (llama.cpp spells the contractions out and skips
+ * NFC; the two differ only on non-NFC text and on "'ſ"-like case folds). */
+static const char tok_re_gpt2[] =
+    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
+static const char tok_re_qwen2[] =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+"
+    "[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+static const char tok_re_qwen35[] =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+|\\p{N}| ?[^\\s\\p{L}"
+    "\\p{M}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+/* llama.cpp's LLAMA_VOCAB_PRE_TYPE_DEFAULT: four splits one after another. */
+static const char *const tok_re_default[] = {
+    "[\\p{P}\\$\\+<=>\\^~\\|]+",
+    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)",
+    "\\p{N}+",
+    "[0-9][0-9][0-9]",
+};
+
+/* Reads tokenizer.ggml.{tokens,scores,token_type,unknown_token_id,add_space_prefix}. */
+static ts_status spm_from_gguf(const ts_gguf *g, ts_spm **out) {
+    *out = NULL;
+    const char *path = ts_gguf_path(g);
+    static const char key[] = "tokenizer.ggml.tokens";
+    int64_t ki = ts_gguf_find_key(g, key);
+    ts_gguf_value v;
+    if (ki < 0) return ts_error(TS_ERR_FORMAT, "%s: key '%s': missing", path, key);
+    TS_TRY(ts_gguf_kv_value(g, ki, &v));
+    if (v.type != TS_GGUF_ARR || v.elem != TS_GGUF_STR || v.n == 0 || v.n >= (1u << 30))
+        return ts_error(TS_ERR_FORMAT, "%s: key '%s': expected a non-empty string array", path,
+                        key);
+    size_t n = (size_t)v.n;
+    const char **text = malloc(n * sizeof *text);
+    size_t *len = malloc(n * sizeof *len);
+    float *scores = calloc(n, sizeof *scores);
+    int32_t *types = malloc(n * sizeof *types);
+    ts_status st =
+        text && len && scores && types ? TS_OK : ts_error(TS_ERR_NOMEM, "%s: out of memory", path);
+    for (size_t i = 0; st == TS_OK && i < n; i++)
+        st = ts_gguf_kv_str_item(g, ki, i, &text[i], &len[i]);
+    uint64_t m = 0;
+    if (st == TS_OK && ts_gguf_has(g, "tokenizer.ggml.scores")) {
+        st = ts_gguf_get_arr_f32(g, "tokenizer.ggml.scores", scores, n, &m);
+        if (st == TS_OK && m != n)
+            st = ts_error(TS_ERR_FORMAT, "%s: tokenizer.ggml.scores: %llu entries for %zu tokens",
+                          path, (unsigned long long)m, n);
+    }
+    if (st == TS_OK && ts_gguf_has(g, "tokenizer.ggml.token_type")) {
+        st = ts_gguf_get_arr_i32(g, "tokenizer.ggml.token_type", types, n, &m);
+        if (st == TS_OK && m != n)
+            st = ts_error(TS_ERR_FORMAT,
+                          "%s: tokenizer.ggml.token_type: %llu entries for %zu tokens", path,
+                          (unsigned long long)m, n);
+    } else {
+        for (size_t i = 0; i < n; i++)
+            types[i] = TS_SPM_NORMAL;
+    }
+    uint32_t unk = UINT32_MAX;
+    bool prefix = true; /* llama.cpp's default for "llama" vocabularies */
+    if (st == TS_OK) st = ts_gguf_get_u32_opt(g, "tokenizer.ggml.unknown_token_id", unk, &unk);
+    if (st == TS_OK) st = ts_gguf_get_bool_opt(g, "tokenizer.ggml.add_space_prefix", true, &prefix);
+    if (st == TS_OK) {
+        ts_spm_spec spec = {.name = path,
+                            .n_tokens = (int32_t)n,
+                            .text = text,
+                            .len = len,
+                            .scores = scores,
+                            .types = types,
+                            .unk_id = unk < n ? (int32_t)unk : -1,
+                            .add_space_prefix = prefix};
+        st = ts_spm_build(&spec, out);
+    }
+    free(text);
+    free(len);
+    free(scores);
+    free(types);
+    return st;
+}
+
+static ts_status bpe_from_gguf(const ts_gguf *g, ts_bpe **out) {
+    const char *path = ts_gguf_path(g);
+    const char *pre;
+    TS_TRY(ts_gguf_get_str_opt(g, "tokenizer.ggml.pre", "default", &pre));
+    ts_bpe_spec spec = {.name = path};
+    const char *one[1];
+    if (strcmp(pre, "qwen2") == 0 || strcmp(pre, "qwen35") == 0) {
+        one[0] = strcmp(pre, "qwen2") == 0 ? tok_re_qwen2 : tok_re_qwen35;
+        spec.split_regex = one;
+        spec.n_split = 1;
+        spec.nfc = true;
+    } else if (strcmp(pre, "gpt2") == 0) {
+        one[0] = tok_re_gpt2;
+        spec.split_regex = one;
+        spec.n_split = 1;
+    } else if (strcmp(pre, "default") == 0) {
+        spec.split_regex = tok_re_default;
+        spec.n_split = 4;
+    } else {
+        return ts_error(TS_ERR_UNSUPPORTED,
+                        "%s: tokenizer.ggml.pre '%s': only qwen2, qwen35, gpt2 and default are "
+                        "supported",
+                        path, pre);
+    }
+    int64_t ki = ts_gguf_find_key(g, "tokenizer.ggml.tokens");
+    int64_t mi = ts_gguf_find_key(g, "tokenizer.ggml.merges");
+    ts_gguf_value tv = {0}, mv = {0};
+    if (ki >= 0) TS_TRY(ts_gguf_kv_value(g, ki, &tv));
+    if (mi >= 0) TS_TRY(ts_gguf_kv_value(g, mi, &mv));
+    if (ki < 0 || tv.type != TS_GGUF_ARR || tv.elem != TS_GGUF_STR || tv.n == 0 ||
+        tv.n >= (1u << 24))
+        return ts_error(TS_ERR_FORMAT, "%s: tokenizer.ggml.tokens: expected a string array", path);
+    if (mi >= 0 && (mv.type != TS_GGUF_ARR || mv.elem != TS_GGUF_STR || mv.n >= (1u << 26)))
+        return ts_error(TS_ERR_FORMAT, "%s: tokenizer.ggml.merges: expected a string array", path);
+    size_t n = (size_t)tv.n, nm = mi >= 0 ? (size_t)mv.n : 0;
+    const char **text = malloc(n * sizeof *text), **merges = malloc((nm + 1) * sizeof *merges);
+    size_t *len = malloc(n * sizeof *len), *mlen = malloc((nm + 1) * sizeof *mlen);
+    int32_t *types = malloc(n * sizeof *types);
+    ts_status st = text && merges && len && mlen && types
+                       ? TS_OK
+                       : ts_error(TS_ERR_NOMEM, "%s: out of memory", path);
+    for (size_t i = 0; st == TS_OK && i < n; i++)
+        st = ts_gguf_kv_str_item(g, ki, i, &text[i], &len[i]);
+    for (size_t i = 0; st == TS_OK && i < nm; i++)
+        st = ts_gguf_kv_str_item(g, mi, i, &merges[i], &mlen[i]);
+    uint64_t m = n;
+    if (st == TS_OK && ts_gguf_has(g, "tokenizer.ggml.token_type"))
+        st = ts_gguf_get_arr_i32(g, "tokenizer.ggml.token_type", types, n, &m);
+    else
+        for (size_t i = 0; i < n; i++)
+            types[i] = 1;
+    if (st == TS_OK && m != n)
+        st = ts_error(TS_ERR_FORMAT, "%s: tokenizer.ggml.token_type: %llu entries for %zu tokens",
+                      path, (unsigned long long)m, n);
+    if (st == TS_OK) {
+        spec.n_tokens = (int32_t)n;
+        spec.text = text;
+        spec.len = len;
+        spec.types = types;
+        spec.merges = merges;
+        spec.merge_len = mlen;
+        spec.n_merges = nm;
+        st = ts_bpe_build(&spec, out);
+    }
+    free(text);
+    free(merges);
+    free(len);
+    free(mlen);
+    free(types);
+    return st;
+}
+
+static ts_status open_gguf(ts_tokenizer *t, const char *file) {
+    ts_gguf *g;
+    TS_TRY(ts_gguf_open(file, &g));
+    const char *model, *tmpl;
+    ts_status st = ts_gguf_get_str(g, "tokenizer.ggml.model", &model, NULL);
+    if (st == TS_OK) {
+        if (strcmp(model, "llama") == 0)
+            st = spm_from_gguf(g, &t->spm);
+        else if (strcmp(model, "gpt2") == 0)
+            st = bpe_from_gguf(g, &t->bpe);
+        else
+            st = ts_error(TS_ERR_UNSUPPORTED,
+                          "%s: tokenizer.ggml.model '%s': only llama (SentencePiece BPE) and gpt2 "
+                          "(byte-level BPE) are supported",
+                          file, model);
+    }
+    uint32_t bos = UINT32_MAX, eos = UINT32_MAX, eot = UINT32_MAX;
+    bool add_bos = t->spm != NULL; /* llama.cpp's defaults when the key is absent */
+    if (st == TS_OK) st = ts_gguf_get_u32_opt(g, "tokenizer.ggml.bos_token_id", bos, &bos);
+    if (st == TS_OK) st = ts_gguf_get_u32_opt(g, "tokenizer.ggml.eos_token_id", eos, &eos);
+    if (st == TS_OK) st = ts_gguf_get_u32_opt(g, "tokenizer.ggml.eot_token_id", eot, &eot);
+    if (st == TS_OK)
+        st = ts_gguf_get_bool_opt(g, "tokenizer.ggml.add_bos_token", add_bos, &add_bos);
+    if (st == TS_OK) st = ts_gguf_get_str_opt(g, "tokenizer.chat_template", "", &tmpl);
+    if (st == TS_OK) {
+        int nv = ts_tokenizer_vocab_size(t);
+        t->bos = bos < (uint32_t)nv ? (int32_t)bos : -1;
+        t->add_bos = add_bos && t->bos >= 0;
+        add_eog(t, eos < (uint32_t)nv ? (int32_t)eos : -1);
+        add_eog(t, eot < (uint32_t)nv ? (int32_t)eot : -1);
+        /* The family's chat format: Gemma's when its turn token exists, else ChatML's. */
+        if (strstr(tmpl, "<start_of_turn>") || tok_id(t, "<start_of_turn>") >= 0)
+            t->chat = TOK_CHAT_GEMMA;
+        else if (tok_id(t, "<|im_start|>") >= 0)
+            t->chat = TOK_CHAT_QWEN;
+        t->thinking_default = thinking_default_in(tmpl);
+    }
+    ts_gguf_close(g);
+    return st;
+}
+
 ts_status ts_tokenizer_open(const char *path, ts_tokenizer **out) {
     *out = NULL;
     struct stat sb;
     if (stat(path, &sb) != 0) return ts_error(TS_ERR_IO, "%s: no such file or directory", path);
     char file[4096], dir[4096];
+    bool gguf = false;
     if (S_ISDIR(sb.st_mode)) {
         snprintf(file, sizeof file, "%s/tokenizer.json", path);
         snprintf(dir, sizeof dir, "%s", path);
+        struct stat fb;
+        if (stat(file, &fb) != 0 && find_single_gguf(path, file, sizeof file)) gguf = true;
     } else {
         snprintf(file, sizeof file, "%s", path);
         snprintf(dir, sizeof dir, "%s", path);
@@ -49,17 +310,26 @@ ts_status ts_tokenizer_open(const char *path, ts_tokenizer **out) {
             *slash = 0;
         else
             strcpy(dir, ".");
+        gguf = has_gguf_magic(file);
     }
     ts_tokenizer *t = calloc(1, sizeof *t);
     if (!t) return ts_error(TS_ERR_NOMEM, "out of memory");
-    ts_status st = ts_bpe_load(file, &t->bpe);
+    t->bos = -1;
+    ts_status st;
+    if (gguf) {
+        st = open_gguf(t, file);
+    } else {
+        st = ts_bpe_load(file, &t->bpe);
+        if (st == TS_OK) {
+            t->chat = TOK_CHAT_QWEN;
+            t->thinking_default = read_thinking_default(dir);
+        }
+    }
     if (st != TS_OK) {
-        free(t);
+        ts_tokenizer_free(t);
         return st;
     }
-    t->eog[0] = ts_bpe_token_id(t->bpe, "<|im_end|>");
-    t->eog[1] = ts_bpe_token_id(t->bpe, "<|endoftext|>");
-    t->thinking_default = read_thinking_default(dir);
+    add_eog_by_content(t);
     *out = t;
     return TS_OK;
 }
@@ -67,13 +337,24 @@ ts_status ts_tokenizer_open(const char *path, ts_tokenizer **out) {
 void ts_tokenizer_free(ts_tokenizer *t) {
     if (!t) return;
     ts_bpe_free(t->bpe);
+    ts_spm_free(t->spm);
     free(t);
 }
 
-int ts_tokenizer_vocab_size(const ts_tokenizer *t) { return ts_bpe_vocab_size(t->bpe); }
+int ts_tokenizer_vocab_size(const ts_tokenizer *t) {
+    return t->spm ? ts_spm_vocab_size(t->spm) : ts_bpe_vocab_size(t->bpe);
+}
 
 bool ts_tokenizer_is_eog(const ts_tokenizer *t, int32_t id) {
-    return id >= 0 && (id == t->eog[0] || id == t->eog[1]);
+    for (int i = 0; id >= 0 && i < t->n_eog; i++)
+        if (t->eog[i] == id) return true;
+    return false;
+}
+
+static ts_status tok_encode(const ts_tokenizer *t, const char *text, size_t len, bool parse_special,
+                            ts_ids *out) {
+    return t->spm ? ts_spm_encode(t->spm, text, len, parse_special, out)
+                  : ts_bpe_encode(t->bpe, text, len, parse_special, out);
 }
 
 ts_status ts_tokenize(const ts_tokenizer *t, const char *text, size_t len, bool parse_special,
@@ -81,7 +362,8 @@ ts_status ts_tokenize(const ts_tokenizer *t, const char *text, size_t len, bool 
     ts_ids v = {0};
     *ids = NULL;
     *n_ids = 0;
-    ts_status st = ts_bpe_encode(t->bpe, text, len, parse_special, &v);
+    ts_status st = t->add_bos ? ts_ids_push(&v, t->bos) : TS_OK;
+    if (st == TS_OK) st = tok_encode(t, text, len, parse_special, &v);
     if (st != TS_OK) {
         ts_ids_free(&v);
         return st;
@@ -93,7 +375,8 @@ ts_status ts_tokenize(const ts_tokenizer *t, const char *text, size_t len, bool 
 
 ts_status ts_detokenize(const ts_tokenizer *t, const int32_t *ids, size_t n, bool skip_special,
                         char **text, size_t *len) {
-    return ts_bpe_decode(t->bpe, ids, n, skip_special, text, len);
+    return t->spm ? ts_spm_decode(t->spm, ids, n, skip_special, text, len)
+                  : ts_bpe_decode(t->bpe, ids, n, skip_special, text, len);
 }
 
 ts_status ts_detokenizer_create(const ts_tokenizer *t, bool skip_special, ts_detokenizer **out) {
@@ -101,7 +384,10 @@ ts_status ts_detokenizer_create(const ts_tokenizer *t, bool skip_special, ts_det
     ts_detokenizer *d = calloc(1, sizeof *d);
     if (!d) return ts_error(TS_ERR_NOMEM, "out of memory");
     ts_token_source src;
-    ts_bpe_token_source(t->bpe, &src);
+    if (t->spm)
+        ts_spm_token_source(t->spm, &src);
+    else
+        ts_bpe_token_source(t->bpe, &src);
     ts_status st = ts_detok_create(&src, skip_special, &d->d);
     if (st != TS_OK) {
         free(d);
@@ -148,19 +434,43 @@ ts_status ts_chat_tokenize(const ts_tokenizer *t, const ts_chat_message *msgs, i
     if (n < 0 || (n > 0 && !msgs)) return ts_error(TS_ERR_INVALID, "no messages");
     ts_chat_msg *cm = calloc((size_t)(n > 0 ? n : 1), sizeof *cm);
     if (!cm) return ts_error(TS_ERR_NOMEM, "out of memory");
+    /* the public tool call and the renderer's have the same fields; copied, not cast */
+    int n_calls = 0;
+    for (int i = 0; i < n; i++)
+        if (msgs[i].n_tool_calls > 0) n_calls += msgs[i].n_tool_calls;
+    ts_chat_tool_call *calls = calloc((size_t)(n_calls > 0 ? n_calls : 1), sizeof *calls);
+    if (!calls) {
+        free(cm);
+        return ts_error(TS_ERR_NOMEM, "out of memory");
+    }
     ts_status st = TS_OK;
-    for (int i = 0; i < n && st == TS_OK; i++) {
+    for (int i = 0, c = 0; i < n && st == TS_OK; i++) {
         st = role_of(msgs[i].role, i, &cm[i].role);
         cm[i].content = msgs[i].content ? msgs[i].content : "";
         cm[i].reasoning_content = msgs[i].reasoning_content;
+        if (msgs[i].n_tool_calls < 0 || (msgs[i].n_tool_calls > 0 && !msgs[i].tool_calls)) {
+            st = ts_error(TS_ERR_INVALID, "message %d: bad tool call list", i);
+            break;
+        }
+        cm[i].tool_calls = calls + c;
+        cm[i].n_tool_calls = msgs[i].n_tool_calls;
+        for (int k = 0; k < msgs[i].n_tool_calls; k++, c++)
+            calls[c] = (ts_chat_tool_call){msgs[i].tool_calls[k].name,
+                                           msgs[i].tool_calls[k].arguments_json};
     }
     ts_chat_opts o;
     ts_chat_opts_default(&o);
     o.add_generation_prompt = p ? p->add_generation_prompt : true;
     o.enable_thinking = p ? p->enable_thinking : -1;
+    o.tools_json = p ? p->tools_json : NULL;
     o.thinking_default = t->thinking_default;
     ts_chat_out out = {0};
-    if (st == TS_OK) st = ts_chat_render(cm, n, &o, &out);
+    if (st == TS_OK && t->chat == TOK_CHAT_NONE)
+        st = ts_error(TS_ERR_UNSUPPORTED, "this tokenizer's chat format is not known (neither "
+                                          "ChatML nor Gemma tokens)");
+    if (st == TS_OK)
+        st = t->chat == TOK_CHAT_GEMMA ? ts_chat_render_gemma(cm, n, &o, &out)
+                                       : ts_chat_render(cm, n, &o, &out);
     ts_ids v = {0};
     for (int s = 0; st == TS_OK && s < out.n_segs; s++) {
         const ts_chat_seg *seg = &out.segs[s];
@@ -169,17 +479,20 @@ ts_status ts_chat_tokenize(const ts_tokenizer *t, const ts_chat_message *msgs, i
             size_t l = seg->len < sizeof tok - 1 ? seg->len : sizeof tok - 1;
             memcpy(tok, out.text + seg->off, l);
             tok[l] = 0;
-            int32_t id = ts_bpe_token_id(t->bpe, tok);
+            int32_t id = tok_id(t, tok);
             if (id < 0)
-                st = ts_error(TS_ERR_UNSUPPORTED, "the tokenizer has no token '%s' that the chat "
-                              "format needs", tok);
+                st = ts_error(TS_ERR_UNSUPPORTED,
+                              "the tokenizer has no token '%s' that the chat "
+                              "format needs",
+                              tok);
             else
                 st = ts_ids_push(&v, id);
         } else {
-            st = ts_bpe_encode(t->bpe, out.text + seg->off, seg->len, false, &v);
+            st = tok_encode(t, out.text + seg->off, seg->len, false, &v);
         }
     }
     ts_chat_out_free(&out);
+    free(calls);
     free(cm);
     if (st != TS_OK) {
         ts_ids_free(&v);

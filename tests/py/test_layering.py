@@ -12,7 +12,7 @@ SRC = ROOT / "src"
 ALLOWED = {
     "base": set(),
     "format": {"base"},
-    "text": {"base"},
+    "text": {"base", "format"},
     "backend": {"base"},
     "model": {"base", "format", "backend"},
     "engine": {"base", "format", "backend", "model", "text"},

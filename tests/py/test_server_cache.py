@@ -108,3 +108,87 @@ def test_follow_up_ttft_drops(warm, cold):
     warm_t = min(ttft(warm, follow + [{"role": "user", "content": f"#{i}"}]) for i in range(3))
     cold_t = min(ttft(cold, follow + [{"role": "user", "content": f"#{i}"}]) for i in range(3))
     assert warm_t < cold_t, (warm_t, cold_t)
+
+
+# ---- the next turn's prefix: the answer is reused too ------------------------------------
+
+def prepared(srv):
+    """Chat answers whose next-turn preparation ended (kept or given up)."""
+    m = srv.metrics()
+    return m["tessera_next_turn_ready_total"] + m["tessera_next_turn_abandoned_total"]
+
+
+def wait_prepared(srv, before, timeout=10):
+    # a client reading the answer gives the idle worker this time; the test waits for it
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if prepared(srv) > before:
+            return
+        time.sleep(0.01)
+    raise AssertionError("the next turn was never prepared:\n" + srv.stderr()[-2000:])
+
+
+def im_start(srv):
+    st, _, t = srv.post("/tokenize", {"content": "<|im_start|>"})
+    assert st == 200 and len(t["tokens"]) == 1
+    return t["tokens"][0]
+
+
+@pytest.mark.parametrize("think", [False, True])
+def test_follow_up_prefills_only_the_new_turn(warm, cold, think):
+    """Turn k's cached tokens cover everything up to its new user turn: the history, the
+    previous answer (re-rendered by the template without its think block) included. Outputs
+    match a server without the cache, in thinking and non-thinking mode."""
+    extra = {"chat_template_kwargs": {"enable_thinking": think}}
+    start = im_start(warm)
+    msgs = [{"role": "system", "content": "Answer in one short sentence. " * 30}]
+    for turn, q in enumerate(QUESTIONS):
+        msgs.append({"role": "user", "content": f"{q} (think={think})"})
+        body = dict(messages=msgs, temperature=0, max_tokens=12, return_token_ids=True, **extra)
+        before = prepared(warm)
+        st, _, r = warm.post("/v1/chat/completions", body)
+        assert st == 200, r
+        st, _, c = cold.post("/v1/chat/completions", body)
+        assert r["choices"][0]["token_ids"] == c["choices"][0]["token_ids"]
+        assert r["choices"][0]["message"] == c["choices"][0]["message"]
+        assert c["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+        st, _, t = warm.post("/tokenize", {"messages": msgs, **extra})
+        assert t["count"] == r["usage"]["prompt_tokens"]
+        turns = [i for i, x in enumerate(t["tokens"]) if x == start]
+        if turn > 0:
+            # everything before "<|im_start|>user" of the new question came from a snapshot
+            assert r["usage"]["prompt_tokens_details"]["cached_tokens"] == turns[-2], (turn, turns)
+        wait_prepared(warm, before)
+        m = r["choices"][0]["message"]
+        a = {"role": "assistant", "content": m["content"]}
+        if m.get("reasoning_content"):
+            a["reasoning_content"] = m["reasoning_content"]
+        if think:
+            assert m.get("reasoning_content")  # the random model never closes its thinking
+        msgs.append(a)
+
+
+def test_next_turn_yields_to_a_waiting_request():
+    """While a request waits, the worker does not prepare the finished chat's next turn."""
+    with Server("--debug-step-delay-ms", "20") as s:
+        done = []
+
+        def one(i):
+            st, _, r = s.post("/v1/chat/completions",
+                              {"messages": [{"role": "user", "content": f"hello {i}"}],
+                               "max_tokens": 10, "temperature": 0})
+            done.append(st)
+
+        import threading
+        t1 = threading.Thread(target=one, args=(1,))
+        t1.start()
+        time.sleep(0.1)  # the first one runs, the second one queues behind it
+        t2 = threading.Thread(target=one, args=(2,))
+        t2.start()
+        t1.join()
+        t2.join()
+        assert done == [200, 200]
+        wait_prepared(s, 1)
+        m = s.metrics()
+        assert m["tessera_next_turn_abandoned_total"] >= 1
+        assert m["tessera_next_turn_ready_total"] <= 1

@@ -34,6 +34,8 @@ def expect(srv, status, code, method, path, body=None, headers=None, param="-"):
 
 
 U = [{"role": "user", "content": "hi"}]
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}}}}}]
 
 
 @pytest.mark.parametrize("body,code,param", [
@@ -78,7 +80,39 @@ U = [{"role": "user", "content": "hi"}]
     ({"messages": U, "reasoning_effort": "max"}, "invalid_value", "reasoning_effort"),
     ({"messages": U, "chat_template_kwargs": {"enable_thinking": "yes"}}, "invalid_value",
      "chat_template_kwargs.enable_thinking"),
-    ({"messages": U, "tools": [{"type": "function"}]}, "unsupported_feature", "tools"),
+    ({"messages": U, "tools": [{"type": "function"}]}, "invalid_value",
+     "tools[0].function.name"),
+    ({"messages": U, "tools": {"type": "function"}}, "invalid_value", "tools"),
+    ({"messages": U, "tools": [{"type": "custom", "custom": {"name": "f"}}]},
+     "unsupported_feature", "tools[0]"),
+    ({"messages": U, "tools": [{"type": "function", "function": {"name": "f",
+                                                               "parameters": [1]}}]},
+     "invalid_value", "tools[0].function.parameters"),
+    ({"messages": U, "tools": TOOLS, "tool_choice": "required"}, "unsupported_feature",
+     "tool_choice"),
+    ({"messages": U, "tools": TOOLS, "tool_choice": {"type": "function",
+                                                     "function": {"name": "get_weather"}}},
+     "unsupported_feature", "tool_choice"),
+    ({"messages": U, "tools": TOOLS, "tool_choice": "sometimes"}, "invalid_value",
+     "tool_choice"),
+    ({"messages": U, "functions": [{"name": "f"}]}, "unsupported_feature", "functions"),
+    ({"messages": U + [{"role": "assistant", "content": None, "tool_calls": [
+        {"id": "call_1", "type": "function",
+         "function": {"name": "get_weather", "arguments": "{\"city\": "}}]}]},
+     "invalid_value", "messages[1].tool_calls[0].function.arguments"),
+    ({"messages": U + [{"role": "assistant", "tool_calls": [
+        {"id": "call_1", "type": "function",
+         "function": {"name": "get_weather", "arguments": "[1, 2]"}}]}]},
+     "invalid_value", "messages[1].tool_calls[0].function.arguments"),
+    ({"messages": U + [{"role": "assistant", "tool_calls": [
+        {"id": "call_1", "type": "function", "function": {"arguments": "{}"}}]}]},
+     "invalid_value", "messages[1].tool_calls[0].function.name"),
+    ({"messages": [{"role": "user", "content": "u", "tool_calls": []}]}, "invalid_value",
+     "messages[0].tool_calls"),
+    ({"messages": U + [{"role": "assistant", "content": "a", "function_call": {"name": "f"}}]},
+     "unsupported_feature", "messages[1].function_call"),
+    ({"messages": U + [{"role": "tool", "content": "r", "tool_call_id": 5}]}, "invalid_value",
+     "messages[1].tool_call_id"),
     ({"messages": U, "logit_bias": {"1": 2}}, "unsupported_feature", "logit_bias"),
     ({"messages": U, "stop": ["a", "b", "c", "d", "e"]}, "invalid_stop", "stop"),
     ({"messages": U, "stop": 5}, "invalid_stop", "stop"),
@@ -197,8 +231,8 @@ def test_api_key():
         assert st == 200
         assert s.request("GET", "/health")[0] == 200  # health stays open for probes
         r = s.client(api_key="s3cret").chat.completions.create(
-            model="serve-tiny", messages=U, max_tokens=2)
-        assert r.usage.completion_tokens == 2
+            model="serve-tiny", messages=U, max_tokens=2, extra_body={"ignore_eos": True})
+        assert r.usage.completion_tokens == 2  # (sampled: an early end would shorten it)
     # the key may come from the environment
     with Server(env={"TESSERA_API_KEY": "envkey"}) as s:
         expect(s, 401, "invalid_api_key", "GET", "/v1/models")

@@ -1,0 +1,44 @@
+/* Tool calls in generated content, in the Qwen3.5 format the chat template teaches:
+ *
+ *   <tool_call>\n<function=NAME>\n<parameter=KEY>\nVALUE\n</parameter>\n...</function>\n</tool_call>
+ *
+ * Each complete, well-formed block becomes one OpenAI tool call: the function's name and its
+ * arguments as a JSON object (a VALUE that parses as JSON stays that value, any other VALUE is
+ * a string). A block that is malformed, or still open when the generation ends, stays content.
+ *
+ * The streaming filter sits on the content channel: text from "<tool_call>" on is held back
+ * until the block closes, so a client never sees half a call as content; newlines right in
+ * front of a call (the template's separator) are dropped. */
+#ifndef TS_SERVE_TOOLCALL_H
+#define TS_SERVE_TOOLCALL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "text/utf8.h"
+
+/* Parses the text between <tool_call> and </tool_call>. On success returns true and appends
+ * the call as compact JSON {"name": NAME, "arguments": "<JSON object text>"} to out. */
+bool serve_toolcall_parse(const char *block, size_t n, ts_strbuf *out);
+
+/* Receives what the filter decided: content text (call == false) or one call's JSON. */
+typedef ts_status (*serve_toolcall_sink)(void *ctx, bool call, const char *s, size_t n);
+
+typedef struct {
+    bool in_call;   /* inside <tool_call>, waiting for </tool_call> */
+    ts_strbuf held; /* undecided text: a possible "<tool_call>" prefix, newlines, an open call */
+    ts_strbuf scratch;
+    int n_calls;
+    serve_toolcall_sink sink;
+    void *ctx;
+} serve_toolcall_filter;
+
+void serve_toolcall_filter_init(serve_toolcall_filter *f, serve_toolcall_sink sink, void *ctx);
+void serve_toolcall_filter_free(serve_toolcall_filter *f);
+/* Feeds content text. */
+ts_status serve_toolcall_filter_push(serve_toolcall_filter *f, const char *s, size_t n);
+/* The generation ended: what is still held (an unfinished call, trailing newlines) is
+ * released as content. */
+ts_status serve_toolcall_filter_finish(serve_toolcall_filter *f);
+
+#endif
