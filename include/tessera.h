@@ -58,6 +58,12 @@ void ts_model_get_info(const ts_model *model, ts_model_info *info);
 ts_status ts_synth_write(const char *arch, const char *preset, const char *dtype, uint64_t seed,
                          const char *dir);
 
+/* Writes the model at in (a Hugging Face directory or a GGUF file) as a GGUF file at out in
+ * llama.cpp's conventions for its architecture, with weights of type "q8_0", "q4_0", "q4_k_m"
+ * (llama.cpp's mixture), "f16", "bf16" or "f32"; with the tokenizer when in has a byte-level BPE
+ * tokenizer.json. n_threads 0 = one per core. docs/GGUF.md. */
+ts_status ts_quantize_model(const char *in, const char *out, const char *type, int n_threads);
+
 /* ---- engine: sequences, state slots and the batched forward ----------------------------- */
 
 typedef struct ts_engine ts_engine;

@@ -21,6 +21,7 @@ int cmd_detokenize(int argc, char **argv);
 int cmd_chat(int argc, char **argv);
 int cmd_ppl(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
+int cmd_quantize(int argc, char **argv);
 
 /* Prints "tessera: <what>: <ts_last_error()>" and returns CLI_EXIT_ERROR. */
 int cli_fail(const char *what);

@@ -23,6 +23,8 @@ static const struct {
     {"detokenize", cmd_detokenize, "detokenize -m MODEL [--skip-special] ID..."},
     {"logits", cmd_logits, "logits -m MODEL --ids 1,2,3 [-o FILE] [--threads K]"},
     {"bench", cmd_bench, "bench -m MODEL [-p 512] [-n 128] [-r REPS] [--threads K] [--json]"},
+    {"quantize", cmd_quantize, "quantize IN OUT.gguf --type q8_0|q4_0|q4_k_m|f16|bf16|f32 "
+                               "[--threads K]"},
     {"synth", cmd_synth, "synth --arch qwen35 --preset 0.8b|2b -o DIR [--dtype bf16|f16|f32] "
                          "[--seed S]"},
 };

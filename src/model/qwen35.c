@@ -124,8 +124,45 @@ static void add_one(float *w, int n) {
     for (int i = 0; i < n; i++) w[i] += 1.0f;
 }
 
+/* Tensor names in the two containers. GGUF (llama.cpp's converter) stores the (1 + w) norms with
+ * the 1 added, A_log as -exp(A_log), conv1d squeezed to [C, K], and (when Hv > Hk) the value
+ * heads in another order (qwen35_regroup_v); Hugging Face stores them as the model defines them. */
+typedef struct {
+    const char *embed, *final_norm, *head;
+    const char *ln1, *ln2, *gate, *up, *down;
+    const char *in_qkv, *in_z, *in_b, *in_a, *out_proj, *conv, *a, *dt_bias, *gnorm;
+    const char *wq, *wk, *wv, *wo, *q_norm, *k_norm;
+    bool hf; /* Hugging Face forms: add 1 to norms, A_log, conv1d [C, 1, K] */
+} qwen35_names;
+
+static const qwen35_names hf_names = {
+    "embed_tokens.weight%.0d", "norm.weight%.0d", "lm_head.weight",
+    "layers.%d.input_layernorm.weight", "layers.%d.post_attention_layernorm.weight",
+    "layers.%d.mlp.gate_proj.weight", "layers.%d.mlp.up_proj.weight",
+    "layers.%d.mlp.down_proj.weight", "layers.%d.linear_attn.in_proj_qkv.weight",
+    "layers.%d.linear_attn.in_proj_z.weight", "layers.%d.linear_attn.in_proj_b.weight",
+    "layers.%d.linear_attn.in_proj_a.weight", "layers.%d.linear_attn.out_proj.weight",
+    "layers.%d.linear_attn.conv1d.weight", "layers.%d.linear_attn.A_log",
+    "layers.%d.linear_attn.dt_bias", "layers.%d.linear_attn.norm.weight",
+    "layers.%d.self_attn.q_proj.weight", "layers.%d.self_attn.k_proj.weight",
+    "layers.%d.self_attn.v_proj.weight", "layers.%d.self_attn.o_proj.weight",
+    "layers.%d.self_attn.q_norm.weight", "layers.%d.self_attn.k_norm.weight", true,
+};
+
+static const qwen35_names gguf_names = {
+    "token_embd.weight%.0d", "output_norm.weight%.0d", "output.weight",
+    "blk.%d.attn_norm.weight", "blk.%d.post_attention_norm.weight", "blk.%d.ffn_gate.weight",
+    "blk.%d.ffn_up.weight", "blk.%d.ffn_down.weight", "blk.%d.attn_qkv.weight",
+    "blk.%d.attn_gate.weight", "blk.%d.ssm_beta.weight", "blk.%d.ssm_alpha.weight",
+    "blk.%d.ssm_out.weight", "blk.%d.ssm_conv1d.weight", "blk.%d.ssm_a", "blk.%d.ssm_dt.bias",
+    "blk.%d.ssm_norm.weight", "blk.%d.attn_q.weight", "blk.%d.attn_k.weight",
+    "blk.%d.attn_v.weight", "blk.%d.attn_output.weight", "blk.%d.attn_q_norm.weight",
+    "blk.%d.attn_k_norm.weight", false,
+};
+
 typedef struct {
     const ts_model *m;
+    const qwen35_names *nm;
     char prefix[64];
     int64_t n_params;
     uint64_t bytes;
@@ -157,99 +194,104 @@ static ts_status vec(loader *L, const char *fmt, int layer, int64_t n, float **c
     return ts_model_tensor_f32(L->m, name, n, *out);
 }
 
+/* a (1 + w) norm: Hugging Face stores w, GGUF the sum */
+static ts_status norm(loader *L, const char *fmt, int layer, int64_t n, float **cursor,
+                      float **out) {
+    TS_TRY(vec(L, fmt, layer, n, cursor, out));
+    if (L->nm->hf) add_one(*out, (int)n);
+    return TS_OK;
+}
+
 static ts_status load_layer(loader *L, qwen35_model *q, int i, float **cur) {
     const qwen35_hparams *h = &q->hp;
+    const qwen35_names *nm = L->nm;
     qwen35_layer *ly = &q->layers[i];
     int D = h->n_embd;
-    TS_TRY(vec(L, "layers.%d.input_layernorm.weight", i, D, cur, &ly->ln1));
-    TS_TRY(vec(L, "layers.%d.post_attention_layernorm.weight", i, D, cur, &ly->ln2));
-    add_one(ly->ln1, D);
-    add_one(ly->ln2, D);
-    TS_TRY(mat(L, "layers.%d.mlp.gate_proj.weight", i, h->n_ff, D, &ly->gate));
-    TS_TRY(mat(L, "layers.%d.mlp.up_proj.weight", i, h->n_ff, D, &ly->up));
-    TS_TRY(mat(L, "layers.%d.mlp.down_proj.weight", i, D, h->n_ff, &ly->down));
+    TS_TRY(norm(L, nm->ln1, i, D, cur, &ly->ln1));
+    TS_TRY(norm(L, nm->ln2, i, D, cur, &ly->ln2));
+    TS_TRY(mat(L, nm->gate, i, h->n_ff, D, &ly->gate));
+    TS_TRY(mat(L, nm->up, i, h->n_ff, D, &ly->up));
+    TS_TRY(mat(L, nm->down, i, D, h->n_ff, &ly->down));
     if (h->is_full[i]) {
         int qrows = h->n_head * h->head_dim * (h->attn_gate ? 2 : 1);
-        TS_TRY(mat(L, "layers.%d.self_attn.q_proj.weight", i, qrows, D, &ly->wq));
-        TS_TRY(mat(L, "layers.%d.self_attn.k_proj.weight", i, h->n_kv_head * h->head_dim, D,
-                   &ly->wk));
-        TS_TRY(mat(L, "layers.%d.self_attn.v_proj.weight", i, h->n_kv_head * h->head_dim, D,
-                   &ly->wv));
-        TS_TRY(mat(L, "layers.%d.self_attn.o_proj.weight", i, D, h->n_head * h->head_dim,
-                   &ly->wo));
-        TS_TRY(vec(L, "layers.%d.self_attn.q_norm.weight", i, h->head_dim, cur, &ly->q_norm));
-        TS_TRY(vec(L, "layers.%d.self_attn.k_norm.weight", i, h->head_dim, cur, &ly->k_norm));
-        add_one(ly->q_norm, h->head_dim);
-        add_one(ly->k_norm, h->head_dim);
+        TS_TRY(mat(L, nm->wq, i, qrows, D, &ly->wq));
+        TS_TRY(mat(L, nm->wk, i, h->n_kv_head * h->head_dim, D, &ly->wk));
+        TS_TRY(mat(L, nm->wv, i, h->n_kv_head * h->head_dim, D, &ly->wv));
+        TS_TRY(mat(L, nm->wo, i, D, h->n_head * h->head_dim, &ly->wo));
+        TS_TRY(norm(L, nm->q_norm, i, h->head_dim, cur, &ly->q_norm));
+        TS_TRY(norm(L, nm->k_norm, i, h->head_dim, cur, &ly->k_norm));
         return TS_OK;
     }
     int cd = qwen35_conv_dim(h), vd = h->lin_hv * h->lin_dv;
-    TS_TRY(mat(L, "layers.%d.linear_attn.in_proj_qkv.weight", i, cd, D, &ly->in_qkv));
-    TS_TRY(mat(L, "layers.%d.linear_attn.in_proj_z.weight", i, vd, D, &ly->in_z));
-    TS_TRY(mat(L, "layers.%d.linear_attn.in_proj_b.weight", i, h->lin_hv, D, &ly->in_b));
-    TS_TRY(mat(L, "layers.%d.linear_attn.in_proj_a.weight", i, h->lin_hv, D, &ly->in_a));
-    TS_TRY(mat(L, "layers.%d.linear_attn.out_proj.weight", i, D, vd, &ly->out_proj));
-    /* conv1d.weight is [C, 1, K]: check the shape, then read it flat as [C][K] */
+    TS_TRY(mat(L, nm->in_qkv, i, cd, D, &ly->in_qkv));
+    TS_TRY(mat(L, nm->in_z, i, vd, D, &ly->in_z));
+    TS_TRY(mat(L, nm->in_b, i, h->lin_hv, D, &ly->in_b));
+    TS_TRY(mat(L, nm->in_a, i, h->lin_hv, D, &ly->in_a));
+    TS_TRY(mat(L, nm->out_proj, i, D, vd, &ly->out_proj));
+    /* conv1d.weight is [C, 1, K] (GGUF: [C, K]): check the shape, then read it flat as [C][K] */
     {
         char name[256];
-        snprintf(name, sizeof name, "%slayers.%d.linear_attn.conv1d.weight", L->prefix, i);
-        int64_t shape[3] = {cd, 1, h->conv_k};
+        char tail[160];
+        snprintf(tail, sizeof tail, nm->conv, i);
+        snprintf(name, sizeof name, "%s%s", L->prefix, tail);
+        int64_t shape3[3] = {cd, 1, h->conv_k}, shape2[2] = {cd, h->conv_k};
         const ts_tensor *t;
-        TS_TRY(ts_model_tensor(L->m, name, 3, shape, &t));
+        TS_TRY(nm->hf ? ts_model_tensor(L->m, name, 3, shape3, &t)
+                      : ts_model_tensor(L->m, name, 2, shape2, &t));
     }
-    TS_TRY(vec(L, "layers.%d.linear_attn.conv1d.weight", i, (int64_t)cd * h->conv_k, cur,
-               &ly->conv_w));
-    TS_TRY(vec(L, "layers.%d.linear_attn.A_log", i, h->lin_hv, cur, &ly->neg_exp_a));
-    for (int k = 0; k < h->lin_hv; k++) ly->neg_exp_a[k] = -expf(ly->neg_exp_a[k]);
-    TS_TRY(vec(L, "layers.%d.linear_attn.dt_bias", i, h->lin_hv, cur, &ly->dt_bias));
-    TS_TRY(vec(L, "layers.%d.linear_attn.norm.weight", i, h->lin_dv, cur, &ly->gnorm));
-    return TS_OK;
+    TS_TRY(vec(L, nm->conv, i, (int64_t)cd * h->conv_k, cur, &ly->conv_w));
+    TS_TRY(vec(L, nm->a, i, h->lin_hv, cur, &ly->neg_exp_a));
+    if (nm->hf)
+        for (int k = 0; k < h->lin_hv; k++) ly->neg_exp_a[k] = -expf(ly->neg_exp_a[k]);
+    TS_TRY(vec(L, nm->dt_bias, i, h->lin_hv, cur, &ly->dt_bias));
+    TS_TRY(vec(L, nm->gnorm, i, h->lin_dv, cur, &ly->gnorm));
+    return nm->hf ? TS_OK : qwen35_regroup_v(q, i);
 }
 
 static void qwen35_unload(ts_model *m) {
     qwen35_model *q = m->impl;
     if (!q) return;
+    for (int i = 0; i < q->n_owned; i++) {
+        free((void *)q->owned[i]->data);
+        free(q->owned[i]);
+    }
     free(q->host_params);
     free(q);
     m->impl = NULL;
 }
 
-static ts_status qwen35_load_hf(ts_model *m) {
-    qwen35_model *q = calloc(1, sizeof *q);
-    if (!q) return ts_error(TS_ERR_NOMEM, "out of memory");
-    m->impl = q;
+/* Binds the weights for hyper-parameters already read and fills m->info; frees everything on
+ * error. */
+static ts_status finish_load(ts_model *m, qwen35_model *q, loader *L) {
     qwen35_hparams *h = &q->hp;
-    ts_status st = read_hparams(m->cfg, h);
-    if (st == TS_OK && (h->head_dim > 512 || h->lin_dk > 512 || h->lin_dv > 512))
-        st = ts_error(TS_ERR_UNSUPPORTED, "%s: head sizes above 512 are not supported",
-                      ts_hfconfig_path(m->cfg));
-    loader L = {.m = m};
+    const qwen35_names *nm = L->nm;
+    ts_status st = TS_OK;
+    if (h->head_dim > 512 || h->lin_dk > 512 || h->lin_dv > 512)
+        st = ts_error(TS_ERR_UNSUPPORTED, "%s: head sizes above 512 are not supported", m->path);
     if (st == TS_OK) {
-        const char *pfx = ts_st_find(m->st, "model.language_model.embed_tokens.weight")
-                              ? "model.language_model."
-                              : "model.";
-        snprintf(L.prefix, sizeof L.prefix, "%s", pfx);
         q->host_params = malloc(host_param_count(h) * sizeof(float));
         if (!q->host_params) st = ts_error(TS_ERR_NOMEM, "out of memory");
     }
     float *cur = q->host_params;
-    if (st == TS_OK) st = mat(&L, "embed_tokens.weight%.0d", 0, h->n_vocab, h->n_embd, &q->embed);
-    if (st == TS_OK) st = vec(&L, "norm.weight%.0d", 0, h->n_embd, &cur, &q->final_norm);
-    if (st == TS_OK) add_one(q->final_norm, h->n_embd);
-    for (int i = 0; st == TS_OK && i < h->n_layers; i++) st = load_layer(&L, q, i, &cur);
+    if (st == TS_OK) st = mat(L, nm->embed, 0, h->n_vocab, h->n_embd, &q->embed);
+    if (st == TS_OK) st = norm(L, nm->final_norm, 0, h->n_embd, &cur, &q->final_norm);
+    for (int i = 0; st == TS_OK && i < h->n_layers; i++) st = load_layer(L, q, i, &cur);
     if (st == TS_OK) {
-        const ts_tensor *lm = ts_st_find(m->st, "lm_head.weight");
+        /* the output head is never under the HF model prefix */
+        const ts_tensor *lm =
+            m->gguf ? ts_gguf_find(m->gguf, nm->head) : ts_st_find(m->st, nm->head);
         if (h->tied || !lm) {
             if (!h->tied)
-                st = ts_error(TS_ERR_FORMAT, "%s: missing tensor 'lm_head.weight' "
-                              "(tie_word_embeddings is false)", m->path);
+                st = ts_error(TS_ERR_FORMAT, "%s: missing tensor '%s' "
+                              "(tie_word_embeddings is false)", m->path, nm->head);
             q->lm_head = q->embed;
         } else {
             int64_t shape[2] = {h->n_vocab, h->n_embd};
-            st = ts_model_tensor(m, "lm_head.weight", 2, shape, &q->lm_head);
+            st = ts_model_tensor(m, nm->head, 2, shape, &q->lm_head);
+            if (st == TS_OK) st = ts_check_matmul_dtype(m, nm->head, q->lm_head);
             if (st == TS_OK) {
-                L.n_params += (int64_t)h->n_vocab * h->n_embd;
-                L.bytes += q->lm_head->nbytes;
+                L->n_params += (int64_t)h->n_vocab * h->n_embd;
+                L->bytes += q->lm_head->nbytes;
             }
         }
     }
@@ -264,19 +306,50 @@ static ts_status qwen35_load_hf(ts_model *m) {
         .n_embd = h->n_embd,
         .n_layers = h->n_layers,
         .n_ctx_train = h->n_ctx_train,
-        .n_params = L.n_params,
+        .n_params = L->n_params,
         /* per decoded token: every matrix once; the embedding only as the output head (one
          * row is read for the input), or both when untied */
-        .weight_bytes = L.bytes - (h->tied ? 0 : q->embed->nbytes) +
+        .weight_bytes = L->bytes - (h->tied ? 0 : q->embed->nbytes) +
                         ts_dtype_row_bytes(q->embed->dtype, h->n_embd),
     };
     return TS_OK;
+}
+
+static ts_status qwen35_load_hf(ts_model *m) {
+    qwen35_model *q = calloc(1, sizeof *q);
+    if (!q) return ts_error(TS_ERR_NOMEM, "out of memory");
+    m->impl = q;
+    ts_status st = read_hparams(m->cfg, &q->hp);
+    if (st != TS_OK) {
+        qwen35_unload(m);
+        return st;
+    }
+    loader L = {.m = m, .nm = &hf_names};
+    snprintf(L.prefix, sizeof L.prefix, "%s",
+             ts_st_find(m->st, "model.language_model.embed_tokens.weight") ? "model.language_model."
+                                                                          : "model.");
+    return finish_load(m, q, &L);
+}
+
+static ts_status qwen35_load_gguf(ts_model *m) {
+    qwen35_model *q = calloc(1, sizeof *q);
+    if (!q) return ts_error(TS_ERR_NOMEM, "out of memory");
+    m->impl = q;
+    ts_status st = qwen35_read_gguf_hparams(m, &q->hp);
+    if (st != TS_OK) {
+        qwen35_unload(m);
+        return st;
+    }
+    loader L = {.m = m, .nm = &gguf_names};
+    return finish_load(m, q, &L);
 }
 
 const ts_arch ts_arch_qwen35 = {
     .name = "qwen35",
     .matches_hf = qwen35_matches_hf,
     .load_hf = qwen35_load_hf,
+    .gguf_arch = "qwen35",
+    .load_gguf = qwen35_load_gguf,
     .unload = qwen35_unload,
     .state_bytes = qwen35_state_bytes,
     .runtime_create = qwen35_runtime_create,

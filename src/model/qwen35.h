@@ -39,12 +39,17 @@ typedef struct {
     float *q_norm, *k_norm; /* [head_dim], 1 + w */
 } qwen35_layer;
 
+/* tensors a GGUF load rearranged into memory of its own (qwen35_regroup_v) */
+#define QWEN35_MAX_OWNED (5 * QWEN35_MAX_LAYERS)
+
 typedef struct {
     qwen35_hparams hp;
     const ts_tensor *embed, *lm_head;
     float *final_norm; /* 1 + w */
     qwen35_layer layers[QWEN35_MAX_LAYERS];
     float *host_params; /* one allocation behind every float* above */
+    ts_tensor *owned[QWEN35_MAX_OWNED];
+    int n_owned;
 } qwen35_model;
 
 /* Byte offsets of a layer's pieces inside one slot's state blob. */
@@ -61,6 +66,11 @@ ts_status qwen35_runtime_create(const ts_model *m, ts_backend *be, int n_batch, 
                                 void **rt);
 void qwen35_runtime_free(void *rt);
 ts_status qwen35_forward(void *rt, const ts_fwd_batch *b, float *logits);
+/* GGUF (llama.cpp's qwen35 conventions, qwen35_gguf.c): hyper-parameters from the metadata, and
+ * the value heads of a linear layer put back into Hugging Face's order after loading. */
+ts_status qwen35_read_gguf_hparams(const ts_model *m, qwen35_hparams *h);
+ts_status qwen35_regroup_v(qwen35_model *q, int layer);
+
 ts_status qwen35_synth(const char *preset, ts_dtype dtype, uint64_t seed, const char *dir);
 
 #endif

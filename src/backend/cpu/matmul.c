@@ -1,0 +1,171 @@
+/* Matmul dispatch: picks the kernel for (isa, dtype) from the per-ISA tables, falling back to
+ * lower ISAs for missing entries, and splits the output rows over the pool's threads. */
+#include "backend/cpu/matmul.h"
+
+#include <assert.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cpu/matmul_int.h"
+#include "backend/cpu/matmul_q.h"
+#include "backend/cpu/quant.h"
+#include "base/cpu.h"
+#include "base/half.h"
+
+static const cpu_mm_kernel *const mm_tables[CPU_ISA_COUNT] = {
+    [CPU_ISA_SCALAR] = cpu_mm_scalar_kernels,
+    [CPU_ISA_AVX2] = cpu_mm_avx2_kernels,
+    [CPU_ISA_AVX512] = cpu_mm_avx512_kernels,
+};
+
+const char *cpu_isa_name(cpu_isa isa) {
+    switch (isa) {
+    case CPU_ISA_SCALAR: return "scalar";
+    case CPU_ISA_AVX2: return "avx2";
+    case CPU_ISA_AVX512: return "avx512";
+    default: return "?";
+    }
+}
+
+bool cpu_isa_supported(cpu_isa isa) {
+    const ts_cpu_features *f = ts_cpu_get_features();
+    switch (isa) {
+    case CPU_ISA_SCALAR: return true;
+    case CPU_ISA_AVX2: return f->avx2 && f->fma && f->f16c;
+    case CPU_ISA_AVX512:
+        return f->avx512f && f->avx512bw && f->avx512vl && f->avx512dq && f->fma && f->f16c;
+    default: return false;
+    }
+}
+
+/* Written once under best_once, read-only afterwards. */
+static cpu_isa best_isa;
+static pthread_once_t best_once = PTHREAD_ONCE_INIT;
+
+static void best_init(void) {
+    cpu_isa best = CPU_ISA_SCALAR;
+    for (int i = CPU_ISA_COUNT - 1; i > CPU_ISA_SCALAR; i--) {
+        if (cpu_isa_supported((cpu_isa)i)) {
+            best = (cpu_isa)i;
+            break;
+        }
+    }
+    const char *env = getenv("TESSERA_ISA");
+    if (env && *env) {
+        for (int i = 0; i < CPU_ISA_COUNT; i++) {
+            /* the variable may lower the choice, never raise it past what cpuid allows */
+            if (strcmp(env, cpu_isa_name((cpu_isa)i)) == 0 && i < (int)best) best = (cpu_isa)i;
+        }
+    }
+    best_isa = best;
+}
+
+cpu_isa cpu_isa_best(void) {
+    pthread_once(&best_once, best_init);
+    return best_isa;
+}
+
+/* The quantized kernels (integer dot products over 8-bit activations) live in their own tables;
+ * their AVX-512 versions use VNNI, so they also need that feature. */
+static const cpu_mm_kernel *const mmq_tables[CPU_ISA_COUNT] = {
+    [CPU_ISA_SCALAR] = cpu_mmq_scalar,
+    [CPU_ISA_AVX2] = cpu_mmq_avx2,
+    [CPU_ISA_AVX512] = cpu_mmq_avx512,
+};
+
+bool cpu_matmul_supports(ts_dtype dtype) {
+    return (unsigned)dtype < TS_DTYPE_COUNT &&
+           (cpu_mm_scalar_kernels[dtype].fn != NULL || cpu_mmq_scalar[dtype].fn != NULL);
+}
+
+/* The kernel for dtype at isa or the nearest lower ISA that has one; scalar when isa is not
+ * supported by this CPU. NULL only for dtypes without a scalar kernel. */
+static const cpu_mm_kernel *mm_pick(cpu_isa isa, ts_dtype dtype) {
+    if ((unsigned)dtype >= TS_DTYPE_COUNT) return NULL;
+    int i = (unsigned)isa < CPU_ISA_COUNT ? (int)isa : CPU_ISA_SCALAR;
+    while (i > CPU_ISA_SCALAR && !cpu_isa_supported((cpu_isa)i)) i--;
+    for (; i >= CPU_ISA_SCALAR; i--) {
+        if (mm_tables[i][dtype].fn) return &mm_tables[i][dtype];
+        if (mmq_tables[i][dtype].fn && (i != CPU_ISA_AVX512 || ts_cpu_get_features()->avx512vnni))
+            return &mmq_tables[i][dtype];
+    }
+    return NULL;
+}
+
+typedef struct {
+    cpu_mm_job job;
+    cpu_mm_fn fn;
+    int64_t rows;
+    int64_t align; /* thread ranges start at multiples of this */
+} mm_task;
+
+static void mm_worker(void *ctx, int ith, int nth) {
+    const mm_task *task = ctx;
+    long blocks = (long)((task->rows + task->align - 1) / task->align);
+    long lo, hi;
+    ts_split_range(blocks, ith, nth, &lo, &hi);
+    int64_t r0 = lo * task->align, r1 = hi * task->align;
+    if (r1 > task->rows) r1 = task->rows;
+    if (r0 < r1) task->fn(&task->job, r0, r1);
+}
+
+void cpu_matmul(ts_pool *pool, cpu_isa isa, const ts_tensor *W, const float *x, int64_t ldx,
+                int n_tok, float *y, int64_t ldy) {
+    int64_t rows = ts_tensor_rows(W), cols = ts_tensor_cols(W);
+    if (n_tok <= 0 || rows <= 0) return;
+    const cpu_mm_kernel *k = mm_pick(isa, W->dtype);
+    assert(k && "cpu_matmul: unsupported weight dtype (check cpu_matmul_supports)");
+    if (!k || cols == 0) { /* !k: a caller bug; NaNs make it visible instead of stale values */
+        for (int t = 0; t < n_tok; t++)
+            for (int64_t o = 0; o < rows; o++) y[t * ldy + o] = k ? 0.0f : NAN;
+        return;
+    }
+    mm_task task = {
+        .job = {.w = W->data,
+                .row_bytes = ts_dtype_row_bytes(W->dtype, cols),
+                .cols = cols,
+                .x = x,
+                .ldx = ldx,
+                .n_tok = n_tok,
+                .y = y,
+                .ldy = ldy},
+        .fn = k->fn,
+        .rows = rows,
+        .align = n_tok <= k->few_tok ? k->few_align : k->row_align,
+    };
+    /* below a few thousand multiply-adds the wake-up of the workers costs more than it saves */
+    if (rows * cols * n_tok < 32768 || rows <= task.align)
+        mm_worker(&task, 0, 1);
+    else
+        ts_pool_run(pool, mm_worker, &task);
+}
+
+void cpu_dequant_row(const ts_tensor *W, int64_t row, float *out) {
+    int64_t cols = ts_tensor_cols(W);
+    const uint8_t *p = (const uint8_t *)W->data + (size_t)row * ts_dtype_row_bytes(W->dtype, cols);
+    uint16_t h;
+    switch (W->dtype) {
+    case TS_DTYPE_F32: memcpy(out, p, (size_t)cols * sizeof(float)); break;
+    case TS_DTYPE_F16:
+        for (int64_t j = 0; j < cols; j++) {
+            memcpy(&h, p + 2 * j, 2);
+            out[j] = ts_f16_to_f32(h);
+        }
+        break;
+    case TS_DTYPE_BF16:
+        for (int64_t j = 0; j < cols; j++) {
+            memcpy(&h, p + 2 * j, 2);
+            out[j] = ts_bf16_to_f32(h);
+        }
+        break;
+    default:
+        if (ts_dtype_is_quantized(W->dtype) &&
+            ts_dequantize_row(W->dtype, p, out, cols) == TS_OK)
+            break;
+        assert(!"cpu_dequant_row: unsupported dtype");
+        for (int64_t j = 0; j < cols; j++) out[j] = NAN;
+        break;
+    }
+}

@@ -1,0 +1,58 @@
+/* Private to the CPU matmul: kernels for block-quantized weights (quant.h), one table per ISA
+ * with only the quantized dtypes set (same entry type and fallback rules as matmul_int.h), and
+ * the int8 activation format the kernels share.
+ *
+ * The kernels quantize the fp32 activations of each token to int8 in blocks of 32 (one fp32
+ * scale per block, round to nearest even) and take integer dot products against the weights'
+ * integer codes; the weight and activation scales are applied per block in fp32. Every ISA
+ * uses the same activation quantizer (cpu_q8act_quantize), so SIMD and scalar results differ
+ * only by fp32 summation order. Weight blocks must be 2-byte aligned (GGUF data is). */
+#ifndef TS_BACKEND_CPU_MATMUL_Q_H
+#define TS_BACKEND_CPU_MATMUL_Q_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend/cpu/matmul_int.h"
+
+extern const cpu_mm_kernel cpu_mmq_scalar[TS_DTYPE_COUNT];
+extern const cpu_mm_kernel cpu_mmq_avx2[TS_DTYPE_COUNT];
+extern const cpu_mm_kernel cpu_mmq_avx512[TS_DTYPE_COUNT];
+
+/* Largest row length (columns) the quantized kernels accept. */
+#define CPU_MMQ_MAX_COLS 65536
+/* Bytes of activation scratch a kernel keeps on its stack; tokens are processed in tiles that
+ * fit it (at least 4 tokens up to 32768 columns). */
+#define CPU_MMQ_ACT_BYTES (192 * 1024)
+
+/* One token's quantized activations, n elements (a multiple of 32): views into one buffer of
+ * cpu_q8act_bytes(n) bytes, q first (so it keeps the buffer's alignment). */
+typedef struct {
+    int8_t *q;   /* [n] */
+    float *d;    /* [n/32] scale of each block */
+    float *s;    /* [n/32] d * (sum of the block's q) */
+    float *s16;  /* [n/16] d * (sum of each half block's q) */
+} cpu_q8act;
+
+static inline size_t cpu_q8act_bytes(int64_t n) { return (size_t)n + (size_t)n / 2; }
+
+static inline cpu_q8act cpu_q8act_view(void *buf, int64_t n) {
+    cpu_q8act a;
+    a.q = buf;
+    a.d = (float *)((uint8_t *)buf + n);
+    a.s = a.d + n / 32;
+    a.s16 = a.s + n / 32;
+    return a;
+}
+
+/* Quantizes x[0..n) into the buffer (n a multiple of 32): per block d = max|x| / 127,
+ * q = x * (1/d) rounded to nearest even. */
+void cpu_q8act_quantize(const float *x, int64_t n, void *buf);
+
+/* How many tokens of n columns fit in CPU_MMQ_ACT_BYTES (at least 1). */
+static inline int cpu_mmq_tok_tile(int64_t n) {
+    int64_t t = (int64_t)(CPU_MMQ_ACT_BYTES / cpu_q8act_bytes(n));
+    return t < 1 ? 1 : t > 4096 ? 4096 : (int)t;
+}
+
+#endif

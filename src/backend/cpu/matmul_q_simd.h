@@ -1,0 +1,307 @@
+/* The body of the SIMD quantized-weight kernels, included by matmul_q_avx2.c and
+ * matmul_q_avx512.c, which define before including it:
+ *   MMQ_DOT(u, a)  __m256i of 8 int32: lane i = sum of u[4i..4i+3] * a[4i..4i+3], u unsigned
+ *                  (< 128) and a signed bytes (AVX-512 VNNI: vpdpbusd; AVX2: maddubs + madd);
+ *   MMQ_Q5_HIGH(qh) __m256i with byte i = 0x10 where bit i of the u32 qh is set, else 0;
+ *   MMQ_R, MMQ_T   the register tile: rows x tokens per pass;
+ *   MMQ_TABLE      the name of the kernel table to define.
+ *
+ * Work order: activations are quantized (cpu_q8act_quantize) a tile of tokens at a time into
+ * a stack buffer; for each block of MMQ_R rows, each group of up to MMQ_T tokens runs over the
+ * whole row with MMQ_R x MMQ_T accumulators, so a weight block is decoded once per token group
+ * and an activation block loaded once per row block. Each 32-element block gives 8 int32 lanes
+ * of integer dot product, converted to fp32 and scaled by the activation scale and the weight
+ * scale; offsets of the unsigned codes (Q4_0: 8, Q5_0: 16, Q4_K: the mins, Q6_K: 32) are
+ * subtracted through the activations' block sums. On the first token group the row block
+ * MMQ_PF_BYTES or more ahead is prefetched into L2 as one sequential stream (a row block is
+ * contiguous), one prefetch per 64-byte line: quantized rows are short (576 bytes for 1024
+ * Q4_K columns), so the next row block alone is too close to hide the memory latency; without
+ * it one Zen 4 core decoded Q4_K at 7 GB/s, with it 15. */
+#include <assert.h>
+#include <immintrin.h>
+#include <string.h>
+
+#include "backend/cpu/matmul_q.h"
+#include "backend/cpu/quant.h"
+
+#define INLINE static inline __attribute__((always_inline))
+
+/* How far ahead decode prefetches: about what is in flight at full bandwidth and latency */
+#define MMQ_PF_BYTES 8192
+
+#if defined(__OPTIMIZE__)
+#define MMQ_PRAGMA(x) _Pragma(#x)
+#define UNROLL(n) MMQ_PRAGMA(GCC unroll n)
+#else
+#define UNROLL(n)
+#endif
+
+INLINE float mmq_hsum(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+INLINE __m256 mmq_f16(const uint8_t *p) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return _mm256_set1_ps(_cvtsh_ss(h));
+}
+
+/* Step i of a pass that consumes `chunk` bytes of a row block per step: prefetches the lines
+ * that start in [pf + i * chunk, pf + (i + 1) * chunk), pf being the same offset into a row
+ * block further on. A row block is contiguous, so this is one sequential stream. */
+INLINE void mmq_prefetch_step(const uint8_t *pf, size_t i, int chunk) {
+    uintptr_t lo = (uintptr_t)pf + i * (size_t)chunk, hi = lo + (size_t)chunk;
+    for (uintptr_t p = (lo + 63) & ~(uintptr_t)63; p < hi; p += 64)
+        _mm_prefetch((const char *)p, _MM_HINT_T1);
+}
+
+/* Low (hi = 0) or high nibbles of 32 bytes. */
+INLINE __m256i mmq_nib(__m256i v, int hi) {
+    if (hi) v = _mm256_srli_epi16(v, 4);
+    return _mm256_and_si256(v, _mm256_set1_epi8(15));
+}
+
+/* Codes of a Q4_0 / Q5_0 block (unsigned, offset 8 / 16): elements 0..15 are the low nibbles. */
+INLINE __m256i mmq_u_q4_0(const uint8_t *qs) {
+    __m128i q = _mm_loadu_si128((const __m128i *)qs);
+    __m256i v = _mm256_inserti128_si256(_mm256_castsi128_si256(q), _mm_srli_epi16(q, 4), 1);
+    return _mm256_and_si256(v, _mm256_set1_epi8(15));
+}
+
+/* Rows w[0..R) (row pointers), tokens act[0..T) (slots ab bytes apart), block type dt with
+ * 32-element blocks of bb bytes; y[t * ldy + q] for q < nr. pf: the next row block, or NULL. */
+INLINE void mmq_tile32(ts_dtype dt, const uint8_t *const *w, const uint8_t *pf, size_t rb,
+                       const uint8_t *act, size_t ab, int64_t n, float *y, int64_t ldy, int nr,
+                       int R, int T) {
+    const int bb = dt == TS_DTYPE_Q8_0 ? 34 : dt == TS_DTYPE_Q4_0 ? 18 : 22;
+    (void)rb;
+    const float off = dt == TS_DTYPE_Q4_0 ? -8.0f / 8 : dt == TS_DTYPE_Q5_0 ? -16.0f / 8 : 0.0f;
+    cpu_q8act A[MMQ_T];
+    __m256 acc[MMQ_R][MMQ_T];
+    UNROLL(8)
+    for (int t = 0; t < T; t++) A[t] = cpu_q8act_view((uint8_t *)act + (size_t)t * ab, n);
+    UNROLL(8)
+    for (int q = 0; q < R; q++) {
+        UNROLL(8)
+        for (int t = 0; t < T; t++) acc[q][t] = _mm256_setzero_ps();
+    }
+    for (int64_t b = 0; b < n / 32; b++) {
+        const size_t o = (size_t)b * (size_t)bb;
+        if (pf) mmq_prefetch_step(pf, (size_t)b, R * bb);
+        __m256i a[MMQ_T];
+        __m256 da[MMQ_T], cr[MMQ_T];
+        UNROLL(8)
+        for (int t = 0; t < T; t++) {
+            a[t] = _mm256_loadu_si256((const __m256i *)(A[t].q + 32 * b));
+            da[t] = _mm256_set1_ps(A[t].d[b]);
+            cr[t] = _mm256_set1_ps(A[t].s[b] * off);
+        }
+        UNROLL(8)
+        for (int q = 0; q < R; q++) {
+            const uint8_t *blk = w[q] + o;
+            __m256 dw = mmq_f16(blk);
+            __m256i u;
+            if (dt == TS_DTYPE_Q8_0) {
+                u = _mm256_loadu_si256((const __m256i *)(blk + 2));
+            } else if (dt == TS_DTYPE_Q4_0) {
+                u = mmq_u_q4_0(blk + 2);
+            } else {
+                uint32_t qh;
+                memcpy(&qh, blk + 2, 4);
+                u = _mm256_or_si256(mmq_u_q4_0(blk + 6), MMQ_Q5_HIGH(qh));
+            }
+            UNROLL(8)
+            for (int t = 0; t < T; t++) {
+                __m256 f;
+                if (dt == TS_DTYPE_Q8_0) { /* signed x signed: move the sign onto a */
+                    __m256i di = MMQ_DOT(_mm256_sign_epi8(u, u), _mm256_sign_epi8(a[t], u));
+                    f = _mm256_mul_ps(_mm256_cvtepi32_ps(di), da[t]);
+                } else {
+                    f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(MMQ_DOT(u, a[t])), da[t], cr[t]);
+                }
+                acc[q][t] = _mm256_fmadd_ps(f, dw, acc[q][t]);
+            }
+        }
+    }
+    UNROLL(8)
+    for (int q = 0; q < R; q++) {
+        if (q >= nr) break;
+        UNROLL(8)
+        for (int t = 0; t < T; t++) y[t * ldy + q] = mmq_hsum(acc[q][t]);
+    }
+}
+
+/* Same for Q4_K and Q6_K super-blocks of 256. */
+INLINE void mmq_tileK(ts_dtype dt, const uint8_t *const *w, const uint8_t *pf, size_t rb,
+                      const uint8_t *act, size_t ab, int64_t n, float *y, int64_t ldy, int nr,
+                      int R, int T) {
+    const int bb = dt == TS_DTYPE_Q4_K ? 144 : 210;
+    (void)rb;
+    cpu_q8act A[MMQ_T];
+    __m256 acc[MMQ_R][MMQ_T];
+    UNROLL(8)
+    for (int t = 0; t < T; t++) A[t] = cpu_q8act_view((uint8_t *)act + (size_t)t * ab, n);
+    UNROLL(8)
+    for (int q = 0; q < R; q++) {
+        UNROLL(8)
+        for (int t = 0; t < T; t++) acc[q][t] = _mm256_setzero_ps();
+    }
+    for (int64_t sb = 0; sb < n / 256; sb++) {
+        const size_t o = (size_t)sb * (size_t)bb;
+        if (pf) mmq_prefetch_step(pf, (size_t)sb, R * bb);
+        float ws[MMQ_R][16]; /* Q4_K: d * sc[8]; Q6_K: d * sc[16] */
+        UNROLL(8)
+        for (int q = 0; q < R; q++) {
+            const uint8_t *blk = w[q] + o;
+            if (dt == TS_DTYPE_Q4_K) {
+                const ts_block_q4_K *k = (const ts_block_q4_K *)blk;
+                /* the 6-bit fields of all 8 sub-blocks at once, as bytes (layout in quant.h) */
+                uint32_t u[3];
+                memcpy(u, k->scales, 12);
+                uint64_t sc = (uint64_t)(u[0] & 0x3f3f3f3fu) |
+                              (uint64_t)((u[2] & 0x0f0f0f0fu) | ((u[0] >> 2) & 0x30303030u)) << 32;
+                uint64_t mn = (uint64_t)(u[1] & 0x3f3f3f3fu) |
+                              (uint64_t)(((u[2] >> 4) & 0x0f0f0f0fu) | ((u[1] >> 2) & 0x30303030u))
+                                  << 32;
+                __m256 scv = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)sc)));
+                __m256 mnv = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)mn)));
+                _mm256_storeu_ps(ws[q], _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(k->d)), scv));
+                __m256 mv = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(k->dmin)), mnv);
+                UNROLL(8)
+                for (int t = 0; t < T; t++)
+                    acc[q][t] = _mm256_fnmadd_ps(mv, _mm256_loadu_ps(A[t].s + 8 * sb), acc[q][t]);
+            } else {
+                const ts_block_q6_K *k = (const ts_block_q6_K *)blk;
+                __m256 d = _mm256_set1_ps(_cvtsh_ss(k->d));
+                __m128i sc = _mm_loadu_si128((const __m128i *)k->scales);
+                __m256 w0 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc)));
+                __m256 w1 = _mm256_mul_ps(
+                    d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(sc, 8))));
+                _mm256_storeu_ps(ws[q], w0);
+                _mm256_storeu_ps(ws[q] + 8, w1);
+                __m256 c0 = _mm256_mul_ps(w0, _mm256_set1_ps(32.0f));
+                __m256 c1 = _mm256_mul_ps(w1, _mm256_set1_ps(32.0f));
+                UNROLL(8)
+                for (int t = 0; t < T; t++) {
+                    const float *s16 = A[t].s16 + 16 * sb;
+                    acc[q][t] = _mm256_fnmadd_ps(c0, _mm256_loadu_ps(s16), acc[q][t]);
+                    acc[q][t] = _mm256_fnmadd_ps(c1, _mm256_loadu_ps(s16 + 8), acc[q][t]);
+                }
+            }
+        }
+        for (int jj = 0; jj < 8; jj++) {
+            const int64_t ib = 8 * sb + jj;
+            __m256i a[MMQ_T];
+            __m256 da[MMQ_T];
+            UNROLL(8)
+            for (int t = 0; t < T; t++) {
+                a[t] = _mm256_loadu_si256((const __m256i *)(A[t].q + 32 * ib));
+                da[t] = _mm256_set1_ps(A[t].d[ib]);
+            }
+            UNROLL(8)
+            for (int q = 0; q < R; q++) {
+                const uint8_t *blk = w[q] + o;
+                __m256i u;
+                __m256 wv;
+                if (dt == TS_DTYPE_Q4_K) {
+                    __m256i raw = _mm256_loadu_si256((const __m256i *)(blk + 16 + 32 * (jj / 2)));
+                    u = mmq_nib(raw, jj & 1);
+                    wv = _mm256_set1_ps(ws[q][jj]);
+                } else {
+                    const int h = jj / 4, k = jj % 4;
+                    __m256i ql = _mm256_loadu_si256((const __m256i *)(blk + 64 * h + 32 * (k & 1)));
+                    __m256i qh = _mm256_loadu_si256((const __m256i *)(blk + 128 + 32 * h));
+                    /* bits 2k..2k+1 of qh to bits 4..5 */
+                    if (k == 0) qh = _mm256_slli_epi16(qh, 4);
+                    if (k == 1) qh = _mm256_slli_epi16(qh, 2);
+                    if (k == 3) qh = _mm256_srli_epi16(qh, 2);
+                    u = _mm256_or_si256(mmq_nib(ql, k >= 2),
+                                        _mm256_and_si256(qh, _mm256_set1_epi8(0x30)));
+                    /* lanes 0-3 are elements 0-15 (sub-block 2jj), lanes 4-7 the next one */
+                    wv = _mm256_set_m128(_mm_set1_ps(ws[q][2 * jj + 1]), _mm_set1_ps(ws[q][2 * jj]));
+                }
+                UNROLL(8)
+                for (int t = 0; t < T; t++) {
+                    __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(MMQ_DOT(u, a[t])), da[t]);
+                    acc[q][t] = _mm256_fmadd_ps(f, wv, acc[q][t]);
+                }
+            }
+        }
+    }
+    UNROLL(8)
+    for (int q = 0; q < R; q++) {
+        if (q >= nr) break;
+        UNROLL(8)
+        for (int t = 0; t < T; t++) y[t * ldy + q] = mmq_hsum(acc[q][t]);
+    }
+}
+
+INLINE void mmq_tile(ts_dtype dt, const uint8_t *const *w, const uint8_t *pf, size_t rb,
+                     const uint8_t *act, size_t ab, int64_t n, float *y, int64_t ldy, int nr,
+                     int T) {
+    if (dt == TS_DTYPE_Q4_K || dt == TS_DTYPE_Q6_K)
+        mmq_tileK(dt, w, pf, rb, act, ab, n, y, ldy, nr, MMQ_R, T);
+    else
+        mmq_tile32(dt, w, pf, rb, act, ab, n, y, ldy, nr, MMQ_R, T);
+}
+
+INLINE void mmq_run(ts_dtype dt, const cpu_mm_job *j, int64_t r0, int64_t r1) {
+    _Alignas(64) uint8_t buf[CPU_MMQ_ACT_BYTES];
+    const int64_t n = j->cols;
+    assert(n % ts_dtype_block_elems(dt) == 0 && n <= CPU_MMQ_MAX_COLS);
+    const size_t ab = cpu_q8act_bytes(n), rb = j->row_bytes;
+    int tt = cpu_mmq_tok_tile(n);
+    if (tt > MMQ_T) tt -= tt % MMQ_T;
+    for (int t0 = 0; t0 < j->n_tok; t0 += tt) {
+        const int nt = j->n_tok - t0 < tt ? j->n_tok - t0 : tt;
+        for (int t = 0; t < nt; t++)
+            cpu_q8act_quantize(j->x + (int64_t)(t0 + t) * j->ldx, n, buf + (size_t)t * ab);
+        for (int64_t r = r0; r < r1; r += MMQ_R) {
+            const int nr = r1 - r < MMQ_R ? (int)(r1 - r) : MMQ_R;
+            const uint8_t *w[MMQ_R];
+            /* missing rows re-read the last one; their sums are dropped */
+            for (int q = 0; q < MMQ_R; q++) w[q] = j->w + (size_t)(r + (q < nr ? q : nr - 1)) * rb;
+            /* prefetch whole row blocks ahead, at least MMQ_PF_BYTES */
+            const size_t blk_bytes = (size_t)MMQ_R * rb;
+            const uint8_t *pf = w[0] + (MMQ_PF_BYTES + blk_bytes - 1) / blk_bytes * blk_bytes;
+            for (int tg = 0; tg < nt; tg += MMQ_T) {
+                const uint8_t *act = buf + (size_t)tg * ab;
+                float *y = j->y + (int64_t)(t0 + tg) * j->ldy + r;
+                const uint8_t *p = tg == 0 ? pf : NULL;
+                switch (nt - tg) {
+                case 1: mmq_tile(dt, w, p, rb, act, ab, n, y, j->ldy, nr, 1); break;
+#if MMQ_T > 2
+                case 2: mmq_tile(dt, w, p, rb, act, ab, n, y, j->ldy, nr, 2); break;
+                case 3: mmq_tile(dt, w, p, rb, act, ab, n, y, j->ldy, nr, 3); break;
+#endif
+                default: mmq_tile(dt, w, p, rb, act, ab, n, y, j->ldy, nr, MMQ_T); break;
+                }
+            }
+        }
+    }
+}
+
+static void mmq_q8_0(const cpu_mm_job *j, int64_t r0, int64_t r1) {
+    mmq_run(TS_DTYPE_Q8_0, j, r0, r1);
+}
+static void mmq_q4_0(const cpu_mm_job *j, int64_t r0, int64_t r1) {
+    mmq_run(TS_DTYPE_Q4_0, j, r0, r1);
+}
+static void mmq_q5_0(const cpu_mm_job *j, int64_t r0, int64_t r1) {
+    mmq_run(TS_DTYPE_Q5_0, j, r0, r1);
+}
+static void mmq_q4_K(const cpu_mm_job *j, int64_t r0, int64_t r1) {
+    mmq_run(TS_DTYPE_Q4_K, j, r0, r1);
+}
+static void mmq_q6_K(const cpu_mm_job *j, int64_t r0, int64_t r1) {
+    mmq_run(TS_DTYPE_Q6_K, j, r0, r1);
+}
+
+const cpu_mm_kernel MMQ_TABLE[TS_DTYPE_COUNT] = {
+    [TS_DTYPE_Q8_0] = {mmq_q8_0, MMQ_R}, [TS_DTYPE_Q4_0] = {mmq_q4_0, MMQ_R},
+    [TS_DTYPE_Q5_0] = {mmq_q5_0, MMQ_R}, [TS_DTYPE_Q4_K] = {mmq_q4_K, MMQ_R},
+    [TS_DTYPE_Q6_K] = {mmq_q6_K, MMQ_R},
+};

@@ -1,0 +1,223 @@
+/* tokenizer.json -> GGUF tokenizer metadata, as llama.cpp's converter writes it for byte-level
+ * BPE models: the tokens in id order (the byte-level spellings of tokenizer.json), padded up to
+ * the model's vocab_size with "[PAD<i>]" entries of type UNUSED; added tokens typed CONTROL when
+ * special, USER_DEFINED otherwise; merges as "left right" strings. */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "format/hfconfig.h"
+#include "model/quantize_vocab.h"
+
+enum { TOK_NORMAL = 1, TOK_CONTROL = 3, TOK_USER_DEFINED = 4, TOK_UNUSED = 5 };
+
+typedef struct {
+    const char *path;
+    json_t *root, *vocab, *added;
+    int n;
+    const char **text;
+    size_t *len;
+    int32_t *type;
+    char *pads; /* storage for the "[PAD<i>]" spellings */
+} vocab;
+
+static void vocab_free(vocab *v) {
+    free(v->text);
+    free(v->len);
+    free(v->type);
+    free(v->pads);
+    json_decref(v->root);
+}
+
+static ts_status fill_tokens(vocab *v) {
+    size_t n = (size_t)v->n;
+    v->text = calloc(n, sizeof *v->text);
+    v->len = calloc(n, sizeof *v->len);
+    v->type = calloc(n, sizeof *v->type);
+    v->pads = malloc(n * 16);
+    if (!v->text || !v->len || !v->type || !v->pads)
+        return ts_error(TS_ERR_NOMEM, "out of memory");
+    const char *key;
+    json_t *val;
+    json_object_foreach(v->vocab, key, val) {
+        json_int_t id = json_is_integer(val) ? json_integer_value(val) : -1;
+        if (id < 0 || id >= v->n)
+            return ts_error(TS_ERR_FORMAT, "%s: token '%s': id %lld outside the model's "
+                            "vocab_size %d", v->path, key, (long long)id, v->n);
+        v->text[id] = key;
+        v->len[id] = strlen(key);
+        v->type[id] = TOK_NORMAL;
+    }
+    size_t i;
+    json_array_foreach(v->added, i, val) {
+        json_t *id = json_object_get(val, "id"), *content = json_object_get(val, "content");
+        if (!json_is_integer(id) || !json_is_string(content) || json_integer_value(id) < 0 ||
+            json_integer_value(id) >= v->n)
+            return ts_error(TS_ERR_FORMAT, "%s: added_tokens[%zu]: bad id or content (vocab_size "
+                            "%d)", v->path, i, v->n);
+        json_int_t k = json_integer_value(id);
+        v->text[k] = json_string_value(content);
+        v->len[k] = json_string_length(content);
+        v->type[k] = json_is_true(json_object_get(val, "special")) ? TOK_CONTROL
+                                                                    : TOK_USER_DEFINED;
+    }
+    for (int k = 0; k < v->n; k++)
+        if (!v->text[k]) {
+            char *s = v->pads + (size_t)k * 16;
+            snprintf(s, 16, "[PAD%d]", k);
+            v->text[k] = s;
+            v->len[k] = strlen(s);
+            v->type[k] = TOK_UNUSED;
+        }
+    return TS_OK;
+}
+
+static ts_status write_merges(const vocab *v, ts_gguf_writer *w) {
+    json_t *merges = json_object_get(json_object_get(v->root, "model"), "merges");
+    if (!json_is_array(merges)) return TS_OK;
+    size_t n = json_array_size(merges), i;
+    const char **items = malloc((n ? n : 1) * sizeof *items);
+    char **owned = calloc(n ? n : 1, sizeof *owned);
+    ts_status st = items && owned ? TS_OK : ts_error(TS_ERR_NOMEM, "out of memory");
+    json_t *m;
+    json_array_foreach(merges, i, m) {
+        if (st != TS_OK) break;
+        if (json_is_string(m)) {
+            items[i] = json_string_value(m);
+        } else if (json_is_array(m) && json_array_size(m) == 2 &&
+                   json_is_string(json_array_get(m, 0)) && json_is_string(json_array_get(m, 1))) {
+            const char *a = json_string_value(json_array_get(m, 0));
+            const char *b = json_string_value(json_array_get(m, 1));
+            size_t la = strlen(a), lb = strlen(b);
+            owned[i] = malloc(la + lb + 2);
+            if (!owned[i]) {
+                st = ts_error(TS_ERR_NOMEM, "out of memory");
+                break;
+            }
+            memcpy(owned[i], a, la);
+            owned[i][la] = ' ';
+            memcpy(owned[i] + la + 1, b, lb + 1);
+            items[i] = owned[i];
+        } else {
+            st = ts_error(TS_ERR_FORMAT, "%s: model.merges[%zu]: expected \"a b\" or [a, b]",
+                          v->path, i);
+        }
+    }
+    if (st == TS_OK) st = ts_gguf_writer_kv_str_arr(w, "tokenizer.ggml.merges", items, NULL, n);
+    for (size_t k = 0; owned && k < n; k++) free(owned[k]);
+    free(owned);
+    free(items);
+    return st;
+}
+
+/* The id of a token spelled s; -1 when unknown. */
+static int token_id(const vocab *v, const char *s) {
+    size_t i;
+    json_t *a;
+    json_array_foreach(v->added, i, a) {
+        json_t *c = json_object_get(a, "content");
+        if (json_is_string(c) && strcmp(json_string_value(c), s) == 0)
+            return (int)json_integer_value(json_object_get(a, "id"));
+    }
+    json_t *id = json_object_get(v->vocab, s);
+    return json_is_integer(id) ? (int)json_integer_value(id) : -1;
+}
+
+/* tokenizer_config.json's bos_token / eos_token / pad_token (a string or {"content": ...}),
+ * else config.json's *_token_id; -1 when neither says. */
+static int special_id(const vocab *v, json_t *tcfg, const ts_hfconfig *cfg, const char *which) {
+    char key[32];
+    snprintf(key, sizeof key, "%s_token", which);
+    json_t *t = json_object_get(tcfg, key);
+    if (json_is_object(t)) t = json_object_get(t, "content");
+    if (json_is_string(t)) {
+        int id = token_id(v, json_string_value(t));
+        if (id >= 0) return id;
+    }
+    snprintf(key, sizeof key, "%s_token_id", which);
+    int64_t ids[1];
+    int n;
+    if (cfg && ts_hfconfig_has(cfg, key) && ts_hfconfig_int_array(cfg, key, ids, 1, &n) == TS_OK &&
+        n >= 1 && ids[0] >= 0 && ids[0] < v->n)
+        return (int)ids[0];
+    return -1;
+}
+
+static ts_status write_specials(const vocab *v, const char *dir, ts_gguf_writer *w) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+    json_t *tcfg = json_load_file(path, 0, NULL); /* optional */
+    ts_hfconfig *cfg = NULL;
+    if (ts_hfconfig_load(dir, &cfg) != TS_OK) cfg = NULL;
+    static const struct {
+        const char *which, *key;
+    } ids[] = {{"bos", "tokenizer.ggml.bos_token_id"},
+               {"eos", "tokenizer.ggml.eos_token_id"},
+               {"pad", "tokenizer.ggml.padding_token_id"}};
+    ts_status st = TS_OK;
+    for (size_t i = 0; st == TS_OK && i < sizeof ids / sizeof ids[0]; i++) {
+        int id = special_id(v, tcfg, cfg, ids[i].which);
+        if (id >= 0) st = ts_gguf_writer_kv_u32(w, ids[i].key, (uint32_t)id);
+    }
+    if (st == TS_OK) st = ts_gguf_writer_kv_bool(w, "tokenizer.ggml.add_bos_token", false);
+    /* the chat template: tokenizer_config.json's, else chat_template.jinja */
+    json_t *tmpl = json_object_get(tcfg, "chat_template");
+    if (st == TS_OK && json_is_string(tmpl)) {
+        st = ts_gguf_writer_kv_str(w, "tokenizer.chat_template", json_string_value(tmpl));
+    } else if (st == TS_OK) {
+        snprintf(path, sizeof path, "%s/chat_template.jinja", dir);
+        FILE *f = fopen(path, "rb");
+        if (f) {
+            char *text = NULL;
+            long n = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+            if (n >= 0 && fseek(f, 0, SEEK_SET) == 0 && (text = malloc((size_t)n + 1)) &&
+                fread(text, 1, (size_t)n, f) == (size_t)n)
+                st = ts_gguf_writer_kv_strn(w, "tokenizer.chat_template", text, (size_t)n);
+            else
+                st = ts_error(TS_ERR_IO, "%s: cannot read", path);
+            free(text);
+            fclose(f);
+        }
+    }
+    ts_hfconfig_free(cfg);
+    json_decref(tcfg);
+    return st;
+}
+
+ts_status qz_write_vocab(ts_gguf_writer *w, const char *dir, const char *pre, int n_vocab) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    struct stat sb;
+    if (stat(path, &sb) != 0) return TS_OK;
+    json_error_t err;
+    vocab v = {.path = path, .n = n_vocab};
+    v.root = json_load_file(path, JSON_REJECT_DUPLICATES, &err);
+    if (!v.root)
+        return ts_error(TS_ERR_FORMAT, "%s: line %d: %s", path, err.line, err.text);
+    json_t *model = json_object_get(v.root, "model");
+    json_t *type = json_object_get(model, "type");
+    v.vocab = json_object_get(model, "vocab");
+    v.added = json_object_get(v.root, "added_tokens");
+    ts_status st = TS_OK;
+    if (!json_is_string(type) || strcmp(json_string_value(type), "BPE") != 0 ||
+        !json_is_object(v.vocab))
+        st = ts_error(TS_ERR_UNSUPPORTED, "%s: only byte-level BPE tokenizers are converted",
+                      path);
+    if (st == TS_OK && v.added && !json_is_array(v.added))
+        st = ts_error(TS_ERR_FORMAT, "%s: added_tokens: expected an array", path);
+    if (st == TS_OK) st = fill_tokens(&v);
+    if (st == TS_OK) st = ts_gguf_writer_kv_str(w, "tokenizer.ggml.model", "gpt2");
+    if (st == TS_OK) st = ts_gguf_writer_kv_str(w, "tokenizer.ggml.pre", pre);
+    if (st == TS_OK)
+        st = ts_gguf_writer_kv_str_arr(w, "tokenizer.ggml.tokens", v.text, v.len,
+                                       (uint64_t)v.n);
+    if (st == TS_OK)
+        st = ts_gguf_writer_kv_arr(w, "tokenizer.ggml.token_type", TS_GGUF_I32, v.type,
+                                   (uint64_t)v.n);
+    if (st == TS_OK) st = write_merges(&v, w);
+    if (st == TS_OK) st = write_specials(&v, dir, w);
+    vocab_free(&v);
+    return st;
+}

@@ -1,0 +1,432 @@
+/* Quantized weight types: dequantization of hand-built blocks against values written out from
+ * the format definition; quantize -> dequantize error on Gaussian data; every quantized matmul
+ * kernel x every ISA this machine runs x odd shapes against a float64 reference (with a bound
+ * derived from the int8 activation rounding) and against the scalar kernel; 1 and 2 threads.
+ * `test_quant --bench` prints decode GB/s and prefill GFLOP/s instead (not run by CTest). */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+
+#include "backend/cpu/bandwidth.h"
+#include "backend/cpu/matmul.h"
+#include "backend/cpu/matmul_q.h"
+#include "backend/cpu/quant.h"
+#include "base/cpu.h"
+#include "base/half.h"
+#include "testutil.h"
+
+#define SENTINEL 777.25f
+
+static const ts_dtype QTYPES[] = {TS_DTYPE_Q8_0, TS_DTYPE_Q4_0, TS_DTYPE_Q5_0, TS_DTYPE_Q4_K,
+                                  TS_DTYPE_Q6_K};
+#define N_QTYPES (sizeof QTYPES / sizeof *QTYPES)
+
+static const cpu_mm_kernel *const TABLES[CPU_ISA_COUNT] = {cpu_mmq_scalar, cpu_mmq_avx2,
+                                                           cpu_mmq_avx512};
+
+/* The AVX-512 kernels use VNNI on top of what cpu_isa_supported checks. */
+static int isa_ok(int isa) {
+    if (!cpu_isa_supported((cpu_isa)isa)) return 0;
+    return isa != CPU_ISA_AVX512 || ts_cpu_get_features()->avx512vnni;
+}
+
+static float gauss(unsigned long long *s) {
+    double u1 = ((tu_rng_next(s) >> 11) + 1.0) * (1.0 / 9007199254740992.0);
+    double u2 = (tu_rng_next(s) >> 11) * (1.0 / 9007199254740992.0);
+    return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+}
+
+/* ---- hand-built blocks ------------------------------------------------------------------ */
+
+static void test_dequant_q8_0_q4_0_q5_0(void) {
+    uint8_t blk[34];
+    float y[32];
+    uint16_t h = 0x3800; /* 0.5 */
+    memcpy(blk, &h, 2);
+    for (int i = 0; i < 32; i++) blk[2 + i] = (uint8_t)(int8_t)(i * 8 - 127);
+    CHECK(ts_dequantize_row(TS_DTYPE_Q8_0, blk, y, 32) == TS_OK);
+    for (int i = 0; i < 32; i++) CHECKF(y[i] == (float)(i * 8 - 127) * 0.5f, "q8_0 %d: %g", i, y[i]);
+
+    /* Q4_0, d = -2: byte j = element j (low) | element j + 16 (high) */
+    h = 0xc000;
+    memcpy(blk, &h, 2);
+    for (int j = 0; j < 16; j++) blk[2 + j] = (uint8_t)(j | (15 - j) << 4);
+    CHECK(ts_dequantize_row(TS_DTYPE_Q4_0, blk, y, 32) == TS_OK);
+    for (int j = 0; j < 16; j++) {
+        CHECKF(y[j] == (float)(j - 8) * -2.0f, "q4_0 %d: %g", j, y[j]);
+        CHECKF(y[j + 16] == (float)(7 - j) * -2.0f, "q4_0 %d: %g", j + 16, y[j + 16]);
+    }
+    CHECK(y[0] == 16.0f && y[31] == 16.0f && y[15] == -14.0f); /* written out */
+
+    /* Q5_0, d = 0.25: qh bytes little-endian; element 0 has bit 0 of byte 0, element 31 bit 7
+     * of byte 3 */
+    uint8_t b5[22];
+    h = 0x3400;
+    memcpy(b5, &h, 2);
+    const uint8_t qh[4] = {0x01, 0x80, 0x00, 0xc0}; /* bits 0, 15, 30, 31 */
+    memcpy(b5 + 2, qh, 4);
+    for (int j = 0; j < 16; j++) b5[6 + j] = (uint8_t)(j | (j ^ 5) << 4);
+    CHECK(ts_dequantize_row(TS_DTYPE_Q5_0, b5, y, 32) == TS_OK);
+    for (int i = 0; i < 32; i++) {
+        int nib = i < 16 ? i : ((i - 16) ^ 5);
+        int hb = i == 0 || i == 15 || i == 30 || i == 31;
+        CHECKF(y[i] == (float)(nib + 16 * hb - 16) * 0.25f, "q5_0 %d: %g", i, y[i]);
+    }
+    CHECK(y[0] == 0.0f && y[1] == -3.75f && y[15] == 3.75f && y[31] == ((10 + 16) - 16) * 0.25f);
+}
+
+static void test_dequant_q4_K(void) {
+    static const int sc[8] = {1, 2, 3, 63, 17, 40, 5, 33}, m[8] = {0, 1, 62, 7, 20, 48, 9, 63};
+    ts_block_q4_K b;
+    memset(&b, 0, sizeof b);
+    b.d = 0x3c00;    /* 1.0 */
+    b.dmin = 0x3800; /* 0.5 */
+    /* the packing, written out from the format description */
+    for (int j = 0; j < 4; j++) {
+        b.scales[j] = (uint8_t)(sc[j] | (sc[j + 4] >> 4) << 6);
+        b.scales[j + 4] = (uint8_t)(m[j] | (m[j + 4] >> 4) << 6);
+        b.scales[j + 8] = (uint8_t)((sc[j + 4] & 15) | (m[j + 4] & 15) << 4);
+    }
+    /* and once as literal bytes: sc[4] = 17 = 0b010001 -> low 4 bits 1 in byte 8, high bits
+     * 01 in bits 6-7 of byte 0 (with sc[0] = 1): 0x41 */
+    CHECK(b.scales[0] == 0x41 && b.scales[8] == (uint8_t)(1 | (20 & 15) << 4));
+    for (int i = 0; i < 128; i++) b.qs[i] = (uint8_t)(i * 37 + 11);
+    float y[256];
+    CHECK(ts_dequantize_row(TS_DTYPE_Q4_K, &b, y, 256) == TS_OK);
+    for (int e = 0; e < 256; e++) {
+        int g = e / 64, r = e % 64, j = e / 32;
+        uint8_t byte = b.qs[32 * g + r % 32];
+        int q = r < 32 ? byte & 15 : byte >> 4;
+        float want = 1.0f * (float)sc[j] * (float)q - 0.5f * (float)m[j];
+        CHECKF(y[e] == want, "q4_K %d: %g want %g", e, y[e], want);
+    }
+    /* element 200: sub-block 6 (sc 5, m 9), group 3, low nibble of qs[96 + 8]; element 250:
+     * sub-block 7 (sc 33, m 63), high nibble of qs[96 + 26] */
+    CHECK(y[200] == 5.0f * (float)(((104 * 37 + 11) & 255) & 15) - 4.5f);
+    CHECK(y[250] == 33.0f * (float)(((122 * 37 + 11) & 255) >> 4) - 31.5f);
+}
+
+static void test_dequant_q6_K(void) {
+    ts_block_q6_K b;
+    for (int i = 0; i < 128; i++) b.ql[i] = (uint8_t)(i * 29 + 3);
+    for (int i = 0; i < 64; i++) b.qh[i] = (uint8_t)(i * 53 + 7);
+    for (int i = 0; i < 16; i++) b.scales[i] = (int8_t)(i * 17 - 128);
+    b.d = 0x3000; /* 0.125 */
+    float y[256];
+    CHECK(ts_dequantize_row(TS_DTYPE_Q6_K, &b, y, 256) == TS_OK);
+    for (int e = 0; e < 256; e++) {
+        int h = e / 128, r = e % 128, l = r % 32, k = r / 32;
+        uint8_t lb = b.ql[64 * h + l + 32 * (k & 1)];
+        int lo = k >= 2 ? lb >> 4 : lb & 15;
+        int hi = (b.qh[32 * h + l] >> (2 * k)) & 3;
+        float want = 0.125f * (float)b.scales[e / 16] * (float)((lo | hi << 4) - 32);
+        CHECKF(y[e] == want, "q6_K %d: %g want %g", e, y[e], want);
+    }
+    /* element 0: ql[0] = 3 -> 3, qh[0] = 7 -> bits 0-1 = 3: q = 51 - 32 = 19, sc -128 */
+    CHECK(y[0] == 0.125f * -128.0f * 19.0f);
+    /* element 200: half 1, l = 8, k = 2: high nibble of ql[72], bits 4-5 of qh[40] */
+    int q200 = ((uint8_t)(72 * 29 + 3) >> 4 | (((uint8_t)(40 * 53 + 7) >> 4) & 3) << 4) - 32;
+    CHECK(y[200] == 0.125f * (float)(12 * 17 - 128) * (float)q200);
+}
+
+static void test_errors(void) {
+    float y[64];
+    uint8_t buf[64] = {0};
+    CHECK(ts_dequantize_row(TS_DTYPE_Q4_0, buf, y, 33) == TS_ERR_INVALID);
+    CHECK(ts_quantize_row(TS_DTYPE_Q4_K, y, buf, 32) == TS_ERR_INVALID);
+    CHECK(ts_dequantize_row(TS_DTYPE_COUNT, buf, y, 32) == TS_ERR_INVALID);
+    CHECK(ts_dtype_is_quantized(TS_DTYPE_Q6_K) && !ts_dtype_is_quantized(TS_DTYPE_BF16));
+    CHECK((size_t)ts_dtype_block_bytes(TS_DTYPE_Q5_0) == sizeof(ts_block_q5_0));
+    CHECK((size_t)ts_dtype_block_bytes(TS_DTYPE_Q6_K) == sizeof(ts_block_q6_K));
+}
+
+/* ---- quantize -> dequantize ----------------------------------------------------------- */
+
+static void test_roundtrip(void) {
+    /* relative RMS error on Gaussian data; measured here: Q8_0 0.53%, Q4_0 8.6%, Q5_0 4.2%,
+     * Q4_K 7.1%, Q6_K 1.8% */
+    static const double bound[] = {0.006, 0.095, 0.047, 0.078, 0.020};
+    enum { N = 256 * 64 };
+    static float x[N], y[N];
+    static uint8_t q[N * 2];
+    unsigned long long s = 42;
+    for (int i = 0; i < N; i++) x[i] = gauss(&s) * 0.05f;
+    for (size_t k = 0; k < N_QTYPES; k++) {
+        ts_dtype dt = QTYPES[k];
+        CHECK(ts_quantize_row(dt, x, q, N) == TS_OK);
+        CHECK(ts_dequantize_row(dt, q, y, N) == TS_OK);
+        double e = tu_rel_l2(y, x, N);
+        CHECKF(e < bound[k], "%s: relative RMS error %.4f >= %.4f", ts_dtype_name(dt), e,
+               bound[k]);
+        if (getenv("TS_VERBOSE")) printf("%s rel rms %.5f\n", ts_dtype_name(dt), e);
+        /* all zeros stay zero; a block with one spike keeps the spike to its scale's rounding */
+        float z[256] = {0}, zy[256];
+        CHECK(ts_quantize_row(dt, z, q, 256) == TS_OK);
+        CHECK(ts_dequantize_row(dt, q, zy, 256) == TS_OK);
+        int nz = 0;
+        for (int i = 0; i < 256; i++) nz += zy[i] != 0.0f;
+        CHECKF(nz == 0, "%s: zeros -> %d nonzero", ts_dtype_name(dt), nz);
+        z[37] = -3.0f;
+        CHECK(ts_quantize_row(dt, z, q, 256) == TS_OK);
+        CHECK(ts_dequantize_row(dt, q, zy, 256) == TS_OK);
+        CHECKF(fabsf(zy[37] + 3.0f) < 0.01f && fabsf(zy[36]) < 0.01f, "%s: spike %g %g",
+               ts_dtype_name(dt), zy[37], zy[36]);
+    }
+}
+
+/* ---- matmul kernels -------------------------------------------------------------------- */
+
+typedef struct {
+    cpu_mm_job job;
+    const cpu_mm_kernel *k;
+    int64_t rows;
+} run_ctx;
+
+static void run_worker(void *ctx, int ith, int nth) {
+    const run_ctx *c = ctx;
+    long blocks = (long)((c->rows + c->k->row_align - 1) / c->k->row_align), lo, hi;
+    ts_split_range(blocks, ith, nth, &lo, &hi);
+    int64_t r0 = lo * c->k->row_align, r1 = hi * c->k->row_align;
+    if (r1 > c->rows) r1 = c->rows;
+    if (r0 < r1) c->k->fn(&c->job, r0, r1);
+}
+
+/* The kernel of one table, split over the pool's threads as cpu_matmul splits them. */
+static void run_kernel(ts_pool *pool, const cpu_mm_kernel *k, const void *w, ts_dtype dt,
+                       int64_t rows, int64_t cols, const float *x, int64_t ldx, int n_tok,
+                       float *y, int64_t ldy) {
+    run_ctx c = {.job = {.w = w,
+                         .row_bytes = ts_dtype_row_bytes(dt, cols),
+                         .cols = cols,
+                         .x = x,
+                         .ldx = ldx,
+                         .n_tok = n_tok,
+                         .y = y,
+                         .ldy = ldy},
+                 .k = k,
+                 .rows = rows};
+    ts_pool_run(pool, run_worker, &c);
+}
+
+static void check_shape(ts_pool *pool, int nth, ts_dtype dt, int64_t rows, int64_t cols,
+                        int n_tok, unsigned long long *s) {
+    int fails_before = tu_failures;
+    size_t rb = ts_dtype_row_bytes(dt, cols);
+    uint8_t *w = aligned_alloc(64, rb * (size_t)rows + 64);
+    float *wf = malloc(sizeof(float) * (size_t)(rows * cols));
+    float *tmp = malloc(sizeof(float) * (size_t)cols);
+    for (int64_t o = 0; o < rows; o++) {
+        float scale = 0.02f * (float)(1 + o % 5);
+        for (int64_t i = 0; i < cols; i++) tmp[i] = gauss(s) * scale;
+        CHECK(ts_quantize_row(dt, tmp, w + (size_t)o * rb, cols) == TS_OK);
+        CHECK(ts_dequantize_row(dt, w + (size_t)o * rb, wf + o * cols, cols) == TS_OK);
+    }
+    int64_t ldx = cols + 5, ldy = rows + 3;
+    float *x = malloc(sizeof(float) * (size_t)(n_tok * ldx));
+    for (int64_t i = 0; i < n_tok * ldx; i++) x[i] = gauss(s) * (i % 97 == 0 ? 8.0f : 1.0f);
+    /* float64 reference from the dequantized weights and the fp32 activations; the kernels
+     * round each activation to its block's int8 grid, by at most amax / 254 (half a step),
+     * which bounds their deviation by sum over blocks of amax / 254 * sum |w| */
+    size_t ny = (size_t)(n_tok * rows);
+    double *ref = malloc(sizeof(double) * ny), *bnd = malloc(sizeof(double) * ny);
+    double *mag = malloc(sizeof(double) * ny);
+    for (int t = 0; t < n_tok; t++) {
+        const float *xt = x + t * ldx;
+        for (int64_t o = 0; o < rows; o++) {
+            double acc = 0, b = 0, a = 0;
+            for (int64_t b0 = 0; b0 < cols; b0 += 32) {
+                double amax = 0, sw = 0;
+                for (int64_t i = b0; i < b0 + 32; i++) {
+                    double wv = wf[o * cols + i];
+                    acc += wv * xt[i];
+                    a += fabs(wv * xt[i]);
+                    amax = fmax(amax, fabs(xt[i]));
+                    sw += fabs(wv);
+                }
+                b += amax / 254.0 * sw;
+            }
+            ref[t * rows + o] = acc;
+            bnd[t * rows + o] = b;
+            mag[t * rows + o] = a;
+        }
+    }
+    size_t ysz = sizeof(float) * (size_t)(n_tok * ldy);
+    float *ys = malloc(ysz), *y = malloc(ysz);
+    for (int64_t i = 0; i < n_tok * ldy; i++) ys[i] = SENTINEL;
+    run_kernel(NULL, &cpu_mmq_scalar[dt], w, dt, rows, cols, x, ldx, n_tok, ys, ldy);
+    for (int isa = 0; isa < CPU_ISA_COUNT + 1; isa++) {
+        /* isa == CPU_ISA_COUNT: through cpu_matmul, once the dispatcher knows the type */
+        if (isa < CPU_ISA_COUNT && !isa_ok(isa)) continue;
+        if (isa == CPU_ISA_COUNT && !cpu_matmul_supports(dt)) continue;
+        for (int64_t i = 0; i < n_tok * ldy; i++) y[i] = SENTINEL;
+        if (isa < CPU_ISA_COUNT) {
+            run_kernel(pool, &TABLES[isa][dt], w, dt, rows, cols, x, ldx, n_tok, y, ldy);
+        } else {
+            ts_tensor tt = {.dtype = dt, .n_dims = 2, .shape = {rows, cols}, .data = w,
+                            .nbytes = rb * (size_t)rows};
+            cpu_matmul(pool, cpu_isa_best(), &tt, x, ldx, n_tok, y, ldy);
+        }
+        const char *iname = isa < CPU_ISA_COUNT ? cpu_isa_name((cpu_isa)isa) : "cpu_matmul";
+        for (int t = 0; t < n_tok; t++) {
+            for (int64_t o = 0; o < ldy; o++) {
+                float v = y[t * ldy + o];
+                if (o >= rows) {
+                    CHECKF(v == SENTINEL, "%s %s: wrote y gap t=%d o=%lld", ts_dtype_name(dt),
+                           iname, t, (long long)o);
+                    continue;
+                }
+                size_t i = (size_t)(t * rows + o);
+                double fp = 2e-6 * mag[i] + 1e-30; /* fp32 rounding in any summation order */
+                double e_ref = fabs((double)v - ref[i]), e_sc = fabs((double)v - ys[t * ldy + o]);
+                CHECKF(e_ref <= 1.01 * bnd[i] + fp && e_sc <= fp,
+                       "%s %s %d thr [%lld x %lld] n_tok %d: y[%d][%lld] = %.9g ref %.9g "
+                       "(bound %.3g) scalar %.9g",
+                       ts_dtype_name(dt), iname, nth, (long long)rows, (long long)cols, n_tok, t,
+                       (long long)o, v, ref[i], bnd[i], ys[t * ldy + o]);
+                if (tu_failures - fails_before > 5) goto out;
+            }
+        }
+    }
+out:
+    free(w);
+    free(wf);
+    free(tmp);
+    free(x);
+    free(ref);
+    free(bnd);
+    free(mag);
+    free(ys);
+    free(y);
+}
+
+static void test_kernels(void) {
+    static const int64_t rows[] = {1, 3, 7, 34, 67};
+    static const int toks[] = {1, 2, 3, 5, 17, 64};
+    unsigned long long seed = 0xfeedfacecafebeefull;
+    for (int nth = 1; nth <= 2; nth++) {
+        ts_pool *pool = NULL;
+        CHECK(ts_pool_create(nth, &pool) == TS_OK);
+        for (size_t d = 0; d < N_QTYPES; d++) {
+            ts_dtype dt = QTYPES[d];
+            int be = ts_dtype_block_elems(dt);
+            const int64_t cols[] = {be, 3 * be, be == 32 ? 320 : 1024};
+            for (size_t r = 0; r < sizeof rows / sizeof *rows; r++)
+                for (size_t c = 0; c < 3; c++)
+                    for (size_t t = 0; t < sizeof toks / sizeof *toks; t++)
+                        check_shape(pool, nth, dt, rows[r], cols[c], toks[t], &seed);
+            /* long rows: token tiles of the activation scratch (4 tokens at 32768 columns) */
+            check_shape(pool, nth, dt, 5, 32768, 9, &seed);
+        }
+        ts_pool_free(pool);
+    }
+}
+
+/* ---- --bench --------------------------------------------------------------------------- */
+
+/* TS_BENCH_THREADS=1 times with the thread's CPU clock: single-thread tuning on a busy host */
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(atoi(tu_env("TS_BENCH_THREADS", "2")) == 1 ? CLOCK_THREAD_CPUTIME_ID
+                                                                 : CLOCK_MONOTONIC,
+                  &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void bench_one(ts_pool *pool, int nth, cpu_isa isa, ts_dtype dt, int64_t rows,
+                      int64_t cols, int n_tok, double budget_s) {
+    size_t wbytes = ts_dtype_row_bytes(dt, cols) * (size_t)rows;
+    int copies = n_tok > 16 ? 1 : (int)((512u << 20) / wbytes) + 1; /* decode: from DRAM */
+    size_t total = wbytes * (size_t)copies;
+    uint8_t *w = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    float *x = malloc(sizeof(float) * (size_t)(cols * n_tok));
+    float *y = malloc(sizeof(float) * (size_t)(rows * n_tok));
+    if (w == MAP_FAILED || !x || !y) {
+        printf("bench: out of memory\n");
+        goto out;
+    }
+    madvise(w, total, MADV_HUGEPAGE);
+    {
+        /* one quantized row repeated: quantizing 500 MB would take longer than the bench */
+        unsigned long long s = 5;
+        float *row = malloc(sizeof(float) * (size_t)cols);
+        for (int64_t i = 0; i < cols; i++) row[i] = gauss(&s);
+        size_t rb = ts_dtype_row_bytes(dt, cols);
+        ts_quantize_row(dt, row, w, cols);
+        for (size_t o = 1; o < total / rb; o++) memcpy(w + o * rb, w, rb);
+        free(row);
+    }
+    for (int64_t i = 0; i < cols * n_tok; i++) x[i] = 0.001f * (float)(i % 1000);
+    const cpu_mm_kernel *k = &TABLES[isa][dt];
+    enum { MAX_ITERS = 4096 };
+    static double times[MAX_ITERS];
+    int iters = 0;
+    double start = now_s();
+    while (iters < 3 || (now_s() - start < budget_s && iters < MAX_ITERS)) {
+        const uint8_t *wi = w + (size_t)(iters % copies) * wbytes;
+        double t0 = now_s();
+        run_kernel(pool, k, wi, dt, rows, cols, x, cols, n_tok, y, rows);
+        times[iters++] = now_s() - t0;
+    }
+    qsort(times, (size_t)iters, sizeof *times, cmp_double);
+    double med = times[iters / 2], best = times[0];
+    double flop = 2.0 * (double)rows * (double)cols * n_tok;
+    printf("%-6s %-5s thr=%d [%6lld x %5lld] n_tok=%3d: %8.1f us  %6.2f GB/s %6.1f GFLOP/s"
+           "  best %6.2f GB/s %6.1f GFLOP/s\n",
+           cpu_isa_name(isa), ts_dtype_name(dt), nth, (long long)rows, (long long)cols, n_tok,
+           med * 1e6, (double)wbytes / med * 1e-9, flop / med * 1e-9,
+           (double)wbytes / best * 1e-9, flop / best * 1e-9);
+out:
+    if (w != MAP_FAILED) munmap(w, total);
+    free(x);
+    free(y);
+}
+
+/* --bench [decode|prefill|all [isa [dtype]]] */
+static int bench(int argc, char **argv) {
+    const char *only = argc > 2 && strcmp(argv[2], "all") ? argv[2] : "";
+    const char *isa_only = argc > 3 ? argv[3] : "", *dt_only = argc > 4 ? argv[4] : "";
+    static const ts_dtype dts[] = {TS_DTYPE_Q4_K, TS_DTYPE_Q4_0, TS_DTYPE_Q8_0, TS_DTYPE_Q6_K,
+                                   TS_DTYPE_Q5_0};
+    int nth = atoi(tu_env("TS_BENCH_THREADS", "2"));
+    ts_pool *pool = NULL;
+    if (ts_pool_create(nth, &pool) != TS_OK) return 1;
+    printf("read bandwidth, %d threads: %.2f GB/s\n", nth,
+           cpu_measure_read_bandwidth(pool, (size_t)1 << 30, 5));
+    for (int i = CPU_ISA_COUNT - 1; i > CPU_ISA_SCALAR; i--) {
+        if (!isa_ok(i) || (*isa_only && strcmp(isa_only, cpu_isa_name((cpu_isa)i)))) continue;
+        for (size_t d = 0; d < sizeof dts / sizeof *dts; d++) {
+            ts_dtype dt = dts[d];
+            if (*dt_only && strcmp(dt_only, ts_dtype_name(dt))) continue;
+            if (!*only || !strcmp(only, "decode")) {
+                bench_one(pool, nth, (cpu_isa)i, dt, 6144, 1024, 1, 0.5);
+                bench_one(pool, nth, (cpu_isa)i, dt, 1024, 6144, 1, 0.5);
+                bench_one(pool, nth, (cpu_isa)i, dt, 248320, 1024, 1, 1.0);
+            }
+            if (!*only || !strcmp(only, "prefill")) {
+                bench_one(pool, nth, (cpu_isa)i, dt, 1024, 1024, 512, 1.0);
+                bench_one(pool, nth, (cpu_isa)i, dt, 3584, 1024, 512, 1.0);
+            }
+        }
+    }
+    ts_pool_free(pool);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1 && !strcmp(argv[1], "--bench")) return bench(argc, argv);
+    test_errors();
+    test_dequant_q8_0_q4_0_q5_0();
+    test_dequant_q4_K();
+    test_dequant_q6_K();
+    test_roundtrip();
+    test_kernels();
+    return tu_report("test_quant");
+}
