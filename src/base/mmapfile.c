@@ -9,6 +9,39 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+/* Big files (weights) are read into anonymous memory backed by transparent huge pages when the
+ * kernel allows it: decode streams every weight once per token, and with 4 KiB pages of a
+ * file mapping the CPU reads them markedly slower (TLB misses; measured ~17 vs ~25 GB/s on one
+ * core). The copy is made read-only afterwards. MAP_FAILED when it cannot be done, so the
+ * caller falls back to a plain file mapping. TESSERA_NO_HUGEPAGES=1 keeps the mapping. */
+#define TS_MMAP_COPY_MIN ((size_t)64 << 20)
+
+static void *read_into_huge_pages(int fd, size_t size) {
+#if defined(MADV_HUGEPAGE)
+    void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return MAP_FAILED;
+    if (madvise(p, size, MADV_HUGEPAGE) != 0) {
+        munmap(p, size);
+        return MAP_FAILED;
+    }
+    for (size_t off = 0; off < size;) {
+        ssize_t r = pread(fd, (char *)p + off, size - off > (1u << 30) ? (1u << 30) : size - off,
+                          (off_t)off);
+        if (r <= 0) {
+            munmap(p, size);
+            return MAP_FAILED;
+        }
+        off += (size_t)r;
+    }
+    mprotect(p, size, PROT_READ);
+    return p;
+#else
+    (void)fd;
+    (void)size;
+    return MAP_FAILED;
+#endif
+}
+
 ts_status ts_mmap_open(const char *path, ts_mmap *out) {
     out->data = NULL;
     out->size = 0;
@@ -25,7 +58,10 @@ ts_status ts_mmap_open(const char *path, ts_mmap *out) {
         return ts_error(TS_ERR_IO, "%s: not a regular file", path);
     }
     if (st.st_size > 0) {
-        void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+        void *p = MAP_FAILED;
+        if ((size_t)st.st_size >= TS_MMAP_COPY_MIN && !getenv("TESSERA_NO_HUGEPAGES"))
+            p = read_into_huge_pages(fd, (size_t)st.st_size);
+        if (p == MAP_FAILED) p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
         if (p == MAP_FAILED) {
             int e = errno;
             close(fd);
