@@ -215,7 +215,7 @@ static void check_shape(ts_pool *pool, int nth, ts_dtype dt, int64_t rows, int64
                         int n_tok, unsigned long long *s) {
     int fails_before = tu_failures;
     size_t rb = ts_dtype_row_bytes(dt, cols);
-    uint8_t *w = aligned_alloc(64, rb * (size_t)rows + 64);
+    uint8_t *w = aligned_alloc(64, (rb * (size_t)rows + 64 + 63) / 64 * 64); /* size: a multiple of 64 */
     float *wf = malloc(sizeof(float) * (size_t)(rows * cols));
     float *tmp = malloc(sizeof(float) * (size_t)cols);
     for (int64_t o = 0; o < rows; o++) {
