@@ -12,10 +12,10 @@ never in the repository), where prefill is expensive enough to show what prefix 
 Goals (issue 4): the follow-up's TTFT within 10% of the short prompt's; admission/refusal under
 1 ms.
 
-Every short prompt is a new question (a repeated one would reuse its own snapshot). The
-follow-up is sent once the worker has prepared the next turn (/metrics), as a person reading
-the answer would allow; the history is a system prompt of --history tokens plus the first
-answer."""
+Every short prompt is a new question; "repeat" sends the first one again (with reuse it is
+restored whole, its first token sampled from the stored logits, no prefill). The follow-up is
+sent once the worker has prepared the next turn (/metrics), as a person reading the answer
+would allow; the history is a system prompt of --history tokens plus the first answer."""
 import argparse
 import http.client
 import json
@@ -99,11 +99,18 @@ def bench_ttft(srv, reps, max_tokens, history, reuse):
                          {"messages": [{"role": "user", "content": f"What is 2 + {i}?"}],
                           "temperature": 0, "max_tokens": max_tokens})[0] for i in range(reps)]
     out["short"] = median_ms(short)
+    # the first short prompt again: with reuse it is restored whole (snapshot + stored logits)
+    repeat = [stream_ttft(srv.port, "/v1/chat/completions",
+                          {"messages": [{"role": "user", "content": "What is 2 + 0?"}],
+                           "temperature": 0, "max_tokens": max_tokens})[0] for _ in range(reps)]
+    out["repeat"] = median_ms(repeat)
     # multi-turn: the first turn is answered, then the follow-up is timed (a fresh conversation
     # each repetition, so only its own history can be reused)
     follow = []
     for i in range(reps):
         first_q = f"Tell me about topic {i}."
+        if reuse:
+            srv.settle()  # the previous follow-up's idle work must not count for this one
         before = next_turns(srv)
         _, _, r = srv.post("/v1/chat/completions",
                            {"messages": conversation([(first_q, None)], system),
@@ -217,7 +224,7 @@ def main():
         return
     print(f"model: {model}; history {c['history_tokens']} tokens before the follow-up")
     print(f"{'TTFT (median ms)':24} {'prefix reuse':>14} {'no reuse':>10}")
-    for k in ("short", "follow_up", "reasoning"):
+    for k in ("short", "repeat", "follow_up", "reasoning"):
         print(f"{k:24} {res['cache'][k]:14.2f} {res['no_cache'][k]:10.2f}")
     if "overhead" in res:
         o = res["overhead"]

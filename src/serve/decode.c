@@ -26,6 +26,7 @@ ts_status serve_decoder_init(serve_decoder *d, const serve_decoder_opts *o) {
     d->pos = malloc((size_t)d->n_ctx * sizeof *d->pos);
     d->slot = calloc((size_t)d->n_ctx, sizeof *d->slot);
     d->want = malloc(PREFILL_CHUNK);
+    d->pending_snap = -1;
     if (!d->want || !d->logits || !d->gen_count || !d->seen || !d->seq || !d->pos || !d->slot)
         return ts_error(TS_ERR_NOMEM, "out of memory for the decoder");
     return TS_OK;
@@ -72,7 +73,7 @@ static ts_status prefill(serve_decoder *d, serve_job *j, int from, int to, bool 
 
 /* Copies slot 0 (holding seq[0, len)) into a snapshot slot. */
 static void snapshot(serve_decoder *d, int len) {
-    int dst = serve_prefix_cache_store(d->o.cache, d->seq, len);
+    int dst = serve_prefix_cache_store(d->o.cache, d->seq, len, NULL);
     if (dst < 0) return;
     if (ts_engine_slot_copy(d->o.engine, 0, dst) != TS_OK) serve_prefix_cache_drop(d->o.cache, dst);
 }
@@ -161,28 +162,36 @@ static void sleep_ms(int ms) {
     nanosleep(&ts, NULL);
 }
 
-/* Restores the best snapshot into slot 0 (or clears it); returns the tokens reused. */
+/* Restores the best snapshot into slot 0 (or clears it); returns the tokens reused. A snapshot
+ * of the whole prompt comes with its logits, which replace the prefill. */
 static int restore_prefix(serve_decoder *d, const serve_job *j) {
-    const serve_snapshot *s = serve_prefix_cache_find(d->o.cache, j->ids, j->n_ids, j->n_ids - 1);
-    if (s && ts_engine_slot_copy(d->o.engine, s->slot, 0) == TS_OK) return s->len;
+    const serve_snapshot *s = serve_prefix_cache_find_prompt(d->o.cache, j->ids, j->n_ids);
+    if (s && ts_engine_slot_copy(d->o.engine, s->slot, 0) == TS_OK) {
+        if (s->len == j->n_ids)
+            memcpy(d->logits, s->logits, (size_t)d->n_vocab * sizeof *d->logits);
+        return s->len;
+    }
     ts_engine_slot_clear(d->o.engine, 0);
     return 0;
 }
 
-/* Prefills the prompt after `start`, stopping at the snapshot points on the way. */
+/* Prefills the prompt after `start` in one piece (chunks only for cancellation: every extra
+ * forward call is one more pass over the weights) and reserves the snapshot of the whole
+ * prompt with its logits row. The state itself is copied once the first token is out
+ * (flush_snapshot): slot 0 holds the prompt until the first decode step. */
 static ts_status prefill_prompt(serve_decoder *d, serve_job *j, int start) {
-    int n = j->n_ids, points[2], np = 0;
-    if (d->o.cache->n > 0) {
-        if (j->snapshot_at > start && j->snapshot_at < n - 1) points[np++] = j->snapshot_at;
-        if (n - 1 > start) points[np++] = n - 1;
-    }
-    int at = start;
-    for (int p = 0; p < np; p++) {
-        TS_TRY(prefill(d, j, at, points[p], false));
-        snapshot(d, points[p]);
-        at = points[p];
-    }
-    return prefill(d, j, at, n, true);
+    if (start == j->n_ids) return TS_OK; /* restored with its logits */
+    TS_TRY(prefill(d, j, start, j->n_ids, true));
+    d->pending_snap = serve_prefix_cache_store(d->o.cache, d->seq, j->n_ids, d->logits);
+    return TS_OK;
+}
+
+/* Copies slot 0 into the snapshot reserved by prefill_prompt, before anything moves it on. */
+static void flush_snapshot(serve_decoder *d) {
+    if (d->pending_snap < 0) return;
+    if (ts_engine_slot_copy(d->o.engine, 0, d->pending_snap) != TS_OK)
+        serve_prefix_cache_drop(d->o.cache, d->pending_snap);
+    d->pending_snap = -1;
 }
 
 static ts_status decode(serve_decoder *d, serve_job *j, serve_finish *how) {
@@ -240,6 +249,7 @@ static ts_status decode(serve_decoder *d, serve_job *j, serve_finish *how) {
         if (d->o.step_delay_ms > 0) sleep_ms(d->o.step_delay_ms);
         int32_t p = d->n_seq - 1;
         ts_batch b = {1, &tok, &p, d->slot, NULL};
+        flush_snapshot(d);
         if (st == TS_OK) st = ts_engine_forward(d->o.engine, &b, d->logits);
         serve_metrics_token_latency(d->o.metrics, serve_now() - t0);
     }
@@ -264,6 +274,7 @@ void serve_decoder_run(serve_decoder *d, serve_job *j, serve_finish *how, char *
                        size_t err_size) {
     *how = SERVE_FINISH_ERROR;
     d->answer_pending = false;
+    d->pending_snap = -1;
     memcpy(d->seq, j->ids, (size_t)j->n_ids * sizeof *j->ids);
     d->n_seq = j->n_ids;
     memset(d->gen_count, 0, (size_t)d->n_vocab * sizeof *d->gen_count);
@@ -282,6 +293,7 @@ void serve_decoder_run(serve_decoder *d, serve_job *j, serve_finish *how, char *
         st = decode(d, j, how);
         serve_metrics_tokens(d->o.metrics, 0, 0, 0, j->completion_tokens);
     }
+    flush_snapshot(d); /* when decoding never stepped (one token, or cancelled at once) */
     if (st == TS_ERR_CANCELLED) {
         *how = SERVE_FINISH_CANCELLED;
     } else if (st != TS_OK) {

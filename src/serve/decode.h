@@ -2,17 +2,19 @@
  * and logprobs, text output, and the snapshots that later requests reuse. Worker thread only.
  *
  * Prefix reuse: slot 0 is the working sequence; slots 1..n hold snapshots (serve/prefix_cache).
- * A job restores the longest snapshot that is a prefix of its prompt AND shorter than it (at
- * least one prompt token must run through the model, so the first token's logits exist) and
- * prefills only the rest. Snapshots are taken where the prompt's last turn starts, one token
- * before the end of the prompt (so the same prompt again prefills only its last token), and
- * after the answer: for a raw completion, the answer's own state (continued by the client);
- * for a chat, the next turn's prefix. The chat template re-renders an earlier answer without
- * its think block (and without the empty one of non-thinking mode), so the state after
- * generation is never a prefix of the next prompt; instead, while the worker is idle, the
- * conversation is rendered as the next request will render it (the messages, this answer as
- * the client gets it, and a placeholder turn) and everything up to the placeholder is
- * prefilled from the best snapshot and kept. The follow-up then prefills only its new turn. */
+ * A job restores the longest snapshot that is a prefix of its prompt and prefills only the
+ * rest, in one piece: on a bandwidth-bound CPU every extra forward call is one more pass over
+ * the weights, so the request path never splits a prompt for a snapshot. The state at the end
+ * of the prompt is kept with its last logits row (a slot copy made once the first token is
+ * out, no compute), so the same prompt again is restored whole and samples from the stored
+ * row with no prefill at all. After the answer, while the worker is idle: for a raw
+ * completion, the answer's own state (continued by the client); for a chat, the next turn's
+ * prefix. The chat template re-renders an earlier answer without its think block (and without
+ * the empty one of non-thinking mode), so the state after generation is never a prefix of the
+ * next prompt; instead the conversation is rendered as the next request will render it (the
+ * messages, this answer as the client gets it, and a placeholder turn) and everything up to
+ * the placeholder is prefilled from the best snapshot and kept. The follow-up then prefills
+ * only its new turn. */
 #ifndef TS_SERVE_DECODE_H
 #define TS_SERVE_DECODE_H
 
@@ -40,6 +42,7 @@ typedef struct {
     int32_t *pos, *slot;
     uint8_t *want; /* [prefill chunk] */
     bool answer_pending; /* seq holds an answer whose state may be snapshotted */
+    int pending_snap;    /* snapshot slot still to receive the prompt's state, or -1 */
 } serve_decoder;
 
 ts_status serve_decoder_init(serve_decoder *d, const serve_decoder_opts *o);

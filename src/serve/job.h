@@ -49,7 +49,6 @@ typedef struct serve_job {
     bool in_think;     /* the prompt ends inside <think> */
     bool ignore_eos;
     int top_logprobs;  /* -1 = no logprobs */
-    int snapshot_at;   /* a prompt position worth a snapshot (start of the last turn), or 0 */
     bool parse_tools;  /* tool calls in the content become SERVE_CH_TOOL segments */
     /* chat: the request, owned; after the answer the worker renders the next turn's prefix
      * from it (read-only on both sides) */

@@ -110,14 +110,12 @@ bool serve_prepare(const serve_runtime *rt, const serve_request *r, int max_toke
     j->top_logprobs = r->top_logprobs;
     j->ignore_eos = r->ignore_eos;
     /* thinking is open when the prompt's last <think> is after its last </think> */
-    int last_open = -1, last_close = -1, last_turn = 0;
+    int last_open = -1, last_close = -1;
     for (int i = 0; i < n; i++) {
         if (j->ids[i] == rt->think_open) last_open = i;
         if (j->ids[i] == rt->think_close) last_close = i;
-        if (j->ids[i] == rt->turn_start) last_turn = i;
     }
     j->in_think = rt->think_open >= 0 && last_open > last_close;
-    j->snapshot_at = r->api == SERVE_API_CHAT ? last_turn : 0;
     j->parse_tools = r->parse_tools;
     return true;
 }

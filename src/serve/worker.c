@@ -11,6 +11,11 @@
 #include "serve/prefix_cache.h"
 
 #define SERVE_MAX_SNAPSHOTS 64
+/* Idle work after an answer (a chat's next-turn prefix, a completion's answer state) waits this
+ * long for another request first: a client that sends its next request straight away (a
+ * benchmark, a batch script) then never waits behind a forward call it does not need. A
+ * person reading the answer takes far longer. */
+#define SERVE_IDLE_GRACE_MS 100
 
 struct serve_worker {
     serve_worker_opts o;
@@ -68,7 +73,9 @@ static ts_status load(serve_worker *w) {
     int n_ctx = w->o.n_ctx > 0 ? w->o.n_ctx
                                : (info.n_ctx_train < 4096 ? info.n_ctx_train : 4096);
     size_t sb = ts_model_state_bytes(w->model, n_ctx);
-    size_t n_snap = sb ? w->o.cache_bytes / sb : 0;
+    /* a snapshot may keep its prompt's last logits row in host memory: counted in the budget */
+    size_t per_snap = sb + (size_t)info.n_vocab * sizeof(float);
+    size_t n_snap = sb ? w->o.cache_bytes / per_snap : 0;
     if (n_snap > SERVE_MAX_SNAPSHOTS) n_snap = SERVE_MAX_SNAPSHOTS;
     ts_engine_opts eo;
     ts_engine_opts_default(&eo);
@@ -76,7 +83,7 @@ static ts_status load(serve_worker *w) {
     eo.n_threads = w->o.n_threads;
     eo.n_slots = 1 + (int)n_snap;
     TS_TRY(ts_engine_create(w->model, &eo, &w->engine));
-    TS_TRY(serve_prefix_cache_init(&w->cache, (int)n_snap, 1));
+    TS_TRY(serve_prefix_cache_init(&w->cache, (int)n_snap, 1, info.n_vocab));
     serve_decoder_opts dopts = {w->engine, w->tok, &w->cache, w->metrics, w->o.step_delay_ms};
     TS_TRY(serve_decoder_init(&w->dec, &dopts));
     serve_runtime *rt = &w->rt;
@@ -99,6 +106,20 @@ static ts_status load(serve_worker *w) {
 static bool worker_interrupted(void *ctx) {
     serve_worker *w = ctx;
     pthread_mutex_lock(&w->mu);
+    bool stop = w->q_len > 0 || w->stop || !w->accepting;
+    pthread_mutex_unlock(&w->mu);
+    return stop;
+}
+
+/* Waits up to SERVE_IDLE_GRACE_MS for a request (or shutdown); true when one came. */
+static void deadline_in(struct timespec *ts, int ms);
+
+static bool request_soon(serve_worker *w) {
+    struct timespec dl;
+    deadline_in(&dl, SERVE_IDLE_GRACE_MS);
+    pthread_mutex_lock(&w->mu);
+    while (w->q_len == 0 && !w->stop && w->accepting)
+        if (pthread_cond_timedwait(&w->cv, &w->mu, &dl) == ETIMEDOUT) break;
     bool stop = w->q_len > 0 || w->stop || !w->accepting;
     pthread_mutex_unlock(&w->mu);
     return stop;
@@ -161,7 +182,7 @@ static void *worker_main(void *arg) {
             /* after the client has its answer, unless a request waits: keep the state the
              * next turn starts from (a chat's next prefix, or a completion's own state) */
             if (how == SERVE_FINISH_STOP || how == SERVE_FINISH_LENGTH) {
-                bool busy = worker_interrupted(w);
+                bool busy = request_soon(w);
                 if (j->req && w->rt.n_snapshots > 0) {
                     int n = 0;
                     bool ready = !busy && serve_decoder_prepare_next_turn(

@@ -134,6 +134,15 @@ class Server:
                 out[k] = float(v)
         return out
 
+    def settle(self):
+        """Makes the worker decide any idle work still pending from the last chat answer (it
+        waits a moment for a next request before preparing the next turn): a 1-token raw
+        completion is admitted, which settles it, and its own idle work is not a next turn.
+        Afterwards the next-turn counters only move for chats sent from now on."""
+        status, _, _ = self.request("POST", "/v1/completions",
+                                    {"prompt": "x", "max_tokens": 1, "temperature": 0})
+        assert status == 200
+
     def client(self, api_key="none"):
         import openai
         return openai.OpenAI(base_url=self.base + "/v1", api_key=api_key, max_retries=0)

@@ -1,6 +1,7 @@
 """Prefix reuse: a multi-turn conversation gives the same tokens with and without the snapshot
-cache (temperature 0), reports the reused prompt tokens, and the follow-up's time to first
-token drops."""
+cache (temperature 0), reports the reused prompt tokens, the follow-up's time to first token
+drops, and an identical prompt is answered from its snapshot and stored logits with no
+prefill."""
 import json
 import time
 
@@ -12,17 +13,25 @@ SYSTEM = "You are a helpful assistant. " + "Remember these facts carefully. " * 
 QUESTIONS = ["What is the capital of France?", "And of Italy?", "Which one is larger?"]
 
 
-def converse(client, turns=QUESTIONS, max_tokens=24):
+def converse(srv, turns=QUESTIONS, max_tokens=24, wait=False):
+    """wait: give the worker the time a person reading the answer would (until the next turn's
+    prefix is prepared) before each follow-up."""
+    client = srv.client()
     msgs = [{"role": "system", "content": SYSTEM}]
     out = []
+    if wait:
+        srv.settle()
     for q in turns:
         msgs.append({"role": "user", "content": q})
+        before = prepared(srv)
         r = client.chat.completions.create(model="serve-tiny", messages=msgs, temperature=0,
                                            max_tokens=max_tokens, logprobs=True)
         text = r.choices[0].message.content
         toks = [t.token for t in r.choices[0].logprobs.content]
         out.append((text, toks, r.usage))
         msgs.append({"role": "assistant", "content": text})
+        if wait:
+            wait_prepared(srv, before)
     return out
 
 
@@ -39,31 +48,76 @@ def cold():
 
 
 def test_multi_turn_identical_with_and_without_cache(warm, cold):
-    a = converse(warm.client())
-    b = converse(cold.client())
+    a = converse(warm, wait=True)
+    b = converse(cold)
     for (ta, ka, ua), (tb, kb, ub) in zip(a, b):
         assert ka == kb
         assert ta == tb
         assert ua.prompt_tokens == ub.prompt_tokens
         assert ub.prompt_tokens_details.cached_tokens == 0
-    # later turns reuse the previous prompt up to its generation prompt (the template renders
-    # earlier answers differently from how they were generated, so the answer itself is new)
+    # later turns reuse the previous prompt up to its generation prompt, and the answer (the
+    # template renders earlier answers differently from how they were generated, so the
+    # worker prepared that prefix while the client read the answer)
     for i in (1, 2):
         cached = a[i][2].prompt_tokens_details.cached_tokens
         assert cached >= a[i - 1][2].prompt_tokens - 16, (i, cached)
         assert cached < a[i][2].prompt_tokens
 
 
-def test_same_prompt_twice_prefills_one_token(warm):
-    body = {"messages": [{"role": "user", "content": "repeat me " * 40}], "max_tokens": 8,
+def test_immediate_follow_up_identical(warm, cold):
+    """A follow-up sent at once (before the next turn could be prepared) reuses less but still
+    gives the same tokens."""
+    a = converse(warm, turns=["Quick one?", "And again?"], max_tokens=8)
+    b = converse(cold, turns=["Quick one?", "And again?"], max_tokens=8)
+    assert [x[:2] for x in a] == [x[:2] for x in b]
+
+
+def prefilled(srv):
+    return srv.metrics()["tessera_prefill_tokens_total"]
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/completions"])
+def test_identical_prompt_needs_no_prefill(warm, cold, path):
+    """The same prompt again restores the snapshot of the whole prompt and samples its first
+    token from the stored logits row: every prompt token is cached, none is prefilled, and the
+    output (tokens and logprobs) is that of a server without the cache, with or without
+    penalties (they apply to the stored row as they would to fresh logits)."""
+    if path == "/v1/chat/completions":
+        body = {"messages": [{"role": "user", "content": "repeat me " * 40}],
+                "logprobs": True, "top_logprobs": 3}
+    else:
+        body = {"prompt": "say it again " * 30, "logprobs": 3}
+    body.update(max_tokens=8, temperature=0, return_token_ids=True)
+    # the first one has penalties: the row kept must be the model's, not the penalised one
+    again = dict(body, repetition_penalty=1.3, frequency_penalty=0.5)
+    st, _, r1 = warm.post(path, again)
+    assert st == 200, r1
+    n = r1["usage"]["prompt_tokens"]
+    assert r1["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+    for b in (body, again):
+        before = prefilled(warm)
+        st, _, r2 = warm.post(path, b)
+        assert st == 200, r2
+        assert r2["usage"]["prompt_tokens"] == n
+        assert r2["usage"]["prompt_tokens_details"]["cached_tokens"] == n
+        assert prefilled(warm) - before == 0
+        st, _, c = cold.post(path, b)
+        assert c["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+        assert r2["choices"][0]["token_ids"] == c["choices"][0]["token_ids"]
+        assert r2["choices"][0]["logprobs"] == c["choices"][0]["logprobs"]
+        if b is again:
+            assert r2["choices"][0]["token_ids"] == r1["choices"][0]["token_ids"]
+
+
+def test_new_prompt_prefills_every_token_once(warm):
+    """A prompt no snapshot is a prefix of: all of it is prefilled, nothing twice."""
+    body = {"prompt": "a brand new prompt about otters " * 12, "max_tokens": 2,
             "temperature": 0}
-    st, _, r1 = warm.post("/v1/chat/completions", body)
-    before = warm.metrics()["tessera_prefill_tokens_total"]
-    st, _, r2 = warm.post("/v1/chat/completions", body)
-    assert r2["choices"][0]["message"] == r1["choices"][0]["message"]
-    n = r2["usage"]["prompt_tokens"]
-    assert r2["usage"]["prompt_tokens_details"]["cached_tokens"] == n - 1
-    assert warm.metrics()["tessera_prefill_tokens_total"] - before == 1
+    before = prefilled(warm)
+    st, _, r = warm.post("/v1/completions", body)
+    assert st == 200
+    assert r["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+    assert prefilled(warm) - before == r["usage"]["prompt_tokens"]
 
 
 def test_completion_continuation_uses_answer_snapshot(warm, cold):
@@ -78,6 +132,9 @@ def test_completion_continuation_uses_answer_snapshot(warm, cold):
     assert c["choices"][0]["token_ids"] == out
     more = {"prompt": ids + out + [5, 6, 7], "max_tokens": 10, "temperature": 0,
             "return_token_ids": True}
+    # the answer's state is kept once the worker is idle (a client that comes back at once
+    # prefills the answer instead); give it the time a client reading the text would
+    time.sleep(0.5)
     st, _, r2 = warm.post("/v1/completions", more)
     assert r2["usage"]["prompt_tokens_details"]["cached_tokens"] == len(ids) + len(out)
     st, _, c2 = cold.post("/v1/completions", more)
@@ -102,7 +159,10 @@ def test_follow_up_ttft_drops(warm, cold):
     long_system = "Context: " + "the quick brown fox jumps over the lazy dog. " * 160
     msgs = [{"role": "system", "content": long_system}, {"role": "user", "content": "Hi"}]
     c = warm.client()
+    warm.settle()
+    before = prepared(warm)
     r = c.chat.completions.create(model="serve-tiny", messages=msgs, temperature=0, max_tokens=8)
+    wait_prepared(warm, before)  # the client reads the answer
     follow = msgs + [{"role": "assistant", "content": r.choices[0].message.content},
                      {"role": "user", "content": "Tell me more."}]
     warm_t = min(ttft(warm, follow + [{"role": "user", "content": f"#{i}"}]) for i in range(3))
@@ -141,6 +201,7 @@ def test_follow_up_prefills_only_the_new_turn(warm, cold, think):
     match a server without the cache, in thinking and non-thinking mode."""
     extra = {"chat_template_kwargs": {"enable_thinking": think}}
     start = im_start(warm)
+    warm.settle()
     msgs = [{"role": "system", "content": "Answer in one short sentence. " * 30}]
     for turn, q in enumerate(QUESTIONS):
         msgs.append({"role": "user", "content": f"{q} (think={think})"})

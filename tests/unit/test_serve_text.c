@@ -135,25 +135,47 @@ static void test_split(void) {
 
 static void test_cache(void) {
     serve_prefix_cache c;
-    CHECK(serve_prefix_cache_init(&c, 2, 1) == TS_OK);
+    CHECK(serve_prefix_cache_init(&c, 2, 1, 4) == TS_OK);
     int32_t a[] = {1, 2, 3, 4, 5, 6}, b[] = {1, 2, 9, 9};
-    int s1 = serve_prefix_cache_store(&c, a, 3);
-    int s2 = serve_prefix_cache_store(&c, a, 5);
+    int s1 = serve_prefix_cache_store(&c, a, 3, NULL);
+    int s2 = serve_prefix_cache_store(&c, a, 5, NULL);
     CHECK(s1 == 1 && s2 == 2);
-    CHECK(serve_prefix_cache_store(&c, a, 5) == -1); /* already held */
+    CHECK(serve_prefix_cache_store(&c, a, 5, NULL) == -1); /* already held */
     const serve_snapshot *s = serve_prefix_cache_find(&c, a, 6, 5);
     CHECK(s && s->len == 5);
-    s = serve_prefix_cache_find(&c, a, 6, 4); /* must leave a token to prefill */
+    s = serve_prefix_cache_find(&c, a, 6, 4);
     CHECK(s && s->len == 3);
     CHECK(serve_prefix_cache_find(&c, b, 4, 3) == NULL);
-    /* LRU: a[0..3) was used last, so a[0..5) is evicted */
-    int s3 = serve_prefix_cache_store(&c, b, 2);
-    CHECK(s3 == s2);
-    s = serve_prefix_cache_find(&c, a, 6, 5);
-    CHECK(s && s->len == 3);
+    /* a prompt equal to a snapshot without logits: only a shorter one will do */
+    s = serve_prefix_cache_find_prompt(&c, a, 5);
+    CHECK(s && s->len == 3 && !s->logits);
+    /* ... and once that snapshot has the row (the same sequence stored again), the whole one */
+    float row[4] = {0.5f, -1.0f, 2.0f, 3.5f};
+    CHECK(serve_prefix_cache_store(&c, a, 5, row) == -1);
+    s = serve_prefix_cache_find_prompt(&c, a, 5);
+    CHECK(s && s->len == 5 && s->logits && memcmp(s->logits, row, sizeof row) == 0);
+    s = serve_prefix_cache_find_prompt(&c, a, 6); /* a longer prompt: a proper prefix */
+    CHECK(s && s->len == 5);
+    /* LRU: a[0..5) was used last, so a[0..3) is evicted; the row goes with its entry */
+    int s3 = serve_prefix_cache_store(&c, b, 2, NULL);
+    CHECK(s3 == s1);
+    s = serve_prefix_cache_find(&c, a, 6, 6);
+    CHECK(s && s->len == 5 && s->logits);
+    s = serve_prefix_cache_find(&c, b, 4, 4); /* now b[0..2) was used last */
+    CHECK(s && s->len == 2);
+    int s4 = serve_prefix_cache_store(&c, b, 4, row); /* evicts a[0..5) and its row */
+    CHECK(s4 == s2);
+    s = serve_prefix_cache_find_prompt(&c, a, 5); /* only b[0..2) = a[0..2) is left */
+    CHECK(s && s->len == 2);
+    s = serve_prefix_cache_find_prompt(&c, b, 4);
+    CHECK(s && s->len == 4 && s->logits && s->logits[3] == 3.5f);
+    serve_prefix_cache_drop(&c, s4);
+    s = serve_prefix_cache_find_prompt(&c, b, 4);
+    CHECK(s && s->len == 2 && !s->logits);
     serve_prefix_cache_free(&c);
-    CHECK(serve_prefix_cache_init(&c, 0, 1) == TS_OK);
-    CHECK(serve_prefix_cache_store(&c, a, 3) == -1);
+    CHECK(serve_prefix_cache_init(&c, 0, 1, 4) == TS_OK);
+    CHECK(serve_prefix_cache_store(&c, a, 3, row) == -1);
+    CHECK(serve_prefix_cache_find_prompt(&c, a, 3) == NULL);
     serve_prefix_cache_free(&c);
 }
 
