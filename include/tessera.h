@@ -70,12 +70,17 @@ typedef struct ts_engine ts_engine;
 
 typedef enum { TS_ISA_AUTO, TS_ISA_SCALAR, TS_ISA_AVX2, TS_ISA_AVX512 } ts_isa;
 
+/* Where the forward pass runs. CUDA needs a build with -DTESSERA_CUDA=ON and a GPU; otherwise
+ * ts_engine_create fails with TS_ERR_UNSUPPORTED and says which is missing. */
+typedef enum { TS_DEVICE_CPU, TS_DEVICE_CUDA } ts_device;
+
 typedef struct {
     int n_slots;   /* sequences held at once (state allocated up front) */
     int n_ctx;     /* tokens per sequence, at most */
     int n_batch;   /* tokens per internal forward step; larger batches are split */
-    int n_threads; /* 0 = one per core */
+    int n_threads; /* 0 = one per core (CPU device) */
     ts_isa isa;    /* kernels to use; AUTO = best the CPU supports */
+    ts_device device;
 } ts_engine_opts;
 
 void ts_engine_opts_default(ts_engine_opts *opts);

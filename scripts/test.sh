@@ -8,6 +8,12 @@ jobs=$(nproc)
 cmake -S . -B "$B" -DCMAKE_BUILD_TYPE=Release -DTESSERA_WERROR=ON > /dev/null
 cmake --build "$B" -j "$jobs"
 (cd "$B" && ctest --output-on-failure -j "$jobs")
+# the CUDA backend must build wherever nvcc is (its tests skip without a GPU)
+if command -v nvcc > /dev/null && [ "${TS_SKIP_CUDA:-0}" != 1 ]; then
+  cmake -S . -B "$B-cuda" -DCMAKE_BUILD_TYPE=Release -DTESSERA_WERROR=ON -DTESSERA_CUDA=ON > /dev/null
+  cmake --build "$B-cuda" -j "$jobs"
+  (cd "$B-cuda" && ctest --output-on-failure -R '^test_cuda$')
+fi
 # the GGUF reader under libFuzzer for a bounded time (hostile model files)
 if [ "${TS_SKIP_FUZZ:-0}" != 1 ]; then
   bash scripts/fuzz.sh "${TS_FUZZ_SECONDS:-60}"

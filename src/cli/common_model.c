@@ -1,5 +1,6 @@
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "cli/common_model.h"
@@ -20,6 +21,15 @@ int cli_engine_opt(int argc, char **argv, int *i, cli_engine_args *a) {
     if ((v = cli_opt_value(argc, argv, i, "-c", "--ctx"))) {
         if (!cli_parse_int(v, 1, 1 << 24, &x)) return cli_usage("bad --ctx '%s'", v), -1;
         a->n_ctx = (int)x;
+        return 1;
+    }
+    if ((v = cli_opt_value(argc, argv, i, NULL, "--device"))) {
+        if (strcmp(v, "cpu") == 0)
+            a->device = TS_DEVICE_CPU;
+        else if (strcmp(v, "cuda") == 0)
+            a->device = TS_DEVICE_CUDA;
+        else
+            return cli_usage("bad --device '%s' (cpu or cuda)", v), -1;
         return 1;
     }
     if ((v = cli_opt_value(argc, argv, i, "-b", "--batch"))) {
@@ -53,6 +63,7 @@ int cli_open(const cli_engine_args *a, ts_model **model, ts_engine **engine) {
     ts_engine_opts o;
     ts_engine_opts_default(&o);
     o.n_threads = a->n_threads;
+    o.device = a->device;
     o.n_slots = a->n_slots > 0 ? a->n_slots : 1;
     o.n_ctx = a->n_ctx > 0 ? a->n_ctx : (info.n_ctx_train < 4096 ? info.n_ctx_train : 4096);
     if (a->n_batch > 0) o.n_batch = a->n_batch;

@@ -10,9 +10,10 @@ typedef struct {
     int n_ctx;
     int n_batch;
     int n_slots;
+    ts_device device;
 } cli_engine_args;
 
-/* Parses --threads/-t, --ctx/-c, --batch/-b and -m/--model at argv[*i]; returns 1 when it
+/* Parses --threads/-t, --ctx/-c, --batch/-b, --device cpu|cuda and -m/--model at argv[*i]; returns 1 when it
  * consumed an option, 0 when argv[*i] is not one of them, -1 (after printing) on a bad value. */
 int cli_engine_opt(int argc, char **argv, int *i, cli_engine_args *a);
 

@@ -9,12 +9,13 @@
 
 #include <stdio.h>
 
+#include "backend/cuda/cuda_backend.h"
 #include "base/cpu.h"
 #include "engine/engine_int.h"
 
 void ts_engine_opts_default(ts_engine_opts *o) {
     *o = (ts_engine_opts){.n_slots = 1, .n_ctx = 4096, .n_batch = 512, .n_threads = 0,
-                          .isa = TS_ISA_AUTO};
+                          .isa = TS_ISA_AUTO, .device = TS_DEVICE_CPU};
 }
 
 void ts_engine_free(ts_engine *e) {
@@ -45,6 +46,8 @@ ts_status ts_engine_create(ts_model *model, const ts_engine_opts *opts, ts_engin
                         model->info.n_ctx_train);
     if (o.n_batch < 1 || o.n_batch > 65536)
         return ts_error(TS_ERR_INVALID, "batch %d out of range 1..65536", o.n_batch);
+    if (o.device != TS_DEVICE_CPU && o.device != TS_DEVICE_CUDA)
+        return ts_error(TS_ERR_INVALID, "unknown device %d", (int)o.device);
     int isa = o.isa == TS_ISA_AUTO ? -1 : (int)o.isa - 1; /* ts_isa -> cpu_isa */
     ts_engine *e = calloc(1, sizeof *e);
     if (!e) return ts_error(TS_ERR_NOMEM, "out of memory");
@@ -53,7 +56,8 @@ ts_status ts_engine_create(ts_model *model, const ts_engine_opts *opts, ts_engin
     e->n_ctx = o.n_ctx;
     e->n_batch = o.n_batch;
     e->n_vocab = model->info.n_vocab;
-    ts_status st = ts_backend_cpu_create(o.n_threads, isa, &e->be);
+    ts_status st = o.device == TS_DEVICE_CUDA ? ts_backend_cuda_create(0, &e->be)
+                                              : ts_backend_cpu_create(o.n_threads, isa, &e->be);
     if (st == TS_OK) st = model->arch->runtime_create(model, e->be, o.n_batch, o.n_ctx, &e->rt);
     if (st == TS_OK) {
         e->state_bytes = model->arch->state_bytes(model, o.n_ctx);
@@ -74,9 +78,12 @@ ts_status ts_engine_create(ts_model *model, const ts_engine_opts *opts, ts_engin
         ts_engine_free(e);
         return st;
     }
-    snprintf(e->desc, sizeof e->desc, "%s %s x%d", e->be->ops->name,
-             ts_backend_cpu_isa_name(e->be) ? ts_backend_cpu_isa_name(e->be) : "",
-             o.n_threads > 0 ? o.n_threads : ts_cpu_count());
+    if (ts_backend_cuda_device_name(e->be))
+        snprintf(e->desc, sizeof e->desc, "cuda %s", ts_backend_cuda_device_name(e->be));
+    else
+        snprintf(e->desc, sizeof e->desc, "%s %s x%d", e->be->ops->name,
+                 ts_backend_cpu_isa_name(e->be) ? ts_backend_cpu_isa_name(e->be) : "",
+                 o.n_threads > 0 ? o.n_threads : ts_cpu_count());
     *out = e;
     return TS_OK;
 }

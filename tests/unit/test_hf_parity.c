@@ -109,7 +109,7 @@ static void check_greedy(const char *dir, const char *model, ts_engine *e, const
     for (int g = 0; g < N_GREEDY; g++) {
         char path[8192];
         int32_t *prompt, *want = NULL;
-        int np, nw;
+        int np = 0, nw = 0;
         snprintf(path, sizeof path, "%s/%s/ref/greedy_%d.txt", dir, model, g);
         if (fx_read_ids(path, 0, &prompt, &np) != 0) continue;
         CHECK(fx_read_ids(path, 1, &want, &nw) == 0);

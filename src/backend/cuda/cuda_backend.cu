@@ -1,0 +1,201 @@
+/* The CUDA backend: the vtable, device buffers, the stream and cuBLAS handle, error recording.
+ *
+ * Everything runs in order on one stream; host-to-device copies come from pageable memory, which
+ * CUDA stages before cudaMemcpyAsync returns, so callers may reuse their host buffers at once.
+ * download() synchronises, so the host sees every op issued before it. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cuda/cuda_int.cuh"
+
+bool cuda_check(cuda_ctx *c, cudaError_t err, const char *what) {
+    if (err == cudaSuccess) return true;
+    if (!c->failed)
+        fprintf(stderr, "tessera: cuda: %s: %s\n", what, cudaGetErrorString(err));
+    c->failed = true;
+    return false;
+}
+
+bool cuda_check_blas(cuda_ctx *c, cublasStatus_t st, const char *what) {
+    if (st == CUBLAS_STATUS_SUCCESS) return true;
+    if (!c->failed) fprintf(stderr, "tessera: cublas: %s: status %d\n", what, (int)st);
+    c->failed = true;
+    return false;
+}
+
+void *cuda_scratch(cuda_ctx *c, int slot, size_t bytes) {
+    void **p = slot ? &c->scratch_b : &c->scratch_a;
+    size_t *have = slot ? &c->scratch_b_bytes : &c->scratch_a_bytes;
+    if (*have >= bytes && *p) return *p;
+    /* the old buffer may still be read by queued work: wait before freeing it */
+    if (*p) {
+        cuda_check(c, cudaStreamSynchronize(c->stream), "scratch sync");
+        cudaFree(*p);
+        *p = NULL;
+        *have = 0;
+    }
+    size_t n = bytes < 4096 ? 4096 : bytes + bytes / 4;
+    if (!cuda_check(c, cudaMalloc(p, n), "scratch alloc")) return NULL;
+    *have = n;
+    return *p;
+}
+
+static void *cu_alloc(ts_backend *be, size_t bytes) {
+    cuda_ctx *c = cuda_of(be);
+    void *p = NULL;
+    /* plain device memory, never managed memory */
+    if (cudaMalloc(&p, bytes ? bytes : 256) != cudaSuccess) {
+        cudaGetLastError(); /* an allocation failure is reported as NULL, not a sticky error */
+        return NULL;
+    }
+    if (!cuda_check(c, cudaMemsetAsync(p, 0, bytes, c->stream), "alloc memset")) {
+        cudaFree(p);
+        return NULL;
+    }
+    return p;
+}
+
+static void cu_free(ts_backend *be, void *buf) {
+    cuda_ctx *c = cuda_of(be);
+    if (!buf) return;
+    cuda_check(c, cudaStreamSynchronize(c->stream), "free sync");
+    cudaFree(buf);
+}
+
+static void cu_upload(ts_backend *be, void *dst, const void *src, size_t bytes) {
+    cuda_ctx *c = cuda_of(be);
+    if (bytes)
+        cuda_check(c, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, c->stream),
+                   "upload");
+}
+
+static void cu_download(ts_backend *be, void *dst, const void *src, size_t bytes) {
+    cuda_ctx *c = cuda_of(be);
+    if (bytes) cuda_check(c, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, c->stream),
+                          "download");
+    cuda_check(c, cudaStreamSynchronize(c->stream), "download sync");
+    if (c->failed) {
+        float nan = nanf("");
+        for (size_t i = 0; i + sizeof nan <= bytes; i += sizeof nan)
+            memcpy((char *)dst + i, &nan, sizeof nan);
+    }
+}
+
+static void cu_copy(ts_backend *be, void *dst, const void *src, size_t bytes) {
+    cuda_ctx *c = cuda_of(be);
+    if (bytes && dst != src)
+        cuda_check(c, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, c->stream),
+                   "copy");
+}
+
+static void cu_zero(ts_backend *be, void *dst, size_t bytes) {
+    cuda_ctx *c = cuda_of(be);
+    if (bytes) cuda_check(c, cudaMemsetAsync(dst, 0, bytes, c->stream), "zero");
+}
+
+static void cu_destroy(ts_backend *be);
+
+static ts_backend_ops make_ops(void) {
+    ts_backend_ops o;
+    memset(&o, 0, sizeof o);
+    o.name = "cuda";
+    o.destroy = cu_destroy;
+    o.alloc = cu_alloc;
+    o.free = cu_free;
+    o.upload = cu_upload;
+    o.download = cu_download;
+    o.copy = cu_copy;
+    o.zero = cu_zero;
+    o.get_rows = cuda_op_get_rows;
+    o.matmul = cuda_op_matmul;
+    o.rmsnorm = cuda_op_rmsnorm;
+    o.l2norm = cuda_op_l2norm;
+    o.rope = cuda_op_rope;
+    o.add = cuda_op_add;
+    o.swiglu = cuda_op_swiglu;
+    o.gelu_mul = cuda_op_gelu_mul;
+    o.softcap = cuda_op_softcap;
+    o.sigmoid_gate = cuda_op_sigmoid_gate;
+    o.copy_rows = cuda_op_copy_rows;
+    o.attention = cuda_op_attention;
+    o.conv1d_silu = cuda_op_conv1d_silu;
+    o.gdn_gates = cuda_op_gdn_gates;
+    o.gdn = cuda_op_gdn;
+    o.gated_rmsnorm = cuda_op_gated_rmsnorm;
+    return o;
+}
+
+static const ts_backend_ops cuda_ops = make_ops();
+
+extern "C" ts_status ts_backend_cuda_create(int device, ts_backend **out) {
+    *out = NULL;
+    int count = 0;
+    cudaError_t err = cudaGetDeviceCount(&count);
+    if (err != cudaSuccess) return ts_error(TS_ERR_UNSUPPORTED, "no CUDA device: %s",
+                                            cudaGetErrorString(err));
+    if (device < 0 || device >= count)
+        return ts_error(TS_ERR_UNSUPPORTED, "no CUDA device: device %d of %d", device, count);
+    if ((err = cudaSetDevice(device)) != cudaSuccess)
+        return ts_error(TS_ERR_UNSUPPORTED, "no CUDA device: %s", cudaGetErrorString(err));
+    cudaDeviceProp prop;
+    if ((err = cudaGetDeviceProperties(&prop, device)) != cudaSuccess)
+        return ts_error(TS_ERR_UNSUPPORTED, "no CUDA device: %s", cudaGetErrorString(err));
+    if (prop.major < 7)
+        return ts_error(TS_ERR_UNSUPPORTED, "CUDA device %s: compute capability %d.%d < 7.0",
+                        prop.name, prop.major, prop.minor);
+    ts_backend *be = (ts_backend *)calloc(1, sizeof *be);
+    cuda_ctx *c = (cuda_ctx *)calloc(1, sizeof *c);
+    if (!be || !c) {
+        free(be);
+        free(c);
+        return ts_error(TS_ERR_NOMEM, "cuda backend: out of memory");
+    }
+    c->device = device;
+    snprintf(c->name, sizeof c->name, "%s", prop.name);
+    be->ops = &cuda_ops;
+    be->ctx = c;
+    if ((err = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) != cudaSuccess) {
+        free(c);
+        free(be);
+        return ts_error(TS_ERR_UNSUPPORTED, "cuda: cannot create a stream: %s",
+                        cudaGetErrorString(err));
+    }
+    cublasStatus_t bst = cublasCreate(&c->blas);
+    if (bst == CUBLAS_STATUS_SUCCESS) bst = cublasSetStream(c->blas, c->stream);
+    /* no TF32: the fp32 GEMMs ask for CUBLAS_COMPUTE_32F explicitly (cuda_matmul.cu) */
+    if (bst == CUBLAS_STATUS_SUCCESS) bst = cublasSetMathMode(c->blas, CUBLAS_DEFAULT_MATH);
+    if (bst != CUBLAS_STATUS_SUCCESS) {
+        if (c->blas) cublasDestroy(c->blas);
+        cudaStreamDestroy(c->stream);
+        free(c);
+        free(be);
+        return ts_error(TS_ERR_UNSUPPORTED, "cuda: cuBLAS initialisation failed (status %d)",
+                        (int)bst);
+    }
+    *out = be;
+    return TS_OK;
+}
+
+extern "C" const char *ts_backend_cuda_device_name(const ts_backend *be) {
+    if (!be || be->ops != &cuda_ops) return NULL;
+    return ((const cuda_ctx *)be->ctx)->name;
+}
+
+static void cu_destroy(ts_backend *be) {
+    cuda_ctx *c = cuda_of(be);
+    if (c) {
+        cudaStreamSynchronize(c->stream);
+        cuda_weights_free(c);
+        cudaFree(c->scratch_a);
+        cudaFree(c->scratch_b);
+        cudaFree(c->pos_dev);
+        free(c->pos_host);
+        free(c->rows_host);
+        cublasDestroy(c->blas);
+        cudaStreamDestroy(c->stream);
+    }
+    free(c);
+    free(be);
+}

@@ -1,0 +1,98 @@
+/* Internals shared by the CUDA backend's files: the context, error recording, launch helpers.
+ *
+ * The ops of the vtable return nothing, so a failing CUDA call is recorded in the context (the
+ * first one wins) and printed once; download() reports it again and poisons the host copy with
+ * NaN so a failure can never pass for a result. */
+#ifndef TS_BACKEND_CUDA_CUDA_INT_CUH
+#define TS_BACKEND_CUDA_CUDA_INT_CUH
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "backend/cuda/cuda_backend.h"
+
+struct cuda_weight_cache; /* the uploaded weights (cuda_weights.cu) */
+
+typedef struct {
+    int device;
+    char name[256];
+    cudaStream_t stream;
+    cublasHandle_t blas;
+    bool failed;
+    /* growable device scratch: positions for rope, converted activations / weights for GEMM */
+    void *scratch_a, *scratch_b;
+    size_t scratch_a_bytes, scratch_b_bytes;
+    struct cuda_weight_cache *weights;
+    /* the positions last uploaded for rope: one forward's rope calls share one upload */
+    int32_t *pos_dev, *pos_host;
+    int pos_n, pos_cap;
+    /* host staging for get_rows (the lookup runs on the host: it needs no device copy of the
+     * embedding and handles every dtype the CPU does) */
+    float *rows_host;
+    size_t rows_cap;
+} cuda_ctx;
+
+static inline cuda_ctx *cuda_of(ts_backend *be) { return (cuda_ctx *)be->ctx; }
+
+/* Records the first failure and returns false when err is not cudaSuccess. */
+bool cuda_check(cuda_ctx *c, cudaError_t err, const char *what);
+bool cuda_check_blas(cuda_ctx *c, cublasStatus_t st, const char *what);
+/* Checks the last kernel launch. */
+static inline bool cuda_launched(cuda_ctx *c, const char *what) {
+    return cuda_check(c, cudaGetLastError(), what);
+}
+/* A device scratch buffer of at least bytes (slot 0 or 1), grown as needed; NULL on failure.
+ * Contents are not kept across calls. */
+void *cuda_scratch(cuda_ctx *c, int slot, size_t bytes);
+
+/* The device copy of a weight tensor, uploaded on first use. Float types keep their dtype;
+ * Q8_0 stays Q8_0; other quantized types are dequantized to F32 at upload. NULL on failure. */
+typedef struct {
+    ts_dtype dtype; /* dtype of the device copy */
+    const void *data;
+    int64_t rows, cols;
+} cuda_wview;
+bool cuda_weight(cuda_ctx *c, const ts_tensor *W, cuda_wview *out);
+void cuda_weights_free(cuda_ctx *c);
+
+static inline unsigned cuda_blocks(int64_t n, int threads) {
+    return (unsigned)((n + threads - 1) / threads);
+}
+
+/* Op implementations, grouped by file. */
+void cuda_op_get_rows(ts_backend *be, const ts_tensor *W, const int32_t *ids, int n, float scale,
+                      float *out);
+void cuda_op_matmul(ts_backend *be, const ts_tensor *W, const float *x, int64_t ldx, int n,
+                    float *y, int64_t ldy);
+void cuda_op_rmsnorm(ts_backend *be, const float *x, int64_t ldx, int n_rows, int dim,
+                     const float *w, float eps, float *out, int64_t ldo);
+void cuda_op_l2norm(ts_backend *be, float *x, int64_t ldx, int n_rows, int dim, float eps,
+                    float scale);
+void cuda_op_rope(ts_backend *be, float *x, int64_t ldx, int n_tok, int n_heads,
+                  int64_t head_stride, int rot_dim, const int32_t *pos, float theta);
+void cuda_op_add(ts_backend *be, float *dst, const float *src, int64_t n);
+void cuda_op_swiglu(ts_backend *be, const float *gate, const float *up, int64_t ldg, int n_tok,
+                    int dim, float *out, int64_t ldo);
+void cuda_op_gelu_mul(ts_backend *be, const float *gate, const float *up, int64_t ldg, int n_tok,
+                      int dim, float *out, int64_t ldo);
+void cuda_op_softcap(ts_backend *be, float *x, int64_t n, float cap);
+void cuda_op_sigmoid_gate(ts_backend *be, float *x, int64_t ldx, const float *g, int64_t ldg,
+                          int n_tok, int n_heads, int head_dim, int64_t gstride);
+void cuda_op_copy_rows(ts_backend *be, float *dst, int64_t ldd, const float *src, int64_t lds,
+                       int n, int dim);
+void cuda_op_attention(ts_backend *be, const float *q, int64_t ldq, int64_t q_head_stride, int n,
+                       int pos0, const float *k_cache, const float *v_cache,
+                       const ts_attn_dims *dims, float *out, int64_t ldo);
+void cuda_op_conv1d_silu(ts_backend *be, const float *x, int64_t ldx, int n, int C, int K,
+                         const float *w, float *state, float *out, int64_t ldo);
+void cuda_op_gdn_gates(ts_backend *be, const float *a, int64_t lda, const float *b, int64_t ldb,
+                       int n, int Hv, const float *neg_exp_a, const float *dt_bias, float *g,
+                       float *beta);
+void cuda_op_gdn(ts_backend *be, const float *q, const float *k, int64_t ldqk, const float *v,
+                 int64_t ldv, const float *g, const float *beta, int n, const ts_gdn_dims *dims,
+                 float *state, float *out, bool chunked);
+void cuda_op_gated_rmsnorm(ts_backend *be, const float *x, const float *z, int n_tok,
+                           int n_heads, int dv, const float *w, float eps, float *out);
+
+#endif

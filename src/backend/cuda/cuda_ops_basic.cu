@@ -1,0 +1,261 @@
+/* Row-wise and elementwise ops on the device: norms, RoPE, activations, copies, embedding lookup.
+ * Each mirrors the CPU reference (backend/cpu/ops_basic.c) in fp32, with the same order of
+ * operations per element; the norms sum squares in double as the CPU does. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cuda/cuda_int.cuh"
+
+extern "C" {
+#include "backend/cpu/matmul.h"
+}
+
+#define ROW_THREADS 256
+#define EW_THREADS 256
+
+/* Sum of squares of a row in double, reduced over the block; every thread gets the total. */
+__device__ static double row_sumsq(const float *x, int dim) {
+    __shared__ double part[ROW_THREADS / 32];
+    __shared__ double total;
+    double s = 0.0;
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) s += (double)x[i] * x[i];
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = s;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        double t = 0.0;
+        for (int w = 0; w < (int)(blockDim.x >> 5); w++) t += part[w];
+        total = t;
+    }
+    __syncthreads();
+    return total;
+}
+
+__global__ static void k_rmsnorm(const float *x, int64_t ldx, int dim, const float *w, float eps,
+                                 float *out, int64_t ldo) {
+    const float *xr = x + blockIdx.x * ldx;
+    float *o = out + blockIdx.x * ldo;
+    double ss = row_sumsq(xr, dim);
+    float inv = 1.0f / sqrtf((float)(ss / dim) + eps);
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) o[i] = (xr[i] * inv) * w[i];
+}
+
+void cuda_op_rmsnorm(ts_backend *be, const float *x, int64_t ldx, int n_rows, int dim,
+                     const float *w, float eps, float *out, int64_t ldo) {
+    cuda_ctx *c = cuda_of(be);
+    if (n_rows <= 0) return;
+    k_rmsnorm<<<n_rows, ROW_THREADS, 0, c->stream>>>(x, ldx, dim, w, eps, out, ldo);
+    cuda_launched(c, "rmsnorm");
+}
+
+__global__ static void k_l2norm(float *x, int64_t ldx, int dim, float eps, float scale) {
+    float *xr = x + blockIdx.x * ldx;
+    double ss = row_sumsq(xr, dim);
+    float inv = 1.0f / sqrtf((float)ss + eps);
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) xr[i] = (xr[i] * inv) * scale;
+}
+
+void cuda_op_l2norm(ts_backend *be, float *x, int64_t ldx, int n_rows, int dim, float eps,
+                    float scale) {
+    cuda_ctx *c = cuda_of(be);
+    if (n_rows <= 0) return;
+    k_l2norm<<<n_rows, ROW_THREADS, 0, c->stream>>>(x, ldx, dim, eps, scale);
+    cuda_launched(c, "l2norm");
+}
+
+__global__ static void k_gated_rmsnorm(const float *x, const float *z, int dv, const float *w,
+                                       float eps, float *out) {
+    const float *xr = x + (int64_t)blockIdx.x * dv, *zr = z + (int64_t)blockIdx.x * dv;
+    float *o = out + (int64_t)blockIdx.x * dv;
+    double ss = row_sumsq(xr, dv);
+    float inv = 1.0f / sqrtf((float)(ss / dv) + eps);
+    for (int i = threadIdx.x; i < dv; i += blockDim.x) {
+        float zi = zr[i];
+        o[i] = w[i] * (xr[i] * inv) * (zi / (1.0f + expf(-zi)));
+    }
+}
+
+void cuda_op_gated_rmsnorm(ts_backend *be, const float *x, const float *z, int n_tok,
+                           int n_heads, int dv, const float *w, float eps, float *out) {
+    cuda_ctx *c = cuda_of(be);
+    int rows = n_tok * n_heads;
+    if (rows <= 0) return;
+    k_gated_rmsnorm<<<rows, ROW_THREADS, 0, c->stream>>>(x, z, dv, w, eps, out);
+    cuda_launched(c, "gated_rmsnorm");
+}
+
+__global__ static void k_rope(float *x, int64_t ldx, int n_tok, int n_heads, int64_t head_stride,
+                              int rot_dim, const int32_t *pos, float theta) {
+    int half = rot_dim / 2;
+    int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (int64_t)n_tok * n_heads * half) return;
+    int j = (int)(idx % half);
+    int h = (int)((idx / half) % n_heads);
+    int t = (int)(idx / ((int64_t)half * n_heads));
+    /* the angles as the reference computes them: fp32 inv_freq times an fp32 position */
+    float inv_freq = (float)(1.0 / pow((double)theta, (double)(2 * j) / rot_dim));
+    float a = (float)pos[t] * inv_freq;
+    float cs = cosf(a), sn = sinf(a);
+    float *v = x + t * ldx + h * head_stride;
+    float x0 = v[j], x1 = v[j + half];
+    v[j] = x0 * cs - x1 * sn;
+    v[j + half] = x1 * cs + x0 * sn;
+}
+
+void cuda_op_rope(ts_backend *be, float *x, int64_t ldx, int n_tok, int n_heads,
+                  int64_t head_stride, int rot_dim, const int32_t *pos, float theta) {
+    cuda_ctx *c = cuda_of(be);
+    if (n_tok <= 0 || n_heads <= 0 || rot_dim < 2) return;
+    /* Every rope call of one forward passes the same host positions: upload them only when
+     * they change, so the (synchronising) pageable copy happens once per forward. */
+    if (n_tok != c->pos_n || memcmp(pos, c->pos_host, (size_t)n_tok * sizeof *pos) != 0) {
+        if (n_tok > c->pos_cap) {
+            int cap = n_tok < 1024 ? 1024 : n_tok;
+            int32_t *h = (int32_t *)realloc(c->pos_host, (size_t)cap * sizeof *h);
+            if (!h) {
+                cuda_check(c, cudaErrorMemoryAllocation, "rope positions");
+                return;
+            }
+            c->pos_host = h;
+            cuda_check(c, cudaStreamSynchronize(c->stream), "rope sync");
+            cudaFree(c->pos_dev);
+            c->pos_dev = NULL;
+            c->pos_cap = 0;
+            if (!cuda_check(c, cudaMalloc(&c->pos_dev, (size_t)cap * sizeof(int32_t)),
+                            "rope positions"))
+                return;
+            c->pos_cap = cap;
+        }
+        memcpy(c->pos_host, pos, (size_t)n_tok * sizeof *pos);
+        c->pos_n = n_tok;
+        if (!cuda_check(c, cudaMemcpyAsync(c->pos_dev, c->pos_host, (size_t)n_tok * sizeof *pos,
+                                           cudaMemcpyHostToDevice, c->stream),
+                        "rope positions upload")) {
+            c->pos_n = 0;
+            return;
+        }
+    }
+    int64_t total = (int64_t)n_tok * n_heads * (rot_dim / 2);
+    k_rope<<<cuda_blocks(total, EW_THREADS), EW_THREADS, 0, c->stream>>>(
+        x, ldx, n_tok, n_heads, head_stride, rot_dim, c->pos_dev, theta);
+    cuda_launched(c, "rope");
+}
+
+__global__ static void k_add(float *dst, const float *src, int64_t n) {
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) dst[i] += src[i];
+}
+
+void cuda_op_add(ts_backend *be, float *dst, const float *src, int64_t n) {
+    cuda_ctx *c = cuda_of(be);
+    if (n <= 0) return;
+    k_add<<<cuda_blocks(n, EW_THREADS), EW_THREADS, 0, c->stream>>>(dst, src, n);
+    cuda_launched(c, "add");
+}
+
+__device__ static inline float d_gelu_tanh(float x) {
+    const float k = 0.7978845608028654f; /* sqrt(2/pi) */
+    return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
+}
+
+template <bool GELU>
+__global__ static void k_glu(const float *gate, const float *up, int64_t ldg, int n_tok, int dim,
+                             float *out, int64_t ldo) {
+    int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (int64_t)n_tok * dim) return;
+    int64_t t = idx / dim, i = idx % dim;
+    float g = gate[t * ldg + i];
+    float a = GELU ? d_gelu_tanh(g) : g / (1.0f + expf(-g));
+    out[t * ldo + i] = a * up[t * ldg + i];
+}
+
+void cuda_op_swiglu(ts_backend *be, const float *gate, const float *up, int64_t ldg, int n_tok,
+                    int dim, float *out, int64_t ldo) {
+    cuda_ctx *c = cuda_of(be);
+    int64_t total = (int64_t)n_tok * dim;
+    if (total <= 0) return;
+    k_glu<false><<<cuda_blocks(total, EW_THREADS), EW_THREADS, 0, c->stream>>>(gate, up, ldg,
+                                                                              n_tok, dim, out, ldo);
+    cuda_launched(c, "swiglu");
+}
+
+void cuda_op_gelu_mul(ts_backend *be, const float *gate, const float *up, int64_t ldg, int n_tok,
+                      int dim, float *out, int64_t ldo) {
+    cuda_ctx *c = cuda_of(be);
+    int64_t total = (int64_t)n_tok * dim;
+    if (total <= 0) return;
+    k_glu<true><<<cuda_blocks(total, EW_THREADS), EW_THREADS, 0, c->stream>>>(gate, up, ldg,
+                                                                             n_tok, dim, out, ldo);
+    cuda_launched(c, "gelu_mul");
+}
+
+__global__ static void k_softcap(float *x, int64_t n, float cap) {
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] = cap * tanhf(x[i] / cap);
+}
+
+void cuda_op_softcap(ts_backend *be, float *x, int64_t n, float cap) {
+    cuda_ctx *c = cuda_of(be);
+    if (n <= 0) return;
+    k_softcap<<<cuda_blocks(n, EW_THREADS), EW_THREADS, 0, c->stream>>>(x, n, cap);
+    cuda_launched(c, "softcap");
+}
+
+__global__ static void k_sigmoid_gate(float *x, int64_t ldx, const float *g, int64_t ldg,
+                                      int n_tok, int n_heads, int head_dim, int64_t gstride) {
+    int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (int64_t)n_tok * n_heads * head_dim) return;
+    int d = (int)(idx % head_dim);
+    int h = (int)((idx / head_dim) % n_heads);
+    int64_t t = idx / ((int64_t)head_dim * n_heads);
+    float gv = g[t * ldg + h * gstride + d];
+    x[t * ldx + (int64_t)h * head_dim + d] *= 1.0f / (1.0f + expf(-gv));
+}
+
+void cuda_op_sigmoid_gate(ts_backend *be, float *x, int64_t ldx, const float *g, int64_t ldg,
+                          int n_tok, int n_heads, int head_dim, int64_t gstride) {
+    cuda_ctx *c = cuda_of(be);
+    int64_t total = (int64_t)n_tok * n_heads * head_dim;
+    if (total <= 0) return;
+    k_sigmoid_gate<<<cuda_blocks(total, EW_THREADS), EW_THREADS, 0, c->stream>>>(
+        x, ldx, g, ldg, n_tok, n_heads, head_dim, gstride);
+    cuda_launched(c, "sigmoid_gate");
+}
+
+void cuda_op_copy_rows(ts_backend *be, float *dst, int64_t ldd, const float *src, int64_t lds,
+                       int n, int dim) {
+    cuda_ctx *c = cuda_of(be);
+    if (n <= 0 || dim <= 0) return;
+    cuda_check(c, cudaMemcpy2DAsync(dst, (size_t)ldd * sizeof(float), src,
+                                    (size_t)lds * sizeof(float), (size_t)dim * sizeof(float),
+                                    (size_t)n, cudaMemcpyDeviceToDevice, c->stream),
+               "copy_rows");
+}
+
+void cuda_op_get_rows(ts_backend *be, const ts_tensor *W, const int32_t *ids, int n, float scale,
+                      float *out) {
+    cuda_ctx *c = cuda_of(be);
+    if (n <= 0) return;
+    int64_t cols = ts_tensor_cols(W);
+    size_t need = (size_t)n * (size_t)cols;
+    if (need > c->rows_cap) {
+        float *p = (float *)realloc(c->rows_host, need * sizeof *p);
+        if (!p) {
+            cuda_check(c, cudaErrorMemoryAllocation, "get_rows staging");
+            return;
+        }
+        c->rows_host = p;
+        c->rows_cap = need;
+    }
+    for (int i = 0; i < n; i++) {
+        float *o = c->rows_host + (size_t)i * cols;
+        cpu_dequant_row(W, ids[i], o);
+        if (scale != 1.0f)
+            for (int64_t j = 0; j < cols; j++) o[j] *= scale;
+    }
+    /* pageable source: staged before the call returns, so the buffer may be reused at once */
+    cuda_check(c, cudaMemcpyAsync(out, c->rows_host, need * sizeof(float), cudaMemcpyHostToDevice,
+                                  c->stream),
+               "get_rows upload");
+}

@@ -1,0 +1,97 @@
+/* Weights on the device: each tensor is uploaded the first time an op uses it and kept until the
+ * backend is destroyed, keyed by its host data pointer (a model's tensors stay put while it is
+ * open). F32, F16, BF16 and Q8_0 keep their layout on the device; the other quantized types are
+ * dequantized to F32 on the host at upload, exact but four bytes a weight (no device kernels for
+ * their block layouts yet). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <unordered_map>
+
+#include "backend/cuda/cuda_int.cuh"
+
+extern "C" {
+#include "backend/cpu/matmul.h"
+}
+
+struct cuda_wentry {
+    cuda_wview view;
+    ts_dtype src_dtype;
+    uint64_t src_bytes;
+};
+
+struct cuda_weight_cache {
+    std::unordered_map<const void *, cuda_wentry> map;
+};
+
+static bool native_dtype(ts_dtype t) {
+    return t == TS_DTYPE_F32 || t == TS_DTYPE_F16 || t == TS_DTYPE_BF16 || t == TS_DTYPE_Q8_0;
+}
+
+static bool upload_dequantized(cuda_ctx *c, const ts_tensor *W, int64_t rows, int64_t cols,
+                               float *dev) {
+    /* in slices of about 64 MiB so the host staging stays small */
+    int64_t per = ((int64_t)1 << 24) / (cols > 0 ? cols : 1);
+    if (per < 1) per = 1;
+    if (per > rows) per = rows;
+    float *host = (float *)malloc((size_t)per * cols * sizeof(float));
+    if (!host) return cuda_check(c, cudaErrorMemoryAllocation, "weight staging");
+    bool ok = true;
+    for (int64_t r0 = 0; ok && r0 < rows; r0 += per) {
+        int64_t n = rows - r0 < per ? rows - r0 : per;
+        for (int64_t r = 0; r < n; r++) cpu_dequant_row(W, r0 + r, host + r * cols);
+        /* synchronous: the staging buffer is refilled right after */
+        ok = cuda_check(c, cudaMemcpy(dev + r0 * cols, host, (size_t)(n * cols) * sizeof(float),
+                                      cudaMemcpyHostToDevice),
+                        "weight upload");
+    }
+    free(host);
+    return ok;
+}
+
+bool cuda_weight(cuda_ctx *c, const ts_tensor *W, cuda_wview *out) {
+    if (!c->weights) {
+        c->weights = new (std::nothrow) cuda_weight_cache;
+        if (!c->weights) return cuda_check(c, cudaErrorMemoryAllocation, "weight cache");
+    }
+    auto it = c->weights->map.find(W->data);
+    if (it != c->weights->map.end()) {
+        const cuda_wentry &e = it->second;
+        if (e.src_dtype == W->dtype && e.src_bytes == W->nbytes) {
+            *out = e.view;
+            return true;
+        }
+        /* the host memory was reused for another tensor: replace the stale copy */
+        cuda_check(c, cudaStreamSynchronize(c->stream), "weight replace");
+        cudaFree((void *)e.view.data);
+        c->weights->map.erase(it);
+    }
+    cuda_wview v;
+    v.rows = ts_tensor_rows(W);
+    v.cols = ts_tensor_cols(W);
+    v.dtype = native_dtype(W->dtype) ? W->dtype : TS_DTYPE_F32;
+    size_t bytes = v.dtype == W->dtype ? (size_t)W->nbytes
+                                       : (size_t)(v.rows * v.cols) * sizeof(float);
+    void *dev = NULL;
+    if (!cuda_check(c, cudaMalloc(&dev, bytes ? bytes : 256), "weight alloc")) return false;
+    bool ok;
+    if (v.dtype == W->dtype)
+        ok = cuda_check(c, cudaMemcpy(dev, W->data, bytes, cudaMemcpyHostToDevice),
+                        "weight upload");
+    else
+        ok = upload_dequantized(c, W, v.rows, v.cols, (float *)dev);
+    if (!ok) {
+        cudaFree(dev);
+        return false;
+    }
+    v.data = dev;
+    c->weights->map[W->data] = cuda_wentry{v, W->dtype, W->nbytes};
+    *out = v;
+    return true;
+}
+
+void cuda_weights_free(cuda_ctx *c) {
+    if (!c->weights) return;
+    for (auto &kv : c->weights->map) cudaFree((void *)kv.second.view.data);
+    delete c->weights;
+    c->weights = NULL;
+}

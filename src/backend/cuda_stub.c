@@ -1,0 +1,14 @@
+/* The CUDA backend's entry points in a build without CUDA (TESSERA_CUDA=OFF): creation fails with
+ * one clear line, so `--device cuda` reports it instead of failing to link. */
+#include "backend/cuda/cuda_backend.h"
+
+ts_status ts_backend_cuda_create(int device, ts_backend **out) {
+    (void)device;
+    *out = NULL;
+    return ts_error(TS_ERR_UNSUPPORTED, "tessera was built without CUDA");
+}
+
+const char *ts_backend_cuda_device_name(const ts_backend *be) {
+    (void)be;
+    return NULL;
+}

@@ -1,0 +1,403 @@
+/* The CUDA backend against the CPU backend: every op on random data, then every Hugging Face
+ * fixture model through the engine with device CUDA against device CPU and against the
+ * reference logits. Prints "skipped: ..." and passes where there is no CUDA device or the
+ * build has no CUDA. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "backend/cpu/quant.h"
+#include "backend/cuda/cuda_backend.h"
+#include "base/half.h"
+#include "fixture_util.h"
+#include "testutil.h"
+#include "tessera.h"
+
+#define FP32_TOL 1e-5
+#define LOGIT_TOL 1e-2
+
+static ts_backend *cpu, *gpu;
+static void *kept[8]; /* test weights, alive until the backend is gone */
+static unsigned long long rng = 0x5eedULL;
+
+static float *rnd(size_t n, float scale) {
+    float *v = malloc(n * sizeof *v);
+    for (size_t i = 0; i < n; i++) v[i] = tu_rng_uniform(&rng) * scale;
+    return v;
+}
+
+/* A device buffer holding a copy of host floats. */
+static float *dev(const float *h, size_t n) {
+    float *d = gpu->ops->alloc(gpu, n * sizeof *d);
+    gpu->ops->upload(gpu, d, h, n * sizeof *d);
+    return d;
+}
+
+/* Downloads n floats of a device buffer into a new host array (poisoned first). */
+static float *host(const float *d, size_t n) {
+    float *h = malloc(n * sizeof *h);
+    for (size_t i = 0; i < n; i++) h[i] = NAN;
+    gpu->ops->download(gpu, h, d, n * sizeof *h);
+    return h;
+}
+
+static void cmp(const char *what, const float *d, const float *ref, size_t n, double tol) {
+    float *got = host(d, n);
+    double rel = tu_rel_l2(got, ref, (long)n);
+    CHECKF(rel <= tol, "%s: rel L2 %.3g > %.1g", what, rel, tol);
+    free(got);
+}
+
+static void test_rows_ops(void) {
+    int rows = 37, dim = 200;
+    int64_t ld = 211;
+    size_t n = (size_t)rows * ld;
+    float *x = rnd(n, 2.0f), *w = rnd(dim, 1.0f), *o = calloc(n, sizeof *o);
+    float *dx = dev(x, n), *dw = dev(w, dim), *dout = dev(o, n);
+    cpu->ops->rmsnorm(cpu, x, ld, rows, dim, w, 1e-6f, o, ld);
+    gpu->ops->rmsnorm(gpu, dx, ld, rows, dim, dw, 1e-6f, dout, ld);
+    cmp("rmsnorm", dout, o, n, FP32_TOL);
+    /* in place */
+    cpu->ops->rmsnorm(cpu, x, ld, rows, dim, w, 1e-6f, x, ld);
+    gpu->ops->rmsnorm(gpu, dx, ld, rows, dim, dw, 1e-6f, dx, ld);
+    cmp("rmsnorm in place", dx, x, n, FP32_TOL);
+    cpu->ops->l2norm(cpu, x, ld, rows, dim, 1e-6f, 0.3f);
+    gpu->ops->l2norm(gpu, dx, ld, rows, dim, 1e-6f, 0.3f);
+    cmp("l2norm", dx, x, n, FP32_TOL);
+    /* gated rmsnorm: rows of dv contiguous */
+    int nt = 5, nh = 4, dv = 64;
+    size_t gn = (size_t)nt * nh * dv;
+    float *gx = rnd(gn, 1.0f), *gz = rnd(gn, 3.0f), *gw = rnd(dv, 1.0f), *go = calloc(gn, 4);
+    float *dgx = dev(gx, gn), *dgz = dev(gz, gn), *dgw = dev(gw, dv), *dgo = dev(go, gn);
+    cpu->ops->gated_rmsnorm(cpu, gx, gz, nt, nh, dv, gw, 1e-6f, go);
+    gpu->ops->gated_rmsnorm(gpu, dgx, dgz, nt, nh, dv, dgw, 1e-6f, dgo);
+    cmp("gated_rmsnorm", dgo, go, gn, FP32_TOL);
+    float *bufs[] = {dx, dw, dout, dgx, dgz, dgw, dgo};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) gpu->ops->free(gpu, bufs[i]);
+    free(x), free(w), free(o), free(gx), free(gz), free(gw), free(go);
+}
+
+static void test_elementwise(void) {
+    int nt = 7, nh = 6, hd = 64, hs = 128; /* q+gate layout: head stride 2*hd */
+    int64_t ld = (int64_t)nh * hs + 3;
+    size_t n = (size_t)nt * ld;
+    float *x = rnd(n, 1.5f), *dx = dev(x, n);
+    int32_t pos[7] = {0, 1, 2, 30, 31, 500, 4095};
+    cpu->ops->rope(cpu, x, ld, nt, nh, hs, 48, pos, 10000000.0f);
+    gpu->ops->rope(gpu, dx, ld, nt, nh, hs, 48, pos, 10000000.0f);
+    cmp("rope partial", dx, x, n, FP32_TOL);
+    int32_t pos2[7] = {3, 4, 5, 6, 7, 8, 9}; /* new positions must be uploaded */
+    cpu->ops->rope(cpu, x, ld, nt, nh, hs, hd, pos2, 10000.0f);
+    gpu->ops->rope(gpu, dx, ld, nt, nh, hs, hd, pos2, 10000.0f);
+    cmp("rope full", dx, x, n, FP32_TOL);
+    float *y = rnd(n, 1.0f), *dy = dev(y, n);
+    cpu->ops->add(cpu, x, y, (int64_t)n);
+    gpu->ops->add(gpu, dx, dy, (int64_t)n);
+    cmp("add", dx, x, n, FP32_TOL);
+    cpu->ops->sigmoid_gate(cpu, x, ld, y + hd, ld, nt, nh, hd, hs);
+    gpu->ops->sigmoid_gate(gpu, dx, ld, dy + hd, ld, nt, nh, hd, hs);
+    cmp("sigmoid_gate", dx, x, n, FP32_TOL);
+    float *o = calloc(n, 4), *dout = dev(o, n);
+    cpu->ops->swiglu(cpu, x, y, ld, nt, 300, o, ld);
+    gpu->ops->swiglu(gpu, dx, dy, ld, nt, 300, dout, ld);
+    cmp("swiglu", dout, o, n, FP32_TOL);
+    cpu->ops->gelu_mul(cpu, x, y, ld, nt, 300, x, ld); /* in place, as Gemma calls it */
+    gpu->ops->gelu_mul(gpu, dx, dy, ld, nt, 300, dx, ld);
+    cmp("gelu_mul", dx, x, n, FP32_TOL);
+    for (size_t i = 0; i < n; i++) x[i] *= 40.0f;
+    gpu->ops->upload(gpu, dx, x, n * 4);
+    cpu->ops->softcap(cpu, x, (int64_t)n, 30.0f);
+    gpu->ops->softcap(gpu, dx, (int64_t)n, 30.0f);
+    cmp("softcap", dx, x, n, FP32_TOL);
+    cpu->ops->copy_rows(cpu, o + 5, ld, x + 2, ld - 1, nt - 1, 100);
+    gpu->ops->copy_rows(gpu, dout + 5, ld, dx + 2, ld - 1, nt - 1, 100);
+    cmp("copy_rows", dout, o, n, FP32_TOL); /* x itself differs by the softcap's rounding */
+    gpu->ops->free(gpu, dx), gpu->ops->free(gpu, dy), gpu->ops->free(gpu, dout);
+    free(x), free(y), free(o);
+}
+
+static void test_attention(void) {
+    struct {
+        int nh, nkv, hd, n, pos0, window;
+        float softcap;
+    } cases[] = {{4, 2, 64, 9, 0, 0, 0}, {8, 1, 256, 1, 70, 0, 0}, {4, 4, 128, 13, 20, 16, 50.0f},
+                 {2, 1, 96, 1, 99, 32, 0}};
+    for (size_t ci = 0; ci < sizeof cases / sizeof *cases; ci++) {
+        int nh = cases[ci].nh, nkv = cases[ci].nkv, hd = cases[ci].hd, n = cases[ci].n;
+        int ctx = cases[ci].pos0 + n, kvw = nkv * hd;
+        int64_t ldq = (int64_t)nh * hd * 2; /* q rows with a gate half, as Qwen3.5 has */
+        size_t nq = (size_t)n * ldq, nkvs = (size_t)ctx * kvw, no = (size_t)n * nh * hd;
+        float *q = rnd(nq, 1.0f), *k = rnd(nkvs, 1.0f), *v = rnd(nkvs, 1.0f), *o = calloc(no, 4);
+        float *dq = dev(q, nq), *dk = dev(k, nkvs), *dv = dev(v, nkvs), *dout = dev(o, no);
+        ts_attn_dims d = {nh, nkv, hd, 1.0f / sqrtf((float)hd), cases[ci].window,
+                          cases[ci].softcap};
+        cpu->ops->attention(cpu, q, ldq, 2 * hd, n, cases[ci].pos0, k, v, &d, o, nh * hd);
+        gpu->ops->attention(gpu, dq, ldq, 2 * hd, n, cases[ci].pos0, dk, dv, &d, dout, nh * hd);
+        char what[64];
+        snprintf(what, sizeof what, "attention case %zu", ci);
+        cmp(what, dout, o, no, FP32_TOL);
+        gpu->ops->free(gpu, dq), gpu->ops->free(gpu, dk), gpu->ops->free(gpu, dv);
+        gpu->ops->free(gpu, dout);
+        free(q), free(k), free(v), free(o);
+    }
+}
+
+static void test_conv_gates(void) {
+    int C = 300, K = 4;
+    int64_t ldx = 310;
+    int lens[] = {1, 2, 9, 1};
+    float *w = rnd((size_t)C * K, 0.5f), *st = calloc((size_t)(K - 1) * C, 4);
+    float *dw = dev(w, (size_t)C * K), *dst = dev(st, (size_t)(K - 1) * C);
+    for (size_t li = 0; li < sizeof lens / sizeof *lens; li++) {
+        int n = lens[li];
+        size_t nx = (size_t)n * ldx;
+        float *x = rnd(nx, 1.0f), *o = calloc(nx, 4), *dx = dev(x, nx), *dout = dev(o, nx);
+        cpu->ops->conv1d_silu(cpu, x, ldx, n, C, K, w, st, o, ldx);
+        gpu->ops->conv1d_silu(gpu, dx, ldx, n, C, K, dw, dst, dout, ldx);
+        cmp("conv1d_silu out", dout, o, nx, FP32_TOL);
+        cmp("conv1d_silu state", dst, st, (size_t)(K - 1) * C, 0.0);
+        gpu->ops->free(gpu, dx), gpu->ops->free(gpu, dout);
+        free(x), free(o);
+    }
+    gpu->ops->free(gpu, dw), gpu->ops->free(gpu, dst);
+    free(w), free(st);
+
+    int n = 11, Hv = 16;
+    int64_t lda = 20;
+    float *a = rnd((size_t)n * lda, 8.0f), *b = rnd((size_t)n * lda, 4.0f);
+    float *nea = rnd(Hv, 2.0f), *dtb = rnd(Hv, 12.0f), *g = calloc((size_t)n * Hv, 4),
+          *beta = calloc((size_t)n * Hv, 4);
+    float *da = dev(a, (size_t)n * lda), *db = dev(b, (size_t)n * lda), *dnea = dev(nea, Hv),
+          *ddtb = dev(dtb, Hv), *dg = dev(g, (size_t)n * Hv), *dbeta = dev(beta, (size_t)n * Hv);
+    cpu->ops->gdn_gates(cpu, a, lda, b, lda, n, Hv, nea, dtb, g, beta);
+    gpu->ops->gdn_gates(gpu, da, lda, db, lda, n, Hv, dnea, ddtb, dg, dbeta);
+    cmp("gdn_gates g", dg, g, (size_t)n * Hv, FP32_TOL);
+    cmp("gdn_gates beta", dbeta, beta, (size_t)n * Hv, FP32_TOL);
+    float *bufs[] = {da, db, dnea, ddtb, dg, dbeta};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) gpu->ops->free(gpu, bufs[i]);
+    free(a), free(b), free(nea), free(dtb), free(g), free(beta);
+}
+
+/* The delta rule: a prefill run (chunked request) then decode steps (recurrent), state carried;
+ * GPU against the CPU's recurrent form at every step, for a state that fits in shared memory
+ * and one that does not. */
+static void test_gdn(int Hk, int Hv, int dk, int dvv) {
+    int runs[] = {37, 1, 1, 5};
+    size_t ns = (size_t)Hv * dk * dvv;
+    float *S = calloc(ns, 4), *dS = dev(S, ns);
+    for (size_t r = 0; r < sizeof runs / sizeof *runs; r++) {
+        int n = runs[r];
+        int64_t ldqk = (int64_t)Hk * dk, ldv = (int64_t)Hv * dvv + 7;
+        float *q = rnd((size_t)n * ldqk, 1.0f), *k = rnd((size_t)n * ldqk, 1.0f);
+        /* unit-norm keys keep the recurrence stable, as the model's l2norm does */
+        for (int t = 0; t < n * Hk; t++) {
+            double ss = 0;
+            for (int i = 0; i < dk; i++) ss += (double)k[t * dk + i] * k[t * dk + i];
+            for (int i = 0; i < dk; i++) k[t * dk + i] /= (float)sqrt(ss);
+        }
+        float *v = rnd((size_t)n * ldv, 1.0f), *g = rnd((size_t)n * Hv, 0.5f),
+              *beta = rnd((size_t)n * Hv, 0.5f), *o = calloc((size_t)n * Hv * dvv, 4);
+        for (int i = 0; i < n * Hv; i++) g[i] = -fabsf(g[i]), beta[i] = 0.5f + beta[i];
+        float *dq = dev(q, (size_t)n * ldqk), *dk_ = dev(k, (size_t)n * ldqk),
+              *dv = dev(v, (size_t)n * ldv), *dg = dev(g, (size_t)n * Hv),
+              *db = dev(beta, (size_t)n * Hv), *dout = dev(o, (size_t)n * Hv * dvv);
+        ts_gdn_dims d = {Hk, Hv, dk, dvv};
+        cpu->ops->gdn(cpu, q, k, ldqk, v, ldv, g, beta, n, &d, S, o, false);
+        gpu->ops->gdn(gpu, dq, dk_, ldqk, dv, ldv, dg, db, n, &d, dS, dout, n > 1);
+        char what[96];
+        snprintf(what, sizeof what, "gdn %dx%d Hk %d Hv %d run %zu (n %d) out", dk, dvv, Hk, Hv,
+                 r, n);
+        cmp(what, dout, o, (size_t)n * Hv * dvv, FP32_TOL);
+        snprintf(what, sizeof what, "gdn %dx%d run %zu state", dk, dvv, r);
+        cmp(what, dS, S, ns, FP32_TOL);
+        float *bufs[] = {dq, dk_, dv, dg, db, dout};
+        for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) gpu->ops->free(gpu, bufs[i]);
+        free(q), free(k), free(v), free(g), free(beta), free(o);
+    }
+    gpu->ops->free(gpu, dS);
+    free(S);
+}
+
+/* A [rows, cols] weight of dtype made from random floats; *f32 gets its exact values. */
+static ts_tensor make_weight(ts_dtype dt, int rows, int cols, float **f32) {
+    float *src = rnd((size_t)rows * cols, 0.5f);
+    size_t rb = ts_dtype_row_bytes(dt, cols);
+    uint8_t *data = malloc(rb * rows);
+    *f32 = malloc((size_t)rows * cols * sizeof(float));
+    for (int r = 0; r < rows; r++) {
+        ts_quantize_row(dt, src + (size_t)r * cols, data + rb * r, cols);
+        ts_dequantize_row(dt, data + rb * r, *f32 + (size_t)r * cols, cols);
+    }
+    free(src);
+    ts_tensor t = {dt, 2, {rows, cols, 1, 1, 1, 1}, data, rb * rows};
+    return t;
+}
+
+/* matmul and get_rows for each dtype and token count, against the CPU's fp32 matmul over the
+ * exact weight values (the CPU's quantized kernels round the activations to int8, so they are
+ * no reference for a device that keeps them fp32). BF16/F16 prefill splits the activations
+ * into two 16-bit parts for the tensor cores: a slightly looser bound there. */
+static void test_matmul(void) {
+    ts_dtype dts[] = {TS_DTYPE_F32, TS_DTYPE_F16, TS_DTYPE_BF16, TS_DTYPE_Q8_0, TS_DTYPE_Q4_K,
+                      TS_DTYPE_Q6_K, TS_DTYPE_Q4_0};
+    int ns[] = {1, 3, 8, 9, 64};
+    int rows = 300, cols = 512;
+    int64_t ldx = cols + 4, ldy = rows + 2;
+    for (size_t di = 0; di < sizeof dts / sizeof *dts; di++) {
+        float *wf;
+        ts_tensor W = make_weight(dts[di], rows, cols, &wf);
+        ts_tensor Wf = {TS_DTYPE_F32, 2, {rows, cols, 1, 1, 1, 1}, wf,
+                        (uint64_t)rows * cols * 4};
+        for (size_t ni = 0; ni < sizeof ns / sizeof *ns; ni++) {
+            int n = ns[ni];
+            float *x = rnd((size_t)n * ldx, 1.0f), *y = calloc((size_t)n * ldy, 4);
+            float *dx = dev(x, (size_t)n * ldx), *dy = dev(y, (size_t)n * ldy);
+            cpu->ops->matmul(cpu, &Wf, x, ldx, n, y, ldy);
+            gpu->ops->matmul(gpu, &W, dx, ldx, n, dy, ldy);
+            bool rounded = n > 8 && (dts[di] == TS_DTYPE_F16 || dts[di] == TS_DTYPE_BF16);
+            char what[64];
+            snprintf(what, sizeof what, "matmul %s n=%d", ts_dtype_name(dts[di]), n);
+            cmp(what, dy, y, (size_t)n * ldy, rounded ? 1e-4 : FP32_TOL);
+            gpu->ops->free(gpu, dx), gpu->ops->free(gpu, dy);
+            free(x), free(y);
+        }
+        int32_t ids[5] = {0, 299, 7, 7, 150};
+        float *o = calloc((size_t)5 * cols, 4), *dout = dev(o, (size_t)5 * cols);
+        cpu->ops->get_rows(cpu, &W, ids, 5, 1.7f, o);
+        gpu->ops->get_rows(gpu, &W, ids, 5, 1.7f, dout);
+        cmp("get_rows", dout, o, (size_t)5 * cols, 0.0);
+        gpu->ops->free(gpu, dout);
+        free(o), free(wf);
+        /* W.data stays allocated: the backend keys its device copy by this address */
+        kept[di] = (void *)W.data;
+    }
+}
+
+static ts_engine *make_engine(ts_model *m, ts_device dev_kind) {
+    ts_engine_opts o;
+    ts_engine_opts_default(&o);
+    o.n_ctx = 256;
+    o.n_batch = 64;
+    o.n_threads = 2;
+    o.device = dev_kind;
+    ts_engine *e = NULL;
+    if (ts_engine_create(m, &o, &e) != TS_OK) fprintf(stderr, "engine: %s\n", ts_last_error());
+    return e;
+}
+
+/* All-position logits of a prompt, then n_dec greedy decode steps (logits appended). */
+static float *run_prompt(ts_engine *e, const int32_t *ids, int n, int n_dec, int32_t *dec_ids) {
+    int V = ts_engine_n_vocab(e);
+    float *out = malloc((size_t)(n + n_dec) * V * sizeof *out);
+    int32_t *pos = malloc((size_t)n * 4), *sl = malloc((size_t)n * 4);
+    uint8_t *want = malloc((size_t)n);
+    for (int i = 0; i < n; i++) pos[i] = i, sl[i] = 0, want[i] = 1;
+    ts_batch b = {n, ids, pos, sl, want};
+    ts_engine_slot_clear(e, 0);
+    bool ok = ts_engine_forward(e, &b, out) == TS_OK;
+    for (int s = 0; ok && s < n_dec; s++) {
+        const float *last = out + (size_t)(n + s - 1) * V;
+        int best = 0;
+        for (int j = 1; j < V; j++)
+            if (last[j] > last[best]) best = j;
+        if (dec_ids[s] < 0) dec_ids[s] = best; /* the first engine picks, the second follows */
+        int32_t tok = dec_ids[s], p = n + s, s0 = 0;
+        uint8_t w1 = 1;
+        ts_batch d = {1, &tok, &p, &s0, &w1};
+        ok = ts_engine_forward(e, &d, out + (size_t)(n + s) * V) == TS_OK;
+    }
+    if (!ok) {
+        fprintf(stderr, "forward: %s\n", ts_last_error());
+        free(out);
+        out = NULL;
+    }
+    free(pos), free(sl), free(want);
+    return out;
+}
+
+static void test_fixtures(const char *family) {
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/%s", tu_env("TS_FIXTURES", "tests/fixtures"), family);
+    char *names[16];
+    int nm = fx_list_models(dir, names, 16);
+    CHECKF(nm > 0, "no fixtures under %s", dir);
+    for (int mi = 0; mi < nm; mi++) {
+        char path[8192];
+        snprintf(path, sizeof path, "%s/%s", dir, names[mi]);
+        ts_model *m = NULL;
+        CHECKF(ts_model_open(path, &m) == TS_OK, "%s: %s", path, ts_last_error());
+        if (!m) continue;
+        ts_engine *ec = make_engine(m, TS_DEVICE_CPU), *eg = make_engine(m, TS_DEVICE_CUDA);
+        CHECK(ec && eg);
+        for (int p = 0; ec && eg && p < 4; p++) {
+            int32_t *ids;
+            int n;
+            snprintf(path, sizeof path, "%s/%s/ref/prompt_%d.ids", dir, names[mi], p);
+            if (fx_read_ids(path, 0, &ids, &n) != 0) continue;
+            int V = ts_engine_n_vocab(ec), n_dec = 4;
+            int32_t dec[4] = {-1, -1, -1, -1};
+            float *lc = run_prompt(ec, ids, n, n_dec, dec), *lg = run_prompt(eg, ids, n, n_dec, dec);
+            snprintf(path, sizeof path, "%s/%s/ref/prompt_%d.logits", dir, names[mi], p);
+            float *ref = fx_read_floats(path, (long)n * V);
+            CHECK(lc && lg);
+            if (lc && lg) {
+                size_t tot = (size_t)(n + n_dec) * V;
+                double rel = tu_rel_l2(lg, lc, (long)tot);
+                CHECKF(rel <= LOGIT_TOL, "%s/%s prompt %d: cuda vs cpu rel L2 %.3g", family,
+                       names[mi], p, rel);
+                if (ref) {
+                    double rr = tu_rel_l2(lg, ref, (long)n * V);
+                    CHECKF(rr <= LOGIT_TOL, "%s/%s prompt %d: cuda vs HF rel L2 %.3g", family,
+                           names[mi], p, rr);
+                }
+                int mism = 0, checked = 0;
+                for (int t = 0; t < n + n_dec; t++) {
+                    const float *a = lc + (size_t)t * V, *b = lg + (size_t)t * V;
+                    int i1 = 0, i2 = -1, j1 = 0;
+                    for (int j = 1; j < V; j++) {
+                        if (a[j] > a[i1]) i2 = i1, i1 = j;
+                        else if (i2 < 0 || a[j] > a[i2]) i2 = j;
+                        if (b[j] > b[j1]) j1 = j;
+                    }
+                    if (i2 >= 0 && a[i1] - a[i2] < 1e-3f * (fabsf(a[i1]) + 1.0f)) continue;
+                    checked++;
+                    mism += i1 != j1;
+                }
+                CHECKF(mism == 0, "%s/%s prompt %d: %d of %d argmax differ", family, names[mi],
+                       p, mism, checked);
+                printf("  %s/%s prompt %d (%d tokens + %d decoded): cuda vs cpu %.2e%s\n", family,
+                       names[mi], p, n, n_dec, rel, ref ? "" : " (no HF logits)");
+            }
+            free(lc), free(lg), free(ref), free(ids);
+        }
+        ts_engine_free(ec);
+        ts_engine_free(eg);
+        ts_model_close(m);
+        free(names[mi]);
+    }
+}
+
+int main(void) {
+    ts_status st = ts_backend_cuda_create(0, &gpu);
+    if (st != TS_OK) {
+        printf("skipped: %s\n", ts_last_error());
+        return 0;
+    }
+    CHECK(ts_backend_cpu_create(2, -1, &cpu) == TS_OK);
+    printf("device: %s\n", ts_backend_cuda_device_name(gpu));
+    test_rows_ops();
+    test_elementwise();
+    test_attention();
+    test_conv_gates();
+    test_gdn(2, 4, 128, 128);
+    test_gdn(1, 2, 64, 32);
+    test_gdn(1, 1, 256, 256); /* 256 KiB of state: stays in global memory */
+    test_matmul();
+    test_fixtures("qwen35");
+    test_fixtures("gemma3");
+    ts_backend_free(cpu);
+    ts_backend_free(gpu);
+    for (size_t i = 0; i < sizeof kept / sizeof *kept; i++) free(kept[i]);
+    return tu_report("test_cuda");
+}
