@@ -4,9 +4,9 @@
 #   bash src/backend/cuda/gpu_check.sh [DEBS_DIR]
 # DEBS_DIR holds the .deb files of the build dependencies (jansson, pcre2, utf8proc,
 # microhttpd, pkgconf) for machines that lack them and have no network; they are unpacked
-# under /tmp/sys, never into /. Logs go to $OUT (or /tmp/gpu_check).
+# under /tmp/sys, never into /. Logs go to $GPU_CHECK_OUT (default /tmp/gpu_check).
 set -u
-OUT=${OUT:-/tmp/gpu_check}
+OUT=${GPU_CHECK_OUT:-/tmp/gpu_check}
 mkdir -p "$OUT"
 B=/tmp/tsb
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
