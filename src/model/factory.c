@@ -7,6 +7,23 @@
 #include "base/half.h"
 #include "model/model.h"
 
+/* A GGUF file mixes weight types (Q4_K_M keeps some tensors in Q6_K, small rows in Q5_0):
+ * name the mixture by general.file_type (llama.cpp's llama_ftype) when it is a known one. */
+static const char *gguf_file_type_name(const ts_gguf *g) {
+    static const struct {
+        uint32_t id;
+        const char *name;
+    } names[] = {{0, "F32"},     {1, "F16"},    {2, "Q4_0"},   {7, "Q8_0"},  {8, "Q5_0"},
+                 {14, "Q4_K_S"}, {15, "Q4_K_M"}, {18, "Q6_K"}, {32, "BF16"}};
+    uint32_t ft;
+    if (!ts_gguf_has(g, "general.file_type") ||
+        ts_gguf_get_u32(g, "general.file_type", &ft) != TS_OK)
+        return NULL;
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (names[i].id == ft) return names[i].name;
+    return NULL;
+}
+
 /* A single .gguf file: the architecture comes from general.architecture. */
 static ts_status open_gguf(const char *path, ts_model **out) {
     ts_model *m = calloc(1, sizeof *m);
@@ -28,6 +45,8 @@ static ts_status open_gguf(const char *path, ts_model **out) {
         ts_model_close(m);
         return st;
     }
+    const char *label = gguf_file_type_name(m->gguf);
+    if (label) m->info.weight_dtype = label;
     *out = m;
     return TS_OK;
 }
