@@ -122,3 +122,19 @@ ts_status ts_read_file(const char *path, size_t cap, char **out, size_t *len) {
     if (len) *len = n;
     return TS_OK;
 }
+
+ts_status ts_file_commit(FILE *f, const char *tmp, const char *path) {
+    int e = 0;
+    if (fflush(f) != 0 || fsync(fileno(f)) != 0) e = errno;
+    if (fclose(f) != 0 && !e) e = errno;
+    if (e) {
+        unlink(tmp);
+        return ts_error(TS_ERR_IO, "%s: write failed: %s", tmp, strerror(e));
+    }
+    if (rename(tmp, path) != 0) {
+        e = errno;
+        unlink(tmp);
+        return ts_error(TS_ERR_IO, "%s: cannot rename to %s: %s", tmp, path, strerror(e));
+    }
+    return TS_OK;
+}

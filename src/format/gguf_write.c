@@ -468,21 +468,8 @@ ts_status ts_gguf_writer_end(ts_gguf_writer *w) {
         ggw_abort(w);
         return rc;
     }
-    int e = 0;
-    if (fflush(w->f) != 0 || fsync(fileno(w->f)) != 0) e = errno;
-    if (fclose(w->f) != 0 && !e) e = errno;
+    ts_status st = ts_file_commit(w->f, w->tmp, w->path);
     w->f = NULL;
-    if (e) {
-        unlink(w->tmp);
-        w->state = GGW_FAILED;
-        return ts_error(TS_ERR_IO, "%s: write failed: %s", w->tmp, strerror(e));
-    }
-    if (rename(w->tmp, w->path) != 0) {
-        e = errno;
-        unlink(w->tmp);
-        w->state = GGW_FAILED;
-        return ts_error(TS_ERR_IO, "%s: cannot rename to %s: %s", w->tmp, w->path, strerror(e));
-    }
-    w->state = GGW_DONE;
-    return TS_OK;
+    w->state = st == TS_OK ? GGW_DONE : GGW_FAILED;
+    return st;
 }

@@ -756,23 +756,10 @@ ts_status ts_st_writer_end(ts_st_writer *w) {
         stw_abort(w);
         return rc;
     }
-    int e = 0;
-    if (fflush(w->f) != 0 || fsync(fileno(w->f)) != 0) e = errno;
-    if (fclose(w->f) != 0 && !e) e = errno;
+    ts_status st = ts_file_commit(w->f, w->tmp, w->path);
     w->f = NULL;
-    if (e) {
-        unlink(w->tmp);
-        w->state = STW_FAILED;
-        return ts_error(TS_ERR_IO, "%s: write failed: %s", w->tmp, strerror(e));
-    }
-    if (rename(w->tmp, w->path) != 0) {
-        e = errno;
-        unlink(w->tmp);
-        w->state = STW_FAILED;
-        return ts_error(TS_ERR_IO, "%s: cannot rename to %s: %s", w->tmp, w->path, strerror(e));
-    }
-    w->state = STW_DONE;
-    return TS_OK;
+    w->state = st == TS_OK ? STW_DONE : STW_FAILED;
+    return st;
 }
 
 void ts_st_writer_free(ts_st_writer *w) {
