@@ -125,8 +125,16 @@ static bool request_soon(serve_worker *w) {
     return stop;
 }
 
-/* The one place a job ends: terminal state, wake its reader, release the admission slot. */
+/* The one place a job ends: release the admission slot, then terminal state and wake its
+ * reader. In that order, so that a client holding its answer never sees itself still counted
+ * as running in /metrics or refused by a cap it no longer occupies. */
 static void finish_job(serve_worker *w, serve_job *j, serve_finish how, const char *error) {
+    pthread_mutex_lock(&w->mu);
+    w->active--;
+    if (w->current == j) w->current = NULL;
+    publish_gauges(w);
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
     pthread_mutex_lock(&j->mu);
     if (j->finish == SERVE_RUNNING) {
         j->finish = how;
@@ -135,12 +143,6 @@ static void finish_job(serve_worker *w, serve_job *j, serve_finish how, const ch
     }
     pthread_cond_broadcast(&j->cv);
     pthread_mutex_unlock(&j->mu);
-    pthread_mutex_lock(&w->mu);
-    w->active--;
-    if (w->current == j) w->current = NULL;
-    publish_gauges(w);
-    pthread_cond_broadcast(&w->cv);
-    pthread_mutex_unlock(&w->mu);
 }
 
 static void *worker_main(void *arg) {
