@@ -104,6 +104,10 @@ typedef struct {
 /* Runs the model over the batch and writes n_vocab logits for each token whose logits are
  * wanted, in batch order, to logits (may be NULL when none are wanted). */
 ts_status ts_engine_forward(ts_engine *engine, const ts_batch *batch, float *logits);
+/* The same forward, but for each token whose logits are wanted only the id of its largest
+ * logit is written to ids (greedy decoding; the first id on ties). On a GPU the logits then
+ * never leave the device. */
+ts_status ts_engine_forward_greedy(ts_engine *engine, const ts_batch *batch, int32_t *ids);
 
 /* Empties a slot (its sequence starts again at position 0). */
 ts_status ts_engine_slot_clear(ts_engine *engine, int slot);
@@ -120,6 +124,8 @@ const char *ts_engine_describe(const ts_engine *engine);
 /* Measured read bandwidth of main memory with n_threads threads (0 = all cores), in GB/s:
  * the denominator of the decode roofline. Takes about a second. */
 double ts_measure_read_bandwidth(int n_threads);
+/* The same for the memory of CUDA device `device` (0 without CUDA or a GPU). */
+double ts_measure_device_bandwidth(int device);
 
 /* ---- text: tokenizer, streaming detokenizer, chat format ---------------------------------- */
 

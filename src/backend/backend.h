@@ -35,6 +35,14 @@ typedef struct {
     float softcap; /* scores -> softcap * tanh(scores / softcap) when > 0 */
 } ts_attn_dims;
 
+/* One run of a batch for the *_runs ops: tokens [start, start + len) of the batch at positions
+ * pos0 .. pos0 + len - 1 of one sequence, and that sequence's state buffers for the op (conv:
+ * a = conv state; gdn: a = recurrent state; attention: a = K cache, b = V cache). */
+typedef struct {
+    int start, len, pos0;
+    float *a, *b;
+} ts_seq_run;
+
 typedef struct {
     const char *name;
     /* Frees the backend and its context. */
@@ -79,6 +87,10 @@ typedef struct {
     /* x[t, h*hd + d] *= sigmoid(g[t, h*gstride + d]): the gated-attention output gate. */
     void (*sigmoid_gate)(ts_backend *be, float *x, int64_t ldx, const float *g, int64_t ldg,
                          int n_tok, int n_heads, int head_dim, int64_t gstride);
+    /* out_host[r] = the index of the largest of x[r, 0..n_cols) (the first one on ties; NaN never
+     * wins), for n_rows rows; synchronises like download. */
+    void (*argmax)(ts_backend *be, const float *x, int64_t ldx, int n_rows, int n_cols,
+                   int32_t *out_host);
     /* Copies n rows of dim floats (row r of src at src + r*lds) to dst (row stride ldd). */
     void (*copy_rows)(ts_backend *be, float *dst, int64_t ldd, const float *src, int64_t lds,
                       int n, int dim);
@@ -108,6 +120,31 @@ typedef struct {
     void (*gdn)(ts_backend *be, const float *q, const float *k, int64_t ldqk, const float *v,
                 int64_t ldv, const float *g, const float *beta, int n, const ts_gdn_dims *dims,
                 float *state, float *out, bool chunked);
+    /* Optional fusions (NULL: the model composes them from the ops above; see model/layers.h).
+     * They exist because on a GPU every op is a kernel launch, and decode is hundreds of them.
+     * matmul_n: y_j = W_j x for up to 4 weights of one dtype and column count sharing x.
+     * add_rmsnorm: x += h, then out = rmsnorm(x) * w (rows of dim, stride ld for all three).
+     * l2norm_heads: dst[t, h, :] = l2norm(src[t*lds + h*dim ...]) * scale for n_heads heads of
+     * dim values per token (a strided gather plus l2norm). */
+    void (*matmul_n)(ts_backend *be, const ts_tensor *const *W, int nw, const float *x,
+                     int64_t ldx, int n, float *const *y, const int64_t *ldy);
+    void (*add_rmsnorm)(ts_backend *be, float *x, const float *h, int n_rows, int dim, int64_t ld,
+                        const float *w, float eps, float *out);
+    void (*l2norm_heads)(ts_backend *be, const float *src, int64_t lds, int n_tok, int n_heads,
+                         int dim, float eps, float scale, float *dst);
+    /* Optional (NULL: the model calls the single-run op once per run): the same ops over all
+     * runs of a batch at once, so that B sequences decoding together cost one launch, not B.
+     * attention_runs also stores the runs' new K and V rows (k, v: [n_tokens][n_kv_heads *
+     * head_dim]) into the caches at their positions first. */
+    void (*conv1d_silu_runs)(ts_backend *be, const float *x, int64_t ldx, int C, int K,
+                             const float *w, const ts_seq_run *runs, int nr, float *out,
+                             int64_t ldo);
+    void (*gdn_runs)(ts_backend *be, const float *q, const float *k, int64_t ldqk,
+                     const float *v, int64_t ldv, const float *g, const float *beta,
+                     const ts_gdn_dims *dims, const ts_seq_run *runs, int nr, float *out);
+    void (*attention_runs)(ts_backend *be, const float *q, int64_t ldq, int64_t q_head_stride,
+                           const float *k, const float *v, const ts_attn_dims *dims,
+                           const ts_seq_run *runs, int nr, float *out, int64_t ldo);
     /* out[t, h*dv + d] = rmsnorm(x[t, h*dv:...])[d] * w[d] * silu(z[t, h*dv + d]) */
     void (*gated_rmsnorm)(ts_backend *be, const float *x, const float *z, int n_tok, int n_heads,
                           int dv, const float *w, float eps, float *out);

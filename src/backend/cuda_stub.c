@@ -12,3 +12,13 @@ const char *ts_backend_cuda_device_name(const ts_backend *be) {
     (void)be;
     return NULL;
 }
+
+void ts_backend_cuda_graph_stats(const ts_backend *be, long *replays, long *builds) {
+    (void)be;
+    *replays = *builds = 0;
+}
+
+double ts_backend_cuda_read_bandwidth(int device) {
+    (void)device;
+    return 0.0;
+}

@@ -1,6 +1,8 @@
 /* tessera bench: prefill (pp) and decode (tg) tokens/s, llama-bench style: each test runs on a
  * fresh sequence, several repetitions, the median is reported. Decode is also set against the
- * memory-bandwidth roofline (weight bytes read per token ÷ measured read bandwidth). */
+ * memory-bandwidth roofline (weight bytes read per token ÷ measured read bandwidth).
+ * --parallel B1,B2,... adds aggregate decode throughput with B sequences decoding together (one
+ * token each per forward step, as a server running B streams does). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,27 +30,45 @@ static double time_prefill(ts_engine *e, const int32_t *ids, int32_t *pos, int32
     return cli_now() - t0;
 }
 
-/* n single-token decode steps from an empty slot; returns seconds or < 0 on error. */
-static double time_decode(ts_engine *e, int n, float *logits, int V) {
-    if (ts_engine_slot_clear(e, 0) != TS_OK) return -1;
-    int32_t tok = 1, s0 = 0;
+/* n decode steps of B sequences at once (slots 0..B-1, emptied first), one token each per step;
+ * returns seconds or < 0 on error. Greedy, so each step's input depends on the step before as
+ * in real decoding; the argmax is taken where the logits are (on the device for a GPU). */
+static double time_decode(ts_engine *e, int n, int B) {
+    int32_t tok[256], pos[256], slot[256];
+    uint8_t want[256];
+    for (int s = 0; s < B; s++) {
+        if (ts_engine_slot_clear(e, s) != TS_OK) return -1;
+        tok[s] = 1 + s, slot[s] = s, want[s] = 1;
+    }
     double t0 = cli_now();
     for (int i = 0; i < n; i++) {
-        int32_t p = i;
-        ts_batch b = {1, &tok, &p, &s0, NULL};
-        if (ts_engine_forward(e, &b, logits) != TS_OK) return -1;
-        int best = 0; /* greedy, so the next input depends on this step as in real decoding */
-        for (int j = 1; j < V; j++)
-            if (logits[j] > logits[best]) best = j;
-        tok = best;
+        for (int s = 0; s < B; s++) pos[s] = i;
+        ts_batch b = {B, tok, pos, slot, want};
+        if (ts_engine_forward_greedy(e, &b, tok) != TS_OK) return -1;
     }
     return cli_now() - t0;
+}
+
+/* "1,8,32": at most max values in [1, 256]; their count, or -1. */
+static int parse_batches(const char *s, int *out, int max) {
+    int n = 0;
+    while (*s) {
+        char *end;
+        long v = strtol(s, &end, 10);
+        if (end == s || v < 1 || v > 256 || n == max) return -1;
+        out[n++] = (int)v;
+        s = end;
+        if (*s == ',') s++;
+        else if (*s) return -1;
+    }
+    return n;
 }
 
 int cmd_bench(int argc, char **argv) {
     cli_engine_args ea = {.model_path = cli_default_model()};
     long n_pp = 512, n_tg = 128, reps = 3;
     bool json = false, no_bw = false;
+    int batches[16], n_batches = 0;
     const char *v;
     for (int i = 1; i < argc; i++) {
         int r = cli_engine_opt(argc, argv, &i, &ea);
@@ -64,12 +84,18 @@ int cmd_bench(int argc, char **argv) {
             json = true;
         } else if (strcmp(argv[i], "--no-bandwidth") == 0) {
             no_bw = true;
+        } else if ((v = cli_opt_value(argc, argv, &i, "-P", "--parallel"))) {
+            if ((n_batches = parse_batches(v, batches, 16)) <= 0)
+                return cli_usage("bad --parallel '%s' (e.g. 1,8,32; each 1..256)", v);
         } else {
             return cli_usage("bench: unknown option '%s'", argv[i]);
         }
     }
+    int max_b = 1;
+    for (int i = 0; i < n_batches; i++) max_b = batches[i] > max_b ? batches[i] : max_b;
     if (!ea.n_ctx) ea.n_ctx = (int)(n_pp > n_tg ? n_pp : n_tg) + 1;
-    if (!ea.n_batch) ea.n_batch = n_pp > 0 ? (int)n_pp : 1;
+    if (!ea.n_batch) ea.n_batch = n_pp > max_b ? (int)n_pp : max_b;
+    if (ea.n_slots < max_b) ea.n_slots = max_b;
     ts_model *model;
     ts_engine *e;
     int rc = cli_open(&ea, &model, &e);
@@ -93,13 +119,13 @@ int cmd_bench(int argc, char **argv) {
     }
     /* warm-up: page the weights in and let the threads spin up */
     if (time_prefill(e, ids, pos, slot, n_pp > 0 ? (int)(n_pp < 16 ? n_pp : 16) : 1, logits) < 0 ||
-        time_decode(e, 2, logits, V) < 0) {
+        time_decode(e, 2, 1) < 0) {
         rc = cli_fail("bench");
         goto done;
     }
     for (long r = 0; r < reps; r++) {
         double a = n_pp > 0 ? time_prefill(e, ids, pos, slot, (int)n_pp, logits) : 0;
-        double b = n_tg > 0 ? time_decode(e, (int)n_tg, logits, V) : 0;
+        double b = n_tg > 0 ? time_decode(e, (int)n_tg, 1) : 0;
         if (a < 0 || b < 0) {
             rc = cli_fail("bench");
             goto done;
@@ -107,9 +133,29 @@ int cmd_bench(int argc, char **argv) {
         pp[r] = a;
         tg[r] = b;
     }
+    /* aggregate decode with B sequences: tokens of all sequences per second */
+    double agg[16] = {0};
+    for (int bi = 0; bi < n_batches && n_tg > 0; bi++) {
+        if (time_decode(e, 2, batches[bi]) < 0) { /* warm-up: a new batch shape */
+            rc = cli_fail("bench");
+            goto done;
+        }
+        double *t = calloc((size_t)reps, sizeof *t);
+        for (long r = 0; t && r < reps; r++)
+            if ((t[r] = time_decode(e, (int)n_tg, batches[bi])) < 0) {
+                free(t);
+                rc = cli_fail("bench");
+                goto done;
+            }
+        if (t) agg[bi] = (double)batches[bi] * n_tg / median(t, (int)reps);
+        free(t);
+    }
     double t_pp = median(pp, (int)reps), t_tg = median(tg, (int)reps);
     double pp_tps = n_pp > 0 ? n_pp / t_pp : 0, tg_tps = n_tg > 0 ? n_tg / t_tg : 0;
-    double bw = no_bw ? 0 : ts_measure_read_bandwidth(ea.n_threads);
+    /* the roofline of the memory the weights are read from */
+    double bw = no_bw                            ? 0
+                : ea.device == TS_DEVICE_CUDA ? ts_measure_device_bandwidth(0)
+                                                 : ts_measure_read_bandwidth(ea.n_threads);
     double bound = bw > 0 ? bw * 1e9 / (double)info.weight_bytes : 0;
     if (json) {
         printf("{\"model\": \"%s\", \"arch\": \"%s\", \"dtype\": \"%s\", \"params\": %lld, "
@@ -117,11 +163,15 @@ int cmd_bench(int argc, char **argv) {
                "\"pp\": {\"n\": %ld, \"tokens_per_s\": %.2f, \"ttft_ms\": %.2f}, "
                "\"tg\": {\"n\": %ld, \"tokens_per_s\": %.3f, \"ms_per_token\": %.3f}, "
                "\"read_bandwidth_gbs\": %.2f, \"tg_bound_tokens_per_s\": %.2f, "
-               "\"tg_fraction_of_bound\": %.3f}\n",
+               "\"tg_fraction_of_bound\": %.3f, \"batched\": [",
                ea.model_path, info.arch, info.weight_dtype, (long long)info.n_params,
                (unsigned long long)info.weight_bytes, ts_engine_describe(e), reps, n_pp, pp_tps,
                t_pp * 1e3, n_tg, tg_tps, n_tg > 0 ? t_tg * 1e3 / n_tg : 0, bw, bound,
                bound > 0 ? tg_tps / bound : 0);
+        for (int bi = 0; bi < n_batches; bi++)
+            printf("%s{\"sequences\": %d, \"tokens_per_s\": %.2f}", bi ? ", " : "", batches[bi],
+                   agg[bi]);
+        printf("]}\n");
     } else {
         printf("| model | dtype | params | weights/token | backend | test | t/s |\n");
         printf("|---|---|---|---|---|---|---|\n");
@@ -133,6 +183,10 @@ int cmd_bench(int argc, char **argv) {
             printf("| %s | %s | %.0fM | %.0f MB | %s | tg%ld | %.2f |\n", info.arch,
                    info.weight_dtype, info.n_params / 1e6, info.weight_bytes / 1e6,
                    ts_engine_describe(e), n_tg, tg_tps);
+        for (int bi = 0; bi < n_batches && n_tg > 0; bi++)
+            printf("| %s | %s | %.0fM | %.0f MB | %s | tg%ld x %d seqs | %.2f |\n", info.arch,
+                   info.weight_dtype, info.n_params / 1e6, info.weight_bytes / 1e6,
+                   ts_engine_describe(e), n_tg, batches[bi], agg[bi]);
         if (n_pp > 0) printf("\ntime to first token (pp%ld): %.1f ms\n", n_pp, t_pp * 1e3);
         if (bw > 0)
             printf("memory read bandwidth %.1f GB/s -> decode bound %.2f t/s; tg reaches %.0f%%\n",

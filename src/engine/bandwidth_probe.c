@@ -1,5 +1,6 @@
 /* ts_measure_read_bandwidth: the public face of the CPU backend's bandwidth probe. */
 #include "backend/cpu/bandwidth.h"
+#include "backend/cuda/cuda_backend.h"
 #include "base/cpu.h"
 #include "base/threadpool.h"
 
@@ -11,3 +12,5 @@ double ts_measure_read_bandwidth(int n_threads) {
     ts_pool_free(pool);
     return gbs;
 }
+
+double ts_measure_device_bandwidth(int device) { return ts_backend_cuda_read_bandwidth(device); }

@@ -145,7 +145,8 @@ static ts_status check_batch(ts_engine *e, const ts_batch *b) {
     return TS_OK;
 }
 
-ts_status ts_engine_forward(ts_engine *e, const ts_batch *b, float *logits) {
+/* logits or ids receives the wanted tokens' outputs (n_vocab floats or one id each). */
+static ts_status forward(ts_engine *e, const ts_batch *b, float *logits, int32_t *ids) {
     TS_TRY(check_batch(e, b));
     for (int start = 0; start < b->n_tokens; start += e->n_batch) {
         int n = b->n_tokens - start < e->n_batch ? b->n_tokens - start : e->n_batch;
@@ -160,13 +161,23 @@ ts_status ts_engine_forward(ts_engine *e, const ts_batch *b, float *logits) {
         }
         int produced = 0;
         for (int i = 0; i < n; i++) produced += want[i] != 0;
-        if (produced && !logits) return ts_error(TS_ERR_INVALID, "logits wanted but no buffer");
-        ts_fwd_batch fb = {n, b->tokens + start, b->pos + start, b->slot + start, want,
-                           e->slot_state};
+        if (produced && !logits && !ids)
+            return ts_error(TS_ERR_INVALID, "logits wanted but no buffer");
+        ts_fwd_batch fb = {n,    b->tokens + start, b->pos + start, b->slot + start, want,
+                           e->slot_state, ids};
         ts_status st = e->model->arch->forward(e->rt, &fb, logits);
         if (st != TS_OK) return st;
         for (int i = 0; i < n; i++) e->slot_len[fb.slot[i]]++;
         if (logits) logits += (size_t)produced * e->n_vocab;
+        if (ids) ids += produced;
     }
     return TS_OK;
+}
+
+ts_status ts_engine_forward(ts_engine *e, const ts_batch *b, float *logits) {
+    return forward(e, b, logits, NULL);
+}
+
+ts_status ts_engine_forward_greedy(ts_engine *e, const ts_batch *b, int32_t *ids) {
+    return forward(e, b, NULL, ids);
 }

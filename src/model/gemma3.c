@@ -13,7 +13,6 @@
 #include "model/layers.h"
 
 #define GEMMA3_MAX_LAYERS 256
-#define LOGIT_ROWS 8
 
 typedef struct {
     int n_vocab, n_embd, n_layers, n_ff, n_head, n_kv_head, head_dim, window, n_ctx_train;
@@ -368,6 +367,7 @@ typedef struct {
     float *x, *h, *q, *k, *v, *o, *f1, *f2, *lh, *logits, *params;
     int32_t *sel;
     ts_run *runs;
+    ts_seq_run *sruns; /* [n_batch] the runs with one layer's caches */
 } gemma3_rt;
 
 static size_t kv_bytes(const gemma3_hparams *h, int n_ctx) {
@@ -388,6 +388,7 @@ static void gemma3_runtime_free(void *p) {
         if (bufs[i]) rt->be->ops->free(rt->be, bufs[i]);
     free(rt->sel);
     free(rt->runs);
+    free(rt->sruns);
     free(rt);
 }
 
@@ -410,8 +411,8 @@ static ts_status gemma3_runtime_create(const ts_model *m, ts_backend *be, int n_
     } plan[] = {{&rt->x, nb * h->n_embd}, {&rt->h, nb * h->n_embd}, {&rt->q, nb * qw},
                 {&rt->k, nb * kvw},       {&rt->v, nb * kvw},       {&rt->o, nb * qw},
                 {&rt->f1, nb * h->n_ff},  {&rt->f2, nb * h->n_ff},
-                {&rt->lh, (size_t)LOGIT_ROWS * h->n_embd},
-                {&rt->logits, (size_t)LOGIT_ROWS * h->n_vocab},
+                {&rt->lh, (size_t)ts_logit_rows(n_batch) * h->n_embd},
+                {&rt->logits, (size_t)ts_logit_rows(n_batch) * h->n_vocab},
                 {&rt->params, g->n_host_params}};
     for (size_t i = 0; i < sizeof plan / sizeof plan[0]; i++)
         if (!(*plan[i].p = be->ops->alloc(be, plan[i].n * sizeof(float)))) {
@@ -420,7 +421,8 @@ static ts_status gemma3_runtime_create(const ts_model *m, ts_backend *be, int n_
         }
     rt->sel = malloc(nb * sizeof *rt->sel);
     rt->runs = malloc(nb * sizeof *rt->runs);
-    if (!rt->sel || !rt->runs) {
+    rt->sruns = malloc(nb * sizeof *rt->sruns);
+    if (!rt->sel || !rt->runs || !rt->sruns) {
         gemma3_runtime_free(rt);
         return ts_error(TS_ERR_NOMEM, "out of memory");
     }
@@ -441,9 +443,12 @@ static void attention(gemma3_rt *rt, int il, const ts_fwd_batch *b, const ts_run
     int n = b->n_tokens, D = hp->n_embd, hd = hp->head_dim;
     int qw = hp->n_head * hd, kvw = hp->n_kv_head * hd;
     float theta = hp->is_global[il] ? hp->theta_global : hp->theta_local;
-    op->matmul(be, ly->wq, rt->h, D, n, rt->q, qw);
-    op->matmul(be, ly->wk, rt->h, D, n, rt->k, kvw);
-    op->matmul(be, ly->wv, rt->h, D, n, rt->v, kvw);
+    {
+        const ts_tensor *W[3] = {ly->wq, ly->wk, ly->wv};
+        float *y[3] = {rt->q, rt->k, rt->v};
+        int64_t ldy[3] = {qw, kvw, kvw};
+        ts_matmul_n(be, W, 3, rt->h, D, n, y, ldy);
+    }
     op->rmsnorm(be, rt->q, hd, n * hp->n_head, hd, P(rt, ly->q_norm), hp->eps, rt->q, hd);
     op->rmsnorm(be, rt->k, hd, n * hp->n_kv_head, hd, P(rt, ly->k_norm), hp->eps, rt->k, hd);
     op->rope(be, rt->q, qw, n, hp->n_head, hd, hd, b->pos, theta);
@@ -451,17 +456,13 @@ static void attention(gemma3_rt *rt, int il, const ts_fwd_batch *b, const ts_run
     ts_attn_dims dims = {hp->n_head, hp->n_kv_head, hd, hp->scale,
                          hp->is_global[il] ? 0 : hp->window, hp->attn_softcap};
     size_t kvb = kv_bytes(hp, rt->n_ctx);
+    ts_seq_run *sr = rt->sruns;
     for (int r = 0; r < nr; r++) {
         char *st = (char *)b->slot_state[runs[r].slot] + 2 * kvb * (size_t)il;
-        float *kc = (float *)st, *vc = (float *)(st + kvb);
-        size_t s0 = (size_t)runs[r].start;
-        op->copy_rows(be, kc + (size_t)runs[r].pos0 * kvw, kvw, rt->k + s0 * kvw, kvw,
-                      runs[r].len, kvw);
-        op->copy_rows(be, vc + (size_t)runs[r].pos0 * kvw, kvw, rt->v + s0 * kvw, kvw,
-                      runs[r].len, kvw);
-        op->attention(be, rt->q + s0 * qw, qw, hd, runs[r].len, runs[r].pos0, kc, vc, &dims,
-                      rt->o + s0 * qw, qw);
+        sr[r] = (ts_seq_run){runs[r].start, runs[r].len, runs[r].pos0, (float *)st,
+                             (float *)(st + kvb)};
     }
+    ts_attend_runs(be, rt->q, qw, hd, rt->k, rt->v, &dims, sr, nr, rt->o, qw);
     op->matmul(be, ly->wo, rt->o, qw, n, rt->h, D);
 }
 
@@ -476,22 +477,28 @@ static ts_status gemma3_forward(void *p, const ts_fwd_batch *b, float *logits) {
         return ts_error(TS_ERR_INVALID, "batch of %d tokens (limit %d)", n, rt->n_batch);
     int nr = ts_batch_runs(b, rt->runs);
     op->get_rows(be, g->embed, b->tokens, n, hp->embed_scale, rt->x);
+    op->rmsnorm(be, rt->x, D, n, D, P(rt, g->layers[0].ln_in), hp->eps, rt->h, D);
     for (int il = 0; il < hp->n_layers; il++) {
         const gemma3_layer *ly = &g->layers[il];
-        op->rmsnorm(be, rt->x, D, n, D, P(rt, ly->ln_in), hp->eps, rt->h, D);
         attention(rt, il, b, rt->runs, nr);
         op->rmsnorm(be, rt->h, D, n, D, P(rt, ly->ln_post_attn), hp->eps, rt->h, D);
-        op->add(be, rt->x, rt->h, (int64_t)n * D);
-        op->rmsnorm(be, rt->x, D, n, D, P(rt, ly->ln_pre_ff), hp->eps, rt->h, D);
-        op->matmul(be, ly->gate, rt->h, D, n, rt->f1, F);
-        op->matmul(be, ly->up, rt->h, D, n, rt->f2, F);
+        ts_add_rmsnorm(be, rt->x, rt->h, n, D, D, P(rt, ly->ln_pre_ff), hp->eps, rt->h);
+        const ts_tensor *W[2] = {ly->gate, ly->up};
+        float *y[2] = {rt->f1, rt->f2};
+        int64_t ldy[2] = {F, F};
+        ts_matmul_n(be, W, 2, rt->h, D, n, y, ldy);
         op->gelu_mul(be, rt->f1, rt->f2, F, n, F, rt->f1, F);
         op->matmul(be, ly->down, rt->f1, F, n, rt->h, D);
         op->rmsnorm(be, rt->h, D, n, D, P(rt, ly->ln_post_ff), hp->eps, rt->h, D);
-        op->add(be, rt->x, rt->h, (int64_t)n * D);
+        /* the residual add, fused with the next layer's input norm */
+        if (il + 1 < hp->n_layers)
+            ts_add_rmsnorm(be, rt->x, rt->h, n, D, D, P(rt, g->layers[il + 1].ln_in), hp->eps,
+                           rt->h);
+        else
+            op->add(be, rt->x, rt->h, (int64_t)n * D);
     }
-    ts_output_head oh = {P(rt, g->final_norm), hp->eps, g->lm_head, D, hp->n_vocab, LOGIT_ROWS,
-                         hp->final_softcap};
+    ts_output_head oh = {P(rt, g->final_norm),       hp->eps, g->lm_head, D, hp->n_vocab,
+                         ts_logit_rows(rt->n_batch), hp->final_softcap};
     ts_output_logits(be, &oh, b, rt->x, rt->sel, rt->lh, rt->logits, logits);
     return TS_OK;
 }

@@ -25,8 +25,11 @@ void ts_output_logits(ts_backend *be, const ts_output_head *oh, const ts_fwd_bat
         op->rmsnorm(be, lh, D, k, D, oh->final_norm, oh->eps, lh, D);
         op->matmul(be, oh->head, lh, D, k, lg, oh->n_vocab);
         if (oh->softcap > 0) op->softcap(be, lg, (int64_t)k * oh->n_vocab, oh->softcap);
-        op->download(be, logits + (size_t)s0 * oh->n_vocab, lg,
-                     (size_t)k * oh->n_vocab * sizeof(float));
+        if (b->argmax)
+            op->argmax(be, lg, oh->n_vocab, k, oh->n_vocab, b->argmax + s0);
+        else
+            op->download(be, logits + (size_t)s0 * oh->n_vocab, lg,
+                         (size_t)k * oh->n_vocab * sizeof(float));
     }
 }
 
@@ -34,4 +37,79 @@ ts_status ts_check_matmul_dtype(const ts_model *m, const char *name, const ts_te
     if ((unsigned)t->dtype < TS_DTYPE_COUNT) return TS_OK; /* every dtype has a CPU kernel */
     return ts_error(TS_ERR_UNSUPPORTED, "%s: tensor '%s': dtype %s not supported",
                     ts_model_file_of(m, name), name, ts_dtype_name(t->dtype));
+}
+
+void ts_conv_runs(ts_backend *be, const float *x, int64_t ldx, int C, int K, const float *w,
+                  const ts_seq_run *sr, int nr, float *out, int64_t ldo) {
+    if (be->ops->conv1d_silu_runs && nr > 1) {
+        be->ops->conv1d_silu_runs(be, x, ldx, C, K, w, sr, nr, out, ldo);
+        return;
+    }
+    for (int r = 0; r < nr; r++)
+        be->ops->conv1d_silu(be, x + (size_t)sr[r].start * ldx, ldx, sr[r].len, C, K, w, sr[r].a,
+                             out + (size_t)sr[r].start * ldo, ldo);
+}
+
+void ts_gdn_runs(ts_backend *be, const float *q, const float *k, int64_t ldqk, const float *v,
+                 int64_t ldv, const float *g, const float *beta, const ts_gdn_dims *d,
+                 const ts_seq_run *sr, int nr, float *out) {
+    if (be->ops->gdn_runs && nr > 1) {
+        be->ops->gdn_runs(be, q, k, ldqk, v, ldv, g, beta, d, sr, nr, out);
+        return;
+    }
+    int Hv = d->n_v_heads;
+    for (int r = 0; r < nr; r++) {
+        size_t s0 = (size_t)sr[r].start;
+        be->ops->gdn(be, q + s0 * ldqk, k + s0 * ldqk, ldqk, v + s0 * ldv, ldv, g + s0 * Hv,
+                     beta + s0 * Hv, sr[r].len, d, sr[r].a, out + s0 * Hv * d->d_v,
+                     sr[r].len > 1);
+    }
+}
+
+void ts_attend_runs(ts_backend *be, const float *q, int64_t ldq, int64_t q_head_stride,
+                    const float *k, const float *v, const ts_attn_dims *d, const ts_seq_run *sr,
+                    int nr, float *out, int64_t ldo) {
+    if (be->ops->attention_runs && nr > 1) {
+        be->ops->attention_runs(be, q, ldq, q_head_stride, k, v, d, sr, nr, out, ldo);
+        return;
+    }
+    int64_t kvw = (int64_t)d->n_kv_heads * d->head_dim;
+    for (int r = 0; r < nr; r++) {
+        size_t s0 = (size_t)sr[r].start;
+        be->ops->copy_rows(be, sr[r].a + (size_t)sr[r].pos0 * kvw, kvw, k + s0 * kvw, kvw,
+                           sr[r].len, (int)kvw);
+        be->ops->copy_rows(be, sr[r].b + (size_t)sr[r].pos0 * kvw, kvw, v + s0 * kvw, kvw,
+                           sr[r].len, (int)kvw);
+        be->ops->attention(be, q + s0 * ldq, ldq, q_head_stride, sr[r].len, sr[r].pos0, sr[r].a,
+                           sr[r].b, d, out + s0 * ldo, ldo);
+    }
+}
+
+void ts_matmul_n(ts_backend *be, const ts_tensor *const *W, int nw, const float *x, int64_t ldx,
+                 int n, float *const *y, const int64_t *ldy) {
+    if (be->ops->matmul_n) {
+        be->ops->matmul_n(be, W, nw, x, ldx, n, y, ldy);
+        return;
+    }
+    for (int j = 0; j < nw; j++) be->ops->matmul(be, W[j], x, ldx, n, y[j], ldy[j]);
+}
+
+void ts_add_rmsnorm(ts_backend *be, float *x, const float *h, int n_rows, int dim, int64_t ld,
+                    const float *w, float eps, float *out) {
+    if (be->ops->add_rmsnorm) {
+        be->ops->add_rmsnorm(be, x, h, n_rows, dim, ld, w, eps, out);
+        return;
+    }
+    be->ops->add(be, x, h, (int64_t)n_rows * ld);
+    be->ops->rmsnorm(be, x, ld, n_rows, dim, w, eps, out, ld);
+}
+
+void ts_l2norm_heads(ts_backend *be, const float *src, int64_t lds, int n_tok, int n_heads,
+                     int dim, float eps, float scale, float *dst) {
+    if (be->ops->l2norm_heads) {
+        be->ops->l2norm_heads(be, src, lds, n_tok, n_heads, dim, eps, scale, dst);
+        return;
+    }
+    be->ops->copy_rows(be, dst, (int64_t)n_heads * dim, src, lds, n_tok, n_heads * dim);
+    be->ops->l2norm(be, dst, dim, n_tok * n_heads, dim, eps, scale);
 }

@@ -12,10 +12,18 @@ typedef struct {
 /* Splits a batch into maximal runs, in batch order; runs has room for b->n_tokens entries. */
 int ts_batch_runs(const ts_fwd_batch *b, ts_run *runs);
 
+/* How many tokens the output head handles at once for batches of up to n_batch tokens: each
+ * pass reads the whole head matrix, so batched decode wants them all in one pass; 64 keeps the
+ * [rows][n_vocab] scratch at tens of MB for the largest vocabularies. */
+static inline int ts_logit_rows(int n_batch) {
+    return n_batch < 1 ? 1 : n_batch < 64 ? n_batch : 64;
+}
+
 /* Logits rows for runs of a batch, at most `rows` tokens at a time: gathers the wanted rows of
  * x [n][D], applies the final norm and the output head (and a soft cap when cap > 0), and
- * downloads them to logits (host, n_vocab floats per wanted token). sel: scratch of n ints,
- * lh: [rows][D] scratch, lg: [rows][n_vocab] scratch. */
+ * downloads them to logits (host, n_vocab floats per wanted token) - or, when b->argmax is set,
+ * only each row's argmax to b->argmax. sel: scratch of n ints, lh: [rows][D] scratch, lg:
+ * [rows][n_vocab] scratch. */
 typedef struct {
     const float *final_norm; /* backend buffer, the effective weight */
     float eps;
@@ -26,6 +34,27 @@ typedef struct {
 
 void ts_output_logits(ts_backend *be, const ts_output_head *oh, const ts_fwd_batch *b,
                       const float *x, int32_t *sel, float *lh, float *lg, float *logits);
+
+/* The sequence ops over all runs of a batch: one call of the backend's *_runs op when it has
+ * one, else the single-run op once per run (ts_seq_run in backend.h says which state is a, b).
+ * ts_attend_runs stores the runs' new K/V rows (k, v: [n][n_kv_heads * head_dim]) in their
+ * caches, then attends. */
+void ts_conv_runs(ts_backend *be, const float *x, int64_t ldx, int C, int K, const float *w,
+                  const ts_seq_run *sr, int nr, float *out, int64_t ldo);
+void ts_gdn_runs(ts_backend *be, const float *q, const float *k, int64_t ldqk, const float *v,
+                 int64_t ldv, const float *g, const float *beta, const ts_gdn_dims *d,
+                 const ts_seq_run *sr, int nr, float *out);
+void ts_attend_runs(ts_backend *be, const float *q, int64_t ldq, int64_t q_head_stride,
+                    const float *k, const float *v, const ts_attn_dims *d, const ts_seq_run *sr,
+                    int nr, float *out, int64_t ldo);
+
+/* The fused ops of backend.h, or their composition where the backend has none. */
+void ts_matmul_n(ts_backend *be, const ts_tensor *const *W, int nw, const float *x, int64_t ldx,
+                 int n, float *const *y, const int64_t *ldy);
+void ts_add_rmsnorm(ts_backend *be, float *x, const float *h, int n_rows, int dim, int64_t ld,
+                    const float *w, float eps, float *out);
+void ts_l2norm_heads(ts_backend *be, const float *src, int64_t lds, int n_tok, int n_heads,
+                     int dim, float eps, float scale, float *dst);
 
 /* Checks a weight's dtype is one the backends multiply with. */
 ts_status ts_check_matmul_dtype(const ts_model *m, const char *name, const ts_tensor *t);

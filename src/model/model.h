@@ -23,6 +23,9 @@ typedef struct {
     const int32_t *slot;
     const uint8_t *wants_logits;
     void *const *slot_state;
+    /* NULL: write logits. Else, for each wanted token, the id of its largest logit (greedy
+     * decoding without moving the logits to the host). */
+    int32_t *argmax;
 } ts_fwd_batch;
 
 typedef struct ts_arch ts_arch;

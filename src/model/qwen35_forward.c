@@ -13,7 +13,6 @@
 
 /* Logits are computed for at most this many tokens at a time, so the scratch for them stays
  * small even for a vocabulary of 250k. */
-#define LOGIT_ROWS 8
 
 typedef struct {
     const qwen35_model *q;
@@ -23,12 +22,13 @@ typedef struct {
     /* scratch, [n_batch][width] each */
     float *x, *h, *t1, *t2, *t3, *t4, *t5, *t6;
     float *g, *beta; /* [n_batch][Hv] */
-    float *lh;       /* [LOGIT_ROWS][n_embd] */
-    float *logits;   /* [LOGIT_ROWS][n_vocab] */
+    float *lh;       /* [ts_logit_rows(n_batch)][n_embd] */
+    float *logits;   /* [ts_logit_rows(n_batch)][n_vocab] */
     /* backend copies of the small parameters (same layout as the host block) */
     float *params;
     int32_t *sel;           /* [n_batch] indices of tokens whose logits are wanted */
     ts_run *runs;           /* [n_batch] */
+    ts_seq_run *sruns;      /* [n_batch] the runs with one layer's state buffers */
 } qwen35_rt;
 
 void qwen35_state_layout(const qwen35_hparams *h, int n_ctx, qwen35_state_off *offs,
@@ -75,6 +75,7 @@ void qwen35_runtime_free(void *p) {
         if (bufs[i]) be->ops->free(be, bufs[i]);
     free(rt->sel);
     free(rt->runs);
+    free(rt->sruns);
     free(rt);
 }
 
@@ -110,8 +111,8 @@ ts_status qwen35_runtime_create(const ts_model *m, ts_backend *be, int n_batch, 
         {&rt->x, nb * h->n_embd}, {&rt->h, nb * h->n_embd}, {&rt->t1, nb * w1},
         {&rt->t2, nb * w2},       {&rt->t3, nb * w3},       {&rt->t4, nb * w4},
         {&rt->t5, nb * max_sz(kd, vd)}, {&rt->t6, nb * kd}, {&rt->g, nb * h->lin_hv},
-        {&rt->beta, nb * h->lin_hv},    {&rt->lh, (size_t)LOGIT_ROWS * h->n_embd},
-        {&rt->logits, (size_t)LOGIT_ROWS * h->n_vocab},
+        {&rt->beta, nb * h->lin_hv},    {&rt->lh, (size_t)ts_logit_rows(n_batch) * h->n_embd},
+        {&rt->logits, (size_t)ts_logit_rows(n_batch) * h->n_vocab},
     };
     for (size_t i = 0; i < sizeof plan / sizeof plan[0]; i++) {
         *plan[i].p = be->ops->alloc(be, plan[i].n * sizeof(float));
@@ -122,6 +123,7 @@ ts_status qwen35_runtime_create(const ts_model *m, ts_backend *be, int n_batch, 
     }
     rt->sel = malloc(nb * sizeof *rt->sel);
     rt->runs = malloc(nb * sizeof *rt->runs);
+    rt->sruns = malloc(nb * sizeof *rt->sruns);
     /* the small parameters: one upload of the whole host block */
     size_t np = 0;
     {
@@ -134,7 +136,7 @@ ts_status qwen35_runtime_create(const ts_model *m, ts_backend *be, int n_batch, 
         np = (size_t)(end - q->host_params);
     }
     rt->params = be->ops->alloc(be, np * sizeof(float));
-    if (!rt->params || !rt->sel || !rt->runs) {
+    if (!rt->params || !rt->sel || !rt->runs || !rt->sruns) {
         qwen35_runtime_free(rt);
         return ts_error(TS_ERR_NOMEM, "out of memory");
     }
@@ -160,33 +162,30 @@ static void linear_attention(qwen35_rt *rt, int il, const ts_fwd_batch *b, const
     float *mqkv = rt->t1, *conv = rt->t2, *z = rt->t3, *ab = rt->t3 + (size_t)n * vd;
     float *qn = rt->t5, *kn = rt->t6, *o = rt->t4;
 
-    op->matmul(be, ly->in_qkv, rt->h, D, n, mqkv, cd);
-    op->matmul(be, ly->in_z, rt->h, D, n, z, vd);
     float *a = ab, *bb = ab + (size_t)n * Hv;
-    op->matmul(be, ly->in_a, rt->h, D, n, a, Hv);
-    op->matmul(be, ly->in_b, rt->h, D, n, bb, Hv);
+    {
+        const ts_tensor *W[4] = {ly->in_qkv, ly->in_z, ly->in_a, ly->in_b};
+        float *y[4] = {mqkv, z, a, bb};
+        int64_t ldy[4] = {cd, vd, Hv, Hv};
+        ts_matmul_n(be, W, 4, rt->h, D, n, y, ldy);
+    }
+    ts_seq_run *sr = rt->sruns;
     for (int r = 0; r < nr; r++) {
         char *st = b->slot_state[runs[r].slot];
-        op->conv1d_silu(be, mqkv + (size_t)runs[r].start * cd, cd, runs[r].len, cd, hp->conv_k,
-                        P(rt, ly->conv_w), (float *)(st + rt->offs[il].conv),
-                        conv + (size_t)runs[r].start * cd, cd);
+        sr[r] = (ts_seq_run){runs[r].start, runs[r].len, runs[r].pos0,
+                             (float *)(st + rt->offs[il].conv), NULL};
     }
+    ts_conv_runs(be, mqkv, cd, cd, hp->conv_k, P(rt, ly->conv_w), sr, nr, conv, cd);
     /* q and k to their own buffers so each head is a row; L2-normalise, scale q by dk^-1/2 */
-    op->copy_rows(be, qn, kd, conv, cd, n, kd);
-    op->copy_rows(be, kn, kd, conv + kd, cd, n, kd);
-    op->l2norm(be, qn, hp->lin_dk, n * hp->lin_hk, hp->lin_dk, 1e-6f,
-               1.0f / sqrtf((float)hp->lin_dk));
-    op->l2norm(be, kn, hp->lin_dk, n * hp->lin_hk, hp->lin_dk, 1e-6f, 1.0f);
+    ts_l2norm_heads(be, conv, cd, n, hp->lin_hk, hp->lin_dk, 1e-6f,
+                    1.0f / sqrtf((float)hp->lin_dk), qn);
+    ts_l2norm_heads(be, conv + kd, cd, n, hp->lin_hk, hp->lin_dk, 1e-6f, 1.0f, kn);
     op->gdn_gates(be, a, Hv, bb, Hv, n, Hv, P(rt, ly->neg_exp_a), P(rt, ly->dt_bias), rt->g,
                   rt->beta);
     ts_gdn_dims dims = {hp->lin_hk, hp->lin_hv, hp->lin_dk, hp->lin_dv};
-    for (int r = 0; r < nr; r++) {
-        size_t s0 = (size_t)runs[r].start;
-        char *st = b->slot_state[runs[r].slot];
-        op->gdn(be, qn + s0 * kd, kn + s0 * kd, kd, conv + s0 * cd + 2 * kd, cd,
-                rt->g + s0 * Hv, rt->beta + s0 * Hv, runs[r].len, &dims,
-                (float *)(st + rt->offs[il].rec), o + s0 * vd, runs[r].len > 1);
-    }
+    for (int r = 0; r < nr; r++)
+        sr[r].a = (float *)((char *)b->slot_state[runs[r].slot] + rt->offs[il].rec);
+    ts_gdn_runs(be, qn, kn, kd, conv + 2 * kd, cd, rt->g, rt->beta, &dims, sr, nr, o);
     op->gated_rmsnorm(be, o, z, n, Hv, hp->lin_dv, P(rt, ly->gnorm), hp->eps, o);
     op->matmul(be, ly->out_proj, o, vd, n, rt->h, D);
 }
@@ -202,25 +201,24 @@ static void full_attention(qwen35_rt *rt, int il, const ts_fwd_batch *b, const t
     int qw = hp->n_head * hstride, kvw = hp->n_kv_head * hd, ow = hp->n_head * hd;
     float *qg = rt->t1, *k = rt->t2, *v = rt->t3, *o = rt->t4;
 
-    op->matmul(be, ly->wq, rt->h, D, n, qg, qw);
-    op->matmul(be, ly->wk, rt->h, D, n, k, kvw);
-    op->matmul(be, ly->wv, rt->h, D, n, v, kvw);
+    {
+        const ts_tensor *W[3] = {ly->wq, ly->wk, ly->wv};
+        float *y[3] = {qg, k, v};
+        int64_t ldy[3] = {qw, kvw, kvw};
+        ts_matmul_n(be, W, 3, rt->h, D, n, y, ldy);
+    }
     op->rmsnorm(be, qg, hstride, n * hp->n_head, hd, P(rt, ly->q_norm), hp->eps, qg, hstride);
     op->rmsnorm(be, k, hd, n * hp->n_kv_head, hd, P(rt, ly->k_norm), hp->eps, k, hd);
     op->rope(be, qg, qw, n, hp->n_head, hstride, hp->rot_dim, b->pos, hp->rope_theta);
     op->rope(be, k, kvw, n, hp->n_kv_head, hd, hp->rot_dim, b->pos, hp->rope_theta);
     ts_attn_dims dims = {hp->n_head, hp->n_kv_head, hd, 1.0f / sqrtf((float)hd), 0, 0};
+    ts_seq_run *sr = rt->sruns;
     for (int r = 0; r < nr; r++) {
         char *st = b->slot_state[runs[r].slot];
-        float *kc = (float *)(st + rt->offs[il].kc), *vc = (float *)(st + rt->offs[il].vc);
-        size_t s0 = (size_t)runs[r].start;
-        op->copy_rows(be, kc + (size_t)runs[r].pos0 * kvw, kvw, k + s0 * kvw, kvw, runs[r].len,
-                      kvw);
-        op->copy_rows(be, vc + (size_t)runs[r].pos0 * kvw, kvw, v + s0 * kvw, kvw, runs[r].len,
-                      kvw);
-        op->attention(be, qg + s0 * qw, qw, hstride, runs[r].len, runs[r].pos0, kc, vc, &dims,
-                      o + s0 * ow, ow);
+        sr[r] = (ts_seq_run){runs[r].start, runs[r].len, runs[r].pos0,
+                             (float *)(st + rt->offs[il].kc), (float *)(st + rt->offs[il].vc)};
     }
+    ts_attend_runs(be, qg, qw, hstride, k, v, &dims, sr, nr, o, ow);
     if (hp->attn_gate) op->sigmoid_gate(be, o, ow, qg + hd, qw, n, hp->n_head, hd, hstride);
     op->matmul(be, ly->wo, o, ow, n, rt->h, D);
 }
@@ -231,8 +229,10 @@ static void mlp(qwen35_rt *rt, int il, int n) {
     ts_backend *be = rt->be;
     const ts_backend_ops *op = be->ops;
     int D = hp->n_embd, F = hp->n_ff;
-    op->matmul(be, ly->gate, rt->h, D, n, rt->t1, F);
-    op->matmul(be, ly->up, rt->h, D, n, rt->t2, F);
+    const ts_tensor *W[2] = {ly->gate, ly->up};
+    float *y[2] = {rt->t1, rt->t2};
+    int64_t ldy[2] = {F, F};
+    ts_matmul_n(be, W, 2, rt->h, D, n, y, ldy);
     op->swiglu(be, rt->t1, rt->t2, F, n, F, rt->t4, F);
     op->matmul(be, ly->down, rt->t4, F, n, rt->h, D);
 }
@@ -258,18 +258,23 @@ ts_status qwen35_forward(void *p, const ts_fwd_batch *b, float *logits) {
     int nr = ts_batch_runs(b, runs);
 
     op->get_rows(be, q->embed, b->tokens, n, 1.0f, rt->x);
+    op->rmsnorm(be, rt->x, D, n, D, P(rt, q->layers[0].ln1), hp->eps, rt->h, D);
     for (int il = 0; il < hp->n_layers; il++) {
-        op->rmsnorm(be, rt->x, D, n, D, P(rt, q->layers[il].ln1), hp->eps, rt->h, D);
         if (hp->is_full[il])
             full_attention(rt, il, b, runs, nr);
         else
             linear_attention(rt, il, b, runs, nr);
-        op->add(be, rt->x, rt->h, (int64_t)n * D);
-        op->rmsnorm(be, rt->x, D, n, D, P(rt, q->layers[il].ln2), hp->eps, rt->h, D);
+        ts_add_rmsnorm(be, rt->x, rt->h, n, D, D, P(rt, q->layers[il].ln2), hp->eps, rt->h);
         mlp(rt, il, n);
-        op->add(be, rt->x, rt->h, (int64_t)n * D);
+        /* the residual add, fused with the next layer's input norm */
+        if (il + 1 < hp->n_layers)
+            ts_add_rmsnorm(be, rt->x, rt->h, n, D, D, P(rt, q->layers[il + 1].ln1), hp->eps,
+                           rt->h);
+        else
+            op->add(be, rt->x, rt->h, (int64_t)n * D);
     }
-    ts_output_head oh = {P(rt, q->final_norm), hp->eps, q->lm_head, D, hp->n_vocab, LOGIT_ROWS, 0};
+    ts_output_head oh = {P(rt, q->final_norm),       hp->eps, q->lm_head, D, hp->n_vocab,
+                         ts_logit_rows(rt->n_batch), 0};
     ts_output_logits(be, &oh, b, rt->x, rt->sel, rt->lh, rt->logits, logits);
     return TS_OK;
 }

@@ -10,6 +10,7 @@
 #include "backend/cpu/quant.h"
 #include "backend/cuda/cuda_backend.h"
 #include "base/half.h"
+#include "engine/engine_int.h"
 #include "fixture_util.h"
 #include "testutil.h"
 #include "tessera.h"
@@ -19,6 +20,12 @@
 
 static ts_backend *cpu, *gpu;
 static void *kept[8]; /* test weights, alive until the backend is gone */
+static void *kept_more[32];
+static int n_kept_more;
+/* Weights whose host address keys a device copy stay allocated until the end. */
+static void kept_extra(void *p) {
+    if (n_kept_more < 32) kept_more[n_kept_more++] = p;
+}
 static unsigned long long rng = 0x5eedULL;
 
 static float *rnd(size_t n, float scale) {
@@ -73,6 +80,23 @@ static void test_rows_ops(void) {
     cpu->ops->gated_rmsnorm(cpu, gx, gz, nt, nh, dv, gw, 1e-6f, go);
     gpu->ops->gated_rmsnorm(gpu, dgx, dgz, nt, nh, dv, dgw, 1e-6f, dgo);
     cmp("gated_rmsnorm", dgo, go, gn, FP32_TOL);
+    /* the fusions: x += h then rmsnorm (out aliasing h, as the models call it), and the strided
+     * per-head l2norm, against the CPU's ops composed */
+    float *h = rnd(n, 1.0f), *dh = dev(h, n);
+    for (int r = 0; r < rows; r++) /* rows of dim values: the padding stays */
+        cpu->ops->add(cpu, x + (size_t)r * ld, h + (size_t)r * ld, dim);
+    cpu->ops->rmsnorm(cpu, x, ld, rows, dim, w, 1e-6f, h, ld);
+    gpu->ops->add_rmsnorm(gpu, dx, dh, rows, dim, ld, dw, 1e-6f, dh);
+    cmp("add_rmsnorm x", dx, x, n, FP32_TOL);
+    cmp("add_rmsnorm out", dh, h, n, FP32_TOL);
+    int heads = 3, hdim = 40; /* 37 tokens of 3 heads inside rows of ld */
+    float *lo = calloc((size_t)rows * heads * hdim, 4), *dlo = dev(lo, (size_t)rows * heads * hdim);
+    cpu->ops->copy_rows(cpu, lo, heads * hdim, x + 7, ld, rows, heads * hdim);
+    cpu->ops->l2norm(cpu, lo, hdim, rows * heads, hdim, 1e-6f, 0.7f);
+    gpu->ops->l2norm_heads(gpu, dx + 7, ld, rows, heads, hdim, 1e-6f, 0.7f, dlo);
+    cmp("l2norm_heads", dlo, lo, (size_t)rows * heads * hdim, FP32_TOL);
+    gpu->ops->free(gpu, dh), gpu->ops->free(gpu, dlo);
+    free(h), free(lo);
     float *bufs[] = {dx, dw, dout, dgx, dgz, dgw, dgo};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) gpu->ops->free(gpu, bufs[i]);
     free(x), free(w), free(o), free(gx), free(gz), free(gw), free(go);
@@ -121,8 +145,12 @@ static void test_attention(void) {
     struct {
         int nh, nkv, hd, n, pos0, window;
         float softcap;
-    } cases[] = {{4, 2, 64, 9, 0, 0, 0}, {8, 1, 256, 1, 70, 0, 0}, {4, 4, 128, 13, 20, 16, 50.0f},
-                 {2, 1, 96, 1, 99, 32, 0}};
+    } cases[] = {{4, 2, 64, 9, 0, 0, 0},       {8, 1, 256, 1, 70, 0, 0},
+                 {4, 4, 128, 13, 20, 16, 50.0f}, {2, 1, 96, 1, 99, 32, 0},
+                 /* long contexts: every warp of the block gets many keys */
+                 {8, 2, 256, 1, 700, 0, 0},      {16, 2, 128, 3, 300, 0, 0},
+                 {4, 1, 64, 2, 600, 128, 0},     {2, 2, 512, 1, 90, 0, 0},
+                 {2, 1, 32, 1, 3, 0, 0}}; /* fewer keys than warps */
     for (size_t ci = 0; ci < sizeof cases / sizeof *cases; ci++) {
         int nh = cases[ci].nh, nkv = cases[ci].nkv, hd = cases[ci].hd, n = cases[ci].n;
         int ctx = cases[ci].pos0 + n, kvw = nkv * hd;
@@ -244,6 +272,26 @@ static void test_matmul(void) {
     int ns[] = {1, 3, 8, 9, 64};
     int rows = 300, cols = 512;
     int64_t ldx = cols + 4, ldy = rows + 2;
+    /* few long rows: the decode kernel splits each row over several warps */
+    for (size_t di = 0; di < sizeof dts / sizeof *dts; di++) {
+        float *wf;
+        int r2 = 37, c2 = 4096;
+        ts_tensor W = make_weight(dts[di], r2, c2, &wf);
+        ts_tensor Wf = {TS_DTYPE_F32, 2, {r2, c2, 1, 1, 1, 1}, wf, (uint64_t)r2 * c2 * 4};
+        for (int n = 1; n <= 8; n += 7) {
+            float *x = rnd((size_t)n * c2, 1.0f), *y = calloc((size_t)n * r2, 4);
+            float *dx = dev(x, (size_t)n * c2), *dy = dev(y, (size_t)n * r2);
+            cpu->ops->matmul(cpu, &Wf, x, c2, n, y, r2);
+            gpu->ops->matmul(gpu, &W, dx, c2, n, dy, r2);
+            char what[64];
+            snprintf(what, sizeof what, "matmul %s %dx%d n=%d", ts_dtype_name(dts[di]), r2, c2, n);
+            cmp(what, dy, y, (size_t)n * r2, FP32_TOL);
+            gpu->ops->free(gpu, dx), gpu->ops->free(gpu, dy);
+            free(x), free(y);
+        }
+        kept_extra((void *)W.data);
+        free(wf);
+    }
     for (size_t di = 0; di < sizeof dts / sizeof *dts; di++) {
         float *wf;
         ts_tensor W = make_weight(dts[di], rows, cols, &wf);
@@ -262,6 +310,34 @@ static void test_matmul(void) {
             gpu->ops->free(gpu, dx), gpu->ops->free(gpu, dy);
             free(x), free(y);
         }
+        /* matmul_n: this weight with an F32 one of other rows (its own launch) and itself
+         * again (the same launch), n <= 8 and n > 8 */
+        for (int n = 3; n <= 12; n += 9) {
+            float *x = rnd((size_t)n * ldx, 1.0f), *dx = dev(x, (size_t)n * ldx);
+            float *wf2 = rnd((size_t)77 * cols, 0.5f);
+            ts_tensor W2 = {TS_DTYPE_F32, 2, {77, cols, 1, 1, 1, 1}, wf2, (uint64_t)77 * cols * 4};
+            const ts_tensor *Ws[3] = {&W, &W2, &W};
+            float *ref[3], *dys[3];
+            int64_t lds[3] = {rows + 1, 80, rows};
+            for (int j = 0; j < 3; j++) {
+                size_t ny = (size_t)n * lds[j];
+                ref[j] = calloc(ny, 4);
+                dys[j] = dev(ref[j], ny);
+                cpu->ops->matmul(cpu, j == 1 ? &W2 : &Wf, x, ldx, n, ref[j], lds[j]);
+            }
+            gpu->ops->matmul_n(gpu, Ws, 3, dx, ldx, n, dys, lds);
+            bool rounded = n > 8 && (dts[di] == TS_DTYPE_F16 || dts[di] == TS_DTYPE_BF16);
+            for (int j = 0; j < 3; j++) {
+                char what[64];
+                snprintf(what, sizeof what, "matmul_n %s n=%d #%d", ts_dtype_name(dts[di]), n, j);
+                cmp(what, dys[j], ref[j], (size_t)n * lds[j], rounded ? 1e-4 : FP32_TOL);
+                gpu->ops->free(gpu, dys[j]);
+                free(ref[j]);
+            }
+            gpu->ops->free(gpu, dx);
+            free(x);
+            kept_extra(wf2);
+        }
         int32_t ids[5] = {0, 299, 7, 7, 150};
         float *o = calloc((size_t)5 * cols, 4), *dout = dev(o, (size_t)5 * cols);
         cpu->ops->get_rows(cpu, &W, ids, 5, 1.7f, o);
@@ -272,6 +348,182 @@ static void test_matmul(void) {
         /* W.data stays allocated: the backend keys its device copy by this address */
         kept[di] = (void *)W.data;
     }
+}
+
+/* argmax against the CPU op: ties (the first index wins), NaN (never wins), one row all NaN. */
+static void test_argmax(void) {
+    int rows = 6, cols = 70000;
+    int64_t ld = cols + 5;
+    float *x = rnd((size_t)rows * ld, 1.0f);
+    x[1 * ld + 500] = 9.0f, x[1 * ld + 60000] = 9.0f;      /* tie: 500 */
+    x[2 * ld + 0] = NAN, x[2 * ld + 69999] = 5.0f;          /* NaN first */
+    for (int j = 0; j < cols; j++) x[3 * ld + j] = NAN;     /* all NaN: 0 */
+    x[4 * ld + 69999] = 3.0f;                               /* the last */
+    float *dx = dev(x, (size_t)rows * ld);
+    int32_t a[6], b[6] = {-7, -7, -7, -7, -7, -7};
+    cpu->ops->argmax(cpu, x, ld, rows, cols, a);
+    gpu->ops->argmax(gpu, dx, ld, rows, cols, b);
+    CHECK(a[1] == 500 && a[2] == 69999 && a[3] == 0 && a[4] == 69999);
+    for (int r = 0; r < rows; r++) CHECKF(a[r] == b[r], "argmax row %d: cpu %d cuda %d", r, a[r], b[r]);
+    gpu->ops->free(gpu, dx);
+    free(x);
+}
+
+/* Decode through replayed CUDA graphs must give the same logits, bit for bit, as the ops run one
+ * by one (TESSERA_CUDA_GRAPHS=0), with several sequences decoding together and one alone; and the
+ * graph engine must actually replay. ts_engine_forward_greedy must pick the argmax of the logits
+ * that ts_engine_forward returns. */
+static ts_engine *make_engine_slots(ts_model *m, int n_slots);
+
+static float *decode_steps(ts_engine *e, int B, int steps, int32_t *greedy_ids) {
+    int V = ts_engine_n_vocab(e);
+    float *out = malloc((size_t)steps * B * V * sizeof *out);
+    int32_t tok[4], pos[4], sl[4];
+    for (int s = 0; s < B; s++) ts_engine_slot_clear(e, s), tok[s] = 3 + 5 * s, sl[s] = s;
+    for (int i = 0; i < steps; i++) {
+        for (int s = 0; s < B; s++) pos[s] = i;
+        uint8_t want[4] = {1, 1, 1, 1};
+        ts_batch b = {B, tok, pos, sl, want};
+        float *lg = out + (size_t)i * B * V;
+        if (ts_engine_forward(e, &b, lg) != TS_OK) {
+            fprintf(stderr, "forward: %s\n", ts_last_error());
+            free(out);
+            return NULL;
+        }
+        for (int s = 0; s < B; s++) {
+            const float *r = lg + (size_t)s * V;
+            int best = 0;
+            for (int j = 1; j < V; j++)
+                if (r[j] > r[best]) best = j;
+            tok[s] = best;
+            if (greedy_ids) greedy_ids[i * B + s] = best;
+        }
+    }
+    return out;
+}
+
+static void test_graph_decode(void) {
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/qwen35", tu_env("TS_FIXTURES", "tests/fixtures"));
+    char *names[16];
+    int nm = fx_list_models(dir, names, 16);
+    CHECK(nm > 0);
+    if (nm <= 0) return;
+    char path[8192];
+    snprintf(path, sizeof path, "%s/%s", dir, names[0]);
+    for (int i = 0; i < nm; i++) free(names[i]);
+    ts_model *m = NULL;
+    CHECKF(ts_model_open(path, &m) == TS_OK, "%s: %s", path, ts_last_error());
+    if (!m) return;
+    int steps = 12;
+    for (int B = 1; B <= 3; B += 2) {
+        setenv("TESSERA_CUDA_GRAPHS", "0", 1);
+        ts_engine *plain = make_engine_slots(m, 4);
+        unsetenv("TESSERA_CUDA_GRAPHS");
+        ts_engine *graph = make_engine_slots(m, 4);
+        CHECK(plain && graph);
+        if (!plain || !graph) return;
+        int V = ts_engine_n_vocab(graph);
+        int32_t ids_a[64], ids_b[64], ids_g[4];
+        float *a = decode_steps(plain, B, steps, ids_a), *b = decode_steps(graph, B, steps, ids_b);
+        CHECK(a && b);
+        if (a && b)
+            CHECKF(memcmp(a, b, (size_t)steps * B * V * sizeof(float)) == 0,
+                   "B=%d: graph decode differs from op-by-op decode", B);
+        long replays = 0, builds = 0, r0 = 0, b0 = 0;
+        ts_backend_cuda_graph_stats(graph->be, &replays, &builds);
+        ts_backend_cuda_graph_stats(plain->be, &r0, &b0);
+        CHECKF(replays >= steps - 3 && builds >= 1, "B=%d: %ld replays, %ld graphs", B, replays,
+               builds);
+        CHECKF(r0 == 0 && b0 == 0, "TESSERA_CUDA_GRAPHS=0 still built %ld graphs", b0);
+        printf("  graph decode B=%d: %d steps, %ld replays, %ld graphs, identical logits\n", B,
+               steps, replays, builds);
+        /* greedy on the device = argmax of the downloaded logits, step after step */
+        int32_t tok[4], pos[4], sl[4];
+        for (int s = 0; s < B; s++) ts_engine_slot_clear(graph, s), tok[s] = 3 + 5 * s, sl[s] = s;
+        for (int i = 0; i < steps; i++) {
+            for (int s = 0; s < B; s++) pos[s] = i;
+            uint8_t want[4] = {1, 1, 1, 1};
+            ts_batch bt = {B, tok, pos, sl, want};
+            CHECK(ts_engine_forward_greedy(graph, &bt, ids_g) == TS_OK);
+            for (int s = 0; s < B; s++) {
+                CHECKF(ids_g[s] == ids_a[i * B + s], "greedy step %d seq %d: %d vs %d", i, s,
+                       ids_g[s], ids_a[i * B + s]);
+                tok[s] = ids_g[s];
+            }
+        }
+        free(a), free(b);
+        ts_engine_free(plain);
+        ts_engine_free(graph);
+    }
+    ts_model_close(m);
+}
+
+/* Several sequences in one batch, runs of different lengths (the *_runs ops), then decode steps
+ * of all of them together: CUDA against the CPU, every position's logits. */
+static ts_engine *make_engine_dev(ts_model *m, int n_slots, ts_device dv);
+
+static void test_multi_runs(const char *family) {
+    char dir[4096], path[8192];
+    snprintf(dir, sizeof dir, "%s/%s", tu_env("TS_FIXTURES", "tests/fixtures"), family);
+    char *names[16];
+    int nm = fx_list_models(dir, names, 16);
+    CHECK(nm > 0);
+    for (int mi = 0; mi < nm; mi++) {
+        snprintf(path, sizeof path, "%s/%s", dir, names[mi]);
+        ts_model *m = NULL;
+        if (ts_model_open(path, &m) != TS_OK) {
+            CHECKF(0, "%s: %s", path, ts_last_error());
+            continue;
+        }
+        ts_engine *ec = make_engine_dev(m, 4, TS_DEVICE_CPU), *eg = make_engine_dev(m, 4,
+                                                                                  TS_DEVICE_CUDA);
+        int V = ts_engine_n_vocab(ec);
+        /* slots 2, 0, 1 with 5, 1, 3 tokens, then 3 steps of one token each, out of order */
+        int32_t tok[9] = {5, 6, 7, 8, 9, 11, 12, 13, 14}, sl[9] = {2, 2, 2, 2, 2, 0, 1, 1, 1},
+                pos[9] = {0, 1, 2, 3, 4, 0, 0, 1, 2};
+        uint8_t want[9] = {1, 1, 1, 1, 1, 1, 1, 1, 1};
+        float *a = malloc((size_t)9 * V * 4), *b = malloc((size_t)9 * V * 4);
+        for (int s = 0; s < 3; s++) ts_engine_slot_clear(ec, s), ts_engine_slot_clear(eg, s);
+        ts_batch bt = {9, tok, pos, sl, want};
+        CHECK(ts_engine_forward(ec, &bt, a) == TS_OK && ts_engine_forward(eg, &bt, b) == TS_OK);
+        double worst = tu_rel_l2(b, a, 9L * V);
+        int32_t len[3] = {1, 3, 5};
+        for (int step = 0; step < 3; step++) {
+            int32_t t3[3] = {20 + step, 30 + step, 40 + step}, s3[3] = {1, 2, 0}, p3[3];
+            for (int i = 0; i < 3; i++) p3[i] = len[s3[i]]++;
+            ts_batch d = {3, t3, p3, s3, want};
+            CHECK(ts_engine_forward(ec, &d, a) == TS_OK && ts_engine_forward(eg, &d, b) == TS_OK);
+            double r = tu_rel_l2(b, a, 3L * V);
+            worst = r > worst ? r : worst;
+        }
+        CHECKF(worst <= 1e-4, "%s/%s: multi-sequence cuda vs cpu rel L2 %.3g", family,
+               names[mi], worst);
+        printf("  %s/%s: 3 sequences, runs of 5/1/3 then 3 joint steps: cuda vs cpu %.2e\n",
+               family, names[mi], worst);
+        free(a), free(b);
+        ts_engine_free(ec);
+        ts_engine_free(eg);
+        ts_model_close(m);
+        free(names[mi]);
+    }
+}
+
+static ts_engine *make_engine_slots(ts_model *m, int n_slots) {
+    return make_engine_dev(m, n_slots, TS_DEVICE_CUDA);
+}
+
+static ts_engine *make_engine_dev(ts_model *m, int n_slots, ts_device dv) {
+    ts_engine_opts o;
+    ts_engine_opts_default(&o);
+    o.n_ctx = 64;
+    o.n_batch = 16;
+    o.n_slots = n_slots;
+    o.n_threads = 2;
+    o.device = dv;
+    ts_engine *e = NULL;
+    if (ts_engine_create(m, &o, &e) != TS_OK) fprintf(stderr, "engine: %s\n", ts_last_error());
+    return e;
 }
 
 static ts_engine *make_engine(ts_model *m, ts_device dev_kind) {
@@ -379,6 +631,7 @@ static void test_fixtures(const char *family) {
 }
 
 int main(void) {
+    setvbuf(stdout, NULL, _IONBF, 0); /* progress survives a crash */
     ts_status st = ts_backend_cuda_create(0, &gpu);
     if (st != TS_OK) {
         printf("skipped: %s\n", ts_last_error());
@@ -386,18 +639,36 @@ int main(void) {
     }
     CHECK(ts_backend_cpu_create(2, -1, &cpu) == TS_OK);
     printf("device: %s\n", ts_backend_cuda_device_name(gpu));
+    printf("rows ops\n");
     test_rows_ops();
+    printf("elementwise\n");
     test_elementwise();
+    printf("attention\n");
     test_attention();
+    printf("conv, gates\n");
     test_conv_gates();
+    printf("gdn\n");
     test_gdn(2, 4, 128, 128);
     test_gdn(1, 2, 64, 32);
-    test_gdn(1, 1, 256, 256); /* 256 KiB of state: stays in global memory */
+    test_gdn(1, 1, 256, 256); /* the largest head kept in registers */
+    test_gdn(1, 2, 300, 40);   /* over 256 keys: state in shared memory */
+    test_gdn(1, 1, 320, 512); /* 640 KiB of state: stays in global memory */
+    printf("argmax\n");
+    test_argmax();
+    printf("matmul\n");
     test_matmul();
-    test_fixtures("qwen35");
-    test_fixtures("gemma3");
+    /* TS_CUDA_QUICK=1 (for the sanitizers, which run kernels 10-100x slower): no fixture
+     * prompts, the graph and multi-sequence tests still run */
+    if (strcmp(tu_env("TS_CUDA_QUICK", "0"), "1") != 0) {
+        test_fixtures("qwen35");
+        test_fixtures("gemma3");
+    }
+    test_graph_decode();
+    test_multi_runs("qwen35");
+    test_multi_runs("gemma3");
     ts_backend_free(cpu);
     ts_backend_free(gpu);
     for (size_t i = 0; i < sizeof kept / sizeof *kept; i++) free(kept[i]);
+    for (int i = 0; i < n_kept_more; i++) free(kept_more[i]);
     return tu_report("test_cuda");
 }

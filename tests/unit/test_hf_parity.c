@@ -137,6 +137,18 @@ static void check_greedy(const char *dir, const char *model, ts_engine *e, const
             CHECK(ts_engine_forward(e, &d, logits) == TS_OK);
         }
         CHECK(same);
+        /* the engine's own greedy path (argmax where the logits are) follows the same tokens */
+        ts_engine_slot_clear(e, 0);
+        int32_t tok = -1;
+        CHECK(ts_engine_forward_greedy(e, &b, &tok) == TS_OK);
+        for (int k = 0; k < nw; k++) {
+            CHECKF(tok == want[k], "%s %s greedy %d: forward_greedy step %d got %d want %d",
+                   model, label, g, k, tok, want[k]);
+            if (tok != want[k]) break;
+            int32_t p = np + k, s0 = 0;
+            ts_batch d = {1, &tok, &p, &s0, NULL};
+            CHECK(ts_engine_forward_greedy(e, &d, &tok) == TS_OK);
+        }
         ts_sampler_free(s);
         free(logits);
         free(pos);

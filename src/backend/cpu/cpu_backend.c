@@ -52,6 +52,7 @@ static const ts_backend_ops cpu_ops = {
     .softcap = cpu_op_softcap,
     .sigmoid_gate = cpu_op_sigmoid_gate,
     .copy_rows = cpu_op_copy_rows,
+    .argmax = cpu_op_argmax,
     .attention = cpu_op_attention,
     .conv1d_silu = cpu_op_conv1d_silu,
     .gdn_gates = cpu_op_gdn_gates,

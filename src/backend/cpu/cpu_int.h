@@ -43,6 +43,8 @@ void cpu_op_gelu_mul(ts_backend *be, const float *gate, const float *up, int64_t
 void cpu_op_softcap(ts_backend *be, float *x, int64_t n, float cap);
 void cpu_op_sigmoid_gate(ts_backend *be, float *x, int64_t ldx, const float *g, int64_t ldg,
                          int n_tok, int n_heads, int head_dim, int64_t gstride);
+void cpu_op_argmax(ts_backend *be, const float *x, int64_t ldx, int n_rows, int n_cols,
+                   int32_t *out_host);
 void cpu_op_copy_rows(ts_backend *be, float *dst, int64_t ldd, const float *src, int64_t lds,
                       int n, int dim);
 void cpu_op_attention(ts_backend *be, const float *q, int64_t ldq, int64_t q_head_stride, int n,

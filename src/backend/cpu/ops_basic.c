@@ -137,3 +137,15 @@ void cpu_op_copy_rows(ts_backend *be, float *dst, int64_t ldd, const float *src,
     (void)be;
     for (int r = 0; r < n; r++) memmove(dst + r * ldd, src + r * lds, (size_t)dim * sizeof(float));
 }
+
+void cpu_op_argmax(ts_backend *be, const float *x, int64_t ldx, int n_rows, int n_cols,
+                   int32_t *out_host) {
+    (void)be;
+    for (int r = 0; r < n_rows; r++) {
+        const float *v = x + r * ldx;
+        int best = 0;
+        for (int j = 1; j < n_cols; j++)
+            if (v[j] > v[best] || (v[best] != v[best] && v[j] == v[j])) best = j;
+        out_host[r] = best;
+    }
+}

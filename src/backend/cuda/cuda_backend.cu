@@ -1,8 +1,9 @@
 /* The CUDA backend: the vtable, device buffers, the stream and cuBLAS handle, error recording.
  *
- * Everything runs in order on one stream; host-to-device copies come from pageable memory, which
- * CUDA stages before cudaMemcpyAsync returns, so callers may reuse their host buffers at once.
- * download() synchronises, so the host sees every op issued before it. */
+ * Everything runs in order on one stream, through the launch queue (cuda_queue.cuh): ops are
+ * recorded and submitted when the host needs a result; download() submits, synchronises and
+ * copies, so the host sees every op issued before it. Host data for uploads is staged in pinned
+ * memory before the call returns, so callers may reuse their buffers at once. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,12 +27,12 @@ bool cuda_check_blas(cuda_ctx *c, cublasStatus_t st, const char *what) {
 }
 
 void *cuda_scratch(cuda_ctx *c, int slot, size_t bytes) {
-    void **p = slot ? &c->scratch_b : &c->scratch_a;
-    size_t *have = slot ? &c->scratch_b_bytes : &c->scratch_a_bytes;
+    void **p = &c->scratch[slot];
+    size_t *have = &c->scratch_bytes[slot];
     if (*have >= bytes && *p) return *p;
-    /* the old buffer may still be read by queued work: wait before freeing it */
+    /* the old buffer may still be read by queued work: run it before freeing the buffer */
     if (*p) {
-        cuda_check(c, cudaStreamSynchronize(c->stream), "scratch sync");
+        cq_flush(c);
         cudaFree(*p);
         *p = NULL;
         *have = 0;
@@ -50,32 +51,27 @@ static void *cu_alloc(ts_backend *be, size_t bytes) {
         cudaGetLastError(); /* an allocation failure is reported as NULL, not a sticky error */
         return NULL;
     }
-    if (!cuda_check(c, cudaMemsetAsync(p, 0, bytes, c->stream), "alloc memset")) {
-        cudaFree(p);
-        return NULL;
-    }
+    cuda_memset_async(c, p, bytes, "alloc memset");
     return p;
 }
 
 static void cu_free(ts_backend *be, void *buf) {
     cuda_ctx *c = cuda_of(be);
     if (!buf) return;
-    cuda_check(c, cudaStreamSynchronize(c->stream), "free sync");
+    cq_flush(c); /* queued work may still use the buffer */
     cudaFree(buf);
 }
 
 static void cu_upload(ts_backend *be, void *dst, const void *src, size_t bytes) {
     cuda_ctx *c = cuda_of(be);
-    if (bytes)
-        cuda_check(c, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, c->stream),
-                   "upload");
+    cuda_upload_async(c, dst, src, bytes, "upload");
 }
 
 static void cu_download(ts_backend *be, void *dst, const void *src, size_t bytes) {
     cuda_ctx *c = cuda_of(be);
-    if (bytes) cuda_check(c, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, c->stream),
-                          "download");
-    cuda_check(c, cudaStreamSynchronize(c->stream), "download sync");
+    cq_flush(c);
+    if (bytes && !c->failed)
+        cuda_check(c, cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost), "download");
     if (c->failed) {
         float nan = nanf("");
         for (size_t i = 0; i + sizeof nan <= bytes; i += sizeof nan)
@@ -85,14 +81,12 @@ static void cu_download(ts_backend *be, void *dst, const void *src, size_t bytes
 
 static void cu_copy(ts_backend *be, void *dst, const void *src, size_t bytes) {
     cuda_ctx *c = cuda_of(be);
-    if (bytes && dst != src)
-        cuda_check(c, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, c->stream),
-                   "copy");
+    if (dst != src) cuda_copy_async(c, dst, src, bytes, cudaMemcpyDeviceToDevice, "copy");
 }
 
 static void cu_zero(ts_backend *be, void *dst, size_t bytes) {
     cuda_ctx *c = cuda_of(be);
-    if (bytes) cuda_check(c, cudaMemsetAsync(dst, 0, bytes, c->stream), "zero");
+    cuda_memset_async(c, dst, bytes, "zero");
 }
 
 static void cu_destroy(ts_backend *be);
@@ -119,11 +113,18 @@ static ts_backend_ops make_ops(void) {
     o.softcap = cuda_op_softcap;
     o.sigmoid_gate = cuda_op_sigmoid_gate;
     o.copy_rows = cuda_op_copy_rows;
+    o.argmax = cuda_op_argmax;
     o.attention = cuda_op_attention;
     o.conv1d_silu = cuda_op_conv1d_silu;
     o.gdn_gates = cuda_op_gdn_gates;
     o.gdn = cuda_op_gdn;
     o.gated_rmsnorm = cuda_op_gated_rmsnorm;
+    o.matmul_n = cuda_op_matmul_n;
+    o.add_rmsnorm = cuda_op_add_rmsnorm;
+    o.l2norm_heads = cuda_op_l2norm_heads;
+    o.conv1d_silu_runs = cuda_op_conv1d_silu_runs;
+    o.gdn_runs = cuda_op_gdn_runs;
+    o.attention_runs = cuda_op_attention_runs;
     return o;
 }
 
@@ -166,6 +167,10 @@ extern "C" ts_status ts_backend_cuda_create(int device, ts_backend **out) {
     if (bst == CUBLAS_STATUS_SUCCESS) bst = cublasSetStream(c->blas, c->stream);
     /* no TF32: the fp32 GEMMs ask for CUBLAS_COMPUTE_32F explicitly (cuda_matmul.cu) */
     if (bst == CUBLAS_STATUS_SUCCESS) bst = cublasSetMathMode(c->blas, CUBLAS_DEFAULT_MATH);
+    /* a workspace of its own, so cuBLAS never allocates while a graph is being captured */
+    const size_t ws = (size_t)32 << 20;
+    if (bst == CUBLAS_STATUS_SUCCESS && cudaMalloc(&c->blas_workspace, ws) == cudaSuccess)
+        bst = cublasSetWorkspace(c->blas, c->blas_workspace, ws);
     if (bst != CUBLAS_STATUS_SUCCESS) {
         if (c->blas) cublasDestroy(c->blas);
         cudaStreamDestroy(c->stream);
@@ -183,17 +188,22 @@ extern "C" const char *ts_backend_cuda_device_name(const ts_backend *be) {
     return ((const cuda_ctx *)be->ctx)->name;
 }
 
+extern "C" void ts_backend_cuda_graph_stats(const ts_backend *be, long *replays, long *builds) {
+    *replays = *builds = 0;
+    if (be && be->ops == &cuda_ops) cq_stats((cuda_ctx *)be->ctx, replays, builds);
+}
+
 static void cu_destroy(ts_backend *be) {
     cuda_ctx *c = cuda_of(be);
     if (c) {
-        cudaStreamSynchronize(c->stream);
+        cq_flush(c);
+        cq_free(c);
         cuda_weights_free(c);
-        cudaFree(c->scratch_a);
-        cudaFree(c->scratch_b);
+        for (int i = 0; i < 3; i++) cudaFree(c->scratch[i]);
         cudaFree(c->pos_dev);
         free(c->pos_host);
-        free(c->rows_host);
         cublasDestroy(c->blas);
+        cudaFree(c->blas_workspace);
         cudaStreamDestroy(c->stream);
     }
     free(c);

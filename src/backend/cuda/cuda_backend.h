@@ -15,6 +15,10 @@ extern "C" { /* the base/ and backend/ headers are C, without their own guards *
 ts_status ts_backend_cuda_create(int device, ts_backend **out);
 /* The device's name ("NVIDIA H200"); NULL if be is not a CUDA backend. */
 const char *ts_backend_cuda_device_name(const ts_backend *be);
+/* Read bandwidth of the device's memory in GB/s (0 when it cannot be measured). */
+double ts_backend_cuda_read_bandwidth(int device);
+/* How many submissions ran as a replayed CUDA graph, and how many graphs were built. */
+void ts_backend_cuda_graph_stats(const ts_backend *be, long *replays, long *builds);
 
 #ifdef __cplusplus
 }

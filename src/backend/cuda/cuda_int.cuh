@@ -11,26 +11,26 @@
 #include <stdint.h>
 
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_queue.cuh"
 
 struct cuda_weight_cache; /* the uploaded weights (cuda_weights.cu) */
+struct cq_state;          /* the launch queue and its graphs (cuda_queue.cu) */
 
-typedef struct {
+typedef struct cuda_ctx_s {
     int device;
     char name[256];
     cudaStream_t stream;
     cublasHandle_t blas;
     bool failed;
     /* growable device scratch: positions for rope, converted activations / weights for GEMM */
-    void *scratch_a, *scratch_b;
-    size_t scratch_a_bytes, scratch_b_bytes;
+    void *scratch[3];
+    size_t scratch_bytes[3];
     struct cuda_weight_cache *weights;
     /* the positions last uploaded for rope: one forward's rope calls share one upload */
     int32_t *pos_dev, *pos_host;
     int pos_n, pos_cap;
-    /* host staging for get_rows (the lookup runs on the host: it needs no device copy of the
-     * embedding and handles every dtype the CPU does) */
-    float *rows_host;
-    size_t rows_cap;
+    struct cq_state *q;
+    void *blas_workspace; /* cuBLAS's own, so that it never allocates while being captured */
 } cuda_ctx;
 
 static inline cuda_ctx *cuda_of(ts_backend *be) { return (cuda_ctx *)be->ctx; }
@@ -39,10 +39,7 @@ static inline cuda_ctx *cuda_of(ts_backend *be) { return (cuda_ctx *)be->ctx; }
 bool cuda_check(cuda_ctx *c, cudaError_t err, const char *what);
 bool cuda_check_blas(cuda_ctx *c, cublasStatus_t st, const char *what);
 /* Checks the last kernel launch. */
-static inline bool cuda_launched(cuda_ctx *c, const char *what) {
-    return cuda_check(c, cudaGetLastError(), what);
-}
-/* A device scratch buffer of at least bytes (slot 0 or 1), grown as needed; NULL on failure.
+/* A device scratch buffer of at least bytes (slot 0, 1 or 2), grown as needed; NULL on failure.
  * Contents are not kept across calls. */
 void *cuda_scratch(cuda_ctx *c, int slot, size_t bytes);
 
@@ -79,6 +76,8 @@ void cuda_op_gelu_mul(ts_backend *be, const float *gate, const float *up, int64_
 void cuda_op_softcap(ts_backend *be, float *x, int64_t n, float cap);
 void cuda_op_sigmoid_gate(ts_backend *be, float *x, int64_t ldx, const float *g, int64_t ldg,
                           int n_tok, int n_heads, int head_dim, int64_t gstride);
+void cuda_op_argmax(ts_backend *be, const float *x, int64_t ldx, int n_rows, int n_cols,
+                    int32_t *out_host);
 void cuda_op_copy_rows(ts_backend *be, float *dst, int64_t ldd, const float *src, int64_t lds,
                        int n, int dim);
 void cuda_op_attention(ts_backend *be, const float *q, int64_t ldq, int64_t q_head_stride, int n,
@@ -92,6 +91,21 @@ void cuda_op_gdn_gates(ts_backend *be, const float *a, int64_t lda, const float 
 void cuda_op_gdn(ts_backend *be, const float *q, const float *k, int64_t ldqk, const float *v,
                  int64_t ldv, const float *g, const float *beta, int n, const ts_gdn_dims *dims,
                  float *state, float *out, bool chunked);
+void cuda_op_conv1d_silu_runs(ts_backend *be, const float *x, int64_t ldx, int C, int K,
+                              const float *w, const ts_seq_run *runs, int nr, float *out,
+                              int64_t ldo);
+void cuda_op_gdn_runs(ts_backend *be, const float *q, const float *k, int64_t ldqk, const float *v,
+                      int64_t ldv, const float *g, const float *beta, const ts_gdn_dims *dims,
+                      const ts_seq_run *runs, int nr, float *out);
+void cuda_op_attention_runs(ts_backend *be, const float *q, int64_t ldq, int64_t q_head_stride,
+                            const float *k, const float *v, const ts_attn_dims *dims,
+                            const ts_seq_run *runs, int nr, float *out, int64_t ldo);
+void cuda_op_matmul_n(ts_backend *be, const ts_tensor *const *W, int nw, const float *x,
+                      int64_t ldx, int n, float *const *y, const int64_t *ldy);
+void cuda_op_add_rmsnorm(ts_backend *be, float *x, const float *h, int n_rows, int dim, int64_t ld,
+                         const float *w, float eps, float *out);
+void cuda_op_l2norm_heads(ts_backend *be, const float *src, int64_t lds, int n_tok, int n_heads,
+                          int dim, float eps, float scale, float *dst);
 void cuda_op_gated_rmsnorm(ts_backend *be, const float *x, const float *z, int n_tok,
                            int n_heads, int dv, const float *w, float eps, float *out);
 

@@ -45,8 +45,47 @@ void cuda_op_rmsnorm(ts_backend *be, const float *x, int64_t ldx, int n_rows, in
                      const float *w, float eps, float *out, int64_t ldo) {
     cuda_ctx *c = cuda_of(be);
     if (n_rows <= 0) return;
-    k_rmsnorm<<<n_rows, ROW_THREADS, 0, c->stream>>>(x, ldx, dim, w, eps, out, ldo);
-    cuda_launched(c, "rmsnorm");
+    cuda_launch(c, "rmsnorm", k_rmsnorm, n_rows, ROW_THREADS, 0, x, ldx, dim, w, eps, out, ldo);
+}
+
+/* x += h, then out = rmsnorm(x) * w, a block per row: the two passes of the reference. */
+__global__ static void k_add_rmsnorm(float *x, const float *h, int dim, int64_t ld, const float *w,
+                                     float eps, float *out) {
+    float *xr = x + blockIdx.x * ld;
+    const float *hr = h + blockIdx.x * ld;
+    float *o = out + blockIdx.x * ld;
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) xr[i] += hr[i];
+    __syncthreads(); /* out may be h: every add has read it */
+    double ss = row_sumsq(xr, dim);
+    float inv = 1.0f / sqrtf((float)(ss / dim) + eps);
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) o[i] = (xr[i] * inv) * w[i];
+}
+
+void cuda_op_add_rmsnorm(ts_backend *be, float *x, const float *h, int n_rows, int dim, int64_t ld,
+                         const float *w, float eps, float *out) {
+    cuda_ctx *c = cuda_of(be);
+    if (n_rows <= 0) return;
+    cuda_launch(c, "add_rmsnorm", k_add_rmsnorm, n_rows, ROW_THREADS, 0, x, h, dim, ld, w, eps, out);
+}
+
+/* Row (t, h) of src (token stride lds, heads dim apart) to row t * n_heads + h of dst,
+ * L2-normalised and scaled as k_l2norm does. */
+__global__ static void k_l2norm_heads(const float *src, int64_t lds, int n_heads, int dim, float eps,
+                                      float scale, float *dst) {
+    int t = blockIdx.x / n_heads, hh = blockIdx.x % n_heads;
+    const float *xr = src + t * lds + (int64_t)hh * dim;
+    float *o = dst + (int64_t)blockIdx.x * dim;
+    double ss = row_sumsq(xr, dim);
+    float inv = 1.0f / sqrtf((float)ss + eps);
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) o[i] = (xr[i] * inv) * scale;
+}
+
+void cuda_op_l2norm_heads(ts_backend *be, const float *src, int64_t lds, int n_tok, int n_heads,
+                          int dim, float eps, float scale, float *dst) {
+    cuda_ctx *c = cuda_of(be);
+    if (n_tok <= 0 || n_heads <= 0) return;
+    cuda_launch(c, "l2norm_heads", k_l2norm_heads, n_tok * n_heads, ROW_THREADS, 0, src, lds,
+                n_heads, dim, eps, scale, dst);
 }
 
 __global__ static void k_l2norm(float *x, int64_t ldx, int dim, float eps, float scale) {
@@ -60,8 +99,7 @@ void cuda_op_l2norm(ts_backend *be, float *x, int64_t ldx, int n_rows, int dim, 
                     float scale) {
     cuda_ctx *c = cuda_of(be);
     if (n_rows <= 0) return;
-    k_l2norm<<<n_rows, ROW_THREADS, 0, c->stream>>>(x, ldx, dim, eps, scale);
-    cuda_launched(c, "l2norm");
+    cuda_launch(c, "l2norm", k_l2norm, n_rows, ROW_THREADS, 0, x, ldx, dim, eps, scale);
 }
 
 __global__ static void k_gated_rmsnorm(const float *x, const float *z, int dv, const float *w,
@@ -81,8 +119,7 @@ void cuda_op_gated_rmsnorm(ts_backend *be, const float *x, const float *z, int n
     cuda_ctx *c = cuda_of(be);
     int rows = n_tok * n_heads;
     if (rows <= 0) return;
-    k_gated_rmsnorm<<<rows, ROW_THREADS, 0, c->stream>>>(x, z, dv, w, eps, out);
-    cuda_launched(c, "gated_rmsnorm");
+    cuda_launch(c, "gated_rmsnorm", k_gated_rmsnorm, rows, ROW_THREADS, 0, x, z, dv, w, eps, out);
 }
 
 __global__ static void k_rope(float *x, int64_t ldx, int n_tok, int n_heads, int64_t head_stride,
@@ -108,7 +145,7 @@ void cuda_op_rope(ts_backend *be, float *x, int64_t ldx, int n_tok, int n_heads,
     cuda_ctx *c = cuda_of(be);
     if (n_tok <= 0 || n_heads <= 0 || rot_dim < 2) return;
     /* Every rope call of one forward passes the same host positions: upload them only when
-     * they change, so the (synchronising) pageable copy happens once per forward. */
+     * they change, so one copy serves the whole forward. */
     if (n_tok != c->pos_n || memcmp(pos, c->pos_host, (size_t)n_tok * sizeof *pos) != 0) {
         if (n_tok > c->pos_cap) {
             int cap = n_tok < 1024 ? 1024 : n_tok;
@@ -118,7 +155,7 @@ void cuda_op_rope(ts_backend *be, float *x, int64_t ldx, int n_tok, int n_heads,
                 return;
             }
             c->pos_host = h;
-            cuda_check(c, cudaStreamSynchronize(c->stream), "rope sync");
+            cq_flush(c); /* queued ropes read the old buffer */
             cudaFree(c->pos_dev);
             c->pos_dev = NULL;
             c->pos_cap = 0;
@@ -129,17 +166,10 @@ void cuda_op_rope(ts_backend *be, float *x, int64_t ldx, int n_tok, int n_heads,
         }
         memcpy(c->pos_host, pos, (size_t)n_tok * sizeof *pos);
         c->pos_n = n_tok;
-        if (!cuda_check(c, cudaMemcpyAsync(c->pos_dev, c->pos_host, (size_t)n_tok * sizeof *pos,
-                                           cudaMemcpyHostToDevice, c->stream),
-                        "rope positions upload")) {
-            c->pos_n = 0;
-            return;
-        }
+        cuda_upload_async(c, c->pos_dev, pos, (size_t)n_tok * sizeof *pos, "rope positions");
     }
     int64_t total = (int64_t)n_tok * n_heads * (rot_dim / 2);
-    k_rope<<<cuda_blocks(total, EW_THREADS), EW_THREADS, 0, c->stream>>>(
-        x, ldx, n_tok, n_heads, head_stride, rot_dim, c->pos_dev, theta);
-    cuda_launched(c, "rope");
+    cuda_launch(c, "rope", k_rope, cuda_blocks(total, EW_THREADS), EW_THREADS, 0, x, ldx, n_tok, n_heads, head_stride, rot_dim, c->pos_dev, theta);
 }
 
 __global__ static void k_add(float *dst, const float *src, int64_t n) {
@@ -150,8 +180,7 @@ __global__ static void k_add(float *dst, const float *src, int64_t n) {
 void cuda_op_add(ts_backend *be, float *dst, const float *src, int64_t n) {
     cuda_ctx *c = cuda_of(be);
     if (n <= 0) return;
-    k_add<<<cuda_blocks(n, EW_THREADS), EW_THREADS, 0, c->stream>>>(dst, src, n);
-    cuda_launched(c, "add");
+    cuda_launch(c, "add", k_add, cuda_blocks(n, EW_THREADS), EW_THREADS, 0, dst, src, n);
 }
 
 __device__ static inline float d_gelu_tanh(float x) {
@@ -175,9 +204,7 @@ void cuda_op_swiglu(ts_backend *be, const float *gate, const float *up, int64_t 
     cuda_ctx *c = cuda_of(be);
     int64_t total = (int64_t)n_tok * dim;
     if (total <= 0) return;
-    k_glu<false><<<cuda_blocks(total, EW_THREADS), EW_THREADS, 0, c->stream>>>(gate, up, ldg,
-                                                                              n_tok, dim, out, ldo);
-    cuda_launched(c, "swiglu");
+    cuda_launch(c, "swiglu", k_glu<false>, cuda_blocks(total, EW_THREADS), EW_THREADS, 0, gate, up, ldg, n_tok, dim, out, ldo);
 }
 
 void cuda_op_gelu_mul(ts_backend *be, const float *gate, const float *up, int64_t ldg, int n_tok,
@@ -185,9 +212,7 @@ void cuda_op_gelu_mul(ts_backend *be, const float *gate, const float *up, int64_
     cuda_ctx *c = cuda_of(be);
     int64_t total = (int64_t)n_tok * dim;
     if (total <= 0) return;
-    k_glu<true><<<cuda_blocks(total, EW_THREADS), EW_THREADS, 0, c->stream>>>(gate, up, ldg,
-                                                                             n_tok, dim, out, ldo);
-    cuda_launched(c, "gelu_mul");
+    cuda_launch(c, "gelu_mul", k_glu<true>, cuda_blocks(total, EW_THREADS), EW_THREADS, 0, gate, up, ldg, n_tok, dim, out, ldo);
 }
 
 __global__ static void k_softcap(float *x, int64_t n, float cap) {
@@ -198,8 +223,7 @@ __global__ static void k_softcap(float *x, int64_t n, float cap) {
 void cuda_op_softcap(ts_backend *be, float *x, int64_t n, float cap) {
     cuda_ctx *c = cuda_of(be);
     if (n <= 0) return;
-    k_softcap<<<cuda_blocks(n, EW_THREADS), EW_THREADS, 0, c->stream>>>(x, n, cap);
-    cuda_launched(c, "softcap");
+    cuda_launch(c, "softcap", k_softcap, cuda_blocks(n, EW_THREADS), EW_THREADS, 0, x, n, cap);
 }
 
 __global__ static void k_sigmoid_gate(float *x, int64_t ldx, const float *g, int64_t ldg,
@@ -218,44 +242,110 @@ void cuda_op_sigmoid_gate(ts_backend *be, float *x, int64_t ldx, const float *g,
     cuda_ctx *c = cuda_of(be);
     int64_t total = (int64_t)n_tok * n_heads * head_dim;
     if (total <= 0) return;
-    k_sigmoid_gate<<<cuda_blocks(total, EW_THREADS), EW_THREADS, 0, c->stream>>>(
-        x, ldx, g, ldg, n_tok, n_heads, head_dim, gstride);
-    cuda_launched(c, "sigmoid_gate");
+    cuda_launch(c, "sigmoid_gate", k_sigmoid_gate, cuda_blocks(total, EW_THREADS), EW_THREADS, 0, x, ldx, g, ldg, n_tok, n_heads, head_dim, gstride);
+}
+
+__global__ static void k_copy_rows(float *dst, int64_t ldd, const float *src, int64_t lds,
+                                   int n, int dim) {
+    int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (int64_t)n * dim) return;
+    int64_t r = idx / dim, i = idx % dim;
+    dst[r * ldd + i] = src[r * lds + i];
 }
 
 void cuda_op_copy_rows(ts_backend *be, float *dst, int64_t ldd, const float *src, int64_t lds,
                        int n, int dim) {
     cuda_ctx *c = cuda_of(be);
     if (n <= 0 || dim <= 0) return;
-    cuda_check(c, cudaMemcpy2DAsync(dst, (size_t)ldd * sizeof(float), src,
-                                    (size_t)lds * sizeof(float), (size_t)dim * sizeof(float),
-                                    (size_t)n, cudaMemcpyDeviceToDevice, c->stream),
-               "copy_rows");
+    int64_t total = (int64_t)n * dim;
+    cuda_launch(c, "copy_rows", k_copy_rows, cuda_blocks(total, EW_THREADS), EW_THREADS, 0, dst,
+                ldd, src, lds, n, dim);
 }
 
+/* The lookup runs on the host (the CPU's dequantizer: every dtype, no device copy of the
+ * embedding needed) into the pinned staging arena, then one copy; a replayed decode graph finds
+ * the new token's row at the same staging address. */
 void cuda_op_get_rows(ts_backend *be, const ts_tensor *W, const int32_t *ids, int n, float scale,
                       float *out) {
     cuda_ctx *c = cuda_of(be);
     if (n <= 0) return;
     int64_t cols = ts_tensor_cols(W);
-    size_t need = (size_t)n * (size_t)cols;
-    if (need > c->rows_cap) {
-        float *p = (float *)realloc(c->rows_host, need * sizeof *p);
-        if (!p) {
-            cuda_check(c, cudaErrorMemoryAllocation, "get_rows staging");
-            return;
-        }
-        c->rows_host = p;
-        c->rows_cap = need;
+    size_t bytes = (size_t)n * (size_t)cols * sizeof(float);
+    float *rows = (float *)cq_stage(c, bytes);
+    bool staged = rows != NULL;
+    if (!staged && !(rows = (float *)malloc(bytes))) {
+        cuda_check(c, cudaErrorMemoryAllocation, "get_rows staging");
+        return;
     }
     for (int i = 0; i < n; i++) {
-        float *o = c->rows_host + (size_t)i * cols;
+        float *o = rows + (size_t)i * cols;
         cpu_dequant_row(W, ids[i], o);
         if (scale != 1.0f)
             for (int64_t j = 0; j < cols; j++) o[j] *= scale;
     }
-    /* pageable source: staged before the call returns, so the buffer may be reused at once */
-    cuda_check(c, cudaMemcpyAsync(out, c->rows_host, need * sizeof(float), cudaMemcpyHostToDevice,
-                                  c->stream),
-               "get_rows upload");
+    if (staged) {
+        cuda_copy_async(c, out, rows, bytes, cudaMemcpyHostToDevice, "get_rows upload");
+    } else {
+        cq_flush(c);
+        cuda_check(c, cudaMemcpy(out, rows, bytes, cudaMemcpyHostToDevice), "get_rows upload");
+        free(rows);
+    }
+}
+
+/* argmax over long rows (a vocabulary) with many blocks per row: each block reduces its chunk
+ * and merges it into the row's 64-bit key with atomicMax. The key orders by value (float bits
+ * mapped to an order-preserving unsigned), then by the smaller index; NaN is skipped, and a key
+ * of 0 (nothing but NaN) means index 0, as the CPU does. */
+#define ARGMAX_CHUNK 8192
+
+__device__ static inline unsigned long long argmax_key(float v, int i) {
+    uint32_t b = __float_as_uint(v);
+    uint32_t ord = (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+    return ((unsigned long long)ord << 32) | (uint32_t)(0xffffffffu - (uint32_t)i);
+}
+
+__global__ static void k_argmax(const float *x, int64_t ldx, int n_cols,
+                                unsigned long long *keys) {
+    __shared__ unsigned long long part[32];
+    const float *row = x + blockIdx.y * ldx;
+    int j0 = blockIdx.x * ARGMAX_CHUNK, j1 = min(n_cols, j0 + ARGMAX_CHUNK);
+    unsigned long long best = 0;
+    for (int j = j0 + threadIdx.x; j < j1; j += blockDim.x) {
+        float v = row[j];
+        if (v == v) best = max(best, argmax_key(v, j));
+    }
+    for (int off = 16; off > 0; off >>= 1) best = max(best, __shfl_xor_sync(0xffffffffu, best, off));
+    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = best;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int w = 1; w < (int)(blockDim.x >> 5); w++) best = max(best, part[w]);
+        if (best) atomicMax(keys + blockIdx.y, best);
+    }
+}
+
+void cuda_op_argmax(ts_backend *be, const float *x, int64_t ldx, int n_rows, int n_cols,
+                    int32_t *out_host) {
+    cuda_ctx *c = cuda_of(be);
+    if (n_rows <= 0) return;
+    size_t bytes = (size_t)n_rows * sizeof(unsigned long long);
+    unsigned long long *d = (unsigned long long *)cuda_scratch(c, 2, bytes);
+    unsigned long long *h = (unsigned long long *)cq_stage(c, bytes);
+    if (!h) { /* the staging arena is full: run what is queued, which empties it */
+        cq_flush(c);
+        h = (unsigned long long *)cq_stage(c, bytes);
+    }
+    if (d) {
+        cuda_memset_async(c, d, bytes, "argmax");
+        dim3 grid((unsigned)((n_cols + ARGMAX_CHUNK - 1) / ARGMAX_CHUNK), (unsigned)n_rows);
+        cuda_launch(c, "argmax", k_argmax, grid, 256, 0, x, ldx, n_cols, d);
+        /* the keys come back through the pinned staging arena, inside a replayed graph too */
+        if (h) cuda_copy_async(c, h, d, bytes, cudaMemcpyDeviceToHost, "argmax download");
+    }
+    cq_flush(c);
+    bool ok = d && h && !c->failed;
+    for (int r = 0; r < n_rows; r++) {
+        unsigned long long k = ok ? h[r] : 0;
+        uint32_t idx = 0xffffffffu - (uint32_t)(k & 0xffffffffu);
+        out_host[r] = !ok ? -1 : k == 0 ? 0 : (int32_t)idx; /* -1: never a token */
+    }
 }

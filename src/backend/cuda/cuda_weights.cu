@@ -1,8 +1,7 @@
 /* Weights on the device: each tensor is uploaded the first time an op uses it and kept until the
  * backend is destroyed, keyed by its host data pointer (a model's tensors stay put while it is
- * open). F32, F16, BF16 and Q8_0 keep their layout on the device; the other quantized types are
- * dequantized to F32 on the host at upload, exact but four bytes a weight (no device kernels for
- * their block layouts yet). */
+ * open). Every weight type keeps its layout on the device: the kernels decode blocks as they
+ * stream them. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <unordered_map>
@@ -23,8 +22,14 @@ struct cuda_weight_cache {
     std::unordered_map<const void *, cuda_wentry> map;
 };
 
+/* The dtypes the device kernels read in their own layout (cuda_matmul.cu); any other would be
+ * widened to F32 at upload. */
 static bool native_dtype(ts_dtype t) {
-    return t == TS_DTYPE_F32 || t == TS_DTYPE_F16 || t == TS_DTYPE_BF16 || t == TS_DTYPE_Q8_0;
+    switch (t) {
+    case TS_DTYPE_F32: case TS_DTYPE_F16: case TS_DTYPE_BF16: case TS_DTYPE_Q8_0:
+    case TS_DTYPE_Q4_0: case TS_DTYPE_Q5_0: case TS_DTYPE_Q4_K: case TS_DTYPE_Q6_K: return true;
+    default: return false;
+    }
 }
 
 static bool upload_dequantized(cuda_ctx *c, const ts_tensor *W, int64_t rows, int64_t cols,
@@ -61,7 +66,7 @@ bool cuda_weight(cuda_ctx *c, const ts_tensor *W, cuda_wview *out) {
             return true;
         }
         /* the host memory was reused for another tensor: replace the stale copy */
-        cuda_check(c, cudaStreamSynchronize(c->stream), "weight replace");
+        cq_flush(c); /* queued work may still read the stale copy */
         cudaFree((void *)e.view.data);
         c->weights->map.erase(it);
     }

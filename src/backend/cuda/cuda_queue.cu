@@ -1,0 +1,478 @@
+/* The launch queue and its graph cache (see cuda_queue.cuh for why). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/cuda_int.cuh"
+
+/* Graphs kept: a decode step per batch shape in use, and the odd one beside. */
+#define CQ_GRAPHS 8
+/* Pinned staging for host-to-device copies of one submission: token rows and positions. */
+#define CQ_STAGE_BYTES ((size_t)16 << 20)
+/* Device memory for the tables of one submission (run descriptors: 32 bytes each). */
+#define CQ_TABLE_BYTES ((size_t)1 << 20)
+
+struct cq_graph {
+    uint64_t sig = 0;
+    uint64_t last_use = 0;
+    std::vector<cq_op> ops; /* as last launched: arguments are compared against these */
+    std::vector<cudaGraphNode_t> nodes;
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+};
+
+struct cq_prof {
+    double ms = 0;
+    long n = 0;
+};
+
+struct cq_state {
+    bool graphs;
+    /* TESSERA_CUDA_PROFILE=1: ops run one by one between events; time per op name, printed
+     * when the backend is destroyed (the gaps between kernels are counted with the kernel) */
+    bool profile, profile_graphs; /* =graph: time each graph replay instead */
+    long n_profiled = 0;
+    std::map<std::string, cq_prof> prof;
+    std::vector<cudaEvent_t> events;
+    std::vector<cq_op> ops;
+    uint64_t prev_sig = 0, clock = 0;
+    cq_graph cache[CQ_GRAPHS];
+    unsigned char *stage = nullptr;
+    size_t stage_used = 0;
+    unsigned char *table = nullptr; /* device */
+    size_t table_used = 0;
+    cudaStream_t cap_stream = nullptr;
+    long n_replays = 0, n_builds = 0;
+};
+
+static cq_state *state_of(cuda_ctx *c) {
+    if (c->q) return c->q;
+    cq_state *q = new (std::nothrow) cq_state;
+    if (!q) return nullptr;
+    const char *env = getenv("TESSERA_CUDA_GRAPHS");
+    q->graphs = !(env && strcmp(env, "0") == 0);
+    const char *pe = getenv("TESSERA_CUDA_PROFILE");
+    q->profile = pe && strcmp(pe, "1") == 0;
+    q->profile_graphs = pe && strcmp(pe, "graph") == 0;
+    if (q->profile) q->graphs = false;
+    if (cudaMallocHost((void **)&q->stage, CQ_STAGE_BYTES) != cudaSuccess) {
+        cudaGetLastError();
+        q->stage = nullptr; /* uploads then go synchronously */
+    }
+    if (cudaStreamCreateWithFlags(&q->cap_stream, cudaStreamNonBlocking) != cudaSuccess) {
+        cudaGetLastError();
+        q->cap_stream = nullptr;
+        q->graphs = false;
+    }
+    c->q = q;
+    return q;
+}
+
+static void graph_drop(cq_graph *g) {
+    if (g->exec) cudaGraphExecDestroy(g->exec);
+    if (g->graph) cudaGraphDestroy(g->graph);
+    g->exec = nullptr;
+    g->graph = nullptr;
+    g->ops.clear();
+    g->nodes.clear();
+    g->sig = 0;
+}
+
+void cq_free(cuda_ctx *c) {
+    cq_state *q = c->q;
+    if (!q) return;
+    if (q->profile || q->profile_graphs) {
+        double total = 0;
+        for (auto &kv : q->prof) total += kv.second.ms;
+        fprintf(stderr, "tessera: cuda profile (%.1f ms in all):\n", total);
+        for (auto &kv : q->prof)
+            fprintf(stderr, "  %-24s %8ld ops %10.3f ms %6.1f%% %8.2f us/op\n", kv.first.c_str(),
+                    kv.second.n, kv.second.ms, 100 * kv.second.ms / (total > 0 ? total : 1),
+                    1e3 * kv.second.ms / (double)kv.second.n);
+    }
+    for (cudaEvent_t e : q->events) cudaEventDestroy(e);
+    for (auto &g : q->cache) graph_drop(&g);
+    if (q->stage) cudaFreeHost(q->stage);
+    if (q->table) cudaFree(q->table);
+    if (q->cap_stream) cudaStreamDestroy(q->cap_stream);
+    delete q;
+    c->q = nullptr;
+}
+
+static void kernel_params(const cq_op *op, void **params) {
+    for (int i = 0; i < op->nargs; i++) params[i] = (void *)(op->args + op->off[i]);
+}
+
+static void run_op(cuda_ctx *c, const cq_op *op, cudaStream_t s) {
+    switch (op->kind) {
+    case CQ_KERNEL: {
+        void *params[CQ_MAX_ARGS];
+        kernel_params(op, params);
+        cuda_check(c, cudaLaunchKernel(op->func, op->grid, op->block, params, op->smem, s),
+                   op->what);
+        break;
+    }
+    case CQ_COPY:
+        cuda_check(c, cudaMemcpyAsync(op->dst, op->src, op->bytes, op->dir, s), op->what);
+        break;
+    case CQ_MEMSET:
+        cuda_check(c, cudaMemsetAsync(op->dst, 0, op->bytes, s), op->what);
+        break;
+    case CQ_CALL:
+        op->call(c, s, op->args);
+        break;
+    }
+}
+
+void cq_submit(cuda_ctx *c, const cq_op *op) {
+    cq_state *q = state_of(c);
+    if (!q) {
+        cuda_check(c, cudaErrorMemoryAllocation, "launch queue");
+        return;
+    }
+    if (c->failed) return; /* after a failure nothing more runs: download reports it */
+    if (q->profile) {
+        /* the op runs at once between two events; flush reads them */
+        if (q->events.empty()) {
+            cudaEvent_t e0;
+            if (cudaEventCreate(&e0) != cudaSuccess) return;
+            cudaEventRecord(e0, c->stream);
+            q->events.push_back(e0);
+        }
+        run_op(c, op, c->stream);
+        cudaEvent_t e;
+        if (cudaEventCreate(&e) != cudaSuccess) return;
+        cudaEventRecord(e, c->stream);
+        q->events.push_back(e);
+        q->ops.push_back(*op); /* only for its name */
+        return;
+    }
+    if (!q->graphs) {
+        run_op(c, op, c->stream);
+        return;
+    }
+    q->ops.push_back(*op);
+}
+
+/* The shape of a submission: what must be equal for a graph to be replayed with updated
+ * arguments. Kernels: function and launch geometry; copies and memsets: direction and size;
+ * calls: everything. */
+static bool same_shape(const cq_op *a, const cq_op *b) {
+    if (a->kind != b->kind) return false;
+    switch (a->kind) {
+    case CQ_KERNEL:
+        return a->func == b->func && a->grid.x == b->grid.x && a->grid.y == b->grid.y &&
+               a->grid.z == b->grid.z && a->block.x == b->block.x && a->block.y == b->block.y &&
+               a->block.z == b->block.z && a->smem == b->smem && a->nargs == b->nargs;
+    case CQ_COPY:
+        return a->dir == b->dir && a->bytes == b->bytes;
+    case CQ_MEMSET:
+        return a->bytes == b->bytes;
+    case CQ_CALL:
+        return a->call == b->call && a->args_len == b->args_len &&
+               memcmp(a->args, b->args, a->args_len) == 0;
+    }
+    return false;
+}
+
+static uint64_t mix(uint64_t h, uint64_t v) { return (h ^ v) * 0x100000001b3ull; }
+
+static uint64_t shape_sig(const std::vector<cq_op> &ops) {
+    uint64_t h = 0xcbf29ce484222325ull ^ ops.size();
+    for (const cq_op &o : ops) {
+        h = mix(h, (uint64_t)o.kind);
+        switch (o.kind) {
+        case CQ_KERNEL:
+            h = mix(h, (uint64_t)(uintptr_t)o.func);
+            h = mix(h, ((uint64_t)o.grid.x << 32) ^ ((uint64_t)o.grid.y << 16) ^ o.grid.z);
+            h = mix(h, ((uint64_t)o.block.x << 32) ^ ((uint64_t)o.block.y << 16) ^ o.smem);
+            break;
+        case CQ_COPY:
+        case CQ_MEMSET:
+            h = mix(h, (uint64_t)o.bytes ^ ((uint64_t)o.dir << 56));
+            break;
+        case CQ_CALL:
+            h = mix(h, (uint64_t)(uintptr_t)o.call);
+            for (size_t i = 0; i < o.args_len; i++) h = mix(h, o.args[i]);
+            break;
+        }
+    }
+    return h ? h : 1;
+}
+
+static bool graph_matches(const cq_graph *g, uint64_t sig, const std::vector<cq_op> &ops) {
+    if (!g->exec || g->sig != sig || g->ops.size() != ops.size()) return false;
+    for (size_t i = 0; i < ops.size(); i++)
+        if (!same_shape(&g->ops[i], &ops[i])) return false;
+    return true;
+}
+
+/* Brings a cached graph's nodes to this submission's arguments. */
+static bool graph_update(cuda_ctx *c, cq_graph *g, const std::vector<cq_op> &ops) {
+    for (size_t i = 0; i < ops.size(); i++) {
+        const cq_op *o = &ops[i];
+        cq_op *old = &g->ops[i];
+        cudaError_t err = cudaSuccess;
+        switch (o->kind) {
+        case CQ_KERNEL:
+            if (o->args_len != old->args_len || memcmp(o->args, old->args, o->args_len) != 0) {
+                void *params[CQ_MAX_ARGS];
+                kernel_params(o, params);
+                cudaKernelNodeParams p = {};
+                p.func = (void *)o->func;
+                p.gridDim = o->grid;
+                p.blockDim = o->block;
+                p.sharedMemBytes = o->smem;
+                p.kernelParams = params;
+                err = cudaGraphExecKernelNodeSetParams(g->exec, g->nodes[i], &p);
+            }
+            break;
+        case CQ_COPY:
+            if (o->dst != old->dst || o->src != old->src)
+                err = cudaGraphExecMemcpyNodeSetParams1D(g->exec, g->nodes[i], o->dst, o->src,
+                                                         o->bytes, o->dir);
+            break;
+        case CQ_MEMSET:
+            if (o->dst != old->dst) {
+                cudaMemsetParams p = {};
+                p.dst = o->dst;
+                p.value = 0;
+                p.elementSize = 1;
+                p.width = o->bytes;
+                p.height = 1;
+                err = cudaGraphExecMemsetNodeSetParams(g->exec, g->nodes[i], &p);
+            }
+            break;
+        case CQ_CALL:
+            break; /* equal by shape */
+        }
+        if (!cuda_check(c, err, "graph update")) return false;
+        *old = *o;
+    }
+    return true;
+}
+
+/* Builds a graph of the submission: a chain of nodes in queue order. */
+static bool graph_build(cuda_ctx *c, cq_state *q, cq_graph *g, uint64_t sig,
+                        const std::vector<cq_op> &ops) {
+    graph_drop(g);
+    if (!cuda_check(c, cudaGraphCreate(&g->graph, 0), "graph create")) return false;
+    g->nodes.resize(ops.size());
+    cudaGraphNode_t prev = nullptr;
+    for (size_t i = 0; i < ops.size(); i++) {
+        const cq_op *o = &ops[i];
+        cudaGraphNode_t *node = &g->nodes[i];
+        const cudaGraphNode_t *dep = prev ? &prev : nullptr;
+        size_t nd = prev ? 1 : 0;
+        cudaError_t err = cudaSuccess;
+        switch (o->kind) {
+        case CQ_KERNEL: {
+            void *params[CQ_MAX_ARGS];
+            kernel_params(o, params);
+            cudaKernelNodeParams p = {};
+            p.func = (void *)o->func;
+            p.gridDim = o->grid;
+            p.blockDim = o->block;
+            p.sharedMemBytes = o->smem;
+            p.kernelParams = params;
+            err = cudaGraphAddKernelNode(node, g->graph, dep, nd, &p);
+            break;
+        }
+        case CQ_COPY:
+            err = cudaGraphAddMemcpyNode1D(node, g->graph, dep, nd, o->dst, o->src, o->bytes,
+                                           o->dir);
+            break;
+        case CQ_MEMSET: {
+            cudaMemsetParams p = {};
+            p.dst = o->dst;
+            p.value = 0;
+            p.elementSize = 1;
+            p.width = o->bytes;
+            p.height = 1;
+            err = cudaGraphAddMemsetNode(node, g->graph, dep, nd, &p);
+            break;
+        }
+        case CQ_CALL: {
+            cudaGraph_t child = nullptr;
+            err = cudaStreamBeginCapture(q->cap_stream, cudaStreamCaptureModeThreadLocal);
+            if (err == cudaSuccess) {
+                o->call(c, q->cap_stream, o->args);
+                err = cudaStreamEndCapture(q->cap_stream, &child);
+            }
+            if (err == cudaSuccess)
+                err = cudaGraphAddChildGraphNode(node, g->graph, dep, nd, child);
+            if (child) cudaGraphDestroy(child);
+            break;
+        }
+        }
+        if (!cuda_check(c, err, "graph build")) {
+            graph_drop(g);
+            return false;
+        }
+        prev = *node;
+    }
+    if (!cuda_check(c, cudaGraphInstantiate(&g->exec, g->graph, 0), "graph instantiate")) {
+        graph_drop(g);
+        return false;
+    }
+    g->ops = ops;
+    g->sig = sig;
+    q->n_builds++;
+    return true;
+}
+
+static cq_graph *graph_slot(cq_state *q) {
+    cq_graph *best = &q->cache[0];
+    for (auto &g : q->cache) {
+        if (!g.exec) return &g;
+        if (g.last_use < best->last_use) best = &g;
+    }
+    return best;
+}
+
+static void profile_collect(cuda_ctx *c, cq_state *q) {
+    cuda_check(c, cudaStreamSynchronize(c->stream), "sync");
+    /* the first submissions upload the weights inside their first ops: not counted */
+    bool count = ++q->n_profiled > 8;
+    for (size_t i = 0; count && i + 1 < q->events.size() && i < q->ops.size(); i++) {
+        float ms = 0;
+        cudaEventElapsedTime(&ms, q->events[i], q->events[i + 1]);
+        cq_prof &p = q->prof[q->ops[i].what ? q->ops[i].what : "?"];
+        p.ms += ms;
+        p.n++;
+    }
+    for (cudaEvent_t e : q->events) cudaEventDestroy(e);
+    q->events.clear();
+    q->ops.clear();
+}
+
+void cq_flush(cuda_ctx *c) {
+    cq_state *q = c->q;
+    if (q && q->profile) profile_collect(c, q);
+    if (q && !q->ops.empty()) {
+        if (!c->failed) {
+            uint64_t sig = shape_sig(q->ops);
+            cq_graph *hit = nullptr;
+            for (auto &g : q->cache)
+                if (graph_matches(&g, sig, q->ops)) hit = &g;
+            /* a shape seen twice in a row is a step that repeats: worth a graph */
+            if (!hit && sig == q->prev_sig) {
+                cq_graph *g = graph_slot(q);
+                if (graph_build(c, q, g, sig, q->ops)) {
+                    hit = g;
+                } else {
+                    c->failed = false; /* fall back to running the ops one by one */
+                    cudaGetLastError();
+                }
+            } else if (hit && !graph_update(c, hit, q->ops)) {
+                graph_drop(hit);
+                hit = nullptr;
+                c->failed = false;
+                cudaGetLastError();
+            }
+            if (hit) {
+                hit->last_use = ++q->clock;
+                q->n_replays++;
+                cudaEvent_t e[2];
+                bool timed = q->profile_graphs && cudaEventCreate(&e[0]) == cudaSuccess &&
+                             cudaEventCreate(&e[1]) == cudaSuccess;
+                if (timed) cudaEventRecord(e[0], c->stream);
+                cuda_check(c, cudaGraphLaunch(hit->exec, c->stream), "graph launch");
+                if (timed) {
+                    cudaEventRecord(e[1], c->stream);
+                    cudaEventSynchronize(e[1]);
+                    float ms = 0;
+                    cudaEventElapsedTime(&ms, e[0], e[1]);
+                    char name[48];
+                    snprintf(name, sizeof name, "graph of %zu ops", q->ops.size());
+                    cq_prof &p = q->prof[name];
+                    p.ms += ms;
+                    p.n++;
+                    cudaEventDestroy(e[0]);
+                    cudaEventDestroy(e[1]);
+                }
+            } else {
+                for (const cq_op &o : q->ops) run_op(c, &o, c->stream);
+            }
+            q->prev_sig = sig;
+        }
+        q->ops.clear();
+    }
+    cuda_check(c, cudaStreamSynchronize(c->stream), "sync");
+    if (q) q->stage_used = 0, q->table_used = 0;
+}
+
+void *cuda_table(cuda_ctx *c, const void *host, size_t bytes) {
+    cq_state *q = state_of(c);
+    if (!q) return nullptr;
+    if (!q->table && !cuda_check(c, cudaMalloc((void **)&q->table, CQ_TABLE_BYTES), "tables"))
+        return nullptr;
+    if (bytes > CQ_TABLE_BYTES) {
+        cuda_check(c, cudaErrorInvalidValue, "table too large");
+        return nullptr;
+    }
+    size_t at = (q->table_used + 15) & ~(size_t)15;
+    if (at + bytes > CQ_TABLE_BYTES) {
+        cq_flush(c);
+        at = 0;
+    }
+    q->table_used = at + bytes;
+    cuda_upload_async(c, q->table + at, host, bytes, "table");
+    return q->table + at;
+}
+
+void *cq_stage(cuda_ctx *c, size_t bytes) {
+    cq_state *q = state_of(c);
+    if (!q || !q->stage) return nullptr;
+    size_t at = (q->stage_used + 15) & ~(size_t)15;
+    if (at + bytes > CQ_STAGE_BYTES) return nullptr;
+    q->stage_used = at + bytes;
+    return q->stage + at;
+}
+
+void cuda_copy_async(cuda_ctx *c, void *dst, const void *src, size_t bytes, cudaMemcpyKind dir,
+                     const char *what) {
+    if (!bytes) return;
+    cq_op op{}; /* zeroed, padding included: arguments are compared bytewise */
+    op.kind = CQ_COPY;
+    op.what = what;
+    op.dst = dst;
+    op.src = src;
+    op.bytes = bytes;
+    op.dir = dir;
+    cq_submit(c, &op);
+}
+
+void cuda_memset_async(cuda_ctx *c, void *dst, size_t bytes, const char *what) {
+    if (!bytes) return;
+    cq_op op{}; /* zeroed, padding included: arguments are compared bytewise */
+    op.kind = CQ_MEMSET;
+    op.what = what;
+    op.dst = dst;
+    op.bytes = bytes;
+    cq_submit(c, &op);
+}
+
+void cuda_upload_async(cuda_ctx *c, void *dst, const void *src, size_t bytes, const char *what) {
+    if (!bytes) return;
+    void *st = cq_stage(c, bytes);
+    if (!st) {
+        /* too big for the arena (a one-off, such as parameters at load): run what is queued,
+         * then copy directly */
+        cq_flush(c);
+        st = cq_stage(c, bytes);
+        if (!st) {
+            cuda_check(c, cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice), what);
+            return;
+        }
+    }
+    memcpy(st, src, bytes);
+    cuda_copy_async(c, dst, st, bytes, cudaMemcpyHostToDevice, what);
+}
+
+void cq_stats(cuda_ctx *c, long *replays, long *builds) {
+    *replays = c->q ? c->q->n_replays : 0;
+    *builds = c->q ? c->q->n_builds : 0;
+}

@@ -1,0 +1,119 @@
+/* The launch queue: every kernel launch, device copy and memset of the backend goes through it.
+ *
+ * Why: a decode step of a small model is ~500 tiny kernels, and launching them one by one costs
+ * more host time than the GPU needs to run them. So ops are recorded (function, grid, block and
+ * a copy of the argument values) and submitted when the host needs a result (download, free,
+ * destroy). A step whose shape repeats - the same sequence of kernels and grids as the previous
+ * submission, as every decode step after the first - becomes a CUDA graph, built once and then
+ * replayed; only nodes whose arguments changed (the position of the new token, the KV row it
+ * writes) get their parameters updated before the replay. Steps that do not repeat (prefill)
+ * run op by op as before. TESSERA_CUDA_GRAPHS=0 turns the graphs off (ops still queue).
+ *
+ * Host data a queued copy reads is first copied into a pinned staging arena, so callers may
+ * reuse their buffers at once and a replayed graph finds the new step's data at the same place.
+ * Work that cannot be described as a kernel (cuBLAS) is queued as a call, captured into a child
+ * graph when its step becomes a graph; a call's arguments are part of the step's shape. */
+#ifndef TS_BACKEND_CUDA_CUDA_QUEUE_CUH
+#define TS_BACKEND_CUDA_CUDA_QUEUE_CUH
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime.h>
+
+#define CQ_ARG_BYTES 256
+#define CQ_MAX_ARGS 24
+
+typedef enum { CQ_KERNEL, CQ_COPY, CQ_MEMSET, CQ_CALL } cq_kind;
+
+struct cuda_ctx_s;
+typedef void (*cq_call_fn)(struct cuda_ctx_s *c, cudaStream_t s, const void *args);
+
+typedef struct {
+    cq_kind kind;
+    const char *what;
+    /* CQ_KERNEL */
+    const void *func;
+    dim3 grid, block;
+    unsigned smem;
+    int nargs;
+    uint16_t off[CQ_MAX_ARGS];
+    /* CQ_COPY / CQ_MEMSET */
+    void *dst;
+    const void *src;
+    size_t bytes;
+    cudaMemcpyKind dir;
+    /* CQ_CALL */
+    cq_call_fn call;
+    size_t args_len; /* bytes of args in use (kernels and calls) */
+    alignas(16) unsigned char args[CQ_ARG_BYTES];
+} cq_op;
+
+struct cuda_ctx_s;
+/* Queues an op (or runs it at once when the queue is off). */
+void cq_submit(struct cuda_ctx_s *c, const cq_op *op);
+/* Runs everything queued and waits for it; afterwards the staging arena is free again. */
+void cq_flush(struct cuda_ctx_s *c);
+/* Pinned host memory for bytes of data that a queued copy will read; NULL when it cannot fit
+ * (the caller then flushes and copies synchronously). Valid until the next flush. */
+void *cq_stage(struct cuda_ctx_s *c, size_t bytes);
+void cq_free(struct cuda_ctx_s *c);
+/* Graph replays and builds so far (tests check that decode replays). */
+void cq_stats(struct cuda_ctx_s *c, long *replays, long *builds);
+
+template <typename T> static inline void cq_pack(cq_op *op, const T &v) {
+    size_t o = (op->args_len + alignof(T) - 1) & ~(alignof(T) - 1);
+    static_assert(sizeof(T) <= CQ_ARG_BYTES, "argument too large");
+    if (o + sizeof(T) > CQ_ARG_BYTES) { /* a kernel signature too big for the queue: a bug */
+        fprintf(stderr, "tessera: cuda: kernel arguments over %d bytes\n", CQ_ARG_BYTES);
+        abort();
+    }
+    memcpy(op->args + o, &v, sizeof(T));
+    op->off[op->nargs++] = (uint16_t)o;
+    op->args_len = o + sizeof(T);
+}
+
+/* cuda_launch(c, "what", kernel, grid, block, smem, args...): a kernel launch through the queue.
+ * The arguments are converted to the kernel's parameter types and copied. */
+template <typename... P, typename... A>
+static inline void cuda_launch(struct cuda_ctx_s *c, const char *what, void (*k)(P...), dim3 grid,
+                               dim3 block, size_t smem, A... a) {
+    static_assert(sizeof...(P) == sizeof...(A), "wrong number of kernel arguments");
+    static_assert(sizeof...(P) <= CQ_MAX_ARGS, "too many kernel arguments");
+    cq_op op{}; /* zeroed, padding included: arguments are compared bytewise */
+    op.kind = CQ_KERNEL;
+    op.what = what;
+    op.func = (const void *)k;
+    op.grid = grid;
+    op.block = block;
+    op.smem = (unsigned)smem;
+    (cq_pack<P>(&op, static_cast<P>(a)), ...);
+    cq_submit(c, &op);
+}
+
+/* A queued call with its argument struct copied (cuBLAS work). */
+template <typename T>
+static inline void cuda_call(struct cuda_ctx_s *c, const char *what, cq_call_fn fn, const T &args) {
+    static_assert(sizeof(T) <= CQ_ARG_BYTES, "call arguments too large");
+    cq_op op{}; /* zeroed, padding included: arguments are compared bytewise */
+    op.kind = CQ_CALL;
+    op.what = what;
+    op.call = fn;
+    memcpy(op.args, &args, sizeof(T));
+    op.args_len = sizeof(T);
+    cq_submit(c, &op);
+}
+
+void cuda_copy_async(struct cuda_ctx_s *c, void *dst, const void *src, size_t bytes,
+                     cudaMemcpyKind dir, const char *what);
+void cuda_memset_async(struct cuda_ctx_s *c, void *dst, size_t bytes, const char *what);
+/* A device copy of a small host table (run descriptors) for the kernels of this submission:
+ * staged and copied like an upload, into a device arena that is reused after each flush.
+ * NULL on failure (recorded). */
+void *cuda_table(struct cuda_ctx_s *c, const void *host, size_t bytes);
+/* Host bytes to the device through the staging arena (synchronously when they do not fit). */
+void cuda_upload_async(struct cuda_ctx_s *c, void *dst, const void *src, size_t bytes,
+                       const char *what);
+
+#endif
