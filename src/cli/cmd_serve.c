@@ -37,7 +37,12 @@ int cmd_serve(int argc, char **argv) {
             continue;
         }
         if ((v = cli_opt_value(argc, argv, &i, NULL, "--device"))) {
-            if (strcmp(v, "cpu") != 0) return cli_usage("--device %s: only cpu is built", v);
+            if (strcmp(v, "cpu") == 0)
+                o.device = TS_DEVICE_CPU;
+            else if (strcmp(v, "cuda") == 0)
+                o.device = TS_DEVICE_CUDA;
+            else
+                return cli_usage("bad --device '%s' (cpu or cuda)", v);
             continue;
         }
         INT_OPT("--port", 0, 65535, o.port)

@@ -15,6 +15,7 @@ typedef struct {
     int max_pending;  /* queued + running jobs */
     int max_tokens_cap;
     int n_threads;
+    ts_device device; /* where the model runs (TS_DEVICE_CUDA needs a CUDA build and a GPU) */
     const char *api_key; /* NULL = no key required */
     const char *alias;   /* model id; NULL = the model directory's name */
     size_t max_body;     /* bytes */

@@ -81,6 +81,7 @@ static ts_status load(serve_worker *w) {
     ts_engine_opts_default(&eo);
     eo.n_ctx = n_ctx;
     eo.n_threads = w->o.n_threads;
+    eo.device = w->o.device;
     eo.n_slots = 1 + (int)n_snap;
     TS_TRY(ts_engine_create(w->model, &eo, &w->engine));
     TS_TRY(serve_prefix_cache_init(&w->cache, (int)n_snap, 1, info.n_vocab));

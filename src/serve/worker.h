@@ -18,6 +18,7 @@ typedef struct {
     const char *model_path;
     int n_ctx;         /* 0 = min(model's training context, 4096) */
     int n_threads;     /* 0 = all cores */
+    ts_device device;
     int max_pending;   /* queued + running */
     size_t cache_bytes; /* memory for prefix snapshots; 0 = no prefix reuse */
     int step_delay_ms; /* testing aid: sleep before each decode step */

@@ -1,6 +1,7 @@
 """Every error row of specs/serving.md over raw HTTP: status, envelope and code; the fixed
 validation order; body and header limits; content type; method; API key; model loading."""
 import json
+import os
 import threading
 import time
 
@@ -253,3 +254,19 @@ def test_model_loading():
 def test_no_500_and_still_alive(srv):
     m = srv.metrics()
     assert not any('status="500"' in k for k in m), m
+
+
+def test_device_without_gpu_fails_cleanly():
+    """--device cuda where there is no CUDA build or no GPU: one clear line, exit status 2, no
+    hang; a bad device name is a usage error."""
+    import subprocess
+    from server_util import binary, tiny_model
+    m = tiny_model()
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
+    p = subprocess.run([binary(), "serve", "-m", m, "--port", "0", "--device", "cuda"],
+                       capture_output=True, text=True, timeout=60, env=env)
+    assert p.returncode == 2, (p.returncode, p.stderr)
+    assert "CUDA" in p.stderr, p.stderr
+    p = subprocess.run([binary(), "serve", "-m", m, "--device", "tpu"], capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode != 0 and "bad --device 'tpu'" in p.stderr, p.stderr
