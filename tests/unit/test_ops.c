@@ -1,10 +1,12 @@
-/* Backend ops against float64 references on random data: the gated delta rule in both its
- * forms (and chunked == recurrent), attention with and without a sliding window, the causal
- * conv with its carried state, and the norms. */
+/* Backend ops against float64 references on random data, at every ISA this CPU has: the gated
+ * delta rule in both its forms (and chunked == recurrent), attention (GQA, sliding window,
+ * softcap, decode and prefill shapes), the causal conv with its carried state; and the SIMD
+ * kernels under the sequence ops against their scalar versions. */
 #include <math.h>
 #include <string.h>
 
 #include "backend/backend.h"
+#include "backend/cpu/ops_seq.h"
 #include "testutil.h"
 
 static unsigned long long seed = 0x1234567ULL;
@@ -90,12 +92,24 @@ static void test_gdn(ts_backend *be, int Hk, int Hv, int dk, int dv, int n) {
     free(S), free(ref), free(o_rec), free(o_chk);
 }
 
-static void test_attention(ts_backend *be, int H, int Hkv, int hd, int n, int pos0, int window) {
+static void test_attention(ts_backend *be, int H, int Hkv, int hd, int n, int pos0, int window,
+                           float softcap) {
     int T = pos0 + n;
     float *q = rnd((long)n * H * hd, 1), *kc = rnd((long)T * Hkv * hd, 1), *vc = rnd((long)T * Hkv * hd, 1);
-    float *out = malloc((size_t)n * H * hd * 4);
-    ts_attn_dims d = {H, Hkv, hd, 1.0f / sqrtf((float)hd), window, 0};
+    /* queries spread over the heads with a row stride wider than the heads (as Qwen's gated
+     * q projection lays them out): q_head_stride = 2 * hd, ldq = 2 * H * hd */
+    float *qw = rnd((long)n * 2 * H * hd, 1);
+    for (int i = 0; i < n; i++)
+        for (int h = 0; h < H; h++)
+            memcpy(qw + (long)i * 2 * H * hd + 2L * h * hd, q + (long)i * H * hd + (long)h * hd,
+                   (size_t)hd * 4);
+    float *out = malloc((size_t)n * H * hd * 4), *out2 = malloc((size_t)n * H * hd * 4);
+    /* a larger score scale than 1/sqrt(hd) makes the softmax peaky, so that a wrong max or
+     * mask shows */
+    float scale = 3.0f / sqrtf((float)hd);
+    ts_attn_dims d = {H, Hkv, hd, scale, window, softcap};
     be->ops->attention(be, q, (long)H * hd, hd, n, pos0, kc, vc, &d, out, (long)H * hd);
+    be->ops->attention(be, qw, 2L * H * hd, 2L * hd, n, pos0, kc, vc, &d, out2, (long)H * hd);
     double err = 0, den = 0;
     double *p = malloc((size_t)T * sizeof *p);
     for (int i = 0; i < n; i++)
@@ -108,7 +122,8 @@ static void test_attention(ts_backend *be, int H, int Hkv, int hd, int n, int po
                 double s = 0;
                 for (int c = 0; c < hd; c++)
                     s += (double)q[(long)i * H * hd + h * hd + c] * kc[(long)j * Hkv * hd + kvh * hd + c];
-                p[j] = s / sqrt((double)hd);
+                p[j] = s * scale;
+                if (softcap > 0) p[j] = softcap * tanh(p[j] / softcap);
                 if (p[j] > mx) mx = p[j];
             }
             for (int j = 0; j <= qp; j++) sum += p[j] > -1e299 ? exp(p[j] - mx) : 0;
@@ -121,9 +136,12 @@ static void test_attention(ts_backend *be, int H, int Hkv, int hd, int n, int po
                 den += o * o;
             }
         }
-    CHECKF(sqrt(err / den) < 1e-5, "attention H %d Hkv %d hd %d n %d pos0 %d window %d: %.3g", H,
-           Hkv, hd, n, pos0, window, sqrt(err / den));
-    free(q), free(kc), free(vc), free(out), free(p);
+    CHECKF(sqrt(err / den) < 1e-5,
+           "attention %s H %d Hkv %d hd %d n %d pos0 %d window %d softcap %g: %.3g",
+           ts_backend_cpu_isa_name(be), H, Hkv, hd, n, pos0, window, softcap, sqrt(err / den));
+    CHECKF(memcmp(out, out2, (size_t)n * H * hd * 4) == 0, "attention with strided q differs (%s)",
+           ts_backend_cpu_isa_name(be));
+    free(q), free(qw), free(kc), free(vc), free(out), free(out2), free(p);
 }
 
 /* A run split in two (state carried) equals the run at once; and matches a direct sum. */
@@ -154,22 +172,161 @@ static void test_conv(ts_backend *be, int C, int K, int n) {
     free(x), free(w), free(st1), free(st2), free(o1), free(o2);
 }
 
+/* out = w * rmsnorm(x) * silu(z), per head row, in place (as the model calls it) */
+static void test_gated_rmsnorm(ts_backend *be, int n_tok, int n_heads, int dv) {
+    long rows = (long)n_tok * n_heads;
+    float *x = rnd(rows * dv, 2), *z = rnd(rows * dv, 6), *w = rnd(dv, 1);
+    float *o = malloc((size_t)rows * dv * 4);
+    memcpy(o, x, (size_t)rows * dv * 4);
+    be->ops->gated_rmsnorm(be, o, z, n_tok, n_heads, dv, w, 1e-6f, o);
+    double err = 0, den = 0;
+    for (long r = 0; r < rows; r++) {
+        double ss = 0;
+        for (int i = 0; i < dv; i++) ss += (double)x[r * dv + i] * x[r * dv + i];
+        double inv = 1 / sqrt(ss / dv + 1e-6);
+        for (int i = 0; i < dv; i++) {
+            double zd = z[r * dv + i], ref = w[i] * x[r * dv + i] * inv * zd / (1 + exp(-zd));
+            err += (o[r * dv + i] - ref) * (o[r * dv + i] - ref);
+            den += ref * ref;
+        }
+    }
+    CHECKF(sqrt(err / den) < 1e-6, "gated rmsnorm %s n %d heads %d dv %d: %.3g",
+           ts_backend_cpu_isa_name(be), n_tok, n_heads, dv, sqrt(err / den));
+    free(x), free(z), free(w), free(o);
+}
+
+/* The SIMD kernels of the sequence ops against the scalar set, on ragged sizes (register-tile
+ * and vector remainders), and their exp against expf. */
+static void test_seq_kernels(cpu_isa isa) {
+    const cpu_seq_kernels *K = cpu_seq_pick(isa), *R = &cpu_seq_scalar;
+    const char *name = cpu_isa_name(isa);
+    /* exp: relative error over the whole useful range, exact zeros below it */
+    double worst = 0;
+    float x[1000];
+    for (int b = 0; b < 2000; b++) {
+        for (int i = 0; i < 1000; i++) x[i] = -87.3f + 175.3f * (float)(b * 1000 + i) / 2e6f;
+        float y[1000];
+        double s_ref = 0;
+        memcpy(y, x, sizeof x);
+        float s = K->exp_sum(y, 1000 - b % 17); /* odd lengths: the padded tail */
+        for (int i = 0; i < 1000 - b % 17; i++) {
+            double e = exp((double)x[i]), rel = fabs(y[i] - e) / e;
+            s_ref += e;
+            if (rel > worst) worst = rel;
+        }
+        if (s_ref < 1e37) /* the float sum of the top of the range overflows */
+            CHECKF(fabs(s - s_ref) <= 1e-5 * s_ref, "%s exp_sum %g vs %g", name, s, s_ref);
+    }
+    /* about 1 ulp (a degree-6 polynomial already reaches 2.3e-7) */
+    CHECKF(worst < 1.5e-7, "%s exp: worst relative error %.3g", name, worst);
+    float lowx[5] = {-INFINITY, -1e30f, -104.0f, -88.0f, 0.0f};
+    CHECKF(K->exp_sum(lowx, 5) == 1.0f && lowx[0] == 0 && lowx[1] == 0 && lowx[2] == 0 &&
+               lowx[3] < 1.2e-38f && lowx[4] == 1.0f, /* below FLT_MIN: 0 or a denormal */
+           "%s exp below range: %g %g %g %g %g", name, lowx[0], lowx[1], lowx[2], lowx[3], lowx[4]);
+    if (isa != CPU_ISA_SCALAR) printf("%s exp worst relative error %.3g\n", name, worst);
+
+    /* silu, in place and not, with a tail */
+    worst = 0;
+    for (int b = 0; b < 200; b++) {
+        float y[1000];
+        for (int i = 0; i < 1000; i++) x[i] = -100.0f + 200.0f * (float)(b * 1000 + i) / 2e5f;
+        memcpy(y, x, sizeof x);
+        int n = 1000 - b % 13;
+        K->silu(b % 2 ? y : x, y, n);
+        for (int i = 0; i < n; i++) {
+            double xd = x[i], ref = xd / (1 + exp(-xd)), e = fabs(y[i] - ref);
+            if (fabs(ref) > 1e-30) e /= fabs(ref); /* the far negative end: absolute */
+            if (e > worst) worst = e;
+        }
+    }
+    CHECKF(worst < 3e-7, "%s silu: worst relative error %.3g", name, worst);
+
+    /* gemm_nn (with and without row scales) and gemm_nt on sizes around the tiles */
+    static const int sz[][3] = {{1, 1, 1}, {3, 17, 5}, {4, 64, 64}, {7, 33, 9}, {16, 128, 64},
+                                {9, 256, 0}, {5, 70, 31}, {64, 130, 200}};
+    for (size_t t = 0; t < sizeof sz / sizeof sz[0]; t++) {
+        int M = sz[t][0], N = sz[t][1], Kd = sz[t][2];
+        int lda = Kd + 3, ldb = N + 5, ldc = N + 2, ldbt = Kd + 1;
+        float *A = rnd((long)M * lda, 1), *B = rnd((long)(Kd + 1) * ldb, 1), *cs = rnd(M, 1);
+        float *Bt = rnd((long)N * ldbt, 1), *C0 = rnd((long)M * ldc, 1);
+        float *C1 = malloc((size_t)M * ldc * 4), *C2 = malloc((size_t)M * ldc * 4);
+        for (int pass = 0; pass < 3; pass++) {
+            memcpy(C1, C0, (size_t)M * ldc * 4);
+            memcpy(C2, C0, (size_t)M * ldc * 4);
+            if (pass < 2) {
+                R->gemm_nn(M, N, Kd, A, lda, B, ldb, C1, ldc, pass ? cs : NULL);
+                K->gemm_nn(M, N, Kd, A, lda, B, ldb, C2, ldc, pass ? cs : NULL);
+            } else {
+                R->gemm_nt(M, N, Kd, A, lda, Bt, ldbt, C1, ldc);
+                K->gemm_nt(M, N, Kd, A, lda, Bt, ldbt, C2, ldc);
+            }
+            double e = 0;
+            for (int r = 0; r < M; r++)
+                for (int j = 0; j < ldc; j++) {
+                    float a = C1[r * ldc + j], b = C2[r * ldc + j];
+                    /* outside [0, N) the padding must be untouched */
+                    e = fmax(e, j < N ? fabs(a - b) / (1.0 + sqrt((double)Kd)) : (a != b) * 1.0);
+                }
+            CHECKF(e < 1e-5, "%s gemm %s M %d N %d K %d: %.3g", name,
+                   pass == 2 ? "nt" : pass ? "nn+scale" : "nn", M, N, Kd, e);
+        }
+        free(A), free(B), free(cs), free(Bt), free(C0), free(C1), free(C2);
+    }
+
+    /* the one-token delta rule */
+    static const int gd[][2] = {{16, 16}, {128, 128}, {24, 40}, {8, 72}};
+    for (size_t t = 0; t < sizeof gd / sizeof gd[0]; t++) {
+        int dk = gd[t][0], dv = gd[t][1];
+        float *S1 = rnd((long)dk * dv, 1), *S2 = malloc((size_t)dk * dv * 4);
+        float *q = rnd(dk, 0.3f), *k = rnd(dk, 0.3f), *v = rnd(dv, 1);
+        float o1[128], o2[128];
+        memcpy(S2, S1, (size_t)dk * dv * 4);
+        R->gdn_step(S1, dk, dv, q, k, v, 0.9f, 0.7f, o1);
+        K->gdn_step(S2, dk, dv, q, k, v, 0.9f, 0.7f, o2);
+        double e = 0;
+        for (int c = 0; c < dv; c++) e = fmax(e, fabs(o1[c] - o2[c]));
+        for (long i = 0; i < (long)dk * dv; i++) e = fmax(e, fabs(S1[i] - S2[i]));
+        CHECKF(e < 1e-5, "%s gdn_step dk %d dv %d: %.3g", name, dk, dv, e);
+        free(S1), free(S2), free(q), free(k), free(v);
+    }
+}
+
 int main(void) {
-    for (int threads = 1; threads <= 2; threads++) {
-        ts_backend *be;
-        CHECK(ts_backend_cpu_create(threads, -1, &be) == TS_OK);
-        test_gdn(be, 2, 2, 16, 16, 1);
-        test_gdn(be, 2, 2, 32, 24, 63);
-        test_gdn(be, 2, 4, 16, 32, 150); /* Hv > Hk, crosses two chunk boundaries */
-        test_gdn(be, 1, 3, 24, 8, 64);
-        test_gdn(be, 2, 2, 128, 128, 70); /* the real head size */
-        test_attention(be, 4, 2, 32, 1, 0, 0);
-        test_attention(be, 4, 2, 32, 17, 30, 0);
-        test_attention(be, 8, 1, 64, 40, 0, 16); /* sliding window shorter than the run */
-        test_attention(be, 4, 4, 256, 5, 600, 512);
-        test_conv(be, 37, 4, 20);
-        test_conv(be, 8, 2, 7);
-        ts_backend_free(be);
+    for (int isa = 0; isa < CPU_ISA_COUNT; isa++) {
+        if (!cpu_isa_supported((cpu_isa)isa)) {
+            printf("skip %s (not supported by this CPU)\n", cpu_isa_name((cpu_isa)isa));
+            continue;
+        }
+        test_seq_kernels((cpu_isa)isa);
+        for (int threads = 1; threads <= 2; threads++) {
+            ts_backend *be;
+            CHECK(ts_backend_cpu_create(threads, isa, &be) == TS_OK);
+            test_gdn(be, 2, 2, 16, 16, 1);
+            test_gdn(be, 2, 2, 32, 24, 63);
+            test_gdn(be, 2, 4, 16, 32, 150); /* Hv > Hk, crosses two chunk boundaries */
+            test_gdn(be, 1, 3, 24, 8, 64);
+            test_gdn(be, 2, 2, 128, 128, 70); /* the real head size */
+            test_gdn(be, 2, 2, 128, 128, 1);  /* decode */
+            test_attention(be, 4, 2, 32, 1, 0, 0, 0);
+            test_attention(be, 4, 2, 32, 17, 30, 0, 0);
+            test_attention(be, 8, 1, 64, 40, 0, 16, 0); /* sliding window shorter than the run */
+            test_attention(be, 4, 4, 256, 5, 600, 512, 0);
+            test_attention(be, 4, 1, 256, 1, 700, 0, 0);   /* decode, Gemma 3 270M shape */
+            test_attention(be, 8, 2, 256, 150, 0, 0, 0);   /* prefill, Qwen3.5 shape */
+            test_attention(be, 8, 2, 256, 70, 90, 0, 0);   /* a second prefill chunk */
+            test_attention(be, 4, 1, 128, 200, 0, 100, 0); /* window inside the run */
+            test_attention(be, 6, 3, 64, 33, 7, 0, 50.0f); /* softcap */
+            test_attention(be, 2, 2, 64, 1, 130, 0, 5.0f); /* softcap, decode */
+            test_attention(be, 4, 2, 24, 45, 3, 20, 0);    /* head size below a vector */
+            test_attention(be, 2, 1, 512, 20, 70, 0, 0);   /* the largest head size */
+            test_attention(be, 16, 1, 32, 90, 0, 0, 0);    /* a wide group, small heads */
+            test_conv(be, 37, 4, 20);
+            test_conv(be, 8, 2, 7);
+            test_conv(be, 300, 4, 70); /* several channel blocks, over the threads */
+            test_gated_rmsnorm(be, 5, 3, 128);
+            test_gated_rmsnorm(be, 2, 2, 40);
+            ts_backend_free(be);
+        }
     }
     return tu_report("test_ops");
 }

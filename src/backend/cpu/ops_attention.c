@@ -1,10 +1,23 @@
 /* Causal (optionally sliding-window) attention over a sequence's KV cache, on the CPU.
  *
- * One pass per query with an online softmax (running max and sum), so no score buffer of
- * context length is needed and nothing is allocated. Work is split over (head, query) pairs. */
+ * Work items are tiles of query rows that share a KV head: up to the whole GQA group of heads
+ * times a block of consecutive positions. Each item walks its keys a block at a time (the
+ * flash-attention order): scores S = Q K^T for the block (gemm_nt straight from the cache), the
+ * causal / window mask, an online softmax per row (running max m and sum l; when the max grows
+ * the row's output so far is rescaled by e^(m_old - m_new)), then O = corr * O + P V (gemm_nn).
+ * So K and V rows are read once per item rather than once per query, no buffer grows with the
+ * context, and the products run in the ISA's register-tiled kernels (ops_seq.h). Items are
+ * dealt to the threads round-robin, which evens out the causal triangle. */
+#include "backend/cpu/cpu_int.h"
+#include "backend/cpu/ops_seq.h"
+
 #include <float.h>
 
-#include "backend/cpu/cpu_int.h"
+enum {
+    ATT_BK = 64,         /* keys per block */
+    ATT_TILE = 64 * 256, /* floats of a Q or O tile: 64 rows at head size 256 */
+    ATT_MAX_ROWS = 128,  /* rows per tile at small head sizes (bounds the score tile) */
+};
 
 typedef struct {
     const float *q;
@@ -14,53 +27,145 @@ typedef struct {
     const ts_attn_dims *d;
     float *out;
     int64_t ldo;
+    const cpu_seq_kernels *kern;
+    int heads_per_item; /* gh: heads of one KV group per item */
+    int pos_per_item;   /* bq: positions per item */
+    int head_blocks;    /* ceil(group / gh) */
+    int pos_blocks;     /* ceil(n / bq) */
 } attn_job;
 
-static void attend_one(const attn_job *j, int h, int i) {
+/* Per-thread tiles; static TLS rather than the stack, whose size the pool's threads do not
+ * promise, and rather than a per-call allocation. */
+static _Thread_local float att_q[ATT_TILE], att_o[ATT_TILE], att_s[ATT_MAX_ROWS * ATT_BK];
+
+/* The first key a query at position qpos sees. */
+static int first_key(const ts_attn_dims *d, int qpos) {
+    return d->window > 0 && qpos - d->window + 1 > 0 ? qpos - d->window + 1 : 0;
+}
+
+/* Scales, caps and masks row r of the score tile (keys p0..p0+nk-1 for a query at qpos),
+ * folds it into the row's running max/sum and turns it into probabilities. Returns the factor
+ * the row's output so far must be multiplied by. */
+static float softmax_row(const attn_job *j, float *s, int nk, int p0, int qpos, float *m,
+                         float *l) {
     const ts_attn_dims *d = j->d;
-    int hd = d->head_dim;
-    int kvh = h / (d->n_heads / d->n_kv_heads);
-    int64_t ldkv = (int64_t)d->n_kv_heads * hd;
-    const float *q = j->q + i * j->ldq + h * j->q_head_stride;
-    int qpos = j->pos0 + i;
-    int first = 0;
-    if (d->window > 0 && qpos - d->window + 1 > 0) first = qpos - d->window + 1;
-    float acc[CPU_MAX_HEAD_DIM];
-    for (int c = 0; c < hd; c++) acc[c] = 0.0f;
-    float m = -FLT_MAX, l = 0.0f;
-    for (int p = first; p <= qpos; p++) {
-        const float *k = j->k_cache + p * ldkv + (int64_t)kvh * hd;
-        float s = 0.0f;
-        for (int c = 0; c < hd; c++) s += q[c] * k[c];
-        s *= d->scale;
-        if (d->softcap > 0) s = d->softcap * tanhf(s / d->softcap);
-        const float *v = j->v_cache + p * ldkv + (int64_t)kvh * hd;
-        if (s > m) {
-            float corr = expf(m - s); /* 0 on the first key */
-            l = l * corr + 1.0f;
-            for (int c = 0; c < hd; c++) acc[c] = acc[c] * corr + v[c];
-            m = s;
-        } else {
-            float e = expf(s - m);
-            l += e;
-            for (int c = 0; c < hd; c++) acc[c] += e * v[c];
-        }
+    int lo = first_key(d, qpos) - p0, hi = qpos - p0 + 1; /* visible: [lo, hi) */
+    if (lo < 0) lo = 0;
+    if (hi > nk) hi = nk;
+    if (lo >= hi) { /* nothing visible in this block */
+        for (int c = 0; c < nk; c++)
+            s[c] = 0.0f;
+        return 1.0f;
     }
-    float *o = j->out + i * j->ldo + (int64_t)h * hd;
-    float inv = 1.0f / l;
-    for (int c = 0; c < hd; c++) o[c] = acc[c] * inv;
+    float mx = -FLT_MAX;
+    for (int c = lo; c < hi; c++) {
+        float v = s[c] * d->scale;
+        if (d->softcap > 0) v = d->softcap * tanhf(v / d->softcap);
+        s[c] = v;
+        mx = v > mx ? v : mx;
+    }
+    float m_new = mx > *m ? mx : *m;
+    float corr = *m == -INFINITY ? 0.0f : expf(*m - m_new);
+    for (int c = 0; c < lo; c++)
+        s[c] = -INFINITY;
+    for (int c = lo; c < hi; c++)
+        s[c] -= m_new;
+    for (int c = hi; c < nk; c++)
+        s[c] = -INFINITY;
+    float sum = j->kern->exp_sum(s, nk);
+    *l = *l * corr + sum;
+    *m = m_new;
+    return corr;
+}
+
+/* One item: KV head kvh, heads h0..h0+gh-1, positions i0..i0+bq-1; row r = (i - i0) * gh + hh. */
+static void attend_item(const attn_job *j, int kvh, int h0, int gh, int i0, int bq) {
+    const ts_attn_dims *d = j->d;
+    const cpu_seq_kernels *K = j->kern;
+    int hd = d->head_dim, R = gh * bq;
+    int64_t ldkv = (int64_t)d->n_kv_heads * hd;
+    float *Q = att_q, *O = att_o, *S = att_s;
+    float m[ATT_MAX_ROWS], l[ATT_MAX_ROWS], corr[ATT_MAX_ROWS];
+    for (int r = 0; r < R; r++) {
+        const float *src = j->q + (i0 + r / gh) * j->ldq + (h0 + r % gh) * j->q_head_stride;
+        for (int c = 0; c < hd; c++)
+            Q[r * hd + c] = src[c];
+        for (int c = 0; c < hd; c++)
+            O[r * hd + c] = 0.0f;
+        m[r] = -INFINITY;
+        l[r] = 0.0f;
+    }
+    int qpos0 = j->pos0 + i0, qpos1 = j->pos0 + i0 + bq - 1;
+    const float *kc = j->k_cache + (int64_t)kvh * hd, *vc = j->v_cache + (int64_t)kvh * hd;
+    for (int p0 = first_key(d, qpos0); p0 <= qpos1; p0 += ATT_BK) {
+        int nk = qpos1 + 1 - p0 < ATT_BK ? qpos1 + 1 - p0 : ATT_BK;
+        K->gemm_nt(R, nk, hd, Q, hd, kc + p0 * ldkv, ldkv, S, ATT_BK);
+        for (int r = 0; r < R; r++)
+            corr[r] = softmax_row(j, S + r * ATT_BK, nk, p0, j->pos0 + i0 + r / gh, &m[r], &l[r]);
+        K->gemm_nn(R, hd, nk, S, ATT_BK, vc + p0 * ldkv, ldkv, O, hd, corr);
+    }
+    for (int r = 0; r < R; r++) {
+        float *o = j->out + (i0 + r / gh) * j->ldo + (int64_t)(h0 + r % gh) * hd;
+        float inv = 1.0f / l[r];
+        for (int c = 0; c < hd; c++)
+            o[c] = O[r * hd + c] * inv;
+    }
 }
 
 static void attn_task(void *p, int ith, int nth) {
-    attn_job *j = p;
-    long total = (long)j->d->n_heads * j->n, lo, hi;
-    ts_split_range(total, ith, nth, &lo, &hi);
-    for (long w = lo; w < hi; w++) attend_one(j, (int)(w % j->d->n_heads), (int)(w / j->d->n_heads));
+    const attn_job *j = p;
+    int group = j->d->n_heads / j->d->n_kv_heads;
+    long per_pos = (long)j->d->n_kv_heads * j->head_blocks;
+    long total = per_pos * j->pos_blocks;
+    for (long w = ith; w < total; w += nth) {
+        int ib = (int)(w / per_pos), rest = (int)(w % per_pos);
+        int kvh = rest / j->head_blocks, hb = rest % j->head_blocks;
+        int h0 = kvh * group + hb * j->heads_per_item;
+        int gh = group - hb * j->heads_per_item < j->heads_per_item ? group - hb * j->heads_per_item
+                                                                    : j->heads_per_item;
+        int i0 = ib * j->pos_per_item;
+        int bq = j->n - i0 < j->pos_per_item ? j->n - i0 : j->pos_per_item;
+        attend_item(j, kvh, h0, gh, i0, bq);
+    }
 }
+
+static long ceil_div(long a, long b) { return (a + b - 1) / b; }
 
 void cpu_op_attention(ts_backend *be, const float *q, int64_t ldq, int64_t q_head_stride, int n,
                       int pos0, const float *k_cache, const float *v_cache,
                       const ts_attn_dims *dims, float *out, int64_t ldo) {
-    attn_job j = {q, ldq, q_head_stride, n, pos0, k_cache, v_cache, dims, out, ldo};
-    ts_pool_run(cpu_of(be)->pool, attn_task, &j);
+    if (n <= 0) return;
+    cpu_ctx *ctx = cpu_of(be);
+    int group = dims->n_heads / dims->n_kv_heads, hd = dims->head_dim;
+    int rows = ATT_TILE / hd < ATT_MAX_ROWS ? ATT_TILE / hd : ATT_MAX_ROWS;
+    /* the whole group and as many positions as fill the tile, then smaller items until every
+     * thread has one (decode: one position, so the group is split) */
+    int gh = group < rows ? group : rows;
+    int bq = rows / gh < n ? rows / gh : n;
+    /* a decode step over a short context is less work than waking the threads */
+    bool one_thread = (double)dims->n_heads * n * (pos0 + n) * hd < 65536.0;
+    int nth = one_thread ? 1 : ts_pool_size(ctx->pool);
+    while (bq > 1 && dims->n_kv_heads * ceil_div(group, gh) * ceil_div(n, bq) < nth)
+        bq = (bq + 1) / 2;
+    while (gh > 1 && dims->n_kv_heads * ceil_div(group, gh) * ceil_div(n, bq) < nth)
+        gh = (gh + 1) / 2;
+    attn_job j = {q,
+                  ldq,
+                  q_head_stride,
+                  n,
+                  pos0,
+                  k_cache,
+                  v_cache,
+                  dims,
+                  out,
+                  ldo,
+                  cpu_seq_pick(ctx->isa),
+                  gh,
+                  bq,
+                  (int)ceil_div(group, gh),
+                  (int)ceil_div(n, bq)};
+    if (one_thread)
+        attn_task(&j, 0, 1);
+    else
+        ts_pool_run(ctx->pool, attn_task, &j);
 }

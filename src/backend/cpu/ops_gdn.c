@@ -2,27 +2,90 @@
  * recurrent form and chunked form) and the gated output norm. specs/models.md A.6 and A.7 give
  * the math; both delta-rule forms are tested equal on random data. The recurrent state stays
  * fp32 throughout. */
+#include "backend/cpu/cpu_int.h"
+#include "backend/cpu/ops_seq.h"
+
 #include <string.h>
 
-#include "backend/cpu/cpu_int.h"
+/* The causal conv a block of channels at a time, the blocks split over the threads: the block's
+ * taps transposed to [K][block] on the stack, then per token K contiguous multiply-adds over the
+ * block (vectorised by the compiler, in tap order as the plain loop sums). Decode and prefill
+ * take the same path, so a run split into single tokens gives the same bits. */
+enum { CONV_CB = 64, CONV_MAX_K = 16 };
 
-void cpu_op_conv1d_silu(ts_backend *be, const float *x, int64_t ldx, int n, int C, int K,
-                        const float *w, float *state, float *out, int64_t ldo) {
-    (void)be;
-    int hist = K - 1;
-    for (int t = 0; t < n; t++) {
-        float *o = out + t * ldo;
-        for (int c = 0; c < C; c++) {
-            const float *wc = w + (int64_t)c * K;
+typedef struct {
+    const float *x;
+    int64_t ldx;
+    int n, C, K;
+    const float *w, *state;
+    float *out;
+    int64_t ldo;
+} conv_job;
+
+static void conv_block(const conv_job *j, int c0, int nc) {
+    int K = j->K, hist = K - 1;
+    float wt[CONV_MAX_K][CONV_CB], acc[CONV_CB];
+    for (int k = 0; k < K; k++)
+        for (int c = 0; c < nc; c++)
+            wt[k][c] = j->w[(int64_t)(c0 + c) * K + k];
+    for (int t = 0; t < j->n; t++) {
+        for (int c = 0; c < nc; c++)
+            acc[c] = 0.0f;
+        for (int k = 0; k < K; k++) {
+            int tau = t - hist + k; /* input time of tap k */
+            const float *xr =
+                tau < 0 ? j->state + (int64_t)(hist + tau) * j->C + c0 : j->x + tau * j->ldx + c0;
+            for (int c = 0; c < nc; c++)
+                acc[c] += wt[k][c] * xr[c];
+        }
+        /* SiLU through expf, not the vector exp: outputs bit-equal to the plain loop. (With
+         * the vector SiLU here the bf16 fixture of test_hf_parity, whose batched-vs-separate
+         * check sits near its bound, went from 2.4e-5 to 5.7e-5 > 5e-5 at AVX2.) */
+        float *o = j->out + t * j->ldo + c0;
+        for (int c = 0; c < nc; c++)
+            o[c] = cpu_silu(acc[c]);
+    }
+}
+
+static void conv_task(void *p, int ith, int nth) {
+    const conv_job *j = p;
+    long lo, hi;
+    ts_split_range((j->C + CONV_CB - 1) / CONV_CB, ith, nth, &lo, &hi);
+    for (long b = lo; b < hi; b++) {
+        int c0 = (int)b * CONV_CB;
+        conv_block(j, c0, j->C - c0 < CONV_CB ? j->C - c0 : CONV_CB);
+    }
+}
+
+/* The reference loop, for kernels wider than CONV_MAX_K taps (none of the models). */
+static void conv_plain(const conv_job *j) {
+    int hist = j->K - 1;
+    for (int t = 0; t < j->n; t++) {
+        float *o = j->out + t * j->ldo;
+        for (int c = 0; c < j->C; c++) {
+            const float *wc = j->w + (int64_t)c * j->K;
             float s = 0.0f;
-            for (int k = 0; k < K; k++) {
-                int tau = t - hist + k; /* input time of tap k */
-                float xv = tau < 0 ? state[(int64_t)(hist + tau) * C + c] : x[tau * ldx + c];
-                s += wc[k] * xv;
+            for (int k = 0; k < j->K; k++) {
+                int tau = t - hist + k;
+                s += wc[k] * (tau < 0 ? j->state[(int64_t)(hist + tau) * j->C + c]
+                                      : j->x[tau * j->ldx + c]);
             }
             o[c] = cpu_silu(s);
         }
     }
+}
+
+void cpu_op_conv1d_silu(ts_backend *be, const float *x, int64_t ldx, int n, int C, int K,
+                        const float *w, float *state, float *out, int64_t ldo) {
+    cpu_ctx *ctx = cpu_of(be);
+    int hist = K - 1;
+    conv_job j = {x, ldx, n, C, K, w, state, out, ldo};
+    if (K > CONV_MAX_K)
+        conv_plain(&j);
+    else if ((int64_t)n * C * K < 65536) /* a decode step: less work than a thread wake-up */
+        conv_task(&j, 0, 1);
+    else
+        ts_pool_run(ctx->pool, conv_task, &j);
     /* the new state: the last K-1 inputs, oldest first */
     if (n >= hist) {
         for (int k = 0; k < hist; k++)
@@ -51,6 +114,7 @@ typedef struct {
     int n;
     const ts_gdn_dims *d;
     float *state, *out;
+    const cpu_seq_kernels *kern;
 } gdn_job;
 
 /* Token by token, in the reference's order: decay, predict, correct, read. */
@@ -59,124 +123,96 @@ static void gdn_recurrent_head(const gdn_job *j, int h) {
     int dk = d->d_k, dv = d->d_v, Hv = d->n_v_heads;
     int kh = h / (d->n_v_heads / d->n_k_heads);
     float *S = j->state + (int64_t)h * dk * dv;
-    float m[CPU_MAX_HEAD_DIM], delta[CPU_MAX_HEAD_DIM];
     for (int t = 0; t < j->n; t++) {
         const float *q = j->q + t * j->ldqk + (int64_t)kh * dk;
         const float *k = j->k + t * j->ldqk + (int64_t)kh * dk;
         const float *v = j->v + t * j->ldv + (int64_t)h * dv;
         float *o = j->out + (int64_t)t * Hv * dv + (int64_t)h * dv;
-        float decay = expf(j->g[t * Hv + h]), b = j->beta[t * Hv + h];
-        for (int c = 0; c < dv; c++) m[c] = 0.0f;
-        for (int i = 0; i < dk; i++) {
-            float *Si = S + (int64_t)i * dv;
-            float ki = k[i];
-            for (int c = 0; c < dv; c++) {
-                Si[c] *= decay;
-                m[c] += Si[c] * ki;
-            }
-        }
-        for (int c = 0; c < dv; c++) {
-            delta[c] = b * (v[c] - m[c]);
-            o[c] = 0.0f;
-        }
-        for (int i = 0; i < dk; i++) {
-            float *Si = S + (int64_t)i * dv;
-            float ki = k[i], qi = q[i];
-            for (int c = 0; c < dv; c++) {
-                Si[c] += ki * delta[c];
-                o[c] += Si[c] * qi;
-            }
-        }
+        j->kern->gdn_step(S, dk, dv, q, k, v, expf(j->g[t * Hv + h]), j->beta[t * Hv + h], o);
     }
 }
 
-/* Chunked form (spec A.7) for chunks of up to CPU_GDN_CHUNK tokens: a few dense passes over
- * the state per chunk instead of two per token. */
+/* Per-thread chunk buffers (static TLS: too large for the pool threads' stacks to promise). */
+enum { CH = CPU_GDN_CHUNK };
+static _Thread_local float gdn_wk[CH * CPU_MAX_HEAD_DIM], gdn_u[CH * CPU_MAX_HEAD_DIM],
+    gdn_kt[CPU_MAX_HEAD_DIM * CH], gdn_kk[CH * CH], gdn_qk[CH * CH];
+
+/* Chunked form (spec A.7) for chunks of up to CPU_GDN_CHUNK tokens, as a few small matrix
+ * products per chunk (ops_seq.h kernels) instead of two passes over the state per token:
+ *   W = K S0, O = Q S0               (n x dk times dk x dv)
+ *   KK = K K^T, QK = Q K^T           (n x n dot products, lower triangle used)
+ *   U = B - A U  (forward substitution, A strictly lower: row r is a 1 x r times r x dv product)
+ *   O = e^G o O + (D o QK) U         (row-scaled, lower-triangular n x n times n x dv)
+ *   S = e^G_n S0 + (w o K)^T U       (dk x n times n x dv, K transposed once per chunk)
+ * The decay factors e^(G_r - G_s) come from the vector exp, one row of them at a time. */
 static void gdn_chunked_head(const gdn_job *j, int h) {
-    enum { CH = CPU_GDN_CHUNK };
     const ts_gdn_dims *d = j->d;
+    const cpu_seq_kernels *K = j->kern;
     int dk = d->d_k, dv = d->d_v, Hv = d->n_v_heads;
     int kh = h / (d->n_v_heads / d->n_k_heads);
+    int64_t ldo = (int64_t)Hv * dv;
     float *S = j->state + (int64_t)h * dk * dv;
-    static _Thread_local float Wk[CH * CPU_MAX_HEAD_DIM], Pq[CH * CPU_MAX_HEAD_DIM],
-        U[CH * CPU_MAX_HEAD_DIM];
-    float gam[CH], egam[CH], KK[CH][CH], QK[CH][CH];
+    float *Wk = gdn_wk, *U = gdn_u, *Kt = gdn_kt, *KK = gdn_kk, *QK = gdn_qk;
+    float gam[CH], egam[CH], row[CH], scale_s[CPU_MAX_HEAD_DIM];
 
     for (int c0 = 0; c0 < j->n; c0 += CH) {
         int n = j->n - c0 < CH ? j->n - c0 : CH;
-#define QROW(r) (j->q + (int64_t)(c0 + (r)) * j->ldqk + (int64_t)kh * dk)
-#define KROW(r) (j->k + (int64_t)(c0 + (r)) * j->ldqk + (int64_t)kh * dk)
-#define VROW(r) (j->v + (int64_t)(c0 + (r)) * j->ldv + (int64_t)h * dv)
+        const float *Qc = j->q + (int64_t)c0 * j->ldqk + (int64_t)kh * dk;
+        const float *Kc = j->k + (int64_t)c0 * j->ldqk + (int64_t)kh * dk;
+        const float *Vc = j->v + (int64_t)c0 * j->ldv + (int64_t)h * dv;
+        float *Oc = j->out + (int64_t)c0 * ldo + (int64_t)h * dv;
         float acc = 0.0f;
         for (int r = 0; r < n; r++) {
             acc += j->g[(c0 + r) * Hv + h];
             gam[r] = acc;
             egam[r] = expf(acc);
         }
-        /* Wk[r] = S0^T k_r, Pq[r] = S0^T q_r */
-        memset(Wk, 0, sizeof(float) * (size_t)n * dv);
-        memset(Pq, 0, sizeof(float) * (size_t)n * dv);
-        for (int i = 0; i < dk; i++) {
-            const float *Si = S + (int64_t)i * dv;
-            for (int r = 0; r < n; r++) {
-                float ki = KROW(r)[i], qi = QROW(r)[i];
-                float *wr = Wk + r * dv, *pr = Pq + r * dv;
-                for (int c = 0; c < dv; c++) {
-                    wr[c] += ki * Si[c];
-                    pr[c] += qi * Si[c];
-                }
-            }
+        K->gemm_nn(n, dv, dk, Kc, j->ldqk, S, dv, Wk, dv, NULL);
+        K->gemm_nn(n, dv, dk, Qc, j->ldqk, S, dv, Oc, ldo, NULL);
+        /* lower triangles in row blocks of 16 (the products above the diagonal are skipped) */
+        for (int r0 = 0; r0 < n; r0 += 16) {
+            int mr = n - r0 < 16 ? n - r0 : 16, nc = r0 + mr;
+            K->gemm_nt(mr, nc, dk, Kc + r0 * j->ldqk, j->ldqk, Kc, j->ldqk, KK + r0 * CH, CH);
+            K->gemm_nt(mr, nc, dk, Qc + r0 * j->ldqk, j->ldqk, Kc, j->ldqk, QK + r0 * CH, CH);
         }
-        /* k_r.k_s and q_r.k_s for s <= r */
-        for (int r = 0; r < n; r++)
-            for (int s = 0; s <= r; s++) {
-                const float *kr = KROW(r), *ks = KROW(s), *qr = QROW(r);
-                float kk = 0.0f, qk = 0.0f;
-                for (int i = 0; i < dk; i++) {
-                    kk += kr[i] * ks[i];
-                    qk += qr[i] * ks[i];
-                }
-                KK[r][s] = kk;
-                QK[r][s] = qk;
-            }
-        /* U_r = b_r v_r - b_r e^{G_r} S0^T k_r - sum_{s<r} b_r (k_r.k_s) e^{G_r-G_s} U_s */
+        /* KK row r becomes -A[r][s] = -b_r (k_r.k_s) e^(G_r-G_s) for s < r; QK row r becomes
+         * (q_r.k_s) e^(G_r-G_s) for s <= r, 0 beyond (the diagonal of QK is needed, of KK not) */
         for (int r = 0; r < n; r++) {
             float b = j->beta[(c0 + r) * Hv + h];
-            float *ur = U + r * dv;
-            const float *vr = VROW(r), *wr = Wk + r * dv;
-            for (int c = 0; c < dv; c++) ur[c] = b * (vr[c] - egam[r] * wr[c]);
-            for (int s = 0; s < r; s++) {
-                float a = b * KK[r][s] * expf(gam[r] - gam[s]);
-                const float *us = U + s * dv;
-                for (int c = 0; c < dv; c++) ur[c] -= a * us[c];
-            }
+            for (int s = 0; s <= r; s++)
+                row[s] = gam[r] - gam[s];
+            K->exp_sum(row, r + 1);
+            for (int s = 0; s < r; s++)
+                KK[r * CH + s] *= -b * row[s];
+            for (int s = 0; s <= r; s++)
+                QK[r * CH + s] *= row[s];
+            for (int s = r + 1; s < n; s++)
+                QK[r * CH + s] = 0.0f;
+        }
+        /* U_r = b_r v_r - b_r e^{G_r} S0^T k_r - sum_{s<r} A[r][s] U_s */
+        for (int r = 0; r < n; r++) {
+            float b = j->beta[(c0 + r) * Hv + h], *ur = U + r * dv;
+            const float *vr = Vc + r * j->ldv, *wr = Wk + r * dv;
+            for (int c = 0; c < dv; c++)
+                ur[c] = b * (vr[c] - egam[r] * wr[c]);
+            row[0] = 1.0f;
+            K->gemm_nn(1, dv, r, KK + r * CH, CH, U, dv, ur, dv, row);
         }
         /* o_r = e^{G_r} S0^T q_r + sum_{s<=r} e^{G_r-G_s} (q_r.k_s) U_s */
-        for (int r = 0; r < n; r++) {
-            float *o = j->out + (int64_t)(c0 + r) * Hv * dv + (int64_t)h * dv;
-            const float *pr = Pq + r * dv;
-            for (int c = 0; c < dv; c++) o[c] = egam[r] * pr[c];
-            for (int s = 0; s <= r; s++) {
-                float a = QK[r][s] * expf(gam[r] - gam[s]);
-                const float *us = U + s * dv;
-                for (int c = 0; c < dv; c++) o[c] += a * us[c];
-            }
+        for (int r0 = 0; r0 < n; r0 += 16) {
+            int mr = n - r0 < 16 ? n - r0 : 16;
+            K->gemm_nn(mr, dv, r0 + mr, QK + r0 * CH, CH, U, dv, Oc + r0 * ldo, ldo, egam + r0);
         }
         /* S = e^{G_n} S0 + sum_s e^{G_n-G_s} k_s (x) U_s */
-        float eg_last = egam[n - 1], wgt[CH];
-        for (int s = 0; s < n; s++) wgt[s] = expf(gam[n - 1] - gam[s]);
+        for (int s = 0; s < n; s++)
+            row[s] = gam[n - 1] - gam[s];
+        K->exp_sum(row, n);
         for (int i = 0; i < dk; i++) {
-            float *Si = S + (int64_t)i * dv;
-            for (int c = 0; c < dv; c++) Si[c] *= eg_last;
-            for (int s = 0; s < n; s++) {
-                float a = wgt[s] * KROW(s)[i];
-                const float *us = U + s * dv;
-                for (int c = 0; c < dv; c++) Si[c] += a * us[c];
-            }
+            for (int s = 0; s < n; s++)
+                Kt[i * CH + s] = row[s] * Kc[s * j->ldqk + i];
+            scale_s[i] = egam[n - 1];
         }
-#undef QROW
-#undef KROW
-#undef VROW
+        K->gemm_nn(dk, dv, n, Kt, CH, U, dv, S, dv, scale_s);
     }
 }
 
@@ -200,19 +236,27 @@ static void gdn_task(void *p, int ith, int nth) {
 void cpu_op_gdn(ts_backend *be, const float *q, const float *k, int64_t ldqk, const float *v,
                 int64_t ldv, const float *g, const float *beta, int n, const ts_gdn_dims *dims,
                 float *state, float *out, bool chunked) {
-    gdn_task_arg a = {{q, k, v, g, beta, ldqk, ldv, n, dims, state, out}, chunked};
+    gdn_task_arg a = {
+        {q, k, v, g, beta, ldqk, ldv, n, dims, state, out, cpu_seq_pick(cpu_of(be)->isa)}, chunked};
     ts_pool_run(cpu_of(be)->pool, gdn_task, &a);
 }
 
-void cpu_op_gated_rmsnorm(ts_backend *be, const float *x, const float *z, int n_tok,
-                          int n_heads, int dv, const float *w, float eps, float *out) {
-    (void)be;
+void cpu_op_gated_rmsnorm(ts_backend *be, const float *x, const float *z, int n_tok, int n_heads,
+                          int dv, const float *w, float eps, float *out) {
+    const cpu_seq_kernels *kern = cpu_seq_pick(cpu_of(be)->isa);
+    float gate[CPU_MAX_HEAD_DIM];
     for (long r = 0; r < (long)n_tok * n_heads; r++) {
         const float *xr = x + r * dv, *zr = z + r * dv;
         float *o = out + r * dv;
         double ss = 0;
-        for (int i = 0; i < dv; i++) ss += (double)xr[i] * xr[i];
+        for (int i = 0; i < dv; i++)
+            ss += (double)xr[i] * xr[i];
         float inv = 1.0f / sqrtf((float)(ss / dv) + eps);
-        for (int i = 0; i < dv; i++) o[i] = w[i] * (xr[i] * inv) * cpu_silu(zr[i]);
+        for (int i0 = 0; i0 < dv; i0 += CPU_MAX_HEAD_DIM) { /* o may be x: elementwise */
+            int m = dv - i0 < CPU_MAX_HEAD_DIM ? dv - i0 : CPU_MAX_HEAD_DIM;
+            kern->silu(zr + i0, gate, m);
+            for (int i = 0; i < m; i++)
+                o[i0 + i] = w[i0 + i] * (xr[i0 + i] * inv) * gate[i];
+        }
     }
 }
