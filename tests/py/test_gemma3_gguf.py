@@ -18,7 +18,9 @@ Measured against llama.cpp (meta.json "tessera"), per position over the 38 recor
 * KL(oracle ‖ tessera) over the 64 top ids plus one bucket for the rest of the vocabulary
   (log-probabilities from each side's own full-vocabulary logsumexp); merging the tail into
   one bucket can only lower a KL, so this is a lower bound of the true one, tight here since
-  the top 64 ids hold most of the mass: typically 3e-3 nats, at worst 0.016;
+  the top 64 ids hold most of the mass: typically 3e-3 nats, a prompt's mean 0.0035-0.0085, at
+  worst 0.041 at one position that swings with rounding-level changes (0.007-0.041 across the
+  scalar, AVX2 and AVX-512 kernels), so both the mean and each position are bounded;
 * the argmax equals the oracle's wherever the oracle's top-1/top-2 gap exceeds 0.5 logits (a
   gap the measured errors do not close; all 38 top-1s agree); smaller gaps are counted, not
   failed. Bounds: BOUNDS, about 2.5x the worst measured. Halving the sliding window in
@@ -52,9 +54,14 @@ from conftest import fixtures_dir, run, shared_dir
 
 FIX = os.path.join(fixtures_dir(), "gemma3_gguf")
 GAP = 0.5  # logits: a top-1/top-2 gap above this must keep its argmax
-# measured worst over the 38 positions: 0.104, 0.113, 0.0162 nats, 1.03 logits (typical 1-2e-2,
-# 3-5e-2, 3e-3, 0.5); bounds about 2.5x that
-BOUNDS = {"rel_l2_top64": 0.25, "rel_l2_sample": 0.25, "kl": 0.04, "max_abs": 2.5}
+# measured worst over the 38 positions: 0.188, 0.123, 0.041 nats, 1.29 logits (typical 1-2e-2,
+# 3-5e-2, 3e-3, 0.5), over the scalar, AVX2 and AVX-512 kernels; bounds about 1.3-2.5x that
+BOUNDS = {"rel_l2_top64": 0.25, "rel_l2_sample": 0.25, "kl": 0.1, "max_abs": 2.5}
+# the per-position KL is noisy: wiki200 position 198 alone reads 0.007-0.041 depending on the
+# kernel set (scalar, AVX2, AVX-512, and the 8-block VNNI kernel) - rounding-level changes to the
+# 8-bit activations move it. The mean over a prompt's positions is steady: 0.0035-0.0085 over
+# all three kernel sets. Bounds: about 2.4x the worst of each.
+MEAN_KL = 0.02
 PPL_REL_PINNED, PPL_REL_ORACLE = 5e-3, 2e-2
 
 
@@ -124,9 +131,11 @@ def test_logits_match_llama_cpp(name, oracle, forced):
     rec = next(p for p in oracle["prompts"] if p["name"] == name)
     logits, samp = forced[name], np.array(oracle["sample_ids"])
     worst, close = {k: 0.0 for k in ("rel_l2_top64", "rel_l2_sample", "kl", "max_abs")}, 0
+    kls = []
     for pos in rec["positions"]:
         row = logits[pos["pos"]]
         m = _metrics(row, pos, samp)
+        kls.append(m["kl"])
         for k in worst:
             worst[k] = max(worst[k], m[k])
         for k, bound in BOUNDS.items():
@@ -135,8 +144,10 @@ def test_logits_match_llama_cpp(name, oracle, forced):
             assert int(row.argmax()) == pos["top_ids"][0], (name, pos["pos"])
         else:
             close += 1
+    assert np.mean(kls) <= MEAN_KL, (name, np.mean(kls))
     print(f"{name}: worst over {len(rec['positions'])} positions "
-          + ", ".join(f"{k} {v:.3g}" for k, v in worst.items()) + f"; {close} close calls")
+          + ", ".join(f"{k} {v:.3g}" for k, v in worst.items())
+          + f"; mean kl {np.mean(kls):.3g}; {close} close calls")
 
 
 @pytest.mark.parametrize("name", ["short", "paris", "wiki200", "chat", "wiki600"])

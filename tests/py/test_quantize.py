@@ -112,10 +112,63 @@ def test_f16_gguf_close(tmp_path):
     assert rel(logits(src, tmp_path, "hf"), logits(g, tmp_path, "gguf")) <= 5e-3
 
 
-# Q8_0 changes each weight by ~0.5% (rel. L2); these random tiny models amplify that to 6-13% in
-# the logits (measured: tiny_a 0.133, tiny_b 0.077, tiny_c 0.061, tiny_d 0.112), so the bound is
-# loose here and the per-tensor bounds below are the tight check.
-Q8_LOGIT_BOUND = 0.2
+# Q8_0 logits. These random tiny models map any weight perturbation to a logit change 10-40
+# times larger in relative L2 (linearly: a 0.5% / 0.05% / 0.005% multiplicative noise on
+# tiny_c's weights moves its logits by 6.6% / 0.66% / 0.06%, so it is a gain, not chaos), and the
+# gain differs per fixture and per position (Q8_0 on tiny_a: 0.36 at position 5, 0.05-0.10
+# elsewhere). A fixed bound on rel(HF, Q8_0) therefore has to be loose (Q8_0 gives 6-13%) and
+# misses a Q8_0 error that doubled. Instead each fixture is calibrated: the same weights plus a
+# uniform dither of up to half a Q8_0 step (per 32-element block, amax / 127 / 2) -- the
+# statistics of round-to-nearest on the Q8_0 grid without its rounding -- averaged over 8
+# seeded draws. Then:
+# - the Q8_0 weights (decoded to F32, no quantized kernel) move the logits about as much as the
+#   dither: measured 0.99-1.32 times. Truncating the weights instead of rounding them gives
+#   1.43-1.68 (less than 2x: the shrinkage half of that error is mostly undone by the norms);
+#   this ratio depends only on the quantizer and the F32 model, so the bound can be close;
+# - the quantized kernels against those same F32 weights: their only approximation is rounding
+#   the activations to the same 8-bit, 32-element grid, so they move the logits about as much
+#   as the dither too (measured 0.97-1.12), not ~1e-2. Truncated activations: 1.26-2.43;
+# - every SIMD ISA against the scalar kernels: the same int8 activations on every ISA, so
+#   mostly 1e-7..1e-6 -- but the fp32 ops around the matmuls differ by ~1e-6 between ISAs, and
+#   an activation that sits on a rounding boundary then takes the other int8 value, which the
+#   gain turns into up to ~1e-2 (seen: 8e-4 on tiny_c, 6e-3 on tiny_d, depending on unrelated
+#   changes to those ops), 0.02-0.07 of the dither level. Truncated activations: 0.45-0.85 (the
+#   block maxima flip between 126 and 127). test_quant compares the kernels themselves tightly.
+Q8_DITHER_RATIO = 1.4
+Q8_ISA_RATIO = 0.2
+
+
+def q8_dither_level(src, tmp_path, a, draws=8):
+    """Mean rel. L2 logit change over `draws` dithers of half a Q8_0 step."""
+    from safetensors.torch import load_file, save_file
+    w = load_file(os.path.join(src, "model.safetensors"))
+    gen = torch.Generator().manual_seed(5)
+    out = []
+    for i in range(draws):
+        d = tmp_path / f"dither{i}"
+        d.mkdir()
+        for f in os.listdir(src):
+            if f != "model.safetensors" and os.path.isfile(os.path.join(src, f)):
+                shutil.copy(os.path.join(src, f), d)
+        noisy = {}
+        for k, v in w.items():
+            v = v.float()
+            if v.ndim == 2 and v.shape[-1] % 32 == 0:
+                blk = v.reshape(-1, 32)
+                step = blk.abs().amax(1, keepdim=True) / 127
+                v = (blk + step * (torch.rand(blk.shape, generator=gen) - 0.5)).reshape(v.shape)
+            noisy[k] = v.contiguous()
+        save_file(noisy, str(d / "model.safetensors"))
+        out.append(rel(a, logits(str(d), tmp_path, f"dither{i}")))
+    return float(np.mean(out))
+
+
+def logits_isa(model, tmp_path, isa):
+    out = tmp_path / f"isa_{isa}.bin"
+    p = subprocess.run([tessera(), "logits", "-m", str(model), "--ids", IDS, "-o", str(out)],
+                       capture_output=True, timeout=120, env={**os.environ, "TESSERA_ISA": isa})
+    assert p.returncode == 0, p.stderr.decode(errors="replace")
+    return np.fromfile(out, dtype=np.float32)
 
 
 @pytest.mark.parametrize("name", QWEN_FIXTURES)
@@ -123,13 +176,17 @@ def test_q8_0_logits_close(name, tmp_path):
     src = os.path.join(QWEN, name)
     g = quantize(src, tmp_path / "m.gguf", "q8_0")
     a = logits(src, tmp_path, "hf")
+    level = q8_dither_level(src, tmp_path, a)
     # the Q8_0 values decoded to F32 by the quantizer itself (GGUF input): runs without
     # quantized kernels
     b = logits(quantize(g, tmp_path / "deq.gguf", "f32"), tmp_path, "deq")
-    assert rel(a, b) <= Q8_LOGIT_BOUND
+    assert rel(a, b) <= Q8_DITHER_RATIO * level, (rel(a, b), level)
     assert (a.reshape(9, -1).argmax(1) == b.reshape(9, -1).argmax(1)).mean() >= 0.75
     c = logits(g, tmp_path, "q8")  # skips until tessera computes with Q8_0 weights
-    assert rel(a, c) <= Q8_LOGIT_BOUND
+    assert rel(b, c) <= Q8_DITHER_RATIO * level, (rel(b, c), level)
+    scalar = logits_isa(g, tmp_path, "scalar")
+    for isa in ("avx2", "avx512"):  # lowered to what the CPU has: then equal to a run above
+        assert rel(scalar, logits_isa(g, tmp_path, isa)) <= Q8_ISA_RATIO * level, isa
 
 
 # worst per-tensor rel. L2 error when llama.cpp's gguf package decodes our blocks (measured:

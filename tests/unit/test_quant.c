@@ -317,11 +317,94 @@ static void test_kernels(void) {
                 for (size_t c = 0; c < 3; c++)
                     for (size_t t = 0; t < sizeof toks / sizeof *toks; t++)
                         check_shape(pool, nth, dt, rows[r], cols[c], toks[t], &seed);
+            /* whole 256-element chunks plus a one-block tail (the AVX-512 8-block kernels) */
+            check_shape(pool, nth, dt, 9, be == 32 ? 800 : 2304, 6, &seed);
             /* long rows: token tiles of the activation scratch (4 tokens at 32768 columns) */
             check_shape(pool, nth, dt, 5, 32768, 9, &seed);
         }
         ts_pool_free(pool);
     }
+}
+
+/* ---- activation quantizer and layouts --------------------------------------------------- */
+
+/* The SIMD activation quantizers write the same bytes as the scalar one (q, d, s, s16), on
+ * data that exercises the rounding: random magnitudes, exact ties (x / d = k + 0.5, which
+ * round to even), all-zero blocks, -0.0, denormal-small and large blocks. */
+static void test_act_quantizer(void) {
+    static const int64_t lens[] = {32, 64, 96, 256, 288, 1056};
+    unsigned long long seed = 0x5eed5eedull;
+    for (size_t l = 0; l < sizeof lens / sizeof *lens; l++) {
+        const int64_t n = lens[l];
+        float *x = malloc(sizeof(float) * (size_t)n);
+        size_t bytes = cpu_q8act_bytes(n);
+        uint8_t *ref = aligned_alloc(64, (bytes + 63) / 64 * 64);
+        uint8_t *got = aligned_alloc(64, (bytes + 63) / 64 * 64);
+        for (int64_t b = 0; b < n / 32; b++) {
+            float *xb = x + 32 * b;
+            const int kind = (int)(b % 5);
+            const float scale = kind == 3 ? 1e-30f : kind == 4 ? 3e4f : 1.0f;
+            for (int i = 0; i < 32; i++) xb[i] = gauss(&seed) * scale;
+            if (kind == 1) { /* max 127 -> d = 1: every k + 0.5 is a tie */
+                xb[0] = 127.0f;
+                for (int i = 1; i < 32; i++) xb[i] = (float)(i % 2 ? i : -i) + 0.5f;
+            }
+            if (kind == 2) {
+                for (int i = 0; i < 32; i++) xb[i] = 0.0f;
+                xb[7] = -0.0f;
+            }
+        }
+        cpu_q8act_quantize(x, n, ref);
+        struct {
+            int isa;
+            void (*fn)(const float *, int64_t, void *);
+        } simd[] = {{CPU_ISA_AVX2, cpu_q8act_quantize_avx2},
+                    {CPU_ISA_AVX512, cpu_q8act_quantize_avx512}};
+        for (size_t k = 0; k < 2; k++) {
+            if (!isa_ok(simd[k].isa)) continue;
+            memset(got, 0xa5, bytes);
+            simd[k].fn(x, n, got);
+            CHECKF(memcmp(ref, got, bytes) == 0, "%s activation quantizer differs (n %lld)",
+                   cpu_isa_name((cpu_isa)simd[k].isa), (long long)n);
+        }
+        /* the ties went to even: block 1 of each 5 has d = 1 and x = +-(i + 0.5) */
+        if (n >= 64) {
+            cpu_q8act a = cpu_q8act_view(ref, n);
+            CHECK(a.d[1] == 1.0f && a.q[32 + 1] == 2 && a.q[32 + 2] == -2 && a.q[32 + 3] == 4);
+        }
+        free(x);
+        free(ref);
+        free(got);
+    }
+}
+
+/* The interleaved orders of whole 256-element chunks, written out from their definitions; the
+ * tail after the last whole chunk keeps the natural order. */
+static void test_act_interleave(void) {
+    const int64_t n = 2 * 256 + 64;
+    size_t bytes = cpu_q8act_bytes(n);
+    uint8_t *buf = malloc(bytes), *nat = malloc(bytes);
+    for (size_t i = 0; i < bytes; i++) nat[i] = (uint8_t)(i * 7 + i / 256);
+    memcpy(buf, nat, bytes);
+    cpu_q8act_interleave(n, buf);
+    for (int64_t c = 0; c < 2; c++)
+        for (int k = 0; k < 4; k++)
+            for (int i = 0; i < 16; i++)
+                for (int m = 0; m < 4; m++) {
+                    int64_t e = 256 * c + 32 * (i % 8) + 4 * (2 * k + i / 8) + m;
+                    CHECK(buf[256 * c + 64 * k + 4 * i + m] == nat[e]);
+                }
+    CHECK(memcmp(buf + 512, nat + 512, bytes - 512) == 0);
+    memcpy(buf, nat, bytes);
+    cpu_q8act_interleave_q8(n, buf);
+    for (int64_t c = 0; c < 2; c++)
+        for (int k = 0; k < 4; k++)
+            for (int j = 0; j < 8; j++)
+                for (int m = 0; m < 8; m++)
+                    CHECK(buf[256 * c + 64 * k + 8 * j + m] == nat[256 * c + 32 * j + 8 * k + m]);
+    CHECK(memcmp(buf + 512, nat + 512, bytes - 512) == 0);
+    free(buf);
+    free(nat);
 }
 
 /* ---- --bench --------------------------------------------------------------------------- */
@@ -427,6 +510,8 @@ int main(int argc, char **argv) {
     test_dequant_q4_K();
     test_dequant_q6_K();
     test_roundtrip();
+    test_act_quantizer();
+    test_act_interleave();
     test_kernels();
     return tu_report("test_quant");
 }

@@ -5,8 +5,9 @@
  * The kernels quantize the fp32 activations of each token to int8 in blocks of 32 (one fp32
  * scale per block, round to nearest even) and take integer dot products against the weights'
  * integer codes; the weight and activation scales are applied per block in fp32. Every ISA
- * uses the same activation quantizer (cpu_q8act_quantize), so SIMD and scalar results differ
- * only by fp32 summation order. Weight blocks must be 2-byte aligned (GGUF data is). */
+ * gets the same int8 activations (cpu_q8act_quantize, or its AVX2 / AVX-512 versions, which
+ * write the same bytes), so SIMD and scalar results differ only by fp32 summation order.
+ * Weight blocks must be 2-byte aligned (GGUF data is). */
 #ifndef TS_BACKEND_CPU_MATMUL_Q_H
 #define TS_BACKEND_CPU_MATMUL_Q_H
 
@@ -46,8 +47,22 @@ static inline cpu_q8act cpu_q8act_view(void *buf, int64_t n) {
 }
 
 /* Quantizes x[0..n) into the buffer (n a multiple of 32): per block d = max|x| / 127,
- * q = x * (1/d) rounded to nearest even. */
+ * q = x * (1/d) rounded to nearest even. The AVX2 and AVX-512 versions write the same bytes
+ * (same fp32 operations per element, integer sums), so every ISA sees the same activations. */
 void cpu_q8act_quantize(const float *x, int64_t n, void *buf);
+void cpu_q8act_quantize_avx2(const float *x, int64_t n, void *buf);
+void cpu_q8act_quantize_avx512(const float *x, int64_t n, void *buf);
+
+/* Reorders the q of every whole 256-element chunk of a quantized token for the AVX-512
+ * kernels that sum 8 blocks at once: the chunk becomes 4 rows of 16 dwords, and dword i of
+ * row k holds elements 4 * (2k + i / 8) .. + 3 of block i % 8. A VNNI dot of row k against
+ * weights decoded in the same order leaves in lanes i and i + 8 only products of block i % 8,
+ * so the 4 rows accumulate in one register and its two halves add up to the 8 block sums.
+ * Elements after the last whole chunk, d, s and s16 stay as they are. */
+void cpu_q8act_interleave(int64_t n, void *buf);
+/* The same for the Q8_0 kernel, whose decoder moves qwords: row k of a chunk holds elements
+ * 8k .. 8k + 7 of blocks 0..7 in turn (qword j: block j), so lanes 2j, 2j + 1 are block j. */
+void cpu_q8act_interleave_q8(int64_t n, void *buf);
 
 /* How many tokens of n columns fit in CPU_MMQ_ACT_BYTES (at least 1). */
 static inline int cpu_mmq_tok_tile(int64_t n) {

@@ -41,6 +41,27 @@ void cpu_q8act_quantize(const float *x, int64_t n, void *buf) {
     }
 }
 
+void cpu_q8act_interleave(int64_t n, void *buf) {
+    int8_t *q = buf;
+    for (int64_t c = 0; c + 256 <= n; c += 256) {
+        int8_t natural[256];
+        memcpy(natural, q + c, sizeof natural);
+        for (int k = 0; k < 4; k++)
+            for (int i = 0; i < 16; i++)
+                memcpy(q + c + 4 * (16 * k + i), natural + 4 * (8 * (i % 8) + 2 * k + i / 8), 4);
+    }
+}
+
+void cpu_q8act_interleave_q8(int64_t n, void *buf) {
+    int8_t *q = buf;
+    for (int64_t c = 0; c + 256 <= n; c += 256) {
+        int8_t natural[256];
+        memcpy(natural, q + c, sizeof natural);
+        for (int k = 0; k < 4; k++)
+            for (int j = 0; j < 8; j++) memcpy(q + c + 64 * k + 8 * j, natural + 32 * j + 8 * k, 8);
+    }
+}
+
 static inline float f16(const uint8_t *p) {
     uint16_t h;
     memcpy(&h, p, 2);

@@ -4,7 +4,10 @@
  *                  (< 128) and a signed bytes (AVX-512 VNNI: vpdpbusd; AVX2: maddubs + madd);
  *   MMQ_Q5_HIGH(qh) __m256i with byte i = 0x10 where bit i of the u32 qh is set, else 0;
  *   MMQ_R, MMQ_T   the register tile: rows x tokens per pass;
- *   MMQ_TABLE      the name of the kernel table to define.
+ *   MMQ_TABLE      the name of the kernel table to define;
+ *   MMQ_QUANTIZE   this ISA's cpu_q8act_quantize (same bytes as the scalar one);
+ *   MMQ_IL(dt)     optional: nonzero for the dtypes that the file's own mmq_il_tile handles
+ *                  (activations in the order of cpu_q8act_interleave; see matmul_q_avx512.c).
  *
  * Work order: activations are quantized (cpu_q8act_quantize) a tile of tokens at a time into
  * a stack buffer; for each block of MMQ_R rows, each group of up to MMQ_T tokens runs over the
@@ -239,9 +242,25 @@ INLINE void mmq_tileK(ts_dtype dt, const uint8_t *const *w, const uint8_t *pf, s
     }
 }
 
+#ifdef MMQ_IL
+#define MMQ_HAS_IL 1
+INLINE void mmq_il_tile(ts_dtype dt, const uint8_t *const *w, const uint8_t *pf,
+                        const uint8_t *act, size_t ab, int64_t n, float *y, int64_t ldy, int nr,
+                        int T);
+#else
+#define MMQ_HAS_IL 0
+#define MMQ_IL(dt) 0
+#endif
+
 INLINE void mmq_tile(ts_dtype dt, const uint8_t *const *w, const uint8_t *pf, size_t rb,
                      const uint8_t *act, size_t ab, int64_t n, float *y, int64_t ldy, int nr,
                      int T) {
+#if MMQ_HAS_IL
+    if (MMQ_IL(dt)) {
+        mmq_il_tile(dt, w, pf, act, ab, n, y, ldy, nr, T);
+        return;
+    }
+#endif
     if (dt == TS_DTYPE_Q4_K || dt == TS_DTYPE_Q6_K)
         mmq_tileK(dt, w, pf, rb, act, ab, n, y, ldy, nr, MMQ_R, T);
     else
@@ -257,8 +276,13 @@ INLINE void mmq_run(ts_dtype dt, const cpu_mm_job *j, int64_t r0, int64_t r1) {
     if (tt > MMQ_T) tt -= tt % MMQ_T;
     for (int t0 = 0; t0 < j->n_tok; t0 += tt) {
         const int nt = j->n_tok - t0 < tt ? j->n_tok - t0 : tt;
-        for (int t = 0; t < nt; t++)
-            cpu_q8act_quantize(j->x + (int64_t)(t0 + t) * j->ldx, n, buf + (size_t)t * ab);
+        for (int t = 0; t < nt; t++) {
+            MMQ_QUANTIZE(j->x + (int64_t)(t0 + t) * j->ldx, n, buf + (size_t)t * ab);
+            if (MMQ_IL(dt) && dt == TS_DTYPE_Q8_0)
+                cpu_q8act_interleave_q8(n, buf + (size_t)t * ab);
+            else if (MMQ_IL(dt))
+                cpu_q8act_interleave(n, buf + (size_t)t * ab);
+        }
         for (int64_t r = r0; r < r1; r += MMQ_R) {
             const int nr = r1 - r < MMQ_R ? (int)(r1 - r) : MMQ_R;
             const uint8_t *w[MMQ_R];
