@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "backend/cpu/cpu_int.h"
+#include "backend/cpu/ops_seq.h"
 
 typedef struct {
     const ts_tensor *W;
@@ -102,18 +103,55 @@ void cpu_op_swiglu(ts_backend *be, const float *gate, const float *up, int64_t l
             out[t * ldo + i] = cpu_silu(gate[t * ldg + i]) * up[t * ldg + i];
 }
 
-/* gelu with the tanh approximation (PyTorch's approximate="tanh") */
-static inline float gelu_tanh(float x) {
-    const float k = 0.7978845608028654f; /* sqrt(2/pi) */
-    return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
+/* GELU with the tanh approximation (PyTorch's approximate="tanh"), times up:
+ * 0.5 x (1 + tanh(u)) = x * e / (1 + e) with e = exp(2u), u = sqrt(2/pi) (x + 0.044715 x^3),
+ * so the ISA's vector exp (ops_seq.h) does the work; 2u is clamped to [-80, 80], where the
+ * factor is 0 or 1 in fp32 anyway. Rows are split over the thread pool: for Gemma prefill this
+ * was a tenth of the time, one tanhf per element on one thread. */
+#define GELU_CHUNK 256
+
+typedef struct {
+    const float *gate, *up;
+    int64_t ldg;
+    int n_tok, dim;
+    float *out;
+    int64_t ldo;
+    const cpu_seq_kernels *k;
+} gelu_job;
+
+static void gelu_rows(const gelu_job *j, int t0, int t1) {
+    float e[GELU_CHUNK];
+    for (int t = t0; t < t1; t++) {
+        const float *g = j->gate + t * j->ldg, *u = j->up + t * j->ldg;
+        float *o = j->out + t * j->ldo;
+        for (int i0 = 0; i0 < j->dim; i0 += GELU_CHUNK) {
+            int m = j->dim - i0 < GELU_CHUNK ? j->dim - i0 : GELU_CHUNK;
+            for (int i = 0; i < m; i++) {
+                float x = g[i0 + i];
+                float a = 2.0f * 0.7978845608028654f * (x + 0.044715f * x * x * x);
+                e[i] = a > 80.0f ? 80.0f : a < -80.0f ? -80.0f : a;
+            }
+            j->k->exp_sum(e, m);
+            for (int i = 0; i < m; i++) o[i0 + i] = g[i0 + i] * (e[i] / (1.0f + e[i])) * u[i0 + i];
+        }
+    }
+}
+
+static void gelu_task(void *p, int ith, int nth) {
+    const gelu_job *j = p;
+    long lo, hi;
+    ts_split_range(j->n_tok, ith, nth, &lo, &hi);
+    gelu_rows(j, (int)lo, (int)hi);
 }
 
 void cpu_op_gelu_mul(ts_backend *be, const float *gate, const float *up, int64_t ldg, int n_tok,
                      int dim, float *out, int64_t ldo) {
-    (void)be;
-    for (int t = 0; t < n_tok; t++)
-        for (int i = 0; i < dim; i++)
-            out[t * ldo + i] = gelu_tanh(gate[t * ldg + i]) * up[t * ldg + i];
+    cpu_ctx *ctx = cpu_of(be);
+    gelu_job j = {gate, up, ldg, n_tok, dim, out, ldo, cpu_seq_pick(ctx->isa)};
+    if (n_tok < 2) /* decode: not worth waking the pool */
+        gelu_rows(&j, 0, n_tok);
+    else
+        ts_pool_run(ctx->pool, gelu_task, &j);
 }
 
 void cpu_op_softcap(ts_backend *be, float *x, int64_t n, float cap) {
