@@ -321,6 +321,28 @@ static void test_gelu_mul(ts_backend *be, int n_tok, int dim) {
     free(g), free(u), free(ref);
 }
 
+/* swiglu (SiLU of gate, times up) against double precision, tails to |x| = 90. */
+static void test_swiglu(ts_backend *be, int n_tok, int dim) {
+    int64_t ld = dim + 5;
+    size_t n = (size_t)n_tok * ld;
+    float *g = malloc(n * sizeof *g), *u = malloc(n * sizeof *u), *o = malloc(n * sizeof *o);
+    unsigned long long rng = 7;
+    for (size_t i = 0; i < n; i++) {
+        g[i] = tu_rng_uniform(&rng) * (i % 5 == 0 ? 90.0f : 6.0f);
+        u[i] = tu_rng_uniform(&rng);
+    }
+    be->ops->swiglu(be, g, u, ld, n_tok, dim, o, ld);
+    double worst = 0;
+    for (int t = 0; t < n_tok; t++)
+        for (int i = 0; i < dim; i++) {
+            double x = g[t * ld + i], r = x / (1.0 + exp(-x)) * u[t * ld + i];
+            double rel = fabs(o[t * ld + i] - r) / (fabs(r) + 1e-6);
+            if (rel > worst) worst = rel;
+        }
+    CHECKF(worst <= 2e-6, "swiglu %dx%d: worst relative error %.3g", n_tok, dim, worst);
+    free(g), free(u), free(o);
+}
+
 int main(void) {
     for (int isa = 0; isa < CPU_ISA_COUNT; isa++) {
         if (!cpu_isa_supported((cpu_isa)isa)) {
@@ -356,6 +378,8 @@ int main(void) {
             test_gated_rmsnorm(be, 5, 3, 128);
             test_gated_rmsnorm(be, 2, 2, 40);
             test_gelu_mul(be, 1, 640);
+            test_swiglu(be, 1, 3584);
+            test_swiglu(be, 7, 1000 + 3);
             test_gelu_mul(be, 9, 2048 + 37);
             ts_backend_free(be);
         }
