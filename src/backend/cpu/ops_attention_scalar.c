@@ -46,9 +46,9 @@ static void silu_scalar(const float *x, float *y, int n) {
 }
 
 /* Column by column so that m, delta and o stay scalars; the reference's order of operations. */
-static void gdn_step_scalar(float *S, int dk, int dv, const float *q, const float *k,
-                            const float *v, float decay, float beta, float *o) {
-    for (int c = 0; c < dv; c++) {
+void cpu_gdn_step_cols_scalar(float *S, int dk, int dv, int c0, int c1, const float *q,
+                              const float *k, const float *v, float decay, float beta, float *o) {
+    for (int c = c0; c < c1; c++) {
         float m = 0.0f;
         for (int i = 0; i < dk; i++) {
             float s = S[(int64_t)i * dv + c] * decay;
@@ -63,6 +63,11 @@ static void gdn_step_scalar(float *S, int dk, int dv, const float *q, const floa
         }
         o[c] = acc;
     }
+}
+
+static void gdn_step_scalar(float *S, int dk, int dv, const float *q, const float *k,
+                            const float *v, float decay, float beta, float *o) {
+    cpu_gdn_step_cols_scalar(S, dk, dv, 0, dv, q, k, v, decay, beta, o);
 }
 
 const cpu_seq_kernels cpu_seq_scalar = {gemm_nn_scalar, gemm_nt_scalar, exp_sum_scalar, silu_scalar,

@@ -35,6 +35,11 @@ typedef struct {
 
 extern const cpu_seq_kernels cpu_seq_scalar, cpu_seq_avx2, cpu_seq_avx512;
 
+/* The scalar delta-rule step for state columns [c0, c1) only (v and o indexed by column): the
+ * scalar set's gdn_step, and the SIMD sets' columns past their last whole vector. */
+void cpu_gdn_step_cols_scalar(float *S, int dk, int dv, int c0, int c1, const float *q,
+                              const float *k, const float *v, float decay, float beta, float *o);
+
 /* The set for isa, or the nearest lower one this CPU supports. */
 const cpu_seq_kernels *cpu_seq_pick(cpu_isa isa);
 

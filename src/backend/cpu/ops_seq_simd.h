@@ -270,21 +270,7 @@ static void gdn_step_simd(float *S, int dk, int dv, const float *q, const float 
         gdn_step_cols(GDN_NV, S + c, dk, dv, q, k, v + c, decay, beta, o + c);
     for (; c + VL <= dv; c += VL)
         gdn_step_cols(1, S + c, dk, dv, q, k, v + c, decay, beta, o + c);
-    for (; c < dv; c++) { /* scalar columns, as in the scalar set */
-        float m = 0.0f;
-        for (int i = 0; i < dk; i++) {
-            float s = S[(int64_t)i * dv + c] * decay;
-            S[(int64_t)i * dv + c] = s;
-            m += s * k[i];
-        }
-        float delta = beta * (v[c] - m), acc = 0.0f;
-        for (int i = 0; i < dk; i++) {
-            float s = S[(int64_t)i * dv + c] + k[i] * delta;
-            S[(int64_t)i * dv + c] = s;
-            acc += s * q[i];
-        }
-        o[c] = acc;
-    }
+    cpu_gdn_step_cols_scalar(S, dk, dv, c, dv, q, k, v, decay, beta, o); /* the rest */
 }
 
 const cpu_seq_kernels SEQ_TABLE = {gemm_nn_simd, gemm_nt_simd, exp_sum_simd, silu_simd,
