@@ -95,17 +95,20 @@ void cpu_op_add(ts_backend *be, float *dst, const float *src, int64_t n) {
     for (int64_t i = 0; i < n; i++) dst[i] += src[i];
 }
 
-/* SwiGLU, a row at a time through the ISA's vector SiLU (ops_seq.h) over the thread pool: one
- * expf per element on one thread was about a seventh of Qwen3.5 prefill. Whole rows per call,
- * so an element's rounding never depends on how the batch was cut. */
-typedef struct {
+/* The gated activations out = act(gate) * up, a row at a time through the ISA's vector exp
+ * (ops_seq.h), rows split over the thread pool: one expf / tanhf per element on one thread was a
+ * seventh of Qwen3.5 prefill (SiLU) and a third of Gemma 3's (GELU). Whole rows per call, so an
+ * element's rounding never depends on how the batch was cut. */
+typedef struct glu_job glu_job;
+struct glu_job {
     const float *gate, *up;
     int64_t ldg;
     int n_tok, dim;
     float *out;
     int64_t ldo;
     const cpu_seq_kernels *k;
-} glu_job;
+    void (*rows)(const glu_job *j, int t0, int t1);
+};
 
 static void swiglu_rows(const glu_job *j, int t0, int t1) {
     for (int t = t0; t < t1; t++) {
@@ -116,40 +119,12 @@ static void swiglu_rows(const glu_job *j, int t0, int t1) {
     }
 }
 
-static void swiglu_task(void *p, int ith, int nth) {
-    const glu_job *j = p;
-    long lo, hi;
-    ts_split_range(j->n_tok, ith, nth, &lo, &hi);
-    swiglu_rows(j, (int)lo, (int)hi);
-}
-
-void cpu_op_swiglu(ts_backend *be, const float *gate, const float *up, int64_t ldg, int n_tok,
-                   int dim, float *out, int64_t ldo) {
-    cpu_ctx *ctx = cpu_of(be);
-    glu_job j = {gate, up, ldg, n_tok, dim, out, ldo, cpu_seq_pick(ctx->isa)};
-    if (n_tok < 2) /* decode: not worth waking the pool */
-        swiglu_rows(&j, 0, n_tok);
-    else
-        ts_pool_run(ctx->pool, swiglu_task, &j);
-}
-
-/* GELU with the tanh approximation (PyTorch's approximate="tanh"), times up:
- * 0.5 x (1 + tanh(u)) = x * e / (1 + e) with e = exp(2u), u = sqrt(2/pi) (x + 0.044715 x^3),
- * so the ISA's vector exp (ops_seq.h) does the work; 2u is clamped to [-80, 80], where the
- * factor is 0 or 1 in fp32 anyway. Rows are split over the thread pool: for Gemma prefill this
- * was a tenth of the time, one tanhf per element on one thread. */
+/* GELU with the tanh approximation (PyTorch's approximate="tanh"):
+ * 0.5 x (1 + tanh(u)) = x * e / (1 + e) with e = exp(2u), u = sqrt(2/pi) (x + 0.044715 x^3);
+ * 2u is clamped to [-80, 80], where the factor is 0 or 1 in fp32 anyway. */
 #define GELU_CHUNK 256
 
-typedef struct {
-    const float *gate, *up;
-    int64_t ldg;
-    int n_tok, dim;
-    float *out;
-    int64_t ldo;
-    const cpu_seq_kernels *k;
-} gelu_job;
-
-static void gelu_rows(const gelu_job *j, int t0, int t1) {
+static void gelu_rows(const glu_job *j, int t0, int t1) {
     float e[GELU_CHUNK];
     for (int t = t0; t < t1; t++) {
         const float *g = j->gate + t * j->ldg, *u = j->up + t * j->ldg;
@@ -167,21 +142,32 @@ static void gelu_rows(const gelu_job *j, int t0, int t1) {
     }
 }
 
-static void gelu_task(void *p, int ith, int nth) {
-    const gelu_job *j = p;
+static void glu_task(void *p, int ith, int nth) {
+    const glu_job *j = p;
     long lo, hi;
     ts_split_range(j->n_tok, ith, nth, &lo, &hi);
-    gelu_rows(j, (int)lo, (int)hi);
+    j->rows(j, (int)lo, (int)hi);
+}
+
+static void glu_run(ts_backend *be, glu_job *j) {
+    cpu_ctx *ctx = cpu_of(be);
+    j->k = cpu_seq_pick(ctx->isa);
+    if (j->n_tok < 2) /* decode: not worth waking the pool */
+        j->rows(j, 0, j->n_tok);
+    else
+        ts_pool_run(ctx->pool, glu_task, j);
+}
+
+void cpu_op_swiglu(ts_backend *be, const float *gate, const float *up, int64_t ldg, int n_tok,
+                   int dim, float *out, int64_t ldo) {
+    glu_job j = {gate, up, ldg, n_tok, dim, out, ldo, NULL, swiglu_rows};
+    glu_run(be, &j);
 }
 
 void cpu_op_gelu_mul(ts_backend *be, const float *gate, const float *up, int64_t ldg, int n_tok,
                      int dim, float *out, int64_t ldo) {
-    cpu_ctx *ctx = cpu_of(be);
-    gelu_job j = {gate, up, ldg, n_tok, dim, out, ldo, cpu_seq_pick(ctx->isa)};
-    if (n_tok < 2) /* decode: not worth waking the pool */
-        gelu_rows(&j, 0, n_tok);
-    else
-        ts_pool_run(ctx->pool, gelu_task, &j);
+    glu_job j = {gate, up, ldg, n_tok, dim, out, ldo, NULL, gelu_rows};
+    glu_run(be, &j);
 }
 
 void cpu_op_softcap(ts_backend *be, float *x, int64_t n, float cap) {
