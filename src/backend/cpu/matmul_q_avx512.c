@@ -302,15 +302,7 @@ INLINE void mmq_il_tile(ts_dtype dt, const uint8_t *const *w, const uint8_t *pf,
                         size_t ab, int64_t n, float *y, int64_t ldy, int nr, int T) {
     cpu_q8act A[MMQ_T];
     __m256 acc[MMQ_R][MMQ_T];
-    UNROLL(8)
-    for (int t = 0; t < T; t++)
-        A[t] = cpu_q8act_view((uint8_t *)act + (size_t)t * ab, n);
-    UNROLL(8)
-    for (int q = 0; q < MMQ_R; q++) {
-        UNROLL(8)
-        for (int t = 0; t < T; t++)
-            acc[q][t] = _mm256_setzero_ps();
-    }
+    mmq_tile_open(act, ab, n, MMQ_R, T, A, acc);
     const int64_t chunks = n / 256;
     const int bb = dt == TS_DTYPE_Q8_0 ? 34 : 18; /* the tail blocks (Q4_0, Q8_0) */
     const int cb = dt == TS_DTYPE_Q8_0 ? 272 : dt == TS_DTYPE_Q6_K ? 210 : 144;
@@ -342,11 +334,5 @@ INLINE void mmq_il_tile(ts_dtype dt, const uint8_t *const *w, const uint8_t *pf,
             }
         }
     }
-    UNROLL(8)
-    for (int q = 0; q < MMQ_R; q++) {
-        if (q >= nr) break;
-        UNROLL(8)
-        for (int t = 0; t < T; t++)
-            y[t * ldy + q] = mmq_hsum(acc[q][t]);
-    }
+    mmq_tile_close(acc, MMQ_R, T, nr, y, ldy);
 }

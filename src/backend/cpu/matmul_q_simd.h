@@ -74,6 +74,30 @@ INLINE __m256i mmq_u_q4_0(const uint8_t *qs) {
     return _mm256_and_si256(v, _mm256_set1_epi8(15));
 }
 
+/* The start and end every tile shares: views of the T tokens' quantized activations (slots ab
+ * bytes apart) and R x T zeroed accumulators; then the horizontal sums of the first nr rows
+ * into y[t * ldy + q]. */
+INLINE void mmq_tile_open(const uint8_t *act, size_t ab, int64_t n, int R, int T, cpu_q8act *A,
+                          __m256 acc[MMQ_R][MMQ_T]) {
+    UNROLL(8)
+    for (int t = 0; t < T; t++) A[t] = cpu_q8act_view((uint8_t *)act + (size_t)t * ab, n);
+    UNROLL(8)
+    for (int q = 0; q < R; q++) {
+        UNROLL(8)
+        for (int t = 0; t < T; t++) acc[q][t] = _mm256_setzero_ps();
+    }
+}
+
+INLINE void mmq_tile_close(__m256 acc[MMQ_R][MMQ_T], int R, int T, int nr, float *y,
+                           int64_t ldy) {
+    UNROLL(8)
+    for (int q = 0; q < R; q++) {
+        if (q >= nr) break;
+        UNROLL(8)
+        for (int t = 0; t < T; t++) y[t * ldy + q] = mmq_hsum(acc[q][t]);
+    }
+}
+
 /* Rows w[0..R) (row pointers), tokens act[0..T) (slots ab bytes apart), block type dt with
  * 32-element blocks of bb bytes; y[t * ldy + q] for q < nr. pf: the next row block, or NULL. */
 INLINE void mmq_tile32(ts_dtype dt, const uint8_t *const *w, const uint8_t *pf, size_t rb,
@@ -84,13 +108,7 @@ INLINE void mmq_tile32(ts_dtype dt, const uint8_t *const *w, const uint8_t *pf, 
     const float off = dt == TS_DTYPE_Q4_0 ? -8.0f / 8 : dt == TS_DTYPE_Q5_0 ? -16.0f / 8 : 0.0f;
     cpu_q8act A[MMQ_T];
     __m256 acc[MMQ_R][MMQ_T];
-    UNROLL(8)
-    for (int t = 0; t < T; t++) A[t] = cpu_q8act_view((uint8_t *)act + (size_t)t * ab, n);
-    UNROLL(8)
-    for (int q = 0; q < R; q++) {
-        UNROLL(8)
-        for (int t = 0; t < T; t++) acc[q][t] = _mm256_setzero_ps();
-    }
+    mmq_tile_open(act, ab, n, R, T, A, acc);
     for (int64_t b = 0; b < n / 32; b++) {
         const size_t o = (size_t)b * (size_t)bb;
         if (pf) mmq_prefetch_step(pf, (size_t)b, R * bb);
@@ -129,12 +147,7 @@ INLINE void mmq_tile32(ts_dtype dt, const uint8_t *const *w, const uint8_t *pf, 
             }
         }
     }
-    UNROLL(8)
-    for (int q = 0; q < R; q++) {
-        if (q >= nr) break;
-        UNROLL(8)
-        for (int t = 0; t < T; t++) y[t * ldy + q] = mmq_hsum(acc[q][t]);
-    }
+    mmq_tile_close(acc, R, T, nr, y, ldy);
 }
 
 /* Same for Q4_K and Q6_K super-blocks of 256. */
@@ -145,13 +158,7 @@ INLINE void mmq_tileK(ts_dtype dt, const uint8_t *const *w, const uint8_t *pf, s
     (void)rb;
     cpu_q8act A[MMQ_T];
     __m256 acc[MMQ_R][MMQ_T];
-    UNROLL(8)
-    for (int t = 0; t < T; t++) A[t] = cpu_q8act_view((uint8_t *)act + (size_t)t * ab, n);
-    UNROLL(8)
-    for (int q = 0; q < R; q++) {
-        UNROLL(8)
-        for (int t = 0; t < T; t++) acc[q][t] = _mm256_setzero_ps();
-    }
+    mmq_tile_open(act, ab, n, R, T, A, acc);
     for (int64_t sb = 0; sb < n / 256; sb++) {
         const size_t o = (size_t)sb * (size_t)bb;
         if (pf) mmq_prefetch_step(pf, (size_t)sb, R * bb);
@@ -234,12 +241,7 @@ INLINE void mmq_tileK(ts_dtype dt, const uint8_t *const *w, const uint8_t *pf, s
             }
         }
     }
-    UNROLL(8)
-    for (int q = 0; q < R; q++) {
-        if (q >= nr) break;
-        UNROLL(8)
-        for (int t = 0; t < T; t++) y[t * ldy + q] = mmq_hsum(acc[q][t]);
-    }
+    mmq_tile_close(acc, R, T, nr, y, ldy);
 }
 
 #ifdef MMQ_IL
