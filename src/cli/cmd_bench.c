@@ -19,30 +19,44 @@ static double median(double *v, int n) {
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-/* Prefill of n tokens on a fresh slot; returns seconds or < 0 on error. */
+/* Empties slot s and, for depth > 0, fills it with depth tokens of context (untimed), so that
+ * the timed work that follows attends over a long cache as it does deep into a conversation. */
+static bool fill_context(ts_engine *e, int s, const int32_t *ids, int32_t *pos, int32_t *slot,
+                         int depth, float *logits) {
+    if (ts_engine_slot_clear(e, s) != TS_OK) return false;
+    if (depth <= 0) return true;
+    for (int i = 0; i < depth; i++) pos[i] = i, slot[i] = s;
+    ts_batch b = {depth, ids, pos, slot, NULL};
+    return ts_engine_forward(e, &b, logits) == TS_OK;
+}
+
+/* Prefill of n tokens on slot 0 after depth tokens of context; returns seconds or < 0 on error.
+ * ids holds depth + n tokens. */
 static double time_prefill(ts_engine *e, const int32_t *ids, int32_t *pos, int32_t *slot, int n,
-                           float *logits) {
-    if (ts_engine_slot_clear(e, 0) != TS_OK) return -1;
-    for (int i = 0; i < n; i++) pos[i] = i, slot[i] = 0;
-    ts_batch b = {n, ids, pos, slot, NULL};
+                           int depth, float *logits) {
+    if (!fill_context(e, 0, ids, pos, slot, depth, logits)) return -1;
+    for (int i = 0; i < n; i++) pos[i] = depth + i, slot[i] = 0;
+    ts_batch b = {n, ids + depth, pos, slot, NULL};
     double t0 = cli_now();
     if (ts_engine_forward(e, &b, logits) != TS_OK) return -1;
     return cli_now() - t0;
 }
 
-/* n decode steps of B sequences at once (slots 0..B-1, emptied first), one token each per step;
- * returns seconds or < 0 on error. Greedy, so each step's input depends on the step before as
- * in real decoding; the argmax is taken where the logits are (on the device for a GPU). */
-static double time_decode(ts_engine *e, int n, int B) {
+/* n decode steps of B sequences at once (slots 0..B-1, each first given depth tokens of
+ * context), one token each per step; returns seconds or < 0 on error. Greedy, so each step's
+ * input depends on the step before as in real decoding; the argmax is taken where the logits
+ * are (on the device for a GPU). */
+static double time_decode(ts_engine *e, int n, int B, const int32_t *ids, int32_t *ctx_pos,
+                          int32_t *ctx_slot, int depth, float *logits) {
     int32_t tok[256], pos[256], slot[256];
     uint8_t want[256];
     for (int s = 0; s < B; s++) {
-        if (ts_engine_slot_clear(e, s) != TS_OK) return -1;
+        if (!fill_context(e, s, ids, ctx_pos, ctx_slot, depth, logits)) return -1;
         tok[s] = 1 + s, slot[s] = s, want[s] = 1;
     }
     double t0 = cli_now();
     for (int i = 0; i < n; i++) {
-        for (int s = 0; s < B; s++) pos[s] = i;
+        for (int s = 0; s < B; s++) pos[s] = depth + i;
         ts_batch b = {B, tok, pos, slot, want};
         if (ts_engine_forward_greedy(e, &b, tok) != TS_OK) return -1;
     }
@@ -66,7 +80,7 @@ static int parse_batches(const char *s, int *out, int max) {
 
 int cmd_bench(int argc, char **argv) {
     cli_engine_args ea = {.model_path = cli_default_model()};
-    long n_pp = 512, n_tg = 128, reps = 3;
+    long n_pp = 512, n_tg = 128, reps = 3, depth = 0;
     bool json = false, no_bw = false;
     int batches[16], n_batches = 0;
     const char *v;
@@ -78,6 +92,8 @@ int cmd_bench(int argc, char **argv) {
             if (!cli_parse_int(v, 0, 1 << 20, &n_pp)) return cli_usage("bad -p '%s'", v);
         } else if ((v = cli_opt_value(argc, argv, &i, "-n", "--n-gen"))) {
             if (!cli_parse_int(v, 0, 1 << 20, &n_tg)) return cli_usage("bad -n '%s'", v);
+        } else if ((v = cli_opt_value(argc, argv, &i, "-d", "--depth"))) {
+            if (!cli_parse_int(v, 0, 1 << 20, &depth)) return cli_usage("bad --depth '%s'", v);
         } else if ((v = cli_opt_value(argc, argv, &i, "-r", "--repetitions"))) {
             if (!cli_parse_int(v, 1, 1000, &reps)) return cli_usage("bad -r '%s'", v);
         } else if (strcmp(argv[i], "--json") == 0) {
@@ -93,8 +109,9 @@ int cmd_bench(int argc, char **argv) {
     }
     int max_b = 1;
     for (int i = 0; i < n_batches; i++) max_b = batches[i] > max_b ? batches[i] : max_b;
-    if (!ea.n_ctx) ea.n_ctx = (int)(n_pp > n_tg ? n_pp : n_tg) + 1;
-    if (!ea.n_batch) ea.n_batch = n_pp > max_b ? (int)n_pp : max_b;
+    if (!ea.n_ctx) ea.n_ctx = (int)(depth + (n_pp > n_tg ? n_pp : n_tg) + 1);
+    long batch_need = n_pp > depth ? n_pp : depth;
+    if (!ea.n_batch) ea.n_batch = batch_need > max_b ? (int)batch_need : max_b;
     if (ea.n_slots < max_b) ea.n_slots = max_b;
     ts_model *model;
     ts_engine *e;
@@ -103,7 +120,7 @@ int cmd_bench(int argc, char **argv) {
     ts_model_info info;
     ts_model_get_info(model, &info);
     int V = ts_engine_n_vocab(e);
-    size_t np = n_pp > 0 ? (size_t)n_pp : 1;
+    size_t np = (size_t)depth + (n_pp > 0 ? (size_t)n_pp : 1);
     int32_t *ids = malloc(np * 4), *pos = malloc(np * 4), *slot = malloc(np * 4);
     float *logits = malloc((size_t)V * sizeof(float));
     double *pp = calloc((size_t)reps, sizeof(double)), *tg = calloc((size_t)reps, sizeof(double));
@@ -118,14 +135,15 @@ int cmd_bench(int argc, char **argv) {
         ids[i] = (int32_t)((x >> 33) % (uint64_t)V);
     }
     /* warm-up: page the weights in and let the threads spin up */
-    if (time_prefill(e, ids, pos, slot, n_pp > 0 ? (int)(n_pp < 16 ? n_pp : 16) : 1, logits) < 0 ||
-        time_decode(e, 2, 1) < 0) {
+    if (time_prefill(e, ids, pos, slot, n_pp > 0 ? (int)(n_pp < 16 ? n_pp : 16) : 1, 0, logits) <
+            0 ||
+        time_decode(e, 2, 1, ids, pos, slot, 0, logits) < 0) {
         rc = cli_fail("bench");
         goto done;
     }
     for (long r = 0; r < reps; r++) {
-        double a = n_pp > 0 ? time_prefill(e, ids, pos, slot, (int)n_pp, logits) : 0;
-        double b = n_tg > 0 ? time_decode(e, (int)n_tg, 1) : 0;
+        double a = n_pp > 0 ? time_prefill(e, ids, pos, slot, (int)n_pp, (int)depth, logits) : 0;
+        double b = n_tg > 0 ? time_decode(e, (int)n_tg, 1, ids, pos, slot, (int)depth, logits) : 0;
         if (a < 0 || b < 0) {
             rc = cli_fail("bench");
             goto done;
@@ -136,13 +154,14 @@ int cmd_bench(int argc, char **argv) {
     /* aggregate decode with B sequences: tokens of all sequences per second */
     double agg[16] = {0};
     for (int bi = 0; bi < n_batches && n_tg > 0; bi++) {
-        if (time_decode(e, 2, batches[bi]) < 0) { /* warm-up: a new batch shape */
+        if (time_decode(e, 2, batches[bi], ids, pos, slot, 0, logits) < 0) { /* warm-up */
             rc = cli_fail("bench");
             goto done;
         }
         double *t = calloc((size_t)reps, sizeof *t);
         for (long r = 0; t && r < reps; r++)
-            if ((t[r] = time_decode(e, (int)n_tg, batches[bi])) < 0) {
+            if ((t[r] = time_decode(e, (int)n_tg, batches[bi], ids, pos, slot, (int)depth,
+                                    logits)) < 0) {
                 free(t);
                 rc = cli_fail("bench");
                 goto done;
@@ -160,12 +179,13 @@ int cmd_bench(int argc, char **argv) {
     if (json) {
         printf("{\"model\": \"%s\", \"arch\": \"%s\", \"dtype\": \"%s\", \"params\": %lld, "
                "\"weight_bytes_per_token\": %llu, \"backend\": \"%s\", \"repetitions\": %ld, "
+               "\"depth\": %ld, "
                "\"pp\": {\"n\": %ld, \"tokens_per_s\": %.2f, \"ttft_ms\": %.2f}, "
                "\"tg\": {\"n\": %ld, \"tokens_per_s\": %.3f, \"ms_per_token\": %.3f}, "
                "\"read_bandwidth_gbs\": %.2f, \"tg_bound_tokens_per_s\": %.2f, "
                "\"tg_fraction_of_bound\": %.3f, \"batched\": [",
                ea.model_path, info.arch, info.weight_dtype, (long long)info.n_params,
-               (unsigned long long)info.weight_bytes, ts_engine_describe(e), reps, n_pp, pp_tps,
+               (unsigned long long)info.weight_bytes, ts_engine_describe(e), reps, depth, n_pp, pp_tps,
                t_pp * 1e3, n_tg, tg_tps, n_tg > 0 ? t_tg * 1e3 / n_tg : 0, bw, bound,
                bound > 0 ? tg_tps / bound : 0);
         for (int bi = 0; bi < n_batches; bi++)
@@ -173,20 +193,22 @@ int cmd_bench(int argc, char **argv) {
                    agg[bi]);
         printf("]}\n");
     } else {
+        char at[32] = ""; /* llama-bench's notation for tests after some context */
+        if (depth > 0) snprintf(at, sizeof at, " @ d%ld", depth);
         printf("| model | dtype | params | weights/token | backend | test | t/s |\n");
         printf("|---|---|---|---|---|---|---|\n");
         if (n_pp > 0)
-            printf("| %s | %s | %.0fM | %.0f MB | %s | pp%ld | %.2f |\n", info.arch,
+            printf("| %s | %s | %.0fM | %.0f MB | %s | pp%ld%s | %.2f |\n", info.arch,
                    info.weight_dtype, info.n_params / 1e6, info.weight_bytes / 1e6,
-                   ts_engine_describe(e), n_pp, pp_tps);
+                   ts_engine_describe(e), n_pp, at, pp_tps);
         if (n_tg > 0)
-            printf("| %s | %s | %.0fM | %.0f MB | %s | tg%ld | %.2f |\n", info.arch,
+            printf("| %s | %s | %.0fM | %.0f MB | %s | tg%ld%s | %.2f |\n", info.arch,
                    info.weight_dtype, info.n_params / 1e6, info.weight_bytes / 1e6,
-                   ts_engine_describe(e), n_tg, tg_tps);
+                   ts_engine_describe(e), n_tg, at, tg_tps);
         for (int bi = 0; bi < n_batches && n_tg > 0; bi++)
-            printf("| %s | %s | %.0fM | %.0f MB | %s | tg%ld x %d seqs | %.2f |\n", info.arch,
+            printf("| %s | %s | %.0fM | %.0f MB | %s | tg%ld%s x %d seqs | %.2f |\n", info.arch,
                    info.weight_dtype, info.n_params / 1e6, info.weight_bytes / 1e6,
-                   ts_engine_describe(e), n_tg, batches[bi], agg[bi]);
+                   ts_engine_describe(e), n_tg, at, batches[bi], agg[bi]);
         if (n_pp > 0) printf("\ntime to first token (pp%ld): %.1f ms\n", n_pp, t_pp * 1e3);
         if (bw > 0)
             printf("memory read bandwidth %.1f GB/s -> decode bound %.2f t/s; tg reaches %.0f%%\n",

@@ -35,6 +35,9 @@ check "other seed, other tokens" "[ '$a' != '$c' ]"
 check "bench --json exit 0" "[ $? -eq 0 ]"
 check "bench --json is JSON with pp and tg" \
   "python3 -c 'import json,sys; d=json.load(open(\"$tmp/bench.json\")); assert d[\"pp\"][\"tokens_per_s\"] > 0 and d[\"tg\"][\"tokens_per_s\"] > 0'"
+"$BIN" bench -m "$M" -p 8 -n 4 -r 1 --depth 40 --json --no-bandwidth > "$tmp/bench_d.json" 2>&1
+check "bench --depth runs after that much context" \
+  "python3 -c 'import json,sys; d=json.load(open(\"$tmp/bench_d.json\")); assert d[\"depth\"] == 40 and d[\"tg\"][\"tokens_per_s\"] > 0'"
 
 # errors: exit 2 and a single line naming the problem
 "$BIN" logits -m "$tmp/nonexistent" --ids 1 > /dev/null 2> "$tmp/err"
