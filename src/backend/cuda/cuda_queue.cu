@@ -45,6 +45,10 @@ struct cq_state {
     size_t table_used = 0;
     cudaStream_t cap_stream = nullptr;
     long n_replays = 0, n_builds = 0;
+    /* shapes a graph could not be made of (not tried again), and whether that was said */
+    uint64_t no_graph[8] = {0};
+    int no_graph_next = 0;
+    bool warned_build = false;
 };
 
 static cq_state *state_of(cuda_ctx *c) {
@@ -307,13 +311,26 @@ static bool graph_build(cuda_ctx *c, cq_state *q, cq_graph *g, uint64_t sig,
             break;
         }
         }
-        if (!cuda_check(c, err, "graph build")) {
+        if (err != cudaSuccess) { /* not fatal: the caller runs the ops one by one */
+            cudaGetLastError();
+            if (!q->warned_build)
+                fprintf(stderr, "tessera: cuda: no graph for a step (%s at op %zu, %s): running "
+                                "its ops one by one\n",
+                        cudaGetErrorString(err), i, o->what ? o->what : "?");
+            q->warned_build = true;
             graph_drop(g);
             return false;
         }
         prev = *node;
     }
-    if (!cuda_check(c, cudaGraphInstantiate(&g->exec, g->graph, 0), "graph instantiate")) {
+    cudaError_t ierr = cudaGraphInstantiate(&g->exec, g->graph, 0);
+    if (ierr != cudaSuccess) {
+        cudaGetLastError();
+        if (!q->warned_build)
+            fprintf(stderr, "tessera: cuda: no graph for a step (instantiate: %s): running its "
+                            "ops one by one\n",
+                    cudaGetErrorString(ierr));
+        q->warned_build = true;
         graph_drop(g);
         return false;
     }
@@ -358,13 +375,14 @@ void cq_flush(cuda_ctx *c) {
             for (auto &g : q->cache)
                 if (graph_matches(&g, sig, q->ops)) hit = &g;
             /* a shape seen twice in a row is a step that repeats: worth a graph */
-            if (!hit && sig == q->prev_sig) {
+            bool graphable = true;
+            for (uint64_t s : q->no_graph) graphable = graphable && s != sig;
+            if (!hit && sig == q->prev_sig && graphable) {
                 cq_graph *g = graph_slot(q);
                 if (graph_build(c, q, g, sig, q->ops)) {
                     hit = g;
                 } else {
-                    c->failed = false; /* fall back to running the ops one by one */
-                    cudaGetLastError();
+                    q->no_graph[q->no_graph_next++ % 8] = sig;
                 }
             } else if (hit && !graph_update(c, hit, q->ops)) {
                 graph_drop(hit);
