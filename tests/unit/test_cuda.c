@@ -207,44 +207,158 @@ static void test_conv_gates(void) {
     free(a), free(b), free(nea), free(dtb), free(g), free(beta);
 }
 
-/* The delta rule: a prefill run (chunked request) then decode steps (recurrent), state carried;
- * GPU against the CPU's recurrent form at every step, for a state that fits in shared memory
- * and one that does not. */
+/* Random delta-rule inputs for n tokens: unit-norm keys keep the recurrence stable, as the
+ * model's l2norm does; decays in (0, 1], beta in [0, 1]. */
+typedef struct {
+    float *q, *k, *v, *g, *beta;
+} gdn_in;
+
+static gdn_in gdn_random(int n, int Hk, int Hv, int dk, int64_t ldv) {
+    gdn_in in;
+    int64_t ldqk = (int64_t)Hk * dk;
+    in.q = rnd((size_t)n * ldqk, 1.0f), in.k = rnd((size_t)n * ldqk, 1.0f);
+    for (int t = 0; t < n * Hk; t++) {
+        double ss = 0;
+        for (int i = 0; i < dk; i++) ss += (double)in.k[t * dk + i] * in.k[t * dk + i];
+        for (int i = 0; i < dk; i++) in.k[t * dk + i] /= (float)sqrt(ss);
+    }
+    in.v = rnd((size_t)n * ldv, 1.0f), in.g = rnd((size_t)n * Hv, 0.5f);
+    in.beta = rnd((size_t)n * Hv, 0.5f);
+    for (int i = 0; i < n * Hv; i++) in.g[i] = -fabsf(in.g[i]), in.beta[i] = 0.5f + in.beta[i];
+    return in;
+}
+
+static void gdn_free(gdn_in *in) { free(in->q), free(in->k), free(in->v), free(in->g), free(in->beta); }
+
+/* The delta rule: prefill runs (chunked request: 37 tokens, 150 over three chunks, exactly 64)
+ * and decode steps (recurrent), state carried; GPU against the CPU's recurrent form at every
+ * step, and the GPU's chunked kernel against its own recurrent kernel (a second state driven
+ * with the recurrent request only), for states in registers, in shared and in global memory. */
 static void test_gdn(int Hk, int Hv, int dk, int dvv) {
-    int runs[] = {37, 1, 1, 5};
+    int runs[] = {37, 1, 150, 1, 5, 64};
     size_t ns = (size_t)Hv * dk * dvv;
-    float *S = calloc(ns, 4), *dS = dev(S, ns);
+    float *S = calloc(ns, 4), *dS = dev(S, ns), *dS_rec = dev(S, ns);
     for (size_t r = 0; r < sizeof runs / sizeof *runs; r++) {
         int n = runs[r];
         int64_t ldqk = (int64_t)Hk * dk, ldv = (int64_t)Hv * dvv + 7;
-        float *q = rnd((size_t)n * ldqk, 1.0f), *k = rnd((size_t)n * ldqk, 1.0f);
-        /* unit-norm keys keep the recurrence stable, as the model's l2norm does */
-        for (int t = 0; t < n * Hk; t++) {
-            double ss = 0;
-            for (int i = 0; i < dk; i++) ss += (double)k[t * dk + i] * k[t * dk + i];
-            for (int i = 0; i < dk; i++) k[t * dk + i] /= (float)sqrt(ss);
-        }
-        float *v = rnd((size_t)n * ldv, 1.0f), *g = rnd((size_t)n * Hv, 0.5f),
-              *beta = rnd((size_t)n * Hv, 0.5f), *o = calloc((size_t)n * Hv * dvv, 4);
-        for (int i = 0; i < n * Hv; i++) g[i] = -fabsf(g[i]), beta[i] = 0.5f + beta[i];
-        float *dq = dev(q, (size_t)n * ldqk), *dk_ = dev(k, (size_t)n * ldqk),
-              *dv = dev(v, (size_t)n * ldv), *dg = dev(g, (size_t)n * Hv),
-              *db = dev(beta, (size_t)n * Hv), *dout = dev(o, (size_t)n * Hv * dvv);
+        size_t no = (size_t)n * Hv * dvv;
+        gdn_in in = gdn_random(n, Hk, Hv, dk, ldv);
+        float *o = calloc(no, 4);
+        float *dq = dev(in.q, (size_t)n * ldqk), *dk_ = dev(in.k, (size_t)n * ldqk),
+              *dv = dev(in.v, (size_t)n * ldv), *dg = dev(in.g, (size_t)n * Hv),
+              *db = dev(in.beta, (size_t)n * Hv), *dout = dev(o, no), *dout_rec = dev(o, no);
         ts_gdn_dims d = {Hk, Hv, dk, dvv};
-        cpu->ops->gdn(cpu, q, k, ldqk, v, ldv, g, beta, n, &d, S, o, false);
+        cpu->ops->gdn(cpu, in.q, in.k, ldqk, in.v, ldv, in.g, in.beta, n, &d, S, o, false);
         gpu->ops->gdn(gpu, dq, dk_, ldqk, dv, ldv, dg, db, n, &d, dS, dout, n > 1);
+        gpu->ops->gdn(gpu, dq, dk_, ldqk, dv, ldv, dg, db, n, &d, dS_rec, dout_rec, false);
         char what[96];
         snprintf(what, sizeof what, "gdn %dx%d Hk %d Hv %d run %zu (n %d) out", dk, dvv, Hk, Hv,
                  r, n);
-        cmp(what, dout, o, (size_t)n * Hv * dvv, FP32_TOL);
+        cmp(what, dout, o, no, FP32_TOL);
         snprintf(what, sizeof what, "gdn %dx%d run %zu state", dk, dvv, r);
         cmp(what, dS, S, ns, FP32_TOL);
+        float *got = host(dout, no), *rec = host(dout_rec, no);
+        double rel = tu_rel_l2(got, rec, (long)no);
+        CHECKF(rel <= FP32_TOL, "gdn %dx%d n %d: chunked vs recurrent kernel rel L2 %.3g", dk,
+               dvv, n, rel);
+        if (n > 1) printf("  gdn %dx%d n %d: chunked vs recurrent kernel %.2e\n", dk, dvv, n, rel);
+        free(got), free(rec);
+        float *bufs[] = {dq, dk_, dv, dg, db, dout, dout_rec};
+        for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) gpu->ops->free(gpu, bufs[i]);
+        gdn_free(&in);
+        free(o);
+    }
+    gpu->ops->free(gpu, dS), gpu->ops->free(gpu, dS_rec);
+    free(S);
+}
+
+/* gdn_runs: several sequences in one launch, each with its own state, against the CPU run by
+ * run. A 70-token run takes the chunked kernel for all runs of the call (short ones too), one
+ * of single tokens the recurrent one. */
+static void test_gdn_runs(int Hk, int Hv, int dk, int dvv) {
+    int sets[2][3] = {{70, 1, 20}, {1, 1, 1}};
+    int64_t ldqk = (int64_t)Hk * dk, ldv = (int64_t)Hv * dvv;
+    size_t ns = (size_t)Hv * dk * dvv;
+    for (int si = 0; si < 2; si++) {
+        int total = 0;
+        for (int r = 0; r < 3; r++) total += sets[si][r];
+        gdn_in in = gdn_random(total, Hk, Hv, dk, ldv);
+        size_t no = (size_t)total * Hv * dvv;
+        float *o = calloc(no, 4), *dout = NULL;
+        float *dq = dev(in.q, (size_t)total * ldqk), *dk_ = dev(in.k, (size_t)total * ldqk),
+              *dv = dev(in.v, (size_t)total * ldv), *dg = dev(in.g, (size_t)total * Hv),
+              *db = dev(in.beta, (size_t)total * Hv);
+        dout = dev(o, no);
+        float *S[3], *dS[3];
+        ts_seq_run runs[3];
+        ts_gdn_dims d = {Hk, Hv, dk, dvv};
+        int start = 0;
+        for (int r = 0; r < 3; r++) {
+            int n = sets[si][r];
+            S[r] = rnd(ns, 0.3f); /* a state carried from earlier tokens */
+            dS[r] = dev(S[r], ns);
+            runs[r] = (ts_seq_run){start, n, 0, dS[r], NULL};
+            cpu->ops->gdn(cpu, in.q + start * ldqk, in.k + start * ldqk, ldqk, in.v + start * ldv,
+                          ldv, in.g + start * Hv, in.beta + start * Hv, n, &d, S[r],
+                          o + (size_t)start * Hv * dvv, false);
+            start += n;
+        }
+        gpu->ops->gdn_runs(gpu, dq, dk_, ldqk, dv, ldv, dg, db, &d, runs, 3, dout);
+        char what[96];
+        snprintf(what, sizeof what, "gdn_runs %dx%d runs %d/%d/%d out", dk, dvv, sets[si][0],
+                 sets[si][1], sets[si][2]);
+        cmp(what, dout, o, no, FP32_TOL);
+        for (int r = 0; r < 3; r++) {
+            snprintf(what, sizeof what, "gdn_runs %dx%d set %d run %d state", dk, dvv, si, r);
+            cmp(what, dS[r], S[r], ns, FP32_TOL);
+            gpu->ops->free(gpu, dS[r]);
+            free(S[r]);
+        }
         float *bufs[] = {dq, dk_, dv, dg, db, dout};
         for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) gpu->ops->free(gpu, bufs[i]);
-        free(q), free(k), free(v), free(g), free(beta), free(o);
+        gdn_free(&in);
+        free(o);
     }
-    gpu->ops->free(gpu, dS);
-    free(S);
+}
+
+/* attention_runs over long contexts (the keys split over blocks, then merged) and short ones,
+ * several sequences per launch, against the CPU's attention run by run. */
+static void test_attention_runs(void) {
+    int nh = 8, nkv = 2, hd = 256, kvw = nkv * hd;
+    int lens[3] = {1, 3, 1}, pos0[3] = {1500, 40, 700};
+    int64_t ldq = (int64_t)nh * hd * 2;
+    int total = 5;
+    float *q = rnd((size_t)total * ldq, 1.0f), *knew = rnd((size_t)total * kvw, 1.0f),
+          *vnew = rnd((size_t)total * kvw, 1.0f), *o = calloc((size_t)total * nh * hd, 4);
+    float *dq = dev(q, (size_t)total * ldq), *dkn = dev(knew, (size_t)total * kvw),
+          *dvn = dev(vnew, (size_t)total * kvw), *dout = dev(o, (size_t)total * nh * hd);
+    float *kc[3], *vc[3], *dkc[3], *dvc[3];
+    ts_seq_run runs[3];
+    ts_attn_dims d = {nh, nkv, hd, 1.0f / sqrtf((float)hd), 0, 0};
+    int start = 0;
+    for (int r = 0; r < 3; r++) {
+        size_t cap = (size_t)(pos0[r] + lens[r]) * kvw;
+        kc[r] = rnd(cap, 1.0f), vc[r] = rnd(cap, 1.0f);
+        dkc[r] = dev(kc[r], cap), dvc[r] = dev(vc[r], cap);
+        /* the CPU reference reads the new rows from its cache: store them there first */
+        memcpy(kc[r] + (size_t)pos0[r] * kvw, knew + (size_t)start * kvw,
+               (size_t)lens[r] * kvw * 4);
+        memcpy(vc[r] + (size_t)pos0[r] * kvw, vnew + (size_t)start * kvw,
+               (size_t)lens[r] * kvw * 4);
+        cpu->ops->attention(cpu, q + start * ldq, ldq, 2 * hd, lens[r], pos0[r], kc[r], vc[r], &d,
+                            o + (size_t)start * nh * hd, nh * hd);
+        runs[r] = (ts_seq_run){start, lens[r], pos0[r], dkc[r], dvc[r]};
+        start += lens[r];
+    }
+    gpu->ops->attention_runs(gpu, dq, ldq, 2 * hd, dkn, dvn, &d, runs, 3, dout, nh * hd);
+    cmp("attention_runs, long contexts", dout, o, (size_t)total * nh * hd, FP32_TOL);
+    for (int r = 0; r < 3; r++) {
+        gpu->ops->free(gpu, dkc[r]), gpu->ops->free(gpu, dvc[r]);
+        free(kc[r]), free(vc[r]);
+    }
+    gpu->ops->free(gpu, dq), gpu->ops->free(gpu, dkn), gpu->ops->free(gpu, dvn);
+    gpu->ops->free(gpu, dout);
+    free(q), free(knew), free(vnew), free(o);
 }
 
 /* A [rows, cols] weight of dtype made from random floats; *f32 gets its exact values. */
@@ -653,6 +767,10 @@ int main(void) {
     test_gdn(1, 1, 256, 256); /* the largest head kept in registers */
     test_gdn(1, 2, 300, 40);   /* over 256 keys: state in shared memory */
     test_gdn(1, 1, 320, 512); /* 640 KiB of state: stays in global memory */
+    test_gdn_runs(2, 4, 128, 128);
+    test_gdn_runs(1, 1, 256, 64);
+    printf("attention runs\n");
+    test_attention_runs();
     printf("argmax\n");
     test_argmax();
     printf("matmul\n");

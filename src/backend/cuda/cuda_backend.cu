@@ -199,7 +199,7 @@ static void cu_destroy(ts_backend *be) {
         cq_flush(c);
         cq_free(c);
         cuda_weights_free(c);
-        for (int i = 0; i < 3; i++) cudaFree(c->scratch[i]);
+        for (int i = 0; i < 5; i++) cudaFree(c->scratch[i]);
         cudaFree(c->pos_dev);
         free(c->pos_host);
         cublasDestroy(c->blas);

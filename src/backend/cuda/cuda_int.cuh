@@ -22,9 +22,10 @@ typedef struct cuda_ctx_s {
     cudaStream_t stream;
     cublasHandle_t blas;
     bool failed;
-    /* growable device scratch: positions for rope, converted activations / weights for GEMM */
-    void *scratch[3];
-    size_t scratch_bytes[3];
+    /* growable device scratch: 0 converted activations and 1 weights for GEMM, 2 argmax keys,
+     * 3 attention's partial softmaxes, 4 the chunked delta rule's per-chunk factors */
+    void *scratch[5];
+    size_t scratch_bytes[5];
     struct cuda_weight_cache *weights;
     /* the positions last uploaded for rope: one forward's rope calls share one upload */
     int32_t *pos_dev, *pos_host;
@@ -39,7 +40,7 @@ static inline cuda_ctx *cuda_of(ts_backend *be) { return (cuda_ctx *)be->ctx; }
 bool cuda_check(cuda_ctx *c, cudaError_t err, const char *what);
 bool cuda_check_blas(cuda_ctx *c, cublasStatus_t st, const char *what);
 /* Checks the last kernel launch. */
-/* A device scratch buffer of at least bytes (slot 0, 1 or 2), grown as needed; NULL on failure.
+/* A device scratch buffer of at least bytes (slot 0 .. 4), grown as needed; NULL on failure.
  * Contents are not kept across calls. */
 void *cuda_scratch(cuda_ctx *c, int slot, size_t bytes);
 
@@ -106,6 +107,14 @@ void cuda_op_add_rmsnorm(ts_backend *be, float *x, const float *h, int n_rows, i
                          const float *w, float eps, float *out);
 void cuda_op_l2norm_heads(ts_backend *be, const float *src, int64_t lds, int n_tok, int n_heads,
                           int dim, float eps, float scale, float *dst);
+/* The chunked delta rule (cuda_gdn_chunked.cu): whether it fits the device for heads of d_k
+ * keys and d_v values (setting the kernels' shared-memory limits), and its launch (runs NULL: one run of n
+ * tokens on state; else the runs' own lengths and states, max_len the longest). */
+bool cuda_gdn_chunked_fits(cuda_ctx *c, int d_k, int d_v);
+void cuda_gdn_chunked_launch(cuda_ctx *c, const float *q, const float *k, int64_t ldqk,
+                             const float *v, int64_t ldv, const float *g, const float *beta, int n,
+                             int max_len, const ts_gdn_dims *dims, float *state, float *out,
+                             const ts_seq_run *runs_dev, int nr);
 void cuda_op_gated_rmsnorm(ts_backend *be, const float *x, const float *z, int n_tok,
                            int n_heads, int dv, const float *w, float eps, float *out);
 

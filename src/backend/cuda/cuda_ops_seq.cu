@@ -2,10 +2,13 @@
  * Gated DeltaNet gates and delta rule. Each mirrors its CPU reference (backend/cpu/
  * ops_attention.c, ops_gdn.c) step for step in fp32.
  *
- * The delta rule runs in its recurrent form for both the decode and the chunked (prefill)
- * request: the state stays in registers (k_gdn_reg) for heads up to 256 keys, else in shared or
- * global memory. Both forms compute the same function, so this is correct, but prefill does not
- * get the chunked form's parallelism over tokens yet. */
+ * The delta rule: runs of 32 tokens or more (prefill) take the chunked kernel
+ * (cuda_gdn_chunked.cu: all chunks' state-free factors at once, then a scan), shorter ones the recurrent kernel with the state in registers
+ * (k_gdn_reg) for heads up to 256 keys, else in shared or global memory.
+ *
+ * Attention: a block per (head, query) whose warps split the keys; when that leaves the GPU
+ * mostly idle (decode of a few sequences over a long context) the keys are split over several
+ * blocks as well (flash-decoding) and a second kernel merges their partial softmaxes. */
 #include <float.h>
 #include <math.h>
 
@@ -13,6 +16,13 @@
 
 #define ATTN_WARPS 8
 #define MAX_HEAD_DIM 512
+
+/* Partial softmaxes of key splits: for each (run, query, head, split) the running max m, the sum
+ * l and the unnormalised accumulator acc[head_dim]. n = 1: no split, the kernel writes out. */
+typedef struct {
+    int n;
+    float *m, *l, *acc;
+} attn_parts;
 
 /* A block per (head, query); its warps take every ATTN_WARPS-th key, each with its own online
  * softmax (running max m, sum l, accumulator), and the block merges the warps' partial results
@@ -22,7 +32,8 @@
 template <int NPL>
 __global__ static void k_attention(const float *q, int64_t ldq, int64_t q_head_stride, int n,
                                    int pos0, const float *kc, const float *vc, ts_attn_dims d,
-                                   float *out, int64_t ldo, const ts_seq_run *runs) {
+                                   float *out, int64_t ldo, const ts_seq_run *runs,
+                                   attn_parts parts) {
     __shared__ float sm_m[ATTN_WARPS], sm_l[ATTN_WARPS];
     extern __shared__ float sm_acc[]; /* [ATTN_WARPS][head_dim] */
     int h = (int)(blockIdx.x % d.n_heads), i = (int)(blockIdx.x / d.n_heads);
@@ -38,6 +49,12 @@ __global__ static void k_attention(const float *q, int64_t ldq, int64_t q_head_s
     const float *qr = q + i * ldq + h * q_head_stride;
     int qpos = pos0 + i, first = 0;
     if (d.window > 0 && qpos - d.window + 1 > 0) first = qpos - d.window + 1;
+    int last = qpos;
+    if (parts.n > 1) { /* blockIdx.z: this block's share of the keys */
+        int per = (qpos - first + 1 + parts.n - 1) / parts.n;
+        first += (int)blockIdx.z * per;
+        last = min(qpos, first + per - 1);
+    }
     float qv[NPL], acc[NPL];
 #pragma unroll
     for (int j = 0; j < NPL; j++) {
@@ -46,7 +63,7 @@ __global__ static void k_attention(const float *q, int64_t ldq, int64_t q_head_s
         acc[j] = 0.0f;
     }
     float m = -FLT_MAX, l = 0.0f;
-    for (int p = first + warp; p <= qpos; p += ATTN_WARPS) {
+    for (int p = first + warp; p <= last; p += ATTN_WARPS) {
         const float *k = kc + p * ldkv + (int64_t)kvh * hd;
         const float *v = vc + p * ldkv + (int64_t)kvh * hd;
         float s = 0.0f, vv[NPL];
@@ -84,12 +101,104 @@ __global__ static void k_attention(const float *q, int64_t ldq, int64_t q_head_s
     for (int w = 0; w < ATTN_WARPS; w++)
         if (sm_l[w] > 0.0f) lt += sm_l[w] * expf(sm_m[w] - mx);
     float *o = out + i * ldo + (int64_t)h * hd;
+    int64_t pi = 0; /* this block's partial: ((run * n + i) * heads + h) * splits + split */
+    if (parts.n > 1) {
+        pi = (((int64_t)blockIdx.y * gridDim.x + blockIdx.x) * parts.n) + blockIdx.z;
+        if (threadIdx.x == 0) parts.m[pi] = mx, parts.l[pi] = lt;
+    }
     for (int ch = threadIdx.x; ch < hd; ch += blockDim.x) {
         float a = 0.0f;
         for (int w = 0; w < ATTN_WARPS; w++)
             if (sm_l[w] > 0.0f) a += sm_acc[w * hd + ch] * expf(sm_m[w] - mx);
+        if (parts.n > 1)
+            parts.acc[pi * hd + ch] = a; /* unnormalised: the merge rescales */
+        else
+            o[ch] = a / lt;
+    }
+}
+
+/* Merges the key splits of each (head, query): the same rescaling as the warps' merge above. */
+__global__ static void k_attention_merge(attn_parts parts, ts_attn_dims d, float *out,
+                                         int64_t ldo, const ts_seq_run *runs) {
+    int h = (int)(blockIdx.x % d.n_heads), i = (int)(blockIdx.x / d.n_heads);
+    if (runs) {
+        ts_seq_run r = runs[blockIdx.y];
+        if (i >= r.len) return;
+        out += r.start * ldo;
+    }
+    int hd = d.head_dim, ns = parts.n;
+    int64_t p0 = ((int64_t)blockIdx.y * gridDim.x + blockIdx.x) * ns;
+    float mx = -FLT_MAX, lt = 0.0f;
+    for (int s = 0; s < ns; s++)
+        if (parts.l[p0 + s] > 0.0f) mx = fmaxf(mx, parts.m[p0 + s]);
+    for (int s = 0; s < ns; s++)
+        if (parts.l[p0 + s] > 0.0f) lt += parts.l[p0 + s] * expf(parts.m[p0 + s] - mx);
+    float *o = out + i * ldo + (int64_t)h * hd;
+    for (int ch = threadIdx.x; ch < hd; ch += blockDim.x) {
+        float a = 0.0f;
+        for (int s = 0; s < ns; s++)
+            if (parts.l[p0 + s] > 0.0f)
+                a += parts.acc[(p0 + s) * hd + ch] * expf(parts.m[p0 + s] - mx);
         o[ch] = a / lt;
     }
+}
+
+/* How many blocks share the keys of one (head, query): enough to give the GPU about two
+ * blocks per multiprocessor, each at least ATTN_SPLIT_MIN keys, rounded down to a power of two
+ * so that a decode step's shape (and its CUDA graph) changes only a few times as the context
+ * grows. */
+#define ATTN_SPLIT_MIN 64
+#define ATTN_SPLIT_MAX 64
+static int attention_splits(cuda_ctx *c, int64_t blocks, int max_keys) {
+    static int off = -1; /* TESSERA_CUDA_ATTN_SPLIT=0: never split (for comparisons) */
+    if (off < 0) off = getenv("TESSERA_CUDA_ATTN_SPLIT") && atoi(getenv("TESSERA_CUDA_ATTN_SPLIT")) == 0;
+    if (off) return 1;
+    int sms = 0;
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, c->device);
+    int64_t want = max_keys / ATTN_SPLIT_MIN, room = 2 * (int64_t)sms / (blocks ? blocks : 1);
+    int64_t ns = want < room ? want : room;
+    if (ns > ATTN_SPLIT_MAX) ns = ATTN_SPLIT_MAX;
+    int p = 1;
+    while (2 * p <= ns) p *= 2;
+    return p;
+}
+
+/* One launcher for the single-sequence and the runs forms: runs NULL means one sequence of n
+ * queries at pos0 over kc / vc; else n is the longest run and max_keys the most keys any
+ * query sees. */
+static void attention_launch(cuda_ctx *c, const float *q, int64_t ldq, int64_t q_head_stride,
+                             int n, int pos0, const float *kc, const float *vc,
+                             const ts_attn_dims *dims, float *out, int64_t ldo,
+                             const ts_seq_run *runs, int nr, int max_keys) {
+    int hd = dims->head_dim;
+    int64_t blocks = (int64_t)dims->n_heads * n * nr;
+    if (dims->window > 0 && max_keys > dims->window) max_keys = dims->window;
+    attn_parts parts = {1, NULL, NULL, NULL};
+    int ns = attention_splits(c, blocks, max_keys);
+    if (ns > 1) {
+        int64_t np = blocks * ns;
+        float *buf = (float *)cuda_scratch(c, 3, (size_t)np * (hd + 2) * sizeof(float));
+        if (!buf) return;
+        parts.n = ns, parts.m = buf, parts.l = buf + np, parts.acc = buf + 2 * np;
+    }
+    dim3 grid((unsigned)((int64_t)dims->n_heads * n), (unsigned)nr, (unsigned)ns);
+    size_t smem = (size_t)ATTN_WARPS * hd * sizeof(float); /* at most 16 KiB */
+#define LAUNCH(NPL)                                                                                \
+    cuda_launch(c, "attention", k_attention<NPL>, grid, 32 * ATTN_WARPS, smem, q, ldq,             \
+                q_head_stride, n, pos0, kc, vc, *dims, out, ldo, runs, parts)
+    if (hd <= 64)
+        LAUNCH(2);
+    else if (hd <= 128)
+        LAUNCH(4);
+    else if (hd <= 256)
+        LAUNCH(8);
+    else
+        LAUNCH(16);
+#undef LAUNCH
+    if (ns > 1)
+        cuda_launch(c, "attention_merge", k_attention_merge,
+                    dim3((unsigned)((int64_t)dims->n_heads * n), (unsigned)nr), 128, 0, parts,
+                    *dims, out, ldo, runs);
 }
 
 void cuda_op_attention(ts_backend *be, const float *q, int64_t ldq, int64_t q_head_stride, int n,
@@ -101,22 +210,8 @@ void cuda_op_attention(ts_backend *be, const float *q, int64_t ldq, int64_t q_he
         cuda_check(c, cudaErrorInvalidValue, "attention: head_dim over 512");
         return;
     }
-    unsigned blocks = (unsigned)((int64_t)dims->n_heads * n);
-    int hd = dims->head_dim;
-    size_t smem = (size_t)ATTN_WARPS * hd * sizeof(float); /* at most 16 KiB */
-#define LAUNCH(NPL)                                                                                \
-    cuda_launch(c, "attention", k_attention<NPL>, blocks, 32 * ATTN_WARPS, smem, q, ldq,           \
-                q_head_stride, n, pos0, k_cache, v_cache, *dims, out, ldo,                         \
-                (const ts_seq_run *)NULL)
-    if (hd <= 64)
-        LAUNCH(2);
-    else if (hd <= 128)
-        LAUNCH(4);
-    else if (hd <= 256)
-        LAUNCH(8);
-    else
-        LAUNCH(16);
-#undef LAUNCH
+    attention_launch(c, q, ldq, q_head_stride, n, pos0, k_cache, v_cache, dims, out, ldo, NULL, 1,
+                     pos0 + n);
 }
 
 /* One thread per channel: all n outputs, then the state shift (ascending k reads only indices
@@ -287,37 +382,63 @@ __global__ static void k_gdn(const float *q, const float *k, int64_t ldqk, const
         for (int i = 0; i < dk; i++) Sg[i * dv + c] = S[i * dv + c];
 }
 
+/* Runs at least this long take the chunked kernel (TESSERA_CUDA_GDN_CHUNK_MIN overrides it,
+ * for comparisons: a huge value keeps every run recurrent). */
+static int gdn_chunk_min(void) {
+    static int v = 0;
+    if (!v) {
+        const char *e = getenv("TESSERA_CUDA_GDN_CHUNK_MIN");
+        v = e && atoi(e) > 0 ? atoi(e) : 32;
+    }
+    return v;
+}
+
+/* One launcher for the single-sequence and the runs forms (runs NULL: one run of n tokens on
+ * state; else the kernels read each run's length and state from the table); chunk_len: the
+ * longest run that may take the chunked form (0: none may). False when no kernel takes these heads in one launch
+ * (d_k over 256 and no room for the chunked kernel): the caller goes run by run. */
+static bool gdn_launch(cuda_ctx *c, const float *q, const float *k, int64_t ldqk, const float *v,
+                       int64_t ldv, const float *g, const float *beta, int n,
+                       const ts_gdn_dims *dims, float *state, float *out, const ts_seq_run *runs,
+                       int nr, int chunk_len) {
+    int dk = dims->d_k;
+    if (chunk_len >= gdn_chunk_min() && cuda_gdn_chunked_fits(c, dk, dims->d_v)) {
+        cuda_gdn_chunked_launch(c, q, k, ldqk, v, ldv, g, beta, n, chunk_len, dims, state, out,
+                                runs, nr);
+        return true;
+    }
+    if (dk > 4 * 64) return false;
+    dim3 grid((unsigned)((dims->d_v + 31) / 32), (unsigned)dims->n_v_heads, (unsigned)nr);
+#define REG(R)                                                                                     \
+    cuda_launch(c, "gdn", k_gdn_reg<R>, grid, 32 * GDN_WARPS, 0, q, k, ldqk, v, ldv, g, beta, n,   \
+                *dims, state, out, runs)
+    if (dk <= 4 * 8)
+        REG(8);
+    else if (dk <= 4 * 16)
+        REG(16);
+    else if (dk <= 4 * 32)
+        REG(32);
+    else
+        REG(64);
+#undef REG
+    return true;
+}
+
 void cuda_op_gdn(ts_backend *be, const float *q, const float *k, int64_t ldqk, const float *v,
                  int64_t ldv, const float *g, const float *beta, int n, const ts_gdn_dims *dims,
                  float *state, float *out, bool chunked) {
-    (void)chunked; /* same kernels for both forms: see the file comment */
     cuda_ctx *c = cuda_of(be);
     if (n <= 0) return;
     if (dims->d_v > 1024 || dims->d_v < 1) {
         cuda_check(c, cudaErrorInvalidValue, "gdn: d_v over 1024");
         return;
     }
-    int dk = dims->d_k;
-    dim3 grid((unsigned)((dims->d_v + 31) / 32), (unsigned)dims->n_v_heads);
-#define REG(R)                                                                                     \
-    cuda_launch(c, "gdn", k_gdn_reg<R>, grid, 32 * GDN_WARPS, 0, q, k, ldqk, v, ldv, g, beta, n,   \
-                *dims, state, out, (const ts_seq_run *)NULL)
-    if (dk <= 4 * 8) {
-        REG(8);
+    /* the chunked request may take either kernel (same function); decode stays recurrent */
+    if (gdn_launch(c, q, k, ldqk, v, ldv, g, beta, n, dims, state, out, NULL, 1, chunked ? n : 0))
         return;
-    } else if (dk <= 4 * 16) {
-        REG(16);
-        return;
-    } else if (dk <= 4 * 32) {
-        REG(32);
-        return;
-    } else if (dk <= 4 * 64) {
-        REG(64);
-        return;
-    }
-#undef REG
     /* larger heads: the state does not fit in registers; a block per head, state in shared
      * memory when it fits, else in global memory */
+    int dk = dims->d_k;
     size_t base = 2 * (size_t)dk * sizeof(float);
     size_t with_state = base + (size_t)dk * dims->d_v * sizeof(float);
     int max_smem = 0;
@@ -352,31 +473,21 @@ void cuda_op_gdn_runs(ts_backend *be, const float *q, const float *k, int64_t ld
                       const ts_seq_run *runs, int nr, float *out) {
     cuda_ctx *c = cuda_of(be);
     if (nr <= 0) return;
-    int dk = dims->d_k;
-    if (dk > 4 * 64 || dims->d_v > 1024) { /* no register kernel: run by run */
-        for (int r = 0; r < nr; r++) {
-            int64_t s = runs[r].start;
-            cuda_op_gdn(be, q + s * ldqk, k + s * ldqk, ldqk, v + s * ldv, ldv,
-                        g + s * dims->n_v_heads, beta + s * dims->n_v_heads, runs[r].len, dims,
-                        runs[r].a, out + s * dims->n_v_heads * dims->d_v, runs[r].len > 1);
-        }
+    if (dims->d_v > 1024 || dims->d_v < 1) {
+        cuda_check(c, cudaErrorInvalidValue, "gdn: d_v over 1024");
         return;
     }
+    int maxlen = 0;
+    for (int r = 0; r < nr; r++) maxlen = runs[r].len > maxlen ? runs[r].len : maxlen;
     const ts_seq_run *dr = (const ts_seq_run *)cuda_table(c, runs, (size_t)nr * sizeof *runs);
     if (!dr) return;
-    dim3 grid((unsigned)((dims->d_v + 31) / 32), (unsigned)dims->n_v_heads, (unsigned)nr);
-#define REG(R)                                                                                     \
-    cuda_launch(c, "gdn", k_gdn_reg<R>, grid, 32 * GDN_WARPS, 0, q, k, ldqk, v, ldv, g, beta, 0,   \
-                *dims, (float *)NULL, out, dr)
-    if (dk <= 4 * 8)
-        REG(8);
-    else if (dk <= 4 * 16)
-        REG(16);
-    else if (dk <= 4 * 32)
-        REG(32);
-    else
-        REG(64);
-#undef REG
+    if (gdn_launch(c, q, k, ldqk, v, ldv, g, beta, 0, dims, NULL, out, dr, nr, maxlen)) return;
+    for (int r = 0; r < nr; r++) { /* no kernel for all runs at once: run by run */
+        int64_t s = runs[r].start;
+        cuda_op_gdn(be, q + s * ldqk, k + s * ldqk, ldqk, v + s * ldv, ldv,
+                    g + s * dims->n_v_heads, beta + s * dims->n_v_heads, runs[r].len, dims,
+                    runs[r].a, out + s * dims->n_v_heads * dims->d_v, runs[r].len > 1);
+    }
 }
 
 /* Row i of run r's new keys and values to its cache row pos0 + i. */
@@ -400,25 +511,16 @@ void cuda_op_attention_runs(ts_backend *be, const float *q, int64_t ldq, int64_t
         cuda_check(c, cudaErrorInvalidValue, "attention: head_dim over 512");
         return;
     }
-    int maxlen = 0;
-    for (int r = 0; r < nr; r++) maxlen = runs[r].len > maxlen ? runs[r].len : maxlen;
+    int maxlen = 0, max_keys = 0;
+    for (int r = 0; r < nr; r++) {
+        maxlen = runs[r].len > maxlen ? runs[r].len : maxlen;
+        max_keys = runs[r].pos0 + runs[r].len > max_keys ? runs[r].pos0 + runs[r].len : max_keys;
+    }
     const ts_seq_run *dr = (const ts_seq_run *)cuda_table(c, runs, (size_t)nr * sizeof *runs);
     if (!dr || maxlen <= 0) return;
     int kvw = dims->n_kv_heads * hd;
     dim3 sgrid(cuda_blocks(kvw, 256), (unsigned)maxlen, (unsigned)nr);
     cuda_launch(c, "kv_store", k_kv_store, sgrid, 256, 0, k, v, kvw, dr);
-    dim3 grid((unsigned)(dims->n_heads * maxlen), (unsigned)nr);
-    size_t smem = (size_t)ATTN_WARPS * hd * sizeof(float);
-#define LAUNCH(NPL)                                                                                \
-    cuda_launch(c, "attention", k_attention<NPL>, grid, 32 * ATTN_WARPS, smem, q, ldq,             \
-                q_head_stride, 0, 0, (const float *)NULL, (const float *)NULL, *dims, out, ldo, dr)
-    if (hd <= 64)
-        LAUNCH(2);
-    else if (hd <= 128)
-        LAUNCH(4);
-    else if (hd <= 256)
-        LAUNCH(8);
-    else
-        LAUNCH(16);
-#undef LAUNCH
+    attention_launch(c, q, ldq, q_head_stride, maxlen, 0, NULL, NULL, dims, out, ldo, dr, nr,
+                     max_keys);
 }
