@@ -50,6 +50,7 @@ __host__ __device__ static inline int gdnc_prep_floats(int dk, int dv) {
 __global__ static void k_gdnc_prep(const float *q, const float *k, int64_t ldqk, const float *v,
                                    int64_t ldv, const float *g, const float *beta, int n,
                                    ts_gdn_dims d, const ts_seq_run *runs, float *scratch) {
+    cuda_pdl_entry();
     extern __shared__ float sm[];
     const int C = GDNC_C;
     int dk = d.d_k, dv = d.d_v, Hv = d.n_v_heads;
@@ -190,6 +191,7 @@ template <int CG>
 __global__ static void k_gdnc_scan(const float *q, const float *k, int64_t ldqk, int n,
                                    ts_gdn_dims d, float *state, float *out,
                                    const ts_seq_run *runs, const float *scratch, int max_chunks) {
+    cuda_pdl_entry();
     extern __shared__ float sm[];
     const int C = GDNC_C;
     int dk = d.d_k, dv = d.d_v, Hv = d.n_v_heads, kst = dk + 1;

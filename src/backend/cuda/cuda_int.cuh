@@ -36,6 +36,19 @@ typedef struct cuda_ctx_s {
 
 static inline cuda_ctx *cuda_of(ts_backend *be) { return (cuda_ctx *)be->ctx; }
 
+/* The first statement of every kernel: programmatic dependent launch (cuda_queue.cu links the
+ * kernels of a graph with programmatic edges, so a kernel is launched while its predecessor
+ * still runs). Wait until the predecessor has finished and its writes are visible - before
+ * reading or writing anything, and before any early return, so that completion stays
+ * transitive down the chain - then let the successor launch. Outside such a graph both are
+ * no-ops. */
+__device__ __forceinline__ void cuda_pdl_entry(void) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 /* Records the first failure and returns false when err is not cudaSuccess. */
 bool cuda_check(cuda_ctx *c, cudaError_t err, const char *what);
 bool cuda_check_blas(cuda_ctx *c, cublasStatus_t st, const char *what);

@@ -150,6 +150,7 @@ typedef struct {
 template <ts_dtype DT>
 __global__ static void k_gemv(gemv_set set, size_t row_bytes, int64_t cols, const float *x,
                               int64_t ldx, int n) {
+    cuda_pdl_entry();
     int64_t o = (int64_t)blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5);
     int j = 0;
     while (j < set.nw && o >= set.end[j]) j++;
@@ -208,6 +209,7 @@ __global__ static void k_gemv(gemv_set set, size_t row_bytes, int64_t cols, cons
 template <ts_dtype DT>
 __global__ static void k_dequant(const uint8_t *W, size_t row_bytes, int64_t rows, int64_t cols,
                                  float *out) {
+    cuda_pdl_entry();
     int64_t o = (int64_t)blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5);
     if (o >= rows) return;
     const uint8_t *row = W + o * row_bytes;
@@ -224,6 +226,7 @@ __global__ static void k_dequant(const uint8_t *W, size_t row_bytes, int64_t row
  * rows [n, 2n) lo. W*hi + W*lo carries about 16 mantissa bits of x instead of 8 (bf16). */
 template <bool BF16>
 __global__ static void k_split_half(const float *x, int64_t ldx, int n, int64_t cols, void *out) {
+    cuda_pdl_entry();
     int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (int64_t)n * cols) return;
     float v = x[(idx / cols) * ldx + idx % cols];

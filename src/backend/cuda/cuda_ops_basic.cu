@@ -34,6 +34,7 @@ __device__ static double row_sumsq(const float *x, int dim) {
 
 __global__ static void k_rmsnorm(const float *x, int64_t ldx, int dim, const float *w, float eps,
                                  float *out, int64_t ldo) {
+    cuda_pdl_entry();
     const float *xr = x + blockIdx.x * ldx;
     float *o = out + blockIdx.x * ldo;
     double ss = row_sumsq(xr, dim);
@@ -51,6 +52,7 @@ void cuda_op_rmsnorm(ts_backend *be, const float *x, int64_t ldx, int n_rows, in
 /* x += h, then out = rmsnorm(x) * w, a block per row: the two passes of the reference. */
 __global__ static void k_add_rmsnorm(float *x, const float *h, int dim, int64_t ld, const float *w,
                                      float eps, float *out) {
+    cuda_pdl_entry();
     float *xr = x + blockIdx.x * ld;
     const float *hr = h + blockIdx.x * ld;
     float *o = out + blockIdx.x * ld;
@@ -72,6 +74,7 @@ void cuda_op_add_rmsnorm(ts_backend *be, float *x, const float *h, int n_rows, i
  * L2-normalised and scaled as k_l2norm does. */
 __global__ static void k_l2norm_heads(const float *src, int64_t lds, int n_heads, int dim, float eps,
                                       float scale, float *dst) {
+    cuda_pdl_entry();
     int t = blockIdx.x / n_heads, hh = blockIdx.x % n_heads;
     const float *xr = src + t * lds + (int64_t)hh * dim;
     float *o = dst + (int64_t)blockIdx.x * dim;
@@ -89,6 +92,7 @@ void cuda_op_l2norm_heads(ts_backend *be, const float *src, int64_t lds, int n_t
 }
 
 __global__ static void k_l2norm(float *x, int64_t ldx, int dim, float eps, float scale) {
+    cuda_pdl_entry();
     float *xr = x + blockIdx.x * ldx;
     double ss = row_sumsq(xr, dim);
     float inv = 1.0f / sqrtf((float)ss + eps);
@@ -104,6 +108,7 @@ void cuda_op_l2norm(ts_backend *be, float *x, int64_t ldx, int n_rows, int dim, 
 
 __global__ static void k_gated_rmsnorm(const float *x, const float *z, int dv, const float *w,
                                        float eps, float *out) {
+    cuda_pdl_entry();
     const float *xr = x + (int64_t)blockIdx.x * dv, *zr = z + (int64_t)blockIdx.x * dv;
     float *o = out + (int64_t)blockIdx.x * dv;
     double ss = row_sumsq(xr, dv);
@@ -124,6 +129,7 @@ void cuda_op_gated_rmsnorm(ts_backend *be, const float *x, const float *z, int n
 
 __global__ static void k_rope(float *x, int64_t ldx, int n_tok, int n_heads, int64_t head_stride,
                               int rot_dim, const int32_t *pos, float theta) {
+    cuda_pdl_entry();
     int half = rot_dim / 2;
     int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (int64_t)n_tok * n_heads * half) return;
@@ -173,6 +179,7 @@ void cuda_op_rope(ts_backend *be, float *x, int64_t ldx, int n_tok, int n_heads,
 }
 
 __global__ static void k_add(float *dst, const float *src, int64_t n) {
+    cuda_pdl_entry();
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) dst[i] += src[i];
 }
@@ -191,6 +198,7 @@ __device__ static inline float d_gelu_tanh(float x) {
 template <bool GELU>
 __global__ static void k_glu(const float *gate, const float *up, int64_t ldg, int n_tok, int dim,
                              float *out, int64_t ldo) {
+    cuda_pdl_entry();
     int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (int64_t)n_tok * dim) return;
     int64_t t = idx / dim, i = idx % dim;
@@ -216,6 +224,7 @@ void cuda_op_gelu_mul(ts_backend *be, const float *gate, const float *up, int64_
 }
 
 __global__ static void k_softcap(float *x, int64_t n, float cap) {
+    cuda_pdl_entry();
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) x[i] = cap * tanhf(x[i] / cap);
 }
@@ -228,6 +237,7 @@ void cuda_op_softcap(ts_backend *be, float *x, int64_t n, float cap) {
 
 __global__ static void k_sigmoid_gate(float *x, int64_t ldx, const float *g, int64_t ldg,
                                       int n_tok, int n_heads, int head_dim, int64_t gstride) {
+    cuda_pdl_entry();
     int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (int64_t)n_tok * n_heads * head_dim) return;
     int d = (int)(idx % head_dim);
@@ -247,6 +257,7 @@ void cuda_op_sigmoid_gate(ts_backend *be, float *x, int64_t ldx, const float *g,
 
 __global__ static void k_copy_rows(float *dst, int64_t ldd, const float *src, int64_t lds,
                                    int n, int dim) {
+    cuda_pdl_entry();
     int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (int64_t)n * dim) return;
     int64_t r = idx / dim, i = idx % dim;
@@ -306,6 +317,7 @@ __device__ static inline unsigned long long argmax_key(float v, int i) {
 
 __global__ static void k_argmax(const float *x, int64_t ldx, int n_cols,
                                 unsigned long long *keys) {
+    cuda_pdl_entry();
     __shared__ unsigned long long part[32];
     const float *row = x + blockIdx.y * ldx;
     int j0 = blockIdx.x * ARGMAX_CHUNK, j1 = min(n_cols, j0 + ARGMAX_CHUNK);

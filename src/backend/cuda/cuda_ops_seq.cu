@@ -34,6 +34,7 @@ __global__ static void k_attention(const float *q, int64_t ldq, int64_t q_head_s
                                    int pos0, const float *kc, const float *vc, ts_attn_dims d,
                                    float *out, int64_t ldo, const ts_seq_run *runs,
                                    attn_parts parts) {
+    cuda_pdl_entry();
     __shared__ float sm_m[ATTN_WARPS], sm_l[ATTN_WARPS];
     extern __shared__ float sm_acc[]; /* [ATTN_WARPS][head_dim] */
     int h = (int)(blockIdx.x % d.n_heads), i = (int)(blockIdx.x / d.n_heads);
@@ -120,6 +121,7 @@ __global__ static void k_attention(const float *q, int64_t ldq, int64_t q_head_s
 /* Merges the key splits of each (head, query): the same rescaling as the warps' merge above. */
 __global__ static void k_attention_merge(attn_parts parts, ts_attn_dims d, float *out,
                                          int64_t ldo, const ts_seq_run *runs) {
+    cuda_pdl_entry();
     int h = (int)(blockIdx.x % d.n_heads), i = (int)(blockIdx.x / d.n_heads);
     if (runs) {
         ts_seq_run r = runs[blockIdx.y];
@@ -219,6 +221,7 @@ void cuda_op_attention(ts_backend *be, const float *q, int64_t ldq, int64_t q_he
 __global__ static void k_conv1d_silu(const float *x, int64_t ldx, int n, int C, int K,
                                      const float *w, float *state, float *out, int64_t ldo,
                                      const ts_seq_run *runs) {
+    cuda_pdl_entry();
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C) return;
     if (runs) { /* blockIdx.y: the run */
@@ -254,6 +257,7 @@ void cuda_op_conv1d_silu(ts_backend *be, const float *x, int64_t ldx, int n, int
 __global__ static void k_gdn_gates(const float *a, int64_t lda, const float *b, int64_t ldb,
                                    int n, int Hv, const float *neg_exp_a, const float *dt_bias,
                                    float *g, float *beta) {
+    cuda_pdl_entry();
     int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (int64_t)n * Hv) return;
     int64_t t = idx / Hv;
@@ -286,6 +290,7 @@ __global__ static void k_gdn_reg(const float *q, const float *k, int64_t ldqk, c
                                  int64_t ldv, const float *g, const float *beta, int n,
                                  ts_gdn_dims d, float *state, float *out,
                                  const ts_seq_run *runs) {
+    cuda_pdl_entry();
     __shared__ float qs[GDN_WARPS * R], ks[GDN_WARPS * R];
     __shared__ float red[2][GDN_WARPS][32];
     int dk = d.d_k, dv = d.d_v, Hv = d.n_v_heads;
@@ -347,6 +352,7 @@ __global__ static void k_gdn_reg(const float *q, const float *k, int64_t ldqk, c
 __global__ static void k_gdn(const float *q, const float *k, int64_t ldqk, const float *v,
                              int64_t ldv, const float *g, const float *beta, int n,
                              ts_gdn_dims d, float *state, float *out, bool smem_state) {
+    cuda_pdl_entry();
     extern __shared__ float sm[];
     int dk = d.d_k, dv = d.d_v, Hv = d.n_v_heads, h = blockIdx.x, c = threadIdx.x;
     int kh = h / (d.n_v_heads / d.n_k_heads);
@@ -493,6 +499,7 @@ void cuda_op_gdn_runs(ts_backend *be, const float *q, const float *k, int64_t ld
 /* Row i of run r's new keys and values to its cache row pos0 + i. */
 __global__ static void k_kv_store(const float *k, const float *v, int kvw,
                                   const ts_seq_run *runs) {
+    cuda_pdl_entry();
     ts_seq_run r = runs[blockIdx.z];
     int i = blockIdx.y, col = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= r.len || col >= kvw) return;

@@ -33,6 +33,9 @@ struct cq_state {
     /* TESSERA_CUDA_PROFILE=1: ops run one by one between events; time per op name, printed
      * when the backend is destroyed (the gaps between kernels are counted with the kernel) */
     bool profile, profile_graphs; /* =graph: time each graph replay instead */
+    /* programmatic edges between a graph's kernels (compute capability 9.0 and up;
+     * TESSERA_CUDA_PDL=0 turns them off, for comparison) */
+    bool pdl;
     long n_profiled = 0;
     std::map<std::string, cq_prof> prof;
     std::vector<cudaEvent_t> events;
@@ -61,6 +64,10 @@ static cq_state *state_of(cuda_ctx *c) {
     q->profile = pe && strcmp(pe, "1") == 0;
     q->profile_graphs = pe && strcmp(pe, "graph") == 0;
     if (q->profile) q->graphs = false;
+    int major = 0;
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, c->device);
+    const char *pdl = getenv("TESSERA_CUDA_PDL");
+    q->pdl = major >= 9 && !(pdl && strcmp(pdl, "0") == 0);
     if (cudaMallocHost((void **)&q->stage, CQ_STAGE_BYTES) != cudaSuccess) {
         cudaGetLastError();
         q->stage = nullptr; /* uploads then go synchronously */
@@ -263,14 +270,20 @@ static bool graph_build(cuda_ctx *c, cq_state *q, cq_graph *g, uint64_t sig,
                         const std::vector<cq_op> &ops) {
     graph_drop(g);
     if (!cuda_check(c, cudaGraphCreate(&g->graph, 0), "graph create")) return false;
-    g->nodes.resize(ops.size());
-    cudaGraphNode_t prev = nullptr;
+    g->nodes.assign(ops.size(), nullptr);
+    /* the nodes the next one depends on: the previous op's node, or the last nodes of a
+     * captured call */
+    std::vector<cudaGraphNode_t> tails;
     for (size_t i = 0; i < ops.size(); i++) {
         const cq_op *o = &ops[i];
         cudaGraphNode_t *node = &g->nodes[i];
-        const cudaGraphNode_t *dep = prev ? &prev : nullptr;
-        size_t nd = prev ? 1 : 0;
+        /* kernel after kernel: a programmatic edge (see cuda_pdl_entry), added below */
+        bool pdl = q->pdl && i > 0 && o->kind == CQ_KERNEL && ops[i - 1].kind == CQ_KERNEL &&
+                   tails.size() == 1;
+        const cudaGraphNode_t *dep = pdl ? nullptr : tails.data();
+        size_t nd = pdl ? 0 : tails.size();
         cudaError_t err = cudaSuccess;
+        const char *stage = "";
         switch (o->kind) {
         case CQ_KERNEL: {
             void *params[CQ_MAX_ARGS];
@@ -282,6 +295,13 @@ static bool graph_build(cuda_ctx *c, cq_state *q, cq_graph *g, uint64_t sig,
             p.sharedMemBytes = o->smem;
             p.kernelParams = params;
             err = cudaGraphAddKernelNode(node, g->graph, dep, nd, &p);
+            if (err == cudaSuccess && pdl) {
+                cudaGraphEdgeData e = {};
+                e.from_port = cudaGraphKernelNodePortProgrammatic;
+                e.type = cudaGraphDependencyTypeProgrammatic;
+                err = cudaGraphAddDependencies(g->graph, &tails[0], node, &e, 1);
+                stage = "programmatic edge";
+            }
             break;
         }
         case CQ_COPY:
@@ -299,29 +319,38 @@ static bool graph_build(cuda_ctx *c, cq_state *q, cq_graph *g, uint64_t sig,
             break;
         }
         case CQ_CALL: {
-            cudaGraph_t child = nullptr;
-            err = cudaStreamBeginCapture(q->cap_stream, cudaStreamCaptureModeThreadLocal);
-            if (err == cudaSuccess) {
-                o->call(c, q->cap_stream, o->args);
-                err = cudaStreamEndCapture(q->cap_stream, &child);
-            }
-            if (err == cudaSuccess)
-                err = cudaGraphAddChildGraphNode(node, g->graph, dep, nd, child);
-            if (child) cudaGraphDestroy(child);
+            /* captured straight into this graph after the current tails (a child graph may
+             * not hold what cuBLAS records on Hopper, such as programmatic launches) */
+            stage = "capture";
+            err = cudaStreamBeginCaptureToGraph(q->cap_stream, g->graph, dep, nullptr, nd,
+                                                cudaStreamCaptureModeThreadLocal);
+            if (err != cudaSuccess) break;
+            o->call(c, q->cap_stream, o->args);
+            cudaStreamCaptureStatus cs;
+            const cudaGraphNode_t *last = nullptr;
+            size_t nlast = 0;
+            err = cudaStreamGetCaptureInfo(q->cap_stream, &cs, nullptr, nullptr, &last, nullptr,
+                                           &nlast);
+            std::vector<cudaGraphNode_t> after(last, last + (err == cudaSuccess ? nlast : 0));
+            cudaGraph_t same = nullptr;
+            cudaError_t end = cudaStreamEndCapture(q->cap_stream, &same);
+            if (err == cudaSuccess) err = end;
+            if (err == cudaSuccess && !after.empty()) tails = after;
             break;
         }
         }
         if (err != cudaSuccess) { /* not fatal: the caller runs the ops one by one */
             cudaGetLastError();
             if (!q->warned_build)
-                fprintf(stderr, "tessera: cuda: no graph for a step (%s at op %zu, %s): running "
-                                "its ops one by one\n",
-                        cudaGetErrorString(err), i, o->what ? o->what : "?");
+                fprintf(stderr, "tessera: cuda: no graph for a step (%s at op %zu, %s%s%s): "
+                                "running its ops one by one\n",
+                        cudaGetErrorString(err), i, o->what ? o->what : "?", *stage ? ", " : "",
+                        stage);
             q->warned_build = true;
             graph_drop(g);
             return false;
         }
-        prev = *node;
+        if (o->kind != CQ_CALL) tails.assign(1, *node);
     }
     cudaError_t ierr = cudaGraphInstantiate(&g->exec, g->graph, 0);
     if (ierr != cudaSuccess) {
