@@ -744,6 +744,19 @@ static void test_fixtures(const char *family) {
     }
 }
 
+/* Whether TS_CUDA_ONLY (a comma-separated list of section names) selects this section; all
+ * run when it is unset. Prints the section's name when it runs. */
+static bool section(const char *name) {
+    const char *only = tu_env("TS_CUDA_ONLY", "");
+    size_t n = strlen(name);
+    bool on = !*only;
+    for (const char *p = only; *p && !on; p += strcspn(p, ",") + (p[strcspn(p, ",")] == ',')) {
+        on = strncmp(p, name, n) == 0 && (p[n] == ',' || p[n] == '\0');
+    }
+    if (on) printf("%s\n", name);
+    return on;
+}
+
 int main(void) {
     setvbuf(stdout, NULL, _IONBF, 0); /* progress survives a crash */
     ts_status st = ts_backend_cuda_create(0, &gpu);
@@ -753,37 +766,35 @@ int main(void) {
     }
     CHECK(ts_backend_cpu_create(2, -1, &cpu) == TS_OK);
     printf("device: %s\n", ts_backend_cuda_device_name(gpu));
-    printf("rows ops\n");
-    test_rows_ops();
-    printf("elementwise\n");
-    test_elementwise();
-    printf("attention\n");
-    test_attention();
-    printf("conv, gates\n");
-    test_conv_gates();
-    printf("gdn\n");
-    test_gdn(2, 4, 128, 128);
-    test_gdn(1, 2, 64, 32);
-    test_gdn(1, 1, 256, 256); /* the largest head kept in registers */
-    test_gdn(1, 2, 300, 40);   /* over 256 keys: state in shared memory */
-    test_gdn(1, 1, 320, 512); /* 640 KiB of state: stays in global memory */
-    test_gdn_runs(2, 4, 128, 128);
-    test_gdn_runs(1, 1, 256, 64);
-    printf("attention runs\n");
-    test_attention_runs();
-    printf("argmax\n");
-    test_argmax();
-    printf("matmul\n");
-    test_matmul();
     /* TS_CUDA_QUICK=1 (for the sanitizers, which run kernels 10-100x slower): no fixture
-     * prompts, the graph and multi-sequence tests still run */
-    if (strcmp(tu_env("TS_CUDA_QUICK", "0"), "1") != 0) {
+     * prompts, the graph and multi-sequence tests still run. TS_CUDA_ONLY=gdn,attention,...
+     * runs only those sections (a sanitizer pass over some kernels fits a time limit). */
+    bool quick = strcmp(tu_env("TS_CUDA_QUICK", "0"), "1") == 0;
+    if (section("rows")) test_rows_ops();
+    if (section("elementwise")) test_elementwise();
+    if (section("attention")) test_attention();
+    if (section("conv")) test_conv_gates();
+    if (section("gdn")) {
+        test_gdn(2, 4, 128, 128);
+        test_gdn(1, 2, 64, 32);
+        test_gdn(1, 1, 256, 256); /* the largest head kept in registers */
+        test_gdn(1, 2, 300, 40);   /* over 256 keys: state in shared memory */
+        test_gdn(1, 1, 320, 512); /* 640 KiB of state: stays in global memory */
+        test_gdn_runs(2, 4, 128, 128);
+        test_gdn_runs(1, 1, 256, 64);
+    }
+    if (section("attention")) test_attention_runs();
+    if (section("argmax")) test_argmax();
+    if (section("matmul")) test_matmul();
+    if (!quick && section("fixtures")) {
         test_fixtures("qwen35");
         test_fixtures("gemma3");
     }
-    test_graph_decode();
-    test_multi_runs("qwen35");
-    test_multi_runs("gemma3");
+    if (section("graph")) test_graph_decode();
+    if (section("runs")) {
+        test_multi_runs("qwen35");
+        test_multi_runs("gemma3");
+    }
     ts_backend_free(cpu);
     ts_backend_free(gpu);
     for (size_t i = 0; i < sizeof kept / sizeof *kept; i++) free(kept[i]);
