@@ -27,6 +27,7 @@ ts_status serve_decoder_init(serve_decoder *d, const serve_decoder_opts *o) {
     d->slot = calloc((size_t)d->n_ctx, sizeof *d->slot);
     d->want = malloc(PREFILL_CHUNK);
     d->pending_snap = -1;
+    d->slot_known = false;
     if (!d->want || !d->logits || !d->gen_count || !d->seen || !d->seq || !d->pos || !d->slot)
         return ts_error(TS_ERR_NOMEM, "out of memory for the decoder");
     return TS_OK;
@@ -162,14 +163,32 @@ static void sleep_ms(int ms) {
     nanosleep(&ts, NULL);
 }
 
-/* Restores the best snapshot into slot 0 (or clears it); returns the tokens reused. A snapshot
- * of the whole prompt comes with its logits, which replace the prefill. */
-static int restore_prefix(serve_decoder *d, const serve_job *j) {
+/* How much of the new prompt the working slot already holds: slot 0 keeps seq[0, slot_len)
+ * of the previous job (its prompt and answer, or the prefix prepared for the next turn). A
+ * follow-up that was already waiting when that job ended - before its state could be kept as
+ * a snapshot - still starts there when it extends it (a continued completion, a chat turn
+ * whose template renders the answer back as it was generated). Shorter than the prompt: its
+ * last token must run for the logits. */
+static int held_prefix(const serve_decoder *d, const serve_job *j) {
+    if (!d->slot_known || d->o.cache->n == 0) return 0; /* --cache-mb 0: no prefix reuse */
+    int held = ts_engine_slot_len(d->o.engine, 0);
+    if (held <= 0 || held > d->n_seq || held >= j->n_ids) return 0;
+    return memcmp(d->seq, j->ids, (size_t)held * sizeof *j->ids) == 0 ? held : 0;
+}
+
+/* Puts the longest reusable prefix into slot 0 - a snapshot (which, for the whole prompt, comes
+ * with its logits that replace the prefill), or the held tokens already there - or clears it;
+ * returns the tokens reused. */
+static int restore_prefix(serve_decoder *d, const serve_job *j, int held) {
     const serve_snapshot *s = serve_prefix_cache_find_prompt(d->o.cache, j->ids, j->n_ids);
-    if (s && ts_engine_slot_copy(d->o.engine, s->slot, 0) == TS_OK) {
-        if (s->len == j->n_ids)
-            memcpy(d->logits, s->logits, (size_t)d->n_vocab * sizeof *d->logits);
-        return s->len;
+    if (s && s->len >= held) {
+        if (ts_engine_slot_copy(d->o.engine, s->slot, 0) == TS_OK) {
+            if (s->len == j->n_ids)
+                memcpy(d->logits, s->logits, (size_t)d->n_vocab * sizeof *d->logits);
+            return s->len;
+        }
+    } else if (held > 0) {
+        return held;
     }
     ts_engine_slot_clear(d->o.engine, 0);
     return 0;
@@ -275,13 +294,14 @@ void serve_decoder_run(serve_decoder *d, serve_job *j, serve_finish *how, char *
     *how = SERVE_FINISH_ERROR;
     d->answer_pending = false;
     d->pending_snap = -1;
+    int held = held_prefix(d, j); /* before seq becomes the new prompt */
     memcpy(d->seq, j->ids, (size_t)j->n_ids * sizeof *j->ids);
     d->n_seq = j->n_ids;
     memset(d->gen_count, 0, (size_t)d->n_vocab * sizeof *d->gen_count);
     memset(d->seen, 0, (size_t)d->n_vocab);
     for (int i = 0; i < j->n_ids; i++) d->seen[j->ids[i]] = 1;
 
-    int start = restore_prefix(d, j);
+    int start = restore_prefix(d, j, held);
     pthread_mutex_lock(&j->mu);
     j->prompt_tokens = j->n_ids;
     j->cached_tokens = start;
@@ -301,6 +321,8 @@ void serve_decoder_run(serve_decoder *d, serve_job *j, serve_finish *how, char *
         snprintf(err, err_size, "%s", ts_last_error());
     }
     if (*how == SERVE_FINISH_CANCELLED || *how == SERVE_FINISH_ERROR) d->answer_pending = false;
+    /* cancelled work stops between forward calls: slot 0 still holds a prefix of seq */
+    d->slot_known = st == TS_OK || st == TS_ERR_CANCELLED;
 }
 
 void serve_decoder_snapshot_answer(serve_decoder *d) {
@@ -308,7 +330,10 @@ void serve_decoder_snapshot_answer(serve_decoder *d) {
     d->answer_pending = false;
     int held = ts_engine_slot_len(d->o.engine, 0);
     if (held != d->n_seq - 1 || d->n_seq > d->n_ctx) return;
-    if (prefill(d, NULL, held, d->n_seq, false) != TS_OK) return;
+    if (prefill(d, NULL, held, d->n_seq, false) != TS_OK) {
+        d->slot_known = false;
+        return;
+    }
     snapshot(d, d->n_seq);
 }
 
@@ -400,7 +425,10 @@ bool serve_decoder_prepare_next_turn(serve_decoder *d, const serve_job *j,
     free(ids);
     ts_status st = prefill_chunked(d, interrupt, ctx, NEXT_TURN_CHUNK, start, cut, false);
     *prefilled = ts_engine_slot_len(d->o.engine, 0) - start;
-    if (st != TS_OK) return false;
+    if (st != TS_OK) {
+        d->slot_known = st == TS_ERR_CANCELLED; /* interrupted between chunks: still a prefix */
+        return false;
+    }
     snapshot(d, cut);
     return true;
 }

@@ -42,6 +42,7 @@ typedef struct {
     int32_t *pos, *slot;
     uint8_t *want; /* [prefill chunk] */
     bool answer_pending; /* seq holds an answer whose state may be snapshotted */
+    bool slot_known;     /* slot 0 holds seq[0, slot_len(0)) (false after a failed forward) */
     int pending_snap;    /* snapshot slot still to receive the prompt's state, or -1 */
 } serve_decoder;
 

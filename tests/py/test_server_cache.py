@@ -142,6 +142,33 @@ def test_completion_continuation_uses_answer_snapshot(warm, cold):
     assert r2["choices"][0]["token_ids"] == c2["choices"][0]["token_ids"]
 
 
+def test_waiting_continuation_starts_from_the_working_state(cold):
+    """A continuation already queued when the answer ends - so the worker keeps no snapshot of
+    the answer - starts from the state the answer left in the working slot: all of prompt and
+    answer but the answer's last token (never run) is reused, and the tokens match a cold run."""
+    st, _, t = cold.post("/tokenize", {"content": "Once upon a time " * 20})
+    ids = t["tokens"]
+    body = {"prompt": ids, "max_tokens": 12, "temperature": 0, "return_token_ids": True}
+    st, _, c = cold.post("/v1/completions", body)
+    out = c["choices"][0]["token_ids"]
+    assert st == 200 and len(out) == 12
+    more = {"prompt": ids + out + [5, 6, 7], "max_tokens": 6, "temperature": 0,
+            "return_token_ids": True}
+    st, _, c2 = cold.post("/v1/completions", more)
+    with Server("--debug-step-delay-ms", "40") as s:
+        import threading
+        first = {}
+        t1 = threading.Thread(target=lambda: first.update(r=s.post("/v1/completions", body)))
+        t1.start()
+        time.sleep(0.25)  # the first is decoding (12 steps of 40 ms); the second queues
+        st2, _, r2 = s.post("/v1/completions", more)
+        t1.join()
+        assert first["r"][0] == 200 and first["r"][2]["choices"][0]["token_ids"] == out
+        assert st2 == 200
+        assert r2["usage"]["prompt_tokens_details"]["cached_tokens"] == len(ids) + len(out) - 1
+        assert r2["choices"][0]["token_ids"] == c2["choices"][0]["token_ids"]
+
+
 def ttft(srv, msgs):
     c = srv.client()
     t0 = time.perf_counter()
