@@ -6,15 +6,27 @@
  * Q4_0, Q4_K, Q6_K and Q8_0 have their own tile (mmq_il_tile below): it takes 8 blocks of 32
  * (a K-quant super-block, 8 Q4_0 / Q8_0 blocks) per step, decodes them into 4 zmm in the order
  * of cpu_q8act_interleave (_q8), and accumulates the 4 VNNI dots in one register whose lanes
- * then add up to the 8 block sums (Q6_K: two registers, one per 16-element scale). The
- * per-block fp32 work (convert, scale, accumulate) runs once per 8 blocks on 8 lanes instead
- * of once per block on a broadcast: the shared body spends ~10 instructions per 32 weights per
- * row, this one ~3-5, which is what decode needs to approach the memory bandwidth, and
- * prefill does 4 fp32 ops per 256 products instead of 16-24. One Zen 4 core (test_quant
- * --bench, 1 thread): decode Q4_0 15 -> 25 GB/s, Q4_K 15 -> 18, Q6_K 15 -> 19; prefill Q4_0
- * 95 -> 180 GFLOP/s, Q4_K 105 -> 150, Q8_0 93 -> 120, Q6_K 95 -> 105. Q5_0 (its high bits
- * need a byte spread per row) came out slower this way (12 GB/s against 17): it keeps the
- * shared body. */
+ * then add up to the 8 block sums (Q6_K: two registers, one per 16-element scale, added into
+ * the 16 lanes of one fp32 accumulator). The per-block fp32 work (convert, scale, accumulate)
+ * runs once per 8 blocks on 8 (Q6_K: 16) lanes instead of once per block on a broadcast: the
+ * shared body spends ~10 instructions per 32 weights per row, this one ~3-5, which is what
+ * decode needs to approach the memory bandwidth, and prefill does 4 fp32 ops per 256 products
+ * instead of 16-24. Q5_0 (its high bits need a byte spread per row) came out slower this way
+ * (12 GB/s against 17): it keeps the shared body.
+ *
+ * One Zen 4 core decodes (test_quant --bench hot, a matrix in L2, so the kernel's own speed)
+ * Q4_K at 23.7 GB/s and Q6_K at 25.5 (one token; two tokens 17.5 / 19), about what it does
+ * from DRAM: the decoders are bound by the vector ports, where on Zen 4 the 512-bit permutes,
+ * shifts, conversions and vpdpbusd compete (each one per cycle). From 18.7 / 19.8 GB/s: the
+ * decoders' loops unrolled (GCC had kept the 4 code vectors in a stack array: +16%); Q4_K's
+ * high nibbles dotted in place (16 q, no shift; the activation scales of those blocks carry
+ * the 1/16: +6%, bit-identical); Q6_K's two scales per block kept apart in 16 lanes until the
+ * row is done, its code offset 32 through one FMA instead of a multiply, a fold and a
+ * subtract per row and token (+11%). Tried and dropped: Q6_K's qh from broadcast loads and
+ * blends instead of a permute (-13%); Q6_K codes where they lie, in natural order, with a
+ * transpose-and-add of the sums (+3%: the transpose costs what the permutes did); Q4_K's 6-bit
+ * scales unpacked in general-purpose registers (-3%) or for two rows at once (+1%); two
+ * dot-product chains (0). */
 #include "backend/cpu/matmul_q.h"
 
 #include <immintrin.h>
@@ -61,8 +73,14 @@ static const _Alignas(64) int32_t IL_Q4K_IDX[4][16] = {
     {4, 4, 12, 12, 20, 20, 28, 28, 5, 5, 13, 13, 21, 21, 29, 29},
     {6, 6, 14, 14, 22, 22, 30, 30, 7, 7, 15, 15, 23, 23, 31, 31},
 };
-static const _Alignas(64) int32_t IL_Q4K_SHIFT[16] = {0, 4, 0, 4, 0, 4, 0, 4,
-                                                      0, 4, 0, 4, 0, 4, 0, 4};
+/* Odd blocks are high nibbles: they are kept in place (16 q) instead of shifted down, which
+ * saves a shift per vector on the ports the permutes and dot products need; their activation
+ * scales are divided by 16 (IL_Q4K_DA16), exactly, so every product comes out as before. */
+static const _Alignas(64) uint32_t IL_Q4K_NIB[16] = {
+    0x0f0f0f0f, 0xf0f0f0f0, 0x0f0f0f0f, 0xf0f0f0f0, 0x0f0f0f0f, 0xf0f0f0f0, 0x0f0f0f0f, 0xf0f0f0f0,
+    0x0f0f0f0f, 0xf0f0f0f0, 0x0f0f0f0f, 0xf0f0f0f0, 0x0f0f0f0f, 0xf0f0f0f0, 0x0f0f0f0f, 0xf0f0f0f0};
+static const _Alignas(32) float IL_Q4K_DA16[8] = {1.0f, 0.0625f, 1.0f, 0.0625f,
+                                                  1.0f, 0.0625f, 1.0f, 0.0625f};
 /* Q4_0 block s: d at byte 18s; code byte j at 18s + 2 + j holds element j (low nibble) and
  * j + 16 (high). X_h (h = 0, 1), dword lane i: code dword 2h + i / 8 of block i % 8, i.e.
  * words 9s + 1 + 2 (2h + i / 8) and the next; rows h and h + 2 are its low and high nibbles.
@@ -114,14 +132,14 @@ static const _Alignas(64) int32_t IL_Q6K_ROT[16] = {4, 2, 0, 30, 4, 2, 0, 30,
 #define IL_BLOCK7_WORDS ((__mmask32)0xc000c000u)
 
 /* 8 blocks decoded for the interleaved tile: z[4] in the order of cpu_q8act_interleave (_q8);
- * scale: the 8 block scales (Q4_0, Q8_0: d; Q4_K: d * sc; Q6_K: d * sc of elements 0-15 and,
- * in scale_hi, of 16-31); offset: what each block's activation sum s is multiplied by and
- * subtracted (Q4_0: 8 d, Q8_0: 128 d, Q4_K: dmin * m); Q6_K: offset16, 32 d * sc per
- * 16-element sub-block against s16. */
+ * scale: the 8 block scales (Q4_0, Q8_0: d; Q4_K: d * sc); offset: what each block's
+ * activation sum s is multiplied by and subtracted (Q4_0: 8 d, Q8_0: 128 d, Q4_K: dmin * m).
+ * Q6_K: scale16, d * sc of the 16 sub-blocks, the first 16 elements of blocks 0-7 in lanes 0-7
+ * and their last 16 in lanes 8-15 (the order il_q6k_sums leaves the integer sums in). */
 typedef struct {
     __m512i z[4];
-    __m256 scale, scale_hi, offset;
-    __m512 offset16;
+    __m256 scale, offset;
+    __m512 scale16;
 } il_weights;
 
 INLINE void il_decode(ts_dtype dt, const uint8_t *p, il_weights *wt) {
@@ -131,11 +149,11 @@ INLINE void il_decode(ts_dtype dt, const uint8_t *p, il_weights *wt) {
     if (dt == TS_DTYPE_Q4_K) {
         const ts_block_q4_K *k = (const ts_block_q4_K *)p;
         const __m512i q0 = _mm512_loadu_si512(k->qs), q1 = _mm512_loadu_si512(k->qs + 64);
+        UNROLL(4)
         for (int r = 0; r < 4; r++)
-            z[r] = _mm512_and_si512(_mm512_srlv_epi32(_mm512_permutex2var_epi32(
-                                                          q0, _mm512_load_si512(IL_Q4K_IDX[r]), q1),
-                                                      _mm512_load_si512(IL_Q4K_SHIFT)),
-                                    low4);
+            z[r] = _mm512_and_si512(
+                _mm512_permutex2var_epi32(q0, _mm512_load_si512(IL_Q4K_IDX[r]), q1),
+                _mm512_load_si512(IL_Q4K_NIB));
         /* the 6-bit fields (layout in quant.h) as bytes sc[0..7], m[0..7]: low bits from
          * bytes 0-3 (sc 0-3), 8-11 low nibbles (sc 4-7), 4-7 (m 0-3), 8-11 high nibbles
          * (m 4-7); bits 4-5 of sc / m 4-7 from the top bits of bytes 0-3 / 4-7 */
@@ -160,6 +178,7 @@ INLINE void il_decode(ts_dtype dt, const uint8_t *p, il_weights *wt) {
         const ts_block_q6_K *k = (const ts_block_q6_K *)p;
         const __m512i l0 = _mm512_loadu_si512(k->ql), l1 = _mm512_loadu_si512(k->ql + 64);
         const __m512i h = _mm512_loadu_si512(k->qh);
+        UNROLL(4)
         for (int r = 0; r < 4; r++) {
             __m512i lo = _mm512_permutex2var_epi32(l0, _mm512_load_si512(IL_Q6K_QL[r]), l1);
             lo = _mm512_and_si512(_mm512_srlv_epi32(lo, _mm512_load_si512(IL_Q6K_SHIFT)), low4);
@@ -168,24 +187,24 @@ INLINE void il_decode(ts_dtype dt, const uint8_t *p, il_weights *wt) {
                                   _mm512_set1_epi8(0x30));
             z[r] = _mm512_or_si512(lo, hi);
         }
-        const __m512 sc = _mm512_mul_ps(
-            _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)k->scales))),
-            _mm512_set1_ps(_cvtsh_ss(k->d)));
-        *scale = _mm512_castps512_ps256(_mm512_permutexvar_ps(
-            _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 0, 0, 0, 0, 0, 0, 0, 0), sc));
-        wt->scale_hi = _mm512_castps512_ps256(_mm512_permutexvar_ps(
-            _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 0, 0, 0, 0, 0, 0, 0, 0), sc));
-        wt->offset16 = _mm512_mul_ps(sc, _mm512_set1_ps(32.0f));
+        /* sub-block scales 0, 2, .. 14 then 1, 3, .. 15 */
+        const __m128i sc =
+            _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)k->scales),
+                             _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15));
+        wt->scale16 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(sc)),
+                                    _mm512_set1_ps(_cvtsh_ss(k->d)));
     } else if (dt == TS_DTYPE_Q8_0) {
         /* blocks of 34 bytes: codes of block s at 34s + 2. Pairs of blocks [s | s + 1] as
          * qwords 0-3 / 4-7; then qword k of blocks 0-3 and of 4-7 into the halves of row k */
         __m512i pair[4], lo[2], hi[2];
+        UNROLL(4)
         for (int i = 0; i < 4; i++)
             pair[i] = _mm512_inserti64x4(
                 _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(p + 68 * i + 2))),
                 _mm256_loadu_si256((const __m256i *)(p + 68 * i + 36)), 1);
         const __m512i k01 = _mm512_setr_epi64(0, 4, 8, 12, 1, 5, 9, 13);
         const __m512i k23 = _mm512_setr_epi64(2, 6, 10, 14, 3, 7, 11, 15);
+        UNROLL(4)
         for (int h = 0; h < 2; h++) {
             lo[h] = _mm512_permutex2var_epi64(pair[2 * h], k01, pair[2 * h + 1]);
             hi[h] = _mm512_permutex2var_epi64(pair[2 * h], k23, pair[2 * h + 1]);
@@ -208,6 +227,7 @@ INLINE void il_decode(ts_dtype dt, const uint8_t *p, il_weights *wt) {
     } else {
         const __m512i a0 = _mm512_loadu_si512(p), a1 = _mm512_loadu_si512(p + 64);
         const __m512i b7 = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(p + 128)));
+        UNROLL(4)
         for (int h = 0; h < 2; h++) {
             __m512i x = _mm512_permutex2var_epi16(a0, _mm512_load_si512(IL_Q40_IDX[h]), a1);
             x = _mm512_mask_permutexvar_epi16(x, IL_BLOCK7_WORDS, _mm512_load_si512(IL_Q40_IDX7[h]),
@@ -256,29 +276,8 @@ INLINE void il_rows(ts_dtype dt, const uint8_t *const *w, const uint8_t *pf, siz
             UNROLL(8)
             for (int t = 0; t < T; t++) {
                 const int8_t *aq = A[t].q + 256 * ch;
-                const __m256 da = _mm256_loadu_ps(A[t].d + 8 * ch);
-                if (dt == TS_DTYPE_Q6_K) { /* two scales per block: rows 0-1 and 2-3 */
-                    __m512i s0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wt.z[0],
-                                                     _mm512_loadu_si512(aq));
-                    __m512i s1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wt.z[2],
-                                                     _mm512_loadu_si512(aq + 128));
-                    s0 = _mm512_dpbusd_epi32(s0, wt.z[1], _mm512_loadu_si512(aq + 64));
-                    s1 = _mm512_dpbusd_epi32(s1, wt.z[3], _mm512_loadu_si512(aq + 192));
-                    const __m256 f0 = _mm256_cvtepi32_ps(_mm256_add_epi32(
-                        _mm512_castsi512_si256(s0), _mm512_extracti64x4_epi64(s0, 1)));
-                    const __m256 f1 = _mm256_cvtepi32_ps(_mm256_add_epi32(
-                        _mm512_castsi512_si256(s1), _mm512_extracti64x4_epi64(s1, 1)));
-                    acc[q][t] = _mm256_fmadd_ps(f0, _mm256_mul_ps(wt.scale, da), acc[q][t]);
-                    acc[q][t] = _mm256_fmadd_ps(f1, _mm256_mul_ps(wt.scale_hi, da), acc[q][t]);
-                    /* the 16 offsets fold onto 8 lanes: only the total counts */
-                    const __m512 o =
-                        _mm512_mul_ps(wt.offset16, _mm512_loadu_ps(A[t].s16 + 16 * ch));
-                    acc[q][t] = _mm256_sub_ps(acc[q][t],
-                                              _mm256_add_ps(_mm512_castps512_ps256(o),
-                                                            _mm256_castpd_ps(_mm512_extractf64x4_pd(
-                                                                _mm512_castps_pd(o), 1))));
-                    continue;
-                }
+                __m256 da = _mm256_loadu_ps(A[t].d + 8 * ch);
+                if (dt == TS_DTYPE_Q4_K) da = _mm256_mul_ps(da, _mm256_load_ps(IL_Q4K_DA16));
                 __m512i s = _mm512_setzero_si512();
                 UNROLL(4)
                 for (int r = 0; r < 4; r++)
@@ -293,6 +292,53 @@ INLINE void il_rows(ts_dtype dt, const uint8_t *const *w, const uint8_t *pf, siz
                     _mm256_fmadd_ps(_mm256_cvtepi32_ps(s8), _mm256_mul_ps(wt.scale, da), acc[q][t]);
                 acc[q][t] =
                     _mm256_fnmadd_ps(wt.offset, _mm256_loadu_ps(A[t].s + 8 * ch), acc[q][t]);
+            }
+        }
+    }
+}
+
+/* The 16 sub-block sums of one Q6_K super-block against one token, as fp32: lanes 0-7 the
+ * first 16 elements of blocks 0-7 (rows 0-1 of the interleave), lanes 8-15 the last 16. */
+INLINE __m512 il_q6k_sums(const il_weights *wt, const int8_t *aq) {
+    __m512i s0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wt->z[0], _mm512_loadu_si512(aq));
+    __m512i s1 =
+        _mm512_dpbusd_epi32(_mm512_setzero_si512(), wt->z[2], _mm512_loadu_si512(aq + 128));
+    s0 = _mm512_dpbusd_epi32(s0, wt->z[1], _mm512_loadu_si512(aq + 64));
+    s1 = _mm512_dpbusd_epi32(s1, wt->z[3], _mm512_loadu_si512(aq + 192));
+    /* lanes j and j + 8 of each are block j: [s0 lo + s0 hi | s1 lo + s1 hi] */
+    const __m512i s =
+        _mm512_add_epi32(_mm512_shuffle_i64x2(s0, s1, 0x44), _mm512_shuffle_i64x2(s0, s1, 0xee));
+    return _mm512_cvtepi32_ps(s);
+}
+
+/* Q6_K: as il_rows, with 16-lane accumulators (one lane per sub-block scale). Per token and
+ * super-block, the activation scales of the 8 blocks twice (da2) and 32 s16 in the order of
+ * scale16 (s16x32) are formed once for all rows; per row and token that leaves the dots, one
+ * convert, one multiply and two FMAs (the offset 32 of the codes through s16). */
+INLINE void il_rows_q6k(const uint8_t *const *w, const uint8_t *pf, size_t pf_step,
+                        const cpu_q8act *A, int64_t chunks, __m512 acc[MMQ_R][MMQ_T], int q0,
+                        int RS, int T) {
+    const __m512i even_odd =
+        _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+    for (int64_t ch = 0; ch < chunks; ch++) {
+        if (pf) mmq_prefetch_step(pf, (size_t)ch, (int)pf_step);
+        __m512 da2[MMQ_T], s16x32[MMQ_T];
+        UNROLL(8)
+        for (int t = 0; t < T; t++) {
+            da2[t] = _mm512_broadcast_f32x8(_mm256_loadu_ps(A[t].d + 8 * ch));
+            s16x32[t] =
+                _mm512_mul_ps(_mm512_permutexvar_ps(even_odd, _mm512_loadu_ps(A[t].s16 + 16 * ch)),
+                              _mm512_set1_ps(32.0f));
+        }
+        UNROLL(8)
+        for (int q = q0; q < q0 + RS; q++) {
+            il_weights wt;
+            il_decode(TS_DTYPE_Q6_K, w[q] + (size_t)210 * (size_t)ch, &wt);
+            UNROLL(8)
+            for (int t = 0; t < T; t++) {
+                const __m512 f = il_q6k_sums(&wt, A[t].q + 256 * ch);
+                acc[q][t] = _mm512_fmadd_ps(f, _mm512_mul_ps(wt.scale16, da2[t]), acc[q][t]);
+                acc[q][t] = _mm512_fnmadd_ps(wt.scale16, s16x32[t], acc[q][t]);
             }
         }
     }
@@ -314,7 +360,29 @@ INLINE void mmq_il_tile(ts_dtype dt, const uint8_t *const *w, const uint8_t *pf,
     if (pf && !chunks) mmq_prefetch_step(pf, 0, (int)block_bytes);
     /* more than 8 accumulators spill (with the 4 codes vectors and the scales): beyond 2
      * tokens the rows go in two or four passes, the first one prefetching for all */
-    if (T > 2 && (dt == TS_DTYPE_Q6_K || dt == TS_DTYPE_Q4_K)) {
+    if (dt == TS_DTYPE_Q6_K) {
+        __m512 acc16[MMQ_R][MMQ_T];
+        UNROLL(8)
+        for (int q = 0; q < MMQ_R; q++) {
+            UNROLL(8)
+            for (int t = 0; t < T; t++)
+                acc16[q][t] = _mm512_setzero_ps();
+        }
+        /* more than 2 tokens: one row a pass (the accumulators and codes fill the registers) */
+        if (T > 2) {
+            for (int q = 0; q < MMQ_R; q++)
+                il_rows_q6k(w, q ? NULL : pf, pf_step, A, chunks, acc16, q, 1, T);
+        } else {
+            il_rows_q6k(w, pf, pf_step, A, chunks, acc16, 0, MMQ_R, T);
+        }
+        UNROLL(8)
+        for (int q = 0; q < MMQ_R; q++) {
+            UNROLL(8)
+            for (int t = 0; t < T; t++)
+                acc[q][t] = _mm256_add_ps(_mm512_castps512_ps256(acc16[q][t]),
+                                          _mm512_extractf32x8_ps(acc16[q][t], 1));
+        }
+    } else if (T > 2 && dt == TS_DTYPE_Q4_K) {
         for (int q = 0; q < MMQ_R; q++)
             il_rows(dt, w, q ? NULL : pf, pf_step, A, chunks, acc, q, 1, T);
     } else if (T > 2) {
