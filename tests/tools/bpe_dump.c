@@ -24,41 +24,7 @@
 #include <string.h>
 #include <time.h>
 
-static double clock_s(clockid_t clock) {
-    struct timespec ts;
-    clock_gettime(clock, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static double now_s(void) { return clock_s(CLOCK_MONOTONIC); }
-
-static void print_hex(const char *s, size_t n) {
-    static const char digits[] = "0123456789abcdef";
-    for (size_t i = 0; i < n; i++) {
-        putchar(digits[(uint8_t)s[i] >> 4]);
-        putchar(digits[(uint8_t)s[i] & 15]);
-    }
-}
-
-static int hexval(int c) {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-}
-
-/* Decodes hex in place; returns the byte count, or -1 on a malformed line. */
-static long unhex(char *line, size_t n) {
-    while (n && (line[n - 1] == '\n' || line[n - 1] == '\r'))
-        n--;
-    if (n % 2) return -1;
-    for (size_t i = 0; i < n; i += 2) {
-        int hi = hexval(line[i]), lo = hexval(line[i + 1]);
-        if (hi < 0 || lo < 0) return -1;
-        line[i / 2] = (char)(hi * 16 + lo);
-    }
-    return (long)(n / 2);
-}
+#include "dump_util.h"
 
 /* Prints TAB hex(decode) TAB hex(streamed decode). */
 static int print_decodes(const ts_bpe *t, const ts_ids *ids, bool skip_special) {
@@ -69,7 +35,7 @@ static int print_decodes(const ts_bpe *t, const ts_ids *ids, bool skip_special) 
         return 1;
     }
     putchar('\t');
-    print_hex(text, len);
+    dump_print_hex(text, len);
     free(text);
     ts_token_source src;
     ts_bpe_token_source(t, &src);
@@ -85,7 +51,7 @@ static int print_decodes(const ts_bpe *t, const ts_ids *ids, bool skip_special) 
             printf("ERR %s", ts_last_error());
             break;
         }
-        print_hex(piece, n);
+        dump_print_hex(piece, n);
     }
     ts_detok_free(d);
     return 0;
@@ -98,7 +64,7 @@ static ts_status print_piece(void *ctx, const char *p, size_t n, int32_t added_i
     if (added_id >= 0)
         printf("#%d", (int)added_id);
     else
-        print_hex(p, n);
+        dump_print_hex(p, n);
     return TS_OK;
 }
 
@@ -107,7 +73,7 @@ static int cmd_split(const ts_bpe *t, FILE *in, bool parse_special) {
     size_t cap = 0;
     ssize_t got;
     while ((got = getline(&line, &cap, in)) >= 0) {
-        long n = unhex(line, (size_t)got);
+        long n = dump_unhex(line, (size_t)got);
         if (n < 0) {
             fprintf(stderr, "malformed hex line\n");
             return 1;
@@ -127,7 +93,7 @@ static int cmd_encode(const ts_bpe *t, FILE *in, bool parse_special) {
     ssize_t got;
     ts_ids ids = {0};
     while ((got = getline(&line, &cap, in)) >= 0) {
-        long n = unhex(line, (size_t)got);
+        long n = dump_unhex(line, (size_t)got);
         if (n < 0) {
             fprintf(stderr, "malformed hex line\n");
             return 1;
@@ -188,7 +154,7 @@ static int cmd_bench(const ts_bpe *t, const char *path, bool lines, int repeat) 
     double first = 0, best = 1e30, best_cpu = 1e30;
     for (int r = 0; r < repeat; r++) {
         ids.len = 0;
-        double t0 = now_s(), c0 = clock_s(CLOCK_THREAD_CPUTIME_ID);
+        double t0 = dump_now_s(), c0 = dump_clock_s(CLOCK_THREAD_CPUTIME_ID);
         if (!lines) {
             if (ts_bpe_encode(t, text, (size_t)size, true, &ids) != TS_OK) goto fail;
         } else {
@@ -199,7 +165,7 @@ static int cmd_bench(const ts_bpe *t, const char *path, bool lines, int repeat) 
                 i = end;
             }
         }
-        double dt = now_s() - t0, dc = clock_s(CLOCK_THREAD_CPUTIME_ID) - c0;
+        double dt = dump_now_s() - t0, dc = dump_clock_s(CLOCK_THREAD_CPUTIME_ID) - c0;
         if (r == 0) first = dt;
         if (dt < best) best = dt;
         if (dc < best_cpu) best_cpu = dc;
@@ -241,13 +207,13 @@ int main(int argc, char **argv) {
         }
     }
     if (i >= argc) return 2;
-    double t0 = now_s();
+    double t0 = dump_now_s();
     ts_bpe *t;
     if (ts_bpe_load(argv[i], &t) != TS_OK) {
         fprintf(stderr, "%s\n", ts_last_error());
         return 1;
     }
-    double load_s = now_s() - t0;
+    double load_s = dump_now_s() - t0;
     const char *file = i + 1 < argc ? argv[i + 1] : NULL;
     int rc = 2;
     if (!strcmp(cmd, "info")) {

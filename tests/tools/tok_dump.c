@@ -23,38 +23,7 @@
 #include <string.h>
 #include <time.h>
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static void print_hex(const char *s, size_t n) {
-    static const char digits[] = "0123456789abcdef";
-    for (size_t i = 0; i < n; i++) {
-        putchar(digits[(unsigned char)s[i] >> 4]);
-        putchar(digits[(unsigned char)s[i] & 15]);
-    }
-}
-
-static int hexval(int c) {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-}
-
-static long unhex(char *line, size_t n) {
-    while (n && (line[n - 1] == '\n' || line[n - 1] == '\r'))
-        n--;
-    if (n % 2) return -1;
-    for (size_t i = 0; i < n; i += 2) {
-        int hi = hexval(line[i]), lo = hexval(line[i + 1]);
-        if (hi < 0 || lo < 0) return -1;
-        line[i / 2] = (char)(hi * 16 + lo);
-    }
-    return (long)(n / 2);
-}
+#include "dump_util.h"
 
 static void print_decodes(const ts_tokenizer *t, const int32_t *ids, size_t n, bool skip) {
     char *text;
@@ -63,7 +32,7 @@ static void print_decodes(const ts_tokenizer *t, const int32_t *ids, size_t n, b
         printf("ERR %s", ts_last_error());
         return;
     }
-    print_hex(text, len);
+    dump_print_hex(text, len);
     free(text);
     putchar('\t');
     ts_detokenizer *d;
@@ -77,7 +46,7 @@ static void print_decodes(const ts_tokenizer *t, const int32_t *ids, size_t n, b
             printf("ERR");
             break;
         }
-        print_hex(piece, plen);
+        dump_print_hex(piece, plen);
     }
     ts_detokenizer_free(d);
 }
@@ -87,7 +56,7 @@ static int cmd_encode(const ts_tokenizer *t, FILE *f, bool special) {
     size_t cap = 0;
     ssize_t got;
     while ((got = getline(&line, &cap, f)) >= 0) {
-        long n = unhex(line, (size_t)got);
+        long n = dump_unhex(line, (size_t)got);
         if (n < 0) {
             printf("ERR bad hex line\n");
             continue;
@@ -131,7 +100,7 @@ static int cmd_chat(const ts_tokenizer *t, FILE *f) {
     size_t cap = 0;
     ssize_t got;
     while ((got = getline(&line, &cap, f)) >= 0) {
-        long n = unhex(line, (size_t)got);
+        long n = dump_unhex(line, (size_t)got);
         if (n < 0) continue;
         line[n] = 0;
         ts_chat_message msgs[64];
@@ -175,10 +144,10 @@ static int cmd_bench(const ts_tokenizer *t, const char *path, int repeat) {
     size_t n_ids = 0;
     for (int r = 0; r < repeat; r++) {
         int32_t *ids;
-        double t0 = now_s();
+        double t0 = dump_now_s();
         if (ts_tokenize(t, buf, (size_t)size, false, &ids, &n_ids) != TS_OK)
             return fprintf(stderr, "%s\n", ts_last_error()), 1;
-        double dt = now_s() - t0;
+        double dt = dump_now_s() - t0;
         if (dt < best) best = dt;
         free(ids);
     }
@@ -206,13 +175,13 @@ int main(int argc, char **argv) {
             repeat = atoi(argv[++i]);
     }
     if (i >= argc) return 2;
-    double t0 = now_s();
+    double t0 = dump_now_s();
     ts_tokenizer *t;
     if (ts_tokenizer_open(argv[i], &t) != TS_OK) {
         fprintf(stderr, "%s\n", ts_last_error());
         return 1;
     }
-    double load = now_s() - t0;
+    double load = dump_now_s() - t0;
     int rc = 0;
     FILE *in = stdin;
     if (strcmp(cmd, "info") != 0 && i + 1 < argc && strcmp(cmd, "bench") != 0) {
