@@ -8,7 +8,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
+
+#include "format/tensor_stream.h"
 
 typedef struct {
     char *name;
@@ -30,10 +31,7 @@ struct ts_gguf_writer {
     size_t n, cap;
     uint64_t total; /* bytes of the data section, padding included */
     int state;
-    FILE *f;
-    char *path, *tmp;
-    size_t cur;        /* tensor being written */
-    uint64_t cur_done; /* its bytes written so far */
+    ts_tstream out; /* the file, from begin */
 };
 
 static char *ggw_strdup(const char *s, size_t n) {
@@ -63,10 +61,7 @@ ts_status ts_gguf_writer_new(ts_gguf_writer **out, uint32_t alignment) {
 
 void ts_gguf_writer_free(ts_gguf_writer *w) {
     if (!w) return;
-    if (w->f) {
-        fclose(w->f);
-        unlink(w->tmp);
-    }
+    ts_tstream_free(&w->out);
     for (uint64_t i = 0; i < w->n_kv; i++)
         free(w->keys[i]);
     free(w->keys);
@@ -74,8 +69,6 @@ void ts_gguf_writer_free(ts_gguf_writer *w) {
     for (size_t i = 0; i < w->n; i++)
         free(w->t[i].name);
     free(w->t);
-    free(w->path);
-    free(w->tmp);
     free(w);
 }
 
@@ -329,31 +322,6 @@ ts_status ts_gguf_writer_add_tensor(ts_gguf_writer *w, const char *name, ts_dtyp
 
 /* ---- the file ------------------------------------------------------------------------------ */
 
-static void ggw_abort(ts_gguf_writer *w) {
-    if (w->f) {
-        fclose(w->f);
-        w->f = NULL;
-        unlink(w->tmp);
-    }
-    w->state = GGW_FAILED;
-}
-
-static ts_status io_fail(ts_gguf_writer *w, const char *what) {
-    int e = errno;
-    ggw_abort(w);
-    return ts_error(TS_ERR_IO, "%s: %s: write failed: %s", w->tmp, what, strerror(e));
-}
-
-static bool write_zeros(FILE *f, uint64_t n) {
-    static const unsigned char zeros[256];
-    while (n) {
-        size_t k = n < sizeof zeros ? (size_t)n : sizeof zeros;
-        if (fwrite(zeros, 1, k, f) != k) return false;
-        n -= k;
-    }
-    return true;
-}
-
 /* The header and tensor infos, padded to the alignment, into a fresh buffer (reusing put). */
 static ts_status write_header(ts_gguf_writer *w) {
     bool extra = w->alignment != TS_GGUF_DEFAULT_ALIGNMENT;
@@ -363,7 +331,7 @@ static ts_status write_header(ts_gguf_writer *w) {
         head[16 + i] = (unsigned char)((w->n_kv + extra) >> (8 * i));
     }
     uint64_t pos = sizeof head;
-    if (fwrite(head, 1, sizeof head, w->f) != sizeof head) return io_fail(w, "header");
+    TS_TRY(ts_tstream_put(&w->out, head, sizeof head, "header"));
     if (extra) {
         unsigned char a[8 + sizeof GGUF_KEY_ALIGNMENT - 1 + 8];
         size_t kl = sizeof GGUF_KEY_ALIGNMENT - 1, k = 0;
@@ -375,10 +343,10 @@ static ts_status write_header(ts_gguf_writer *w) {
             a[k++] = (unsigned char)((uint32_t)TS_GGUF_U32 >> (8 * i));
         for (int i = 0; i < 4; i++)
             a[k++] = (unsigned char)(w->alignment >> (8 * i));
-        if (fwrite(a, 1, k, w->f) != k) return io_fail(w, "metadata");
+        TS_TRY(ts_tstream_put(&w->out, a, k, "metadata"));
         pos += k;
     }
-    if (w->kv_len && fwrite(w->kv, 1, w->kv_len, w->f) != w->kv_len) return io_fail(w, "metadata");
+    TS_TRY(ts_tstream_put(&w->out, w->kv, w->kv_len, "metadata"));
     pos += w->kv_len;
     for (size_t i = 0; i < w->n; i++) {
         const ggw_tensor *t = &w->t[i];
@@ -397,11 +365,10 @@ static ts_status write_header(ts_gguf_writer *w) {
             b[k++] = (unsigned char)(t->ggml_type >> (8 * j));
         for (int j = 0; j < 8; j++)
             b[k++] = (unsigned char)(t->offset >> (8 * j));
-        if (fwrite(b, 1, k, w->f) != k) return io_fail(w, "tensor infos");
+        TS_TRY(ts_tstream_put(&w->out, b, k, "tensor infos"));
         pos += k;
     }
-    if (!write_zeros(w->f, align_up(pos, w->alignment) - pos)) return io_fail(w, "padding");
-    return TS_OK;
+    return ts_tstream_zeros(&w->out, align_up(pos, w->alignment) - pos, "padding");
 }
 
 ts_status ts_gguf_writer_begin(ts_gguf_writer *w, const char *path) {
@@ -409,67 +376,27 @@ ts_status ts_gguf_writer_begin(ts_gguf_writer *w, const char *path) {
         return ts_error(TS_ERR_INVALID, "gguf writer: an earlier call failed");
     if (w->state != GGW_DECLARING)
         return ts_error(TS_ERR_INVALID, "gguf writer: begin called twice");
-    size_t pl = strlen(path);
-    w->path = ggw_strdup(path, pl);
-    w->tmp = malloc(pl + 5);
-    if (!w->path || !w->tmp) return ts_error(TS_ERR_NOMEM, "gguf writer: out of memory");
-    memcpy(w->tmp, path, pl);
-    memcpy(w->tmp + pl, ".tmp", 5);
-    w->f = fopen(w->tmp, "wb");
-    if (!w->f) {
-        w->state = GGW_FAILED;
-        return ts_error(TS_ERR_IO, "%s: cannot create: %s", w->tmp, strerror(errno));
-    }
-    w->state = GGW_WRITING;
-    return write_header(w);
-}
-
-/* Steps past finished tensors, writing the padding that follows each. */
-static ts_status advance(ts_gguf_writer *w) {
-    while (w->cur < w->n && w->cur_done == w->t[w->cur].nbytes) {
-        const ggw_tensor *t = &w->t[w->cur];
-        if (!write_zeros(w->f, align_up(t->nbytes, w->alignment) - t->nbytes))
-            return io_fail(w, "padding");
-        w->cur++;
-        w->cur_done = 0;
-    }
-    return TS_OK;
+    ts_tstream_tensor *ts = malloc((w->n ? w->n : 1) * sizeof *ts);
+    if (!ts) return ts_error(TS_ERR_NOMEM, "gguf writer: out of memory");
+    for (size_t i = 0; i < w->n; i++) ts[i] = (ts_tstream_tensor){w->t[i].name, w->t[i].nbytes};
+    ts_status st = ts_tstream_open(&w->out, path, ts, w->n, w->alignment, "gguf writer");
+    free(ts);
+    if (st == TS_OK) st = write_header(w);
+    w->state = st == TS_OK ? GGW_WRITING : GGW_FAILED;
+    return st;
 }
 
 ts_status ts_gguf_writer_write(ts_gguf_writer *w, const void *data, size_t nbytes) {
     if (w->state != GGW_WRITING)
         return ts_error(TS_ERR_INVALID, "gguf writer: write outside begin/end");
-    const unsigned char *p = data;
-    while (nbytes) {
-        TS_TRY(advance(w));
-        if (w->cur == w->n) {
-            ggw_abort(w);
-            return ts_error(TS_ERR_INVALID, "%s: %zu bytes written beyond the declared tensors",
-                            w->path, nbytes);
-        }
-        uint64_t left = w->t[w->cur].nbytes - w->cur_done;
-        size_t take = left < nbytes ? (size_t)left : nbytes;
-        if (fwrite(p, 1, take, w->f) != take) return io_fail(w, w->t[w->cur].name);
-        p += take;
-        nbytes -= take;
-        w->cur_done += take;
-    }
-    return TS_OK;
+    ts_status st = ts_tstream_write(&w->out, data, nbytes);
+    if (st != TS_OK) w->state = GGW_FAILED;
+    return st;
 }
 
 ts_status ts_gguf_writer_end(ts_gguf_writer *w) {
     if (w->state != GGW_WRITING) return ts_error(TS_ERR_INVALID, "gguf writer: end without begin");
-    TS_TRY(advance(w));
-    if (w->cur < w->n) {
-        const ggw_tensor *t = &w->t[w->cur];
-        ts_status rc = ts_error(
-            TS_ERR_INVALID, "%s: tensor '%s': only %" PRIu64 " of %" PRIu64 " bytes were written",
-            w->path, t->name, w->cur_done, t->nbytes);
-        ggw_abort(w);
-        return rc;
-    }
-    ts_status st = ts_file_commit(w->f, w->tmp, w->path);
-    w->f = NULL;
+    ts_status st = ts_tstream_end(&w->out);
     w->state = st == TS_OK ? GGW_DONE : GGW_FAILED;
     return st;
 }

@@ -6,6 +6,7 @@
 #include "format/safetensors.h"
 
 #include "base/mmapfile.h"
+#include "format/tensor_stream.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -566,10 +567,7 @@ struct ts_st_writer {
     size_t n, cap;
     uint64_t total; /* bytes of the data area */
     int state;
-    FILE *f;
-    char *path, *tmp;
-    size_t cur;        /* tensor being written */
-    uint64_t cur_done; /* its bytes written so far */
+    ts_tstream out; /* the file, from begin */
 };
 
 ts_status ts_st_writer_new(ts_st_writer **out) {
@@ -634,16 +632,6 @@ ts_status ts_st_writer_add(ts_st_writer *w, const char *name, ts_dtype dtype, in
     return TS_OK;
 }
 
-/* Closes and deletes the temp file; the writer accepts nothing more. */
-static void stw_abort(ts_st_writer *w) {
-    if (w->f) {
-        fclose(w->f);
-        w->f = NULL;
-        if (w->tmp) unlink(w->tmp);
-    }
-    w->state = STW_FAILED;
-}
-
 /* Header JSON in declaration order with contiguous offsets. jansson keeps insertion order. */
 static char *stw_header(const ts_st_writer *w) {
     json_t *root = json_object();
@@ -674,101 +662,51 @@ static char *stw_header(const ts_st_writer *w) {
 ts_status ts_st_writer_begin(ts_st_writer *w, const char *path) {
     if (w->state != STW_DECLARING)
         return ts_error(TS_ERR_INVALID, "safetensors writer: begin called twice");
-    size_t pl = strlen(path);
-    w->path = st_strdup(path);
-    w->tmp = malloc(pl + 5);
-    if (!w->path || !w->tmp) return ts_error(TS_ERR_NOMEM, "safetensors writer: out of memory");
-    memcpy(w->tmp, path, pl);
-    memcpy(w->tmp + pl, ".tmp", 5);
-
     char *hdr = stw_header(w);
-    if (!hdr) return ts_error(TS_ERR_NOMEM, "%s: cannot build the header", path);
-    size_t hl = strlen(hdr);
+    ts_tstream_tensor *ts = malloc((w->n ? w->n : 1) * sizeof *ts);
+    if (!hdr || !ts) {
+        free(hdr);
+        free(ts);
+        return ts_error(TS_ERR_NOMEM, "%s: cannot build the header", path);
+    }
+    for (size_t i = 0; i < w->n; i++) ts[i] = (ts_tstream_tensor){w->t[i].name, w->t[i].nbytes};
+    ts_status st = ts_tstream_open(&w->out, path, ts, w->n, 1, "safetensors writer");
+    free(ts);
     /* Padding the header to a multiple of 8 keeps the data area 8-byte aligned in the file. */
-    size_t padded = (hl + 7) & ~(size_t)7;
+    size_t hl = strlen(hdr), padded = (hl + 7) & ~(size_t)7;
     unsigned char len8[8];
     for (int i = 0; i < 8; i++)
         len8[i] = (unsigned char)((uint64_t)padded >> (8 * i));
-
-    w->f = fopen(w->tmp, "wb");
-    if (!w->f) {
-        free(hdr);
-        w->state = STW_FAILED;
-        return ts_error(TS_ERR_IO, "%s: cannot create: %s", w->tmp, strerror(errno));
-    }
-    w->state = STW_WRITING;
     static const char spaces[8] = "        ";
-    bool ok = fwrite(len8, 1, 8, w->f) == 8 && fwrite(hdr, 1, hl, w->f) == hl &&
-              fwrite(spaces, 1, padded - hl, w->f) == padded - hl;
+    if (st == TS_OK) st = ts_tstream_put(&w->out, len8, 8, "header");
+    if (st == TS_OK) st = ts_tstream_put(&w->out, hdr, hl, "header");
+    if (st == TS_OK) st = ts_tstream_put(&w->out, spaces, padded - hl, "header");
     free(hdr);
-    if (!ok) {
-        int e = errno;
-        stw_abort(w);
-        return ts_error(TS_ERR_IO, "%s: write failed: %s", w->tmp, strerror(e));
-    }
-    return TS_OK;
-}
-
-/* Steps past finished tensors (including empty ones) to the next one with bytes still due. */
-static void stw_advance(ts_st_writer *w) {
-    while (w->cur < w->n && w->cur_done == w->t[w->cur].nbytes) {
-        w->cur++;
-        w->cur_done = 0;
-    }
+    w->state = st == TS_OK ? STW_WRITING : STW_FAILED;
+    return st;
 }
 
 ts_status ts_st_writer_write(ts_st_writer *w, const void *data, size_t nbytes) {
     if (w->state != STW_WRITING)
         return ts_error(TS_ERR_INVALID, "safetensors writer: write outside begin/end");
-    const unsigned char *p = data;
-    while (nbytes) {
-        stw_advance(w);
-        if (w->cur == w->n) {
-            stw_abort(w);
-            return ts_error(TS_ERR_INVALID,
-                            "%s: %zu bytes written beyond the declared tensors (%" PRIu64 " bytes)",
-                            w->path, nbytes, w->total);
-        }
-        uint64_t left = w->t[w->cur].nbytes - w->cur_done;
-        size_t take = left < nbytes ? (size_t)left : nbytes;
-        if (fwrite(p, 1, take, w->f) != take) {
-            int e = errno;
-            stw_abort(w);
-            return ts_error(TS_ERR_IO, "%s: tensor '%s': write failed: %s", w->tmp,
-                            w->t[w->cur].name, strerror(e));
-        }
-        p += take;
-        nbytes -= take;
-        w->cur_done += take;
-    }
-    return TS_OK;
+    ts_status st = ts_tstream_write(&w->out, data, nbytes);
+    if (st != TS_OK) w->state = STW_FAILED;
+    return st;
 }
 
 ts_status ts_st_writer_end(ts_st_writer *w) {
     if (w->state != STW_WRITING)
         return ts_error(TS_ERR_INVALID, "safetensors writer: end without begin");
-    stw_advance(w);
-    if (w->cur < w->n) {
-        const stw_tensor *t = &w->t[w->cur];
-        ts_status rc = ts_error(
-            TS_ERR_INVALID, "%s: tensor '%s': only %" PRIu64 " of %" PRIu64 " bytes were written",
-            w->path, t->name, w->cur_done, t->nbytes);
-        stw_abort(w);
-        return rc;
-    }
-    ts_status st = ts_file_commit(w->f, w->tmp, w->path);
-    w->f = NULL;
+    ts_status st = ts_tstream_end(&w->out);
     w->state = st == TS_OK ? STW_DONE : STW_FAILED;
     return st;
 }
 
 void ts_st_writer_free(ts_st_writer *w) {
     if (!w) return;
-    if (w->f) stw_abort(w);
+    ts_tstream_free(&w->out);
     for (size_t i = 0; i < w->n; i++)
         free(w->t[i].name);
     free(w->t);
-    free(w->path);
-    free(w->tmp);
     free(w);
 }
