@@ -32,7 +32,7 @@ SAN="-fsanitize=address,undefined -fno-sanitize-recover=undefined"
 # shellcheck disable=SC2086
 $CC $FLAGS $SAN -fsanitize=fuzzer $LIB tests/fuzz/fuzz_gguf.c -o "$OUT/fuzz_gguf"
 # shellcheck disable=SC2086
-$CC $FLAGS $SAN $LIB src/format/gguf_write.c tests/fuzz/gguf_seeds.c -o "$OUT/gguf_seeds"
+$CC $FLAGS $SAN $LIB src/format/gguf_write.c src/format/tensor_stream.c tests/fuzz/gguf_seeds.c -o "$OUT/gguf_seeds"
 rm -f "$OUT/seeds"/*
 "$OUT/gguf_seeds" "$OUT/seeds"
 
