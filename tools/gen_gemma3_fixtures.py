@@ -18,7 +18,6 @@ import argparse
 import json
 import math
 import os
-import platform
 import shutil
 import sys
 
@@ -30,6 +29,9 @@ from safetensors import safe_open
 from transformers import Gemma3ForCausalLM, Gemma3TextConfig
 from transformers.cache_utils import DynamicSlidingWindowLayer
 from transformers.models.gemma3 import modeling_gemma3 as mg
+
+from fixture_common import (draw_prompt, forward_logits, greedy, greedy_nocache, pick_prompt,
+                            print_greedy_summary, top2_gaps, write_ids, write_versions)
 
 SEED = 20260301
 PROMPT_LENGTHS = [1, 40, 100, 230]  # all but the first cross every sliding window used below
@@ -189,49 +191,6 @@ def load_reference(path):
     return model
 
 
-def forward_logits(model, ids):
-    with torch.no_grad():
-        out = model(input_ids=torch.tensor([ids]), use_cache=False)
-    return out.logits[0].float()
-
-
-def top2_gaps(logits):
-    top = torch.topk(logits, 2, dim=-1).values
-    return top[..., 0] - top[..., 1]
-
-
-def draw_prompt(gen, vocab, n):
-    return torch.randint(0, vocab, (n,), generator=gen).tolist()
-
-
-def pick_prompt(model, gen, vocab, n, min_gap):
-    best = None
-    for draw in range(MAX_DRAWS):
-        ids = draw_prompt(gen, vocab, n)
-        logits = forward_logits(model, ids)
-        gap = float(top2_gaps(logits).min())
-        if best is None or gap > best[2]:
-            best = (ids, logits, gap, draw)
-        if gap >= min_gap:
-            break
-    if best[2] < min_gap:
-        raise RuntimeError(f"no prompt of length {n} reaches gap {min_gap}")
-    return best
-
-
-def greedy(model, ids):
-    with torch.no_grad():
-        out = model.generate(
-            input_ids=torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
-            do_sample=False, use_cache=True, max_new_tokens=GREEDY_NEW_TOKENS,
-            min_new_tokens=GREEDY_NEW_TOKENS, pad_token_id=0, eos_token_id=None,
-            return_dict_in_generate=True, output_logits=True,
-        )
-    new = out.sequences[0, len(ids):].tolist()
-    step_logits = torch.stack([x[0].float() for x in out.logits])
-    return new, step_logits, out.past_key_values
-
-
 def cache_shape(cache, window, layer_types, total):
     """Prove the decode used per-layer sliding caches that hold window-1 past tokens."""
     kinds = []
@@ -247,20 +206,13 @@ def cache_shape(cache, window, layer_types, total):
     return kinds
 
 
-def greedy_nocache(model, ids, steps):
-    seq = list(ids)
-    for _ in range(steps):
-        seq.append(int(forward_logits(model, seq)[-1].argmax()))
-    return seq[len(ids):]
-
-
 def pick_greedy(model, gen, vocab, n):
     """Also demand a varied continuation: random nets fall into repeating one token, and a
     continuation that repeats cannot reveal a decode bug that sets in after a few steps."""
     best = None
     for draw in range(MAX_DRAWS):
         ids = draw_prompt(gen, vocab, n)
-        new, step_logits, cache = greedy(model, ids)
+        new, step_logits, cache = greedy(model, ids, GREEDY_NEW_TOKENS)
         gap = float(top2_gaps(step_logits).min())
         score = (len(set(new)) >= GREEDY_MIN_DISTINCT, gap)
         if best is None or score > best[0]:
@@ -271,11 +223,6 @@ def pick_greedy(model, gen, vocab, n):
         raise RuntimeError(f"no greedy prompt of length {n} reaches gap {GREEDY_MIN_GAP} "
                            f"with {GREEDY_MIN_DISTINCT} distinct tokens")
     return best[1]
-
-
-def write_ids(path, ids):
-    with open(path, "w") as f:
-        f.write(" ".join(str(i) for i in ids) + "\n")
 
 
 def embed_scale_facts(ref, hidden):
@@ -460,7 +407,9 @@ def generate_model(root, counter, spec, idx, check_numpy):
     all_gaps = []
     counter.take()
     for i, n in enumerate(PROMPT_LENGTHS):
-        ids, logits, gap, draw = pick_prompt(ref, pgen, vocab, n, PROMPT_MIN_GAP)
+        ids, logits, gap, draw = pick_prompt(ref, pgen, vocab, n, PROMPT_MIN_GAP, MAX_DRAWS)
+        if gap < PROMPT_MIN_GAP:
+            raise RuntimeError(f"no prompt of length {n} reaches gap {PROMPT_MIN_GAP}")
         if logits.shape != (n, vocab):
             raise RuntimeError(f"{name}: logits shape {tuple(logits.shape)}")
         write_ids(os.path.join(refdir, f"prompt_{i}.ids"), ids)
@@ -681,28 +630,9 @@ def main():
             print(f"    prompt len {p['length']:4d}: min gap {p['min_top2_gap']:.4g}"
                   f" (redraws {p['redraws']}), max|logit| {p['max_abs_logit']:.2f},"
                   f" bf16-embed-scale max|d| {p['max_abs_diff_if_bf16_embed_scale']:.2e}{extra}")
-        for g in meta["greedy"]:
-            print(f"    greedy prompt len {g['prompt_length']:3d}: min gap {g['min_top2_gap']:.4g}"
-                  f" (redraws {g['redraws']}), cached-vs-full max|d| "
-                  f"{g['max_abs_diff_cached_vs_full_logits']:.2e}")
+        print_greedy_summary(meta)
 
-    cmd = "python3 tools/gen_gemma3_fixtures.py"
-    if args.skip_numpy_check:
-        cmd += " --skip-numpy-check"
-    versions = dict(
-        transformers=transformers.__version__,
-        torch=torch.__version__,
-        numpy=np.__version__,
-        python=platform.python_version(),
-        command=cmd + " (run from the repository root)",
-        seed=SEED,
-        models=[m["model"] for m in summary],
-    )
-    with open(os.path.join(root, "VERSIONS.json"), "w") as f:
-        json.dump(versions, f, indent=2)
-        f.write("\n")
-    total = sum(os.path.getsize(os.path.join(d, fn)) for d, _, fs in os.walk(root) for fn in fs)
-    print(f"total fixture size: {total} bytes")
+    write_versions(root, "gen_gemma3_fixtures.py", args.skip_numpy_check, SEED, summary)
     for m in summary:
         sens = m["sensitivity_prompt_3_max_abs_logit_diff"]
         print(f"{m['model']}: " + ", ".join(f"{k} {v:.3g}" for k, v in sens.items()))

@@ -17,7 +17,6 @@ and VERSIONS.json at the top.
 import argparse
 import json
 import os
-import platform
 import shutil
 import sys
 
@@ -33,6 +32,9 @@ from transformers import (
     Qwen3_5TextConfig,
 )
 from transformers.models.qwen3_5 import modeling_qwen3_5 as mq
+
+from fixture_common import (draw_prompt, forward_logits, greedy, greedy_nocache, pick_prompt,
+                            print_greedy_summary, top2_gaps, write_ids, write_versions)
 
 SEED = 20260214
 PROMPT_LENGTHS = [1, 40, 100, 230]  # 100 and 230 cross the 64-token gated-delta chunk
@@ -281,60 +283,12 @@ def load_reference(form, path):
     return model
 
 
-def forward_logits(model, ids):
-    with torch.no_grad():
-        out = model(input_ids=torch.tensor([ids]), use_cache=False)
-    return out.logits[0].float()
-
-
-def top2_gaps(logits):
-    top = torch.topk(logits, 2, dim=-1).values
-    return (top[..., 0] - top[..., 1])
-
-
-def draw_prompt(gen, vocab, n):
-    return torch.randint(0, vocab, (n,), generator=gen).tolist()
-
-
-def pick_prompt(model, gen, vocab, n, min_gap):
-    best = None
-    for draw in range(MAX_DRAWS):
-        ids = draw_prompt(gen, vocab, n)
-        logits = forward_logits(model, ids)
-        gap = float(top2_gaps(logits).min())
-        if best is None or gap > best[2]:
-            best = (ids, logits, gap, draw)
-        if gap >= min_gap:
-            break
-    return best
-
-
-def greedy(model, ids):
-    with torch.no_grad():
-        out = model.generate(
-            input_ids=torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
-            do_sample=False, use_cache=True, max_new_tokens=GREEDY_NEW_TOKENS,
-            min_new_tokens=GREEDY_NEW_TOKENS, pad_token_id=0, eos_token_id=None,
-            return_dict_in_generate=True, output_logits=True,
-        )
-    new = out.sequences[0, len(ids):].tolist()
-    step_logits = torch.stack([x[0].float() for x in out.logits])
-    return new, step_logits
-
-
-def greedy_nocache(model, ids, steps):
-    seq = list(ids)
-    for _ in range(steps):
-        seq.append(int(forward_logits(model, seq)[-1].argmax()))
-    return seq[len(ids):]
-
-
 def pick_greedy(model, counter, gen, vocab, n):
     best = None
     for draw in range(MAX_DRAWS):
         ids = draw_prompt(gen, vocab, n)
         counter.take()
-        new, step_logits = greedy(model, ids)
+        new, step_logits, _ = greedy(model, ids, GREEDY_NEW_TOKENS)
         calls = counter.take()
         gap = float(top2_gaps(step_logits).min())
         if best is None or gap > best[3]:
@@ -342,11 +296,6 @@ def pick_greedy(model, counter, gen, vocab, n):
         if gap >= GREEDY_MIN_GAP:
             break
     return best
-
-
-def write_ids(path, ids):
-    with open(path, "w") as f:
-        f.write(" ".join(str(i) for i in ids) + "\n")
 
 
 def text_config_of(model):
@@ -387,7 +336,7 @@ def generate_model(root, counter, spec, idx, check_numpy):
     all_gaps = []
     counter.take()
     for i, n in enumerate(PROMPT_LENGTHS):
-        ids, logits, gap, draw = pick_prompt(ref, pgen, vocab, n, PROMPT_MIN_GAP)
+        ids, logits, gap, draw = pick_prompt(ref, pgen, vocab, n, PROMPT_MIN_GAP, MAX_DRAWS)
         if logits.shape != (n, vocab):
             raise RuntimeError(f"{name}: logits shape {tuple(logits.shape)}")
         write_ids(os.path.join(refdir, f"prompt_{i}.ids"), ids)
@@ -575,28 +524,9 @@ def main():
         for p in meta["prompts"]:
             print(f"    prompt len {p['length']:4d}: min gap {p['min_top2_gap']:.4g}"
                   f" (redraws {p['redraws']}), max|logit| {p['max_abs_logit']:.2f}")
-        for g in meta["greedy"]:
-            print(f"    greedy prompt len {g['prompt_length']:3d}: min gap {g['min_top2_gap']:.4g}"
-                  f" (redraws {g['redraws']}), cached-vs-full max|d| "
-                  f"{g['max_abs_diff_cached_vs_full_logits']:.2e}")
+        print_greedy_summary(meta)
 
-    cmd = "python3 tools/gen_qwen35_fixtures.py"
-    if args.skip_numpy_check:
-        cmd += " --skip-numpy-check"
-    versions = dict(
-        transformers=transformers.__version__,
-        torch=torch.__version__,
-        numpy=np.__version__,
-        python=platform.python_version(),
-        command=cmd + " (run from the repository root)",
-        seed=SEED,
-        models=[m["model"] for m in summary],
-    )
-    with open(os.path.join(root, "VERSIONS.json"), "w") as f:
-        json.dump(versions, f, indent=2)
-        f.write("\n")
-    total = sum(os.path.getsize(os.path.join(d, fn)) for d, _, fs in os.walk(root) for fn in fs)
-    print(f"total fixture size: {total} bytes")
+    write_versions(root, "gen_qwen35_fixtures.py", args.skip_numpy_check, SEED, summary)
 
 
 if __name__ == "__main__":
