@@ -6,6 +6,8 @@ files and VERSIONS.json. Deterministic: every draw comes from the caller's torch
 import json
 import os
 import platform
+import shutil
+import sys
 
 import numpy as np
 import torch
@@ -97,3 +99,15 @@ def write_versions(root, script, skip_numpy_check, seed, summary):
         f.write("\n")
     total = sum(os.path.getsize(os.path.join(d, fn)) for d, _, fs in os.walk(root) for fn in fs)
     print(f"total fixture size: {total} bytes")
+
+
+def fresh_fixture_dir(path):
+    """An empty output directory: an old fixture directory (it has VERSIONS.json) is deleted so
+    that no stale file survives a regeneration; anything else is refused."""
+    root = os.path.abspath(path)
+    if os.path.isdir(root):
+        if os.listdir(root) and not os.path.exists(os.path.join(root, "VERSIONS.json")):
+            sys.exit(f"refusing to delete {root}: not a fixture directory (no VERSIONS.json)")
+        shutil.rmtree(root)
+    os.makedirs(root)
+    return root

@@ -18,7 +18,6 @@ import argparse
 import json
 import math
 import os
-import shutil
 import sys
 
 import numpy as np
@@ -30,8 +29,9 @@ from transformers import Gemma3ForCausalLM, Gemma3TextConfig
 from transformers.cache_utils import DynamicSlidingWindowLayer
 from transformers.models.gemma3 import modeling_gemma3 as mg
 
-from fixture_common import (draw_prompt, forward_logits, greedy, greedy_nocache, pick_prompt,
-                            print_greedy_summary, top2_gaps, write_ids, write_versions)
+from fixture_common import (draw_prompt, forward_logits, fresh_fixture_dir, greedy,
+                            greedy_nocache, pick_prompt, print_greedy_summary, top2_gaps,
+                            write_ids, write_versions)
 
 SEED = 20260301
 PROMPT_LENGTHS = [1, 40, 100, 230]  # all but the first cross every sliding window used below
@@ -604,12 +604,7 @@ def main():
         pass
     counter = CallCounter()
 
-    root = os.path.abspath(args.out)
-    if os.path.isdir(root):
-        if os.listdir(root) and not os.path.exists(os.path.join(root, "VERSIONS.json")):
-            sys.exit(f"refusing to delete {root}: not a fixture directory (no VERSIONS.json)")
-        shutil.rmtree(root)  # no stale files survive a regeneration
-    os.makedirs(root)
+    root = fresh_fixture_dir(args.out)
 
     summary = []
     for idx, spec in enumerate(MODELS):

@@ -17,7 +17,6 @@ and VERSIONS.json at the top.
 import argparse
 import json
 import os
-import shutil
 import sys
 
 import numpy as np
@@ -33,8 +32,9 @@ from transformers import (
 )
 from transformers.models.qwen3_5 import modeling_qwen3_5 as mq
 
-from fixture_common import (draw_prompt, forward_logits, greedy, greedy_nocache, pick_prompt,
-                            print_greedy_summary, top2_gaps, write_ids, write_versions)
+from fixture_common import (draw_prompt, forward_logits, fresh_fixture_dir, greedy,
+                            greedy_nocache, pick_prompt, print_greedy_summary, top2_gaps,
+                            write_ids, write_versions)
 
 SEED = 20260214
 PROMPT_LENGTHS = [1, 40, 100, 230]  # 100 and 230 cross the 64-token gated-delta chunk
@@ -504,12 +504,7 @@ def main():
             pass
     counter = CallCounter()
 
-    root = os.path.abspath(args.out)
-    if os.path.isdir(root):
-        if os.listdir(root) and not os.path.exists(os.path.join(root, "VERSIONS.json")):
-            sys.exit(f"refusing to delete {root}: not a fixture directory (no VERSIONS.json)")
-        shutil.rmtree(root)  # no stale files survive a regeneration
-    os.makedirs(root)
+    root = fresh_fixture_dir(args.out)
 
     summary = []
     for idx, spec in enumerate(MODELS):
