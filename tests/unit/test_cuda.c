@@ -770,7 +770,8 @@ int main(void) {
     CHECK(ts_backend_cpu_create(2, -1, &cpu) == TS_OK);
     printf("device: %s\n", ts_backend_cuda_device_name(gpu));
     /* TS_CUDA_QUICK=1 (for the sanitizers, which run kernels 10-100x slower): no fixture
-     * prompts, the graph and multi-sequence tests still run. TS_CUDA_ONLY=gdn,attention,...
+     * prompts, a lighter delta-rule section; the graph and multi-sequence tests still run.
+     * TS_CUDA_ONLY=gdn,attention,...
      * runs only those sections (a sanitizer pass over some kernels fits a time limit). */
     bool quick = strcmp(tu_env("TS_CUDA_QUICK", "0"), "1") == 0;
     if (section("rows")) test_rows_ops();
