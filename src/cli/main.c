@@ -22,7 +22,8 @@ static const struct {
     {"tokenize", cmd_tokenize, "tokenize -m MODEL [--special] TEXT"},
     {"detokenize", cmd_detokenize, "detokenize -m MODEL [--skip-special] ID..."},
     {"logits", cmd_logits, "logits -m MODEL --ids 1,2,3 [-o FILE] [--threads K]"},
-    {"bench", cmd_bench, "bench -m MODEL [-p 512] [-n 128] [-r REPS] [--threads K] [--json]"},
+    {"bench", cmd_bench, "bench -m MODEL [-p 512] [-n 128] [-r REPS] [-d DEPTH] "
+                         "[--parallel 1,8,32] [--threads K] [--no-bandwidth] [--json]"},
     {"quantize", cmd_quantize, "quantize IN OUT.gguf --type q8_0|q4_0|q4_k_m|f16|bf16|f32 "
                                "[--threads K]"},
     {"synth", cmd_synth, "synth --arch qwen35 --preset 0.8b|2b -o DIR [--dtype bf16|f16|f32] "
@@ -33,8 +34,9 @@ static void usage(FILE *f) {
     fprintf(f, "usage: tessera COMMAND [options]\n\ncommands:\n");
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         fprintf(f, "  tessera %s\n", commands[i].help);
-    fprintf(f, "\nCommon options: --threads K (default: all cores), "
-               "TESSERA_ISA=scalar|avx2|avx512 limits the CPU kernels.\n");
+    fprintf(f, "\nCommon options: --threads K (default: all cores), --device cpu|cuda "
+               "(cuda: builds with -DTESSERA_CUDA=ON), TESSERA_ISA=scalar|avx2|avx512 limits "
+               "the CPU kernels.\n");
 }
 
 int main(int argc, char **argv) {
