@@ -490,12 +490,9 @@ static ts_status gemma3_forward(void *p, const ts_fwd_batch *b, float *logits) {
         op->gelu_mul(be, rt->f1, rt->f2, F, n, F, rt->f1, F);
         op->matmul(be, ly->down, rt->f1, F, n, rt->h, D);
         op->rmsnorm(be, rt->h, D, n, D, P(rt, ly->ln_post_ff), hp->eps, rt->h, D);
-        /* the residual add, fused with the next layer's input norm */
-        if (il + 1 < hp->n_layers)
-            ts_add_rmsnorm(be, rt->x, rt->h, n, D, D, P(rt, g->layers[il + 1].ln_in), hp->eps,
-                           rt->h);
-        else
-            op->add(be, rt->x, rt->h, (int64_t)n * D);
+        /* the residual add, fused with the next layer's input norm (none after the last) */
+        ts_add_rmsnorm(be, rt->x, rt->h, n, D, D,
+                       il + 1 < hp->n_layers ? P(rt, g->layers[il + 1].ln_in) : NULL, hp->eps, rt->h);
     }
     ts_output_head oh = {P(rt, g->final_norm),       hp->eps, g->lm_head, D, hp->n_vocab,
                          ts_logit_rows(rt->n_batch), hp->final_softcap};

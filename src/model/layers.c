@@ -96,6 +96,10 @@ void ts_matmul_n(ts_backend *be, const ts_tensor *const *W, int nw, const float 
 
 void ts_add_rmsnorm(ts_backend *be, float *x, const float *h, int n_rows, int dim, int64_t ld,
                     const float *w, float eps, float *out) {
+    if (!w) { /* after the last layer: the output head brings its own norm */
+        be->ops->add(be, x, h, (int64_t)n_rows * ld);
+        return;
+    }
     if (be->ops->add_rmsnorm) {
         be->ops->add_rmsnorm(be, x, h, n_rows, dim, ld, w, eps, out);
         return;

@@ -51,6 +51,7 @@ void ts_attend_runs(ts_backend *be, const float *q, int64_t ldq, int64_t q_head_
 /* The fused ops of backend.h, or their composition where the backend has none. */
 void ts_matmul_n(ts_backend *be, const ts_tensor *const *W, int nw, const float *x, int64_t ldx,
                  int n, float *const *y, const int64_t *ldy);
+/* x += h, then out = rmsnorm(x) with weights w; w NULL: the add alone. */
 void ts_add_rmsnorm(ts_backend *be, float *x, const float *h, int n_rows, int dim, int64_t ld,
                     const float *w, float eps, float *out);
 void ts_l2norm_heads(ts_backend *be, const float *src, int64_t lds, int n_tok, int n_heads,

@@ -266,12 +266,9 @@ ts_status qwen35_forward(void *p, const ts_fwd_batch *b, float *logits) {
             linear_attention(rt, il, b, runs, nr);
         ts_add_rmsnorm(be, rt->x, rt->h, n, D, D, P(rt, q->layers[il].ln2), hp->eps, rt->h);
         mlp(rt, il, n);
-        /* the residual add, fused with the next layer's input norm */
-        if (il + 1 < hp->n_layers)
-            ts_add_rmsnorm(be, rt->x, rt->h, n, D, D, P(rt, q->layers[il + 1].ln1), hp->eps,
-                           rt->h);
-        else
-            op->add(be, rt->x, rt->h, (int64_t)n * D);
+        /* the residual add, fused with the next layer's input norm (none after the last) */
+        ts_add_rmsnorm(be, rt->x, rt->h, n, D, D,
+                       il + 1 < hp->n_layers ? P(rt, q->layers[il + 1].ln1) : NULL, hp->eps, rt->h);
     }
     ts_output_head oh = {P(rt, q->final_norm),       hp->eps, q->lm_head, D, hp->n_vocab,
                          ts_logit_rows(rt->n_batch), 0};
