@@ -3,7 +3,6 @@
  * only when complete (temp file + rename). */
 #include "format/gguf_int.h"
 
-#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -17,7 +17,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 /* Far above any real header (a few thousand tensors need well under 1 MiB), yet a corrupt length
  * can never make us hand jansson gigabytes. */
