@@ -125,13 +125,33 @@ typedef struct {
      * matmul_n: y_j = W_j x for up to 4 weights of one dtype and column count sharing x.
      * add_rmsnorm: x += h, then out = rmsnorm(x) * w (rows of dim, stride ld for all three).
      * l2norm_heads: dst[t, h, :] = l2norm(src[t*lds + h*dim ...]) * scale for n_heads heads of
-     * dim values per token (a strided gather plus l2norm). */
+     * dim values per token (a strided gather plus l2norm).
+     * matmul_glu: out[t, o] = act((Wg x)[t, o]) * (Wu x)[t, o], act SiLU or (gelu) tanh-GELU:
+     * a gated MLP's two projections and its activation in one. tg and tu (rows of ldt floats)
+     * are scratch the backend may use for the two products; out may be tg.
+     * gdn_prep: the delta rule's inputs from the conv output (rows of ldc: Hk q heads, then Hk
+     * k heads of dk) and the gate projections a, b (rows of ldab, Hv each): qn = l2norm(q heads)
+     * * q_scale and kn = l2norm(k heads) ([n][Hk*dk] each), and gdn_gates' g and beta.
+     * qk_norm_rope: attention's per-head RMSNorm (weights wq / wk over hd values) and RoPE
+     * (as the rope op, over rot_dim) of nq q heads (token t's head h at q + t*ldq + h*q_head_stride)
+     * and nk k heads (at k + t*ldk + h*hd), in place. */
     void (*matmul_n)(ts_backend *be, const ts_tensor *const *W, int nw, const float *x,
                      int64_t ldx, int n, float *const *y, const int64_t *ldy);
     void (*add_rmsnorm)(ts_backend *be, float *x, const float *h, int n_rows, int dim, int64_t ld,
                         const float *w, float eps, float *out);
     void (*l2norm_heads)(ts_backend *be, const float *src, int64_t lds, int n_tok, int n_heads,
                          int dim, float eps, float scale, float *dst);
+    void (*matmul_glu)(ts_backend *be, const ts_tensor *Wg, const ts_tensor *Wu, const float *x,
+                       int64_t ldx, int n, bool gelu, float *tg, float *tu, int64_t ldt,
+                       float *out, int64_t ldo);
+    void (*gdn_prep)(ts_backend *be, const float *conv, int64_t ldc, int n, int Hk, int dk,
+                     float eps, float q_scale, float *qn, float *kn, const float *a,
+                     const float *b, int64_t ldab, int Hv, const float *neg_exp_a,
+                     const float *dt_bias, float *g, float *beta);
+    void (*qk_norm_rope)(ts_backend *be, float *q, int64_t ldq, int64_t q_head_stride, int nq,
+                         const float *wq, float *k, int64_t ldk, int nk, const float *wk,
+                         int n_tok, int hd, float eps, int rot_dim, const int32_t *pos,
+                         float theta);
     /* Optional (NULL: the model calls the single-run op once per run): the same ops over all
      * runs of a batch at once, so that B sequences decoding together cost one launch, not B.
      * attention_runs also stores the runs' new K and V rows (k, v: [n_tokens][n_kv_heads *

@@ -449,10 +449,8 @@ static void attention(gemma3_rt *rt, int il, const ts_fwd_batch *b, const ts_run
         int64_t ldy[3] = {qw, kvw, kvw};
         ts_matmul_n(be, W, 3, rt->h, D, n, y, ldy);
     }
-    op->rmsnorm(be, rt->q, hd, n * hp->n_head, hd, P(rt, ly->q_norm), hp->eps, rt->q, hd);
-    op->rmsnorm(be, rt->k, hd, n * hp->n_kv_head, hd, P(rt, ly->k_norm), hp->eps, rt->k, hd);
-    op->rope(be, rt->q, qw, n, hp->n_head, hd, hd, b->pos, theta);
-    op->rope(be, rt->k, kvw, n, hp->n_kv_head, hd, hd, b->pos, theta);
+    ts_qk_norm_rope(be, rt->q, qw, hd, hp->n_head, P(rt, ly->q_norm), rt->k, kvw, hp->n_kv_head,
+                    P(rt, ly->k_norm), n, hd, hp->eps, hd, b->pos, theta);
     ts_attn_dims dims = {hp->n_head, hp->n_kv_head, hd, hp->scale,
                          hp->is_global[il] ? 0 : hp->window, hp->attn_softcap};
     size_t kvb = kv_bytes(hp, rt->n_ctx);
@@ -483,11 +481,7 @@ static ts_status gemma3_forward(void *p, const ts_fwd_batch *b, float *logits) {
         attention(rt, il, b, rt->runs, nr);
         op->rmsnorm(be, rt->h, D, n, D, P(rt, ly->ln_post_attn), hp->eps, rt->h, D);
         ts_add_rmsnorm(be, rt->x, rt->h, n, D, D, P(rt, ly->ln_pre_ff), hp->eps, rt->h);
-        const ts_tensor *W[2] = {ly->gate, ly->up};
-        float *y[2] = {rt->f1, rt->f2};
-        int64_t ldy[2] = {F, F};
-        ts_matmul_n(be, W, 2, rt->h, D, n, y, ldy);
-        op->gelu_mul(be, rt->f1, rt->f2, F, n, F, rt->f1, F);
+        ts_matmul_glu(be, ly->gate, ly->up, rt->h, D, n, true, rt->f1, rt->f2, F, rt->f1, F);
         op->matmul(be, ly->down, rt->f1, F, n, rt->h, D);
         op->rmsnorm(be, rt->h, D, n, D, P(rt, ly->ln_post_ff), hp->eps, rt->h, D);
         /* the residual add, fused with the next layer's input norm (none after the last) */

@@ -20,8 +20,11 @@ void ts_output_logits(ts_backend *be, const ts_output_head *oh, const ts_fwd_bat
         if (b->wants_logits[i]) sel[ns++] = i;
     for (int s0 = 0; s0 < ns; s0 += oh->rows) {
         int k = ns - s0 < oh->rows ? ns - s0 : oh->rows;
-        for (int i = 0; i < k; i++)
-            op->copy_rows(be, lh + (size_t)i * D, D, x + (size_t)sel[s0 + i] * D, D, 1, D);
+        /* consecutive wanted rows (every row of a decode step) go in one copy */
+        for (int i = 0, run; i < k; i += run) {
+            for (run = 1; i + run < k && sel[s0 + i + run] == sel[s0 + i] + run; run++) {}
+            op->copy_rows(be, lh + (size_t)i * D, D, x + (size_t)sel[s0 + i] * D, D, run, D);
+        }
         op->rmsnorm(be, lh, D, k, D, oh->final_norm, oh->eps, lh, D);
         op->matmul(be, oh->head, lh, D, k, lg, oh->n_vocab);
         if (oh->softcap > 0) op->softcap(be, lg, (int64_t)k * oh->n_vocab, oh->softcap);
@@ -116,4 +119,50 @@ void ts_l2norm_heads(ts_backend *be, const float *src, int64_t lds, int n_tok, i
     }
     be->ops->copy_rows(be, dst, (int64_t)n_heads * dim, src, lds, n_tok, n_heads * dim);
     be->ops->l2norm(be, dst, dim, n_tok * n_heads, dim, eps, scale);
+}
+
+void ts_matmul_glu(ts_backend *be, const ts_tensor *Wg, const ts_tensor *Wu, const float *x,
+                   int64_t ldx, int n, bool gelu, float *tg, float *tu, int64_t ldt, float *out,
+                   int64_t ldo) {
+    if (be->ops->matmul_glu) {
+        be->ops->matmul_glu(be, Wg, Wu, x, ldx, n, gelu, tg, tu, ldt, out, ldo);
+        return;
+    }
+    const ts_tensor *W[2] = {Wg, Wu};
+    float *y[2] = {tg, tu};
+    int64_t ldy[2] = {ldt, ldt};
+    ts_matmul_n(be, W, 2, x, ldx, n, y, ldy);
+    int dim = (int)ts_tensor_rows(Wg);
+    if (gelu)
+        be->ops->gelu_mul(be, tg, tu, ldt, n, dim, out, ldo);
+    else
+        be->ops->swiglu(be, tg, tu, ldt, n, dim, out, ldo);
+}
+
+void ts_gdn_prep(ts_backend *be, const float *conv, int64_t ldc, int n, int Hk, int dk, float eps,
+                 float q_scale, float *qn, float *kn, const float *a, const float *b, int64_t ldab,
+                 int Hv, const float *neg_exp_a, const float *dt_bias, float *g, float *beta) {
+    if (be->ops->gdn_prep) {
+        be->ops->gdn_prep(be, conv, ldc, n, Hk, dk, eps, q_scale, qn, kn, a, b, ldab, Hv,
+                          neg_exp_a, dt_bias, g, beta);
+        return;
+    }
+    ts_l2norm_heads(be, conv, ldc, n, Hk, dk, eps, q_scale, qn);
+    ts_l2norm_heads(be, conv + (size_t)Hk * dk, ldc, n, Hk, dk, eps, 1.0f, kn);
+    be->ops->gdn_gates(be, a, ldab, b, ldab, n, Hv, neg_exp_a, dt_bias, g, beta);
+}
+
+void ts_qk_norm_rope(ts_backend *be, float *q, int64_t ldq, int64_t q_head_stride, int nq,
+                     const float *wq, float *k, int64_t ldk, int nk, const float *wk, int n_tok,
+                     int hd, float eps, int rot_dim, const int32_t *pos, float theta) {
+    if (be->ops->qk_norm_rope) {
+        be->ops->qk_norm_rope(be, q, ldq, q_head_stride, nq, wq, k, ldk, nk, wk, n_tok, hd, eps,
+                              rot_dim, pos, theta);
+        return;
+    }
+    /* row t * nq + h of q at q + (t * nq + h) * q_head_stride: ldq = nq * q_head_stride */
+    be->ops->rmsnorm(be, q, q_head_stride, n_tok * nq, hd, wq, eps, q, q_head_stride);
+    be->ops->rmsnorm(be, k, hd, n_tok * nk, hd, wk, eps, k, hd);
+    be->ops->rope(be, q, ldq, n_tok, nq, q_head_stride, rot_dim, pos, theta);
+    be->ops->rope(be, k, ldk, n_tok, nk, hd, rot_dim, pos, theta);
 }

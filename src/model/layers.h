@@ -54,6 +54,19 @@ void ts_matmul_n(ts_backend *be, const ts_tensor *const *W, int nw, const float 
 /* x += h, then out = rmsnorm(x) with weights w; w NULL: the add alone. */
 void ts_add_rmsnorm(ts_backend *be, float *x, const float *h, int n_rows, int dim, int64_t ld,
                     const float *w, float eps, float *out);
+/* out = act(Wg x) * (Wu x) (act: SiLU, or tanh-GELU when gelu), tg/tu scratch for the two
+ * products (rows of ldt; out may be tg): the backend's matmul_glu, or matmul_n + swiglu/gelu_mul. */
+void ts_matmul_glu(ts_backend *be, const ts_tensor *Wg, const ts_tensor *Wu, const float *x,
+                   int64_t ldx, int n, bool gelu, float *tg, float *tu, int64_t ldt, float *out,
+                   int64_t ldo);
+/* The backend's gdn_prep / qk_norm_rope (backend.h), or the ops they fuse. qk_norm_rope's
+ * composition needs ldq == nq * q_head_stride and ldk == nk * hd (heads packed in rows). */
+void ts_gdn_prep(ts_backend *be, const float *conv, int64_t ldc, int n, int Hk, int dk, float eps,
+                 float q_scale, float *qn, float *kn, const float *a, const float *b, int64_t ldab,
+                 int Hv, const float *neg_exp_a, const float *dt_bias, float *g, float *beta);
+void ts_qk_norm_rope(ts_backend *be, float *q, int64_t ldq, int64_t q_head_stride, int nq,
+                     const float *wq, float *k, int64_t ldk, int nk, const float *wk, int n_tok,
+                     int hd, float eps, int rot_dim, const int32_t *pos, float theta);
 void ts_l2norm_heads(ts_backend *be, const float *src, int64_t lds, int n_tok, int n_heads,
                      int dim, float eps, float scale, float *dst);
 

@@ -176,12 +176,10 @@ static void linear_attention(qwen35_rt *rt, int il, const ts_fwd_batch *b, const
                              (float *)(st + rt->offs[il].conv), NULL};
     }
     ts_conv_runs(be, mqkv, cd, cd, hp->conv_k, P(rt, ly->conv_w), sr, nr, conv, cd);
-    /* q and k to their own buffers so each head is a row; L2-normalise, scale q by dk^-1/2 */
-    ts_l2norm_heads(be, conv, cd, n, hp->lin_hk, hp->lin_dk, 1e-6f,
-                    1.0f / sqrtf((float)hp->lin_dk), qn);
-    ts_l2norm_heads(be, conv + kd, cd, n, hp->lin_hk, hp->lin_dk, 1e-6f, 1.0f, kn);
-    op->gdn_gates(be, a, Hv, bb, Hv, n, Hv, P(rt, ly->neg_exp_a), P(rt, ly->dt_bias), rt->g,
-                  rt->beta);
+    /* q and k to their own buffers so each head is a row; L2-normalise, scale q by dk^-1/2;
+     * the gates */
+    ts_gdn_prep(be, conv, cd, n, hp->lin_hk, hp->lin_dk, 1e-6f, 1.0f / sqrtf((float)hp->lin_dk),
+                qn, kn, a, bb, Hv, Hv, P(rt, ly->neg_exp_a), P(rt, ly->dt_bias), rt->g, rt->beta);
     ts_gdn_dims dims = {hp->lin_hk, hp->lin_hv, hp->lin_dk, hp->lin_dv};
     for (int r = 0; r < nr; r++)
         sr[r].a = (float *)((char *)b->slot_state[runs[r].slot] + rt->offs[il].rec);
@@ -207,10 +205,8 @@ static void full_attention(qwen35_rt *rt, int il, const ts_fwd_batch *b, const t
         int64_t ldy[3] = {qw, kvw, kvw};
         ts_matmul_n(be, W, 3, rt->h, D, n, y, ldy);
     }
-    op->rmsnorm(be, qg, hstride, n * hp->n_head, hd, P(rt, ly->q_norm), hp->eps, qg, hstride);
-    op->rmsnorm(be, k, hd, n * hp->n_kv_head, hd, P(rt, ly->k_norm), hp->eps, k, hd);
-    op->rope(be, qg, qw, n, hp->n_head, hstride, hp->rot_dim, b->pos, hp->rope_theta);
-    op->rope(be, k, kvw, n, hp->n_kv_head, hd, hp->rot_dim, b->pos, hp->rope_theta);
+    ts_qk_norm_rope(be, qg, qw, hstride, hp->n_head, P(rt, ly->q_norm), k, kvw, hp->n_kv_head,
+                    P(rt, ly->k_norm), n, hd, hp->eps, hp->rot_dim, b->pos, hp->rope_theta);
     ts_attn_dims dims = {hp->n_head, hp->n_kv_head, hd, 1.0f / sqrtf((float)hd), 0, 0};
     ts_seq_run *sr = rt->sruns;
     for (int r = 0; r < nr; r++) {
@@ -229,11 +225,7 @@ static void mlp(qwen35_rt *rt, int il, int n) {
     ts_backend *be = rt->be;
     const ts_backend_ops *op = be->ops;
     int D = hp->n_embd, F = hp->n_ff;
-    const ts_tensor *W[2] = {ly->gate, ly->up};
-    float *y[2] = {rt->t1, rt->t2};
-    int64_t ldy[2] = {F, F};
-    ts_matmul_n(be, W, 2, rt->h, D, n, y, ldy);
-    op->swiglu(be, rt->t1, rt->t2, F, n, F, rt->t4, F);
+    ts_matmul_glu(be, ly->gate, ly->up, rt->h, D, n, false, rt->t1, rt->t2, F, rt->t4, F);
     op->matmul(be, ly->down, rt->t4, F, n, rt->h, D);
 }
 

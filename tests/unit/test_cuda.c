@@ -12,6 +12,7 @@
 #include "base/half.h"
 #include "engine/engine_int.h"
 #include "fixture_util.h"
+#include "model/layers.h"
 #include "testutil.h"
 #include "tessera.h"
 
@@ -20,11 +21,11 @@
 
 static ts_backend *cpu, *gpu;
 static void *kept[8]; /* test weights, alive until the backend is gone */
-static void *kept_more[32];
+static void *kept_more[64];
 static int n_kept_more;
 /* Weights whose host address keys a device copy stay allocated until the end. */
 static void kept_extra(void *p) {
-    if (n_kept_more < 32) kept_more[n_kept_more++] = p;
+    if (n_kept_more < 64) kept_more[n_kept_more++] = p;
 }
 static unsigned long long rng = 0x5eedULL;
 
@@ -139,6 +140,82 @@ static void test_elementwise(void) {
     cmp("copy_rows", dout, o, n, FP32_TOL); /* x itself differs by the softcap's rounding */
     gpu->ops->free(gpu, dx), gpu->ops->free(gpu, dy), gpu->ops->free(gpu, dout);
     free(x), free(y), free(o);
+}
+
+/* The device with one fused op removed: the model layer (model/layers.c) then composes it from
+ * the plain ops, as for a backend without it. */
+static ts_backend_ops plain_ops;
+static ts_backend plain_be;
+static ts_backend *without(size_t op_offset) {
+    plain_ops = *gpu->ops;
+    *(void **)((char *)&plain_ops + op_offset) = NULL;
+    plain_be = *gpu;
+    plain_be.ops = &plain_ops;
+    return &plain_be;
+}
+
+static void same_bits(const char *what, const float *da, const float *db, size_t n) {
+    float *a = host(da, n), *b = host(db, n);
+    CHECKF(memcmp(a, b, n * sizeof *a) == 0, "%s: fused op differs from its composition", what);
+    free(a), free(b);
+}
+
+/* gdn_prep and qk_norm_rope: the bits of the ops they fuse, and the CPU's values. */
+static void test_fused(void) {
+    { /* gdn_prep: 5 tokens, 3 k-heads of 40, 6 v-heads; rows padded */
+        int n = 5, Hk = 3, dk = 40, Hv = 6;
+        int64_t ldc = 2 * Hk * dk + 70, ldab = 2 * Hv + 1;
+        float *conv = rnd((size_t)n * ldc, 2.0f), *ab = rnd((size_t)n * ldab, 3.0f);
+        float *nea = rnd(Hv, 1.0f), *dtb = rnd(Hv, 1.0f);
+        size_t nq = (size_t)n * Hk * dk, ng = (size_t)n * Hv;
+        float *out = calloc(2 * nq + 2 * ng, 4);
+        float *dconv = dev(conv, (size_t)n * ldc), *dab = dev(ab, (size_t)n * ldab);
+        float *dnea = dev(nea, Hv), *ddtb = dev(dtb, Hv);
+        float *d1 = dev(out, 2 * nq + 2 * ng), *d2 = dev(out, 2 * nq + 2 * ng);
+        float *o[2] = {out, NULL}, *d[2] = {d1, d2};
+        ts_backend *be[3] = {cpu, gpu, without(offsetof(ts_backend_ops, gdn_prep))};
+        for (int i = 0; i < 3; i++) {
+            float *base = i == 0 ? o[0] : d[i - 1];
+            const float *c0 = i == 0 ? conv : dconv, *a0 = i == 0 ? ab : dab;
+            ts_gdn_prep(be[i], c0, ldc, n, Hk, dk, 1e-6f, 0.125f, base, base + nq, a0, a0 + Hv,
+                        ldab, Hv, i == 0 ? nea : dnea, i == 0 ? dtb : ddtb, base + 2 * nq,
+                        base + 2 * nq + ng);
+        }
+        cmp("gdn_prep", d1, out, 2 * nq + 2 * ng, FP32_TOL);
+        same_bits("gdn_prep", d1, d2, 2 * nq + 2 * ng);
+        float *bufs[] = {dconv, dab, dnea, ddtb, d1, d2};
+        for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) gpu->ops->free(gpu, bufs[i]);
+        free(conv), free(ab), free(nea), free(dtb), free(out);
+    }
+    /* qk_norm_rope: Qwen's layout (q heads 2 hd apart, followed by their gates; partial
+     * rotation, an odd rot_dim too) and Gemma's (packed heads, full rotation) */
+    struct { int nq, nk, hd, qhs, rot; } cs[] = {{4, 2, 64, 128, 16}, {3, 1, 96, 96, 96},
+                                                 {2, 2, 32, 64, 7}};
+    int32_t pos[6] = {0, 1, 7, 300, 301, 4096};
+    for (size_t ci = 0; ci < sizeof cs / sizeof *cs; ci++) {
+        int nt = 6, nq = cs[ci].nq, nk = cs[ci].nk, hd = cs[ci].hd, qhs = cs[ci].qhs;
+        int64_t ldq = (int64_t)nq * qhs, ldk = (int64_t)nk * hd;
+        size_t sq = (size_t)nt * ldq, sk = (size_t)nt * ldk;
+        float *q = rnd(sq, 2.0f), *k = rnd(sk, 2.0f), *wq = rnd(hd, 1.5f), *wk = rnd(hd, 1.5f);
+        float *dq1 = dev(q, sq), *dq2 = dev(q, sq), *dk1 = dev(k, sk), *dk2 = dev(k, sk);
+        float *dwq = dev(wq, hd), *dwk = dev(wk, hd);
+        ts_qk_norm_rope(cpu, q, ldq, qhs, nq, wq, k, ldk, nk, wk, nt, hd, 1e-6f, cs[ci].rot, pos,
+                        10000.0f);
+        ts_qk_norm_rope(gpu, dq1, ldq, qhs, nq, dwq, dk1, ldk, nk, dwk, nt, hd, 1e-6f, cs[ci].rot,
+                        pos, 10000.0f);
+        ts_qk_norm_rope(without(offsetof(ts_backend_ops, qk_norm_rope)), dq2, ldq, qhs, nq, dwq,
+                        dk2, ldk, nk, dwk, nt, hd, 1e-6f, cs[ci].rot, pos, 10000.0f);
+        char what[64];
+        snprintf(what, sizeof what, "qk_norm_rope q (case %zu)", ci);
+        cmp(what, dq1, q, sq, FP32_TOL);
+        same_bits(what, dq1, dq2, sq);
+        snprintf(what, sizeof what, "qk_norm_rope k (case %zu)", ci);
+        cmp(what, dk1, k, sk, FP32_TOL);
+        same_bits(what, dk1, dk2, sk);
+        float *bufs[] = {dq1, dq2, dk1, dk2, dwq, dwk};
+        for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) gpu->ops->free(gpu, bufs[i]);
+        free(q), free(k), free(wq), free(wk);
+    }
 }
 
 static void test_attention(void) {
@@ -386,7 +463,9 @@ static ts_tensor make_weight(ts_dtype dt, int rows, int cols, float **f32) {
 static void test_matmul(void) {
     ts_dtype dts[] = {TS_DTYPE_F32, TS_DTYPE_F16, TS_DTYPE_BF16, TS_DTYPE_Q8_0, TS_DTYPE_Q4_K,
                       TS_DTYPE_Q6_K, TS_DTYPE_Q4_0};
-    int ns[] = {1, 3, 8, 9, 64};
+    /* 9..64 tokens of 16-bit weights: the tensor-core GEMM (2, 4 and 8 token groups); 65 and
+     * the other types: cuBLAS */
+    int ns[] = {1, 3, 8, 9, 20, 64, 65};
     int rows = 300, cols = 512;
     int64_t ldx = cols + 4, ldy = rows + 2;
     /* few long rows: the decode kernel splits each row over several warps */
@@ -406,6 +485,26 @@ static void test_matmul(void) {
             gpu->ops->free(gpu, dx), gpu->ops->free(gpu, dy);
             free(x), free(y);
         }
+        kept_extra((void *)W.data);
+        free(wf);
+    }
+    /* a tall 16-bit weight: enough row blocks for the tensor-core GEMM to skip the cluster's
+     * column split (cuda_gemm_skinny.cu) */
+    for (int di = 0; di < 2; di++) {
+        ts_dtype dt = di ? TS_DTYPE_F16 : TS_DTYPE_BF16;
+        int r2 = 20000, c2 = 128, n = 33;
+        float *wf;
+        ts_tensor W = make_weight(dt, r2, c2, &wf);
+        ts_tensor Wf = {TS_DTYPE_F32, 2, {r2, c2, 1, 1, 1, 1}, wf, (uint64_t)r2 * c2 * 4};
+        float *x = rnd((size_t)n * c2, 1.0f), *y = calloc((size_t)n * r2, 4);
+        float *dx = dev(x, (size_t)n * c2), *dy = dev(y, (size_t)n * r2);
+        cpu->ops->matmul(cpu, &Wf, x, c2, n, y, r2);
+        gpu->ops->matmul(gpu, &W, dx, c2, n, dy, r2);
+        char what[64];
+        snprintf(what, sizeof what, "matmul %s %dx%d n=%d", ts_dtype_name(dt), r2, c2, n);
+        cmp(what, dy, y, (size_t)n * r2, 1e-4);
+        gpu->ops->free(gpu, dx), gpu->ops->free(gpu, dy);
+        free(x), free(y);
         kept_extra((void *)W.data);
         free(wf);
     }
@@ -429,7 +528,8 @@ static void test_matmul(void) {
         }
         /* matmul_n: this weight with an F32 one of other rows (its own launch) and itself
          * again (the same launch), n <= 8 and n > 8 */
-        for (int n = 3; n <= 12; n += 9) {
+        for (int nn = 0; nn < 3; nn++) {
+            int n = (int[]){3, 12, 48}[nn];
             float *x = rnd((size_t)n * ldx, 1.0f), *dx = dev(x, (size_t)n * ldx);
             float *wf2 = rnd((size_t)77 * cols, 0.5f);
             ts_tensor W2 = {TS_DTYPE_F32, 2, {77, cols, 1, 1, 1, 1}, wf2, (uint64_t)77 * cols * 4};
@@ -467,6 +567,55 @@ static void test_matmul(void) {
     }
 }
 
+/* matmul_glu (a gated MLP's two projections and activation): the fused GEMV (n <= 8) must give
+ * the bits of the composed ops on the device (matmul_n, then swiglu / gelu_mul), and both the
+ * CPU's fp32 result within the matmul bounds; above 8 tokens the op composes itself. */
+static void test_matmul_glu(void) {
+    ts_dtype dts[] = {TS_DTYPE_F32, TS_DTYPE_BF16, TS_DTYPE_Q4_K, TS_DTYPE_Q8_0};
+    int rows = 200, cols = 256;
+    int64_t ldx = cols + 4, ldt = rows + 3;
+    for (size_t di = 0; di < sizeof dts / sizeof *dts; di++) {
+        float *fg, *fu;
+        ts_tensor Wg = make_weight(dts[di], rows, cols, &fg), Wu = make_weight(dts[di], rows, cols, &fu);
+        ts_tensor Fg = {TS_DTYPE_F32, 2, {rows, cols, 1, 1, 1, 1}, fg, (uint64_t)rows * cols * 4};
+        ts_tensor Fu = {TS_DTYPE_F32, 2, {rows, cols, 1, 1, 1, 1}, fu, (uint64_t)rows * cols * 4};
+        for (int ni = 0; ni < 3; ni++) {
+            int n = (int[]){1, 3, 12}[ni];
+            for (int gelu = 0; gelu < 2; gelu++) {
+                size_t nt = (size_t)n * ldt;
+                float *x = rnd((size_t)n * ldx, 1.0f), *dx = dev(x, (size_t)n * ldx);
+                float *tg = calloc(nt, 4), *tu = calloc(nt, 4), *ref = calloc(nt, 4);
+                cpu->ops->matmul(cpu, &Fg, x, ldx, n, tg, ldt);
+                cpu->ops->matmul(cpu, &Fu, x, ldx, n, tu, ldt);
+                (gelu ? cpu->ops->gelu_mul : cpu->ops->swiglu)(cpu, tg, tu, ldt, n, rows, ref, ldt);
+                float *dg = dev(tg, nt), *du = dev(tu, nt), *dc = dev(tg, nt), *df = dev(tg, nt);
+                const ts_tensor *W[2] = {&Wg, &Wu};
+                float *y[2] = {dg, du};
+                int64_t ldy[2] = {ldt, ldt};
+                gpu->ops->matmul_n(gpu, W, 2, dx, ldx, n, y, ldy);
+                (gelu ? gpu->ops->gelu_mul : gpu->ops->swiglu)(gpu, dg, du, ldt, n, rows, dc, ldt);
+                /* in place (out = tg, as Gemma calls it) for one case */
+                float *out = ni == 1 ? dg : df;
+                gpu->ops->matmul_glu(gpu, &Wg, &Wu, dx, ldx, n, gelu, dg, du, ldt, out, ldt);
+                float *a = host(dc, nt), *b = host(out, nt);
+                bool rounded = n > 8 && dts[di] == TS_DTYPE_BF16;
+                char what[80];
+                snprintf(what, sizeof what, "matmul_glu %s n=%d %s", ts_dtype_name(dts[di]), n,
+                         gelu ? "gelu" : "silu");
+                cmp(what, out, ref, nt, rounded ? 1e-4 : FP32_TOL);
+                for (int t = 0; t < n; t++)
+                    CHECKF(memcmp(a + t * ldt, b + t * ldt, (size_t)rows * 4) == 0,
+                           "%s: not the bits of matmul_n + the activation (token %d)", what, t);
+                gpu->ops->free(gpu, dx), gpu->ops->free(gpu, dg), gpu->ops->free(gpu, du);
+                gpu->ops->free(gpu, dc), gpu->ops->free(gpu, df);
+                free(x), free(tg), free(tu), free(ref), free(a), free(b);
+            }
+        }
+        kept_extra((void *)Wg.data), kept_extra((void *)Wu.data);
+        free(fg), free(fu);
+    }
+}
+
 /* argmax against the CPU op: ties (the first index wins), NaN (never wins), one row all NaN. */
 static void test_argmax(void) {
     int rows = 6, cols = 70000;
@@ -487,19 +636,21 @@ static void test_argmax(void) {
 }
 
 /* Decode through replayed CUDA graphs must give the same logits, bit for bit, as the ops run one
- * by one (TESSERA_CUDA_GRAPHS=0), with several sequences decoding together and one alone; and the
- * graph engine must actually replay. ts_engine_forward_greedy must pick the argmax of the logits
- * that ts_engine_forward returns. */
+ * by one (TESSERA_CUDA_GRAPHS=0), with several sequences decoding together and one alone, and
+ * with 12 sequences of a BF16 model (the tensor-core GEMM of cuda_gemm_skinny.cu, clusters and
+ * all, inside the graph); and the graph engine must actually replay. ts_engine_forward_greedy
+ * must pick the argmax of the logits that ts_engine_forward returns. */
+#define GD_MAX_B 12
 static ts_engine *make_engine_slots(ts_model *m, int n_slots);
 
 static float *decode_steps(ts_engine *e, int B, int steps, int32_t *greedy_ids) {
     int V = ts_engine_n_vocab(e);
     float *out = malloc((size_t)steps * B * V * sizeof *out);
-    int32_t tok[4], pos[4], sl[4];
+    int32_t tok[GD_MAX_B], pos[GD_MAX_B], sl[GD_MAX_B];
+    uint8_t want[GD_MAX_B];
     for (int s = 0; s < B; s++) ts_engine_slot_clear(e, s), tok[s] = 3 + 5 * s, sl[s] = s;
     for (int i = 0; i < steps; i++) {
-        for (int s = 0; s < B; s++) pos[s] = i;
-        uint8_t want[4] = {1, 1, 1, 1};
+        for (int s = 0; s < B; s++) pos[s] = i, want[s] = 1;
         ts_batch b = {B, tok, pos, sl, want};
         float *lg = out + (size_t)i * B * V;
         if (ts_engine_forward(e, &b, lg) != TS_OK) {
@@ -519,6 +670,47 @@ static float *decode_steps(ts_engine *e, int B, int steps, int32_t *greedy_ids) 
     return out;
 }
 
+static void graph_decode_case(ts_model *m, int B, int steps) {
+    setenv("TESSERA_CUDA_GRAPHS", "0", 1);
+    ts_engine *plain = make_engine_slots(m, GD_MAX_B);
+    unsetenv("TESSERA_CUDA_GRAPHS");
+    ts_engine *graph = make_engine_slots(m, GD_MAX_B);
+    CHECK(plain && graph);
+    if (!plain || !graph) return;
+    int V = ts_engine_n_vocab(graph);
+    int32_t ids_a[16 * GD_MAX_B], ids_b[16 * GD_MAX_B], ids_g[GD_MAX_B];
+    float *a = decode_steps(plain, B, steps, ids_a), *b = decode_steps(graph, B, steps, ids_b);
+    CHECK(a && b);
+    if (a && b)
+        CHECKF(memcmp(a, b, (size_t)steps * B * V * sizeof(float)) == 0,
+               "B=%d: graph decode differs from op-by-op decode", B);
+    long replays = 0, builds = 0, r0 = 0, b0 = 0;
+    ts_backend_cuda_graph_stats(graph->be, &replays, &builds);
+    ts_backend_cuda_graph_stats(plain->be, &r0, &b0);
+    CHECKF(replays >= steps - 3 && builds >= 1, "B=%d: %ld replays, %ld graphs", B, replays,
+           builds);
+    CHECKF(r0 == 0 && b0 == 0, "TESSERA_CUDA_GRAPHS=0 still built %ld graphs", b0);
+    printf("  graph decode B=%d: %d steps, %ld replays, %ld graphs, identical logits\n", B, steps,
+           replays, builds);
+    /* greedy on the device = argmax of the downloaded logits, step after step */
+    int32_t tok[GD_MAX_B], pos[GD_MAX_B], sl[GD_MAX_B];
+    uint8_t want[GD_MAX_B];
+    for (int s = 0; s < B; s++) ts_engine_slot_clear(graph, s), tok[s] = 3 + 5 * s, sl[s] = s;
+    for (int i = 0; i < steps; i++) {
+        for (int s = 0; s < B; s++) pos[s] = i, want[s] = 1;
+        ts_batch bt = {B, tok, pos, sl, want};
+        CHECK(ts_engine_forward_greedy(graph, &bt, ids_g) == TS_OK);
+        for (int s = 0; s < B; s++) {
+            CHECKF(ids_g[s] == ids_a[i * B + s], "greedy step %d seq %d: %d vs %d", i, s,
+                   ids_g[s], ids_a[i * B + s]);
+            tok[s] = ids_g[s];
+        }
+    }
+    free(a), free(b);
+    ts_engine_free(plain);
+    ts_engine_free(graph);
+}
+
 static void test_graph_decode(void) {
     char dir[4096];
     snprintf(dir, sizeof dir, "%s/qwen35", tu_env("TS_FIXTURES", "tests/fixtures"));
@@ -527,53 +719,21 @@ static void test_graph_decode(void) {
     CHECK(nm > 0);
     if (nm <= 0) return;
     char path[8192];
-    snprintf(path, sizeof path, "%s/%s", dir, names[0]);
-    for (int i = 0; i < nm; i++) free(names[i]);
-    ts_model *m = NULL;
-    CHECKF(ts_model_open(path, &m) == TS_OK, "%s: %s", path, ts_last_error());
-    if (!m) return;
-    int steps = 12;
-    for (int B = 1; B <= 3; B += 2) {
-        setenv("TESSERA_CUDA_GRAPHS", "0", 1);
-        ts_engine *plain = make_engine_slots(m, 4);
-        unsetenv("TESSERA_CUDA_GRAPHS");
-        ts_engine *graph = make_engine_slots(m, 4);
-        CHECK(plain && graph);
-        if (!plain || !graph) return;
-        int V = ts_engine_n_vocab(graph);
-        int32_t ids_a[64], ids_b[64], ids_g[4];
-        float *a = decode_steps(plain, B, steps, ids_a), *b = decode_steps(graph, B, steps, ids_b);
-        CHECK(a && b);
-        if (a && b)
-            CHECKF(memcmp(a, b, (size_t)steps * B * V * sizeof(float)) == 0,
-                   "B=%d: graph decode differs from op-by-op decode", B);
-        long replays = 0, builds = 0, r0 = 0, b0 = 0;
-        ts_backend_cuda_graph_stats(graph->be, &replays, &builds);
-        ts_backend_cuda_graph_stats(plain->be, &r0, &b0);
-        CHECKF(replays >= steps - 3 && builds >= 1, "B=%d: %ld replays, %ld graphs", B, replays,
-               builds);
-        CHECKF(r0 == 0 && b0 == 0, "TESSERA_CUDA_GRAPHS=0 still built %ld graphs", b0);
-        printf("  graph decode B=%d: %d steps, %ld replays, %ld graphs, identical logits\n", B,
-               steps, replays, builds);
-        /* greedy on the device = argmax of the downloaded logits, step after step */
-        int32_t tok[4], pos[4], sl[4];
-        for (int s = 0; s < B; s++) ts_engine_slot_clear(graph, s), tok[s] = 3 + 5 * s, sl[s] = s;
-        for (int i = 0; i < steps; i++) {
-            for (int s = 0; s < B; s++) pos[s] = i;
-            uint8_t want[4] = {1, 1, 1, 1};
-            ts_batch bt = {B, tok, pos, sl, want};
-            CHECK(ts_engine_forward_greedy(graph, &bt, ids_g) == TS_OK);
-            for (int s = 0; s < B; s++) {
-                CHECKF(ids_g[s] == ids_a[i * B + s], "greedy step %d seq %d: %d vs %d", i, s,
-                       ids_g[s], ids_a[i * B + s]);
-                tok[s] = ids_g[s];
-            }
-        }
-        free(a), free(b);
-        ts_engine_free(plain);
-        ts_engine_free(graph);
+    /* the first fixture (F32) for 1 and 3 sequences, a BF16 one with 128-wide rows for 12 */
+    int bf = 0;
+    for (int i = 0; i < nm; i++)
+        if (strstr(names[i], "bf16_composite")) bf = i;
+    CHECKF(strstr(names[bf], "bf16_composite"), "no bf16_composite fixture in %s", dir);
+    for (int c = 0; c < 3; c++) {
+        int B = (int[]){1, 3, 12}[c];
+        snprintf(path, sizeof path, "%s/%s", dir, names[B == 12 ? bf : 0]);
+        ts_model *m = NULL;
+        CHECKF(ts_model_open(path, &m) == TS_OK, "%s: %s", path, ts_last_error());
+        if (!m) continue;
+        graph_decode_case(m, B, 12);
+        ts_model_close(m);
     }
-    ts_model_close(m);
+    for (int i = 0; i < nm; i++) free(names[i]);
 }
 
 /* Several sequences in one batch, runs of different lengths (the *_runs ops), then decode steps
@@ -775,7 +935,7 @@ int main(void) {
      * runs only those sections (a sanitizer pass over some kernels fits a time limit). */
     bool quick = strcmp(tu_env("TS_CUDA_QUICK", "0"), "1") == 0;
     if (section("rows")) test_rows_ops();
-    if (section("elementwise")) test_elementwise();
+    if (section("elementwise")) test_elementwise(), test_fused();
     if (section("attention")) test_attention();
     if (section("conv")) test_conv_gates();
     if (section("gdn")) {
@@ -791,7 +951,7 @@ int main(void) {
     }
     if (section("attention")) test_attention_runs();
     if (section("argmax")) test_argmax();
-    if (section("matmul")) test_matmul();
+    if (section("matmul")) test_matmul(), test_matmul_glu();
     if (!quick && section("fixtures")) {
         test_fixtures("qwen35");
         test_fixtures("gemma3");

@@ -122,6 +122,9 @@ static ts_backend_ops make_ops(void) {
     o.matmul_n = cuda_op_matmul_n;
     o.add_rmsnorm = cuda_op_add_rmsnorm;
     o.l2norm_heads = cuda_op_l2norm_heads;
+    o.matmul_glu = cuda_op_matmul_glu;
+    o.gdn_prep = cuda_op_gdn_prep;
+    o.qk_norm_rope = cuda_op_qk_norm_rope;
     o.conv1d_silu_runs = cuda_op_conv1d_silu_runs;
     o.gdn_runs = cuda_op_gdn_runs;
     o.attention_runs = cuda_op_attention_runs;
@@ -155,6 +158,10 @@ extern "C" ts_status ts_backend_cuda_create(int device, ts_backend **out) {
     }
     c->device = device;
     snprintf(c->name, sizeof c->name, "%s", prop.name);
+    c->sm_count = prop.multiProcessorCount;
+    c->smem_optin = (int)prop.sharedMemPerBlockOptin;
+    const char *pf = getenv("TESSERA_CUDA_PREFETCH");
+    c->prefetch = !(pf && strcmp(pf, "0") == 0);
     be->ops = &cuda_ops;
     be->ctx = c;
     if ((err = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) != cudaSuccess) {

@@ -320,14 +320,12 @@ static int gdnc_scan_cg(int dk, int max_smem) {
 }
 
 bool cuda_gdn_chunked_fits(cuda_ctx *c, int d_k, int d_v) {
-    static size_t opted = 0; /* the largest size the kernel attributes allow so far */
-    int max_smem = 0;
-    cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, c->device);
+    int max_smem = c->smem_optin;
     size_t prep = (size_t)gdnc_prep_floats(d_k, d_v) * sizeof(float);
     size_t scan = (size_t)gdnc_scan_floats(d_k, 4 * gdnc_scan_cg(d_k, max_smem)) * sizeof(float);
     if (prep > (size_t)max_smem || scan > (size_t)max_smem) return false;
     size_t need = prep > scan ? prep : scan;
-    if (need > opted) {
+    if (need > c->gdnc_smem_opted) {
         if (cudaFuncSetAttribute(k_gdnc_prep, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                  (int)need) != cudaSuccess ||
             cudaFuncSetAttribute(k_gdnc_scan<8>, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -337,7 +335,7 @@ bool cuda_gdn_chunked_fits(cuda_ctx *c, int d_k, int d_v) {
             cudaGetLastError();
             return false;
         }
-        opted = need;
+        c->gdnc_smem_opted = need;
     }
     return true;
 }
@@ -356,9 +354,7 @@ void cuda_gdn_chunked_launch(cuda_ctx *c, const float *q, const float *k, int64_
                 dim3((unsigned)max_chunks, (unsigned)Hv, (unsigned)nr), GDNC_PREP_T,
                 (size_t)gdnc_prep_floats(dk, dv) * sizeof(float), q, k, ldqk, v, ldv, g, beta, n,
                 *dims, runs_dev, scratch);
-    int max_smem = 0;
-    cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, c->device);
-    int cg = gdnc_scan_cg(dk, max_smem), cw = 4 * cg;
+    int cg = gdnc_scan_cg(dk, c->smem_optin), cw = 4 * cg;
     dim3 grid((unsigned)((dv + cw - 1) / cw), (unsigned)Hv, (unsigned)nr);
     size_t smem = (size_t)gdnc_scan_floats(dk, cw) * sizeof(float);
     if (cg == 16)

@@ -19,6 +19,11 @@ struct cq_state;          /* the launch queue and its graphs (cuda_queue.cu) */
 typedef struct cuda_ctx_s {
     int device;
     char name[256];
+    /* read once at creation: multiprocessors, and the shared memory a block may opt in to */
+    int sm_count, smem_optin;
+    bool prefetch; /* GEMVs prefetch their rows into L2 (TESSERA_CUDA_PREFETCH=0: off) */
+    /* the dynamic shared memory the chunked delta rule's kernels are allowed so far */
+    size_t gdnc_smem_opted;
     cudaStream_t stream;
     cublasHandle_t blas;
     bool failed;
@@ -47,6 +52,76 @@ __device__ __forceinline__ void cuda_pdl_entry(void) {
     asm volatile("griddepcontrol.wait;" ::: "memory");
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
+}
+
+/* Asks the L2 cache for the bytes [p, p + n): a hint that returns nothing, each lane of the
+ * warp taking every 32nd 128-byte line. For data no kernel writes (weights) it may come before
+ * cuda_pdl_entry(): the lines then stream in while the predecessor kernel still runs, and the
+ * whole range is in flight at once instead of the few loads a lane keeps in registers. */
+__device__ __forceinline__ void cuda_prefetch_l2(const void *p, size_t n, int lane) {
+    uintptr_t b = (uintptr_t)p, e = b + n;
+    for (uintptr_t a = (b & ~(uintptr_t)127) + 128 * (uintptr_t)lane; a < e; a += 32 * 128)
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(a < b ? b : a));
+}
+
+/* The gated activations, one definition for the elementwise kernel and the fused GEMV so that
+ * both give the same bits: act(g) * u, act SiLU or tanh-GELU. */
+__device__ static inline float cuda_gelu_tanh(float x) {
+    const float k = 0.7978845608028654f; /* sqrt(2/pi) */
+    return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
+}
+template <bool GELU> __device__ static inline float cuda_glu(float g, float u) {
+    float a = GELU ? cuda_gelu_tanh(g) : g / (1.0f + expf(-g));
+    return a * u;
+}
+
+/* Row kernels run a block of ROW_THREADS per row. Sum of squares of a row in double, reduced
+ * over the block; every thread gets the total. */
+#define ROW_THREADS 256
+__device__ static inline double row_sumsq(const float *x, int dim) {
+    __shared__ double part[ROW_THREADS / 32];
+    __shared__ double total;
+    double s = 0.0;
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) s += (double)x[i] * x[i];
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = s;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        double t = 0.0;
+        for (int w = 0; w < (int)(blockDim.x >> 5); w++) t += part[w];
+        total = t;
+    }
+    __syncthreads();
+    return total;
+}
+
+/* dst = x / |x| * scale for one row of dim values, by the whole block (l2norm_heads). */
+__device__ static inline void cuda_l2norm_row(const float *x, int dim, float eps, float scale,
+                                              float *dst) {
+    double ss = row_sumsq(x, dim);
+    float inv = 1.0f / sqrtf((float)ss + eps);
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) dst[i] = (x[i] * inv) * scale;
+}
+
+/* Rotate-half RoPE of the pair (x0, x1) = dims (j, j + rot_dim / 2) at position pos, the angle
+ * as the reference computes it: fp32 inv_freq times an fp32 position. */
+__device__ static inline void cuda_rope_pair(float x0, float x1, int32_t pos, int j, int rot_dim,
+                                             float theta, float *y0, float *y1) {
+    float inv_freq = (float)(1.0 / pow((double)theta, (double)(2 * j) / rot_dim));
+    float a = (float)pos * inv_freq;
+    float cs = cosf(a), sn = sinf(a);
+    *y0 = x0 * cs - x1 * sn;
+    *y1 = x1 * cs + x0 * sn;
+}
+
+/* Gated DeltaNet gates of one head and token: beta = sigmoid(b), g = neg_exp_a *
+ * softplus(a + dt_bias), softplus as torch computes it. */
+__device__ static inline void cuda_gdn_gate(float a, float b, float neg_exp_a, float dt_bias,
+                                            float *g, float *beta) {
+    *beta = 1.0f / (1.0f + expf(-b));
+    float x = a + dt_bias;
+    float sp = x > 20.0f ? x : log1pf(expf(x));
+    *g = neg_exp_a * sp;
 }
 
 /* Records the first failure and returns false when err is not cudaSuccess. */
@@ -118,6 +193,9 @@ void cuda_op_matmul_n(ts_backend *be, const ts_tensor *const *W, int nw, const f
                       int64_t ldx, int n, float *const *y, const int64_t *ldy);
 void cuda_op_add_rmsnorm(ts_backend *be, float *x, const float *h, int n_rows, int dim, int64_t ld,
                          const float *w, float eps, float *out);
+void cuda_op_matmul_glu(ts_backend *be, const ts_tensor *Wg, const ts_tensor *Wu, const float *x,
+                        int64_t ldx, int n, bool gelu, float *tg, float *tu, int64_t ldt,
+                        float *out, int64_t ldo);
 void cuda_op_l2norm_heads(ts_backend *be, const float *src, int64_t lds, int n_tok, int n_heads,
                           int dim, float eps, float scale, float *dst);
 /* The chunked delta rule (cuda_gdn_chunked.cu): whether it fits the device for heads of d_k
@@ -128,6 +206,24 @@ void cuda_gdn_chunked_launch(cuda_ctx *c, const float *q, const float *k, int64_
                              const float *v, int64_t ldv, const float *g, const float *beta, int n,
                              int max_len, const ts_gdn_dims *dims, float *state, float *out,
                              const ts_seq_run *runs_dev, int nr);
+/* The tensor-core GEMM for 9..SK_MAX_TOK tokens of F16/BF16 weights (cuda_gemm_skinny.cu):
+ * whether it takes weight w for n tokens, and y_j = W_j x for up to SK_SET weights of one dtype
+ * and column count, x the activations split by k_split_half ([2n][cols]: hi rows, lo rows). */
+#define SK_MAX_TOK 64
+#define SK_SET 4
+bool cuda_skinny_fits(const cuda_wview *w, int n);
+void cuda_skinny_gemm(cuda_ctx *c, const cuda_wview *w, int nw, const uint16_t *x, int n,
+                      float *const *y, const int64_t *ldy);
+/* The positions of a forward on the device (uploaded when they change; NULL on failure). */
+const int32_t *cuda_positions(cuda_ctx *c, const int32_t *pos, int n_tok);
+void cuda_op_gdn_prep(ts_backend *be, const float *conv, int64_t ldc, int n, int Hk, int dk,
+                      float eps, float q_scale, float *qn, float *kn, const float *a,
+                      const float *b, int64_t ldab, int Hv, const float *neg_exp_a,
+                      const float *dt_bias, float *g, float *beta);
+void cuda_op_qk_norm_rope(ts_backend *be, float *q, int64_t ldq, int64_t q_head_stride, int nq,
+                          const float *wq, float *k, int64_t ldk, int nk, const float *wk,
+                          int n_tok, int hd, float eps, int rot_dim, const int32_t *pos,
+                          float theta);
 void cuda_op_gated_rmsnorm(ts_backend *be, const float *x, const float *z, int n_tok,
                            int n_heads, int dv, const float *w, float eps, float *out);
 

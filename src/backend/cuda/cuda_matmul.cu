@@ -137,6 +137,7 @@ template <> __device__ inline void group8<TS_DTYPE_Q6_K>(const uint8_t *row, int
 /* Up to 4 weights of one dtype and column count that read the same x, stacked: global row o
  * belongs to the first weight j with o < end[j]. One launch instead of one per weight. */
 #define GEMV_SET 4
+static_assert(GEMV_SET <= SK_SET, "a group of weights goes to either kernel");
 typedef struct {
     const uint8_t *W[GEMV_SET];
     float *y[GEMV_SET];
@@ -144,64 +145,121 @@ typedef struct {
     int nw;
 } gemv_set;
 
-/* A warp per output row. (Splitting short-matrix rows over several warps of a block, with the
- * parts summed in shared memory, measured slower on an H200: 1.94 against 1.77 ms a decode step
- * of the synthetic 0.8B; as did 8 warps a block and a deeper unroll.) */
-template <ts_dtype DT>
-__global__ static void k_gemv(gemv_set set, size_t row_bytes, int64_t cols, const float *x,
-                              int64_t ldx, int n) {
-    cuda_pdl_entry();
-    int64_t o = (int64_t)blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5);
-    int j = 0;
-    while (j < set.nw && o >= set.end[j]) j++;
-    if (j == set.nw) return;
-    if (j) o -= set.end[j - 1];
-    float *y = set.y[j];
-    int64_t ldy = set.ldy[j];
-    int lane = threadIdx.x & 31;
-    const uint8_t *row = set.W[j] + o * row_bytes;
+/* R rows' dot products with n <= GEMV_MAX_TOK tokens of x: the lane's partial sums in
+ * acc[r][t] (warp_sum completes them). The rows' groups are decoded together, so a lane has R
+ * rows' loads in flight; each row is summed in the same order whatever R is. */
+template <ts_dtype DT, int R>
+__device__ static inline void row_dot(const uint8_t *const *row, size_t row_bytes, int64_t cols,
+                                      const float *x, int64_t ldx, int n, int lane,
+                                      float (*acc)[GEMV_MAX_TOK]) {
     bool vec = ((uintptr_t)x % 16) == 0 && ldx % 4 == 0;
-    float acc[GEMV_MAX_TOK];
 #pragma unroll
-    for (int t = 0; t < GEMV_MAX_TOK; t++) acc[t] = 0.0f;
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int t = 0; t < GEMV_MAX_TOK; t++) acc[r][t] = 0.0f;
     /* float rows whose length breaks 16-byte alignment go element by element (the tail loop) */
     bool floats = DT == TS_DTYPE_F32 || DT == TS_DTYPE_F16 || DT == TS_DTYPE_BF16;
     int64_t groups = floats && row_bytes % 16 ? 0 : cols / 8;
 #pragma unroll 2
     for (int64_t gi = lane; gi < groups; gi += 32) {
-        float w[8];
-        group8<DT>(row, gi * 8, w);
+        float w[R][8];
+#pragma unroll
+        for (int r = 0; r < R; r++) group8<DT>(row[r], gi * 8, w[r]);
 #pragma unroll
         for (int t = 0; t < GEMV_MAX_TOK; t++) {
             if (t >= n) break;
             const float *xt = x + t * ldx + gi * 8;
-            float s = acc[t];
             if (vec) {
                 float4 a = *(const float4 *)xt, b = *(const float4 *)(xt + 4);
-                s += w[0] * a.x + w[1] * a.y + w[2] * a.z + w[3] * a.w;
-                s += w[4] * b.x + w[5] * b.y + w[6] * b.z + w[7] * b.w;
+#pragma unroll
+                for (int r = 0; r < R; r++) {
+                    float s = acc[r][t];
+                    s += w[r][0] * a.x + w[r][1] * a.y + w[r][2] * a.z + w[r][3] * a.w;
+                    s += w[r][4] * b.x + w[r][5] * b.y + w[r][6] * b.z + w[r][7] * b.w;
+                    acc[r][t] = s;
+                }
             } else {
 #pragma unroll
-                for (int i = 0; i < 8; i++) s += w[i] * xt[i];
+                for (int r = 0; r < R; r++) {
+                    float s = acc[r][t];
+#pragma unroll
+                    for (int i = 0; i < 8; i++) s += w[r][i] * xt[i];
+                    acc[r][t] = s;
+                }
             }
-            acc[t] = s;
         }
     }
     /* a tail shorter than a group (float rows only: quantized rows are whole blocks) */
     for (int64_t i = groups * 8 + lane; i < cols; i += 32) {
-        float wv = DT == TS_DTYPE_F32    ? ((const float *)row)[i]
-                   : DT == TS_DTYPE_BF16 ? bf16f(((const uint16_t *)row)[i])
-                                         : f16f(((const uint16_t *)row)[i]);
 #pragma unroll
-        for (int t = 0; t < GEMV_MAX_TOK; t++)
-            if (t < n) acc[t] += wv * x[t * ldx + i];
+        for (int r = 0; r < R; r++) {
+            float wv = DT == TS_DTYPE_F32    ? ((const float *)row[r])[i]
+                       : DT == TS_DTYPE_BF16 ? bf16f(((const uint16_t *)row[r])[i])
+                                             : f16f(((const uint16_t *)row[r])[i]);
+#pragma unroll
+            for (int t = 0; t < GEMV_MAX_TOK; t++)
+                if (t < n) acc[r][t] += wv * x[t * ldx + i];
+        }
     }
+}
+
+__device__ static inline float warp_sum(float s) {
+    for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
+    return s;
+}
+
+/* A warp per output row. (Splitting short-matrix rows over several warps of a block, with the
+ * parts summed in shared memory, measured slower on an H200: 1.94 against 1.77 ms a decode step
+ * of the synthetic 0.8B; as did 8 warps a block and a deeper unroll.) */
+template <ts_dtype DT>
+__global__ static void k_gemv(gemv_set set, size_t row_bytes, int64_t cols, const float *x,
+                              int64_t ldx, int n, bool prefetch) {
+    int64_t o = (int64_t)blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5);
+    int j = 0;
+    while (j < set.nw && o >= set.end[j]) j++;
+    if (j && j < set.nw) o -= set.end[j - 1];
+    int lane = threadIdx.x & 31;
+    const uint8_t *row = j < set.nw ? set.W[j] + o * row_bytes : nullptr;
+    /* the weights are not written by anyone: their row may stream into L2 while the
+     * predecessor runs */
+    if (prefetch && row) cuda_prefetch_l2(row, row_bytes, lane);
+    cuda_pdl_entry();
+    if (j == set.nw) return;
+    float acc[1][GEMV_MAX_TOK];
+    row_dot<DT, 1>(&row, row_bytes, cols, x, ldx, n, lane, acc);
 #pragma unroll
     for (int t = 0; t < GEMV_MAX_TOK; t++) {
         if (t >= n) break;
-        float s = acc[t];
-        for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
-        if (lane == 0) y[t * ldy + o] = s;
+        float s = warp_sum(acc[0][t]);
+        if (lane == 0) set.y[j][t * set.ldy[j] + o] = s;
+    }
+}
+
+/* The gated MLP's two projections and activation: a warp per row o of both weights,
+ * out[t, o] = act((Wg x)[t, o]) * (Wu x)[t, o]. Each product is summed as k_gemv sums it, so
+ * the result is bit-identical to two GEMVs and the elementwise kernel, one launch instead of
+ * two, and twice the bytes in flight per warp. */
+template <ts_dtype DT, bool GELU>
+__global__ static void k_gemv_glu(const uint8_t *Wg, const uint8_t *Wu, int64_t rows,
+                                  size_t row_bytes, int64_t cols, const float *x, int64_t ldx,
+                                  int n, float *out, int64_t ldo, bool prefetch) {
+    int64_t o = (int64_t)blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5);
+    int lane = threadIdx.x & 31;
+    const uint8_t *rg = Wg + o * row_bytes, *ru = Wu + o * row_bytes;
+    if (prefetch && o < rows) {
+        cuda_prefetch_l2(rg, row_bytes, lane);
+        cuda_prefetch_l2(ru, row_bytes, lane);
+    }
+    cuda_pdl_entry();
+    if (o >= rows) return;
+    float acc[2][GEMV_MAX_TOK];
+    const uint8_t *rows2[2] = {rg, ru};
+    row_dot<DT, 2>(rows2, row_bytes, cols, x, ldx, n, lane, acc);
+#pragma unroll
+    for (int t = 0; t < GEMV_MAX_TOK; t++) {
+        if (t >= n) break;
+        float g = warp_sum(acc[0][t]), u = warp_sum(acc[1][t]);
+        if (lane == 0) out[t * ldo + o] = cuda_glu<GELU>(g, u);
     }
 }
 
@@ -258,7 +316,7 @@ static void launch_gemv(cuda_ctx *c, const cuda_wview *w, int nw, const float *x
         }
         set.nw = nw;
         cuda_launch(c, "gemv", k_gemv<DT>, cuda_blocks(rows, GEMV_WARPS), 32 * GEMV_WARPS, 0, set,
-                    rb, w[0].cols, x + t0 * ldx, ldx, k);
+                    rb, w[0].cols, x + t0 * ldx, ldx, k, c->prefetch);
     }
 }
 
@@ -331,6 +389,29 @@ static void gemm(cuda_ctx *c, const void *W, cudaDataType wt, int64_t rows, int6
     cuda_call(c, "gemm", gemm_call, a);
 }
 
+/* x as [2n][cols] 16-bit values of w's type (hi rows, then lo rows) in scratch slot 0. */
+static uint16_t *split_half(cuda_ctx *c, const cuda_wview *w, const float *x, int64_t ldx, int n) {
+    int64_t total = (int64_t)n * w->cols;
+    uint16_t *xh = (uint16_t *)cuda_scratch(c, 0, (size_t)total * 2 * 2);
+    if (!xh) return NULL;
+    unsigned g = cuda_blocks(total, 256);
+    if (w->dtype == TS_DTYPE_BF16)
+        cuda_launch(c, "matmul convert", k_split_half<true>, g, 256, 0, x, ldx, n, w->cols,
+                    (void *)xh);
+    else
+        cuda_launch(c, "matmul convert", k_split_half<false>, g, 256, 0, x, ldx, n, w->cols,
+                    (void *)xh);
+    return xh;
+}
+
+/* Whether the tensor-core GEMM of cuda_gemm_skinny.cu takes n tokens of w
+ * (TESSERA_CUDA_SKINNY=0: never, for comparisons). */
+static bool skinny(const cuda_wview *w, int n) {
+    static int off = -1;
+    if (off < 0) off = getenv("TESSERA_CUDA_SKINNY") && atoi(getenv("TESSERA_CUDA_SKINNY")) == 0;
+    return !off && n > GEMV_MAX_TOK && cuda_skinny_fits(w, n);
+}
+
 void cuda_op_matmul(ts_backend *be, const ts_tensor *W, const float *x, int64_t ldx, int n,
                     float *y, int64_t ldy) {
     cuda_ctx *c = cuda_of(be);
@@ -344,18 +425,14 @@ void cuda_op_matmul(ts_backend *be, const ts_tensor *W, const float *x, int64_t 
     if (w.dtype == TS_DTYPE_F32) {
         gemm(c, w.data, CUDA_R_32F, w.rows, w.cols, x, CUDA_R_32F, ldx, n, y, ldy, false);
     } else if (half) {
-        bool bf = w.dtype == TS_DTYPE_BF16;
-        int64_t total = (int64_t)n * w.cols;
-        uint16_t *xh = (uint16_t *)cuda_scratch(c, 0, (size_t)total * 2 * 2);
+        uint16_t *xh = split_half(c, &w, x, ldx, n);
         if (!xh) return;
-        unsigned g = cuda_blocks(total, 256);
-        if (bf)
-            cuda_launch(c, "matmul convert", k_split_half<true>, g, 256, 0, x, ldx, n, w.cols,
-                        (void *)xh);
-        else
-            cuda_launch(c, "matmul convert", k_split_half<false>, g, 256, 0, x, ldx, n, w.cols,
-                        (void *)xh);
-        cudaDataType t = bf ? CUDA_R_16BF : CUDA_R_16F;
+        if (skinny(&w, n)) {
+            cuda_skinny_gemm(c, &w, 1, xh, n, &y, &ldy);
+            return;
+        }
+        int64_t total = (int64_t)n * w.cols;
+        cudaDataType t = w.dtype == TS_DTYPE_BF16 ? CUDA_R_16BF : CUDA_R_16F;
         gemm(c, w.data, t, w.rows, w.cols, xh, t, w.cols, n, y, ldy, false);
         gemm(c, w.data, t, w.rows, w.cols, xh + total, t, w.cols, n, y, ldy, true);
     } else {
@@ -370,11 +447,13 @@ void cuda_op_matmul_n(ts_backend *be, const ts_tensor *const *W, int nw, const f
                       int64_t ldx, int n, float *const *y, const int64_t *ldy) {
     cuda_ctx *c = cuda_of(be);
     if (n <= 0 || nw <= 0) return;
-    if (n > GEMV_MAX_TOK || nw > GEMV_SET) {
+    bool few = n <= GEMV_MAX_TOK;
+    if ((!few && n > SK_MAX_TOK) || nw > GEMV_SET) {
         for (int j = 0; j < nw; j++) cuda_op_matmul(be, W[j], x, ldx, n, y[j], ldy[j]);
         return;
     }
-    /* one launch per group of weights with the dtype and column count of its first member */
+    /* one launch per group of weights with the dtype and column count of its first member:
+     * the GEMV for a few tokens, the tensor-core GEMM (one split of x per group) above */
     cuda_wview w[GEMV_SET], g[GEMV_SET];
     float *gy[GEMV_SET];
     int64_t gld[GEMV_SET];
@@ -383,12 +462,66 @@ void cuda_op_matmul_n(ts_backend *be, const ts_tensor *const *W, int nw, const f
         if (!cuda_weight(c, W[j], &w[j])) return;
     for (int j = 0; j < nw; j++) {
         if (done[j]) continue;
+        if (!few && !skinny(&w[j], n)) {
+            cuda_op_matmul(be, W[j], x, ldx, n, y[j], ldy[j]);
+            done[j] = true;
+            continue;
+        }
         int k = 0;
         for (int i = j; i < nw; i++)
-            if (!done[i] && w[i].dtype == w[j].dtype && w[i].cols == w[j].cols) {
+            if (!done[i] && w[i].dtype == w[j].dtype && w[i].cols == w[j].cols &&
+                (few || skinny(&w[i], n))) {
                 g[k] = w[i], gy[k] = y[i], gld[k] = ldy[i], k++;
                 done[i] = true;
             }
-        gemv(c, g, k, x, ldx, n, gy, gld);
+        if (few) {
+            gemv(c, g, k, x, ldx, n, gy, gld);
+        } else {
+            uint16_t *xh = split_half(c, &g[0], x, ldx, n);
+            if (xh) cuda_skinny_gemm(c, g, k, xh, n, gy, gld);
+        }
     }
+}
+
+template <ts_dtype DT>
+static void launch_gemv_glu(cuda_ctx *c, const cuda_wview *g, const cuda_wview *u, const float *x,
+                            int64_t ldx, int n, bool gelu, float *out, int64_t ldo) {
+    size_t rb = ts_dtype_row_bytes(g->dtype, g->cols);
+    unsigned blocks = cuda_blocks(g->rows, GEMV_WARPS);
+    const uint8_t *wg = (const uint8_t *)g->data, *wu = (const uint8_t *)u->data;
+    if (gelu)
+        cuda_launch(c, "gemv_glu", k_gemv_glu<DT, true>, blocks, 32 * GEMV_WARPS, 0, wg, wu,
+                    g->rows, rb, g->cols, x, ldx, n, out, ldo, c->prefetch);
+    else
+        cuda_launch(c, "gemv_glu", k_gemv_glu<DT, false>, blocks, 32 * GEMV_WARPS, 0, wg, wu,
+                    g->rows, rb, g->cols, x, ldx, n, out, ldo, c->prefetch);
+}
+
+void cuda_op_matmul_glu(ts_backend *be, const ts_tensor *Wg, const ts_tensor *Wu, const float *x,
+                        int64_t ldx, int n, bool gelu, float *tg, float *tu, int64_t ldt,
+                        float *out, int64_t ldo) {
+    cuda_ctx *c = cuda_of(be);
+    cuda_wview g, u;
+    if (n <= 0 || !cuda_weight(c, Wg, &g) || !cuda_weight(c, Wu, &u)) return;
+    if (n <= GEMV_MAX_TOK && g.dtype == u.dtype && g.rows == u.rows && g.cols == u.cols) {
+        switch (g.dtype) {
+        case TS_DTYPE_F32: launch_gemv_glu<TS_DTYPE_F32>(c, &g, &u, x, ldx, n, gelu, out, ldo); return;
+        case TS_DTYPE_F16: launch_gemv_glu<TS_DTYPE_F16>(c, &g, &u, x, ldx, n, gelu, out, ldo); return;
+        case TS_DTYPE_BF16: launch_gemv_glu<TS_DTYPE_BF16>(c, &g, &u, x, ldx, n, gelu, out, ldo); return;
+        case TS_DTYPE_Q8_0: launch_gemv_glu<TS_DTYPE_Q8_0>(c, &g, &u, x, ldx, n, gelu, out, ldo); return;
+        case TS_DTYPE_Q4_0: launch_gemv_glu<TS_DTYPE_Q4_0>(c, &g, &u, x, ldx, n, gelu, out, ldo); return;
+        case TS_DTYPE_Q5_0: launch_gemv_glu<TS_DTYPE_Q5_0>(c, &g, &u, x, ldx, n, gelu, out, ldo); return;
+        case TS_DTYPE_Q4_K: launch_gemv_glu<TS_DTYPE_Q4_K>(c, &g, &u, x, ldx, n, gelu, out, ldo); return;
+        case TS_DTYPE_Q6_K: launch_gemv_glu<TS_DTYPE_Q6_K>(c, &g, &u, x, ldx, n, gelu, out, ldo); return;
+        default: break; /* the general path below reports it */
+        }
+    }
+    const ts_tensor *W[2] = {Wg, Wu};
+    float *y[2] = {tg, tu};
+    int64_t ldy[2] = {ldt, ldt};
+    cuda_op_matmul_n(be, W, 2, x, ldx, n, y, ldy);
+    if (gelu)
+        cuda_op_gelu_mul(be, tg, tu, ldt, n, (int)g.rows, out, ldo);
+    else
+        cuda_op_swiglu(be, tg, tu, ldt, n, (int)g.rows, out, ldo);
 }

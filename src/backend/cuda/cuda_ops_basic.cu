@@ -11,26 +11,7 @@ extern "C" {
 #include "backend/cpu/matmul.h"
 }
 
-#define ROW_THREADS 256
 #define EW_THREADS 256
-
-/* Sum of squares of a row in double, reduced over the block; every thread gets the total. */
-__device__ static double row_sumsq(const float *x, int dim) {
-    __shared__ double part[ROW_THREADS / 32];
-    __shared__ double total;
-    double s = 0.0;
-    for (int i = threadIdx.x; i < dim; i += blockDim.x) s += (double)x[i] * x[i];
-    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = s;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        double t = 0.0;
-        for (int w = 0; w < (int)(blockDim.x >> 5); w++) t += part[w];
-        total = t;
-    }
-    __syncthreads();
-    return total;
-}
 
 __global__ static void k_rmsnorm(const float *x, int64_t ldx, int dim, const float *w, float eps,
                                  float *out, int64_t ldo) {
@@ -76,11 +57,8 @@ __global__ static void k_l2norm_heads(const float *src, int64_t lds, int n_heads
                                       float scale, float *dst) {
     cuda_pdl_entry();
     int t = blockIdx.x / n_heads, hh = blockIdx.x % n_heads;
-    const float *xr = src + t * lds + (int64_t)hh * dim;
-    float *o = dst + (int64_t)blockIdx.x * dim;
-    double ss = row_sumsq(xr, dim);
-    float inv = 1.0f / sqrtf((float)ss + eps);
-    for (int i = threadIdx.x; i < dim; i += blockDim.x) o[i] = (xr[i] * inv) * scale;
+    cuda_l2norm_row(src + t * lds + (int64_t)hh * dim, dim, eps, scale,
+                    dst + (int64_t)blockIdx.x * dim);
 }
 
 void cuda_op_l2norm_heads(ts_backend *be, const float *src, int64_t lds, int n_tok, int n_heads,
@@ -137,19 +115,21 @@ __global__ static void k_rope(float *x, int64_t ldx, int n_tok, int n_heads, int
     int h = (int)((idx / half) % n_heads);
     int t = (int)(idx / ((int64_t)half * n_heads));
     /* the angles as the reference computes them: fp32 inv_freq times an fp32 position */
-    float inv_freq = (float)(1.0 / pow((double)theta, (double)(2 * j) / rot_dim));
-    float a = (float)pos[t] * inv_freq;
-    float cs = cosf(a), sn = sinf(a);
     float *v = x + t * ldx + h * head_stride;
-    float x0 = v[j], x1 = v[j + half];
-    v[j] = x0 * cs - x1 * sn;
-    v[j + half] = x1 * cs + x0 * sn;
+    cuda_rope_pair(v[j], v[j + half], pos[t], j, rot_dim, theta, &v[j], &v[j + half]);
 }
 
 void cuda_op_rope(ts_backend *be, float *x, int64_t ldx, int n_tok, int n_heads,
                   int64_t head_stride, int rot_dim, const int32_t *pos, float theta) {
     cuda_ctx *c = cuda_of(be);
     if (n_tok <= 0 || n_heads <= 0 || rot_dim < 2) return;
+    const int32_t *pd = cuda_positions(c, pos, n_tok);
+    if (!pd) return;
+    int64_t total = (int64_t)n_tok * n_heads * (rot_dim / 2);
+    cuda_launch(c, "rope", k_rope, cuda_blocks(total, EW_THREADS), EW_THREADS, 0, x, ldx, n_tok, n_heads, head_stride, rot_dim, pd, theta);
+}
+
+const int32_t *cuda_positions(cuda_ctx *c, const int32_t *pos, int n_tok) {
     /* Every rope call of one forward passes the same host positions: upload them only when
      * they change, so one copy serves the whole forward. */
     if (n_tok != c->pos_n || memcmp(pos, c->pos_host, (size_t)n_tok * sizeof *pos) != 0) {
@@ -158,7 +138,7 @@ void cuda_op_rope(ts_backend *be, float *x, int64_t ldx, int n_tok, int n_heads,
             int32_t *h = (int32_t *)realloc(c->pos_host, (size_t)cap * sizeof *h);
             if (!h) {
                 cuda_check(c, cudaErrorMemoryAllocation, "rope positions");
-                return;
+                return NULL;
             }
             c->pos_host = h;
             cq_flush(c); /* queued ropes read the old buffer */
@@ -167,15 +147,14 @@ void cuda_op_rope(ts_backend *be, float *x, int64_t ldx, int n_tok, int n_heads,
             c->pos_cap = 0;
             if (!cuda_check(c, cudaMalloc(&c->pos_dev, (size_t)cap * sizeof(int32_t)),
                             "rope positions"))
-                return;
+                return NULL;
             c->pos_cap = cap;
         }
         memcpy(c->pos_host, pos, (size_t)n_tok * sizeof *pos);
         c->pos_n = n_tok;
         cuda_upload_async(c, c->pos_dev, pos, (size_t)n_tok * sizeof *pos, "rope positions");
     }
-    int64_t total = (int64_t)n_tok * n_heads * (rot_dim / 2);
-    cuda_launch(c, "rope", k_rope, cuda_blocks(total, EW_THREADS), EW_THREADS, 0, x, ldx, n_tok, n_heads, head_stride, rot_dim, c->pos_dev, theta);
+    return c->pos_dev;
 }
 
 __global__ static void k_add(float *dst, const float *src, int64_t n) {
@@ -190,11 +169,6 @@ void cuda_op_add(ts_backend *be, float *dst, const float *src, int64_t n) {
     cuda_launch(c, "add", k_add, cuda_blocks(n, EW_THREADS), EW_THREADS, 0, dst, src, n);
 }
 
-__device__ static inline float d_gelu_tanh(float x) {
-    const float k = 0.7978845608028654f; /* sqrt(2/pi) */
-    return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
-}
-
 template <bool GELU>
 __global__ static void k_glu(const float *gate, const float *up, int64_t ldg, int n_tok, int dim,
                              float *out, int64_t ldo) {
@@ -202,9 +176,7 @@ __global__ static void k_glu(const float *gate, const float *up, int64_t ldg, in
     int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (int64_t)n_tok * dim) return;
     int64_t t = idx / dim, i = idx % dim;
-    float g = gate[t * ldg + i];
-    float a = GELU ? d_gelu_tanh(g) : g / (1.0f + expf(-g));
-    out[t * ldo + i] = a * up[t * ldg + i];
+    out[t * ldo + i] = cuda_glu<GELU>(gate[t * ldg + i], up[t * ldg + i]);
 }
 
 void cuda_op_swiglu(ts_backend *be, const float *gate, const float *up, int64_t ldg, int n_tok,

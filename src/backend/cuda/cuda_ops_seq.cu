@@ -155,8 +155,7 @@ static int attention_splits(cuda_ctx *c, int64_t blocks, int max_keys) {
     static int off = -1; /* TESSERA_CUDA_ATTN_SPLIT=0: never split (for comparisons) */
     if (off < 0) off = getenv("TESSERA_CUDA_ATTN_SPLIT") && atoi(getenv("TESSERA_CUDA_ATTN_SPLIT")) == 0;
     if (off) return 1;
-    int sms = 0;
-    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, c->device);
+    int sms = c->sm_count;
     int64_t want = max_keys / ATTN_SPLIT_MIN, room = 2 * (int64_t)sms / (blocks ? blocks : 1);
     int64_t ns = want < room ? want : room;
     if (ns > ATTN_SPLIT_MAX) ns = ATTN_SPLIT_MAX;
@@ -262,10 +261,7 @@ __global__ static void k_gdn_gates(const float *a, int64_t lda, const float *b, 
     if (idx >= (int64_t)n * Hv) return;
     int64_t t = idx / Hv;
     int h = (int)(idx % Hv);
-    beta[idx] = 1.0f / (1.0f + expf(-b[t * ldb + h]));
-    float x = a[t * lda + h] + dt_bias[h];
-    float sp = x > 20.0f ? x : log1pf(expf(x)); /* softplus as torch computes it */
-    g[idx] = neg_exp_a[h] * sp;
+    cuda_gdn_gate(a[t * lda + h], b[t * ldb + h], neg_exp_a[h], dt_bias[h], &g[idx], &beta[idx]);
 }
 
 void cuda_op_gdn_gates(ts_backend *be, const float *a, int64_t lda, const float *b, int64_t ldb,
@@ -447,8 +443,7 @@ void cuda_op_gdn(ts_backend *be, const float *q, const float *k, int64_t ldqk, c
     int dk = dims->d_k;
     size_t base = 2 * (size_t)dk * sizeof(float);
     size_t with_state = base + (size_t)dk * dims->d_v * sizeof(float);
-    int max_smem = 0;
-    cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, c->device);
+    int max_smem = c->smem_optin;
     bool smem_state = with_state <= (size_t)max_smem;
     size_t bytes = smem_state ? with_state : base;
     if (bytes > 48 * 1024 &&

@@ -116,6 +116,29 @@ static void kernel_params(const cq_op *op, void **params) {
     for (int i = 0; i < op->nargs; i++) params[i] = (void *)(op->args + op->off[i]);
 }
 
+/* A graph node's parameters for a queued kernel (params: CQ_MAX_ARGS slots the node points
+ * into, alive until the node is added or updated) and for a queued memset. */
+static cudaKernelNodeParams kernel_node(const cq_op *op, void **params) {
+    kernel_params(op, params);
+    cudaKernelNodeParams p = {};
+    p.func = (void *)op->func;
+    p.gridDim = op->grid;
+    p.blockDim = op->block;
+    p.sharedMemBytes = op->smem;
+    p.kernelParams = params;
+    return p;
+}
+
+static cudaMemsetParams memset_node(const cq_op *op) {
+    cudaMemsetParams p = {};
+    p.dst = op->dst;
+    p.value = 0;
+    p.elementSize = 1;
+    p.width = op->bytes;
+    p.height = 1;
+    return p;
+}
+
 static void run_op(cuda_ctx *c, const cq_op *op, cudaStream_t s) {
     switch (op->kind) {
     case CQ_KERNEL: {
@@ -230,13 +253,7 @@ static bool graph_update(cuda_ctx *c, cq_graph *g, const std::vector<cq_op> &ops
         case CQ_KERNEL:
             if (o->args_len != old->args_len || memcmp(o->args, old->args, o->args_len) != 0) {
                 void *params[CQ_MAX_ARGS];
-                kernel_params(o, params);
-                cudaKernelNodeParams p = {};
-                p.func = (void *)o->func;
-                p.gridDim = o->grid;
-                p.blockDim = o->block;
-                p.sharedMemBytes = o->smem;
-                p.kernelParams = params;
+                cudaKernelNodeParams p = kernel_node(o, params);
                 err = cudaGraphExecKernelNodeSetParams(g->exec, g->nodes[i], &p);
             }
             break;
@@ -247,12 +264,7 @@ static bool graph_update(cuda_ctx *c, cq_graph *g, const std::vector<cq_op> &ops
             break;
         case CQ_MEMSET:
             if (o->dst != old->dst) {
-                cudaMemsetParams p = {};
-                p.dst = o->dst;
-                p.value = 0;
-                p.elementSize = 1;
-                p.width = o->bytes;
-                p.height = 1;
+                cudaMemsetParams p = memset_node(o);
                 err = cudaGraphExecMemsetNodeSetParams(g->exec, g->nodes[i], &p);
             }
             break;
@@ -287,13 +299,7 @@ static bool graph_build(cuda_ctx *c, cq_state *q, cq_graph *g, uint64_t sig,
         switch (o->kind) {
         case CQ_KERNEL: {
             void *params[CQ_MAX_ARGS];
-            kernel_params(o, params);
-            cudaKernelNodeParams p = {};
-            p.func = (void *)o->func;
-            p.gridDim = o->grid;
-            p.blockDim = o->block;
-            p.sharedMemBytes = o->smem;
-            p.kernelParams = params;
+            cudaKernelNodeParams p = kernel_node(o, params);
             err = cudaGraphAddKernelNode(node, g->graph, dep, nd, &p);
             if (err == cudaSuccess && pdl) {
                 cudaGraphEdgeData e = {};
@@ -309,12 +315,7 @@ static bool graph_build(cuda_ctx *c, cq_state *q, cq_graph *g, uint64_t sig,
                                            o->dir);
             break;
         case CQ_MEMSET: {
-            cudaMemsetParams p = {};
-            p.dst = o->dst;
-            p.value = 0;
-            p.elementSize = 1;
-            p.width = o->bytes;
-            p.height = 1;
+            cudaMemsetParams p = memset_node(o);
             err = cudaGraphAddMemsetNode(node, g->graph, dep, nd, &p);
             break;
         }
