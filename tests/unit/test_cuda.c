@@ -488,11 +488,12 @@ static void test_matmul(void) {
         kept_extra((void *)W.data);
         free(wf);
     }
-    /* a tall 16-bit weight: enough row blocks for the tensor-core GEMM to skip the cluster's
-     * column split (cuda_gemm_skinny.cu) */
-    for (int di = 0; di < 2; di++) {
-        ts_dtype dt = di ? TS_DTYPE_F16 : TS_DTYPE_BF16;
-        int r2 = 20000, c2 = 128, n = 33;
+    /* 16-bit weights whose shapes give the tensor-core GEMM (cuda_gemm_skinny.cu) column
+     * splits over 1, 2 and 4 blocks on an H200 (the 300 x 512 ones below: 8) */
+    for (int ci = 0; ci < 6; ci++) {
+        ts_dtype dt = ci & 1 ? TS_DTYPE_F16 : TS_DTYPE_BF16;
+        int r2 = (int[]){40000, 20000, 700}[ci / 2], c2 = (int[]){64, 128, 192}[ci / 2];
+        int n = (int[]){33, 17, 64}[ci / 2];
         float *wf;
         ts_tensor W = make_weight(dt, r2, c2, &wf);
         ts_tensor Wf = {TS_DTYPE_F32, 2, {r2, c2, 1, 1, 1, 1}, wf, (uint64_t)r2 * c2 * 4};

@@ -6,13 +6,16 @@
  * per GEMM, ~15% of its read bandwidth); and the activations, split in a 16-bit hi and lo part
  * for accuracy (cuda_matmul.cu), took two GEMMs, i.e. two reads of every weight.
  *
- * Layout of the work: a block of 4 warps owns 32 rows (two 16-row tiles per warp); a cluster of
- * SK_KSPLIT blocks shares those rows, each block one contiguous quarter of the columns, its
- * warps taking every 4th 32-column chunk of it. A chunk is two mma.m16n8k16 per tile and token
- * group, each for hi and lo into the same fp32 accumulators. The block's weight range is asked
- * of the L2 cache before the programmatic-launch wait, so it streams in while the previous
- * kernel runs. The four warps' sums meet in shared memory, the cluster's blocks through
- * distributed shared memory, always in the same order: results do not depend on timing.
+ * Layout of the work: a block of 4 warps owns 128 rows (two 16-row tiles per warp) and walks
+ * its columns in chunks of 32. Each chunk of the activations (hi and lo parts of every token) is
+ * staged once in shared memory for the four warps, with asynchronous copies one chunk ahead;
+ * the weights come straight into registers, also a chunk ahead. A chunk is two
+ * mma.m16n8k16 per tile and token group, each for hi and lo into the same fp32 accumulators.
+ * Where the row blocks alone would leave the GPU short of work, a cluster of KS blocks splits
+ * the columns and the blocks' sums meet through distributed shared memory, each block adding
+ * up a slice in a fixed order: results do not depend on timing. The block's weight range is
+ * asked of the L2 cache before the programmatic-launch wait, so it streams in while the
+ * previous kernel runs.
  *
  * mma fragments with a permuted k: a thread (group g = lane / 4, t = lane % 4) loads 8
  * consecutive 16-bit values of its rows at column 8t of the chunk, and so does the activation
@@ -25,9 +28,9 @@
 
 namespace cg = cooperative_groups;
 
-#define SK_ROWS 32
 #define SK_WARPS 4
-#define SK_KSPLIT 4
+#define SK_MT 2                          /* 16-row tiles per warp */
+#define SK_ROWS (SK_WARPS * SK_MT * 16)  /* rows per block */
 #define SK_CHUNK 32
 
 typedef struct {
@@ -53,22 +56,37 @@ __device__ static inline void mma16816(float *c, uint32_t a0, uint32_t a1, uint3
                      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-/* Stores element e = ((m * NT + q) * 4 + i) * 32 + lane of the accumulators, as an mma's C
- * fragment places it: row g (+ 8 for i >= 2), token 2t + (i & 1) of group q. */
-__device__ static inline void sk_store(int e, float s, int64_t r0, int64_t rows, int n, float *y,
-                                       int64_t ldy, int NT) {
-    int l = e & 31, i = (e >> 5) & 3, mq = e >> 7, q = mq % NT, m = mq / NT;
-    int64_t row = r0 + m * 16 + (l >> 2) + (i >= 2 ? 8 : 0);
-    int tok = q * 8 + (l & 3) * 2 + (i & 1);
+__device__ static inline void cp_async16(void *smem, const void *gmem, bool valid) {
+    unsigned d = (unsigned)__cvta_generic_to_shared(smem);
+    int nb = valid ? 16 : 0; /* 0: fill with zeros, read nothing */
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(gmem), "r"(nb));
+}
+__device__ static inline void cp_async_commit(void) { asm volatile("cp.async.commit_group;"); }
+template <int N> __device__ static inline void cp_async_wait(void) {
+    asm volatile("cp.async.wait_group %0;" ::"n"(N));
+}
+
+/* Where accumulator (m, q, i) of lane l in warp w lands: row and token. */
+template <int NT>
+__device__ static inline void sk_store(int64_t rw0, int m, int q, int i, int lane, float s,
+                                       int64_t rows, int n, float *y, int64_t ldy) {
+    int64_t row = rw0 + m * 16 + (lane >> 2) + (i >= 2 ? 8 : 0);
+    int tok = q * 8 + (lane & 3) * 2 + (i & 1);
     if (row < rows && tok < n) y[(int64_t)tok * ldy + row] = s;
 }
 
 /* x: [2n][cols] 16-bit, rows [0, n) the hi parts, [n, 2n) the lo parts. NT token groups of 8
- * (n <= 8 NT). */
+ * (n <= 8 NT); KS blocks of a cluster split the columns. */
 template <bool BF, int NT, int KS>
-__global__ static void __cluster_dims__(1, KS, 1) __launch_bounds__(32 * SK_WARPS, 3)
+__global__ static void __cluster_dims__(1, KS, 1) __launch_bounds__(32 * SK_WARPS)
     k_skinny(sk_set set, int64_t cols, const uint16_t *x, int n, bool prefetch) {
-    __shared__ float red[SK_WARPS][2 * NT * 4 * 32];
+    constexpr int XROWS = 2 * NT * 8;                /* staged rows: hi then lo of each token */
+    constexpr int XBUF = XROWS * SK_CHUNK;           /* 16-bit values per staging buffer */
+    constexpr int PER = SK_MT * NT * 4 * 32;         /* accumulators of a warp */
+    constexpr int TOT = SK_WARPS * PER;
+    constexpr int BYTES = 4 * TOT > 2 * 2 * XBUF ? 4 * TOT : 2 * 2 * XBUF;
+    __shared__ __align__(16) unsigned char smem[BYTES]; /* staging, then the cluster's sums */
+    uint16_t *xs = (uint16_t *)smem;
     int b = blockIdx.x, j = 0;
     while (j + 1 < set.nw && b >= set.first[j + 1]) j++;
     int64_t r0 = (int64_t)(b - set.first[j]) * SK_ROWS, rows = set.rows[j];
@@ -76,7 +94,7 @@ __global__ static void __cluster_dims__(1, KS, 1) __launch_bounds__(32 * SK_WARP
     const uint16_t *W = set.W[j];
     int64_t nch = cols / SK_CHUNK, c0 = nch * blockIdx.y / KS, c1 = nch * (blockIdx.y + 1) / KS;
     int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t4 = lane & 3;
-    if (prefetch) { /* this block's rows x its quarter of the columns, a line per thread */
+    if (prefetch) { /* this block's rows x its share of the columns, a line per thread */
         size_t seg = (size_t)(c1 - c0) * SK_CHUNK * 2;
         int lines = (int)((seg + 127) / 128) + 1;
         for (int i = tid; i < nrow * lines; i += 32 * SK_WARPS) {
@@ -88,114 +106,135 @@ __global__ static void __cluster_dims__(1, KS, 1) __launch_bounds__(32 * SK_WARP
     }
     cuda_pdl_entry();
 
-    const uint16_t *wr[2][2];
+    /* chunk ch of the activations into staging buffer buf: 16-byte pieces, tokens past n zero */
+    auto stage = [&](int64_t ch, int buf) {
+        for (int p = tid; p < XROWS * 4; p += 32 * SK_WARPS) {
+            int row = p >> 2, part = row / (NT * 8), tok = row % (NT * 8);
+            bool ok = tok < n;
+            const uint16_t *src =
+                ok ? x + (int64_t)(part * n + tok) * cols + ch * SK_CHUNK + (p & 3) * 8 : x;
+            cp_async16(xs + buf * XBUF + row * SK_CHUNK + (p & 3) * 8, src, ok);
+        }
+        cp_async_commit();
+    };
+    int64_t rw0 = r0 + warp * SK_MT * 16; /* this warp's first row */
+    const uint16_t *wr[SK_MT][2];
 #pragma unroll
-    for (int m = 0; m < 2; m++)
+    for (int m = 0; m < SK_MT; m++)
 #pragma unroll
         for (int h = 0; h < 2; h++) {
-            int64_t r = r0 + m * 16 + g + 8 * h;
+            int64_t r = rw0 + m * 16 + g + 8 * h;
             wr[m][h] = W + (r < rows ? r : rows - 1) * cols + t4 * 8; /* rows past the end: a copy */
         }
-    float acc[2][NT][4];
+    float acc[SK_MT][NT][4];
 #pragma unroll
-    for (int m = 0; m < 2; m++)
+    for (int m = 0; m < SK_MT; m++)
 #pragma unroll
         for (int q = 0; q < NT; q++)
 #pragma unroll
             for (int i = 0; i < 4; i++) acc[m][q][i] = 0.0f;
-    const uint4 zero = make_uint4(0, 0, 0, 0);
-    /* the weights of the next chunk are loaded before this chunk's products */
-    uint4 a[2][2], an[2][2];
-    int64_t ch = c0 + warp;
-    if (ch < c1)
+    uint4 a[SK_MT][2], an[SK_MT][2];
+    if (c0 < c1) {
+        stage(c0, 0);
 #pragma unroll
-        for (int m = 0; m < 2; m++)
+        for (int m = 0; m < SK_MT; m++)
 #pragma unroll
-            for (int h = 0; h < 2; h++) a[m][h] = __ldg((const uint4 *)(wr[m][h] + ch * SK_CHUNK));
-    for (; ch < c1; ch += SK_WARPS) {
-        int64_t k = ch * SK_CHUNK;
-        bool more = ch + SK_WARPS < c1;
-        if (more)
+            for (int h = 0; h < 2; h++) a[m][h] = __ldg((const uint4 *)(wr[m][h] + c0 * SK_CHUNK));
+    }
+    for (int64_t ch = c0; ch < c1; ch++) {
+        int buf = (int)((ch - c0) & 1);
+        bool more = ch + 1 < c1;
+        if (more) { /* the next chunk's activations and weights, while this one computes */
+            stage(ch + 1, buf ^ 1);
 #pragma unroll
-            for (int m = 0; m < 2; m++)
+            for (int m = 0; m < SK_MT; m++)
 #pragma unroll
                 for (int h = 0; h < 2; h++)
-                    an[m][h] = __ldg((const uint4 *)(wr[m][h] + k + SK_WARPS * SK_CHUNK));
+                    an[m][h] = __ldg((const uint4 *)(wr[m][h] + (ch + 1) * SK_CHUNK));
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads();
+        const uint16_t *xb = xs + buf * XBUF;
 #pragma unroll
         for (int q = 0; q < NT; q++) {
-            int tok = q * 8 + g;
-            const uint16_t *xp = x + (int64_t)tok * cols + k + t4 * 8;
-            uint4 hi = tok < n ? *(const uint4 *)xp : zero;
-            uint4 lo = tok < n ? *(const uint4 *)(xp + (int64_t)n * cols) : zero;
+            uint4 hi = *(const uint4 *)(xb + (q * 8 + g) * SK_CHUNK + t4 * 8);
+            uint4 lo = *(const uint4 *)(xb + (NT * 8 + q * 8 + g) * SK_CHUNK + t4 * 8);
 #pragma unroll
-            for (int m = 0; m < 2; m++) {
+            for (int m = 0; m < SK_MT; m++) {
                 mma16816<BF>(acc[m][q], a[m][0].x, a[m][1].x, a[m][0].y, a[m][1].y, hi.x, hi.y);
                 mma16816<BF>(acc[m][q], a[m][0].z, a[m][1].z, a[m][0].w, a[m][1].w, hi.z, hi.w);
                 mma16816<BF>(acc[m][q], a[m][0].x, a[m][1].x, a[m][0].y, a[m][1].y, lo.x, lo.y);
                 mma16816<BF>(acc[m][q], a[m][0].z, a[m][1].z, a[m][0].w, a[m][1].w, lo.z, lo.w);
             }
         }
+        __syncthreads(); /* all reads of buf done before it is staged again */
         if (more)
 #pragma unroll
-            for (int m = 0; m < 2; m++)
+            for (int m = 0; m < SK_MT; m++)
 #pragma unroll
                 for (int h = 0; h < 2; h++) a[m][h] = an[m][h];
-    }
-    /* element e = ((m * NT + q) * 4 + i) * 32 + lane of a warp's accumulators */
-#pragma unroll
-    for (int m = 0; m < 2; m++)
-#pragma unroll
-        for (int q = 0; q < NT; q++)
-#pragma unroll
-            for (int i = 0; i < 4; i++) red[warp][((m * NT + q) * 4 + i) * 32 + lane] = acc[m][q][i];
-    __syncthreads();
-    const int per = 2 * NT * 4 * 32;
-    for (int e = tid; e < per; e += 32 * SK_WARPS) {
-        float s = red[0][e];
-#pragma unroll
-        for (int w = 1; w < SK_WARPS; w++) s += red[w][e];
-        red[0][e] = s;
     }
     float *y = set.y[j];
     int64_t ldy = set.ldy[j];
     if (KS == 1) {
-        __syncthreads();
-        for (int e = tid; e < per; e += 32 * SK_WARPS) sk_store(e, red[0][e], r0, rows, n, y, ldy, NT);
+#pragma unroll
+        for (int m = 0; m < SK_MT; m++)
+#pragma unroll
+            for (int q = 0; q < NT; q++)
+#pragma unroll
+                for (int i = 0; i < 4; i++)
+                    sk_store<NT>(rw0, m, q, i, lane, acc[m][q][i], rows, n, y, ldy);
         return;
     }
+    /* element e = warp * PER + ((m * NT + q) * 4 + i) * 32 + lane */
+    float *red = (float *)smem;
+    __syncthreads(); /* staging is over (also when this block had no chunk) */
+#pragma unroll
+    for (int m = 0; m < SK_MT; m++)
+#pragma unroll
+        for (int q = 0; q < NT; q++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) red[warp * PER + ((m * NT + q) * 4 + i) * 32 + lane] = acc[m][q][i];
     cg::cluster_group cl = cg::this_cluster();
-    cl.sync(); /* every block's sum is in its shared memory */
-    if (cl.block_rank() == 0) {
-        const float *part[KS];
+    cl.sync(); /* every block's sums are in its shared memory */
+    const float *part[KS];
 #pragma unroll
-        for (int r = 0; r < KS; r++) part[r] = cl.map_shared_rank(&red[0][0], r);
-        for (int e = tid; e < per; e += 32 * SK_WARPS) {
-            float s = part[0][e];
+    for (int r = 0; r < KS; r++) part[r] = cl.map_shared_rank(red, r);
+    int rank = (int)cl.block_rank();
+    for (int e = rank * (TOT / KS) + tid; e < (rank + 1) * (TOT / KS); e += 32 * SK_WARPS) {
+        float s = part[0][e];
 #pragma unroll
-            for (int r = 1; r < KS; r++) s += part[r][e];
-            sk_store(e, s, r0, rows, n, y, ldy, NT);
-        }
+        for (int r = 1; r < KS; r++) s += part[r][e];
+        int w = e / PER, f = e % PER, l = f & 31, i = (f >> 5) & 3, mq = f >> 7;
+        sk_store<NT>(r0 + w * SK_MT * 16, mq / NT, mq % NT, i, l, s, rows, n, y, ldy);
     }
-    cl.sync(); /* the other blocks' shared memory stays until rank 0 has read it */
+    cl.sync(); /* the blocks' shared memory stays until every slice has been read */
 }
 
 bool cuda_skinny_fits(const cuda_wview *w, int n) {
     return (w->dtype == TS_DTYPE_BF16 || w->dtype == TS_DTYPE_F16) && n > 0 &&
-           n <= SK_MAX_TOK && w->cols % SK_CHUNK == 0 && w->cols >= SK_CHUNK * SK_KSPLIT &&
+           n <= SK_MAX_TOK && w->cols % SK_CHUNK == 0 && w->cols > 0 &&
            (uintptr_t)w->data % 16 == 0 && w->rows > 0;
 }
 
-/* The columns are split over a cluster of 4 blocks only where the row blocks alone would
- * leave the GPU short of work: the cluster's reduction costs as much as a few chunks. */
+/* The column split: the fewest blocks per cluster (1, 2, 4, 8) that give the GPU two blocks per
+ * multiprocessor, no more than there are chunks of columns. */
 template <bool BF, int NT>
 static void skinny_launch(cuda_ctx *c, const sk_set &set, int64_t cols, const uint16_t *x, int n) {
     unsigned bx = (unsigned)set.first[set.nw];
-    if (bx >= 4u * (unsigned)c->sm_count)
-        cuda_launch(c, "gemm_skinny", k_skinny<BF, NT, 1>, dim3(bx, 1), 32 * SK_WARPS, 0, set,
-                    cols, x, n, c->prefetch);
-    else
-        cuda_launch(c, "gemm_skinny", k_skinny<BF, NT, SK_KSPLIT>, dim3(bx, SK_KSPLIT),
-                    32 * SK_WARPS, 0, set, cols, x, n, c->prefetch);
+    int64_t nch = cols / SK_CHUNK;
+    int ks = 1;
+    while (ks < 8 && (int64_t)bx * ks < 2 * (int64_t)c->sm_count && 2 * ks <= nch) ks *= 2;
+#define SK_KS(K)                                                                                       cuda_launch(c, "gemm_skinny", k_skinny<BF, NT, K>, dim3(bx, K), 32 * SK_WARPS, 0, set, cols,                  x, n, c->prefetch)
+    switch (ks) {
+    case 1: SK_KS(1); break;
+    case 2: SK_KS(2); break;
+    case 4: SK_KS(4); break;
+    default: SK_KS(8); break;
+    }
+#undef SK_KS
 }
 
 void cuda_skinny_gemm(cuda_ctx *c, const cuda_wview *w, int nw, const uint16_t *x, int n,
