@@ -1,5 +1,6 @@
-/* y[t, o] = sum_i W[o, i] x[t, i] for 16-bit weights and 9..64 tokens: the batched decode of
- * many sequences, on tensor cores, reading each weight once.
+/* y[t, o] = sum_i W[o, i] x[t, i] for 9..64 tokens on tensor cores, reading each weight once:
+ * the batched decode of many sequences, and short prompts. 16-bit weights go in as stored; quantized ones are decoded in registers and rounded
+ * to bf16 (dequantize-to-BF16 tiles: no fp32 copy of the weight is ever written).
  *
  * Why not cuBLAS: with a few dozen tokens the product is still bound by the weight stream, and
  * cuBLAS's tiles leave most of the GPU idle for matrices of ~1000 rows (an H200 measured ~23 us
@@ -24,6 +25,9 @@
  * does not care about the order of k. */
 #include <cooperative_groups.h>
 
+#include <cuda_bf16.h>
+
+#include "backend/cuda/cuda_dequant.cuh"
 #include "backend/cuda/cuda_int.cuh"
 
 namespace cg = cooperative_groups;
@@ -34,7 +38,7 @@ namespace cg = cooperative_groups;
 #define SK_CHUNK 32
 
 typedef struct {
-    const uint16_t *W[SK_SET];
+    const uint8_t *W[SK_SET];
     float *y[SK_SET];
     int64_t rows[SK_SET], ldy[SK_SET];
     int first[SK_SET + 1]; /* the first block (grid x) of each weight; first[nw] = all */
@@ -66,6 +70,21 @@ template <int N> __device__ static inline void cp_async_wait(void) {
     asm volatile("cp.async.wait_group %0;" ::"n"(N));
 }
 
+/* Elements [e, e + 8) of a weight row as an mma operand: 16-bit weights as stored, every other
+ * type decoded (cuda_dequant.cuh) and rounded to bf16 - dequantize-to-BF16 tiles. */
+template <ts_dtype DT> __device__ static inline uint4 sk_wload(const uint8_t *row, int64_t e) {
+    if (DT == TS_DTYPE_BF16 || DT == TS_DTYPE_F16) return __ldg((const uint4 *)(row + e * 2));
+    float w[8];
+    group8<DT>(row, e, w);
+    uint32_t p[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        __nv_bfloat162 h = __floats2bfloat162_rn(w[2 * i], w[2 * i + 1]);
+        p[i] = *(uint32_t *)&h;
+    }
+    return make_uint4(p[0], p[1], p[2], p[3]);
+}
+
 /* Where accumulator (m, q, i) of lane l in warp w lands: row and token. */
 template <int NT>
 __device__ static inline void sk_store(int64_t rw0, int m, int q, int i, int lane, float s,
@@ -77,9 +96,11 @@ __device__ static inline void sk_store(int64_t rw0, int m, int q, int i, int lan
 
 /* x: [2n][cols] 16-bit, rows [0, n) the hi parts, [n, 2n) the lo parts. NT token groups of 8
  * (n <= 8 NT); KS blocks of a cluster split the columns. */
-template <bool BF, int NT, int KS>
+template <ts_dtype DT, int NT, int KS>
 __global__ static void __cluster_dims__(1, KS, 1) __launch_bounds__(32 * SK_WARPS)
-    k_skinny(sk_set set, int64_t cols, const uint16_t *x, int n, bool prefetch) {
+    k_skinny(sk_set set, size_t row_bytes, int64_t cols, const uint16_t *x, int n,
+             bool prefetch) {
+    constexpr bool BF = DT != TS_DTYPE_F16; /* the mma's 16-bit type */
     constexpr int XROWS = 2 * NT * 8;                /* staged rows: hi then lo of each token */
     constexpr int XBUF = XROWS * SK_CHUNK;           /* 16-bit values per staging buffer */
     constexpr int PER = SK_MT * NT * 4 * 32;         /* accumulators of a warp */
@@ -91,14 +112,14 @@ __global__ static void __cluster_dims__(1, KS, 1) __launch_bounds__(32 * SK_WARP
     while (j + 1 < set.nw && b >= set.first[j + 1]) j++;
     int64_t r0 = (int64_t)(b - set.first[j]) * SK_ROWS, rows = set.rows[j];
     int64_t nrow = rows - r0 < SK_ROWS ? rows - r0 : SK_ROWS;
-    const uint16_t *W = set.W[j];
+    const uint8_t *W = set.W[j];
     int64_t nch = cols / SK_CHUNK, c0 = nch * blockIdx.y / KS, c1 = nch * (blockIdx.y + 1) / KS;
     int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t4 = lane & 3;
-    if (prefetch) { /* this block's rows x its share of the columns, a line per thread */
-        size_t seg = (size_t)(c1 - c0) * SK_CHUNK * 2;
+    if (prefetch) { /* this block's rows x (about) its share of the columns, a line per thread */
+        size_t b0 = row_bytes * c0 / nch, seg = row_bytes * c1 / nch - b0;
         int lines = (int)((seg + 127) / 128) + 1;
         for (int i = tid; i < nrow * lines; i += 32 * SK_WARPS) {
-            const char *s = (const char *)(W + (r0 + i / lines) * cols + c0 * SK_CHUNK);
+            const char *s = (const char *)(W + (r0 + i / lines) * row_bytes + b0);
             uintptr_t a = ((uintptr_t)s & ~(uintptr_t)127) + (uintptr_t)(i % lines) * 128;
             if (a < (uintptr_t)s + seg)
                 asm volatile("prefetch.global.L2 [%0];" ::"l"(a < (uintptr_t)s ? (uintptr_t)s : a));
@@ -118,13 +139,13 @@ __global__ static void __cluster_dims__(1, KS, 1) __launch_bounds__(32 * SK_WARP
         cp_async_commit();
     };
     int64_t rw0 = r0 + warp * SK_MT * 16; /* this warp's first row */
-    const uint16_t *wr[SK_MT][2];
+    const uint8_t *wr[SK_MT][2];
 #pragma unroll
     for (int m = 0; m < SK_MT; m++)
 #pragma unroll
         for (int h = 0; h < 2; h++) {
             int64_t r = rw0 + m * 16 + g + 8 * h;
-            wr[m][h] = W + (r < rows ? r : rows - 1) * cols + t4 * 8; /* rows past the end: a copy */
+            wr[m][h] = W + (r < rows ? r : rows - 1) * row_bytes; /* rows past the end: a copy */
         }
     float acc[SK_MT][NT][4];
 #pragma unroll
@@ -139,7 +160,7 @@ __global__ static void __cluster_dims__(1, KS, 1) __launch_bounds__(32 * SK_WARP
 #pragma unroll
         for (int m = 0; m < SK_MT; m++)
 #pragma unroll
-            for (int h = 0; h < 2; h++) a[m][h] = __ldg((const uint4 *)(wr[m][h] + c0 * SK_CHUNK));
+            for (int h = 0; h < 2; h++) a[m][h] = sk_wload<DT>(wr[m][h], c0 * SK_CHUNK + t4 * 8);
     }
     for (int64_t ch = c0; ch < c1; ch++) {
         int buf = (int)((ch - c0) & 1);
@@ -150,7 +171,7 @@ __global__ static void __cluster_dims__(1, KS, 1) __launch_bounds__(32 * SK_WARP
             for (int m = 0; m < SK_MT; m++)
 #pragma unroll
                 for (int h = 0; h < 2; h++)
-                    an[m][h] = __ldg((const uint4 *)(wr[m][h] + (ch + 1) * SK_CHUNK));
+                    an[m][h] = sk_wload<DT>(wr[m][h], (ch + 1) * SK_CHUNK + t4 * 8);
             cp_async_wait<1>();
         } else {
             cp_async_wait<0>();
@@ -214,27 +235,45 @@ __global__ static void __cluster_dims__(1, KS, 1) __launch_bounds__(32 * SK_WARP
 }
 
 bool cuda_skinny_fits(const cuda_wview *w, int n) {
-    return (w->dtype == TS_DTYPE_BF16 || w->dtype == TS_DTYPE_F16) && n > 0 &&
-           n <= SK_MAX_TOK && w->cols % SK_CHUNK == 0 && w->cols > 0 &&
+    bool type = false;
+    switch (w->dtype) {
+    case TS_DTYPE_BF16: case TS_DTYPE_F16: case TS_DTYPE_Q8_0: case TS_DTYPE_Q4_0:
+    case TS_DTYPE_Q5_0: case TS_DTYPE_Q4_K: case TS_DTYPE_Q6_K: type = true; break;
+    default: break;
+    }
+    return type && n > 0 && n <= SK_MAX_TOK && w->cols % SK_CHUNK == 0 && w->cols > 0 &&
            (uintptr_t)w->data % 16 == 0 && w->rows > 0;
 }
 
+template <ts_dtype DT, int NT, int KS>
+static void skinny_go(cuda_ctx *c, const sk_set &set, int64_t cols, const uint16_t *x, int n) {
+    cuda_launch(c, "gemm_skinny", k_skinny<DT, NT, KS>, dim3((unsigned)set.first[set.nw], KS),
+                32 * SK_WARPS, 0, set, ts_dtype_row_bytes(DT, cols), cols, x, n, c->prefetch);
+}
+
 /* The column split: the fewest blocks per cluster (1, 2, 4, 8) that give the GPU two blocks per
- * multiprocessor, no more than there are chunks of columns. */
-template <bool BF, int NT>
-static void skinny_launch(cuda_ctx *c, const sk_set &set, int64_t cols, const uint16_t *x, int n) {
-    unsigned bx = (unsigned)set.first[set.nw];
-    int64_t nch = cols / SK_CHUNK;
+ * multiprocessor, no more than half the chunks of columns. */
+template <ts_dtype DT, int NT>
+static void skinny_ks(cuda_ctx *c, const sk_set &set, int64_t cols, const uint16_t *x, int n) {
+    int64_t bx = set.first[set.nw], nch = cols / SK_CHUNK;
     int ks = 1;
-    while (ks < 8 && (int64_t)bx * ks < 2 * (int64_t)c->sm_count && 2 * ks <= nch) ks *= 2;
-#define SK_KS(K)                                                                                       cuda_launch(c, "gemm_skinny", k_skinny<BF, NT, K>, dim3(bx, K), 32 * SK_WARPS, 0, set, cols,                  x, n, c->prefetch)
+    while (ks < 8 && bx * ks < 2 * (int64_t)c->sm_count && 2 * ks <= nch) ks *= 2;
     switch (ks) {
-    case 1: SK_KS(1); break;
-    case 2: SK_KS(2); break;
-    case 4: SK_KS(4); break;
-    default: SK_KS(8); break;
+    case 1: skinny_go<DT, NT, 1>(c, set, cols, x, n); break;
+    case 2: skinny_go<DT, NT, 2>(c, set, cols, x, n); break;
+    case 4: skinny_go<DT, NT, 4>(c, set, cols, x, n); break;
+    default: skinny_go<DT, NT, 8>(c, set, cols, x, n); break;
     }
-#undef SK_KS
+}
+
+template <ts_dtype DT>
+static void skinny_nt(cuda_ctx *c, const sk_set &set, int64_t cols, const uint16_t *x, int n) {
+    if (n <= 16)
+        skinny_ks<DT, 2>(c, set, cols, x, n);
+    else if (n <= 32)
+        skinny_ks<DT, 4>(c, set, cols, x, n);
+    else
+        skinny_ks<DT, 8>(c, set, cols, x, n);
 }
 
 void cuda_skinny_gemm(cuda_ctx *c, const cuda_wview *w, int nw, const uint16_t *x, int n,
@@ -242,21 +281,21 @@ void cuda_skinny_gemm(cuda_ctx *c, const cuda_wview *w, int nw, const uint16_t *
     sk_set set = {};
     set.nw = nw;
     for (int j = 0; j < nw; j++) {
-        set.W[j] = (const uint16_t *)w[j].data;
+        set.W[j] = (const uint8_t *)w[j].data;
         set.y[j] = y[j];
         set.rows[j] = w[j].rows;
         set.ldy[j] = ldy[j];
         set.first[j + 1] = set.first[j] + (int)((w[j].rows + SK_ROWS - 1) / SK_ROWS);
     }
-    bool bf = w[0].dtype == TS_DTYPE_BF16;
     int64_t cols = w[0].cols;
-#define SK_GO(NT)                                                                                  \
-    (bf ? skinny_launch<true, NT>(c, set, cols, x, n) : skinny_launch<false, NT>(c, set, cols, x, n))
-    if (n <= 16)
-        SK_GO(2);
-    else if (n <= 32)
-        SK_GO(4);
-    else
-        SK_GO(8);
-#undef SK_GO
+    switch (w[0].dtype) {
+    case TS_DTYPE_BF16: skinny_nt<TS_DTYPE_BF16>(c, set, cols, x, n); break;
+    case TS_DTYPE_F16: skinny_nt<TS_DTYPE_F16>(c, set, cols, x, n); break;
+    case TS_DTYPE_Q8_0: skinny_nt<TS_DTYPE_Q8_0>(c, set, cols, x, n); break;
+    case TS_DTYPE_Q4_0: skinny_nt<TS_DTYPE_Q4_0>(c, set, cols, x, n); break;
+    case TS_DTYPE_Q5_0: skinny_nt<TS_DTYPE_Q5_0>(c, set, cols, x, n); break;
+    case TS_DTYPE_Q4_K: skinny_nt<TS_DTYPE_Q4_K>(c, set, cols, x, n); break;
+    case TS_DTYPE_Q6_K: skinny_nt<TS_DTYPE_Q6_K>(c, set, cols, x, n); break;
+    default: cuda_check(c, cudaErrorInvalidValue, "skinny GEMM: weight type");
+    }
 }

@@ -7,132 +7,23 @@
  * per pass; GEMMs above that (a pass per 8 tokens would re-read the weights, and the
  * decoding of quantized blocks is then the bottleneck).
  *
- * Prefill (many tokens): cuBLAS. F32 weights through an fp32 GEMM (CUBLAS_COMPUTE_32F: no TF32);
- * F16/BF16 weights on tensor cores with fp32 accumulation against the activations split into two
- * 16-bit parts (two GEMMs: rounding the activations to bf16 alone costs ~2e-2 relative error in
- * the logits of the bf16 fixtures); quantized weights are dequantized to an fp32 scratch first.
- * The cuBLAS work is queued as calls (cuda_queue.cuh), so it can be part of a graph too. */
+ * 9..64 tokens (batched decode, short prompts): the tensor-core GEMM of cuda_gemm_skinny.cu for
+ * every 16-bit and quantized type, against the activations split into two 16-bit parts (rounding
+ * them to bf16 alone costs ~2e-2 relative error in the logits of the bf16 fixtures).
+ *
+ * Prefill (more tokens; all of them with TESSERA_CUDA_SKINNY=0): cuBLAS. F32 weights through an
+ * fp32 GEMM (CUBLAS_COMPUTE_32F: no TF32); F16/BF16 on tensor cores against the split
+ * activations (two GEMMs); quantized weights dequantized to an fp32 scratch for an fp32 GEMM
+ * (exact values). The cuBLAS work is queued as calls (cuda_queue.cuh), so it can be part
+ * of a graph too. */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include "backend/cuda/cuda_int.cuh"
+#include "backend/cuda/cuda_dequant.cuh"
 
 #define GEMV_MAX_TOK 8
 #define GEMV_WARPS 4
-
-__device__ static inline float bf16f(uint32_t h) { return __uint_as_float(h << 16); }
-__device__ static inline float f16f(uint16_t h) { return __half2float(__ushort_as_half(h)); }
-__device__ static inline uint16_t ld16(const uint8_t *p) { return *(const uint16_t *)p; }
-
-/* Elements [e, e + 8) of a row as fp32 (e a multiple of 8; quantized blocks hold whole groups of
- * 8). Every formula is the CPU dequantizer's (backend/cpu/quant.c), term for term. Lane l of a
- * warp decodes group l, l + 32, ...: neighbouring lanes read neighbouring bytes of the row and
- * neighbouring 32-byte pieces of x, so both streams are coalesced. */
-template <ts_dtype DT> __device__ static inline void group8(const uint8_t *row, int64_t e, float *w);
-
-template <> __device__ inline void group8<TS_DTYPE_F32>(const uint8_t *row, int64_t e, float *w) {
-    const float4 *p = (const float4 *)(row + e * 4);
-    float4 a = p[0], b = p[1];
-    w[0] = a.x, w[1] = a.y, w[2] = a.z, w[3] = a.w, w[4] = b.x, w[5] = b.y, w[6] = b.z, w[7] = b.w;
-}
-
-template <> __device__ inline void group8<TS_DTYPE_BF16>(const uint8_t *row, int64_t e, float *w) {
-    uint4 v = *(const uint4 *)(row + e * 2);
-    uint32_t a[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-    for (int i = 0; i < 4; i++) w[2 * i] = bf16f(a[i] & 0xffffu), w[2 * i + 1] = bf16f(a[i] >> 16);
-}
-
-template <> __device__ inline void group8<TS_DTYPE_F16>(const uint8_t *row, int64_t e, float *w) {
-    uint4 v = *(const uint4 *)(row + e * 2);
-    uint32_t a[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-    for (int i = 0; i < 4; i++)
-        w[2 * i] = f16f((uint16_t)(a[i] & 0xffffu)), w[2 * i + 1] = f16f((uint16_t)(a[i] >> 16));
-}
-
-/* 8 bytes at a 2-byte aligned address */
-__device__ static inline void bytes8(const uint8_t *p, int *q) {
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        uint16_t v = ld16(p + 2 * i);
-        q[2 * i] = v & 0xff, q[2 * i + 1] = v >> 8;
-    }
-}
-
-template <> __device__ inline void group8<TS_DTYPE_Q8_0>(const uint8_t *row, int64_t e, float *w) {
-    const uint8_t *b = row + (e >> 5) * 34;
-    float d = f16f(ld16(b));
-    int q[8];
-    bytes8(b + 2 + (e & 31), q);
-#pragma unroll
-    for (int i = 0; i < 8; i++) w[i] = (float)(int8_t)q[i] * d;
-}
-
-/* Q4_0 / Q5_0: element p < 16 of a block is the low nibble of qs[p], p >= 16 the high nibble of
- * qs[p - 16] */
-template <> __device__ inline void group8<TS_DTYPE_Q4_0>(const uint8_t *row, int64_t e, float *w) {
-    const uint8_t *b = row + (e >> 5) * 18;
-    int p = (int)(e & 31), shift = (p >> 4) * 4;
-    float d = f16f(ld16(b));
-    int q[8];
-    bytes8(b + 2 + (p & 15), q);
-#pragma unroll
-    for (int i = 0; i < 8; i++) w[i] = (float)(((q[i] >> shift) & 15) - 8) * d;
-}
-
-template <> __device__ inline void group8<TS_DTYPE_Q5_0>(const uint8_t *row, int64_t e, float *w) {
-    const uint8_t *b = row + (e >> 5) * 22;
-    int p = (int)(e & 31), shift = (p >> 4) * 4;
-    float d = f16f(ld16(b));
-    uint32_t qh = (uint32_t)ld16(b + 2) | (uint32_t)ld16(b + 4) << 16;
-    int q[8];
-    bytes8(b + 6 + (p & 15), q);
-#pragma unroll
-    for (int i = 0; i < 8; i++) {
-        int v = ((q[i] >> shift) & 15) | (int)((qh >> (p + i)) & 1) << 4;
-        w[i] = (float)(v - 16) * d;
-    }
-}
-
-template <> __device__ inline void group8<TS_DTYPE_Q4_K>(const uint8_t *row, int64_t e, float *w) {
-    const uint8_t *b = row + (e >> 8) * 144; /* 16-byte aligned: rows are whole super-blocks */
-    int k = (int)(e & 255), j = k >> 5, p = k & 31;
-    float d = f16f(ld16(b)), dmin = f16f(ld16(b + 2));
-    const uint8_t *s = b + 4;
-    int sc, m;
-    if (j < 4) {
-        sc = s[j] & 63;
-        m = s[j + 4] & 63;
-    } else {
-        sc = (s[j + 4] & 15) | ((s[j - 4] >> 6) << 4);
-        m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
-    }
-    float d1 = d * (float)sc, m1 = dmin * (float)m;
-    uint2 v = *(const uint2 *)(b + 16 + 32 * (j >> 1) + p);
-    int shift = (j & 1) * 4;
-#pragma unroll
-    for (int i = 0; i < 8; i++) {
-        int byte = ((i < 4 ? v.x : v.y) >> (8 * (i & 3))) & 0xff;
-        w[i] = __fsub_rn(__fmul_rn(d1, (float)((byte >> shift) & 15)), m1);
-    }
-}
-
-template <> __device__ inline void group8<TS_DTYPE_Q6_K>(const uint8_t *row, int64_t e, float *w) {
-    const uint8_t *b = row + (e >> 8) * 210; /* 2-byte aligned */
-    int k = (int)(e & 255), h = k >> 7, qt = (k >> 5) & 3, l = k & 31;
-    float d = f16f(ld16(b + 208));
-    float ds = __fmul_rn(d, (float)((const int8_t *)(b + 192))[8 * h + 2 * qt + (l >> 4)]);
-    int ql[8], qh[8];
-    bytes8(b + 64 * h + (qt & 1) * 32 + l, ql);
-    bytes8(b + 128 + 32 * h + l, qh);
-    int lshift = (qt >> 1) * 4, hshift = 2 * qt;
-#pragma unroll
-    for (int i = 0; i < 8; i++) {
-        int q = (((ql[i] >> lshift) & 15) | ((qh[i] >> hshift) & 3) << 4) - 32;
-        w[i] = __fmul_rn(ds, (float)q);
-    }
-}
 
 /* Up to 4 weights of one dtype and column count that read the same x, stacked: global row o
  * belongs to the first weight j with o < end[j]. One launch instead of one per weight. */
@@ -389,13 +280,14 @@ static void gemm(cuda_ctx *c, const void *W, cudaDataType wt, int64_t rows, int6
     cuda_call(c, "gemm", gemm_call, a);
 }
 
-/* x as [2n][cols] 16-bit values of w's type (hi rows, then lo rows) in scratch slot 0. */
+/* x as [2n][cols] 16-bit values (hi rows, then lo rows) in scratch slot 0: F16 for F16
+ * weights, BF16 for the others (16-bit or decoded to BF16 by the tensor-core GEMM). */
 static uint16_t *split_half(cuda_ctx *c, const cuda_wview *w, const float *x, int64_t ldx, int n) {
     int64_t total = (int64_t)n * w->cols;
     uint16_t *xh = (uint16_t *)cuda_scratch(c, 0, (size_t)total * 2 * 2);
     if (!xh) return NULL;
     unsigned g = cuda_blocks(total, 256);
-    if (w->dtype == TS_DTYPE_BF16)
+    if (w->dtype != TS_DTYPE_F16)
         cuda_launch(c, "matmul convert", k_split_half<true>, g, 256, 0, x, ldx, n, w->cols,
                     (void *)xh);
     else
@@ -422,15 +314,19 @@ void cuda_op_matmul(ts_backend *be, const ts_tensor *W, const float *x, int64_t 
         gemv(c, &w, 1, x, ldx, n, &y, &ldy);
         return;
     }
+    /* the tensor-core GEMM up to SK_MAX_TOK tokens. (Quantized prefill in passes of SK_MAX_TOK
+     * tokens measured slower than the fp32 copy and cuBLAS on an H200: pp512 of the 0.8B
+     * Q4_K_M 12.3k against 16.9k t/s.) */
+    if (skinny(&w, n)) {
+        uint16_t *xh = split_half(c, &w, x, ldx, n);
+        if (xh) cuda_skinny_gemm(c, &w, 1, xh, n, &y, &ldy);
+        return;
+    }
     if (w.dtype == TS_DTYPE_F32) {
         gemm(c, w.data, CUDA_R_32F, w.rows, w.cols, x, CUDA_R_32F, ldx, n, y, ldy, false);
     } else if (half) {
         uint16_t *xh = split_half(c, &w, x, ldx, n);
         if (!xh) return;
-        if (skinny(&w, n)) {
-            cuda_skinny_gemm(c, &w, 1, xh, n, &y, &ldy);
-            return;
-        }
         int64_t total = (int64_t)n * w.cols;
         cudaDataType t = w.dtype == TS_DTYPE_BF16 ? CUDA_R_16BF : CUDA_R_16F;
         gemm(c, w.data, t, w.rows, w.cols, xh, t, w.cols, n, y, ldy, false);
