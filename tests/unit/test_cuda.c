@@ -581,7 +581,7 @@ static void test_matmul(void) {
  * the bits of the composed ops on the device (matmul_n, then swiglu / gelu_mul), and both the
  * CPU's fp32 result within the matmul bounds; above 8 tokens the op composes itself. */
 static void test_matmul_glu(void) {
-    ts_dtype dts[] = {TS_DTYPE_F32, TS_DTYPE_BF16, TS_DTYPE_Q4_K, TS_DTYPE_Q8_0};
+    ts_dtype dts[] = {TS_DTYPE_F32, TS_DTYPE_BF16, TS_DTYPE_Q4_K, TS_DTYPE_Q8_0, TS_DTYPE_Q6_K};
     int rows = 200, cols = 256;
     int64_t ldx = cols + 4, ldt = rows + 3;
     for (size_t di = 0; di < sizeof dts / sizeof *dts; di++) {

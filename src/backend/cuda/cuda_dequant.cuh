@@ -122,4 +122,69 @@ template <> __device__ inline void group8<TS_DTYPE_Q6_K>(const uint8_t *row, int
     }
 }
 
+
+/* K-quant rows 32 elements at a time (the GEMV's unit for these types: the block's scales and
+ * the packed codes are loaded once per 32 elements, not per 8). Unit u is two runs of 16
+ * elements, starting at elements *ea and *eb, that share their code bytes:
+ * Q4_K: super-block u / 8, code bytes 16 (u % 8) .. + 16 of its 128; low nibbles are sub-block
+ * 2 ((u / 2) % 4), high nibbles the next one.
+ * Q6_K: super-block u / 8, half h = (u / 4) % 2, l0 = 16 ((u / 2) % 2), qt in {u % 2, u % 2 + 2}:
+ * the low and high nibbles of the same ql bytes, the same qh bytes. Same formulas as group8. */
+template <ts_dtype DT>
+__device__ static inline void unit32(const uint8_t *row, int64_t u, float *wa, float *wb,
+                                     int64_t *ea, int64_t *eb);
+
+template <>
+__device__ inline void unit32<TS_DTYPE_Q4_K>(const uint8_t *row, int64_t u, float *wa, float *wb,
+                                             int64_t *ea, int64_t *eb) {
+    const uint8_t *b = row + (u >> 3) * 144;
+    int i = (int)(u >> 1) & 3, hf = (int)u & 1, j = 2 * i;
+    float d = f16f(ld16(b)), dmin = f16f(ld16(b + 2));
+    const uint8_t *s = b + 4;
+    int sc0, m0, sc1, m1; /* sub-blocks j (< 7) and j + 1 */
+    if (j < 4) {
+        sc0 = s[j] & 63, m0 = s[j + 4] & 63;
+    } else {
+        sc0 = (s[j + 4] & 15) | ((s[j - 4] >> 6) << 4), m0 = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+    }
+    if (j + 1 < 4) {
+        sc1 = s[j + 1] & 63, m1 = s[j + 5] & 63;
+    } else {
+        sc1 = (s[j + 5] & 15) | ((s[j - 3] >> 6) << 4), m1 = (s[j + 5] >> 4) | ((s[j + 1] >> 6) << 4);
+    }
+    float d0 = d * (float)sc0, n0 = dmin * (float)m0, d1 = d * (float)sc1, n1 = dmin * (float)m1;
+    uint4 v = *(const uint4 *)(b + 16 + 32 * i + 16 * hf);
+    uint32_t q[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int k = 0; k < 16; k++) {
+        int byte = (q[k >> 2] >> (8 * (k & 3))) & 0xff;
+        wa[k] = __fsub_rn(__fmul_rn(d0, (float)(byte & 15)), n0);
+        wb[k] = __fsub_rn(__fmul_rn(d1, (float)(byte >> 4)), n1);
+    }
+    *ea = (u >> 3) * 256 + 64 * i + 16 * hf;
+    *eb = *ea + 32;
+}
+
+template <>
+__device__ inline void unit32<TS_DTYPE_Q6_K>(const uint8_t *row, int64_t u, float *wa, float *wb,
+                                             int64_t *ea, int64_t *eb) {
+    const uint8_t *b = row + (u >> 3) * 210; /* 2-byte aligned */
+    int h = (int)(u >> 2) & 1, l0 = ((int)(u >> 1) & 1) * 16, qp = (int)u & 1;
+    float d = f16f(ld16(b + 208));
+    const int8_t *sc = (const int8_t *)(b + 192) + 8 * h + (l0 >> 4);
+    float da = __fmul_rn(d, (float)sc[2 * qp]), db = __fmul_rn(d, (float)sc[2 * qp + 4]);
+    int ql[16], qh[16];
+    bytes8(b + 64 * h + qp * 32 + l0, ql), bytes8(b + 64 * h + qp * 32 + l0 + 8, ql + 8);
+    bytes8(b + 128 + 32 * h + l0, qh), bytes8(b + 128 + 32 * h + l0 + 8, qh + 8);
+#pragma unroll
+    for (int k = 0; k < 16; k++) {
+        int qa = ((ql[k] & 15) | ((qh[k] >> (2 * qp)) & 3) << 4) - 32;
+        int qb = ((ql[k] >> 4) | ((qh[k] >> (2 * qp + 4)) & 3) << 4) - 32;
+        wa[k] = __fmul_rn(da, (float)qa);
+        wb[k] = __fmul_rn(db, (float)qb);
+    }
+    *ea = (u >> 3) * 256 + 128 * h + 32 * qp + l0;
+    *eb = *ea + 64;
+}
+
 #endif
