@@ -78,8 +78,11 @@ void cuda_op_qk_norm_rope(ts_backend *be, float *q, int64_t ldq, int64_t q_head_
                           float theta) {
     cuda_ctx *c = cuda_of(be);
     if (n_tok <= 0 || nq + nk <= 0) return;
-    if (hd > QK_MAX_HD || rot_dim > hd) {
-        cuda_check(c, cudaErrorInvalidValue, "qk_norm_rope: head size");
+    if (hd > QK_MAX_HD || rot_dim > hd) { /* beyond the shared row: the ops it fuses */
+        cuda_op_rmsnorm(be, q, q_head_stride, n_tok * nq, hd, wq, eps, q, q_head_stride);
+        cuda_op_rmsnorm(be, k, hd, n_tok * nk, hd, wk, eps, k, hd);
+        cuda_op_rope(be, q, ldq, n_tok, nq, q_head_stride, rot_dim, pos, theta);
+        cuda_op_rope(be, k, ldk, n_tok, nk, hd, rot_dim, pos, theta);
         return;
     }
     const int32_t *pd = cuda_positions(c, pos, n_tok);
