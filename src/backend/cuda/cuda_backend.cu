@@ -160,8 +160,9 @@ extern "C" ts_status ts_backend_cuda_create(int device, ts_backend **out) {
     snprintf(c->name, sizeof c->name, "%s", prop.name);
     c->sm_count = prop.multiProcessorCount;
     c->smem_optin = (int)prop.sharedMemPerBlockOptin;
-    const char *pf = getenv("TESSERA_CUDA_PREFETCH");
-    c->prefetch = !(pf && strcmp(pf, "0") == 0);
+    c->prefetch = !cuda_env_off("TESSERA_CUDA_PREFETCH");
+    c->skinny = !cuda_env_off("TESSERA_CUDA_SKINNY");
+    c->attn_split = !cuda_env_off("TESSERA_CUDA_ATTN_SPLIT");
     be->ops = &cuda_ops;
     be->ctx = c;
     if ((err = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) != cudaSuccess) {

@@ -86,7 +86,6 @@ template <ts_dtype DT> __device__ static inline uint4 sk_wload(const uint8_t *ro
 }
 
 /* Where accumulator (m, q, i) of lane l in warp w lands: row and token. */
-template <int NT>
 __device__ static inline void sk_store(int64_t rw0, int m, int q, int i, int lane, float s,
                                        int64_t rows, int n, float *y, int64_t ldy) {
     int64_t row = rw0 + m * 16 + (lane >> 2) + (i >= 2 ? 8 : 0);
@@ -206,7 +205,7 @@ __global__ static void __cluster_dims__(1, KS, 1) __launch_bounds__(32 * SK_WARP
             for (int q = 0; q < NT; q++)
 #pragma unroll
                 for (int i = 0; i < 4; i++)
-                    sk_store<NT>(rw0, m, q, i, lane, acc[m][q][i], rows, n, y, ldy);
+                    sk_store(rw0, m, q, i, lane, acc[m][q][i], rows, n, y, ldy);
         return;
     }
     /* element e = warp * PER + ((m * NT + q) * 4 + i) * 32 + lane */
@@ -229,7 +228,7 @@ __global__ static void __cluster_dims__(1, KS, 1) __launch_bounds__(32 * SK_WARP
 #pragma unroll
         for (int r = 1; r < KS; r++) s += part[r][e];
         int w = e / PER, f = e % PER, l = f & 31, i = (f >> 5) & 3, mq = f >> 7;
-        sk_store<NT>(r0 + w * SK_MT * 16, mq / NT, mq % NT, i, l, s, rows, n, y, ldy);
+        sk_store(r0 + w * SK_MT * 16, mq / NT, mq % NT, i, l, s, rows, n, y, ldy);
     }
     cl.sync(); /* the blocks' shared memory stays until every slice has been read */
 }

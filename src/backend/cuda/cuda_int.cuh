@@ -9,6 +9,8 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_queue.cuh"
@@ -21,7 +23,10 @@ typedef struct cuda_ctx_s {
     char name[256];
     /* read once at creation: multiprocessors, and the shared memory a block may opt in to */
     int sm_count, smem_optin;
-    bool prefetch; /* GEMVs prefetch their rows into L2 (TESSERA_CUDA_PREFETCH=0: off) */
+    /* switches for comparisons, read once at creation (each =0 turns it off): GEMVs prefetch
+     * their rows into L2 (TESSERA_CUDA_PREFETCH), 9..64 tokens take the tensor-core GEMM
+     * (TESSERA_CUDA_SKINNY), attention splits long key ranges (TESSERA_CUDA_ATTN_SPLIT) */
+    bool prefetch, skinny, attn_split;
     /* the dynamic shared memory the chunked delta rule's kernels are allowed so far */
     size_t gdnc_smem_opted;
     cudaStream_t stream;
@@ -40,6 +45,12 @@ typedef struct cuda_ctx_s {
 } cuda_ctx;
 
 static inline cuda_ctx *cuda_of(ts_backend *be) { return (cuda_ctx *)be->ctx; }
+
+/* Whether the environment variable name is set to "0" (a switch turned off). */
+static inline bool cuda_env_off(const char *name) {
+    const char *v = getenv(name);
+    return v && strcmp(v, "0") == 0;
+}
 
 /* The first statement of every kernel: programmatic dependent launch (cuda_queue.cu links the
  * kernels of a graph with programmatic edges, so a kernel is launched while its predecessor

@@ -18,6 +18,7 @@
  * (exact values). The cuBLAS work is queued as calls (cuda_queue.cuh), so it can be part
  * of a graph too. */
 #include <cuda_bf16.h>
+#include <type_traits>
 #include <cuda_fp16.h>
 
 #include "backend/cuda/cuda_int.cuh"
@@ -250,19 +251,26 @@ static void launch_gemv(cuda_ctx *c, const cuda_wview *w, int nw, const float *x
 }
 
 /* y_j = W_j x for nw <= GEMV_SET weights of one dtype and column count. */
+/* Calls f(std::integral_constant<ts_dtype, DT>) for the weight types the GEMV decodes; false for
+ * any other type. */
+template <typename F> static bool gemv_dtype(ts_dtype dt, F f) {
+    switch (dt) {
+    case TS_DTYPE_F32: f(std::integral_constant<ts_dtype, TS_DTYPE_F32>{}); return true;
+    case TS_DTYPE_F16: f(std::integral_constant<ts_dtype, TS_DTYPE_F16>{}); return true;
+    case TS_DTYPE_BF16: f(std::integral_constant<ts_dtype, TS_DTYPE_BF16>{}); return true;
+    case TS_DTYPE_Q8_0: f(std::integral_constant<ts_dtype, TS_DTYPE_Q8_0>{}); return true;
+    case TS_DTYPE_Q4_0: f(std::integral_constant<ts_dtype, TS_DTYPE_Q4_0>{}); return true;
+    case TS_DTYPE_Q5_0: f(std::integral_constant<ts_dtype, TS_DTYPE_Q5_0>{}); return true;
+    case TS_DTYPE_Q4_K: f(std::integral_constant<ts_dtype, TS_DTYPE_Q4_K>{}); return true;
+    case TS_DTYPE_Q6_K: f(std::integral_constant<ts_dtype, TS_DTYPE_Q6_K>{}); return true;
+    default: return false;
+    }
+}
+
 static void gemv(cuda_ctx *c, const cuda_wview *w, int nw, const float *x, int64_t ldx, int n,
                  float *const *y, const int64_t *ldy) {
-    switch (w[0].dtype) {
-    case TS_DTYPE_F32: launch_gemv<TS_DTYPE_F32>(c, w, nw, x, ldx, n, y, ldy); break;
-    case TS_DTYPE_F16: launch_gemv<TS_DTYPE_F16>(c, w, nw, x, ldx, n, y, ldy); break;
-    case TS_DTYPE_BF16: launch_gemv<TS_DTYPE_BF16>(c, w, nw, x, ldx, n, y, ldy); break;
-    case TS_DTYPE_Q8_0: launch_gemv<TS_DTYPE_Q8_0>(c, w, nw, x, ldx, n, y, ldy); break;
-    case TS_DTYPE_Q4_0: launch_gemv<TS_DTYPE_Q4_0>(c, w, nw, x, ldx, n, y, ldy); break;
-    case TS_DTYPE_Q5_0: launch_gemv<TS_DTYPE_Q5_0>(c, w, nw, x, ldx, n, y, ldy); break;
-    case TS_DTYPE_Q4_K: launch_gemv<TS_DTYPE_Q4_K>(c, w, nw, x, ldx, n, y, ldy); break;
-    case TS_DTYPE_Q6_K: launch_gemv<TS_DTYPE_Q6_K>(c, w, nw, x, ldx, n, y, ldy); break;
-    default: cuda_check(c, cudaErrorInvalidValue, "matmul: dtype without a device kernel");
-    }
+    if (!gemv_dtype(w[0].dtype, [&](auto dt) { launch_gemv<decltype(dt)::value>(c, w, nw, x, ldx, n, y, ldy); }))
+        cuda_check(c, cudaErrorInvalidValue, "matmul: dtype without a device kernel");
 }
 
 static void dequant(cuda_ctx *c, const cuda_wview *w, float *out) {
@@ -336,10 +344,8 @@ static uint16_t *split_half(cuda_ctx *c, const cuda_wview *w, const float *x, in
 
 /* Whether the tensor-core GEMM of cuda_gemm_skinny.cu takes n tokens of w
  * (TESSERA_CUDA_SKINNY=0: never, for comparisons). */
-static bool skinny(const cuda_wview *w, int n) {
-    static int off = -1;
-    if (off < 0) off = getenv("TESSERA_CUDA_SKINNY") && atoi(getenv("TESSERA_CUDA_SKINNY")) == 0;
-    return !off && n > GEMV_MAX_TOK && cuda_skinny_fits(w, n);
+static bool skinny(const cuda_ctx *c, const cuda_wview *w, int n) {
+    return c->skinny && n > GEMV_MAX_TOK && cuda_skinny_fits(w, n);
 }
 
 void cuda_op_matmul(ts_backend *be, const ts_tensor *W, const float *x, int64_t ldx, int n,
@@ -355,7 +361,7 @@ void cuda_op_matmul(ts_backend *be, const ts_tensor *W, const float *x, int64_t 
     /* the tensor-core GEMM up to SK_MAX_TOK tokens. (Quantized prefill in passes of SK_MAX_TOK
      * tokens measured slower than the fp32 copy and cuBLAS on an H200: pp512 of the 0.8B
      * Q4_K_M 12.3k against 16.9k t/s.) */
-    if (skinny(&w, n)) {
+    if (skinny(c, &w, n)) {
         uint16_t *xh = split_half(c, &w, x, ldx, n);
         if (xh) cuda_skinny_gemm(c, &w, 1, xh, n, &y, &ldy);
         return;
@@ -396,7 +402,7 @@ void cuda_op_matmul_n(ts_backend *be, const ts_tensor *const *W, int nw, const f
         if (!cuda_weight(c, W[j], &w[j])) return;
     for (int j = 0; j < nw; j++) {
         if (done[j]) continue;
-        if (!few && !skinny(&w[j], n)) {
+        if (!few && !skinny(c, &w[j], n)) {
             cuda_op_matmul(be, W[j], x, ldx, n, y[j], ldy[j]);
             done[j] = true;
             continue;
@@ -404,7 +410,7 @@ void cuda_op_matmul_n(ts_backend *be, const ts_tensor *const *W, int nw, const f
         int k = 0;
         for (int i = j; i < nw; i++)
             if (!done[i] && w[i].dtype == w[j].dtype && w[i].cols == w[j].cols &&
-                (few || skinny(&w[i], n))) {
+                (few || skinny(c, &w[i], n))) {
                 g[k] = w[i], gy[k] = y[i], gld[k] = ldy[i], k++;
                 done[i] = true;
             }
@@ -437,19 +443,12 @@ void cuda_op_matmul_glu(ts_backend *be, const ts_tensor *Wg, const ts_tensor *Wu
     cuda_ctx *c = cuda_of(be);
     cuda_wview g, u;
     if (n <= 0 || !cuda_weight(c, Wg, &g) || !cuda_weight(c, Wu, &u)) return;
-    if (n <= GEMV_MAX_TOK && g.dtype == u.dtype && g.rows == u.rows && g.cols == u.cols) {
-        switch (g.dtype) {
-        case TS_DTYPE_F32: launch_gemv_glu<TS_DTYPE_F32>(c, &g, &u, x, ldx, n, gelu, out, ldo); return;
-        case TS_DTYPE_F16: launch_gemv_glu<TS_DTYPE_F16>(c, &g, &u, x, ldx, n, gelu, out, ldo); return;
-        case TS_DTYPE_BF16: launch_gemv_glu<TS_DTYPE_BF16>(c, &g, &u, x, ldx, n, gelu, out, ldo); return;
-        case TS_DTYPE_Q8_0: launch_gemv_glu<TS_DTYPE_Q8_0>(c, &g, &u, x, ldx, n, gelu, out, ldo); return;
-        case TS_DTYPE_Q4_0: launch_gemv_glu<TS_DTYPE_Q4_0>(c, &g, &u, x, ldx, n, gelu, out, ldo); return;
-        case TS_DTYPE_Q5_0: launch_gemv_glu<TS_DTYPE_Q5_0>(c, &g, &u, x, ldx, n, gelu, out, ldo); return;
-        case TS_DTYPE_Q4_K: launch_gemv_glu<TS_DTYPE_Q4_K>(c, &g, &u, x, ldx, n, gelu, out, ldo); return;
-        case TS_DTYPE_Q6_K: launch_gemv_glu<TS_DTYPE_Q6_K>(c, &g, &u, x, ldx, n, gelu, out, ldo); return;
-        default: break; /* the general path below reports it */
-        }
-    }
+    /* other types: the general path below reports them */
+    if (n <= GEMV_MAX_TOK && g.dtype == u.dtype && g.rows == u.rows && g.cols == u.cols &&
+        gemv_dtype(g.dtype, [&](auto dt) {
+            launch_gemv_glu<decltype(dt)::value>(c, &g, &u, x, ldx, n, gelu, out, ldo);
+        }))
+        return;
     const ts_tensor *W[2] = {Wg, Wu};
     float *y[2] = {tg, tu};
     int64_t ldy[2] = {ldt, ldt};

@@ -152,9 +152,7 @@ __global__ static void k_attention_merge(attn_parts parts, ts_attn_dims d, float
 #define ATTN_SPLIT_MIN 64
 #define ATTN_SPLIT_MAX 64
 static int attention_splits(cuda_ctx *c, int64_t blocks, int max_keys) {
-    static int off = -1; /* TESSERA_CUDA_ATTN_SPLIT=0: never split (for comparisons) */
-    if (off < 0) off = getenv("TESSERA_CUDA_ATTN_SPLIT") && atoi(getenv("TESSERA_CUDA_ATTN_SPLIT")) == 0;
-    if (off) return 1;
+    if (!c->attn_split) return 1; /* TESSERA_CUDA_ATTN_SPLIT=0, for comparisons */
     int sms = c->sm_count;
     int64_t want = max_keys / ATTN_SPLIT_MIN, room = 2 * (int64_t)sms / (blocks ? blocks : 1);
     int64_t ns = want < room ? want : room;

@@ -58,16 +58,14 @@ static cq_state *state_of(cuda_ctx *c) {
     if (c->q) return c->q;
     cq_state *q = new (std::nothrow) cq_state;
     if (!q) return nullptr;
-    const char *env = getenv("TESSERA_CUDA_GRAPHS");
-    q->graphs = !(env && strcmp(env, "0") == 0);
+    q->graphs = !cuda_env_off("TESSERA_CUDA_GRAPHS");
     const char *pe = getenv("TESSERA_CUDA_PROFILE");
     q->profile = pe && strcmp(pe, "1") == 0;
     q->profile_graphs = pe && strcmp(pe, "graph") == 0;
     if (q->profile) q->graphs = false;
     int major = 0;
     cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, c->device);
-    const char *pdl = getenv("TESSERA_CUDA_PDL");
-    q->pdl = major >= 9 && !(pdl && strcmp(pdl, "0") == 0);
+    q->pdl = major >= 9 && !cuda_env_off("TESSERA_CUDA_PDL");
     if (cudaMallocHost((void **)&q->stage, CQ_STAGE_BYTES) != cudaSuccess) {
         cudaGetLastError();
         q->stage = nullptr; /* uploads then go synchronously */
