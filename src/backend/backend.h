@@ -35,6 +35,34 @@ typedef struct {
     float softcap; /* scores -> softcap * tanh(scores / softcap) when > 0 */
 } ts_attn_dims;
 
+/* The RMSNorm a matmul's input still needs (matmul_n, matmul_glu): rows x are read as
+ * rmsnorm(x) * w over the weight's column count, so a backend can fold the norm into its
+ * reading of x instead of a kernel of its own. scratch (rows of x's stride) is where it may write
+ * the normed rows when it does not fold it. */
+typedef struct {
+    const float *w;
+    float eps;
+    float *scratch;
+} ts_prenorm;
+
+/* gdn_prep's inputs and outputs (backend.h's gdn_prep says what they are), for conv_gdn_prep:
+ * n tokens, Hk q and k heads of dk values, gates of Hv heads. */
+typedef struct {
+    int n, Hk, dk, Hv;
+    float eps, q_scale;
+    const float *a, *b;
+    int64_t ldab;
+    const float *neg_exp_a, *dt_bias;
+    float *qn, *kn, *g, *beta;
+} ts_gdn_prep_args;
+
+/* The gated RMSNorm that follows the delta rule (gated_rmsnorm's z, w and eps), for gdn_runs to
+ * apply to its output. */
+typedef struct {
+    const float *z, *w;
+    float eps;
+} ts_gated_norm;
+
 /* One run of a batch for the *_runs ops: tokens [start, start + len) of the batch at positions
  * pos0 .. pos0 + len - 1 of one sequence, and that sequence's state buffers for the op (conv:
  * a = conv state; gdn: a = recurrent state; attention: a = K cache, b = V cache). */
@@ -122,13 +150,15 @@ typedef struct {
                 float *state, float *out, bool chunked);
     /* Optional fusions (NULL: the model composes them from the ops above; see model/layers.h).
      * They exist because on a GPU every op is a kernel launch, and decode is hundreds of them.
-     * matmul_n: y_j = W_j x for up to 4 weights of one dtype and column count sharing x.
+     * matmul_n: y_j = W_j x for up to 4 weights of one dtype and column count sharing x;
+     * with pre (not NULL), x is read as rmsnorm(x) * pre->w (ts_prenorm).
+     * matmul_add: y += W x (the residual add in the product's epilogue).
      * add_rmsnorm: x += h, then out = rmsnorm(x) * w (rows of dim, stride ld for all three).
      * l2norm_heads: dst[t, h, :] = l2norm(src[t*lds + h*dim ...]) * scale for n_heads heads of
      * dim values per token (a strided gather plus l2norm).
      * matmul_glu: out[t, o] = act((Wg x)[t, o]) * (Wu x)[t, o], act SiLU or (gelu) tanh-GELU:
      * a gated MLP's two projections and its activation in one. tg and tu (rows of ldt floats)
-     * are scratch the backend may use for the two products; out may be tg.
+     * are scratch the backend may use for the two products; out may be tg. pre as matmul_n's.
      * gdn_prep: the delta rule's inputs from the conv output (rows of ldc: Hk q heads, then Hk
      * k heads of dk) and the gate projections a, b (rows of ldab, Hv each): qn = l2norm(q heads)
      * * q_scale and kn = l2norm(k heads) ([n][Hk*dk] each), and gdn_gates' g and beta.
@@ -136,14 +166,17 @@ typedef struct {
      * (as the rope op, over rot_dim) of nq q heads (token t's head h at q + t*ldq + h*q_head_stride)
      * and nk k heads (at k + t*ldk + h*hd), in place. */
     void (*matmul_n)(ts_backend *be, const ts_tensor *const *W, int nw, const float *x,
-                     int64_t ldx, int n, float *const *y, const int64_t *ldy);
+                     int64_t ldx, int n, const ts_prenorm *pre, float *const *y,
+                     const int64_t *ldy);
+    void (*matmul_add)(ts_backend *be, const ts_tensor *W, const float *x, int64_t ldx, int n,
+                       float *y, int64_t ldy);
     void (*add_rmsnorm)(ts_backend *be, float *x, const float *h, int n_rows, int dim, int64_t ld,
                         const float *w, float eps, float *out);
     void (*l2norm_heads)(ts_backend *be, const float *src, int64_t lds, int n_tok, int n_heads,
                          int dim, float eps, float scale, float *dst);
     void (*matmul_glu)(ts_backend *be, const ts_tensor *Wg, const ts_tensor *Wu, const float *x,
-                       int64_t ldx, int n, bool gelu, float *tg, float *tu, int64_t ldt,
-                       float *out, int64_t ldo);
+                       int64_t ldx, int n, const ts_prenorm *pre, bool gelu, float *tg,
+                       float *tu, int64_t ldt, float *out, int64_t ldo);
     void (*gdn_prep)(ts_backend *be, const float *conv, int64_t ldc, int n, int Hk, int dk,
                      float eps, float q_scale, float *qn, float *kn, const float *a,
                      const float *b, int64_t ldab, int Hv, const float *neg_exp_a,
@@ -155,16 +188,23 @@ typedef struct {
     /* Optional (NULL: the model calls the single-run op once per run): the same ops over all
      * runs of a batch at once, so that B sequences decoding together cost one launch, not B.
      * attention_runs also stores the runs' new K and V rows (k, v: [n_tokens][n_kv_heads *
-     * head_dim]) into the caches at their positions first. */
+     * head_dim]) into the caches at their positions first. gdn_runs with gn (not NULL) also
+     * applies gated_rmsnorm to its output, in place; it takes one run too. */
     void (*conv1d_silu_runs)(ts_backend *be, const float *x, int64_t ldx, int C, int K,
                              const float *w, const ts_seq_run *runs, int nr, float *out,
                              int64_t ldo);
     void (*gdn_runs)(ts_backend *be, const float *q, const float *k, int64_t ldqk,
                      const float *v, int64_t ldv, const float *g, const float *beta,
-                     const ts_gdn_dims *dims, const ts_seq_run *runs, int nr, float *out);
+                     const ts_gdn_dims *dims, const ts_seq_run *runs, int nr,
+                     const ts_gated_norm *gn, float *out);
     void (*attention_runs)(ts_backend *be, const float *q, int64_t ldq, int64_t q_head_stride,
                            const float *k, const float *v, const ts_attn_dims *dims,
                            const ts_seq_run *runs, int nr, float *out, int64_t ldo);
+    /* Optional: conv1d_silu_runs over x's C channels (the q heads, the k heads, then the v
+     * channels), then gdn_prep (p) on its output. */
+    void (*conv_gdn_prep)(ts_backend *be, const float *x, int64_t ldx, int C, int K,
+                          const float *w, const ts_seq_run *runs, int nr, float *out,
+                          int64_t ldo, const ts_gdn_prep_args *p);
     /* out[t, h*dv + d] = rmsnorm(x[t, h*dv:...])[d] * w[d] * silu(z[t, h*dv + d]) */
     void (*gated_rmsnorm)(ts_backend *be, const float *x, const float *z, int n_tok, int n_heads,
                           int dv, const float *w, float eps, float *out);

@@ -447,7 +447,7 @@ static void attention(gemma3_rt *rt, int il, const ts_fwd_batch *b, const ts_run
         const ts_tensor *W[3] = {ly->wq, ly->wk, ly->wv};
         float *y[3] = {rt->q, rt->k, rt->v};
         int64_t ldy[3] = {qw, kvw, kvw};
-        ts_matmul_n(be, W, 3, rt->h, D, n, y, ldy);
+        ts_matmul_n(be, W, 3, rt->h, D, n, NULL, y, ldy);
     }
     ts_qk_norm_rope(be, rt->q, qw, hd, hp->n_head, P(rt, ly->q_norm), rt->k, kvw, hp->n_kv_head,
                     P(rt, ly->k_norm), n, hd, hp->eps, hd, b->pos, theta);
@@ -481,7 +481,7 @@ static ts_status gemma3_forward(void *p, const ts_fwd_batch *b, float *logits) {
         attention(rt, il, b, rt->runs, nr);
         op->rmsnorm(be, rt->h, D, n, D, P(rt, ly->ln_post_attn), hp->eps, rt->h, D);
         ts_add_rmsnorm(be, rt->x, rt->h, n, D, D, P(rt, ly->ln_pre_ff), hp->eps, rt->h);
-        ts_matmul_glu(be, ly->gate, ly->up, rt->h, D, n, true, rt->f1, rt->f2, F, rt->f1, F);
+        ts_matmul_glu(be, ly->gate, ly->up, rt->h, D, n, NULL, true, rt->f1, rt->f2, F, rt->f1, F);
         op->matmul(be, ly->down, rt->f1, F, n, rt->h, D);
         op->rmsnorm(be, rt->h, D, n, D, P(rt, ly->ln_post_ff), hp->eps, rt->h, D);
         /* the residual add, fused with the next layer's input norm (none after the last) */

@@ -55,9 +55,9 @@ void ts_conv_runs(ts_backend *be, const float *x, int64_t ldx, int C, int K, con
 
 void ts_gdn_runs(ts_backend *be, const float *q, const float *k, int64_t ldqk, const float *v,
                  int64_t ldv, const float *g, const float *beta, const ts_gdn_dims *d,
-                 const ts_seq_run *sr, int nr, float *out) {
-    if (be->ops->gdn_runs && nr > 1) {
-        be->ops->gdn_runs(be, q, k, ldqk, v, ldv, g, beta, d, sr, nr, out);
+                 const ts_seq_run *sr, int nr, const ts_gated_norm *gn, float *out) {
+    if (be->ops->gdn_runs && (nr > 1 || gn)) {
+        be->ops->gdn_runs(be, q, k, ldqk, v, ldv, g, beta, d, sr, nr, gn, out);
         return;
     }
     int Hv = d->n_v_heads;
@@ -66,6 +66,10 @@ void ts_gdn_runs(ts_backend *be, const float *q, const float *k, int64_t ldqk, c
         be->ops->gdn(be, q + s0 * ldqk, k + s0 * ldqk, ldqk, v + s0 * ldv, ldv, g + s0 * Hv,
                      beta + s0 * Hv, sr[r].len, d, sr[r].a, out + s0 * Hv * d->d_v,
                      sr[r].len > 1);
+    }
+    if (gn) {
+        int n = sr[nr - 1].start + sr[nr - 1].len;
+        be->ops->gated_rmsnorm(be, out, gn->z, n, Hv, d->d_v, gn->w, gn->eps, out);
     }
 }
 
@@ -89,12 +93,27 @@ void ts_attend_runs(ts_backend *be, const float *q, int64_t ldq, int64_t q_head_
 }
 
 void ts_matmul_n(ts_backend *be, const ts_tensor *const *W, int nw, const float *x, int64_t ldx,
-                 int n, float *const *y, const int64_t *ldy) {
+                 int n, const ts_prenorm *pre, float *const *y, const int64_t *ldy) {
     if (be->ops->matmul_n) {
-        be->ops->matmul_n(be, W, nw, x, ldx, n, y, ldy);
+        be->ops->matmul_n(be, W, nw, x, ldx, n, pre, y, ldy);
         return;
     }
+    if (pre) {
+        int dim = (int)ts_tensor_cols(W[0]);
+        be->ops->rmsnorm(be, x, ldx, n, dim, pre->w, pre->eps, pre->scratch, ldx);
+        x = pre->scratch;
+    }
     for (int j = 0; j < nw; j++) be->ops->matmul(be, W[j], x, ldx, n, y[j], ldy[j]);
+}
+
+void ts_matmul_add(ts_backend *be, const ts_tensor *W, const float *x, int64_t ldx, int n,
+                   float *y, int64_t ldy, float *tmp) {
+    if (be->ops->matmul_add) {
+        be->ops->matmul_add(be, W, x, ldx, n, y, ldy);
+        return;
+    }
+    be->ops->matmul(be, W, x, ldx, n, tmp, ldy);
+    be->ops->add(be, y, tmp, (int64_t)n * ldy);
 }
 
 void ts_add_rmsnorm(ts_backend *be, float *x, const float *h, int n_rows, int dim, int64_t ld,
@@ -122,16 +141,16 @@ void ts_l2norm_heads(ts_backend *be, const float *src, int64_t lds, int n_tok, i
 }
 
 void ts_matmul_glu(ts_backend *be, const ts_tensor *Wg, const ts_tensor *Wu, const float *x,
-                   int64_t ldx, int n, bool gelu, float *tg, float *tu, int64_t ldt, float *out,
-                   int64_t ldo) {
+                   int64_t ldx, int n, const ts_prenorm *pre, bool gelu, float *tg, float *tu,
+                   int64_t ldt, float *out, int64_t ldo) {
     if (be->ops->matmul_glu) {
-        be->ops->matmul_glu(be, Wg, Wu, x, ldx, n, gelu, tg, tu, ldt, out, ldo);
+        be->ops->matmul_glu(be, Wg, Wu, x, ldx, n, pre, gelu, tg, tu, ldt, out, ldo);
         return;
     }
     const ts_tensor *W[2] = {Wg, Wu};
     float *y[2] = {tg, tu};
     int64_t ldy[2] = {ldt, ldt};
-    ts_matmul_n(be, W, 2, x, ldx, n, y, ldy);
+    ts_matmul_n(be, W, 2, x, ldx, n, pre, y, ldy);
     int dim = (int)ts_tensor_rows(Wg);
     if (gelu)
         be->ops->gelu_mul(be, tg, tu, ldt, n, dim, out, ldo);
@@ -165,4 +184,16 @@ void ts_qk_norm_rope(ts_backend *be, float *q, int64_t ldq, int64_t q_head_strid
     be->ops->rmsnorm(be, k, hd, n_tok * nk, hd, wk, eps, k, hd);
     be->ops->rope(be, q, ldq, n_tok, nq, q_head_stride, rot_dim, pos, theta);
     be->ops->rope(be, k, ldk, n_tok, nk, hd, rot_dim, pos, theta);
+}
+
+void ts_conv_gdn_prep(ts_backend *be, const float *x, int64_t ldx, int C, int K, const float *w,
+                      const ts_seq_run *sr, int nr, float *out, int64_t ldo,
+                      const ts_gdn_prep_args *p) {
+    if (be->ops->conv_gdn_prep) {
+        be->ops->conv_gdn_prep(be, x, ldx, C, K, w, sr, nr, out, ldo, p);
+        return;
+    }
+    ts_conv_runs(be, x, ldx, C, K, w, sr, nr, out, ldo);
+    ts_gdn_prep(be, out, ldo, p->n, p->Hk, p->dk, p->eps, p->q_scale, p->qn, p->kn, p->a, p->b,
+                p->ldab, p->Hv, p->neg_exp_a, p->dt_bias, p->g, p->beta);
 }

@@ -37,33 +37,47 @@ void ts_output_logits(ts_backend *be, const ts_output_head *oh, const ts_fwd_bat
 
 /* The sequence ops over all runs of a batch: one call of the backend's *_runs op when it has
  * one, else the single-run op once per run (ts_seq_run in backend.h says which state is a, b).
+ * ts_gdn_runs with gn applies the gated RMSNorm to its output (gated_rmsnorm after the runs
+ * where the backend does not fold it in).
  * ts_attend_runs stores the runs' new K/V rows (k, v: [n][n_kv_heads * head_dim]) in their
  * caches, then attends. */
 void ts_conv_runs(ts_backend *be, const float *x, int64_t ldx, int C, int K, const float *w,
                   const ts_seq_run *sr, int nr, float *out, int64_t ldo);
 void ts_gdn_runs(ts_backend *be, const float *q, const float *k, int64_t ldqk, const float *v,
                  int64_t ldv, const float *g, const float *beta, const ts_gdn_dims *d,
-                 const ts_seq_run *sr, int nr, float *out);
+                 const ts_seq_run *sr, int nr, const ts_gated_norm *gn, float *out);
 void ts_attend_runs(ts_backend *be, const float *q, int64_t ldq, int64_t q_head_stride,
                     const float *k, const float *v, const ts_attn_dims *d, const ts_seq_run *sr,
                     int nr, float *out, int64_t ldo);
 
 /* The fused ops of backend.h, or their composition where the backend has none. */
+/* y_j = W_j x, or W_j (rmsnorm(x) * pre->w) with pre: where the backend cannot fold the norm
+ * into its matmul, the normed rows go to pre->scratch first (the ops of the norm, then the
+ * matmuls). */
 void ts_matmul_n(ts_backend *be, const ts_tensor *const *W, int nw, const float *x, int64_t ldx,
-                 int n, float *const *y, const int64_t *ldy);
+                 int n, const ts_prenorm *pre, float *const *y, const int64_t *ldy);
+/* y += W x: the backend's matmul_add, or the matmul into tmp (rows of ldy) and the add. */
+void ts_matmul_add(ts_backend *be, const ts_tensor *W, const float *x, int64_t ldx, int n,
+                   float *y, int64_t ldy, float *tmp);
 /* x += h, then out = rmsnorm(x) with weights w; w NULL: the add alone. */
 void ts_add_rmsnorm(ts_backend *be, float *x, const float *h, int n_rows, int dim, int64_t ld,
                     const float *w, float eps, float *out);
-/* out = act(Wg x) * (Wu x) (act: SiLU, or tanh-GELU when gelu), tg/tu scratch for the two
- * products (rows of ldt; out may be tg): the backend's matmul_glu, or matmul_n + swiglu/gelu_mul. */
+/* out = act(Wg x) * (Wu x) (act: SiLU, or tanh-GELU when gelu; x normed first with pre, as
+ * ts_matmul_n), tg/tu scratch for the two products (rows of ldt; out may be tg): the backend's
+ * matmul_glu, or matmul_n + swiglu/gelu_mul. */
 void ts_matmul_glu(ts_backend *be, const ts_tensor *Wg, const ts_tensor *Wu, const float *x,
-                   int64_t ldx, int n, bool gelu, float *tg, float *tu, int64_t ldt, float *out,
-                   int64_t ldo);
+                   int64_t ldx, int n, const ts_prenorm *pre, bool gelu, float *tg, float *tu,
+                   int64_t ldt, float *out, int64_t ldo);
 /* The backend's gdn_prep / qk_norm_rope (backend.h), or the ops they fuse. qk_norm_rope's
  * composition needs ldq == nq * q_head_stride and ldk == nk * hd (heads packed in rows). */
 void ts_gdn_prep(ts_backend *be, const float *conv, int64_t ldc, int n, int Hk, int dk, float eps,
                  float q_scale, float *qn, float *kn, const float *a, const float *b, int64_t ldab,
                  int Hv, const float *neg_exp_a, const float *dt_bias, float *g, float *beta);
+/* The causal conv of the delta rule's q, k, v channels over all runs, then gdn_prep on its
+ * output: the backend's conv_gdn_prep, or ts_conv_runs and ts_gdn_prep. */
+void ts_conv_gdn_prep(ts_backend *be, const float *x, int64_t ldx, int C, int K, const float *w,
+                      const ts_seq_run *sr, int nr, float *out, int64_t ldo,
+                      const ts_gdn_prep_args *p);
 void ts_qk_norm_rope(ts_backend *be, float *q, int64_t ldq, int64_t q_head_stride, int nq,
                      const float *wq, float *k, int64_t ldk, int nk, const float *wk, int n_tok,
                      int hd, float eps, int rot_dim, const int32_t *pos, float theta);

@@ -151,11 +151,10 @@ static const float *P(const qwen35_rt *rt, const float *host) {
 }
 
 static void linear_attention(qwen35_rt *rt, int il, const ts_fwd_batch *b, const ts_run *runs,
-                             int nr) {
+                             int nr, const ts_prenorm *pre) {
     const qwen35_hparams *hp = &rt->q->hp;
     const qwen35_layer *ly = &rt->q->layers[il];
     ts_backend *be = rt->be;
-    const ts_backend_ops *op = be->ops;
     int n = b->n_tokens, D = hp->n_embd;
     int cd = qwen35_conv_dim(hp), kd = hp->lin_hk * hp->lin_dk, vd = hp->lin_hv * hp->lin_dv;
     int Hv = hp->lin_hv;
@@ -167,7 +166,7 @@ static void linear_attention(qwen35_rt *rt, int il, const ts_fwd_batch *b, const
         const ts_tensor *W[4] = {ly->in_qkv, ly->in_z, ly->in_a, ly->in_b};
         float *y[4] = {mqkv, z, a, bb};
         int64_t ldy[4] = {cd, vd, Hv, Hv};
-        ts_matmul_n(be, W, 4, rt->h, D, n, y, ldy);
+        ts_matmul_n(be, W, 4, rt->x, D, n, pre, y, ldy);
     }
     ts_seq_run *sr = rt->sruns;
     for (int r = 0; r < nr; r++) {
@@ -175,21 +174,22 @@ static void linear_attention(qwen35_rt *rt, int il, const ts_fwd_batch *b, const
         sr[r] = (ts_seq_run){runs[r].start, runs[r].len, runs[r].pos0,
                              (float *)(st + rt->offs[il].conv), NULL};
     }
-    ts_conv_runs(be, mqkv, cd, cd, hp->conv_k, P(rt, ly->conv_w), sr, nr, conv, cd);
-    /* q and k to their own buffers so each head is a row; L2-normalise, scale q by dk^-1/2;
-     * the gates */
-    ts_gdn_prep(be, conv, cd, n, hp->lin_hk, hp->lin_dk, 1e-6f, 1.0f / sqrtf((float)hp->lin_dk),
-                qn, kn, a, bb, Hv, Hv, P(rt, ly->neg_exp_a), P(rt, ly->dt_bias), rt->g, rt->beta);
+    /* the causal conv; then q and k to their own buffers so each head is a row, L2-normalised,
+     * q scaled by dk^-1/2; the gates */
+    ts_gdn_prep_args pa = {n,  hp->lin_hk, hp->lin_dk, Hv, 1e-6f, 1.0f / sqrtf((float)hp->lin_dk),
+                           a,  bb,         Hv,         P(rt, ly->neg_exp_a), P(rt, ly->dt_bias),
+                           qn, kn,         rt->g,      rt->beta};
+    ts_conv_gdn_prep(be, mqkv, cd, cd, hp->conv_k, P(rt, ly->conv_w), sr, nr, conv, cd, &pa);
     ts_gdn_dims dims = {hp->lin_hk, hp->lin_hv, hp->lin_dk, hp->lin_dv};
     for (int r = 0; r < nr; r++)
         sr[r].a = (float *)((char *)b->slot_state[runs[r].slot] + rt->offs[il].rec);
-    ts_gdn_runs(be, qn, kn, kd, conv + 2 * kd, cd, rt->g, rt->beta, &dims, sr, nr, o);
-    op->gated_rmsnorm(be, o, z, n, Hv, hp->lin_dv, P(rt, ly->gnorm), hp->eps, o);
-    op->matmul(be, ly->out_proj, o, vd, n, rt->h, D);
+    ts_gated_norm gn = {z, P(rt, ly->gnorm), hp->eps};
+    ts_gdn_runs(be, qn, kn, kd, conv + 2 * kd, cd, rt->g, rt->beta, &dims, sr, nr, &gn, o);
+    ts_matmul_add(be, ly->out_proj, o, vd, n, rt->x, D, rt->h);
 }
 
 static void full_attention(qwen35_rt *rt, int il, const ts_fwd_batch *b, const ts_run *runs,
-                           int nr) {
+                           int nr, const ts_prenorm *pre) {
     const qwen35_hparams *hp = &rt->q->hp;
     const qwen35_layer *ly = &rt->q->layers[il];
     ts_backend *be = rt->be;
@@ -203,7 +203,7 @@ static void full_attention(qwen35_rt *rt, int il, const ts_fwd_batch *b, const t
         const ts_tensor *W[3] = {ly->wq, ly->wk, ly->wv};
         float *y[3] = {qg, k, v};
         int64_t ldy[3] = {qw, kvw, kvw};
-        ts_matmul_n(be, W, 3, rt->h, D, n, y, ldy);
+        ts_matmul_n(be, W, 3, rt->x, D, n, pre, y, ldy);
     }
     ts_qk_norm_rope(be, qg, qw, hstride, hp->n_head, P(rt, ly->q_norm), k, kvw, hp->n_kv_head,
                     P(rt, ly->k_norm), n, hd, hp->eps, hp->rot_dim, b->pos, hp->rope_theta);
@@ -216,17 +216,16 @@ static void full_attention(qwen35_rt *rt, int il, const ts_fwd_batch *b, const t
     }
     ts_attend_runs(be, qg, qw, hstride, k, v, &dims, sr, nr, o, ow);
     if (hp->attn_gate) op->sigmoid_gate(be, o, ow, qg + hd, qw, n, hp->n_head, hd, hstride);
-    op->matmul(be, ly->wo, o, ow, n, rt->h, D);
+    ts_matmul_add(be, ly->wo, o, ow, n, rt->x, D, rt->h);
 }
 
-static void mlp(qwen35_rt *rt, int il, int n) {
+static void mlp(qwen35_rt *rt, int il, int n, const ts_prenorm *pre) {
     const qwen35_hparams *hp = &rt->q->hp;
     const qwen35_layer *ly = &rt->q->layers[il];
     ts_backend *be = rt->be;
-    const ts_backend_ops *op = be->ops;
     int D = hp->n_embd, F = hp->n_ff;
-    ts_matmul_glu(be, ly->gate, ly->up, rt->h, D, n, false, rt->t1, rt->t2, F, rt->t4, F);
-    op->matmul(be, ly->down, rt->t4, F, n, rt->h, D);
+    ts_matmul_glu(be, ly->gate, ly->up, rt->x, D, n, pre, false, rt->t1, rt->t2, F, rt->t4, F);
+    ts_matmul_add(be, ly->down, rt->t4, F, n, rt->x, D, rt->h);
 }
 
 ts_status qwen35_forward(void *p, const ts_fwd_batch *b, float *logits) {
@@ -250,17 +249,17 @@ ts_status qwen35_forward(void *p, const ts_fwd_batch *b, float *logits) {
     int nr = ts_batch_runs(b, runs);
 
     op->get_rows(be, q->embed, b->tokens, n, 1.0f, rt->x);
-    op->rmsnorm(be, rt->x, D, n, D, P(rt, q->layers[0].ln1), hp->eps, rt->h, D);
+    /* The residual stream x: each block reads it through its input norm (a backend may fold the
+     * norm into the matmul that reads it; else it goes to h first) and adds its output to it in
+     * the last matmul's epilogue (or through h). */
     for (int il = 0; il < hp->n_layers; il++) {
+        const qwen35_layer *ly = &q->layers[il];
+        ts_prenorm pre1 = {P(rt, ly->ln1), hp->eps, rt->h}, pre2 = {P(rt, ly->ln2), hp->eps, rt->h};
         if (hp->is_full[il])
-            full_attention(rt, il, b, runs, nr);
+            full_attention(rt, il, b, runs, nr, &pre1);
         else
-            linear_attention(rt, il, b, runs, nr);
-        ts_add_rmsnorm(be, rt->x, rt->h, n, D, D, P(rt, q->layers[il].ln2), hp->eps, rt->h);
-        mlp(rt, il, n);
-        /* the residual add, fused with the next layer's input norm (none after the last) */
-        ts_add_rmsnorm(be, rt->x, rt->h, n, D, D,
-                       il + 1 < hp->n_layers ? P(rt, q->layers[il + 1].ln1) : NULL, hp->eps, rt->h);
+            linear_attention(rt, il, b, runs, nr, &pre1);
+        mlp(rt, il, n, &pre2);
     }
     ts_output_head oh = {P(rt, q->final_norm),       hp->eps, q->lm_head, D, hp->n_vocab,
                          ts_logit_rows(rt->n_batch), 0};

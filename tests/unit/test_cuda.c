@@ -160,7 +160,8 @@ static void same_bits(const char *what, const float *da, const float *db, size_t
     free(a), free(b);
 }
 
-/* gdn_prep and qk_norm_rope: the bits of the ops they fuse, and the CPU's values. */
+/* gdn_prep, conv_gdn_prep and qk_norm_rope: the bits of the ops they fuse, and the CPU's
+ * values. */
 static void test_fused(void) {
     { /* gdn_prep: 5 tokens, 3 k-heads of 40, 6 v-heads; rows padded */
         int n = 5, Hk = 3, dk = 40, Hv = 6;
@@ -186,6 +187,47 @@ static void test_fused(void) {
         float *bufs[] = {dconv, dab, dnea, ddtb, d1, d2};
         for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) gpu->ops->free(gpu, bufs[i]);
         free(conv), free(ab), free(nea), free(dtb), free(out);
+    }
+    /* conv_gdn_prep: one run of one token, five runs of one token (the fused kernel, its two
+     * ways of reading the runs) and runs of 2, 1, 3 tokens (the two kernels) */
+    for (int ci = 0; ci < 3; ci++) {
+        int lens[3][5] = {{1}, {1, 1, 1, 1, 1}, {2, 1, 3}}, nrs[3] = {1, 5, 3};
+        int nr = nrs[ci], n = 0, Hk = 3, dk = 40, Hv = 6, K = 4, C = 2 * 3 * 40 + 300;
+        ts_seq_run sr[3][5];
+        for (int r = 0; r < nr; r++) n += lens[ci][r];
+        int64_t ldx = C + 5, ldo = C + 3, ldab = 2 * Hv + 1;
+        size_t nst = (size_t)(K - 1) * C, nq = (size_t)n * Hk * dk, ng = (size_t)n * Hv;
+        size_t nout = (size_t)n * ldo + 2 * nq + 2 * ng + nr * nst;
+        float *x = rnd((size_t)n * ldx, 2.0f), *w = rnd((size_t)C * K, 1.0f);
+        float *ab = rnd((size_t)n * ldab, 3.0f), *nea = rnd(Hv, 1.0f), *dtb = rnd(Hv, 1.0f);
+        float *out = calloc(nout, 4);
+        for (int r = 0; r < nr; r++) {
+            float *st = rnd(nst, 1.0f);
+            memcpy(out + nout - (size_t)(nr - r) * nst, st, nst * 4);
+            free(st);
+        }
+        float *dx = dev(x, (size_t)n * ldx), *dw = dev(w, (size_t)C * K);
+        float *dab = dev(ab, (size_t)n * ldab), *dnea = dev(nea, Hv), *ddtb = dev(dtb, Hv);
+        float *d1 = dev(out, nout), *d2 = dev(out, nout);
+        ts_backend *be[3] = {cpu, gpu, without(offsetof(ts_backend_ops, conv_gdn_prep))};
+        for (int i = 0; i < 3; i++) {
+            float *base = i == 0 ? out : i == 1 ? d1 : d2;
+            float *qn = base + (size_t)n * ldo, *kn = qn + nq, *g = kn + nq, *beta = g + ng;
+            for (int r = 0, start = 0; r < nr; start += lens[ci][r++])
+                sr[i][r] = (ts_seq_run){start, lens[ci][r], 7, beta + ng + (size_t)r * nst, NULL};
+            const float *a0 = i == 0 ? ab : dab;
+            ts_gdn_prep_args pa = {n,  Hk, dk, Hv, 1e-6f, 0.125f, a0, a0 + Hv, ldab,
+                                   i == 0 ? nea : dnea, i == 0 ? dtb : ddtb, qn, kn, g, beta};
+            ts_conv_gdn_prep(be[i], i == 0 ? x : dx, ldx, C, K, i == 0 ? w : dw, sr[i], nr, base,
+                             ldo, &pa);
+        }
+        char what[64];
+        snprintf(what, sizeof what, "conv_gdn_prep (case %d)", ci);
+        cmp(what, d1, out, nout, FP32_TOL);
+        same_bits(what, d1, d2, nout);
+        float *bufs[] = {dx, dw, dab, dnea, ddtb, d1, d2};
+        for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) gpu->ops->free(gpu, bufs[i]);
+        free(x), free(w), free(ab), free(nea), free(dtb), free(out);
     }
     /* qk_norm_rope: Qwen's layout (q heads 2 hd apart, followed by their gates; partial
      * rotation, an odd rot_dim too) and Gemma's (packed heads, full rotation) */
@@ -354,26 +396,28 @@ static void test_gdn(int Hk, int Hv, int dk, int dvv, bool quick) {
 
 /* gdn_runs: several sequences in one launch, each with its own state, against the CPU run by
  * run. A 70-token run takes the chunked kernel for all runs of the call (short ones too), one
- * of single tokens the recurrent one. */
+ * of single tokens the recurrent one; one run alone goes without a table. With the gated norm
+ * (gn): folded into the recurrent kernel (a cluster per head), after the chunked one. */
 static void test_gdn_runs(int Hk, int Hv, int dk, int dvv) {
-    int sets[2][3] = {{70, 1, 20}, {1, 1, 1}};
+    int sets[5][3] = {{70, 1, 20}, {1, 1, 1}, {1}, {5}, {40}}, nrs[5] = {3, 3, 1, 1, 1};
     int64_t ldqk = (int64_t)Hk * dk, ldv = (int64_t)Hv * dvv;
     size_t ns = (size_t)Hv * dk * dvv;
-    for (int si = 0; si < 2; si++) {
-        int total = 0;
-        for (int r = 0; r < 3; r++) total += sets[si][r];
+    for (int ci = 0; ci < 10; ci++) {
+        int si = ci % 5, nr = nrs[si], total = 0;
+        bool gated = ci >= 5;
+        for (int r = 0; r < nr; r++) total += sets[si][r];
         gdn_in in = gdn_random(total, Hk, Hv, dk, ldv);
         size_t no = (size_t)total * Hv * dvv;
-        float *o = calloc(no, 4), *dout = NULL;
+        float *o = calloc(no, 4), *dout = NULL, *z = rnd(no, 3.0f), *gw = rnd(dvv, 1.0f);
         float *dq = dev(in.q, (size_t)total * ldqk), *dk_ = dev(in.k, (size_t)total * ldqk),
               *dv = dev(in.v, (size_t)total * ldv), *dg = dev(in.g, (size_t)total * Hv),
-              *db = dev(in.beta, (size_t)total * Hv);
+              *db = dev(in.beta, (size_t)total * Hv), *dz = dev(z, no), *dgw = dev(gw, dvv);
         dout = dev(o, no);
         float *S[3], *dS[3];
         ts_seq_run runs[3];
         ts_gdn_dims d = {Hk, Hv, dk, dvv};
         int start = 0;
-        for (int r = 0; r < 3; r++) {
+        for (int r = 0; r < nr; r++) {
             int n = sets[si][r];
             S[r] = rnd(ns, 0.3f); /* a state carried from earlier tokens */
             dS[r] = dev(S[r], ns);
@@ -383,21 +427,24 @@ static void test_gdn_runs(int Hk, int Hv, int dk, int dvv) {
                           o + (size_t)start * Hv * dvv, false);
             start += n;
         }
-        gpu->ops->gdn_runs(gpu, dq, dk_, ldqk, dv, ldv, dg, db, &d, runs, 3, dout);
+        if (gated) cpu->ops->gated_rmsnorm(cpu, o, z, total, Hv, dvv, gw, 1e-6f, o);
+        ts_gated_norm gn = {dz, dgw, 1e-6f};
+        gpu->ops->gdn_runs(gpu, dq, dk_, ldqk, dv, ldv, dg, db, &d, runs, nr, gated ? &gn : NULL,
+                           dout);
         char what[96];
-        snprintf(what, sizeof what, "gdn_runs %dx%d runs %d/%d/%d out", dk, dvv, sets[si][0],
-                 sets[si][1], sets[si][2]);
+        snprintf(what, sizeof what, "gdn_runs %dx%d runs %d/%d/%d%s out", dk, dvv, sets[si][0],
+                 sets[si][1], sets[si][2], gated ? " gated" : "");
         cmp(what, dout, o, no, FP32_TOL);
-        for (int r = 0; r < 3; r++) {
+        for (int r = 0; r < nr; r++) {
             snprintf(what, sizeof what, "gdn_runs %dx%d set %d run %d state", dk, dvv, si, r);
             cmp(what, dS[r], S[r], ns, FP32_TOL);
             gpu->ops->free(gpu, dS[r]);
             free(S[r]);
         }
-        float *bufs[] = {dq, dk_, dv, dg, db, dout};
+        float *bufs[] = {dq, dk_, dv, dg, db, dout, dz, dgw};
         for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) gpu->ops->free(gpu, bufs[i]);
         gdn_free(&in);
-        free(o);
+        free(o), free(z), free(gw);
     }
 }
 
@@ -552,7 +599,7 @@ static void test_matmul(void) {
                 dys[j] = dev(ref[j], ny);
                 cpu->ops->matmul(cpu, j == 1 ? &W2 : &Wf, x, ldx, n, ref[j], lds[j]);
             }
-            gpu->ops->matmul_n(gpu, Ws, 3, dx, ldx, n, dys, lds);
+            gpu->ops->matmul_n(gpu, Ws, 3, dx, ldx, n, NULL, dys, lds);
             for (int j = 0; j < 3; j++) {
                 char what[64];
                 snprintf(what, sizeof what, "matmul_n %s n=%d #%d", ts_dtype_name(dts[di]), n, j);
@@ -602,11 +649,11 @@ static void test_matmul_glu(void) {
                 const ts_tensor *W[2] = {&Wg, &Wu};
                 float *y[2] = {dg, du};
                 int64_t ldy[2] = {ldt, ldt};
-                gpu->ops->matmul_n(gpu, W, 2, dx, ldx, n, y, ldy);
+                gpu->ops->matmul_n(gpu, W, 2, dx, ldx, n, NULL, y, ldy);
                 (gelu ? gpu->ops->gelu_mul : gpu->ops->swiglu)(gpu, dg, du, ldt, n, rows, dc, ldt);
                 /* in place (out = tg, as Gemma calls it) for one case */
                 float *out = ni == 1 ? dg : df;
-                gpu->ops->matmul_glu(gpu, &Wg, &Wu, dx, ldx, n, gelu, dg, du, ldt, out, ldt);
+                gpu->ops->matmul_glu(gpu, &Wg, &Wu, dx, ldx, n, NULL, gelu, dg, du, ldt, out, ldt);
                 float *a = host(dc, nt), *b = host(out, nt);
                 char what[80];
                 snprintf(what, sizeof what, "matmul_glu %s n=%d %s", ts_dtype_name(dts[di]), n,
@@ -623,6 +670,82 @@ static void test_matmul_glu(void) {
         kept_extra((void *)Wg.data), kept_extra((void *)Wu.data);
         free(fg), free(fu);
     }
+}
+
+/* The residual stream's fusions: matmul_n and matmul_glu reading x through its RMSNorm
+ * (ts_prenorm: folded into the GEMV up to 8 tokens, a norm kernel into the scratch above), and
+ * matmul_add (y += W x in each path's epilogue), against the CPU's norm and fp32 matmul over the
+ * exact weights. matmul_add must also give the bits of the device's matmul and add where the
+ * GEMV runs (the same sum, then the same float add). */
+static void test_matmul_norm_add(void) {
+    ts_dtype dts[] = {TS_DTYPE_F32, TS_DTYPE_BF16, TS_DTYPE_Q8_0, TS_DTYPE_Q4_K, TS_DTYPE_Q6_K,
+                      TS_DTYPE_Q4_0};
+    int rows = 192, cols = 512;
+    int64_t ldx = cols + 4, ldy = rows + 2;
+    float eps = 1e-6f;
+    float *nw = rnd(cols, 1.0f);
+    for (int i = 0; i < cols; i++) nw[i] += 1.0f;
+    float *dnw = dev(nw, cols);
+    for (size_t di = 0; di < sizeof dts / sizeof *dts; di++) {
+        float *wf, *uf;
+        ts_tensor W = make_weight(dts[di], rows, cols, &wf);
+        ts_tensor U = make_weight(dts[di], rows, cols, &uf);
+        ts_tensor Wf = {TS_DTYPE_F32, 2, {rows, cols, 1, 1, 1, 1}, wf, (uint64_t)rows * cols * 4};
+        ts_tensor Uf = {TS_DTYPE_F32, 2, {rows, cols, 1, 1, 1, 1}, uf, (uint64_t)rows * cols * 4};
+        int ns[] = {1, 5, 8, 12, 48, 70};
+        for (size_t ni = 0; ni < sizeof ns / sizeof *ns; ni++) {
+            int n = ns[ni];
+            size_t nx = (size_t)n * ldx, ny = (size_t)n * ldy;
+            float *x = rnd(nx, 3.0f), *xn = calloc(nx, 4), *yw = calloc(ny, 4), *yu = calloc(ny, 4);
+            float *glu = calloc(ny, 4), *y0 = rnd(ny, 1.0f), *yadd = calloc(ny, 4);
+            cpu->ops->rmsnorm(cpu, x, ldx, n, cols, nw, eps, xn, ldx);
+            cpu->ops->matmul(cpu, &Wf, xn, ldx, n, yw, ldy);
+            cpu->ops->matmul(cpu, &Uf, xn, ldx, n, yu, ldy);
+            cpu->ops->swiglu(cpu, yw, yu, ldy, n, rows, glu, ldy);
+            cpu->ops->matmul(cpu, &Wf, x, ldx, n, yadd, ldy);
+            for (size_t i = 0; i < ny; i++) yadd[i] += y0[i];
+            /* the products leave the rows' padding alone: zero there, as in the references */
+            float *zeros = calloc(ny, 4);
+            float *dx = dev(x, nx), *dscr = dev(x, nx), *d1 = dev(zeros, ny), *d2 = dev(zeros, ny);
+            ts_prenorm pre = {dnw, eps, dscr};
+            const ts_tensor *Ws[2] = {&W, &U};
+            float *dys[2] = {d1, d2};
+            int64_t lds[2] = {ldy, ldy};
+            char what[80];
+            gpu->ops->matmul_n(gpu, Ws, 2, dx, ldx, n, &pre, dys, lds);
+            snprintf(what, sizeof what, "matmul_n normed %s n=%d", ts_dtype_name(dts[di]), n);
+            cmp(what, d1, yw, ny, gemm_tol(dts[di], n));
+            cmp(what, d2, yu, ny, gemm_tol(dts[di], n));
+            gpu->ops->matmul_glu(gpu, &W, &U, dx, ldx, n, &pre, false, d1, d2, ldy, d1, ldy);
+            snprintf(what, sizeof what, "matmul_glu normed %s n=%d", ts_dtype_name(dts[di]), n);
+            cmp(what, d1, glu, ny, 2 * gemm_tol(dts[di], n));
+            /* matmul_add onto y0; x itself untouched by the normed calls above */
+            gpu->ops->upload(gpu, d1, y0, ny * 4);
+            gpu->ops->matmul_add(gpu, &W, dx, ldx, n, d1, ldy);
+            snprintf(what, sizeof what, "matmul_add %s n=%d", ts_dtype_name(dts[di]), n);
+            cmp(what, d1, yadd, ny, gemm_tol(dts[di], n));
+            if (n <= 8) {
+                gpu->ops->upload(gpu, d2, y0, ny * 4);
+                gpu->ops->upload(gpu, dscr, zeros, ny * 4);
+                gpu->ops->matmul(gpu, &W, dx, ldx, n, dscr, ldy);
+                gpu->ops->add(gpu, d2, dscr, (int64_t)ny);
+                float *a = host(d1, ny), *b = host(d2, ny);
+                CHECKF(memcmp(a, b, ny * 4) == 0, "%s: not the bits of matmul + add", what);
+                free(a), free(b);
+            }
+            float *xa = host(dx, nx);
+            CHECKF(memcmp(xa, x, nx * 4) == 0, "normed matmuls %s n=%d wrote their input",
+                   ts_dtype_name(dts[di]), n);
+            free(xa);
+            gpu->ops->free(gpu, dx), gpu->ops->free(gpu, dscr), gpu->ops->free(gpu, d1);
+            gpu->ops->free(gpu, d2);
+            free(x), free(xn), free(yw), free(yu), free(glu), free(y0), free(yadd), free(zeros);
+        }
+        kept_extra((void *)W.data), kept_extra((void *)U.data);
+        free(wf), free(uf);
+    }
+    gpu->ops->free(gpu, dnw);
+    free(nw);
 }
 
 /* argmax against the CPU op: ties (the first index wins), NaN (never wins), one row all NaN. */
@@ -960,7 +1083,7 @@ int main(void) {
     }
     if (section("attention")) test_attention_runs();
     if (section("argmax")) test_argmax();
-    if (section("matmul")) test_matmul(), test_matmul_glu();
+    if (section("matmul")) test_matmul(), test_matmul_glu(), test_matmul_norm_add();
     if (!quick && section("fixtures")) {
         test_fixtures("qwen35");
         test_fixtures("gemma3");

@@ -120,10 +120,12 @@ static ts_backend_ops make_ops(void) {
     o.gdn = cuda_op_gdn;
     o.gated_rmsnorm = cuda_op_gated_rmsnorm;
     o.matmul_n = cuda_op_matmul_n;
+    o.matmul_add = cuda_op_matmul_add;
     o.add_rmsnorm = cuda_op_add_rmsnorm;
     o.l2norm_heads = cuda_op_l2norm_heads;
     o.matmul_glu = cuda_op_matmul_glu;
     o.gdn_prep = cuda_op_gdn_prep;
+    o.conv_gdn_prep = cuda_op_conv_gdn_prep;
     o.qk_norm_rope = cuda_op_qk_norm_rope;
     o.conv1d_silu_runs = cuda_op_conv1d_silu_runs;
     o.gdn_runs = cuda_op_gdn_runs;
@@ -163,6 +165,7 @@ extern "C" ts_status ts_backend_cuda_create(int device, ts_backend **out) {
     c->prefetch = !cuda_env_off("TESSERA_CUDA_PREFETCH");
     c->skinny = !cuda_env_off("TESSERA_CUDA_SKINNY");
     c->attn_split = !cuda_env_off("TESSERA_CUDA_ATTN_SPLIT");
+    c->fold_norm = !cuda_env_off("TESSERA_CUDA_FOLD_NORM");
     be->ops = &cuda_ops;
     be->ctx = c;
     if ((err = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) != cudaSuccess) {

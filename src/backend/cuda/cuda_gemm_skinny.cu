@@ -43,6 +43,7 @@ typedef struct {
     int64_t rows[SK_SET], ldy[SK_SET];
     int first[SK_SET + 1]; /* the first block (grid x) of each weight; first[nw] = all */
     int nw;
+    bool acc; /* y += the product (a residual add in the epilogue) */
 } sk_set;
 
 template <bool BF>
@@ -85,12 +86,17 @@ template <ts_dtype DT> __device__ static inline uint4 sk_wload(const uint8_t *ro
     return make_uint4(p[0], p[1], p[2], p[3]);
 }
 
-/* Where accumulator (m, q, i) of lane l in warp w lands: row and token. */
+/* Where accumulator (m, q, i) of lane l in warp w lands: row and token; acc adds it to y.
+ * (Loading all of a thread's old values first, then storing, measured slower: the addresses and
+ * sums held for it spill.) */
 __device__ static inline void sk_store(int64_t rw0, int m, int q, int i, int lane, float s,
-                                       int64_t rows, int n, float *y, int64_t ldy) {
+                                       int64_t rows, int n, float *y, int64_t ldy, bool acc) {
     int64_t row = rw0 + m * 16 + (lane >> 2) + (i >= 2 ? 8 : 0);
     int tok = q * 8 + (lane & 3) * 2 + (i & 1);
-    if (row < rows && tok < n) y[(int64_t)tok * ldy + row] = s;
+    if (row < rows && tok < n) {
+        float *p = &y[(int64_t)tok * ldy + row];
+        *p = acc ? *p + s : s;
+    }
 }
 
 /* x: [2n][cols] 16-bit, rows [0, n) the hi parts, [n, 2n) the lo parts. NT token groups of 8
@@ -205,7 +211,7 @@ __global__ static void __cluster_dims__(1, KS, 1) __launch_bounds__(32 * SK_WARP
             for (int q = 0; q < NT; q++)
 #pragma unroll
                 for (int i = 0; i < 4; i++)
-                    sk_store(rw0, m, q, i, lane, acc[m][q][i], rows, n, y, ldy);
+                    sk_store(rw0, m, q, i, lane, acc[m][q][i], rows, n, y, ldy, set.acc);
         return;
     }
     /* element e = warp * PER + ((m * NT + q) * 4 + i) * 32 + lane */
@@ -228,7 +234,7 @@ __global__ static void __cluster_dims__(1, KS, 1) __launch_bounds__(32 * SK_WARP
 #pragma unroll
         for (int r = 1; r < KS; r++) s += part[r][e];
         int w = e / PER, f = e % PER, l = f & 31, i = (f >> 5) & 3, mq = f >> 7;
-        sk_store(r0 + w * SK_MT * 16, mq / NT, mq % NT, i, l, s, rows, n, y, ldy);
+        sk_store(r0 + w * SK_MT * 16, mq / NT, mq % NT, i, l, s, rows, n, y, ldy, set.acc);
     }
     cl.sync(); /* the blocks' shared memory stays until every slice has been read */
 }
@@ -276,9 +282,10 @@ static void skinny_nt(cuda_ctx *c, const sk_set &set, int64_t cols, const uint16
 }
 
 void cuda_skinny_gemm(cuda_ctx *c, const cuda_wview *w, int nw, const uint16_t *x, int n,
-                      float *const *y, const int64_t *ldy) {
+                      float *const *y, const int64_t *ldy, bool acc) {
     sk_set set = {};
     set.nw = nw;
+    set.acc = acc;
     for (int j = 0; j < nw; j++) {
         set.W[j] = (const uint8_t *)w[j].data;
         set.y[j] = y[j];

@@ -25,8 +25,9 @@ typedef struct cuda_ctx_s {
     int sm_count, smem_optin;
     /* switches for comparisons, read once at creation (each =0 turns it off): GEMVs prefetch
      * their rows into L2 (TESSERA_CUDA_PREFETCH), 9..64 tokens take the tensor-core GEMM
-     * (TESSERA_CUDA_SKINNY), attention splits long key ranges (TESSERA_CUDA_ATTN_SPLIT) */
-    bool prefetch, skinny, attn_split;
+     * (TESSERA_CUDA_SKINNY), attention splits long key ranges (TESSERA_CUDA_ATTN_SPLIT), GEMVs
+     * fold their input's RMSNorm in (TESSERA_CUDA_FOLD_NORM) */
+    bool prefetch, skinny, attn_split, fold_norm;
     /* the dynamic shared memory the chunked delta rule's kernels are allowed so far */
     size_t gdnc_smem_opted;
     cudaStream_t stream;
@@ -196,17 +197,23 @@ void cuda_op_conv1d_silu_runs(ts_backend *be, const float *x, int64_t ldx, int C
                               int64_t ldo);
 void cuda_op_gdn_runs(ts_backend *be, const float *q, const float *k, int64_t ldqk, const float *v,
                       int64_t ldv, const float *g, const float *beta, const ts_gdn_dims *dims,
-                      const ts_seq_run *runs, int nr, float *out);
+                      const ts_seq_run *runs, int nr, const ts_gated_norm *gn, float *out);
 void cuda_op_attention_runs(ts_backend *be, const float *q, int64_t ldq, int64_t q_head_stride,
                             const float *k, const float *v, const ts_attn_dims *dims,
                             const ts_seq_run *runs, int nr, float *out, int64_t ldo);
 void cuda_op_matmul_n(ts_backend *be, const ts_tensor *const *W, int nw, const float *x,
-                      int64_t ldx, int n, float *const *y, const int64_t *ldy);
+                      int64_t ldx, int n, const ts_prenorm *pre, float *const *y,
+                      const int64_t *ldy);
+void cuda_op_matmul_add(ts_backend *be, const ts_tensor *W, const float *x, int64_t ldx, int n,
+                        float *y, int64_t ldy);
 void cuda_op_add_rmsnorm(ts_backend *be, float *x, const float *h, int n_rows, int dim, int64_t ld,
                          const float *w, float eps, float *out);
 void cuda_op_matmul_glu(ts_backend *be, const ts_tensor *Wg, const ts_tensor *Wu, const float *x,
-                        int64_t ldx, int n, bool gelu, float *tg, float *tu, int64_t ldt,
-                        float *out, int64_t ldo);
+                        int64_t ldx, int n, const ts_prenorm *pre, bool gelu, float *tg,
+                        float *tu, int64_t ldt, float *out, int64_t ldo);
+void cuda_op_conv_gdn_prep(ts_backend *be, const float *x, int64_t ldx, int C, int K,
+                           const float *w, const ts_seq_run *runs, int nr, float *out,
+                           int64_t ldo, const ts_gdn_prep_args *p);
 void cuda_op_l2norm_heads(ts_backend *be, const float *src, int64_t lds, int n_tok, int n_heads,
                           int dim, float eps, float scale, float *dst);
 /* The chunked delta rule (cuda_gdn_chunked.cu): whether it fits the device for heads of d_k
@@ -219,12 +226,13 @@ void cuda_gdn_chunked_launch(cuda_ctx *c, const float *q, const float *k, int64_
                              const ts_seq_run *runs_dev, int nr);
 /* The tensor-core GEMM for 9..SK_MAX_TOK tokens of F16/BF16 weights (cuda_gemm_skinny.cu):
  * whether it takes weight w for n tokens, and y_j = W_j x for up to SK_SET weights of one dtype
- * and column count, x the activations split by k_split_half ([2n][cols]: hi rows, lo rows). */
+ * and column count, x the activations split by k_split_half ([2n][cols]: hi rows, lo rows);
+ * acc: y_j += the product. */
 #define SK_MAX_TOK 64
 #define SK_SET 4
 bool cuda_skinny_fits(const cuda_wview *w, int n);
 void cuda_skinny_gemm(cuda_ctx *c, const cuda_wview *w, int nw, const uint16_t *x, int n,
-                      float *const *y, const int64_t *ldy);
+                      float *const *y, const int64_t *ldy, bool acc);
 /* The positions of a forward on the device (uploaded when they change; NULL on failure). */
 const int32_t *cuda_positions(cuda_ctx *c, const int32_t *pos, int n_tok);
 void cuda_op_gdn_prep(ts_backend *be, const float *conv, int64_t ldc, int n, int Hk, int dk,

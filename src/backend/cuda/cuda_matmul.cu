@@ -3,9 +3,9 @@
  * Decode (few tokens): a warp per output row. The row is cut into groups of 8 elements; lane l
  * decodes groups l, l + 32, ... to fp32 (group8) and keeps one partial sum per token, so the
  * warp's weight and activation loads are contiguous. K-quant rows go by 32 elements a lane
- * (unit32), so that a block's scales are read once per 32 elements. Every weight type keeps its own layout on
- * the device (a Q4_K weight costs 4.5 bits of memory traffic, not 32). Up to GEMV_MAX_TOK tokens
- * per pass; GEMMs above that (a pass per 8 tokens would re-read the weights, and the
+ * (unit32), so that a block's scales are read once per 32 elements. Every weight type keeps its own
+ * layout on the device (a Q4_K weight costs 4.5 bits of memory traffic, not 32). Up to GEMV_MAX_TOK
+ * tokens per pass; GEMMs above that (a pass per 8 tokens would re-read the weights, and the
  * decoding of quantized blocks is then the bottleneck).
  *
  * 9..64 tokens (batched decode, short prompts): the tensor-core GEMM of cuda_gemm_skinny.cu for
@@ -17,15 +17,15 @@
  * activations (two GEMMs); quantized weights dequantized to an fp32 scratch for an fp32 GEMM
  * (exact values). The cuBLAS work is queued as calls (cuda_queue.cuh), so it can be part
  * of a graph too. */
-#include <cuda_bf16.h>
-#include <type_traits>
-#include <cuda_fp16.h>
-
-#include "backend/cuda/cuda_int.cuh"
 #include "backend/cuda/cuda_dequant.cuh"
+#include "backend/cuda/cuda_int.cuh"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <type_traits>
 
 #define GEMV_MAX_TOK 8
-#define GEMV_WARPS 4
+#define GEMV_WARPS   4
 
 /* Up to 4 weights of one dtype and column count that read the same x, stacked: global row o
  * belongs to the first weight j with o < end[j]. One launch instead of one per weight. */
@@ -38,18 +38,39 @@ typedef struct {
     int nw;
 } gemv_set;
 
+/* 8 floats from p, by float4 where vec (p 16-byte aligned). */
+__device__ static inline void load8(const float *p, bool vec, float *v) {
+    if (vec) {
+        float4 a = *(const float4 *)p, b = *(const float4 *)(p + 4);
+        v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w;
+        v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+    } else {
+#pragma unroll
+        for (int i = 0; i < 8; i++)
+            v[i] = p[i];
+    }
+}
+
 /* R rows' dot products with n <= GEMV_MAX_TOK tokens of x: the lane's partial sums in
  * acc[r][t] (warp_sum completes them). The rows' groups are decoded together, so a lane has R
- * rows' loads in flight; each row is summed in the same order whatever R is. */
-template <ts_dtype DT, int R>
+ * rows' loads in flight; each row is summed in the same order whatever R is.
+ * NORM: x is read as x * nw (the RMSNorm's weights), and ss[t] gathers the lane's share of
+ * token t's sum of squares of x: the warp reads every element of x once, so the norm's
+ * 1 / rms costs no pass of its own (k_gemv applies it to the sums). */
+template <ts_dtype DT, int R, bool NORM>
 __device__ static inline void row_dot(const uint8_t *const *row, size_t row_bytes, int64_t cols,
                                       const float *x, int64_t ldx, int n, int lane,
-                                      float (*acc)[GEMV_MAX_TOK]) {
+                                      float (*acc)[GEMV_MAX_TOK], const float *nw, float *ss) {
     bool vec = ((uintptr_t)x % 16) == 0 && ldx % 4 == 0;
+    bool nvec = NORM && ((uintptr_t)nw % 16) == 0; /* the norm's weights by 4 too */
 #pragma unroll
     for (int r = 0; r < R; r++)
 #pragma unroll
-        for (int t = 0; t < GEMV_MAX_TOK; t++) acc[r][t] = 0.0f;
+        for (int t = 0; t < GEMV_MAX_TOK; t++)
+            acc[r][t] = 0.0f;
+#pragma unroll
+    for (int t = 0; t < GEMV_MAX_TOK; t++)
+        ss[t] = 0.0f;
     if constexpr (DT == TS_DTYPE_Q4_K || DT == TS_DTYPE_Q6_K) {
         /* one token: 32 elements a lane (unit32), the scales once per 32, not per 8 (an H200:
          * tg128 of the 0.8B Q4_K_M +9%; with 8 tokens it measured slower, so they stay below) */
@@ -57,32 +78,42 @@ __device__ static inline void row_dot(const uint8_t *const *row, size_t row_byte
             float wa[R][16], wb[R][16];
             int64_t ea = 0, eb = 0;
 #pragma unroll
-            for (int r = 0; r < R; r++) unit32<DT>(row[r], u, wa[r], wb[r], &ea, &eb);
+            for (int r = 0; r < R; r++)
+                unit32<DT>(row[r], u, wa[r], wb[r], &ea, &eb);
+            const float *xa = x + ea, *xb = x + eb;
+            float va[16], vb[16];
+            if (vec) {
 #pragma unroll
-            for (int t = 0; t < GEMV_MAX_TOK; t++) {
-                if (t >= n) break;
-                const float *xa = x + t * ldx + ea, *xb = x + t * ldx + eb;
-                float va[16], vb[16];
-                if (vec) {
-#pragma unroll
-                    for (int k = 0; k < 16; k += 4) {
-                        float4 p = *(const float4 *)(xa + k), q = *(const float4 *)(xb + k);
-                        va[k] = p.x, va[k + 1] = p.y, va[k + 2] = p.z, va[k + 3] = p.w;
-                        vb[k] = q.x, vb[k + 1] = q.y, vb[k + 2] = q.z, vb[k + 3] = q.w;
-                    }
-                } else {
-#pragma unroll
-                    for (int k = 0; k < 16; k++) va[k] = xa[k], vb[k] = xb[k];
+                for (int k = 0; k < 16; k += 4) {
+                    float4 p = *(const float4 *)(xa + k), q = *(const float4 *)(xb + k);
+                    va[k] = p.x, va[k + 1] = p.y, va[k + 2] = p.z, va[k + 3] = p.w;
+                    vb[k] = q.x, vb[k + 1] = q.y, vb[k + 2] = q.z, vb[k + 3] = q.w;
                 }
+            } else {
 #pragma unroll
-                for (int r = 0; r < R; r++) {
-                    float s = acc[r][t];
+                for (int k = 0; k < 16; k++)
+                    va[k] = xa[k], vb[k] = xb[k];
+            }
+            if constexpr (NORM) {
+                float ma[16], mb[16];
+                load8(nw + ea, nvec, ma), load8(nw + ea + 8, nvec, ma + 8);
+                load8(nw + eb, nvec, mb), load8(nw + eb + 8, nvec, mb + 8);
 #pragma unroll
-                    for (int k = 0; k < 16; k++) s += wa[r][k] * va[k];
-#pragma unroll
-                    for (int k = 0; k < 16; k++) s += wb[r][k] * vb[k];
-                    acc[r][t] = s;
+                for (int k = 0; k < 16; k++) {
+                    ss[0] += va[k] * va[k] + vb[k] * vb[k];
+                    va[k] *= ma[k], vb[k] *= mb[k];
                 }
+            }
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                float s = acc[r][0];
+#pragma unroll
+                for (int k = 0; k < 16; k++)
+                    s += wa[r][k] * va[k];
+#pragma unroll
+                for (int k = 0; k < 16; k++)
+                    s += wb[r][k] * vb[k];
+                acc[r][0] = s;
             }
         }
         if (n == 1) return;
@@ -94,13 +125,22 @@ __device__ static inline void row_dot(const uint8_t *const *row, size_t row_byte
     for (int64_t gi = lane; gi < groups; gi += 32) {
         float w[R][8];
 #pragma unroll
-        for (int r = 0; r < R; r++) group8<DT>(row[r], gi * 8, w[r]);
+        for (int r = 0; r < R; r++)
+            group8<DT>(row[r], gi * 8, w[r]);
+        float m[8];
+        if constexpr (NORM) load8(nw + gi * 8, nvec, m);
 #pragma unroll
         for (int t = 0; t < GEMV_MAX_TOK; t++) {
             if (t >= n) break;
             const float *xt = x + t * ldx + gi * 8;
             if (vec) {
                 float4 a = *(const float4 *)xt, b = *(const float4 *)(xt + 4);
+                if constexpr (NORM) {
+                    ss[t] += a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w;
+                    ss[t] += b.x * b.x + b.y * b.y + b.z * b.z + b.w * b.w;
+                    a.x *= m[0], a.y *= m[1], a.z *= m[2], a.w *= m[3];
+                    b.x *= m[4], b.y *= m[5], b.z *= m[6], b.w *= m[7];
+                }
 #pragma unroll
                 for (int r = 0; r < R; r++) {
                     float s = acc[r][t];
@@ -109,11 +149,21 @@ __device__ static inline void row_dot(const uint8_t *const *row, size_t row_byte
                     acc[r][t] = s;
                 }
             } else {
+                float v[8];
+#pragma unroll
+                for (int i = 0; i < 8; i++)
+                    v[i] = xt[i];
+                if constexpr (NORM) {
+#pragma unroll
+                    for (int i = 0; i < 8; i++)
+                        ss[t] += v[i] * v[i], v[i] *= m[i];
+                }
 #pragma unroll
                 for (int r = 0; r < R; r++) {
                     float s = acc[r][t];
 #pragma unroll
-                    for (int i = 0; i < 8; i++) s += w[r][i] * xt[i];
+                    for (int i = 0; i < 8; i++)
+                        s += w[r][i] * v[i];
                     acc[r][t] = s;
                 }
             }
@@ -121,11 +171,17 @@ __device__ static inline void row_dot(const uint8_t *const *row, size_t row_byte
     }
     /* a tail shorter than a group (float rows only: quantized rows are whole blocks) */
     for (int64_t i = groups * 8 + lane; i < cols; i += 32) {
+        if constexpr (NORM) { /* the norm's share once per element, not once per row */
+#pragma unroll
+            for (int t = 0; t < GEMV_MAX_TOK; t++)
+                if (t < n) ss[t] += x[t * ldx + i] * x[t * ldx + i];
+        }
 #pragma unroll
         for (int r = 0; r < R; r++) {
             float wv = DT == TS_DTYPE_F32    ? ((const float *)row[r])[i]
                        : DT == TS_DTYPE_BF16 ? bf16f(((const uint16_t *)row[r])[i])
                                              : f16f(((const uint16_t *)row[r])[i]);
+            if constexpr (NORM) wv *= nw[i];
 #pragma unroll
             for (int t = 0; t < GEMV_MAX_TOK; t++)
                 if (t < n) acc[r][t] += wv * x[t * ldx + i];
@@ -134,19 +190,33 @@ __device__ static inline void row_dot(const uint8_t *const *row, size_t row_byte
 }
 
 __device__ static inline float warp_sum(float s) {
-    for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
+    for (int off = 16; off > 0; off >>= 1)
+        s += __shfl_xor_sync(0xffffffffu, s, off);
     return s;
 }
 
-/* A warp per output row. (Splitting short-matrix rows over several warps of a block, with the
- * parts summed in shared memory, measured slower on an H200: 1.94 against 1.77 ms a decode step
- * of the synthetic 0.8B; as did 8 warps a block and a deeper unroll.) */
-template <ts_dtype DT>
+/* The input norm of a GEMV (NORM): the norm's weights, eps; 1 / rms of token t from the lanes'
+ * shares of its sum of squares (row_dot), for cols values. */
+typedef struct {
+    const float *w;
+    float eps;
+} gemv_norm;
+
+__device__ static inline float gemv_inv_rms(float ss, int64_t cols, float eps) {
+    return 1.0f / sqrtf(warp_sum(ss) / (float)cols + eps);
+}
+
+/* A warp per output row; acc: y += the product instead of y = (a residual add in the epilogue).
+ * (Splitting short-matrix rows over several warps of a block, with the parts summed in shared
+ * memory, measured slower on an H200: 1.94 against 1.77 ms a decode step of the synthetic 0.8B;
+ * as did 8 warps a block and a deeper unroll.) */
+template <ts_dtype DT, bool NORM>
 __global__ static void k_gemv(gemv_set set, size_t row_bytes, int64_t cols, const float *x,
-                              int64_t ldx, int n, bool prefetch) {
+                              int64_t ldx, int n, bool prefetch, gemv_norm nrm, bool acc_out) {
     int64_t o = (int64_t)blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5);
     int j = 0;
-    while (j < set.nw && o >= set.end[j]) j++;
+    while (j < set.nw && o >= set.end[j])
+        j++;
     if (j && j < set.nw) o -= set.end[j - 1];
     int lane = threadIdx.x & 31;
     const uint8_t *row = j < set.nw ? set.W[j] + o * row_bytes : nullptr;
@@ -155,13 +225,15 @@ __global__ static void k_gemv(gemv_set set, size_t row_bytes, int64_t cols, cons
     if (prefetch && row) cuda_prefetch_l2(row, row_bytes, lane);
     cuda_pdl_entry();
     if (j == set.nw) return;
-    float acc[1][GEMV_MAX_TOK];
-    row_dot<DT, 1>(&row, row_bytes, cols, x, ldx, n, lane, acc);
+    float acc[1][GEMV_MAX_TOK], ss[GEMV_MAX_TOK];
+    row_dot<DT, 1, NORM>(&row, row_bytes, cols, x, ldx, n, lane, acc, nrm.w, ss);
 #pragma unroll
     for (int t = 0; t < GEMV_MAX_TOK; t++) {
         if (t >= n) break;
         float s = warp_sum(acc[0][t]);
-        if (lane == 0) set.y[j][t * set.ldy[j] + o] = s;
+        if (NORM) s *= gemv_inv_rms(ss[t], cols, nrm.eps);
+        float *yo = &set.y[j][t * set.ldy[j] + o];
+        if (lane == 0) *yo = acc_out ? *yo + s : s;
     }
 }
 
@@ -169,10 +241,10 @@ __global__ static void k_gemv(gemv_set set, size_t row_bytes, int64_t cols, cons
  * out[t, o] = act((Wg x)[t, o]) * (Wu x)[t, o]. Each product is summed as k_gemv sums it, so
  * the result is bit-identical to two GEMVs and the elementwise kernel, one launch instead of
  * two, and twice the bytes in flight per warp. */
-template <ts_dtype DT, bool GELU>
+template <ts_dtype DT, bool GELU, bool NORM>
 __global__ static void k_gemv_glu(const uint8_t *Wg, const uint8_t *Wu, int64_t rows,
                                   size_t row_bytes, int64_t cols, const float *x, int64_t ldx,
-                                  int n, float *out, int64_t ldo, bool prefetch) {
+                                  int n, float *out, int64_t ldo, bool prefetch, gemv_norm nrm) {
     int64_t o = (int64_t)blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5);
     int lane = threadIdx.x & 31;
     const uint8_t *rg = Wg + o * row_bytes, *ru = Wu + o * row_bytes;
@@ -182,13 +254,17 @@ __global__ static void k_gemv_glu(const uint8_t *Wg, const uint8_t *Wu, int64_t 
     }
     cuda_pdl_entry();
     if (o >= rows) return;
-    float acc[2][GEMV_MAX_TOK];
+    float acc[2][GEMV_MAX_TOK], ss[GEMV_MAX_TOK];
     const uint8_t *rows2[2] = {rg, ru};
-    row_dot<DT, 2>(rows2, row_bytes, cols, x, ldx, n, lane, acc);
+    row_dot<DT, 2, NORM>(rows2, row_bytes, cols, x, ldx, n, lane, acc, nrm.w, ss);
 #pragma unroll
     for (int t = 0; t < GEMV_MAX_TOK; t++) {
         if (t >= n) break;
         float g = warp_sum(acc[0][t]), u = warp_sum(acc[1][t]);
+        if (NORM) {
+            float inv = gemv_inv_rms(ss[t], cols, nrm.eps);
+            g *= inv, u *= inv;
+        }
         if (lane == 0) out[t * ldo + o] = cuda_glu<GELU>(g, u);
     }
 }
@@ -212,13 +288,9 @@ __global__ static void k_dequant(const uint8_t *W, size_t row_bytes, int64_t row
 
 /* x split in two 16-bit parts, hi = round(x) and lo = round(x - hi): rows [0, n) of out hold hi,
  * rows [n, 2n) lo. W*hi + W*lo carries about 16 mantissa bits of x instead of 8 (bf16). */
+/* Element idx of the hi rows and its lo twin. */
 template <bool BF16>
-__global__ static void k_split_half(const float *x, int64_t ldx, int n, int64_t cols, void *out) {
-    cuda_pdl_entry();
-    int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= (int64_t)n * cols) return;
-    float v = x[(idx / cols) * ldx + idx % cols];
-    int64_t lo = (int64_t)n * cols + idx;
+__device__ static inline void split_store(void *out, int64_t idx, int64_t lo, float v) {
     if (BF16) {
         __nv_bfloat16 h = __float2bfloat16_rn(v);
         ((__nv_bfloat16 *)out)[idx] = h;
@@ -230,9 +302,33 @@ __global__ static void k_split_half(const float *x, int64_t ldx, int n, int64_t 
     }
 }
 
+template <bool BF16>
+__global__ static void k_split_half(const float *x, int64_t ldx, int n, int64_t cols, void *out) {
+    cuda_pdl_entry();
+    int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (int64_t)n * cols) return;
+    split_store<BF16>(out, idx, (int64_t)n * cols + idx, x[(idx / cols) * ldx + idx % cols]);
+}
+
+/* The same split of rmsnorm(x) * w, a block per token: k_rmsnorm's values, so the bits of the
+ * norm kernel followed by k_split_half, in one launch. */
+template <bool BF16>
+__global__ static void k_split_half_norm(const float *x, int64_t ldx, int n, int64_t cols,
+                                         const float *w, float eps, void *out) {
+    cuda_pdl_entry();
+    const float *xr = x + blockIdx.x * ldx;
+    double ss = row_sumsq(xr, (int)cols);
+    float inv = 1.0f / sqrtf((float)(ss / cols) + eps);
+    for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) {
+        int64_t idx = (int64_t)blockIdx.x * cols + i;
+        split_store<BF16>(out, idx, (int64_t)n * cols + idx, (xr[i] * inv) * w[i]);
+    }
+}
+
+/* nrm.w: the GEMV folds the input norm in (k_gemv's NORM); acc: y += the product. */
 template <ts_dtype DT>
 static void launch_gemv(cuda_ctx *c, const cuda_wview *w, int nw, const float *x, int64_t ldx,
-                        int n, float *const *y, const int64_t *ldy) {
+                        int n, float *const *y, const int64_t *ldy, gemv_norm nrm, bool acc) {
     size_t rb = ts_dtype_row_bytes(w[0].dtype, w[0].cols);
     for (int t0 = 0; t0 < n; t0 += GEMV_MAX_TOK) {
         int k = n - t0 < GEMV_MAX_TOK ? n - t0 : GEMV_MAX_TOK;
@@ -245,12 +341,16 @@ static void launch_gemv(cuda_ctx *c, const cuda_wview *w, int nw, const float *x
             set.end[j] = rows += w[j].rows;
         }
         set.nw = nw;
-        cuda_launch(c, "gemv", k_gemv<DT>, cuda_blocks(rows, GEMV_WARPS), 32 * GEMV_WARPS, 0, set,
-                    rb, w[0].cols, x + t0 * ldx, ldx, k, c->prefetch);
+        unsigned g = cuda_blocks(rows, GEMV_WARPS);
+        if (nrm.w)
+            cuda_launch(c, "gemv_norm", k_gemv<DT, true>, g, 32 * GEMV_WARPS, 0, set, rb, w[0].cols,
+                        x + t0 * ldx, ldx, k, c->prefetch, nrm, acc);
+        else
+            cuda_launch(c, "gemv", k_gemv<DT, false>, g, 32 * GEMV_WARPS, 0, set, rb, w[0].cols,
+                        x + t0 * ldx, ldx, k, c->prefetch, nrm, acc);
     }
 }
 
-/* y_j = W_j x for nw <= GEMV_SET weights of one dtype and column count. */
 /* Calls f(std::integral_constant<ts_dtype, DT>) for the weight types the GEMV decodes; false for
  * any other type. */
 template <typename F> static bool gemv_dtype(ts_dtype dt, F f) {
@@ -267,9 +367,13 @@ template <typename F> static bool gemv_dtype(ts_dtype dt, F f) {
     }
 }
 
+/* y_j = W_j x (y_j += with acc) for nw <= GEMV_SET weights of one dtype and column count, x
+ * normed on the fly where nrm.w is set. */
 static void gemv(cuda_ctx *c, const cuda_wview *w, int nw, const float *x, int64_t ldx, int n,
-                 float *const *y, const int64_t *ldy) {
-    if (!gemv_dtype(w[0].dtype, [&](auto dt) { launch_gemv<decltype(dt)::value>(c, w, nw, x, ldx, n, y, ldy); }))
+                 float *const *y, const int64_t *ldy, gemv_norm nrm, bool acc) {
+    if (!gemv_dtype(w[0].dtype, [&](auto dt) {
+            launch_gemv<decltype(dt)::value>(c, w, nw, x, ldx, n, y, ldy, nrm, acc);
+        }))
         cuda_check(c, cudaErrorInvalidValue, "matmul: dtype without a device kernel");
 }
 
@@ -327,18 +431,23 @@ static void gemm(cuda_ctx *c, const void *W, cudaDataType wt, int64_t rows, int6
 }
 
 /* x as [2n][cols] 16-bit values (hi rows, then lo rows) in scratch slot 0: F16 for F16
- * weights, BF16 for the others (16-bit or decoded to BF16 by the tensor-core GEMM). */
-static uint16_t *split_half(cuda_ctx *c, const cuda_wview *w, const float *x, int64_t ldx, int n) {
+ * weights, BF16 for the others (16-bit or decoded to BF16 by the tensor-core GEMM); with pre,
+ * those of rmsnorm(x) * pre->w. */
+static uint16_t *split_half(cuda_ctx *c, const cuda_wview *w, const float *x, int64_t ldx, int n,
+                            const ts_prenorm *pre = nullptr) {
     int64_t total = (int64_t)n * w->cols;
     uint16_t *xh = (uint16_t *)cuda_scratch(c, 0, (size_t)total * 2 * 2);
     if (!xh) return NULL;
-    unsigned g = cuda_blocks(total, 256);
-    if (w->dtype != TS_DTYPE_F16)
-        cuda_launch(c, "matmul convert", k_split_half<true>, g, 256, 0, x, ldx, n, w->cols,
+    bool bf = w->dtype != TS_DTYPE_F16;
+    if (pre) {
+        auto k = bf ? k_split_half_norm<true> : k_split_half_norm<false>;
+        cuda_launch(c, "matmul convert norm", k, (unsigned)n, ROW_THREADS, 0, x, ldx, n, w->cols,
+                    pre->w, pre->eps, (void *)xh);
+    } else {
+        auto k = bf ? k_split_half<true> : k_split_half<false>;
+        cuda_launch(c, "matmul convert", k, cuda_blocks(total, 256), 256, 0, x, ldx, n, w->cols,
                     (void *)xh);
-    else
-        cuda_launch(c, "matmul convert", k_split_half<false>, g, 256, 0, x, ldx, n, w->cols,
-                    (void *)xh);
+    }
     return xh;
 }
 
@@ -348,14 +457,13 @@ static bool skinny(const cuda_ctx *c, const cuda_wview *w, int n) {
     return c->skinny && n > GEMV_MAX_TOK && cuda_skinny_fits(w, n);
 }
 
-void cuda_op_matmul(ts_backend *be, const ts_tensor *W, const float *x, int64_t ldx, int n,
-                    float *y, int64_t ldy) {
-    cuda_ctx *c = cuda_of(be);
-    cuda_wview w;
-    if (n <= 0 || !cuda_weight(c, W, &w)) return;
+/* y = W x, or y += W x with acc (the residual add of matmul_add, in the epilogue of each
+ * path: the GEMV's store, the tensor-core GEMM's, cuBLAS's beta). */
+static void matmul(cuda_ctx *c, const cuda_wview &w, const float *x, int64_t ldx, int n, float *y,
+                   int64_t ldy, bool acc) {
     bool half = w.dtype == TS_DTYPE_F16 || w.dtype == TS_DTYPE_BF16;
     if (n <= GEMV_MAX_TOK) {
-        gemv(c, &w, 1, x, ldx, n, &y, &ldy);
+        gemv(c, &w, 1, x, ldx, n, &y, &ldy, gemv_norm{}, acc);
         return;
     }
     /* the tensor-core GEMM up to SK_MAX_TOK tokens. (Quantized prefill in passes of SK_MAX_TOK
@@ -363,47 +471,96 @@ void cuda_op_matmul(ts_backend *be, const ts_tensor *W, const float *x, int64_t 
      * Q4_K_M 12.3k against 16.9k t/s.) */
     if (skinny(c, &w, n)) {
         uint16_t *xh = split_half(c, &w, x, ldx, n);
-        if (xh) cuda_skinny_gemm(c, &w, 1, xh, n, &y, &ldy);
+        if (xh) cuda_skinny_gemm(c, &w, 1, xh, n, &y, &ldy, acc);
         return;
     }
     if (w.dtype == TS_DTYPE_F32) {
-        gemm(c, w.data, CUDA_R_32F, w.rows, w.cols, x, CUDA_R_32F, ldx, n, y, ldy, false);
+        gemm(c, w.data, CUDA_R_32F, w.rows, w.cols, x, CUDA_R_32F, ldx, n, y, ldy, acc);
     } else if (half) {
         uint16_t *xh = split_half(c, &w, x, ldx, n);
         if (!xh) return;
         int64_t total = (int64_t)n * w.cols;
         cudaDataType t = w.dtype == TS_DTYPE_BF16 ? CUDA_R_16BF : CUDA_R_16F;
-        gemm(c, w.data, t, w.rows, w.cols, xh, t, w.cols, n, y, ldy, false);
+        gemm(c, w.data, t, w.rows, w.cols, xh, t, w.cols, n, y, ldy, acc);
         gemm(c, w.data, t, w.rows, w.cols, xh + total, t, w.cols, n, y, ldy, true);
     } else {
         float *wf = (float *)cuda_scratch(c, 1, (size_t)(w.rows * w.cols) * sizeof(float));
         if (!wf) return;
         dequant(c, &w, wf);
-        gemm(c, wf, CUDA_R_32F, w.rows, w.cols, x, CUDA_R_32F, ldx, n, y, ldy, false);
+        gemm(c, wf, CUDA_R_32F, w.rows, w.cols, x, CUDA_R_32F, ldx, n, y, ldy, acc);
     }
 }
 
+void cuda_op_matmul(ts_backend *be, const ts_tensor *W, const float *x, int64_t ldx, int n,
+                    float *y, int64_t ldy) {
+    cuda_ctx *c = cuda_of(be);
+    cuda_wview w;
+    if (n > 0 && cuda_weight(c, W, &w)) matmul(c, w, x, ldx, n, y, ldy, false);
+}
+
+void cuda_op_matmul_add(ts_backend *be, const ts_tensor *W, const float *x, int64_t ldx, int n,
+                        float *y, int64_t ldy) {
+    cuda_ctx *c = cuda_of(be);
+    cuda_wview w;
+    if (n > 0 && cuda_weight(c, W, &w)) matmul(c, w, x, ldx, n, y, ldy, true);
+}
+
+/* Whether the GEMV folds an input norm into its reading of x for weights of type dt: for the
+ * 16/32-bit floats, whose GEMV waits on memory. The quantized GEMVs are bound by their
+ * instructions (decoding), and the norm's two operations per element made the 0.8B Q4_K_M's
+ * decode 4% slower on an H200 than a norm kernel of its own (BF16: 6-8% faster). */
+static bool gemv_folds_norm(ts_dtype dt) {
+    return dt == TS_DTYPE_F32 || dt == TS_DTYPE_F16 || dt == TS_DTYPE_BF16;
+}
+
+/* The input norm of matmul_n / matmul_glu where the GEMV does not fold it in (more than
+ * GEMV_MAX_TOK tokens): its own kernel into pre->scratch, whose rows the products then read. */
+static const float *normed_input(ts_backend *be, const float *x, int64_t ldx, int n, int64_t cols,
+                                 const ts_prenorm *pre) {
+    cuda_op_rmsnorm(be, x, ldx, n, (int)cols, pre->w, pre->eps, pre->scratch, ldx);
+    return pre->scratch;
+}
+
 void cuda_op_matmul_n(ts_backend *be, const ts_tensor *const *W, int nw, const float *x,
-                      int64_t ldx, int n, float *const *y, const int64_t *ldy) {
+                      int64_t ldx, int n, const ts_prenorm *pre, float *const *y,
+                      const int64_t *ldy) {
     cuda_ctx *c = cuda_of(be);
     if (n <= 0 || nw <= 0) return;
-    bool few = n <= GEMV_MAX_TOK;
+    cuda_wview w[GEMV_SET], g[GEMV_SET];
+    for (int j = 0; j < nw && j < GEMV_SET; j++)
+        if (!cuda_weight(c, W[j], &w[j])) return;
+    bool few = n <= GEMV_MAX_TOK, one_launch = nw <= GEMV_SET;
+    for (int j = 0; j < nw && one_launch; j++)
+        one_launch = w[j].dtype == w[0].dtype && w[j].cols == w[0].cols && skinny(c, &w[j], n);
+    /* the input norm: folded into each GEMV of 16/32-bit floats (few tokens: each reads all
+     * of x) or into the split of x for the tensor-core GEMM where all weights take one launch;
+     * else a kernel of its own */
+    bool floats = nw <= GEMV_SET;
+    for (int j = 0; j < nw && floats; j++)
+        floats = gemv_folds_norm(w[j].dtype);
+    gemv_norm nrm = {};
+    const ts_prenorm *split_pre = NULL;
+    if (pre && few && floats && c->fold_norm) {
+        nrm = gemv_norm{pre->w, pre->eps};
+    } else if (pre && !few && one_launch && c->fold_norm) {
+        split_pre = pre;
+    } else if (pre) {
+        x = normed_input(be, x, ldx, n, ts_tensor_cols(W[0]), pre);
+    }
     if ((!few && n > SK_MAX_TOK) || nw > GEMV_SET) {
-        for (int j = 0; j < nw; j++) cuda_op_matmul(be, W[j], x, ldx, n, y[j], ldy[j]);
+        for (int j = 0; j < nw; j++)
+            cuda_op_matmul(be, W[j], x, ldx, n, y[j], ldy[j]);
         return;
     }
     /* one launch per group of weights with the dtype and column count of its first member:
      * the GEMV for a few tokens, the tensor-core GEMM (one split of x per group) above */
-    cuda_wview w[GEMV_SET], g[GEMV_SET];
     float *gy[GEMV_SET];
     int64_t gld[GEMV_SET];
     bool done[GEMV_SET] = {false};
-    for (int j = 0; j < nw; j++)
-        if (!cuda_weight(c, W[j], &w[j])) return;
     for (int j = 0; j < nw; j++) {
         if (done[j]) continue;
         if (!few && !skinny(c, &w[j], n)) {
-            cuda_op_matmul(be, W[j], x, ldx, n, y[j], ldy[j]);
+            matmul(c, w[j], x, ldx, n, y[j], ldy[j], false);
             done[j] = true;
             continue;
         }
@@ -415,44 +572,54 @@ void cuda_op_matmul_n(ts_backend *be, const ts_tensor *const *W, int nw, const f
                 done[i] = true;
             }
         if (few) {
-            gemv(c, g, k, x, ldx, n, gy, gld);
+            gemv(c, g, k, x, ldx, n, gy, gld, nrm, false);
         } else {
-            uint16_t *xh = split_half(c, &g[0], x, ldx, n);
-            if (xh) cuda_skinny_gemm(c, g, k, xh, n, gy, gld);
+            uint16_t *xh = split_half(c, &g[0], x, ldx, n, split_pre);
+            if (xh) cuda_skinny_gemm(c, g, k, xh, n, gy, gld, false);
         }
     }
 }
 
-template <ts_dtype DT>
+template <ts_dtype DT, bool NORM>
 static void launch_gemv_glu(cuda_ctx *c, const cuda_wview *g, const cuda_wview *u, const float *x,
-                            int64_t ldx, int n, bool gelu, float *out, int64_t ldo) {
+                            int64_t ldx, int n, bool gelu, float *out, int64_t ldo, gemv_norm nrm) {
     size_t rb = ts_dtype_row_bytes(g->dtype, g->cols);
     unsigned blocks = cuda_blocks(g->rows, GEMV_WARPS);
     const uint8_t *wg = (const uint8_t *)g->data, *wu = (const uint8_t *)u->data;
     if (gelu)
-        cuda_launch(c, "gemv_glu", k_gemv_glu<DT, true>, blocks, 32 * GEMV_WARPS, 0, wg, wu,
-                    g->rows, rb, g->cols, x, ldx, n, out, ldo, c->prefetch);
+        cuda_launch(c, "gemv_glu", k_gemv_glu<DT, true, NORM>, blocks, 32 * GEMV_WARPS, 0, wg, wu,
+                    g->rows, rb, g->cols, x, ldx, n, out, ldo, c->prefetch, nrm);
     else
-        cuda_launch(c, "gemv_glu", k_gemv_glu<DT, false>, blocks, 32 * GEMV_WARPS, 0, wg, wu,
-                    g->rows, rb, g->cols, x, ldx, n, out, ldo, c->prefetch);
+        cuda_launch(c, "gemv_glu", k_gemv_glu<DT, false, NORM>, blocks, 32 * GEMV_WARPS, 0, wg, wu,
+                    g->rows, rb, g->cols, x, ldx, n, out, ldo, c->prefetch, nrm);
 }
 
 void cuda_op_matmul_glu(ts_backend *be, const ts_tensor *Wg, const ts_tensor *Wu, const float *x,
-                        int64_t ldx, int n, bool gelu, float *tg, float *tu, int64_t ldt,
-                        float *out, int64_t ldo) {
+                        int64_t ldx, int n, const ts_prenorm *pre, bool gelu, float *tg, float *tu,
+                        int64_t ldt, float *out, int64_t ldo) {
     cuda_ctx *c = cuda_of(be);
     cuda_wview g, u;
     if (n <= 0 || !cuda_weight(c, Wg, &g) || !cuda_weight(c, Wu, &u)) return;
     /* other types: the general path below reports them */
+    if (pre && (!c->fold_norm || !gemv_folds_norm(g.dtype) || !gemv_folds_norm(u.dtype)) &&
+        n <= GEMV_MAX_TOK) {
+        x = normed_input(be, x, ldx, n, g.cols, pre);
+        pre = NULL;
+    }
     if (n <= GEMV_MAX_TOK && g.dtype == u.dtype && g.rows == u.rows && g.cols == u.cols &&
         gemv_dtype(g.dtype, [&](auto dt) {
-            launch_gemv_glu<decltype(dt)::value>(c, &g, &u, x, ldx, n, gelu, out, ldo);
+            if (pre)
+                launch_gemv_glu<decltype(dt)::value, true>(c, &g, &u, x, ldx, n, gelu, out, ldo,
+                                                           gemv_norm{pre->w, pre->eps});
+            else
+                launch_gemv_glu<decltype(dt)::value, false>(c, &g, &u, x, ldx, n, gelu, out, ldo,
+                                                            gemv_norm{});
         }))
         return;
     const ts_tensor *W[2] = {Wg, Wu};
     float *y[2] = {tg, tu};
     int64_t ldy[2] = {ldt, ldt};
-    cuda_op_matmul_n(be, W, 2, x, ldx, n, y, ldy);
+    cuda_op_matmul_n(be, W, 2, x, ldx, n, pre, y, ldy);
     if (gelu)
         cuda_op_gelu_mul(be, tg, tu, ldt, n, (int)g.rows, out, ldo);
     else

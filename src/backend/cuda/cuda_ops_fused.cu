@@ -6,6 +6,11 @@
  * output (and scale them), [n Hk, 2 n Hk) the k heads, and the last blocks compute the gates g and
  * beta of every (token, v-head).
  *
+ * conv_gdn_prep: the causal conv of a decode step (every run one token) and gdn_prep in one:
+ * a block per q head and per k head convolves its channels and L2-normalises them, blocks of
+ * v channels convolve theirs, the last blocks compute the gates. Runs of more tokens take the
+ * two kernels (the conv walks a run's tokens in order, one thread a channel).
+ *
  * qk_norm_rope: attention's per-head RMSNorm of q and k followed by RoPE. A block per (token,
  * head) of q, then of k: the normalised head goes through shared memory to the rotation. */
 #include "backend/cuda/cuda_int.cuh"
@@ -39,7 +44,8 @@ void cuda_op_gdn_prep(ts_backend *be, const float *conv, int64_t ldc, int n, int
                       const float *dt_bias, float *g, float *beta) {
     cuda_ctx *c = cuda_of(be);
     if (n <= 0) return;
-    unsigned blocks = (unsigned)(2 * (int64_t)n * Hk) + cuda_blocks((int64_t)n * Hv, GATES_PER_BLOCK);
+    unsigned blocks =
+        (unsigned)(2 * (int64_t)n * Hk) + cuda_blocks((int64_t)n * Hv, GATES_PER_BLOCK);
     cuda_launch(c, "gdn_prep", k_gdn_prep, blocks, ROW_THREADS, 0, conv, ldc, n, Hk, dk, eps,
                 q_scale, qn, kn, a, b, ldab, Hv, neg_exp_a, dt_bias, g, beta);
 }
@@ -60,7 +66,8 @@ __global__ static void k_qk_norm_rope(float *q, int64_t ldq, int64_t qhs, int nq
     /* the RMSNorm of k_rmsnorm */
     double ss = row_sumsq(x, hd);
     float inv = 1.0f / sqrtf((float)(ss / hd) + eps);
-    for (int i = threadIdx.x; i < hd; i += blockDim.x) y[i] = (x[i] * inv) * w[i];
+    for (int i = threadIdx.x; i < hd; i += blockDim.x)
+        y[i] = (x[i] * inv) * w[i];
     __syncthreads();
     /* then the rotation of k_rope; dims past rot_dim as normalised */
     int half = rot_dim / 2;
@@ -88,6 +95,83 @@ void cuda_op_qk_norm_rope(ts_backend *be, float *q, int64_t ldq, int64_t q_head_
     const int32_t *pd = cuda_positions(c, pos, n_tok);
     if (!pd) return;
     cuda_launch(c, "qk_norm_rope", k_qk_norm_rope, (unsigned)((int64_t)n_tok * (nq + nk)),
-                ROW_THREADS, 0, q, ldq, q_head_stride, nq, wq, k, ldk, nk, wk, hd, eps,
-                rot_dim, pd, theta);
+                ROW_THREADS, 0, q, ldq, q_head_stride, nq, wq, k, ldk, nk, wk, hd, eps, rot_dim, pd,
+                theta);
+}
+
+/* The conv of channel ch for the one token of a run at row t (k_conv1d_silu's sum for n = 1),
+ * written to out, and the channel's state shifted by that token. */
+__device__ static inline void conv_one(const float *x, int64_t t, int64_t ldx, int C, int K,
+                                       const float *w, float *state, float *out, int64_t ldo,
+                                       int ch) {
+    int hist = K - 1;
+    const float *wc = w + (int64_t)ch * K;
+    float s = 0.0f;
+    for (int k = 0; k < K; k++)
+        s += wc[k] * (k < hist ? state[(int64_t)k * C + ch] : x[t * ldx + ch]);
+    out[t * ldo + ch] = s / (1.0f + expf(-s));
+    for (int k = 0; k < hist; k++)
+        state[(int64_t)k * C + ch] =
+            k + 1 < hist ? state[(int64_t)(k + 1) * C + ch] : x[t * ldx + ch];
+}
+
+/* grid.y: the run (runs NULL: the one run `one`); grid.x: 2 Hk head blocks, then the v channel
+ * blocks, then the gate blocks (those with grid.y == 0 only). */
+__global__ static void k_conv_gdn_prep(const float *x, int64_t ldx, int C, int K, const float *w,
+                                       float *out, int64_t ldo, const ts_seq_run *runs,
+                                       ts_seq_run one, ts_gdn_prep_args p) {
+    cuda_pdl_entry();
+    int qk = 2 * p.Hk, qkc = qk * p.dk;
+    int vb = (C - qkc + (int)blockDim.x - 1) / (int)blockDim.x, blk = blockIdx.x;
+    if (blk >= qk + vb) {
+        int64_t idx = (int64_t)(blk - qk - vb) * blockDim.x + threadIdx.x;
+        if (blockIdx.y || idx >= (int64_t)p.n * p.Hv) return;
+        int64_t t = idx / p.Hv;
+        int h = (int)(idx % p.Hv);
+        cuda_gdn_gate(p.a[t * p.ldab + h], p.b[t * p.ldab + h], p.neg_exp_a[h], p.dt_bias[h],
+                      &p.g[idx], &p.beta[idx]);
+        return;
+    }
+    ts_seq_run r = runs ? runs[blockIdx.y] : one;
+    int64_t t = r.start;
+    if (blk >= qk) { /* v channels */
+        int ch = qkc + (blk - qk) * (int)blockDim.x + threadIdx.x;
+        if (ch < C) conv_one(x, t, ldx, C, K, w, r.a, out, ldo, ch);
+        return;
+    }
+    for (int i = threadIdx.x; i < p.dk; i += blockDim.x)
+        conv_one(x, t, ldx, C, K, w, r.a, out, ldo, blk * p.dk + i);
+    __syncthreads(); /* the head's conv outputs are all written */
+    bool isk = blk >= p.Hk;
+    int h = isk ? blk - p.Hk : blk;
+    cuda_l2norm_row(out + t * ldo + (int64_t)blk * p.dk, p.dk, p.eps, isk ? 1.0f : p.q_scale,
+                    (isk ? p.kn : p.qn) + (t * p.Hk + h) * p.dk);
+}
+
+void cuda_op_conv_gdn_prep(ts_backend *be, const float *x, int64_t ldx, int C, int K,
+                           const float *w, const ts_seq_run *runs, int nr, float *out, int64_t ldo,
+                           const ts_gdn_prep_args *p) {
+    cuda_ctx *c = cuda_of(be);
+    if (nr <= 0 || C <= 0) return;
+    bool ones = 2 * p->Hk * p->dk <= C;
+    for (int r = 0; r < nr; r++)
+        ones = ones && runs[r].len == 1;
+    if (!ones) { /* runs of several tokens: the two kernels */
+        if (nr > 1)
+            cuda_op_conv1d_silu_runs(be, x, ldx, C, K, w, runs, nr, out, ldo);
+        else
+            cuda_op_conv1d_silu(be, x + (int64_t)runs[0].start * ldx, ldx, runs[0].len, C, K, w,
+                                runs[0].a, out + (int64_t)runs[0].start * ldo, ldo);
+        cuda_op_gdn_prep(be, out, ldo, p->n, p->Hk, p->dk, p->eps, p->q_scale, p->qn, p->kn, p->a,
+                         p->b, p->ldab, p->Hv, p->neg_exp_a, p->dt_bias, p->g, p->beta);
+        return;
+    }
+    const ts_seq_run *dr = NULL;
+    if (nr > 1 && !(dr = (const ts_seq_run *)cuda_table(c, runs, (size_t)nr * sizeof *runs)))
+        return;
+    int vb = (int)cuda_blocks(C - 2 * p->Hk * p->dk, ROW_THREADS);
+    unsigned gates = cuda_blocks((int64_t)p->n * p->Hv, ROW_THREADS);
+    dim3 grid((unsigned)(2 * p->Hk + vb) + gates, (unsigned)nr);
+    cuda_launch(c, "conv_gdn_prep", k_conv_gdn_prep, grid, ROW_THREADS, 0, x, ldx, C, K, w, out,
+                ldo, dr, runs[0], *p);
 }
