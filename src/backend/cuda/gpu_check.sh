@@ -9,7 +9,9 @@
 # Knobs: GPU_CHECK_PRESETS (default "0.8b"), GPU_CHECK_TYPES (default "bf16 q4_k_m q8_0"),
 # GPU_CHECK_SANITIZERS (default "memcheck"; also racecheck), GPU_CHECK_PARALLEL (default
 # "1,8,32,64"), GPU_CHECK_TESTS (default 1; 0 skips the tests), GPU_CHECK_REPS (default 3),
-# GPU_CHECK_SAN_TIMEOUT (seconds per sanitizer, default 240).
+# GPU_CHECK_SAN_TIMEOUT (seconds per sanitizer, default 240), GPU_CHECK_STRESS (default 0: N runs
+# of test_cuda's graph-decode check while another process loads the GPU, for the known issue in
+# src/backend/cuda/README.md).
 set -u
 OUT=${GPU_CHECK_OUT:-/tmp/gpu_check}
 mkdir -p "$OUT"
@@ -66,3 +68,16 @@ for tool in ${GPU_CHECK_SANITIZERS:-memcheck}; do
         compute-sanitizer --tool $tool $B/tests/test_cuda >$OUT/$tool.log 2>&1
     echo "$tool rc=$?"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|failed|FAIL" $OUT/$tool.log | tail -5
 done
+if [ "${GPU_CHECK_STRESS:-0}" -gt 0 ] && command -v compute-sanitizer >/dev/null; then
+    echo "== graph decode under load, ${GPU_CHECK_STRESS} runs"
+    (while true; do TS_CUDA_QUICK=1 TS_CUDA_ONLY=matmul,gdn,runs TS_FIXTURES=$PWD/tests/fixtures \
+        compute-sanitizer --tool memcheck $B/tests/test_cuda >/dev/null 2>&1; done) &
+    LOAD=$!
+    fails=0
+    for i in $(seq 1 "$GPU_CHECK_STRESS"); do
+        TS_CUDA_ONLY=graph TS_FIXTURES=$PWD/tests/fixtures timeout 120 $B/tests/test_cuda \
+            >$OUT/stress_$i.log 2>&1 || { fails=$((fails + 1)); grep -m2 differs $OUT/stress_$i.log; }
+    done
+    kill $LOAD; pkill -f "compute-sanitizer --tool memcheck $B/tests/test_cuda"
+    echo "graph decode under load: $fails of $GPU_CHECK_STRESS runs differ"
+fi
