@@ -774,6 +774,7 @@ static void test_argmax(void) {
  * must pick the argmax of the logits that ts_engine_forward returns. */
 #define GD_MAX_B 12
 static ts_engine *make_engine_slots(ts_model *m, int n_slots);
+static ts_engine *make_engine_dev(ts_model *m, int n_slots, ts_device dv);
 
 static float *decode_steps(ts_engine *e, int B, int steps, int32_t *greedy_ids) {
     int V = ts_engine_n_vocab(e);
@@ -813,9 +814,21 @@ static void graph_decode_case(ts_model *m, int B, int steps) {
     int32_t ids_a[16 * GD_MAX_B], ids_b[16 * GD_MAX_B], ids_g[GD_MAX_B];
     float *a = decode_steps(plain, B, steps, ids_a), *b = decode_steps(graph, B, steps, ids_b);
     CHECK(a && b);
-    if (a && b)
-        CHECKF(memcmp(a, b, (size_t)steps * B * V * sizeof(float)) == 0,
-               "B=%d: graph decode differs from op-by-op decode", B);
+    if (a && b && memcmp(a, b, (size_t)steps * B * V * sizeof(float)) != 0) {
+        /* which side is wrong: the first differing step, and step 0 (the same input tokens
+         * everywhere) against the CPU backend */
+        int first = 0;
+        while (first < steps && memcmp(a + (size_t)first * B * V, b + (size_t)first * B * V,
+                                       (size_t)B * V * sizeof(float)) == 0)
+            first++;
+        ts_engine *cpu_e = make_engine_dev(m, GD_MAX_B, TS_DEVICE_CPU);
+        float *c = cpu_e ? decode_steps(cpu_e, B, 1, NULL) : NULL;
+        CHECKF(0, "B=%d: graph decode differs from op-by-op decode from step %d on; step 0 "
+                  "against the CPU: op by op %.2e, graph %.2e", B, first,
+               c ? tu_rel_l2(a, c, (long)B * V) : -1.0, c ? tu_rel_l2(b, c, (long)B * V) : -1.0);
+        free(c);
+        if (cpu_e) ts_engine_free(cpu_e);
+    }
     long replays = 0, builds = 0, r0 = 0, b0 = 0;
     ts_backend_cuda_graph_stats(graph->be, &replays, &builds);
     ts_backend_cuda_graph_stats(plain->be, &r0, &b0);
@@ -870,7 +883,6 @@ static void test_graph_decode(void) {
 
 /* Several sequences in one batch, runs of different lengths (the *_runs ops), then decode steps
  * of all of them together: CUDA against the CPU, every position's logits. */
-static ts_engine *make_engine_dev(ts_model *m, int n_slots, ts_device dv);
 
 static void test_multi_runs(const char *family) {
     char dir[4096], path[8192];
