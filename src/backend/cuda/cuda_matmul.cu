@@ -505,12 +505,18 @@ void cuda_op_matmul_add(ts_backend *be, const ts_tensor *W, const float *x, int6
     if (n > 0 && cuda_weight(c, W, &w)) matmul(c, w, x, ldx, n, y, ldy, true);
 }
 
-/* Whether the GEMV folds an input norm into its reading of x for weights of type dt: for the
- * 16/32-bit floats, whose GEMV waits on memory. The quantized GEMVs are bound by their
- * instructions (decoding), and the norm's two operations per element made the 0.8B Q4_K_M's
- * decode 4% slower on an H200 than a norm kernel of its own (BF16: 6-8% faster). */
-static bool gemv_folds_norm(ts_dtype dt) {
-    return dt == TS_DTYPE_F32 || dt == TS_DTYPE_F16 || dt == TS_DTYPE_BF16;
+/* Whether the GEMVs of nw weights for n tokens fold an input norm into their reading of x: up
+ * to GEMV_MAX_TOK tokens (each GEMV reads all of x), unless TESSERA_CUDA_FOLD_NORM=0, and for
+ * 16/32-bit float weights only, whose GEMV waits on memory. The quantized GEMVs are bound by
+ * their instructions (decoding), and the norm's two operations per element made the 0.8B
+ * Q4_K_M's decode 4% slower on an H200 than a norm kernel of its own (BF16: 6-8% faster). */
+static bool gemv_folds_norm(const cuda_ctx *c, const cuda_wview *w, int nw, int n) {
+    if (!c->fold_norm || n > GEMV_MAX_TOK || nw > GEMV_SET) return false;
+    for (int j = 0; j < nw; j++)
+        if (w[j].dtype != TS_DTYPE_F32 && w[j].dtype != TS_DTYPE_F16 &&
+            w[j].dtype != TS_DTYPE_BF16)
+            return false;
+    return true;
 }
 
 /* The input norm of matmul_n / matmul_glu where the GEMV does not fold it in (more than
@@ -532,15 +538,11 @@ void cuda_op_matmul_n(ts_backend *be, const ts_tensor *const *W, int nw, const f
     bool few = n <= GEMV_MAX_TOK, one_launch = nw <= GEMV_SET;
     for (int j = 0; j < nw && one_launch; j++)
         one_launch = w[j].dtype == w[0].dtype && w[j].cols == w[0].cols && skinny(c, &w[j], n);
-    /* the input norm: folded into each GEMV of 16/32-bit floats (few tokens: each reads all
-     * of x) or into the split of x for the tensor-core GEMM where all weights take one launch;
-     * else a kernel of its own */
-    bool floats = nw <= GEMV_SET;
-    for (int j = 0; j < nw && floats; j++)
-        floats = gemv_folds_norm(w[j].dtype);
+    /* the input norm: folded into the GEMVs (gemv_folds_norm) or into the split of x for the
+     * tensor-core GEMM where all weights take one launch; else a kernel of its own */
     gemv_norm nrm = {};
     const ts_prenorm *split_pre = NULL;
-    if (pre && few && floats && c->fold_norm) {
+    if (pre && gemv_folds_norm(c, w, nw, n)) {
         nrm = gemv_norm{pre->w, pre->eps};
     } else if (pre && !few && one_launch && c->fold_norm) {
         split_pre = pre;
@@ -601,8 +603,8 @@ void cuda_op_matmul_glu(ts_backend *be, const ts_tensor *Wg, const ts_tensor *Wu
     cuda_wview g, u;
     if (n <= 0 || !cuda_weight(c, Wg, &g) || !cuda_weight(c, Wu, &u)) return;
     /* other types: the general path below reports them */
-    if (pre && (!c->fold_norm || !gemv_folds_norm(g.dtype) || !gemv_folds_norm(u.dtype)) &&
-        n <= GEMV_MAX_TOK) {
+    cuda_wview gu[2] = {g, u};
+    if (pre && n <= GEMV_MAX_TOK && !gemv_folds_norm(c, gu, 2, n)) {
         x = normed_input(be, x, ldx, n, g.cols, pre);
         pre = NULL;
     }
