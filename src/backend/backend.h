@@ -45,8 +45,9 @@ typedef struct {
     float *scratch;
 } ts_prenorm;
 
-/* gdn_prep's inputs and outputs (backend.h's gdn_prep says what they are), for conv_gdn_prep:
- * n tokens, Hk q and k heads of dk values, gates of Hv heads. */
+/* The delta rule's input preparation (gdn_prep, conv_gdn_prep): n tokens, Hk q and k heads of dk
+ * values, gates of Hv heads from the gate projections a, b (rows of ldab); qn, kn, g, beta are
+ * written (gdn_prep below says what they hold). */
 typedef struct {
     int n, Hk, dk, Hv;
     float eps, q_scale;
@@ -160,8 +161,8 @@ typedef struct {
      * a gated MLP's two projections and its activation in one. tg and tu (rows of ldt floats)
      * are scratch the backend may use for the two products; out may be tg. pre as matmul_n's.
      * gdn_prep: the delta rule's inputs from the conv output (rows of ldc: Hk q heads, then Hk
-     * k heads of dk) and the gate projections a, b (rows of ldab, Hv each): qn = l2norm(q heads)
-     * * q_scale and kn = l2norm(k heads) ([n][Hk*dk] each), and gdn_gates' g and beta.
+     * k heads of dk) and p's gate projections a, b (Hv each): p->qn = l2norm(q heads) * q_scale
+     * and p->kn = l2norm(k heads) ([n][Hk*dk] each), and gdn_gates' g and beta.
      * qk_norm_rope: attention's per-head RMSNorm (weights wq / wk over hd values) and RoPE
      * (as the rope op, over rot_dim) of nq q heads (token t's head h at q + t*ldq + h*q_head_stride)
      * and nk k heads (at k + t*ldk + h*hd), in place. */
@@ -177,10 +178,7 @@ typedef struct {
     void (*matmul_glu)(ts_backend *be, const ts_tensor *Wg, const ts_tensor *Wu, const float *x,
                        int64_t ldx, int n, const ts_prenorm *pre, bool gelu, float *tg,
                        float *tu, int64_t ldt, float *out, int64_t ldo);
-    void (*gdn_prep)(ts_backend *be, const float *conv, int64_t ldc, int n, int Hk, int dk,
-                     float eps, float q_scale, float *qn, float *kn, const float *a,
-                     const float *b, int64_t ldab, int Hv, const float *neg_exp_a,
-                     const float *dt_bias, float *g, float *beta);
+    void (*gdn_prep)(ts_backend *be, const float *conv, int64_t ldc, const ts_gdn_prep_args *p);
     void (*qk_norm_rope)(ts_backend *be, float *q, int64_t ldq, int64_t q_head_stride, int nq,
                          const float *wq, float *k, int64_t ldk, int nk, const float *wk,
                          int n_tok, int hd, float eps, int rot_dim, const int32_t *pos,

@@ -158,17 +158,16 @@ void ts_matmul_glu(ts_backend *be, const ts_tensor *Wg, const ts_tensor *Wu, con
         be->ops->swiglu(be, tg, tu, ldt, n, dim, out, ldo);
 }
 
-void ts_gdn_prep(ts_backend *be, const float *conv, int64_t ldc, int n, int Hk, int dk, float eps,
-                 float q_scale, float *qn, float *kn, const float *a, const float *b, int64_t ldab,
-                 int Hv, const float *neg_exp_a, const float *dt_bias, float *g, float *beta) {
+void ts_gdn_prep(ts_backend *be, const float *conv, int64_t ldc, const ts_gdn_prep_args *p) {
     if (be->ops->gdn_prep) {
-        be->ops->gdn_prep(be, conv, ldc, n, Hk, dk, eps, q_scale, qn, kn, a, b, ldab, Hv,
-                          neg_exp_a, dt_bias, g, beta);
+        be->ops->gdn_prep(be, conv, ldc, p);
         return;
     }
-    ts_l2norm_heads(be, conv, ldc, n, Hk, dk, eps, q_scale, qn);
-    ts_l2norm_heads(be, conv + (size_t)Hk * dk, ldc, n, Hk, dk, eps, 1.0f, kn);
-    be->ops->gdn_gates(be, a, ldab, b, ldab, n, Hv, neg_exp_a, dt_bias, g, beta);
+    ts_l2norm_heads(be, conv, ldc, p->n, p->Hk, p->dk, p->eps, p->q_scale, p->qn);
+    ts_l2norm_heads(be, conv + (size_t)p->Hk * p->dk, ldc, p->n, p->Hk, p->dk, p->eps, 1.0f,
+                    p->kn);
+    be->ops->gdn_gates(be, p->a, p->ldab, p->b, p->ldab, p->n, p->Hv, p->neg_exp_a, p->dt_bias,
+                       p->g, p->beta);
 }
 
 void ts_qk_norm_rope(ts_backend *be, float *q, int64_t ldq, int64_t q_head_stride, int nq,
@@ -194,6 +193,5 @@ void ts_conv_gdn_prep(ts_backend *be, const float *x, int64_t ldx, int C, int K,
         return;
     }
     ts_conv_runs(be, x, ldx, C, K, w, sr, nr, out, ldo);
-    ts_gdn_prep(be, out, ldo, p->n, p->Hk, p->dk, p->eps, p->q_scale, p->qn, p->kn, p->a, p->b,
-                p->ldab, p->Hv, p->neg_exp_a, p->dt_bias, p->g, p->beta);
+    ts_gdn_prep(be, out, ldo, p);
 }

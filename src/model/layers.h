@@ -70,9 +70,7 @@ void ts_matmul_glu(ts_backend *be, const ts_tensor *Wg, const ts_tensor *Wu, con
                    int64_t ldt, float *out, int64_t ldo);
 /* The backend's gdn_prep / qk_norm_rope (backend.h), or the ops they fuse. qk_norm_rope's
  * composition needs ldq == nq * q_head_stride and ldk == nk * hd (heads packed in rows). */
-void ts_gdn_prep(ts_backend *be, const float *conv, int64_t ldc, int n, int Hk, int dk, float eps,
-                 float q_scale, float *qn, float *kn, const float *a, const float *b, int64_t ldab,
-                 int Hv, const float *neg_exp_a, const float *dt_bias, float *g, float *beta);
+void ts_gdn_prep(ts_backend *be, const float *conv, int64_t ldc, const ts_gdn_prep_args *p);
 /* The causal conv of the delta rule's q, k, v channels over all runs, then gdn_prep on its
  * output: the backend's conv_gdn_prep, or ts_conv_runs and ts_gdn_prep. */
 void ts_conv_gdn_prep(ts_backend *be, const float *x, int64_t ldx, int C, int K, const float *w,

@@ -178,9 +178,12 @@ static void test_fused(void) {
         for (int i = 0; i < 3; i++) {
             float *base = i == 0 ? o[0] : d[i - 1];
             const float *c0 = i == 0 ? conv : dconv, *a0 = i == 0 ? ab : dab;
-            ts_gdn_prep(be[i], c0, ldc, n, Hk, dk, 1e-6f, 0.125f, base, base + nq, a0, a0 + Hv,
-                        ldab, Hv, i == 0 ? nea : dnea, i == 0 ? dtb : ddtb, base + 2 * nq,
-                        base + 2 * nq + ng);
+            ts_gdn_prep_args pa = {.n = n, .Hk = Hk, .dk = dk, .Hv = Hv, .eps = 1e-6f,
+                                   .q_scale = 0.125f, .a = a0, .b = a0 + Hv, .ldab = ldab,
+                                   .neg_exp_a = i == 0 ? nea : dnea,
+                                   .dt_bias = i == 0 ? dtb : ddtb, .qn = base, .kn = base + nq,
+                                   .g = base + 2 * nq, .beta = base + 2 * nq + ng};
+            ts_gdn_prep(be[i], c0, ldc, &pa);
         }
         cmp("gdn_prep", d1, out, 2 * nq + 2 * ng, FP32_TOL);
         same_bits("gdn_prep", d1, d2, 2 * nq + 2 * ng);

@@ -235,10 +235,7 @@ void cuda_skinny_gemm(cuda_ctx *c, const cuda_wview *w, int nw, const uint16_t *
                       float *const *y, const int64_t *ldy, bool acc);
 /* The positions of a forward on the device (uploaded when they change; NULL on failure). */
 const int32_t *cuda_positions(cuda_ctx *c, const int32_t *pos, int n_tok);
-void cuda_op_gdn_prep(ts_backend *be, const float *conv, int64_t ldc, int n, int Hk, int dk,
-                      float eps, float q_scale, float *qn, float *kn, const float *a,
-                      const float *b, int64_t ldab, int Hv, const float *neg_exp_a,
-                      const float *dt_bias, float *g, float *beta);
+void cuda_op_gdn_prep(ts_backend *be, const float *conv, int64_t ldc, const ts_gdn_prep_args *p);
 void cuda_op_qk_norm_rope(ts_backend *be, float *q, int64_t ldq, int64_t q_head_stride, int nq,
                           const float *wq, float *k, int64_t ldk, int nk, const float *wk,
                           int n_tok, int hd, float eps, int rot_dim, const int32_t *pos,

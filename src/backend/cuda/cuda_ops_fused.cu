@@ -38,16 +38,14 @@ __global__ static void k_gdn_prep(const float *conv, int64_t ldc, int n, int Hk,
     cuda_gdn_gate(a[t * ldab + h], b[t * ldab + h], neg_exp_a[h], dt_bias[h], &g[idx], &beta[idx]);
 }
 
-void cuda_op_gdn_prep(ts_backend *be, const float *conv, int64_t ldc, int n, int Hk, int dk,
-                      float eps, float q_scale, float *qn, float *kn, const float *a,
-                      const float *b, int64_t ldab, int Hv, const float *neg_exp_a,
-                      const float *dt_bias, float *g, float *beta) {
+void cuda_op_gdn_prep(ts_backend *be, const float *conv, int64_t ldc, const ts_gdn_prep_args *p) {
     cuda_ctx *c = cuda_of(be);
-    if (n <= 0) return;
-    unsigned blocks =
-        (unsigned)(2 * (int64_t)n * Hk) + cuda_blocks((int64_t)n * Hv, GATES_PER_BLOCK);
-    cuda_launch(c, "gdn_prep", k_gdn_prep, blocks, ROW_THREADS, 0, conv, ldc, n, Hk, dk, eps,
-                q_scale, qn, kn, a, b, ldab, Hv, neg_exp_a, dt_bias, g, beta);
+    if (p->n <= 0) return;
+    unsigned blocks = (unsigned)(2 * (int64_t)p->n * p->Hk) +
+                      cuda_blocks((int64_t)p->n * p->Hv, GATES_PER_BLOCK);
+    cuda_launch(c, "gdn_prep", k_gdn_prep, blocks, ROW_THREADS, 0, conv, ldc, p->n, p->Hk, p->dk,
+                p->eps, p->q_scale, p->qn, p->kn, p->a, p->b, p->ldab, p->Hv, p->neg_exp_a,
+                p->dt_bias, p->g, p->beta);
 }
 
 /* hd <= QK_MAX_HD values per head through shared memory */
@@ -162,8 +160,7 @@ void cuda_op_conv_gdn_prep(ts_backend *be, const float *x, int64_t ldx, int C, i
         else
             cuda_op_conv1d_silu(be, x + (int64_t)runs[0].start * ldx, ldx, runs[0].len, C, K, w,
                                 runs[0].a, out + (int64_t)runs[0].start * ldo, ldo);
-        cuda_op_gdn_prep(be, out, ldo, p->n, p->Hk, p->dk, p->eps, p->q_scale, p->qn, p->kn, p->a,
-                         p->b, p->ldab, p->Hv, p->neg_exp_a, p->dt_bias, p->g, p->beta);
+        cuda_op_gdn_prep(be, out, ldo, p);
         return;
     }
     const ts_seq_run *dr = NULL;
