@@ -3,8 +3,12 @@
  * reference logits. Prints "skipped: ..." and passes where there is no CUDA device or the
  * build has no CUDA. */
 #include <math.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "backend/backend.h"
 #include "backend/cpu/quant.h"
@@ -15,6 +19,10 @@
 #include "model/layers.h"
 #include "testutil.h"
 #include "tessera.h"
+
+#ifdef TESSERA_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
 
 #define FP32_TOL 1e-5
 #define LOGIT_TOL 1e-2
@@ -860,29 +868,119 @@ static void graph_decode_case(ts_model *m, int B, int steps) {
     ts_engine_free(graph);
 }
 
-static void test_graph_decode(void) {
+/* The decode checks' two Qwen3.5 fixtures: the first one (F32 weights) and the BF16 one with
+ * 128-wide rows ("bf16_composite"). False (and a failed check) when they are missing. */
+static bool decode_fixtures(char f32[8192], char bf16[8192]) {
     char dir[4096];
     snprintf(dir, sizeof dir, "%s/qwen35", tu_env("TS_FIXTURES", "tests/fixtures"));
     char *names[16];
     int nm = fx_list_models(dir, names, 16);
     CHECK(nm > 0);
-    if (nm <= 0) return;
-    char path[8192];
-    /* the first fixture (F32) for 1 and 3 sequences, a BF16 one with 128-wide rows for 12 */
+    if (nm <= 0) return false;
     int bf = 0;
     for (int i = 0; i < nm; i++)
         if (strstr(names[i], "bf16_composite")) bf = i;
-    CHECKF(strstr(names[bf], "bf16_composite"), "no bf16_composite fixture in %s", dir);
+    bool ok = strstr(names[bf], "bf16_composite") != NULL;
+    CHECKF(ok, "no bf16_composite fixture in %s", dir);
+    snprintf(f32, 8192, "%s/%s", dir, names[0]);
+    snprintf(bf16, 8192, "%s/%s", dir, names[bf]);
+    for (int i = 0; i < nm; i++) free(names[i]);
+    return ok;
+}
+
+static void test_graph_decode(void) {
+    char f32[8192], bf16[8192];
+    if (!decode_fixtures(f32, bf16)) return;
+    /* the F32 fixture for 1 and 3 sequences, the BF16 one for 12 */
     for (int c = 0; c < 3; c++) {
         int B = (int[]){1, 3, 12}[c];
-        snprintf(path, sizeof path, "%s/%s", dir, names[B == 12 ? bf : 0]);
+        const char *path = B == 12 ? bf16 : f32;
         ts_model *m = NULL;
         CHECKF(ts_model_open(path, &m) == TS_OK, "%s: %s", path, ts_last_error());
         if (!m) continue;
         graph_decode_case(m, B, 12);
         ts_model_close(m);
     }
-    for (int i = 0; i < nm; i++) free(names[i]);
+}
+
+/* Another process that keeps the copy engines busy (the child side of the test below): pinned
+ * host memory to the device and back, 256 MiB each way, until killed or `seconds` pass. It says
+ * "ready" on stdout after its first round trip. */
+static int copy_load_child(int seconds) {
+#ifdef TESSERA_HAVE_CUDA
+    size_t bytes = (size_t)256 << 20;
+    void *h = NULL, *d = NULL;
+    cudaStream_t s = NULL;
+    if (cudaMallocHost(&h, bytes) != cudaSuccess || cudaMalloc(&d, bytes) != cudaSuccess ||
+        cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess)
+        return 1;
+    time_t end = time(NULL) + seconds;
+    for (int round = 0; time(NULL) < end; round++) {
+        cudaMemcpyAsync(d, h, bytes, cudaMemcpyHostToDevice, s);
+        cudaMemcpyAsync(h, d, bytes, cudaMemcpyDeviceToHost, s);
+        if (cudaStreamSynchronize(s) != cudaSuccess) return 1;
+        if (round == 0) printf("ready\n"), fflush(stdout);
+    }
+#else
+    (void)seconds;
+#endif
+    return 0;
+}
+
+/* Weights must be on the device before the kernels that read them run, even while another
+ * process keeps the copy engines busy: the first decode step of a fresh engine (every weight
+ * uploaded during it) must match the CPU backend. (Uploads once went through cudaMemcpy, on the
+ * legacy default stream, which does not order the backend's non-blocking stream and which, from
+ * pageable memory, returns before its last DMA has landed: with another process copying, nearly
+ * every first step read some stale weights. Copies on a second stream of this process did not
+ * show it, hence the child process.) */
+static void test_upload_under_copy_load(void) {
+    char paths[2][8192];
+    if (!decode_fixtures(paths[0], paths[1])) return;
+    int fd[2];
+    CHECK(pipe(fd) == 0);
+    pid_t child = fork();
+    if (child == 0) { /* exec at once: a forked CUDA process may not use CUDA */
+        dup2(fd[1], 1), close(fd[0]), close(fd[1]);
+        setenv("TS_CUDA_COPY_LOAD", "120", 1);
+        execl("/proc/self/exe", "test_cuda", (char *)NULL);
+        _exit(127);
+    }
+    close(fd[1]);
+    char ready[16] = {0};
+    FILE *from = fdopen(fd[0], "r");
+    bool loaded = child > 0 && from && fgets(ready, sizeof ready, from) &&
+                  strcmp(ready, "ready\n") == 0;
+    CHECKF(loaded, "the copy-load process did not start");
+    enum { B = 3, REPS = 8 };
+    double worst = 0.0;
+    for (int f = 0; loaded && f < 2; f++) {
+        ts_model *m = NULL;
+        CHECKF(ts_model_open(paths[f], &m) == TS_OK, "%s: %s", paths[f], ts_last_error());
+        if (!m) continue;
+        ts_engine *ce = make_engine_dev(m, B, TS_DEVICE_CPU);
+        int V = ce ? ts_engine_n_vocab(ce) : 0;
+        float *ref = malloc((size_t)B * V * sizeof *ref), *got = malloc((size_t)B * V * sizeof *got);
+        CHECK(ce && decode_steps(ce, B, 1, ref, NULL));
+        for (int r = 0; ce && r < REPS; r++) {
+            ts_engine *ge = make_engine_slots(m, B);
+            bool ok = ge && decode_steps(ge, B, 1, got, NULL);
+            CHECK(ok);
+            double rel = ok ? tu_rel_l2(got, ref, (long)B * V) : 1.0;
+            CHECKF(rel < 1e-3, "%s with another process copying: step 0 of fresh engine %d is "
+                               "%.2e from the CPU", paths[f], r, rel);
+            if (rel > worst) worst = rel;
+            if (ge) ts_engine_free(ge);
+        }
+        free(ref), free(got);
+        if (ce) ts_engine_free(ce);
+        ts_model_close(m);
+    }
+    if (child > 0) kill(child, SIGTERM), waitpid(child, NULL, 0);
+    if (from) fclose(from);
+    else close(fd[0]);
+    printf("  uploads while another process copies: %d fresh engines x 2 models, worst %.2e "
+           "from the CPU\n", REPS, worst);
 }
 
 /* Several sequences in one batch, runs of different lengths (the *_runs ops), then decode steps
@@ -1069,6 +1167,7 @@ static bool section(const char *name) {
 }
 
 int main(void) {
+    if (getenv("TS_CUDA_COPY_LOAD")) return copy_load_child(atoi(getenv("TS_CUDA_COPY_LOAD")));
     setvbuf(stdout, NULL, _IONBF, 0); /* progress survives a crash */
     ts_status st = ts_backend_cuda_create(0, &gpu);
     if (st != TS_OK) {
@@ -1105,6 +1204,7 @@ int main(void) {
         test_fixtures("gemma3");
     }
     if (section("graph")) test_graph_decode();
+    if (section("upload")) test_upload_under_copy_load();
     if (section("runs")) {
         test_multi_runs("qwen35");
         test_multi_runs("gemma3");

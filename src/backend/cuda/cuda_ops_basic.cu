@@ -270,7 +270,7 @@ void cuda_op_get_rows(ts_backend *be, const ts_tensor *W, const int32_t *ids, in
         cuda_copy_async(c, out, rows, bytes, cudaMemcpyHostToDevice, "get_rows upload");
     } else {
         cq_flush(c);
-        cuda_check(c, cudaMemcpy(out, rows, bytes, cudaMemcpyHostToDevice), "get_rows upload");
+        cuda_upload_now(c, out, rows, bytes, "get_rows upload");
         free(rows);
     }
 }

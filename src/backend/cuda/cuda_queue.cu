@@ -501,6 +501,13 @@ void cuda_memset_async(cuda_ctx *c, void *dst, size_t bytes, const char *what) {
     cq_submit(c, &op);
 }
 
+bool cuda_upload_now(cuda_ctx *c, void *dst, const void *src, size_t bytes, const char *what) {
+    if (!bytes) return true;
+    return cuda_check(c, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, c->stream),
+                      what) &&
+           cuda_check(c, cudaStreamSynchronize(c->stream), what);
+}
+
 void cuda_upload_async(cuda_ctx *c, void *dst, const void *src, size_t bytes, const char *what) {
     if (!bytes) return;
     void *st = cq_stage(c, bytes);
@@ -510,7 +517,7 @@ void cuda_upload_async(cuda_ctx *c, void *dst, const void *src, size_t bytes, co
         cq_flush(c);
         st = cq_stage(c, bytes);
         if (!st) {
-            cuda_check(c, cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice), what);
+            cuda_upload_now(c, dst, src, bytes, what);
             return;
         }
     }

@@ -112,6 +112,13 @@ void cuda_memset_async(struct cuda_ctx_s *c, void *dst, size_t bytes, const char
  * staged and copied like an upload, into a device arena that is reused after each flush.
  * NULL on failure (recorded). */
 void *cuda_table(struct cuda_ctx_s *c, const void *host, size_t bytes);
+/* Host bytes to the device now, before any op queued after this call runs: the copy goes on the
+ * backend's own stream and is waited for. (A plain cudaMemcpy would not do: it runs on the legacy
+ * default stream, which does not order the backend's non-blocking stream, and from pageable
+ * memory it returns before its last DMA has landed — a kernel could read the old bytes.) The
+ * host buffer may be reused at once. False on failure (recorded). */
+bool cuda_upload_now(struct cuda_ctx_s *c, void *dst, const void *src, size_t bytes,
+                     const char *what);
 /* Host bytes to the device through the staging arena (synchronously when they do not fit). */
 void cuda_upload_async(struct cuda_ctx_s *c, void *dst, const void *src, size_t bytes,
                        const char *what);

@@ -44,10 +44,9 @@ static bool upload_dequantized(cuda_ctx *c, const ts_tensor *W, int64_t rows, in
     for (int64_t r0 = 0; ok && r0 < rows; r0 += per) {
         int64_t n = rows - r0 < per ? rows - r0 : per;
         for (int64_t r = 0; r < n; r++) cpu_dequant_row(W, r0 + r, host + r * cols);
-        /* synchronous: the staging buffer is refilled right after */
-        ok = cuda_check(c, cudaMemcpy(dev + r0 * cols, host, (size_t)(n * cols) * sizeof(float),
-                                      cudaMemcpyHostToDevice),
-                        "weight upload");
+        /* complete before the staging buffer is refilled */
+        ok = cuda_upload_now(c, dev + r0 * cols, host, (size_t)(n * cols) * sizeof(float),
+                             "weight upload");
     }
     free(host);
     return ok;
@@ -80,8 +79,7 @@ bool cuda_weight(cuda_ctx *c, const ts_tensor *W, cuda_wview *out) {
     if (!cuda_check(c, cudaMalloc(&dev, bytes ? bytes : 256), "weight alloc")) return false;
     bool ok;
     if (v.dtype == W->dtype)
-        ok = cuda_check(c, cudaMemcpy(dev, W->data, bytes, cudaMemcpyHostToDevice),
-                        "weight upload");
+        ok = cuda_upload_now(c, dev, W->data, bytes, "weight upload");
     else
         ok = upload_dequantized(c, W, v.rows, v.cols, (float *)dev);
     if (!ok) {

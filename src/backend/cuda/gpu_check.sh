@@ -10,7 +10,8 @@
 # GPU_CHECK_SANITIZERS (default "memcheck"; also racecheck), GPU_CHECK_PARALLEL (default
 # "1,8,32,64"), GPU_CHECK_TESTS (default 1; 0 skips the tests), GPU_CHECK_REPS (default 3),
 # GPU_CHECK_SAN_TIMEOUT (seconds per sanitizer, default 240), GPU_CHECK_STRESS (default 0: N runs
-# of test_cuda's graph-decode check while another process loads the GPU, for the known issue in
+# of test_cuda's graph-decode and upload checks while another process loads the GPU: a
+# compute-sanitizer run of other sections, as when a timing-dependent upload race was found;
 # src/backend/cuda/README.md).
 set -u
 OUT=${GPU_CHECK_OUT:-/tmp/gpu_check}
@@ -75,7 +76,7 @@ if [ "${GPU_CHECK_STRESS:-0}" -gt 0 ] && command -v compute-sanitizer >/dev/null
     LOAD=$!
     fails=0
     for i in $(seq 1 "$GPU_CHECK_STRESS"); do
-        TS_CUDA_ONLY=graph TS_FIXTURES=$PWD/tests/fixtures timeout 120 $B/tests/test_cuda \
+        TS_CUDA_ONLY=graph,upload TS_FIXTURES=$PWD/tests/fixtures timeout 120 $B/tests/test_cuda \
             >$OUT/stress_$i.log 2>&1 || { fails=$((fails + 1)); grep -m2 differs $OUT/stress_$i.log; }
     done
     kill $LOAD; pkill -f "compute-sanitizer --tool memcheck $B/tests/test_cuda"
