@@ -312,7 +312,6 @@ __device__ static inline void gdn_reg(const float *q, const float *k, int64_t ld
                                       int64_t ldv, const float *g, const float *beta, int n,
                                       ts_gdn_dims d, float *state, float *out,
                                       const ts_seq_run *runs, ts_gated_norm gn) {
-    cuda_pdl_entry();
     __shared__ float qs[GDN_WARPS * R], ks[GDN_WARPS * R];
     __shared__ float red[2][GDN_WARPS][32];
     __shared__ float ssq[2]; /* this block's share of a token's sum of squares, by parity */
@@ -333,6 +332,12 @@ __device__ static inline void gdn_reg(const float *q, const float *k, int64_t ld
 #pragma unroll
     for (int j = 0; j < R; j++)
         S[j] = col && r0 + j < dk ? Sg[(int64_t)(r0 + j) * dv + c] : 0.0f;
+    /* The run table and the state are read before the programmatic wait: no kernel writes the
+     * table (a copy queued before this kernel, which a graph joins by a full edge) and the state
+     * was last written by this kernel a step ago, while once this kernel runs at all, every
+     * kernel before its predecessor has finished (cuda_pdl_entry). For one sequence (no table,
+     * the conv's kernel just before) the state's loads overlap that kernel's tail. */
+    cuda_pdl_entry();
     for (int t = 0; t < n; t++) {
         for (int i = threadIdx.x; i < GDN_WARPS * R; i += blockDim.x) {
             qs[i] = i < dk ? q[t * ldqk + (int64_t)kh * dk + i] : 0.0f;
