@@ -280,7 +280,13 @@ static void test_attention(void) {
                  /* long contexts: every warp of the block gets many keys */
                  {8, 2, 256, 1, 700, 0, 0},      {16, 2, 128, 3, 300, 0, 0},
                  {4, 1, 64, 2, 600, 128, 0},     {2, 2, 512, 1, 90, 0, 0},
-                 {2, 1, 32, 1, 3, 0, 0}}; /* fewer keys than warps */
+                 {2, 1, 32, 1, 3, 0, 0}, /* fewer keys than warps */
+                 /* prompts of 32 queries or more: the tiled kernel (a partial last tile,
+                  * three tiles after a prefix, a window with softcap, 96 dims); 512 dims fall
+                  * back to the kernel above */
+                 {8, 2, 256, 40, 0, 0, 0},       {4, 2, 64, 70, 10, 0, 0},
+                 {4, 1, 128, 50, 100, 32, 30.0f}, {4, 4, 96, 33, 5, 0, 0},
+                 {2, 1, 512, 40, 0, 0, 0}};
     for (size_t ci = 0; ci < sizeof cases / sizeof *cases; ci++) {
         int nh = cases[ci].nh, nkv = cases[ci].nkv, hd = cases[ci].hd, n = cases[ci].n;
         int ctx = cases[ci].pos0 + n, kvw = nkv * hd;
@@ -464,11 +470,10 @@ static void test_gdn_runs(int Hk, int Hv, int dk, int dvv) {
 
 /* attention_runs over long contexts (the keys split over blocks, then merged) and short ones,
  * several sequences per launch, against the CPU's attention run by run. */
-static void test_attention_runs(void) {
+static void test_attention_runs_case(const int lens[3], const int pos0[3], const char *what) {
     int nh = 8, nkv = 2, hd = 256, kvw = nkv * hd;
-    int lens[3] = {1, 3, 1}, pos0[3] = {1500, 40, 700};
     int64_t ldq = (int64_t)nh * hd * 2;
-    int total = 5;
+    int total = lens[0] + lens[1] + lens[2];
     float *q = rnd((size_t)total * ldq, 1.0f), *knew = rnd((size_t)total * kvw, 1.0f),
           *vnew = rnd((size_t)total * kvw, 1.0f), *o = calloc((size_t)total * nh * hd, 4);
     float *dq = dev(q, (size_t)total * ldq), *dkn = dev(knew, (size_t)total * kvw),
@@ -492,7 +497,7 @@ static void test_attention_runs(void) {
         start += lens[r];
     }
     gpu->ops->attention_runs(gpu, dq, ldq, 2 * hd, dkn, dvn, &d, runs, 3, dout, nh * hd);
-    cmp("attention_runs, long contexts", dout, o, (size_t)total * nh * hd, FP32_TOL);
+    cmp(what, dout, o, (size_t)total * nh * hd, FP32_TOL);
     for (int r = 0; r < 3; r++) {
         gpu->ops->free(gpu, dkc[r]), gpu->ops->free(gpu, dvc[r]);
         free(kc[r]), free(vc[r]);
@@ -500,6 +505,13 @@ static void test_attention_runs(void) {
     gpu->ops->free(gpu, dq), gpu->ops->free(gpu, dkn), gpu->ops->free(gpu, dvn);
     gpu->ops->free(gpu, dout);
     free(q), free(knew), free(vnew), free(o);
+}
+
+static void test_attention_runs(void) {
+    test_attention_runs_case((int[]){1, 3, 1}, (int[]){1500, 40, 700},
+                             "attention_runs, long contexts");
+    /* a prompt of 70 queries beside a decode token and a shorter prompt: the tiled kernel */
+    test_attention_runs_case((int[]){40, 1, 70}, (int[]){0, 700, 20}, "attention_runs, prompts");
 }
 
 /* A [rows, cols] weight of dtype made from random floats; *f32 gets its exact values. */

@@ -166,6 +166,7 @@ extern "C" ts_status ts_backend_cuda_create(int device, ts_backend **out) {
     c->skinny = !cuda_env_off("TESSERA_CUDA_SKINNY");
     c->attn_split = !cuda_env_off("TESSERA_CUDA_ATTN_SPLIT");
     c->fold_norm = !cuda_env_off("TESSERA_CUDA_FOLD_NORM");
+    c->attn_tile = !cuda_env_off("TESSERA_CUDA_ATTN_TILE");
     be->ops = &cuda_ops;
     be->ctx = c;
     if ((err = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) != cudaSuccess) {

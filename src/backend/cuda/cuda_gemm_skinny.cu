@@ -61,16 +61,6 @@ __device__ static inline void mma16816(float *c, uint32_t a0, uint32_t a1, uint3
                      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-__device__ static inline void cp_async16(void *smem, const void *gmem, bool valid) {
-    unsigned d = (unsigned)__cvta_generic_to_shared(smem);
-    int nb = valid ? 16 : 0; /* 0: fill with zeros, read nothing */
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(gmem), "r"(nb));
-}
-__device__ static inline void cp_async_commit(void) { asm volatile("cp.async.commit_group;"); }
-template <int N> __device__ static inline void cp_async_wait(void) {
-    asm volatile("cp.async.wait_group %0;" ::"n"(N));
-}
-
 /* Elements [e, e + 8) of a weight row as an mma operand: 16-bit weights as stored, every other
  * type decoded (cuda_dequant.cuh) and rounded to bf16 - dequantize-to-BF16 tiles. */
 template <ts_dtype DT> __device__ static inline uint4 sk_wload(const uint8_t *row, int64_t e) {

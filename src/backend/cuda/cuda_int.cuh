@@ -26,8 +26,11 @@ typedef struct cuda_ctx_s {
     /* switches for comparisons, read once at creation (each =0 turns it off): GEMVs prefetch
      * their rows into L2 (TESSERA_CUDA_PREFETCH), 9..64 tokens take the tensor-core GEMM
      * (TESSERA_CUDA_SKINNY), attention splits long key ranges (TESSERA_CUDA_ATTN_SPLIT), GEMVs
-     * fold their input's RMSNorm in (TESSERA_CUDA_FOLD_NORM) */
-    bool prefetch, skinny, attn_split, fold_norm;
+     * fold their input's RMSNorm in (TESSERA_CUDA_FOLD_NORM), prompts take the tiled attention
+     * kernel (TESSERA_CUDA_ATTN_TILE) */
+    bool prefetch, skinny, attn_split, fold_norm, attn_tile;
+    /* whether the tiled attention kernels may use their dynamic shared memory */
+    bool attn_tile_opted;
     /* the dynamic shared memory the chunked delta rule's kernels are allowed so far */
     size_t gdnc_smem_opted;
     cudaStream_t stream;
@@ -64,6 +67,20 @@ __device__ __forceinline__ void cuda_pdl_entry(void) {
     asm volatile("griddepcontrol.wait;" ::: "memory");
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
+}
+
+/* 16 bytes from global to shared memory without a trip through registers (cp.async): the loads
+ * of a whole tile are in flight at once. valid false: the 16 bytes are zeroed, nothing is read
+ * (gmem must still be a valid address). Commit a group, then wait until at most N groups are
+ * pending; a __syncthreads() after the wait makes the tile visible to the whole block. */
+__device__ static inline void cp_async16(void *smem, const void *gmem, bool valid) {
+    unsigned d = (unsigned)__cvta_generic_to_shared(smem);
+    int nb = valid ? 16 : 0;
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(gmem), "r"(nb));
+}
+__device__ static inline void cp_async_commit(void) { asm volatile("cp.async.commit_group;"); }
+template <int N> __device__ static inline void cp_async_wait(void) {
+    asm volatile("cp.async.wait_group %0;" ::"n"(N));
 }
 
 /* Asks the L2 cache for the bytes [p, p + n): a hint that returns nothing, each lane of the
