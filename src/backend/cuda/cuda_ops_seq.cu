@@ -15,6 +15,7 @@
 #include <cooperative_groups.h>
 #include <float.h>
 #include <math.h>
+#include <type_traits>
 
 namespace cg = cooperative_groups;
 
@@ -315,6 +316,19 @@ static bool attention_tiled(cuda_ctx *c, int n, int hd, const float *kc, const f
     return true;
 }
 
+/* Calls launch with the dims each lane holds for heads of hd dims (2, 4, 8 or 16 of up to 512)
+ * as a compile-time constant (std::integral_constant), for the kernels' register arrays. */
+template <typename F> static void with_lanes_dims(int hd, F launch) {
+    if (hd <= 64)
+        launch(std::integral_constant<int, 2>{});
+    else if (hd <= 128)
+        launch(std::integral_constant<int, 4>{});
+    else if (hd <= 256)
+        launch(std::integral_constant<int, 8>{});
+    else
+        launch(std::integral_constant<int, 16>{});
+}
+
 /* How many blocks share the keys of one (head, query): enough to give the GPU about two
  * blocks per multiprocessor, each at least ATTN_SPLIT_MIN keys, rounded down to a power of two
  * so that a decode step's shape (and its CUDA graph) changes only a few times as the context
@@ -344,17 +358,11 @@ static void attention_launch(cuda_ctx *c, const float *q, int64_t ldq, int64_t q
     if (attention_tiled(c, n, hd, kc, vc)) {
         int tiles = (n + AT_Q - 1) / AT_Q;
         dim3 grid((unsigned)((int64_t)dims->n_heads * tiles), (unsigned)nr);
-        size_t smem = attention_tiled_smem(hd);
-#define LAUNCH_TILED(NPL)                                                                          \
-    cuda_launch(c, "attention_tiled", k_attention_tiled<NPL>, grid, 32 * ATTN_WARPS, smem, q, ldq,  \
-                q_head_stride, n, pos0, kc, vc, *dims, out, ldo, runs, tiles)
-        if (hd <= 64)
-            LAUNCH_TILED(2);
-        else if (hd <= 128)
-            LAUNCH_TILED(4);
-        else
-            LAUNCH_TILED(8);
-#undef LAUNCH_TILED
+        with_lanes_dims(hd, [&](auto npl) {
+            cuda_launch(c, "attention_tiled", k_attention_tiled<decltype(npl)::value>, grid,
+                        32 * ATTN_WARPS, attention_tiled_smem(hd), q, ldq, q_head_stride, n, pos0,
+                        kc, vc, *dims, out, ldo, runs, tiles);
+        });
         return;
     }
     int64_t blocks = (int64_t)dims->n_heads * n * nr;
@@ -369,18 +377,10 @@ static void attention_launch(cuda_ctx *c, const float *q, int64_t ldq, int64_t q
     }
     dim3 grid((unsigned)((int64_t)dims->n_heads * n), (unsigned)nr, (unsigned)ns);
     size_t smem = (size_t)ATTN_WARPS * hd * sizeof(float); /* at most 16 KiB */
-#define LAUNCH(NPL)                                                                                \
-    cuda_launch(c, "attention", k_attention<NPL>, grid, 32 * ATTN_WARPS, smem, q, ldq,             \
-                q_head_stride, n, pos0, kc, vc, *dims, out, ldo, runs, parts)
-    if (hd <= 64)
-        LAUNCH(2);
-    else if (hd <= 128)
-        LAUNCH(4);
-    else if (hd <= 256)
-        LAUNCH(8);
-    else
-        LAUNCH(16);
-#undef LAUNCH
+    with_lanes_dims(hd, [&](auto npl) {
+        cuda_launch(c, "attention", k_attention<decltype(npl)::value>, grid, 32 * ATTN_WARPS, smem,
+                    q, ldq, q_head_stride, n, pos0, kc, vc, *dims, out, ldo, runs, parts);
+    });
     if (ns > 1)
         cuda_launch(c, "attention_merge", k_attention_merge,
                     dim3((unsigned)((int64_t)dims->n_heads * n), (unsigned)nr), 128, 0, parts,
