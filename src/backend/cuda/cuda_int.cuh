@@ -29,6 +29,9 @@ typedef struct cuda_ctx_s {
      * fold their input's RMSNorm in (TESSERA_CUDA_FOLD_NORM), prompts take the tiled attention
      * kernel (TESSERA_CUDA_ATTN_TILE) */
     bool prefetch, skinny, attn_split, fold_norm, attn_tile;
+    /* runs at least this long take the chunked delta rule (TESSERA_CUDA_GDN_CHUNK_MIN, for
+     * comparisons: a huge value keeps every run recurrent; default 32) */
+    int gdn_chunk_min;
     /* whether the tiled attention kernels may use their dynamic shared memory */
     bool attn_tile_opted;
     /* the dynamic shared memory the chunked delta rule's kernels are allowed so far */

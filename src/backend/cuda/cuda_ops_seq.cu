@@ -640,17 +640,6 @@ __global__ static void k_gdn(const float *q, const float *k, int64_t ldqk, const
             Sg[i * dv + c] = S[i * dv + c];
 }
 
-/* Runs at least this long take the chunked kernel (TESSERA_CUDA_GDN_CHUNK_MIN overrides it,
- * for comparisons: a huge value keeps every run recurrent). */
-static int gdn_chunk_min(void) {
-    static int v = 0;
-    if (!v) {
-        const char *e = getenv("TESSERA_CUDA_GDN_CHUNK_MIN");
-        v = e && atoi(e) > 0 ? atoi(e) : 32;
-    }
-    return v;
-}
-
 /* One launcher for the single-sequence and the runs forms (runs NULL: one run of n tokens on
  * state; else the kernels read each run's length and state from the table); chunk_len: the
  * longest run that may take the chunked form (0: none may). False when no kernel takes these heads
@@ -661,7 +650,7 @@ static bool gdn_launch(cuda_ctx *c, const float *q, const float *k, int64_t ldqk
                        int nr, int chunk_len, const ts_gated_norm *gn = NULL, bool *normed = NULL) {
     int dk = dims->d_k;
     if (normed) *normed = false;
-    if (chunk_len >= gdn_chunk_min() && cuda_gdn_chunked_fits(c, dk, dims->d_v)) {
+    if (chunk_len >= c->gdn_chunk_min && cuda_gdn_chunked_fits(c, dk, dims->d_v)) {
         cuda_gdn_chunked_launch(c, q, k, ldqk, v, ldv, g, beta, n, chunk_len, dims, state, out,
                                 runs, nr);
         return true;
