@@ -11,8 +11,12 @@
  * runs once per 8 blocks on 8 (Q6_K: 16) lanes instead of once per block on a broadcast: the
  * shared body spends ~10 instructions per 32 weights per row, this one ~3-5, which is what
  * decode needs to approach the memory bandwidth, and prefill does 4 fp32 ops per 256 products
- * instead of 16-24. Q5_0 (its high bits need a byte spread per row) came out slower this way
- * (12 GB/s against 17): it keeps the shared body.
+ * instead of 16-24. Q5_0 takes it too: its fifth bits are set in the decoded bytes by a masked
+ * add, the mask of each code vector found by replicating one byte of each block's 32 high bits
+ * and testing it against per-byte bit masks. (A first version that spread the bits otherwise
+ * decoded at 12 GB/s against the shared body's 17 and was dropped; Gemma 3's Q4_K_M keeps its
+ * 640-wide projections in Q5_0, and in prefill the shared body's per-block fp32 work made them
+ * half of the whole prefill.)
  *
  * One Zen 4 core decodes (test_quant --bench hot, a matrix in L2, so the kernel's own speed)
  * Q4_K at 23.7 GB/s and Q6_K at 25.5 (one token; two tokens 17.5 / 19), about what it does
@@ -60,7 +64,7 @@ void cpu_q8act_quantize_avx512(const float *x, int64_t n, void *buf) {
 #define MMQ_T           4
 #define MMQ_TABLE       cpu_mmq_avx512
 #define MMQ_QUANTIZE    cpu_q8act_quantize_avx512
-#define MMQ_IL(dt)      ((dt) != TS_DTYPE_Q5_0)
+#define MMQ_IL(dt)      1
 
 #include "backend/cpu/matmul_q_simd.h"
 
@@ -100,6 +104,45 @@ static const _Alignas(64) int16_t IL_Q40_IDX7[2][32] = {
 };
 /* the fp16 scales of the 8 blocks: words 9s */
 static const _Alignas(64) int16_t IL_Q40_D[32] = {0, 9, 18, 27, 36, 45, 54, 63};
+
+/* Q5_0 block s (22 bytes): d at word 11s, qh (32 high bits) at words 11s + 1, 11s + 2, codes
+ * as Q4_0's from word 11s + 3. X_h lanes as Q4_0's: code dword 2h + i / 8 of block i % 8. Words
+ * 0..63 come from bytes 0..127 (IDX); the words marked in B_MASK lie in bytes 128..175, taken
+ * from a third vector (IDX_B). QHD: words 0-15 the qh of blocks 0-7 (dword s), words 16-23
+ * their d. */
+static const _Alignas(64) int16_t IL_Q50_IDX[2][32] = {
+    {3, 4, 14, 15, 25, 26, 36, 37, 47, 48, 58, 59, 0, 0, 0, 0,
+     5, 6, 16, 17, 27, 28, 38, 39, 49, 50, 60, 61, 0, 0, 0, 0},
+    {7, 8, 18, 19, 29, 30, 40, 41, 51, 52, 62, 63, 0, 0, 0, 0,
+     9, 10, 20, 21, 31, 32, 42, 43, 53, 54, 0, 0, 0, 0, 0, 0},
+};
+static const _Alignas(64) int16_t IL_Q50_IDX_B[2][32] = {
+    {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 5, 6, 16, 17,
+     0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 7, 8, 18, 19},
+    {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 9, 10, 20, 21,
+     0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 11, 12, 22, 23},
+};
+static const __mmask32 IL_Q50_B_MASK[2] = {0xf000f000u, 0xfc00f000u};
+static const _Alignas(64) int16_t IL_Q50_QHD[32] = {1, 2, 12, 13, 23, 24, 34, 35, 45, 46, 56, 57,
+                                                    0, 0, 0, 0, 0, 11, 22, 33, 44, 55};
+static const _Alignas(64) int16_t IL_Q50_QHD_B[32] = {0, 0, 0, 0, 0, 0, 0, 0,  0,  0, 0,
+                                                      0, 3, 4, 14, 15, 0, 0, 0, 0, 0, 0, 2, 13};
+#define IL_Q50_QHD_B_MASK ((__mmask32)0x00c0f000u)
+/* Code vector r holds elements 8r + 4 (i / 8) + k of block i % 8 in byte k of dword lane i:
+ * their fifth bits are bits 4 (i / 8) + k of byte r of the block's qh. IL_Q50_REP[r] copies
+ * byte r of each dword to its four bytes, IL_Q50_BIT picks bit k (lanes 0-7) or 4 + k. */
+static const _Alignas(64) int8_t IL_Q50_REP[4][16] = {
+    {0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12},
+    {1, 1, 1, 1, 5, 5, 5, 5, 9, 9, 9, 9, 13, 13, 13, 13},
+    {2, 2, 2, 2, 6, 6, 6, 6, 10, 10, 10, 10, 14, 14, 14, 14},
+    {3, 3, 3, 3, 7, 7, 7, 7, 11, 11, 11, 11, 15, 15, 15, 15},
+};
+static const _Alignas(64) uint8_t IL_Q50_BIT[64] = {
+    1,  2,  4,  8,  1,  2,  4,  8,  1,  2,  4,  8,  1,  2,  4,  8,
+    1,  2,  4,  8,  1,  2,  4,  8,  1,  2,  4,  8,  1,  2,  4,  8,
+    16, 32, 64, 128, 16, 32, 64, 128, 16, 32, 64, 128, 16, 32, 64, 128,
+    16, 32, 64, 128, 16, 32, 64, 128, 16, 32, 64, 128, 16, 32, 64, 128,
+};
 
 /* Q8_0: the fp16 scale of block s at word 17s of its 8-block group (272 bytes): words
  * 0, 17, 34, 51 of the first 128 bytes in lanes 0-3, 4, 21, 38, 55 of the next in lanes 4-7 */
@@ -224,6 +267,32 @@ INLINE void il_decode(ts_dtype dt, const uint8_t *p, il_weights *wt) {
             _mm256_cvtph_ps(_mm512_castsi512_si128(_mm512_mask_blend_epi16(0xf0, dlo, dhi)));
         *scale = d;
         *offset = _mm256_mul_ps(d, _mm256_set1_ps(128.0f));
+    } else if (dt == TS_DTYPE_Q5_0) {
+        /* 176 bytes: the last 48 by a masked load, which reads nothing past the chunk */
+        const __m512i a0 = _mm512_loadu_si512(p), a1 = _mm512_loadu_si512(p + 64);
+        const __m512i a2 = _mm512_maskz_loadu_epi8((__mmask64)0xffffffffffffull, p + 128);
+        __m512i qhd = _mm512_permutex2var_epi16(a0, _mm512_load_si512(IL_Q50_QHD), a1);
+        qhd = _mm512_mask_permutexvar_epi16(qhd, IL_Q50_QHD_B_MASK,
+                                            _mm512_load_si512(IL_Q50_QHD_B), a2);
+        const __m512i qh = _mm512_shuffle_i64x2(qhd, qhd, 0x44); /* dwords i and i + 8: block i */
+        const __m512i bits = _mm512_load_si512(IL_Q50_BIT), fifth = _mm512_set1_epi8(0x10);
+        UNROLL(4)
+        for (int h = 0; h < 2; h++) {
+            __m512i x = _mm512_permutex2var_epi16(a0, _mm512_load_si512(IL_Q50_IDX[h]), a1);
+            x = _mm512_mask_permutexvar_epi16(x, IL_Q50_B_MASK[h],
+                                              _mm512_load_si512(IL_Q50_IDX_B[h]), a2);
+            z[h] = _mm512_and_si512(x, low4);
+            z[h + 2] = _mm512_and_si512(_mm512_srli_epi16(x, 4), low4);
+        }
+        UNROLL(4)
+        for (int r = 0; r < 4; r++) {
+            const __m512i rep = _mm512_broadcast_i32x4(_mm_load_si128((const __m128i *)IL_Q50_REP[r]));
+            const __mmask64 hb = _mm512_test_epi8_mask(_mm512_shuffle_epi8(qh, rep), bits);
+            z[r] = _mm512_mask_add_epi8(z[r], hb, z[r], fifth);
+        }
+        const __m256 d = _mm256_cvtph_ps(_mm512_extracti32x4_epi32(qhd, 2));
+        *scale = d;
+        *offset = _mm256_mul_ps(d, _mm256_set1_ps(16.0f));
     } else {
         const __m512i a0 = _mm512_loadu_si512(p), a1 = _mm512_loadu_si512(p + 64);
         const __m512i b7 = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(p + 128)));
@@ -242,7 +311,17 @@ INLINE void il_decode(ts_dtype dt, const uint8_t *p, il_weights *wt) {
     }
 }
 
-/* One Q4_0 / Q8_0 block outside the whole chunks (row tails of n % 256), natural order. */
+/* The bytes of one chunk of 8 blocks (a K-quant super-block). */
+INLINE int il_chunk_bytes(ts_dtype dt) {
+    switch (dt) {
+    case TS_DTYPE_Q8_0: return 272;
+    case TS_DTYPE_Q6_K: return 210;
+    case TS_DTYPE_Q5_0: return 176;
+    default: return 144; /* Q4_0, Q4_K */
+    }
+}
+
+/* One Q4_0 / Q5_0 / Q8_0 block outside the whole chunks (row tails of n % 256), natural order. */
 INLINE __m256 il_tail_block(ts_dtype dt, const uint8_t *blk, const cpu_q8act *a, int64_t b,
                             __m256 acc) {
     __m256i u;
@@ -251,6 +330,11 @@ INLINE __m256 il_tail_block(ts_dtype dt, const uint8_t *blk, const cpu_q8act *a,
         u = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(blk + 2)),
                              _mm256_set1_epi8((char)0x80));
         off = -128.0f / 8;
+    } else if (dt == TS_DTYPE_Q5_0) {
+        uint32_t qh;
+        memcpy(&qh, blk + 2, 4);
+        u = _mm256_or_si256(mmq_u_q4_0(blk + 6), MMQ_Q5_HIGH(qh));
+        off = -16.0f / 8;
     } else {
         u = mmq_u_q4_0(blk + 2);
         off = -8.0f / 8;
@@ -266,7 +350,7 @@ INLINE __m256 il_tail_block(ts_dtype dt, const uint8_t *blk, const cpu_q8act *a,
 INLINE void il_rows(ts_dtype dt, const uint8_t *const *w, const uint8_t *pf, size_t pf_step,
                     const cpu_q8act *A, int64_t chunks, __m256 acc[MMQ_R][MMQ_T], int q0, int RS,
                     int T) {
-    const int cb = dt == TS_DTYPE_Q8_0 ? 272 : dt == TS_DTYPE_Q6_K ? 210 : 144; /* 8 blocks */
+    const int cb = il_chunk_bytes(dt);
     for (int64_t ch = 0; ch < chunks; ch++) {
         if (pf) mmq_prefetch_step(pf, (size_t)ch, (int)pf_step);
         UNROLL(8)
@@ -350,8 +434,9 @@ INLINE void mmq_il_tile(ts_dtype dt, const uint8_t *const *w, const uint8_t *pf,
     __m256 acc[MMQ_R][MMQ_T];
     mmq_tile_open(act, ab, n, MMQ_R, T, A, acc);
     const int64_t chunks = n / 256;
-    const int bb = dt == TS_DTYPE_Q8_0 ? 34 : 18; /* the tail blocks (Q4_0, Q8_0) */
-    const int cb = dt == TS_DTYPE_Q8_0 ? 272 : dt == TS_DTYPE_Q6_K ? 210 : 144;
+    /* the tail blocks (Q4_0, Q5_0, Q8_0) and the 8-block chunks */
+    const int bb = dt == TS_DTYPE_Q8_0 ? 34 : dt == TS_DTYPE_Q5_0 ? 22 : 18;
+    const int cb = il_chunk_bytes(dt);
     /* The whole next row block is prefetched over the chunk steps: with a tail (Gemma's
      * 640-column Q8_0 output head: 2 chunks + 4 blocks) steps of one chunk left a fifth of it
      * to demand misses, and decode of that head ran at 3/4 of the old kernel's speed. */
@@ -391,7 +476,8 @@ INLINE void mmq_il_tile(ts_dtype dt, const uint8_t *const *w, const uint8_t *pf,
     } else {
         il_rows(dt, w, pf, pf_step, A, chunks, acc, 0, MMQ_R, T);
     }
-    if (dt == TS_DTYPE_Q4_0 || dt == TS_DTYPE_Q8_0) { /* K-quant rows are whole chunks */
+    if (dt == TS_DTYPE_Q4_0 || dt == TS_DTYPE_Q5_0 || dt == TS_DTYPE_Q8_0) {
+        /* K-quant rows are whole chunks */
         for (int64_t b = 8 * chunks; b < n / 32; b++) {
             UNROLL(8)
             for (int q = 0; q < MMQ_R; q++) {
