@@ -65,6 +65,10 @@ void cpu_q8act_quantize_avx512(const float *x, int64_t n, void *buf) {
 #define MMQ_TABLE       cpu_mmq_avx512
 #define MMQ_QUANTIZE    cpu_q8act_quantize_avx512
 #define MMQ_IL(dt)      1
+/* prefill: a row block's chunks decoded once for all its token groups, rows up to 64 chunks
+ * (16384 columns); 384 bytes an 8-block chunk (il_weights) */
+#define MMQ_IL_DEC_CHUNKS 64
+#define MMQ_IL_DEC_BYTES  (MMQ_R * MMQ_IL_DEC_CHUNKS * 384)
 
 #include "backend/cpu/matmul_q_simd.h"
 
@@ -184,6 +188,8 @@ typedef struct {
     __m256 scale, offset;
     __m512 scale16;
 } il_weights;
+_Static_assert(sizeof(il_weights) * MMQ_R * MMQ_IL_DEC_CHUNKS == MMQ_IL_DEC_BYTES,
+               "MMQ_IL_DEC_BYTES: the size of the decoded chunks");
 
 INLINE void il_decode(ts_dtype dt, const uint8_t *p, il_weights *wt) {
     const __m512i low4 = _mm512_set1_epi8(15);
@@ -345,37 +351,46 @@ INLINE __m256 il_tail_block(ts_dtype dt, const uint8_t *blk, const cpu_q8act *a,
     return _mm256_fmadd_ps(f, mmq_f16(blk), acc);
 }
 
-/* Rows q0 .. q0 + RS of the tile over all whole chunks, into acc[q0 ..][0 .. T). Each chunk
- * step prefetches pf_step bytes of the row block ahead (see mmq_il_tile). */
+/* One decoded chunk ch of a row against the tile's T tokens, into acc[0 .. T). */
+INLINE void il_accumulate(ts_dtype dt, const il_weights *wt, const cpu_q8act *A, int64_t ch,
+                          __m256 *acc, int T) {
+    UNROLL(8)
+    for (int t = 0; t < T; t++) {
+        const int8_t *aq = A[t].q + 256 * ch;
+        __m256 da = _mm256_loadu_ps(A[t].d + 8 * ch);
+        if (dt == TS_DTYPE_Q4_K) da = _mm256_mul_ps(da, _mm256_load_ps(IL_Q4K_DA16));
+        __m512i s = _mm512_setzero_si512();
+        UNROLL(4)
+        for (int r = 0; r < 4; r++)
+            s = _mm512_dpbusd_epi32(s, wt->z[r], _mm512_loadu_si512(aq + 64 * r));
+        /* the 8 block sums: Q8_0 lanes 2j + 2j + 1, else lanes j + j + 8 */
+        const __m256i s8 =
+            dt == TS_DTYPE_Q8_0
+                ? _mm512_cvtepi64_epi32(_mm512_add_epi32(s, _mm512_srli_epi64(s, 32)))
+                : _mm256_add_epi32(_mm512_castsi512_si256(s), _mm512_extracti64x4_epi64(s, 1));
+        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s8), _mm256_mul_ps(wt->scale, da), acc[t]);
+        acc[t] = _mm256_fnmadd_ps(wt->offset, _mm256_loadu_ps(A[t].s + 8 * ch), acc[t]);
+    }
+}
+
+/* Rows q0 .. q0 + RS of the tile over all whole chunks, into acc[q0 ..][0 .. T): decoded here,
+ * or (dec) taken from the row block decoded once (dec[q * chunks + ch]); the same operations
+ * on the same values either way. Each chunk step prefetches pf_step bytes of the row block
+ * ahead (see mmq_il_tile). */
 INLINE void il_rows(ts_dtype dt, const uint8_t *const *w, const uint8_t *pf, size_t pf_step,
                     const cpu_q8act *A, int64_t chunks, __m256 acc[MMQ_R][MMQ_T], int q0, int RS,
-                    int T) {
+                    int T, const il_weights *dec) {
     const int cb = il_chunk_bytes(dt);
     for (int64_t ch = 0; ch < chunks; ch++) {
         if (pf) mmq_prefetch_step(pf, (size_t)ch, (int)pf_step);
         UNROLL(8)
         for (int q = q0; q < q0 + RS; q++) {
-            il_weights wt;
-            il_decode(dt, w[q] + (size_t)cb * (size_t)ch, &wt);
-            UNROLL(8)
-            for (int t = 0; t < T; t++) {
-                const int8_t *aq = A[t].q + 256 * ch;
-                __m256 da = _mm256_loadu_ps(A[t].d + 8 * ch);
-                if (dt == TS_DTYPE_Q4_K) da = _mm256_mul_ps(da, _mm256_load_ps(IL_Q4K_DA16));
-                __m512i s = _mm512_setzero_si512();
-                UNROLL(4)
-                for (int r = 0; r < 4; r++)
-                    s = _mm512_dpbusd_epi32(s, wt.z[r], _mm512_loadu_si512(aq + 64 * r));
-                /* the 8 block sums: Q8_0 lanes 2j + 2j + 1, else lanes j + j + 8 */
-                const __m256i s8 =
-                    dt == TS_DTYPE_Q8_0
-                        ? _mm512_cvtepi64_epi32(_mm512_add_epi32(s, _mm512_srli_epi64(s, 32)))
-                        : _mm256_add_epi32(_mm512_castsi512_si256(s),
-                                           _mm512_extracti64x4_epi64(s, 1));
-                acc[q][t] =
-                    _mm256_fmadd_ps(_mm256_cvtepi32_ps(s8), _mm256_mul_ps(wt.scale, da), acc[q][t]);
-                acc[q][t] =
-                    _mm256_fnmadd_ps(wt.offset, _mm256_loadu_ps(A[t].s + 8 * ch), acc[q][t]);
+            if (dec) {
+                il_accumulate(dt, &dec[(size_t)q * (size_t)chunks + (size_t)ch], A, ch, acc[q], T);
+            } else {
+                il_weights wt;
+                il_decode(dt, w[q] + (size_t)cb * (size_t)ch, &wt);
+                il_accumulate(dt, &wt, A, ch, acc[q], T);
             }
         }
     }
@@ -399,9 +414,19 @@ INLINE __m512 il_q6k_sums(const il_weights *wt, const int8_t *aq) {
  * super-block, the activation scales of the 8 blocks twice (da2) and 32 s16 in the order of
  * scale16 (s16x32) are formed once for all rows; per row and token that leaves the dots, one
  * convert, one multiply and two FMAs (the offset 32 of the codes through s16). */
+INLINE void il_q6k_accumulate(const il_weights *wt, const cpu_q8act *A, int64_t ch,
+                              const __m512 *da2, const __m512 *s16x32, __m512 *acc, int T) {
+    UNROLL(8)
+    for (int t = 0; t < T; t++) {
+        const __m512 f = il_q6k_sums(wt, A[t].q + 256 * ch);
+        acc[t] = _mm512_fmadd_ps(f, _mm512_mul_ps(wt->scale16, da2[t]), acc[t]);
+        acc[t] = _mm512_fnmadd_ps(wt->scale16, s16x32[t], acc[t]);
+    }
+}
+
 INLINE void il_rows_q6k(const uint8_t *const *w, const uint8_t *pf, size_t pf_step,
                         const cpu_q8act *A, int64_t chunks, __m512 acc[MMQ_R][MMQ_T], int q0,
-                        int RS, int T) {
+                        int RS, int T, const il_weights *dec) {
     const __m512i even_odd =
         _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
     for (int64_t ch = 0; ch < chunks; ch++) {
@@ -416,20 +441,24 @@ INLINE void il_rows_q6k(const uint8_t *const *w, const uint8_t *pf, size_t pf_st
         }
         UNROLL(8)
         for (int q = q0; q < q0 + RS; q++) {
-            il_weights wt;
-            il_decode(TS_DTYPE_Q6_K, w[q] + (size_t)210 * (size_t)ch, &wt);
-            UNROLL(8)
-            for (int t = 0; t < T; t++) {
-                const __m512 f = il_q6k_sums(&wt, A[t].q + 256 * ch);
-                acc[q][t] = _mm512_fmadd_ps(f, _mm512_mul_ps(wt.scale16, da2[t]), acc[q][t]);
-                acc[q][t] = _mm512_fnmadd_ps(wt.scale16, s16x32[t], acc[q][t]);
+            if (dec) {
+                il_q6k_accumulate(&dec[(size_t)q * (size_t)chunks + (size_t)ch], A, ch, da2,
+                                  s16x32, acc[q], T);
+            } else {
+                il_weights wt;
+                il_decode(TS_DTYPE_Q6_K, w[q] + (size_t)210 * (size_t)ch, &wt);
+                il_q6k_accumulate(&wt, A, ch, da2, s16x32, acc[q], T);
             }
         }
     }
 }
 
+/* dec_state (prefill, several token groups per row block; mmq_run): 0 decode as the chunks
+ * are used; 1 decode the row block's chunks into decbuf first (this is its first token group),
+ * then use them; 2 use what decbuf holds (a later group of the same row block). */
 INLINE void mmq_il_tile(ts_dtype dt, const uint8_t *const *w, const uint8_t *pf, const uint8_t *act,
-                        size_t ab, int64_t n, float *y, int64_t ldy, int nr, int T) {
+                        size_t ab, int64_t n, float *y, int64_t ldy, int nr, int T,
+                        uint8_t *decbuf, int dec_state) {
     cpu_q8act A[MMQ_T];
     __m256 acc[MMQ_R][MMQ_T];
     mmq_tile_open(act, ab, n, MMQ_R, T, A, acc);
@@ -443,6 +472,17 @@ INLINE void mmq_il_tile(ts_dtype dt, const uint8_t *const *w, const uint8_t *pf,
     const size_t block_bytes = (size_t)MMQ_R * ((size_t)chunks * cb + (size_t)(n % 256) / 32 * bb);
     const size_t pf_step = chunks ? (block_bytes + (size_t)chunks - 1) / (size_t)chunks : 0;
     if (pf && !chunks) mmq_prefetch_step(pf, 0, (int)block_bytes);
+    il_weights *dec = dec_state ? (il_weights *)decbuf : NULL;
+    if (dec_state == 1) { /* the prefetch of the next row block goes with this pass */
+        for (int64_t ch = 0; ch < chunks; ch++) {
+            if (pf) mmq_prefetch_step(pf, (size_t)ch, (int)pf_step);
+            UNROLL(4)
+            for (int q = 0; q < MMQ_R; q++)
+                il_decode(dt, w[q] + (size_t)cb * (size_t)ch,
+                          &dec[(size_t)q * (size_t)chunks + (size_t)ch]);
+        }
+        if (chunks) pf = NULL;
+    }
     /* more than 8 accumulators spill (with the 4 codes vectors and the scales): beyond 2
      * tokens the rows go in two or four passes, the first one prefetching for all */
     if (dt == TS_DTYPE_Q6_K) {
@@ -456,9 +496,9 @@ INLINE void mmq_il_tile(ts_dtype dt, const uint8_t *const *w, const uint8_t *pf,
         /* more than 2 tokens: one row a pass (the accumulators and codes fill the registers) */
         if (T > 2) {
             for (int q = 0; q < MMQ_R; q++)
-                il_rows_q6k(w, q ? NULL : pf, pf_step, A, chunks, acc16, q, 1, T);
+                il_rows_q6k(w, q ? NULL : pf, pf_step, A, chunks, acc16, q, 1, T, dec);
         } else {
-            il_rows_q6k(w, pf, pf_step, A, chunks, acc16, 0, MMQ_R, T);
+            il_rows_q6k(w, pf, pf_step, A, chunks, acc16, 0, MMQ_R, T, dec);
         }
         UNROLL(8)
         for (int q = 0; q < MMQ_R; q++) {
@@ -469,12 +509,12 @@ INLINE void mmq_il_tile(ts_dtype dt, const uint8_t *const *w, const uint8_t *pf,
         }
     } else if (T > 2 && dt == TS_DTYPE_Q4_K) {
         for (int q = 0; q < MMQ_R; q++)
-            il_rows(dt, w, q ? NULL : pf, pf_step, A, chunks, acc, q, 1, T);
+            il_rows(dt, w, q ? NULL : pf, pf_step, A, chunks, acc, q, 1, T, dec);
     } else if (T > 2) {
-        il_rows(dt, w, pf, pf_step, A, chunks, acc, 0, MMQ_R / 2, T);
-        il_rows(dt, w, NULL, pf_step, A, chunks, acc, MMQ_R / 2, MMQ_R / 2, T);
+        il_rows(dt, w, pf, pf_step, A, chunks, acc, 0, MMQ_R / 2, T, dec);
+        il_rows(dt, w, NULL, pf_step, A, chunks, acc, MMQ_R / 2, MMQ_R / 2, T, dec);
     } else {
-        il_rows(dt, w, pf, pf_step, A, chunks, acc, 0, MMQ_R, T);
+        il_rows(dt, w, pf, pf_step, A, chunks, acc, 0, MMQ_R, T, dec);
     }
     if (dt == TS_DTYPE_Q4_0 || dt == TS_DTYPE_Q5_0 || dt == TS_DTYPE_Q8_0) {
         /* K-quant rows are whole chunks */

@@ -7,7 +7,10 @@
  *   MMQ_TABLE      the name of the kernel table to define;
  *   MMQ_QUANTIZE   this ISA's cpu_q8act_quantize (same bytes as the scalar one);
  *   MMQ_IL(dt)     optional: nonzero for the dtypes that the file's own mmq_il_tile handles
- *                  (activations in the order of cpu_q8act_interleave; see matmul_q_avx512.c).
+ *                  (activations in the order of cpu_q8act_interleave; see matmul_q_avx512.c);
+ *   MMQ_IL_DEC_BYTES, MMQ_IL_DEC_CHUNKS  with MMQ_IL: a buffer in which mmq_il_tile keeps a row
+ *                  block decoded for all its token groups (rows of up to that many 256-element
+ *                  chunks), so prefill decodes each weight once per tile of tokens.
  *
  * Work order: activations are quantized (cpu_q8act_quantize) a tile of tokens at a time into
  * a stack buffer; for each block of MMQ_R rows, each group of up to MMQ_T tokens runs over the
@@ -248,7 +251,7 @@ INLINE void mmq_tileK(ts_dtype dt, const uint8_t *const *w, const uint8_t *pf, s
 #define MMQ_HAS_IL 1
 INLINE void mmq_il_tile(ts_dtype dt, const uint8_t *const *w, const uint8_t *pf,
                         const uint8_t *act, size_t ab, int64_t n, float *y, int64_t ldy, int nr,
-                        int T);
+                        int T, uint8_t *decbuf, int dec_state);
 #else
 #define MMQ_HAS_IL 0
 #define MMQ_IL(dt) 0
@@ -256,13 +259,14 @@ INLINE void mmq_il_tile(ts_dtype dt, const uint8_t *const *w, const uint8_t *pf,
 
 INLINE void mmq_tile(ts_dtype dt, const uint8_t *const *w, const uint8_t *pf, size_t rb,
                      const uint8_t *act, size_t ab, int64_t n, float *y, int64_t ldy, int nr,
-                     int T) {
+                     int T, uint8_t *decbuf, int dec_state) {
 #if MMQ_HAS_IL
     if (MMQ_IL(dt)) {
-        mmq_il_tile(dt, w, pf, act, ab, n, y, ldy, nr, T);
+        mmq_il_tile(dt, w, pf, act, ab, n, y, ldy, nr, T, decbuf, dec_state);
         return;
     }
 #endif
+    (void)decbuf, (void)dec_state;
     if (dt == TS_DTYPE_Q4_K || dt == TS_DTYPE_Q6_K)
         mmq_tileK(dt, w, pf, rb, act, ab, n, y, ldy, nr, MMQ_R, T);
     else
@@ -271,6 +275,13 @@ INLINE void mmq_tile(ts_dtype dt, const uint8_t *const *w, const uint8_t *pf, si
 
 INLINE void mmq_run(ts_dtype dt, const cpu_mm_job *j, int64_t r0, int64_t r1) {
     _Alignas(64) uint8_t buf[CPU_MMQ_ACT_BYTES];
+#if MMQ_HAS_IL && defined(MMQ_IL_DEC_BYTES)
+    _Alignas(64) uint8_t decbuf[MMQ_IL_DEC_BYTES];
+    const bool predecode = MMQ_IL(dt) && j->cols / 256 <= MMQ_IL_DEC_CHUNKS;
+#else
+    uint8_t *decbuf = NULL;
+    const bool predecode = false;
+#endif
     const int64_t n = j->cols;
     assert(n % ts_dtype_block_elems(dt) == 0 && n <= CPU_MMQ_MAX_COLS);
     const size_t ab = cpu_q8act_bytes(n), rb = j->row_bytes;
@@ -297,13 +308,17 @@ INLINE void mmq_run(ts_dtype dt, const cpu_mm_job *j, int64_t r0, int64_t r1) {
                 const uint8_t *act = buf + (size_t)tg * ab;
                 float *y = j->y + (int64_t)(t0 + tg) * j->ldy + r;
                 const uint8_t *p = tg == 0 ? pf : NULL;
+                /* several token groups: decode the row block once, with the first */
+                const int ds = predecode && nt > MMQ_T ? (tg == 0 ? 1 : 2) : 0;
                 switch (nt - tg) {
-                case 1: mmq_tile(dt, w, p, rb, act, ab, n, y, j->ldy, nr, 1); break;
+                case 1: mmq_tile(dt, w, p, rb, act, ab, n, y, j->ldy, nr, 1, decbuf, ds); break;
 #if MMQ_T > 2
-                case 2: mmq_tile(dt, w, p, rb, act, ab, n, y, j->ldy, nr, 2); break;
-                case 3: mmq_tile(dt, w, p, rb, act, ab, n, y, j->ldy, nr, 3); break;
+                case 2: mmq_tile(dt, w, p, rb, act, ab, n, y, j->ldy, nr, 2, decbuf, ds); break;
+                case 3: mmq_tile(dt, w, p, rb, act, ab, n, y, j->ldy, nr, 3, decbuf, ds); break;
 #endif
-                default: mmq_tile(dt, w, p, rb, act, ab, n, y, j->ldy, nr, MMQ_T); break;
+                default:
+                    mmq_tile(dt, w, p, rb, act, ab, n, y, j->ldy, nr, MMQ_T, decbuf, ds);
+                    break;
                 }
             }
         }
