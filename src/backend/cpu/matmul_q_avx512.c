@@ -483,8 +483,12 @@ INLINE void mmq_il_tile(ts_dtype dt, const uint8_t *const *w, const uint8_t *pf,
         }
         if (chunks) pf = NULL;
     }
-    /* more than 8 accumulators spill (with the 4 codes vectors and the scales): beyond 2
-     * tokens the rows go in two or four passes, the first one prefetching for all */
+    /* Rows per pass, as many as the registers hold (with the accumulators, the codes and the
+     * scales): decoding in the loop, more than 8 accumulators spill, so beyond 2 tokens the rows
+     * go in two passes (Q4_K, Q6_K: four); with the codes read decoded from memory (prefill)
+     * Q4_K and Q6_K take two rows a pass, Q5_0 and Q8_0 all four (test_quant --bench prefill on
+     * Zen 4: Q4_K +26%, Q6_K +30%, Q5_0 +16%, Q8_0 +10%; Q4_0 gained nothing from four). The
+     * first pass prefetches for all. */
     if (dt == TS_DTYPE_Q6_K) {
         __m512 acc16[MMQ_R][MMQ_T];
         UNROLL(8)
@@ -493,8 +497,12 @@ INLINE void mmq_il_tile(ts_dtype dt, const uint8_t *const *w, const uint8_t *pf,
             for (int t = 0; t < T; t++)
                 acc16[q][t] = _mm512_setzero_ps();
         }
-        /* more than 2 tokens: one row a pass (the accumulators and codes fill the registers) */
-        if (T > 2) {
+        /* more than 2 tokens: one row a pass (the accumulators and codes fill the registers),
+         * two where the codes come decoded from memory */
+        if (T > 2 && dec) {
+            il_rows_q6k(w, pf, pf_step, A, chunks, acc16, 0, MMQ_R / 2, T, dec);
+            il_rows_q6k(w, NULL, pf_step, A, chunks, acc16, MMQ_R / 2, MMQ_R / 2, T, dec);
+        } else if (T > 2) {
             for (int q = 0; q < MMQ_R; q++)
                 il_rows_q6k(w, q ? NULL : pf, pf_step, A, chunks, acc16, q, 1, T, dec);
         } else {
@@ -507,14 +515,14 @@ INLINE void mmq_il_tile(ts_dtype dt, const uint8_t *const *w, const uint8_t *pf,
                 acc[q][t] = _mm256_add_ps(_mm512_castps512_ps256(acc16[q][t]),
                                           _mm512_extractf32x8_ps(acc16[q][t], 1));
         }
-    } else if (T > 2 && dt == TS_DTYPE_Q4_K) {
+    } else if (T <= 2 || (dec && (dt == TS_DTYPE_Q5_0 || dt == TS_DTYPE_Q8_0))) {
+        il_rows(dt, w, pf, pf_step, A, chunks, acc, 0, MMQ_R, T, dec);
+    } else if (dt == TS_DTYPE_Q4_K && !dec) {
         for (int q = 0; q < MMQ_R; q++)
             il_rows(dt, w, q ? NULL : pf, pf_step, A, chunks, acc, q, 1, T, dec);
-    } else if (T > 2) {
+    } else {
         il_rows(dt, w, pf, pf_step, A, chunks, acc, 0, MMQ_R / 2, T, dec);
         il_rows(dt, w, NULL, pf_step, A, chunks, acc, MMQ_R / 2, MMQ_R / 2, T, dec);
-    } else {
-        il_rows(dt, w, pf, pf_step, A, chunks, acc, 0, MMQ_R, T, dec);
     }
     if (dt == TS_DTYPE_Q4_0 || dt == TS_DTYPE_Q5_0 || dt == TS_DTYPE_Q8_0) {
         /* K-quant rows are whole chunks */
