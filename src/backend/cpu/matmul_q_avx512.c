@@ -446,7 +446,8 @@ INLINE void il_rows_q6k(const uint8_t *const *w, const uint8_t *pf, size_t pf_st
                                   s16x32, acc[q], T);
             } else {
                 il_weights wt;
-                il_decode(TS_DTYPE_Q6_K, w[q] + (size_t)210 * (size_t)ch, &wt);
+                il_decode(TS_DTYPE_Q6_K, w[q] + (size_t)il_chunk_bytes(TS_DTYPE_Q6_K) * (size_t)ch,
+                          &wt);
                 il_q6k_accumulate(&wt, A, ch, da2, s16x32, acc[q], T);
             }
         }

@@ -1,7 +1,7 @@
 /* Row-wise and elementwise CPU ops: norms, RoPE, activations, copies, embedding lookup.
- * They are cheap next to the matmuls and stay plain loops the compiler vectorises; what a
- * profile showed to matter in prefill (the norms, the embedding rows) splits its rows over the
- * pool. */
+ * They are cheap next to the matmuls and stay plain loops the compiler vectorises; in prefill
+ * their rows (or tokens) split over the pool (cpu_run_rows), which a profile showed to matter
+ * for the norms, RoPE and the activations. */
 #include <string.h>
 
 #include "backend/cpu/cpu_int.h"
@@ -31,28 +31,13 @@ static void get_rows_task(void *p, int ith, int nth) {
 void cpu_op_get_rows(ts_backend *be, const ts_tensor *W, const int32_t *ids, int n, float scale,
                      float *out) {
     get_rows_job j = {W, ids, n, scale, out};
-    if (n > 8)
-        ts_pool_run(cpu_of(be)->pool, get_rows_task, &j);
-    else
-        get_rows_task(&j, 0, 1);
+    cpu_run_rows(be, get_rows_task, &j, n, 9);
 }
 
 void cpu_op_matmul(ts_backend *be, const ts_tensor *W, const float *x, int64_t ldx, int n,
                    float *y, int64_t ldy) {
     cpu_ctx *c = cpu_of(be);
     cpu_matmul(c->pool, c->isa, W, x, ldx, n, y, ldy);
-}
-
-/* Sum of squares of x[0..n) in double (the reference sums in fp32, pairwise), as four
- * interleaved partial sums: a single chain of dependent double adds made the norms ~5% of a
- * Gemma 3 prefill on one thread while the other waited. */
-static inline double sum_squares(const float *x, int n) {
-    double s[4] = {0, 0, 0, 0};
-    int i = 0;
-    for (; i + 4 <= n; i += 4)
-        for (int k = 0; k < 4; k++) s[k] += (double)x[i + k] * x[i + k];
-    for (; i < n; i++) s[0] += (double)x[i] * x[i];
-    return (s[0] + s[1]) + (s[2] + s[3]);
 }
 
 /* The norms' rows, split over the pool when there are enough of them (prefill). */
@@ -73,7 +58,7 @@ static void norm_task(void *p, int ith, int nth) {
     for (long r = lo; r < hi; r++) {
         const float *xr = j->x + r * j->ldx;
         float *o = j->out + r * j->ldo;
-        double ss = sum_squares(xr, j->dim);
+        double ss = cpu_sum_squares(xr, j->dim);
         if (j->w) {
             float inv = 1.0f / sqrtf((float)(ss / j->dim) + j->eps);
             for (int i = 0; i < j->dim; i++) o[i] = (xr[i] * inv) * j->w[i];
@@ -84,23 +69,16 @@ static void norm_task(void *p, int ith, int nth) {
     }
 }
 
-static void norm_rows(ts_backend *be, const norm_job *j) {
-    if (j->n_rows >= 16)
-        ts_pool_run(cpu_of(be)->pool, norm_task, (void *)j);
-    else
-        norm_task((void *)j, 0, 1);
-}
-
 void cpu_op_rmsnorm(ts_backend *be, const float *x, int64_t ldx, int n_rows, int dim,
                     const float *w, float eps, float *out, int64_t ldo) {
     norm_job j = {x, ldx, n_rows, dim, w, eps, 1.0f, out, ldo};
-    norm_rows(be, &j);
+    cpu_run_rows(be, norm_task, &j, n_rows, 16);
 }
 
 void cpu_op_l2norm(ts_backend *be, float *x, int64_t ldx, int n_rows, int dim, float eps,
                    float scale) {
     norm_job j = {x, ldx, n_rows, dim, NULL, eps, scale, x, ldx};
-    norm_rows(be, &j);
+    cpu_run_rows(be, norm_task, &j, n_rows, 16);
 }
 
 typedef struct {
@@ -143,10 +121,7 @@ void cpu_op_rope(ts_backend *be, float *x, int64_t ldx, int n_tok, int n_heads,
     for (int k = 0; k < half; k++)
         inv_freq[k] = (float)(1.0 / pow((double)theta, (double)(2 * k) / rot_dim));
     rope_job j = {x, ldx, head_stride, n_tok, n_heads, half, pos, inv_freq};
-    if (n_tok >= 16)
-        ts_pool_run(cpu_of(be)->pool, rope_task, &j);
-    else
-        rope_task(&j, 0, 1);
+    cpu_run_rows(be, rope_task, &j, n_tok, 16);
 }
 
 void cpu_op_add(ts_backend *be, float *dst, const float *src, int64_t n) {
@@ -209,12 +184,8 @@ static void glu_task(void *p, int ith, int nth) {
 }
 
 static void glu_run(ts_backend *be, glu_job *j) {
-    cpu_ctx *ctx = cpu_of(be);
-    j->k = cpu_seq_pick(ctx->isa);
-    if (j->n_tok < 2) /* decode: not worth waking the pool */
-        j->rows(j, 0, j->n_tok);
-    else
-        ts_pool_run(ctx->pool, glu_task, j);
+    j->k = cpu_seq_pick(cpu_of(be)->isa);
+    cpu_run_rows(be, glu_task, j, j->n_tok, 2); /* decode: not worth waking the pool */
 }
 
 void cpu_op_swiglu(ts_backend *be, const float *gate, const float *up, int64_t ldg, int n_tok,

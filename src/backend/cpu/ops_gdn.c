@@ -248,9 +248,7 @@ void cpu_op_gated_rmsnorm(ts_backend *be, const float *x, const float *z, int n_
     for (long r = 0; r < (long)n_tok * n_heads; r++) {
         const float *xr = x + r * dv, *zr = z + r * dv;
         float *o = out + r * dv;
-        double ss = 0;
-        for (int i = 0; i < dv; i++)
-            ss += (double)xr[i] * xr[i];
+        double ss = cpu_sum_squares(xr, dv);
         float inv = 1.0f / sqrtf((float)(ss / dv) + eps);
         for (int i0 = 0; i0 < dv; i0 += CPU_MAX_HEAD_DIM) { /* o may be x: elementwise */
             int m = dv - i0 < CPU_MAX_HEAD_DIM ? dv - i0 : CPU_MAX_HEAD_DIM;
