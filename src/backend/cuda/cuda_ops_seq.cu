@@ -22,6 +22,13 @@ namespace cg = cooperative_groups;
 #define ATTN_WARPS   8
 #define MAX_HEAD_DIM 512
 
+/* A query-key dot product as the softmax sees it: scaled, then soft-capped where the model
+ * has a cap (softcap > 0). One definition for the per-query and the tiled kernels. */
+__device__ static inline float attn_logit(float qk, const ts_attn_dims &d) {
+    float s = qk * d.scale;
+    return d.softcap > 0 ? d.softcap * tanhf(s / d.softcap) : s;
+}
+
 /* Partial softmaxes of key splits: for each (run, query, head, split) the running max m, the sum
  * l and the unnormalised accumulator acc[head_dim]. n = 1: no split, the kernel writes out. */
 typedef struct {
@@ -81,8 +88,7 @@ __global__ static void k_attention(const float *q, int64_t ldq, int64_t q_head_s
         }
         for (int off = 16; off > 0; off >>= 1)
             s += __shfl_xor_sync(0xffffffffu, s, off);
-        s *= d.scale;
-        if (d.softcap > 0) s = d.softcap * tanhf(s / d.softcap);
+        s = attn_logit(s, d);
         float corr = 1.0f, e = 1.0f;
         if (s > m) {
             corr = expf(m - s); /* 0 on the warp's first key */
@@ -248,8 +254,7 @@ __global__ static void k_attention_tiled(const float *q, int64_t ldq, int64_t q_
 #pragma unroll
         for (int r = 0; r < 4; r++) {
             bool valid = lane < nk && kp <= qpos[r] && (d.window <= 0 || kp > qpos[r] - d.window);
-            float sr = s[r] * d.scale;
-            if (d.softcap > 0) sr = d.softcap * tanhf(sr / d.softcap);
+            float sr = attn_logit(s[r], d);
             float mt = valid ? sr : -FLT_MAX;
             for (int off = 16; off > 0; off >>= 1)
                 mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, off));
