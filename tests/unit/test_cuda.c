@@ -698,6 +698,43 @@ static void test_matmul_glu(void) {
     }
 }
 
+/* One token of 16-bit weights (cuda_gemv_one.cu): stacks of many rows, where a warp of the
+ * capped grid takes two rows a round (rows o and o + W) across the boundary between the
+ * stacked weights, with the input norm folded in; rows of 17 groups (lanes idle) and of 257
+ * (a second round of loads). Against the CPU's norm and fp32 matmul. */
+static void test_gemv_one_rows(void) {
+    float eps = 1e-6f;
+    for (int ci = 0; ci < 4; ci++) {
+        ts_dtype dt = ci & 1 ? TS_DTYPE_F16 : TS_DTYPE_BF16;
+        int cols = ci < 2 ? 136 : 2056, r0 = ci < 2 ? 5000 : 4500, r1 = ci < 2 ? 4200 : 4100;
+        float *f0, *f1, *nw = rnd(cols, 1.0f);
+        ts_tensor W0 = make_weight(dt, r0, cols, &f0), W1 = make_weight(dt, r1, cols, &f1);
+        ts_tensor F0 = {TS_DTYPE_F32, 2, {r0, cols, 1, 1, 1, 1}, f0, (uint64_t)r0 * cols * 4};
+        ts_tensor F1 = {TS_DTYPE_F32, 2, {r1, cols, 1, 1, 1, 1}, f1, (uint64_t)r1 * cols * 4};
+        float *x = rnd(cols, 3.0f), *xn = calloc(cols, 4);
+        float *y0 = calloc(r0, 4), *y1 = calloc(r1, 4);
+        cpu->ops->rmsnorm(cpu, x, cols, 1, cols, nw, eps, xn, cols);
+        cpu->ops->matmul(cpu, &F0, xn, cols, 1, y0, r0);
+        cpu->ops->matmul(cpu, &F1, xn, cols, 1, y1, r1);
+        float *dx = dev(x, cols), *dscr = dev(x, cols), *dnw = dev(nw, cols);
+        float *d0 = dev(y0, r0), *d1 = dev(y1, r1);
+        ts_prenorm pre = {dnw, eps, dscr};
+        const ts_tensor *Ws[2] = {&W0, &W1};
+        float *dys[2] = {d0, d1};
+        int64_t lds[2] = {r0, r1};
+        gpu->ops->matmul_n(gpu, Ws, 2, dx, cols, 1, &pre, dys, lds);
+        char what[80];
+        snprintf(what, sizeof what, "gemv one token %s %d+%d x %d normed", ts_dtype_name(dt), r0,
+                 r1, cols);
+        cmp(what, d0, y0, r0, gemm_tol(dt, 1));
+        cmp(what, d1, y1, r1, gemm_tol(dt, 1));
+        gpu->ops->free(gpu, dx), gpu->ops->free(gpu, dscr), gpu->ops->free(gpu, dnw);
+        gpu->ops->free(gpu, d0), gpu->ops->free(gpu, d1);
+        kept_extra((void *)W0.data), kept_extra((void *)W1.data);
+        free(f0), free(f1), free(nw), free(x), free(xn), free(y0), free(y1);
+    }
+}
+
 /* The residual stream's fusions: matmul_n and matmul_glu reading x through its RMSNorm
  * (ts_prenorm: folded into the GEMV up to 8 tokens, a norm kernel into the scratch above), and
  * matmul_add (y += W x in each path's epilogue), against the CPU's norm and fp32 matmul over the
@@ -1213,7 +1250,8 @@ int main(void) {
     }
     if (section("attention")) test_attention_runs();
     if (section("argmax")) test_argmax();
-    if (section("matmul")) test_matmul(), test_matmul_glu(), test_matmul_norm_add();
+    if (section("matmul"))
+        test_matmul(), test_matmul_glu(), test_matmul_norm_add(), test_gemv_one_rows();
     if (!quick && section("fixtures")) {
         test_fixtures("qwen35");
         test_fixtures("gemma3");

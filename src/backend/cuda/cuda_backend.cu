@@ -169,6 +169,8 @@ extern "C" ts_status ts_backend_cuda_create(int device, ts_backend **out) {
     c->attn_tile = !cuda_env_off("TESSERA_CUDA_ATTN_TILE");
     const char *chunk_min = getenv("TESSERA_CUDA_GDN_CHUNK_MIN");
     c->gdn_chunk_min = chunk_min && atoi(chunk_min) > 0 ? atoi(chunk_min) : 32;
+    const char *g1 = getenv("TESSERA_CUDA_GEMV1");
+    c->gemv_one_waves = g1 && atoi(g1) >= 0 ? atoi(g1) : 1;
     be->ops = &cuda_ops;
     be->ctx = c;
     if ((err = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) != cudaSuccess) {

@@ -32,6 +32,10 @@ typedef struct cuda_ctx_s {
     /* runs at least this long take the chunked delta rule (TESSERA_CUDA_GDN_CHUNK_MIN, for
      * comparisons: a huge value keeps every run recurrent; default 32) */
     int gdn_chunk_min;
+    /* one token's GEMV of 16-bit weights takes cuda_gemv_one.cu's kernel, its grid capped at
+     * gemv_one_waves times the blocks the GPU holds at once (TESSERA_CUDA_GEMV1=waves, default
+     * 1; 0: the general GEMV of cuda_matmul.cu) */
+    int gemv_one_waves;
     /* whether the tiled attention kernels may use their dynamic shared memory */
     bool attn_tile_opted;
     /* the dynamic shared memory the chunked delta rule's kernels are allowed so far */
@@ -253,6 +257,13 @@ void cuda_gdn_chunked_launch(cuda_ctx *c, const float *q, const float *k, int64_
 bool cuda_skinny_fits(const cuda_wview *w, int n);
 void cuda_skinny_gemm(cuda_ctx *c, const cuda_wview *w, int nw, const uint16_t *x, int n,
                       float *const *y, const int64_t *ldy, bool acc);
+/* One token's y_j = W_j x (y_j += with acc) for up to 4 stacked 16-bit weights, x normed on the
+ * fly where norm_w is set, and the gated MLP's act(W_g x) * (W_u x) (cuda_gemv_one.cu); false
+ * where they do not apply (then nothing was queued). */
+bool cuda_gemv_one(cuda_ctx *c, const cuda_wview *w, int nw, const float *x, float *const *y,
+                   const float *norm_w, float eps, bool acc);
+bool cuda_gemv_one_glu(cuda_ctx *c, const cuda_wview *g, const cuda_wview *u, const float *x,
+                       const float *norm_w, float eps, bool gelu, float *out);
 /* The positions of a forward on the device (uploaded when they change; NULL on failure). */
 const int32_t *cuda_positions(cuda_ctx *c, const int32_t *pos, int n_tok);
 void cuda_op_gdn_prep(ts_backend *be, const float *conv, int64_t ldc, const ts_gdn_prep_args *p);

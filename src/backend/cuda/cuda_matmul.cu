@@ -6,7 +6,8 @@
  * (unit32), so that a block's scales are read once per 32 elements. Every weight type keeps its own
  * layout on the device (a Q4_K weight costs 4.5 bits of memory traffic, not 32). Up to GEMV_MAX_TOK
  * tokens per pass; GEMMs above that (a pass per 8 tokens would re-read the weights, and the
- * decoding of quantized blocks is then the bottleneck).
+ * decoding of quantized blocks is then the bottleneck). One token of BF16/F16 weights (the
+ * single-sequence decode step) takes cuda_gemv_one.cu's kernel instead.
  *
  * 9..64 tokens (batched decode, short prompts): the tensor-core GEMM of cuda_gemm_skinny.cu for
  * every 16-bit and quantized type, against the activations split into two 16-bit parts (rounding
@@ -371,6 +372,7 @@ template <typename F> static bool gemv_dtype(ts_dtype dt, F f) {
  * normed on the fly where nrm.w is set. */
 static void gemv(cuda_ctx *c, const cuda_wview *w, int nw, const float *x, int64_t ldx, int n,
                  float *const *y, const int64_t *ldy, gemv_norm nrm, bool acc) {
+    if (n == 1 && cuda_gemv_one(c, w, nw, x, y, nrm.w, nrm.eps, acc)) return;
     if (!gemv_dtype(w[0].dtype, [&](auto dt) {
             launch_gemv<decltype(dt)::value>(c, w, nw, x, ldx, n, y, ldy, nrm, acc);
         }))
@@ -608,6 +610,9 @@ void cuda_op_matmul_glu(ts_backend *be, const ts_tensor *Wg, const ts_tensor *Wu
         x = normed_input(be, x, ldx, n, g.cols, pre);
         pre = NULL;
     }
+    if (n == 1 && cuda_gemv_one_glu(c, &g, &u, x, pre ? pre->w : NULL, pre ? pre->eps : 0.0f,
+                                    gelu, out))
+        return;
     if (n <= GEMV_MAX_TOK && g.dtype == u.dtype && g.rows == u.rows && g.cols == u.cols &&
         gemv_dtype(g.dtype, [&](auto dt) {
             if (pre)
