@@ -14,7 +14,8 @@
  * general GEMV's order. Measured on an H200, the same binary alternating (`tessera bench -p 16
  * -n 128 -r 3`, 0.8B BF16): tg128 786-832 (general GEMV) against 850-921 t/s; caps of half a
  * wave (767-773: the lm_head's 248k rows then go round in too few warps) or of 2-16 waves
- * (855-886) were slower. */
+ * (855-886) were slower. Each GEMV also asking L2 for the next one's weights (a queued op
+ * amended with its successor's) changed nothing: 1.060-1.064 ms a step with and without. */
 #include "backend/cuda/cuda_dequant.cuh"
 #include "backend/cuda/cuda_int.cuh"
 

@@ -279,7 +279,9 @@ void cuda_op_get_rows(ts_backend *be, const ts_tensor *W, const int32_t *ids, in
  * and merges it into the row's 64-bit key with atomicMax. The key orders by value (float bits
  * mapped to an order-preserving unsigned), then by the smaller index; NaN is skipped, and a key
  * of 0 (nothing but NaN) means index 0, as the CPU does. */
-#define ARGMAX_CHUNK 8192
+/* 4 values a thread: chunks of 8192 gave a 248k vocabulary 31 blocks and took 16.3 us of a 1 ms
+ * decode step on an H200 (ncu), 243 blocks of 1024 take 4.3 */
+#define ARGMAX_CHUNK 1024
 
 __device__ static inline unsigned long long argmax_key(float v, int i) {
     uint32_t b = __float_as_uint(v);
@@ -294,6 +296,7 @@ __global__ static void k_argmax(const float *x, int64_t ldx, int n_cols,
     const float *row = x + blockIdx.y * ldx;
     int j0 = blockIdx.x * ARGMAX_CHUNK, j1 = min(n_cols, j0 + ARGMAX_CHUNK);
     unsigned long long best = 0;
+#pragma unroll 4
     for (int j = j0 + threadIdx.x; j < j1; j += blockDim.x) {
         float v = row[j];
         if (v == v) best = max(best, argmax_key(v, j));
