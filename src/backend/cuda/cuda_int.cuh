@@ -36,6 +36,9 @@ typedef struct cuda_ctx_s {
      * gemv_one_waves times the blocks the GPU holds at once (TESSERA_CUDA_GEMV1=waves, default
      * 1; 0: the general GEMV of cuda_matmul.cu) */
     int gemv_one_waves;
+    /* quantized prefill above 64 tokens decodes the weights to bf16 for the tensor cores
+     * (TESSERA_CUDA_QPREFILL_BF16=0: to fp32 for an exact fp32 GEMM) */
+    bool qprefill_bf16;
     /* whether the tiled attention kernels may use their dynamic shared memory */
     bool attn_tile_opted;
     /* the dynamic shared memory the chunked delta rule's kernels are allowed so far */

@@ -270,10 +270,10 @@ __global__ static void k_gemv_glu(const uint8_t *Wg, const uint8_t *Wu, int64_t 
     }
 }
 
-/* Whole rows to fp32 (prefill of quantized weights): a warp per row, a group per lane. */
-template <ts_dtype DT>
+/* Whole rows to fp32 or bf16 (prefill of quantized weights): a warp per row, a group per lane. */
+template <ts_dtype DT, typename T>
 __global__ static void k_dequant(const uint8_t *W, size_t row_bytes, int64_t rows, int64_t cols,
-                                 float *out) {
+                                 T *out) {
     cuda_pdl_entry();
     int64_t o = (int64_t)blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5);
     if (o >= rows) return;
@@ -281,9 +281,17 @@ __global__ static void k_dequant(const uint8_t *W, size_t row_bytes, int64_t row
     for (int64_t gi = threadIdx.x & 31; gi < cols / 8; gi += 32) {
         float w[8];
         group8<DT>(row, gi * 8, w);
-        float4 *dst = (float4 *)(out + o * cols + gi * 8); /* cols is a multiple of 32 */
-        dst[0] = make_float4(w[0], w[1], w[2], w[3]);
-        dst[1] = make_float4(w[4], w[5], w[6], w[7]);
+        if constexpr (std::is_same<T, float>::value) {
+            float4 *dst = (float4 *)(out + o * cols + gi * 8); /* cols is a multiple of 32 */
+            dst[0] = make_float4(w[0], w[1], w[2], w[3]);
+            dst[1] = make_float4(w[4], w[5], w[6], w[7]);
+        } else {
+            __nv_bfloat162 h[4];
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+                h[i] = __floats2bfloat162_rn(w[2 * i], w[2 * i + 1]);
+            *(uint4 *)(out + o * cols + gi * 8) = *(const uint4 *)h;
+        }
     }
 }
 
@@ -379,12 +387,12 @@ static void gemv(cuda_ctx *c, const cuda_wview *w, int nw, const float *x, int64
         cuda_check(c, cudaErrorInvalidValue, "matmul: dtype without a device kernel");
 }
 
-static void dequant(cuda_ctx *c, const cuda_wview *w, float *out) {
+template <typename T> static void dequant(cuda_ctx *c, const cuda_wview *w, T *out) {
     size_t rb = ts_dtype_row_bytes(w->dtype, w->cols);
     unsigned g = cuda_blocks(w->rows, GEMV_WARPS);
     const uint8_t *W = (const uint8_t *)w->data;
-#define DQ(T)                                                                                      \
-    cuda_launch(c, "dequant", k_dequant<T>, g, 32 * GEMV_WARPS, 0, W, rb, w->rows, w->cols, out)
+#define DQ(D)                                                                                      \
+    cuda_launch(c, "dequant", k_dequant<D, T>, g, 32 * GEMV_WARPS, 0, W, rb, w->rows, w->cols, out)
     switch (w->dtype) {
     case TS_DTYPE_Q8_0: DQ(TS_DTYPE_Q8_0); break;
     case TS_DTYPE_Q4_0: DQ(TS_DTYPE_Q4_0); break;
@@ -485,6 +493,17 @@ static void matmul(cuda_ctx *c, const cuda_wview &w, const float *x, int64_t ldx
         cudaDataType t = w.dtype == TS_DTYPE_BF16 ? CUDA_R_16BF : CUDA_R_16F;
         gemm(c, w.data, t, w.rows, w.cols, xh, t, w.cols, n, y, ldy, acc);
         gemm(c, w.data, t, w.rows, w.cols, xh + total, t, w.cols, n, y, ldy, true);
+    } else if (c->qprefill_bf16) {
+        /* quantized: decoded to bf16 (each weight rounded by up to 2^-9, as the tensor-core
+         * GEMM of 9..64 tokens decodes them), then the two tensor-core GEMMs of the 16-bit
+         * weights; the exact fp32 copy and an fp32 GEMM with TESSERA_CUDA_QPREFILL_BF16=0 */
+        uint16_t *wb = (uint16_t *)cuda_scratch(c, 1, (size_t)(w.rows * w.cols) * 2);
+        uint16_t *xh = wb ? split_half(c, &w, x, ldx, n) : NULL;
+        if (!xh) return;
+        dequant(c, &w, (__nv_bfloat16 *)wb);
+        int64_t total = (int64_t)n * w.cols;
+        gemm(c, wb, CUDA_R_16BF, w.rows, w.cols, xh, CUDA_R_16BF, w.cols, n, y, ldy, acc);
+        gemm(c, wb, CUDA_R_16BF, w.rows, w.cols, xh + total, CUDA_R_16BF, w.cols, n, y, ldy, true);
     } else {
         float *wf = (float *)cuda_scratch(c, 1, (size_t)(w.rows * w.cols) * sizeof(float));
         if (!wf) return;
