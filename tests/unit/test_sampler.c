@@ -1,6 +1,7 @@
 /* The sampler: greedy picks the argmax; top-k, top-p and min-p never pick outside their sets;
  * the empirical distribution follows softmax(logits / T); a seed reproduces a sequence. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "tessera.h"
@@ -93,6 +94,36 @@ int main(void) {
     CHECK(same_ab);
     CHECK(!same_ac);
     ts_sampler_free(a), ts_sampler_free(b), ts_sampler_free(c);
+
+    /* top-p over a large vocabulary (the sampler buckets the probabilities instead of sorting
+     * them all): groups of 1000 tokens of equal logit, the nucleus ending inside a group; no
+     * token outside it ever comes out, and the part of the boundary group inside it does */
+    {
+        enum { BV = 100000, G = 1000 };
+        float *big = malloc(sizeof(float) * BV);
+        for (int i = 0; i < BV; i++) big[i] = -0.05f * (float)(i / G);
+        double zb = 0;
+        for (int gi = 0; gi < BV / G; gi++) zb += G * exp(-0.05 * gi);
+        /* rank of token i by (probability desc, id asc) is i itself */
+        double tpv = 0.35, cumb = 0;
+        int nuc = 0;
+        for (int gi = 0; gi < BV / G && cumb < tpv; gi++)
+            for (int j = 0; j < G && cumb < tpv; j++) cumb += exp(-0.05 * gi) / zb, nuc++;
+        CHECKF(nuc % G > G / 10 && nuc % G < G - G / 10, "boundary inside a group (%d)", nuc);
+        ts_sampler_params sp = {1.0f, 0, (float)tpv, 0.0f, 3};
+        ts_sampler *bs = NULL;
+        CHECK(ts_sampler_create(&sp, BV, &bs) == TS_OK);
+        int leaked = 0, boundary = 0;
+        for (int i = 0; i < 600; i++) {
+            int id = ts_sampler_sample(bs, big);
+            leaked += id > nuc; /* one of slack: the float sums may end a token apart */
+            boundary += id >= nuc / G * G;
+        }
+        CHECKF(leaked == 0, "top-p over %d tokens leaked %d draws", BV, leaked);
+        CHECKF(boundary > 0, "the nucleus's boundary group never drawn");
+        ts_sampler_free(bs);
+        free(big);
+    }
 
     /* bad parameters are refused */
     ts_sampler_params bad = {1.0f, 0, 0.0f, 0.0f, 0};
