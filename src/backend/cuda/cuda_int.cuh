@@ -36,6 +36,9 @@ typedef struct cuda_ctx_s {
      * gemv_one_waves times the blocks the GPU holds at once (TESSERA_CUDA_GEMV1=waves, default
      * 1; 0: the general GEMV of cuda_matmul.cu) */
     int gemv_one_waves;
+    /* the tensor-core GEMM from this many tokens for every weight type (TESSERA_CUDA_SKINNY_MIN,
+     * 2..9, for comparisons; 0: per type, cuda_matmul.cu's skinny_from) */
+    int skinny_min;
     /* quantized prefill above 64 tokens decodes the weights to bf16 for the tensor cores
      * (TESSERA_CUDA_QPREFILL_BF16=0: to fp32 for an exact fp32 GEMM) */
     bool qprefill_bf16;

@@ -461,10 +461,31 @@ static uint16_t *split_half(cuda_ctx *c, const cuda_wview *w, const float *x, in
     return xh;
 }
 
-/* Whether the tensor-core GEMM of cuda_gemm_skinny.cu takes n tokens of w
- * (TESSERA_CUDA_SKINNY=0: never, for comparisons). */
+/* The fewest tokens the tensor-core GEMM of cuda_gemm_skinny.cu takes of weights of type dt;
+ * below, the GEMV. The GEMV re-reads x from L1 for every row, and with several tokens that, not
+ * the weights, is its time (a decode step of 8 sequences of the 0.8B BF16 on an H200: 3.1 of
+ * its 3.6 ms in GEMVs). Measured there, aggregate decode with the GEMM from 2, 4 and 9 tokens:
+ * BF16 2 sequences 1011 / 1153-1160 / 1155-1173 t/s, 4: 1957 / 1915-1924 / 1620, 8: 3609-3618 /
+ * 3579-3581 / 2119; Q4_K_M 2: 699 / 992 / 984, 4: 1381 / 1359 / 1538, 8: 2496 / 2499 / 2089 (the
+ * quantized GEMV decodes each weight once for all tokens, the GEMM's tiles per 8). So: 16-bit
+ * weights from 4 tokens, quantized from 8; TESSERA_CUDA_SKINNY_MIN=k sets k for all. */
+static int skinny_from(const cuda_ctx *c, ts_dtype dt) {
+    if (dt == TS_DTYPE_F32) return SK_MAX_TOK + 1; /* no tensor-core form */
+    if (c->skinny_min) return c->skinny_min;
+    return dt == TS_DTYPE_F16 || dt == TS_DTYPE_BF16 ? 4 : 8;
+}
+
+/* Whether the tensor-core GEMM takes n tokens of w (TESSERA_CUDA_SKINNY=0: never). */
 static bool skinny(const cuda_ctx *c, const cuda_wview *w, int n) {
-    return c->skinny && n > GEMV_MAX_TOK && cuda_skinny_fits(w, n);
+    return c->skinny && n >= skinny_from(c, w->dtype) && cuda_skinny_fits(w, n);
+}
+
+/* Whether the GEMV takes n tokens of all nw weights (each below its tensor-core threshold). */
+static bool gemv_takes(const cuda_ctx *c, const cuda_wview *w, int nw, int n) {
+    if (n > GEMV_MAX_TOK) return false;
+    for (int j = 0; j < nw; j++)
+        if (skinny(c, &w[j], n)) return false;
+    return true;
 }
 
 /* y = W x, or y += W x with acc (the residual add of matmul_add, in the epilogue of each
@@ -472,7 +493,7 @@ static bool skinny(const cuda_ctx *c, const cuda_wview *w, int n) {
 static void matmul(cuda_ctx *c, const cuda_wview &w, const float *x, int64_t ldx, int n, float *y,
                    int64_t ldy, bool acc) {
     bool half = w.dtype == TS_DTYPE_F16 || w.dtype == TS_DTYPE_BF16;
-    if (n <= GEMV_MAX_TOK) {
+    if (gemv_takes(c, &w, 1, n)) {
         gemv(c, &w, 1, x, ldx, n, &y, &ldy, gemv_norm{}, acc);
         return;
     }
@@ -532,7 +553,7 @@ void cuda_op_matmul_add(ts_backend *be, const ts_tensor *W, const float *x, int6
  * their instructions (decoding), and the norm's two operations per element made the 0.8B
  * Q4_K_M's decode 4% slower on an H200 than a norm kernel of its own (BF16: 6-8% faster). */
 static bool gemv_folds_norm(const cuda_ctx *c, const cuda_wview *w, int nw, int n) {
-    if (!c->fold_norm || n > GEMV_MAX_TOK || nw > GEMV_SET) return false;
+    if (!c->fold_norm || nw > GEMV_SET || !gemv_takes(c, w, nw, n)) return false;
     for (int j = 0; j < nw; j++)
         if (w[j].dtype != TS_DTYPE_F32 && w[j].dtype != TS_DTYPE_F16 &&
             w[j].dtype != TS_DTYPE_BF16)
@@ -556,7 +577,7 @@ void cuda_op_matmul_n(ts_backend *be, const ts_tensor *const *W, int nw, const f
     cuda_wview w[GEMV_SET], g[GEMV_SET];
     for (int j = 0; j < nw && j < GEMV_SET; j++)
         if (!cuda_weight(c, W[j], &w[j])) return;
-    bool few = n <= GEMV_MAX_TOK, one_launch = nw <= GEMV_SET;
+    bool few = gemv_takes(c, w, nw < GEMV_SET ? nw : GEMV_SET, n), one_launch = nw <= GEMV_SET;
     for (int j = 0; j < nw && one_launch; j++)
         one_launch = w[j].dtype == w[0].dtype && w[j].cols == w[0].cols && skinny(c, &w[j], n);
     /* the input norm: folded into the GEMVs (gemv_folds_norm) or into the split of x for the
@@ -625,14 +646,15 @@ void cuda_op_matmul_glu(ts_backend *be, const ts_tensor *Wg, const ts_tensor *Wu
     if (n <= 0 || !cuda_weight(c, Wg, &g) || !cuda_weight(c, Wu, &u)) return;
     /* other types: the general path below reports them */
     cuda_wview gu[2] = {g, u};
-    if (pre && n <= GEMV_MAX_TOK && !gemv_folds_norm(c, gu, 2, n)) {
+    bool few = gemv_takes(c, gu, 2, n);
+    if (pre && few && !gemv_folds_norm(c, gu, 2, n)) {
         x = normed_input(be, x, ldx, n, g.cols, pre);
         pre = NULL;
     }
     if (n == 1 && cuda_gemv_one_glu(c, &g, &u, x, pre ? pre->w : NULL, pre ? pre->eps : 0.0f,
                                     gelu, out))
         return;
-    if (n <= GEMV_MAX_TOK && g.dtype == u.dtype && g.rows == u.rows && g.cols == u.cols &&
+    if (few && g.dtype == u.dtype && g.rows == u.rows && g.cols == u.cols &&
         gemv_dtype(g.dtype, [&](auto dt) {
             if (pre)
                 launch_gemv_glu<decltype(dt)::value, true>(c, &g, &u, x, ldx, n, gelu, out, ldo,
