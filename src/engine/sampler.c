@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cpu/ops_seq.h"
 #include "base/status.h"
 
 typedef struct {
@@ -18,7 +19,10 @@ struct ts_sampler {
     ts_sampler_params p;
     int n_vocab;
     uint64_t rng;
-    cand *c; /* [n_vocab] */
+    cand *c;      /* [n_vocab]: candidates being ordered (top-k, top-p) */
+    float *pv;    /* [n_vocab]: the candidates' scaled logits, then probabilities */
+    int32_t *pid; /* [n_vocab]: their token ids */
+    const cpu_seq_kernels *k; /* the CPU's vector exp */
 };
 
 void ts_sampler_params_default(ts_sampler_params *p) {
@@ -36,10 +40,13 @@ ts_status ts_sampler_create(const ts_sampler_params *p, int n_vocab, ts_sampler 
     ts_sampler *s = calloc(1, sizeof *s);
     if (!s) return ts_error(TS_ERR_NOMEM, "out of memory");
     s->c = malloc((size_t)n_vocab * sizeof *s->c);
-    if (!s->c) {
-        free(s);
+    s->pv = malloc((size_t)n_vocab * sizeof *s->pv);
+    s->pid = malloc((size_t)n_vocab * sizeof *s->pid);
+    if (!s->c || !s->pv || !s->pid) {
+        ts_sampler_free(s);
         return ts_error(TS_ERR_NOMEM, "out of memory");
     }
+    s->k = cpu_seq_pick(cpu_isa_best());
     s->p = *p;
     s->n_vocab = n_vocab;
     s->rng = p->seed;
@@ -50,6 +57,8 @@ ts_status ts_sampler_create(const ts_sampler_params *p, int n_vocab, ts_sampler 
 void ts_sampler_free(ts_sampler *s) {
     if (!s) return;
     free(s->c);
+    free(s->pv);
+    free(s->pid);
     free(s);
 }
 
@@ -111,13 +120,13 @@ static int keep_top_k(cand *c, int n, int k) {
     return k;
 }
 
-/* Moves the smallest set of the most probable candidates whose mass reaches top_p to the front
+/* Moves the smallest set of the most probable candidates whose mass reaches target to the front
  * of c, sorted (descending), and returns its size: the prefix a sort of all n would give, without
- * sorting all n. Probabilities (c[].logit, normalized) are bucketed by their float bits' top 12
- * (sign 0, exponent, 3 mantissa bits: monotone in the value); the buckets are summed from the
- * top until they reach top_p, and only the candidates of those buckets are sorted. */
+ * sorting all n. The weights (c[].logit, >= 0) are bucketed by their float bits' top 12 (sign
+ * 0, exponent, 3 mantissa bits: monotone in the value); the buckets are summed from the top until
+ * they reach target, and only the candidates of those buckets are sorted. */
 #define SAMPLER_BUCKETS 2048
-static int nucleus(cand *c, int n, float top_p) {
+static int nucleus(cand *c, int n, double target) {
     static _Thread_local double mass[SAMPLER_BUCKETS];
     memset(mass, 0, sizeof mass);
     for (int i = 0; i < n; i++) {
@@ -129,7 +138,7 @@ static int nucleus(cand *c, int n, float top_p) {
     int low = 0; /* the lowest bucket needed */
     for (int k = SAMPLER_BUCKETS - 1; k >= 0; k--) {
         cum += mass[k];
-        if (cum >= top_p) {
+        if (cum >= target) {
             low = k;
             break;
         }
@@ -148,71 +157,122 @@ static int nucleus(cand *c, int n, float top_p) {
     cum = 0;
     for (int i = 0; i < m; i++) {
         cum += c[i].logit;
-        if (cum >= top_p) return i + 1;
+        if (cum >= target) return i + 1;
     }
     return m;
 }
 
+/* The sum of e[0 .. n) with eight partial sums (independent adds, not one chain). */
+static double sum_fast(const float *e, int n) {
+    float a[8] = {0};
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; k++)
+            a[k] += e[i + k];
+    double t = 0;
+    for (int k = 0; k < 8; k++)
+        t += a[k];
+    for (; i < n; i++)
+        t += e[i];
+    return t;
+}
+
+/* The first i with e[0] + ... + e[i] > r (else n - 1): whole blocks of 256 skipped by their sums,
+ * so that few of the additions depend on each other. */
+static int draw_index(const float *e, int n, double r) {
+    double acc = 0;
+    int i = 0;
+    for (; i + 256 <= n; i += 256) {
+        double b = sum_fast(e + i, 256);
+        if (acc + b > r) break;
+        acc += b;
+    }
+    for (; i < n; i++) {
+        acc += e[i];
+        if (r < acc) return i;
+    }
+    return n - 1;
+}
+
 /* Temperature, then top-k, top-p and min-p, then a draw in proportion to what is left. Only
  * top-k and top-p need an order: without them the candidates stay in vocabulary order (a full
- * sort of a 248k vocabulary took 32 ms a token, more than a decode step). */
+ * sort of a 248k vocabulary took 32 ms a token, more than a decode step). The weights are
+ * exp(logit / T - max) through the CPU backend's vector exp, left unnormalized (top-p compares
+ * with top_p times their sum, min-p with min_p times the largest, which is 1). */
 int32_t ts_sampler_sample(ts_sampler *s, const float *logits) {
     const ts_sampler_params *p = &s->p;
     if (p->temperature <= 0.0f || p->top_k == 1) return argmax(logits, s->n_vocab);
+    float *pv = s->pv;
+    int32_t *pid = s->pid;
     int n = 0;
-    float mx = -INFINITY;
-    for (int i = 0; i < s->n_vocab; i++) {
-        if (isnan(logits[i]) || logits[i] == -INFINITY) continue;
-        float v = logits[i] / p->temperature;
-        s->c[n++] = (cand){v, i};
-        mx = v > mx ? v : mx;
-    }
-    if (n == 0) return argmax(logits, s->n_vocab);
-    bool sorted = p->top_k > 0 && p->top_k < n;
-    if (sorted) {
+    const float t = p->temperature;
+    if (p->top_k > 0 && p->top_k < s->n_vocab) { /* the k best, ordered (fewer if fewer) */
+        for (int i = 0; i < s->n_vocab; i++)
+            if (!(logits[i] != logits[i] || logits[i] == -INFINITY))
+                s->c[n++] = (cand){logits[i] / t, i};
+        if (n == 0) return argmax(logits, s->n_vocab);
         n = keep_top_k(s->c, n, p->top_k);
-        mx = s->c[0].logit;
-    }
-    /* probabilities of the survivors, stored back in .logit */
-    double sum = 0;
-    for (int i = 0; i < n; i++) {
-        s->c[i].logit = expf(s->c[i].logit - mx);
-        sum += s->c[i].logit;
-    }
-    float pmax = 0.0f;
-    for (int i = 0; i < n; i++) {
-        s->c[i].logit = (float)(s->c[i].logit / sum);
-        pmax = s->c[i].logit > pmax ? s->c[i].logit : pmax;
-    }
-    if (p->top_p < 1.0f) { /* smallest prefix whose mass reaches top_p */
-        if (sorted) {
-            double cum = 0;
-            int keep = n;
-            for (int i = 0; i < n; i++) {
-                cum += s->c[i].logit;
-                if (cum >= p->top_p) {
-                    keep = i + 1;
-                    break;
-                }
+        for (int i = 0; i < n; i++)
+            pv[i] = s->c[i].logit - s->c[0].logit, pid[i] = s->c[i].id;
+        double total = s->k->exp_sum(pv, n), cum = 0;
+        for (int i = 0; p->top_p < 1.0f && i < n; i++) {
+            cum += pv[i];
+            if (cum >= p->top_p * total) {
+                n = i + 1;
+                break;
             }
-            n = keep;
+        }
+    } else { /* every candidate, in vocabulary order */
+        /* the largest logit and the count of those that are no candidate (NaN, -inf), in eight
+         * lanes that the compiler turns into vector operations */
+        float m8[8];
+        int b8[8] = {0};
+        for (int k = 0; k < 8; k++)
+            m8[k] = -INFINITY;
+        int i0 = 0;
+        for (; i0 + 8 <= s->n_vocab; i0 += 8)
+            for (int k = 0; k < 8; k++) {
+                float l = logits[i0 + k];
+                b8[k] += l != l || l == -INFINITY;
+                m8[k] = l > m8[k] ? l : m8[k];
+            }
+        float mx = -INFINITY;
+        int bad = 0;
+        for (int k = 0; k < 8; k++)
+            mx = m8[k] > mx ? m8[k] : mx, bad += b8[k];
+        for (; i0 < s->n_vocab; i0++) {
+            float l = logits[i0];
+            bad += l != l || l == -INFINITY;
+            mx = l > mx ? l : mx;
+        }
+        if (bad == s->n_vocab) return argmax(logits, s->n_vocab);
+        const float top = mx / t;
+        if (!bad) { /* the usual case, in loops the compiler vectorizes */
+            for (int i = 0; i < s->n_vocab; i++)
+                pv[i] = logits[i] / t - top;
+            for (int i = 0; i < s->n_vocab; i++)
+                pid[i] = i;
+            n = s->n_vocab;
         } else {
-            n = nucleus(s->c, n, p->top_p);
+            for (int i = 0; i < s->n_vocab; i++)
+                if (!(logits[i] != logits[i] || logits[i] == -INFINITY))
+                    pv[n] = logits[i] / t - top, pid[n++] = i;
+        }
+        double total = s->k->exp_sum(pv, n);
+        if (p->top_p < 1.0f) {
+            for (int i = 0; i < n; i++)
+                s->c[i] = (cand){pv[i], pid[i]};
+            n = nucleus(s->c, n, p->top_p * total);
+            for (int i = 0; i < n; i++)
+                pv[i] = s->c[i].logit, pid[i] = s->c[i].id;
         }
     }
-    if (p->min_p > 0.0f) { /* nothing below min_p times the best probability */
-        float floor_p = p->min_p * pmax;
+    if (p->min_p > 0.0f) { /* nothing below min_p times the best weight (e^0 = 1) */
         int keep = 0;
         for (int i = 0; i < n; i++)
-            if (s->c[i].logit >= floor_p) s->c[keep++] = s->c[i];
+            if (pv[i] >= p->min_p) pv[keep] = pv[i], pid[keep++] = pid[i];
         n = keep > 0 ? keep : 1;
     }
-    double total = 0;
-    for (int i = 0; i < n; i++) total += s->c[i].logit;
-    double r = next_uniform(&s->rng) * total, acc = 0;
-    for (int i = 0; i < n; i++) {
-        acc += s->c[i].logit;
-        if (r < acc) return s->c[i].id;
-    }
-    return s->c[n - 1].id;
+    double r = next_uniform(&s->rng) * sum_fast(pv, n);
+    return pid[draw_index(pv, n, r)];
 }
