@@ -547,8 +547,8 @@ static double gemm_tol(ts_dtype dt, int n) {
 static void test_matmul(void) {
     ts_dtype dts[] = {TS_DTYPE_F32, TS_DTYPE_F16, TS_DTYPE_BF16, TS_DTYPE_Q8_0, TS_DTYPE_Q4_K,
                       TS_DTYPE_Q6_K, TS_DTYPE_Q4_0};
-    /* 9..64 tokens of 16-bit weights: the tensor-core GEMM (2, 4 and 8 token groups); 65 and
-     * the other types: cuBLAS */
+    /* 4..64 tokens of 16-bit weights, 8..64 of quantized: the tensor-core GEMM (2, 4 and 8 token
+     * groups); 65 and the other types: cuBLAS */
     int ns[] = {1, 3, 8, 9, 20, 64, 65};
     int rows = 300, cols = 512;
     int64_t ldx = cols + 4, ldy = rows + 2;

@@ -24,19 +24,24 @@ template <> __device__ inline void group8<TS_DTYPE_F32>(const uint8_t *row, int6
     w[0] = a.x, w[1] = a.y, w[2] = a.z, w[3] = a.w, w[4] = b.x, w[5] = b.y, w[6] = b.z, w[7] = b.w;
 }
 
-template <> __device__ inline void group8<TS_DTYPE_BF16>(const uint8_t *row, int64_t e, float *w) {
-    uint4 v = *(const uint4 *)(row + e * 2);
+/* 8 BF16 or F16 values (16 bytes, already loaded) as fp32. */
+template <ts_dtype DT> __device__ static inline void half8(uint4 v, float *w) {
     uint32_t a[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
-    for (int i = 0; i < 4; i++) w[2 * i] = bf16f(a[i] & 0xffffu), w[2 * i + 1] = bf16f(a[i] >> 16);
+    for (int i = 0; i < 4; i++) {
+        if (DT == TS_DTYPE_BF16)
+            w[2 * i] = bf16f(a[i] & 0xffffu), w[2 * i + 1] = bf16f(a[i] >> 16);
+        else
+            w[2 * i] = f16f((uint16_t)(a[i] & 0xffffu)), w[2 * i + 1] = f16f((uint16_t)(a[i] >> 16));
+    }
+}
+
+template <> __device__ inline void group8<TS_DTYPE_BF16>(const uint8_t *row, int64_t e, float *w) {
+    half8<TS_DTYPE_BF16>(*(const uint4 *)(row + e * 2), w);
 }
 
 template <> __device__ inline void group8<TS_DTYPE_F16>(const uint8_t *row, int64_t e, float *w) {
-    uint4 v = *(const uint4 *)(row + e * 2);
-    uint32_t a[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-    for (int i = 0; i < 4; i++)
-        w[2 * i] = f16f((uint16_t)(a[i] & 0xffffu)), w[2 * i + 1] = f16f((uint16_t)(a[i] >> 16));
+    half8<TS_DTYPE_F16>(*(const uint4 *)(row + e * 2), w);
 }
 
 /* 8 bytes at a 2-byte aligned address */

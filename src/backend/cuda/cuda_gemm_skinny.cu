@@ -1,4 +1,4 @@
-/* y[t, o] = sum_i W[o, i] x[t, i] for 9..64 tokens on tensor cores, reading each weight once:
+/* y[t, o] = sum_i W[o, i] x[t, i] for up to 64 tokens on tensor cores, reading each weight once:
  * the batched decode of many sequences, and short prompts. 16-bit weights go in as stored; quantized ones are decoded in registers and rounded
  * to bf16 (dequantize-to-BF16 tiles: no fp32 copy of the weight is ever written).
  *

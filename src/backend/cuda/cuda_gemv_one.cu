@@ -59,23 +59,6 @@ __device__ static inline uint4 g1_load(const uint8_t *p) {
     return v;
 }
 
-template <ts_dtype DT> __device__ static inline void g1_unpack(uint4 v, float *w) {
-    uint32_t a[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        if (DT == TS_DTYPE_BF16)
-            w[2 * i] = bf16f(a[i] & 0xffffu), w[2 * i + 1] = bf16f(a[i] >> 16);
-        else
-            w[2 * i] = f16f((uint16_t)(a[i] & 0xffffu)), w[2 * i + 1] = f16f((uint16_t)(a[i] >> 16));
-    }
-}
-
-__device__ static inline float g1_warp_sum(float s) {
-    for (int off = 16; off > 0; off >>= 1)
-        s += __shfl_xor_sync(0xffffffffu, s, off);
-    return s;
-}
-
 /* Row o of the kernel's first (or only) weight: its bytes, or NULL past the end. */
 template <int MODE>
 __device__ static inline const uint8_t *g1_row(const g1_args &a, int64_t o, int r, int *j_out) {
@@ -122,7 +105,7 @@ __device__ static inline void g1_dot(const uint8_t *const *row, int64_t ge, cons
             for (int i = 0; i < NR; i++) {
                 if (!row[i]) continue;
                 float w[8];
-                g1_unpack<DT>(q[i][u], w);
+                half8<DT>(q[i][u], w);
                 float s = acc[i];
                 s += w[0] * xa.x + w[1] * xa.y + w[2] * xa.z + w[3] * xa.w;
                 s += w[4] * xb.x + w[5] * xb.y + w[6] * xb.z + w[7] * xb.w;
@@ -166,12 +149,12 @@ __global__ static void __launch_bounds__(32 * G1_WARPS) k_gemv_one(g1_args a) {
         for (int i = 0; i < NR; i++)
             acc[i] = 0.0f;
         g1_dot<DT, NR, NORM>(row, groups, a.x, a.norm_w, lane, acc, first, &ss);
-        if (NORM && first) inv = 1.0f / sqrtf(g1_warp_sum(ss) / (float)a.cols + a.eps);
+        if (NORM && first) inv = 1.0f / sqrtf(cuda_warp_sum(ss) / (float)a.cols + a.eps);
         first = false;
         float s[NR];
 #pragma unroll
         for (int i = 0; i < NR; i++)
-            s[i] = g1_warp_sum(acc[i]) * (NORM ? inv : 1.0f);
+            s[i] = cuda_warp_sum(acc[i]) * (NORM ? inv : 1.0f);
         if (lane) continue;
         if constexpr (MODE == G1_PLAIN) {
 #pragma unroll

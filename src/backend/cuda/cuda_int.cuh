@@ -117,6 +117,13 @@ template <bool GELU> __device__ static inline float cuda_glu(float g, float u) {
     return a * u;
 }
 
+/* The sum of s over the 32 lanes of a warp, in every lane (a butterfly of shuffles). */
+__device__ static inline float cuda_warp_sum(float s) {
+    for (int off = 16; off > 0; off >>= 1)
+        s += __shfl_xor_sync(0xffffffffu, s, off);
+    return s;
+}
+
 /* Row kernels run a block of ROW_THREADS per row. Sum of squares of a row in double, reduced
  * over the block; every thread gets the total. */
 #define ROW_THREADS 256

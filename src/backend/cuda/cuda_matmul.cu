@@ -9,14 +9,15 @@
  * decoding of quantized blocks is then the bottleneck). One token of BF16/F16 weights (the
  * single-sequence decode step) takes cuda_gemv_one.cu's kernel instead.
  *
- * 9..64 tokens (batched decode, short prompts): the tensor-core GEMM of cuda_gemm_skinny.cu for
- * every 16-bit and quantized type, against the activations split into two 16-bit parts (rounding
- * them to bf16 alone costs ~2e-2 relative error in the logits of the bf16 fixtures).
+ * From 4 tokens of 16-bit weights and 8 of quantized ones up to 64 (batched decode, short
+ * prompts; skinny_from): the tensor-core GEMM of cuda_gemm_skinny.cu, against the activations
+ * split into two 16-bit parts (rounding them to bf16 alone costs ~2e-2 relative error in the
+ * logits of the bf16 fixtures).
  *
  * Prefill (more tokens; all of them with TESSERA_CUDA_SKINNY=0): cuBLAS. F32 weights through an
  * fp32 GEMM (CUBLAS_COMPUTE_32F: no TF32); F16/BF16 on tensor cores against the split
- * activations (two GEMMs); quantized weights dequantized to an fp32 scratch for an fp32 GEMM
- * (exact values). The cuBLAS work is queued as calls (cuda_queue.cuh), so it can be part
+ * activations (two GEMMs); quantized weights decoded to a bf16 copy for the same two GEMMs
+ * (TESSERA_CUDA_QPREFILL_BF16=0: an fp32 copy for an fp32 GEMM, exact values). The cuBLAS work is queued as calls (cuda_queue.cuh), so it can be part
  * of a graph too. */
 #include "backend/cuda/cuda_dequant.cuh"
 #include "backend/cuda/cuda_int.cuh"
@@ -53,7 +54,7 @@ __device__ static inline void load8(const float *p, bool vec, float *v) {
 }
 
 /* R rows' dot products with n <= GEMV_MAX_TOK tokens of x: the lane's partial sums in
- * acc[r][t] (warp_sum completes them). The rows' groups are decoded together, so a lane has R
+ * acc[r][t] (cuda_warp_sum completes them). The rows' groups are decoded together, so a lane has R
  * rows' loads in flight; each row is summed in the same order whatever R is.
  * NORM: x is read as x * nw (the RMSNorm's weights), and ss[t] gathers the lane's share of
  * token t's sum of squares of x: the warp reads every element of x once, so the norm's
@@ -190,12 +191,6 @@ __device__ static inline void row_dot(const uint8_t *const *row, size_t row_byte
     }
 }
 
-__device__ static inline float warp_sum(float s) {
-    for (int off = 16; off > 0; off >>= 1)
-        s += __shfl_xor_sync(0xffffffffu, s, off);
-    return s;
-}
-
 /* The input norm of a GEMV (NORM): the norm's weights, eps; 1 / rms of token t from the lanes'
  * shares of its sum of squares (row_dot), for cols values. */
 typedef struct {
@@ -204,7 +199,7 @@ typedef struct {
 } gemv_norm;
 
 __device__ static inline float gemv_inv_rms(float ss, int64_t cols, float eps) {
-    return 1.0f / sqrtf(warp_sum(ss) / (float)cols + eps);
+    return 1.0f / sqrtf(cuda_warp_sum(ss) / (float)cols + eps);
 }
 
 /* A warp per output row; acc: y += the product instead of y = (a residual add in the epilogue).
@@ -231,7 +226,7 @@ __global__ static void k_gemv(gemv_set set, size_t row_bytes, int64_t cols, cons
 #pragma unroll
     for (int t = 0; t < GEMV_MAX_TOK; t++) {
         if (t >= n) break;
-        float s = warp_sum(acc[0][t]);
+        float s = cuda_warp_sum(acc[0][t]);
         if (NORM) s *= gemv_inv_rms(ss[t], cols, nrm.eps);
         float *yo = &set.y[j][t * set.ldy[j] + o];
         if (lane == 0) *yo = acc_out ? *yo + s : s;
@@ -261,7 +256,7 @@ __global__ static void k_gemv_glu(const uint8_t *Wg, const uint8_t *Wu, int64_t 
 #pragma unroll
     for (int t = 0; t < GEMV_MAX_TOK; t++) {
         if (t >= n) break;
-        float g = warp_sum(acc[0][t]), u = warp_sum(acc[1][t]);
+        float g = cuda_warp_sum(acc[0][t]), u = cuda_warp_sum(acc[1][t]);
         if (NORM) {
             float inv = gemv_inv_rms(ss[t], cols, nrm.eps);
             g *= inv, u *= inv;
@@ -516,7 +511,7 @@ static void matmul(cuda_ctx *c, const cuda_wview &w, const float *x, int64_t ldx
         gemm(c, w.data, t, w.rows, w.cols, xh + total, t, w.cols, n, y, ldy, true);
     } else if (c->qprefill_bf16) {
         /* quantized: decoded to bf16 (each weight rounded by up to 2^-9, as the tensor-core
-         * GEMM of 9..64 tokens decodes them), then the two tensor-core GEMMs of the 16-bit
+         * GEMM of cuda_gemm_skinny.cu decodes them), then the two tensor-core GEMMs of the 16-bit
          * weights; the exact fp32 copy and an fp32 GEMM with TESSERA_CUDA_QPREFILL_BF16=0 */
         uint16_t *wb = (uint16_t *)cuda_scratch(c, 1, (size_t)(w.rows * w.cols) * 2);
         uint16_t *xh = wb ? split_half(c, &w, x, ldx, n) : NULL;

@@ -86,9 +86,7 @@ __global__ static void k_attention(const float *q, int64_t ldq, int64_t q_head_s
             s += ch < hd ? qv[j] * k[ch] : 0.0f;
             vv[j] = ch < hd ? v[ch] : 0.0f; /* loaded before the reduction waits */
         }
-        for (int off = 16; off > 0; off >>= 1)
-            s += __shfl_xor_sync(0xffffffffu, s, off);
-        s = attn_logit(s, d);
+        s = attn_logit(cuda_warp_sum(s), d);
         float corr = 1.0f, e = 1.0f;
         if (s > m) {
             corr = expf(m - s); /* 0 on the warp's first key */
@@ -260,8 +258,7 @@ __global__ static void k_attention_tiled(const float *q, int64_t ldq, int64_t q_
                 mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, off));
             float mn = fmaxf(m[r], mt);
             p[r] = valid ? expf(sr - mn) : 0.0f;
-            float ps = p[r];
-            for (int off = 16; off > 0; off >>= 1) ps += __shfl_xor_sync(0xffffffffu, ps, off);
+            float ps = cuda_warp_sum(p[r]);
             float corr = expf(m[r] - mn); /* 0 before the row's first key, 1 for no change */
             l[r] = l[r] * corr + ps;
             m[r] = mn;
@@ -557,9 +554,7 @@ __device__ static inline void gdn_reg(const float *q, const float *k, int64_t ld
 #pragma unroll
                 for (int w = 0; w < GDN_WARPS; w++)
                     sum += red[1][w][lane];
-                float sq = col ? sum * sum : 0.0f;
-                for (int off = 16; off > 0; off >>= 1)
-                    sq += __shfl_xor_sync(0xffffffffu, sq, off);
+                float sq = cuda_warp_sum(col ? sum * sum : 0.0f);
                 if (lane == 0) ssq[t & 1] = sq;
             }
             cg::cluster_group cl = cg::this_cluster();
