@@ -162,6 +162,9 @@ static int nucleus(cand *c, int n, double target) {
     return m;
 }
 
+/* Whether a logit can be drawn at all (NaN and -inf are never candidates). */
+static inline bool is_candidate(float l) { return !(l != l || l == -INFINITY); }
+
 /* The sum of e[0 .. n) with eight partial sums (independent adds, not one chain). */
 static double sum_fast(const float *e, int n) {
     float a[8] = {0};
@@ -208,7 +211,7 @@ int32_t ts_sampler_sample(ts_sampler *s, const float *logits) {
     const float t = p->temperature;
     if (p->top_k > 0 && p->top_k < s->n_vocab) { /* the k best, ordered (fewer if fewer) */
         for (int i = 0; i < s->n_vocab; i++)
-            if (!(logits[i] != logits[i] || logits[i] == -INFINITY))
+            if (is_candidate(logits[i]))
                 s->c[n++] = (cand){logits[i] / t, i};
         if (n == 0) return argmax(logits, s->n_vocab);
         n = keep_top_k(s->c, n, p->top_k);
@@ -233,7 +236,7 @@ int32_t ts_sampler_sample(ts_sampler *s, const float *logits) {
         for (; i0 + 8 <= s->n_vocab; i0 += 8)
             for (int k = 0; k < 8; k++) {
                 float l = logits[i0 + k];
-                b8[k] += l != l || l == -INFINITY;
+                b8[k] += !is_candidate(l);
                 m8[k] = l > m8[k] ? l : m8[k];
             }
         float mx = -INFINITY;
@@ -242,7 +245,7 @@ int32_t ts_sampler_sample(ts_sampler *s, const float *logits) {
             mx = m8[k] > mx ? m8[k] : mx, bad += b8[k];
         for (; i0 < s->n_vocab; i0++) {
             float l = logits[i0];
-            bad += l != l || l == -INFINITY;
+            bad += !is_candidate(l);
             mx = l > mx ? l : mx;
         }
         if (bad == s->n_vocab) return argmax(logits, s->n_vocab);
@@ -255,7 +258,7 @@ int32_t ts_sampler_sample(ts_sampler *s, const float *logits) {
             n = s->n_vocab;
         } else {
             for (int i = 0; i < s->n_vocab; i++)
-                if (!(logits[i] != logits[i] || logits[i] == -INFINITY))
+                if (is_candidate(logits[i]))
                     pv[n] = logits[i] / t - top, pid[n++] = i;
         }
         double total = s->k->exp_sum(pv, n);
