@@ -101,6 +101,8 @@ typedef struct {
     const uint8_t *wants_logits; /* NULL = only the last token of the batch */
 } ts_batch;
 
+typedef struct ts_sampler ts_sampler; /* sampling, below */
+
 /* Runs the model over the batch and writes n_vocab logits for each token whose logits are
  * wanted, in batch order, to logits (may be NULL when none are wanted). */
 ts_status ts_engine_forward(ts_engine *engine, const ts_batch *batch, float *logits);
@@ -108,6 +110,13 @@ ts_status ts_engine_forward(ts_engine *engine, const ts_batch *batch, float *log
  * logit is written to ids (greedy decoding; the first id on ties). On a GPU the logits then
  * never leave the device. */
 ts_status ts_engine_forward_greedy(ts_engine *engine, const ts_batch *batch, int32_t *ids);
+/* The same forward, but for the k-th token whose logits are wanted the next token is drawn
+ * with samplers[k] (made for this model's vocabulary) and written to ids[k]. On a GPU the draw
+ * happens where the logits are (only a token id, or for top-k / top-p a short list of
+ * candidates, comes back); the tokens are those ts_sampler_sample would draw from the logits,
+ * from the same generator, up to float rounding where a draw falls on a boundary. */
+ts_status ts_engine_forward_sample(ts_engine *engine, const ts_batch *batch,
+                                   ts_sampler *const *samplers, int32_t *ids);
 
 /* Empties a slot (its sequence starts again at position 0). */
 ts_status ts_engine_slot_clear(ts_engine *engine, int slot);
@@ -194,8 +203,6 @@ typedef struct {
     float min_p;       /* 0 = off */
     uint64_t seed;
 } ts_sampler_params;
-
-typedef struct ts_sampler ts_sampler;
 
 void ts_sampler_params_default(ts_sampler_params *p);
 ts_status ts_sampler_create(const ts_sampler_params *p, int n_vocab, ts_sampler **out);

@@ -72,6 +72,27 @@ typedef struct {
     float *a, *b;
 } ts_seq_run;
 
+/* One row's sampling for ts_backend_ops.sample: the sampler's parameters (temperature 0 =
+ * greedy) and the uniform number in [0, 1) its generator gave for this draw. */
+typedef struct {
+    float temperature, top_p, min_p;
+    int top_k;
+    double u;
+} ts_sample_req;
+
+/* What ts_backend_ops.sample gives back for a row: the drawn token (id >= 0), or (id < 0, only
+ * with top-k or top-p, which need an order) a subset of the row's candidates that holds every
+ * token those filters could keep - n logits with their token ids in logit[] and tok[] (host
+ * arrays of n_cols entries, the caller's), in no particular order - and total, the sum over
+ * the whole row of exp(l / T - max / T), for the caller to finish the draw with. */
+typedef struct {
+    int32_t id;
+    int n;
+    float *logit;
+    int32_t *tok;
+    double total;
+} ts_sample_res;
+
 typedef struct {
     const char *name;
     /* Frees the backend and its context. */
@@ -120,6 +141,14 @@ typedef struct {
      * wins), for n_rows rows; synchronises like download. */
     void (*argmax)(ts_backend *be, const float *x, int64_t ldx, int n_rows, int n_cols,
                    int32_t *out_host);
+    /* Optional (NULL: the caller downloads the logits and samples on the host). Samples the
+     * next token of each of n_rows rows of logits where they lie, so that a decode step moves
+     * a token id instead of a vocabulary of floats: temperature, min-p and the draw itself on
+     * the device, top-k / top-p narrowed there to a small superset (ts_sample_res). A draw
+     * reads the uniform u in vocabulary order exactly as ts_sampler_sample does, so both give
+     * the same token up to float rounding at a boundary. Synchronises like download. */
+    void (*sample)(ts_backend *be, const float *x, int64_t ldx, int n_rows, int n_cols,
+                   const ts_sample_req *req, ts_sample_res *res);
     /* Copies n rows of dim floats (row r of src at src + r*lds) to dst (row stride ldd). */
     void (*copy_rows)(ts_backend *be, float *dst, int64_t ldd, const float *src, int64_t lds,
                       int n, int dim);

@@ -5,8 +5,10 @@
 ts_status cli_generate(const cli_gen *g, float *logits, int pos, int max_new, cli_gen_result *r) {
     *r = (cli_gen_result){0};
     double t0 = cli_now();
+    /* the first token from the prompt's logits; each later one drawn by the forward that
+     * feeds its predecessor (on a GPU, where the logits are) */
+    int32_t tok = max_new > 0 ? ts_sampler_sample(g->sampler, logits) : 0;
     for (int k = 0; k < max_new; k++) {
-        int32_t tok = ts_sampler_sample(g->sampler, logits);
         if (g->ids_out) g->ids_out[k] = tok;
         r->n_generated++;
         bool eog = g->tok && ts_tokenizer_is_eog(g->tok, tok);
@@ -20,10 +22,12 @@ ts_status cli_generate(const cli_gen *g, float *logits, int pos, int max_new, cl
         }
         bool last = k + 1 == max_new || (eog && g->stop_at_eog);
         if (!last || g->feed_last) {
-            int32_t p = pos + k, s = g->slot;
+            int32_t p = pos + k, s = g->slot, next = -1;
             ts_batch b = {1, &tok, &p, &s, NULL};
-            ts_status st = ts_engine_forward(g->engine, &b, logits);
+            ts_status st = last ? ts_engine_forward(g->engine, &b, logits)
+                                : ts_engine_forward_sample(g->engine, &b, &g->sampler, &next);
             if (st != TS_OK) return st;
+            tok = next;
         }
         if (eog && g->stop_at_eog) {
             r->stopped_at_eog = true;

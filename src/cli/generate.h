@@ -21,8 +21,9 @@ typedef struct {
     bool stopped_at_eog;
 } cli_gen_result;
 
-/* logits holds the next token's logits on entry (n_vocab floats) and is overwritten. pos is
- * the position of the first generated token. Returns TS_OK or the engine's error. */
+/* logits holds the next token's logits on entry (n_vocab floats); with feed_last it holds the
+ * logits after the final token on return. pos is the position of the first generated token.
+ * Returns TS_OK or the engine's error. */
 ts_status cli_generate(const cli_gen *g, float *logits, int pos, int max_new, cli_gen_result *r);
 
 #endif

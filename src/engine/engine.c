@@ -12,6 +12,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "base/cpu.h"
 #include "engine/engine_int.h"
+#include "engine/sampler_int.h"
 
 void ts_engine_opts_default(ts_engine_opts *o) {
     *o = (ts_engine_opts){.n_slots = 1, .n_ctx = 4096, .n_batch = 512, .n_threads = 0,
@@ -29,6 +30,9 @@ void ts_engine_free(ts_engine *e) {
     free(e->slot_len);
     free(e->pending_len);
     free(e->want_scratch);
+    free(e->sample_buf);
+    free(e->sample_req);
+    free(e->sample_res);
     free(e);
 }
 
@@ -145,8 +149,10 @@ static ts_status check_batch(ts_engine *e, const ts_batch *b) {
     return TS_OK;
 }
 
-/* logits or ids receives the wanted tokens' outputs (n_vocab floats or one id each). */
-static ts_status forward(ts_engine *e, const ts_batch *b, float *logits, int32_t *ids) {
+/* logits, ids or (req, res) receives the wanted tokens' outputs: n_vocab floats, one id, or
+ * the backend's answer to one sampling request each. */
+static ts_status forward(ts_engine *e, const ts_batch *b, float *logits, int32_t *ids,
+                         const ts_sample_req *req, ts_sample_res *res) {
     TS_TRY(check_batch(e, b));
     for (int start = 0; start < b->n_tokens; start += e->n_batch) {
         int n = b->n_tokens - start < e->n_batch ? b->n_tokens - start : e->n_batch;
@@ -161,23 +167,77 @@ static ts_status forward(ts_engine *e, const ts_batch *b, float *logits, int32_t
         }
         int produced = 0;
         for (int i = 0; i < n; i++) produced += want[i] != 0;
-        if (produced && !logits && !ids)
+        if (produced && !logits && !ids && !req)
             return ts_error(TS_ERR_INVALID, "logits wanted but no buffer");
         ts_fwd_batch fb = {n,    b->tokens + start, b->pos + start, b->slot + start, want,
-                           e->slot_state, ids};
+                           e->slot_state, ids, req, res};
         ts_status st = e->model->arch->forward(e->rt, &fb, logits);
         if (st != TS_OK) return st;
         for (int i = 0; i < n; i++) e->slot_len[fb.slot[i]]++;
         if (logits) logits += (size_t)produced * e->n_vocab;
         if (ids) ids += produced;
+        if (req) req += produced, res += produced;
     }
     return TS_OK;
 }
 
 ts_status ts_engine_forward(ts_engine *e, const ts_batch *b, float *logits) {
-    return forward(e, b, logits, NULL);
+    return forward(e, b, logits, NULL, NULL, NULL);
 }
 
 ts_status ts_engine_forward_greedy(ts_engine *e, const ts_batch *b, int32_t *ids) {
-    return forward(e, b, NULL, ids);
+    return forward(e, b, NULL, ids, NULL, NULL);
+}
+
+/* Host memory for n rows of sampling output: logits when the backend cannot sample, else the
+ * rows' candidate subsets (a float and an id per vocabulary entry, the most a row can need). */
+static ts_status sample_room(ts_engine *e, int n) {
+    size_t per_row = (size_t)e->n_vocab * (sizeof(float) + sizeof(int32_t));
+    if (e->sample_rows >= n) return TS_OK;
+    void *p = realloc(e->sample_buf, (size_t)n * per_row);
+    ts_sample_req *rq = realloc(e->sample_req, (size_t)n * sizeof *rq);
+    if (p) e->sample_buf = p;
+    if (rq) e->sample_req = rq;
+    ts_sample_res *rs = realloc(e->sample_res, (size_t)n * sizeof *rs);
+    if (rs) e->sample_res = rs;
+    if (!p || !rq || !rs) return ts_error(TS_ERR_NOMEM, "out of memory for %d sampled rows", n);
+    e->sample_rows = n;
+    return TS_OK;
+}
+
+ts_status ts_engine_forward_sample(ts_engine *e, const ts_batch *b, ts_sampler *const *samplers,
+                                   int32_t *ids) {
+    int n_want = 0;
+    for (int i = 0; b->wants_logits && i < b->n_tokens; i++)
+        n_want += b->wants_logits[i] != 0;
+    if (!b->wants_logits) n_want = b->n_tokens > 0;
+    for (int k = 0; k < n_want; k++)
+        if (!samplers || !samplers[k] || ts_sampler_n_vocab(samplers[k]) != e->n_vocab)
+            return ts_error(TS_ERR_INVALID, "sampled token %d: no sampler for a vocabulary of "
+                            "%d", k, e->n_vocab);
+    TS_TRY(sample_room(e, n_want > 0 ? n_want : 1));
+    if (!e->be->ops->sample) { /* the logits come to the host, where the sampler runs */
+        float *logits = e->sample_buf;
+        TS_TRY(forward(e, b, logits, NULL, NULL, NULL));
+        for (int k = 0; k < n_want; k++)
+            ids[k] = ts_sampler_sample(samplers[k], logits + (size_t)k * e->n_vocab);
+        return TS_OK;
+    }
+    float *lg = e->sample_buf;
+    int32_t *tk = (int32_t *)(lg + (size_t)n_want * e->n_vocab);
+    for (int k = 0; k < n_want; k++) {
+        e->sample_req[k] = ts_sampler_request(samplers[k]);
+        e->sample_res[k] = (ts_sample_res){.id = -1,
+                                           .logit = lg + (size_t)k * e->n_vocab,
+                                           .tok = tk + (size_t)k * e->n_vocab};
+    }
+    TS_TRY(forward(e, b, NULL, NULL, e->sample_req, e->sample_res));
+    for (int k = 0; k < n_want; k++) {
+        const ts_sample_res *r = &e->sample_res[k];
+        if (r->id < 0 && r->n <= 0) /* the backend recorded why; nothing to draw from */
+            return ts_error(TS_ERR_IO, "%s: sampling on the device failed (see the message above)",
+                            e->be->ops->name);
+        ids[k] = ts_sampler_finish(samplers[k], &e->sample_req[k], r);
+    }
+    return TS_OK;
 }

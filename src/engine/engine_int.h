@@ -16,6 +16,11 @@ struct ts_engine {
     int *pending_len;  /* scratch: per-slot length while checking a batch */
     char desc[64];
     uint8_t *want_scratch; /* [n_batch]: "last token only" when a batch gives no flags */
+    /* ts_engine_forward_sample's host side, grown to the most rows asked for so far */
+    void *sample_buf;
+    ts_sample_req *sample_req;
+    ts_sample_res *sample_res;
+    int sample_rows;
 };
 
 #endif

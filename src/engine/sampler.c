@@ -9,6 +9,7 @@
 
 #include "backend/cpu/ops_seq.h"
 #include "base/status.h"
+#include "engine/sampler_int.h"
 
 typedef struct {
     float logit;
@@ -201,19 +202,26 @@ static int draw_index(const float *e, int n, double r) {
  * top-k and top-p need an order: without them the candidates stay in vocabulary order (a full
  * sort of a 248k vocabulary took 32 ms a token, more than a decode step). The weights are
  * exp(logit / T - max) through the CPU backend's vector exp, left unnormalized (top-p compares
- * with top_p times their sum, min-p with min_p times the largest, which is 1). */
-int32_t ts_sampler_sample(ts_sampler *s, const float *logits) {
+ * with top_p times their sum, min-p with min_p times the largest, which is 1).
+ *
+ * Over a whole row of n logits when tok is NULL. Else over a subset of a row that a backend's
+ * sampling op kept (ts_sample_res): logits[i] is token tok[i]'s, and total is the sum of the
+ * weights over the whole row, which top-p without top-k needs. u: the draw's uniform number,
+ * or NULL to take the next one from the generator. */
+static int32_t pick(ts_sampler *s, const float *logits, const int32_t *tok, int n_in,
+                    double total_row, const double *u) {
     const ts_sampler_params *p = &s->p;
-    if (p->temperature <= 0.0f || p->top_k == 1) return argmax(logits, s->n_vocab);
+#define ID(i) (tok ? tok[(i)] : (int32_t)(i))
+    if (p->temperature <= 0.0f || p->top_k == 1) return ID(argmax(logits, n_in));
     float *pv = s->pv;
     int32_t *pid = s->pid;
     int n = 0;
     const float t = p->temperature;
     if (p->top_k > 0 && p->top_k < s->n_vocab) { /* the k best, ordered (fewer if fewer) */
-        for (int i = 0; i < s->n_vocab; i++)
+        for (int i = 0; i < n_in; i++)
             if (is_candidate(logits[i]))
-                s->c[n++] = (cand){logits[i] / t, i};
-        if (n == 0) return argmax(logits, s->n_vocab);
+                s->c[n++] = (cand){logits[i] / t, ID(i)};
+        if (n == 0) return ID(argmax(logits, n_in));
         n = keep_top_k(s->c, n, p->top_k);
         for (int i = 0; i < n; i++)
             pv[i] = s->c[i].logit - s->c[0].logit, pid[i] = s->c[i].id;
@@ -233,7 +241,7 @@ int32_t ts_sampler_sample(ts_sampler *s, const float *logits) {
         for (int k = 0; k < 8; k++)
             m8[k] = -INFINITY;
         int i0 = 0;
-        for (; i0 + 8 <= s->n_vocab; i0 += 8)
+        for (; i0 + 8 <= n_in; i0 += 8)
             for (int k = 0; k < 8; k++) {
                 float l = logits[i0 + k];
                 b8[k] += !is_candidate(l);
@@ -243,25 +251,26 @@ int32_t ts_sampler_sample(ts_sampler *s, const float *logits) {
         int bad = 0;
         for (int k = 0; k < 8; k++)
             mx = m8[k] > mx ? m8[k] : mx, bad += b8[k];
-        for (; i0 < s->n_vocab; i0++) {
+        for (; i0 < n_in; i0++) {
             float l = logits[i0];
             bad += !is_candidate(l);
             mx = l > mx ? l : mx;
         }
-        if (bad == s->n_vocab) return argmax(logits, s->n_vocab);
+        if (bad == n_in) return ID(argmax(logits, n_in));
         const float top = mx / t;
         if (!bad) { /* the usual case, in loops the compiler vectorizes */
-            for (int i = 0; i < s->n_vocab; i++)
+            for (int i = 0; i < n_in; i++)
                 pv[i] = logits[i] / t - top;
-            for (int i = 0; i < s->n_vocab; i++)
-                pid[i] = i;
-            n = s->n_vocab;
+            for (int i = 0; i < n_in; i++)
+                pid[i] = ID(i);
+            n = n_in;
         } else {
-            for (int i = 0; i < s->n_vocab; i++)
+            for (int i = 0; i < n_in; i++)
                 if (is_candidate(logits[i]))
-                    pv[n] = logits[i] / t - top, pid[n++] = i;
+                    pv[n] = logits[i] / t - top, pid[n++] = ID(i);
         }
         double total = s->k->exp_sum(pv, n);
+        if (tok) total = total_row;
         if (p->top_p < 1.0f) {
             for (int i = 0; i < n; i++)
                 s->c[i] = (cand){pv[i], pid[i]};
@@ -270,12 +279,34 @@ int32_t ts_sampler_sample(ts_sampler *s, const float *logits) {
                 pv[i] = s->c[i].logit, pid[i] = s->c[i].id;
         }
     }
+#undef ID
     if (p->min_p > 0.0f) { /* nothing below min_p times the best weight (e^0 = 1) */
         int keep = 0;
         for (int i = 0; i < n; i++)
             if (pv[i] >= p->min_p) pv[keep] = pv[i], pid[keep++] = pid[i];
         n = keep > 0 ? keep : 1;
     }
-    double r = next_uniform(&s->rng) * sum_fast(pv, n);
+    double r = (u ? *u : next_uniform(&s->rng)) * sum_fast(pv, n);
     return pid[draw_index(pv, n, r)];
+}
+
+int32_t ts_sampler_sample(ts_sampler *s, const float *logits) {
+    return pick(s, logits, NULL, s->n_vocab, 0, NULL);
+}
+
+int ts_sampler_n_vocab(const ts_sampler *s) { return s->n_vocab; }
+
+bool ts_sampler_is_greedy(const ts_sampler *s) {
+    return s->p.temperature <= 0.0f || s->p.top_k == 1;
+}
+
+ts_sample_req ts_sampler_request(ts_sampler *s) {
+    if (ts_sampler_is_greedy(s)) return (ts_sample_req){0.0f, 1.0f, 0.0f, 0, 0.0};
+    int k = s->p.top_k < s->n_vocab ? s->p.top_k : 0;
+    return (ts_sample_req){s->p.temperature, s->p.top_p, s->p.min_p, k, next_uniform(&s->rng)};
+}
+
+int32_t ts_sampler_finish(ts_sampler *s, const ts_sample_req *req, const ts_sample_res *res) {
+    if (res->id >= 0) return res->id;
+    return pick(s, res->logit, res->tok, res->n, res->total, &req->u);
 }

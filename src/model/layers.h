@@ -22,7 +22,8 @@ static inline int ts_logit_rows(int n_batch) {
 /* Logits rows for runs of a batch, at most `rows` tokens at a time: gathers the wanted rows of
  * x [n][D], applies the final norm and the output head (and a soft cap when cap > 0), and
  * downloads them to logits (host, n_vocab floats per wanted token) - or, when b->argmax is set,
- * only each row's argmax to b->argmax. sel: scratch of n ints, lh: [rows][D] scratch, lg:
+ * only each row's argmax to b->argmax, or (b->sample) each row's draw by the backend's sampling
+ * op to b->sample_res. sel: scratch of n ints, lh: [rows][D] scratch, lg:
  * [rows][n_vocab] scratch. */
 typedef struct {
     const float *final_norm; /* backend buffer, the effective weight */

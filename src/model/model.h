@@ -26,6 +26,10 @@ typedef struct {
     /* NULL: write logits. Else, for each wanted token, the id of its largest logit (greedy
      * decoding without moving the logits to the host). */
     int32_t *argmax;
+    /* NULL: as above. Else, for each wanted token, the backend's sampling op is asked for its
+     * next token with sample[k] and answers in sample_res[k] (the backend must have the op). */
+    const ts_sample_req *sample;
+    ts_sample_res *sample_res;
 } ts_fwd_batch;
 
 typedef struct ts_arch ts_arch;

@@ -99,9 +99,14 @@ static ts_status sink(void *ctx, serve_channel ch, const char *s, size_t n) {
     return st;
 }
 
+static bool has_penalties(const serve_job *j) {
+    return j->repetition_penalty != 1.0f || j->frequency_penalty != 0.0f ||
+           j->presence_penalty != 0.0f;
+}
+
 static void apply_penalties(serve_decoder *d, const serve_job *j) {
     float rep = j->repetition_penalty, fr = j->frequency_penalty, pr = j->presence_penalty;
-    if (rep == 1.0f && fr == 0.0f && pr == 0.0f) return;
+    if (!has_penalties(j)) return;
     for (int t = 0; t < d->n_vocab; t++) {
         if (!d->seen[t]) continue;
         float *l = &d->logits[t];
@@ -223,14 +228,23 @@ static ts_status decode(serve_decoder *d, serve_job *j, serve_finish *how) {
     ts_status st = ts_sampler_create(&j->sp, d->n_vocab, &smp);
     if (st == TS_OK) st = ts_detokenizer_create(d->o.tok, true, &dt);
     *how = SERVE_FINISH_LENGTH;
+    /* Without penalties and log-probabilities the logits themselves are never needed: each
+     * decode step draws its token where the logits are (on a GPU: a token id comes back, not a
+     * vocabulary of floats). The first token still comes from the prompt's logits. */
+    const bool draw_in_forward = !has_penalties(j) && j->top_logprobs < 0;
+    int32_t drawn = -1;
     for (int k = 0; st == TS_OK && k < j->max_tokens; k++) {
         if (cancelled(j)) {
             *how = SERVE_FINISH_CANCELLED;
             break;
         }
         double t0 = serve_now();
-        apply_penalties(d, j);
-        int32_t tok = ts_sampler_sample(smp, d->logits);
+        int32_t tok = drawn;
+        if (tok < 0) {
+            apply_penalties(d, j);
+            tok = ts_sampler_sample(smp, d->logits);
+        }
+        drawn = -1;
         serve_logprob lp;
         if (j->top_logprobs >= 0) compute_logprobs(d, tok, j->top_logprobs, &lp);
         d->seq[d->n_seq++] = tok;
@@ -269,7 +283,9 @@ static ts_status decode(serve_decoder *d, serve_job *j, serve_finish *how) {
         int32_t p = d->n_seq - 1;
         ts_batch b = {1, &tok, &p, d->slot, NULL};
         flush_snapshot(d);
-        if (st == TS_OK) st = ts_engine_forward(d->o.engine, &b, d->logits);
+        if (st == TS_OK)
+            st = draw_in_forward ? ts_engine_forward_sample(d->o.engine, &b, &smp, &drawn)
+                                 : ts_engine_forward(d->o.engine, &b, d->logits);
         serve_metrics_token_latency(d->o.metrics, serve_now() - t0);
     }
     if (st == TS_OK && (*how == SERVE_FINISH_LENGTH)) {

@@ -15,6 +15,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "base/half.h"
 #include "engine/engine_int.h"
+#include "engine/sampler_int.h"
 #include "fixture_util.h"
 #include "model/layers.h"
 #include "testutil.h"
@@ -831,13 +832,266 @@ static void test_argmax(void) {
     free(x);
 }
 
+static ts_engine *make_engine_slots(ts_model *m, int n_slots);
+static bool decode_fixtures(char f32[8192], char bf16[8192]);
+/* vocabularies of one chunk: device and host draws agree exactly */
+#define SAMPLE_EXACT_V 1024
+
+/* Sampling on the device (cuda_sample.cu) against the host sampler on the same logits, from the
+ * same seed (the device takes ts_sampler_request's uniform number u and, for top-k / top-p,
+ * hands a candidate list to ts_sampler_finish). Both draw by the running sum of the weights, but
+ * over 248k tokens a running sum's rounding (~1e-6 of the total) is as wide as a token's share,
+ * so the two may pick neighbours: each draw is checked against the float64 truth instead. A
+ * plain draw must be the token at u times the total of the float64 weights (within 1e-5 of the
+ * total); a list must hold every token the filter keeps, and the draw must come from those;
+ * greedy rows and one-chunk vocabularies must match the host exactly. Rows of several
+ * vocabulary sizes (one chunk; 151936; 248320), peaked and flat, with NaN and -inf entries. */
+typedef struct {
+    const float *x;
+    int V;
+    int32_t *order;  /* candidates by logit, descending (ties: lower id) */
+    int n_cand;
+    double *w;       /* float64 weights exp(l / T - max / T), min-p applied, 0 for the rest */
+    double *before;  /* running sum of w before each token, vocabulary order */
+    double total, total_all; /* of w, and of the weights without min-p */
+} sample_truth;
+
+static const float *truth_x;
+static int by_truth_logit(const void *a, const void *b) {
+    int32_t i = *(const int32_t *)a, j = *(const int32_t *)b;
+    float x = truth_x[i], y = truth_x[j];
+    if (x != y) return x < y ? 1 : -1;
+    return (i > j) - (i < j);
+}
+
+static void truth_make(sample_truth *t, const float *x, int V, const ts_sampler_params *sp) {
+    t->x = x, t->V = V;
+    t->order = malloc((size_t)V * sizeof *t->order);
+    t->w = malloc((size_t)V * sizeof *t->w);
+    t->before = malloc((size_t)V * sizeof *t->before);
+    t->n_cand = 0;
+    float mx = -INFINITY;
+    for (int i = 0; i < V; i++)
+        if (!isnan(x[i]) && x[i] != -INFINITY) {
+            t->order[t->n_cand++] = i;
+            if (x[i] > mx) mx = x[i];
+        }
+    truth_x = x;
+    qsort(t->order, (size_t)t->n_cand, sizeof *t->order, by_truth_logit);
+    double T = sp->temperature > 0 ? sp->temperature : 1.0, acc = 0, all = 0;
+    for (int i = 0; i < V; i++) {
+        double w = 0;
+        if (!isnan(x[i]) && x[i] != -INFINITY) w = exp((double)x[i] / T - (double)mx / T);
+        all += w;
+        if (w < sp->min_p) w = 0;
+        t->w[i] = w, t->before[i] = acc;
+        acc += w;
+    }
+    t->total = acc, t->total_all = all;
+}
+
+static void truth_free(sample_truth *t) { free(t->order), free(t->w), free(t->before); }
+
+/* How many of the best candidates the filter keeps (top-k, then top-p within them). */
+static int truth_kept(const sample_truth *t, const ts_sampler_params *sp, double slack) {
+    int n = t->n_cand;
+    if (sp->top_k > 0 && sp->top_k < n) n = sp->top_k;
+    if (sp->top_p >= 1.0f) return n;
+    double T = sp->temperature, mx = t->x[t->order[0]], tot = 0, cum = 0;
+    for (int i = 0; i < n; i++) tot += exp((double)t->x[t->order[i]] / T - mx / T);
+    for (int i = 0; i < n; i++) {
+        cum += exp((double)t->x[t->order[i]] / T - mx / T);
+        if (cum >= sp->top_p * tot * slack) return i + 1;
+    }
+    return n;
+}
+
+static int sample_row_case(const float *x, int V, const ts_sampler_params *sp, int draws,
+                           int *longest, int *agree) {
+    float *dx = dev(x, (size_t)V);
+    ts_sampler *hs = NULL, *ds = NULL;
+    CHECK(ts_sampler_create(sp, V, &hs) == TS_OK && ts_sampler_create(sp, V, &ds) == TS_OK);
+    float *lg = malloc((size_t)V * sizeof *lg);
+    int32_t *tk = malloc((size_t)V * sizeof *tk);
+    uint8_t *in_list = calloc((size_t)V, 1), *reach = calloc((size_t)V, 1);
+    sample_truth t;
+    truth_make(&t, x, V, sp);
+    bool greedy = sp->temperature <= 0 || sp->top_k == 1;
+    bool listed = !greedy && ((sp->top_k > 0 && sp->top_k < V) || sp->top_p < 1.0f);
+    /* the filter's set, and a slightly larger one the draw may reach through rounding */
+    int n_keep = listed ? truth_kept(&t, sp, 1.0 - 1e-4) : 0;
+    int n_reach = listed ? truth_kept(&t, sp, 1.0 + 1e-4) : 0;
+    for (int i = 0; i < n_reach; i++) reach[t.order[i]] = 1;
+    int bad = 0, distinct = 0;
+    *agree = 0;
+    int32_t first = -1;
+    for (int i = 0; hs && ds && i < draws; i++) {
+        int32_t want = ts_sampler_sample(hs, x);
+        ts_sample_req rq = ts_sampler_request(ds);
+        ts_sample_res rs = {-1, 0, lg, tk, 0};
+        gpu->ops->sample(gpu, dx, V, 1, V, &rq, &rs);
+        if (rs.id < 0 && rs.n <= 0) { /* the op failed */
+            bad++;
+            continue;
+        }
+        bool ok = true;
+        if (listed && rs.id < 0) {
+            for (int k = 0; k < rs.n; k++) in_list[tk[k]] = 1;
+            for (int k = 0; k < n_keep; k++) ok = ok && in_list[t.order[k]];
+            for (int k = 0; k < rs.n; k++) in_list[tk[k]] = 0;
+            if (rs.n > *longest) *longest = rs.n;
+        } else if (listed) {
+            ok = false; /* a list was due */
+        }
+        int32_t got = ts_sampler_finish(ds, &rq, &rs);
+        if (got < 0 || got >= V) {
+            bad++;
+            continue;
+        }
+        if (greedy || V <= SAMPLE_EXACT_V) {
+            ok = ok && got == want;
+        } else if (listed) {
+            ok = ok && reach[got];
+        } else {
+            double at = rq.u * t.total, tol = 1e-5 * t.total;
+            ok = ok && t.w[got] > 0 && at >= t.before[got] - tol &&
+                 at <= t.before[got] + t.w[got] + tol;
+        }
+        bad += !ok;
+        *agree += got == want;
+        if (i == 0) first = got;
+        distinct += got != first;
+    }
+    if (!greedy && draws >= 20 && distinct == 0) bad += 1000000;
+    truth_free(&t);
+    ts_sampler_free(hs), ts_sampler_free(ds);
+    free(lg), free(tk), free(in_list), free(reach);
+    gpu->ops->free(gpu, dx);
+    return bad;
+}
+
+static void test_sample(bool quick) {
+    const int sizes[3] = {1000, 151936, 248320};
+    const ts_sampler_params ps[8] = {
+        {1.0f, 0, 1.0f, 0.0f, 11},    {0.7f, 0, 1.0f, 0.05f, 12}, {0.8f, 40, 1.0f, 0.0f, 13},
+        {1.0f, 0, 0.9f, 0.0f, 14},    {0.6f, 50, 0.95f, 0.02f, 15}, {1.3f, 0, 0.5f, 0.0f, 16},
+        {0.0f, 0, 1.0f, 0.0f, 17},    {1.0f, 1, 1.0f, 0.0f, 18}};
+    for (int si = 0; si < 3; si++)
+        for (int shape = 0; shape < 2 && !(quick && si == 1); shape++) { /* peaked, flat */
+            int V = sizes[si];
+            float *x = rnd((size_t)V, shape == 0 ? 12.0f : 1.0f);
+            x[V / 3] = NAN, x[V / 2] = -INFINITY, x[V - 1] = NAN;
+            if (shape == 0) x[V / 5] = 14.0f; /* a clear favourite, not the only one */
+            for (int pi = 0; pi < 8; pi++) {
+                /* flat rows with top-p keep most of the vocabulary: few draws (the host side
+                 * sorts the list) */
+                bool slow = shape == 1 && ps[pi].top_p < 1.0f && ps[pi].top_k == 0;
+                int longest = 0, agree = 0, draws = quick ? 2 : slow ? 6 : 40;
+                int bad = sample_row_case(x, V, &ps[pi], draws, &longest, &agree);
+                CHECKF(bad == 0, "V=%d %s params %d: %d of %d device draws wrong%s", V,
+                       shape ? "flat" : "peaked", pi, bad % 1000000, draws,
+                       bad >= 1000000 ? ", and every draw was the same token" : "");
+                if (si == 2 && (pi == 0 || pi == 2))
+                    printf("  sample V=%d %s params %d: %d of %d draws as the host's, list of "
+                           "%d tokens\n", V, shape ? "flat" : "peaked", pi, agree, draws,
+                           longest);
+            }
+            free(x);
+        }
+    /* several rows in one call (of one chunk each: exact), each with its own parameters, one
+     * of them greedy */
+    int V = SAMPLE_EXACT_V - 24, R = 3;
+    int64_t ld = V + 7;
+    float *x = rnd((size_t)R * ld, 8.0f);
+    float *dx = dev(x, (size_t)R * ld);
+    ts_sampler_params rp[3] = {{1.0f, 0, 1.0f, 0.0f, 21}, {0.8f, 40, 0.9f, 0.0f, 22},
+                               {0.0f, 0, 1.0f, 0.0f, 23}};
+    ts_sampler *hs[3], *ds[3];
+    for (int r = 0; r < R; r++)
+        CHECK(ts_sampler_create(&rp[r], V, &hs[r]) == TS_OK &&
+              ts_sampler_create(&rp[r], V, &ds[r]) == TS_OK);
+    float *lg = malloc((size_t)R * V * sizeof *lg);
+    int32_t *tk = malloc((size_t)R * V * sizeof *tk);
+    int diff = 0;
+    for (int i = 0; i < 30; i++) {
+        ts_sample_req rq[3];
+        ts_sample_res rs[3];
+        for (int r = 0; r < R; r++)
+            rq[r] = ts_sampler_request(ds[r]),
+            rs[r] = (ts_sample_res){-1, 0, lg + (size_t)r * V, tk + (size_t)r * V, 0};
+        gpu->ops->sample(gpu, dx, ld, R, V, rq, rs);
+        for (int r = 0; r < R; r++)
+            diff += ts_sampler_finish(ds[r], &rq[r], &rs[r]) !=
+                    ts_sampler_sample(hs[r], x + (size_t)r * ld);
+    }
+    CHECKF(diff == 0, "three rows in one call: %d of 90 draws differ", diff);
+    for (int r = 0; r < R; r++) ts_sampler_free(hs[r]), ts_sampler_free(ds[r]);
+    free(lg), free(tk), free(x);
+    gpu->ops->free(gpu, dx);
+}
+
+/* ts_engine_forward_sample on the GPU: the tokens of 24 decode steps, drawn on the device inside
+ * the replayed step, must be those the host sampler draws from the logits that
+ * ts_engine_forward of a second engine downloads, from the same seed. */
+static void test_engine_sample(void) {
+    char f32[8192], bf16[8192];
+    if (!decode_fixtures(f32, bf16)) return;
+    ts_model *m = NULL;
+    CHECKF(ts_model_open(f32, &m) == TS_OK, "%s: %s", f32, ts_last_error());
+    if (!m) return;
+    ts_engine *ea = make_engine_slots(m, 1), *eb = make_engine_slots(m, 1);
+    CHECK(ea && eb);
+    const ts_sampler_params ps[3] = {{1.0f, 0, 1.0f, 0.0f, 5}, {0.9f, 20, 0.9f, 0.0f, 6},
+                                     {0.7f, 0, 1.0f, 0.1f, 7}};
+    for (int c = 0; ea && eb && c < 3; c++) {
+        int V = ts_engine_n_vocab(ea);
+        ts_sampler *sa = NULL, *sb = NULL;
+        CHECK(ts_sampler_create(&ps[c], V, &sa) == TS_OK &&
+              ts_sampler_create(&ps[c], V, &sb) == TS_OK);
+        float *lg = malloc((size_t)V * sizeof *lg);
+        ts_engine_slot_clear(ea, 0), ts_engine_slot_clear(eb, 0);
+        int32_t ta = 3, tb = 3, sl = 0;
+        int diff = 0, steps = 24;
+        long r0 = 0, b0 = 0, r1 = 0, b1 = 0;
+        ts_backend_cuda_graph_stats(ea->be, &r0, &b0);
+        for (int i = 0; i < steps; i++) {
+            int32_t p = i;
+            ts_batch ba = {1, &ta, &p, &sl, NULL}, bb = {1, &tb, &p, &sl, NULL};
+            CHECK(ts_engine_forward_sample(ea, &ba, &sa, &ta) == TS_OK);
+            CHECK(ts_engine_forward(eb, &bb, lg) == TS_OK);
+            tb = ts_sampler_sample(sb, lg);
+            diff += ta != tb;
+            tb = ta; /* the same next input on both sides */
+        }
+        ts_backend_cuda_graph_stats(ea->be, &r1, &b1);
+        CHECKF(diff == 0, "params %d: %d of %d steps drew another token on the device", c, diff,
+               steps);
+        CHECKF(r1 - r0 >= steps - 4, "params %d: %ld graph replays in %d sampled steps", c,
+               r1 - r0, steps);
+        printf("  engine sample params %d: %d steps, %ld replays\n", c, steps, r1 - r0);
+        ts_sampler_free(sa), ts_sampler_free(sb);
+        free(lg);
+    }
+    /* a sampler for another vocabulary is refused */
+    ts_sampler *wrong = NULL;
+    ts_sampler_params wp = {1.0f, 0, 1.0f, 0.0f, 1};
+    CHECK(ts_sampler_create(&wp, 7, &wrong) == TS_OK);
+    int32_t t = 3, p = 0, sl = 0, out = -1;
+    ts_batch bw = {1, &t, &p, &sl, NULL};
+    if (ea) ts_engine_slot_clear(ea, 0);
+    CHECK(!ea || ts_engine_forward_sample(ea, &bw, &wrong, &out) == TS_ERR_INVALID);
+    ts_sampler_free(wrong);
+    if (ea) ts_engine_free(ea);
+    if (eb) ts_engine_free(eb);
+    ts_model_close(m);
+}
+
 /* Decode through replayed CUDA graphs must give the same logits, bit for bit, as the ops run one
  * by one (TESSERA_CUDA_GRAPHS=0), with several sequences decoding together and one alone, and
  * with 12 sequences of a BF16 model (the tensor-core GEMM of cuda_gemm_skinny.cu, clusters and
  * all, inside the graph); and the graph engine must actually replay. ts_engine_forward_greedy
  * must pick the argmax of the logits that ts_engine_forward returns. */
 #define GD_MAX_B 12
-static ts_engine *make_engine_slots(ts_model *m, int n_slots);
 static ts_engine *make_engine_dev(ts_model *m, int n_slots, ts_device dv);
 
 /* steps decode steps of B sequences from fresh slots, each step feeding back the tokens it chose:
@@ -1251,13 +1505,14 @@ int main(void) {
     }
     if (section("attention")) test_attention_runs();
     if (section("argmax")) test_argmax();
+    if (section("sample")) test_sample(quick);
     if (section("matmul"))
         test_matmul(), test_matmul_glu(), test_matmul_norm_add(), test_gemv_one_rows();
     if (!quick && section("fixtures")) {
         test_fixtures("qwen35");
         test_fixtures("gemma3");
     }
-    if (section("graph")) test_graph_decode();
+    if (section("graph")) test_graph_decode(), test_engine_sample();
     if (section("upload")) test_upload_under_copy_load();
     if (section("runs")) {
         test_multi_runs("qwen35");

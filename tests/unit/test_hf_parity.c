@@ -4,6 +4,7 @@
  * fixture model with the scalar kernels and with the best kernels this CPU has. */
 #include <limits.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "fixture_util.h"
@@ -149,6 +150,30 @@ static void check_greedy(const char *dir, const char *model, ts_engine *e, const
             ts_batch d = {1, &tok, &p, &s0, NULL};
             CHECK(ts_engine_forward_greedy(e, &d, &tok) == TS_OK);
         }
+        /* the sampling forward draws what the sampler draws from the downloaded logits, from
+         * the same seed (temperature 1 and top-p: the generator and the filters in play) */
+        ts_sampler_params tp = {1.0f, 0, 0.95f, 0.0f, 100 + (uint64_t)g};
+        int32_t seq[2][8];
+        for (int pass = 0; pass < 2; pass++) {
+            ts_sampler *ts = NULL;
+            CHECK(ts_sampler_create(&tp, V, &ts) == TS_OK);
+            ts_engine_slot_clear(e, 0);
+            CHECK(ts_engine_forward(e, &b, logits) == TS_OK);
+            seq[pass][0] = ts_sampler_sample(ts, logits);
+            for (int k = 0; ts && k < 7; k++) {
+                int32_t p = np + k, s0 = 0;
+                ts_batch d = {1, &seq[pass][k], &p, &s0, NULL};
+                if (pass == 0) {
+                    CHECK(ts_engine_forward_sample(e, &d, &ts, &seq[pass][k + 1]) == TS_OK);
+                } else {
+                    CHECK(ts_engine_forward(e, &d, logits) == TS_OK);
+                    seq[pass][k + 1] = ts_sampler_sample(ts, logits);
+                }
+            }
+            ts_sampler_free(ts);
+        }
+        CHECKF(memcmp(seq[0], seq[1], sizeof seq[0]) == 0,
+               "%s %s: forward_sample drew other tokens than forward + sample", model, label);
         ts_sampler_free(s);
         free(logits);
         free(pos);

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/sampler_int.h"
 #include "tessera.h"
 #include "testutil.h"
 
@@ -14,6 +15,11 @@ static ts_sampler *make(float t, int k, float p, float minp, uint64_t seed) {
     ts_sampler *s = NULL;
     CHECK(ts_sampler_create(&sp, V, &s) == TS_OK);
     return s;
+}
+
+static int by_value_desc(const void *a, const void *b) {
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x < y) - (x > y);
 }
 
 int main(void) {
@@ -123,6 +129,61 @@ int main(void) {
         CHECKF(boundary > 0, "the nucleus's boundary group never drawn");
         ts_sampler_free(bs);
         free(big);
+    }
+
+    /* the host's half of a draw on the device: with top-k / top-p the backend hands back a
+     * subset of the candidates (in any order) that holds every token the filters can keep,
+     * and the sum of all weights; ts_sampler_finish over it, with the uniform number that
+     * ts_sampler_request took, must draw what ts_sampler_sample draws from the whole row */
+    {
+        enum { SV = 20000, KEEP = 3000 };
+        float *row = malloc(SV * sizeof *row), *sub = malloc(SV * sizeof *sub);
+        int32_t *tok = malloc(SV * sizeof *tok), *ord = malloc(SV * sizeof *ord);
+        unsigned long long st = 99;
+        for (int i = 0; i < SV; i++) row[i] = 20.0f * tu_rng_uniform(&st), ord[i] = i;
+        row[77] = NAN, row[78] = -INFINITY; /* never candidates */
+        /* the KEEP-th largest logit: every token at or above it goes into the subset */
+        float *srt = malloc(SV * sizeof *srt);
+        int nc = 0;
+        for (int i = 0; i < SV; i++)
+            if (!isnan(row[i]) && row[i] != -INFINITY) srt[nc++] = row[i];
+        qsort(srt, (size_t)nc, sizeof *srt, by_value_desc);
+        const struct { float t; int k; float p, minp; } cfg[] = {
+            {0.8f, 40, 1.0f, 0.0f}, {1.0f, 0, 0.9f, 0.0f}, {0.6f, 50, 0.95f, 0.02f},
+            {1.3f, 0, 0.5f, 0.05f}, {1.0f, 0, 0.3f, 0.0f}};
+        for (size_t ci = 0; ci < sizeof cfg / sizeof *cfg; ci++) {
+            ts_sampler_params sp = {cfg[ci].t, cfg[ci].k, cfg[ci].p, cfg[ci].minp, 1234 + ci};
+            ts_sampler *sa = NULL, *sb = NULL;
+            CHECK(ts_sampler_create(&sp, SV, &sa) == TS_OK &&
+                  ts_sampler_create(&sp, SV, &sb) == TS_OK);
+            if (!sa || !sb) break;
+            float mx = srt[0], cut = srt[KEEP];
+            double total = 0;
+            for (int i = 0; i < SV; i++)
+                if (!isnan(row[i]) && row[i] != -INFINITY)
+                    total += expf(row[i] / sp.temperature - mx / sp.temperature);
+            int diff = 0, n = 0;
+            /* the subset back to front, as a device's list comes in no particular order */
+            for (int i = SV - 1; i >= 0; i--)
+                if (!isnan(row[i]) && row[i] >= cut) sub[n] = row[i], tok[n++] = i;
+            for (int d = 0; d < 300; d++) {
+                int32_t want = ts_sampler_sample(sa, row);
+                ts_sample_req rq = ts_sampler_request(sb);
+                ts_sample_res rs = {-1, n, sub, tok, total};
+                diff += ts_sampler_finish(sb, &rq, &rs) != want;
+            }
+            CHECKF(diff == 0, "config %zu: %d of 300 draws from the subset differ", ci, diff);
+            ts_sampler_free(sa);
+            ts_sampler_free(sb);
+        }
+        /* a token the backend drew itself comes through as it is */
+        ts_sampler *g2 = make(1.0f, 0, 1.0f, 0.0f, 5);
+        ts_sample_req rq = ts_sampler_request(g2);
+        ts_sample_res rs = {17, 0, NULL, NULL, 0};
+        CHECK(ts_sampler_finish(g2, &rq, &rs) == 17);
+        CHECK(!ts_sampler_is_greedy(g2) && rq.temperature == 1.0f && rq.u >= 0 && rq.u < 1);
+        ts_sampler_free(g2);
+        free(row), free(sub), free(tok), free(ord), free(srt);
     }
 
     /* bad parameters are refused */

@@ -114,6 +114,7 @@ static ts_backend_ops make_ops(void) {
     o.sigmoid_gate = cuda_op_sigmoid_gate;
     o.copy_rows = cuda_op_copy_rows;
     o.argmax = cuda_op_argmax;
+    o.sample = cuda_op_sample;
     o.attention = cuda_op_attention;
     o.conv1d_silu = cuda_op_conv1d_silu;
     o.gdn_gates = cuda_op_gdn_gates;
@@ -218,7 +219,7 @@ static void cu_destroy(ts_backend *be) {
         cq_flush(c);
         cq_free(c);
         cuda_weights_free(c);
-        for (int i = 0; i < 5; i++) cudaFree(c->scratch[i]);
+        for (int i = 0; i < (int)(sizeof c->scratch / sizeof *c->scratch); i++) cudaFree(c->scratch[i]);
         cudaFree(c->pos_dev);
         free(c->pos_host);
         cublasDestroy(c->blas);

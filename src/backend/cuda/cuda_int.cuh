@@ -50,9 +50,9 @@ typedef struct cuda_ctx_s {
     cublasHandle_t blas;
     bool failed;
     /* growable device scratch: 0 converted activations and 1 weights for GEMM, 2 argmax keys,
-     * 3 attention's partial softmaxes, 4 the chunked delta rule's per-chunk factors */
-    void *scratch[5];
-    size_t scratch_bytes[5];
+     * 3 attention's partial softmaxes, 4 the chunked delta rule's per-chunk factors, 5 sampling */
+    void *scratch[6];
+    size_t scratch_bytes[6];
     struct cuda_weight_cache *weights;
     /* the positions last uploaded for rope: one forward's rope calls share one upload */
     int32_t *pos_dev, *pos_host;
@@ -177,7 +177,7 @@ __device__ static inline void cuda_gdn_gate(float a, float b, float neg_exp_a, f
 bool cuda_check(cuda_ctx *c, cudaError_t err, const char *what);
 bool cuda_check_blas(cuda_ctx *c, cublasStatus_t st, const char *what);
 /* Checks the last kernel launch. */
-/* A device scratch buffer of at least bytes (slot 0 .. 4), grown as needed; NULL on failure.
+/* A device scratch buffer of at least bytes (slot 0 .. 5), grown as needed; NULL on failure.
  * Contents are not kept across calls. */
 void *cuda_scratch(cuda_ctx *c, int slot, size_t bytes);
 
@@ -216,6 +216,8 @@ void cuda_op_sigmoid_gate(ts_backend *be, float *x, int64_t ldx, const float *g,
                           int n_tok, int n_heads, int head_dim, int64_t gstride);
 void cuda_op_argmax(ts_backend *be, const float *x, int64_t ldx, int n_rows, int n_cols,
                     int32_t *out_host);
+void cuda_op_sample(ts_backend *be, const float *x, int64_t ldx, int n_rows, int n_cols,
+                    const ts_sample_req *req, ts_sample_res *res);
 void cuda_op_copy_rows(ts_backend *be, float *dst, int64_t ldd, const float *src, int64_t lds,
                        int n, int dim);
 void cuda_op_attention(ts_backend *be, const float *q, int64_t ldq, int64_t q_head_stride, int n,

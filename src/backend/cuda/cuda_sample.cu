@@ -1,0 +1,399 @@
+/* Sampling where the logits are (ts_backend_ops.sample): a decode step then moves a token id to
+ * the host instead of a vocabulary of floats (248k of them: 1 MB, and 0.3-0.5 ms of host work
+ * a token, half a decode step of a 0.8B model on an H200).
+ *
+ * Per row, four kernels:
+ *   max      the largest candidate logit (NaN and -inf are none) and the plain argmax, as
+ *            64-bit keys merged with atomicMax (k_argmax's key: value, then the lower index);
+ *   weights  w = exp(l / T - max / T) for every candidate (0 for the others, and under min-p
+ *            for those below min_p), written out, with one sum per chunk of SMP_CHUNK; with
+ *            top-k / top-p, a histogram of the weights' float bits (count and mass of each of
+ *            2048 buckets: the top 12 bits, monotone in the value, as the host's top-p uses);
+ *   select   one block a row: greedy rows take the argmax; a plain draw (no top-k / top-p)
+ *            finds the chunk and then the token where the running sum of the weights, in
+ *            vocabulary order, first exceeds u times their total - the host sampler's draw;
+ *            top-k / top-p rows instead find the lowest bucket the filter can reach (counts for
+ *            top-k; mass for top-p, with a bucket of margin against rounding);
+ *   compact  top-k / top-p rows: every token of a bucket at or above that one, logit and id, to
+ *            a list the host sorts and finishes with the sampler's own code - a few hundred
+ *            tokens for a peaked distribution where the host would have scanned 248k.
+ * The results come back through the staging arena with the step, inside a replayed graph too;
+ * a list longer than SMP_LIST_CAP entries costs one more copy. */
+#include <limits.h>
+#include <math.h>
+
+#include "backend/cuda/cuda_int.cuh"
+
+#define SMP_CHUNK 1024
+#define SMP_BUCKETS 2048
+/* candidates of a top-k / top-p row that come back with the step itself (8 bytes each) */
+#define SMP_LIST_CAP 2048
+
+/* A row's results on the device (zeroed before each call). */
+typedef struct {
+    unsigned long long key_cand, key_all;
+    double total;
+    int bucket; /* compaction threshold: tokens whose weight's bucket is >= it */
+    int count;  /* tokens in the compacted list */
+    int id;     /* the drawn token, or -1: the list is the answer */
+    int pad;
+} smp_row;
+
+/* The row's kind of work: greedy, a plain draw, or a list for the host. */
+__device__ static inline bool smp_greedy(const ts_sample_req &r) { return !(r.temperature > 0); }
+__device__ static inline bool smp_listed(const ts_sample_req &r) {
+    return r.top_k > 0 || r.top_p < 1.0f;
+}
+__device__ static inline bool smp_candidate(float l) { return !(l != l || l == -INFINITY); }
+
+__device__ static inline unsigned long long smp_key(float v, int i) {
+    uint32_t b = __float_as_uint(v);
+    uint32_t ord = (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+    return ((unsigned long long)ord << 32) | (uint32_t)(0xffffffffu - (uint32_t)i);
+}
+__device__ static inline float smp_key_value(unsigned long long k) {
+    uint32_t ord = (uint32_t)(k >> 32);
+    return __uint_as_float((ord & 0x80000000u) ? (ord & 0x7fffffffu) : ~ord);
+}
+__device__ static inline int smp_key_index(unsigned long long k) {
+    return k ? (int)(0xffffffffu - (uint32_t)(k & 0xffffffffu)) : 0;
+}
+
+/* Zeroes the headers and histograms. A kernel, not a memset node: the scratch buffer moves
+ * when it grows, and a graph's memset node re-pointed from a freed buffer crashed the driver's
+ * graph launch (CUDA 13), where kernel nodes take new arguments fine. */
+__global__ static void k_smp_zero(uint4 *p, size_t n) {
+    cuda_pdl_entry();
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        p[i] = make_uint4(0, 0, 0, 0);
+}
+
+__global__ static void k_smp_max(const float *x, int64_t ldx, int n_cols, smp_row *hdr) {
+    cuda_pdl_entry();
+    __shared__ unsigned long long part[2][32];
+    const float *row = x + blockIdx.y * ldx;
+    int j0 = blockIdx.x * SMP_CHUNK, j1 = min(n_cols, j0 + SMP_CHUNK);
+    unsigned long long cand = 0, all = 0;
+    for (int j = j0 + threadIdx.x; j < j1; j += blockDim.x) {
+        float v = row[j];
+        if (v == v) all = max(all, smp_key(v, j));
+        if (smp_candidate(v)) cand = max(cand, smp_key(v, j));
+    }
+    for (int off = 16; off > 0; off >>= 1) {
+        cand = max(cand, __shfl_xor_sync(0xffffffffu, cand, off));
+        all = max(all, __shfl_xor_sync(0xffffffffu, all, off));
+    }
+    if ((threadIdx.x & 31) == 0) part[0][threadIdx.x >> 5] = cand, part[1][threadIdx.x >> 5] = all;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int w = 1; w < (int)(blockDim.x >> 5); w++)
+            cand = max(cand, part[0][w]), all = max(all, part[1][w]);
+        if (cand) atomicMax(&hdr[blockIdx.y].key_cand, cand);
+        if (all) atomicMax(&hdr[blockIdx.y].key_all, all);
+    }
+}
+
+__global__ static void k_smp_weights(const float *x, int64_t ldx, int n_cols,
+                                     const ts_sample_req *req, const smp_row *hdr, float *W,
+                                     float *chunk_sum, int n_chunks, unsigned *hcount,
+                                     double *hmass) {
+    cuda_pdl_entry();
+    __shared__ unsigned s_count[SMP_BUCKETS];
+    __shared__ double s_mass[SMP_BUCKETS];
+    __shared__ float part[32];
+    const int r = blockIdx.y;
+    const ts_sample_req q = req[r];
+    const unsigned long long kc = hdr[r].key_cand;
+    if (smp_greedy(q) || !kc) return; /* the whole block: nothing to weigh */
+    const bool listed = smp_listed(q);
+    const float t = q.temperature, top = smp_key_value(kc) / t;
+    /* min-p removes weights before a plain draw; with top-k / top-p the host applies it after
+     * them, so the list and the histogram see every weight */
+    const float floor_w = listed ? 0.0f : q.min_p;
+    if (listed) {
+        for (int b = threadIdx.x; b < SMP_BUCKETS; b += blockDim.x) s_count[b] = 0, s_mass[b] = 0;
+        __syncthreads();
+    }
+    const float *row = x + r * ldx;
+    float *wr = W + (size_t)r * n_cols;
+    int j0 = blockIdx.x * SMP_CHUNK, j1 = min(n_cols, j0 + SMP_CHUNK);
+    float sum = 0;
+    for (int j = j0 + threadIdx.x; j < j1; j += blockDim.x) {
+        float l = row[j], w = 0;
+        if (smp_candidate(l)) w = expf(l / t - top);
+        if (w < floor_w) w = 0;
+        wr[j] = w;
+        sum += w;
+        if (listed && w > 0) {
+            int b = (int)(__float_as_uint(w) >> 20);
+            atomicAdd(&s_count[b], 1u);
+            atomicAdd(&s_mass[b], (double)w);
+        }
+    }
+    sum = cuda_warp_sum(sum);
+    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = sum;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int w = 1; w < (int)(blockDim.x >> 5); w++) sum += part[w];
+        chunk_sum[(size_t)r * n_chunks + blockIdx.x] = sum;
+    }
+    if (listed)
+        for (int b = threadIdx.x; b < SMP_BUCKETS; b += blockDim.x)
+            if (s_count[b]) {
+                atomicAdd(&hcount[(size_t)r * SMP_BUCKETS + b], s_count[b]);
+                atomicAdd(&hmass[(size_t)r * SMP_BUCKETS + b], s_mass[b]);
+            }
+}
+
+/* An inclusive scan of v over the block's 1024 threads (thread order); the block total in
+ * *total. Every thread must call it. */
+template <typename T> __device__ static T smp_block_scan(T v, T *total) {
+    __shared__ T warp_tot[32];
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    for (int off = 1; off < 32; off <<= 1) {
+        T o = __shfl_up_sync(0xffffffffu, v, off);
+        if (lane >= off) v += o;
+    }
+    if (lane == 31) warp_tot[w] = v;
+    __syncthreads();
+    if (w == 0) {
+        T s = lane < (int)(blockDim.x >> 5) ? warp_tot[lane] : (T)0;
+        for (int off = 1; off < 32; off <<= 1) {
+            T o = __shfl_up_sync(0xffffffffu, s, off);
+            if (lane >= off) s += o;
+        }
+        warp_tot[lane] = s;
+    }
+    __syncthreads();
+    if (w > 0) v += warp_tot[w - 1];
+    *total = warp_tot[(blockDim.x >> 5) - 1];
+    __syncthreads(); /* warp_tot is reused by the next call */
+    return v;
+}
+
+/* One block of 1024 threads per row. */
+__global__ static void k_smp_select(const ts_sample_req *req, smp_row *hdr, const float *W,
+                                    int n_cols, const float *chunk_sum, int n_chunks,
+                                    const unsigned *hcount, const double *hmass) {
+    cuda_pdl_entry();
+    __shared__ int s_hit;
+    const int r = blockIdx.x, tid = threadIdx.x;
+    const ts_sample_req q = req[r];
+    smp_row *h = &hdr[r];
+    if (smp_greedy(q) || !h->key_cand) { /* greedy, or nothing to draw from: the argmax */
+        if (tid == 0) h->id = smp_key_index(h->key_all);
+        return;
+    }
+    const float *cs = chunk_sum + (size_t)r * n_chunks;
+    /* the total in a fixed order: each thread's chunks, then the block's tree */
+    double part = 0, total;
+    for (int c = tid; c < n_chunks; c += blockDim.x) part += cs[c];
+    smp_block_scan(part, &total);
+    if (smp_listed(q)) { /* the lowest bucket the filter can reach */
+        const unsigned *hc = hcount + (size_t)r * SMP_BUCKETS;
+        const double *hm = hmass + (size_t)r * SMP_BUCKETS;
+        /* thread t holds buckets 2047 - 2t and 2046 - 2t: a scan in thread order sums from
+         * the top bucket down */
+        int b0 = SMP_BUCKETS - 1 - 2 * tid;
+        unsigned cnt = hc[b0] + hc[b0 - 1], ctot;
+        double mass = hm[b0] + hm[b0 - 1], mtot;
+        unsigned ccum = smp_block_scan(cnt, &ctot);
+        double mcum = smp_block_scan(mass, &mtot);
+        if (tid == 0) s_hit = 0; /* bucket 0: everything */
+        __syncthreads();
+        if (q.top_k > 0) {
+            /* the k-th largest weight lies in the first bucket where the count from the top
+             * reaches k */
+            unsigned k = (unsigned)q.top_k;
+            if (ccum >= k) atomicMax(&s_hit, ccum - cnt + hc[b0] >= k ? b0 : b0 - 1);
+        } else {
+            /* mass from the top reaching top_p of the total (less a little, for the sums'
+             * different order), then one bucket more */
+            double target = (double)q.top_p * total * (1.0 - 1e-6);
+            if (mcum >= target) atomicMax(&s_hit, (mcum - mass + hm[b0] >= target ? b0 : b0 - 1) - 1);
+        }
+        __syncthreads();
+        if (tid == 0) h->bucket = max(s_hit, 0), h->total = total, h->id = -1;
+        return;
+    }
+    /* a plain draw: the first token where the running sum exceeds u * total. The chunk: one
+     * thread adds the chunk sums in order (a few hundred); then the block scans that chunk's
+     * weights. The chunk sums' rounding may put the crossing a chunk later than the scan of
+     * its weights does, so the scan walks on until a token crosses. */
+    __shared__ int s_chunk;
+    __shared__ double s_before;
+    const double target = q.u * total;
+    const float *wr = W + (size_t)r * n_cols;
+    if (tid == 0) {
+        double acc = 0;
+        int c = 0;
+        for (; c < n_chunks - 1; c++) {
+            double next = acc + (double)cs[c];
+            if (next > target) break;
+            acc = next;
+        }
+        s_chunk = c, s_before = acc;
+    }
+    __syncthreads();
+    int found = -1;
+    double acc = s_before;
+    for (int c = s_chunk; c < n_chunks; c++) {
+        int j = c * SMP_CHUNK + tid;
+        double w = j < n_cols ? (double)wr[j] : 0.0, ctot;
+        double run = acc + smp_block_scan(w, &ctot);
+        if (tid == 0) s_hit = INT_MAX;
+        __syncthreads();
+        if (w > 0 && run > target) atomicMin(&s_hit, j);
+        __syncthreads();
+        found = s_hit == INT_MAX ? -1 : s_hit;
+        acc += ctot;
+        __syncthreads(); /* everyone has read s_hit */
+        if (found >= 0) break;
+    }
+    if (found < 0 && tid == 0) { /* u * total not below the sum (rounding): the last weight */
+        found = 0;
+        for (int j = n_cols - 1; j >= 0; j--)
+            if (wr[j] > 0) {
+                found = j;
+                break;
+            }
+    }
+    if (tid == 0) h->id = found;
+}
+
+__global__ static void k_smp_compact(const float *x, int64_t ldx, int n_cols,
+                                     const ts_sample_req *req, smp_row *hdr, const float *W,
+                                     float *out_logit, int32_t *out_tok) {
+    cuda_pdl_entry();
+    const int r = blockIdx.y;
+    smp_row *h = &hdr[r];
+    if (smp_greedy(req[r]) || !smp_listed(req[r]) || h->id >= 0) return;
+    const int bucket = h->bucket, lane = threadIdx.x & 31;
+    const float *row = x + r * ldx, *wr = W + (size_t)r * n_cols;
+    int j0 = blockIdx.x * SMP_CHUNK, j1 = min(n_cols, j0 + SMP_CHUNK);
+    for (int jb = j0; jb < j1; jb += blockDim.x) {
+        int j = jb + threadIdx.x;
+        float w = j < j1 ? wr[j] : 0.0f;
+        bool keep = w > 0 && (int)(__float_as_uint(w) >> 20) >= bucket;
+        /* one atomic a warp */
+        unsigned m = __ballot_sync(0xffffffffu, keep);
+        int base = 0;
+        if (lane == 0 && m) base = atomicAdd(&h->count, __popc(m));
+        base = __shfl_sync(0xffffffffu, base, 0);
+        if (keep) {
+            int at = base + __popc(m & ((1u << lane) - 1));
+            out_logit[(size_t)r * n_cols + at] = row[j];
+            out_tok[(size_t)r * n_cols + at] = j;
+        }
+    }
+}
+
+void cuda_op_sample(ts_backend *be, const float *x, int64_t ldx, int n_rows, int n_cols,
+                    const ts_sample_req *req, ts_sample_res *res) {
+    cuda_ctx *c = cuda_of(be);
+    if (n_rows <= 0) return;
+    bool any_draw = false, any_list = false;
+    for (int r = 0; r < n_rows; r++) {
+        bool greedy = !(req[r].temperature > 0);
+        any_draw |= !greedy;
+        any_list |= !greedy && (req[r].top_k > 0 || req[r].top_p < 1.0f);
+    }
+    if (!any_draw) { /* greedy rows only: the argmax op's two kernels */
+        int32_t *ids = (int32_t *)malloc((size_t)n_rows * sizeof *ids);
+        if (ids) cuda_op_argmax(be, x, ldx, n_rows, n_cols, ids);
+        for (int r = 0; r < n_rows; r++)
+            res[r].id = ids ? ids[r] : -1, res[r].n = 0;
+        free(ids);
+        return;
+    }
+    const int n_chunks = (n_cols + SMP_CHUNK - 1) / SMP_CHUNK;
+    /* one scratch buffer, carved in pieces of 256-byte multiples */
+    size_t off = 0;
+    auto piece = [&](size_t bytes) {
+        size_t at = off;
+        off += (bytes + 255) & ~(size_t)255;
+        return at;
+    };
+    /* the same layout whatever the rows ask for, so that the buffer does not move between a
+     * plain draw and a list of the same shape (a graph then keeps its pointers) */
+    size_t o_hdr = piece((size_t)n_rows * sizeof(smp_row));
+    size_t o_hist_c = piece((size_t)n_rows * SMP_BUCKETS * sizeof(unsigned));
+    size_t o_hist_m = piece((size_t)n_rows * SMP_BUCKETS * sizeof(double));
+    size_t zero_end = any_list ? off : o_hist_c; /* header (and histograms) start at zero */
+    size_t o_w = piece((size_t)n_rows * n_cols * sizeof(float));
+    size_t o_cs = piece((size_t)n_rows * n_chunks * sizeof(float));
+    size_t o_lg = piece((size_t)n_rows * n_cols * sizeof(float));
+    size_t o_tk = piece((size_t)n_rows * n_cols * sizeof(int32_t));
+    unsigned char *base = (unsigned char *)cuda_scratch(c, 5, off);
+    const ts_sample_req *dreq =
+        (const ts_sample_req *)cuda_table(c, req, (size_t)n_rows * sizeof *req);
+    size_t hdr_bytes = (size_t)n_rows * sizeof(smp_row);
+    size_t list_cap = any_list ? (size_t)(n_cols < SMP_LIST_CAP ? n_cols : SMP_LIST_CAP) : 0;
+    size_t list_bytes = (size_t)n_rows * list_cap * sizeof(float);
+    unsigned char *h = (unsigned char *)cq_stage(c, hdr_bytes + 2 * list_bytes);
+    if (!h) { /* the staging arena is full: run what is queued, which empties it */
+        cq_flush(c);
+        h = (unsigned char *)cq_stage(c, hdr_bytes + 2 * list_bytes);
+    }
+    bool ok = base && dreq && h;
+    smp_row *hdr = (smp_row *)(base + o_hdr);
+    float *W = (float *)(base + o_w), *cs = (float *)(base + o_cs);
+    unsigned *hc = (unsigned *)(base + o_hist_c);
+    double *hm = (double *)(base + o_hist_m);
+    float *lg = (float *)(base + o_lg);
+    int32_t *tk = (int32_t *)(base + o_tk);
+    if (ok) {
+        size_t n16 = zero_end / 16;
+        cuda_launch(c, "sample zero", k_smp_zero, dim3(cuda_blocks((int64_t)n16, 256) < 64 ?
+                    cuda_blocks((int64_t)n16, 256) : 64), 256, 0, (uint4 *)base, n16);
+        dim3 grid((unsigned)n_chunks, (unsigned)n_rows);
+        cuda_launch(c, "sample max", k_smp_max, grid, 256, 0, x, ldx, n_cols, hdr);
+        cuda_launch(c, "sample weights", k_smp_weights, grid, 256, 0, x, ldx, n_cols, dreq, hdr,
+                    W, cs, n_chunks, hc, hm);
+        cuda_launch(c, "sample select", k_smp_select, dim3((unsigned)n_rows), SMP_CHUNK, 0, dreq,
+                    hdr, W, n_cols, cs, n_chunks, hc, hm);
+        if (any_list)
+            cuda_launch(c, "sample list", k_smp_compact, grid, 256, 0, x, ldx, n_cols, dreq, hdr,
+                        W, lg, tk);
+        cuda_copy_async(c, h, hdr, hdr_bytes, cudaMemcpyDeviceToHost, "sample download");
+        for (int r = 0; r < n_rows && any_list; r++) {
+            size_t b = list_cap * sizeof(float);
+            cuda_copy_async(c, h + hdr_bytes + r * b, lg + (size_t)r * n_cols, b,
+                            cudaMemcpyDeviceToHost, "sample list download");
+            cuda_copy_async(c, h + hdr_bytes + list_bytes + r * b, tk + (size_t)r * n_cols, b,
+                            cudaMemcpyDeviceToHost, "sample list download");
+        }
+    }
+    cq_flush(c);
+    ok = ok && !c->failed;
+    const smp_row *hh = (const smp_row *)h;
+    for (int r = 0; r < n_rows; r++) {
+        ts_sample_res *o = &res[r];
+        o->n = 0;
+        o->total = 0;
+        if (!ok) {
+            o->id = -1; /* with n 0: the engine reports the failure */
+            continue;
+        }
+        o->id = hh[r].id;
+        if (o->id >= 0) continue;
+        int n = hh[r].count;
+        o->n = n;
+        o->total = hh[r].total;
+        size_t b = list_cap * sizeof(float);
+        size_t first = (size_t)n < list_cap ? (size_t)n : list_cap;
+        memcpy(o->logit, h + hdr_bytes + r * b, first * sizeof(float));
+        memcpy(o->tok, h + hdr_bytes + list_bytes + r * b, first * sizeof(int32_t));
+        if ((size_t)n > first) { /* the rest straight from the device: the step is done */
+            size_t rest = (size_t)n - first;
+            ok = cuda_check(c, cudaMemcpy(o->logit + first, lg + (size_t)r * n_cols + first,
+                                          rest * sizeof(float), cudaMemcpyDeviceToHost),
+                            "sample list download") &&
+                 cuda_check(c, cudaMemcpy(o->tok + first, tk + (size_t)r * n_cols + first,
+                                          rest * sizeof(int32_t), cudaMemcpyDeviceToHost),
+                            "sample list download");
+            if (!ok) o->n = 0;
+        }
+    }
+}

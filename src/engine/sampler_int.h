@@ -1,0 +1,23 @@
+/* The sampler as the engine uses it for sampling on the device (ts_backend_ops.sample): the
+ * request a draw makes of the backend, and the host's part of the draw when the backend gives
+ * back a subset of candidates instead of a token. */
+#ifndef TS_ENGINE_SAMPLER_INT_H
+#define TS_ENGINE_SAMPLER_INT_H
+
+#include <stdbool.h>
+
+#include "backend/backend.h"
+#include "tessera.h"
+
+/* The vocabulary the sampler was made for. */
+int ts_sampler_n_vocab(const ts_sampler *s);
+/* Temperature 0 or top-k 1: the argmax, no generator involved. */
+bool ts_sampler_is_greedy(const ts_sampler *s);
+/* The next draw's parameters; takes its uniform number from the generator (as
+ * ts_sampler_sample would for this draw), so device and host draws follow one sequence. */
+ts_sample_req ts_sampler_request(ts_sampler *s);
+/* The token for a backend's answer to req: its id, or the host's draw over the subset it kept
+ * (the same steps as ts_sampler_sample on the whole row, with req's uniform number). */
+int32_t ts_sampler_finish(ts_sampler *s, const ts_sample_req *req, const ts_sample_res *res);
+
+#endif
