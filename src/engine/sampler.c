@@ -294,6 +294,17 @@ int32_t ts_sampler_sample(ts_sampler *s, const float *logits) {
     return pick(s, logits, NULL, s->n_vocab, 0, NULL);
 }
 
+double ts_sampler_logsumexp(ts_sampler *s, const float *logits) {
+    float mx = -INFINITY;
+    for (int i = 0; i < s->n_vocab; i++)
+        mx = logits[i] > mx ? logits[i] : mx; /* NaN never wins */
+    if (mx == -INFINITY) return -INFINITY;
+    int n = 0;
+    for (int i = 0; i < s->n_vocab; i++)
+        if (is_candidate(logits[i])) s->pv[n++] = logits[i] - mx;
+    return (double)mx + log(s->k->exp_sum(s->pv, n));
+}
+
 int ts_sampler_n_vocab(const ts_sampler *s) { return s->n_vocab; }
 
 bool ts_sampler_is_greedy(const ts_sampler *s) {

@@ -116,14 +116,10 @@ static void apply_penalties(serve_decoder *d, const serve_job *j) {
 }
 
 /* Log-probabilities of the (penalised) distribution: the chosen token and the k best. */
-static void compute_logprobs(const serve_decoder *d, int32_t chosen, int k, serve_logprob *out) {
+static void compute_logprobs(const serve_decoder *d, ts_sampler *smp, int32_t chosen, int k,
+                             serve_logprob *out) {
     const float *l = d->logits;
-    float mx = -INFINITY;
-    for (int t = 0; t < d->n_vocab; t++)
-        if (l[t] > mx) mx = l[t];
-    double sum = 0;
-    for (int t = 0; t < d->n_vocab; t++) sum += exp((double)(l[t] - mx));
-    float lse = mx + (float)log(sum);
+    float lse = (float)ts_sampler_logsumexp(smp, l);
     out->id = chosen;
     out->logprob = l[chosen] - lse;
     out->n_top = 0;
@@ -246,7 +242,7 @@ static ts_status decode(serve_decoder *d, serve_job *j, serve_finish *how) {
         }
         drawn = -1;
         serve_logprob lp;
-        if (j->top_logprobs >= 0) compute_logprobs(d, tok, j->top_logprobs, &lp);
+        if (j->top_logprobs >= 0) compute_logprobs(d, smp, tok, j->top_logprobs, &lp);
         d->seq[d->n_seq++] = tok;
         d->gen_count[tok]++;
         d->seen[tok] = 1;

@@ -186,6 +186,29 @@ int main(void) {
         free(row), free(sub), free(tok), free(ord), free(srt);
     }
 
+    /* logsumexp (the server's log-probabilities) against a float64 sum, NaN left out */
+    {
+        enum { LV = 248320 };
+        float *row = malloc(LV * sizeof *row);
+        unsigned long long st = 7;
+        double mx = -INFINITY, sum = 0;
+        for (int i = 0; i < LV; i++) row[i] = 15.0f * tu_rng_uniform(&st);
+        row[5] = NAN, row[6] = -INFINITY;
+        for (int i = 0; i < LV; i++)
+            if (!isnan(row[i]) && row[i] > mx) mx = row[i];
+        for (int i = 0; i < LV; i++)
+            if (!isnan(row[i])) sum += exp((double)row[i] - mx);
+        ts_sampler_params sp = {1.0f, 0, 1.0f, 0.0f, 1};
+        ts_sampler *ls = NULL;
+        CHECK(ts_sampler_create(&sp, LV, &ls) == TS_OK);
+        double got = ls ? ts_sampler_logsumexp(ls, row) : 0, want = mx + log(sum);
+        CHECKF(fabs(got - want) <= 1e-5, "logsumexp %.9f against %.9f", got, want);
+        for (int i = 0; i < LV; i++) row[i] = -INFINITY;
+        CHECK(!ls || ts_sampler_logsumexp(ls, row) == -INFINITY);
+        ts_sampler_free(ls);
+        free(row);
+    }
+
     /* bad parameters are refused */
     ts_sampler_params bad = {1.0f, 0, 0.0f, 0.0f, 0};
     ts_sampler *s;
