@@ -174,6 +174,8 @@ extern "C" ts_status ts_backend_cuda_create(int device, ts_backend **out) {
     c->gemv_one_waves = g1 && atoi(g1) >= 0 ? atoi(g1) : 1;
     const char *sm = getenv("TESSERA_CUDA_SKINNY_MIN");
     c->skinny_min = sm && atoi(sm) >= 2 && atoi(sm) <= 9 ? atoi(sm) : 0;
+    const char *skc = getenv("TESSERA_CUDA_SKINNY_KC");
+    c->skinny_kc = skc && atoi(skc) == 1 ? 1 : 2;
     c->qprefill_bf16 = !cuda_env_off("TESSERA_CUDA_QPREFILL_BF16");
     be->ops = &cuda_ops;
     be->ctx = c;

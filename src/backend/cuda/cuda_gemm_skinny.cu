@@ -8,10 +8,13 @@
  * for accuracy (cuda_matmul.cu), took two GEMMs, i.e. two reads of every weight.
  *
  * Layout of the work: a block of 4 warps owns 128 rows (two 16-row tiles per warp) and walks
- * its columns in chunks of 32. Each chunk of the activations (hi and lo parts of every token) is
- * staged once in shared memory for the four warps, with asynchronous copies one chunk ahead;
- * the weights come straight into registers, also a chunk ahead. A chunk is two
- * mma.m16n8k16 per tile and token group, each for hi and lo into the same fp32 accumulators.
+ * its columns in steps of two chunks of 32 (one where the columns are not a multiple of 64).
+ * Each step of the activations (hi and lo parts of every token) is staged once in shared memory
+ * for the four warps, with asynchronous copies one step ahead; the weights come straight into
+ * registers, also a step ahead. A chunk is two mma.m16n8k16 per tile and token group, each for
+ * hi and lo into the same fp32 accumulators. (One chunk a step left the weight loads of a
+ * single chunk in flight per synchronisation: 8 sequences of the 0.8B ran 3.5k t/s BF16 and
+ * 2.5k Q4_K_M against 3.9k and 2.8k with two; the sums are the same either way.)
  * Where the row blocks alone would leave the GPU short of work, a cluster of KS blocks splits
  * the columns and the blocks' sums meet through distributed shared memory, each block adding
  * up a slice in a fixed order: results do not depend on timing. The block's weight range is
@@ -90,14 +93,16 @@ __device__ static inline void sk_store(int64_t rw0, int m, int q, int i, int lan
 }
 
 /* x: [2n][cols] 16-bit, rows [0, n) the hi parts, [n, 2n) the lo parts. NT token groups of 8
- * (n <= 8 NT); KS blocks of a cluster split the columns. */
-template <ts_dtype DT, int NT, int KS>
+ * (n <= 8 NT); KS blocks of a cluster split the columns; each step (a staging buffer, one
+ * synchronisation) covers KC chunks of SK_CHUNK columns. */
+template <ts_dtype DT, int NT, int KS, int KC>
 __global__ static void __cluster_dims__(1, KS, 1) __launch_bounds__(32 * SK_WARPS)
     k_skinny(sk_set set, size_t row_bytes, int64_t cols, const uint16_t *x, int n,
              bool prefetch) {
     constexpr bool BF = DT != TS_DTYPE_F16; /* the mma's 16-bit type */
     constexpr int XROWS = 2 * NT * 8;                /* staged rows: hi then lo of each token */
-    constexpr int XBUF = XROWS * SK_CHUNK;           /* 16-bit values per staging buffer */
+    constexpr int STEP = KC * SK_CHUNK;              /* columns a step */
+    constexpr int XBUF = XROWS * STEP;               /* 16-bit values per staging buffer */
     constexpr int PER = SK_MT * NT * 4 * 32;         /* accumulators of a warp */
     constexpr int TOT = SK_WARPS * PER;
     constexpr int BYTES = 4 * TOT > 2 * 2 * XBUF ? 4 * TOT : 2 * 2 * XBUF;
@@ -108,7 +113,7 @@ __global__ static void __cluster_dims__(1, KS, 1) __launch_bounds__(32 * SK_WARP
     int64_t r0 = (int64_t)(b - set.first[j]) * SK_ROWS, rows = set.rows[j];
     int64_t nrow = rows - r0 < SK_ROWS ? rows - r0 : SK_ROWS;
     const uint8_t *W = set.W[j];
-    int64_t nch = cols / SK_CHUNK, c0 = nch * blockIdx.y / KS, c1 = nch * (blockIdx.y + 1) / KS;
+    int64_t nch = cols / STEP, c0 = nch * blockIdx.y / KS, c1 = nch * (blockIdx.y + 1) / KS;
     int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t4 = lane & 3;
     if (prefetch) { /* this block's rows x (about) its share of the columns, a line per thread */
         size_t b0 = row_bytes * c0 / nch, seg = row_bytes * c1 / nch - b0;
@@ -124,12 +129,13 @@ __global__ static void __cluster_dims__(1, KS, 1) __launch_bounds__(32 * SK_WARP
 
     /* chunk ch of the activations into staging buffer buf: 16-byte pieces, tokens past n zero */
     auto stage = [&](int64_t ch, int buf) {
-        for (int p = tid; p < XROWS * 4; p += 32 * SK_WARPS) {
-            int row = p >> 2, part = row / (NT * 8), tok = row % (NT * 8);
+        for (int p = tid; p < XROWS * 4 * KC; p += 32 * SK_WARPS) {
+            int row = p / (4 * KC), piece = p % (4 * KC), part = row / (NT * 8),
+                tok = row % (NT * 8);
             bool ok = tok < n;
             const uint16_t *src =
-                ok ? x + (int64_t)(part * n + tok) * cols + ch * SK_CHUNK + (p & 3) * 8 : x;
-            cp_async16(xs + buf * XBUF + row * SK_CHUNK + (p & 3) * 8, src, ok);
+                ok ? x + (int64_t)(part * n + tok) * cols + ch * STEP + piece * 8 : x;
+            cp_async16(xs + buf * XBUF + row * STEP + piece * 8, src, ok);
         }
         cp_async_commit();
     };
@@ -149,13 +155,16 @@ __global__ static void __cluster_dims__(1, KS, 1) __launch_bounds__(32 * SK_WARP
         for (int q = 0; q < NT; q++)
 #pragma unroll
             for (int i = 0; i < 4; i++) acc[m][q][i] = 0.0f;
-    uint4 a[SK_MT][2], an[SK_MT][2];
+    uint4 a[KC][SK_MT][2], an[KC][SK_MT][2];
     if (c0 < c1) {
         stage(c0, 0);
 #pragma unroll
-        for (int m = 0; m < SK_MT; m++)
+        for (int k = 0; k < KC; k++)
 #pragma unroll
-            for (int h = 0; h < 2; h++) a[m][h] = sk_wload<DT>(wr[m][h], c0 * SK_CHUNK + t4 * 8);
+            for (int m = 0; m < SK_MT; m++)
+#pragma unroll
+                for (int h = 0; h < 2; h++)
+                    a[k][m][h] = sk_wload<DT>(wr[m][h], c0 * STEP + k * SK_CHUNK + t4 * 8);
     }
     for (int64_t ch = c0; ch < c1; ch++) {
         int buf = (int)((ch - c0) & 1);
@@ -163,10 +172,13 @@ __global__ static void __cluster_dims__(1, KS, 1) __launch_bounds__(32 * SK_WARP
         if (more) { /* the next chunk's activations and weights, while this one computes */
             stage(ch + 1, buf ^ 1);
 #pragma unroll
-            for (int m = 0; m < SK_MT; m++)
+            for (int k = 0; k < KC; k++)
 #pragma unroll
-                for (int h = 0; h < 2; h++)
-                    an[m][h] = sk_wload<DT>(wr[m][h], (ch + 1) * SK_CHUNK + t4 * 8);
+                for (int m = 0; m < SK_MT; m++)
+#pragma unroll
+                    for (int h = 0; h < 2; h++)
+                        an[k][m][h] =
+                            sk_wload<DT>(wr[m][h], (ch + 1) * STEP + k * SK_CHUNK + t4 * 8);
             cp_async_wait<1>();
         } else {
             cp_async_wait<0>();
@@ -174,23 +186,29 @@ __global__ static void __cluster_dims__(1, KS, 1) __launch_bounds__(32 * SK_WARP
         __syncthreads();
         const uint16_t *xb = xs + buf * XBUF;
 #pragma unroll
-        for (int q = 0; q < NT; q++) {
-            uint4 hi = *(const uint4 *)(xb + (q * 8 + g) * SK_CHUNK + t4 * 8);
-            uint4 lo = *(const uint4 *)(xb + (NT * 8 + q * 8 + g) * SK_CHUNK + t4 * 8);
+        for (int k = 0; k < KC; k++)
 #pragma unroll
-            for (int m = 0; m < SK_MT; m++) {
-                mma16816<BF>(acc[m][q], a[m][0].x, a[m][1].x, a[m][0].y, a[m][1].y, hi.x, hi.y);
-                mma16816<BF>(acc[m][q], a[m][0].z, a[m][1].z, a[m][0].w, a[m][1].w, hi.z, hi.w);
-                mma16816<BF>(acc[m][q], a[m][0].x, a[m][1].x, a[m][0].y, a[m][1].y, lo.x, lo.y);
-                mma16816<BF>(acc[m][q], a[m][0].z, a[m][1].z, a[m][0].w, a[m][1].w, lo.z, lo.w);
+            for (int q = 0; q < NT; q++) {
+                uint4 hi = *(const uint4 *)(xb + (q * 8 + g) * STEP + k * SK_CHUNK + t4 * 8);
+                uint4 lo =
+                    *(const uint4 *)(xb + (NT * 8 + q * 8 + g) * STEP + k * SK_CHUNK + t4 * 8);
+                const uint4(&w)[SK_MT][2] = a[k];
+#pragma unroll
+                for (int m = 0; m < SK_MT; m++) {
+                    mma16816<BF>(acc[m][q], w[m][0].x, w[m][1].x, w[m][0].y, w[m][1].y, hi.x, hi.y);
+                    mma16816<BF>(acc[m][q], w[m][0].z, w[m][1].z, w[m][0].w, w[m][1].w, hi.z, hi.w);
+                    mma16816<BF>(acc[m][q], w[m][0].x, w[m][1].x, w[m][0].y, w[m][1].y, lo.x, lo.y);
+                    mma16816<BF>(acc[m][q], w[m][0].z, w[m][1].z, w[m][0].w, w[m][1].w, lo.z, lo.w);
+                }
             }
-        }
         __syncthreads(); /* all reads of buf done before it is staged again */
         if (more)
 #pragma unroll
-            for (int m = 0; m < SK_MT; m++)
+            for (int k = 0; k < KC; k++)
 #pragma unroll
-                for (int h = 0; h < 2; h++) a[m][h] = an[m][h];
+                for (int m = 0; m < SK_MT; m++)
+#pragma unroll
+                    for (int h = 0; h < 2; h++) a[k][m][h] = an[k][m][h];
     }
     float *y = set.y[j];
     int64_t ldy = set.ldy[j];
@@ -242,15 +260,21 @@ bool cuda_skinny_fits(const cuda_wview *w, int n) {
 
 template <ts_dtype DT, int NT, int KS>
 static void skinny_go(cuda_ctx *c, const sk_set &set, int64_t cols, const uint16_t *x, int n) {
-    cuda_launch(c, "gemm_skinny", k_skinny<DT, NT, KS>, dim3((unsigned)set.first[set.nw], KS),
-                32 * SK_WARPS, 0, set, ts_dtype_row_bytes(DT, cols), cols, x, n, c->prefetch);
+    dim3 grid((unsigned)set.first[set.nw], KS);
+    size_t rb = ts_dtype_row_bytes(DT, cols);
+    if (c->skinny_kc == 2 && cols % (2 * SK_CHUNK) == 0)
+        cuda_launch(c, "gemm_skinny", k_skinny<DT, NT, KS, 2>, grid, 32 * SK_WARPS, 0, set, rb,
+                    cols, x, n, c->prefetch);
+    else
+        cuda_launch(c, "gemm_skinny", k_skinny<DT, NT, KS, 1>, grid, 32 * SK_WARPS, 0, set, rb,
+                    cols, x, n, c->prefetch);
 }
 
 /* The column split: the fewest blocks per cluster (1, 2, 4, 8) that give the GPU two blocks per
  * multiprocessor, no more than half the chunks of columns. */
 template <ts_dtype DT, int NT>
 static void skinny_ks(cuda_ctx *c, const sk_set &set, int64_t cols, const uint16_t *x, int n) {
-    int64_t bx = set.first[set.nw], nch = cols / SK_CHUNK;
+    int64_t bx = set.first[set.nw], nch = cols / (SK_CHUNK * (c->skinny_kc == 2 ? 2 : 1));
     int ks = 1;
     while (ks < 8 && bx * ks < 2 * (int64_t)c->sm_count && 2 * ks <= nch) ks *= 2;
     switch (ks) {

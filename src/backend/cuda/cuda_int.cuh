@@ -39,6 +39,9 @@ typedef struct cuda_ctx_s {
     /* the tensor-core GEMM from this many tokens for every weight type (TESSERA_CUDA_SKINNY_MIN,
      * 2..9, for comparisons; 0: per type, cuda_matmul.cu's skinny_from) */
     int skinny_min;
+    /* chunks of 32 columns a step of that GEMM: 2 (twice the weights in flight per
+     * synchronisation) where the columns allow, TESSERA_CUDA_SKINNY_KC=1 for comparisons */
+    int skinny_kc;
     /* quantized prefill above 64 tokens decodes the weights to bf16 for the tensor cores
      * (TESSERA_CUDA_QPREFILL_BF16=0: to fp32 for an exact fp32 GEMM) */
     bool qprefill_bf16;
