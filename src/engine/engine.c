@@ -238,6 +238,9 @@ ts_status ts_engine_forward_sample(ts_engine *e, const ts_batch *b, ts_sampler *
             return ts_error(TS_ERR_IO, "%s: sampling on the device failed (see the message above)",
                             e->be->ops->name);
         ids[k] = ts_sampler_finish(samplers[k], &e->sample_req[k], r);
+        if (ids[k] < 0)
+            return ts_error(TS_ERR_IO, "%s: the device's candidate list held no valid token",
+                            e->be->ops->name);
     }
     return TS_OK;
 }

@@ -122,10 +122,13 @@ static int keep_top_k(cand *c, int n, int k) {
 }
 
 /* Moves the smallest set of the most probable candidates whose mass reaches target to the front
- * of c, sorted (descending), and returns its size: the prefix a sort of all n would give, without
- * sorting all n. The weights (c[].logit, >= 0) are bucketed by their float bits' top 12 (sign
- * 0, exponent, 3 mantissa bits: monotone in the value); the buckets are summed from the top until
- * they reach target, and only the candidates of those buckets are sorted. */
+ * of c and returns its size: the set a sort of all n would give as its prefix, without sorting
+ * all n. The weights (c[].logit, >= 0) are bucketed by their float bits' top 12 (sign 0,
+ * exponent, 3 mantissa bits: monotone in the value); the buckets are summed from the top until
+ * they reach target. Every candidate of a bucket above that one is kept, in vocabulary order;
+ * only the last bucket's candidates are sorted, to find where the prefix ends inside it. (A
+ * flat distribution - a high temperature, a random model - keeps most of the vocabulary, and
+ * sorting all of it took ~25 ms a token for 248k.) */
 #define SAMPLER_BUCKETS 2048
 static int nucleus(cand *c, int n, double target) {
     static _Thread_local double mass[SAMPLER_BUCKETS];
@@ -135,32 +138,43 @@ static int nucleus(cand *c, int n, double target) {
         memcpy(&b, &c[i].logit, 4);
         mass[b >> 20] += c[i].logit;
     }
-    double cum = 0;
-    int low = 0; /* the lowest bucket needed */
+    double above = 0; /* the mass of the buckets above the last one */
+    int low = 0;      /* the last bucket needed */
     for (int k = SAMPLER_BUCKETS - 1; k >= 0; k--) {
-        cum += mass[k];
-        if (cum >= target) {
+        if (above + mass[k] >= target) {
             low = k;
             break;
         }
+        above += mass[k];
     }
+    /* the buckets above low to the front, in order; then low's candidates */
     int m = 0;
     for (int i = 0; i < n; i++) {
         uint32_t b;
         memcpy(&b, &c[i].logit, 4);
-        if ((int)(b >> 20) >= low) {
+        if ((int)(b >> 20) > low) {
             cand t = c[m];
             c[m++] = c[i];
             c[i] = t;
         }
     }
-    qsort(c, (size_t)m, sizeof *c, by_logit_desc);
-    cum = 0;
-    for (int i = 0; i < m; i++) {
+    int e = m;
+    for (int i = m; i < n; i++) {
+        uint32_t b;
+        memcpy(&b, &c[i].logit, 4);
+        if ((int)(b >> 20) == low) {
+            cand t = c[e];
+            c[e++] = c[i];
+            c[i] = t;
+        }
+    }
+    qsort(c + m, (size_t)(e - m), sizeof *c, by_logit_desc);
+    double cum = above;
+    for (int i = m; i < e; i++) {
         cum += c[i].logit;
         if (cum >= target) return i + 1;
     }
-    return m;
+    return e > 0 ? e : n;
 }
 
 /* Whether a logit can be drawn at all (NaN and -inf are never candidates). */
@@ -317,7 +331,42 @@ ts_sample_req ts_sampler_request(ts_sampler *s) {
     return (ts_sample_req){s->p.temperature, s->p.top_p, s->p.min_p, k, next_uniform(&s->rng)};
 }
 
+static int by_id(const void *a, const void *b) {
+    const cand *x = a, *y = b;
+    return (x->id > y->id) - (x->id < y->id);
+}
+
+/* Puts a backend's candidate list (in no particular order) into vocabulary order, the order
+ * pick walks a whole row in: draws then do not depend on the order the device wrote the list
+ * in, and equal the whole row's. A short list is sorted; a long one is scattered into a row
+ * and gathered back. */
+static int vocabulary_order(ts_sampler *s, float *logit, int32_t *tok, int n) {
+    int v = 0; /* ids outside the vocabulary (a broken list) are dropped, never returned */
+    for (int i = 0; i < n; i++)
+        if (tok[i] >= 0 && tok[i] < s->n_vocab) logit[v] = logit[i], tok[v++] = tok[i];
+    n = v;
+    if ((int64_t)n * 16 < s->n_vocab) {
+        for (int i = 0; i < n; i++)
+            s->c[i] = (cand){logit[i], tok[i]};
+        qsort(s->c, (size_t)n, sizeof *s->c, by_id);
+        for (int i = 0; i < n; i++)
+            logit[i] = s->c[i].logit, tok[i] = s->c[i].id;
+        return n;
+    }
+    float *row = s->pv; /* NaN: not in the list (a listed logit is never NaN) */
+    for (int i = 0; i < s->n_vocab; i++)
+        row[i] = NAN;
+    for (int i = 0; i < n; i++)
+        row[tok[i]] = logit[i];
+    int m = 0;
+    for (int i = 0; i < s->n_vocab; i++)
+        if (row[i] == row[i]) logit[m] = row[i], tok[m++] = i;
+    return m;
+}
+
 int32_t ts_sampler_finish(ts_sampler *s, const ts_sample_req *req, const ts_sample_res *res) {
     if (res->id >= 0) return res->id;
-    return pick(s, res->logit, res->tok, res->n, res->total, &req->u);
+    int n = vocabulary_order(s, res->logit, res->tok, res->n);
+    if (n == 0) return -1;
+    return pick(s, res->logit, res->tok, n, res->total, &req->u);
 }

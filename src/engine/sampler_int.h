@@ -17,7 +17,8 @@ bool ts_sampler_is_greedy(const ts_sampler *s);
  * ts_sampler_sample would for this draw), so device and host draws follow one sequence. */
 ts_sample_req ts_sampler_request(ts_sampler *s);
 /* The token for a backend's answer to req: its id, or the host's draw over the subset it kept
- * (the same steps as ts_sampler_sample on the whole row, with req's uniform number). */
+ * (the same steps as ts_sampler_sample on the whole row, with req's uniform number; the list
+ * is put into vocabulary order in place first). -1 when the list holds no valid token. */
 int32_t ts_sampler_finish(ts_sampler *s, const ts_sample_req *req, const ts_sample_res *res);
 
 #endif

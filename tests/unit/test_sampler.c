@@ -151,13 +151,17 @@ int main(void) {
         const struct { float t; int k; float p, minp; } cfg[] = {
             {0.8f, 40, 1.0f, 0.0f}, {1.0f, 0, 0.9f, 0.0f}, {0.6f, 50, 0.95f, 0.02f},
             {1.3f, 0, 0.5f, 0.05f}, {1.0f, 0, 0.3f, 0.0f}};
-        for (size_t ci = 0; ci < sizeof cfg / sizeof *cfg; ci++) {
-            ts_sampler_params sp = {cfg[ci].t, cfg[ci].k, cfg[ci].p, cfg[ci].minp, 1234 + ci};
+        for (size_t ci = 0; ci < 2 * sizeof cfg / sizeof *cfg; ci++) {
+            /* the second round: a list of 600 (sorted by id, not scattered), top-k only */
+            bool small = ci >= sizeof cfg / sizeof *cfg;
+            size_t cj = ci % (sizeof cfg / sizeof *cfg);
+            if (small && cfg[cj].k == 0) continue;
+            ts_sampler_params sp = {cfg[cj].t, cfg[cj].k, cfg[cj].p, cfg[cj].minp, 1234 + ci};
             ts_sampler *sa = NULL, *sb = NULL;
             CHECK(ts_sampler_create(&sp, SV, &sa) == TS_OK &&
                   ts_sampler_create(&sp, SV, &sb) == TS_OK);
             if (!sa || !sb) break;
-            float mx = srt[0], cut = srt[KEEP];
+            float mx = srt[0], cut = srt[small ? 600 : KEEP];
             double total = 0;
             for (int i = 0; i < SV; i++)
                 if (!isnan(row[i]) && row[i] != -INFINITY)
