@@ -183,6 +183,43 @@ static void check_greedy(const char *dir, const char *model, ts_engine *e, const
     }
 }
 
+/* The sampling forward for two sequences in one batch: row k drawn with samplers[k] must be the
+ * draw that sampler makes from the logits of the same step (run on copies of both slots). */
+static void check_sample_batch(const char *model, ts_model *m) {
+    ts_engine *e = make_engine(m, TS_ISA_AUTO, 4, 64);
+    CHECK(e != NULL);
+    if (!e) return;
+    int V = ts_engine_n_vocab(e);
+    const ts_sampler_params ps[2] = {{1.0f, 0, 1.0f, 0.0f, 31}, {0.8f, 5, 0.9f, 0.0f, 32}};
+    ts_sampler *sa[2] = {NULL, NULL}, *sb[2] = {NULL, NULL};
+    for (int r = 0; r < 2; r++)
+        CHECK(ts_sampler_create(&ps[r], V, &sa[r]) == TS_OK &&
+              ts_sampler_create(&ps[r], V, &sb[r]) == TS_OK);
+    /* two different one-token prompts on slots 0 and 1; slots 2 and 3 follow them by copies */
+    int32_t tok[2] = {1 % V, 7 % V}, pos[2] = {0, 0}, on_a[2] = {0, 1}, on_b[2] = {2, 3};
+    const uint8_t both[2] = {1, 1};
+    float *lg = malloc((size_t)2 * V * sizeof *lg);
+    int diff = 0;
+    for (int r = 0; r < 2; r++) ts_engine_slot_clear(e, on_a[r]);
+    for (int step = 0; sa[0] && sa[1] && sb[0] && sb[1] && step < 6; step++) {
+        for (int r = 0; r < 2; r++)
+            CHECK(ts_engine_slot_copy(e, on_a[r], on_b[r]) == TS_OK);
+        int32_t drawn[2] = {-1, -1};
+        ts_batch ba = {2, tok, pos, on_a, both}, bb = {2, tok, pos, on_b, both};
+        CHECK(ts_engine_forward_sample(e, &ba, sa, drawn) == TS_OK);
+        CHECK(ts_engine_forward(e, &bb, lg) == TS_OK);
+        for (int r = 0; r < 2; r++) {
+            diff += drawn[r] != ts_sampler_sample(sb[r], lg + (size_t)r * V);
+            tok[r] = drawn[r] >= 0 ? drawn[r] : 0;
+            pos[r]++;
+        }
+    }
+    CHECKF(diff == 0, "%s: %d of 12 draws of a two-sequence sampling forward differ", model, diff);
+    for (int r = 0; r < 2; r++) ts_sampler_free(sa[r]), ts_sampler_free(sb[r]);
+    free(lg);
+    ts_engine_free(e);
+}
+
 /* Two sequences interleaved in one batch (and split by a small n_batch) give the same logits
  * as each sequence alone. */
 static void check_multi_sequence(const char *dir, const char *model, ts_model *m) {
@@ -304,6 +341,7 @@ static void check_family(const char *family, int min_models) {
                 ts_engine_free(e);
             }
             check_multi_sequence(dir, models[i], m);
+            check_sample_batch(models[i], m);
             check_config_forms(dir, models[i]);
             ts_model_close(m);
             printf("%s/%s: checked\n", family, models[i]);
