@@ -2,7 +2,7 @@
  * the host instead of a vocabulary of floats (248k of them: 1 MB, and 0.3-0.5 ms of host work
  * a token, half a decode step of a 0.8B model on an H200).
  *
- * Per row, four kernels:
+ * After a kernel that zeroes the rows' headers (and histograms), per row, four kernels:
  *   max      the largest candidate logit (NaN and -inf are none) and the plain argmax, as
  *            64-bit keys merged with atomicMax (k_argmax's key: value, then the lower index);
  *   weights  w = exp(l / T - max / T) for every candidate (0 for the others, and under min-p
@@ -15,8 +15,9 @@
  *            top-k / top-p rows instead find the lowest bucket the filter can reach (counts for
  *            top-k; mass for top-p, with a bucket of margin against rounding);
  *   compact  top-k / top-p rows: every token of a bucket at or above that one, logit and id, to
- *            a list the host sorts and finishes with the sampler's own code - a few hundred
- *            tokens for a peaked distribution where the host would have scanned 248k.
+ *            a list the host puts in vocabulary order and finishes with the sampler's own code
+ *            - a few hundred tokens for a peaked distribution where the host would have
+ *            scanned 248k.
  * The results come back through the staging arena with the step, inside a replayed graph too;
  * a list longer than SMP_LIST_CAP entries costs one more copy. */
 #include <limits.h>
