@@ -121,6 +121,18 @@ template <bool GELU> __device__ static inline float cuda_glu(float g, float u) {
 }
 
 /* The sum of s over the 32 lanes of a warp, in every lane (a butterfly of shuffles). */
+/* The 64-bit key of an argmax (k_argmax, the sampler's): ordered by the value (its float bits
+ * mapped to an order-preserving unsigned) and then by the lower index, so atomicMax merges
+ * blocks' bests. A key of 0 is "nothing seen" (NaN alone), read as index 0 as the CPU does. */
+__device__ static inline unsigned long long cuda_argmax_key(float v, int i) {
+    uint32_t b = __float_as_uint(v);
+    uint32_t ord = (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+    return ((unsigned long long)ord << 32) | (uint32_t)(0xffffffffu - (uint32_t)i);
+}
+__host__ __device__ static inline int cuda_argmax_key_index(unsigned long long k) {
+    return k ? (int)(0xffffffffu - (uint32_t)(k & 0xffffffffu)) : 0;
+}
+
 __device__ static inline float cuda_warp_sum(float s) {
     for (int off = 16; off > 0; off >>= 1)
         s += __shfl_xor_sync(0xffffffffu, s, off);

@@ -4,7 +4,7 @@
  *
  * After a kernel that zeroes the rows' headers (and histograms), per row, four kernels:
  *   max      the largest candidate logit (NaN and -inf are none) and the plain argmax, as
- *            64-bit keys merged with atomicMax (k_argmax's key: value, then the lower index);
+ *            64-bit keys merged with atomicMax (cuda_argmax_key: value, then the lower index);
  *   weights  w = exp(l / T - max / T) for every candidate (0 for the others, and under min-p
  *            for those below min_p), written out, with one sum per chunk of SMP_CHUNK; with
  *            top-k / top-p, a histogram of the weights' float bits (count and mass of each of
@@ -47,17 +47,10 @@ __device__ static inline bool smp_listed(const ts_sample_req &r) {
 }
 __device__ static inline bool smp_candidate(float l) { return !(l != l || l == -INFINITY); }
 
-__device__ static inline unsigned long long smp_key(float v, int i) {
-    uint32_t b = __float_as_uint(v);
-    uint32_t ord = (b & 0x80000000u) ? ~b : (b | 0x80000000u);
-    return ((unsigned long long)ord << 32) | (uint32_t)(0xffffffffu - (uint32_t)i);
-}
+/* The value of a cuda_argmax_key. */
 __device__ static inline float smp_key_value(unsigned long long k) {
     uint32_t ord = (uint32_t)(k >> 32);
     return __uint_as_float((ord & 0x80000000u) ? (ord & 0x7fffffffu) : ~ord);
-}
-__device__ static inline int smp_key_index(unsigned long long k) {
-    return k ? (int)(0xffffffffu - (uint32_t)(k & 0xffffffffu)) : 0;
 }
 
 /* Zeroes the headers and histograms. A kernel, not a memset node: the scratch buffer moves
@@ -78,8 +71,8 @@ __global__ static void k_smp_max(const float *x, int64_t ldx, int n_cols, smp_ro
     unsigned long long cand = 0, all = 0;
     for (int j = j0 + threadIdx.x; j < j1; j += blockDim.x) {
         float v = row[j];
-        if (v == v) all = max(all, smp_key(v, j));
-        if (smp_candidate(v)) cand = max(cand, smp_key(v, j));
+        if (v == v) all = max(all, cuda_argmax_key(v, j));
+        if (smp_candidate(v)) cand = max(cand, cuda_argmax_key(v, j));
     }
     for (int off = 16; off > 0; off >>= 1) {
         cand = max(cand, __shfl_xor_sync(0xffffffffu, cand, off));
@@ -183,7 +176,7 @@ __global__ static void k_smp_select(const ts_sample_req *req, smp_row *hdr, cons
     const ts_sample_req q = req[r];
     smp_row *h = &hdr[r];
     if (smp_greedy(q) || !h->key_cand) { /* greedy, or nothing to draw from: the argmax */
-        if (tid == 0) h->id = smp_key_index(h->key_all);
+        if (tid == 0) h->id = cuda_argmax_key_index(h->key_all);
         return;
     }
     const float *cs = chunk_sum + (size_t)r * n_chunks;
