@@ -130,14 +130,17 @@ static int keep_top_k(cand *c, int n, int k) {
  * flat distribution - a high temperature, a random model - keeps most of the vocabulary, and
  * sorting all of it took ~25 ms a token for 248k.) */
 #define SAMPLER_BUCKETS 2048
+static inline int bucket_of(float w) {
+    uint32_t b;
+    memcpy(&b, &w, 4);
+    return (int)(b >> 20);
+}
+
 static int nucleus(cand *c, int n, double target) {
     static _Thread_local double mass[SAMPLER_BUCKETS];
     memset(mass, 0, sizeof mass);
-    for (int i = 0; i < n; i++) {
-        uint32_t b;
-        memcpy(&b, &c[i].logit, 4);
-        mass[b >> 20] += c[i].logit;
-    }
+    for (int i = 0; i < n; i++)
+        mass[bucket_of(c[i].logit)] += c[i].logit;
     double above = 0; /* the mass of the buckets above the last one */
     int low = 0;      /* the last bucket needed */
     for (int k = SAMPLER_BUCKETS - 1; k >= 0; k--) {
@@ -149,25 +152,19 @@ static int nucleus(cand *c, int n, double target) {
     }
     /* the buckets above low to the front, in order; then low's candidates */
     int m = 0;
-    for (int i = 0; i < n; i++) {
-        uint32_t b;
-        memcpy(&b, &c[i].logit, 4);
-        if ((int)(b >> 20) > low) {
+    for (int i = 0; i < n; i++)
+        if (bucket_of(c[i].logit) > low) {
             cand t = c[m];
             c[m++] = c[i];
             c[i] = t;
         }
-    }
     int e = m;
-    for (int i = m; i < n; i++) {
-        uint32_t b;
-        memcpy(&b, &c[i].logit, 4);
-        if ((int)(b >> 20) == low) {
+    for (int i = m; i < n; i++)
+        if (bucket_of(c[i].logit) == low) {
             cand t = c[e];
             c[e++] = c[i];
             c[i] = t;
         }
-    }
     qsort(c + m, (size_t)(e - m), sizeof *c, by_logit_desc);
     double cum = above;
     for (int i = m; i < e; i++) {
@@ -212,6 +209,10 @@ static int draw_index(const float *e, int n, double r) {
     return n - 1;
 }
 
+bool ts_sampler_is_greedy(const ts_sampler *s) {
+    return s->p.temperature <= 0.0f || s->p.top_k == 1;
+}
+
 /* Temperature, then top-k, top-p and min-p, then a draw in proportion to what is left. Only
  * top-k and top-p need an order: without them the candidates stay in vocabulary order (a full
  * sort of a 248k vocabulary took 32 ms a token, more than a decode step). The weights are
@@ -226,7 +227,7 @@ static int32_t pick(ts_sampler *s, const float *logits, const int32_t *tok, int 
                     double total_row, const double *u) {
     const ts_sampler_params *p = &s->p;
 #define ID(i) (tok ? tok[(i)] : (int32_t)(i))
-    if (p->temperature <= 0.0f || p->top_k == 1) return ID(argmax(logits, n_in));
+    if (ts_sampler_is_greedy(s)) return ID(argmax(logits, n_in));
     float *pv = s->pv;
     int32_t *pid = s->pid;
     int n = 0;
@@ -320,10 +321,6 @@ double ts_sampler_logsumexp(ts_sampler *s, const float *logits) {
 }
 
 int ts_sampler_n_vocab(const ts_sampler *s) { return s->n_vocab; }
-
-bool ts_sampler_is_greedy(const ts_sampler *s) {
-    return s->p.temperature <= 0.0f || s->p.top_k == 1;
-}
 
 ts_sample_req ts_sampler_request(ts_sampler *s) {
     if (ts_sampler_is_greedy(s)) return (ts_sample_req){0.0f, 1.0f, 0.0f, 0, 0.0};
