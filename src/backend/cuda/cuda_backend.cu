@@ -26,6 +26,12 @@ bool cuda_check_blas(cuda_ctx *c, cublasStatus_t st, const char *what) {
     return false;
 }
 
+void cuda_free_dev(cuda_ctx *c, void *p) {
+    if (!p) return;
+    cudaFree(p);
+    c->frees++;
+}
+
 void *cuda_scratch(cuda_ctx *c, int slot, size_t bytes) {
     void **p = &c->scratch[slot];
     size_t *have = &c->scratch_bytes[slot];
@@ -33,7 +39,7 @@ void *cuda_scratch(cuda_ctx *c, int slot, size_t bytes) {
     /* the old buffer may still be read by queued work: run it before freeing the buffer */
     if (*p) {
         cq_flush(c);
-        cudaFree(*p);
+        cuda_free_dev(c, *p);
         *p = NULL;
         *have = 0;
     }
@@ -59,7 +65,7 @@ static void cu_free(ts_backend *be, void *buf) {
     cuda_ctx *c = cuda_of(be);
     if (!buf) return;
     cq_flush(c); /* queued work may still use the buffer */
-    cudaFree(buf);
+    cuda_free_dev(c, buf);
 }
 
 static void cu_upload(ts_backend *be, void *dst, const void *src, size_t bytes) {

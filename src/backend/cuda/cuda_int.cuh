@@ -53,10 +53,13 @@ typedef struct cuda_ctx_s {
     cublasHandle_t blas;
     bool failed;
     /* growable device scratch: 0 converted activations and 1 weights for GEMM, 2 argmax keys,
-     * 3 attention's partial softmaxes, 4 the chunked delta rule's per-chunk factors, 5 sampling */
-    void *scratch[6];
-    size_t scratch_bytes[6];
+     * 3 attention's partial softmaxes, 4 the chunked delta rule's per-chunk factors, 5 sampling,
+     * 6 sampling's logit adjustments */
+    void *scratch[7];
+    size_t scratch_bytes[7];
     struct cuda_weight_cache *weights;
+    /* device buffers freed so far (cuda_free_dev): graphs compare it (cuda_queue.cu) */
+    unsigned long frees;
     /* the positions last uploaded for rope: one forward's rope calls share one upload */
     int32_t *pos_dev, *pos_host;
     int pos_n, pos_cap;
@@ -191,8 +194,10 @@ __device__ static inline void cuda_gdn_gate(float a, float b, float neg_exp_a, f
 /* Records the first failure and returns false when err is not cudaSuccess. */
 bool cuda_check(cuda_ctx *c, cudaError_t err, const char *what);
 bool cuda_check_blas(cuda_ctx *c, cublasStatus_t st, const char *what);
+/* cudaFree, counted in c->frees. */
+void cuda_free_dev(cuda_ctx *c, void *p);
 /* Checks the last kernel launch. */
-/* A device scratch buffer of at least bytes (slot 0 .. 5), grown as needed; NULL on failure.
+/* A device scratch buffer of at least bytes (slot 0 .. 6), grown as needed; NULL on failure.
  * Contents are not kept across calls. */
 void *cuda_scratch(cuda_ctx *c, int slot, size_t bytes);
 
@@ -231,7 +236,7 @@ void cuda_op_sigmoid_gate(ts_backend *be, float *x, int64_t ldx, const float *g,
                           int n_tok, int n_heads, int head_dim, int64_t gstride);
 void cuda_op_argmax(ts_backend *be, const float *x, int64_t ldx, int n_rows, int n_cols,
                     int32_t *out_host);
-void cuda_op_sample(ts_backend *be, const float *x, int64_t ldx, int n_rows, int n_cols,
+void cuda_op_sample(ts_backend *be, float *x, int64_t ldx, int n_rows, int n_cols,
                     const ts_sample_req *req, ts_sample_res *res);
 void cuda_op_copy_rows(ts_backend *be, float *dst, int64_t ldd, const float *src, int64_t lds,
                        int n, int dim);

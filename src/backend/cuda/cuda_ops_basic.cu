@@ -142,7 +142,7 @@ const int32_t *cuda_positions(cuda_ctx *c, const int32_t *pos, int n_tok) {
             }
             c->pos_host = h;
             cq_flush(c); /* queued ropes read the old buffer */
-            cudaFree(c->pos_dev);
+            cuda_free_dev(c, c->pos_dev);
             c->pos_dev = NULL;
             c->pos_cap = 0;
             if (!cuda_check(c, cudaMalloc(&c->pos_dev, (size_t)cap * sizeof(int32_t)),

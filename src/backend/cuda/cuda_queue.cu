@@ -21,6 +21,13 @@ struct cq_graph {
     std::vector<cudaGraphNode_t> nodes;
     cudaGraph_t graph = nullptr;
     cudaGraphExec_t exec = nullptr;
+    /* A copy or memset node holds on to the allocation its pointer was in when it was set:
+     * launched after that buffer was freed - even with a new buffer at the same address -
+     * it crashed the driver inside cudaGraphLaunch (H200, driver 580). So a graph with such
+     * nodes is built again when any device buffer was freed since it was built (frees: the
+     * context's count then). The steady decode step frees nothing. */
+    bool has_copies = false;
+    unsigned long frees = 0;
 };
 
 struct cq_prof {
@@ -66,6 +73,7 @@ static cq_state *state_of(cuda_ctx *c) {
     int major = 0;
     cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, c->device);
     q->pdl = major >= 9 && !cuda_env_off("TESSERA_CUDA_PDL");
+
     if (cudaMallocHost((void **)&q->stage, CQ_STAGE_BYTES) != cudaSuccess) {
         cudaGetLastError();
         q->stage = nullptr; /* uploads then go synchronously */
@@ -256,12 +264,12 @@ static bool graph_update(cuda_ctx *c, cq_graph *g, const std::vector<cq_op> &ops
             }
             break;
         case CQ_COPY:
-            if (o->dst != old->dst || o->src != old->src)
+        case CQ_MEMSET:
+            if (o->dst == old->dst && (o->kind == CQ_MEMSET || o->src == old->src)) break;
+            if (o->kind == CQ_COPY) {
                 err = cudaGraphExecMemcpyNodeSetParams1D(g->exec, g->nodes[i], o->dst, o->src,
                                                          o->bytes, o->dir);
-            break;
-        case CQ_MEMSET:
-            if (o->dst != old->dst) {
+            } else {
                 cudaMemsetParams p = memset_node(o);
                 err = cudaGraphExecMemsetNodeSetParams(g->exec, g->nodes[i], &p);
             }
@@ -364,6 +372,9 @@ static bool graph_build(cuda_ctx *c, cq_state *q, cq_graph *g, uint64_t sig,
     }
     g->ops = ops;
     g->sig = sig;
+    g->frees = c->frees;
+    g->has_copies = false;
+    for (const cq_op &o : ops) g->has_copies |= o.kind == CQ_COPY || o.kind == CQ_MEMSET;
     q->n_builds++;
     return true;
 }
@@ -402,6 +413,10 @@ void cq_flush(cuda_ctx *c) {
             cq_graph *hit = nullptr;
             for (auto &g : q->cache)
                 if (graph_matches(&g, sig, q->ops)) hit = &g;
+            if (hit && hit->has_copies && hit->frees != c->frees) { /* see cq_graph */
+                graph_drop(hit);
+                hit = nullptr;
+            }
             /* a shape seen twice in a row is a step that repeats: worth a graph */
             bool graphable = true;
             for (uint64_t s : q->no_graph) graphable = graphable && s != sig;
@@ -412,7 +427,7 @@ void cq_flush(cuda_ctx *c) {
                 } else {
                     q->no_graph[q->no_graph_next++ % 8] = sig;
                 }
-            } else if (hit && !graph_update(c, hit, q->ops)) {
+            } else if (hit && !graph_update(c, hit, q->ops)) { /* run plainly, then rebuild */
                 graph_drop(hit);
                 hit = nullptr;
                 c->failed = false;

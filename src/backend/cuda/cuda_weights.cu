@@ -66,7 +66,7 @@ bool cuda_weight(cuda_ctx *c, const ts_tensor *W, cuda_wview *out) {
         }
         /* the host memory was reused for another tensor: replace the stale copy */
         cq_flush(c); /* queued work may still read the stale copy */
-        cudaFree((void *)e.view.data);
+        cuda_free_dev(c, (void *)e.view.data);
         c->weights->map.erase(it);
     }
     cuda_wview v;
