@@ -73,11 +73,15 @@ typedef struct {
 } ts_seq_run;
 
 /* One row's sampling for ts_backend_ops.sample: the sampler's parameters (temperature 0 =
- * greedy) and the uniform number in [0, 1) its generator gave for this draw. */
+ * greedy), the uniform number in [0, 1) its generator gave for this draw, and the adjustments
+ * to apply to the row's logits first (n_adjust entries of a host array; ts_logit_adjust). */
 typedef struct {
     float temperature, top_p, min_p;
     int top_k;
     double u;
+    float rep;
+    int n_adjust;
+    const ts_logit_adjust *adjust;
 } ts_sample_req;
 
 /* What ts_backend_ops.sample gives back for a row: the drawn token (id >= 0), or (id < 0, only
@@ -146,8 +150,9 @@ typedef struct {
      * a token id instead of a vocabulary of floats: temperature, min-p and the draw itself on
      * the device, top-k / top-p narrowed there to a small superset (ts_sample_res). A draw
      * reads the uniform u in vocabulary order exactly as ts_sampler_sample does, so both give
-     * the same token up to float rounding at a boundary. Synchronises like download. */
-    void (*sample)(ts_backend *be, const float *x, int64_t ldx, int n_rows, int n_cols,
+     * the same token up to float rounding at a boundary. The rows' adjustments are written
+     * into x. Synchronises like download. */
+    void (*sample)(ts_backend *be, float *x, int64_t ldx, int n_rows, int n_cols,
                    const ts_sample_req *req, ts_sample_res *res);
     /* Copies n rows of dim floats (row r of src at src + r*lds) to dst (row stride ldd). */
     void (*copy_rows)(ts_backend *be, float *dst, int64_t ldd, const float *src, int64_t lds,

@@ -219,8 +219,10 @@ ts_status ts_engine_forward_sample(ts_engine *e, const ts_batch *b, ts_sampler *
     if (!e->be->ops->sample) { /* the logits come to the host, where the sampler runs */
         float *logits = e->sample_buf;
         TS_TRY(forward(e, b, logits, NULL, NULL, NULL));
-        for (int k = 0; k < n_want; k++)
+        for (int k = 0; k < n_want; k++) {
+            ts_sampler_adjust(samplers[k], logits + (size_t)k * e->n_vocab);
             ids[k] = ts_sampler_sample(samplers[k], logits + (size_t)k * e->n_vocab);
+        }
         return TS_OK;
     }
     float *lg = e->sample_buf;

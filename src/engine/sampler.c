@@ -24,6 +24,10 @@ struct ts_sampler {
     float *pv;    /* [n_vocab]: the candidates' scaled logits, then probabilities */
     int32_t *pid; /* [n_vocab]: their token ids */
     const cpu_seq_kernels *k; /* the CPU's vector exp */
+    /* ts_sampler_set_adjust's: the caller's array */
+    float rep;
+    const ts_logit_adjust *adj;
+    int n_adj;
 };
 
 void ts_sampler_params_default(ts_sampler_params *p) {
@@ -48,6 +52,7 @@ ts_status ts_sampler_create(const ts_sampler_params *p, int n_vocab, ts_sampler 
         return ts_error(TS_ERR_NOMEM, "out of memory");
     }
     s->k = cpu_seq_pick(cpu_isa_best());
+    s->rep = 1.0f;
     s->p = *p;
     s->n_vocab = n_vocab;
     s->rng = p->seed;
@@ -322,10 +327,29 @@ double ts_sampler_logsumexp(ts_sampler *s, const float *logits) {
 
 int ts_sampler_n_vocab(const ts_sampler *s) { return s->n_vocab; }
 
+void ts_sampler_set_adjust(ts_sampler *s, float rep, const ts_logit_adjust *adj, int n) {
+    s->rep = rep;
+    s->adj = n > 0 ? adj : NULL;
+    s->n_adj = n > 0 ? n : 0;
+}
+
+void ts_sampler_adjust(const ts_sampler *s, float *logits) {
+    for (int i = 0; i < s->n_adj; i++) {
+        int32_t id = s->adj[i].id;
+        if (id < 0 || id >= s->n_vocab) continue;
+        float *l = &logits[id];
+        if (s->rep != 1.0f) *l = *l > 0 ? *l / s->rep : *l * s->rep;
+        *l -= s->adj[i].sub;
+    }
+}
+
 ts_sample_req ts_sampler_request(ts_sampler *s) {
-    if (ts_sampler_is_greedy(s)) return (ts_sample_req){0.0f, 1.0f, 0.0f, 0, 0.0};
-    int k = s->p.top_k < s->n_vocab ? s->p.top_k : 0;
-    return (ts_sample_req){s->p.temperature, s->p.top_p, s->p.min_p, k, next_uniform(&s->rng)};
+    ts_sample_req r = {0.0f, 1.0f, 0.0f, 0, 0.0, s->rep, s->n_adj, s->adj};
+    if (ts_sampler_is_greedy(s)) return r;
+    r.temperature = s->p.temperature, r.top_p = s->p.top_p, r.min_p = s->p.min_p;
+    r.top_k = s->p.top_k < s->n_vocab ? s->p.top_k : 0;
+    r.u = next_uniform(&s->rng);
+    return r;
 }
 
 static int by_id(const void *a, const void *b) {

@@ -11,6 +11,9 @@
 
 /* The vocabulary the sampler was made for. */
 int ts_sampler_n_vocab(const ts_sampler *s);
+/* Applies the adjustments of ts_sampler_set_adjust to a row of logits (the host's side of what
+ * a backend's sampling op does on the device). */
+void ts_sampler_adjust(const ts_sampler *s, float *logits);
 /* Temperature 0 or top-k 1: the argmax, no generator involved. */
 bool ts_sampler_is_greedy(const ts_sampler *s);
 /* The next draw's parameters; takes its uniform number from the generator (as

@@ -22,13 +22,17 @@ ts_status serve_decoder_init(serve_decoder *d, const serve_decoder_opts *o) {
     d->logits = malloc((size_t)d->n_vocab * sizeof *d->logits);
     d->gen_count = calloc((size_t)d->n_vocab, sizeof *d->gen_count);
     d->seen = calloc((size_t)d->n_vocab, 1);
+    d->adj = malloc((size_t)d->n_vocab * sizeof *d->adj);
+    d->adj_at = malloc((size_t)d->n_vocab * sizeof *d->adj_at);
+    for (int t = 0; d->adj_at && t < d->n_vocab; t++) d->adj_at[t] = -1;
     d->seq = malloc((size_t)d->n_ctx * sizeof *d->seq);
     d->pos = malloc((size_t)d->n_ctx * sizeof *d->pos);
     d->slot = calloc((size_t)d->n_ctx, sizeof *d->slot);
     d->want = malloc(PREFILL_CHUNK);
     d->pending_snap = -1;
     d->slot_known = false;
-    if (!d->want || !d->logits || !d->gen_count || !d->seen || !d->seq || !d->pos || !d->slot)
+    if (!d->want || !d->logits || !d->gen_count || !d->seen || !d->seq || !d->pos || !d->slot ||
+        !d->adj || !d->adj_at)
         return ts_error(TS_ERR_NOMEM, "out of memory for the decoder");
     return TS_OK;
 }
@@ -37,6 +41,8 @@ void serve_decoder_free(serve_decoder *d) {
     free(d->logits);
     free(d->gen_count);
     free(d->seen);
+    free(d->adj);
+    free(d->adj_at);
     free(d->seq);
     free(d->pos);
     free(d->slot);
@@ -113,6 +119,24 @@ static void apply_penalties(serve_decoder *d, const serve_job *j) {
         if (rep != 1.0f) *l = *l > 0 ? *l / rep : *l * rep;
         if (d->gen_count[t]) *l -= fr * (float)d->gen_count[t] + pr;
     }
+}
+
+/* Sets token t's adjustment: what apply_penalties does to its logit, as a ts_logit_adjust. */
+static void adjust_token(serve_decoder *d, const serve_job *j, int32_t t) {
+    float sub = d->gen_count[t] ? j->frequency_penalty * (float)d->gen_count[t] +
+                                      j->presence_penalty
+                                : 0.0f;
+    if (d->adj_at[t] < 0) d->adj_at[t] = d->n_adj++;
+    d->adj[d->adj_at[t]] = (ts_logit_adjust){t, sub};
+}
+
+/* The penalties of a new job as adjustments: every token of the prompt when the repetition
+ * penalty applies (answer tokens join as they come). */
+static void adjust_reset(serve_decoder *d, const serve_job *j) {
+    for (int i = 0; i < d->n_adj; i++) d->adj_at[d->adj[i].id] = -1;
+    d->n_adj = 0;
+    if (j->repetition_penalty != 1.0f)
+        for (int i = 0; i < j->n_ids; i++) adjust_token(d, j, j->ids[i]);
 }
 
 /* Log-probabilities of the (penalised) distribution: the chosen token and the k best. */
@@ -224,11 +248,13 @@ static ts_status decode(serve_decoder *d, serve_job *j, serve_finish *how) {
     ts_status st = ts_sampler_create(&j->sp, d->n_vocab, &smp);
     if (st == TS_OK) st = ts_detokenizer_create(d->o.tok, true, &dt);
     *how = SERVE_FINISH_LENGTH;
-    /* Without penalties and log-probabilities the logits themselves are never needed: each
-     * decode step draws its token where the logits are (on a GPU: a token id comes back, not a
-     * vocabulary of floats). The first token still comes from the prompt's logits. */
-    const bool draw_in_forward = !has_penalties(j) && j->top_logprobs < 0;
+    /* Without log-probabilities the logits themselves are never needed: each decode step draws
+     * its token where the logits are (on a GPU: a token id comes back, not a vocabulary of
+     * floats), the penalties going along as logit adjustments. The first token still comes
+     * from the prompt's logits. */
+    const bool draw_in_forward = j->top_logprobs < 0, penalised = has_penalties(j);
     int32_t drawn = -1;
+    if (draw_in_forward && penalised) adjust_reset(d, j);
     for (int k = 0; st == TS_OK && k < j->max_tokens; k++) {
         if (cancelled(j)) {
             *how = SERVE_FINISH_CANCELLED;
@@ -246,6 +272,10 @@ static ts_status decode(serve_decoder *d, serve_job *j, serve_finish *how) {
         d->seq[d->n_seq++] = tok;
         d->gen_count[tok]++;
         d->seen[tok] = 1;
+        if (draw_in_forward && penalised) {
+            adjust_token(d, j, tok);
+            ts_sampler_set_adjust(smp, j->repetition_penalty, d->adj, d->n_adj);
+        }
         d->answer_pending = true;
         pthread_mutex_lock(&j->mu);
         if (k == 0) j->t_first_token = serve_now();

@@ -37,6 +37,11 @@ typedef struct {
     float *logits;      /* [n_vocab] */
     int32_t *gen_count; /* [n_vocab] occurrences in the answer (presence/frequency penalty) */
     uint8_t *seen;      /* [n_vocab] in prompt or answer (repetition penalty) */
+    /* the penalties as logit adjustments for a draw in the forward (ts_sampler_set_adjust):
+     * n_adj entries, adj_at[id] the entry of a token or -1 */
+    ts_logit_adjust *adj;
+    int32_t *adj_at;
+    int n_adj;
     int32_t *seq;       /* [n_ctx] the working sequence: prompt then answer */
     int n_seq;          /* tokens in seq; the state holds the first ts_engine_slot_len(0) */
     int32_t *pos, *slot;

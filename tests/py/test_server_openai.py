@@ -133,6 +133,20 @@ def test_repetition_penalty_changes_greedy_output(client):
     assert base != pen
 
 
+def test_penalties_same_through_either_decode_path(client):
+    # without logprobs each step draws its token in the forward (on a GPU, on the device) with the
+    # penalties sent along as logit adjustments; with logprobs the logits come to the server,
+    # which applies the penalties itself: both must give the same tokens
+    def run(**extra):
+        return client.completions.create(model="tiny-test", prompt="The weather today",
+                                         max_tokens=30, frequency_penalty=1.5,
+                                         presence_penalty=0.5, seed=3,
+                                         extra_body={"repetition_penalty": 1.3}, **extra
+                                         ).choices[0].text
+    for temperature in (0, 1.0):
+        assert run(temperature=temperature) == run(temperature=temperature, logprobs=1)
+
+
 def test_logprobs(client):
     r = client.chat.completions.create(model="tiny-test", messages=MSG, max_tokens=6,
                                        temperature=0, logprobs=True, top_logprobs=3)

@@ -906,11 +906,23 @@ static int truth_kept(const sample_truth *t, const ts_sampler_params *sp, double
     return n;
 }
 
-static int sample_row_case(const float *x, int V, const ts_sampler_params *sp, int draws,
-                           int *longest, int *agree) {
-    float *dx = dev(x, (size_t)V);
+/* With n_adj adjustments (penalties), the device sampler gets them (ts_sampler_set_adjust) and
+ * applies them to its copy of the row, which is uploaded again before each draw; the host side
+ * and the truth see the row with the adjustments applied here. */
+static int sample_row_case(const float *x0, int V, const ts_sampler_params *sp, int draws,
+                           int *longest, int *agree, float rep, const ts_logit_adjust *adj,
+                           int n_adj) {
+    float *dx = dev(x0, (size_t)V);
+    float *x = malloc((size_t)V * sizeof *x);
+    memcpy(x, x0, (size_t)V * sizeof *x);
+    for (int i = 0; i < n_adj; i++) {
+        float *l = &x[adj[i].id];
+        if (rep != 1.0f) *l = *l > 0 ? *l / rep : *l * rep;
+        *l -= adj[i].sub;
+    }
     ts_sampler *hs = NULL, *ds = NULL;
     CHECK(ts_sampler_create(sp, V, &hs) == TS_OK && ts_sampler_create(sp, V, &ds) == TS_OK);
+    if (ds) ts_sampler_set_adjust(ds, rep, adj, n_adj);
     float *lg = malloc((size_t)V * sizeof *lg);
     int32_t *tk = malloc((size_t)V * sizeof *tk);
     uint8_t *in_list = calloc((size_t)V, 1), *reach = calloc((size_t)V, 1);
@@ -929,6 +941,7 @@ static int sample_row_case(const float *x, int V, const ts_sampler_params *sp, i
         int32_t want = ts_sampler_sample(hs, x);
         ts_sample_req rq = ts_sampler_request(ds);
         ts_sample_res rs = {-1, 0, lg, tk, 0};
+        if (n_adj && i) gpu->ops->upload(gpu, dx, x0, (size_t)V * sizeof *x0);
         gpu->ops->sample(gpu, dx, V, 1, V, &rq, &rs);
         if (rs.id < 0 && rs.n <= 0) { /* the op failed */
             bad++;
@@ -965,7 +978,7 @@ static int sample_row_case(const float *x, int V, const ts_sampler_params *sp, i
     if (!greedy && draws >= 20 && distinct == 0) bad += 1000000;
     truth_free(&t);
     ts_sampler_free(hs), ts_sampler_free(ds);
-    free(lg), free(tk), free(in_list), free(reach);
+    free(lg), free(tk), free(in_list), free(reach), free(x);
     gpu->ops->free(gpu, dx);
     return bad;
 }
@@ -987,7 +1000,7 @@ static void test_sample(bool quick) {
                  * sorts the list) */
                 bool slow = shape == 1 && ps[pi].top_p < 1.0f && ps[pi].top_k == 0;
                 int longest = 0, agree = 0, draws = quick ? 2 : slow ? 6 : 40;
-                int bad = sample_row_case(x, V, &ps[pi], draws, &longest, &agree);
+                int bad = sample_row_case(x, V, &ps[pi], draws, &longest, &agree, 1.0f, NULL, 0);
                 CHECKF(bad == 0, "V=%d %s params %d: %d of %d device draws wrong%s", V,
                        shape ? "flat" : "peaked", pi, bad % 1000000, draws,
                        bad >= 1000000 ? ", and every draw was the same token" : "");
@@ -998,6 +1011,27 @@ static void test_sample(bool quick) {
             }
             free(x);
         }
+    /* penalties as adjustments: 300 tokens (the favourite among them) with repetition penalty
+     * 1.3, half of them with a frequency / presence term, applied on the device */
+    {
+        ts_logit_adjust adj[300];
+        for (int si = 0; si < 3; si += 2) {
+            int V = sizes[si];
+            float *x = rnd((size_t)V, 12.0f);
+            x[V / 5] = 14.0f;
+            for (int i = 0; i < 300; i++)
+                adj[i] = (ts_logit_adjust){(int32_t)((V / 5 + (int64_t)i * 7919) % V),
+                                           i % 2 ? 0.0f : 0.25f + 0.5f * (float)(i % 5)};
+            for (int pi = 0; pi < 8; pi++) {
+                if (pi == 3 || pi == 5) continue; /* flat-ish top-p lists: covered above */
+                int longest = 0, agree = 0, draws = quick ? 2 : 30;
+                int bad = sample_row_case(x, V, &ps[pi], draws, &longest, &agree, 1.3f, adj, 300);
+                CHECKF(bad == 0, "V=%d with adjustments, params %d: %d of %d device draws wrong",
+                       V, pi, bad % 1000000, draws);
+            }
+            free(x);
+        }
+    }
     /* several rows in one call (of one chunk each: exact), each with its own parameters, one
      * of them greedy */
     int V = SAMPLE_EXACT_V - 24, R = 3;

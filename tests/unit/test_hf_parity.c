@@ -201,6 +201,10 @@ static void check_sample_batch(const char *model, ts_model *m) {
     float *lg = malloc((size_t)2 * V * sizeof *lg);
     int diff = 0;
     for (int r = 0; r < 2; r++) ts_engine_slot_clear(e, on_a[r]);
+    /* row 1 with penalties as adjustments on every token, which the reference applies by hand */
+    ts_logit_adjust *adj = malloc((size_t)V * sizeof *adj);
+    for (int i = 0; i < V; i++) adj[i] = (ts_logit_adjust){i, 0.7f * (float)(i % 3)};
+    if (sa[1]) ts_sampler_set_adjust(sa[1], 1.2f, adj, V);
     for (int step = 0; sa[0] && sa[1] && sb[0] && sb[1] && step < 6; step++) {
         for (int r = 0; r < 2; r++)
             CHECK(ts_engine_slot_copy(e, on_a[r], on_b[r]) == TS_OK);
@@ -208,6 +212,10 @@ static void check_sample_batch(const char *model, ts_model *m) {
         ts_batch ba = {2, tok, pos, on_a, both}, bb = {2, tok, pos, on_b, both};
         CHECK(ts_engine_forward_sample(e, &ba, sa, drawn) == TS_OK);
         CHECK(ts_engine_forward(e, &bb, lg) == TS_OK);
+        for (int i = 0; i < V; i++) {
+            float *l = &lg[(size_t)V + adj[i].id];
+            *l = (*l > 0 ? *l / 1.2f : *l * 1.2f) - adj[i].sub;
+        }
         for (int r = 0; r < 2; r++) {
             diff += drawn[r] != ts_sampler_sample(sb[r], lg + (size_t)r * V);
             tok[r] = drawn[r] >= 0 ? drawn[r] : 0;
@@ -216,7 +224,7 @@ static void check_sample_batch(const char *model, ts_model *m) {
     }
     CHECKF(diff == 0, "%s: %d of 12 draws of a two-sequence sampling forward differ", model, diff);
     for (int r = 0; r < 2; r++) ts_sampler_free(sa[r]), ts_sampler_free(sb[r]);
-    free(lg);
+    free(lg), free(adj);
     ts_engine_free(e);
 }
 

@@ -2,7 +2,8 @@
  * the host instead of a vocabulary of floats (248k of them: 1 MB, and 0.3-0.5 ms of host work
  * a token, half a decode step of a 0.8B model on an H200).
  *
- * After a kernel that zeroes the rows' headers (and histograms), per row, four kernels:
+ * First the rows' logit adjustments (penalties: ts_logit_adjust), in place; then, after a
+ * kernel that zeroes the rows' headers (and histograms), per row, four kernels:
  *   max      the largest candidate logit (NaN and -inf are none) and the plain argmax, as
  *            64-bit keys merged with atomicMax (cuda_argmax_key: value, then the lower index);
  *   weights  w = exp(l / T - max / T) for every candidate (0 for the others, and under min-p
@@ -61,6 +62,62 @@ __global__ static void k_smp_zero(uint4 *p, size_t n) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x)
         p[i] = make_uint4(0, 0, 0, 0);
+}
+
+/* A row's share of the adjustments (ts_logit_adjust) uploaded for a call. */
+typedef struct {
+    int off, n;
+    float rep;
+    int pad;
+} smp_adj_row;
+
+/* The adjustments, in place: the same float operations as ts_sampler_adjust on the host. */
+__global__ static void k_smp_adjust(float *x, int64_t ldx, int n_cols, const smp_adj_row *rows,
+                                    const ts_logit_adjust *adj) {
+    cuda_pdl_entry();
+    const smp_adj_row h = rows[blockIdx.y];
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < h.n; i += gridDim.x * blockDim.x) {
+        const ts_logit_adjust a = adj[h.off + i];
+        if (a.id < 0 || a.id >= n_cols) continue;
+        float *l = x + blockIdx.y * ldx + a.id;
+        float v = *l;
+        if (h.rep != 1.0f) v = v > 0 ? v / h.rep : v * h.rep;
+        *l = v - a.sub;
+    }
+}
+
+/* Queues the rows' adjustments (none: nothing). The entries go up in a copy padded to a power
+ * of two, so that a decode step's graph keeps its shape while the list grows by a token. */
+static void smp_adjust(cuda_ctx *c, float *x, int64_t ldx, int n_rows, int n_cols,
+                       const ts_sample_req *req) {
+    size_t total = 0;
+    for (int r = 0; r < n_rows; r++)
+        total += req[r].n_adjust > 0 ? (size_t)(req[r].n_adjust < n_cols ? req[r].n_adjust : n_cols) : 0;
+    if (!total) return;
+    size_t room = (size_t)n_rows * n_cols, cap = 256;
+    while (cap < total) cap *= 2;
+    if (cap > room) cap = room;
+    ts_logit_adjust *h = (ts_logit_adjust *)calloc(cap, sizeof *h);
+    smp_adj_row *hr = (smp_adj_row *)calloc((size_t)n_rows, sizeof *hr);
+    ts_logit_adjust *d = (ts_logit_adjust *)cuda_scratch(c, 6, room * sizeof *d);
+    if (!h || !hr || !d) {
+        free(h), free(hr);
+        cuda_check(c, cudaErrorMemoryAllocation, "sample adjust");
+        return;
+    }
+    int off = 0;
+    for (int r = 0; r < n_rows; r++) {
+        int n = req[r].n_adjust > 0 ? (req[r].n_adjust < n_cols ? req[r].n_adjust : n_cols) : 0;
+        hr[r] = (smp_adj_row){off, n, req[r].rep, 0};
+        if (n) memcpy(h + off, req[r].adjust, (size_t)n * sizeof *h);
+        off += n;
+    }
+    const smp_adj_row *dr = (const smp_adj_row *)cuda_table(c, hr, (size_t)n_rows * sizeof *hr);
+    cuda_upload_async(c, d, h, cap * sizeof *h, "sample adjust");
+    if (dr)
+        cuda_launch(c, "sample adjust", k_smp_adjust, dim3(8, (unsigned)n_rows), 256, 0, x, ldx,
+                    n_cols, dr, (const ts_logit_adjust *)d);
+    free(h), free(hr);
 }
 
 __global__ static void k_smp_max(const float *x, int64_t ldx, int n_cols, smp_row *hdr) {
@@ -283,10 +340,11 @@ __global__ static void k_smp_compact(const float *x, int64_t ldx, int n_cols,
     }
 }
 
-void cuda_op_sample(ts_backend *be, const float *x, int64_t ldx, int n_rows, int n_cols,
+void cuda_op_sample(ts_backend *be, float *x, int64_t ldx, int n_rows, int n_cols,
                     const ts_sample_req *req, ts_sample_res *res) {
     cuda_ctx *c = cuda_of(be);
     if (n_rows <= 0) return;
+    smp_adjust(c, x, ldx, n_rows, n_cols, req);
     bool any_draw = false, any_list = false;
     for (int r = 0; r < n_rows; r++) {
         bool greedy = !(req[r].temperature > 0);
