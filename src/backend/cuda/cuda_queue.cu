@@ -73,7 +73,6 @@ static cq_state *state_of(cuda_ctx *c) {
     int major = 0;
     cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, c->device);
     q->pdl = major >= 9 && !cuda_env_off("TESSERA_CUDA_PDL");
-
     if (cudaMallocHost((void **)&q->stage, CQ_STAGE_BYTES) != cudaSuccess) {
         cudaGetLastError();
         q->stage = nullptr; /* uploads then go synchronously */
