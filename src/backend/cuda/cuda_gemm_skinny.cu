@@ -83,22 +83,25 @@ template <ts_dtype DT> __device__ static inline uint4 sk_wload(const uint8_t *ro
  * (Loading all of a thread's old values first, then storing, measured slower: the addresses and
  * sums held for it spill.) */
 __device__ static inline void sk_store(int64_t rw0, int m, int q, int i, int lane, float s,
-                                       int64_t rows, int n, float *y, int64_t ldy, bool acc) {
+                                       int64_t rows, int n, float *y, int64_t ldy, bool acc,
+                                       const float *unscale) {
     int64_t row = rw0 + m * 16 + (lane >> 2) + (i >= 2 ? 8 : 0);
     int tok = q * 8 + (lane & 3) * 2 + (i & 1);
     if (row < rows && tok < n) {
+        if (unscale) s *= unscale[tok];
         float *p = &y[(int64_t)tok * ldy + row];
         *p = acc ? *p + s : s;
     }
 }
 
-/* x: [2n][cols] 16-bit, rows [0, n) the hi parts, [n, 2n) the lo parts. NT token groups of 8
- * (n <= 8 NT); KS blocks of a cluster split the columns; each step (a staging buffer, one
- * synchronisation) covers KC chunks of SK_CHUNK columns. */
+/* x: [2n][cols] 16-bit, rows [0, n) the hi parts, [n, 2n) the lo parts, token t scaled by
+ * 1 / unscale[t] where unscale is given (fp16 parts). NT token groups of 8 (n <= 8 NT); KS
+ * blocks of a cluster split the columns; each step (a staging buffer, one synchronisation)
+ * covers KC chunks of SK_CHUNK columns. */
 template <ts_dtype DT, int NT, int KS, int KC>
 __global__ static void __cluster_dims__(1, KS, 1) __launch_bounds__(32 * SK_WARPS)
-    k_skinny(sk_set set, size_t row_bytes, int64_t cols, const uint16_t *x, int n,
-             bool prefetch) {
+    k_skinny(sk_set set, size_t row_bytes, int64_t cols, const uint16_t *x, const float *unscale,
+             int n, bool prefetch) {
     constexpr bool BF = DT != TS_DTYPE_F16; /* the mma's 16-bit type */
     constexpr int XROWS = 2 * NT * 8;                /* staged rows: hi then lo of each token */
     constexpr int STEP = KC * SK_CHUNK;              /* columns a step */
@@ -219,7 +222,7 @@ __global__ static void __cluster_dims__(1, KS, 1) __launch_bounds__(32 * SK_WARP
             for (int q = 0; q < NT; q++)
 #pragma unroll
                 for (int i = 0; i < 4; i++)
-                    sk_store(rw0, m, q, i, lane, acc[m][q][i], rows, n, y, ldy, set.acc);
+                    sk_store(rw0, m, q, i, lane, acc[m][q][i], rows, n, y, ldy, set.acc, unscale);
         return;
     }
     /* element e = warp * PER + ((m * NT + q) * 4 + i) * 32 + lane */
@@ -242,7 +245,8 @@ __global__ static void __cluster_dims__(1, KS, 1) __launch_bounds__(32 * SK_WARP
 #pragma unroll
         for (int r = 1; r < KS; r++) s += part[r][e];
         int w = e / PER, f = e % PER, l = f & 31, i = (f >> 5) & 3, mq = f >> 7;
-        sk_store(r0 + w * SK_MT * 16, mq / NT, mq % NT, i, l, s, rows, n, y, ldy, set.acc);
+        sk_store(r0 + w * SK_MT * 16, mq / NT, mq % NT, i, l, s, rows, n, y, ldy, set.acc,
+                 unscale);
     }
     cl.sync(); /* the blocks' shared memory stays until every slice has been read */
 }
@@ -259,44 +263,47 @@ bool cuda_skinny_fits(const cuda_wview *w, int n) {
 }
 
 template <ts_dtype DT, int NT, int KS>
-static void skinny_go(cuda_ctx *c, const sk_set &set, int64_t cols, const uint16_t *x, int n) {
+static void skinny_go(cuda_ctx *c, const sk_set &set, int64_t cols, const uint16_t *x,
+                      const float *us, int n) {
     dim3 grid((unsigned)set.first[set.nw], KS);
     size_t rb = ts_dtype_row_bytes(DT, cols);
     if (c->skinny_kc == 2 && cols % (2 * SK_CHUNK) == 0)
         cuda_launch(c, "gemm_skinny", k_skinny<DT, NT, KS, 2>, grid, 32 * SK_WARPS, 0, set, rb,
-                    cols, x, n, c->prefetch);
+                    cols, x, us, n, c->prefetch);
     else
         cuda_launch(c, "gemm_skinny", k_skinny<DT, NT, KS, 1>, grid, 32 * SK_WARPS, 0, set, rb,
-                    cols, x, n, c->prefetch);
+                    cols, x, us, n, c->prefetch);
 }
 
 /* The column split: the fewest blocks per cluster (1, 2, 4, 8) that give the GPU two blocks per
  * multiprocessor, no more than half the chunks of columns. */
 template <ts_dtype DT, int NT>
-static void skinny_ks(cuda_ctx *c, const sk_set &set, int64_t cols, const uint16_t *x, int n) {
+static void skinny_ks(cuda_ctx *c, const sk_set &set, int64_t cols, const uint16_t *x,
+                      const float *us, int n) {
     int64_t bx = set.first[set.nw], nch = cols / (SK_CHUNK * (c->skinny_kc == 2 ? 2 : 1));
     int ks = 1;
     while (ks < 8 && bx * ks < 2 * (int64_t)c->sm_count && 2 * ks <= nch) ks *= 2;
     switch (ks) {
-    case 1: skinny_go<DT, NT, 1>(c, set, cols, x, n); break;
-    case 2: skinny_go<DT, NT, 2>(c, set, cols, x, n); break;
-    case 4: skinny_go<DT, NT, 4>(c, set, cols, x, n); break;
-    default: skinny_go<DT, NT, 8>(c, set, cols, x, n); break;
+    case 1: skinny_go<DT, NT, 1>(c, set, cols, x, us, n); break;
+    case 2: skinny_go<DT, NT, 2>(c, set, cols, x, us, n); break;
+    case 4: skinny_go<DT, NT, 4>(c, set, cols, x, us, n); break;
+    default: skinny_go<DT, NT, 8>(c, set, cols, x, us, n); break;
     }
 }
 
 template <ts_dtype DT>
-static void skinny_nt(cuda_ctx *c, const sk_set &set, int64_t cols, const uint16_t *x, int n) {
+static void skinny_nt(cuda_ctx *c, const sk_set &set, int64_t cols, const uint16_t *x,
+                      const float *us, int n) {
     if (n <= 16)
-        skinny_ks<DT, 2>(c, set, cols, x, n);
+        skinny_ks<DT, 2>(c, set, cols, x, us, n);
     else if (n <= 32)
-        skinny_ks<DT, 4>(c, set, cols, x, n);
+        skinny_ks<DT, 4>(c, set, cols, x, us, n);
     else
-        skinny_ks<DT, 8>(c, set, cols, x, n);
+        skinny_ks<DT, 8>(c, set, cols, x, us, n);
 }
 
-void cuda_skinny_gemm(cuda_ctx *c, const cuda_wview *w, int nw, const uint16_t *x, int n,
-                      float *const *y, const int64_t *ldy, bool acc) {
+void cuda_skinny_gemm(cuda_ctx *c, const cuda_wview *w, int nw, const uint16_t *x,
+                      const float *unscale, int n, float *const *y, const int64_t *ldy, bool acc) {
     sk_set set = {};
     set.nw = nw;
     set.acc = acc;
@@ -309,13 +316,13 @@ void cuda_skinny_gemm(cuda_ctx *c, const cuda_wview *w, int nw, const uint16_t *
     }
     int64_t cols = w[0].cols;
     switch (w[0].dtype) {
-    case TS_DTYPE_BF16: skinny_nt<TS_DTYPE_BF16>(c, set, cols, x, n); break;
-    case TS_DTYPE_F16: skinny_nt<TS_DTYPE_F16>(c, set, cols, x, n); break;
-    case TS_DTYPE_Q8_0: skinny_nt<TS_DTYPE_Q8_0>(c, set, cols, x, n); break;
-    case TS_DTYPE_Q4_0: skinny_nt<TS_DTYPE_Q4_0>(c, set, cols, x, n); break;
-    case TS_DTYPE_Q5_0: skinny_nt<TS_DTYPE_Q5_0>(c, set, cols, x, n); break;
-    case TS_DTYPE_Q4_K: skinny_nt<TS_DTYPE_Q4_K>(c, set, cols, x, n); break;
-    case TS_DTYPE_Q6_K: skinny_nt<TS_DTYPE_Q6_K>(c, set, cols, x, n); break;
+    case TS_DTYPE_BF16: skinny_nt<TS_DTYPE_BF16>(c, set, cols, x, unscale, n); break;
+    case TS_DTYPE_F16: skinny_nt<TS_DTYPE_F16>(c, set, cols, x, unscale, n); break;
+    case TS_DTYPE_Q8_0: skinny_nt<TS_DTYPE_Q8_0>(c, set, cols, x, unscale, n); break;
+    case TS_DTYPE_Q4_0: skinny_nt<TS_DTYPE_Q4_0>(c, set, cols, x, unscale, n); break;
+    case TS_DTYPE_Q5_0: skinny_nt<TS_DTYPE_Q5_0>(c, set, cols, x, unscale, n); break;
+    case TS_DTYPE_Q4_K: skinny_nt<TS_DTYPE_Q4_K>(c, set, cols, x, unscale, n); break;
+    case TS_DTYPE_Q6_K: skinny_nt<TS_DTYPE_Q6_K>(c, set, cols, x, unscale, n); break;
     default: cuda_check(c, cudaErrorInvalidValue, "skinny GEMM: weight type");
     }
 }

@@ -285,13 +285,14 @@ void cuda_gdn_chunked_launch(cuda_ctx *c, const float *q, const float *k, int64_
                              const ts_seq_run *runs_dev, int nr);
 /* The tensor-core GEMM for 9..SK_MAX_TOK tokens of F16/BF16 weights (cuda_gemm_skinny.cu):
  * whether it takes weight w for n tokens, and y_j = W_j x for up to SK_SET weights of one dtype
- * and column count, x the activations split by k_split_half ([2n][cols]: hi rows, lo rows);
+ * and column count, x the activations split by k_split_half ([2n][cols]: hi rows, lo rows; for
+ * F16 weights each token scaled by a power of two that unscale[t] undoes, else unscale NULL);
  * acc: y_j += the product. */
 #define SK_MAX_TOK 64
 #define SK_SET 4
 bool cuda_skinny_fits(const cuda_wview *w, int n);
-void cuda_skinny_gemm(cuda_ctx *c, const cuda_wview *w, int nw, const uint16_t *x, int n,
-                      float *const *y, const int64_t *ldy, bool acc);
+void cuda_skinny_gemm(cuda_ctx *c, const cuda_wview *w, int nw, const uint16_t *x,
+                      const float *unscale, int n, float *const *y, const int64_t *ldy, bool acc);
 /* One token's y_j = W_j x (y_j += with acc) for up to 4 stacked 16-bit weights, x normed on the
  * fly where norm_w is set, and the gated MLP's act(W_g x) * (W_u x) (cuda_gemv_one.cu); false
  * where they do not apply (then nothing was queued). */

@@ -329,6 +329,50 @@ __global__ static void k_split_half_norm(const float *x, int64_t ldx, int n, int
     }
 }
 
+/* The split for F16 weights, whose mma and cuBLAS take fp16 activations: fp16 holds 6e-5 ..
+ * 65504 where bf16 holds fp32's range, so each token's row (x, or rmsnorm(x) * w with
+ * k_split_half_norm's values) is first scaled by the power of two that brings its largest
+ * magnitude into [2^14, 2^15) - exactly - and unscale[t] undoes it after the product. Without
+ * it a value beyond 65504 became inf, and small ones (and every lo part under 6e-5) lost their
+ * bits. NaN and inf go through as they are. A block per token. */
+__global__ static void k_split_f16_scaled(const float *x, int64_t ldx, int n, int64_t cols,
+                                          const float *w, float eps, __half *out,
+                                          float *unscale) {
+    cuda_pdl_entry();
+    __shared__ float part[ROW_THREADS / 32];
+    const float *xr = x + blockIdx.x * ldx;
+    float inv = 1.0f;
+    if (w) inv = 1.0f / sqrtf((float)(row_sumsq(xr, (int)cols) / cols) + eps);
+    float m = 0.0f;
+    for (int64_t i = threadIdx.x; i < cols; i += blockDim.x)
+        m = fmaxf(m, fabsf(w ? (xr[i] * inv) * w[i] : xr[i])); /* fmaxf passes over NaN */
+    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = m;
+    __syncthreads();
+    m = 0.0f;
+    for (int i = 0; i < (int)(blockDim.x >> 5); i++) m = fmaxf(m, part[i]);
+    int e = m > 0.0f && isfinite(m) ? 14 - ilogbf(m) : 0;
+    e = e < -100 ? -100 : e > 100 ? 100 : e;
+    float s = ldexpf(1.0f, e);
+    for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) {
+        int64_t idx = (int64_t)blockIdx.x * cols + i;
+        split_store<false>(out, idx, (int64_t)n * cols + idx,
+                           (w ? (xr[i] * inv) * w[i] : xr[i]) * s);
+    }
+    if (threadIdx.x == 0) unscale[blockIdx.x] = ldexpf(1.0f, -e);
+}
+
+/* y[t] = unscale[t] * p[t] (+ y[t] with acc): cuBLAS's product of scaled F16 activations. */
+__global__ static void k_unscale(const float *p, int64_t rows, int n, const float *unscale,
+                                 float *y, int64_t ldy, bool acc) {
+    cuda_pdl_entry();
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= rows * n) return;
+    int64_t t = i / rows, r = i % rows;
+    float v = p[i] * unscale[t];
+    y[t * ldy + r] = acc ? y[t * ldy + r] + v : v;
+}
+
 /* nrm.w: the GEMV folds the input norm in (k_gemv's NORM); acc: y += the product. */
 template <ts_dtype DT>
 static void launch_gemv(cuda_ctx *c, const cuda_wview *w, int nw, const float *x, int64_t ldx,
@@ -437,14 +481,22 @@ static void gemm(cuda_ctx *c, const void *W, cudaDataType wt, int64_t rows, int6
 
 /* x as [2n][cols] 16-bit values (hi rows, then lo rows) in scratch slot 0: F16 for F16
  * weights, BF16 for the others (16-bit or decoded to BF16 by the tensor-core GEMM); with pre,
- * those of rmsnorm(x) * pre->w. */
+ * those of rmsnorm(x) * pre->w. F16 ones are scaled per token (k_split_f16_scaled): *unscale
+ * then holds the n factors that undo it (after the halves, in the same buffer), else NULL. */
 static uint16_t *split_half(cuda_ctx *c, const cuda_wview *w, const float *x, int64_t ldx, int n,
-                            const ts_prenorm *pre = nullptr) {
+                            const float **unscale, const ts_prenorm *pre = nullptr) {
     int64_t total = (int64_t)n * w->cols;
-    uint16_t *xh = (uint16_t *)cuda_scratch(c, 0, (size_t)total * 2 * 2);
+    *unscale = NULL;
+    uint16_t *xh = (uint16_t *)cuda_scratch(c, 0, (size_t)total * 2 * 2 + (size_t)n * 4);
     if (!xh) return NULL;
     bool bf = w->dtype != TS_DTYPE_F16;
-    if (pre) {
+    if (!bf) {
+        float *us = (float *)(xh + 2 * total); /* 4-byte aligned: 2 * total halves */
+        cuda_launch(c, pre ? "matmul convert norm" : "matmul convert", k_split_f16_scaled,
+                    (unsigned)n, ROW_THREADS, 0, x, ldx, n, w->cols,
+                    pre ? pre->w : (const float *)NULL, pre ? pre->eps : 0.0f, (__half *)xh, us);
+        *unscale = us;
+    } else if (pre) {
         auto k = bf ? k_split_half_norm<true> : k_split_half_norm<false>;
         cuda_launch(c, "matmul convert norm", k, (unsigned)n, ROW_THREADS, 0, x, ldx, n, w->cols,
                     pre->w, pre->eps, (void *)xh);
@@ -496,25 +548,35 @@ static void matmul(cuda_ctx *c, const cuda_wview &w, const float *x, int64_t ldx
      * tokens measured slower than the fp32 copy and cuBLAS on an H200: pp512 of the 0.8B
      * Q4_K_M 12.3k against 16.9k t/s.) */
     if (skinny(c, &w, n)) {
-        uint16_t *xh = split_half(c, &w, x, ldx, n);
-        if (xh) cuda_skinny_gemm(c, &w, 1, xh, n, &y, &ldy, acc);
+        const float *us;
+        uint16_t *xh = split_half(c, &w, x, ldx, n, &us);
+        if (xh) cuda_skinny_gemm(c, &w, 1, xh, us, n, &y, &ldy, acc);
         return;
     }
     if (w.dtype == TS_DTYPE_F32) {
         gemm(c, w.data, CUDA_R_32F, w.rows, w.cols, x, CUDA_R_32F, ldx, n, y, ldy, acc);
     } else if (half) {
-        uint16_t *xh = split_half(c, &w, x, ldx, n);
+        const float *us;
+        uint16_t *xh = split_half(c, &w, x, ldx, n, &us);
         if (!xh) return;
         int64_t total = (int64_t)n * w.cols;
         cudaDataType t = w.dtype == TS_DTYPE_BF16 ? CUDA_R_16BF : CUDA_R_16F;
-        gemm(c, w.data, t, w.rows, w.cols, xh, t, w.cols, n, y, ldy, acc);
-        gemm(c, w.data, t, w.rows, w.cols, xh + total, t, w.cols, n, y, ldy, true);
+        /* scaled F16 activations: the product into scratch, then unscaled into y */
+        float *p = us ? (float *)cuda_scratch(c, 1, (size_t)(n * w.rows) * sizeof(float)) : y;
+        int64_t ldp = us ? w.rows : ldy;
+        if (!p) return;
+        gemm(c, w.data, t, w.rows, w.cols, xh, t, w.cols, n, p, ldp, acc && !us);
+        gemm(c, w.data, t, w.rows, w.cols, xh + total, t, w.cols, n, p, ldp, true);
+        if (us)
+            cuda_launch(c, "matmul unscale", k_unscale, cuda_blocks(n * w.rows, 256), 256, 0,
+                        (const float *)p, w.rows, n, us, y, ldy, acc);
     } else if (c->qprefill_bf16) {
         /* quantized: decoded to bf16 (each weight rounded by up to 2^-9, as the tensor-core
          * GEMM of cuda_gemm_skinny.cu decodes them), then the two tensor-core GEMMs of the 16-bit
          * weights; the exact fp32 copy and an fp32 GEMM with TESSERA_CUDA_QPREFILL_BF16=0 */
         uint16_t *wb = (uint16_t *)cuda_scratch(c, 1, (size_t)(w.rows * w.cols) * 2);
-        uint16_t *xh = wb ? split_half(c, &w, x, ldx, n) : NULL;
+        const float *us; /* NULL: the activations are bf16 */
+        uint16_t *xh = wb ? split_half(c, &w, x, ldx, n, &us) : NULL;
         if (!xh) return;
         dequant(c, &w, (__nv_bfloat16 *)wb);
         int64_t total = (int64_t)n * w.cols;
@@ -613,8 +675,9 @@ void cuda_op_matmul_n(ts_backend *be, const ts_tensor *const *W, int nw, const f
         if (few) {
             gemv(c, g, k, x, ldx, n, gy, gld, nrm, false);
         } else {
-            uint16_t *xh = split_half(c, &g[0], x, ldx, n, split_pre);
-            if (xh) cuda_skinny_gemm(c, g, k, xh, n, gy, gld, false);
+            const float *us;
+            uint16_t *xh = split_half(c, &g[0], x, ldx, n, &us, split_pre);
+            if (xh) cuda_skinny_gemm(c, g, k, xh, us, n, gy, gld, false);
         }
     }
 }
