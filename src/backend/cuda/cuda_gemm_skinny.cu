@@ -82,20 +82,22 @@ template <ts_dtype DT> __device__ static inline uint4 sk_wload(const uint8_t *ro
 /* Where accumulator (m, q, i) of lane l in warp w lands: row and token; acc adds it to y.
  * (Loading all of a thread's old values first, then storing, measured slower: the addresses and
  * sums held for it spill.) */
+template <bool US>
 __device__ static inline void sk_store(int64_t rw0, int m, int q, int i, int lane, float s,
                                        int64_t rows, int n, float *y, int64_t ldy, bool acc,
                                        const float *unscale) {
     int64_t row = rw0 + m * 16 + (lane >> 2) + (i >= 2 ? 8 : 0);
     int tok = q * 8 + (lane & 3) * 2 + (i & 1);
     if (row < rows && tok < n) {
-        if (unscale) s *= unscale[tok];
+        if (US) s *= unscale[tok];
         float *p = &y[(int64_t)tok * ldy + row];
         *p = acc ? *p + s : s;
     }
 }
 
-/* x: [2n][cols] 16-bit, rows [0, n) the hi parts, [n, 2n) the lo parts, token t scaled by
- * 1 / unscale[t] where unscale is given (fp16 parts). NT token groups of 8 (n <= 8 NT); KS
+/* x: [2n][cols] 16-bit, rows [0, n) the hi parts, [n, 2n) the lo parts, for F16 weights (fp16
+ * parts) token t scaled by 1 / unscale[t]; the other types never read unscale (their kernels
+ * compile as they did without it: a runtime test here cost 64 sequences of the 0.8B BF16 ~5%). NT token groups of 8 (n <= 8 NT); KS
  * blocks of a cluster split the columns; each step (a staging buffer, one synchronisation)
  * covers KC chunks of SK_CHUNK columns. */
 template <ts_dtype DT, int NT, int KS, int KC>
@@ -103,6 +105,7 @@ __global__ static void __cluster_dims__(1, KS, 1) __launch_bounds__(32 * SK_WARP
     k_skinny(sk_set set, size_t row_bytes, int64_t cols, const uint16_t *x, const float *unscale,
              int n, bool prefetch) {
     constexpr bool BF = DT != TS_DTYPE_F16; /* the mma's 16-bit type */
+    constexpr bool US = !BF;                /* fp16 activations come scaled */
     constexpr int XROWS = 2 * NT * 8;                /* staged rows: hi then lo of each token */
     constexpr int STEP = KC * SK_CHUNK;              /* columns a step */
     constexpr int XBUF = XROWS * STEP;               /* 16-bit values per staging buffer */
@@ -222,7 +225,7 @@ __global__ static void __cluster_dims__(1, KS, 1) __launch_bounds__(32 * SK_WARP
             for (int q = 0; q < NT; q++)
 #pragma unroll
                 for (int i = 0; i < 4; i++)
-                    sk_store(rw0, m, q, i, lane, acc[m][q][i], rows, n, y, ldy, set.acc, unscale);
+                    sk_store<US>(rw0, m, q, i, lane, acc[m][q][i], rows, n, y, ldy, set.acc, unscale);
         return;
     }
     /* element e = warp * PER + ((m * NT + q) * 4 + i) * 32 + lane */
@@ -245,8 +248,8 @@ __global__ static void __cluster_dims__(1, KS, 1) __launch_bounds__(32 * SK_WARP
 #pragma unroll
         for (int r = 1; r < KS; r++) s += part[r][e];
         int w = e / PER, f = e % PER, l = f & 31, i = (f >> 5) & 3, mq = f >> 7;
-        sk_store(r0 + w * SK_MT * 16, mq / NT, mq % NT, i, l, s, rows, n, y, ldy, set.acc,
-                 unscale);
+        sk_store<US>(r0 + w * SK_MT * 16, mq / NT, mq % NT, i, l, s, rows, n, y, ldy, set.acc,
+                     unscale);
     }
     cl.sync(); /* the blocks' shared memory stays until every slice has been read */
 }
