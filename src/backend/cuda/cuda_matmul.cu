@@ -12,7 +12,8 @@
  * From 4 tokens of 16-bit weights and 8 of quantized ones up to 64 (batched decode, short
  * prompts; skinny_from): the tensor-core GEMM of cuda_gemm_skinny.cu, against the activations
  * split into two 16-bit parts (rounding them to bf16 alone costs ~2e-2 relative error in the
- * logits of the bf16 fixtures).
+ * logits of the bf16 fixtures; one fp16 part, ~4e-3). For F16 weights the parts are fp16, each
+ * token's row scaled by a power of two first (k_split_f16_scaled) for fp16's range.
  *
  * Prefill (more tokens; all of them with TESSERA_CUDA_SKINNY=0): cuBLAS. F32 weights through an
  * fp32 GEMM (CUBLAS_COMPUTE_32F: no TF32); F16/BF16 on tensor cores against the split
@@ -306,17 +307,16 @@ __device__ static inline void split_store(void *out, int64_t idx, int64_t lo, fl
     }
 }
 
-template <bool BF16>
+/* bf16 parts (k_split_f16_scaled makes the fp16 ones). */
 __global__ static void k_split_half(const float *x, int64_t ldx, int n, int64_t cols, void *out) {
     cuda_pdl_entry();
     int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (int64_t)n * cols) return;
-    split_store<BF16>(out, idx, (int64_t)n * cols + idx, x[(idx / cols) * ldx + idx % cols]);
+    split_store<true>(out, idx, (int64_t)n * cols + idx, x[(idx / cols) * ldx + idx % cols]);
 }
 
 /* The same split of rmsnorm(x) * w, a block per token: k_rmsnorm's values, so the bits of the
  * norm kernel followed by k_split_half, in one launch. */
-template <bool BF16>
 __global__ static void k_split_half_norm(const float *x, int64_t ldx, int n, int64_t cols,
                                          const float *w, float eps, void *out) {
     cuda_pdl_entry();
@@ -325,7 +325,7 @@ __global__ static void k_split_half_norm(const float *x, int64_t ldx, int n, int
     float inv = 1.0f / sqrtf((float)(ss / cols) + eps);
     for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) {
         int64_t idx = (int64_t)blockIdx.x * cols + i;
-        split_store<BF16>(out, idx, (int64_t)n * cols + idx, (xr[i] * inv) * w[i]);
+        split_store<true>(out, idx, (int64_t)n * cols + idx, (xr[i] * inv) * w[i]);
     }
 }
 
@@ -489,21 +489,18 @@ static uint16_t *split_half(cuda_ctx *c, const cuda_wview *w, const float *x, in
     *unscale = NULL;
     uint16_t *xh = (uint16_t *)cuda_scratch(c, 0, (size_t)total * 2 * 2 + (size_t)n * 4);
     if (!xh) return NULL;
-    bool bf = w->dtype != TS_DTYPE_F16;
-    if (!bf) {
+    if (w->dtype == TS_DTYPE_F16) {
         float *us = (float *)(xh + 2 * total); /* 4-byte aligned: 2 * total halves */
         cuda_launch(c, pre ? "matmul convert norm" : "matmul convert", k_split_f16_scaled,
                     (unsigned)n, ROW_THREADS, 0, x, ldx, n, w->cols,
                     pre ? pre->w : (const float *)NULL, pre ? pre->eps : 0.0f, (__half *)xh, us);
         *unscale = us;
     } else if (pre) {
-        auto k = bf ? k_split_half_norm<true> : k_split_half_norm<false>;
-        cuda_launch(c, "matmul convert norm", k, (unsigned)n, ROW_THREADS, 0, x, ldx, n, w->cols,
-                    pre->w, pre->eps, (void *)xh);
+        cuda_launch(c, "matmul convert norm", k_split_half_norm, (unsigned)n, ROW_THREADS, 0, x,
+                    ldx, n, w->cols, pre->w, pre->eps, (void *)xh);
     } else {
-        auto k = bf ? k_split_half<true> : k_split_half<false>;
-        cuda_launch(c, "matmul convert", k, cuda_blocks(total, 256), 256, 0, x, ldx, n, w->cols,
-                    (void *)xh);
+        cuda_launch(c, "matmul convert", k_split_half, cuda_blocks(total, 256), 256, 0, x, ldx, n,
+                    w->cols, (void *)xh);
     }
     return xh;
 }
