@@ -221,8 +221,9 @@ typedef struct {
 /* Logit adjustments for the draws of ts_engine_forward_sample that follow (applied to the step's
  * logits where they are, before temperature), until set again: the n entries of adj (distinct
  * ids; the array is read at each draw, so it must stay valid and may grow between draws), with
- * repetition penalty rep (1: none). n = 0 removes them. ts_sampler_sample never applies them:
- * its caller owns the logits. */
+ * repetition penalty rep (1: none; not a positive finite number: none either); entries whose id
+ * is outside the vocabulary are skipped. n = 0 removes them. ts_sampler_sample never applies
+ * them: its caller owns the logits. */
 void ts_sampler_set_adjust(ts_sampler *s, float rep, const ts_logit_adjust *adj, int n);
 
 /* log(sum_i exp(logits[i])) over a row of n_vocab logits (NaN entries left out), for

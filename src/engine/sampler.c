@@ -328,7 +328,7 @@ double ts_sampler_logsumexp(ts_sampler *s, const float *logits) {
 int ts_sampler_n_vocab(const ts_sampler *s) { return s->n_vocab; }
 
 void ts_sampler_set_adjust(ts_sampler *s, float rep, const ts_logit_adjust *adj, int n) {
-    s->rep = rep;
+    s->rep = rep > 0.0f && isfinite(rep) ? rep : 1.0f; /* a division by 0 or NaN: none */
     s->adj = n > 0 ? adj : NULL;
     s->n_adj = n > 0 ? n : 0;
 }

@@ -213,6 +213,31 @@ int main(void) {
         free(row);
     }
 
+    /* logit adjustments (penalties): the formula on listed ids, out-of-range ids skipped, a
+     * repetition penalty that is not a positive finite number taken as none, n 0 removes them */
+    {
+        ts_sampler *as = make(1.0f, 0, 1.0f, 0.0f, 1);
+        const ts_logit_adjust adj[4] = {{3, 0.5f}, {13, 0.0f}, {-1, 9.0f}, {V, 9.0f}};
+        float row[V], want[V];
+        for (int rep_i = 0; as && rep_i < 4; rep_i++) {
+            float rep = (float[]){1.5f, 1.0f, 0.0f, NAN}[rep_i];
+            float eff = rep_i < 2 ? rep : 1.0f;
+            memcpy(row, logits, sizeof row), memcpy(want, logits, sizeof want);
+            want[3] = (want[3] > 0 ? want[3] / eff : want[3] * eff) - 0.5f;
+            want[13] = want[13] > 0 ? want[13] / eff : want[13] * eff;
+            ts_sampler_set_adjust(as, rep, adj, 4);
+            ts_sampler_adjust(as, row);
+            CHECKF(memcmp(row, want, sizeof row) == 0, "adjustments with rep %g", rep);
+        }
+        if (as) {
+            memcpy(row, logits, sizeof row);
+            ts_sampler_set_adjust(as, 1.5f, adj, 0);
+            ts_sampler_adjust(as, row);
+            CHECK(memcmp(row, logits, sizeof row) == 0);
+        }
+        ts_sampler_free(as);
+    }
+
     /* bad parameters are refused */
     ts_sampler_params bad = {1.0f, 0, 0.0f, 0.0f, 0};
     ts_sampler *s;
