@@ -1,9 +1,12 @@
 /* Backend ops against float64 references on random data, at every ISA this CPU has: the gated
  * delta rule in both its forms (and chunked == recurrent), attention (GQA, sliding window,
  * softcap, decode and prefill shapes), the causal conv with its carried state; and the SIMD
- * kernels under the sequence ops against their scalar versions. */
+ * kernels under the sequence ops against their scalar versions. `test_ops --bench` times the
+ * sequence ops of a decode step at the Qwen3.5 0.8B shapes instead (not CTest). */
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "backend/backend.h"
 #include "backend/cpu/ops_seq.h"
@@ -343,7 +346,44 @@ static void test_swiglu(ts_backend *be, int n_tok, int dim) {
     free(g), free(u), free(o);
 }
 
-int main(void) {
+/* ---- --bench: a decode step's sequence ops, 0.8B shapes, 1 and 2 threads ---------------- */
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int bench(void) {
+    enum { C = 6144, K = 4, HK = 16, HV = 16, DK = 128, DV = 128, REPS = 2000 };
+    ts_gdn_dims d = {HK, HV, DK, DV};
+    float *x = rnd(C, 1), *w = rnd((long)C * K, 1), *st = calloc((size_t)(K - 1) * C, 4);
+    float *o = malloc(C * 4), *g = rnd(HV, 0.1f), *beta = rnd(HV, 0.5f);
+    float *S = rnd((long)HV * DK * DV, 0.1f), *go = malloc(HV * DV * 4);
+    for (int threads = 1; threads <= 2; threads++) {
+        ts_backend *be;
+        if (ts_backend_cpu_create(threads, -1, &be) != TS_OK) return 1;
+        for (int round = 0; round < 2; round++) {
+            double t0 = now_s();
+            for (int r = 0; r < REPS; r++) be->ops->conv1d_silu(be, x, C, 1, C, K, w, st, o, C);
+            double t1 = now_s();
+            for (int r = 0; r < REPS / 4; r++)
+                be->ops->gdn(be, x, x + HK * DK, 2L * HK * DK, x + 2 * HK * DK, HV * DV, g, beta,
+                             1, &d, S, go, false);
+            double t2 = now_s();
+            printf("%s, %d thread%s: conv1d_silu 1 x %d x %d taps %.2f us, delta rule step "
+                   "%d heads of %dx%d %.2f us\n", ts_backend_cpu_isa_name(be), threads,
+                   threads > 1 ? "s" : "", C, K, (t1 - t0) / REPS * 1e6, HV, DK, DV,
+                   (t2 - t1) / (REPS / 4) * 1e6);
+        }
+        ts_backend_free(be);
+    }
+    free(x), free(w), free(st), free(o), free(g), free(beta), free(S), free(go);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1 && !strcmp(argv[1], "--bench")) return bench();
     for (int isa = 0; isa < CPU_ISA_COUNT; isa++) {
         if (!cpu_isa_supported((cpu_isa)isa)) {
             printf("skip %s (not supported by this CPU)\n", cpu_isa_name((cpu_isa)isa));
@@ -375,6 +415,7 @@ int main(void) {
             test_conv(be, 37, 4, 20);
             test_conv(be, 8, 2, 7);
             test_conv(be, 300, 4, 70); /* several channel blocks, over the threads */
+            test_conv(be, 2100, 4, 5); /* decode steps wide enough to go over the threads */
             test_gated_rmsnorm(be, 5, 3, 128);
             test_gated_rmsnorm(be, 2, 2, 40);
             test_gelu_mul(be, 1, 640);

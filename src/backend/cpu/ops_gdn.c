@@ -82,7 +82,7 @@ void cpu_op_conv1d_silu(ts_backend *be, const float *x, int64_t ldx, int n, int 
     conv_job j = {x, ldx, n, C, K, w, state, out, ldo};
     if (K > CONV_MAX_K)
         conv_plain(&j);
-    else if ((int64_t)n * C * K < 65536) /* a decode step: less work than a thread wake-up */
+    else if ((int64_t)n * C < 1024) /* less work than handing half to a thread */
         conv_task(&j, 0, 1);
     else
         ts_pool_run(ctx->pool, conv_task, &j);
