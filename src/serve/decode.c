@@ -21,7 +21,6 @@ ts_status serve_decoder_init(serve_decoder *d, const serve_decoder_opts *o) {
     d->n_ctx = ts_engine_n_ctx(o->engine);
     d->logits = malloc((size_t)d->n_vocab * sizeof *d->logits);
     d->gen_count = calloc((size_t)d->n_vocab, sizeof *d->gen_count);
-    d->seen = calloc((size_t)d->n_vocab, 1);
     d->adj = malloc((size_t)d->n_vocab * sizeof *d->adj);
     d->adj_at = malloc((size_t)d->n_vocab * sizeof *d->adj_at);
     for (int t = 0; d->adj_at && t < d->n_vocab; t++) d->adj_at[t] = -1;
@@ -31,7 +30,7 @@ ts_status serve_decoder_init(serve_decoder *d, const serve_decoder_opts *o) {
     d->want = malloc(PREFILL_CHUNK);
     d->pending_snap = -1;
     d->slot_known = false;
-    if (!d->want || !d->logits || !d->gen_count || !d->seen || !d->seq || !d->pos || !d->slot ||
+    if (!d->want || !d->logits || !d->gen_count || !d->seq || !d->pos || !d->slot ||
         !d->adj || !d->adj_at)
         return ts_error(TS_ERR_NOMEM, "out of memory for the decoder");
     return TS_OK;
@@ -40,7 +39,6 @@ ts_status serve_decoder_init(serve_decoder *d, const serve_decoder_opts *o) {
 void serve_decoder_free(serve_decoder *d) {
     free(d->logits);
     free(d->gen_count);
-    free(d->seen);
     free(d->adj);
     free(d->adj_at);
     free(d->seq);
@@ -110,18 +108,22 @@ static bool has_penalties(const serve_job *j) {
            j->presence_penalty != 0.0f;
 }
 
+/* The penalties are kept as a list of logit adjustments (ts_logit_adjust), one per token they
+ * touch: with a repetition penalty every token of the prompt and the answer, else the answer's.
+ * A draw in the forward hands the list to the sampler (ts_sampler_set_adjust); the host path
+ * applies it here, with the same float operations. */
+
+/* The penalties on the logits a draw on the host reads (d->logits). */
 static void apply_penalties(serve_decoder *d, const serve_job *j) {
-    float rep = j->repetition_penalty, fr = j->frequency_penalty, pr = j->presence_penalty;
-    if (!has_penalties(j)) return;
-    for (int t = 0; t < d->n_vocab; t++) {
-        if (!d->seen[t]) continue;
-        float *l = &d->logits[t];
+    float rep = j->repetition_penalty;
+    for (int i = 0; i < d->n_adj; i++) {
+        float *l = &d->logits[d->adj[i].id];
         if (rep != 1.0f) *l = *l > 0 ? *l / rep : *l * rep;
-        if (d->gen_count[t]) *l -= fr * (float)d->gen_count[t] + pr;
+        *l -= d->adj[i].sub;
     }
 }
 
-/* Sets token t's adjustment: what apply_penalties does to its logit, as a ts_logit_adjust. */
+/* Sets token t's adjustment: its frequency and presence terms once it is in the answer. */
 static void adjust_token(serve_decoder *d, const serve_job *j, int32_t t) {
     float sub = d->gen_count[t] ? j->frequency_penalty * (float)d->gen_count[t] +
                                       j->presence_penalty
@@ -130,12 +132,12 @@ static void adjust_token(serve_decoder *d, const serve_job *j, int32_t t) {
     d->adj[d->adj_at[t]] = (ts_logit_adjust){t, sub};
 }
 
-/* The penalties of a new job as adjustments: every token of the prompt when the repetition
- * penalty applies (answer tokens join as they come). */
+/* The list of a new job: every token of the prompt when the repetition penalty applies (answer
+ * tokens join as they come); empty without penalties. */
 static void adjust_reset(serve_decoder *d, const serve_job *j) {
     for (int i = 0; i < d->n_adj; i++) d->adj_at[d->adj[i].id] = -1;
     d->n_adj = 0;
-    if (j->repetition_penalty != 1.0f)
+    if (has_penalties(j) && j->repetition_penalty != 1.0f)
         for (int i = 0; i < j->n_ids; i++) adjust_token(d, j, j->ids[i]);
 }
 
@@ -254,7 +256,7 @@ static ts_status decode(serve_decoder *d, serve_job *j, serve_finish *how) {
      * from the prompt's logits. */
     const bool draw_in_forward = j->top_logprobs < 0, penalised = has_penalties(j);
     int32_t drawn = -1;
-    if (draw_in_forward && penalised) adjust_reset(d, j);
+    adjust_reset(d, j);
     for (int k = 0; st == TS_OK && k < j->max_tokens; k++) {
         if (cancelled(j)) {
             *how = SERVE_FINISH_CANCELLED;
@@ -271,8 +273,7 @@ static ts_status decode(serve_decoder *d, serve_job *j, serve_finish *how) {
         if (j->top_logprobs >= 0) compute_logprobs(d, smp, tok, j->top_logprobs, &lp);
         d->seq[d->n_seq++] = tok;
         d->gen_count[tok]++;
-        d->seen[tok] = 1;
-        if (draw_in_forward && penalised) {
+        if (penalised) {
             adjust_token(d, j, tok);
             ts_sampler_set_adjust(smp, j->repetition_penalty, d->adj, d->n_adj);
         }
@@ -340,8 +341,6 @@ void serve_decoder_run(serve_decoder *d, serve_job *j, serve_finish *how, char *
     memcpy(d->seq, j->ids, (size_t)j->n_ids * sizeof *j->ids);
     d->n_seq = j->n_ids;
     memset(d->gen_count, 0, (size_t)d->n_vocab * sizeof *d->gen_count);
-    memset(d->seen, 0, (size_t)d->n_vocab);
-    for (int i = 0; i < j->n_ids; i++) d->seen[j->ids[i]] = 1;
 
     int start = restore_prefix(d, j, held);
     pthread_mutex_lock(&j->mu);

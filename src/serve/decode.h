@@ -36,9 +36,8 @@ typedef struct {
     int n_vocab, n_ctx;
     float *logits;      /* [n_vocab] */
     int32_t *gen_count; /* [n_vocab] occurrences in the answer (presence/frequency penalty) */
-    uint8_t *seen;      /* [n_vocab] in prompt or answer (repetition penalty) */
-    /* the penalties as logit adjustments for a draw in the forward (ts_sampler_set_adjust):
-     * n_adj entries, adj_at[id] the entry of a token or -1 */
+    /* the penalties as logit adjustments (decode.c), for the host's draws and the forward's
+     * (ts_sampler_set_adjust): n_adj entries, adj_at[id] the entry of a token or -1 */
     ts_logit_adjust *adj;
     int32_t *adj_at;
     int n_adj;

@@ -147,6 +147,18 @@ def test_penalties_same_through_either_decode_path(client):
         assert run(temperature=temperature) == run(temperature=temperature, logprobs=1)
 
 
+def test_repetition_penalty_reaches_prompt_tokens(client):
+    # the first token's distribution depends on the prompt's tokens alone (no answer yet): a
+    # repetition penalty must change it when the prompt holds 400 of the 1000 token ids
+    def first(**extra):
+        r = client.completions.create(model="tiny-test", prompt=list(range(3, 403)), max_tokens=1,
+                                      temperature=0, logprobs=5, **extra)
+        return r.choices[0].logprobs.top_logprobs[0]
+    base = first()
+    assert base == first(extra_body={"repetition_penalty": 1.0})
+    assert base != first(extra_body={"repetition_penalty": 2.0})
+
+
 def test_logprobs(client):
     r = client.chat.completions.create(model="tiny-test", messages=MSG, max_tokens=6,
                                        temperature=0, logprobs=True, top_logprobs=3)
