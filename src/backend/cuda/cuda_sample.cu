@@ -88,11 +88,16 @@ __global__ static void k_smp_adjust(float *x, int64_t ldx, int n_cols, const smp
 
 /* Queues the rows' adjustments (none: nothing). The entries go up in a copy padded to a power
  * of two, so that a decode step's graph keeps its shape while the list grows by a token. */
+/* The entries of a row's adjustments that are used: distinct ids, so no more than a row holds. */
+static int smp_adj_count(const ts_sample_req *q, int n_cols) {
+    return q->n_adjust <= 0 ? 0 : q->n_adjust < n_cols ? q->n_adjust : n_cols;
+}
+
 static void smp_adjust(cuda_ctx *c, float *x, int64_t ldx, int n_rows, int n_cols,
                        const ts_sample_req *req) {
     size_t total = 0;
     for (int r = 0; r < n_rows; r++)
-        total += req[r].n_adjust > 0 ? (size_t)(req[r].n_adjust < n_cols ? req[r].n_adjust : n_cols) : 0;
+        total += (size_t)smp_adj_count(&req[r], n_cols);
     if (!total) return;
     size_t room = (size_t)n_rows * n_cols, cap = 256;
     while (cap < total) cap *= 2;
@@ -107,7 +112,7 @@ static void smp_adjust(cuda_ctx *c, float *x, int64_t ldx, int n_rows, int n_col
     }
     int off = 0;
     for (int r = 0; r < n_rows; r++) {
-        int n = req[r].n_adjust > 0 ? (req[r].n_adjust < n_cols ? req[r].n_adjust : n_cols) : 0;
+        int n = smp_adj_count(&req[r], n_cols);
         hr[r] = (smp_adj_row){off, n, req[r].rep, 0};
         if (n) memcpy(h + off, req[r].adjust, (size_t)n * sizeof *h);
         off += n;
