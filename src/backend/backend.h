@@ -189,6 +189,9 @@ typedef struct {
      * with pre (not NULL), x is read as rmsnorm(x) * pre->w (ts_prenorm).
      * matmul_add: y += W x (the residual add in the product's epilogue).
      * add_rmsnorm: x += h, then out = rmsnorm(x) * w (rows of dim, stride ld for all three).
+     * norm_add_rmsnorm: x += rmsnorm(h) * wh, then out = rmsnorm(x) * w, or (w NULL) the add
+     * alone: a post-norm block's output norm, residual add and next input norm (Gemma 3).
+     * h is left as it was; out may be h.
      * l2norm_heads: dst[t, h, :] = l2norm(src[t*lds + h*dim ...]) * scale for n_heads heads of
      * dim values per token (a strided gather plus l2norm).
      * matmul_glu: out[t, o] = act((Wg x)[t, o]) * (Wu x)[t, o], act SiLU or (gelu) tanh-GELU:
@@ -207,6 +210,8 @@ typedef struct {
                        float *y, int64_t ldy);
     void (*add_rmsnorm)(ts_backend *be, float *x, const float *h, int n_rows, int dim, int64_t ld,
                         const float *w, float eps, float *out);
+    void (*norm_add_rmsnorm)(ts_backend *be, float *x, const float *h, int n_rows, int dim,
+                             int64_t ld, const float *wh, const float *w, float eps, float *out);
     void (*l2norm_heads)(ts_backend *be, const float *src, int64_t lds, int n_tok, int n_heads,
                          int dim, float eps, float scale, float *dst);
     void (*matmul_glu)(ts_backend *be, const ts_tensor *Wg, const ts_tensor *Wu, const float *x,

@@ -479,14 +479,14 @@ static ts_status gemma3_forward(void *p, const ts_fwd_batch *b, float *logits) {
     for (int il = 0; il < hp->n_layers; il++) {
         const gemma3_layer *ly = &g->layers[il];
         attention(rt, il, b, rt->runs, nr);
-        op->rmsnorm(be, rt->h, D, n, D, P(rt, ly->ln_post_attn), hp->eps, rt->h, D);
-        ts_add_rmsnorm(be, rt->x, rt->h, n, D, D, P(rt, ly->ln_pre_ff), hp->eps, rt->h);
+        ts_norm_add_rmsnorm(be, rt->x, rt->h, n, D, D, P(rt, ly->ln_post_attn),
+                            P(rt, ly->ln_pre_ff), hp->eps, rt->h);
         ts_matmul_glu(be, ly->gate, ly->up, rt->h, D, n, NULL, true, rt->f1, rt->f2, F, rt->f1, F);
         op->matmul(be, ly->down, rt->f1, F, n, rt->h, D);
-        op->rmsnorm(be, rt->h, D, n, D, P(rt, ly->ln_post_ff), hp->eps, rt->h, D);
         /* the residual add, fused with the next layer's input norm (none after the last) */
-        ts_add_rmsnorm(be, rt->x, rt->h, n, D, D,
-                       il + 1 < hp->n_layers ? P(rt, g->layers[il + 1].ln_in) : NULL, hp->eps, rt->h);
+        ts_norm_add_rmsnorm(be, rt->x, rt->h, n, D, D, P(rt, ly->ln_post_ff),
+                            il + 1 < hp->n_layers ? P(rt, g->layers[il + 1].ln_in) : NULL, hp->eps,
+                            rt->h);
     }
     ts_output_head oh = {P(rt, g->final_norm),       hp->eps, g->lm_head, D, hp->n_vocab,
                          ts_logit_rows(rt->n_batch), hp->final_softcap};

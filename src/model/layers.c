@@ -132,6 +132,16 @@ void ts_add_rmsnorm(ts_backend *be, float *x, const float *h, int n_rows, int di
     be->ops->rmsnorm(be, x, ld, n_rows, dim, w, eps, out, ld);
 }
 
+void ts_norm_add_rmsnorm(ts_backend *be, float *x, float *h, int n_rows, int dim, int64_t ld,
+                         const float *wh, const float *w, float eps, float *out) {
+    if (be->ops->norm_add_rmsnorm) {
+        be->ops->norm_add_rmsnorm(be, x, h, n_rows, dim, ld, wh, w, eps, out);
+        return;
+    }
+    be->ops->rmsnorm(be, h, ld, n_rows, dim, wh, eps, h, ld);
+    ts_add_rmsnorm(be, x, h, n_rows, dim, ld, w, eps, out);
+}
+
 void ts_l2norm_heads(ts_backend *be, const float *src, int64_t lds, int n_tok, int n_heads,
                      int dim, float eps, float scale, float *dst) {
     if (be->ops->l2norm_heads) {

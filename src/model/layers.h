@@ -60,6 +60,10 @@ void ts_matmul_n(ts_backend *be, const ts_tensor *const *W, int nw, const float 
 /* y += W x: the backend's matmul_add, or the matmul into tmp (rows of ldy) and the add. */
 void ts_matmul_add(ts_backend *be, const ts_tensor *W, const float *x, int64_t ldx, int n,
                    float *y, int64_t ldy, float *tmp);
+/* x += rmsnorm(h) * wh, then out = rmsnorm(x) * w (w NULL: the add alone): the backend's
+ * norm_add_rmsnorm, or rmsnorm in place on h and ts_add_rmsnorm. */
+void ts_norm_add_rmsnorm(ts_backend *be, float *x, float *h, int n_rows, int dim, int64_t ld,
+                         const float *wh, const float *w, float eps, float *out);
 /* x += h, then out = rmsnorm(x) with weights w; w NULL: the add alone. */
 void ts_add_rmsnorm(ts_backend *be, float *x, const float *h, int n_rows, int dim, int64_t ld,
                     const float *w, float eps, float *out);

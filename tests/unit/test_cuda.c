@@ -241,6 +241,32 @@ static void test_fused(void) {
         for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) gpu->ops->free(gpu, bufs[i]);
         free(x), free(w), free(ab), free(nea), free(dtb), free(out);
     }
+    /* norm_add_rmsnorm: Gemma's post-norm, residual add and next norm; out = h as Gemma calls
+     * it, and the add alone after the last layer (w NULL) */
+    for (int ci = 0; ci < 2; ci++) {
+        int rows = 3, dim = 640;
+        int64_t ld = dim; /* (the CPU's composition adds whole strides, padding too) */
+        size_t nx = (size_t)rows * ld;
+        float *x = rnd(nx, 2.0f), *h = rnd(nx, 5.0f), *wh = rnd(dim, 1.5f), *w = rnd(dim, 1.5f);
+        float *dx1 = dev(x, nx), *dx2 = dev(x, nx), *dh1 = dev(h, nx), *dh2 = dev(h, nx);
+        float *dwh = dev(wh, dim), *dw = dev(w, dim);
+        ts_norm_add_rmsnorm(cpu, x, h, rows, dim, ld, wh, ci ? w : NULL, 1e-6f, h);
+        ts_norm_add_rmsnorm(gpu, dx1, dh1, rows, dim, ld, dwh, ci ? dw : NULL, 1e-6f, dh1);
+        ts_norm_add_rmsnorm(without(offsetof(ts_backend_ops, norm_add_rmsnorm)), dx2, dh2, rows,
+                            dim, ld, dwh, ci ? dw : NULL, 1e-6f, dh2);
+        char what[64];
+        snprintf(what, sizeof what, "norm_add_rmsnorm x (%s)", ci ? "normed out" : "add alone");
+        cmp(what, dx1, x, nx, FP32_TOL);
+        same_bits(what, dx1, dx2, nx);
+        if (ci) {
+            snprintf(what, sizeof what, "norm_add_rmsnorm out");
+            cmp(what, dh1, h, nx, FP32_TOL);
+            same_bits(what, dh1, dh2, nx);
+        }
+        float *bufs[] = {dx1, dx2, dh1, dh2, dwh, dw};
+        for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) gpu->ops->free(gpu, bufs[i]);
+        free(x), free(h), free(wh), free(w);
+    }
     /* qk_norm_rope: Qwen's layout (q heads 2 hd apart, followed by their gates; partial
      * rotation, an odd rot_dim too) and Gemma's (packed heads, full rotation) */
     struct { int nq, nk, hd, qhs, rot; } cs[] = {{4, 2, 64, 128, 16}, {3, 1, 96, 96, 96},

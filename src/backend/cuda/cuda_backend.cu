@@ -129,6 +129,7 @@ static ts_backend_ops make_ops(void) {
     o.matmul_n = cuda_op_matmul_n;
     o.matmul_add = cuda_op_matmul_add;
     o.add_rmsnorm = cuda_op_add_rmsnorm;
+    o.norm_add_rmsnorm = cuda_op_norm_add_rmsnorm;
     o.l2norm_heads = cuda_op_l2norm_heads;
     o.matmul_glu = cuda_op_matmul_glu;
     o.gdn_prep = cuda_op_gdn_prep;

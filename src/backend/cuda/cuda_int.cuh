@@ -265,6 +265,8 @@ void cuda_op_matmul_n(ts_backend *be, const ts_tensor *const *W, int nw, const f
                       const int64_t *ldy);
 void cuda_op_matmul_add(ts_backend *be, const ts_tensor *W, const float *x, int64_t ldx, int n,
                         float *y, int64_t ldy);
+void cuda_op_norm_add_rmsnorm(ts_backend *be, float *x, const float *h, int n_rows, int dim,
+                              int64_t ld, const float *wh, const float *w, float eps, float *out);
 void cuda_op_add_rmsnorm(ts_backend *be, float *x, const float *h, int n_rows, int dim, int64_t ld,
                          const float *w, float eps, float *out);
 void cuda_op_matmul_glu(ts_backend *be, const ts_tensor *Wg, const ts_tensor *Wu, const float *x,

@@ -51,6 +51,34 @@ void cuda_op_add_rmsnorm(ts_backend *be, float *x, const float *h, int n_rows, i
     cuda_launch(c, "add_rmsnorm", k_add_rmsnorm, n_rows, ROW_THREADS, 0, x, h, dim, ld, w, eps, out);
 }
 
+/* x += rmsnorm(h) * wh, then out = rmsnorm(x) * w (w NULL: the add alone), a block per row: the
+ * float operations of k_rmsnorm on h and then k_add_rmsnorm, so the same bits in one launch. */
+__global__ static void k_norm_add_rmsnorm(float *x, const float *h, int dim, int64_t ld,
+                                          const float *wh, const float *w, float eps,
+                                          float *out) {
+    cuda_pdl_entry();
+    float *xr = x + blockIdx.x * ld;
+    const float *hr = h + blockIdx.x * ld;
+    float *o = out + blockIdx.x * ld;
+    double hs = row_sumsq(hr, dim);
+    float hinv = 1.0f / sqrtf((float)(hs / dim) + eps);
+    /* the normed h rounded before the add, as k_rmsnorm stores it (no fused multiply-add) */
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) xr[i] += __fmul_rn(hr[i] * hinv, wh[i]);
+    if (!w) return;
+    __syncthreads(); /* out may be h: every add has read it */
+    double ss = row_sumsq(xr, dim);
+    float inv = 1.0f / sqrtf((float)(ss / dim) + eps);
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) o[i] = (xr[i] * inv) * w[i];
+}
+
+void cuda_op_norm_add_rmsnorm(ts_backend *be, float *x, const float *h, int n_rows, int dim,
+                              int64_t ld, const float *wh, const float *w, float eps, float *out) {
+    cuda_ctx *c = cuda_of(be);
+    if (n_rows <= 0) return;
+    cuda_launch(c, "norm_add_rmsnorm", k_norm_add_rmsnorm, n_rows, ROW_THREADS, 0, x, h, dim, ld,
+                wh, w, eps, out);
+}
+
 /* Row (t, h) of src (token stride lds, heads dim apart) to row t * n_heads + h of dst,
  * L2-normalised and scaled as k_l2norm does. */
 __global__ static void k_l2norm_heads(const float *src, int64_t lds, int n_heads, int dim, float eps,
