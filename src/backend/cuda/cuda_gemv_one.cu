@@ -9,13 +9,16 @@
  *
  * Here a lane issues all its loads of a row at once (G1_U 16-byte groups: a 2048-column row is
  * one round), and the grid is capped at what the GPU holds at once (TESSERA_CUDA_GEMV1 waves,
- * default 1): warp w takes rows w, w + W, ... (two at a time where every warp has two or more)
- * and prefetches all of them into L2 before the programmatic wait. Each row is summed in the
- * general GEMV's order. Measured on an H200, the same binary alternating (`tessera bench -p 16
+ * default 1): warp w takes rows w, w + W, ... (two at a time where every warp has two or more).
+ * Each row is summed in the general GEMV's order. Measured on an H200, the same binary alternating (`tessera bench -p 16
  * -n 128 -r 3`, 0.8B BF16): tg128 786-832 (general GEMV) against 850-921 t/s; caps of half a
  * wave (767-773: the lm_head's 248k rows then go round in too few warps) or of 2-16 waves
  * (855-886) were slower. Each GEMV also asking L2 for the next one's weights (a queued op
- * amended with its successor's) changed nothing: 1.060-1.064 ms a step with and without. */
+ * amended with its successor's) changed nothing: 1.060-1.064 ms a step with and without.
+ * Its warps asking L2 for all their rows before the programmatic wait (as the general GEMV
+ * does) cost the 0.8B BF16 ~8% (tg128 859-871 against 925-979 asking nothing) and the 2B ~7%
+ * (509-523 against 546-567): the lm_head's 0.5-1 GB asked at once overflows L2. An ask capped
+ * at half of L2 recovered most of it (888-934, 544-557), none at all the rest; so none. */
 #include "backend/cuda/cuda_dequant.cuh"
 #include "backend/cuda/cuda_int.cuh"
 
@@ -45,8 +48,7 @@ typedef struct {
     const float *x;
     const float *norm_w; /* the input RMSNorm's weights, or NULL */
     float eps;
-    bool acc;      /* y += instead of y = */
-    bool prefetch; /* the rows into L2 before the wait (TESSERA_CUDA_PREFETCH) */
+    bool acc; /* y += instead of y = */
 } g1_args;
 
 enum { G1_PLAIN, G1_SILU, G1_GELU };
@@ -127,12 +129,6 @@ __global__ static void __launch_bounds__(32 * G1_WARPS) k_gemv_one(g1_args a) {
     const int64_t w0 = (int64_t)blockIdx.x * G1_WARPS + (threadIdx.x >> 5);
     const int64_t step = MODE == G1_PLAIN ? R * W : W, groups = a.cols / 8;
     int jr[NR];
-    if (a.prefetch) { /* the weights are written by no kernel: into L2 before the wait */
-        for (int64_t o = w0; o < a.rows; o += W)
-#pragma unroll
-            for (int i = 0; i < (MODE == G1_PLAIN ? 1 : 2); i++)
-                cuda_prefetch_l2(g1_row<MODE>(a, o, i, &jr[0]), a.row_bytes, lane);
-    }
     cuda_pdl_entry();
     float ss = 0.0f, inv = 1.0f;
     bool first = true;
@@ -234,7 +230,7 @@ bool cuda_gemv_one(cuda_ctx *c, const cuda_wview *w, int nw, const float *x, flo
         a.set.end[j] = rows += w[j].rows;
     }
     a.set.nw = nw, a.rows = rows, a.row_bytes = (size_t)w[0].cols * 2, a.cols = w[0].cols;
-    a.x = x, a.norm_w = norm_w, a.eps = eps, a.acc = acc, a.prefetch = c->prefetch;
+    a.x = x, a.norm_w = norm_w, a.eps = eps, a.acc = acc;
     /* two rows a round where every warp of the capped grid has at least two */
     int per_sm = g1_per_sm<TS_DTYPE_BF16, G1_PLAIN, 1, false>();
     const char *name = norm_w ? "gemv_norm" : "gemv";
@@ -253,7 +249,7 @@ bool cuda_gemv_one_glu(cuda_ctx *c, const cuda_wview *g, const cuda_wview *u, co
     a.set.nw = 0;
     a.Wg = (const uint8_t *)g->data, a.Wu = (const uint8_t *)u->data, a.out = out;
     a.rows = g->rows, a.row_bytes = (size_t)g->cols * 2, a.cols = g->cols;
-    a.x = x, a.norm_w = norm_w, a.eps = eps, a.prefetch = c->prefetch;
+    a.x = x, a.norm_w = norm_w, a.eps = eps;
     if (gelu)
         g1_dispatch<G1_GELU, 1>(c, "gemv_glu", g->dtype, a);
     else
