@@ -10,8 +10,8 @@
  * Here a lane issues all its loads of a row at once (G1_U 16-byte groups: a 2048-column row is
  * one round), and the grid is capped at what the GPU holds at once (TESSERA_CUDA_GEMV1 waves,
  * default 1): warp w takes rows w, w + W, ... (two at a time where every warp has two or more).
- * Each row is summed in the general GEMV's order. Measured on an H200, the same binary alternating (`tessera bench -p 16
- * -n 128 -r 3`, 0.8B BF16): tg128 786-832 (general GEMV) against 850-921 t/s; caps of half a
+ * Each row is summed in the general GEMV's order. Measured on an H200, the same binary
+ * alternating (`tessera bench -p 16 -n 128 -r 3`, 0.8B BF16): tg128 786-832 (general GEMV) against 850-921 t/s; caps of half a
  * wave (767-773: the lm_head's 248k rows then go round in too few warps) or of 2-16 waves
  * (855-886) were slower. Each GEMV also asking L2 for the next one's weights (a queued op
  * amended with its successor's) changed nothing: 1.060-1.064 ms a step with and without.

@@ -24,8 +24,8 @@ typedef struct cuda_ctx_s {
     /* read once at creation: multiprocessors, and the shared memory a block may opt in to */
     int sm_count, smem_optin;
     /* switches for comparisons, read once at creation (each =0 turns it off): GEMVs and the
-     * tensor-core GEMM of quantized weights prefetch their rows into L2 (TESSERA_CUDA_PREFETCH), 9..64 tokens take the tensor-core GEMM
-     * (TESSERA_CUDA_SKINNY), attention splits long key ranges (TESSERA_CUDA_ATTN_SPLIT), GEMVs
+     * tensor-core GEMM of quantized weights prefetch their rows into L2
+     * (TESSERA_CUDA_PREFETCH), 9..64 tokens take the tensor-core GEMM (TESSERA_CUDA_SKINNY), attention splits long key ranges (TESSERA_CUDA_ATTN_SPLIT), GEMVs
      * fold their input's RMSNorm in (TESSERA_CUDA_FOLD_NORM), prompts take the tiled attention
      * kernel (TESSERA_CUDA_ATTN_TILE) */
     bool prefetch, skinny, attn_split, fold_norm, attn_tile;
