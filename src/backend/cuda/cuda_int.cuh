@@ -25,9 +25,10 @@ typedef struct cuda_ctx_s {
     int sm_count, smem_optin;
     /* switches for comparisons, read once at creation (each =0 turns it off): GEMVs and the
      * tensor-core GEMM of quantized weights prefetch their rows into L2
-     * (TESSERA_CUDA_PREFETCH), 9..64 tokens take the tensor-core GEMM (TESSERA_CUDA_SKINNY), attention splits long key ranges (TESSERA_CUDA_ATTN_SPLIT), GEMVs
-     * fold their input's RMSNorm in (TESSERA_CUDA_FOLD_NORM), prompts take the tiled attention
-     * kernel (TESSERA_CUDA_ATTN_TILE) */
+     * (TESSERA_CUDA_PREFETCH), 9..64 tokens take the tensor-core GEMM (TESSERA_CUDA_SKINNY),
+     * attention splits long key ranges (TESSERA_CUDA_ATTN_SPLIT), GEMVs fold their input's
+     * RMSNorm in (TESSERA_CUDA_FOLD_NORM), prompts take the tiled attention kernel
+     * (TESSERA_CUDA_ATTN_TILE) */
     bool prefetch, skinny, attn_split, fold_norm, attn_tile;
     /* runs at least this long take the chunked delta rule (TESSERA_CUDA_GDN_CHUNK_MIN, for
      * comparisons: a huge value keeps every run recurrent; default 32) */
