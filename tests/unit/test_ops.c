@@ -1,9 +1,11 @@
 /* Backend ops against float64 references on random data, at every ISA this CPU has: the gated
  * delta rule in both its forms (and chunked == recurrent), attention (GQA, sliding window,
  * softcap, decode and prefill shapes), the causal conv with its carried state; and the SIMD
- * kernels under the sequence ops against their scalar versions. `test_ops --bench` times the
- * sequence ops of a decode step at the Qwen3.5 0.8B shapes instead (not CTest). */
+ * kernels under the sequence ops against their scalar versions; argmax against its definition.
+ * `test_ops --bench` times the sequence ops of a decode step at the Qwen3.5 0.8B shapes instead
+ * (not CTest). */
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -346,6 +348,42 @@ static void test_swiglu(ts_backend *be, int n_tok, int dim) {
     free(g), free(u), free(o);
 }
 
+/* argmax: the first index of the largest value, NaN never chosen, a row of NaN alone 0 -
+ * against the one-comparison-at-a-time definition, on rows of 1..70 values drawn from few
+ * values (ties), NaN, +-infinity and +-0, and a 262144-value row whose maximum sits near its
+ * end. */
+static int argmax_ref(const float *v, int n) {
+    int best = 0;
+    for (int j = 1; j < n; j++)
+        if (v[j] > v[best] || (v[best] != v[best] && v[j] == v[j])) best = j;
+    return best;
+}
+
+static void test_argmax(ts_backend *be) {
+    const float sp[] = {NAN, -NAN, INFINITY, -INFINITY, 0.0f, -0.0f, 1.0f, -1.0f};
+    int bad = 0;
+    for (int it = 0; it < 20000; it++) {
+        int n = 1 + (int)(tu_rng_next(&seed) % 70);
+        float v[70];
+        for (int j = 0; j < n; j++) {
+            uint64_t r = tu_rng_next(&seed);
+            v[j] = r % 10 < 3 ? sp[(r >> 8) % 8] : (float)((int)((r >> 16) % 5) - 2);
+        }
+        int32_t got = -1;
+        be->ops->argmax(be, v, n, 1, n, &got);
+        if (got != argmax_ref(v, n) && bad++ < 3)
+            fprintf(stderr, "argmax of %d values: %d, not %d\n", n, got, argmax_ref(v, n));
+    }
+    CHECKF(bad == 0, "argmax: %d rows wrong", bad);
+    enum { V = 262144 };
+    float *x = rnd(2L * V, 1.0f);
+    x[V - 100] = 2.0f, x[V + 7] = 3.0f, x[V + V - 3] = 3.0f; /* row 1: a tie, the first wins */
+    int32_t got[2];
+    be->ops->argmax(be, x, V, 2, V, got);
+    CHECKF(got[0] == V - 100 && got[1] == 7, "argmax of two long rows: %d %d", got[0], got[1]);
+    free(x);
+}
+
 /* ---- --bench: a decode step's sequence ops, 0.8B shapes, 1 and 2 threads ---------------- */
 
 static double now_s(void) {
@@ -422,6 +460,7 @@ int main(int argc, char **argv) {
             test_swiglu(be, 1, 3584);
             test_swiglu(be, 7, 1000 + 3);
             test_gelu_mul(be, 9, 2048 + 37);
+            if (threads == 1) test_argmax(be);
             ts_backend_free(be);
         }
     }
