@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "backend/cpu/ops_seq.h"
+#include "base/argmax.h"
 #include "base/status.h"
 #include "engine/sampler_int.h"
 
@@ -81,13 +82,6 @@ static int by_logit_desc(const void *a, const void *b) {
     const cand *x = a, *y = b;
     if (x->logit != y->logit) return x->logit < y->logit ? 1 : -1;
     return x->id < y->id ? -1 : x->id > y->id;
-}
-
-static int32_t argmax(const float *logits, int n) {
-    int32_t best = 0;
-    for (int i = 1; i < n; i++)
-        if (logits[i] > logits[best]) best = i;
-    return best;
 }
 
 /* Keeps the k largest candidates (sorted, descending) in c[0..k). */
@@ -232,7 +226,7 @@ static int32_t pick(ts_sampler *s, const float *logits, const int32_t *tok, int 
                     double total_row, const double *u) {
     const ts_sampler_params *p = &s->p;
 #define ID(i) (tok ? tok[(i)] : (int32_t)(i))
-    if (ts_sampler_is_greedy(s)) return ID(argmax(logits, n_in));
+    if (ts_sampler_is_greedy(s)) return ID(ts_argmax_f32(logits, n_in));
     float *pv = s->pv;
     int32_t *pid = s->pid;
     int n = 0;
@@ -241,7 +235,7 @@ static int32_t pick(ts_sampler *s, const float *logits, const int32_t *tok, int 
         for (int i = 0; i < n_in; i++)
             if (is_candidate(logits[i]))
                 s->c[n++] = (cand){logits[i] / t, ID(i)};
-        if (n == 0) return ID(argmax(logits, n_in));
+        if (n == 0) return ID(ts_argmax_f32(logits, n_in));
         n = keep_top_k(s->c, n, p->top_k);
         for (int i = 0; i < n; i++)
             pv[i] = s->c[i].logit - s->c[0].logit, pid[i] = s->c[i].id;
@@ -276,7 +270,7 @@ static int32_t pick(ts_sampler *s, const float *logits, const int32_t *tok, int 
             bad += !is_candidate(l);
             mx = l > mx ? l : mx;
         }
-        if (bad == n_in) return ID(argmax(logits, n_in));
+        if (bad == n_in) return ID(ts_argmax_f32(logits, n_in));
         const float top = mx / t;
         if (!bad) { /* the usual case, in loops the compiler vectorizes */
             for (int i = 0; i < n_in; i++)

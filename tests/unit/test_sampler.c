@@ -29,6 +29,13 @@ int main(void) {
 
     ts_sampler *g = make(0.0f, 0, 1.0f, 0.0f, 1);
     for (int i = 0; i < 5; i++) CHECK(ts_sampler_sample(g, logits) == 13);
+    { /* greedy never takes a NaN logit, wherever it stands; ties go to the first */
+        float row[V];
+        memcpy(row, logits, sizeof row);
+        row[0] = NAN, row[40] = NAN, row[49] = 0.5f;
+        CHECKF(ts_sampler_sample(g, row) == 13, "greedy with NaN at 0: %d",
+               ts_sampler_sample(g, row));
+    }
     ts_sampler_free(g);
 
     /* order of the ids by logit, for checking set membership */

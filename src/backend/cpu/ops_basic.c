@@ -2,10 +2,10 @@
  * They are cheap next to the matmuls and stay plain loops the compiler vectorises; in prefill
  * their rows (or tokens) split over the pool (cpu_run_rows), which a profile showed to matter
  * for the norms, RoPE and the activations. */
-#include <math.h>
 #include <string.h>
 
 #include "backend/cpu/cpu_int.h"
+#include "base/argmax.h"
 #include "backend/cpu/ops_seq.h"
 
 typedef struct {
@@ -223,33 +223,8 @@ void cpu_op_copy_rows(ts_backend *be, float *dst, int64_t ldd, const float *src,
     for (int r = 0; r < n; r++) memmove(dst + r * ldd, src + r * lds, (size_t)dim * sizeof(float));
 }
 
-/* The first index of the row's largest value, NaN never taken (a row of NaN alone: 0). Two
- * passes the compiler vectorises: the largest value over 16 running maxima (v > m ? v : m leaves
- * m where v is NaN), then its first index, 16 values at a time. One pass comparing each value
- * with the best so far through a branch took 220-290 us for a 262144-token vocabulary, on the
- * main thread while the worker waits; these take 50-100. */
-static int argmax_row(const float *v, int n) {
-    enum { L = 16 };
-    float m[L];
-    for (int k = 0; k < L; k++) m[k] = -INFINITY;
-    int j = 0;
-    for (; j + L <= n; j += L)
-        for (int k = 0; k < L; k++) m[k] = v[j + k] > m[k] ? v[j + k] : m[k];
-    float mx = -INFINITY;
-    for (int k = 0; k < L; k++) mx = m[k] > mx ? m[k] : mx;
-    for (; j < n; j++) mx = v[j] > mx ? v[j] : mx;
-    for (j = 0; j + L <= n; j += L) {
-        int hit = 0;
-        for (int k = 0; k < L; k++) hit |= v[j + k] == mx;
-        if (hit) break;
-    }
-    for (; j < n; j++)
-        if (v[j] == mx) return j;
-    return 0;
-}
-
 void cpu_op_argmax(ts_backend *be, const float *x, int64_t ldx, int n_rows, int n_cols,
                    int32_t *out_host) {
     (void)be;
-    for (int r = 0; r < n_rows; r++) out_host[r] = argmax_row(x + r * ldx, n_cols);
+    for (int r = 0; r < n_rows; r++) out_host[r] = ts_argmax_f32(x + r * ldx, n_cols);
 }
