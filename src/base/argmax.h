@@ -6,5 +6,7 @@
 /* The first index of the largest of v[0..n), NaN never taken; 0 for a row of NaN alone (or
  * n <= 0). */
 int ts_argmax_f32(const float *v, int n);
+/* The largest of v[0..n), NaN never taken; -INFINITY for a row of NaN alone (or n <= 0). */
+float ts_max_f32(const float *v, int n);
 
 #endif
