@@ -137,6 +137,31 @@ int main(void) {
         ts_sampler_free(bs);
         free(big);
     }
+    /* top-k over rows of 16 lengths in a row (whatever the selection's blocks of 16 line up
+     * with, one row ends on a block's end), with huge values just past the end: nothing beyond
+     * the row is read, and every draw is one of the k best (ids 0..41: the row falls with the
+     * id, but for a NaN and a -inf among the first) */
+    for (int KV = 4090; KV < 4106; KV++) {
+        enum { TK = 40 };
+        float *row = malloc((size_t)(KV + 16) * sizeof *row);
+        for (int i = 0; i < KV; i++) row[i] = 5.0f - 0.001f * (float)i;
+        for (int i = KV; i < KV + 16; i++) row[i] = 1e30f;
+        row[3] = NAN, row[7] = -INFINITY;
+        ts_sampler_params sp = {0.7f, TK, 1.0f, 0.0f, 5};
+        ts_sampler *ks = NULL;
+        CHECK(ts_sampler_create(&sp, KV, &ks) == TS_OK);
+        int outside = 0, top = 0;
+        for (int i = 0; i < 100; i++) {
+            int id = ts_sampler_sample(ks, row);
+            outside += id < 0 || id > TK + 1 || id == 3 || id == 7;
+            top += id == 0;
+        }
+        CHECKF(outside == 0, "top-k %d over %d tokens: %d draws outside the k best", TK, KV,
+               outside);
+        CHECKF(top > 0, "top-k over %d tokens never drew the best token", KV);
+        ts_sampler_free(ks);
+        free(row);
+    }
 
     /* the host's half of a draw on the device: with top-k / top-p the backend hands back a
      * subset of the candidates (in any order) that holds every token the filters can keep,
