@@ -84,8 +84,9 @@ static int by_logit_desc(const void *a, const void *b) {
     return x->id < y->id ? -1 : x->id > y->id;
 }
 
-/* Whether a logit can be drawn at all (NaN and -inf are never candidates). */
-static inline bool is_candidate(float l) { return !(l != l || l == -INFINITY); }
+/* Whether a logit can be drawn at all: NaN and -inf are never candidates (both fail the
+ * comparison, which the compiler vectorises in a loop). */
+static inline bool is_candidate(float l) { return l > -INFINITY; }
 
 /* The k best candidates of a row (fewer if it has fewer) into c[0..): by logit, the lower id
  * first among equals, NaN and -inf never; then divided by the temperature t > 0 and sorted by
@@ -261,13 +262,13 @@ static int32_t pick(ts_sampler *s, const float *logits, const int32_t *tok, int 
             }
         }
     } else { /* every candidate, in vocabulary order */
-        /* the largest logit and the count of those that are no candidate (NaN, -inf: they fail
-         * l > -inf), each a loop the compiler vectorises (one loop of both was left scalar and
-         * took half of a temperature-1 draw) */
+        /* the largest logit and the count of those that are no candidate, each a loop the
+         * compiler vectorises (one loop of both was left scalar and took half of a
+         * temperature-1 draw) */
         float mx = ts_max_f32(logits, n_in);
         int good = 0;
         for (int i = 0; i < n_in; i++)
-            good += logits[i] > -INFINITY;
+            good += is_candidate(logits[i]);
         int bad = n_in - good;
         if (bad == n_in) return ID(ts_argmax_f32(logits, n_in));
         const float top = mx / t;

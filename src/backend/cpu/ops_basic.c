@@ -5,8 +5,8 @@
 #include <string.h>
 
 #include "backend/cpu/cpu_int.h"
-#include "base/argmax.h"
 #include "backend/cpu/ops_seq.h"
+#include "base/argmax.h"
 
 typedef struct {
     const ts_tensor *W;
