@@ -1,6 +1,7 @@
 /* The launch queue and its graph cache (see cuda_queue.cuh for why). */
 #include <stdio.h>
 #include <stdlib.h>
+#include <chrono>
 #include <map>
 #include <string>
 #include <vector>
@@ -39,7 +40,12 @@ struct cq_state {
     bool graphs;
     /* TESSERA_CUDA_PROFILE=1: ops run one by one between events; time per op name, printed
      * when the backend is destroyed (the gaps between kernels are counted with the kernel) */
-    bool profile, profile_graphs; /* =graph: time each graph replay instead */
+    bool profile, profile_graphs; /* =graph: time each graph replay instead, and the host */
+    /* =graph: the host's side of each submission - queueing the ops (the time since the last
+     * flush returned: the model code and whatever the caller did between steps), updating the
+     * cached graph, the launch call, the wait - and which nodes' arguments changed */
+    std::map<std::string, cq_prof> host;
+    double last_flush_end = 0;
     /* programmatic edges between a graph's kernels (compute capability 9.0 and up;
      * TESSERA_CUDA_PDL=0 turns them off, for comparison) */
     bool pdl;
@@ -60,6 +66,17 @@ struct cq_state {
     int no_graph_next = 0;
     bool warned_build = false;
 };
+
+static double now_ms() {
+    using namespace std::chrono;
+    return duration<double, std::milli>(steady_clock::now().time_since_epoch()).count();
+}
+
+static void host_add(cq_state *q, const char *what, double ms, long n = 1) {
+    cq_prof &p = q->host[what];
+    p.ms += ms;
+    p.n += n;
+}
 
 static cq_state *state_of(cuda_ctx *c) {
     if (c->q) return c->q;
@@ -107,6 +124,10 @@ void cq_free(cuda_ctx *c) {
             fprintf(stderr, "  %-24s %8ld ops %10.3f ms %6.1f%% %8.2f us/op\n", kv.first.c_str(),
                     kv.second.n, kv.second.ms, 100 * kv.second.ms / (total > 0 ? total : 1),
                     1e3 * kv.second.ms / (double)kv.second.n);
+        if (!q->host.empty()) fprintf(stderr, "tessera: cuda host side of the graph replays:\n");
+        for (auto &kv : q->host)
+            fprintf(stderr, "  %-32s %8ld %10.3f ms %8.2f us each\n", kv.first.c_str(),
+                    kv.second.n, kv.second.ms, 1e3 * kv.second.ms / (double)kv.second.n);
     }
     for (cudaEvent_t e : q->events) cudaEventDestroy(e);
     for (auto &g : q->cache) graph_drop(&g);
@@ -249,17 +270,20 @@ static bool graph_matches(const cq_graph *g, uint64_t sig, const std::vector<cq_
 }
 
 /* Brings a cached graph's nodes to this submission's arguments. */
-static bool graph_update(cuda_ctx *c, cq_graph *g, const std::vector<cq_op> &ops) {
+static bool graph_update(cuda_ctx *c, cq_state *q, cq_graph *g, const std::vector<cq_op> &ops) {
     for (size_t i = 0; i < ops.size(); i++) {
         const cq_op *o = &ops[i];
         cq_op *old = &g->ops[i];
         cudaError_t err = cudaSuccess;
+        double t0 = q->profile_graphs ? now_ms() : 0;
+        bool set = false;
         switch (o->kind) {
         case CQ_KERNEL:
             if (o->args_len != old->args_len || memcmp(o->args, old->args, o->args_len) != 0) {
                 void *params[CQ_MAX_ARGS];
                 cudaKernelNodeParams p = kernel_node(o, params);
                 err = cudaGraphExecKernelNodeSetParams(g->exec, g->nodes[i], &p);
+                set = true;
             }
             break;
         case CQ_COPY:
@@ -272,9 +296,14 @@ static bool graph_update(cuda_ctx *c, cq_graph *g, const std::vector<cq_op> &ops
                 cudaMemsetParams p = memset_node(o);
                 err = cudaGraphExecMemsetNodeSetParams(g->exec, g->nodes[i], &p);
             }
+            set = true;
             break;
         case CQ_CALL:
             break; /* equal by shape */
+        }
+        if (set && q->profile_graphs) {
+            std::string name = std::string("update: ") + (o->what ? o->what : "?");
+            host_add(q, name.c_str(), now_ms() - t0);
         }
         if (!cuda_check(c, err, "graph update")) return false;
         *old = *o;
@@ -408,6 +437,7 @@ void cq_flush(cuda_ctx *c) {
     if (q && q->profile) profile_collect(c, q);
     if (q && !q->ops.empty()) {
         if (!c->failed) {
+            double t_start = q->profile_graphs ? now_ms() : 0;
             uint64_t sig = shape_sig(q->ops);
             cq_graph *hit = nullptr;
             for (auto &g : q->cache)
@@ -426,7 +456,7 @@ void cq_flush(cuda_ctx *c) {
                 } else {
                     q->no_graph[q->no_graph_next++ % 8] = sig;
                 }
-            } else if (hit && !graph_update(c, hit, q->ops)) { /* run plainly, then rebuild */
+            } else if (hit && !graph_update(c, q, hit, q->ops)) { /* run plainly, then rebuild */
                 graph_drop(hit);
                 hit = nullptr;
                 c->failed = false;
@@ -438,8 +468,17 @@ void cq_flush(cuda_ctx *c) {
                 cudaEvent_t e[2];
                 bool timed = q->profile_graphs && cudaEventCreate(&e[0]) == cudaSuccess &&
                              cudaEventCreate(&e[1]) == cudaSuccess;
-                if (timed) cudaEventRecord(e[0], c->stream);
-                cuda_check(c, cudaGraphLaunch(hit->exec, c->stream), "graph launch");
+                if (timed) {
+                    double t_launch = now_ms();
+                    if (q->last_flush_end > 0)
+                        host_add(q, "queue ops (since last flush)", t_start - q->last_flush_end);
+                    host_add(q, "match and update", t_launch - t_start);
+                    cudaEventRecord(e[0], c->stream);
+                    cuda_check(c, cudaGraphLaunch(hit->exec, c->stream), "graph launch");
+                    host_add(q, "launch call", now_ms() - t_launch);
+                } else {
+                    cuda_check(c, cudaGraphLaunch(hit->exec, c->stream), "graph launch");
+                }
                 if (timed) {
                     cudaEventRecord(e[1], c->stream);
                     cudaEventSynchronize(e[1]);
@@ -462,6 +501,7 @@ void cq_flush(cuda_ctx *c) {
     }
     cuda_check(c, cudaStreamSynchronize(c->stream), "sync");
     if (q) q->stage_used = 0, q->table_used = 0;
+    if (q && q->profile_graphs) q->last_flush_end = now_ms();
 }
 
 void *cuda_table(cuda_ctx *c, const void *host, size_t bytes) {
