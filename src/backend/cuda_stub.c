@@ -13,9 +13,10 @@ const char *ts_backend_cuda_device_name(const ts_backend *be) {
     return NULL;
 }
 
-void ts_backend_cuda_graph_stats(const ts_backend *be, long *replays, long *builds) {
+void ts_backend_cuda_graph_stats(const ts_backend *be, long *replays, long *builds,
+                                 long *updates) {
     (void)be;
-    *replays = *builds = 0;
+    *replays = *builds = *updates = 0;
 }
 
 double ts_backend_cuda_read_bandwidth(int device) {

@@ -78,7 +78,7 @@ void ts_gdn_runs(ts_backend *be, const float *q, const float *k, int64_t ldqk, c
 void ts_attend_runs(ts_backend *be, const float *q, int64_t ldq, int64_t q_head_stride,
                     const float *k, const float *v, const ts_attn_dims *d, const ts_seq_run *sr,
                     int nr, float *out, int64_t ldo) {
-    if (be->ops->attention_runs && nr > 1) {
+    if (be->ops->attention_runs) {
         be->ops->attention_runs(be, q, ldq, q_head_stride, k, v, d, sr, nr, out, ldo);
         return;
     }

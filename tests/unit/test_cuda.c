@@ -497,10 +497,13 @@ static void test_gdn_runs(int Hk, int Hv, int dk, int dvv) {
 
 /* attention_runs over long contexts (the keys split over blocks, then merged) and short ones,
  * several sequences per launch, against the CPU's attention run by run. */
-static void test_attention_runs_case(const int lens[3], const int pos0[3], const char *what) {
+/* attention_runs over nr (1 to 3) runs against the CPU's attention run by run. */
+static void test_attention_runs_case(int nr, const int lens[3], const int pos0[3],
+                                     const char *what) {
     int nh = 8, nkv = 2, hd = 256, kvw = nkv * hd;
     int64_t ldq = (int64_t)nh * hd * 2;
-    int total = lens[0] + lens[1] + lens[2];
+    int total = 0;
+    for (int r = 0; r < nr; r++) total += lens[r];
     float *q = rnd((size_t)total * ldq, 1.0f), *knew = rnd((size_t)total * kvw, 1.0f),
           *vnew = rnd((size_t)total * kvw, 1.0f), *o = calloc((size_t)total * nh * hd, 4);
     float *dq = dev(q, (size_t)total * ldq), *dkn = dev(knew, (size_t)total * kvw),
@@ -509,7 +512,7 @@ static void test_attention_runs_case(const int lens[3], const int pos0[3], const
     ts_seq_run runs[3];
     ts_attn_dims d = {nh, nkv, hd, 1.0f / sqrtf((float)hd), 0, 0};
     int start = 0;
-    for (int r = 0; r < 3; r++) {
+    for (int r = 0; r < nr; r++) {
         size_t cap = (size_t)(pos0[r] + lens[r]) * kvw;
         kc[r] = rnd(cap, 1.0f), vc[r] = rnd(cap, 1.0f);
         dkc[r] = dev(kc[r], cap), dvc[r] = dev(vc[r], cap);
@@ -523,9 +526,9 @@ static void test_attention_runs_case(const int lens[3], const int pos0[3], const
         runs[r] = (ts_seq_run){start, lens[r], pos0[r], dkc[r], dvc[r]};
         start += lens[r];
     }
-    gpu->ops->attention_runs(gpu, dq, ldq, 2 * hd, dkn, dvn, &d, runs, 3, dout, nh * hd);
+    gpu->ops->attention_runs(gpu, dq, ldq, 2 * hd, dkn, dvn, &d, runs, nr, dout, nh * hd);
     cmp(what, dout, o, (size_t)total * nh * hd, FP32_TOL);
-    for (int r = 0; r < 3; r++) {
+    for (int r = 0; r < nr; r++) {
         gpu->ops->free(gpu, dkc[r]), gpu->ops->free(gpu, dvc[r]);
         free(kc[r]), free(vc[r]);
     }
@@ -534,11 +537,51 @@ static void test_attention_runs_case(const int lens[3], const int pos0[3], const
     free(q), free(knew), free(vnew), free(o);
 }
 
+/* One sequence's decode steps through attention_runs, several in one submission: the
+ * position reaches the kernels through the device (cuda_kv_pos), uploaded once per
+ * submission and again whenever it changes - a step that reused the previous step's upload
+ * would store its K/V row over the previous one and attend to one key too few. */
+static void test_attention_one_seq_steps(void) {
+    int nh = 4, nkv = 2, hd = 128, kvw = nkv * hd, p0 = 300, steps = 3;
+    int64_t ldq = (int64_t)nh * hd;
+    size_t cap = (size_t)(p0 + steps) * kvw;
+    float *kc = rnd(cap, 1.0f), *vc = rnd(cap, 1.0f), *q = rnd((size_t)steps * ldq, 1.0f);
+    float *kn = rnd((size_t)steps * kvw, 1.0f), *vn = rnd((size_t)steps * kvw, 1.0f);
+    float *o = calloc((size_t)steps * ldq, 4);
+    float *dkc = dev(kc, cap), *dvc = dev(vc, cap), *dq = dev(q, (size_t)steps * ldq);
+    float *dkn = dev(kn, (size_t)steps * kvw), *dvn = dev(vn, (size_t)steps * kvw);
+    float *dout = dev(o, (size_t)steps * ldq);
+    ts_attn_dims d = {nh, nkv, hd, 1.0f / sqrtf((float)hd), 0, 0};
+    for (int i = 0; i < steps; i++) { /* queued one after another: no download between */
+        ts_seq_run r = {0, 1, p0 + i, dkc, dvc};
+        gpu->ops->attention_runs(gpu, dq + i * ldq, ldq, hd, dkn + (size_t)i * kvw,
+                                 dvn + (size_t)i * kvw, &d, &r, 1, dout + i * ldq, ldq);
+    }
+    for (int i = 0; i < steps; i++) {
+        memcpy(kc + (size_t)(p0 + i) * kvw, kn + (size_t)i * kvw, (size_t)kvw * 4);
+        memcpy(vc + (size_t)(p0 + i) * kvw, vn + (size_t)i * kvw, (size_t)kvw * 4);
+        cpu->ops->attention(cpu, q + i * ldq, ldq, hd, 1, p0 + i, kc, vc, &d, o + i * ldq, ldq);
+    }
+    cmp("attention_runs, one sequence's steps in one submission", dout, o, (size_t)steps * ldq,
+        FP32_TOL);
+    cmp("attention_runs, one sequence's K cache", dkc, kc, cap, 0.0);
+    gpu->ops->free(gpu, dkc), gpu->ops->free(gpu, dvc), gpu->ops->free(gpu, dq);
+    gpu->ops->free(gpu, dkn), gpu->ops->free(gpu, dvn), gpu->ops->free(gpu, dout);
+    free(kc), free(vc), free(q), free(kn), free(vn), free(o);
+}
+
 static void test_attention_runs(void) {
-    test_attention_runs_case((int[]){1, 3, 1}, (int[]){1500, 40, 700},
+    test_attention_runs_case(3, (int[]){1, 3, 1}, (int[]){1500, 40, 700},
                              "attention_runs, long contexts");
     /* a prompt of 70 queries beside a decode token and a shorter prompt: the tiled kernel */
-    test_attention_runs_case((int[]){40, 1, 70}, (int[]){0, 700, 20}, "attention_runs, prompts");
+    test_attention_runs_case(3, (int[]){40, 1, 70}, (int[]){0, 700, 20},
+                             "attention_runs, prompts");
+    /* one sequence (decode of one stream, and a prompt): no run table */
+    test_attention_runs_case(1, (int[]){1, 0, 0}, (int[]){1500, 0, 0},
+                             "attention_runs, one sequence's decode token");
+    test_attention_runs_case(1, (int[]){70, 0, 0}, (int[]){20, 0, 0},
+                             "attention_runs, one sequence's prompt");
+    test_attention_one_seq_steps();
 }
 
 /* A [rows, cols] weight of dtype made from random floats; *f32 gets its exact values. */
@@ -1151,8 +1194,8 @@ static void test_engine_sample(void) {
         ts_engine_slot_clear(ea, 0), ts_engine_slot_clear(eb, 0);
         int32_t ta = 3, tb = 3, sl = 0;
         int diff = 0, steps = 24;
-        long r0 = 0, b0 = 0, r1 = 0, b1 = 0;
-        ts_backend_cuda_graph_stats(ea->be, &r0, &b0);
+        long r0 = 0, b0 = 0, u0 = 0, r1 = 0, b1 = 0, u1 = 0;
+        ts_backend_cuda_graph_stats(ea->be, &r0, &b0, &u0);
         for (int i = 0; i < steps; i++) {
             int32_t p = i;
             ts_batch ba = {1, &ta, &p, &sl, NULL}, bb = {1, &tb, &p, &sl, NULL};
@@ -1162,12 +1205,13 @@ static void test_engine_sample(void) {
             diff += ta != tb;
             tb = ta; /* the same next input on both sides */
         }
-        ts_backend_cuda_graph_stats(ea->be, &r1, &b1);
+        ts_backend_cuda_graph_stats(ea->be, &r1, &b1, &u1);
         CHECKF(diff == 0, "params %d: %d of %d steps drew another token on the device", c, diff,
                steps);
         CHECKF(r1 - r0 >= steps - 4, "params %d: %ld graph replays in %d sampled steps", c,
                r1 - r0, steps);
-        printf("  engine sample params %d: %d steps, %ld replays\n", c, steps, r1 - r0);
+        printf("  engine sample params %d: %d steps, %ld replays, %ld nodes updated\n", c, steps,
+               r1 - r0, u1 - u0);
         ts_sampler_free(sa), ts_sampler_free(sb);
         free(lg);
     }
@@ -1255,14 +1299,17 @@ static void graph_decode_case(ts_model *m, int B, int steps) {
         free(c);
         if (cpu_e) ts_engine_free(cpu_e);
     }
-    long replays = 0, builds = 0, r0 = 0, b0 = 0;
-    ts_backend_cuda_graph_stats(graph->be, &replays, &builds);
-    ts_backend_cuda_graph_stats(plain->be, &r0, &b0);
+    long replays = 0, builds = 0, updates = 0, r0 = 0, b0 = 0, u0 = 0;
+    ts_backend_cuda_graph_stats(graph->be, &replays, &builds, &updates);
+    ts_backend_cuda_graph_stats(plain->be, &r0, &b0, &u0);
     CHECKF(replays >= steps - 3 && builds >= 1, "B=%d: %ld replays, %ld graphs", B, replays,
            builds);
     CHECKF(r0 == 0 && b0 == 0, "TESSERA_CUDA_GRAPHS=0 still built %ld graphs", b0);
-    printf("  graph decode B=%d: %d steps, %ld replays, %ld graphs, %s logits\n", B, steps,
-           replays, builds, same ? "identical" : "DIFFERENT");
+    /* a step's arguments (the position included: cuda_kv_pos, cuda_positions) live on the
+     * device, so a replay needs no node updated - each update costs the host microseconds */
+    CHECKF(updates == 0, "B=%d: %ld graph nodes updated in %ld replays", B, updates, replays);
+    printf("  graph decode B=%d: %d steps, %ld replays, %ld graphs, %ld nodes updated, %s "
+           "logits\n", B, steps, replays, builds, updates, same ? "identical" : "DIFFERENT");
     /* greedy on the device = argmax of the downloaded logits, step after step */
     CHECK(decode_steps(graph, B, steps, NULL, ids_g));
     for (int i = 0; i < steps; i++)

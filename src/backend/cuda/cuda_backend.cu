@@ -217,9 +217,10 @@ extern "C" const char *ts_backend_cuda_device_name(const ts_backend *be) {
     return ((const cuda_ctx *)be->ctx)->name;
 }
 
-extern "C" void ts_backend_cuda_graph_stats(const ts_backend *be, long *replays, long *builds) {
-    *replays = *builds = 0;
-    if (be && be->ops == &cuda_ops) cq_stats((cuda_ctx *)be->ctx, replays, builds);
+extern "C" void ts_backend_cuda_graph_stats(const ts_backend *be, long *replays, long *builds,
+                                            long *updates) {
+    *replays = *builds = *updates = 0;
+    if (be && be->ops == &cuda_ops) cq_stats((cuda_ctx *)be->ctx, replays, builds, updates);
 }
 
 static void cu_destroy(ts_backend *be) {
@@ -231,6 +232,7 @@ static void cu_destroy(ts_backend *be) {
         for (int i = 0; i < (int)(sizeof c->scratch / sizeof *c->scratch); i++) cudaFree(c->scratch[i]);
         cudaFree(c->pos_dev);
         free(c->pos_host);
+        cudaFree(c->kv_pos_dev);
         cublasDestroy(c->blas);
         cudaFree(c->blas_workspace);
         cudaStreamDestroy(c->stream);

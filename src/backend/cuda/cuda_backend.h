@@ -17,8 +17,10 @@ ts_status ts_backend_cuda_create(int device, ts_backend **out);
 const char *ts_backend_cuda_device_name(const ts_backend *be);
 /* Read bandwidth of the device's memory in GB/s (0 when it cannot be measured). */
 double ts_backend_cuda_read_bandwidth(int device);
-/* How many submissions ran as a replayed CUDA graph, and how many graphs were built. */
-void ts_backend_cuda_graph_stats(const ts_backend *be, long *replays, long *builds);
+/* How many submissions ran as a replayed CUDA graph, how many graphs were built, and how many
+ * graph nodes had their arguments updated before a replay. */
+void ts_backend_cuda_graph_stats(const ts_backend *be, long *replays, long *builds,
+                                 long *updates);
 
 #ifdef __cplusplus
 }

@@ -64,6 +64,13 @@ typedef struct cuda_ctx_s {
     /* the positions last uploaded for rope: one forward's rope calls share one upload */
     int32_t *pos_dev, *pos_host;
     int pos_n, pos_cap;
+    unsigned long pos_epoch; /* cq_epoch of that upload */
+    /* the cache position of a single sequence's attention run (attention_runs with one run),
+     * last uploaded: once a decode step, so that the attention kernels' arguments stay the same
+     * from one step to the next and the step's graph replays without updates */
+    int32_t *kv_pos_dev;
+    int32_t kv_pos_host;
+    unsigned long kv_pos_epoch; /* cq_epoch of that upload + 1; 0: none yet */
     struct cq_state *q;
     void *blas_workspace; /* cuBLAS's own, so that it never allocates while being captured */
 } cuda_ctx;

@@ -159,8 +159,10 @@ void cuda_op_rope(ts_backend *be, float *x, int64_t ldx, int n_tok, int n_heads,
 
 const int32_t *cuda_positions(cuda_ctx *c, const int32_t *pos, int n_tok) {
     /* Every rope call of one forward passes the same host positions: upload them only when
-     * they change, so one copy serves the whole forward. */
-    if (n_tok != c->pos_n || memcmp(pos, c->pos_host, (size_t)n_tok * sizeof *pos) != 0) {
+     * they change, so one copy serves the whole forward - and at the first use in each
+     * submission, so that the copy is its first write there (cuda_upload_fresh). */
+    if (n_tok != c->pos_n || memcmp(pos, c->pos_host, (size_t)n_tok * sizeof *pos) != 0 ||
+        c->pos_epoch != cq_epoch(c)) {
         if (n_tok > c->pos_cap) {
             int cap = n_tok < 1024 ? 1024 : n_tok;
             int32_t *h = (int32_t *)realloc(c->pos_host, (size_t)cap * sizeof *h);
@@ -180,7 +182,8 @@ const int32_t *cuda_positions(cuda_ctx *c, const int32_t *pos, int n_tok) {
         }
         memcpy(c->pos_host, pos, (size_t)n_tok * sizeof *pos);
         c->pos_n = n_tok;
-        cuda_upload_async(c, c->pos_dev, pos, (size_t)n_tok * sizeof *pos, "rope positions");
+        cuda_upload_fresh(c, c->pos_dev, pos, (size_t)n_tok * sizeof *pos, "rope positions");
+        c->pos_epoch = cq_epoch(c);
     }
     return c->pos_dev;
 }

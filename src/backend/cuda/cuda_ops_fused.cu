@@ -169,6 +169,8 @@ void cuda_op_conv_gdn_prep(ts_backend *be, const float *x, int64_t ldx, int C, i
     int vb = (int)cuda_blocks(C - 2 * p->Hk * p->dk, ROW_THREADS);
     unsigned gates = cuda_blocks((int64_t)p->n * p->Hv, ROW_THREADS);
     dim3 grid((unsigned)(2 * p->Hk + vb) + gates, (unsigned)nr);
+    ts_seq_run one = runs[0];
+    one.pos0 = 0; /* not used: as an argument it would change every step (a graph update) */
     cuda_launch(c, "conv_gdn_prep", k_conv_gdn_prep, grid, ROW_THREADS, 0, x, ldx, C, K, w, out,
-                ldo, dr, runs[0], *p);
+                ldo, dr, one, *p);
 }

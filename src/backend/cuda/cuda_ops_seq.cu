@@ -45,8 +45,9 @@ template <int NPL>
 __global__ static void k_attention(const float *q, int64_t ldq, int64_t q_head_stride, int n,
                                    int pos0, const float *kc, const float *vc, ts_attn_dims d,
                                    float *out, int64_t ldo, const ts_seq_run *runs,
-                                   attn_parts parts) {
+                                   attn_parts parts, const int32_t *pos_dev) {
     cuda_pdl_entry();
+    if (pos_dev) pos0 = *pos_dev; /* see cuda_kv_pos */
     __shared__ float sm_m[ATTN_WARPS], sm_l[ATTN_WARPS];
     extern __shared__ float sm_acc[]; /* [ATTN_WARPS][head_dim] */
     int h = (int)(blockIdx.x % d.n_heads), i = (int)(blockIdx.x / d.n_heads);
@@ -350,12 +351,12 @@ static int attention_splits(cuda_ctx *c, int64_t blocks, int max_keys) {
 }
 
 /* One launcher for the single-sequence and the runs forms: runs NULL means one sequence of n
- * queries at pos0 over kc / vc; else n is the longest run and max_keys the most keys any
- * query sees. */
+ * queries at pos0 over kc / vc (pos_dev not NULL: the per-query kernel reads pos0 there); else n
+ * is the longest run and max_keys the most keys any query sees. */
 static void attention_launch(cuda_ctx *c, const float *q, int64_t ldq, int64_t q_head_stride, int n,
                              int pos0, const float *kc, const float *vc, const ts_attn_dims *dims,
                              float *out, int64_t ldo, const ts_seq_run *runs, int nr,
-                             int max_keys) {
+                             int max_keys, const int32_t *pos_dev) {
     int hd = dims->head_dim;
     if (attention_tiled(c, n, hd, kc, vc)) {
         int tiles = (n + AT_Q - 1) / AT_Q;
@@ -381,7 +382,8 @@ static void attention_launch(cuda_ctx *c, const float *q, int64_t ldq, int64_t q
     size_t smem = (size_t)ATTN_WARPS * hd * sizeof(float); /* at most 16 KiB */
     with_lanes_dims(hd, [&](auto npl) {
         cuda_launch(c, "attention", k_attention<decltype(npl)::value>, grid, 32 * ATTN_WARPS, smem,
-                    q, ldq, q_head_stride, n, pos0, kc, vc, *dims, out, ldo, runs, parts);
+                    q, ldq, q_head_stride, n, pos_dev ? 0 : pos0, kc, vc, *dims, out, ldo, runs,
+                    parts, pos_dev); /* with pos_dev, no argument that changes every step */
     });
     if (ns > 1)
         cuda_launch(c, "attention_merge", k_attention_merge,
@@ -399,7 +401,7 @@ void cuda_op_attention(ts_backend *be, const float *q, int64_t ldq, int64_t q_he
         return;
     }
     attention_launch(c, q, ldq, q_head_stride, n, pos0, k_cache, v_cache, dims, out, ldo, NULL, 1,
-                     pos0 + n);
+                     pos0 + n, NULL);
 }
 
 /* Output t of channel c: the K taps over [state ; x] (tau < 0 reads the state), then SiLU. */
@@ -788,6 +790,36 @@ __global__ static void k_kv_store(const float *k, const float *v, int kvw, const
     r.b[dst] = v[src];
 }
 
+/* One sequence's new keys and values (rows 0 .. gridDim.y - 1) to its cache rows *pos0 + i. */
+__global__ static void k_kv_store_at(const float *k, const float *v, int kvw, float *kc, float *vc,
+                                     const int32_t *pos0) {
+    cuda_pdl_entry();
+    int i = blockIdx.y, col = blockIdx.x * blockDim.x + threadIdx.x;
+    if (col >= kvw) return;
+    int64_t src = (int64_t)i * kvw + col, dst = (int64_t)(*pos0 + i) * kvw + col;
+    kc[dst] = k[src];
+    vc[dst] = v[src];
+}
+
+/* The device copy of a single run's cache position. A decode step's attention layers all pass
+ * the same position, so it is uploaded once a submission (and again if it changes within one)
+ * - a single copy for all layers - and the kernels take its address, which never changes: the
+ * step's graph replays with no node updated. (With the position as a kernel argument, every
+ * attention layer's K/V stores and attention kernel were updated one by one before each
+ * replay; a table per layer would put a copy into the chain of kernels per layer.) */
+static const int32_t *cuda_kv_pos(cuda_ctx *c, int pos0) {
+    if (!c->kv_pos_dev &&
+        !cuda_check(c, cudaMalloc((void **)&c->kv_pos_dev, sizeof(int32_t)), "attention position"))
+        return NULL;
+    if (c->kv_pos_epoch != cq_epoch(c) + 1 || c->kv_pos_host != pos0) {
+        int32_t p = pos0;
+        cuda_upload_fresh(c, c->kv_pos_dev, &p, sizeof p, "attention position");
+        c->kv_pos_host = pos0;
+        c->kv_pos_epoch = cq_epoch(c) + 1;
+    }
+    return c->kv_pos_dev;
+}
+
 void cuda_op_attention_runs(ts_backend *be, const float *q, int64_t ldq, int64_t q_head_stride,
                             const float *k, const float *v, const ts_attn_dims *dims,
                             const ts_seq_run *runs, int nr, float *out, int64_t ldo) {
@@ -796,6 +828,18 @@ void cuda_op_attention_runs(ts_backend *be, const float *q, int64_t ldq, int64_t
     int hd = dims->head_dim;
     if (hd > MAX_HEAD_DIM || hd < 1) {
         cuda_check(c, cudaErrorInvalidValue, "attention: head_dim over 512");
+        return;
+    }
+    if (nr == 1) { /* one sequence: no run table; its position on the device */
+        const ts_seq_run *r = &runs[0];
+        const int32_t *pd = r->len > 0 ? cuda_kv_pos(c, r->pos0) : NULL;
+        if (!pd) return;
+        int kvw = dims->n_kv_heads * hd;
+        int64_t s = r->start;
+        cuda_launch(c, "kv_store", k_kv_store_at, dim3(cuda_blocks(kvw, 256), (unsigned)r->len),
+                    256, 0, k + s * kvw, v + s * kvw, kvw, r->a, r->b, pd);
+        attention_launch(c, q + s * ldq, ldq, q_head_stride, r->len, r->pos0, r->a, r->b, dims,
+                         out + s * ldo, ldo, NULL, 1, r->pos0 + r->len, pd);
         return;
     }
     int maxlen = 0, max_keys = 0;
@@ -809,5 +853,5 @@ void cuda_op_attention_runs(ts_backend *be, const float *q, int64_t ldq, int64_t
     dim3 sgrid(cuda_blocks(kvw, 256), (unsigned)maxlen, (unsigned)nr);
     cuda_launch(c, "kv_store", k_kv_store, sgrid, 256, 0, k, v, kvw, dr);
     attention_launch(c, q, ldq, q_head_stride, maxlen, 0, NULL, NULL, dims, out, ldo, dr, nr,
-                     max_keys);
+                     max_keys, NULL);
 }

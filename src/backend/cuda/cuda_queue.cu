@@ -60,7 +60,10 @@ struct cq_state {
     unsigned char *table = nullptr; /* device */
     size_t table_used = 0;
     cudaStream_t cap_stream = nullptr;
-    long n_replays = 0, n_builds = 0;
+    long n_replays = 0, n_builds = 0, n_updates = 0; /* n_updates: nodes updated */
+    unsigned long epoch = 0; /* flushes so far */
+    /* TESSERA_CUDA_HOIST=0: fresh uploads stay in the chain (for comparison) */
+    bool hoist = true;
     /* shapes a graph could not be made of (not tried again), and whether that was said */
     uint64_t no_graph[8] = {0};
     int no_graph_next = 0;
@@ -90,6 +93,7 @@ static cq_state *state_of(cuda_ctx *c) {
     int major = 0;
     cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, c->device);
     q->pdl = major >= 9 && !cuda_env_off("TESSERA_CUDA_PDL");
+    q->hoist = !cuda_env_off("TESSERA_CUDA_HOIST");
     if (cudaMallocHost((void **)&q->stage, CQ_STAGE_BYTES) != cudaSuccess) {
         cudaGetLastError();
         q->stage = nullptr; /* uploads then go synchronously */
@@ -227,7 +231,7 @@ static bool same_shape(const cq_op *a, const cq_op *b) {
                a->grid.z == b->grid.z && a->block.x == b->block.x && a->block.y == b->block.y &&
                a->block.z == b->block.z && a->smem == b->smem && a->nargs == b->nargs;
     case CQ_COPY:
-        return a->dir == b->dir && a->bytes == b->bytes;
+        return a->dir == b->dir && a->bytes == b->bytes && a->hoist == b->hoist;
     case CQ_MEMSET:
         return a->bytes == b->bytes;
     case CQ_CALL:
@@ -251,7 +255,7 @@ static uint64_t shape_sig(const std::vector<cq_op> &ops) {
             break;
         case CQ_COPY:
         case CQ_MEMSET:
-            h = mix(h, (uint64_t)o.bytes ^ ((uint64_t)o.dir << 56));
+            h = mix(h, (uint64_t)o.bytes ^ ((uint64_t)o.dir << 56) ^ ((uint64_t)o.hoist << 60));
             break;
         case CQ_CALL:
             h = mix(h, (uint64_t)(uintptr_t)o.call);
@@ -275,11 +279,12 @@ static bool graph_update(cuda_ctx *c, cq_state *q, cq_graph *g, const std::vecto
         const cq_op *o = &ops[i];
         cq_op *old = &g->ops[i];
         cudaError_t err = cudaSuccess;
-        double t0 = q->profile_graphs ? now_ms() : 0;
+        double t0 = 0;
         bool set = false;
         switch (o->kind) {
         case CQ_KERNEL:
             if (o->args_len != old->args_len || memcmp(o->args, old->args, o->args_len) != 0) {
+                if (q->profile_graphs) t0 = now_ms();
                 void *params[CQ_MAX_ARGS];
                 cudaKernelNodeParams p = kernel_node(o, params);
                 err = cudaGraphExecKernelNodeSetParams(g->exec, g->nodes[i], &p);
@@ -289,6 +294,7 @@ static bool graph_update(cuda_ctx *c, cq_state *q, cq_graph *g, const std::vecto
         case CQ_COPY:
         case CQ_MEMSET:
             if (o->dst == old->dst && (o->kind == CQ_MEMSET || o->src == old->src)) break;
+            if (q->profile_graphs) t0 = now_ms();
             if (o->kind == CQ_COPY) {
                 err = cudaGraphExecMemcpyNodeSetParams1D(g->exec, g->nodes[i], o->dst, o->src,
                                                          o->bytes, o->dir);
@@ -301,6 +307,7 @@ static bool graph_update(cuda_ctx *c, cq_state *q, cq_graph *g, const std::vecto
         case CQ_CALL:
             break; /* equal by shape */
         }
+        q->n_updates += set;
         if (set && q->profile_graphs) {
             std::string name = std::string("update: ") + (o->what ? o->what : "?");
             host_add(q, name.c_str(), now_ms() - t0);
@@ -311,21 +318,59 @@ static bool graph_update(cuda_ctx *c, cq_state *q, cq_graph *g, const std::vecto
     return true;
 }
 
-/* Builds a graph of the submission: a chain of nodes in queue order. */
+/* Whether op i can run at the start of its graph: a fresh upload (cq_op.hoist) whose
+ * destination no other copy or memset of the submission touches. Between two kernels a copy
+ * node costs the chain a few microseconds (the copy engine's round trip, and the programmatic
+ * launch of the kernel after it is lost); a decode step of several sequences uploads a run
+ * table for each sequence-mixing layer. */
+static bool hoistable(const cq_state *q, const std::vector<cq_op> &ops, size_t i) {
+    const cq_op *o = &ops[i];
+    if (!q->hoist || o->kind != CQ_COPY || !o->hoist || o->dir != cudaMemcpyHostToDevice)
+        return false;
+    uintptr_t b = (uintptr_t)o->dst, e = b + o->bytes;
+    for (size_t j = 0; j < ops.size(); j++) {
+        const cq_op *p = &ops[j];
+        if (j == i || (p->kind != CQ_COPY && p->kind != CQ_MEMSET)) continue;
+        uintptr_t pb = (uintptr_t)p->dst, pe = pb + p->bytes;
+        if (pb < e && b < pe) return false;
+        if (p->kind == CQ_COPY && (uintptr_t)p->src < e && b < (uintptr_t)p->src + p->bytes)
+            return false;
+    }
+    return true;
+}
+
+/* Builds a graph of the submission: the hoistable uploads as its roots, then a chain of the
+ * other nodes in queue order whose first node depends on those roots. */
 static bool graph_build(cuda_ctx *c, cq_state *q, cq_graph *g, uint64_t sig,
                         const std::vector<cq_op> &ops) {
     graph_drop(g);
     if (!cuda_check(c, cudaGraphCreate(&g->graph, 0), "graph create")) return false;
     g->nodes.assign(ops.size(), nullptr);
+    std::vector<bool> root(ops.size());
     /* the nodes the next one depends on: the previous op's node, or the last nodes of a
-     * captured call */
+     * captured call; at first the roots */
     std::vector<cudaGraphNode_t> tails;
     for (size_t i = 0; i < ops.size(); i++) {
+        if (!(root[i] = hoistable(q, ops, i))) continue;
+        const cq_op *o = &ops[i];
+        cudaError_t err = cudaGraphAddMemcpyNode1D(&g->nodes[i], g->graph, nullptr, 0, o->dst,
+                                                   o->src, o->bytes, o->dir);
+        if (err != cudaSuccess) {
+            cudaGetLastError();
+            graph_drop(g);
+            return false;
+        }
+        tails.push_back(g->nodes[i]);
+    }
+    const cq_op *prev = nullptr; /* the last op of the chain */
+    for (size_t i = 0; i < ops.size(); i++) {
+        if (root[i]) continue;
         const cq_op *o = &ops[i];
         cudaGraphNode_t *node = &g->nodes[i];
         /* kernel after kernel: a programmatic edge (see cuda_pdl_entry), added below */
-        bool pdl = q->pdl && i > 0 && o->kind == CQ_KERNEL && ops[i - 1].kind == CQ_KERNEL &&
+        bool pdl = q->pdl && prev && o->kind == CQ_KERNEL && prev->kind == CQ_KERNEL &&
                    tails.size() == 1;
+        prev = o;
         const cudaGraphNode_t *dep = pdl ? nullptr : tails.data();
         size_t nd = pdl ? 0 : tails.size();
         cudaError_t err = cudaSuccess;
@@ -500,7 +545,7 @@ void cq_flush(cuda_ctx *c) {
         q->ops.clear();
     }
     cuda_check(c, cudaStreamSynchronize(c->stream), "sync");
-    if (q) q->stage_used = 0, q->table_used = 0;
+    if (q) q->stage_used = 0, q->table_used = 0, q->epoch++;
     if (q && q->profile_graphs) q->last_flush_end = now_ms();
 }
 
@@ -519,7 +564,7 @@ void *cuda_table(cuda_ctx *c, const void *host, size_t bytes) {
         at = 0;
     }
     q->table_used = at + bytes;
-    cuda_upload_async(c, q->table + at, host, bytes, "table");
+    cuda_upload_fresh(c, q->table + at, host, bytes, "table"); /* space new in this submission */
     return q->table + at;
 }
 
@@ -532,8 +577,8 @@ void *cq_stage(cuda_ctx *c, size_t bytes) {
     return q->stage + at;
 }
 
-void cuda_copy_async(cuda_ctx *c, void *dst, const void *src, size_t bytes, cudaMemcpyKind dir,
-                     const char *what) {
+static void copy_async(cuda_ctx *c, void *dst, const void *src, size_t bytes, cudaMemcpyKind dir,
+                       const char *what, bool hoist) {
     if (!bytes) return;
     cq_op op{}; /* zeroed, padding included: arguments are compared bytewise */
     op.kind = CQ_COPY;
@@ -542,7 +587,13 @@ void cuda_copy_async(cuda_ctx *c, void *dst, const void *src, size_t bytes, cuda
     op.src = src;
     op.bytes = bytes;
     op.dir = dir;
+    op.hoist = hoist;
     cq_submit(c, &op);
+}
+
+void cuda_copy_async(cuda_ctx *c, void *dst, const void *src, size_t bytes, cudaMemcpyKind dir,
+                     const char *what) {
+    copy_async(c, dst, src, bytes, dir, what, false);
 }
 
 void cuda_memset_async(cuda_ctx *c, void *dst, size_t bytes, const char *what) {
@@ -562,7 +613,8 @@ bool cuda_upload_now(cuda_ctx *c, void *dst, const void *src, size_t bytes, cons
            cuda_check(c, cudaStreamSynchronize(c->stream), what);
 }
 
-void cuda_upload_async(cuda_ctx *c, void *dst, const void *src, size_t bytes, const char *what) {
+static void upload(cuda_ctx *c, void *dst, const void *src, size_t bytes, const char *what,
+                   bool hoist) {
     if (!bytes) return;
     void *st = cq_stage(c, bytes);
     if (!st) {
@@ -576,10 +628,21 @@ void cuda_upload_async(cuda_ctx *c, void *dst, const void *src, size_t bytes, co
         }
     }
     memcpy(st, src, bytes);
-    cuda_copy_async(c, dst, st, bytes, cudaMemcpyHostToDevice, what);
+    copy_async(c, dst, st, bytes, cudaMemcpyHostToDevice, what, hoist);
 }
 
-void cq_stats(cuda_ctx *c, long *replays, long *builds) {
+void cuda_upload_async(cuda_ctx *c, void *dst, const void *src, size_t bytes, const char *what) {
+    upload(c, dst, src, bytes, what, false);
+}
+
+void cuda_upload_fresh(cuda_ctx *c, void *dst, const void *src, size_t bytes, const char *what) {
+    upload(c, dst, src, bytes, what, true);
+}
+
+unsigned long cq_epoch(cuda_ctx *c) { return c->q ? c->q->epoch : 0; }
+
+void cq_stats(cuda_ctx *c, long *replays, long *builds, long *updates) {
     *replays = c->q ? c->q->n_replays : 0;
     *builds = c->q ? c->q->n_builds : 0;
+    *updates = c->q ? c->q->n_updates : 0;
 }

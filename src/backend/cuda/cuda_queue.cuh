@@ -44,6 +44,10 @@ typedef struct {
     const void *src;
     size_t bytes;
     cudaMemcpyKind dir;
+    /* a host-to-device copy that no op queued before it in the submission reads (or writes)
+     * the destination of: a graph may run it at its start, off the chain of kernels (see
+     * graph_build in cuda_queue.cu) */
+    bool hoist;
     /* CQ_CALL */
     cq_call_fn call;
     size_t args_len; /* bytes of args in use (kernels and calls) */
@@ -59,8 +63,9 @@ void cq_flush(struct cuda_ctx_s *c);
  * (the caller then flushes and copies synchronously). Valid until the next flush. */
 void *cq_stage(struct cuda_ctx_s *c, size_t bytes);
 void cq_free(struct cuda_ctx_s *c);
-/* Graph replays and builds so far (tests check that decode replays). */
-void cq_stats(struct cuda_ctx_s *c, long *replays, long *builds);
+/* Graph replays, builds and nodes updated before a replay so far (tests check that decode
+ * replays, and that a single sequence's decode step replays with no node updated). */
+void cq_stats(struct cuda_ctx_s *c, long *replays, long *builds, long *updates);
 
 template <typename T> static inline void cq_pack(cq_op *op, const T &v) {
     size_t o = (op->args_len + alignof(T) - 1) & ~(alignof(T) - 1);
@@ -122,5 +127,14 @@ bool cuda_upload_now(struct cuda_ctx_s *c, void *dst, const void *src, size_t by
 /* Host bytes to the device through the staging arena (synchronously when they do not fit). */
 void cuda_upload_async(struct cuda_ctx_s *c, void *dst, const void *src, size_t bytes,
                        const char *what);
+/* The same for data that nothing queued earlier in this submission reads: the caller's promise
+ * (a buffer first written in the submission by this copy; cq_epoch tells a caller that keeps a
+ * buffer's contents across calls when a new submission began). Lets a graph run the copy at
+ * its start instead of between two kernels. */
+void cuda_upload_fresh(struct cuda_ctx_s *c, void *dst, const void *src, size_t bytes,
+                       const char *what);
+/* Submissions flushed so far: a caller that uploads only when its data changes uploads again
+ * when this changed, so that its upload is the first write in each submission that uses it. */
+unsigned long cq_epoch(struct cuda_ctx_s *c);
 
 #endif
