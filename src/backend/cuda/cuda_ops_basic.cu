@@ -13,14 +13,19 @@ extern "C" {
 
 #define EW_THREADS 256
 
-__global__ static void k_rmsnorm(const float *x, int64_t ldx, int dim, const float *w, float eps,
-                                 float *out, int64_t ldo) {
-    cuda_pdl_entry();
-    const float *xr = x + blockIdx.x * ldx;
-    float *o = out + blockIdx.x * ldo;
+/* o = rmsnorm(xr) * w over one row, by the whole block: one definition for the three norm
+ * kernels below, so that they round alike. */
+__device__ static inline void row_rmsnorm(const float *xr, int dim, const float *w, float eps,
+                                          float *o) {
     double ss = row_sumsq(xr, dim);
     float inv = 1.0f / sqrtf((float)(ss / dim) + eps);
     for (int i = threadIdx.x; i < dim; i += blockDim.x) o[i] = (xr[i] * inv) * w[i];
+}
+
+__global__ static void k_rmsnorm(const float *x, int64_t ldx, int dim, const float *w, float eps,
+                                 float *out, int64_t ldo) {
+    cuda_pdl_entry();
+    row_rmsnorm(x + blockIdx.x * ldx, dim, w, eps, out + blockIdx.x * ldo);
 }
 
 void cuda_op_rmsnorm(ts_backend *be, const float *x, int64_t ldx, int n_rows, int dim,
@@ -36,12 +41,9 @@ __global__ static void k_add_rmsnorm(float *x, const float *h, int dim, int64_t 
     cuda_pdl_entry();
     float *xr = x + blockIdx.x * ld;
     const float *hr = h + blockIdx.x * ld;
-    float *o = out + blockIdx.x * ld;
     for (int i = threadIdx.x; i < dim; i += blockDim.x) xr[i] += hr[i];
     __syncthreads(); /* out may be h: every add has read it */
-    double ss = row_sumsq(xr, dim);
-    float inv = 1.0f / sqrtf((float)(ss / dim) + eps);
-    for (int i = threadIdx.x; i < dim; i += blockDim.x) o[i] = (xr[i] * inv) * w[i];
+    row_rmsnorm(xr, dim, w, eps, out + blockIdx.x * ld);
 }
 
 void cuda_op_add_rmsnorm(ts_backend *be, float *x, const float *h, int n_rows, int dim, int64_t ld,
@@ -59,16 +61,13 @@ __global__ static void k_norm_add_rmsnorm(float *x, const float *h, int dim, int
     cuda_pdl_entry();
     float *xr = x + blockIdx.x * ld;
     const float *hr = h + blockIdx.x * ld;
-    float *o = out + blockIdx.x * ld;
     double hs = row_sumsq(hr, dim);
     float hinv = 1.0f / sqrtf((float)(hs / dim) + eps);
     /* the normed h rounded before the add, as k_rmsnorm stores it (no fused multiply-add) */
     for (int i = threadIdx.x; i < dim; i += blockDim.x) xr[i] += __fmul_rn(hr[i] * hinv, wh[i]);
     if (!w) return;
     __syncthreads(); /* out may be h: every add has read it */
-    double ss = row_sumsq(xr, dim);
-    float inv = 1.0f / sqrtf((float)(ss / dim) + eps);
-    for (int i = threadIdx.x; i < dim; i += blockDim.x) o[i] = (xr[i] * inv) * w[i];
+    row_rmsnorm(xr, dim, w, eps, out + blockIdx.x * ld);
 }
 
 void cuda_op_norm_add_rmsnorm(ts_backend *be, float *x, const float *h, int n_rows, int dim,
@@ -100,9 +99,7 @@ void cuda_op_l2norm_heads(ts_backend *be, const float *src, int64_t lds, int n_t
 __global__ static void k_l2norm(float *x, int64_t ldx, int dim, float eps, float scale) {
     cuda_pdl_entry();
     float *xr = x + blockIdx.x * ldx;
-    double ss = row_sumsq(xr, dim);
-    float inv = 1.0f / sqrtf((float)ss + eps);
-    for (int i = threadIdx.x; i < dim; i += blockDim.x) xr[i] = (xr[i] * inv) * scale;
+    cuda_l2norm_row(xr, dim, eps, scale, xr); /* in place: each thread rewrites what it read */
 }
 
 void cuda_op_l2norm(ts_backend *be, float *x, int64_t ldx, int n_rows, int dim, float eps,
