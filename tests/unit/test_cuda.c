@@ -570,6 +570,37 @@ static void test_attention_one_seq_steps(void) {
     free(kc), free(vc), free(q), free(kn), free(vn), free(o);
 }
 
+/* A run longer than a grid's 65535 rows: every new K/V row must reach the cache (the store
+ * kernels walk the rows; a launch of one block row per token would fail). Only the caches are
+ * compared: a CPU reference of the attention itself over 65600 queries would take minutes. */
+static void test_kv_store_long_run(void) {
+    int n = 65600, hd = 4, kvw = hd;
+    ts_attn_dims d = {1, 1, hd, 0.5f, 0, 0};
+    float *kn = rnd((size_t)n * kvw, 1.0f), *vn = rnd((size_t)n * kvw, 1.0f);
+    float *q = rnd((size_t)n * hd, 1.0f);
+    float *dkn = dev(kn, (size_t)n * kvw), *dvn = dev(vn, (size_t)n * kvw);
+    float *dq = dev(q, (size_t)n * hd), *dout = dev(q, (size_t)n * hd);
+    for (int nr = 1; nr <= 2; nr++) { /* one run (no table), then beside a second run */
+        float *zero = calloc((size_t)(n + 1) * kvw, 4);
+        float *dkc = dev(zero, (size_t)(n + 1) * kvw), *dvc = dev(zero, (size_t)(n + 1) * kvw);
+        float *dkc2 = dev(zero, (size_t)(n + 1) * kvw), *dvc2 = dev(zero, (size_t)(n + 1) * kvw);
+        ts_seq_run runs[2] = {{0, n - 1, 1, dkc, dvc}, {n - 1, 1, 0, dkc2, dvc2}};
+        if (nr == 1) runs[0].len = n;
+        gpu->ops->attention_runs(gpu, dq, hd, hd, dkn, dvn, &d, runs, nr, dout, hd);
+        float *got = host(dvc, (size_t)(n + 1) * kvw);
+        int len = runs[0].len;
+        CHECKF(memcmp(got + kvw, vn, (size_t)len * kvw * 4) == 0,
+               "%d run(s): a %d-token run's V rows did not all reach the cache", nr, len);
+        free(got);
+        gpu->ops->free(gpu, dkc), gpu->ops->free(gpu, dvc);
+        gpu->ops->free(gpu, dkc2), gpu->ops->free(gpu, dvc2);
+        free(zero);
+    }
+    gpu->ops->free(gpu, dkn), gpu->ops->free(gpu, dvn), gpu->ops->free(gpu, dq);
+    gpu->ops->free(gpu, dout);
+    free(kn), free(vn), free(q);
+}
+
 static void test_attention_runs(void) {
     test_attention_runs_case(3, (int[]){1, 3, 1}, (int[]){1500, 40, 700},
                              "attention_runs, long contexts");
@@ -582,6 +613,7 @@ static void test_attention_runs(void) {
     test_attention_runs_case(1, (int[]){70, 0, 0}, (int[]){20, 0, 0},
                              "attention_runs, one sequence's prompt");
     test_attention_one_seq_steps();
+    test_kv_store_long_run();
 }
 
 /* A [rows, cols] weight of dtype made from random floats; *f32 gets its exact values. */

@@ -779,27 +779,34 @@ void cuda_op_gdn_runs(ts_backend *be, const float *q, const float *k, int64_t ld
     }
 }
 
-/* Row i of run r's new keys and values to its cache row pos0 + i. */
+/* Row i of run r's new keys and values to its cache row pos0 + i (rows blockIdx.y, + gridDim.y,
+ * ...: a grid's y is at most 65535, a run may be longer). */
 __global__ static void k_kv_store(const float *k, const float *v, int kvw, const ts_seq_run *runs) {
     cuda_pdl_entry();
     ts_seq_run r = runs[blockIdx.z];
-    int i = blockIdx.y, col = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= r.len || col >= kvw) return;
-    int64_t src = (int64_t)(r.start + i) * kvw + col, dst = (int64_t)(r.pos0 + i) * kvw + col;
-    r.a[dst] = k[src];
-    r.b[dst] = v[src];
+    int col = blockIdx.x * blockDim.x + threadIdx.x;
+    if (col >= kvw) return;
+    for (int i = blockIdx.y; i < r.len; i += gridDim.y) {
+        int64_t src = (int64_t)(r.start + i) * kvw + col, dst = (int64_t)(r.pos0 + i) * kvw + col;
+        r.a[dst] = k[src];
+        r.b[dst] = v[src];
+    }
 }
 
-/* One sequence's new keys and values (rows 0 .. gridDim.y - 1) to its cache rows *pos0 + i. */
-__global__ static void k_kv_store_at(const float *k, const float *v, int kvw, float *kc, float *vc,
-                                     const int32_t *pos0) {
+/* One sequence's n new keys and values to its cache rows *pos0 + i (rows as above). */
+__global__ static void k_kv_store_at(const float *k, const float *v, int kvw, int n, float *kc,
+                                     float *vc, const int32_t *pos0) {
     cuda_pdl_entry();
-    int i = blockIdx.y, col = blockIdx.x * blockDim.x + threadIdx.x;
+    int col = blockIdx.x * blockDim.x + threadIdx.x;
     if (col >= kvw) return;
-    int64_t src = (int64_t)i * kvw + col, dst = (int64_t)(*pos0 + i) * kvw + col;
-    kc[dst] = k[src];
-    vc[dst] = v[src];
+    for (int i = blockIdx.y; i < n; i += gridDim.y) {
+        int64_t src = (int64_t)i * kvw + col, dst = (int64_t)(*pos0 + i) * kvw + col;
+        kc[dst] = k[src];
+        vc[dst] = v[src];
+    }
 }
+
+static unsigned kv_store_rows(int n) { return (unsigned)(n < 65535 ? n : 65535); }
 
 /* The device copy of a single run's cache position. A decode step's attention layers all pass
  * the same position, so it is uploaded once a submission (and again if it changes within one)
@@ -836,8 +843,8 @@ void cuda_op_attention_runs(ts_backend *be, const float *q, int64_t ldq, int64_t
         if (!pd) return;
         int kvw = dims->n_kv_heads * hd;
         int64_t s = r->start;
-        cuda_launch(c, "kv_store", k_kv_store_at, dim3(cuda_blocks(kvw, 256), (unsigned)r->len),
-                    256, 0, k + s * kvw, v + s * kvw, kvw, r->a, r->b, pd);
+        cuda_launch(c, "kv_store", k_kv_store_at, dim3(cuda_blocks(kvw, 256), kv_store_rows(r->len)),
+                    256, 0, k + s * kvw, v + s * kvw, kvw, r->len, r->a, r->b, pd);
         attention_launch(c, q + s * ldq, ldq, q_head_stride, r->len, r->pos0, r->a, r->b, dims,
                          out + s * ldo, ldo, NULL, 1, r->pos0 + r->len, pd);
         return;
@@ -850,7 +857,7 @@ void cuda_op_attention_runs(ts_backend *be, const float *q, int64_t ldq, int64_t
     const ts_seq_run *dr = (const ts_seq_run *)cuda_table(c, runs, (size_t)nr * sizeof *runs);
     if (!dr || maxlen <= 0) return;
     int kvw = dims->n_kv_heads * hd;
-    dim3 sgrid(cuda_blocks(kvw, 256), (unsigned)maxlen, (unsigned)nr);
+    dim3 sgrid(cuda_blocks(kvw, 256), kv_store_rows(maxlen), (unsigned)nr);
     cuda_launch(c, "kv_store", k_kv_store, sgrid, 256, 0, k, v, kvw, dr);
     attention_launch(c, q, ldq, q_head_stride, maxlen, 0, NULL, NULL, dims, out, ldo, dr, nr,
                      max_keys, NULL);
