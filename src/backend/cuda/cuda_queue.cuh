@@ -113,9 +113,11 @@ static inline void cuda_call(struct cuda_ctx_s *c, const char *what, cq_call_fn 
 void cuda_copy_async(struct cuda_ctx_s *c, void *dst, const void *src, size_t bytes,
                      cudaMemcpyKind dir, const char *what);
 void cuda_memset_async(struct cuda_ctx_s *c, void *dst, size_t bytes, const char *what);
-/* A device copy of a small host table (run descriptors) for the kernels of this submission:
- * staged and copied like an upload, into a device arena that is reused after each flush.
- * NULL on failure (recorded). */
+/* A device copy of a small host table (run descriptors) for the kernels of this submission, in
+ * a device arena that is reused after each flush. While ops queue, the tables are written to a
+ * pinned mirror of the arena and the flush copies them all up in one copy ahead of the
+ * submission's ops (a graph's root); when ops run as they come, each is a fresh upload. NULL on
+ * failure (recorded). */
 void *cuda_table(struct cuda_ctx_s *c, const void *host, size_t bytes);
 /* Host bytes to the device now, before any op queued after this call runs: the copy goes on the
  * backend's own stream and is waited for. (A plain cudaMemcpy would not do: it runs on the legacy
