@@ -1273,11 +1273,13 @@ static ts_engine *make_engine_dev(ts_model *m, int n_slots, ts_device dv);
  * with logits ([steps][B][V] floats), the argmax of the logits ts_engine_forward downloads;
  * without, ts_engine_forward_greedy's choice on the device. ids[i * B + s] (may be NULL when
  * logits are asked for): the token chosen for sequence s at step i. False on a failed forward. */
-static bool decode_steps(ts_engine *e, int B, int steps, float *logits, int32_t *ids) {
+static bool decode_steps_at(ts_engine *e, int slot0, int B, int steps, float *logits,
+                            int32_t *ids) {
     int V = ts_engine_n_vocab(e);
     int32_t tok[GD_MAX_B], pos[GD_MAX_B], sl[GD_MAX_B], chose[GD_MAX_B];
     uint8_t want[GD_MAX_B];
-    for (int s = 0; s < B; s++) ts_engine_slot_clear(e, s), tok[s] = 3 + 5 * s, sl[s] = s;
+    for (int s = 0; s < B; s++)
+        ts_engine_slot_clear(e, slot0 + s), tok[s] = 3 + 5 * s + slot0, sl[s] = slot0 + s;
     for (int i = 0; i < steps; i++) {
         for (int s = 0; s < B; s++) pos[s] = i, want[s] = 1;
         ts_batch b = {B, tok, pos, sl, want};
@@ -1298,6 +1300,44 @@ static bool decode_steps(ts_engine *e, int B, int steps, float *logits, int32_t 
         }
     }
     return true;
+}
+
+static bool decode_steps(ts_engine *e, int B, int steps, float *logits, int32_t *ids) {
+    return decode_steps_at(e, 0, B, steps, logits, ids);
+}
+
+/* A replay whose arguments did change: one sequence decodes in slot 0, then another in slot 1
+ * - the same shape, other state and cache buffers - so the cached graph's nodes are updated
+ * before its replays. The logits must be those of the op-by-op engine, bit for bit. */
+static void graph_update_case(ts_model *m) {
+    setenv("TESSERA_CUDA_GRAPHS", "0", 1);
+    ts_engine *plain = make_engine_slots(m, 2);
+    unsetenv("TESSERA_CUDA_GRAPHS");
+    ts_engine *graph = make_engine_slots(m, 2);
+    CHECK(plain && graph);
+    if (!plain || !graph) return;
+    int V = ts_engine_n_vocab(graph), steps = 6;
+    size_t nl = (size_t)steps * V;
+    float *a = malloc(2 * nl * sizeof *a), *b = malloc(2 * nl * sizeof *b);
+    bool ok = true;
+    long r0 = 0, b0 = 0, u0 = 0, r1 = 0, b1 = 0, u1 = 0;
+    for (int slot = 0; slot < 2 && ok; slot++) {
+        if (slot == 1) ts_backend_cuda_graph_stats(graph->be, &r0, &b0, &u0);
+        ok = decode_steps_at(plain, slot, 1, steps, a + slot * nl, NULL) &&
+             decode_steps_at(graph, slot, 1, steps, b + slot * nl, NULL);
+    }
+    ts_backend_cuda_graph_stats(graph->be, &r1, &b1, &u1);
+    CHECK(ok);
+    CHECKF(ok && memcmp(a, b, 2 * nl * sizeof(float)) == 0,
+           "graph decode after a slot change differs from op-by-op decode");
+    CHECKF(u1 - u0 > 0 && r1 - r0 >= steps - 1 && b1 == b0,
+           "slot change: %ld nodes updated, %ld replays, %ld new graphs", u1 - u0, r1 - r0,
+           b1 - b0);
+    printf("  graph update (slot 0 -> 1): %ld replays, %ld nodes updated, %s logits\n", r1 - r0,
+           u1 - u0, ok && memcmp(a, b, 2 * nl * sizeof(float)) == 0 ? "identical" : "DIFFERENT");
+    free(a), free(b);
+    ts_engine_free(plain);
+    ts_engine_free(graph);
 }
 
 static void graph_decode_case(ts_model *m, int B, int steps) {
@@ -1384,6 +1424,7 @@ static void test_graph_decode(void) {
         CHECKF(ts_model_open(path, &m) == TS_OK, "%s: %s", path, ts_last_error());
         if (!m) continue;
         graph_decode_case(m, B, 12);
+        if (B == 1) graph_update_case(m);
         ts_model_close(m);
     }
 }

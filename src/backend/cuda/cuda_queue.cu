@@ -68,6 +68,7 @@ struct cq_state {
     size_t table_pending = 0;
     cudaStream_t cap_stream = nullptr;
     long n_replays = 0, n_builds = 0, n_updates = 0; /* n_updates: nodes updated */
+    std::vector<uint32_t> changed; /* graph_matches' result, kept to reuse its memory */
     unsigned long epoch = 0; /* flushes so far */
     /* TESSERA_CUDA_HOIST=0: fresh uploads stay in the chain (for comparison) */
     bool hoist = true;
@@ -274,56 +275,69 @@ static uint64_t shape_sig(const std::vector<cq_op> &ops) {
     return h ? h : 1;
 }
 
-static bool graph_matches(const cq_graph *g, uint64_t sig, const std::vector<cq_op> &ops,
-                          size_t table_bytes) {
-    if (!g->exec || g->sig != sig || g->ops.size() != ops.size() || g->table_bytes != table_bytes)
-        return false;
-    for (size_t i = 0; i < ops.size(); i++)
-        if (!same_shape(&g->ops[i], &ops[i])) return false;
+/* Whether a cached op's node needs this submission's arguments (the op being of its shape). */
+static bool args_differ(const cq_op *old, const cq_op *o) {
+    switch (o->kind) {
+    case CQ_KERNEL:
+        return o->args_len != old->args_len || memcmp(o->args, old->args, o->args_len) != 0;
+    case CQ_COPY:
+        return o->dst != old->dst || o->src != old->src;
+    case CQ_MEMSET:
+        return o->dst != old->dst;
+    case CQ_CALL:
+        return false; /* equal by shape */
+    }
     return true;
 }
 
-/* Brings a cached graph's nodes to this submission's arguments. */
-static bool graph_update(cuda_ctx *c, cq_state *q, cq_graph *g, const std::vector<cq_op> &ops) {
+/* Whether the cached graph g has this submission's shape; if so, changed holds the ops whose
+ * nodes need new arguments (one pass over the ops: a decode step has hundreds, and this runs
+ * on the host while the GPU waits). */
+static bool graph_matches(const cq_graph *g, uint64_t sig, const std::vector<cq_op> &ops,
+                          size_t table_bytes, std::vector<uint32_t> *changed) {
+    if (!g->exec || g->sig != sig || g->ops.size() != ops.size() || g->table_bytes != table_bytes)
+        return false;
+    changed->clear();
     for (size_t i = 0; i < ops.size(); i++) {
+        if (!same_shape(&g->ops[i], &ops[i])) return false;
+        if (args_differ(&g->ops[i], &ops[i])) changed->push_back((uint32_t)i);
+    }
+    return true;
+}
+
+/* Brings a cached graph's changed nodes to this submission's arguments. */
+static bool graph_update(cuda_ctx *c, cq_state *q, cq_graph *g, const std::vector<cq_op> &ops,
+                         const std::vector<uint32_t> &changed) {
+    for (uint32_t i : changed) {
         const cq_op *o = &ops[i];
-        cq_op *old = &g->ops[i];
+        double t0 = q->profile_graphs ? now_ms() : 0;
         cudaError_t err = cudaSuccess;
-        double t0 = 0;
-        bool set = false;
         switch (o->kind) {
-        case CQ_KERNEL:
-            if (o->args_len != old->args_len || memcmp(o->args, old->args, o->args_len) != 0) {
-                if (q->profile_graphs) t0 = now_ms();
-                void *params[CQ_MAX_ARGS];
-                cudaKernelNodeParams p = kernel_node(o, params);
-                err = cudaGraphExecKernelNodeSetParams(g->exec, g->nodes[i], &p);
-                set = true;
-            }
+        case CQ_KERNEL: {
+            void *params[CQ_MAX_ARGS];
+            cudaKernelNodeParams p = kernel_node(o, params);
+            err = cudaGraphExecKernelNodeSetParams(g->exec, g->nodes[i], &p);
             break;
-        case CQ_COPY:
-        case CQ_MEMSET:
-            if (o->dst == old->dst && (o->kind == CQ_MEMSET || o->src == old->src)) break;
-            if (q->profile_graphs) t0 = now_ms();
-            if (o->kind == CQ_COPY) {
-                err = cudaGraphExecMemcpyNodeSetParams1D(g->exec, g->nodes[i], o->dst, o->src,
-                                                         o->bytes, o->dir);
-            } else {
-                cudaMemsetParams p = memset_node(o);
-                err = cudaGraphExecMemsetNodeSetParams(g->exec, g->nodes[i], &p);
-            }
-            set = true;
-            break;
-        case CQ_CALL:
-            break; /* equal by shape */
         }
-        q->n_updates += set;
-        if (set && q->profile_graphs) {
+        case CQ_COPY:
+            err = cudaGraphExecMemcpyNodeSetParams1D(g->exec, g->nodes[i], o->dst, o->src,
+                                                     o->bytes, o->dir);
+            break;
+        case CQ_MEMSET: {
+            cudaMemsetParams p = memset_node(o);
+            err = cudaGraphExecMemsetNodeSetParams(g->exec, g->nodes[i], &p);
+            break;
+        }
+        case CQ_CALL:
+            break;
+        }
+        q->n_updates++;
+        if (q->profile_graphs) {
             std::string name = std::string("update: ") + (o->what ? o->what : "?");
             host_add(q, name.c_str(), now_ms() - t0);
         }
         if (!cuda_check(c, err, "graph update")) return false;
-        *old = *o;
+        g->ops[i] = *o;
     }
     return true;
 }
@@ -507,7 +521,10 @@ void cq_flush(cuda_ctx *c) {
             uint64_t sig = shape_sig(q->ops);
             cq_graph *hit = nullptr;
             for (auto &g : q->cache)
-                if (graph_matches(&g, sig, q->ops, q->table_pending)) hit = &g;
+                if (graph_matches(&g, sig, q->ops, q->table_pending, &q->changed)) {
+                    hit = &g;
+                    break;
+                }
             if (hit && hit->has_copies && hit->frees != c->frees) { /* see cq_graph */
                 graph_drop(hit);
                 hit = nullptr;
@@ -522,7 +539,8 @@ void cq_flush(cuda_ctx *c) {
                 } else {
                     q->no_graph[q->no_graph_next++ % 8] = sig;
                 }
-            } else if (hit && !graph_update(c, q, hit, q->ops)) { /* run plainly, then rebuild */
+            } else if (hit && !graph_update(c, q, hit, q->ops, q->changed)) {
+                /* run plainly, then rebuild */
                 graph_drop(hit);
                 hit = nullptr;
                 c->failed = false;
