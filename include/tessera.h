@@ -229,6 +229,10 @@ void ts_sampler_set_adjust(ts_sampler *s, float rep, const ts_logit_adjust *adj,
 /* log(sum_i exp(logits[i])) over a row of n_vocab logits (NaN entries left out), for
  * log-probabilities: the CPU's vector exp in float, within ~1e-6 of a float64 sum. */
 double ts_sampler_logsumexp(ts_sampler *s, const float *logits);
+/* The k best entries of a row of n_vocab logits, for log-probabilities' alternatives: their ids
+ * and logits into ids[] and vals[], by logit and then the lower id first; NaN and -inf never.
+ * Returns how many (fewer than k when the row has fewer candidates). */
+int ts_sampler_top(ts_sampler *s, const float *logits, int k, int32_t *ids, float *vals);
 
 #ifdef __cplusplus
 }

@@ -305,10 +305,30 @@ int32_t ts_sampler_sample(ts_sampler *s, const float *logits) {
 double ts_sampler_logsumexp(ts_sampler *s, const float *logits) {
     float mx = ts_max_f32(logits, s->n_vocab); /* NaN never wins */
     if (mx == -INFINITY) return -INFINITY;
-    int n = 0;
-    for (int i = 0; i < s->n_vocab; i++)
-        if (is_candidate(logits[i])) s->pv[n++] = logits[i] - mx;
-    return (double)mx + log(s->k->exp_sum(s->pv, n));
+    /* a non-candidate's term is exp(-inf) = 0: a select the compiler vectorises instead of a
+     * scalar loop gathering the candidates; in chunks that stay in L1 rather than a whole row's
+     * terms (1 MB for 262144 tokens) out to L3 and back. 0.26 -> 0.21 ms for a real Gemma 3
+     * row on the 2-core VM: the exps themselves are the rest. */
+    enum { CHUNK = 2048 };
+    float *pv = s->pv;
+    double sum = 0;
+    for (int c0 = 0; c0 < s->n_vocab; c0 += CHUNK) {
+        int n = s->n_vocab - c0 < CHUNK ? s->n_vocab - c0 : CHUNK;
+        const float *l = logits + c0;
+        for (int i = 0; i < n; i++)
+            pv[i] = is_candidate(l[i]) ? l[i] - mx : -INFINITY;
+        sum += s->k->exp_sum(pv, n);
+    }
+    return (double)mx + log(sum);
+}
+
+int ts_sampler_top(ts_sampler *s, const float *logits, int k, int32_t *ids, float *vals) {
+    if (k <= 0) return 0;
+    if (k > s->n_vocab) k = s->n_vocab;
+    int n = top_k_of(s->c, logits, NULL, s->n_vocab, k, 1.0f);
+    for (int i = 0; i < n; i++)
+        ids[i] = s->c[i].id, vals[i] = s->c[i].logit;
+    return n;
 }
 
 int ts_sampler_n_vocab(const ts_sampler *s) { return s->n_vocab; }

@@ -148,21 +148,10 @@ static void compute_logprobs(const serve_decoder *d, ts_sampler *smp, int32_t ch
     float lse = (float)ts_sampler_logsumexp(smp, l);
     out->id = chosen;
     out->logprob = l[chosen] - lse;
-    out->n_top = 0;
-    for (int t = 0; t < d->n_vocab && k > 0; t++) {
-        if (isnan(l[t])) continue;
-        int n = out->n_top;
-        if (n == k && l[t] - lse <= out->top_lp[n - 1]) continue;
-        int i = n < k ? n++ : n - 1;
-        while (i > 0 && out->top_lp[i - 1] < l[t] - lse) {
-            out->top_lp[i] = out->top_lp[i - 1];
-            out->top_id[i] = out->top_id[i - 1];
-            i--;
-        }
-        out->top_lp[i] = l[t] - lse;
-        out->top_id[i] = t;
-        out->n_top = n;
-    }
+    if (k > SERVE_MAX_TOP_LOGPROBS) k = SERVE_MAX_TOP_LOGPROBS;
+    out->n_top = ts_sampler_top(smp, l, k, out->top_id, out->top_lp);
+    for (int i = 0; i < out->n_top; i++)
+        out->top_lp[i] -= lse;
 }
 
 static ts_status push_logprob(serve_job *j, const serve_logprob *lp) {

@@ -245,6 +245,55 @@ int main(void) {
         free(row);
     }
 
+    /* ts_sampler_top (log-probabilities' alternatives) against the definition: every candidate
+     * ordered by logit, then the lower id; NaN and -inf never. Rows of many ties (logits from
+     * 12 values), a huge value in the last block, rows with fewer candidates than k, and lengths
+     * that are no multiple of the 16-logit blocks the selection skips over. */
+    {
+        unsigned long long st = 11;
+        for (int cs = 0; cs < 60; cs++) {
+            int n = 1000 + 37 * cs, k = 1 + cs % 20;
+            float *row = malloc((size_t)n * sizeof *row);
+            for (int i = 0; i < n; i++) {
+                double u = tu_rng_uniform(&st);
+                row[i] = cs % 3 == 0 ? (float)(int)(12 * u) : (float)(40 * u - 20);
+                if (u < 0.05) row[i] = NAN;
+                else if (u < 0.1) row[i] = -INFINITY;
+            }
+            if (cs % 4 == 1) row[n - 1] = 1e30f; /* in the last, partial block */
+            if (cs % 5 == 2) /* fewer candidates than k */
+                for (int i = 3; i < n; i++) row[i] = i % 2 ? NAN : -INFINITY;
+            int32_t want_id[20];
+            float want_v[20];
+            int nw = 0;
+            for (int i = 0; i < n; i++) { /* insertion into the k best, by (logit desc, id) */
+                float l = row[i];
+                if (!(l > -INFINITY)) continue;
+                int j = nw < k ? nw++ : k;
+                if (j == k && !(l > want_v[k - 1])) continue;
+                if (j == k) j = k - 1;
+                while (j > 0 && l > want_v[j - 1]) {
+                    want_v[j] = want_v[j - 1], want_id[j] = want_id[j - 1];
+                    j--;
+                }
+                want_v[j] = l, want_id[j] = i;
+            }
+            ts_sampler_params sp = {1.0f, 0, 1.0f, 0.0f, 1};
+            ts_sampler *ts = NULL;
+            CHECK(ts_sampler_create(&sp, n, &ts) == TS_OK);
+            int32_t got_id[20];
+            float got_v[20];
+            int ng = ts ? ts_sampler_top(ts, row, k, got_id, got_v) : -1;
+            bool same = ng == nw;
+            for (int i = 0; same && i < nw; i++)
+                same = got_id[i] == want_id[i] && got_v[i] == want_v[i];
+            CHECKF(same, "top %d of %d logits (case %d): %d entries, %d wanted%s", k, n, cs, ng, nw,
+                   ng == nw ? ", other ids" : "");
+            ts_sampler_free(ts);
+            free(row);
+        }
+    }
+
     /* logit adjustments (penalties): the formula on listed ids, out-of-range ids skipped, a
      * repetition penalty that is not a positive finite number taken as none, n 0 removes them */
     {
