@@ -117,6 +117,13 @@ ts_status ts_engine_forward_greedy(ts_engine *engine, const ts_batch *batch, int
  * from the same generator, up to float rounding where a draw falls on a boundary. */
 ts_status ts_engine_forward_sample(ts_engine *engine, const ts_batch *batch,
                                    ts_sampler *const *samplers, int32_t *ids);
+/* The same draws, and the wanted tokens' logits written to logits as ts_engine_forward writes
+ * them, with each sampler's logit adjustments (ts_sampler_set_adjust) applied: what the draw
+ * saw, for log-probabilities. On a GPU the draw stays where the logits are (the same tokens
+ * as ts_engine_forward_sample); the logits come over as well. */
+ts_status ts_engine_forward_sample_logits(ts_engine *engine, const ts_batch *batch,
+                                          ts_sampler *const *samplers, int32_t *ids,
+                                          float *logits);
 
 /* Empties a slot (its sequence starts again at position 0). */
 ts_status ts_engine_slot_clear(ts_engine *engine, int slot);

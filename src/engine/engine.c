@@ -205,8 +205,9 @@ static ts_status sample_room(ts_engine *e, int n) {
     return TS_OK;
 }
 
-ts_status ts_engine_forward_sample(ts_engine *e, const ts_batch *b, ts_sampler *const *samplers,
-                                   int32_t *ids) {
+/* ts_engine_forward_sample, and with logits (not NULL) ts_engine_forward_sample_logits. */
+static ts_status forward_sample(ts_engine *e, const ts_batch *b, ts_sampler *const *samplers,
+                                int32_t *ids, float *logits) {
     int n_want = 0;
     for (int i = 0; b->wants_logits && i < b->n_tokens; i++)
         n_want += b->wants_logits[i] != 0;
@@ -217,7 +218,7 @@ ts_status ts_engine_forward_sample(ts_engine *e, const ts_batch *b, ts_sampler *
                             "%d", k, e->n_vocab);
     TS_TRY(sample_room(e, n_want > 0 ? n_want : 1));
     if (!e->be->ops->sample) { /* the logits come to the host, where the sampler runs */
-        float *logits = e->sample_buf;
+        if (!logits) logits = e->sample_buf;
         TS_TRY(forward(e, b, logits, NULL, NULL, NULL));
         for (int k = 0; k < n_want; k++) {
             ts_sampler_adjust(samplers[k], logits + (size_t)k * e->n_vocab);
@@ -233,7 +234,7 @@ ts_status ts_engine_forward_sample(ts_engine *e, const ts_batch *b, ts_sampler *
                                            .logit = lg + (size_t)k * e->n_vocab,
                                            .tok = tk + (size_t)k * e->n_vocab};
     }
-    TS_TRY(forward(e, b, NULL, NULL, e->sample_req, e->sample_res));
+    TS_TRY(forward(e, b, logits, NULL, e->sample_req, e->sample_res));
     for (int k = 0; k < n_want; k++) {
         const ts_sample_res *r = &e->sample_res[k];
         if (r->id < 0 && r->n <= 0) /* the backend recorded why; nothing to draw from */
@@ -245,4 +246,16 @@ ts_status ts_engine_forward_sample(ts_engine *e, const ts_batch *b, ts_sampler *
                             e->be->ops->name);
     }
     return TS_OK;
+}
+
+ts_status ts_engine_forward_sample(ts_engine *e, const ts_batch *b, ts_sampler *const *samplers,
+                                   int32_t *ids) {
+    return forward_sample(e, b, samplers, ids, NULL);
+}
+
+ts_status ts_engine_forward_sample_logits(ts_engine *e, const ts_batch *b,
+                                          ts_sampler *const *samplers, int32_t *ids,
+                                          float *logits) {
+    if (!logits) return ts_error(TS_ERR_INVALID, "forward_sample_logits without a logits buffer");
+    return forward_sample(e, b, samplers, ids, logits);
 }

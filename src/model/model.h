@@ -27,7 +27,9 @@ typedef struct {
      * decoding without moving the logits to the host). */
     int32_t *argmax;
     /* NULL: as above. Else, for each wanted token, the backend's sampling op is asked for its
-     * next token with sample[k] and answers in sample_res[k] (the backend must have the op). */
+     * next token with sample[k] and answers in sample_res[k] (the backend must have the op);
+     * the logits, with the requests' adjustments applied, are also written where the forward's
+     * logits argument is not NULL (for log-probabilities). */
     const ts_sample_req *sample;
     ts_sample_res *sample_res;
 } ts_fwd_batch;

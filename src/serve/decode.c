@@ -110,8 +110,8 @@ static bool has_penalties(const serve_job *j) {
 
 /* The penalties are kept as a list of logit adjustments (ts_logit_adjust), one per token they
  * touch: with a repetition penalty every token of the prompt and the answer, else the answer's.
- * A draw in the forward hands the list to the sampler (ts_sampler_set_adjust); the host path
- * applies it here, with the same float operations. */
+ * A draw in the forward hands the list to the sampler (ts_sampler_set_adjust); the first token,
+ * drawn here from the prompt's logits, gets it applied here, with the same float operations. */
 
 /* The penalties on the logits a draw on the host reads (d->logits). */
 static void apply_penalties(serve_decoder *d, const serve_job *j) {
@@ -239,11 +239,12 @@ static ts_status decode(serve_decoder *d, serve_job *j, serve_finish *how) {
     ts_status st = ts_sampler_create(&j->sp, d->n_vocab, &smp);
     if (st == TS_OK) st = ts_detokenizer_create(d->o.tok, true, &dt);
     *how = SERVE_FINISH_LENGTH;
-    /* Without log-probabilities the logits themselves are never needed: each decode step draws
-     * its token where the logits are (on a GPU: a token id comes back, not a vocabulary of
-     * floats), the penalties going along as logit adjustments. The first token still comes
-     * from the prompt's logits. */
-    const bool draw_in_forward = j->top_logprobs < 0, penalised = has_penalties(j);
+    /* Each decode step draws its token where the logits are (on a GPU: a token id comes back,
+     * not a vocabulary of floats), the penalties going along as logit adjustments; with
+     * log-probabilities the adjusted logits come back as well, so the tokens drawn do not
+     * depend on whether they were asked for. The first token still comes from the prompt's
+     * logits, drawn here. */
+    const bool want_lp = j->top_logprobs >= 0, penalised = has_penalties(j);
     int32_t drawn = -1;
     adjust_reset(d, j);
     for (int k = 0; st == TS_OK && k < j->max_tokens; k++) {
@@ -259,7 +260,7 @@ static ts_status decode(serve_decoder *d, serve_job *j, serve_finish *how) {
         }
         drawn = -1;
         serve_logprob lp;
-        if (j->top_logprobs >= 0) compute_logprobs(d, smp, tok, j->top_logprobs, &lp);
+        if (want_lp) compute_logprobs(d, smp, tok, j->top_logprobs, &lp);
         d->seq[d->n_seq++] = tok;
         d->gen_count[tok]++;
         if (penalised) {
@@ -288,7 +289,7 @@ static ts_status decode(serve_decoder *d, serve_job *j, serve_finish *how) {
             if (ts_detokenizer_push(dt, tok, &text, &len) != TS_OK) len = 0;
             st = serve_textout_token(&to, tok, text, len, &stopped);
         }
-        if (st == TS_OK && j->top_logprobs >= 0) st = push_logprob(j, &lp);
+        if (st == TS_OK && want_lp) st = push_logprob(j, &lp);
         wake(j);
         if (stopped) {
             *how = SERVE_FINISH_STOP;
@@ -300,8 +301,9 @@ static ts_status decode(serve_decoder *d, serve_job *j, serve_finish *how) {
         ts_batch b = {1, &tok, &p, d->slot, NULL};
         flush_snapshot(d);
         if (st == TS_OK)
-            st = draw_in_forward ? ts_engine_forward_sample(d->o.engine, &b, &smp, &drawn)
-                                 : ts_engine_forward(d->o.engine, &b, d->logits);
+            st = want_lp ? ts_engine_forward_sample_logits(d->o.engine, &b, &smp, &drawn,
+                                                           d->logits)
+                         : ts_engine_forward_sample(d->o.engine, &b, &smp, &drawn);
         serve_metrics_token_latency(d->o.metrics, serve_now() - t0);
     }
     if (st == TS_OK && (*how == SERVE_FINISH_LENGTH)) {

@@ -1247,6 +1247,36 @@ static void test_engine_sample(void) {
         ts_sampler_free(sa), ts_sampler_free(sb);
         free(lg);
     }
+    /* with log-probabilities (ts_engine_forward_sample_logits): the draw stays on the device and
+     * the logits come back with the sampler's adjustments applied by the device, bit for bit
+     * what the host's ts_sampler_adjust makes of the step's logits; the same draws */
+    for (int c = 0; ea && eb && c < 2; c++) {
+        int V = ts_engine_n_vocab(ea);
+        ts_sampler *sa = NULL, *sb = NULL;
+        CHECK(ts_sampler_create(&ps[c], V, &sa) == TS_OK &&
+              ts_sampler_create(&ps[c], V, &sb) == TS_OK);
+        ts_logit_adjust adj[40];
+        for (int i = 0; i < 40; i++) adj[i] = (ts_logit_adjust){(7 * i) % V, 0.3f * (float)(i % 4)};
+        ts_sampler_set_adjust(sa, 1.3f, adj, 40);
+        ts_sampler_set_adjust(sb, 1.3f, adj, 40);
+        float *lg = malloc((size_t)V * sizeof *lg), *la = malloc((size_t)V * sizeof *la);
+        ts_engine_slot_clear(ea, 0), ts_engine_slot_clear(eb, 0);
+        int32_t ta = 3, sl = 0;
+        int diff = 0, ldiff = 0, steps = 8;
+        for (int i = 0; i < steps; i++) {
+            int32_t p = i, tb = ta;
+            ts_batch ba = {1, &ta, &p, &sl, NULL}, bb = {1, &tb, &p, &sl, NULL};
+            CHECK(ts_engine_forward_sample_logits(ea, &ba, &sa, &ta, la) == TS_OK);
+            CHECK(ts_engine_forward(eb, &bb, lg) == TS_OK);
+            ts_sampler_adjust(sb, lg);
+            ldiff += memcmp(la, lg, (size_t)V * sizeof *la) != 0;
+            diff += ta != ts_sampler_sample(sb, lg);
+        }
+        CHECKF(ldiff == 0 && diff == 0, "params %d with logits: %d of %d steps' logits and %d "
+               "draws differ", c, ldiff, steps, diff);
+        ts_sampler_free(sa), ts_sampler_free(sb);
+        free(lg), free(la);
+    }
     /* a sampler for another vocabulary is refused */
     ts_sampler *wrong = NULL;
     ts_sampler_params wp = {1.0f, 0, 1.0f, 0.0f, 1};
