@@ -546,6 +546,10 @@ static int bench(int argc, char **argv) {
             if (!*only || !strcmp(only, "prefill")) {
                 bench_one(pool, nth, (cpu_isa)i, dt, 1024, 1024, 512, 1.0, 0);
                 bench_one(pool, nth, (cpu_isa)i, dt, 3584, 1024, 512, 1.0, 0);
+                /* Gemma 3 270M's 640-wide projections: two 256-element chunks and a tail of
+                 * four 32-element blocks (the types whose blocks are 32 wide) */
+                if (ts_dtype_block_elems(dt) == 32)
+                    bench_one(pool, nth, (cpu_isa)i, dt, 2048, 640, 512, 1.0, 0);
             }
         }
     }
