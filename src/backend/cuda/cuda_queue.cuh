@@ -5,8 +5,9 @@
  * a copy of the argument values) and submitted when the host needs a result (download, free,
  * destroy). A step whose shape repeats - the same sequence of kernels and grids as the previous
  * submission, as every decode step after the first - becomes a CUDA graph, built once and then
- * replayed; only nodes whose arguments changed (the position of the new token, the KV row it
- * writes) get their parameters updated before the replay. Steps that do not repeat (prefill)
+ * replayed; only nodes whose arguments changed get their parameters updated before the replay
+ * (a steady decode step has none: the position and the rows it writes reach the kernels
+ * through device memory). Steps that do not repeat (prefill)
  * run op by op as before. TESSERA_CUDA_GRAPHS=0 turns the graphs off (ops still queue).
  *
  * Host data a queued copy reads is first copied into a pinned staging arena, so callers may
