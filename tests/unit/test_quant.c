@@ -538,6 +538,8 @@ static int bench(int argc, char **argv) {
                 bench_one(pool, nth, (cpu_isa)i, dt, 1024, 6144, 1, 0.5, 0);
                 bench_one(pool, nth, (cpu_isa)i, dt, 248320, 1024, 1, 1.0, 0);
                 bench_one(pool, nth, (cpu_isa)i, dt, 248320, 1024, 2, 1.0, 0);
+                if (ts_dtype_block_elems(dt) == 32) /* Gemma 3 270M's output head */
+                    bench_one(pool, nth, (cpu_isa)i, dt, 262144, 640, 1, 1.0, 0);
             }
             if (!*only || !strcmp(only, "hot")) {
                 bench_one(pool, nth, (cpu_isa)i, dt, hot_rows, 1024, 1, 0.5, 1);
