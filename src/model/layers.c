@@ -28,14 +28,11 @@ void ts_output_logits(ts_backend *be, const ts_output_head *oh, const ts_fwd_bat
         op->rmsnorm(be, lh, D, k, D, oh->final_norm, oh->eps, lh, D);
         op->matmul(be, oh->head, lh, D, k, lg, oh->n_vocab);
         if (oh->softcap > 0) op->softcap(be, lg, (int64_t)k * oh->n_vocab, oh->softcap);
-        if (b->sample) {
+        if (b->sample)
             op->sample(be, lg, oh->n_vocab, k, oh->n_vocab, b->sample + s0, b->sample_res + s0);
-            if (logits) /* adjusted in place by the sample op */
-                op->download(be, logits + (size_t)s0 * oh->n_vocab, lg,
-                             (size_t)k * oh->n_vocab * sizeof(float));
-        } else if (b->argmax)
+        else if (b->argmax)
             op->argmax(be, lg, oh->n_vocab, k, oh->n_vocab, b->argmax + s0);
-        else
+        if (logits && !b->argmax) /* after a draw, with its adjustments (made in place) */
             op->download(be, logits + (size_t)s0 * oh->n_vocab, lg,
                          (size_t)k * oh->n_vocab * sizeof(float));
     }
