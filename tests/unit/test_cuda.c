@@ -840,15 +840,20 @@ static void test_matmul_glu(void) {
     }
 }
 
-/* One token of 16-bit weights (cuda_gemv_one.cu): stacks of many rows, where a warp of the
- * capped grid takes two rows a round (rows o and o + W) across the boundary between the
- * stacked weights, with the input norm folded in; rows of 17 groups (lanes idle) and of 257
- * (a second round of loads). Against the CPU's norm and fp32 matmul. */
+/* One token of 16-bit weights (cuda_gemv_one.cu): a lane keeps 4, 8 or 16 groups of a row in
+ * flight by the row's length, a warp sums 1, 2 or 4 rows together (rows o, o + W, ...) so that
+ * one round of the capped grid covers the matrix, and larger matrices go round. The cases below
+ * take each of those shapes on an H200 (132 multiprocessors): stacks of two weights (a warp's
+ * rows across the boundary), the input norm folded in, rows of 17 groups (lanes idle) and of 257
+ * (a second round of loads); then the gated MLP's form (a gate and an up row an output, one or
+ * two outputs a warp). Against the CPU's norm and fp32 matmul. */
 static void test_gemv_one_rows(void) {
     float eps = 1e-6f;
-    for (int ci = 0; ci < 4; ci++) {
+    static const int plain[][3] = {{136, 5000, 4200},  {2056, 4500, 4100}, {1000, 3000, 3000},
+                                   {1000, 2000, 1000}, {1536, 2000, 1000}, {1536, 5000, 4000}};
+    for (int ci = 0; ci < (int)(sizeof plain / sizeof *plain); ci++) {
         ts_dtype dt = ci & 1 ? TS_DTYPE_F16 : TS_DTYPE_BF16;
-        int cols = ci < 2 ? 136 : 2056, r0 = ci < 2 ? 5000 : 4500, r1 = ci < 2 ? 4200 : 4100;
+        int cols = plain[ci][0], r0 = plain[ci][1], r1 = plain[ci][2];
         float *f0, *f1, *nw = rnd(cols, 1.0f);
         ts_tensor W0 = make_weight(dt, r0, cols, &f0), W1 = make_weight(dt, r1, cols, &f1);
         ts_tensor F0 = {TS_DTYPE_F32, 2, {r0, cols, 1, 1, 1, 1}, f0, (uint64_t)r0 * cols * 4};
@@ -874,6 +879,38 @@ static void test_gemv_one_rows(void) {
         gpu->ops->free(gpu, d0), gpu->ops->free(gpu, d1);
         kept_extra((void *)W0.data), kept_extra((void *)W1.data);
         free(f0), free(f1), free(nw), free(x), free(xn), free(y0), free(y1);
+    }
+    static const int glu[][2] = {{1000, 3000}, {1000, 5000}, {2000, 3000}, {4104, 1500}};
+    for (int ci = 0; ci < (int)(sizeof glu / sizeof *glu); ci++) {
+        ts_dtype dt = ci & 1 ? TS_DTYPE_F16 : TS_DTYPE_BF16;
+        int cols = glu[ci][0], rows = glu[ci][1];
+        bool normed = ci < 2, gelu = ci & 1;
+        float *fg, *fu, *nw = rnd(cols, 1.0f);
+        ts_tensor Wg = make_weight(dt, rows, cols, &fg), Wu = make_weight(dt, rows, cols, &fu);
+        ts_tensor Fg = {TS_DTYPE_F32, 2, {rows, cols, 1, 1, 1, 1}, fg, (uint64_t)rows * cols * 4};
+        ts_tensor Fu = {TS_DTYPE_F32, 2, {rows, cols, 1, 1, 1, 1}, fu, (uint64_t)rows * cols * 4};
+        float *x = rnd(cols, 3.0f), *xn = calloc(cols, 4);
+        float *tg = calloc(rows, 4), *tu = calloc(rows, 4), *ref = calloc(rows, 4);
+        if (normed)
+            cpu->ops->rmsnorm(cpu, x, cols, 1, cols, nw, eps, xn, cols);
+        else
+            memcpy(xn, x, (size_t)cols * 4);
+        cpu->ops->matmul(cpu, &Fg, xn, cols, 1, tg, rows);
+        cpu->ops->matmul(cpu, &Fu, xn, cols, 1, tu, rows);
+        (gelu ? cpu->ops->gelu_mul : cpu->ops->swiglu)(cpu, tg, tu, rows, 1, rows, ref, rows);
+        float *dx = dev(x, cols), *dscr = dev(x, cols), *dnw = dev(nw, cols);
+        float *dg = dev(tg, rows), *du = dev(tu, rows), *dout = dev(tg, rows);
+        ts_prenorm pre = {dnw, eps, dscr};
+        gpu->ops->matmul_glu(gpu, &Wg, &Wu, dx, cols, 1, normed ? &pre : NULL, gelu, dg, du, rows,
+                             dout, rows);
+        char what[80];
+        snprintf(what, sizeof what, "gemv one token glu %s %d x %d%s%s", ts_dtype_name(dt), rows,
+                 cols, normed ? " normed" : "", gelu ? " gelu" : "");
+        cmp(what, dout, ref, rows, 2 * gemm_tol(dt, 1));
+        gpu->ops->free(gpu, dx), gpu->ops->free(gpu, dscr), gpu->ops->free(gpu, dnw);
+        gpu->ops->free(gpu, dg), gpu->ops->free(gpu, du), gpu->ops->free(gpu, dout);
+        kept_extra((void *)Wg.data), kept_extra((void *)Wu.data);
+        free(fg), free(fu), free(nw), free(x), free(xn), free(tg), free(tu), free(ref);
     }
 }
 

@@ -7,27 +7,35 @@
  * projections at 0.6 TB/s (a warp walks a 2048- or 3584-column row in 4 or 7 dependent rounds of
  * loads) and the 8224-row input projection at 1.2 TB/s, with 2.6 waves of blocks.
  *
- * Here a lane issues all its loads of a row at once (G1_U 16-byte groups: a 2048-column row is
- * one round), and the grid is capped at what the GPU holds at once (TESSERA_CUDA_GEMV1 waves,
- * default 1): warp w takes rows w, w + W, ... (two at a time where every warp has two or more).
- * Each row is summed in the general GEMV's order. Measured on an H200, the same binary
- * alternating (`tessera bench -p 16 -n 128 -r 3`, 0.8B BF16): tg128 786-832 (general GEMV) against 850-921 t/s; caps of half a
- * wave (767-773: the lm_head's 248k rows then go round in too few warps) or of 2-16 waves
- * (855-886) were slower. Each GEMV also asking L2 for the next one's weights (a queued op
- * amended with its successor's) changed nothing: 1.060-1.064 ms a step with and without.
- * Its warps asking L2 for all their rows before the programmatic wait (as the general GEMV
- * does) cost the 0.8B BF16 ~8% (tg128 859-871 against 925-979 asking nothing) and the 2B ~7%
- * (509-523 against 546-567): the lm_head's 0.5-1 GB asked at once overflows L2. An ask capped
- * at half of L2 recovered most of it (888-934, 544-557), none at all the rest; so none. */
+ * Here the grid is capped at what the GPU holds at once (TESSERA_CUDA_GEMV1 waves, default 1)
+ * and the whole matrix is in flight in one round where it fits: a lane keeps U 16-byte groups
+ * of each of NR rows in registers (U by the row's length, NR the fewest rows a warp that cover
+ * the matrix in one round of the grid; G1_LOADS below), issues all those loads at once - the
+ * first round before the programmatic wait, since no kernel writes weights - and then sums.
+ * Each row is summed in the general GEMV's order, so the bits do not depend on U or NR.
+ *
+ * Measured on an H200 (`tessera bench -p 16 -n 128 -r 3`, alternating): the first version
+ * (a lane's loads of one row at once, 8 groups whatever the row's length, a second row only
+ * where every warp had two) against the general GEMV, 0.8B BF16 tg128 850-921 against 786-832;
+ * caps of half a wave or 2-16 waves were slower. Its first round loaded before the wait: 0.8B
+ * 985-1009 -> 1016-1042, 2B 575-579 -> 595-597. U and NR by the shape (the 0.8B's input
+ * projection and gated MLP in one round instead of 2-3 and 1-2, the down projection's
+ * 3584-column rows in one instead of two, 16 loads a lane in the lm_head instead of 8): 0.8B
+ * 987-992 -> 1097-1120 (a step's graph 987 -> 868 us), 2B 560-575 -> 630-644. Not kept: each
+ * GEMV asking L2 for the next one's weights (a step 1.060-1.064 ms with and without), or its
+ * warps asking L2 for all their rows before the wait, as the general GEMV does (0.8B -8%, 2B
+ * -7%: the lm_head's 0.5-1 GB asked at once overflows L2; an ask capped at half of L2 was
+ * still behind asking nothing). */
 #include "backend/cuda/cuda_dequant.cuh"
 #include "backend/cuda/cuda_int.cuh"
 
 #define G1_WARPS 4
 #define G1_SET   4
-/* 16-byte groups of a row a lane has in flight. (4 for rows of up to 1024 columns, whose lanes
- * have no more, with fewer registers and so more warps in the capped grid, measured level on
- * an H200: tg128 872-901 against 856-899 t/s.) */
-#define G1_U 8
+/* 16-byte groups a lane has in flight at once: U of each of NR rows, U * NR <= G1_LOADS (64
+ * registers). U follows the row length (4, 8 or 16 groups a lane: rows of up to 1024, 2048 or
+ * 4096 columns; longer ones go round in rounds of 16), NR the rows a warp must take so that one
+ * round of the capped grid covers the matrix. */
+#define G1_LOADS 16
 
 typedef struct {
     const uint8_t *W[G1_SET];
@@ -48,7 +56,8 @@ typedef struct {
     const float *x;
     const float *norm_w; /* the input RMSNorm's weights, or NULL */
     float eps;
-    bool acc; /* y += instead of y = */
+    bool acc;   /* y += instead of y = */
+    bool early; /* the first round loaded before the programmatic wait */
 } g1_args;
 
 enum { G1_PLAIN, G1_SILU, G1_GELU };
@@ -73,78 +82,98 @@ __device__ static inline const uint8_t *g1_row(const g1_args &a, int64_t o, int 
     return a.set.W[j] + (o - (j ? a.set.end[j - 1] : 0)) * a.row_bytes;
 }
 
-/* The lane's partial sums of NR rows (acc[i]) over the whole rows, G1_U groups a round, in the
- * general GEMV's order (group lane, lane + 32, ...); ss: the lane's share of x's sum of squares
- * where want_ss (a warp's first rows, NORM). */
-template <ts_dtype DT, int NR, bool NORM>
-__device__ static inline void g1_dot(const uint8_t *const *row, int64_t ge, const float *x,
-                                     const float *nw, int lane, float *acc, bool want_ss,
-                                     float *ss) {
-    for (int64_t g0 = 0; g0 < ge; g0 += 32 * G1_U) {
-        uint4 q[NR][G1_U];
+/* The NR weight rows a warp sums together in the round at o (W: the warps of the grid):
+ * plain, rows o, o + W, ... of the stack; glu, the gate and the up row of outputs o, o + W, ...
+ * (i even: gate, odd: up). jr: each row's entry of the stack. */
+template <int MODE, int NR>
+__device__ static inline void g1_rows(const g1_args &a, int64_t o, int64_t W, const uint8_t **row,
+                                      int *jr) {
 #pragma unroll
-        for (int u = 0; u < G1_U; u++) {
-            int64_t gi = g0 + u * 32 + lane;
+    for (int i = 0; i < NR; i++) {
+        jr[i] = 0;
+        row[i] = MODE == G1_PLAIN ? g1_row<MODE>(a, o + i * W, 0, &jr[i])
+                                  : g1_row<MODE>(a, o + (i >> 1) * W, i & 1, &jr[i]);
+    }
+}
+
+/* The lane's loads of round g0 of NR rows (U 16-byte groups each: group lane, lane + 32, ...)
+ * into q, all in flight at once. */
+template <int U, int NR>
+__device__ static inline void g1_issue(const uint8_t *const *row, int64_t g0, int64_t ge, int lane,
+                                       uint4 (*q)[U]) {
 #pragma unroll
-            for (int i = 0; i < NR; i++)
-                if (gi < ge && row[i]) q[i][u] = g1_load(row[i] + gi * 16);
+    for (int u = 0; u < U; u++) {
+        int64_t gi = g0 + u * 32 + lane;
+#pragma unroll
+        for (int i = 0; i < NR; i++)
+            if (gi < ge && row[i]) q[i][u] = g1_load(row[i] + gi * 16);
+    }
+}
+
+/* Round g0's products of the loaded groups q with x into the lane's partial sums acc[i], in the
+ * general GEMV's order; ss: the lane's share of x's sum of squares where want_ss (a warp's first
+ * round, NORM). */
+template <ts_dtype DT, int U, int NR, bool NORM>
+__device__ static inline void g1_math(const uint8_t *const *row, const uint4 (*q)[U], int64_t g0,
+                                      int64_t ge, const float *x, const float *nw, int lane,
+                                      float *acc, bool want_ss, float *ss) {
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        int64_t gi = g0 + u * 32 + lane;
+        if (gi >= ge) break;
+        float4 xa = *(const float4 *)(x + gi * 8), xb = *(const float4 *)(x + gi * 8 + 4);
+        if constexpr (NORM) {
+            if (want_ss) {
+                *ss += xa.x * xa.x + xa.y * xa.y + xa.z * xa.z + xa.w * xa.w;
+                *ss += xb.x * xb.x + xb.y * xb.y + xb.z * xb.z + xb.w * xb.w;
+            }
+            float4 ma = *(const float4 *)(nw + gi * 8), mb = *(const float4 *)(nw + gi * 8 + 4);
+            xa.x *= ma.x, xa.y *= ma.y, xa.z *= ma.z, xa.w *= ma.w;
+            xb.x *= mb.x, xb.y *= mb.y, xb.z *= mb.z, xb.w *= mb.w;
         }
 #pragma unroll
-        for (int u = 0; u < G1_U; u++) {
-            int64_t gi = g0 + u * 32 + lane;
-            if (gi >= ge) break;
-            float4 xa = *(const float4 *)(x + gi * 8), xb = *(const float4 *)(x + gi * 8 + 4);
-            if constexpr (NORM) {
-                if (want_ss) {
-                    *ss += xa.x * xa.x + xa.y * xa.y + xa.z * xa.z + xa.w * xa.w;
-                    *ss += xb.x * xb.x + xb.y * xb.y + xb.z * xb.z + xb.w * xb.w;
-                }
-                float4 ma = *(const float4 *)(nw + gi * 8), mb = *(const float4 *)(nw + gi * 8 + 4);
-                xa.x *= ma.x, xa.y *= ma.y, xa.z *= ma.z, xa.w *= ma.w;
-                xb.x *= mb.x, xb.y *= mb.y, xb.z *= mb.z, xb.w *= mb.w;
-            }
-#pragma unroll
-            for (int i = 0; i < NR; i++) {
-                if (!row[i]) continue;
-                float w[8];
-                half8<DT>(q[i][u], w);
-                float s = acc[i];
-                s += w[0] * xa.x + w[1] * xa.y + w[2] * xa.z + w[3] * xa.w;
-                s += w[4] * xb.x + w[5] * xb.y + w[6] * xb.z + w[7] * xb.w;
-                acc[i] = s;
-            }
+        for (int i = 0; i < NR; i++) {
+            if (!row[i]) continue;
+            float w[8];
+            half8<DT>(q[i][u], w);
+            float s = acc[i];
+            s += w[0] * xa.x + w[1] * xa.y + w[2] * xa.z + w[3] * xa.w;
+            s += w[4] * xb.x + w[5] * xb.y + w[6] * xb.z + w[7] * xb.w;
+            acc[i] = s;
         }
     }
 }
 
-/* A warp per row (MODE G1_PLAIN: R rows of the stack a round, rows o and o + W; glu: a row of
- * gate and up), the rows o = w, w + W, ... of warp w. (A row split over 2 or 4 warps of a
- * block, the parts added in shared memory, measured slower on an H200: 0.8B BF16 tg128 785-861
- * against 895-921.) */
-template <ts_dtype DT, int MODE, int R, bool NORM>
+/* A warp per row: NR weight rows summed together, each lane U groups of each in flight; warp w
+ * takes the rounds at o = w, w + NO * W, ... (NO: outputs a round, NR plain, NR / 2 glu). */
+template <ts_dtype DT, int MODE, int U, int NR, bool NORM>
 __global__ static void __launch_bounds__(32 * G1_WARPS) k_gemv_one(g1_args a) {
-    constexpr int NR = MODE == G1_PLAIN ? R : 2; /* rows summed together by a warp */
+    constexpr int NO = MODE == G1_PLAIN ? NR : NR / 2;
     const int lane = threadIdx.x & 31;
     const int64_t W = (int64_t)gridDim.x * G1_WARPS; /* the row stride between a warp's rows */
     const int64_t w0 = (int64_t)blockIdx.x * G1_WARPS + (threadIdx.x >> 5);
-    const int64_t step = MODE == G1_PLAIN ? R * W : W, groups = a.cols / 8;
+    const int64_t step = NO * W, groups = a.cols / 8;
     int jr[NR];
+    const uint8_t *row[NR];
+    uint4 q[NR][U];
+    /* No kernel writes weights, so the warp's first round may be loaded before the programmatic
+     * wait: those loads are in flight while the predecessor kernel finishes (a.early;
+     * TESSERA_CUDA_GEMV1_EARLY=0 loads after the wait, for comparisons). */
+    g1_rows<MODE, NR>(a, w0, W, row, jr);
+    if (a.early) g1_issue<U, NR>(row, 0, groups, lane, q);
     cuda_pdl_entry();
     float ss = 0.0f, inv = 1.0f;
     bool first = true;
     for (int64_t o = w0; o < a.rows; o += step) {
-        const uint8_t *row[NR];
-#pragma unroll
-        for (int i = 0; i < NR; i++) {
-            jr[i] = 0;
-            row[i] = MODE == G1_PLAIN ? g1_row<MODE>(a, o + i * W, 0, &jr[i])
-                                      : g1_row<MODE>(a, o, i, &jr[i]);
-        }
+        if (!first) g1_rows<MODE, NR>(a, o, W, row, jr);
         float acc[NR];
 #pragma unroll
         for (int i = 0; i < NR; i++)
             acc[i] = 0.0f;
-        g1_dot<DT, NR, NORM>(row, groups, a.x, a.norm_w, lane, acc, first, &ss);
+        for (int64_t g0 = 0; g0 < groups; g0 += 32 * U) {
+            if (g0 || !first || !a.early) g1_issue<U, NR>(row, g0, groups, lane, q);
+            g1_math<DT, U, NR, NORM>(row, q, g0, groups, a.x, a.norm_w, lane, acc, first, &ss);
+        }
         if (NORM && first) inv = 1.0f / sqrtf(cuda_warp_sum(ss) / (float)a.cols + a.eps);
         first = false;
         float s[NR];
@@ -152,40 +181,31 @@ __global__ static void __launch_bounds__(32 * G1_WARPS) k_gemv_one(g1_args a) {
         for (int i = 0; i < NR; i++)
             s[i] = cuda_warp_sum(acc[i]) * (NORM ? inv : 1.0f);
         if (lane) continue;
-        if constexpr (MODE == G1_PLAIN) {
 #pragma unroll
-            for (int i = 0; i < NR; i++) {
+        for (int i = 0; i < NO; i++) {
+            if constexpr (MODE == G1_PLAIN) {
                 if (!row[i]) continue;
                 int64_t oi = o + i * W, j = jr[i];
                 float *yo = &a.set.y[j][oi - (j ? a.set.end[j - 1] : 0)];
                 *yo = a.acc ? *yo + s[i] : s[i];
+            } else if (row[2 * i]) {
+                a.out[o + i * W] = cuda_glu<MODE == G1_GELU>(s[2 * i], s[2 * i + 1]);
             }
-        } else {
-            a.out[o] = cuda_glu<MODE == G1_GELU>(s[0], s[1]);
         }
     }
 }
 
 /* Blocks of the kernel the GPU holds at once per multiprocessor (asked once per kernel). */
-template <ts_dtype DT, int MODE, int R, bool NORM> static int g1_per_sm(void) {
+template <ts_dtype DT, int MODE, int U, int NR, bool NORM> static int g1_per_sm(void) {
     static const int per_sm = [] {
         int n = 0;
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, k_gemv_one<DT, MODE, R, NORM>,
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, k_gemv_one<DT, MODE, U, NR, NORM>,
                                                           32 * G1_WARPS, 0) != cudaSuccess ||
             n < 1)
             n = 1;
         return n;
     }();
     return per_sm;
-}
-
-/* Blocks for rows (rows_per_block a round) under the cap of gemv_one_waves times what the GPU
- * holds at once. */
-static unsigned g1_grid(const cuda_ctx *c, int per_sm, int64_t rows, int rows_per_block) {
-    int64_t need = (rows + rows_per_block - 1) / rows_per_block;
-    int64_t cap = (int64_t)c->sm_count * per_sm * c->gemv_one_waves;
-    if (cap < 1) cap = 1;
-    return (unsigned)(need < cap ? need : cap);
 }
 
 /* Whether the single-token kernel takes these weights and x: 16-bit types, rows of whole
@@ -201,22 +221,54 @@ static bool g1_fits(const cuda_ctx *c, const cuda_wview *w, int nw, const float 
     return true;
 }
 
-template <ts_dtype DT, int MODE, int R, bool NORM>
-static void g1_launch(cuda_ctx *c, const char *name, const g1_args &a) {
-    int rpb = (MODE == G1_PLAIN ? R : 1) * G1_WARPS;
-    unsigned g = g1_grid(c, g1_per_sm<DT, MODE, R, NORM>(), a.rows, rpb);
-    cuda_launch(c, name, k_gemv_one<DT, MODE, R, NORM>, g, 32 * G1_WARPS, 0, a);
+/* Launches the kernel with NR rows a warp where one round of the capped grid (gemv_one_waves
+ * times what the GPU holds at once) covers every row, or where last; false (nothing launched)
+ * otherwise, so that the caller tries more rows a warp. */
+template <ts_dtype DT, int MODE, int U, int NR, bool NORM>
+static bool g1_try(cuda_ctx *c, const char *name, const g1_args &a, bool last) {
+    constexpr int NO = MODE == G1_PLAIN ? NR : NR / 2;
+    int64_t cap = (int64_t)c->sm_count * g1_per_sm<DT, MODE, U, NR, NORM>() * c->gemv_one_waves;
+    if (cap < 1) cap = 1;
+    int64_t need = (a.rows + NO * G1_WARPS - 1) / (NO * G1_WARPS);
+    if (need > cap && !last) return false;
+    cuda_launch(c, name, k_gemv_one<DT, MODE, U, NR, NORM>, (unsigned)(need < cap ? need : cap),
+                32 * G1_WARPS, 0, a);
+    return true;
 }
 
-template <int MODE, int R>
+/* The loads a lane keeps of each row (U) by the row's length, then the fewest rows a warp that
+ * cover the matrix in one round. */
+template <ts_dtype DT, int MODE, bool NORM>
+static void g1_shape(cuda_ctx *c, const char *name, const g1_args &a) {
+    int64_t per_lane = (a.cols / 8 + 31) / 32;
+    if constexpr (MODE != G1_PLAIN) { /* two rows (gate, up) an output */
+        if (per_lane <= 4)
+            g1_try<DT, MODE, 4, 2, NORM>(c, name, a, false) ||
+                g1_try<DT, MODE, 4, 4, NORM>(c, name, a, true);
+        else
+            g1_try<DT, MODE, 8, 2, NORM>(c, name, a, true);
+    } else {
+        if (per_lane <= 4)
+            g1_try<DT, MODE, 4, 1, NORM>(c, name, a, false) ||
+                g1_try<DT, MODE, 4, 2, NORM>(c, name, a, false) ||
+                g1_try<DT, MODE, 4, 4, NORM>(c, name, a, true);
+        else if (per_lane <= 8)
+            g1_try<DT, MODE, 8, 1, NORM>(c, name, a, false) ||
+                g1_try<DT, MODE, 8, 2, NORM>(c, name, a, true);
+        else
+            g1_try<DT, MODE, 16, 1, NORM>(c, name, a, true);
+    }
+}
+
+template <int MODE>
 static void g1_dispatch(cuda_ctx *c, const char *name, ts_dtype dt, const g1_args &a) {
     bool norm = a.norm_w != nullptr;
     if (dt == TS_DTYPE_BF16)
-        norm ? g1_launch<TS_DTYPE_BF16, MODE, R, true>(c, name, a)
-             : g1_launch<TS_DTYPE_BF16, MODE, R, false>(c, name, a);
+        norm ? g1_shape<TS_DTYPE_BF16, MODE, true>(c, name, a)
+             : g1_shape<TS_DTYPE_BF16, MODE, false>(c, name, a);
     else
-        norm ? g1_launch<TS_DTYPE_F16, MODE, R, true>(c, name, a)
-             : g1_launch<TS_DTYPE_F16, MODE, R, false>(c, name, a);
+        norm ? g1_shape<TS_DTYPE_F16, MODE, true>(c, name, a)
+             : g1_shape<TS_DTYPE_F16, MODE, false>(c, name, a);
 }
 
 bool cuda_gemv_one(cuda_ctx *c, const cuda_wview *w, int nw, const float *x, float *const *y,
@@ -230,14 +282,8 @@ bool cuda_gemv_one(cuda_ctx *c, const cuda_wview *w, int nw, const float *x, flo
         a.set.end[j] = rows += w[j].rows;
     }
     a.set.nw = nw, a.rows = rows, a.row_bytes = (size_t)w[0].cols * 2, a.cols = w[0].cols;
-    a.x = x, a.norm_w = norm_w, a.eps = eps, a.acc = acc;
-    /* two rows a round where every warp of the capped grid has at least two */
-    int per_sm = g1_per_sm<TS_DTYPE_BF16, G1_PLAIN, 1, false>();
-    const char *name = norm_w ? "gemv_norm" : "gemv";
-    if (rows >= 2 * (int64_t)g1_grid(c, per_sm, rows, G1_WARPS) * G1_WARPS)
-        g1_dispatch<G1_PLAIN, 2>(c, name, w[0].dtype, a);
-    else
-        g1_dispatch<G1_PLAIN, 1>(c, name, w[0].dtype, a);
+    a.x = x, a.norm_w = norm_w, a.eps = eps, a.acc = acc, a.early = c->gemv_one_early;
+    g1_dispatch<G1_PLAIN>(c, norm_w ? "gemv_norm" : "gemv", w[0].dtype, a);
     return true;
 }
 
@@ -249,10 +295,10 @@ bool cuda_gemv_one_glu(cuda_ctx *c, const cuda_wview *g, const cuda_wview *u, co
     a.set.nw = 0;
     a.Wg = (const uint8_t *)g->data, a.Wu = (const uint8_t *)u->data, a.out = out;
     a.rows = g->rows, a.row_bytes = (size_t)g->cols * 2, a.cols = g->cols;
-    a.x = x, a.norm_w = norm_w, a.eps = eps;
+    a.x = x, a.norm_w = norm_w, a.eps = eps, a.early = c->gemv_one_early;
     if (gelu)
-        g1_dispatch<G1_GELU, 1>(c, "gemv_glu", g->dtype, a);
+        g1_dispatch<G1_GELU>(c, "gemv_glu", g->dtype, a);
     else
-        g1_dispatch<G1_SILU, 1>(c, "gemv_glu", g->dtype, a);
+        g1_dispatch<G1_SILU>(c, "gemv_glu", g->dtype, a);
     return true;
 }

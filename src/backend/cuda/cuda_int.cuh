@@ -37,6 +37,9 @@ typedef struct cuda_ctx_s {
      * gemv_one_waves times the blocks the GPU holds at once (TESSERA_CUDA_GEMV1=waves, default
      * 1; 0: the general GEMV of cuda_matmul.cu) */
     int gemv_one_waves;
+    /* and loads its first weights before the programmatic wait (TESSERA_CUDA_GEMV1_EARLY=0:
+     * after it, for comparisons) */
+    bool gemv_one_early;
     /* the tensor-core GEMM from this many tokens for every weight type (TESSERA_CUDA_SKINNY_MIN,
      * 2..9, for comparisons; 0: per type, cuda_matmul.cu's skinny_from) */
     int skinny_min;
