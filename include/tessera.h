@@ -125,6 +125,26 @@ ts_status ts_engine_forward_sample_logits(ts_engine *engine, const ts_batch *bat
                                           ts_sampler *const *samplers, int32_t *ids,
                                           float *logits);
 
+/* Log-probabilities of a drawn token under the distribution its draw saw - the step's logits
+ * with the sampler's adjustments, before temperature and filters: log softmax of those logits
+ * (NaN and -inf entries have none) - and of the n_top most likely tokens, best first (the lower
+ * id first on equal logits). */
+#define TS_MAX_TOP_LOGPROBS 20
+typedef struct {
+    float logprob; /* the drawn token's */
+    int n_top;
+    int32_t top_id[TS_MAX_TOP_LOGPROBS];
+    float top_logprob[TS_MAX_TOP_LOGPROBS];
+} ts_logprobs;
+/* The draws of ts_engine_forward_sample, and for the k-th drawn token its log-probabilities
+ * with n_top (0 .. TS_MAX_TOP_LOGPROBS) alternatives in lps[k]: what ts_sampler_logprobs gives
+ * for the adjusted logits. On a GPU they are computed where the logits are: a short list of
+ * candidates and a sum come back, not the vocabulary (the values then agree with the host's up
+ * to float rounding in the sum). */
+ts_status ts_engine_forward_sample_logprobs(ts_engine *engine, const ts_batch *batch,
+                                            ts_sampler *const *samplers, int n_top, int32_t *ids,
+                                            ts_logprobs *lps);
+
 /* Empties a slot (its sequence starts again at position 0). */
 ts_status ts_engine_slot_clear(ts_engine *engine, int slot);
 /* Tokens held by a slot. */
@@ -240,6 +260,10 @@ double ts_sampler_logsumexp(ts_sampler *s, const float *logits);
  * and logits into ids[] and vals[], by logit and then the lower id first; NaN and -inf never.
  * Returns how many (fewer than k when the row has fewer candidates). */
 int ts_sampler_top(ts_sampler *s, const float *logits, int k, int32_t *ids, float *vals);
+/* Token id's log-probability in a row of n_vocab logits and the n_top (at most
+ * TS_MAX_TOP_LOGPROBS) best alternatives' (ts_sampler_logsumexp, ts_sampler_top). */
+void ts_sampler_logprobs(ts_sampler *s, const float *logits, int32_t id, int n_top,
+                         ts_logprobs *out);
 
 #ifdef __cplusplus
 }

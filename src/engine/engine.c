@@ -4,6 +4,7 @@
  * n_ctx tokens), so serving never allocates per request. A batch larger than n_batch is run
  * in pieces; positions are checked against what each slot holds, so a sequence can only be
  * continued, never silently corrupted. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -33,6 +34,7 @@ void ts_engine_free(ts_engine *e) {
     free(e->sample_buf);
     free(e->sample_req);
     free(e->sample_res);
+    free(e->sample_chosen);
     free(e);
 }
 
@@ -151,8 +153,18 @@ static ts_status check_batch(ts_engine *e, const ts_batch *b) {
 
 /* logits, ids or (req, res) receives the wanted tokens' outputs: n_vocab floats, one id, or
  * the backend's answer to one sampling request each. */
-static ts_status forward(ts_engine *e, const ts_batch *b, float *logits, int32_t *ids,
-                         const ts_sample_req *req, ts_sample_res *res) {
+/* What a forward answers for its wanted tokens besides (or instead of) logits: argmax ids, or
+ * draws (req, res) with, optionally, their log-probability passes (ts_fwd_batch's lp_*). */
+typedef struct {
+    int32_t *ids;
+    const ts_sample_req *req;
+    ts_sample_res *res;
+    const ts_sample_req *lp_req;
+    ts_sample_res *lp_res;
+    float *lp_chosen;
+} fwd_out;
+
+static ts_status forward(ts_engine *e, const ts_batch *b, float *logits, fwd_out o) {
     TS_TRY(check_batch(e, b));
     for (int start = 0; start < b->n_tokens; start += e->n_batch) {
         int n = b->n_tokens - start < e->n_batch ? b->n_tokens - start : e->n_batch;
@@ -167,47 +179,63 @@ static ts_status forward(ts_engine *e, const ts_batch *b, float *logits, int32_t
         }
         int produced = 0;
         for (int i = 0; i < n; i++) produced += want[i] != 0;
-        if (produced && !logits && !ids && !req)
+        if (produced && !logits && !o.ids && !o.req)
             return ts_error(TS_ERR_INVALID, "logits wanted but no buffer");
-        ts_fwd_batch fb = {n,    b->tokens + start, b->pos + start, b->slot + start, want,
-                           e->slot_state, ids, req, res};
+        ts_fwd_batch fb = {n,     b->tokens + start, b->pos + start, b->slot + start, want,
+                           e->slot_state, o.ids, o.req, o.res, o.lp_req, o.lp_res, o.lp_chosen};
         ts_status st = e->model->arch->forward(e->rt, &fb, logits);
         if (st != TS_OK) return st;
         for (int i = 0; i < n; i++) e->slot_len[fb.slot[i]]++;
         if (logits) logits += (size_t)produced * e->n_vocab;
-        if (ids) ids += produced;
-        if (req) req += produced, res += produced;
+        if (o.ids) o.ids += produced;
+        if (o.req) o.req += produced, o.res += produced;
+        if (o.lp_req) o.lp_req += produced, o.lp_res += produced, o.lp_chosen += produced;
     }
     return TS_OK;
 }
 
 ts_status ts_engine_forward(ts_engine *e, const ts_batch *b, float *logits) {
-    return forward(e, b, logits, NULL, NULL, NULL);
+    return forward(e, b, logits, (fwd_out){0});
 }
 
 ts_status ts_engine_forward_greedy(ts_engine *e, const ts_batch *b, int32_t *ids) {
-    return forward(e, b, NULL, ids, NULL, NULL);
+    return forward(e, b, NULL, (fwd_out){.ids = ids});
 }
 
 /* Host memory for n rows of sampling output: logits when the backend cannot sample, else the
- * rows' candidate subsets (a float and an id per vocabulary entry, the most a row can need). */
+ * rows' candidate subsets (a float and an id per vocabulary entry, the most a row can need);
+ * with log-probabilities a draw takes two rows (its own and its log-probability pass). */
 static ts_status sample_room(ts_engine *e, int n) {
     size_t per_row = (size_t)e->n_vocab * (sizeof(float) + sizeof(int32_t));
     if (e->sample_rows >= n) return TS_OK;
     void *p = realloc(e->sample_buf, (size_t)n * per_row);
-    ts_sample_req *rq = realloc(e->sample_req, (size_t)n * sizeof *rq);
     if (p) e->sample_buf = p;
+    ts_sample_req *rq = realloc(e->sample_req, (size_t)n * sizeof *rq);
     if (rq) e->sample_req = rq;
     ts_sample_res *rs = realloc(e->sample_res, (size_t)n * sizeof *rs);
     if (rs) e->sample_res = rs;
-    if (!p || !rq || !rs) return ts_error(TS_ERR_NOMEM, "out of memory for %d sampled rows", n);
+    float *ch = realloc(e->sample_chosen, (size_t)n * sizeof *ch);
+    if (ch) e->sample_chosen = ch;
+    if (!p || !rq || !rs || !ch)
+        return ts_error(TS_ERR_NOMEM, "out of memory for %d sampled rows", n);
     e->sample_rows = n;
     return TS_OK;
 }
 
-/* ts_engine_forward_sample, and with logits (not NULL) ts_engine_forward_sample_logits. */
+/* The logit the k-th draw took: read back by the backend where the draw gave an id, else in
+ * the candidate list the host drew from. */
+static float drawn_logit(const ts_engine *e, int k, int32_t id) {
+    const ts_sample_res *r = &e->sample_res[k];
+    if (r->id >= 0) return e->sample_chosen[k];
+    for (int i = 0; i < r->n; i++)
+        if (r->tok[i] == id) return r->logit[i];
+    return -INFINITY;
+}
+
+/* ts_engine_forward_sample; with logits (not NULL) ts_engine_forward_sample_logits, with lps
+ * ts_engine_forward_sample_logprobs. */
 static ts_status forward_sample(ts_engine *e, const ts_batch *b, ts_sampler *const *samplers,
-                                int32_t *ids, float *logits) {
+                                int32_t *ids, float *logits, int n_top, ts_logprobs *lps) {
     int n_want = 0;
     for (int i = 0; b->wants_logits && i < b->n_tokens; i++)
         n_want += b->wants_logits[i] != 0;
@@ -216,25 +244,38 @@ static ts_status forward_sample(ts_engine *e, const ts_batch *b, ts_sampler *con
         if (!samplers || !samplers[k] || ts_sampler_n_vocab(samplers[k]) != e->n_vocab)
             return ts_error(TS_ERR_INVALID, "sampled token %d: no sampler for a vocabulary of "
                             "%d", k, e->n_vocab);
-    TS_TRY(sample_room(e, n_want > 0 ? n_want : 1));
+    if (lps && (n_top < 0 || n_top > TS_MAX_TOP_LOGPROBS))
+        return ts_error(TS_ERR_INVALID, "log-probabilities: %d alternatives asked (0 .. %d)",
+                        n_top, TS_MAX_TOP_LOGPROBS);
+    int rows = n_want > 0 ? n_want : 1;
+    TS_TRY(sample_room(e, lps ? 2 * rows : rows));
     if (!e->be->ops->sample) { /* the logits come to the host, where the sampler runs */
         if (!logits) logits = e->sample_buf;
-        TS_TRY(forward(e, b, logits, NULL, NULL, NULL));
+        TS_TRY(forward(e, b, logits, (fwd_out){0}));
         for (int k = 0; k < n_want; k++) {
-            ts_sampler_adjust(samplers[k], logits + (size_t)k * e->n_vocab);
-            ids[k] = ts_sampler_sample(samplers[k], logits + (size_t)k * e->n_vocab);
+            float *row = logits + (size_t)k * e->n_vocab;
+            ts_sampler_adjust(samplers[k], row);
+            ids[k] = ts_sampler_sample(samplers[k], row);
+            if (lps) ts_sampler_logprobs(samplers[k], row, ids[k], n_top, &lps[k]);
         }
         return TS_OK;
     }
+    /* rows [0, n_want): the draws; [n_want, 2 n_want): their log-probability passes */
+    int all = lps ? 2 * n_want : n_want;
     float *lg = e->sample_buf;
-    int32_t *tk = (int32_t *)(lg + (size_t)n_want * e->n_vocab);
-    for (int k = 0; k < n_want; k++) {
-        e->sample_req[k] = ts_sampler_request(samplers[k]);
+    int32_t *tk = (int32_t *)(lg + (size_t)all * e->n_vocab);
+    for (int k = 0; k < all; k++) {
+        e->sample_req[k] = k < n_want ? ts_sampler_request(samplers[k])
+                                      : ts_sampler_logprob_request(n_top);
         e->sample_res[k] = (ts_sample_res){.id = -1,
                                            .logit = lg + (size_t)k * e->n_vocab,
                                            .tok = tk + (size_t)k * e->n_vocab};
     }
-    TS_TRY(forward(e, b, logits, NULL, e->sample_req, e->sample_res));
+    fwd_out o = {.req = e->sample_req, .res = e->sample_res};
+    if (lps)
+        o.lp_req = e->sample_req + n_want, o.lp_res = e->sample_res + n_want,
+        o.lp_chosen = e->sample_chosen;
+    TS_TRY(forward(e, b, logits, o));
     for (int k = 0; k < n_want; k++) {
         const ts_sample_res *r = &e->sample_res[k];
         if (r->id < 0 && r->n <= 0) /* the backend recorded why; nothing to draw from */
@@ -244,18 +285,29 @@ static ts_status forward_sample(ts_engine *e, const ts_batch *b, ts_sampler *con
         if (ids[k] < 0)
             return ts_error(TS_ERR_IO, "%s: the device's candidate list held no valid token",
                             e->be->ops->name);
+        if (lps && !ts_sampler_logprobs_list(samplers[k], &e->sample_res[n_want + k],
+                                             drawn_logit(e, k, ids[k]), n_top, &lps[k]))
+            return ts_error(TS_ERR_IO, "%s: the device's log-probability list held no token",
+                            e->be->ops->name);
     }
     return TS_OK;
 }
 
 ts_status ts_engine_forward_sample(ts_engine *e, const ts_batch *b, ts_sampler *const *samplers,
                                    int32_t *ids) {
-    return forward_sample(e, b, samplers, ids, NULL);
+    return forward_sample(e, b, samplers, ids, NULL, 0, NULL);
 }
 
 ts_status ts_engine_forward_sample_logits(ts_engine *e, const ts_batch *b,
                                           ts_sampler *const *samplers, int32_t *ids,
                                           float *logits) {
     if (!logits) return ts_error(TS_ERR_INVALID, "forward_sample_logits without a logits buffer");
-    return forward_sample(e, b, samplers, ids, logits);
+    return forward_sample(e, b, samplers, ids, logits, 0, NULL);
+}
+
+ts_status ts_engine_forward_sample_logprobs(ts_engine *e, const ts_batch *b,
+                                            ts_sampler *const *samplers, int n_top, int32_t *ids,
+                                            ts_logprobs *lps) {
+    if (!lps) return ts_error(TS_ERR_INVALID, "forward_sample_logprobs without an output array");
+    return forward_sample(e, b, samplers, ids, NULL, n_top, lps);
 }

@@ -20,6 +20,7 @@ struct ts_engine {
     void *sample_buf;
     ts_sample_req *sample_req;
     ts_sample_res *sample_res;
+    float *sample_chosen; /* with log-probabilities: the drawn tokens' logits */
     int sample_rows;
 };
 

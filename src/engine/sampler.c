@@ -331,6 +331,39 @@ int ts_sampler_top(ts_sampler *s, const float *logits, int k, int32_t *ids, floa
     return n;
 }
 
+/* The n_top best of n (logit, id) pairs into out, made log-probabilities by lse. */
+static void top_logprobs(ts_sampler *s, const float *logit, const int32_t *tok, int n, int n_top,
+                         double lse, ts_logprobs *out) {
+    if (n_top > TS_MAX_TOP_LOGPROBS) n_top = TS_MAX_TOP_LOGPROBS;
+    out->n_top = n_top > 0 ? top_k_of(s->c, logit, tok, n, n_top, 1.0f) : 0;
+    for (int i = 0; i < out->n_top; i++)
+        out->top_id[i] = s->c[i].id, out->top_logprob[i] = (float)(s->c[i].logit - lse);
+}
+
+void ts_sampler_logprobs(ts_sampler *s, const float *logits, int32_t id, int n_top,
+                         ts_logprobs *out) {
+    double lse = ts_sampler_logsumexp(s, logits);
+    out->logprob = id >= 0 && id < s->n_vocab ? (float)(logits[id] - lse) : -INFINITY;
+    top_logprobs(s, logits, NULL, s->n_vocab, n_top, lse, out);
+}
+
+bool ts_sampler_logprobs_list(ts_sampler *s, const ts_sample_res *res, float chosen, int n_top,
+                              ts_logprobs *out) {
+    int n = 0; /* entries outside the vocabulary (a broken list) are dropped */
+    float mx = -INFINITY;
+    for (int i = 0; i < res->n; i++) {
+        if (res->tok[i] < 0 || res->tok[i] >= s->n_vocab) continue;
+        res->logit[n] = res->logit[i], res->tok[n] = res->tok[i];
+        if (res->logit[n] > mx) mx = res->logit[n];
+        n++;
+    }
+    if (mx == -INFINITY || !(res->total > 0)) return false;
+    double lse = (double)mx + log(res->total);
+    out->logprob = (float)(chosen - lse);
+    top_logprobs(s, res->logit, res->tok, n, n_top, lse, out);
+    return true;
+}
+
 int ts_sampler_n_vocab(const ts_sampler *s) { return s->n_vocab; }
 
 void ts_sampler_set_adjust(ts_sampler *s, float rep, const ts_logit_adjust *adj, int n) {
@@ -355,6 +388,11 @@ ts_sample_req ts_sampler_request(ts_sampler *s) {
     r.temperature = s->p.temperature, r.top_p = s->p.top_p, r.min_p = s->p.min_p;
     r.top_k = s->p.top_k < s->n_vocab ? s->p.top_k : 0;
     r.u = next_uniform(&s->rng);
+    return r;
+}
+
+ts_sample_req ts_sampler_logprob_request(int n_top) {
+    ts_sample_req r = {1.0f, 1.0f, 0.0f, n_top > 1 ? n_top : 1, 0.0, 1.0f, 0, NULL};
     return r;
 }
 

@@ -24,4 +24,15 @@ ts_sample_req ts_sampler_request(ts_sampler *s);
  * is put into vocabulary order in place first). -1 when the list holds no valid token. */
 int32_t ts_sampler_finish(ts_sampler *s, const ts_sample_req *req, const ts_sample_res *res);
 
+/* The request for the log-probabilities of a row whose draw is done (ts_engine_forward_sample
+ * _logprobs): a top-k list of n_top (at least 1) at temperature 1 and no adjustments - the
+ * backend answers with a candidate list holding the row's n_top best and the row's sum of
+ * exp(l - max). */
+ts_sample_req ts_sampler_logprob_request(int n_top);
+/* ts_sampler_logprobs from such an answer (res: the list and the sum) and the drawn token's
+ * logit chosen: lse = max + log(total), the alternatives the list's best. False when the
+ * answer holds no candidate. */
+bool ts_sampler_logprobs_list(ts_sampler *s, const ts_sample_res *res, float chosen, int n_top,
+                              ts_logprobs *out);
+
 #endif

@@ -28,9 +28,18 @@ void ts_output_logits(ts_backend *be, const ts_output_head *oh, const ts_fwd_bat
         op->rmsnorm(be, lh, D, k, D, oh->final_norm, oh->eps, lh, D);
         op->matmul(be, oh->head, lh, D, k, lg, oh->n_vocab);
         if (oh->softcap > 0) op->softcap(be, lg, (int64_t)k * oh->n_vocab, oh->softcap);
-        if (b->sample)
+        if (b->sample) {
             op->sample(be, lg, oh->n_vocab, k, oh->n_vocab, b->sample + s0, b->sample_res + s0);
-        else if (b->argmax)
+            if (b->lp_req) {
+                op->sample(be, lg, oh->n_vocab, k, oh->n_vocab, b->lp_req + s0, b->lp_res + s0);
+                for (int i = 0; i < k; i++) {
+                    int32_t id = b->sample_res[s0 + i].id;
+                    if (id >= 0 && id < oh->n_vocab)
+                        op->download(be, &b->lp_chosen[s0 + i], lg + (size_t)i * oh->n_vocab + id,
+                                     sizeof(float));
+                }
+            }
+        } else if (b->argmax)
             op->argmax(be, lg, oh->n_vocab, k, oh->n_vocab, b->argmax + s0);
         if (logits && !b->argmax) /* after a draw, with its adjustments (made in place) */
             op->download(be, logits + (size_t)s0 * oh->n_vocab, lg,

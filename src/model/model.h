@@ -32,6 +32,13 @@ typedef struct {
      * logits argument is not NULL (for log-probabilities). */
     const ts_sample_req *sample;
     ts_sample_res *sample_res;
+    /* NULL: nothing more. Else (with sample), after the draw a second pass of the sampling op
+     * over the adjusted logits with lp_req[k] (ts_sampler_logprob_request) answering in
+     * lp_res[k], and where the draw gave a token id, that token's logit in lp_chosen[k]: the
+     * log-probabilities' inputs without the logits leaving the backend. */
+    const ts_sample_req *lp_req;
+    ts_sample_res *lp_res;
+    float *lp_chosen;
 } ts_fwd_batch;
 
 typedef struct ts_arch ts_arch;

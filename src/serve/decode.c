@@ -141,17 +141,14 @@ static void adjust_reset(serve_decoder *d, const serve_job *j) {
         for (int i = 0; i < j->n_ids; i++) adjust_token(d, j, j->ids[i]);
 }
 
-/* Log-probabilities of the (penalised) distribution: the chosen token and the k best. */
-static void compute_logprobs(const serve_decoder *d, ts_sampler *smp, int32_t chosen, int k,
-                             serve_logprob *out) {
-    const float *l = d->logits;
-    float lse = (float)ts_sampler_logsumexp(smp, l);
+/* A token's log-probabilities as the job keeps them (the k best, at most
+ * SERVE_MAX_TOP_LOGPROBS). */
+static void to_job_logprob(int32_t chosen, const ts_logprobs *tl, serve_logprob *out) {
     out->id = chosen;
-    out->logprob = l[chosen] - lse;
-    if (k > SERVE_MAX_TOP_LOGPROBS) k = SERVE_MAX_TOP_LOGPROBS;
-    out->n_top = ts_sampler_top(smp, l, k, out->top_id, out->top_lp);
+    out->logprob = tl->logprob;
+    out->n_top = tl->n_top < SERVE_MAX_TOP_LOGPROBS ? tl->n_top : SERVE_MAX_TOP_LOGPROBS;
     for (int i = 0; i < out->n_top; i++)
-        out->top_lp[i] -= lse;
+        out->top_id[i] = tl->top_id[i], out->top_lp[i] = tl->top_logprob[i];
 }
 
 static ts_status push_logprob(serve_job *j, const serve_logprob *lp) {
@@ -241,11 +238,13 @@ static ts_status decode(serve_decoder *d, serve_job *j, serve_finish *how) {
     *how = SERVE_FINISH_LENGTH;
     /* Each decode step draws its token where the logits are (on a GPU: a token id comes back,
      * not a vocabulary of floats), the penalties going along as logit adjustments; with
-     * log-probabilities the adjusted logits come back as well, so the tokens drawn do not
-     * depend on whether they were asked for. The first token still comes from the prompt's
-     * logits, drawn here. */
+     * log-probabilities those are computed there too (a short list comes back), so the tokens
+     * drawn do not depend on whether they were asked for. The first token still comes from the
+     * prompt's logits, drawn here. */
     const bool want_lp = j->top_logprobs >= 0, penalised = has_penalties(j);
+    const int n_top = j->top_logprobs < TS_MAX_TOP_LOGPROBS ? j->top_logprobs : TS_MAX_TOP_LOGPROBS;
     int32_t drawn = -1;
+    ts_logprobs tl; /* the drawn token's, from the step that drew it */
     adjust_reset(d, j);
     for (int k = 0; st == TS_OK && k < j->max_tokens; k++) {
         if (cancelled(j)) {
@@ -257,10 +256,11 @@ static ts_status decode(serve_decoder *d, serve_job *j, serve_finish *how) {
         if (tok < 0) {
             apply_penalties(d, j);
             tok = ts_sampler_sample(smp, d->logits);
+            if (want_lp) ts_sampler_logprobs(smp, d->logits, tok, n_top, &tl);
         }
         drawn = -1;
         serve_logprob lp;
-        if (want_lp) compute_logprobs(d, smp, tok, j->top_logprobs, &lp);
+        if (want_lp) to_job_logprob(tok, &tl, &lp);
         d->seq[d->n_seq++] = tok;
         d->gen_count[tok]++;
         if (penalised) {
@@ -301,8 +301,8 @@ static ts_status decode(serve_decoder *d, serve_job *j, serve_finish *how) {
         ts_batch b = {1, &tok, &p, d->slot, NULL};
         flush_snapshot(d);
         if (st == TS_OK)
-            st = want_lp ? ts_engine_forward_sample_logits(d->o.engine, &b, &smp, &drawn,
-                                                           d->logits)
+            st = want_lp ? ts_engine_forward_sample_logprobs(d->o.engine, &b, &smp, n_top,
+                                                             &drawn, &tl)
                          : ts_engine_forward_sample(d->o.engine, &b, &smp, &drawn);
         serve_metrics_token_latency(d->o.metrics, serve_now() - t0);
     }

@@ -1314,6 +1314,50 @@ static void test_engine_sample(void) {
         ts_sampler_free(sa), ts_sampler_free(sb);
         free(lg), free(la);
     }
+    /* log-probabilities computed on the device (ts_engine_forward_sample_logprobs): the same
+     * draws, and what the host's ts_sampler_logprobs makes of the step's adjusted logits - the
+     * same alternatives, the values up to rounding in the sum - with 0, 5 and 20 alternatives;
+     * for draws that come back as a token id (plain, greedy) and as a list (top-k / top-p) */
+    const ts_sampler_params pl[4] = {ps[0], ps[1], ps[2], {0.0f, 0, 1.0f, 0.0f, 8}};
+    for (int c = 0; ea && eb && c < 4; c++) {
+        int V = ts_engine_n_vocab(ea);
+        ts_sampler *sa = NULL, *sb = NULL;
+        CHECK(ts_sampler_create(&pl[c], V, &sa) == TS_OK &&
+              ts_sampler_create(&pl[c], V, &sb) == TS_OK);
+        ts_logit_adjust adj[40];
+        for (int i = 0; i < 40; i++) adj[i] = (ts_logit_adjust){(5 * i) % V, 0.4f * (float)(i % 3)};
+        ts_sampler_set_adjust(sa, 1.2f, adj, 40);
+        ts_sampler_set_adjust(sb, 1.2f, adj, 40);
+        float *lg = malloc((size_t)V * sizeof *lg);
+        ts_engine_slot_clear(ea, 0), ts_engine_slot_clear(eb, 0);
+        int32_t ta = 3, sl = 0;
+        int diff = 0, lpdiff = 0, steps = 9;
+        double worst = 0;
+        for (int i = 0; i < steps; i++) {
+            int32_t p = i, tb = ta, n_top = (int[]){0, 5, 20}[i % 3];
+            ts_batch ba = {1, &ta, &p, &sl, NULL}, bb = {1, &tb, &p, &sl, NULL};
+            ts_logprobs got = {0}, want = {0};
+            CHECK(ts_engine_forward_sample_logprobs(ea, &ba, &sa, n_top, &ta, &got) == TS_OK);
+            CHECK(ts_engine_forward(eb, &bb, lg) == TS_OK);
+            ts_sampler_adjust(sb, lg);
+            diff += ta != ts_sampler_sample(sb, lg);
+            ts_sampler_logprobs(sb, lg, ta, n_top, &want);
+            bool same = got.n_top == want.n_top;
+            double d = fabs(got.logprob - want.logprob);
+            for (int k = 0; same && k < want.n_top; k++) {
+                same = got.top_id[k] == want.top_id[k];
+                double dk = fabs(got.top_logprob[k] - want.top_logprob[k]);
+                d = dk > d ? dk : d;
+            }
+            lpdiff += !same || !(d <= 1e-4);
+            worst = d > worst ? d : worst;
+        }
+        CHECKF(diff == 0 && lpdiff == 0, "params %d with log-probabilities: %d of %d draws and %d "
+               "steps' log-probabilities differ (worst value %.3g)", c, diff, steps, lpdiff, worst);
+        printf("  engine logprobs params %d: worst difference from the host's %.3g\n", c, worst);
+        ts_sampler_free(sa), ts_sampler_free(sb);
+        free(lg);
+    }
     /* a sampler for another vocabulary is refused */
     ts_sampler *wrong = NULL;
     ts_sampler_params wp = {1.0f, 0, 1.0f, 0.0f, 1};

@@ -185,8 +185,9 @@ static void check_greedy(const char *dir, const char *model, ts_engine *e, const
 
 /* The sampling forward for two sequences in one batch: row k drawn with samplers[k] must be the
  * draw that sampler makes from the logits of the same step (run on copies of both slots). Every
- * other step asks for the logits too (ts_engine_forward_sample_logits): they must be the step's
- * logits with the row's adjustments applied, bit for bit. */
+ * third step asks for the logits too (ts_engine_forward_sample_logits): they must be the step's
+ * logits with the row's adjustments applied, bit for bit; every third for log-probabilities
+ * (ts_engine_forward_sample_logprobs): ts_sampler_logprobs of those logits. */
 static void check_sample_batch(const char *model, ts_model *m) {
     ts_engine *e = make_engine(m, TS_ISA_AUTO, 4, 64);
     CHECK(e != NULL);
@@ -201,7 +202,7 @@ static void check_sample_batch(const char *model, ts_model *m) {
     int32_t tok[2] = {1 % V, 7 % V}, pos[2] = {0, 0}, on_a[2] = {0, 1}, on_b[2] = {2, 3};
     const uint8_t both[2] = {1, 1};
     float *lg = malloc((size_t)2 * V * sizeof *lg), *la = malloc((size_t)2 * V * sizeof *la);
-    int diff = 0, ldiff = 0;
+    int diff = 0, ldiff = 0, lpdiff = 0;
     for (int r = 0; r < 2; r++) ts_engine_slot_clear(e, on_a[r]);
     /* row 1 with penalties as adjustments on every token, which the reference applies by hand */
     ts_logit_adjust *adj = malloc((size_t)V * sizeof *adj);
@@ -212,8 +213,11 @@ static void check_sample_batch(const char *model, ts_model *m) {
             CHECK(ts_engine_slot_copy(e, on_a[r], on_b[r]) == TS_OK);
         int32_t drawn[2] = {-1, -1};
         ts_batch ba = {2, tok, pos, on_a, both}, bb = {2, tok, pos, on_b, both};
-        if (step % 2)
+        ts_logprobs lp[2];
+        if (step % 3 == 1)
             CHECK(ts_engine_forward_sample_logits(e, &ba, sa, drawn, la) == TS_OK);
+        else if (step % 3 == 2)
+            CHECK(ts_engine_forward_sample_logprobs(e, &ba, sa, 4, drawn, lp) == TS_OK);
         else
             CHECK(ts_engine_forward_sample(e, &ba, sa, drawn) == TS_OK);
         CHECK(ts_engine_forward(e, &bb, lg) == TS_OK);
@@ -221,7 +225,16 @@ static void check_sample_batch(const char *model, ts_model *m) {
             float *l = &lg[(size_t)V + adj[i].id];
             *l = (*l > 0 ? *l / 1.2f : *l * 1.2f) - adj[i].sub;
         }
-        if (step % 2) ldiff += memcmp(la, lg, (size_t)2 * V * sizeof *la) != 0;
+        if (step % 3 == 1) ldiff += memcmp(la, lg, (size_t)2 * V * sizeof *la) != 0;
+        for (int r = 0; step % 3 == 2 && r < 2; r++) {
+            ts_logprobs want;
+            ts_sampler_logprobs(sb[r], lg + (size_t)r * V, drawn[r], 4, &want);
+            bool same = lp[r].logprob == want.logprob && lp[r].n_top == want.n_top;
+            for (int k = 0; same && k < want.n_top; k++)
+                same = lp[r].top_id[k] == want.top_id[k] &&
+                       lp[r].top_logprob[k] == want.top_logprob[k];
+            lpdiff += !same;
+        }
         for (int r = 0; r < 2; r++) {
             diff += drawn[r] != ts_sampler_sample(sb[r], lg + (size_t)r * V);
             tok[r] = drawn[r] >= 0 ? drawn[r] : 0;
@@ -229,7 +242,9 @@ static void check_sample_batch(const char *model, ts_model *m) {
         }
     }
     CHECKF(diff == 0, "%s: %d of 12 draws of a two-sequence sampling forward differ", model, diff);
-    CHECKF(ldiff == 0, "%s: %d of 3 steps' adjusted logits differ from the step's", model, ldiff);
+    CHECKF(ldiff == 0, "%s: %d of 2 steps' adjusted logits differ from the step's", model, ldiff);
+    CHECKF(lpdiff == 0, "%s: %d of 4 rows' log-probabilities differ from the step's", model,
+           lpdiff);
     CHECK(ts_engine_forward_sample_logits(e, &(ts_batch){1, tok, pos, on_a, NULL}, sa, tok,
                                           NULL) == TS_ERR_INVALID);
     for (int r = 0; r < 2; r++) ts_sampler_free(sa[r]), ts_sampler_free(sb[r]);

@@ -294,6 +294,64 @@ int main(void) {
         }
     }
 
+    /* ts_sampler_logprobs (log-probabilities): the drawn token's and the k best's against the
+     * float64 definition; ts_sampler_logprobs_list, from what a backend answers (a candidate
+     * list holding the k best in no order, two entries outside the vocabulary, the row's sum of
+     * exp(l - max)), must give the same; an empty list is refused. */
+    {
+        unsigned long long st = 23;
+        for (int cs = 0; cs < 10; cs++) {
+            int n = 5000 + 311 * cs, k = 2 * cs, chosen = (97 * cs + 5) % n;
+            float *row = malloc((size_t)n * sizeof *row), *ll = malloc((size_t)n * sizeof *ll);
+            int32_t *lt = malloc((size_t)n * sizeof *lt);
+            for (int i = 0; i < n; i++) {
+                double u = tu_rng_uniform(&st);
+                row[i] = u < 0.02 ? NAN : u < 0.04 ? -INFINITY : (float)(30 * u - 10);
+            }
+            row[chosen] = 3.0f;
+            double mx = -INFINITY, sum = 0;
+            for (int i = 0; i < n; i++)
+                if (row[i] > mx) mx = row[i];
+            for (int i = 0; i < n; i++)
+                if (row[i] > -INFINITY) sum += exp((double)row[i] - mx);
+            double lse = mx + log(sum);
+            ts_sampler_params sp = {1.0f, 0, 1.0f, 0.0f, 1};
+            ts_sampler *ts = NULL;
+            CHECK(ts_sampler_create(&sp, n, &ts) == TS_OK);
+            ts_logprobs la = {0}, lb = {0};
+            int32_t top_id[20];
+            float top_v[20];
+            int nt = ts ? ts_sampler_top(ts, row, k, top_id, top_v) : 0;
+            if (ts) ts_sampler_logprobs(ts, row, chosen, k, &la);
+            bool ok = fabs(la.logprob - (row[chosen] - lse)) <= 1e-5 && la.n_top == nt;
+            for (int i = 0; ok && i < nt; i++)
+                ok = la.top_id[i] == top_id[i] &&
+                     fabs(la.top_logprob[i] - (top_v[i] - lse)) <= 1e-5;
+            CHECKF(ok, "logprobs case %d: %g against %g, %d alternatives against %d", cs,
+                   la.logprob, row[chosen] - lse, la.n_top, nt);
+            /* the list: every token above the k-th best's logit less 1, and every 50th, from
+             * the end, with two ids outside the vocabulary among them */
+            float floor_v = nt ? top_v[nt - 1] - 1.0f : (float)mx;
+            int nl = 0;
+            ll[nl] = 50.0f, lt[nl++] = -1;
+            for (int i = n - 1; i >= 0; i--)
+                if (row[i] >= floor_v || i % 50 == 0) ll[nl] = row[i], lt[nl++] = i;
+            ll[nl] = 60.0f, lt[nl++] = n + 5;
+            ts_sample_res res = {-1, nl, ll, lt, sum};
+            CHECK(ts && ts_sampler_logprobs_list(ts, &res, row[chosen], k, &lb));
+            ok = fabs(lb.logprob - la.logprob) <= 1e-6 && lb.n_top == la.n_top;
+            for (int i = 0; ok && i < la.n_top; i++)
+                ok = lb.top_id[i] == la.top_id[i] &&
+                     fabs(lb.top_logprob[i] - la.top_logprob[i]) <= 1e-6;
+            CHECKF(ok, "logprobs from a list, case %d: %g against %g, %d alternatives against %d",
+                   cs, lb.logprob, la.logprob, lb.n_top, la.n_top);
+            res.n = 0;
+            CHECK(!ts || !ts_sampler_logprobs_list(ts, &res, 0.0f, k, &lb));
+            ts_sampler_free(ts);
+            free(row), free(ll), free(lt);
+        }
+    }
+
     /* logit adjustments (penalties): the formula on listed ids, out-of-range ids skipped, a
      * repetition penalty that is not a positive finite number taken as none, n 0 removes them */
     {
