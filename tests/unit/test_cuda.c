@@ -1417,16 +1417,25 @@ static bool decode_steps(ts_engine *e, int B, int steps, float *logits, int32_t 
     return decode_steps_at(e, 0, B, steps, logits, ids);
 }
 
+/* An engine that runs its ops one by one (TESSERA_CUDA_GRAPHS=0) and one that replays graphs,
+ * n_slots each; false (neither kept) when either cannot be made. */
+static bool plain_and_graph(ts_model *m, int n_slots, ts_engine **plain, ts_engine **graph) {
+    setenv("TESSERA_CUDA_GRAPHS", "0", 1);
+    *plain = make_engine_slots(m, n_slots);
+    unsetenv("TESSERA_CUDA_GRAPHS");
+    *graph = make_engine_slots(m, n_slots);
+    CHECK(*plain && *graph);
+    if (*plain && *graph) return true;
+    ts_engine_free(*plain), ts_engine_free(*graph);
+    return false;
+}
+
 /* A replay whose arguments did change: one sequence decodes in slot 0, then another in slot 1
  * - the same shape, other state and cache buffers - so the cached graph's nodes are updated
  * before its replays. The logits must be those of the op-by-op engine, bit for bit. */
 static void graph_update_case(ts_model *m) {
-    setenv("TESSERA_CUDA_GRAPHS", "0", 1);
-    ts_engine *plain = make_engine_slots(m, 2);
-    unsetenv("TESSERA_CUDA_GRAPHS");
-    ts_engine *graph = make_engine_slots(m, 2);
-    CHECK(plain && graph);
-    if (!plain || !graph) return;
+    ts_engine *plain, *graph;
+    if (!plain_and_graph(m, 2, &plain, &graph)) return;
     int V = ts_engine_n_vocab(graph), steps = 6;
     size_t nl = (size_t)steps * V;
     float *a = malloc(2 * nl * sizeof *a), *b = malloc(2 * nl * sizeof *b);
@@ -1452,12 +1461,8 @@ static void graph_update_case(ts_model *m) {
 }
 
 static void graph_decode_case(ts_model *m, int B, int steps) {
-    setenv("TESSERA_CUDA_GRAPHS", "0", 1);
-    ts_engine *plain = make_engine_slots(m, GD_MAX_B);
-    unsetenv("TESSERA_CUDA_GRAPHS");
-    ts_engine *graph = make_engine_slots(m, GD_MAX_B);
-    CHECK(plain && graph);
-    if (!plain || !graph) return;
+    ts_engine *plain, *graph;
+    if (!plain_and_graph(m, GD_MAX_B, &plain, &graph)) return;
     int V = ts_engine_n_vocab(graph);
     size_t nl = (size_t)steps * B * V;
     int32_t ids_a[16 * GD_MAX_B], ids_b[16 * GD_MAX_B], ids_g[16 * GD_MAX_B];

@@ -363,6 +363,18 @@ static bool hoistable(const cq_state *q, const std::vector<cq_op> &ops, size_t i
     return true;
 }
 
+/* A copy with no dependencies (a root of the graph) into *node, appended to roots. */
+static bool add_root_copy(cq_graph *g, cudaGraphNode_t *node, void *dst, const void *src,
+                          size_t bytes, cudaMemcpyKind dir, std::vector<cudaGraphNode_t> *roots) {
+    if (cudaGraphAddMemcpyNode1D(node, g->graph, nullptr, 0, dst, src, bytes, dir) !=
+        cudaSuccess) {
+        cudaGetLastError();
+        return false;
+    }
+    roots->push_back(*node);
+    return true;
+}
+
 /* Builds a graph of the submission: the hoistable uploads as its roots, then a chain of the
  * other nodes in queue order whose first node depends on those roots. */
 static bool graph_build(cuda_ctx *c, cq_state *q, cq_graph *g, uint64_t sig,
@@ -372,29 +384,19 @@ static bool graph_build(cuda_ctx *c, cq_state *q, cq_graph *g, uint64_t sig,
     g->nodes.assign(ops.size(), nullptr);
     std::vector<bool> root(ops.size());
     /* the nodes the next one depends on: the previous op's node, or the last nodes of a
-     * captured call; at first the roots */
+     * captured call; at first the roots: the tables (one copy, see cq_state), the hoistable
+     * uploads */
     std::vector<cudaGraphNode_t> tails;
-    if (q->table_pending) { /* the tables, one root (see cq_state) */
-        cudaGraphNode_t tn;
-        if (cudaGraphAddMemcpyNode1D(&tn, g->graph, nullptr, 0, q->table, q->table_host,
-                                     q->table_pending, cudaMemcpyHostToDevice) != cudaSuccess) {
-            cudaGetLastError();
-            graph_drop(g);
-            return false;
-        }
-        tails.push_back(tn);
-    }
-    for (size_t i = 0; i < ops.size(); i++) {
-        if (!(root[i] = hoistable(q, ops, i))) continue;
-        const cq_op *o = &ops[i];
-        cudaError_t err = cudaGraphAddMemcpyNode1D(&g->nodes[i], g->graph, nullptr, 0, o->dst,
-                                                   o->src, o->bytes, o->dir);
-        if (err != cudaSuccess) {
-            cudaGetLastError();
-            graph_drop(g);
-            return false;
-        }
-        tails.push_back(g->nodes[i]);
+    cudaGraphNode_t tn;
+    bool ok = !q->table_pending || add_root_copy(g, &tn, q->table, q->table_host,
+                                                 q->table_pending, cudaMemcpyHostToDevice, &tails);
+    for (size_t i = 0; ok && i < ops.size(); i++)
+        if ((root[i] = hoistable(q, ops, i)))
+            ok = add_root_copy(g, &g->nodes[i], ops[i].dst, ops[i].src, ops[i].bytes, ops[i].dir,
+                               &tails);
+    if (!ok) {
+        graph_drop(g);
+        return false;
     }
     const cq_op *prev = nullptr; /* the last op of the chain */
     for (size_t i = 0; i < ops.size(); i++) {
@@ -552,7 +554,9 @@ void cq_flush(cuda_ctx *c) {
                 cudaEvent_t e[2];
                 bool timed = q->profile_graphs && cudaEventCreate(&e[0]) == cudaSuccess &&
                              cudaEventCreate(&e[1]) == cudaSuccess;
-                if (timed) {
+                if (!timed) {
+                    cuda_check(c, cudaGraphLaunch(hit->exec, c->stream), "graph launch");
+                } else {
                     double t_launch = now_ms();
                     if (q->last_flush_end > 0)
                         host_add(q, "queue ops (since last flush)", t_start - q->last_flush_end);
@@ -560,10 +564,6 @@ void cq_flush(cuda_ctx *c) {
                     cudaEventRecord(e[0], c->stream);
                     cuda_check(c, cudaGraphLaunch(hit->exec, c->stream), "graph launch");
                     host_add(q, "launch call", now_ms() - t_launch);
-                } else {
-                    cuda_check(c, cudaGraphLaunch(hit->exec, c->stream), "graph launch");
-                }
-                if (timed) {
                     cudaEventRecord(e[1], c->stream);
                     cudaEventSynchronize(e[1]);
                     float ms = 0;
