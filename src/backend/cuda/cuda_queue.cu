@@ -47,6 +47,10 @@ struct cq_state {
      * cached graph, the launch call, the wait - and which nodes' arguments changed */
     std::map<std::string, cq_prof> host;
     double last_flush_end = 0;
+    /* TESSERA_CUDA_PROFILE_DROP=name: kernels of that name are not launched at all - the
+     * results are wrong, the step's time without them is what a measurement wants: a kind of
+     * kernel's share of a replayed step, launch gaps and overlap included */
+    const char *drop = nullptr;
     /* programmatic edges between a graph's kernels (compute capability 9.0 and up;
      * TESSERA_CUDA_PDL=0 turns them off, for comparison) */
     bool pdl;
@@ -102,6 +106,7 @@ static cq_state *state_of(cuda_ctx *c) {
     cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, c->device);
     q->pdl = major >= 9 && !cuda_env_off("TESSERA_CUDA_PDL");
     q->hoist = !cuda_env_off("TESSERA_CUDA_HOIST");
+    q->drop = getenv("TESSERA_CUDA_PROFILE_DROP");
     if (cudaMallocHost((void **)&q->stage, CQ_STAGE_BYTES) != cudaSuccess) {
         cudaGetLastError();
         q->stage = nullptr; /* uploads then go synchronously */
@@ -206,6 +211,7 @@ void cq_submit(cuda_ctx *c, const cq_op *op) {
         return;
     }
     if (c->failed) return; /* after a failure nothing more runs: download reports it */
+    if (q->drop && op->kind == CQ_KERNEL && op->what && strcmp(op->what, q->drop) == 0) return;
     if (q->profile) {
         /* the op runs at once between two events; flush reads them */
         if (q->events.empty()) {
