@@ -845,8 +845,9 @@ static void test_matmul_glu(void) {
  * one round of the capped grid covers the matrix, and larger matrices go round. The cases below
  * take each of those shapes on an H200 (132 multiprocessors): stacks of two weights (a warp's
  * rows across the boundary), the input norm folded in, rows of 17 groups (lanes idle) and of 257
- * (a second round of loads); then the gated MLP's form (a gate and an up row an output, one or
- * two outputs a warp). Against the CPU's norm and fp32 matmul. */
+ * (a second round of loads); then quantized weights' GEMV over as many rows; then the gated
+ * MLP's form (a gate and an up row an output, one or two outputs a warp). Against the CPU's norm
+ * and fp32 matmul. */
 static void test_gemv_one_rows(void) {
     float eps = 1e-6f;
     static const int plain[][3] = {{136, 5000, 4200},  {2056, 4500, 4100}, {1000, 3000, 3000},
@@ -879,6 +880,56 @@ static void test_gemv_one_rows(void) {
         gpu->ops->free(gpu, d0), gpu->ops->free(gpu, d1);
         kept_extra((void *)W0.data), kept_extra((void *)W1.data);
         free(f0), free(f1), free(nw), free(x), free(xn), free(y0), free(y1);
+    }
+    /* quantized weights (cuda_matmul.cu's k_gemv, a warp per row): stacks of thousands of rows
+     * (several waves of blocks), one and three tokens, and the gated MLP's form */
+    static const struct {
+        ts_dtype dt;
+        int cols, r0, r1, n;
+    } qcases[] = {{TS_DTYPE_Q4_K, 1024, 6000, 5000, 1}, {TS_DTYPE_Q6_K, 1024, 9000, 300, 1},
+                  {TS_DTYPE_Q8_0, 640, 7000, 4100, 1},  {TS_DTYPE_Q5_0, 640, 5000, 4000, 1},
+                  {TS_DTYPE_Q4_0, 768, 4000, 3000, 3},  {TS_DTYPE_Q4_K, 512, 8000, 2000, 3}};
+    for (int ci = 0; ci < (int)(sizeof qcases / sizeof *qcases); ci++) {
+        ts_dtype dt = qcases[ci].dt;
+        int cols = qcases[ci].cols, r0 = qcases[ci].r0, r1 = qcases[ci].r1, n = qcases[ci].n;
+        float *f0, *f1;
+        ts_tensor W0 = make_weight(dt, r0, cols, &f0), W1 = make_weight(dt, r1, cols, &f1);
+        ts_tensor F0 = {TS_DTYPE_F32, 2, {r0, cols, 1, 1, 1, 1}, f0, (uint64_t)r0 * cols * 4};
+        ts_tensor F1 = {TS_DTYPE_F32, 2, {r1, cols, 1, 1, 1, 1}, f1, (uint64_t)r1 * cols * 4};
+        float *x = rnd((size_t)n * cols, 3.0f);
+        float *y0 = calloc((size_t)n * r0, 4), *y1 = calloc((size_t)n * r1, 4);
+        cpu->ops->matmul(cpu, &F0, x, cols, n, y0, r0);
+        cpu->ops->matmul(cpu, &F1, x, cols, n, y1, r1);
+        float *dx = dev(x, (size_t)n * cols), *d0 = dev(y0, (size_t)n * r0);
+        float *d1 = dev(y1, (size_t)n * r1);
+        const ts_tensor *Ws[2] = {&W0, &W1};
+        float *dys[2] = {d0, d1};
+        int64_t lds[2] = {r0, r1};
+        gpu->ops->matmul_n(gpu, Ws, 2, dx, cols, n, NULL, dys, lds);
+        char what[80];
+        snprintf(what, sizeof what, "gemv %s %d+%d x %d, %d token(s)", ts_dtype_name(dt), r0, r1,
+                 cols, n);
+        cmp(what, d0, y0, (size_t)n * r0, gemm_tol(dt, n));
+        cmp(what, d1, y1, (size_t)n * r1, gemm_tol(dt, n));
+        /* the gated MLP's form over the same weights (r0 rows of each) */
+        if (n == 1) {
+            float *ref = calloc(r0, 4), *dg = dev(y0, r0), *du = dev(y0, r0), *dout = dev(y0, r0);
+            float *fu;
+            ts_tensor Wu = make_weight(dt, r0, cols, &fu);
+            ts_tensor Fu = {TS_DTYPE_F32, 2, {r0, cols, 1, 1, 1, 1}, fu, (uint64_t)r0 * cols * 4};
+            float *tu = calloc(r0, 4);
+            cpu->ops->matmul(cpu, &Fu, x, cols, 1, tu, r0);
+            cpu->ops->swiglu(cpu, y0, tu, r0, 1, r0, ref, r0);
+            gpu->ops->matmul_glu(gpu, &W0, &Wu, dx, cols, 1, NULL, false, dg, du, r0, dout, r0);
+            snprintf(what, sizeof what, "gemv glu %s %d x %d", ts_dtype_name(dt), r0, cols);
+            cmp(what, dout, ref, r0, 2 * gemm_tol(dt, 1));
+            gpu->ops->free(gpu, dg), gpu->ops->free(gpu, du), gpu->ops->free(gpu, dout);
+            kept_extra((void *)Wu.data);
+            free(fu), free(tu), free(ref);
+        }
+        gpu->ops->free(gpu, dx), gpu->ops->free(gpu, d0), gpu->ops->free(gpu, d1);
+        kept_extra((void *)W0.data), kept_extra((void *)W1.data);
+        free(f0), free(f1), free(x), free(y0), free(y1);
     }
     static const int glu[][2] = {{1000, 3000}, {1000, 5000}, {2000, 3000}, {4104, 1500}};
     for (int ci = 0; ci < (int)(sizeof glu / sizeof *glu); ci++) {
