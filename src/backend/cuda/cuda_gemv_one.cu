@@ -148,6 +148,7 @@ __device__ static inline void g1_math(const uint8_t *const *row, const uint4 (*q
  * takes the rounds at o = w, w + NO * W, ... (NO: outputs a round, NR plain, NR / 2 glu). */
 template <ts_dtype DT, int MODE, int U, int NR, bool NORM>
 __global__ static void __launch_bounds__(32 * G1_WARPS) k_gemv_one(g1_args a) {
+    static_assert(U * NR <= G1_LOADS, "a lane's loads in flight take at most 64 registers");
     constexpr int NO = MODE == G1_PLAIN ? NR : NR / 2;
     const int lane = threadIdx.x & 31;
     const int64_t W = (int64_t)gridDim.x * G1_WARPS; /* the row stride between a warp's rows */
