@@ -151,20 +151,10 @@ static ts_status check_batch(ts_engine *e, const ts_batch *b) {
     return TS_OK;
 }
 
-/* logits, ids or (req, res) receives the wanted tokens' outputs: n_vocab floats, one id, or
- * the backend's answer to one sampling request each. */
-/* What a forward answers for its wanted tokens besides (or instead of) logits: argmax ids, or
- * draws (req, res) with, optionally, their log-probability passes (ts_fwd_batch's lp_*). */
-typedef struct {
-    int32_t *ids;
-    const ts_sample_req *req;
-    ts_sample_res *res;
-    const ts_sample_req *lp_req;
-    ts_sample_res *lp_res;
-    float *lp_chosen;
-} fwd_out;
-
-static ts_status forward(ts_engine *e, const ts_batch *b, float *logits, fwd_out o) {
+/* logits, or the output fields of o (the model's batch: argmax ids, or draws with their
+ * log-probability passes; its input fields are ignored) receive the wanted tokens' outputs:
+ * n_vocab floats, one id, or the backend's answer to one sampling request each. */
+static ts_status forward(ts_engine *e, const ts_batch *b, float *logits, ts_fwd_batch o) {
     TS_TRY(check_batch(e, b));
     for (int start = 0; start < b->n_tokens; start += e->n_batch) {
         int n = b->n_tokens - start < e->n_batch ? b->n_tokens - start : e->n_batch;
@@ -179,27 +169,28 @@ static ts_status forward(ts_engine *e, const ts_batch *b, float *logits, fwd_out
         }
         int produced = 0;
         for (int i = 0; i < n; i++) produced += want[i] != 0;
-        if (produced && !logits && !o.ids && !o.req)
+        if (produced && !logits && !o.argmax && !o.sample)
             return ts_error(TS_ERR_INVALID, "logits wanted but no buffer");
-        ts_fwd_batch fb = {n,     b->tokens + start, b->pos + start, b->slot + start, want,
-                           e->slot_state, o.ids, o.req, o.res, o.lp_req, o.lp_res, o.lp_chosen};
+        ts_fwd_batch fb = o;
+        fb.n_tokens = n, fb.tokens = b->tokens + start, fb.pos = b->pos + start;
+        fb.slot = b->slot + start, fb.wants_logits = want, fb.slot_state = e->slot_state;
         ts_status st = e->model->arch->forward(e->rt, &fb, logits);
         if (st != TS_OK) return st;
         for (int i = 0; i < n; i++) e->slot_len[fb.slot[i]]++;
         if (logits) logits += (size_t)produced * e->n_vocab;
-        if (o.ids) o.ids += produced;
-        if (o.req) o.req += produced, o.res += produced;
+        if (o.argmax) o.argmax += produced;
+        if (o.sample) o.sample += produced, o.sample_res += produced;
         if (o.lp_req) o.lp_req += produced, o.lp_res += produced, o.lp_chosen += produced;
     }
     return TS_OK;
 }
 
 ts_status ts_engine_forward(ts_engine *e, const ts_batch *b, float *logits) {
-    return forward(e, b, logits, (fwd_out){0});
+    return forward(e, b, logits, (ts_fwd_batch){0});
 }
 
 ts_status ts_engine_forward_greedy(ts_engine *e, const ts_batch *b, int32_t *ids) {
-    return forward(e, b, NULL, (fwd_out){.ids = ids});
+    return forward(e, b, NULL, (ts_fwd_batch){.argmax = ids});
 }
 
 /* Host memory for n rows of sampling output: logits when the backend cannot sample, else the
@@ -251,7 +242,7 @@ static ts_status forward_sample(ts_engine *e, const ts_batch *b, ts_sampler *con
     TS_TRY(sample_room(e, lps ? 2 * rows : rows));
     if (!e->be->ops->sample) { /* the logits come to the host, where the sampler runs */
         if (!logits) logits = e->sample_buf;
-        TS_TRY(forward(e, b, logits, (fwd_out){0}));
+        TS_TRY(forward(e, b, logits, (ts_fwd_batch){0}));
         for (int k = 0; k < n_want; k++) {
             float *row = logits + (size_t)k * e->n_vocab;
             ts_sampler_adjust(samplers[k], row);
@@ -271,7 +262,7 @@ static ts_status forward_sample(ts_engine *e, const ts_batch *b, ts_sampler *con
                                            .logit = lg + (size_t)k * e->n_vocab,
                                            .tok = tk + (size_t)k * e->n_vocab};
     }
-    fwd_out o = {.req = e->sample_req, .res = e->sample_res};
+    ts_fwd_batch o = {.sample = e->sample_req, .sample_res = e->sample_res};
     if (lps)
         o.lp_req = e->sample_req + n_want, o.lp_res = e->sample_res + n_want,
         o.lp_chosen = e->sample_chosen;
