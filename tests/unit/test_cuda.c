@@ -30,11 +30,11 @@
 
 static ts_backend *cpu, *gpu;
 static void *kept[8]; /* test weights, alive until the backend is gone */
-static void *kept_more[64];
+static void *kept_more[128];
 static int n_kept_more;
 /* Weights whose host address keys a device copy stay allocated until the end. */
 static void kept_extra(void *p) {
-    if (n_kept_more < 64) kept_more[n_kept_more++] = p;
+    if (n_kept_more < 128) kept_more[n_kept_more++] = p;
 }
 static unsigned long long rng = 0x5eedULL;
 
@@ -753,6 +753,46 @@ static void test_matmul(void) {
     }
 }
 
+/* The device's decoding of every quantized type, exactly: a GEMV against one-hot tokens gives a
+ * column of the weights (w * 1 plus zeros), which must equal the CPU dequantizer's value - for
+ * one token (the one-token kernels: unit32, cuda_gemv_one.cu's raw units) and for 7 (group8). */
+static void test_decode_exact(void) {
+    ts_dtype dts[] = {TS_DTYPE_Q8_0, TS_DTYPE_Q4_0, TS_DTYPE_Q5_0, TS_DTYPE_Q4_K, TS_DTYPE_Q6_K};
+    int rows = 64, cols = 2304; /* 9 K-quant blocks: Q6_K's device layout groups 8 and 1 */
+    for (size_t di = 0; di < sizeof dts / sizeof *dts; di++) {
+        float *wf;
+        ts_tensor W = make_weight(dts[di], rows, cols, &wf);
+        for (int n = 1; n <= 7; n += 6) {
+            float *x = calloc((size_t)n * cols, 4), *y = calloc((size_t)n * rows, 4);
+            float *dx = dev(x, (size_t)n * cols), *dy = dev(y, (size_t)n * rows);
+            int bad = 0, first = -1;
+            for (int k0 = 0; k0 < cols; k0 += n) {
+                int m = cols - k0 < n ? cols - k0 : n;
+                memset(x, 0, (size_t)n * cols * 4);
+                for (int t = 0; t < m; t++)
+                    x[(size_t)t * cols + k0 + t] = 1.0f;
+                gpu->ops->upload(gpu, dx, x, (size_t)n * cols * 4);
+                gpu->ops->matmul(gpu, &W, dx, cols, n, dy, rows);
+                float *got = host(dy, (size_t)n * rows);
+                for (int t = 0; t < m; t++)
+                    for (int r = 0; r < rows; r++)
+                        if (got[(size_t)t * rows + r] != wf[(size_t)r * cols + k0 + t]) {
+                            if (!bad++) first = r * cols + k0 + t;
+                        }
+                free(got);
+            }
+            CHECKF(bad == 0,
+                   "%s decode, %d token(s): %d of %d weights differ from the CPU's (first "
+                   "at row %d column %d)",
+                   ts_dtype_name(dts[di]), n, bad, rows * cols, first / cols, first % cols);
+            gpu->ops->free(gpu, dx), gpu->ops->free(gpu, dy);
+            free(x), free(y);
+        }
+        kept_extra((void *)W.data);
+        free(wf);
+    }
+}
+
 /* The 16-bit activations of the tensor-core GEMM (8 tokens) and of cuBLAS (70) keep each
  * token's range: tokens of magnitude 1e-7 .. 1e7 (fp16 alone holds 6e-5 .. 65504: F16 weights'
  * activations are scaled per token), one with a NaN (its outputs NaN), each token's products
@@ -838,6 +878,105 @@ static void test_matmul_glu(void) {
         kept_extra((void *)Wg.data), kept_extra((void *)Wu.data);
         free(fg), free(fu);
     }
+}
+
+/* n floats of a device buffer of backend be, as a new host array. */
+static float *host_of(ts_backend *be, const float *d, size_t n) {
+    float *h = malloc(n * sizeof *h);
+    for (size_t i = 0; i < n; i++)
+        h[i] = NAN;
+    be->ops->download(be, h, d, n * sizeof *h);
+    return h;
+}
+
+/* One token of Q4_K and Q6_K weights in cuda_gemv_one.cu's kernel (1, 2, 4 or 8 units of 32
+ * elements a lane by the row's length, 1..8 rows a warp, long rows and tall matrices going
+ * round; Q6_K rows of whole and partial groups of 8 blocks in the device's layout): the bits of
+ * the general GEMV's one-token sums (a second backend made with TESSERA_CUDA_GEMV1_KQUANT=0),
+ * and the CPU's fp32 product within the GEMV's bound. Plain (one or two stacked weights) and
+ * the gated MLP's form. */
+static void test_gemv_one_kquant(void) {
+    setenv("TESSERA_CUDA_GEMV1_KQUANT", "0", 1);
+    ts_backend *ref = NULL;
+    ts_status st = ts_backend_cuda_create(0, &ref);
+    unsetenv("TESSERA_CUDA_GEMV1_KQUANT");
+    CHECK(st == TS_OK);
+    if (st != TS_OK) return;
+    enum { K4 = TS_DTYPE_Q4_K, K6 = TS_DTYPE_Q6_K };
+    static const int cases[][5] = {
+        /* dtype, cols, rows of weight 0 and 1 (0: none), glu */
+        {K4, 1024, 6000, 5000, 0}, {K4, 1024, 300, 0, 0},     {K4, 2048, 4000, 3000, 0},
+        {K4, 3584, 1024, 1000, 0}, {K4, 9216, 500, 0, 0},     {K4, 1024, 30000, 0, 0},
+        {K4, 1024, 3584, 0, 1},    {K4, 2048, 6000, 0, 1},    {K4, 3584, 1024, 0, 1},
+        {K4, 9216, 300, 0, 1},     {K4, 1024, 20000, 0, 1},   {K6, 1024, 9000, 300, 0},
+        {K6, 1024, 40000, 0, 0},   {K6, 2048, 2000, 2000, 0}, {K6, 3584, 1024, 0, 0},
+        {K6, 9216, 700, 0, 0},     {K6, 1024, 3584, 0, 1},    {K6, 3584, 1024, 0, 1}};
+    for (int ci = 0; ci < (int)(sizeof cases / sizeof *cases); ci++) {
+        ts_dtype dt = (ts_dtype)cases[ci][0];
+        int cols = cases[ci][1], r0 = cases[ci][2], r1 = cases[ci][3];
+        bool glu = cases[ci][4];
+        int nw = r1 ? 2 : 1, rs[2] = {r0, glu ? r0 : r1};
+        float *f[2] = {NULL, NULL};
+        ts_tensor W[2];
+        for (int j = 0; j < (glu ? 2 : nw); j++)
+            W[j] = make_weight(dt, rs[j], cols, &f[j]);
+        float *x = rnd(cols, 3.0f), *want[2] = {calloc(r0, 4), calloc(rs[1] ? rs[1] : 1, 4)};
+        for (int j = 0; j < (glu ? 2 : nw); j++) {
+            ts_tensor F = {
+                TS_DTYPE_F32, 2, {rs[j], cols, 1, 1, 1, 1}, f[j], (uint64_t)rs[j] * cols * 4};
+            cpu->ops->matmul(cpu, &F, x, cols, 1, want[j], rs[j]);
+        }
+        float *exact = want[0];
+        if (glu) {
+            exact = calloc(r0, 4);
+            cpu->ops->swiglu(cpu, want[0], want[1], r0, 1, r0, exact, r0);
+        }
+        float *got[2];
+        for (int b = 0; b < 2; b++) { /* b = 0: the kernel under test, 1: the general GEMV */
+            ts_backend *be = b ? ref : gpu;
+            float *dx = be->ops->alloc(be, (size_t)cols * 4), *dy[2], *dtmp[2];
+            be->ops->upload(be, dx, x, (size_t)cols * 4);
+            for (int j = 0; j < 2; j++) {
+                dy[j] = be->ops->alloc(be, (size_t)r0 * 4 + (size_t)rs[1] * 4);
+                dtmp[j] = be->ops->alloc(be, (size_t)r0 * 4);
+            }
+            if (glu) {
+                be->ops->matmul_glu(be, &W[0], &W[1], dx, cols, 1, NULL, false, dtmp[0], dtmp[1],
+                                    r0, dy[0], r0);
+            } else {
+                const ts_tensor *Ws[2] = {&W[0], &W[1]};
+                int64_t lds[2] = {r0, rs[1]};
+                be->ops->matmul_n(be, Ws, nw, dx, cols, 1, NULL, dy, lds);
+            }
+            got[b] = host_of(be, dy[0], r0);
+            if (nw == 2) { /* the second weight's rows after the first's, for the comparisons */
+                float *g1 = host_of(be, dy[1], r1);
+                got[b] = realloc(got[b], (size_t)(r0 + r1) * 4);
+                memcpy(got[b] + r0, g1, (size_t)r1 * 4);
+                free(g1);
+            }
+            be->ops->free(be, dx);
+            for (int j = 0; j < 2; j++)
+                be->ops->free(be, dy[j]), be->ops->free(be, dtmp[j]);
+        }
+        char what[96];
+        snprintf(what, sizeof what, "gemv one token %s %s%d+%d x %d", ts_dtype_name(dt),
+                 glu ? "glu " : "", r0, r1, cols);
+        int n_out = glu ? r0 : r0 + r1;
+        CHECKF(memcmp(got[0], got[1], (size_t)n_out * 4) == 0, "%s: not the general GEMV's bits",
+               what);
+        double rel = tu_rel_l2(got[0], exact, r0);
+        CHECKF(rel <= (glu ? 2 : 1) * gemm_tol(dt, 1), "%s: rel L2 %.3g", what, rel);
+        if (nw == 2) {
+            rel = tu_rel_l2(got[0] + r0, want[1], r1);
+            CHECKF(rel <= gemm_tol(dt, 1), "%s (second weight): rel L2 %.3g", what, rel);
+        }
+        for (int j = 0; j < (glu ? 2 : nw); j++)
+            kept_extra((void *)W[j].data), free(f[j]);
+        if (glu) free(exact);
+        free(x), free(want[0]), free(want[1]), free(got[0]), free(got[1]);
+    }
+    ts_backend_free(ref);
 }
 
 /* One token of 16-bit weights (cuda_gemv_one.cu): a lane keeps 4, 8 or 16 groups of a row in
@@ -1894,6 +2033,7 @@ int main(void) {
     if (section("sample")) test_sample(quick);
     if (section("matmul")) {
         test_matmul(), test_matmul_glu(), test_matmul_norm_add(), test_gemv_one_rows();
+        test_gemv_one_kquant(), test_decode_exact();
         test_split_range();
     }
     if (!quick && section("fixtures")) {

@@ -44,6 +44,14 @@ template <> __device__ inline void group8<TS_DTYPE_F16>(const uint8_t *row, int6
     half8<TS_DTYPE_F16>(*(const uint4 *)(row + e * 2), w);
 }
 
+/* (float)((int)v - bias) for a code 0 <= v < 2^22 and an integer bias, without the int-to-float
+ * conversion, a quarter-rate instruction on sm_90 that bounded the quantized GEMVs: the float
+ * whose low mantissa bits hold v is 2^23 + v, and subtracting 2^23 + bias from it is exact - the
+ * conversion's value, bit for bit. */
+__device__ static inline float code_f(uint32_t v, float bias) {
+    return __int_as_float(0x4B000000u | v) - (8388608.0f + bias);
+}
+
 /* 8 bytes at a 2-byte aligned address */
 __device__ static inline void bytes8(const uint8_t *p, int *q) {
 #pragma unroll
@@ -59,7 +67,8 @@ template <> __device__ inline void group8<TS_DTYPE_Q8_0>(const uint8_t *row, int
     int q[8];
     bytes8(b + 2 + (e & 31), q);
 #pragma unroll
-    for (int i = 0; i < 8; i++) w[i] = (float)(int8_t)q[i] * d;
+    for (int i = 0; i < 8; i++)
+        w[i] = code_f((uint32_t)q[i] ^ 0x80u, 128.0f) * d; /* int8 */
 }
 
 /* Q4_0 / Q5_0: element p < 16 of a block is the low nibble of qs[p], p >= 16 the high nibble of
@@ -71,7 +80,8 @@ template <> __device__ inline void group8<TS_DTYPE_Q4_0>(const uint8_t *row, int
     int q[8];
     bytes8(b + 2 + (p & 15), q);
 #pragma unroll
-    for (int i = 0; i < 8; i++) w[i] = (float)(((q[i] >> shift) & 15) - 8) * d;
+    for (int i = 0; i < 8; i++)
+        w[i] = code_f((q[i] >> shift) & 15, 8.0f) * d;
 }
 
 template <> __device__ inline void group8<TS_DTYPE_Q5_0>(const uint8_t *row, int64_t e, float *w) {
@@ -84,7 +94,7 @@ template <> __device__ inline void group8<TS_DTYPE_Q5_0>(const uint8_t *row, int
 #pragma unroll
     for (int i = 0; i < 8; i++) {
         int v = ((q[i] >> shift) & 15) | (int)((qh >> (p + i)) & 1) << 4;
-        w[i] = (float)(v - 16) * d;
+        w[i] = code_f(v, 16.0f) * d;
     }
 }
 
@@ -107,26 +117,28 @@ template <> __device__ inline void group8<TS_DTYPE_Q4_K>(const uint8_t *row, int
 #pragma unroll
     for (int i = 0; i < 8; i++) {
         int byte = ((i < 4 ? v.x : v.y) >> (8 * (i & 3))) & 0xff;
-        w[i] = __fsub_rn(__fmul_rn(d1, (float)((byte >> shift) & 15)), m1);
+        w[i] = __fsub_rn(__fmul_rn(d1, code_f((byte >> shift) & 15, 0.0f)), m1);
     }
 }
 
+/* Q6_K in the device's layout (cuda_int.cuh's q6k_dev_block) */
 template <> __device__ inline void group8<TS_DTYPE_Q6_K>(const uint8_t *row, int64_t e, float *w) {
-    const uint8_t *b = row + (e >> 8) * 210; /* 2-byte aligned */
+    const uint8_t *b = row + q6k_dev_block(e >> 8); /* 16-byte aligned */
     int k = (int)(e & 255), h = k >> 7, qt = (k >> 5) & 3, l = k & 31;
-    float d = f16f(ld16(b + 208));
+    float d = f16f(ld16(row + q6k_dev_d(e >> 8)));
     float ds = __fmul_rn(d, (float)((const int8_t *)(b + 192))[8 * h + 2 * qt + (l >> 4)]);
-    int ql[8], qh[8];
-    bytes8(b + 64 * h + (qt & 1) * 32 + l, ql);
-    bytes8(b + 128 + 32 * h + l, qh);
+    uint2 ql = *(const uint2 *)(b + 64 * h + (qt & 1) * 32 + l); /* l: a multiple of 8 */
+    uint2 qh = *(const uint2 *)(b + 128 + 32 * h + l);
     int lshift = (qt >> 1) * 4, hshift = 2 * qt;
 #pragma unroll
     for (int i = 0; i < 8; i++) {
-        int q = (((ql[i] >> lshift) & 15) | ((qh[i] >> hshift) & 3) << 4) - 32;
-        w[i] = __fmul_rn(ds, (float)q);
+        int sh = 8 * (i & 3);
+        int lo = (int)((i < 4 ? ql.x : ql.y) >> sh) & 0xff,
+            hi = (int)((i < 4 ? qh.x : qh.y) >> sh) & 0xff;
+        int q = ((lo >> lshift) & 15) | ((hi >> hshift) & 3) << 4;
+        w[i] = __fmul_rn(ds, code_f(q, 32.0f));
     }
 }
-
 
 /* K-quant rows 32 elements at a time (the GEMV's unit for these types: the block's scales and
  * the packed codes are loaded once per 32 elements, not per 8). Unit u is two runs of 16
@@ -139,57 +151,112 @@ template <ts_dtype DT>
 __device__ static inline void unit32(const uint8_t *row, int64_t u, float *wa, float *wb,
                                      int64_t *ea, int64_t *eb);
 
-template <>
-__device__ inline void unit32<TS_DTYPE_Q4_K>(const uint8_t *row, int64_t u, float *wa, float *wb,
-                                             int64_t *ea, int64_t *eb) {
-    const uint8_t *b = row + (u >> 3) * 144;
-    int i = (int)(u >> 1) & 3, hf = (int)u & 1, j = 2 * i;
-    float d = f16f(ld16(b)), dmin = f16f(ld16(b + 2));
-    const uint8_t *s = b + 4;
-    int sc0, m0, sc1, m1; /* sub-blocks j (< 7) and j + 1 */
+/* Byte k of a Q4_K super-block's 12 scale bytes, from its first 16 bytes h (d, dmin, scales). */
+__device__ static inline int q4k_sbyte(uint4 h, int k) {
+    uint32_t w = k < 4 ? h.y : k < 8 ? h.z : h.w;
+    return (int)(w >> (8 * (k & 3))) & 0xff;
+}
+
+/* Sub-block j's 6-bit scale and min, from the super-block's first 16 bytes h. */
+__device__ static inline void q4k_scale_min(uint4 h, int j, int *sc, int *m) {
     if (j < 4) {
-        sc0 = s[j] & 63, m0 = s[j + 4] & 63;
+        *sc = q4k_sbyte(h, j) & 63, *m = q4k_sbyte(h, j + 4) & 63;
     } else {
-        sc0 = (s[j + 4] & 15) | ((s[j - 4] >> 6) << 4), m0 = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+        *sc = (q4k_sbyte(h, j + 4) & 15) | ((q4k_sbyte(h, j - 4) >> 6) << 4);
+        *m = (q4k_sbyte(h, j + 4) >> 4) | ((q4k_sbyte(h, j) >> 6) << 4);
     }
-    if (j + 1 < 4) {
-        sc1 = s[j + 1] & 63, m1 = s[j + 5] & 63;
-    } else {
-        sc1 = (s[j + 5] & 15) | ((s[j - 3] >> 6) << 4), m1 = (s[j + 5] >> 4) | ((s[j + 1] >> 6) << 4);
-    }
+}
+
+/* Where Q4_K unit u's 16 code bytes lie in its row. */
+__device__ static inline int64_t q4k_code_offset(int64_t u) {
+    return (u >> 3) * 144 + 16 + 32 * ((u >> 1) & 3) + 16 * (u & 1);
+}
+
+/* The first element of Q4_K unit u's low-nibble run (its high-nibble run starts 32 later). */
+__device__ static inline int64_t q4k_unit_start(int64_t u) {
+    return (u >> 3) * 256 + 64 * ((u >> 1) & 3) + 16 * (u & 1);
+}
+
+/* Q4_K unit u from its raw bytes, already loaded: h, the super-block's first 16 bytes (d, dmin,
+ * the scales), v, the unit's code bytes. The single-token GEMV loads these itself (several
+ * rows' units in flight at once) and decodes them here, with unit32's values. */
+__device__ static inline void q4k_unit(uint4 h, uint4 v, int64_t u, float *wa, float *wb,
+                                       int64_t *ea, int64_t *eb) {
+    int j = 2 * ((int)(u >> 1) & 3);
+    float d = f16f((uint16_t)(h.x & 0xffffu)), dmin = f16f((uint16_t)(h.x >> 16));
+    int sc0, m0, sc1, m1; /* sub-blocks j (< 7) and j + 1 */
+    q4k_scale_min(h, j, &sc0, &m0);
+    q4k_scale_min(h, j + 1, &sc1, &m1);
     float d0 = d * (float)sc0, n0 = dmin * (float)m0, d1 = d * (float)sc1, n1 = dmin * (float)m1;
-    uint4 v = *(const uint4 *)(b + 16 + 32 * i + 16 * hf);
     uint32_t q[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
     for (int k = 0; k < 16; k++) {
         int byte = (q[k >> 2] >> (8 * (k & 3))) & 0xff;
-        wa[k] = __fsub_rn(__fmul_rn(d0, (float)(byte & 15)), n0);
-        wb[k] = __fsub_rn(__fmul_rn(d1, (float)(byte >> 4)), n1);
+        wa[k] = __fsub_rn(__fmul_rn(d0, code_f(byte & 15, 0.0f)), n0);
+        wb[k] = __fsub_rn(__fmul_rn(d1, code_f(byte >> 4, 0.0f)), n1);
     }
-    *ea = (u >> 3) * 256 + 64 * i + 16 * hf;
+    *ea = q4k_unit_start(u);
     *eb = *ea + 32;
+}
+
+template <>
+__device__ inline void unit32<TS_DTYPE_Q4_K>(const uint8_t *row, int64_t u, float *wa, float *wb,
+                                             int64_t *ea, int64_t *eb) {
+    /* 16-byte aligned: rows are whole 144-byte super-blocks */
+    uint4 h = *(const uint4 *)(row + (u >> 3) * 144);
+    q4k_unit(h, *(const uint4 *)(row + q4k_code_offset(u)), u, wa, wb, ea, eb);
+}
+
+/* The raw bytes of Q6_K unit u (device layout): its 16 ql and 16 qh bytes, the 8 scale bytes of
+ * its half (two of them its own), and its block's d. */
+typedef struct {
+    uint4 ql, qh;
+    uint2 sc;
+    uint32_t d;
+} q6k_raw;
+
+__device__ static inline q6k_raw q6k_load(const uint8_t *row, int64_t u) {
+    const uint8_t *b = row + q6k_dev_block(u >> 3);
+    int h = (int)(u >> 2) & 1, l0 = ((int)(u >> 1) & 1) * 16, qp = (int)u & 1;
+    q6k_raw r;
+    r.ql = *(const uint4 *)(b + 64 * h + qp * 32 + l0);
+    r.qh = *(const uint4 *)(b + 128 + 32 * h + l0);
+    r.sc = *(const uint2 *)(b + 192 + 8 * h);
+    r.d = ld16(row + q6k_dev_d(u >> 3));
+    return r;
+}
+
+/* The first element of Q6_K unit u's first run (its second starts 64 later). */
+__device__ static inline int64_t q6k_unit_start(int64_t u) {
+    return (u >> 3) * 256 + 128 * ((u >> 2) & 1) + 32 * (u & 1) + 16 * ((u >> 1) & 1);
+}
+
+/* Q6_K unit u from its raw bytes (q6k_load, or the single-token GEMV's own loads). */
+__device__ static inline void q6k_unit(const q6k_raw &r, int64_t u, float *wa, float *wb,
+                                       int64_t *ea, int64_t *eb) {
+    int l0 = ((int)(u >> 1) & 1) * 16, qp = (int)u & 1;
+    float d = f16f((uint16_t)r.d);
+    int si = 8 * ((l0 >> 4) + 2 * qp); /* scale (l0 / 16 + 2 qp) of the half, and that + 4 */
+    float da = __fmul_rn(d, (float)(int8_t)(r.sc.x >> si));
+    float db = __fmul_rn(d, (float)(int8_t)(r.sc.y >> si));
+    uint32_t ql[4] = {r.ql.x, r.ql.y, r.ql.z, r.ql.w}, qh[4] = {r.qh.x, r.qh.y, r.qh.z, r.qh.w};
+#pragma unroll
+    for (int k = 0; k < 16; k++) {
+        int lb = (int)(ql[k >> 2] >> (8 * (k & 3))) & 0xff;
+        int hb = (int)(qh[k >> 2] >> (8 * (k & 3))) & 0xff;
+        int qa = (lb & 15) | ((hb >> (2 * qp)) & 3) << 4;
+        int qb = (lb >> 4) | ((hb >> (2 * qp + 4)) & 3) << 4;
+        wa[k] = __fmul_rn(da, code_f(qa, 32.0f));
+        wb[k] = __fmul_rn(db, code_f(qb, 32.0f));
+    }
+    *ea = q6k_unit_start(u);
+    *eb = *ea + 64;
 }
 
 template <>
 __device__ inline void unit32<TS_DTYPE_Q6_K>(const uint8_t *row, int64_t u, float *wa, float *wb,
                                              int64_t *ea, int64_t *eb) {
-    const uint8_t *b = row + (u >> 3) * 210; /* 2-byte aligned */
-    int h = (int)(u >> 2) & 1, l0 = ((int)(u >> 1) & 1) * 16, qp = (int)u & 1;
-    float d = f16f(ld16(b + 208));
-    const int8_t *sc = (const int8_t *)(b + 192) + 8 * h + (l0 >> 4);
-    float da = __fmul_rn(d, (float)sc[2 * qp]), db = __fmul_rn(d, (float)sc[2 * qp + 4]);
-    int ql[16], qh[16];
-    bytes8(b + 64 * h + qp * 32 + l0, ql), bytes8(b + 64 * h + qp * 32 + l0 + 8, ql + 8);
-    bytes8(b + 128 + 32 * h + l0, qh), bytes8(b + 128 + 32 * h + l0 + 8, qh + 8);
-#pragma unroll
-    for (int k = 0; k < 16; k++) {
-        int qa = ((ql[k] & 15) | ((qh[k] >> (2 * qp)) & 3) << 4) - 32;
-        int qb = ((ql[k] >> 4) | ((qh[k] >> (2 * qp + 4)) & 3) << 4) - 32;
-        wa[k] = __fmul_rn(da, (float)qa);
-        wb[k] = __fmul_rn(db, (float)qb);
-    }
-    *ea = (u >> 3) * 256 + 128 * h + 32 * qp + l0;
-    *eb = *ea + 64;
+    q6k_unit(q6k_load(row, u), u, wa, wb, ea, eb);
 }
 
 #endif

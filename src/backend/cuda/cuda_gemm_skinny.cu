@@ -269,7 +269,7 @@ template <ts_dtype DT, int NT, int KS>
 static void skinny_go(cuda_ctx *c, const sk_set &set, int64_t cols, const uint16_t *x,
                       const float *us, int n) {
     dim3 grid((unsigned)set.first[set.nw], KS);
-    size_t rb = ts_dtype_row_bytes(DT, cols);
+    size_t rb = cuda_row_bytes(DT, cols);
     /* the L2 prefetch for quantized weights only: for 16-bit ones it cost the BF16 0.8B's 8 / 64
      * sequences 9% / 4% and the 2B's 10% / 7% (H200), quantized ones were level */
     bool pf = c->prefetch && DT != TS_DTYPE_BF16 && DT != TS_DTYPE_F16;

@@ -70,6 +70,65 @@ __device__ static inline uint4 g1_load(const uint8_t *p) {
     return v;
 }
 
+/* A weight type's unit: the elements a lane takes at once and the raw bytes it loads for them
+ * (LOADS 16-byte loads), summed into a row's partial sum in the general GEMV's order. UMIN: the
+ * fewest units a lane keeps of a row. */
+template <ts_dtype DT> struct g1_fmt {
+    /* BF16, F16: a group of 8 elements, one load */
+    static constexpr int ELEMS = 8, LOADS = 1, UMIN = 4;
+    typedef uint4 raw;
+    __device__ static inline raw load(const uint8_t *row, int64_t gi) {
+        return g1_load(row + gi * 16);
+    }
+};
+
+/* K-quants: unit32's 32 elements in two runs of 16 (runs: where they start in x), decoded by
+ * the formulas of unit32 from the unit's raw bytes. Q4_K: its super-block's first 16 bytes (d,
+ * dmin, scales: the same for 8 lanes, one transaction) and its 16 code bytes - 8 registers
+ * instead of 32 decoded floats. */
+template <> struct g1_fmt<TS_DTYPE_Q4_K> {
+    static constexpr int ELEMS = 32, LOADS = 2, UMIN = 1;
+    struct raw {
+        uint4 h, v;
+    };
+    __device__ static inline raw load(const uint8_t *row, int64_t u) {
+        return raw{g1_load(row + (u >> 3) * 144), g1_load(row + q4k_code_offset(u))};
+    }
+    __device__ static inline void runs(int64_t u, int64_t *ea, int64_t *eb) {
+        *ea = q4k_unit_start(u), *eb = *ea + 32;
+    }
+    __device__ static inline void decode(const raw &r, int64_t u, float *wa, float *wb) {
+        int64_t ea, eb;
+        q4k_unit(r.h, r.v, u, wa, wb, &ea, &eb);
+    }
+};
+
+/* Q6_K (the device's layout): 16 ql and 16 qh bytes, 8 scale bytes and d - 11 registers,
+ * counted as 3 loads. */
+template <> struct g1_fmt<TS_DTYPE_Q6_K> {
+    static constexpr int ELEMS = 32, LOADS = 3, UMIN = 1;
+    typedef q6k_raw raw;
+    __device__ static inline raw load(const uint8_t *row, int64_t u) {
+        const uint8_t *b = row + q6k_dev_block(u >> 3);
+        int h = (int)(u >> 2) & 1, l0 = ((int)(u >> 1) & 1) * 16, qp = (int)u & 1;
+        raw r;
+        r.ql = g1_load(b + 64 * h + qp * 32 + l0);
+        r.qh = g1_load(b + 128 + 32 * h + l0);
+        asm volatile("ld.global.nc.v2.u32 {%0, %1}, [%2];"
+                     : "=r"(r.sc.x), "=r"(r.sc.y)
+                     : "l"(b + 192 + 8 * h));
+        r.d = ld16(row + q6k_dev_d(u >> 3));
+        return r;
+    }
+    __device__ static inline void runs(int64_t u, int64_t *ea, int64_t *eb) {
+        *ea = q6k_unit_start(u), *eb = *ea + 64;
+    }
+    __device__ static inline void decode(const raw &r, int64_t u, float *wa, float *wb) {
+        int64_t ea, eb;
+        q6k_unit(r, u, wa, wb, &ea, &eb);
+    }
+};
+
 /* Row o of the kernel's first (or only) weight: its bytes, or NULL past the end. */
 template <int MODE>
 __device__ static inline const uint8_t *g1_row(const g1_args &a, int64_t o, int r, int *j_out) {
@@ -96,27 +155,27 @@ __device__ static inline void g1_rows(const g1_args &a, int64_t o, int64_t W, co
     }
 }
 
-/* The lane's loads of round g0 of NR rows (U 16-byte groups each: group lane, lane + 32, ...)
- * into q, all in flight at once. */
-template <int U, int NR>
+/* The lane's loads of round g0 of NR rows (U units each: unit lane, lane + 32, ...) into q,
+ * all in flight at once. */
+template <ts_dtype DT, int U, int NR>
 __device__ static inline void g1_issue(const uint8_t *const *row, int64_t g0, int64_t ge, int lane,
-                                       uint4 (*q)[U]) {
+                                       typename g1_fmt<DT>::raw (*q)[U]) {
 #pragma unroll
     for (int u = 0; u < U; u++) {
         int64_t gi = g0 + u * 32 + lane;
 #pragma unroll
         for (int i = 0; i < NR; i++)
-            if (gi < ge && row[i]) q[i][u] = g1_load(row[i] + gi * 16);
+            if (gi < ge && row[i]) q[i][u] = g1_fmt<DT>::load(row[i], gi);
     }
 }
 
-/* Round g0's products of the loaded groups q with x into the lane's partial sums acc[i], in the
- * general GEMV's order; ss: the lane's share of x's sum of squares where want_ss (a warp's first
- * round, NORM). */
+/* Round g0's products of the loaded 16-bit groups q with x into the lane's partial sums acc[i],
+ * in the general GEMV's order; ss: the lane's share of x's sum of squares where want_ss (a
+ * warp's first round, NORM). */
 template <ts_dtype DT, int U, int NR, bool NORM>
-__device__ static inline void g1_math(const uint8_t *const *row, const uint4 (*q)[U], int64_t g0,
-                                      int64_t ge, const float *x, const float *nw, int lane,
-                                      float *acc, bool want_ss, float *ss) {
+__device__ static inline void g1_math16(const uint8_t *const *row, const uint4 (*q)[U], int64_t g0,
+                                        int64_t ge, const float *x, const float *nw, int lane,
+                                        float *acc, bool want_ss, float *ss) {
 #pragma unroll
     for (int u = 0; u < U; u++) {
         int64_t gi = g0 + u * 32 + lane;
@@ -144,24 +203,60 @@ __device__ static inline void g1_math(const uint8_t *const *row, const uint4 (*q
     }
 }
 
+/* The same for K-quant units: k_gemv's one-token sums (row_dot's unit32 loop), no norm. */
+template <ts_dtype DT, int U, int NR>
+__device__ static inline void g1_mathk(const uint8_t *const *row,
+                                       const typename g1_fmt<DT>::raw (*q)[U], int64_t g0,
+                                       int64_t ge, const float *x, int lane, float *acc) {
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        int64_t gi = g0 + u * 32 + lane;
+        if (gi >= ge) break;
+        int64_t ea, eb; /* every row's unit gi covers the same elements of x */
+        g1_fmt<DT>::runs(gi, &ea, &eb);
+        float va[16], vb[16];
+#pragma unroll
+        for (int k = 0; k < 16; k += 4) {
+            float4 p = *(const float4 *)(x + ea + k), r = *(const float4 *)(x + eb + k);
+            va[k] = p.x, va[k + 1] = p.y, va[k + 2] = p.z, va[k + 3] = p.w;
+            vb[k] = r.x, vb[k + 1] = r.y, vb[k + 2] = r.z, vb[k + 3] = r.w;
+        }
+#pragma unroll
+        for (int i = 0; i < NR; i++) {
+            if (!row[i]) continue;
+            float wa[16], wb[16];
+            g1_fmt<DT>::decode(q[i][u], gi, wa, wb);
+            float s = acc[i];
+#pragma unroll
+            for (int k = 0; k < 16; k++)
+                s += wa[k] * va[k];
+#pragma unroll
+            for (int k = 0; k < 16; k++)
+                s += wb[k] * vb[k];
+            acc[i] = s;
+        }
+    }
+}
+
 /* A warp per row: NR weight rows summed together, each lane U groups of each in flight; warp w
  * takes the rounds at o = w, w + NO * W, ... (NO: outputs a round, NR plain, NR / 2 glu). */
 template <ts_dtype DT, int MODE, int U, int NR, bool NORM>
 __global__ static void __launch_bounds__(32 * G1_WARPS) k_gemv_one(g1_args a) {
-    static_assert(U * NR <= G1_LOADS, "a lane's loads in flight take at most 64 registers");
+    static_assert(U * NR * g1_fmt<DT>::LOADS <= G1_LOADS,
+                  "a lane's loads in flight take at most 64 registers");
     constexpr int NO = MODE == G1_PLAIN ? NR : NR / 2;
     const int lane = threadIdx.x & 31;
     const int64_t W = (int64_t)gridDim.x * G1_WARPS; /* the row stride between a warp's rows */
     const int64_t w0 = (int64_t)blockIdx.x * G1_WARPS + (threadIdx.x >> 5);
-    const int64_t step = NO * W, groups = a.cols / 8;
+    const int64_t step = NO * W, groups = a.cols / g1_fmt<DT>::ELEMS; /* units a row */
     int jr[NR];
     const uint8_t *row[NR];
-    uint4 q[NR][U];
+    typename g1_fmt<DT>::raw q[NR][U];
     /* No kernel writes weights, so the warp's first round may be loaded before the programmatic
      * wait: those loads are in flight while the predecessor kernel finishes (a.early;
      * TESSERA_CUDA_GEMV1_EARLY=0 loads after the wait, for comparisons). */
     g1_rows<MODE, NR>(a, w0, W, row, jr);
-    if (a.early) g1_issue<U, NR>(row, 0, groups, lane, q);
+    if (a.early) g1_issue<DT, U, NR>(row, 0, groups, lane, q);
     cuda_pdl_entry();
     float ss = 0.0f, inv = 1.0f;
     bool first = true;
@@ -172,8 +267,12 @@ __global__ static void __launch_bounds__(32 * G1_WARPS) k_gemv_one(g1_args a) {
         for (int i = 0; i < NR; i++)
             acc[i] = 0.0f;
         for (int64_t g0 = 0; g0 < groups; g0 += 32 * U) {
-            if (g0 || !first || !a.early) g1_issue<U, NR>(row, g0, groups, lane, q);
-            g1_math<DT, U, NR, NORM>(row, q, g0, groups, a.x, a.norm_w, lane, acc, first, &ss);
+            if (g0 || !first || !a.early) g1_issue<DT, U, NR>(row, g0, groups, lane, q);
+            if constexpr (g1_fmt<DT>::ELEMS == 32)
+                g1_mathk<DT, U, NR>(row, q, g0, groups, a.x, lane, acc);
+            else
+                g1_math16<DT, U, NR, NORM>(row, q, g0, groups, a.x, a.norm_w, lane, acc, first,
+                                           &ss);
         }
         if (NORM && first) inv = 1.0f / sqrtf(cuda_warp_sum(ss) / (float)a.cols + a.eps);
         first = false;
@@ -209,15 +308,20 @@ template <ts_dtype DT, int MODE, int U, int NR, bool NORM> static int g1_per_sm(
     return per_sm;
 }
 
-/* Whether the single-token kernel takes these weights and x: 16-bit types, rows of whole
- * 16-byte groups, x (and the norm's weights) 16-byte aligned. */
+/* Whether the single-token kernel takes these weights and x: 16-bit types (the input norm
+ * folded in or not) and Q4_K, Q6_K (TESSERA_CUDA_GEMV1_KQUANT=0: not, for comparisons; no norm,
+ * which the quantized GEMVs never fold in), rows of whole units, x (and the norm's weights)
+ * 16-byte aligned. */
 static bool g1_fits(const cuda_ctx *c, const cuda_wview *w, int nw, const float *x,
                     const float *norm_w) {
     if (!c->gemv_one_waves || (uintptr_t)x % 16 || (uintptr_t)norm_w % 16 || nw > G1_SET)
         return false;
+    bool half = w[0].dtype == TS_DTYPE_BF16 || w[0].dtype == TS_DTYPE_F16;
+    bool kq = (w[0].dtype == TS_DTYPE_Q4_K || w[0].dtype == TS_DTYPE_Q6_K) && c->gemv_one_kquant &&
+              !norm_w;
+    if (!half && !kq) return false;
     for (int j = 0; j < nw; j++)
-        if ((w[j].dtype != TS_DTYPE_BF16 && w[j].dtype != TS_DTYPE_F16) ||
-            w[j].dtype != w[0].dtype || w[j].cols != w[0].cols || w[j].cols % 8)
+        if (w[j].dtype != w[0].dtype || w[j].cols != w[0].cols || w[j].cols % (half ? 8 : 256))
             return false;
     return true;
 }
@@ -237,39 +341,49 @@ static bool g1_try(cuda_ctx *c, const char *name, const g1_args &a, bool last) {
     return true;
 }
 
-/* The loads a lane keeps of each row (U) by the row's length, then the fewest rows a warp that
- * cover the matrix in one round. */
+/* NR, 2 NR, ... rows a warp, up to what G1_LOADS allows with U units of each: the fewest that
+ * cover the matrix in one round, or the most. */
+template <ts_dtype DT, int MODE, int U, int NR, bool NORM>
+static void g1_rows_ladder(cuda_ctx *c, const char *name, const g1_args &a) {
+    if constexpr (2 * NR * U * g1_fmt<DT>::LOADS > G1_LOADS)
+        g1_try<DT, MODE, U, NR, NORM>(c, name, a, true);
+    else if (!g1_try<DT, MODE, U, NR, NORM>(c, name, a, false))
+        g1_rows_ladder<DT, MODE, U, 2 * NR, NORM>(c, name, a);
+}
+
+/* The units a lane keeps of each row: U, 2 U, ... until they hold the lane's share of a row
+ * (per_lane) or a warp's fewest rows (one, two for the gated MLP's gate and up) fill G1_LOADS;
+ * longer rows go round. Then the rows a warp. */
+template <ts_dtype DT, int MODE, int U, bool NORM>
+static void g1_shape(cuda_ctx *c, const char *name, const g1_args &a, int64_t per_lane) {
+    constexpr int NR0 = MODE == G1_PLAIN ? 1 : 2; /* two rows (gate, up) an output */
+    if constexpr (2 * U * NR0 * g1_fmt<DT>::LOADS > G1_LOADS)
+        g1_rows_ladder<DT, MODE, U, NR0, NORM>(c, name, a);
+    else if (per_lane <= U)
+        g1_rows_ladder<DT, MODE, U, NR0, NORM>(c, name, a);
+    else
+        g1_shape<DT, MODE, 2 * U, NORM>(c, name, a, per_lane);
+}
+
 template <ts_dtype DT, int MODE, bool NORM>
-static void g1_shape(cuda_ctx *c, const char *name, const g1_args &a) {
-    int64_t per_lane = (a.cols / 8 + 31) / 32;
-    if constexpr (MODE != G1_PLAIN) { /* two rows (gate, up) an output */
-        if (per_lane <= 4)
-            g1_try<DT, MODE, 4, 2, NORM>(c, name, a, false) ||
-                g1_try<DT, MODE, 4, 4, NORM>(c, name, a, true);
-        else
-            g1_try<DT, MODE, 8, 2, NORM>(c, name, a, true);
-    } else {
-        if (per_lane <= 4)
-            g1_try<DT, MODE, 4, 1, NORM>(c, name, a, false) ||
-                g1_try<DT, MODE, 4, 2, NORM>(c, name, a, false) ||
-                g1_try<DT, MODE, 4, 4, NORM>(c, name, a, true);
-        else if (per_lane <= 8)
-            g1_try<DT, MODE, 8, 1, NORM>(c, name, a, false) ||
-                g1_try<DT, MODE, 8, 2, NORM>(c, name, a, true);
-        else
-            g1_try<DT, MODE, 16, 1, NORM>(c, name, a, true);
-    }
+static void g1_start(cuda_ctx *c, const char *name, const g1_args &a) {
+    int64_t per_lane = (a.cols / g1_fmt<DT>::ELEMS + 31) / 32;
+    g1_shape<DT, MODE, g1_fmt<DT>::UMIN, NORM>(c, name, a, per_lane);
 }
 
 template <int MODE>
 static void g1_dispatch(cuda_ctx *c, const char *name, ts_dtype dt, const g1_args &a) {
     bool norm = a.norm_w != nullptr;
-    if (dt == TS_DTYPE_BF16)
-        norm ? g1_shape<TS_DTYPE_BF16, MODE, true>(c, name, a)
-             : g1_shape<TS_DTYPE_BF16, MODE, false>(c, name, a);
+    if (dt == TS_DTYPE_Q4_K) /* g1_fits: never normed */
+        g1_start<TS_DTYPE_Q4_K, MODE, false>(c, name, a);
+    else if (dt == TS_DTYPE_Q6_K)
+        g1_start<TS_DTYPE_Q6_K, MODE, false>(c, name, a);
+    else if (dt == TS_DTYPE_BF16)
+        norm ? g1_start<TS_DTYPE_BF16, MODE, true>(c, name, a)
+             : g1_start<TS_DTYPE_BF16, MODE, false>(c, name, a);
     else
-        norm ? g1_shape<TS_DTYPE_F16, MODE, true>(c, name, a)
-             : g1_shape<TS_DTYPE_F16, MODE, false>(c, name, a);
+        norm ? g1_start<TS_DTYPE_F16, MODE, true>(c, name, a)
+             : g1_start<TS_DTYPE_F16, MODE, false>(c, name, a);
 }
 
 bool cuda_gemv_one(cuda_ctx *c, const cuda_wview *w, int nw, const float *x, float *const *y,
@@ -282,10 +396,15 @@ bool cuda_gemv_one(cuda_ctx *c, const cuda_wview *w, int nw, const float *x, flo
         a.set.y[j] = y[j];
         a.set.end[j] = rows += w[j].rows;
     }
-    a.set.nw = nw, a.rows = rows, a.row_bytes = (size_t)w[0].cols * 2, a.cols = w[0].cols;
+    a.set.nw = nw, a.rows = rows, a.cols = w[0].cols;
+    a.row_bytes = cuda_row_bytes(w[0].dtype, w[0].cols);
     a.x = x, a.norm_w = norm_w, a.eps = eps, a.acc = acc, a.early = c->gemv_one_early;
-    /* (an output head, 64k rows or more, has a name of its own in profiles) */
-    const char *name = rows >= 65536 ? "gemv_head" : norm_w ? "gemv_norm" : "gemv";
+    /* (an output head, 64k rows or more, and Q6_K weights have names of their own in profiles,
+     * as in cuda_matmul.cu) */
+    const char *name = rows >= 65536                 ? "gemv_head"
+                       : norm_w                      ? "gemv_norm"
+                       : w[0].dtype == TS_DTYPE_Q6_K ? "gemv_q6_k"
+                                                     : "gemv";
     g1_dispatch<G1_PLAIN>(c, name, w[0].dtype, a);
     return true;
 }
@@ -297,7 +416,7 @@ bool cuda_gemv_one_glu(cuda_ctx *c, const cuda_wview *g, const cuda_wview *u, co
     g1_args a = {};
     a.set.nw = 0;
     a.Wg = (const uint8_t *)g->data, a.Wu = (const uint8_t *)u->data, a.out = out;
-    a.rows = g->rows, a.row_bytes = (size_t)g->cols * 2, a.cols = g->cols;
+    a.rows = g->rows, a.row_bytes = cuda_row_bytes(g->dtype, g->cols), a.cols = g->cols;
     a.x = x, a.norm_w = norm_w, a.eps = eps, a.early = c->gemv_one_early;
     if (gelu)
         g1_dispatch<G1_GELU>(c, "gemv_glu", g->dtype, a);

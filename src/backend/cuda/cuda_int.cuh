@@ -40,6 +40,9 @@ typedef struct cuda_ctx_s {
     /* and loads its first weights before the programmatic wait (TESSERA_CUDA_GEMV1_EARLY=0:
      * after it, for comparisons) */
     bool gemv_one_early;
+    /* that kernel takes one token of Q4_K and Q6_K weights too (TESSERA_CUDA_GEMV1_KQUANT=0: the
+     * general GEMV, for comparisons) */
+    bool gemv_one_kquant;
     /* the tensor-core GEMM from this many tokens for every weight type (TESSERA_CUDA_SKINNY_MIN,
      * 2..9, for comparisons; 0: per type, cuda_matmul.cu's skinny_from) */
     int skinny_min;
@@ -221,6 +224,28 @@ typedef struct {
 } cuda_wview;
 bool cuda_weight(cuda_ctx *c, const ts_tensor *W, cuda_wview *out);
 void cuda_weights_free(cuda_ctx *c);
+
+/* Q6_K on the device: the file's 210-byte blocks (ql 128 bytes, qh 64, scales 16, d 2) leave
+ * every odd block only 2-byte aligned, so a lane's codes took sixteen 2-byte loads where two
+ * 16-byte ones would do. The upload (cuda_weights.cu) regroups each row: groups of up to 8
+ * blocks, each the blocks' d values (16 bytes, 2 each) and then the blocks without their d (208
+ * bytes each, 16-byte aligned). A row of 1024 columns is 848 bytes instead of 840. */
+#define Q6K_DEV_BLOCK 208
+#define Q6K_DEV_GROUP (16 + 8 * Q6K_DEV_BLOCK)
+/* where block b's ql, qh and scales start in its row, and where its d lies */
+__host__ __device__ static inline int64_t q6k_dev_block(int64_t b) {
+    return (b >> 3) * Q6K_DEV_GROUP + 16 + (b & 7) * Q6K_DEV_BLOCK;
+}
+__host__ __device__ static inline int64_t q6k_dev_d(int64_t b) {
+    return (b >> 3) * Q6K_DEV_GROUP + 2 * (b & 7);
+}
+
+/* Bytes of a row of cols elements of dtype on the device (the file's, but for Q6_K). */
+static inline size_t cuda_row_bytes(ts_dtype dt, int64_t cols) {
+    if (dt != TS_DTYPE_Q6_K) return ts_dtype_row_bytes(dt, cols);
+    int64_t nb = cols / 256, tail = nb & 7;
+    return (size_t)((nb >> 3) * Q6K_DEV_GROUP + (tail ? 16 + tail * Q6K_DEV_BLOCK : 0));
+}
 
 static inline unsigned cuda_blocks(int64_t n, int threads) {
     return (unsigned)((n + threads - 1) / threads);

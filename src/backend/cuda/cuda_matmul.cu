@@ -377,7 +377,7 @@ __global__ static void k_unscale(const float *p, int64_t rows, int n, const floa
 template <ts_dtype DT>
 static void launch_gemv(cuda_ctx *c, const cuda_wview *w, int nw, const float *x, int64_t ldx,
                         int n, float *const *y, const int64_t *ldy, gemv_norm nrm, bool acc) {
-    size_t rb = ts_dtype_row_bytes(w[0].dtype, w[0].cols);
+    size_t rb = cuda_row_bytes(w[0].dtype, w[0].cols);
     for (int t0 = 0; t0 < n; t0 += GEMV_MAX_TOK) {
         int k = n - t0 < GEMV_MAX_TOK ? n - t0 : GEMV_MAX_TOK;
         gemv_set set = {};
@@ -390,11 +390,16 @@ static void launch_gemv(cuda_ctx *c, const cuda_wview *w, int nw, const float *x
         }
         set.nw = nw;
         unsigned g = cuda_blocks(rows, GEMV_WARPS);
+        /* names in profiles: an output head (64k rows or more) and Q6_K weights apart */
+        const char *name = rows >= 65536         ? "gemv_head"
+                           : nrm.w               ? "gemv_norm"
+                           : DT == TS_DTYPE_Q6_K ? "gemv_q6_k"
+                                                 : "gemv";
         if (nrm.w)
-            cuda_launch(c, "gemv_norm", k_gemv<DT, true>, g, 32 * GEMV_WARPS, 0, set, rb, w[0].cols,
+            cuda_launch(c, name, k_gemv<DT, true>, g, 32 * GEMV_WARPS, 0, set, rb, w[0].cols,
                         x + t0 * ldx, ldx, k, c->prefetch, nrm, acc);
         else
-            cuda_launch(c, "gemv", k_gemv<DT, false>, g, 32 * GEMV_WARPS, 0, set, rb, w[0].cols,
+            cuda_launch(c, name, k_gemv<DT, false>, g, 32 * GEMV_WARPS, 0, set, rb, w[0].cols,
                         x + t0 * ldx, ldx, k, c->prefetch, nrm, acc);
     }
 }
@@ -427,7 +432,7 @@ static void gemv(cuda_ctx *c, const cuda_wview *w, int nw, const float *x, int64
 }
 
 template <typename T> static void dequant(cuda_ctx *c, const cuda_wview *w, T *out) {
-    size_t rb = ts_dtype_row_bytes(w->dtype, w->cols);
+    size_t rb = cuda_row_bytes(w->dtype, w->cols);
     unsigned g = cuda_blocks(w->rows, GEMV_WARPS);
     const uint8_t *W = (const uint8_t *)w->data;
 #define DQ(D)                                                                                      \
@@ -682,7 +687,7 @@ void cuda_op_matmul_n(ts_backend *be, const ts_tensor *const *W, int nw, const f
 template <ts_dtype DT, bool NORM>
 static void launch_gemv_glu(cuda_ctx *c, const cuda_wview *g, const cuda_wview *u, const float *x,
                             int64_t ldx, int n, bool gelu, float *out, int64_t ldo, gemv_norm nrm) {
-    size_t rb = ts_dtype_row_bytes(g->dtype, g->cols);
+    size_t rb = cuda_row_bytes(g->dtype, g->cols);
     unsigned blocks = cuda_blocks(g->rows, GEMV_WARPS);
     const uint8_t *wg = (const uint8_t *)g->data, *wu = (const uint8_t *)u->data;
     if (gelu)

@@ -1,12 +1,13 @@
 /* Weights on the device: each tensor is uploaded the first time an op uses it and kept until the
  * backend is destroyed, keyed by its host data pointer (a model's tensors stay put while it is
- * open). Every weight type keeps its layout on the device: the kernels decode blocks as they
- * stream them. */
+ * open). Every weight type keeps its blocks on the device - the kernels decode them as they
+ * stream them - and Q6_K's are regrouped for alignment (cuda_int.cuh, q6k_dev_block). */
+#include "backend/cuda/cuda_int.cuh"
+
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unordered_map>
-
-#include "backend/cuda/cuda_int.cuh"
 
 extern "C" {
 #include "backend/cpu/matmul.h"
@@ -52,6 +53,34 @@ static bool upload_dequantized(cuda_ctx *c, const ts_tensor *W, int64_t rows, in
     return ok;
 }
 
+/* Q6_K rows in the device's layout: each block's ql, qh and scales (its first 208 bytes) where
+ * q6k_dev_block puts them, its d where q6k_dev_d does; padding zero. In slices of about 64 MiB
+ * through host staging, like upload_dequantized. */
+static bool upload_q6k(cuda_ctx *c, const ts_tensor *W, int64_t rows, int64_t cols, uint8_t *dev) {
+    size_t hrb = ts_dtype_row_bytes(TS_DTYPE_Q6_K, cols), drb = cuda_row_bytes(TS_DTYPE_Q6_K, cols);
+    int64_t nb = cols / 256, per = ((int64_t)1 << 26) / (int64_t)(drb ? drb : 1);
+    if (per < 1) per = 1;
+    if (per > rows) per = rows;
+    uint8_t *host = (uint8_t *)malloc((size_t)per * drb);
+    if (!host) return cuda_check(c, cudaErrorMemoryAllocation, "weight staging");
+    bool ok = true;
+    for (int64_t r0 = 0; ok && r0 < rows; r0 += per) {
+        int64_t n = rows - r0 < per ? rows - r0 : per;
+        memset(host, 0, (size_t)n * drb);
+        for (int64_t r = 0; r < n; r++) {
+            const uint8_t *src = (const uint8_t *)W->data + (size_t)(r0 + r) * hrb;
+            uint8_t *dst = host + (size_t)r * drb;
+            for (int64_t b = 0; b < nb; b++) {
+                memcpy(dst + q6k_dev_block(b), src + b * 210, Q6K_DEV_BLOCK);
+                memcpy(dst + q6k_dev_d(b), src + b * 210 + Q6K_DEV_BLOCK, 2);
+            }
+        }
+        ok = cuda_upload_now(c, dev + (size_t)r0 * drb, host, (size_t)n * drb, "weight upload");
+    }
+    free(host);
+    return ok;
+}
+
 bool cuda_weight(cuda_ctx *c, const ts_tensor *W, cuda_wview *out) {
     if (!c->weights) {
         c->weights = new (std::nothrow) cuda_weight_cache;
@@ -73,12 +102,15 @@ bool cuda_weight(cuda_ctx *c, const ts_tensor *W, cuda_wview *out) {
     v.rows = ts_tensor_rows(W);
     v.cols = ts_tensor_cols(W);
     v.dtype = native_dtype(W->dtype) ? W->dtype : TS_DTYPE_F32;
-    size_t bytes = v.dtype == W->dtype ? (size_t)W->nbytes
-                                       : (size_t)(v.rows * v.cols) * sizeof(float);
+    size_t bytes = v.dtype == TS_DTYPE_Q6_K ? (size_t)v.rows * cuda_row_bytes(v.dtype, v.cols)
+                   : v.dtype == W->dtype    ? (size_t)W->nbytes
+                                            : (size_t)(v.rows * v.cols) * sizeof(float);
     void *dev = NULL;
     if (!cuda_check(c, cudaMalloc(&dev, bytes ? bytes : 256), "weight alloc")) return false;
     bool ok;
-    if (v.dtype == W->dtype)
+    if (v.dtype == TS_DTYPE_Q6_K)
+        ok = upload_q6k(c, W, v.rows, v.cols, (uint8_t *)dev);
+    else if (v.dtype == W->dtype)
         ok = cuda_upload_now(c, dev, W->data, bytes, "weight upload");
     else
         ok = upload_dequantized(c, W, v.rows, v.cols, (float *)dev);
