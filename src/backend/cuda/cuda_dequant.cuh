@@ -52,6 +52,13 @@ __device__ static inline float code_f(uint32_t v, float bias) {
     return __int_as_float(0x4B000000u | v) - (8388608.0f + bias);
 }
 
+/* code_f of byte i (0..3) of v: one byte permute builds the float, where a shift and a mask
+ * would take two instructions. With v's bytes already codes (nibbles or 6-bit values masked
+ * four at a time), a K-quant weight costs a permute, the subtraction and its scaling. */
+__device__ static inline float byte_f(uint32_t v, int i, float bias) {
+    return __int_as_float(__byte_perm(v, 0x4B000000u, 0x7540u | (unsigned)i)) - (8388608.0f + bias);
+}
+
 /* 8 bytes at a 2-byte aligned address */
 __device__ static inline void bytes8(const uint8_t *p, int *q) {
 #pragma unroll
@@ -190,10 +197,10 @@ __device__ static inline void q4k_unit(uint4 h, uint4 v, int64_t u, float *wa, f
     float d0 = d * (float)sc0, n0 = dmin * (float)m0, d1 = d * (float)sc1, n1 = dmin * (float)m1;
     uint32_t q[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
-    for (int k = 0; k < 16; k++) {
-        int byte = (q[k >> 2] >> (8 * (k & 3))) & 0xff;
-        wa[k] = __fsub_rn(__fmul_rn(d0, code_f(byte & 15, 0.0f)), n0);
-        wb[k] = __fsub_rn(__fmul_rn(d1, code_f(byte >> 4, 0.0f)), n1);
+    for (int k = 0; k < 16; k++) { /* four low and four high nibbles a word */
+        uint32_t lo = q[k >> 2] & 0x0F0F0F0Fu, hi = (q[k >> 2] >> 4) & 0x0F0F0F0Fu;
+        wa[k] = __fsub_rn(__fmul_rn(d0, byte_f(lo, k & 3, 0.0f)), n0);
+        wb[k] = __fsub_rn(__fmul_rn(d1, byte_f(hi, k & 3, 0.0f)), n1);
     }
     *ea = q4k_unit_start(u);
     *eb = *ea + 32;
@@ -241,13 +248,12 @@ __device__ static inline void q6k_unit(const q6k_raw &r, int64_t u, float *wa, f
     float db = __fmul_rn(d, (float)(int8_t)(r.sc.y >> si));
     uint32_t ql[4] = {r.ql.x, r.ql.y, r.ql.z, r.ql.w}, qh[4] = {r.qh.x, r.qh.y, r.qh.z, r.qh.w};
 #pragma unroll
-    for (int k = 0; k < 16; k++) {
-        int lb = (int)(ql[k >> 2] >> (8 * (k & 3))) & 0xff;
-        int hb = (int)(qh[k >> 2] >> (8 * (k & 3))) & 0xff;
-        int qa = (lb & 15) | ((hb >> (2 * qp)) & 3) << 4;
-        int qb = (lb >> 4) | ((hb >> (2 * qp + 4)) & 3) << 4;
-        wa[k] = __fmul_rn(da, code_f(qa, 32.0f));
-        wb[k] = __fmul_rn(db, code_f(qb, 32.0f));
+    for (int k = 0; k < 16; k++) { /* four 6-bit codes of each run a word, masked together */
+        uint32_t l = ql[k >> 2], h = qh[k >> 2];
+        uint32_t qa = (l & 0x0F0F0F0Fu) | ((h >> (2 * qp)) & 0x03030303u) << 4;
+        uint32_t qb = ((l >> 4) & 0x0F0F0F0Fu) | ((h >> (2 * qp + 4)) & 0x03030303u) << 4;
+        wa[k] = __fmul_rn(da, byte_f(qa, k & 3, 32.0f));
+        wb[k] = __fmul_rn(db, byte_f(qb, k & 3, 32.0f));
     }
     *ea = q6k_unit_start(u);
     *eb = *ea + 64;
