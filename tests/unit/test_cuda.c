@@ -894,7 +894,8 @@ static float *host_of(ts_backend *be, const float *d, size_t n) {
  * round; Q6_K rows of whole and partial groups of 8 blocks in the device's layout): the bits of
  * the general GEMV's one-token sums (a second backend made with TESSERA_CUDA_GEMV1_KQUANT=0),
  * and the CPU's fp32 product within the GEMV's bound. Plain (one or two stacked weights) and
- * the gated MLP's form. */
+ * the gated MLP's form; every other case with its input RMSNorm folded in (both kernels apply
+ * it as they read x). */
 static void test_gemv_one_kquant(void) {
     setenv("TESSERA_CUDA_GEMV1_KQUANT", "0", 1);
     ts_backend *ref = NULL;
@@ -914,17 +915,23 @@ static void test_gemv_one_kquant(void) {
     for (int ci = 0; ci < (int)(sizeof cases / sizeof *cases); ci++) {
         ts_dtype dt = (ts_dtype)cases[ci][0];
         int cols = cases[ci][1], r0 = cases[ci][2], r1 = cases[ci][3];
-        bool glu = cases[ci][4];
+        bool glu = cases[ci][4], normed = ci & 1; /* every other case with its input norm */
         int nw = r1 ? 2 : 1, rs[2] = {r0, glu ? r0 : r1};
+        float eps = 1e-6f, *nwt = rnd(cols, 1.0f);
         float *f[2] = {NULL, NULL};
         ts_tensor W[2];
         for (int j = 0; j < (glu ? 2 : nw); j++)
             W[j] = make_weight(dt, rs[j], cols, &f[j]);
         float *x = rnd(cols, 3.0f), *want[2] = {calloc(r0, 4), calloc(rs[1] ? rs[1] : 1, 4)};
+        float *xn = calloc(cols, 4);
+        if (normed)
+            cpu->ops->rmsnorm(cpu, x, cols, 1, cols, nwt, eps, xn, cols);
+        else
+            memcpy(xn, x, (size_t)cols * 4);
         for (int j = 0; j < (glu ? 2 : nw); j++) {
             ts_tensor F = {
                 TS_DTYPE_F32, 2, {rs[j], cols, 1, 1, 1, 1}, f[j], (uint64_t)rs[j] * cols * 4};
-            cpu->ops->matmul(cpu, &F, x, cols, 1, want[j], rs[j]);
+            cpu->ops->matmul(cpu, &F, xn, cols, 1, want[j], rs[j]);
         }
         float *exact = want[0];
         if (glu) {
@@ -935,18 +942,22 @@ static void test_gemv_one_kquant(void) {
         for (int b = 0; b < 2; b++) { /* b = 0: the kernel under test, 1: the general GEMV */
             ts_backend *be = b ? ref : gpu;
             float *dx = be->ops->alloc(be, (size_t)cols * 4), *dy[2], *dtmp[2];
+            float *dnw = be->ops->alloc(be, (size_t)cols * 4);
+            float *dscr = be->ops->alloc(be, (size_t)cols * 4);
             be->ops->upload(be, dx, x, (size_t)cols * 4);
+            be->ops->upload(be, dnw, nwt, (size_t)cols * 4);
+            ts_prenorm pre = {dnw, eps, dscr};
             for (int j = 0; j < 2; j++) {
                 dy[j] = be->ops->alloc(be, (size_t)r0 * 4 + (size_t)rs[1] * 4);
                 dtmp[j] = be->ops->alloc(be, (size_t)r0 * 4);
             }
             if (glu) {
-                be->ops->matmul_glu(be, &W[0], &W[1], dx, cols, 1, NULL, false, dtmp[0], dtmp[1],
-                                    r0, dy[0], r0);
+                be->ops->matmul_glu(be, &W[0], &W[1], dx, cols, 1, normed ? &pre : NULL, false,
+                                    dtmp[0], dtmp[1], r0, dy[0], r0);
             } else {
                 const ts_tensor *Ws[2] = {&W[0], &W[1]};
                 int64_t lds[2] = {r0, rs[1]};
-                be->ops->matmul_n(be, Ws, nw, dx, cols, 1, NULL, dy, lds);
+                be->ops->matmul_n(be, Ws, nw, dx, cols, 1, normed ? &pre : NULL, dy, lds);
             }
             got[b] = host_of(be, dy[0], r0);
             if (nw == 2) { /* the second weight's rows after the first's, for the comparisons */
@@ -955,13 +966,13 @@ static void test_gemv_one_kquant(void) {
                 memcpy(got[b] + r0, g1, (size_t)r1 * 4);
                 free(g1);
             }
-            be->ops->free(be, dx);
+            be->ops->free(be, dx), be->ops->free(be, dnw), be->ops->free(be, dscr);
             for (int j = 0; j < 2; j++)
                 be->ops->free(be, dy[j]), be->ops->free(be, dtmp[j]);
         }
         char what[96];
-        snprintf(what, sizeof what, "gemv one token %s %s%d+%d x %d", ts_dtype_name(dt),
-                 glu ? "glu " : "", r0, r1, cols);
+        snprintf(what, sizeof what, "gemv one token %s %s%d+%d x %d%s", ts_dtype_name(dt),
+                 glu ? "glu " : "", r0, r1, cols, normed ? " normed" : "");
         int n_out = glu ? r0 : r0 + r1;
         CHECKF(memcmp(got[0], got[1], (size_t)n_out * 4) == 0, "%s: not the general GEMV's bits",
                what);
@@ -974,7 +985,7 @@ static void test_gemv_one_kquant(void) {
         for (int j = 0; j < (glu ? 2 : nw); j++)
             kept_extra((void *)W[j].data), free(f[j]);
         if (glu) free(exact);
-        free(x), free(want[0]), free(want[1]), free(got[0]), free(got[1]);
+        free(x), free(xn), free(nwt), free(want[0]), free(want[1]), free(got[0]), free(got[1]);
     }
     ts_backend_free(ref);
 }

@@ -208,11 +208,12 @@ __device__ static inline void g1_math16(const uint8_t *const *row, const uint4 (
     }
 }
 
-/* The same for K-quant units: k_gemv's one-token sums (row_dot's unit32 loop), no norm. */
-template <ts_dtype DT, int U, int NR>
-__device__ static inline void g1_mathk(const uint8_t *const *row,
-                                       const typename g1_fmt<DT>::raw (*q)[U], int64_t g0,
-                                       int64_t ge, const float *x, int lane, float *acc) {
+/* The same for K-quant units: k_gemv's one-token sums (row_dot's unit32 loop), the input norm
+ * applied to x as row_dot applies it. */
+template <ts_dtype DT, int U, int NR, bool NORM>
+__device__ static inline void
+g1_mathk(const uint8_t *const *row, const typename g1_fmt<DT>::raw (*q)[U], int64_t g0, int64_t ge,
+         const float *x, const float *nw, int lane, float *acc, bool want_ss, float *ss) {
 #pragma unroll
     for (int u = 0; u < U; u++) {
         int64_t gi = g0 + u * 32 + lane;
@@ -225,6 +226,18 @@ __device__ static inline void g1_mathk(const uint8_t *const *row,
             float4 p = *(const float4 *)(x + ea + k), r = *(const float4 *)(x + eb + k);
             va[k] = p.x, va[k + 1] = p.y, va[k + 2] = p.z, va[k + 3] = p.w;
             vb[k] = r.x, vb[k + 1] = r.y, vb[k + 2] = r.z, vb[k + 3] = r.w;
+        }
+        if constexpr (NORM) {
+#pragma unroll
+            for (int k = 0; k < 16; k += 4) {
+                float4 p = *(const float4 *)(nw + ea + k), r = *(const float4 *)(nw + eb + k);
+                float ma[4] = {p.x, p.y, p.z, p.w}, mb[4] = {r.x, r.y, r.z, r.w};
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    if (want_ss) *ss += va[k + i] * va[k + i] + vb[k + i] * vb[k + i];
+                    va[k + i] *= ma[i], vb[k + i] *= mb[i];
+                }
+            }
         }
 #pragma unroll
         for (int i = 0; i < NR; i++) {
@@ -274,7 +287,7 @@ __global__ static void __launch_bounds__(32 * G1_WARPS) k_gemv_one(g1_args a) {
         for (int64_t g0 = 0; g0 < groups; g0 += 32 * U) {
             if (g0 || !first || !a.early) g1_issue<DT, U, NR>(row, g0, groups, lane, q);
             if constexpr (g1_fmt<DT>::ELEMS == 32)
-                g1_mathk<DT, U, NR>(row, q, g0, groups, a.x, lane, acc);
+                g1_mathk<DT, U, NR, NORM>(row, q, g0, groups, a.x, a.norm_w, lane, acc, first, &ss);
             else
                 g1_math16<DT, U, NR, NORM>(row, q, g0, groups, a.x, a.norm_w, lane, acc, first,
                                            &ss);
@@ -313,17 +326,15 @@ template <ts_dtype DT, int MODE, int U, int NR, bool NORM> static int g1_per_sm(
     return per_sm;
 }
 
-/* Whether the single-token kernel takes these weights and x: 16-bit types (the input norm
- * folded in or not) and Q4_K, Q6_K (TESSERA_CUDA_GEMV1_KQUANT=0: not, for comparisons; no norm,
- * which the quantized GEMVs never fold in), rows of whole units, x (and the norm's weights)
- * 16-byte aligned. */
+/* Whether the single-token kernel takes these weights and x: 16-bit types, Q4_K and Q6_K
+ * (TESSERA_CUDA_GEMV1_KQUANT=0: not, for comparisons), rows of whole units, x (and the norm's
+ * weights, where it is folded in) 16-byte aligned. */
 static bool g1_fits(const cuda_ctx *c, const cuda_wview *w, int nw, const float *x,
                     const float *norm_w) {
     if (!c->gemv_one_waves || (uintptr_t)x % 16 || (uintptr_t)norm_w % 16 || nw > G1_SET)
         return false;
     bool half = w[0].dtype == TS_DTYPE_BF16 || w[0].dtype == TS_DTYPE_F16;
-    bool kq = (w[0].dtype == TS_DTYPE_Q4_K || w[0].dtype == TS_DTYPE_Q6_K) && c->gemv_one_kquant &&
-              !norm_w;
+    bool kq = (w[0].dtype == TS_DTYPE_Q4_K || w[0].dtype == TS_DTYPE_Q6_K) && c->gemv_one_kquant;
     if (!half && !kq) return false;
     for (int j = 0; j < nw; j++)
         if (w[j].dtype != w[0].dtype || w[j].cols != w[0].cols || w[j].cols % (half ? 8 : 256))
@@ -379,10 +390,12 @@ static void g1_start(cuda_ctx *c, const char *name, const g1_args &a) {
 template <int MODE>
 static void g1_dispatch(cuda_ctx *c, const char *name, ts_dtype dt, const g1_args &a) {
     bool norm = a.norm_w != nullptr;
-    if (dt == TS_DTYPE_Q4_K) /* g1_fits: never normed */
-        g1_start<TS_DTYPE_Q4_K, MODE, false>(c, name, a);
+    if (dt == TS_DTYPE_Q4_K)
+        norm ? g1_start<TS_DTYPE_Q4_K, MODE, true>(c, name, a)
+             : g1_start<TS_DTYPE_Q4_K, MODE, false>(c, name, a);
     else if (dt == TS_DTYPE_Q6_K)
-        g1_start<TS_DTYPE_Q6_K, MODE, false>(c, name, a);
+        norm ? g1_start<TS_DTYPE_Q6_K, MODE, true>(c, name, a)
+             : g1_start<TS_DTYPE_Q6_K, MODE, false>(c, name, a);
     else if (dt == TS_DTYPE_BF16)
         norm ? g1_start<TS_DTYPE_BF16, MODE, true>(c, name, a)
              : g1_start<TS_DTYPE_BF16, MODE, false>(c, name, a);
