@@ -16,6 +16,7 @@
 import json
 import os
 import shutil
+import struct
 import subprocess
 
 import pytest
@@ -25,7 +26,6 @@ from conftest import fixtures_dir
 gguf = pytest.importorskip("gguf", reason="pip install gguf (llama.cpp's gguf-py)")
 np = pytest.importorskip("numpy")
 st = pytest.importorskip("safetensors.numpy")
-torch = pytest.importorskip("torch")
 
 from gguf import GGMLQuantizationType as Q  # noqa: E402
 
@@ -34,6 +34,31 @@ GEMMA = os.path.join(fixtures_dir(), "gemma3")
 QWEN_FIXTURES = ["tiny_a_f32_tied_explicit", "tiny_b_bf16_untied_interval3",
                  "tiny_c_f32_untied_hv2x", "tiny_d_bf16_composite"]
 IDS = "1,5,9,2,77,3,120,4,11"
+
+
+def read_safetensors(path):
+    """Every tensor of a safetensors file as a float32 numpy array (F32, F16 or BF16 in the
+    file; numpy has no bfloat16, so BF16 is widened from its bits)."""
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+        data = f.read()
+    out = {}
+    for k, meta in header.items():
+        if k == "__metadata__":
+            continue
+        a, b = meta["data_offsets"]
+        raw = data[a:b]
+        if meta["dtype"] == "BF16":
+            v = (np.frombuffer(raw, np.uint16).astype(np.uint32) << 16).view(np.float32)
+        elif meta["dtype"] == "F16":
+            v = np.frombuffer(raw, np.float16).astype(np.float32)
+        elif meta["dtype"] == "F32":
+            v = np.frombuffer(raw, np.float32).copy()
+        else:
+            raise ValueError(f"{k}: dtype {meta['dtype']}")
+        out[k] = v.reshape(meta["shape"])
+    return out
 
 
 def tessera():
@@ -140,9 +165,8 @@ Q8_ISA_RATIO = 0.2
 
 def q8_dither_level(src, tmp_path, a, draws=8):
     """Mean rel. L2 logit change over `draws` dithers of half a Q8_0 step."""
-    from safetensors.torch import load_file, save_file
-    w = load_file(os.path.join(src, "model.safetensors"))
-    gen = torch.Generator().manual_seed(5)
+    w = read_safetensors(os.path.join(src, "model.safetensors"))
+    gen = np.random.default_rng(5)
     out = []
     for i in range(draws):
         d = tmp_path / f"dither{i}"
@@ -152,13 +176,13 @@ def q8_dither_level(src, tmp_path, a, draws=8):
                 shutil.copy(os.path.join(src, f), d)
         noisy = {}
         for k, v in w.items():
-            v = v.float()
             if v.ndim == 2 and v.shape[-1] % 32 == 0:
                 blk = v.reshape(-1, 32)
-                step = blk.abs().amax(1, keepdim=True) / 127
-                v = (blk + step * (torch.rand(blk.shape, generator=gen) - 0.5)).reshape(v.shape)
-            noisy[k] = v.contiguous()
-        save_file(noisy, str(d / "model.safetensors"))
+                step = np.abs(blk).max(1, keepdims=True) / 127
+                noise = gen.random(blk.shape, dtype=np.float32) - 0.5
+                v = (blk + step * noise).reshape(v.shape)
+            noisy[k] = np.ascontiguousarray(v, dtype=np.float32)
+        st.save_file(noisy, str(d / "model.safetensors"))
         out.append(rel(a, logits(str(d), tmp_path, f"dither{i}")))
     return float(np.mean(out))
 
@@ -223,13 +247,8 @@ def reader(path):
 def hf_tensors(name):
     d = os.path.join(QWEN, name)
     out = {}
-    with open(os.path.join(d, "model.safetensors"), "rb"):
-        pass
-    from safetensors import safe_open
-    with safe_open(os.path.join(d, "model.safetensors"), "pt") as f:
-        for k in f.keys():
-            out[k.replace("model.language_model.", "").replace("model.", "")] = \
-                f.get_tensor(k).float().numpy()
+    for k, v in read_safetensors(os.path.join(d, "model.safetensors")).items():
+        out[k.replace("model.language_model.", "").replace("model.", "")] = v
     return out, json.load(open(os.path.join(d, "config.json")))
 
 
