@@ -373,12 +373,10 @@ static void g1_rows_ladder(cuda_ctx *c, const char *name, const g1_args &a) {
 template <ts_dtype DT, int MODE, int U, bool NORM>
 static void g1_shape(cuda_ctx *c, const char *name, const g1_args &a, int64_t per_lane) {
     constexpr int NR0 = MODE == G1_PLAIN ? 1 : 2; /* two rows (gate, up) an output */
-    if constexpr (2 * U * NR0 * g1_fmt<DT>::LOADS > G1_LOADS)
-        g1_rows_ladder<DT, MODE, U, NR0, NORM>(c, name, a);
-    else if (per_lane <= U)
-        g1_rows_ladder<DT, MODE, U, NR0, NORM>(c, name, a);
-    else
-        g1_shape<DT, MODE, 2 * U, NORM>(c, name, a, per_lane);
+    if constexpr (2 * U * NR0 * g1_fmt<DT>::LOADS <= G1_LOADS) { /* 2 U would still fit */
+        if (per_lane > U) return g1_shape<DT, MODE, 2 * U, NORM>(c, name, a, per_lane);
+    }
+    g1_rows_ladder<DT, MODE, U, NR0, NORM>(c, name, a);
 }
 
 template <ts_dtype DT, int MODE, bool NORM>
@@ -417,13 +415,7 @@ bool cuda_gemv_one(cuda_ctx *c, const cuda_wview *w, int nw, const float *x, flo
     a.set.nw = nw, a.rows = rows, a.cols = w[0].cols;
     a.row_bytes = cuda_row_bytes(w[0].dtype, w[0].cols);
     a.x = x, a.norm_w = norm_w, a.eps = eps, a.acc = acc, a.early = c->gemv_one_early;
-    /* (an output head, 64k rows or more, and Q6_K weights have names of their own in profiles,
-     * as in cuda_matmul.cu) */
-    const char *name = rows >= 65536                 ? "gemv_head"
-                       : norm_w                      ? "gemv_norm"
-                       : w[0].dtype == TS_DTYPE_Q6_K ? "gemv_q6_k"
-                                                     : "gemv";
-    g1_dispatch<G1_PLAIN>(c, name, w[0].dtype, a);
+    g1_dispatch<G1_PLAIN>(c, cuda_gemv_name(rows, norm_w != nullptr, w[0].dtype), w[0].dtype, a);
     return true;
 }
 

@@ -247,6 +247,16 @@ static inline size_t cuda_row_bytes(ts_dtype dt, int64_t cols) {
     return (size_t)((nb >> 3) * Q6K_DEV_GROUP + (tail ? 16 + tail * Q6K_DEV_BLOCK : 0));
 }
 
+/* A GEMV kernel's name in profiles (TESSERA_CUDA_PROFILE, _DROP), the same for the general and
+ * the single-token kernel: an output head (64k rows or more), a GEMV with its input norm folded
+ * in, and Q6_K weights apart from the rest. */
+static inline const char *cuda_gemv_name(int64_t rows, bool norm, ts_dtype dt) {
+    return rows >= 65536         ? "gemv_head"
+           : norm                ? "gemv_norm"
+           : dt == TS_DTYPE_Q6_K ? "gemv_q6_k"
+                                 : "gemv";
+}
+
 static inline unsigned cuda_blocks(int64_t n, int threads) {
     return (unsigned)((n + threads - 1) / threads);
 }

@@ -391,11 +391,7 @@ static void launch_gemv(cuda_ctx *c, const cuda_wview *w, int nw, const float *x
         }
         set.nw = nw;
         unsigned g = cuda_blocks(rows, GEMV_WARPS);
-        /* names in profiles: an output head (64k rows or more) and Q6_K weights apart */
-        const char *name = rows >= 65536         ? "gemv_head"
-                           : nrm.w               ? "gemv_norm"
-                           : DT == TS_DTYPE_Q6_K ? "gemv_q6_k"
-                                                 : "gemv";
+        const char *name = cuda_gemv_name(rows, nrm.w != nullptr, DT);
         if (nrm.w)
             cuda_launch(c, name, k_gemv<DT, true>, g, 32 * GEMV_WARPS, 0, set, rb, w[0].cols,
                         x + t0 * ldx, ldx, k, c->prefetch, nrm, acc);
