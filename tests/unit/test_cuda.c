@@ -1445,6 +1445,26 @@ static void test_sample(bool quick) {
 /* ts_engine_forward_sample on the GPU: the tokens of 24 decode steps, drawn on the device inside
  * the replayed step, must be those the host sampler draws from the logits that
  * ts_engine_forward of a second engine downloads, from the same seed. */
+/* Two samplers of the same parameters p over V tokens, adjusting the logits alike: repetition
+ * penalty pen and the 40 entries of adj (which the samplers read at each draw: the caller's
+ * array, filled here), entry i token (mul * i) % V less step * (i % mod). False (both freed)
+ * where either cannot be made. */
+static bool adjusted_pair(const ts_sampler_params *p, int V, int mul, float step, int mod,
+                          float pen, ts_logit_adjust adj[40], ts_sampler **sa, ts_sampler **sb) {
+    *sa = *sb = NULL;
+    bool ok = ts_sampler_create(p, V, sa) == TS_OK && ts_sampler_create(p, V, sb) == TS_OK;
+    CHECK(ok);
+    if (!ok) {
+        ts_sampler_free(*sa), ts_sampler_free(*sb);
+        return false;
+    }
+    for (int i = 0; i < 40; i++)
+        adj[i] = (ts_logit_adjust){(mul * i) % V, step * (float)(i % mod)};
+    ts_sampler_set_adjust(*sa, pen, adj, 40);
+    ts_sampler_set_adjust(*sb, pen, adj, 40);
+    return true;
+}
+
 static void test_engine_sample(void) {
     char f32[8192], bf16[8192];
     if (!decode_fixtures(f32, bf16)) return;
@@ -1491,12 +1511,8 @@ static void test_engine_sample(void) {
     for (int c = 0; ea && eb && c < 2; c++) {
         int V = ts_engine_n_vocab(ea);
         ts_sampler *sa = NULL, *sb = NULL;
-        CHECK(ts_sampler_create(&ps[c], V, &sa) == TS_OK &&
-              ts_sampler_create(&ps[c], V, &sb) == TS_OK);
         ts_logit_adjust adj[40];
-        for (int i = 0; i < 40; i++) adj[i] = (ts_logit_adjust){(7 * i) % V, 0.3f * (float)(i % 4)};
-        ts_sampler_set_adjust(sa, 1.3f, adj, 40);
-        ts_sampler_set_adjust(sb, 1.3f, adj, 40);
+        if (!adjusted_pair(&ps[c], V, 7, 0.3f, 4, 1.3f, adj, &sa, &sb)) break;
         float *lg = malloc((size_t)V * sizeof *lg), *la = malloc((size_t)V * sizeof *la);
         ts_engine_slot_clear(ea, 0), ts_engine_slot_clear(eb, 0);
         int32_t ta = 3, sl = 0;
@@ -1523,12 +1539,8 @@ static void test_engine_sample(void) {
     for (int c = 0; ea && eb && c < 4; c++) {
         int V = ts_engine_n_vocab(ea);
         ts_sampler *sa = NULL, *sb = NULL;
-        CHECK(ts_sampler_create(&pl[c], V, &sa) == TS_OK &&
-              ts_sampler_create(&pl[c], V, &sb) == TS_OK);
         ts_logit_adjust adj[40];
-        for (int i = 0; i < 40; i++) adj[i] = (ts_logit_adjust){(5 * i) % V, 0.4f * (float)(i % 3)};
-        ts_sampler_set_adjust(sa, 1.2f, adj, 40);
-        ts_sampler_set_adjust(sb, 1.2f, adj, 40);
+        if (!adjusted_pair(&pl[c], V, 5, 0.4f, 3, 1.2f, adj, &sa, &sb)) break;
         float *lg = malloc((size_t)V * sizeof *lg);
         ts_engine_slot_clear(ea, 0), ts_engine_slot_clear(eb, 0);
         int32_t ta = 3, sl = 0;

@@ -33,52 +33,47 @@ static bool native_dtype(ts_dtype t) {
     }
 }
 
-static bool upload_dequantized(cuda_ctx *c, const ts_tensor *W, int64_t rows, int64_t cols,
-                               float *dev) {
-    /* in slices of about 64 MiB so the host staging stays small */
-    int64_t per = ((int64_t)1 << 24) / (cols > 0 ? cols : 1);
+/* Writes host row r of W in the device's layout at dst (row_bytes bytes). */
+typedef void (*row_fill)(const ts_tensor *W, int64_t r, int64_t cols, uint8_t *dst);
+
+/* rows of W in a layout of the host's making (fill), row_bytes each, to dev: in slices of about
+ * 64 MiB through one host buffer, so that the staging stays small. */
+static bool upload_rows(cuda_ctx *c, const ts_tensor *W, int64_t rows, int64_t cols,
+                        size_t row_bytes, row_fill fill, uint8_t *dev) {
+    int64_t per = ((int64_t)1 << 26) / (int64_t)(row_bytes ? row_bytes : 1);
     if (per < 1) per = 1;
     if (per > rows) per = rows;
-    float *host = (float *)malloc((size_t)per * cols * sizeof(float));
+    uint8_t *host = (uint8_t *)malloc((size_t)per * row_bytes);
     if (!host) return cuda_check(c, cudaErrorMemoryAllocation, "weight staging");
     bool ok = true;
     for (int64_t r0 = 0; ok && r0 < rows; r0 += per) {
         int64_t n = rows - r0 < per ? rows - r0 : per;
-        for (int64_t r = 0; r < n; r++) cpu_dequant_row(W, r0 + r, host + r * cols);
+        for (int64_t r = 0; r < n; r++)
+            fill(W, r0 + r, cols, host + (size_t)r * row_bytes);
         /* complete before the staging buffer is refilled */
-        ok = cuda_upload_now(c, dev + r0 * cols, host, (size_t)(n * cols) * sizeof(float),
+        ok = cuda_upload_now(c, dev + (size_t)r0 * row_bytes, host, (size_t)n * row_bytes,
                              "weight upload");
     }
     free(host);
     return ok;
 }
 
-/* Q6_K rows in the device's layout: each block's ql, qh and scales (its first 208 bytes) where
- * q6k_dev_block puts them, its d where q6k_dev_d does; padding zero. In slices of about 64 MiB
- * through host staging, like upload_dequantized. */
-static bool upload_q6k(cuda_ctx *c, const ts_tensor *W, int64_t rows, int64_t cols, uint8_t *dev) {
-    size_t hrb = ts_dtype_row_bytes(TS_DTYPE_Q6_K, cols), drb = cuda_row_bytes(TS_DTYPE_Q6_K, cols);
-    int64_t nb = cols / 256, per = ((int64_t)1 << 26) / (int64_t)(drb ? drb : 1);
-    if (per < 1) per = 1;
-    if (per > rows) per = rows;
-    uint8_t *host = (uint8_t *)malloc((size_t)per * drb);
-    if (!host) return cuda_check(c, cudaErrorMemoryAllocation, "weight staging");
-    bool ok = true;
-    for (int64_t r0 = 0; ok && r0 < rows; r0 += per) {
-        int64_t n = rows - r0 < per ? rows - r0 : per;
-        memset(host, 0, (size_t)n * drb);
-        for (int64_t r = 0; r < n; r++) {
-            const uint8_t *src = (const uint8_t *)W->data + (size_t)(r0 + r) * hrb;
-            uint8_t *dst = host + (size_t)r * drb;
-            for (int64_t b = 0; b < nb; b++) {
-                memcpy(dst + q6k_dev_block(b), src + b * 210, Q6K_DEV_BLOCK);
-                memcpy(dst + q6k_dev_d(b), src + b * 210 + Q6K_DEV_BLOCK, 2);
-            }
-        }
-        ok = cuda_upload_now(c, dev + (size_t)r0 * drb, host, (size_t)n * drb, "weight upload");
+/* a type the kernels do not read, widened to F32 */
+static void fill_f32(const ts_tensor *W, int64_t r, int64_t cols, uint8_t *dst) {
+    (void)cols;
+    cpu_dequant_row(W, r, (float *)dst);
+}
+
+/* Q6_K in the device's layout: each block's ql, qh and scales (its first 208 bytes) where
+ * q6k_dev_block puts them, its d where q6k_dev_d does; padding zero. */
+static void fill_q6k(const ts_tensor *W, int64_t r, int64_t cols, uint8_t *dst) {
+    size_t hrb = ts_dtype_row_bytes(TS_DTYPE_Q6_K, cols);
+    const uint8_t *src = (const uint8_t *)W->data + (size_t)r * hrb;
+    memset(dst, 0, cuda_row_bytes(TS_DTYPE_Q6_K, cols));
+    for (int64_t b = 0; b < cols / 256; b++) {
+        memcpy(dst + q6k_dev_block(b), src + b * 210, Q6K_DEV_BLOCK);
+        memcpy(dst + q6k_dev_d(b), src + b * 210 + Q6K_DEV_BLOCK, 2);
     }
-    free(host);
-    return ok;
 }
 
 bool cuda_weight(cuda_ctx *c, const ts_tensor *W, cuda_wview *out) {
@@ -109,11 +104,13 @@ bool cuda_weight(cuda_ctx *c, const ts_tensor *W, cuda_wview *out) {
     if (!cuda_check(c, cudaMalloc(&dev, bytes ? bytes : 256), "weight alloc")) return false;
     bool ok;
     if (v.dtype == TS_DTYPE_Q6_K)
-        ok = upload_q6k(c, W, v.rows, v.cols, (uint8_t *)dev);
+        ok = upload_rows(c, W, v.rows, v.cols, cuda_row_bytes(v.dtype, v.cols), fill_q6k,
+                         (uint8_t *)dev);
     else if (v.dtype == W->dtype)
         ok = cuda_upload_now(c, dev, W->data, bytes, "weight upload");
     else
-        ok = upload_dequantized(c, W, v.rows, v.cols, (float *)dev);
+        ok = upload_rows(c, W, v.rows, v.cols, (size_t)v.cols * sizeof(float), fill_f32,
+                         (uint8_t *)dev);
     if (!ok) {
         cudaFree(dev);
         return false;
