@@ -59,49 +59,42 @@ __device__ static inline float byte_f(uint32_t v, int i, float bias) {
     return __int_as_float(__byte_perm(v, 0x4B000000u, 0x7540u | (unsigned)i)) - (8388608.0f + bias);
 }
 
-/* 8 bytes at a 2-byte aligned address */
-__device__ static inline void bytes8(const uint8_t *p, int *q) {
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        uint16_t v = ld16(p + 2 * i);
-        q[2 * i] = v & 0xff, q[2 * i + 1] = v >> 8;
-    }
-}
-
+/* Q8_0, Q4_0, Q5_0 in the device's layout (cuda_int.cuh's q32_*): a block's d, its codes
+ * (16-byte aligned; a group of 8 elements is 8 bytes of them at a multiple of 8) and Q5_0's qh. */
 template <> __device__ inline void group8<TS_DTYPE_Q8_0>(const uint8_t *row, int64_t e, float *w) {
-    const uint8_t *b = row + (e >> 5) * 34;
-    float d = f16f(ld16(b));
-    int q[8];
-    bytes8(b + 2 + (e & 31), q);
+    constexpr ts_dtype T = TS_DTYPE_Q8_0;
+    int64_t b = e >> 5;
+    float d = f16f(ld16(row + q32_dev_d(T, b)));
+    uint2 v = *(const uint2 *)(row + q32_dev_codes(T, b) + (e & 31));
 #pragma unroll
     for (int i = 0; i < 8; i++)
-        w[i] = code_f((uint32_t)q[i] ^ 0x80u, 128.0f) * d; /* int8 */
+        w[i] = code_f(((i < 4 ? v.x : v.y) >> (8 * (i & 3)) & 0xffu) ^ 0x80u, 128.0f) * d;
 }
 
 /* Q4_0 / Q5_0: element p < 16 of a block is the low nibble of qs[p], p >= 16 the high nibble of
  * qs[p - 16] */
 template <> __device__ inline void group8<TS_DTYPE_Q4_0>(const uint8_t *row, int64_t e, float *w) {
-    const uint8_t *b = row + (e >> 5) * 18;
+    constexpr ts_dtype T = TS_DTYPE_Q4_0;
+    int64_t b = e >> 5;
     int p = (int)(e & 31), shift = (p >> 4) * 4;
-    float d = f16f(ld16(b));
-    int q[8];
-    bytes8(b + 2 + (p & 15), q);
+    float d = f16f(ld16(row + q32_dev_d(T, b)));
+    uint2 v = *(const uint2 *)(row + q32_dev_codes(T, b) + (p & 15));
 #pragma unroll
     for (int i = 0; i < 8; i++)
-        w[i] = code_f((q[i] >> shift) & 15, 8.0f) * d;
+        w[i] = code_f(((i < 4 ? v.x : v.y) >> (8 * (i & 3) + shift)) & 15, 8.0f) * d;
 }
 
 template <> __device__ inline void group8<TS_DTYPE_Q5_0>(const uint8_t *row, int64_t e, float *w) {
-    const uint8_t *b = row + (e >> 5) * 22;
+    constexpr ts_dtype T = TS_DTYPE_Q5_0;
+    int64_t b = e >> 5;
     int p = (int)(e & 31), shift = (p >> 4) * 4;
-    float d = f16f(ld16(b));
-    uint32_t qh = (uint32_t)ld16(b + 2) | (uint32_t)ld16(b + 4) << 16;
-    int q[8];
-    bytes8(b + 6 + (p & 15), q);
+    float d = f16f(ld16(row + q32_dev_d(T, b)));
+    uint32_t qh = *(const uint32_t *)(row + q32_dev_qh(T, b));
+    uint2 v = *(const uint2 *)(row + q32_dev_codes(T, b) + (p & 15));
 #pragma unroll
     for (int i = 0; i < 8; i++) {
-        int v = ((q[i] >> shift) & 15) | (int)((qh >> (p + i)) & 1) << 4;
-        w[i] = code_f(v, 16.0f) * d;
+        uint32_t q = ((i < 4 ? v.x : v.y) >> (8 * (i & 3) + shift)) & 15;
+        w[i] = code_f(q | ((qh >> (p + i)) & 1) << 4, 16.0f) * d;
     }
 }
 

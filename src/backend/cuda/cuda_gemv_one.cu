@@ -134,6 +134,69 @@ template <> struct g1_fmt<TS_DTYPE_Q6_K> {
     }
 };
 
+/* Q8_0, Q4_0, Q5_0 (the device's layout, q32_*): a unit is one block, its 32 elements in order
+ * - the first 16 run a, the rest run b - from its code bytes, d and (Q5_0) qh; decoded with
+ * group8's formulas. */
+__device__ static inline uint32_t g1_ld16(const uint8_t *p) {
+    unsigned short v;
+    asm volatile("ld.global.nc.u16 %0, [%1];" : "=h"(v) : "l"(p));
+    return v;
+}
+__device__ static inline uint32_t g1_ld32(const uint8_t *p) {
+    uint32_t v;
+    asm volatile("ld.global.nc.u32 %0, [%1];" : "=r"(v) : "l"(p));
+    return v;
+}
+template <ts_dtype DT> struct g1_q32 {
+    static constexpr int ELEMS = 32, LOADS = DT == TS_DTYPE_Q8_0 ? 3 : 2, UMIN = 1;
+    struct raw {
+        uint4 c[DT == TS_DTYPE_Q8_0 ? 2 : 1];
+        uint32_t d, qh;
+    };
+    __device__ static inline raw load(const uint8_t *row, int64_t u) {
+        raw r;
+        const uint8_t *c = row + q32_dev_codes(DT, u);
+        r.c[0] = g1_load(c);
+        if constexpr (DT == TS_DTYPE_Q8_0) r.c[1] = g1_load(c + 16);
+        r.d = g1_ld16(row + q32_dev_d(DT, u));
+        r.qh = DT == TS_DTYPE_Q5_0 ? g1_ld32(row + q32_dev_qh(DT, u)) : 0;
+        return r;
+    }
+    __device__ static inline void runs(int64_t u, int64_t *ea, int64_t *eb) {
+        *ea = 32 * u, *eb = *ea + 16;
+    }
+    __device__ static inline void decode(const raw &r, int64_t u, float *wa, float *wb) {
+        (void)u;
+        float d = f16f((uint16_t)r.d);
+        if constexpr (DT == TS_DTYPE_Q8_0) {
+            uint32_t a[4] = {r.c[0].x, r.c[0].y, r.c[0].z, r.c[0].w};
+            uint32_t b[4] = {r.c[1].x, r.c[1].y, r.c[1].z, r.c[1].w};
+#pragma unroll
+            for (int k = 0; k < 16; k++) { /* int8 codes: the byte with its top bit flipped - 128 */
+                wa[k] = byte_f(a[k >> 2] ^ 0x80808080u, k & 3, 128.0f) * d;
+                wb[k] = byte_f(b[k >> 2] ^ 0x80808080u, k & 3, 128.0f) * d;
+            }
+        } else {
+            uint32_t q[4] = {r.c[0].x, r.c[0].y, r.c[0].z, r.c[0].w};
+            constexpr float bias = DT == TS_DTYPE_Q5_0 ? 16.0f : 8.0f;
+#pragma unroll
+            for (int k = 0; k < 16; k++) {
+                uint32_t lo = q[k >> 2] & 0x0F0F0F0Fu, hi = (q[k >> 2] >> 4) & 0x0F0F0F0Fu;
+                if constexpr (DT == TS_DTYPE_Q5_0) { /* bit 4 of element e is bit e of qh */
+                    int j = k & ~3;                  /* the word's first element */
+                    lo |= (((r.qh >> j) & 15u) * 0x00204081u & 0x01010101u) << 4;
+                    hi |= (((r.qh >> (16 + j)) & 15u) * 0x00204081u & 0x01010101u) << 4;
+                }
+                wa[k] = byte_f(lo, k & 3, bias) * d;
+                wb[k] = byte_f(hi, k & 3, bias) * d;
+            }
+        }
+    }
+};
+template <> struct g1_fmt<TS_DTYPE_Q8_0> : g1_q32<TS_DTYPE_Q8_0> {};
+template <> struct g1_fmt<TS_DTYPE_Q4_0> : g1_q32<TS_DTYPE_Q4_0> {};
+template <> struct g1_fmt<TS_DTYPE_Q5_0> : g1_q32<TS_DTYPE_Q5_0> {};
+
 /* Row o of the kernel's first (or only) weight: its bytes, or NULL past the end. */
 template <int MODE>
 __device__ static inline const uint8_t *g1_row(const g1_args &a, int64_t o, int r, int *j_out) {
@@ -326,19 +389,20 @@ template <ts_dtype DT, int MODE, int U, int NR, bool NORM> static int g1_per_sm(
     return per_sm;
 }
 
-/* Whether the single-token kernel takes these weights and x: 16-bit types, Q4_K and Q6_K
- * (TESSERA_CUDA_GEMV1_KQUANT=0: not, for comparisons), rows of whole units, x (and the norm's
- * weights, where it is folded in) 16-byte aligned. */
+/* Whether the single-token kernel takes these weights and x: 16-bit types, and the quantized
+ * ones (TESSERA_CUDA_GEMV1_KQUANT=0: not, for comparisons), rows of whole units, x (and the
+ * norm's weights, where it is folded in) 16-byte aligned. */
 static bool g1_fits(const cuda_ctx *c, const cuda_wview *w, int nw, const float *x,
                     const float *norm_w) {
     if (!c->gemv_one_waves || (uintptr_t)x % 16 || (uintptr_t)norm_w % 16 || nw > G1_SET)
         return false;
     bool half = w[0].dtype == TS_DTYPE_BF16 || w[0].dtype == TS_DTYPE_F16;
     bool kq = (w[0].dtype == TS_DTYPE_Q4_K || w[0].dtype == TS_DTYPE_Q6_K) && c->gemv_one_kquant;
-    if (!half && !kq) return false;
+    bool q32 = q32_type(w[0].dtype) && c->gemv_one_kquant;
+    if (!half && !kq && !q32) return false;
+    int64_t unit = half ? 8 : kq ? 256 : 32; /* elements of a group or block */
     for (int j = 0; j < nw; j++)
-        if (w[j].dtype != w[0].dtype || w[j].cols != w[0].cols || w[j].cols % (half ? 8 : 256))
-            return false;
+        if (w[j].dtype != w[0].dtype || w[j].cols != w[0].cols || w[j].cols % unit) return false;
     return true;
 }
 
@@ -388,7 +452,16 @@ static void g1_start(cuda_ctx *c, const char *name, const g1_args &a) {
 template <int MODE>
 static void g1_dispatch(cuda_ctx *c, const char *name, ts_dtype dt, const g1_args &a) {
     bool norm = a.norm_w != nullptr;
-    if (dt == TS_DTYPE_Q4_K)
+    if (dt == TS_DTYPE_Q8_0)
+        norm ? g1_start<TS_DTYPE_Q8_0, MODE, true>(c, name, a)
+             : g1_start<TS_DTYPE_Q8_0, MODE, false>(c, name, a);
+    else if (dt == TS_DTYPE_Q4_0)
+        norm ? g1_start<TS_DTYPE_Q4_0, MODE, true>(c, name, a)
+             : g1_start<TS_DTYPE_Q4_0, MODE, false>(c, name, a);
+    else if (dt == TS_DTYPE_Q5_0)
+        norm ? g1_start<TS_DTYPE_Q5_0, MODE, true>(c, name, a)
+             : g1_start<TS_DTYPE_Q5_0, MODE, false>(c, name, a);
+    else if (dt == TS_DTYPE_Q4_K)
         norm ? g1_start<TS_DTYPE_Q4_K, MODE, true>(c, name, a)
              : g1_start<TS_DTYPE_Q4_K, MODE, false>(c, name, a);
     else if (dt == TS_DTYPE_Q6_K)

@@ -240,12 +240,48 @@ __host__ __device__ static inline int64_t q6k_dev_d(int64_t b) {
     return (b >> 3) * Q6K_DEV_GROUP + 2 * (b & 7);
 }
 
-/* Bytes of a row of cols elements of dtype on the device (the file's, but for Q6_K). */
+/* Q8_0, Q4_0 and Q5_0 (blocks of 32 elements: d, then Q5_0's 4 qh bytes, then the codes: 34, 18
+ * and 22 bytes, so that in the file's rows most blocks' codes are only 2-byte aligned) on the
+ * device: the same regrouping, in groups of 8 blocks - the group's 8 d values (16 bytes), then
+ * (Q5_0) its 8 qh words, then its 8 blocks' codes, each 16-byte aligned. A group is as long as
+ * its 8 blocks in the file; a row's last, partial group keeps a whole group's offsets (unused d
+ * and qh slots zero). q32_*: where block b's parts lie in its row. */
+__host__ __device__ static inline bool q32_type(ts_dtype dt) {
+    return dt == TS_DTYPE_Q8_0 || dt == TS_DTYPE_Q4_0 || dt == TS_DTYPE_Q5_0;
+}
+__host__ __device__ static inline int q32_code_bytes(ts_dtype dt) {
+    return dt == TS_DTYPE_Q8_0 ? 32 : 16;
+}
+__host__ __device__ static inline int q32_qh_bytes(ts_dtype dt) {
+    return dt == TS_DTYPE_Q5_0 ? 4 : 0;
+}
+__host__ __device__ static inline int64_t q32_group(ts_dtype dt) {
+    return 16 + 8 * (q32_qh_bytes(dt) + q32_code_bytes(dt));
+}
+__host__ __device__ static inline int64_t q32_dev_d(ts_dtype dt, int64_t b) {
+    return (b >> 3) * q32_group(dt) + 2 * (b & 7);
+}
+__host__ __device__ static inline int64_t q32_dev_qh(ts_dtype dt, int64_t b) {
+    return (b >> 3) * q32_group(dt) + 16 + 4 * (b & 7);
+}
+__host__ __device__ static inline int64_t q32_dev_codes(ts_dtype dt, int64_t b) {
+    return (b >> 3) * q32_group(dt) + 16 + 8 * q32_qh_bytes(dt) + q32_code_bytes(dt) * (b & 7);
+}
+
+/* Bytes of a row of cols elements of dtype on the device: the file's, but for the regrouped
+ * types (Q6_K, Q8_0, Q4_0, Q5_0). */
 static inline size_t cuda_row_bytes(ts_dtype dt, int64_t cols) {
+    if (q32_type(dt)) {
+        int64_t nb = cols / 32, tail = nb & 7;
+        return (size_t)((nb >> 3) * q32_group(dt) + (tail ? q32_dev_codes(dt, tail) : 0));
+    }
     if (dt != TS_DTYPE_Q6_K) return ts_dtype_row_bytes(dt, cols);
     int64_t nb = cols / 256, tail = nb & 7;
     return (size_t)((nb >> 3) * Q6K_DEV_GROUP + (tail ? 16 + tail * Q6K_DEV_BLOCK : 0));
 }
+
+/* Whether the device keeps dtype in a layout of its own (cuda_row_bytes), made at upload. */
+static inline bool cuda_regrouped(ts_dtype dt) { return dt == TS_DTYPE_Q6_K || q32_type(dt); }
 
 /* A GEMV kernel's name in profiles (TESSERA_CUDA_PROFILE, _DROP), the same for the general and
  * the single-token kernel: an output head (64k rows or more), a GEMV with its input norm folded

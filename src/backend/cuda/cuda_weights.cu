@@ -1,7 +1,8 @@
 /* Weights on the device: each tensor is uploaded the first time an op uses it and kept until the
  * backend is destroyed, keyed by its host data pointer (a model's tensors stay put while it is
  * open). Every weight type keeps its blocks on the device - the kernels decode them as they
- * stream them - and Q6_K's are regrouped for alignment (cuda_int.cuh, q6k_dev_block). */
+ * stream them - and Q6_K's, Q8_0's, Q4_0's and Q5_0's are regrouped for alignment (cuda_int.cuh,
+ * q6k_dev_block, q32_dev_codes). */
 #include "backend/cuda/cuda_int.cuh"
 
 #include <stdio.h>
@@ -76,6 +77,22 @@ static void fill_q6k(const ts_tensor *W, int64_t r, int64_t cols, uint8_t *dst) 
     }
 }
 
+/* Q8_0, Q4_0, Q5_0 in the device's layout: each block's d, (Q5_0) qh and codes where q32_dev_d,
+ * q32_dev_qh and q32_dev_codes put them; unused slots zero. */
+static void fill_q32(const ts_tensor *W, int64_t r, int64_t cols, uint8_t *dst) {
+    ts_dtype dt = W->dtype;
+    size_t hrb = ts_dtype_row_bytes(dt, cols), blk = hrb / (size_t)(cols / 32);
+    int qh = q32_qh_bytes(dt), nc = q32_code_bytes(dt);
+    const uint8_t *src = (const uint8_t *)W->data + (size_t)r * hrb;
+    memset(dst, 0, cuda_row_bytes(dt, cols));
+    for (int64_t b = 0; b < cols / 32; b++) {
+        const uint8_t *s = src + b * blk; /* d, then qh (Q5_0), then the codes */
+        memcpy(dst + q32_dev_d(dt, b), s, 2);
+        if (qh) memcpy(dst + q32_dev_qh(dt, b), s + 2, (size_t)qh);
+        memcpy(dst + q32_dev_codes(dt, b), s + 2 + qh, (size_t)nc);
+    }
+}
+
 bool cuda_weight(cuda_ctx *c, const ts_tensor *W, cuda_wview *out) {
     if (!c->weights) {
         c->weights = new (std::nothrow) cuda_weight_cache;
@@ -97,15 +114,15 @@ bool cuda_weight(cuda_ctx *c, const ts_tensor *W, cuda_wview *out) {
     v.rows = ts_tensor_rows(W);
     v.cols = ts_tensor_cols(W);
     v.dtype = native_dtype(W->dtype) ? W->dtype : TS_DTYPE_F32;
-    size_t bytes = v.dtype == TS_DTYPE_Q6_K ? (size_t)v.rows * cuda_row_bytes(v.dtype, v.cols)
-                   : v.dtype == W->dtype    ? (size_t)W->nbytes
-                                            : (size_t)(v.rows * v.cols) * sizeof(float);
+    size_t bytes = cuda_regrouped(v.dtype) ? (size_t)v.rows * cuda_row_bytes(v.dtype, v.cols)
+                   : v.dtype == W->dtype   ? (size_t)W->nbytes
+                                           : (size_t)(v.rows * v.cols) * sizeof(float);
     void *dev = NULL;
     if (!cuda_check(c, cudaMalloc(&dev, bytes ? bytes : 256), "weight alloc")) return false;
     bool ok;
-    if (v.dtype == TS_DTYPE_Q6_K)
-        ok = upload_rows(c, W, v.rows, v.cols, cuda_row_bytes(v.dtype, v.cols), fill_q6k,
-                         (uint8_t *)dev);
+    if (cuda_regrouped(v.dtype))
+        ok = upload_rows(c, W, v.rows, v.cols, cuda_row_bytes(v.dtype, v.cols),
+                         v.dtype == TS_DTYPE_Q6_K ? fill_q6k : fill_q32, (uint8_t *)dev);
     else if (v.dtype == W->dtype)
         ok = cuda_upload_now(c, dev, W->data, bytes, "weight upload");
     else
