@@ -449,30 +449,26 @@ static void g1_start(cuda_ctx *c, const char *name, const g1_args &a) {
     g1_shape<DT, MODE, g1_fmt<DT>::UMIN, NORM>(c, name, a, per_lane);
 }
 
+/* g1_start with the input norm folded in or not */
+template <ts_dtype DT, int MODE>
+static void g1_start_norm(cuda_ctx *c, const char *name, const g1_args &a) {
+    if (a.norm_w)
+        g1_start<DT, MODE, true>(c, name, a);
+    else
+        g1_start<DT, MODE, false>(c, name, a);
+}
+
 template <int MODE>
 static void g1_dispatch(cuda_ctx *c, const char *name, ts_dtype dt, const g1_args &a) {
-    bool norm = a.norm_w != nullptr;
-    if (dt == TS_DTYPE_Q8_0)
-        norm ? g1_start<TS_DTYPE_Q8_0, MODE, true>(c, name, a)
-             : g1_start<TS_DTYPE_Q8_0, MODE, false>(c, name, a);
-    else if (dt == TS_DTYPE_Q4_0)
-        norm ? g1_start<TS_DTYPE_Q4_0, MODE, true>(c, name, a)
-             : g1_start<TS_DTYPE_Q4_0, MODE, false>(c, name, a);
-    else if (dt == TS_DTYPE_Q5_0)
-        norm ? g1_start<TS_DTYPE_Q5_0, MODE, true>(c, name, a)
-             : g1_start<TS_DTYPE_Q5_0, MODE, false>(c, name, a);
-    else if (dt == TS_DTYPE_Q4_K)
-        norm ? g1_start<TS_DTYPE_Q4_K, MODE, true>(c, name, a)
-             : g1_start<TS_DTYPE_Q4_K, MODE, false>(c, name, a);
-    else if (dt == TS_DTYPE_Q6_K)
-        norm ? g1_start<TS_DTYPE_Q6_K, MODE, true>(c, name, a)
-             : g1_start<TS_DTYPE_Q6_K, MODE, false>(c, name, a);
-    else if (dt == TS_DTYPE_BF16)
-        norm ? g1_start<TS_DTYPE_BF16, MODE, true>(c, name, a)
-             : g1_start<TS_DTYPE_BF16, MODE, false>(c, name, a);
-    else
-        norm ? g1_start<TS_DTYPE_F16, MODE, true>(c, name, a)
-             : g1_start<TS_DTYPE_F16, MODE, false>(c, name, a);
+    switch (dt) {
+    case TS_DTYPE_Q8_0: return g1_start_norm<TS_DTYPE_Q8_0, MODE>(c, name, a);
+    case TS_DTYPE_Q4_0: return g1_start_norm<TS_DTYPE_Q4_0, MODE>(c, name, a);
+    case TS_DTYPE_Q5_0: return g1_start_norm<TS_DTYPE_Q5_0, MODE>(c, name, a);
+    case TS_DTYPE_Q4_K: return g1_start_norm<TS_DTYPE_Q4_K, MODE>(c, name, a);
+    case TS_DTYPE_Q6_K: return g1_start_norm<TS_DTYPE_Q6_K, MODE>(c, name, a);
+    case TS_DTYPE_BF16: return g1_start_norm<TS_DTYPE_BF16, MODE>(c, name, a);
+    default: return g1_start_norm<TS_DTYPE_F16, MODE>(c, name, a); /* g1_fits: F16 */
+    }
 }
 
 bool cuda_gemv_one(cuda_ctx *c, const cuda_wview *w, int nw, const float *x, float *const *y,
