@@ -41,6 +41,7 @@ typedef void (*row_fill)(const ts_tensor *W, int64_t r, int64_t cols, uint8_t *d
  * 64 MiB through one host buffer, so that the staging stays small. */
 static bool upload_rows(cuda_ctx *c, const ts_tensor *W, int64_t rows, int64_t cols,
                         size_t row_bytes, row_fill fill, uint8_t *dev) {
+    if (rows <= 0) return true;
     int64_t per = ((int64_t)1 << 26) / (int64_t)(row_bytes ? row_bytes : 1);
     if (per < 1) per = 1;
     if (per > rows) per = rows;
@@ -81,8 +82,8 @@ static void fill_q6k(const ts_tensor *W, int64_t r, int64_t cols, uint8_t *dst) 
  * q32_dev_qh and q32_dev_codes put them; unused slots zero. */
 static void fill_q32(const ts_tensor *W, int64_t r, int64_t cols, uint8_t *dst) {
     ts_dtype dt = W->dtype;
-    size_t hrb = ts_dtype_row_bytes(dt, cols), blk = hrb / (size_t)(cols / 32);
     int qh = q32_qh_bytes(dt), nc = q32_code_bytes(dt);
+    size_t hrb = ts_dtype_row_bytes(dt, cols), blk = (size_t)(2 + qh + nc); /* the file's block */
     const uint8_t *src = (const uint8_t *)W->data + (size_t)r * hrb;
     memset(dst, 0, cuda_row_bytes(dt, cols));
     for (int64_t b = 0; b < cols / 32; b++) {
