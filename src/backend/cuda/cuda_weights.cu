@@ -79,18 +79,36 @@ static void fill_q6k(const ts_tensor *W, int64_t r, int64_t cols, uint8_t *dst) 
 }
 
 /* Q8_0, Q4_0, Q5_0 in the device's layout: each block's d, (Q5_0) qh and codes where q32_dev_d,
- * q32_dev_qh and q32_dev_codes put them; unused slots zero. */
+ * q32_dev_qh and q32_dev_codes put them; unused slots zero. The sizes are constants of the
+ * type, so that the copies compile to plain moves (a byte count known only at run time made
+ * them calls: ~2.2 GB/s, ~0.4 s more to load a 0.8B Q8_0). */
+template <ts_dtype DT>
 static void fill_q32(const ts_tensor *W, int64_t r, int64_t cols, uint8_t *dst) {
-    ts_dtype dt = W->dtype;
-    int qh = q32_qh_bytes(dt), nc = q32_code_bytes(dt);
-    size_t hrb = ts_dtype_row_bytes(dt, cols), blk = (size_t)(2 + qh + nc); /* the file's block */
-    const uint8_t *src = (const uint8_t *)W->data + (size_t)r * hrb;
-    memset(dst, 0, cuda_row_bytes(dt, cols));
-    for (int64_t b = 0; b < cols / 32; b++) {
-        const uint8_t *s = src + b * blk; /* d, then qh (Q5_0), then the codes */
-        memcpy(dst + q32_dev_d(dt, b), s, 2);
-        if (qh) memcpy(dst + q32_dev_qh(dt, b), s + 2, (size_t)qh);
-        memcpy(dst + q32_dev_codes(dt, b), s + 2 + qh, (size_t)nc);
+    constexpr int qh = DT == TS_DTYPE_Q5_0 ? 4 : 0, nc = DT == TS_DTYPE_Q8_0 ? 32 : 16;
+    constexpr size_t blk = 2 + qh + nc; /* the file's block: d, then qh (Q5_0), then the codes */
+    const uint8_t *src = (const uint8_t *)W->data + (size_t)r * ts_dtype_row_bytes(DT, cols);
+    int64_t nb = cols / 32, tail = nb & 7;
+    /* whole groups are written through; a partial last group leaves d and qh slots unused */
+    if (tail) memset(dst + q32_dev_d(DT, nb - tail), 0, (size_t)q32_dev_codes(DT, tail));
+    for (int64_t g0 = 0; g0 < nb; g0 += 8) { /* a group: its blocks' offsets are constants */
+        const uint8_t *s = src + g0 * blk;
+        uint8_t *d = dst + q32_dev_d(DT, g0);
+        int n = nb - g0 < 8 ? (int)(nb - g0) : 8;
+        for (int i = 0; i < n; i++) {
+            memcpy(d + 2 * i, s + i * blk, 2);
+            if constexpr (qh > 0) memcpy(d + 16 + qh * i, s + i * blk + 2, qh);
+            memcpy(d + 16 + 8 * qh + nc * i, s + i * blk + 2 + qh, nc);
+        }
+    }
+}
+
+/* The row filler of a regrouped type (cuda_regrouped). */
+static row_fill regroup_fill(ts_dtype dt) {
+    switch (dt) {
+    case TS_DTYPE_Q8_0: return fill_q32<TS_DTYPE_Q8_0>;
+    case TS_DTYPE_Q4_0: return fill_q32<TS_DTYPE_Q4_0>;
+    case TS_DTYPE_Q5_0: return fill_q32<TS_DTYPE_Q5_0>;
+    default: return fill_q6k;
     }
 }
 
@@ -123,7 +141,7 @@ bool cuda_weight(cuda_ctx *c, const ts_tensor *W, cuda_wview *out) {
     bool ok;
     if (cuda_regrouped(v.dtype))
         ok = upload_rows(c, W, v.rows, v.cols, cuda_row_bytes(v.dtype, v.cols),
-                         v.dtype == TS_DTYPE_Q6_K ? fill_q6k : fill_q32, (uint8_t *)dev);
+                         regroup_fill(v.dtype), (uint8_t *)dev);
     else if (v.dtype == W->dtype)
         ok = cuda_upload_now(c, dev, W->data, bytes, "weight upload");
     else
