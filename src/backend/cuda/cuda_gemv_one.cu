@@ -1,5 +1,6 @@
-/* One token's GEMV for 16-bit weights (BF16, F16) and the K-quants (Q4_K, Q6_K): the decode
- * step of one sequence, where the kernels are short and their fixed costs are the step's time.
+/* One token's GEMV for 16-bit weights (BF16, F16) and the quantized types (Q4_K, Q6_K, Q8_0,
+ * Q4_0, Q5_0): the decode step of one sequence, where the kernels are short and their fixed
+ * costs are the step's time.
  *
  * The general GEMV (cuda_matmul.cu) keeps a warp on one row with up to 8 tokens' sums in
  * registers: two 16-byte loads of a row in flight per lane, a warp per row and as many blocks
@@ -148,16 +149,17 @@ __device__ static inline uint32_t g1_ld32(const uint8_t *p) {
     return v;
 }
 template <ts_dtype DT> struct g1_q32 {
-    static constexpr int ELEMS = 32, LOADS = DT == TS_DTYPE_Q8_0 ? 3 : 2, UMIN = 1;
+    static constexpr int CODES = q32_code_bytes(DT) / 16; /* 16-byte loads of codes */
+    static constexpr int ELEMS = 32, LOADS = CODES + 1, UMIN = 1;
     struct raw {
-        uint4 c[DT == TS_DTYPE_Q8_0 ? 2 : 1];
+        uint4 c[CODES];
         uint32_t d, qh;
     };
     __device__ static inline raw load(const uint8_t *row, int64_t u) {
         raw r;
         const uint8_t *c = row + q32_dev_codes(DT, u);
         r.c[0] = g1_load(c);
-        if constexpr (DT == TS_DTYPE_Q8_0) r.c[1] = g1_load(c + 16);
+        if constexpr (CODES == 2) r.c[1] = g1_load(c + 16);
         r.d = g1_ld16(row + q32_dev_d(DT, u));
         r.qh = DT == TS_DTYPE_Q5_0 ? g1_ld32(row + q32_dev_qh(DT, u)) : 0;
         return r;
@@ -271,8 +273,9 @@ __device__ static inline void g1_math16(const uint8_t *const *row, const uint4 (
     }
 }
 
-/* The same for K-quant units: k_gemv's one-token sums (row_dot's unit32 loop), the input norm
- * applied to x as row_dot applies it. */
+/* The same for 32-element units: for the K-quants k_gemv's one-token sums (row_dot's unit32
+ * loop), for Q8_0 / Q4_0 / Q5_0 a block's elements in order; the input norm applied to x as
+ * row_dot applies it. */
 template <ts_dtype DT, int U, int NR, bool NORM>
 __device__ static inline void
 g1_mathk(const uint8_t *const *row, const typename g1_fmt<DT>::raw (*q)[U], int64_t g0, int64_t ge,

@@ -40,7 +40,7 @@ typedef struct cuda_ctx_s {
     /* and loads its first weights before the programmatic wait (TESSERA_CUDA_GEMV1_EARLY=0:
      * after it, for comparisons) */
     bool gemv_one_early;
-    /* that kernel takes one token of Q4_K and Q6_K weights too (TESSERA_CUDA_GEMV1_KQUANT=0: the
+    /* that kernel takes one token of quantized weights too (TESSERA_CUDA_GEMV1_KQUANT=0: the
      * general GEMV, for comparisons) */
     bool gemv_one_kquant;
     /* the tensor-core GEMM from this many tokens for every weight type (TESSERA_CUDA_SKINNY_MIN,
@@ -249,10 +249,10 @@ __host__ __device__ static inline int64_t q6k_dev_d(int64_t b) {
 __host__ __device__ static inline bool q32_type(ts_dtype dt) {
     return dt == TS_DTYPE_Q8_0 || dt == TS_DTYPE_Q4_0 || dt == TS_DTYPE_Q5_0;
 }
-__host__ __device__ static inline int q32_code_bytes(ts_dtype dt) {
+__host__ __device__ static constexpr int q32_code_bytes(ts_dtype dt) {
     return dt == TS_DTYPE_Q8_0 ? 32 : 16;
 }
-__host__ __device__ static inline int q32_qh_bytes(ts_dtype dt) {
+__host__ __device__ static constexpr int q32_qh_bytes(ts_dtype dt) {
     return dt == TS_DTYPE_Q5_0 ? 4 : 0;
 }
 __host__ __device__ static inline int64_t q32_group(ts_dtype dt) {

@@ -4,11 +4,11 @@
  * decodes groups l, l + 32, ... to fp32 (group8) and keeps one partial sum per token, so the
  * warp's weight and activation loads are contiguous. K-quant rows go by 32 elements a lane
  * (unit32), so that a block's scales are read once per 32 elements. Every weight type keeps its own
- * blocks on the device (a Q4_K weight costs 4.5 bits of memory traffic, not 32; Q6_K's are
- * regrouped for alignment, cuda_row_bytes). Up to GEMV_MAX_TOK tokens per pass; GEMMs above that
- * (a pass per 8 tokens would re-read the weights, and the decoding of quantized blocks is then the
- * bottleneck). One token of BF16/F16, Q4_K and Q6_K weights (the single-sequence decode step)
- * takes cuda_gemv_one.cu's kernel instead.
+ * blocks on the device (a Q4_K weight costs 4.5 bits of memory traffic, not 32; Q6_K's, Q8_0's,
+ * Q4_0's and Q5_0's are regrouped for alignment, cuda_row_bytes). Up to GEMV_MAX_TOK tokens per
+ * pass; GEMMs above that (a pass per 8 tokens would re-read the weights, and the decoding of
+ * quantized blocks is then the bottleneck). One token of 16-bit or quantized weights (the
+ * single-sequence decode step) takes cuda_gemv_one.cu's kernel instead.
  *
  * From 4 tokens of 16-bit weights and 8 of quantized ones up to 64 (batched decode, short
  * prompts; skinny_from): the tensor-core GEMM of cuda_gemm_skinny.cu, against the activations

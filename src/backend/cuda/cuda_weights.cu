@@ -85,7 +85,7 @@ static void fill_q6k(const ts_tensor *W, int64_t r, int64_t cols, uint8_t *dst) 
  * upload ~0.2 s sooner). */
 template <ts_dtype DT>
 static void fill_q32(const ts_tensor *W, int64_t r, int64_t cols, uint8_t *dst) {
-    constexpr int qh = DT == TS_DTYPE_Q5_0 ? 4 : 0, nc = DT == TS_DTYPE_Q8_0 ? 32 : 16;
+    constexpr int qh = q32_qh_bytes(DT), nc = q32_code_bytes(DT);
     constexpr size_t blk = 2 + qh + nc; /* the file's block: d, then qh (Q5_0), then the codes */
     const uint8_t *src = (const uint8_t *)W->data + (size_t)r * ts_dtype_row_bytes(DT, cols);
     int64_t nb = cols / 32, tail = nb & 7;
