@@ -642,6 +642,23 @@ static double gemm_tol(ts_dtype dt, int n) {
     return half ? 1e-4 : 3e-3;
 }
 
+/* One matmul of W on the device against the CPU's fp32 product over its exact values Wf, for n
+ * random tokens whose rows lie ldx (x) and ldy (y) apart, within the path's bound. */
+static void matmul_vs_cpu(const ts_tensor *W, const ts_tensor *Wf, int n, int64_t ldx,
+                          int64_t ldy) {
+    int64_t rows = ts_tensor_rows(W), cols = ts_tensor_cols(W);
+    float *x = rnd((size_t)n * ldx, 1.0f), *y = calloc((size_t)n * ldy, 4);
+    float *dx = dev(x, (size_t)n * ldx), *dy = dev(y, (size_t)n * ldy);
+    cpu->ops->matmul(cpu, Wf, x, ldx, n, y, ldy);
+    gpu->ops->matmul(gpu, W, dx, ldx, n, dy, ldy);
+    char what[64];
+    snprintf(what, sizeof what, "matmul %s %lldx%lld n=%d", ts_dtype_name(W->dtype),
+             (long long)rows, (long long)cols, n);
+    cmp(what, dy, y, (size_t)n * ldy, gemm_tol(W->dtype, n));
+    gpu->ops->free(gpu, dx), gpu->ops->free(gpu, dy);
+    free(x), free(y);
+}
+
 /* matmul and get_rows for each dtype and token count, against the CPU's fp32 matmul over the
  * exact weight values (the CPU's quantized kernels round the activations to int8, so they are
  * no reference for a device that keeps them fp32). BF16/F16 prefill splits the activations
@@ -660,17 +677,8 @@ static void test_matmul(void) {
         int r2 = 37, c2 = 4096;
         ts_tensor W = make_weight(dts[di], r2, c2, &wf);
         ts_tensor Wf = {TS_DTYPE_F32, 2, {r2, c2, 1, 1, 1, 1}, wf, (uint64_t)r2 * c2 * 4};
-        for (int n = 1; n <= 8; n += 7) {
-            float *x = rnd((size_t)n * c2, 1.0f), *y = calloc((size_t)n * r2, 4);
-            float *dx = dev(x, (size_t)n * c2), *dy = dev(y, (size_t)n * r2);
-            cpu->ops->matmul(cpu, &Wf, x, c2, n, y, r2);
-            gpu->ops->matmul(gpu, &W, dx, c2, n, dy, r2);
-            char what[64];
-            snprintf(what, sizeof what, "matmul %s %dx%d n=%d", ts_dtype_name(dts[di]), r2, c2, n);
-            cmp(what, dy, y, (size_t)n * r2, gemm_tol(dts[di], n));
-            gpu->ops->free(gpu, dx), gpu->ops->free(gpu, dy);
-            free(x), free(y);
-        }
+        for (int n = 1; n <= 8; n += 7)
+            matmul_vs_cpu(&W, &Wf, n, c2, r2);
         kept_extra((void *)W.data);
         free(wf);
     }
@@ -683,15 +691,7 @@ static void test_matmul(void) {
         float *wf;
         ts_tensor W = make_weight(dt, r2, c2, &wf);
         ts_tensor Wf = {TS_DTYPE_F32, 2, {r2, c2, 1, 1, 1, 1}, wf, (uint64_t)r2 * c2 * 4};
-        float *x = rnd((size_t)n * c2, 1.0f), *y = calloc((size_t)n * r2, 4);
-        float *dx = dev(x, (size_t)n * c2), *dy = dev(y, (size_t)n * r2);
-        cpu->ops->matmul(cpu, &Wf, x, c2, n, y, r2);
-        gpu->ops->matmul(gpu, &W, dx, c2, n, dy, r2);
-        char what[64];
-        snprintf(what, sizeof what, "matmul %s %dx%d n=%d", ts_dtype_name(dt), r2, c2, n);
-        cmp(what, dy, y, (size_t)n * r2, gemm_tol(dt, n));
-        gpu->ops->free(gpu, dx), gpu->ops->free(gpu, dy);
-        free(x), free(y);
+        matmul_vs_cpu(&W, &Wf, n, c2, r2);
         kept_extra((void *)W.data);
         free(wf);
     }
@@ -700,18 +700,8 @@ static void test_matmul(void) {
         ts_tensor W = make_weight(dts[di], rows, cols, &wf);
         ts_tensor Wf = {TS_DTYPE_F32, 2, {rows, cols, 1, 1, 1, 1}, wf,
                         (uint64_t)rows * cols * 4};
-        for (size_t ni = 0; ni < sizeof ns / sizeof *ns; ni++) {
-            int n = ns[ni];
-            float *x = rnd((size_t)n * ldx, 1.0f), *y = calloc((size_t)n * ldy, 4);
-            float *dx = dev(x, (size_t)n * ldx), *dy = dev(y, (size_t)n * ldy);
-            cpu->ops->matmul(cpu, &Wf, x, ldx, n, y, ldy);
-            gpu->ops->matmul(gpu, &W, dx, ldx, n, dy, ldy);
-            char what[64];
-            snprintf(what, sizeof what, "matmul %s n=%d", ts_dtype_name(dts[di]), n);
-            cmp(what, dy, y, (size_t)n * ldy, gemm_tol(dts[di], n));
-            gpu->ops->free(gpu, dx), gpu->ops->free(gpu, dy);
-            free(x), free(y);
-        }
+        for (size_t ni = 0; ni < sizeof ns / sizeof *ns; ni++)
+            matmul_vs_cpu(&W, &Wf, ns[ni], ldx, ldy);
         /* matmul_n: this weight with an F32 one of other rows (its own launch) and itself
          * again (the same launch), n <= 8 and n > 8 */
         for (int nn = 0; nn < 3; nn++) {
@@ -764,19 +754,8 @@ static void test_q32_partial_group(void) {
         float *wf;
         ts_tensor W = make_weight(dts[di], rows, cols, &wf);
         ts_tensor Wf = {TS_DTYPE_F32, 2, {rows, cols, 1, 1, 1, 1}, wf, (uint64_t)rows * cols * 4};
-        for (size_t ni = 0; ni < sizeof ns / sizeof *ns; ni++) {
-            int n = ns[ni];
-            float *x = rnd((size_t)n * cols, 1.0f), *y = calloc((size_t)n * rows, 4);
-            float *dx = dev(x, (size_t)n * cols), *dy = dev(y, (size_t)n * rows);
-            cpu->ops->matmul(cpu, &Wf, x, cols, n, y, rows);
-            gpu->ops->matmul(gpu, &W, dx, cols, n, dy, rows);
-            char what[64];
-            snprintf(what, sizeof what, "matmul %s %dx%d n=%d", ts_dtype_name(dts[di]), rows, cols,
-                     n);
-            cmp(what, dy, y, (size_t)n * rows, gemm_tol(dts[di], n));
-            gpu->ops->free(gpu, dx), gpu->ops->free(gpu, dy);
-            free(x), free(y);
-        }
+        for (size_t ni = 0; ni < sizeof ns / sizeof *ns; ni++)
+            matmul_vs_cpu(&W, &Wf, ns[ni], cols, rows);
         kept_extra((void *)W.data);
         free(wf);
     }
