@@ -605,7 +605,9 @@ void cuda_op_matmul_add(ts_backend *be, const ts_tensor *W, const float *x, int6
 
 /* Whether the GEMVs of nw weights for n tokens fold an input norm into their reading of x: up
  * to GEMV_MAX_TOK tokens (each GEMV reads all of x), unless TESSERA_CUDA_FOLD_NORM=0, for
- * 16/32-bit float weights, whose GEMV waits on memory, and for one token of Q4_K / Q6_K. The
+ * 16/32-bit float weights, whose GEMV waits on memory, and for one token of Q4_K, Q6_K, Q4_0
+ * and Q5_0 (Q8_0's single-token GEMV measured 1-2% slower with its norm folded in on an H200,
+ * Q4_0's 8% faster: bench/RESULTS.md). The
  * quantized GEMVs are bound by their instructions (decoding): with a warp per row the norm's two
  * operations per element made the 0.8B Q4_K_M's decode 4% slower on an H200 than a norm kernel
  * of its own (BF16: 6-8% faster); the single-token kernel (cuda_gemv_one.cu) reads each x value
@@ -615,8 +617,9 @@ static bool gemv_folds_norm(const cuda_ctx *c, const cuda_wview *w, int nw, int 
     for (int j = 0; j < nw; j++) {
         bool flt =
             w[j].dtype == TS_DTYPE_F32 || w[j].dtype == TS_DTYPE_F16 || w[j].dtype == TS_DTYPE_BF16;
-        bool kq = w[j].dtype == TS_DTYPE_Q4_K || w[j].dtype == TS_DTYPE_Q6_K;
-        if (!flt && !(kq && n == 1)) return false;
+        bool q = w[j].dtype == TS_DTYPE_Q4_K || w[j].dtype == TS_DTYPE_Q6_K ||
+                 w[j].dtype == TS_DTYPE_Q4_0 || w[j].dtype == TS_DTYPE_Q5_0;
+        if (!flt && !(q && n == 1)) return false;
     }
     return true;
 }
