@@ -1,6 +1,7 @@
 /* y[t, o] = sum_i W[o, i] x[t, i] for up to 64 tokens on tensor cores, reading each weight once:
- * the batched decode of many sequences, and short prompts. 16-bit weights go in as stored; quantized ones are decoded in registers and rounded
- * to bf16 (dequantize-to-BF16 tiles: no fp32 copy of the weight is ever written).
+ * the batched decode of many sequences, and short prompts. 16-bit weights go in as stored;
+ * quantized ones are decoded in registers and rounded to bf16 (dequantize-to-BF16 tiles: no fp32
+ * copy of the weight is ever written).
  *
  * Why not cuBLAS: with a few dozen tokens the product is still bound by the weight stream, and
  * cuBLAS's tiles leave most of the GPU idle for matrices of ~1000 rows (an H200 measured ~23 us
@@ -17,9 +18,9 @@
  * 2.5k Q4_K_M against 3.9k and 2.8k with two; the sums are the same either way.)
  * Where the row blocks alone would leave the GPU short of work, a cluster of KS blocks splits
  * the columns and the blocks' sums meet through distributed shared memory, each block adding
- * up a slice in a fixed order: results do not depend on timing. The block's weight range is
- * asked of the L2 cache before the programmatic-launch wait, so it streams in while the
- * previous kernel runs.
+ * up a slice in a fixed order: results do not depend on timing. The first step's weights are
+ * loaded (and, for quantized ones, the block's weight range asked of the L2 cache) before the
+ * programmatic-launch wait, so they stream in while the previous kernel runs.
  *
  * mma fragments with a permuted k: a thread (group g = lane / 4, t = lane % 4) loads 8
  * consecutive 16-bit values of its rows at column 8t of the chunk, and so does the activation
@@ -79,6 +80,13 @@ template <ts_dtype DT> __device__ static inline uint4 sk_wload(const uint8_t *ro
     return make_uint4(p[0], p[1], p[2], p[3]);
 }
 
+/* Where 16-byte piece `piece` of staged row `row` lies in the staging buffer: as it is, but for
+ * 128-byte rows (KC = 2) an odd row's two halves swap. A warp's fragment load reads 64 bytes of
+ * each of rows g = 0..7; unswizzled, rows g and g + 1 share banks (a 2-way conflict). */
+template <int KC> __device__ static inline int sk_piece(int piece, int row) {
+    return KC == 2 ? piece ^ ((row & 1) << 2) : piece;
+}
+
 /* Where accumulator (m, q, i) of lane l in warp w lands: row and token; acc adds it to y.
  * (Loading all of a thread's old values first, then storing, measured slower: the addresses and
  * sums held for it spill.) */
@@ -131,20 +139,8 @@ __global__ static void __cluster_dims__(1, KS, 1) __launch_bounds__(32 * SK_WARP
                 asm volatile("prefetch.global.L2 [%0];" ::"l"(a < (uintptr_t)s ? (uintptr_t)s : a));
         }
     }
-    cuda_pdl_entry();
-
-    /* chunk ch of the activations into staging buffer buf: 16-byte pieces, tokens past n zero */
-    auto stage = [&](int64_t ch, int buf) {
-        for (int p = tid; p < XROWS * 4 * KC; p += 32 * SK_WARPS) {
-            int row = p / (4 * KC), piece = p % (4 * KC), part = row / (NT * 8),
-                tok = row % (NT * 8);
-            bool ok = tok < n;
-            const uint16_t *src =
-                ok ? x + (int64_t)(part * n + tok) * cols + ch * STEP + piece * 8 : x;
-            cp_async16(xs + buf * XBUF + row * STEP + piece * 8, src, ok);
-        }
-        cp_async_commit();
-    };
+    /* the first step's weights before the programmatic wait (no kernel before this one writes
+     * them): their latency overlaps the previous kernel's tail */
     int64_t rw0 = r0 + warp * SK_MT * 16; /* this warp's first row */
     const uint8_t *wr[SK_MT][2];
 #pragma unroll
@@ -154,16 +150,8 @@ __global__ static void __cluster_dims__(1, KS, 1) __launch_bounds__(32 * SK_WARP
             int64_t r = rw0 + m * 16 + g + 8 * h;
             wr[m][h] = W + (r < rows ? r : rows - 1) * row_bytes; /* rows past the end: a copy */
         }
-    float acc[SK_MT][NT][4];
-#pragma unroll
-    for (int m = 0; m < SK_MT; m++)
-#pragma unroll
-        for (int q = 0; q < NT; q++)
-#pragma unroll
-            for (int i = 0; i < 4; i++) acc[m][q][i] = 0.0f;
     uint4 a[KC][SK_MT][2], an[KC][SK_MT][2];
-    if (c0 < c1) {
-        stage(c0, 0);
+    if (c0 < c1)
 #pragma unroll
         for (int k = 0; k < KC; k++)
 #pragma unroll
@@ -171,7 +159,36 @@ __global__ static void __cluster_dims__(1, KS, 1) __launch_bounds__(32 * SK_WARP
 #pragma unroll
                 for (int h = 0; h < 2; h++)
                     a[k][m][h] = sk_wload<DT>(wr[m][h], c0 * STEP + k * SK_CHUNK + t4 * 8);
-    }
+    cuda_pdl_entry();
+
+    /* chunk ch of the activations into staging buffer buf: 16-byte pieces, tokens past n zero.
+     * A constant trip count, so that the loop unrolls (with `p < total; p += threads` it
+     * compiled to a counted loop with a remainder: ~250 of a step's ~570 instructions). Where a
+     * staged row is 128 bytes (KC = 2), odd rows swap its halves (sk_piece), so that the
+     * fragment loads of rows g and g + 1, 128 bytes apart, fall in different banks. */
+    auto stage = [&](int64_t ch, int buf) {
+        constexpr int PIECES = XROWS * 4 * KC, THREADS = 32 * SK_WARPS;
+        static_assert(PIECES % THREADS == 0, "whole rounds of 16-byte pieces");
+#pragma unroll
+        for (int i = 0; i < PIECES / THREADS; i++) {
+            int p = tid + i * THREADS;
+            int row = p / (4 * KC), piece = p % (4 * KC), part = row / (NT * 8),
+                tok = row % (NT * 8);
+            bool ok = tok < n;
+            const uint16_t *src =
+                ok ? x + (int64_t)(part * n + tok) * cols + ch * STEP + piece * 8 : x;
+            cp_async16(xs + buf * XBUF + row * STEP + sk_piece<KC>(piece, row) * 8, src, ok);
+        }
+        cp_async_commit();
+    };
+    float acc[SK_MT][NT][4];
+#pragma unroll
+    for (int m = 0; m < SK_MT; m++)
+#pragma unroll
+        for (int q = 0; q < NT; q++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) acc[m][q][i] = 0.0f;
+    if (c0 < c1) stage(c0, 0);
     for (int64_t ch = c0; ch < c1; ch++) {
         int buf = (int)((ch - c0) & 1);
         bool more = ch + 1 < c1;
@@ -195,9 +212,9 @@ __global__ static void __cluster_dims__(1, KS, 1) __launch_bounds__(32 * SK_WARP
         for (int k = 0; k < KC; k++)
 #pragma unroll
             for (int q = 0; q < NT; q++) {
-                uint4 hi = *(const uint4 *)(xb + (q * 8 + g) * STEP + k * SK_CHUNK + t4 * 8);
-                uint4 lo =
-                    *(const uint4 *)(xb + (NT * 8 + q * 8 + g) * STEP + k * SK_CHUNK + t4 * 8);
+                int col = sk_piece<KC>(k * 4 + t4, g) * 8; /* rows q * 8 + g: parity of g */
+                uint4 hi = *(const uint4 *)(xb + (q * 8 + g) * STEP + col);
+                uint4 lo = *(const uint4 *)(xb + (NT * 8 + q * 8 + g) * STEP + col);
                 const uint4(&w)[SK_MT][2] = a[k];
 #pragma unroll
                 for (int m = 0; m < SK_MT; m++) {
@@ -251,7 +268,11 @@ __global__ static void __cluster_dims__(1, KS, 1) __launch_bounds__(32 * SK_WARP
         sk_store<US>(r0 + w * SK_MT * 16, mq / NT, mq % NT, i, l, s, rows, n, y, ldy, set.acc,
                      unscale);
     }
-    cl.sync(); /* the blocks' shared memory stays until every slice has been read */
+    /* the blocks' shared memory stays until every slice has been read. A relaxed arrive: the
+     * reads are done (their sums are stored above), and cluster.sync()'s release would add a
+     * GPU-wide fence (MEMBAR.ALL.GPU) that stalled the small GEMMs measurably (ncu). */
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;\n\tbarrier.cluster.wait.aligned;" ::
+                     : "memory");
 }
 
 bool cuda_skinny_fits(const cuda_wview *w, int n) {
