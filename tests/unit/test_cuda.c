@@ -30,11 +30,11 @@
 
 static ts_backend *cpu, *gpu;
 static void *kept[8]; /* test weights, alive until the backend is gone */
-static void *kept_more[128];
+static void *kept_more[256];
 static int n_kept_more;
 /* Weights whose host address keys a device copy stay allocated until the end. */
 static void kept_extra(void *p) {
-    if (n_kept_more < 128) kept_more[n_kept_more++] = p;
+    if (n_kept_more < 256) kept_more[n_kept_more++] = p;
 }
 static unsigned long long rng = 0x5eedULL;
 
@@ -897,6 +897,104 @@ static float *host_of(ts_backend *be, const float *d, size_t n) {
         h[i] = NAN;
     be->ops->download(be, h, d, n * sizeof *h);
     return h;
+}
+
+/* The tensor-core GEMM's ring form for 16-bit weights (cuda_gemm_skinny.cu's k_skinny_ring:
+ * weights and activations by cp.async into a ring of stages) against its registers' form (a
+ * second backend made with TESSERA_CUDA_SKINNY_RING=0). Both issue the same mmas in the same
+ * order, so the sums must be the same bits; and both the CPU's fp32 product within the bound.
+ * The shapes take, on an H200 (132 multiprocessors), clusters of 1, 2, 4 and 8 blocks (40000,
+ * 20000, 10000 and 1000 rows), 2 to 10 steps of 64 columns a block, a last row block cut short
+ * (every row count here but 10000 and 20000 ends mid-block), token groups of 2, 4 and 8 (9..64
+ * tokens, some groups partly empty); the residual add (matmul_add) and two weights in one
+ * launch (matmul_n); and a width of 96 columns, not whole steps, which stays on the registers'
+ * form. */
+static void test_skinny_ring(void) {
+    ts_backend *ring = NULL, *ref = NULL;
+    setenv("TESSERA_CUDA_SKINNY_RING", "1", 1); /* wherever it may */
+    ts_status st = ts_backend_cuda_create(0, &ring);
+    setenv("TESSERA_CUDA_SKINNY_RING", "0", 1);
+    if (st == TS_OK) st = ts_backend_cuda_create(0, &ref);
+    unsetenv("TESSERA_CUDA_SKINNY_RING");
+    CHECK(st == TS_OK);
+    if (st != TS_OK) {
+        if (ring) ts_backend_free(ring);
+        return;
+    }
+    ts_dtype dts[] = {TS_DTYPE_BF16, TS_DTYPE_F16};
+    static const int shapes[][3] = {/* rows, cols, rows of a second weight in the launch */
+                                    {40000, 640, 0},   {20000, 640, 0}, {10000, 1024, 0},
+                                    {1000, 2048, 300}, {300, 1024, 0},  {1000, 96, 0}};
+    int ns[] = {9, 16, 17, 40, 64};
+    for (size_t di = 0; di < sizeof dts / sizeof *dts; di++)
+        for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
+            int rows = shapes[si][0], cols = shapes[si][1], r1 = shapes[si][2];
+            int nw = r1 ? 2 : 1, rs[2] = {rows, r1};
+            float *f[2] = {NULL, NULL};
+            ts_tensor W[2], Wf[2];
+            for (int j = 0; j < nw; j++) {
+                W[j] = make_weight(dts[di], rs[j], cols, &f[j]);
+                Wf[j] = (ts_tensor){
+                    TS_DTYPE_F32, 2, {rs[j], cols, 1, 1, 1, 1}, f[j], (uint64_t)rs[j] * cols * 4};
+            }
+            for (size_t ni = 0; ni < sizeof ns / sizeof *ns; ni++) {
+                int n = ns[ni];
+                bool add = ni & 1; /* every other token count with the residual add */
+                float *x = rnd((size_t)n * cols, 1.0f), *y0[2], *want[2], *got[2][2];
+                for (int j = 0; j < nw; j++) {
+                    y0[j] = rnd((size_t)n * rs[j], add ? 1.0f : 0.0f);
+                    want[j] = malloc((size_t)n * rs[j] * 4);
+                    memcpy(want[j], y0[j], (size_t)n * rs[j] * 4);
+                    if (add) { /* the CPU's y + W x */
+                        float *p = calloc((size_t)n * rs[j], 4);
+                        cpu->ops->matmul(cpu, &Wf[j], x, cols, n, p, rs[j]);
+                        for (size_t i = 0; i < (size_t)n * rs[j]; i++)
+                            want[j][i] += p[i];
+                        free(p);
+                    } else {
+                        cpu->ops->matmul(cpu, &Wf[j], x, cols, n, want[j], rs[j]);
+                    }
+                }
+                for (int b = 0; b < 2; b++) { /* b = 0: the ring, 1: the registers' form */
+                    ts_backend *be = b ? ref : ring;
+                    float *dx = be->ops->alloc(be, (size_t)n * cols * 4), *dy[2];
+                    be->ops->upload(be, dx, x, (size_t)n * cols * 4);
+                    for (int j = 0; j < nw; j++) {
+                        dy[j] = be->ops->alloc(be, (size_t)n * rs[j] * 4);
+                        be->ops->upload(be, dy[j], y0[j], (size_t)n * rs[j] * 4);
+                    }
+                    if (add) {
+                        be->ops->matmul_add(be, &W[0], dx, cols, n, dy[0], rs[0]);
+                    } else {
+                        const ts_tensor *Ws[2] = {&W[0], &W[1]};
+                        int64_t lds[2] = {rs[0], rs[1]};
+                        be->ops->matmul_n(be, Ws, nw, dx, cols, n, NULL, dy, lds);
+                    }
+                    for (int j = 0; j < nw; j++) {
+                        got[b][j] = host_of(be, dy[j], (size_t)n * rs[j]);
+                        be->ops->free(be, dy[j]);
+                    }
+                    be->ops->free(be, dx);
+                }
+                for (int j = 0; j < (add ? 1 : nw); j++) {
+                    char what[96];
+                    snprintf(what, sizeof what, "skinny ring %s %dx%d (weight %d) n=%d%s",
+                             ts_dtype_name(dts[di]), rs[j], cols, j, n, add ? " add" : "");
+                    size_t cnt = (size_t)n * rs[j];
+                    CHECKF(memcmp(got[0][j], got[1][j], cnt * 4) == 0,
+                           "%s: not the registers' form's bits", what);
+                    double rel = tu_rel_l2(got[0][j], want[j], (long)cnt);
+                    CHECKF(rel <= gemm_tol(dts[di], n), "%s: rel L2 %.3g", what, rel);
+                }
+                for (int j = 0; j < nw; j++)
+                    free(y0[j]), free(want[j]), free(got[0][j]), free(got[1][j]);
+                free(x);
+            }
+            for (int j = 0; j < nw; j++)
+                kept_extra((void *)W[j].data), free(f[j]);
+        }
+    ts_backend_free(ring);
+    ts_backend_free(ref);
 }
 
 /* One token of quantized weights in cuda_gemv_one.cu's kernel (1, 2, 4 or 8 units of 32
@@ -2098,7 +2196,7 @@ int main(void) {
     if (section("matmul")) {
         test_matmul(), test_matmul_glu(), test_matmul_norm_add(), test_gemv_one_rows();
         test_gemv_one_kquant(), test_decode_exact(), test_q32_partial_group();
-        test_split_range();
+        test_split_range(), test_skinny_ring();
     }
     if (!quick && section("fixtures")) {
         test_fixtures("qwen35");

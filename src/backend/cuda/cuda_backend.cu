@@ -185,6 +185,8 @@ extern "C" ts_status ts_backend_cuda_create(int device, ts_backend **out) {
     c->skinny_min = sm && atoi(sm) >= 2 && atoi(sm) <= 9 ? atoi(sm) : 0;
     const char *skc = getenv("TESSERA_CUDA_SKINNY_KC");
     c->skinny_kc = skc && atoi(skc) == 1 ? 1 : 2;
+    const char *sr = getenv("TESSERA_CUDA_SKINNY_RING");
+    c->skinny_ring = sr && atoi(sr) >= 0 && atoi(sr) <= 2 ? atoi(sr) : 2;
     c->qprefill_bf16 = !cuda_env_off("TESSERA_CUDA_QPREFILL_BF16");
     be->ops = &cuda_ops;
     be->ctx = c;

@@ -12,13 +12,14 @@
  * its columns in steps of two chunks of 32 (one where the columns are not a multiple of 64).
  * Each step of the activations (hi and lo parts of every token) is staged once in shared memory
  * for the four warps, with asynchronous copies one step ahead; the weights come straight into
- * registers, also a step ahead. A chunk is two mma.m16n8k16 per tile and token group, each for
- * hi and lo into the same fp32 accumulators. (One chunk a step left the weight loads of a
- * single chunk in flight per synchronisation: 8 sequences of the 0.8B ran 3.5k t/s BF16 and
- * 2.5k Q4_K_M against 3.9k and 2.8k with two; the sums are the same either way.)
- * Where the row blocks alone would leave the GPU short of work, a cluster of KS blocks splits
- * the columns and the blocks' sums meet through distributed shared memory, each block adding
- * up a slice in a fixed order: results do not depend on timing. The first step's weights are
+ * registers, also a step ahead (k_skinny) - or, for 16-bit weights and 17-32 tokens, both come
+ * into a ring of three stages in shared memory, two steps ahead (k_skinny_ring). A chunk is two
+ * mma.m16n8k16 per tile and token group, each for hi and lo into the same fp32 accumulators. (One
+ * chunk a step left the weight loads of a single chunk in flight per synchronisation: 8 sequences
+ * of the 0.8B ran 3.5k t/s BF16 and 2.5k Q4_K_M against 3.9k and 2.8k with two; the sums are the
+ * same either way.) Where the row blocks alone would leave the GPU short of work, a cluster of KS
+ * blocks splits the columns and the blocks' sums meet through distributed shared memory, each block
+ * adding up a slice in a fixed order: results do not depend on timing. The first step's weights are
  * loaded (and, for quantized ones, the block's weight range asked of the L2 cache) before the
  * programmatic-launch wait, so they stream in while the previous kernel runs.
  *
@@ -103,6 +104,70 @@ __device__ static inline void sk_store(int64_t rw0, int m, int q, int i, int lan
     }
 }
 
+/* Which weight of the set the blocks of grid column b work on. */
+__device__ static inline int sk_weight_of(const sk_set &set, int b) {
+    int j = 0;
+    while (j + 1 < set.nw && b >= set.first[j + 1])
+        j++;
+    return j;
+}
+
+/* The block's sums to y: stored (KS = 1), or summed over the cluster's KS blocks through
+ * distributed shared memory, each block adding up a slice in a fixed order. red: the block's
+ * shared memory, free again (its reads done), at least SK_WARPS * SK_MT * NT * 128 floats. */
+template <bool US, int NT, int KS>
+__device__ static inline void sk_finish(const float (&acc)[SK_MT][NT][4], float *red,
+                                        const sk_set &set, int j, int64_t r0, int n,
+                                        const float *unscale) {
+    constexpr int PER = SK_MT * NT * 4 * 32; /* accumulators of a warp */
+    constexpr int TOT = SK_WARPS * PER;
+    int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    int64_t rows = set.rows[j], rw0 = r0 + warp * SK_MT * 16;
+    float *y = set.y[j];
+    int64_t ldy = set.ldy[j];
+    if (KS == 1) {
+#pragma unroll
+        for (int m = 0; m < SK_MT; m++)
+#pragma unroll
+            for (int q = 0; q < NT; q++)
+#pragma unroll
+                for (int i = 0; i < 4; i++)
+                    sk_store<US>(rw0, m, q, i, lane, acc[m][q][i], rows, n, y, ldy, set.acc,
+                                 unscale);
+        return;
+    }
+    /* element e = warp * PER + ((m * NT + q) * 4 + i) * 32 + lane */
+    __syncthreads(); /* staging is over (also when this block had no chunk) */
+#pragma unroll
+    for (int m = 0; m < SK_MT; m++)
+#pragma unroll
+        for (int q = 0; q < NT; q++)
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+                red[warp * PER + ((m * NT + q) * 4 + i) * 32 + lane] = acc[m][q][i];
+    cg::cluster_group cl = cg::this_cluster();
+    cl.sync(); /* every block's sums are in its shared memory */
+    const float *part[KS];
+#pragma unroll
+    for (int r = 0; r < KS; r++)
+        part[r] = cl.map_shared_rank(red, r);
+    int rank = (int)cl.block_rank();
+    for (int e = rank * (TOT / KS) + tid; e < (rank + 1) * (TOT / KS); e += 32 * SK_WARPS) {
+        float s = part[0][e];
+#pragma unroll
+        for (int r = 1; r < KS; r++)
+            s += part[r][e];
+        int w = e / PER, f = e % PER, l = f & 31, i = (f >> 5) & 3, mq = f >> 7;
+        sk_store<US>(r0 + w * SK_MT * 16, mq / NT, mq % NT, i, l, s, rows, n, y, ldy, set.acc,
+                     unscale);
+    }
+    /* the blocks' shared memory stays until every slice has been read. A relaxed arrive: the
+     * reads are done (their sums are stored above), and cluster.sync()'s release would add a
+     * GPU-wide fence (MEMBAR.ALL.GPU) that stalled the small GEMMs measurably (ncu). */
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;\n\tbarrier.cluster.wait.aligned;" ::
+                     : "memory");
+}
+
 /* x: [2n][cols] 16-bit, rows [0, n) the hi parts, [n, 2n) the lo parts, for F16 weights (fp16
  * parts) token t scaled by 1 / unscale[t]; the other types never read unscale (their kernels
  * compile as they did without it: a runtime test here cost 64 sequences of the 0.8B BF16 ~5%). NT token groups of 8 (n <= 8 NT); KS
@@ -122,9 +187,8 @@ __global__ static void __cluster_dims__(1, KS, 1) __launch_bounds__(32 * SK_WARP
     constexpr int BYTES = 4 * TOT > 2 * 2 * XBUF ? 4 * TOT : 2 * 2 * XBUF;
     __shared__ __align__(16) unsigned char smem[BYTES]; /* staging, then the cluster's sums */
     uint16_t *xs = (uint16_t *)smem;
-    int b = blockIdx.x, j = 0;
-    while (j + 1 < set.nw && b >= set.first[j + 1]) j++;
-    int64_t r0 = (int64_t)(b - set.first[j]) * SK_ROWS, rows = set.rows[j];
+    int j = sk_weight_of(set, blockIdx.x);
+    int64_t r0 = (int64_t)(blockIdx.x - set.first[j]) * SK_ROWS, rows = set.rows[j];
     int64_t nrow = rows - r0 < SK_ROWS ? rows - r0 : SK_ROWS;
     const uint8_t *W = set.W[j];
     int64_t nch = cols / STEP, c0 = nch * blockIdx.y / KS, c1 = nch * (blockIdx.y + 1) / KS;
@@ -233,46 +297,127 @@ __global__ static void __cluster_dims__(1, KS, 1) __launch_bounds__(32 * SK_WARP
 #pragma unroll
                     for (int h = 0; h < 2; h++) a[k][m][h] = an[k][m][h];
     }
-    float *y = set.y[j];
-    int64_t ldy = set.ldy[j];
-    if (KS == 1) {
+    sk_finish<US, NT, KS>(acc, (float *)smem, set, j, r0, n, unscale);
+}
+
+/* 16-bit weights through a ring of SK_RING stages in shared memory: each step's 128 x 64
+ * weights and its activations come by cp.async two steps ahead, so that two steps' loads are
+ * in flight while one computes, at no cost in registers (k_skinny holds its next step's weights
+ * in 64 registers, so only one step is in flight). The first two steps' weights are asked for
+ * before the programmatic wait. The same mmas in the same order as k_skinny with KC = 2: the
+ * same sums, bit for bit. Dynamic shared memory: SK_RING stages of (128 + 16 NT) rows of 128
+ * bytes (96 KB for 64 tokens: two blocks a multiprocessor, as k_skinny's registers allow).
+ * Measured on an H200 (bench/RESULTS.md): faster for 17-32 tokens, slower for 64 - there the
+ * step's mmas already cover one step of loads, and the weights' extra trip through shared
+ * memory costs - and no faster for the 1024-row GEMMs it was meant for, whose 64 blocks wait
+ * on their loads either way; so skinny_ring_go takes it for 17-32 tokens only. */
+#define SK_RING 3
+
+template <int NT> __host__ __device__ constexpr int sk_ring_bytes() {
+    return SK_RING * (SK_ROWS + 2 * NT * 8) * 2 * SK_CHUNK * 2;
+}
+
+template <ts_dtype DT, int NT, int KS>
+__global__ static void __cluster_dims__(1, KS, 1) __launch_bounds__(32 * SK_WARPS)
+    k_skinny_ring(sk_set set, size_t row_bytes, int64_t cols, const uint16_t *x,
+                  const float *unscale, int n) {
+    constexpr bool BF = DT != TS_DTYPE_F16, US = !BF;
+    constexpr int KC = 2, STEP = KC * SK_CHUNK; /* columns a step: 128-byte rows */
+    constexpr int XROWS = 2 * NT * 8;           /* hi then lo of each token */
+    constexpr int WTILE = SK_ROWS * STEP, STAGE = WTILE + XROWS * STEP; /* 16-bit values */
+    constexpr int THREADS = 32 * SK_WARPS;
+    static_assert(SK_ROWS * 8 % THREADS == 0 && XROWS * 8 % THREADS == 0, "whole rounds");
+    static_assert(SK_WARPS * SK_MT * NT * 128 * 4 <= sk_ring_bytes<NT>(), "room for the sums");
+    extern __shared__ __align__(16) unsigned char sk_dyn[];
+    uint16_t *ring = (uint16_t *)sk_dyn;
+    int j = sk_weight_of(set, blockIdx.x);
+    int64_t r0 = (int64_t)(blockIdx.x - set.first[j]) * SK_ROWS, rows = set.rows[j];
+    const uint8_t *W = set.W[j];
+    int64_t nch = cols / STEP, c0 = nch * blockIdx.y / KS;
+    int steps = (int)(nch * (blockIdx.y + 1) / KS - c0);
+    int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t4 = lane & 3;
+
+    /* step s's weights into its stage: 8 pieces of 16 bytes a row, rows past the end zero */
+    auto stage_w = [&](int s) {
+        uint16_t *dst = ring + (s % SK_RING) * STAGE;
+        size_t col = (size_t)(c0 + s) * STEP * 2;
 #pragma unroll
-        for (int m = 0; m < SK_MT; m++)
+        for (int i = 0; i < SK_ROWS * 8 / THREADS; i++) {
+            int p = tid + i * THREADS, row = p / 8, piece = p % 8;
+            bool ok = r0 + row < rows;
+            const uint8_t *src = ok ? W + (r0 + row) * row_bytes + col + piece * 16 : W;
+            cp_async16(dst + row * STEP + sk_piece<KC>(piece, row) * 8, src, ok);
+        }
+    };
+    /* step s's activations after them, as k_skinny stages them: tokens past n zero */
+    auto stage_x = [&](int s) {
+        uint16_t *dst = ring + (s % SK_RING) * STAGE + WTILE;
 #pragma unroll
-            for (int q = 0; q < NT; q++)
-#pragma unroll
-                for (int i = 0; i < 4; i++)
-                    sk_store<US>(rw0, m, q, i, lane, acc[m][q][i], rows, n, y, ldy, set.acc, unscale);
-        return;
-    }
-    /* element e = warp * PER + ((m * NT + q) * 4 + i) * 32 + lane */
-    float *red = (float *)smem;
-    __syncthreads(); /* staging is over (also when this block had no chunk) */
+        for (int i = 0; i < XROWS * 8 / THREADS; i++) {
+            int p = tid + i * THREADS, row = p / 8, piece = p % 8, part = row / (NT * 8),
+                tok = row % (NT * 8);
+            bool ok = tok < n;
+            const uint16_t *src =
+                ok ? x + (int64_t)(part * n + tok) * cols + (c0 + s) * STEP + piece * 8 : x;
+            cp_async16(dst + row * STEP + sk_piece<KC>(piece, row) * 8, src, ok);
+        }
+    };
+    /* groups: W0, W1, X0, X1, then one a step (steps s + 2); a step waits for all but the
+     * newest, which holds what it needs and nothing later than the next step */
+    if (steps > 0) stage_w(0);
+    cp_async_commit();
+    if (steps > 1) stage_w(1);
+    cp_async_commit();
+    cuda_pdl_entry();
+    if (steps > 0) stage_x(0);
+    cp_async_commit();
+    if (steps > 1) stage_x(1);
+    cp_async_commit();
+
+    float acc[SK_MT][NT][4];
 #pragma unroll
     for (int m = 0; m < SK_MT; m++)
 #pragma unroll
         for (int q = 0; q < NT; q++)
 #pragma unroll
-            for (int i = 0; i < 4; i++) red[warp * PER + ((m * NT + q) * 4 + i) * 32 + lane] = acc[m][q][i];
-    cg::cluster_group cl = cg::this_cluster();
-    cl.sync(); /* every block's sums are in its shared memory */
-    const float *part[KS];
+            for (int i = 0; i < 4; i++)
+                acc[m][q][i] = 0.0f;
+    for (int s = 0; s < steps; s++) {
+        cp_async_wait<1>();
+        __syncthreads();     /* step s is in for every thread; every warp is done with step s - 1 */
+        if (s + 2 < steps) { /* into step s - 1's stage */
+            stage_w(s + 2);
+            stage_x(s + 2);
+        }
+        cp_async_commit();
+        const uint16_t *ws = ring + (s % SK_RING) * STAGE, *xb = ws + WTILE;
 #pragma unroll
-    for (int r = 0; r < KS; r++) part[r] = cl.map_shared_rank(red, r);
-    int rank = (int)cl.block_rank();
-    for (int e = rank * (TOT / KS) + tid; e < (rank + 1) * (TOT / KS); e += 32 * SK_WARPS) {
-        float s = part[0][e];
+        for (int k = 0; k < KC; k++) {
+            int col = sk_piece<KC>(k * 4 + t4, g) * 8; /* every row read here has g's parity */
+            uint4 w[SK_MT][2];
 #pragma unroll
-        for (int r = 1; r < KS; r++) s += part[r][e];
-        int w = e / PER, f = e % PER, l = f & 31, i = (f >> 5) & 3, mq = f >> 7;
-        sk_store<US>(r0 + w * SK_MT * 16, mq / NT, mq % NT, i, l, s, rows, n, y, ldy, set.acc,
-                     unscale);
+            for (int m = 0; m < SK_MT; m++)
+#pragma unroll
+                for (int h = 0; h < 2; h++)
+                    w[m][h] = *(
+                        const uint4 *)(ws + (warp * SK_MT * 16 + m * 16 + h * 8 + g) * STEP + col);
+#pragma unroll
+            for (int q = 0; q < NT; q++) {
+                uint4 hi = *(const uint4 *)(xb + (q * 8 + g) * STEP + col);
+                uint4 lo = *(const uint4 *)(xb + (NT * 8 + q * 8 + g) * STEP + col);
+#pragma unroll
+                for (int m = 0; m < SK_MT; m++) {
+                    mma16816<BF>(acc[m][q], w[m][0].x, w[m][1].x, w[m][0].y, w[m][1].y, hi.x, hi.y);
+                    mma16816<BF>(acc[m][q], w[m][0].z, w[m][1].z, w[m][0].w, w[m][1].w, hi.z, hi.w);
+                    mma16816<BF>(acc[m][q], w[m][0].x, w[m][1].x, w[m][0].y, w[m][1].y, lo.x, lo.y);
+                    mma16816<BF>(acc[m][q], w[m][0].z, w[m][1].z, w[m][0].w, w[m][1].w, lo.z, lo.w);
+                }
+            }
+        }
     }
-    /* the blocks' shared memory stays until every slice has been read. A relaxed arrive: the
-     * reads are done (their sums are stored above), and cluster.sync()'s release would add a
-     * GPU-wide fence (MEMBAR.ALL.GPU) that stalled the small GEMMs measurably (ncu). */
-    asm volatile("barrier.cluster.arrive.relaxed.aligned;\n\tbarrier.cluster.wait.aligned;" ::
-                     : "memory");
+    cp_async_wait<0>();           /* only empty groups are left; none may land in the sums' space */
+    if (KS == 1) __syncthreads(); /* sk_finish synchronises itself where it uses the space */
+    sk_finish<US, NT, KS>(acc, (float *)sk_dyn, set, j, r0, n, unscale);
 }
 
 bool cuda_skinny_fits(const cuda_wview *w, int n) {
@@ -286,10 +431,33 @@ bool cuda_skinny_fits(const cuda_wview *w, int n) {
            (uintptr_t)w->data % 16 == 0 && w->rows > 0;
 }
 
+/* Whether 16-bit weights with whole steps of 64 columns take the ring: by default for 17-32
+ * tokens (token groups of 4) only, where it measured faster; TESSERA_CUDA_SKINNY_RING=1 for
+ * any count, =0 never (cuda_int.cuh). Its dynamic shared memory is allowed once per kernel. */
+template <ts_dtype DT, int NT, int KS>
+static bool skinny_ring_go(cuda_ctx *c, const sk_set &set, int64_t cols, const uint16_t *x,
+                           const float *us, int n, dim3 grid) {
+    if constexpr (DT != TS_DTYPE_BF16 && DT != TS_DTYPE_F16) {
+        return false;
+    } else {
+        constexpr int bytes = sk_ring_bytes<NT>();
+        bool take = c->skinny_ring == 1 || (c->skinny_ring == 2 && NT == 4);
+        if (!take || cols % (2 * SK_CHUNK) || bytes > c->smem_optin) return false;
+        static const bool allowed =
+            cudaFuncSetAttribute((const void *)k_skinny_ring<DT, NT, KS>,
+                                 cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) == cudaSuccess;
+        if (!allowed) return false;
+        cuda_launch(c, "gemm_skinny", k_skinny_ring<DT, NT, KS>, grid, 32 * SK_WARPS, bytes, set,
+                    cuda_row_bytes(DT, cols), cols, x, us, n);
+        return true;
+    }
+}
+
 template <ts_dtype DT, int NT, int KS>
 static void skinny_go(cuda_ctx *c, const sk_set &set, int64_t cols, const uint16_t *x,
                       const float *us, int n) {
     dim3 grid((unsigned)set.first[set.nw], KS);
+    if (skinny_ring_go<DT, NT, KS>(c, set, cols, x, us, n, grid)) return;
     size_t rb = cuda_row_bytes(DT, cols);
     /* the L2 prefetch for quantized weights only: for 16-bit ones it cost the BF16 0.8B's 8 / 64
      * sequences 9% / 4% and the 2B's 10% / 7% (H200), quantized ones were level */

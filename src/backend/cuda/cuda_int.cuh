@@ -49,6 +49,11 @@ typedef struct cuda_ctx_s {
     /* chunks of 32 columns a step of that GEMM: 2 (twice the weights in flight per
      * synchronisation) where the columns allow, TESSERA_CUDA_SKINNY_KC=1 for comparisons */
     int skinny_kc;
+    /* where 16-bit weights take that GEMM's form with a ring of stages in shared memory:
+     * 2 (default) for 17-32 tokens, where it measured faster on an H200 (32 sequences +4-5%;
+     * 64 sequences -6%, 8 about -3%); TESSERA_CUDA_SKINNY_RING=1 wherever the columns allow,
+     * =0 never */
+    int skinny_ring;
     /* quantized prefill above 64 tokens decodes the weights to bf16 for the tensor cores
      * (TESSERA_CUDA_QPREFILL_BF16=0: to fp32 for an exact fp32 GEMM) */
     bool qprefill_bf16;
