@@ -104,6 +104,39 @@ __device__ static inline void sk_store(int64_t rw0, int m, int q, int i, int lan
     }
 }
 
+/* The accumulators zeroed, element by element (an initializer `= {}` compiled to other
+ * code around them). */
+template <int NT> __device__ static inline void sk_zero(float (&acc)[SK_MT][NT][4]) {
+#pragma unroll
+    for (int m = 0; m < SK_MT; m++)
+#pragma unroll
+        for (int q = 0; q < NT; q++)
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+                acc[m][q][i] = 0.0f;
+}
+
+/* One chunk of 32 columns into acc: each token group's hi and lo fragments from the staged
+ * rows (xb: the NT * 8 hi rows, then the lo rows, STEP values apart; this thread's 16 bytes at
+ * col) against the warp's weight fragments w, two mmas for each part into the same fp32
+ * accumulators. */
+template <bool BF, int NT, int STEP>
+__device__ static inline void sk_chunk(float (&acc)[SK_MT][NT][4], const uint4 (&w)[SK_MT][2],
+                                       const uint16_t *xb, int g, int col) {
+#pragma unroll
+    for (int q = 0; q < NT; q++) {
+        uint4 hi = *(const uint4 *)(xb + (q * 8 + g) * STEP + col);
+        uint4 lo = *(const uint4 *)(xb + (NT * 8 + q * 8 + g) * STEP + col);
+#pragma unroll
+        for (int m = 0; m < SK_MT; m++) {
+            mma16816<BF>(acc[m][q], w[m][0].x, w[m][1].x, w[m][0].y, w[m][1].y, hi.x, hi.y);
+            mma16816<BF>(acc[m][q], w[m][0].z, w[m][1].z, w[m][0].w, w[m][1].w, hi.z, hi.w);
+            mma16816<BF>(acc[m][q], w[m][0].x, w[m][1].x, w[m][0].y, w[m][1].y, lo.x, lo.y);
+            mma16816<BF>(acc[m][q], w[m][0].z, w[m][1].z, w[m][0].w, w[m][1].w, lo.z, lo.w);
+        }
+    }
+}
+
 /* Which weight of the set the blocks of grid column b work on. */
 __device__ static inline int sk_weight_of(const sk_set &set, int b) {
     int j = 0;
@@ -246,12 +279,7 @@ __global__ static void __cluster_dims__(1, KS, 1) __launch_bounds__(32 * SK_WARP
         cp_async_commit();
     };
     float acc[SK_MT][NT][4];
-#pragma unroll
-    for (int m = 0; m < SK_MT; m++)
-#pragma unroll
-        for (int q = 0; q < NT; q++)
-#pragma unroll
-            for (int i = 0; i < 4; i++) acc[m][q][i] = 0.0f;
+    sk_zero(acc);
     if (c0 < c1) stage(c0, 0);
     for (int64_t ch = c0; ch < c1; ch++) {
         int buf = (int)((ch - c0) & 1);
@@ -273,21 +301,8 @@ __global__ static void __cluster_dims__(1, KS, 1) __launch_bounds__(32 * SK_WARP
         __syncthreads();
         const uint16_t *xb = xs + buf * XBUF;
 #pragma unroll
-        for (int k = 0; k < KC; k++)
-#pragma unroll
-            for (int q = 0; q < NT; q++) {
-                int col = sk_piece<KC>(k * 4 + t4, g) * 8; /* rows q * 8 + g: parity of g */
-                uint4 hi = *(const uint4 *)(xb + (q * 8 + g) * STEP + col);
-                uint4 lo = *(const uint4 *)(xb + (NT * 8 + q * 8 + g) * STEP + col);
-                const uint4(&w)[SK_MT][2] = a[k];
-#pragma unroll
-                for (int m = 0; m < SK_MT; m++) {
-                    mma16816<BF>(acc[m][q], w[m][0].x, w[m][1].x, w[m][0].y, w[m][1].y, hi.x, hi.y);
-                    mma16816<BF>(acc[m][q], w[m][0].z, w[m][1].z, w[m][0].w, w[m][1].w, hi.z, hi.w);
-                    mma16816<BF>(acc[m][q], w[m][0].x, w[m][1].x, w[m][0].y, w[m][1].y, lo.x, lo.y);
-                    mma16816<BF>(acc[m][q], w[m][0].z, w[m][1].z, w[m][0].w, w[m][1].w, lo.z, lo.w);
-                }
-            }
+        for (int k = 0; k < KC; k++) /* rows q * 8 + g: the parity of g */
+            sk_chunk<BF, NT, STEP>(acc, a[k], xb, g, sk_piece<KC>(k * 4 + t4, g) * 8);
         __syncthreads(); /* all reads of buf done before it is staged again */
         if (more)
 #pragma unroll
@@ -375,13 +390,7 @@ __global__ static void __cluster_dims__(1, KS, 1) __launch_bounds__(32 * SK_WARP
     cp_async_commit();
 
     float acc[SK_MT][NT][4];
-#pragma unroll
-    for (int m = 0; m < SK_MT; m++)
-#pragma unroll
-        for (int q = 0; q < NT; q++)
-#pragma unroll
-            for (int i = 0; i < 4; i++)
-                acc[m][q][i] = 0.0f;
+    sk_zero(acc);
     for (int s = 0; s < steps; s++) {
         cp_async_wait<1>();
         __syncthreads();     /* step s is in for every thread; every warp is done with step s - 1 */
@@ -401,18 +410,7 @@ __global__ static void __cluster_dims__(1, KS, 1) __launch_bounds__(32 * SK_WARP
                 for (int h = 0; h < 2; h++)
                     w[m][h] = *(
                         const uint4 *)(ws + (warp * SK_MT * 16 + m * 16 + h * 8 + g) * STEP + col);
-#pragma unroll
-            for (int q = 0; q < NT; q++) {
-                uint4 hi = *(const uint4 *)(xb + (q * 8 + g) * STEP + col);
-                uint4 lo = *(const uint4 *)(xb + (NT * 8 + q * 8 + g) * STEP + col);
-#pragma unroll
-                for (int m = 0; m < SK_MT; m++) {
-                    mma16816<BF>(acc[m][q], w[m][0].x, w[m][1].x, w[m][0].y, w[m][1].y, hi.x, hi.y);
-                    mma16816<BF>(acc[m][q], w[m][0].z, w[m][1].z, w[m][0].w, w[m][1].w, hi.z, hi.w);
-                    mma16816<BF>(acc[m][q], w[m][0].x, w[m][1].x, w[m][0].y, w[m][1].y, lo.x, lo.y);
-                    mma16816<BF>(acc[m][q], w[m][0].z, w[m][1].z, w[m][0].w, w[m][1].w, lo.z, lo.w);
-                }
-            }
+            sk_chunk<BF, NT, STEP>(acc, w, xb, g, col);
         }
     }
     cp_async_wait<0>();           /* only empty groups are left; none may land in the sums' space */
