@@ -322,6 +322,9 @@ static void test_kernels(void) {
             check_shape(pool, nth, dt, 9, be == 32 ? 800 : 2304, 6, &seed);
             /* long rows: token tiles of the activation scratch (4 tokens at 32768 columns) */
             check_shape(pool, nth, dt, 5, 32768, 9, &seed);
+            /* one token over many rows, as a decode step's matmuls: ranges of hundreds of
+             * rows a thread, neither a multiple of the kernels' row blocks */
+            check_shape(pool, nth, dt, 701, 2048, 1, &seed);
         }
         ts_pool_free(pool);
     }
