@@ -414,7 +414,9 @@ __global__ static void __cluster_dims__(1, KS, 1) __launch_bounds__(32 * SK_WARP
         }
     }
     cp_async_wait<0>();           /* only empty groups are left; none may land in the sums' space */
-    if (KS == 1) __syncthreads(); /* sk_finish synchronises itself where it uses the space */
+    if (KS == 1)
+        __syncthreads(); /* every thread past the ring (sk_finish's cluster form
+                          * synchronises before it reuses the space) */
     sk_finish<US, NT, KS>(acc, (float *)sk_dyn, set, j, r0, n, unscale);
 }
 
