@@ -431,24 +431,48 @@ bool cuda_skinny_fits(const cuda_wview *w, int n) {
            (uintptr_t)w->data % 16 == 0 && w->rows > 0;
 }
 
+/* Every ring kernel allowed the ring's largest dynamic shared memory (64 tokens), once a
+ * backend, as the tiled attention's kernels are (cuda_ops_seq.cu): the allowance is the
+ * device's, and a refusal is cleared and turns the ring off. */
+template <ts_dtype DT, int NT> static bool skinny_ring_allow(int bytes) {
+    const void *k[] = {
+        (const void *)k_skinny_ring<DT, NT, 1>, (const void *)k_skinny_ring<DT, NT, 2>,
+        (const void *)k_skinny_ring<DT, NT, 4>, (const void *)k_skinny_ring<DT, NT, 8>};
+    for (const void *f : k)
+        if (cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) !=
+            cudaSuccess)
+            return false;
+    return true;
+}
+
+static bool skinny_ring_opt_in(cuda_ctx *c) {
+    if (c->skinny_ring_opted) return true;
+    constexpr int bytes = sk_ring_bytes<8>();
+    if (bytes > c->smem_optin || !skinny_ring_allow<TS_DTYPE_BF16, 2>(bytes) ||
+        !skinny_ring_allow<TS_DTYPE_BF16, 4>(bytes) ||
+        !skinny_ring_allow<TS_DTYPE_BF16, 8>(bytes) || !skinny_ring_allow<TS_DTYPE_F16, 2>(bytes) ||
+        !skinny_ring_allow<TS_DTYPE_F16, 4>(bytes) || !skinny_ring_allow<TS_DTYPE_F16, 8>(bytes)) {
+        cudaGetLastError();
+        c->skinny_ring = 0;
+        return false;
+    }
+    c->skinny_ring_opted = true;
+    return true;
+}
+
 /* Whether 16-bit weights with whole steps of 64 columns take the ring: by default for 17-32
  * tokens (token groups of 4) only, where it measured faster; TESSERA_CUDA_SKINNY_RING=1 for
- * any count, =0 never (cuda_int.cuh). Its dynamic shared memory is allowed once per kernel. */
+ * any count, =0 never (cuda_int.cuh). */
 template <ts_dtype DT, int NT, int KS>
 static bool skinny_ring_go(cuda_ctx *c, const sk_set &set, int64_t cols, const uint16_t *x,
                            const float *us, int n, dim3 grid) {
     if constexpr (DT != TS_DTYPE_BF16 && DT != TS_DTYPE_F16) {
         return false;
     } else {
-        constexpr int bytes = sk_ring_bytes<NT>();
         bool take = c->skinny_ring == 1 || (c->skinny_ring == 2 && NT == 4);
-        if (!take || cols % (2 * SK_CHUNK) || bytes > c->smem_optin) return false;
-        static const bool allowed =
-            cudaFuncSetAttribute((const void *)k_skinny_ring<DT, NT, KS>,
-                                 cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) == cudaSuccess;
-        if (!allowed) return false;
-        cuda_launch(c, "gemm_skinny", k_skinny_ring<DT, NT, KS>, grid, 32 * SK_WARPS, bytes, set,
-                    cuda_row_bytes(DT, cols), cols, x, us, n);
+        if (!take || cols % (2 * SK_CHUNK) || !skinny_ring_opt_in(c)) return false;
+        cuda_launch(c, "gemm_skinny", k_skinny_ring<DT, NT, KS>, grid, 32 * SK_WARPS,
+                    sk_ring_bytes<NT>(), set, cuda_row_bytes(DT, cols), cols, x, us, n);
         return true;
     }
 }

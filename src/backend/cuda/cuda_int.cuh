@@ -59,6 +59,8 @@ typedef struct cuda_ctx_s {
     bool qprefill_bf16;
     /* whether the tiled attention kernels may use their dynamic shared memory */
     bool attn_tile_opted;
+    /* ... and the tensor-core GEMM's ring kernels theirs */
+    bool skinny_ring_opted;
     /* the dynamic shared memory the chunked delta rule's kernels are allowed so far */
     size_t gdnc_smem_opted;
     cudaStream_t stream;
