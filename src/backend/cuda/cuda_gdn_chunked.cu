@@ -13,7 +13,7 @@
  * The first two lines depend on the chunk's inputs only, not on the state: the first kernel
  * (k_gdnc_prep) computes P, W, U' and Γ for all chunks of all heads at once, a block per
  * (chunk, head), W and U' by forward substitution (T is never formed). The second
- * (k_gdnc_scan) walks the chunks in order for a block of 32 state columns per head: three small
+ * (k_gdnc_scan) walks the chunks in order for a block of 16 state columns per head: three small
  * products per chunk, register-tiled. fp32 throughout: the recurrence's function
  * with another rounding order (test_cuda holds it to the CPU's recurrent form and to the
  * recurrent kernel at 1e-5). */
@@ -153,184 +153,294 @@ __global__ static void k_gdnc_prep(const float *q, const float *k, int64_t ldqk,
     for (int idx = tid; idx < nc * dv; idx += nth) Uo[idx] = Uc[idx];
 }
 
-/* Shared memory of the scan, in floats, for blocks of cw state columns: the state tile S
- * [d_k][cw], two staging areas of [C][d_k + 1] (W and Q, then K), P [C][C + 1], U [C][cw], Γ
- * and the state-update weights. */
-__host__ __device__ static inline int gdnc_scan_floats(int dk, int cw) {
-    return dk * cw + 2 * GDNC_C * (dk + 1) + GDNC_C * (GDNC_C + 1) + GDNC_C * cw + 2 * GDNC_C;
+/* The scan: a block per (16 state columns, v-head, run), eight warps. A 512-token prompt of the
+ * 0.8B's 16 heads of 128 columns is 128 blocks on an H200's 132 multiprocessors (blocks of 64
+ * columns filled 32 of them: 264 us a layer). Each of the chunk's three products splits its
+ * reduction over lanes of a warp (4 for W S0, Q S0 and P U, 2 for the state update) and sums
+ * them by shuffles, so a thread still keeps 4 x 4 register tiles - a value read from shared
+ * memory serves 4 products - on a quarter of the work. The chunk's inputs come by cp.async while
+ * the products of the one before run: W, Q, U' and Γ from the moment the first product has read
+ * them; P and K a whole chunk ahead where shared memory holds two of each (d_k 128: 191 KB),
+ * else K in W's place once W is read and P after the second product. */
+#define GDNC_CW     16           /* state columns of a scan block */
+#define GDNC_SCAN_T 256          /* its threads */
+#define GDNC_PST    (GDNC_C + 4) /* row stride of the staged P: 16-byte rows 4 banks apart */
+
+/* Row stride of the staged W, Q and K: 16-byte rows 4 banks apart, so that the rows a warp reads
+ * at one index (2 rows x 4 lanes' indices) fall in distinct banks. */
+__host__ __device__ static inline int gdnc_kst(int dk) { return (dk + 31) / 32 * 32 + 4; }
+
+/* The scan's shared memory in floats: the state tile S [d_k][CW], W and Q [C][kst], K [C][kst]
+ * and P [C][PST] (two of each for two = true; else K takes W's place), U', U and U scaled by its
+ * token's decay to the chunk's end (each [C][CW]), Γ of two chunks. */
+__host__ __device__ static inline int gdnc_scan_floats(int dk, bool two) {
+    int kst = gdnc_kst(dk), nb = two ? 2 : 1;
+    return dk * GDNC_CW + (2 + (two ? 2 : 0)) * GDNC_C * kst + nb * GDNC_C * GDNC_PST +
+           3 * GDNC_C * GDNC_CW + 2 * GDNC_C;
 }
 
-/* Rows [0, nc) of a [C][dk] block of global memory into shared rows of stride dk + 1, rows
- * beyond zeroed. Eight loads per thread are issued before their stores: the scan has few warps
- * per multiprocessor, and one load at a time would pay the full memory latency each time. */
-__device__ static inline void gdnc_stage(float *dst, const float *src, int64_t ld, int nc, int dk) {
-    const int nt = blockDim.x, total = GDNC_C * dk, sr = nt / dk, si = nt % dk;
-    int r = threadIdx.x / dk, i = threadIdx.x % dk;
-    for (int e0 = threadIdx.x; e0 < total; e0 += 8 * nt) {
-        float val[8];
-        int at[8];
-#pragma unroll
-        for (int j = 0; j < 8; j++) {
-            bool in = e0 + j * nt < total;
-            at[j] = in ? r * (dk + 1) + i : -1;
-            val[j] = in && r < nc ? src[(int64_t)r * ld + i] : 0.0f;
-            i += si, r += sr;
-            if (i >= dk) i -= dk, r++;
+/* cp.async of rows [0, rows) x columns [0, cols) of a row-major block of global memory (row
+ * stride ld) to shared memory (row stride dst_ld, a multiple of 4): 16-byte copies where the
+ * rows are 16-byte aligned, else an element at a time. */
+__device__ static inline void gdnc_copy(float *dst, int dst_ld, const float *src, int64_t ld,
+                                        int rows, int cols) {
+    if (((uintptr_t)src & 15) == 0 && (ld & 3) == 0 && (cols & 3) == 0) {
+        int per = cols >> 2;
+        for (int e = threadIdx.x; e < rows * per; e += blockDim.x) {
+            int r = e / per, c = (e - r * per) * 4;
+            cp_async16(dst + r * dst_ld + c, src + (int64_t)r * ld + c, true);
         }
-#pragma unroll
-        for (int j = 0; j < 8; j++)
-            if (at[j] >= 0) dst[at[j]] = val[j];
+    } else {
+        for (int e = threadIdx.x; e < rows * cols; e += blockDim.x) {
+            int r = e / cols, c = e - r * cols;
+            cp_async4(dst + r * dst_ld + c, src + (int64_t)r * ld + c);
+        }
     }
 }
 
-/* The scan over the chunks: a block per (4 CG state columns, v-head, run) with the state tile
- * in shared memory, 16 CG threads. Thread (rg, cg) computes 4 x 4 tiles: rows rg + 16a,
- * columns 4cg .. 4cg + 3, so each value read from shared memory serves 4 products. CG = 16
- * (64 columns, 8 warps) where shared memory allows: more warps to hide the loads' latency. */
-template <int CG>
-__global__ static void k_gdnc_scan(const float *q, const float *k, int64_t ldqk, int n,
-                                   ts_gdn_dims d, float *state, float *out,
-                                   const ts_seq_run *runs, const float *scratch, int max_chunks) {
+/* x[a][m]: partial sums of row a held by the 4 lanes l, l ^ 1, l ^ 2, l ^ 3 of a warp. The lane
+ * with (lane & 3) == j returns row j's full sums in y (halves exchanged twice: 12 shuffles for
+ * 4 values a row instead of 32). */
+template <int M> __device__ static inline void gdnc_sum4(const float (&x)[4][M], float (&y)[M]) {
+    bool hi = threadIdx.x & 2, lo = threadIdx.x & 1;
+    float h[2][M];
+#pragma unroll
+    for (int j = 0; j < 2; j++)
+#pragma unroll
+        for (int m = 0; m < M; m++) {
+            float keep = hi ? x[2 + j][m] : x[j][m], send = hi ? x[j][m] : x[2 + j][m];
+            h[j][m] = keep + __shfl_xor_sync(0xffffffffu, send, 2);
+        }
+#pragma unroll
+    for (int m = 0; m < M; m++) {
+        float keep = lo ? h[1][m] : h[0][m], send = lo ? h[0][m] : h[1][m];
+        y[m] = keep + __shfl_xor_sync(0xffffffffu, send, 1);
+    }
+}
+
+/* The same over the 2 lanes l, l ^ 1: the lane with (lane & 1) == j returns rows 2j and 2j + 1. */
+template <int M> __device__ static inline void gdnc_sum2(const float (&x)[4][M], float (&y)[2][M]) {
+    bool lo = threadIdx.x & 1;
+#pragma unroll
+    for (int j = 0; j < 2; j++)
+#pragma unroll
+        for (int m = 0; m < M; m++) {
+            float keep = lo ? x[2 + j][m] : x[j][m], send = lo ? x[j][m] : x[2 + j][m];
+            y[j][m] = keep + __shfl_xor_sync(0xffffffffu, send, 1);
+        }
+}
+
+template <bool TWO>
+__global__ static void __launch_bounds__(GDNC_SCAN_T)
+    k_gdnc_scan(const float *q, const float *k, int64_t ldqk, int n, ts_gdn_dims d, float *state,
+                float *out, const ts_seq_run *runs, const float *scratch, int max_chunks) {
     cuda_pdl_entry();
-    extern __shared__ float sm[];
-    const int C = GDNC_C;
-    int dk = d.d_k, dv = d.d_v, Hv = d.n_v_heads, kst = dk + 1;
+    extern __shared__ float4 sm4[];
+    float *sm = (float *)sm4;
+    const int C = GDNC_C, CW = GDNC_CW, PST = GDNC_PST;
+    int dk = d.d_k, dv = d.d_v, Hv = d.n_v_heads, kst = gdnc_kst(dk);
     int h = blockIdx.y, run = blockIdx.z, start;
     gdnc_run(runs, run, &start, &n, &state);
     q += (int64_t)start * ldqk, k += (int64_t)start * ldqk;
     out += (int64_t)start * Hv * dv;
-    int kh = h / (Hv / d.n_k_heads);
-    const int CW = 4 * CG; /* columns of the block */
-    int tid = threadIdx.x, cg = tid % CG, rg = tid / CG;
-    int c0 = blockIdx.x * CW + 4 * cg; /* this thread's first state column */
-    float *S = sm, *X1 = S + dk * CW, *X2 = X1 + C * kst, *Ps = X2 + C * kst, *U = Ps + C * (C + 1);
-    float *Gs = U + C * CW, *Wd = Gs + C;
-    float *Sg = state + (int64_t)h * dk * dv;
-    for (int idx = tid; idx < dk * CW; idx += blockDim.x) {
-        int i = idx / CW, cc = blockIdx.x * CW + idx % CW;
-        S[idx] = cc < dv ? Sg[(int64_t)i * dv + cc] : 0.0f;
+    int kh = h / (Hv / d.n_k_heads), cb = blockIdx.x * CW, ncol = min(CW, dv - cb);
+    float *S = sm, *Wb = S + dk * CW, *Qb = Wb + C * kst, *Kb = TWO ? Qb + C * kst : Wb;
+    float *Pb = TWO ? Kb + 2 * C * kst : Qb + C * kst, *Upb = Pb + (TWO ? 2 : 1) * C * PST;
+    float *U = Upb + C * CW, *Uw = U + C * CW, *Gb = Uw + C * CW;
+    float *Sg = state + (int64_t)h * dk * dv + cb;
+    const int64_t per = gdnc_per(dk, dv);
+    const float *in0 = scratch + ((int64_t)run * max_chunks * Hv + h) * per;
+    /* chunk ci's parts: W [C][dk], U' [C][dv], P [C][C], Γ [C] in the scratch, Q and K rows */
+    auto nc_of = [&](int ci) { return min(C, n - ci * C); };
+    auto issue_w = [&](int ci) {
+        gdnc_copy(Wb, kst, in0 + (int64_t)ci * Hv * per, dk, nc_of(ci), dk);
+    };
+    auto issue_qug = [&](int ci) { /* the first product's other inputs */
+                                   const float *in = in0 + (int64_t)ci * Hv * per;
+                                   int nc = nc_of(ci);
+                                   gdnc_copy(Qb, kst, q + (int64_t)ci * C * ldqk + (int64_t)kh * dk,
+                                             ldqk, nc, dk);
+                                   gdnc_copy(Upb, CW, in + (int64_t)C * dk + cb, dv, nc, ncol);
+                                   gdnc_copy(Gb + (ci & 1) * C, C, in + (int64_t)C * (dk + dv + C),
+                                             C, 1, C);
+    };
+    auto issue_p = [&](int ci, float *dst) {
+        const float *in = in0 + (int64_t)ci * Hv * per;
+        gdnc_copy(dst, PST, in + (int64_t)C * (dk + dv), C, nc_of(ci), C);
+    };
+    auto issue_k = [&](int ci, float *dst) {
+        gdnc_copy(dst, kst, k + (int64_t)ci * C * ldqk + (int64_t)kh * dk, ldqk, nc_of(ci), dk);
+    };
+
+    for (int idx = threadIdx.x; idx < dk * CW; idx += blockDim.x) {
+        int i = idx / CW, c = idx - i * CW;
+        S[idx] = c < ncol ? Sg[(int64_t)i * dv + c] : 0.0f;
     }
+    if (n > 0) {
+        issue_w(0), issue_qug(0);
+        issue_p(0, Pb);
+        if (TWO) issue_k(0, Kb);
+    }
+    cp_async_commit();
+
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    /* products with rows of the chunk (W S0, Q S0, P U): tile rows rg + 16a, columns 4cg ..
+     * 4cg + 3, the reduction's indices i = sl (mod 4); then this lane's row is r */
+    int sl = lane & 3, tile = warp * 8 + (lane >> 2), cg = tile & 3, rg = tile >> 2;
+    int r = rg + 16 * sl;
+    /* the state update: rows i0 + ig + 32a, columns 4cs .. 4cs + 3, tokens t = tp (mod 2) */
+    int tp = lane & 1, pos = warp * 16 + (lane >> 1), cs = pos & 3, ig = pos >> 2;
     for (int ci = 0; ci * C < n; ci++) {
-        int t0 = ci * C, nc = n - t0 < C ? n - t0 : C;
-        const float *in = scratch + (((int64_t)run * max_chunks + ci) * Hv + h) * gdnc_per(dk, dv);
-        const float *W = in, *Up = W + (int64_t)C * dk, *P = Up + (int64_t)C * dv, *G = P + C * C;
-        gdnc_stage(X1, W, dk, nc, dk);
-        gdnc_stage(X2, q + (int64_t)t0 * ldqk + (int64_t)kh * dk, ldqk, nc, dk);
-        gdnc_stage(Ps, P, C, C, C);
-        if (tid < C) Gs[tid] = G[tid];
-        __syncthreads();
+        int t0 = ci * C, nc = nc_of(ci), buf = TWO ? ci & 1 : 0;
+        bool more = t0 + C < n;
+        const float *Kc = Kb + buf * C * kst, *Pc = Pb + buf * C * PST, *Gc = Gb + (ci & 1) * C;
+        cp_async_wait<0>();
+        __syncthreads(); /* the chunk's inputs (and the state) are in */
+        if (TWO) {
+            if (more)
+                issue_p(ci + 1, Pb + (buf ^ 1) * C * PST),
+                    issue_k(ci + 1, Kb + (buf ^ 1) * C * kst);
+            cp_async_commit();
+        }
         /* U = U' - W S0 and S0ᵀq_r */
         float u[4][4], o[4][4];
 #pragma unroll
         for (int a = 0; a < 4; a++)
 #pragma unroll
             for (int b = 0; b < 4; b++) u[a][b] = 0.0f, o[a][b] = 0.0f;
-        for (int i = 0; i < dk; i++) {
+#pragma unroll 4
+        for (int i = sl; i < dk; i += 4) {
             float4 s4 = *(const float4 *)(S + i * CW + 4 * cg);
             float sv[4] = {s4.x, s4.y, s4.z, s4.w};
 #pragma unroll
             for (int a = 0; a < 4; a++) {
-                float w = X1[(rg + 16 * a) * kst + i], qv = X2[(rg + 16 * a) * kst + i];
+                float w = Wb[(rg + 16 * a) * kst + i], qv = Qb[(rg + 16 * a) * kst + i];
 #pragma unroll
                 for (int b = 0; b < 4; b++) u[a][b] += w * sv[b], o[a][b] += qv * sv[b];
             }
         }
-#pragma unroll
-        for (int a = 0; a < 4; a++) {
-            int r = rg + 16 * a;
+        float us[4], os[4];
+        gdnc_sum4(u, us);
+        gdnc_sum4(o, os);
+        {
+            /* U (rows past the chunk zero), and U scaled by exp(Γ_n - Γ_r) for the state */
+            float wd = r < nc ? expf(Gc[nc - 1] - Gc[r]) : 0.0f, uv[4];
 #pragma unroll
             for (int b = 0; b < 4; b++) {
-                int c = c0 + b;
-                float up = r < nc && c < dv ? Up[(int64_t)r * dv + c] : 0.0f;
-                U[r * CW + 4 * cg + b] = r < nc ? up - u[a][b] : 0.0f;
+                int c = 4 * cg + b;
+                uv[b] = r < nc && c < ncol ? Upb[r * CW + c] - us[b] : 0.0f;
             }
+            *(float4 *)(U + r * CW + 4 * cg) = make_float4(uv[0], uv[1], uv[2], uv[3]);
+            *(float4 *)(Uw + r * CW + 4 * cg) =
+                make_float4(wd * uv[0], wd * uv[1], wd * uv[2], wd * uv[3]);
         }
-        if (tid < nc) Wd[tid] = expf(Gs[nc - 1] - Gs[tid]);
-        __syncthreads(); /* U complete; W and Q staged no more */
-        gdnc_stage(X1, k + (int64_t)t0 * ldqk + (int64_t)kh * dk, ldqk, nc, dk);
+        __syncthreads(); /* U complete; W, Q and U' read no more */
+        if (!TWO) {
+            issue_k(ci, Wb);
+            cp_async_commit();
+        }
+        if (more) {
+            if (TWO) issue_w(ci + 1);
+            issue_qug(ci + 1);
+        }
+        cp_async_commit();
         /* o_r = exp(Γ_r) S0ᵀq_r + Σ_{s<=r} P[r,s] U_s (P is zero above the diagonal) */
-        float acc[4][4];
+        float pu[4][4];
 #pragma unroll
-        for (int a = 0; a < 4; a++) {
-            float e = expf(Gs[rg + 16 * a]);
+        for (int a = 0; a < 4; a++)
 #pragma unroll
-            for (int b = 0; b < 4; b++) acc[a][b] = e * o[a][b];
-        }
-        for (int s = 0; s < nc; s++) {
+            for (int b = 0; b < 4; b++)
+                pu[a][b] = 0.0f;
+        for (int s = sl; s < nc; s += 4) {
             float4 u4 = *(const float4 *)(U + s * CW + 4 * cg);
             float uv[4] = {u4.x, u4.y, u4.z, u4.w};
 #pragma unroll
             for (int a = 0; a < 4; a++) {
-                float p = Ps[(rg + 16 * a) * (C + 1) + s];
+                float p = Pc[(rg + 16 * a) * PST + s];
 #pragma unroll
-                for (int b = 0; b < 4; b++) acc[a][b] += p * uv[b];
+                for (int b = 0; b < 4; b++)
+                    pu[a][b] += p * uv[b];
             }
         }
-#pragma unroll
-        for (int a = 0; a < 4; a++) {
-            int r = rg + 16 * a;
+        float ps[4];
+        gdnc_sum4(pu, ps);
+        if (r < nc) {
+            float e = expf(Gc[r]);
+            float *orow = out + (int64_t)(t0 + r) * Hv * dv + (int64_t)h * dv + cb;
 #pragma unroll
             for (int b = 0; b < 4; b++)
-                if (r < nc && c0 + b < dv)
-                    out[(int64_t)(t0 + r) * Hv * dv + (int64_t)h * dv + c0 + b] = acc[a][b];
+                if (4 * cg + b < ncol) orow[4 * cg + b] = e * os[b] + ps[b];
         }
-        __syncthreads(); /* K staged */
-        /* S = exp(Γ_n) S0 + Σ_t exp(Γ_n - Γ_t) k_t ⊗ U_t, rows rg + 16a in passes of 4 */
-        float el = expf(Gs[nc - 1]);
-        for (int i0 = 0; i0 < dk; i0 += 64) {
-            float sacc[4][4];
+        if (!TWO) {
+            cp_async_wait<1>(); /* K, not the next chunk's Q */
+            __syncthreads();    /* K in; P read no more */
+            if (more) issue_p(ci + 1, Pb);
+            cp_async_commit();
+        }
+        /* S = exp(Γ_n) S0 + Σ_t exp(Γ_n - Γ_t) k_t ⊗ U_t, 128 rows a pass */
+        float el = expf(Gc[nc - 1]);
+        for (int i0 = 0; i0 < dk; i0 += 128) {
+            float sa[4][4];
 #pragma unroll
-            for (int a = 0; a < 4; a++) {
-                int i = i0 + rg + 16 * a;
-                float4 s4 = i < dk ? *(const float4 *)(S + i * CW + 4 * cg) : make_float4(0, 0, 0, 0);
-                sacc[a][0] = el * s4.x, sacc[a][1] = el * s4.y;
-                sacc[a][2] = el * s4.z, sacc[a][3] = el * s4.w;
-            }
-            for (int t = 0; t < nc; t++) {
-                float4 u4 = *(const float4 *)(U + t * CW + 4 * cg);
+            for (int a = 0; a < 4; a++)
+#pragma unroll
+                for (int b = 0; b < 4; b++)
+                    sa[a][b] = 0.0f;
+            for (int t = tp; t < nc; t += 2) {
+                float4 u4 = *(const float4 *)(Uw + t * CW + 4 * cs);
                 float uv[4] = {u4.x, u4.y, u4.z, u4.w};
-                float wd = Wd[t];
 #pragma unroll
                 for (int a = 0; a < 4; a++) {
-                    int i = i0 + rg + 16 * a;
-                    float kd = i < dk ? wd * X1[t * kst + i] : 0.0f;
+                    int i = i0 + ig + 32 * a;
+                    float kv = i < dk ? Kc[t * kst + i] : 0.0f;
 #pragma unroll
-                    for (int b = 0; b < 4; b++) sacc[a][b] += kd * uv[b];
+                    for (int b = 0; b < 4; b++)
+                        sa[a][b] += kv * uv[b];
                 }
             }
+            float ss[2][4];
+            gdnc_sum2(sa, ss);
 #pragma unroll
-            for (int a = 0; a < 4; a++) {
-                int i = i0 + rg + 16 * a;
-                if (i < dk)
-                    *(float4 *)(S + i * CW + 4 * cg) =
-                        make_float4(sacc[a][0], sacc[a][1], sacc[a][2], sacc[a][3]);
+            for (int j = 0; j < 2; j++) {
+                int i = i0 + ig + 32 * (2 * tp + j);
+                if (i < dk) {
+                    float4 *sp = (float4 *)(S + i * CW + 4 * cs), s4 = *sp;
+                    *sp = make_float4(el * s4.x + ss[j][0], el * s4.y + ss[j][1],
+                                      el * s4.z + ss[j][2], el * s4.w + ss[j][3]);
+                }
             }
         }
-        __syncthreads(); /* the state is settled before the next chunk reads it */
+        if (!TWO) {
+            __syncthreads(); /* K read no more: the next chunk's W takes its place */
+            if (more) issue_w(ci + 1);
+            cp_async_commit();
+        }
     }
-    for (int idx = tid; idx < dk * CW; idx += blockDim.x) {
-        int i = idx / CW, cc = blockIdx.x * CW + idx % CW;
-        if (cc < dv) Sg[(int64_t)i * dv + cc] = S[idx];
+    cp_async_wait<0>();
+    __syncthreads(); /* the state's last update */
+    for (int idx = threadIdx.x; idx < dk * CW; idx += blockDim.x) {
+        int i = idx / CW, c = idx - i * CW;
+        if (c < ncol) Sg[(int64_t)i * dv + c] = S[idx];
     }
 }
 
-/* The scan's column group count for heads of d_k keys: 16 where its shared memory fits. */
-static int gdnc_scan_cg(int dk, int max_smem) {
-    return (size_t)gdnc_scan_floats(dk, 64) * sizeof(float) <= (size_t)max_smem ? 16 : 8;
+/* Two K and P buffers in the scan where shared memory holds them. */
+static bool gdnc_scan_two(int dk, int max_smem) {
+    return (size_t)gdnc_scan_floats(dk, true) * sizeof(float) <= (size_t)max_smem;
 }
 
 bool cuda_gdn_chunked_fits(cuda_ctx *c, int d_k, int d_v) {
     int max_smem = c->smem_optin;
     size_t prep = (size_t)gdnc_prep_floats(d_k, d_v) * sizeof(float);
-    size_t scan = (size_t)gdnc_scan_floats(d_k, 4 * gdnc_scan_cg(d_k, max_smem)) * sizeof(float);
+    size_t scan = (size_t)gdnc_scan_floats(d_k, gdnc_scan_two(d_k, max_smem)) * sizeof(float);
     if (prep > (size_t)max_smem || scan > (size_t)max_smem) return false;
     size_t need = prep > scan ? prep : scan;
     if (need > c->gdnc_smem_opted) {
         if (cudaFuncSetAttribute(k_gdnc_prep, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                  (int)need) != cudaSuccess ||
-            cudaFuncSetAttribute(k_gdnc_scan<8>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+            cudaFuncSetAttribute(k_gdnc_scan<false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                  (int)need) != cudaSuccess ||
-            cudaFuncSetAttribute(k_gdnc_scan<16>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+            cudaFuncSetAttribute(k_gdnc_scan<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                  (int)need) != cudaSuccess) {
             cudaGetLastError();
             return false;
@@ -354,13 +464,13 @@ void cuda_gdn_chunked_launch(cuda_ctx *c, const float *q, const float *k, int64_
                 dim3((unsigned)max_chunks, (unsigned)Hv, (unsigned)nr), GDNC_PREP_T,
                 (size_t)gdnc_prep_floats(dk, dv) * sizeof(float), q, k, ldqk, v, ldv, g, beta, n,
                 *dims, runs_dev, scratch);
-    int cg = gdnc_scan_cg(dk, c->smem_optin), cw = 4 * cg;
-    dim3 grid((unsigned)((dv + cw - 1) / cw), (unsigned)Hv, (unsigned)nr);
-    size_t smem = (size_t)gdnc_scan_floats(dk, cw) * sizeof(float);
-    if (cg == 16)
-        cuda_launch(c, "gdn_chunk_scan", k_gdnc_scan<16>, grid, 16 * cg, smem, q, k, ldqk, n,
+    bool two = gdnc_scan_two(dk, c->smem_optin);
+    dim3 grid((unsigned)((dv + GDNC_CW - 1) / GDNC_CW), (unsigned)Hv, (unsigned)nr);
+    size_t smem = (size_t)gdnc_scan_floats(dk, two) * sizeof(float);
+    if (two)
+        cuda_launch(c, "gdn_chunk_scan", k_gdnc_scan<true>, grid, GDNC_SCAN_T, smem, q, k, ldqk, n,
                     *dims, state, out, runs_dev, (const float *)scratch, max_chunks);
     else
-        cuda_launch(c, "gdn_chunk_scan", k_gdnc_scan<8>, grid, 16 * cg, smem, q, k, ldqk, n,
+        cuda_launch(c, "gdn_chunk_scan", k_gdnc_scan<false>, grid, GDNC_SCAN_T, smem, q, k, ldqk, n,
                     *dims, state, out, runs_dev, (const float *)scratch, max_chunks);
 }

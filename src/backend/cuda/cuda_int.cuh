@@ -118,6 +118,11 @@ __device__ static inline void cp_async16(void *smem, const void *gmem, bool vali
     int nb = valid ? 16 : 0;
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(gmem), "r"(nb));
 }
+/* 4 bytes the same way, for rows that are not 16-byte aligned (an element at a time). */
+__device__ static inline void cp_async4(void *smem, const void *gmem) {
+    unsigned d = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(d), "l"(gmem));
+}
 __device__ static inline void cp_async_commit(void) { asm volatile("cp.async.commit_group;"); }
 template <int N> __device__ static inline void cp_async_wait(void) {
     asm volatile("cp.async.wait_group %0;" ::"n"(N));
