@@ -119,9 +119,10 @@ __device__ static inline void cp_async16(void *smem, const void *gmem, bool vali
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(gmem), "r"(nb));
 }
 /* 4 bytes the same way, for rows that are not 16-byte aligned (an element at a time). */
-__device__ static inline void cp_async4(void *smem, const void *gmem) {
+__device__ static inline void cp_async4(void *smem, const void *gmem, bool valid) {
     unsigned d = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(d), "l"(gmem));
+    int nb = valid ? 4 : 0;
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(d), "l"(gmem), "r"(nb));
 }
 __device__ static inline void cp_async_commit(void) { asm volatile("cp.async.commit_group;"); }
 template <int N> __device__ static inline void cp_async_wait(void) {
@@ -372,9 +373,10 @@ void cuda_op_conv_gdn_prep(ts_backend *be, const float *x, int64_t ldx, int C, i
 void cuda_op_l2norm_heads(ts_backend *be, const float *src, int64_t lds, int n_tok, int n_heads,
                           int dim, float eps, float scale, float *dst);
 /* The chunked delta rule (cuda_gdn_chunked.cu): whether it fits the device for heads of d_k
- * keys and d_v values (setting the kernels' shared-memory limits), and its launch (runs NULL: one run of n
- * tokens on state; else the runs' own lengths and states, max_len the longest). */
-bool cuda_gdn_chunked_fits(cuda_ctx *c, int d_k, int d_v);
+ * keys (setting the kernels' shared-memory limits; any number of values), and its launch (runs
+ * NULL: one run of n tokens on state; else the runs' own lengths and states, max_len the
+ * longest). */
+bool cuda_gdn_chunked_fits(cuda_ctx *c, int d_k);
 void cuda_gdn_chunked_launch(cuda_ctx *c, const float *q, const float *k, int64_t ldqk,
                              const float *v, int64_t ldv, const float *g, const float *beta, int n,
                              int max_len, const ts_gdn_dims *dims, float *state, float *out,

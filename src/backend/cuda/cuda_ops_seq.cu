@@ -652,7 +652,7 @@ static bool gdn_launch(cuda_ctx *c, const float *q, const float *k, int64_t ldqk
                        int nr, int chunk_len, const ts_gated_norm *gn = NULL, bool *normed = NULL) {
     int dk = dims->d_k;
     if (normed) *normed = false;
-    if (chunk_len >= c->gdn_chunk_min && cuda_gdn_chunked_fits(c, dk, dims->d_v)) {
+    if (chunk_len >= c->gdn_chunk_min && cuda_gdn_chunked_fits(c, dk)) {
         cuda_gdn_chunked_launch(c, q, k, ldqk, v, ldv, g, beta, n, chunk_len, dims, state, out,
                                 runs, nr);
         return true;
