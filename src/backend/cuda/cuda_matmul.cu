@@ -308,12 +308,36 @@ __device__ static inline void split_store(void *out, int64_t idx, int64_t lo, fl
     }
 }
 
-/* bf16 parts (k_split_f16_scaled makes the fp16 ones). */
+/* bf16 parts (k_split_f16_scaled makes the fp16 ones): a thread per 4 columns of rows
+ * blockIdx.y, blockIdx.y + gridDim.y, ..., in one 16-byte load and two 8-byte stores where the
+ * rows allow (split_store's values: the same bits). A thread per element with a 64-bit
+ * division for its row took 7.6 us of a 512-token prompt's 1024 columns (186 a prompt). */
 __global__ static void k_split_half(const float *x, int64_t ldx, int n, int64_t cols, void *out) {
     cuda_pdl_entry();
-    int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= (int64_t)n * cols) return;
-    split_store<true>(out, idx, (int64_t)n * cols + idx, x[(idx / cols) * ldx + idx % cols]);
+    int64_t c = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * 4;
+    if (c >= cols) return;
+    bool vec = ((cols | ldx) & 3) == 0 && ((uintptr_t)x & 15) == 0;
+    __nv_bfloat16 *o = (__nv_bfloat16 *)out;
+    for (int64_t t = blockIdx.y; t < n; t += gridDim.y) {
+        const float *xr = x + t * ldx;
+        int64_t idx = t * cols + c, lo = (int64_t)n * cols + idx;
+        if (vec) {
+            float4 v4 = *(const float4 *)(xr + c);
+            float v[4] = {v4.x, v4.y, v4.z, v4.w};
+            unsigned short hb[4], lb[4];
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                __nv_bfloat16 h = __float2bfloat16_rn(v[j]);
+                hb[j] = __bfloat16_as_ushort(h);
+                lb[j] = __bfloat16_as_ushort(__float2bfloat16_rn(v[j] - __bfloat162float(h)));
+            }
+            *(uint2 *)(o + idx) = make_uint2(hb[0] | (unsigned)hb[1] << 16, hb[2] | (unsigned)hb[3] << 16);
+            *(uint2 *)(o + lo) = make_uint2(lb[0] | (unsigned)lb[1] << 16, lb[2] | (unsigned)lb[3] << 16);
+        } else {
+            for (int j = 0; j < 4 && c + j < cols; j++)
+                split_store<true>(out, idx + j, lo + j, xr[c + j]);
+        }
+    }
 }
 
 /* The same split of rmsnorm(x) * w, a block per token: k_rmsnorm's values, so the bits of the
@@ -501,8 +525,9 @@ static uint16_t *split_half(cuda_ctx *c, const cuda_wview *w, const float *x, in
         cuda_launch(c, "matmul convert norm", k_split_half_norm, (unsigned)n, ROW_THREADS, 0, x,
                     ldx, n, w->cols, pre->w, pre->eps, (void *)xh);
     } else {
-        cuda_launch(c, "matmul convert", k_split_half, cuda_blocks(total, 256), 256, 0, x, ldx, n,
-                    w->cols, (void *)xh);
+        dim3 grid(cuda_blocks((w->cols + 3) / 4, 256), (unsigned)(n < 65535 ? n : 65535));
+        cuda_launch(c, "matmul convert", k_split_half, grid, 256, 0, x, ldx, n, w->cols,
+                    (void *)xh);
     }
     return xh;
 }
