@@ -40,6 +40,15 @@ __device__ static inline void gdnc_run(const ts_seq_run *runs, int r, int *start
     }
 }
 
+/* A thread's 4 x 4 register tile of sums, zeroed. */
+__device__ static inline void gdnc_zero(float (&x)[4][4]) {
+#pragma unroll
+    for (int a = 0; a < 4; a++)
+#pragma unroll
+        for (int b = 0; b < 4; b++)
+            x[a][b] = 0.0f;
+}
+
 /* cp.async of rows [0, rows) x columns [0, cols) of a row-major block of global memory (row
  * stride ld) to shared memory (row stride dst_ld, a multiple of 4), rows [rows, zrows) zeroed:
  * 16-byte copies where the rows are 16-byte aligned, else an element at a time. The (row,
@@ -128,10 +137,7 @@ __global__ static void __launch_bounds__(GDNC_PREP_T)
     for (int tile = tid; tile < 256; tile += nth) {
         int rt = tile >> 4, st = tile & 15;
         float kk[4][4], qk[4][4];
-#pragma unroll
-        for (int a = 0; a < 4; a++)
-#pragma unroll
-            for (int b = 0; b < 4; b++) kk[a][b] = 0.0f, qk[a][b] = 0.0f;
+        gdnc_zero(kk), gdnc_zero(qk);
         if (rt < nc) {
             for (int i = 0; i < dk; i += 4) {
                 float4 kr[4], qr[4], ks[4];
@@ -262,10 +268,7 @@ template <bool CHECK>
 __device__ static inline void gdnc_state_sums(const float *Kc, int kst, const float *Uw, int nc,
                                               int dk, int i0, int ig, int cs, int tp,
                                               float (&sa)[4][4]) {
-#pragma unroll
-    for (int a = 0; a < 4; a++)
-#pragma unroll
-        for (int b = 0; b < 4; b++) sa[a][b] = 0.0f;
+    gdnc_zero(sa);
     for (int t = tp; t < nc; t += 2) {
         float4 u4 = *(const float4 *)(Uw + t * GDNC_CW + 4 * cs);
         float uv[4] = {u4.x, u4.y, u4.z, u4.w};
@@ -360,10 +363,7 @@ __global__ static void __launch_bounds__(GDNC_SCAN_T)
         }
         /* U = U' - W S0 and S0ᵀq_r, four indices a load */
         float u[4][4], o[4][4];
-#pragma unroll
-        for (int a = 0; a < 4; a++)
-#pragma unroll
-            for (int b = 0; b < 4; b++) u[a][b] = 0.0f, o[a][b] = 0.0f;
+        gdnc_zero(u), gdnc_zero(o);
 #pragma unroll 2
         for (int i = 4 * sl; i < dk; i += 16) {
             float sv[4][4];
@@ -411,10 +411,7 @@ __global__ static void __launch_bounds__(GDNC_SCAN_T)
         cp_async_commit();
         /* o_r = exp(Γ_r) S0ᵀq_r + Σ_{s<=r} P[r,s] U_s (P is zero above the diagonal) */
         float pu[4][4];
-#pragma unroll
-        for (int a = 0; a < 4; a++)
-#pragma unroll
-            for (int b = 0; b < 4; b++) pu[a][b] = 0.0f;
+        gdnc_zero(pu);
         for (int s = sl; s < nc; s += 4) {
             float4 u4 = *(const float4 *)(U + s * CW + 4 * cg);
             float uv[4] = {u4.x, u4.y, u4.z, u4.w};
