@@ -2,17 +2,18 @@
  * lower ISAs for missing entries, and splits the output rows over the pool's threads. */
 #include "backend/cpu/matmul.h"
 
-#include <assert.h>
-#include <math.h>
-#include <pthread.h>
-#include <stdlib.h>
-#include <string.h>
-
 #include "backend/cpu/matmul_int.h"
 #include "backend/cpu/matmul_q.h"
 #include "backend/cpu/quant.h"
 #include "base/cpu.h"
 #include "base/half.h"
+
+#include <assert.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
 
 static const cpu_mm_kernel *const mm_tables[CPU_ISA_COUNT] = {
     [CPU_ISA_SCALAR] = cpu_mm_scalar_kernels,
@@ -99,13 +100,22 @@ typedef struct {
     cpu_mm_fn fn;
     int64_t rows;
     int64_t align; /* thread ranges start at multiples of this */
+    /* rows divided by the threads' measured speed (ts_pool_run_balanced), for a few tokens:
+     * there a thread's time is its rows. With many, each thread also quantizes every token's
+     * activations (a cost its share of the rows does not change, so a thread given fewer rows
+     * would look slower and be given fewer still): equal parts. */
+    const ts_pool *pool;
+    bool balanced;
 } mm_task;
 
 static void mm_worker(void *ctx, int ith, int nth) {
     const mm_task *task = ctx;
     long blocks = (long)((task->rows + task->align - 1) / task->align);
     long lo, hi;
-    ts_split_range(blocks, ith, nth, &lo, &hi);
+    if (task->balanced)
+        ts_pool_share(task->pool, blocks, ith, nth, &lo, &hi);
+    else
+        ts_split_range(blocks, ith, nth, &lo, &hi);
     int64_t r0 = lo * task->align, r1 = hi * task->align;
     if (r1 > task->rows) r1 = task->rows;
     if (r0 < r1) task->fn(&task->job, r0, r1);
@@ -134,10 +144,14 @@ void cpu_matmul(ts_pool *pool, cpu_isa isa, const ts_tensor *W, const float *x, 
         .fn = k->fn,
         .rows = rows,
         .align = n_tok <= k->few_tok ? k->few_align : k->row_align,
+        .pool = pool,
+        .balanced = n_tok <= (k->few_tok > 1 ? k->few_tok : 1),
     };
     /* below a few thousand multiply-adds the wake-up of the workers costs more than it saves */
     if (rows * cols * n_tok < 32768 || rows <= task.align)
         mm_worker(&task, 0, 1);
+    else if (task.balanced)
+        ts_pool_run_balanced(pool, mm_worker, &task, (long)((rows + task.align - 1) / task.align));
     else
         ts_pool_run(pool, mm_worker, &task);
 }
