@@ -371,6 +371,76 @@ static void test_batch_invariance(void) {
     free(y1);
 }
 
+static double now_s(void);
+
+/* Balanced jobs whose thread `slow` spends 3 us an item, the other 1 us: they move the pool's
+ * shares away from halves (test_threadpool holds the shares themselves). */
+typedef struct {
+    ts_pool *pool;
+    int slow;
+} skew_job;
+
+static void skew_fn(void *ctx, int ith, int nth) {
+    const skew_job *j = ctx;
+    long lo, hi;
+    ts_pool_share(j->pool, 100, ith, nth, &lo, &hi);
+    double until = now_s() + 1e-6 * (double)(hi - lo) * (ith == j->slow ? 3.0 : 1.0);
+    while (now_s() < until) {
+    }
+}
+
+/* cpu_matmul's rows do not depend on how the threads divide them: for a few tokens the rows go
+ * by the threads' measured speed (ts_pool_run_balanced), which changes from job to job, and a
+ * row's value must not. One thread against two whose shares lean either way, bit for bit. */
+static void test_split_invariance(void) {
+    enum { ROWS = 301, COLS = 1024 };
+    unsigned long long s = 0x5b1e7ull;
+    ts_pool *one = NULL, *two = NULL;
+    CHECK(ts_pool_create(1, &one) == TS_OK && ts_pool_create(2, &two) == TS_OK);
+    if (!one || !two) return;
+    float *x = malloc(sizeof(float) * 4 * COLS), *tmp = malloc(sizeof(float) * COLS);
+    float *y1 = malloc(sizeof(float) * 4 * ROWS), *y2 = malloc(sizeof(float) * 4 * ROWS);
+    for (int i = 0; i < 4 * COLS; i++)
+        x[i] = gauss(&s);
+    for (size_t d = 0; d < N_QTYPES; d++) {
+        const ts_dtype dt = QTYPES[d];
+        const size_t rb = ts_dtype_row_bytes(dt, COLS);
+        uint8_t *w = aligned_alloc(64, (rb * ROWS + 63) / 64 * 64);
+        for (int o = 0; o < ROWS; o++) {
+            for (int i = 0; i < COLS; i++)
+                tmp[i] = gauss(&s) * 0.05f;
+            CHECK(ts_quantize_row(dt, tmp, w + (size_t)o * rb, COLS) == TS_OK);
+        }
+        ts_tensor W = {
+            .dtype = dt, .n_dims = 2, .shape = {ROWS, COLS, 1, 1}, .data = w, .nbytes = rb * ROWS};
+        for (int isa = 0; isa < CPU_ISA_COUNT; isa++) {
+            if (!isa_ok(isa)) continue;
+            for (int n_tok = 1; n_tok <= 4; n_tok += 3)
+                for (int slow = 0; slow < 2; slow++) {
+                    skew_job sj = {two, slow};
+                    for (int k = 0; k < 30; k++)
+                        ts_pool_run_balanced(two, skew_fn, &sj, 100);
+                    double s0 = ts_pool_share_of(two, 0);
+                    CHECKF(slow ? s0 > 0.6 : s0 < 0.4, "skewing the shares: thread 0 has %.3f", s0);
+                    memset(y1, 0xff, sizeof(float) * 4 * ROWS); /* NaN: rows left out show */
+                    memset(y2, 0xff, sizeof(float) * 4 * ROWS);
+                    cpu_matmul(one, (cpu_isa)isa, &W, x, COLS, n_tok, y1, ROWS);
+                    cpu_matmul(two, (cpu_isa)isa, &W, x, COLS, n_tok, y2, ROWS);
+                    int diff = 0;
+                    for (int i = 0; i < n_tok * ROWS; i++)
+                        diff += memcmp(&y1[i], &y2[i], 4) != 0 || y1[i] != y1[i];
+                    CHECKF(diff == 0,
+                           "%s %s, %d tokens, thread 0's share %.3f: %d rows differ "
+                           "from one thread's",
+                           ts_dtype_name(dt), cpu_isa_name((cpu_isa)isa), n_tok, s0, diff);
+                }
+        }
+        free(w);
+    }
+    free(x), free(tmp), free(y1), free(y2);
+    ts_pool_free(one), ts_pool_free(two);
+}
+
 /* ---- activation quantizer and layouts --------------------------------------------------- */
 
 /* The SIMD activation quantizers write the same bytes as the scalar one (q, d, s, s16), on
@@ -576,5 +646,6 @@ int main(int argc, char **argv) {
     test_act_interleave();
     test_kernels();
     test_batch_invariance();
+    test_split_invariance();
     return tu_report("test_quant");
 }
