@@ -26,12 +26,6 @@ static ts_status encode(const ts_bpe *t, const char *s, size_t n, bool special, 
 
 #define IDS(...) ((const int32_t[]){__VA_ARGS__}), (sizeof((const int32_t[]){__VA_ARGS__}) / 4)
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* ---- synthetic tokenizer.json files --------------------------------------------------------- */
 
 /* GPT-2 byte alphabet, written out independently of bpe.c. */
@@ -458,9 +452,9 @@ static void test_huge_pretokens(void) {
             memcpy(text + n, units[u], ul);
             n += ul;
         }
-        double t0 = now_s();
+        double t0 = tu_now_s();
         ts_status st = encode(t, text, n, true, &v);
-        double dt = now_s() - t0;
+        double dt = tu_now_s() - t0;
         CHECKF(st == TS_OK && v.len > 0, "unit %zu: %s", u, ts_last_error());
         CHECKF(dt < 2.0, "200 kB of unit %zu took %.2f s", u, dt);
         char *back;

@@ -386,12 +386,6 @@ static void test_argmax(ts_backend *be) {
 
 /* ---- --bench: a decode step's sequence ops, 0.8B shapes, 1 and 2 threads ---------------- */
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static int bench(void) {
     enum { C = 6144, K = 4, HK = 16, HV = 16, DK = 128, DV = 128, REPS = 2000 };
     ts_gdn_dims d = {HK, HV, DK, DV};
@@ -402,13 +396,13 @@ static int bench(void) {
         ts_backend *be;
         if (ts_backend_cpu_create(threads, -1, &be) != TS_OK) return 1;
         for (int round = 0; round < 2; round++) {
-            double t0 = now_s();
+            double t0 = tu_now_s();
             for (int r = 0; r < REPS; r++) be->ops->conv1d_silu(be, x, C, 1, C, K, w, st, o, C);
-            double t1 = now_s();
+            double t1 = tu_now_s();
             for (int r = 0; r < REPS / 4; r++)
                 be->ops->gdn(be, x, x + HK * DK, 2L * HK * DK, x + 2 * HK * DK, HV * DV, g, beta,
                              1, &d, S, go, false);
-            double t2 = now_s();
+            double t2 = tu_now_s();
             printf("%s, %d thread%s: conv1d_silu 1 x %d x %d taps %.2f us, delta rule step "
                    "%d heads of %dx%d %.2f us\n", ts_backend_cpu_isa_name(be), threads,
                    threads > 1 ? "s" : "", C, K, (t1 - t0) / REPS * 1e6, HV, DK, DV,

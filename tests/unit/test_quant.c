@@ -371,8 +371,6 @@ static void test_batch_invariance(void) {
     free(y1);
 }
 
-static double now_s(void);
-
 /* Balanced jobs whose thread `slow` spends 3 us an item, the other 1 us: they move the pool's
  * shares away from halves (test_threadpool holds the shares themselves). */
 typedef struct {
@@ -384,9 +382,7 @@ static void skew_fn(void *ctx, int ith, int nth) {
     const skew_job *j = ctx;
     long lo, hi;
     ts_pool_share(j->pool, 100, ith, nth, &lo, &hi);
-    double until = now_s() + 1e-6 * (double)(hi - lo) * (ith == j->slow ? 3.0 : 1.0);
-    while (now_s() < until) {
-    }
+    tu_spin_us((double)(hi - lo) * (ith == j->slow ? 3.0 : 1.0));
 }
 
 /* cpu_matmul's rows do not depend on how the threads divide them: for a few tokens the rows go

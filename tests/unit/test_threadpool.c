@@ -6,13 +6,6 @@
 
 #include <stdatomic.h>
 #include <string.h>
-#include <time.h>
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* Each item of [lo, hi) marked once; the parts' bounds recorded to check their order. */
 typedef struct {
@@ -30,11 +23,7 @@ static void cover_fn(void *ctx, int ith, int nth) {
     j->lo[ith] = lo, j->hi[ith] = hi;
     for (long i = lo; i < hi; i++) {
         atomic_fetch_add(&j->hits[i], 1);
-        if (j->us_per_item[ith] > 0) {
-            double until = now_s() + 1e-6 * j->us_per_item[ith];
-            while (now_s() < until) {
-            }
-        }
+        if (j->us_per_item[ith] > 0) tu_spin_us(j->us_per_item[ith]);
     }
 }
 

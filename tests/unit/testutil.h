@@ -6,6 +6,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 
 static int tu_failures;
 
@@ -38,6 +39,20 @@ static inline int tu_report(const char *name) {
     else
         printf("%s: ok\n", name);
     return tu_failures ? 1 : 0;
+}
+
+/* Seconds on the monotonic clock. */
+static inline double tu_now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Busy for us microseconds of wall time: a thread made slow on purpose. */
+static inline void tu_spin_us(double us) {
+    double until = tu_now_s() + 1e-6 * us;
+    while (tu_now_s() < until) {
+    }
 }
 
 /* ||a-b|| / ||b|| in double */
