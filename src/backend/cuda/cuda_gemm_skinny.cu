@@ -104,16 +104,21 @@ __device__ static inline void sk_store(int64_t rw0, int m, int q, int i, int lan
     }
 }
 
-/* The accumulators zeroed, element by element (an initializer `= {}` compiled to other
- * code around them). */
-template <int NT> __device__ static inline void sk_zero(float (&acc)[SK_MT][NT][4]) {
+/* f(m, q, i) for every accumulator element [m][q][i] of a warp, unrolled. */
+template <int NT, typename F> __device__ static inline void sk_each(F f) {
 #pragma unroll
     for (int m = 0; m < SK_MT; m++)
 #pragma unroll
         for (int q = 0; q < NT; q++)
 #pragma unroll
             for (int i = 0; i < 4; i++)
-                acc[m][q][i] = 0.0f;
+                f(m, q, i);
+}
+
+/* The accumulators zeroed, element by element (an initializer `= {}` compiled to other
+ * code around them). */
+template <int NT> __device__ static inline void sk_zero(float (&acc)[SK_MT][NT][4]) {
+    sk_each<NT>([&](int m, int q, int i) { acc[m][q][i] = 0.0f; });
 }
 
 /* One chunk of 32 columns into acc: each token group's hi and lo fragments from the staged
@@ -159,25 +164,16 @@ __device__ static inline void sk_finish(const float (&acc)[SK_MT][NT][4], float 
     float *y = set.y[j];
     int64_t ldy = set.ldy[j];
     if (KS == 1) {
-#pragma unroll
-        for (int m = 0; m < SK_MT; m++)
-#pragma unroll
-            for (int q = 0; q < NT; q++)
-#pragma unroll
-                for (int i = 0; i < 4; i++)
-                    sk_store<US>(rw0, m, q, i, lane, acc[m][q][i], rows, n, y, ldy, set.acc,
-                                 unscale);
+        sk_each<NT>([&](int m, int q, int i) {
+            sk_store<US>(rw0, m, q, i, lane, acc[m][q][i], rows, n, y, ldy, set.acc, unscale);
+        });
         return;
     }
     /* element e = warp * PER + ((m * NT + q) * 4 + i) * 32 + lane */
     __syncthreads(); /* staging is over (also when this block had no chunk) */
-#pragma unroll
-    for (int m = 0; m < SK_MT; m++)
-#pragma unroll
-        for (int q = 0; q < NT; q++)
-#pragma unroll
-            for (int i = 0; i < 4; i++)
-                red[warp * PER + ((m * NT + q) * 4 + i) * 32 + lane] = acc[m][q][i];
+    sk_each<NT>([&](int m, int q, int i) {
+        red[warp * PER + ((m * NT + q) * 4 + i) * 32 + lane] = acc[m][q][i];
+    });
     cg::cluster_group cl = cg::this_cluster();
     cl.sync(); /* every block's sums are in its shared memory */
     const float *part[KS];
