@@ -33,8 +33,8 @@ struct ts_pool {
     void *ctx;
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    /* balanced jobs: each thread's share of the items, and the seconds its last call of fn
-     * took (written by that thread before it reports the job done) */
+    /* balanced jobs: each thread's share of the items, the seconds its last call of fn took
+     * (written by that thread before it reports the job done), and rebalance's scratch */
     double *share, *t_fn, *next;
 };
 
@@ -194,14 +194,12 @@ static void rebalance(ts_pool *pool, long n) {
         long lo, hi;
         ts_pool_share(pool, n, i, nth, &lo, &hi);
         if (hi <= lo || pool->t_fn[i] < BALANCE_MIN_S) return; /* nothing to learn */
-        total += (double)(hi - lo) / pool->t_fn[i];
+        pool->next[i] = (double)(hi - lo) / pool->t_fn[i];
+        total += pool->next[i];
     }
     double sum = 0.0;
     for (int i = 0; i < nth; i++) {
-        long lo, hi;
-        ts_pool_share(pool, n, i, nth, &lo, &hi);
-        double speed = (double)(hi - lo) / pool->t_fn[i] / total;
-        double s = (1.0 - BALANCE_RATE) * pool->share[i] + BALANCE_RATE * speed;
+        double s = (1.0 - BALANCE_RATE) * pool->share[i] + BALANCE_RATE * pool->next[i] / total;
         double lo_s = 0.5 / nth, hi_s = 1.5 / nth;
         pool->next[i] = s < lo_s ? lo_s : s > hi_s ? hi_s : s;
         sum += pool->next[i];

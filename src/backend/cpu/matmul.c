@@ -100,6 +100,7 @@ typedef struct {
     cpu_mm_fn fn;
     int64_t rows;
     int64_t align; /* thread ranges start at multiples of this */
+    long blocks;   /* rows / align, rounded up: what the threads divide */
     /* rows divided by the threads' measured speed (ts_pool_run_balanced), for a few tokens:
      * there a thread's time is its rows. With many, each thread also quantizes every token's
      * activations (a cost its share of the rows does not change, so a thread given fewer rows
@@ -110,12 +111,11 @@ typedef struct {
 
 static void mm_worker(void *ctx, int ith, int nth) {
     const mm_task *task = ctx;
-    long blocks = (long)((task->rows + task->align - 1) / task->align);
     long lo, hi;
     if (task->balanced)
-        ts_pool_share(task->pool, blocks, ith, nth, &lo, &hi);
+        ts_pool_share(task->pool, task->blocks, ith, nth, &lo, &hi);
     else
-        ts_split_range(blocks, ith, nth, &lo, &hi);
+        ts_split_range(task->blocks, ith, nth, &lo, &hi);
     int64_t r0 = lo * task->align, r1 = hi * task->align;
     if (r1 > task->rows) r1 = task->rows;
     if (r0 < r1) task->fn(&task->job, r0, r1);
@@ -147,11 +147,12 @@ void cpu_matmul(ts_pool *pool, cpu_isa isa, const ts_tensor *W, const float *x, 
         .pool = pool,
         .balanced = n_tok <= (k->few_tok > 1 ? k->few_tok : 1),
     };
+    task.blocks = (long)((rows + task.align - 1) / task.align);
     /* below a few thousand multiply-adds the wake-up of the workers costs more than it saves */
     if (rows * cols * n_tok < 32768 || rows <= task.align)
         mm_worker(&task, 0, 1);
     else if (task.balanced)
-        ts_pool_run_balanced(pool, mm_worker, &task, (long)((rows + task.align - 1) / task.align));
+        ts_pool_run_balanced(pool, mm_worker, &task, task.blocks);
     else
         ts_pool_run(pool, mm_worker, &task);
 }
