@@ -61,6 +61,9 @@ typedef struct cuda_ctx_s {
     bool attn_tile_opted;
     /* ... and the tensor-core GEMM's ring kernels theirs */
     bool skinny_ring_opted;
+    /* the recurrent delta rule's 128 x 128 heads through its kernel with a constant row stride
+     * (TESSERA_CUDA_GDN_DV=0: the general one, for comparisons) */
+    bool gdn_dv_const;
     /* the dynamic shared memory the chunked delta rule's kernels are allowed so far */
     size_t gdnc_smem_opted;
     cudaStream_t stream;

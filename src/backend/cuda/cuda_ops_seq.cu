@@ -523,8 +523,13 @@ void cuda_op_gdn_gates(ts_backend *be, const float *a, int64_t lda, const float 
 /* CL > 0: the gated RMSNorm of gated_rmsnorm on each token's output as well (gn: z, w, eps). The
  * CL blocks of a head (its d_v / 32 column groups) form a cluster: each puts its columns' sum of
  * squares in shared memory and reads the others' through the cluster, so every block scales its
- * own columns, and the output leaves the kernel normed (one launch less per layer). */
-template <int R, int CL>
+ * own columns, and the output leaves the kernel normed (one launch less per layer).
+ * DV > 0: d_v is DV and d_k is GDN_WARPS * R (the launcher checks): the state's row stride is a
+ * constant, so each of a thread's R loads and stores addresses its row as an offset from one
+ * pointer, and no row or column is out of range. With a runtime stride every row kept a 64-bit
+ * address of its own from load to store: 132 registers a thread for R = 32, three blocks a
+ * multiprocessor, too few loads in flight for the state's stream with many sequences. */
+template <int R, int CL, int DV = 0>
 __device__ static inline void gdn_reg(const float *q, const float *k, int64_t ldqk, const float *v,
                                       int64_t ldv, const float *g, const float *beta, int n,
                                       ts_gdn_dims d, float *state, float *out,
@@ -532,7 +537,7 @@ __device__ static inline void gdn_reg(const float *q, const float *k, int64_t ld
     __shared__ float qs[GDN_WARPS * R], ks[GDN_WARPS * R];
     __shared__ float red[2][GDN_WARPS][32];
     __shared__ float ssq[2]; /* this block's share of a token's sum of squares, by parity */
-    int dk = d.d_k, dv = d.d_v, Hv = d.n_v_heads;
+    int dk = DV ? GDN_WARPS * R : d.d_k, dv = DV ? DV : d.d_v, Hv = d.n_v_heads;
     if (runs) { /* blockIdx.z: the run */
         ts_seq_run r = runs[blockIdx.z];
         int64_t s = r.start;
@@ -545,10 +550,14 @@ __device__ static inline void gdn_reg(const float *q, const float *k, int64_t ld
     int c = blockIdx.x * 32 + lane, r0 = warp * R;
     bool col = c < dv;
     float *Sg = state + (int64_t)h * dk * dv;
+    float *Sr = Sg + (int64_t)r0 * dv + c; /* this thread's first row (DV: all its rows) */
     float S[R];
 #pragma unroll
     for (int j = 0; j < R; j++)
-        S[j] = col && r0 + j < dk ? Sg[(int64_t)(r0 + j) * dv + c] : 0.0f;
+        if (DV)
+            S[j] = Sr[j * DV];
+        else
+            S[j] = col && r0 + j < dk ? Sg[(int64_t)(r0 + j) * dv + c] : 0.0f;
     /* The run table and the state are read before the programmatic wait: no kernel writes the
      * table (a copy queued before this kernel, which a graph joins by a full edge) and the state
      * was last written by this kernel a step ago, while once this kernel runs at all, every
@@ -613,24 +622,27 @@ __device__ static inline void gdn_reg(const float *q, const float *k, int64_t ld
     }
 #pragma unroll
     for (int j = 0; j < R; j++)
-        if (col && r0 + j < dk) Sg[(int64_t)(r0 + j) * dv + c] = S[j];
+        if (DV)
+            Sr[j * DV] = S[j];
+        else if (col && r0 + j < dk)
+            Sg[(int64_t)(r0 + j) * dv + c] = S[j];
     /* the cluster's blocks read each other's shared memory until their last token */
     if constexpr (CL > 0) cg::this_cluster().sync();
 }
 
-template <int R>
+template <int R, int DV>
 __global__ static void k_gdn_reg(const float *q, const float *k, int64_t ldqk, const float *v,
                                  int64_t ldv, const float *g, const float *beta, int n,
                                  ts_gdn_dims d, float *state, float *out, const ts_seq_run *runs) {
-    gdn_reg<R, 0>(q, k, ldqk, v, ldv, g, beta, n, d, state, out, runs, ts_gated_norm{});
+    gdn_reg<R, 0, DV>(q, k, ldqk, v, ldv, g, beta, n, d, state, out, runs, ts_gated_norm{});
 }
 
-template <int R, int CL>
+template <int R, int CL, int DV>
 __global__ static void __cluster_dims__(CL, 1, 1)
     k_gdn_reg_norm(const float *q, const float *k, int64_t ldqk, const float *v, int64_t ldv,
                    const float *g, const float *beta, int n, ts_gdn_dims d, float *state,
                    float *out, const ts_seq_run *runs, ts_gated_norm gn) {
-    gdn_reg<R, CL>(q, k, ldqk, v, ldv, g, beta, n, d, state, out, runs, gn);
+    gdn_reg<R, CL, DV>(q, k, ldqk, v, ldv, g, beta, n, d, state, out, runs, gn);
 }
 
 /* One block per v-head, thread c owns column c of the head's [d_k][d_v] state; per token the
@@ -699,29 +711,31 @@ static bool gdn_launch(cuda_ctx *c, const float *q, const float *k, int64_t ldqk
      * 0.8B on an H200, 64 sequences 15180 -> 14233-14353 t/s, 8 sequences -1%; one +1.3%.) */
     int cl = gn && nr == 1 && (cols == 1 || cols == 2 || cols == 4) ? cols : 0;
     if (normed) *normed = cl > 0;
-#define REG_CL(R, CL)                                                                              \
-    cuda_launch(c, "gdn_norm", k_gdn_reg_norm<R, CL>, grid, 32 * GDN_WARPS, 0, q, k, ldqk, v, ldv, \
-                g, beta, n, *dims, state, out, runs, *gn)
-#define REG(R)                                                                                     \
+#define REG_CL(R, CL, DV)                                                                          \
+    cuda_launch(c, "gdn_norm", k_gdn_reg_norm<R, CL, DV>, grid, 32 * GDN_WARPS, 0, q, k, ldqk, v,  \
+                ldv, g, beta, n, *dims, state, out, runs, *gn)
+#define REG(R, DV)                                                                                 \
     do {                                                                                           \
         if (cl == 1)                                                                               \
-            REG_CL(R, 1);                                                                          \
+            REG_CL(R, 1, DV);                                                                      \
         else if (cl == 2)                                                                          \
-            REG_CL(R, 2);                                                                          \
+            REG_CL(R, 2, DV);                                                                      \
         else if (cl == 4)                                                                          \
-            REG_CL(R, 4);                                                                          \
+            REG_CL(R, 4, DV);                                                                      \
         else                                                                                       \
-            cuda_launch(c, "gdn", k_gdn_reg<R>, grid, 32 * GDN_WARPS, 0, q, k, ldqk, v, ldv, g,    \
-                        beta, n, *dims, state, out, runs);                                         \
+            cuda_launch(c, "gdn", k_gdn_reg<R, DV>, grid, 32 * GDN_WARPS, 0, q, k, ldqk, v, ldv,   \
+                        g, beta, n, *dims, state, out, runs);                                      \
     } while (0)
     if (dk <= 4 * 8)
-        REG(8);
+        REG(8, 0);
     else if (dk <= 4 * 16)
-        REG(16);
+        REG(16, 0);
+    else if (dk == 4 * 32 && dims->d_v == 128 && c->gdn_dv_const) /* the Qwen3.5 heads */
+        REG(32, 128);
     else if (dk <= 4 * 32)
-        REG(32);
+        REG(32, 0);
     else
-        REG(64);
+        REG(64, 0);
 #undef REG
 #undef REG_CL
     return true;
