@@ -105,9 +105,9 @@ __device__ static inline void sk_store(int64_t rw0, int m, int q, int i, int lan
 }
 
 /* f(m, q, i) for every accumulator element [m][q][i] of a warp, unrolled. */
-template <int NT, typename F> __device__ static inline void sk_each(F f) {
+template <int NT, int MT = SK_MT, typename F> __device__ static inline void sk_each(F f) {
 #pragma unroll
-    for (int m = 0; m < SK_MT; m++)
+    for (int m = 0; m < MT; m++)
 #pragma unroll
         for (int q = 0; q < NT; q++)
 #pragma unroll
@@ -117,23 +117,23 @@ template <int NT, typename F> __device__ static inline void sk_each(F f) {
 
 /* The accumulators zeroed, element by element (an initializer `= {}` compiled to other
  * code around them). */
-template <int NT> __device__ static inline void sk_zero(float (&acc)[SK_MT][NT][4]) {
-    sk_each<NT>([&](int m, int q, int i) { acc[m][q][i] = 0.0f; });
+template <int NT, int MT> __device__ static inline void sk_zero(float (&acc)[MT][NT][4]) {
+    sk_each<NT, MT>([&](int m, int q, int i) { acc[m][q][i] = 0.0f; });
 }
 
 /* One chunk of 32 columns into acc: each token group's hi and lo fragments from the staged
  * rows (xb: the NT * 8 hi rows, then the lo rows, STEP values apart; this thread's 16 bytes at
  * col) against the warp's weight fragments w, two mmas for each part into the same fp32
  * accumulators. */
-template <bool BF, int NT, int STEP>
-__device__ static inline void sk_chunk(float (&acc)[SK_MT][NT][4], const uint4 (&w)[SK_MT][2],
+template <bool BF, int NT, int STEP, int MT>
+__device__ static inline void sk_chunk(float (&acc)[MT][NT][4], const uint4 (&w)[MT][2],
                                        const uint16_t *xb, int g, int col) {
 #pragma unroll
     for (int q = 0; q < NT; q++) {
         uint4 hi = *(const uint4 *)(xb + (q * 8 + g) * STEP + col);
         uint4 lo = *(const uint4 *)(xb + (NT * 8 + q * 8 + g) * STEP + col);
 #pragma unroll
-        for (int m = 0; m < SK_MT; m++) {
+        for (int m = 0; m < MT; m++) {
             mma16816<BF>(acc[m][q], w[m][0].x, w[m][1].x, w[m][0].y, w[m][1].y, hi.x, hi.y);
             mma16816<BF>(acc[m][q], w[m][0].z, w[m][1].z, w[m][0].w, w[m][1].w, hi.z, hi.w);
             mma16816<BF>(acc[m][q], w[m][0].x, w[m][1].x, w[m][0].y, w[m][1].y, lo.x, lo.y);
@@ -152,26 +152,26 @@ __device__ static inline int sk_weight_of(const sk_set &set, int b) {
 
 /* The block's sums to y: stored (KS = 1), or summed over the cluster's KS blocks through
  * distributed shared memory, each block adding up a slice in a fixed order. red: the block's
- * shared memory, free again (its reads done), at least SK_WARPS * SK_MT * NT * 128 floats. */
-template <bool US, int NT, int KS>
-__device__ static inline void sk_finish(const float (&acc)[SK_MT][NT][4], float *red,
+ * shared memory, free again (its reads done), at least SK_WARPS * MT * NT * 128 floats. */
+template <bool US, int NT, int KS, int MT>
+__device__ static inline void sk_finish(const float (&acc)[MT][NT][4], float *red,
                                         const sk_set &set, int j, int64_t r0, int n,
                                         const float *unscale) {
-    constexpr int PER = SK_MT * NT * 4 * 32; /* accumulators of a warp */
+    constexpr int PER = MT * NT * 4 * 32; /* accumulators of a warp */
     constexpr int TOT = SK_WARPS * PER;
     int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    int64_t rows = set.rows[j], rw0 = r0 + warp * SK_MT * 16;
+    int64_t rows = set.rows[j], rw0 = r0 + warp * MT * 16;
     float *y = set.y[j];
     int64_t ldy = set.ldy[j];
     if (KS == 1) {
-        sk_each<NT>([&](int m, int q, int i) {
+        sk_each<NT, MT>([&](int m, int q, int i) {
             sk_store<US>(rw0, m, q, i, lane, acc[m][q][i], rows, n, y, ldy, set.acc, unscale);
         });
         return;
     }
     /* element e = warp * PER + ((m * NT + q) * 4 + i) * 32 + lane */
     __syncthreads(); /* staging is over (also when this block had no chunk) */
-    sk_each<NT>([&](int m, int q, int i) {
+    sk_each<NT, MT>([&](int m, int q, int i) {
         red[warp * PER + ((m * NT + q) * 4 + i) * 32 + lane] = acc[m][q][i];
     });
     cg::cluster_group cl = cg::this_cluster();
@@ -187,7 +187,7 @@ __device__ static inline void sk_finish(const float (&acc)[SK_MT][NT][4], float 
         for (int r = 1; r < KS; r++)
             s += part[r][e];
         int w = e / PER, f = e % PER, l = f & 31, i = (f >> 5) & 3, mq = f >> 7;
-        sk_store<US>(r0 + w * SK_MT * 16, mq / NT, mq % NT, i, l, s, rows, n, y, ldy, set.acc,
+        sk_store<US>(r0 + w * MT * 16, mq / NT, mq % NT, i, l, s, rows, n, y, ldy, set.acc,
                      unscale);
     }
     /* the blocks' shared memory stays until every slice has been read. A relaxed arrive: the
@@ -199,10 +199,11 @@ __device__ static inline void sk_finish(const float (&acc)[SK_MT][NT][4], float 
 
 /* x: [2n][cols] 16-bit, rows [0, n) the hi parts, [n, 2n) the lo parts, for F16 weights (fp16
  * parts) token t scaled by 1 / unscale[t]; the other types never read unscale (their kernels
- * compile as they did without it: a runtime test here cost 64 sequences of the 0.8B BF16 ~5%). NT token groups of 8 (n <= 8 NT); KS
- * blocks of a cluster split the columns; each step (a staging buffer, one synchronisation)
- * covers KC chunks of SK_CHUNK columns. */
-template <ts_dtype DT, int NT, int KS, int KC>
+ * compile as they did without it: a runtime test here cost 64 sequences of the 0.8B BF16 ~5%). NT
+ * token groups of 8 (n <= 8 NT); KS blocks of a cluster split the columns; each step (a staging
+ * buffer, one synchronisation) covers KC chunks of SK_CHUNK columns; MT 16-row tiles a warp (blocks
+ * of SK_WARPS * MT * 16 rows: MT = 1 where the GPU would be short of blocks, skinny_go). */
+template <ts_dtype DT, int NT, int KS, int KC, int MT = SK_MT>
 __global__ static void __cluster_dims__(1, KS, 1) __launch_bounds__(32 * SK_WARPS)
     k_skinny(sk_set set, size_t row_bytes, int64_t cols, const uint16_t *x, const float *unscale,
              int n, bool prefetch) {
@@ -211,14 +212,15 @@ __global__ static void __cluster_dims__(1, KS, 1) __launch_bounds__(32 * SK_WARP
     constexpr int XROWS = 2 * NT * 8;                /* staged rows: hi then lo of each token */
     constexpr int STEP = KC * SK_CHUNK;              /* columns a step */
     constexpr int XBUF = XROWS * STEP;               /* 16-bit values per staging buffer */
-    constexpr int PER = SK_MT * NT * 4 * 32;         /* accumulators of a warp */
+    constexpr int PER = MT * NT * 4 * 32;            /* accumulators of a warp */
     constexpr int TOT = SK_WARPS * PER;
+    constexpr int ROWS = SK_WARPS * MT * 16; /* rows a block */
     constexpr int BYTES = 4 * TOT > 2 * 2 * XBUF ? 4 * TOT : 2 * 2 * XBUF;
     __shared__ __align__(16) unsigned char smem[BYTES]; /* staging, then the cluster's sums */
     uint16_t *xs = (uint16_t *)smem;
     int j = sk_weight_of(set, blockIdx.x);
-    int64_t r0 = (int64_t)(blockIdx.x - set.first[j]) * SK_ROWS, rows = set.rows[j];
-    int64_t nrow = rows - r0 < SK_ROWS ? rows - r0 : SK_ROWS;
+    int64_t r0 = (int64_t)(blockIdx.x - set.first[j]) * ROWS, rows = set.rows[j];
+    int64_t nrow = rows - r0 < ROWS ? rows - r0 : ROWS;
     const uint8_t *W = set.W[j];
     int64_t nch = cols / STEP, c0 = nch * blockIdx.y / KS, c1 = nch * (blockIdx.y + 1) / KS;
     int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t4 = lane & 3;
@@ -234,21 +236,21 @@ __global__ static void __cluster_dims__(1, KS, 1) __launch_bounds__(32 * SK_WARP
     }
     /* the first step's weights before the programmatic wait (no kernel before this one writes
      * them): their latency overlaps the previous kernel's tail */
-    int64_t rw0 = r0 + warp * SK_MT * 16; /* this warp's first row */
-    const uint8_t *wr[SK_MT][2];
+    int64_t rw0 = r0 + warp * MT * 16; /* this warp's first row */
+    const uint8_t *wr[MT][2];
 #pragma unroll
-    for (int m = 0; m < SK_MT; m++)
+    for (int m = 0; m < MT; m++)
 #pragma unroll
         for (int h = 0; h < 2; h++) {
             int64_t r = rw0 + m * 16 + g + 8 * h;
             wr[m][h] = W + (r < rows ? r : rows - 1) * row_bytes; /* rows past the end: a copy */
         }
-    uint4 a[KC][SK_MT][2], an[KC][SK_MT][2];
+    uint4 a[KC][MT][2], an[KC][MT][2];
     if (c0 < c1)
 #pragma unroll
         for (int k = 0; k < KC; k++)
 #pragma unroll
-            for (int m = 0; m < SK_MT; m++)
+            for (int m = 0; m < MT; m++)
 #pragma unroll
                 for (int h = 0; h < 2; h++)
                     a[k][m][h] = sk_wload<DT>(wr[m][h], c0 * STEP + k * SK_CHUNK + t4 * 8);
@@ -274,7 +276,7 @@ __global__ static void __cluster_dims__(1, KS, 1) __launch_bounds__(32 * SK_WARP
         }
         cp_async_commit();
     };
-    float acc[SK_MT][NT][4];
+    float acc[MT][NT][4];
     sk_zero(acc);
     if (c0 < c1) stage(c0, 0);
     for (int64_t ch = c0; ch < c1; ch++) {
@@ -285,7 +287,7 @@ __global__ static void __cluster_dims__(1, KS, 1) __launch_bounds__(32 * SK_WARP
 #pragma unroll
             for (int k = 0; k < KC; k++)
 #pragma unroll
-                for (int m = 0; m < SK_MT; m++)
+                for (int m = 0; m < MT; m++)
 #pragma unroll
                     for (int h = 0; h < 2; h++)
                         an[k][m][h] =
@@ -304,11 +306,11 @@ __global__ static void __cluster_dims__(1, KS, 1) __launch_bounds__(32 * SK_WARP
 #pragma unroll
             for (int k = 0; k < KC; k++)
 #pragma unroll
-                for (int m = 0; m < SK_MT; m++)
+                for (int m = 0; m < MT; m++)
 #pragma unroll
                     for (int h = 0; h < 2; h++) a[k][m][h] = an[k][m][h];
     }
-    sk_finish<US, NT, KS>(acc, (float *)smem, set, j, r0, n, unscale);
+    sk_finish<US, NT, KS, MT>(acc, (float *)smem, set, j, r0, n, unscale);
 }
 
 /* 16-bit weights through a ring of SK_RING stages in shared memory: each step's 128 x 64
@@ -413,7 +415,7 @@ __global__ static void __cluster_dims__(1, KS, 1) __launch_bounds__(32 * SK_WARP
     if (KS == 1)
         __syncthreads(); /* every thread past the ring (sk_finish's cluster form
                           * synchronises before it reuses the space) */
-    sk_finish<US, NT, KS>(acc, (float *)sk_dyn, set, j, r0, n, unscale);
+    sk_finish<US, NT, KS, SK_MT>(acc, (float *)sk_dyn, set, j, r0, n, unscale);
 }
 
 bool cuda_skinny_fits(const cuda_wview *w, int n) {
@@ -473,6 +475,12 @@ static bool skinny_ring_go(cuda_ctx *c, const sk_set &set, int64_t cols, const u
     }
 }
 
+/* The first row block (grid x) of each weight of the set, blocks of `rows` rows. */
+static void sk_blocks(sk_set &set, int rows) {
+    for (int j = 0; j < set.nw; j++)
+        set.first[j + 1] = set.first[j] + (int)((set.rows[j] + rows - 1) / rows);
+}
+
 template <ts_dtype DT, int NT, int KS>
 static void skinny_go(cuda_ctx *c, const sk_set &set, int64_t cols, const uint16_t *x,
                       const float *us, int n) {
@@ -482,7 +490,21 @@ static void skinny_go(cuda_ctx *c, const sk_set &set, int64_t cols, const uint16
     /* the L2 prefetch for quantized weights only: for 16-bit ones it cost the BF16 0.8B's 8 / 64
      * sequences 9% / 4% and the 2B's 10% / 7% (H200), quantized ones were level */
     bool pf = c->prefetch && DT != TS_DTYPE_BF16 && DT != TS_DTYPE_F16;
-    if (c->skinny_kc == 2 && cols % (2 * SK_CHUNK) == 0)
+    bool kc2 = c->skinny_kc == 2 && cols % (2 * SK_CHUNK) == 0;
+    /* clusters of 8 that still leave the GPU short of blocks (the 0.8B's 1024-row matrices: 64
+     * blocks, one a multiprocessor): blocks of half the rows, twice as many, 148 registers a
+     * thread instead of 234 (TESSERA_CUDA_SKINNY_MT1=0: never). Each row's sums are the same
+     * either way. Taken for every cluster of 8 it was level (the gated MLPs' 448 blocks became
+     * 896); so was the cluster's size chosen by waves of blocks x steps (and 32 sequences -6%). */
+    if (KS == 8 && kc2 && c->skinny_mt1 && grid.x * KS < 2 * (unsigned)c->sm_count) {
+        sk_set half = set;
+        sk_blocks(half, SK_WARPS * 16);
+        grid.x = (unsigned)half.first[half.nw];
+        cuda_launch(c, "gemm_skinny", k_skinny<DT, NT, KS, 2, 1>, grid, 32 * SK_WARPS, 0, half, rb,
+                    cols, x, us, n, pf);
+        return;
+    }
+    if (kc2)
         cuda_launch(c, "gemm_skinny", k_skinny<DT, NT, KS, 2>, grid, 32 * SK_WARPS, 0, set, rb,
                     cols, x, us, n, pf);
     else
@@ -527,8 +549,8 @@ void cuda_skinny_gemm(cuda_ctx *c, const cuda_wview *w, int nw, const uint16_t *
         set.y[j] = y[j];
         set.rows[j] = w[j].rows;
         set.ldy[j] = ldy[j];
-        set.first[j + 1] = set.first[j] + (int)((w[j].rows + SK_ROWS - 1) / SK_ROWS);
     }
+    sk_blocks(set, SK_ROWS);
     int64_t cols = w[0].cols;
     switch (w[0].dtype) {
     case TS_DTYPE_BF16: skinny_nt<TS_DTYPE_BF16>(c, set, cols, x, unscale, n); break;

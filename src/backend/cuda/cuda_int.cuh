@@ -54,6 +54,9 @@ typedef struct cuda_ctx_s {
      * 64 sequences -6%, 8 about -3%); TESSERA_CUDA_SKINNY_RING=1 wherever the columns allow,
      * =0 never */
     int skinny_ring;
+    /* blocks of half the rows where clusters of 8 leave the GPU short (TESSERA_CUDA_SKINNY_MT1=0:
+     * never, for comparisons) */
+    bool skinny_mt1;
     /* quantized prefill above 64 tokens decodes the weights to bf16 for the tensor cores
      * (TESSERA_CUDA_QPREFILL_BF16=0: to fp32 for an exact fp32 GEMM) */
     bool qprefill_bf16;
