@@ -914,7 +914,8 @@ static float *host_of(ts_backend *be, const float *d, size_t n) {
  * (every row count here but 10000 and 20000 ends mid-block), token groups of 2, 4 and 8 (9..64
  * tokens, some groups partly empty); the residual add (matmul_add) and two weights in one
  * launch (matmul_n); and a width of 96 columns, not whole steps, which stays on the registers'
- * form. */
+ * form. The registers' form of the 1000 + 300 and 300-row launches (clusters of 8 that leave the
+ * GPU short) runs blocks of 64 rows, the ring blocks of 128: the bits compare the two tilings. */
 static void test_skinny_ring(bool quick) {
     ts_backend *ring = NULL, *ref = NULL;
     setenv("TESSERA_CUDA_SKINNY_RING", "1", 1); /* wherever it may */
