@@ -1,6 +1,7 @@
 /* tessera bench: prefill (pp) and decode (tg) tokens/s, llama-bench style: each test runs on a
  * fresh sequence, several repetitions, the median is reported. Decode is also set against the
- * memory-bandwidth roofline (weight bytes read per token ÷ measured read bandwidth).
+ * memory-bandwidth roofline (weight bytes read per token ÷ measured read bandwidth), and against
+ * one that also counts what a token reads and writes of the sequence's state.
  * --parallel B1,B2,... adds aggregate decode throughput with B sequences decoding together (one
  * token each per forward step, as a server running B streams does). */
 #include <stdio.h>
@@ -17,6 +18,16 @@ static int cmp_double(const void *a, const void *b) {
 static double median(double *v, int n) {
     qsort(v, (size_t)n, sizeof *v, cmp_double);
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* Bytes a decoded token moves besides the weights, averaged over tokens at positions depth ..
+ * depth + n_tg - 1: the recurrent state (conv and delta rule) read and written back, and the KV
+ * cache read up to the token and its own entry written. A slot's state is R + n K bytes for n
+ * positions of context, so R = 2 S(1) - S(2) and K = S(2) - S(1). */
+static double state_bytes_per_token(const ts_model *m, long depth, long n_tg) {
+    double s1 = (double)ts_model_state_bytes(m, 1), s2 = (double)ts_model_state_bytes(m, 2);
+    double rec = 2 * s1 - s2, kv = s2 - s1, pos = depth + (n_tg - 1) / 2.0;
+    return 2 * rec + (pos + 2) * kv;
 }
 
 /* Empties slot s and, for depth > 0, fills it with depth tokens of context (untimed), so that
@@ -178,6 +189,8 @@ int cmd_bench(int argc, char **argv) {
                 : ea.device == TS_DEVICE_CUDA ? ts_measure_device_bandwidth(0)
                                                  : ts_measure_read_bandwidth(ea.n_threads);
     double bound = bw > 0 ? bw * 1e9 / (double)info.weight_bytes : 0;
+    double sb = state_bytes_per_token(model, depth, n_tg > 0 ? n_tg : 1);
+    double bound_all = bw > 0 ? bw * 1e9 / ((double)info.weight_bytes + sb) : 0;
     if (json) {
         printf("{\"model\": \"%s\", \"arch\": \"%s\", \"dtype\": \"%s\", \"params\": %lld, "
                "\"weight_bytes_per_token\": %llu, \"backend\": \"%s\", \"repetitions\": %ld, "
@@ -185,11 +198,14 @@ int cmd_bench(int argc, char **argv) {
                "\"pp\": {\"n\": %ld, \"tokens_per_s\": %.2f, \"ttft_ms\": %.2f}, "
                "\"tg\": {\"n\": %ld, \"tokens_per_s\": %.3f, \"ms_per_token\": %.3f}, "
                "\"read_bandwidth_gbs\": %.2f, \"tg_bound_tokens_per_s\": %.2f, "
-               "\"tg_fraction_of_bound\": %.3f, \"batched\": [",
+               "\"tg_fraction_of_bound\": %.3f, \"state_bytes_per_token\": %.0f, "
+               "\"tg_bound_with_state_tokens_per_s\": %.2f, "
+               "\"tg_fraction_of_bound_with_state\": %.3f, \"batched\": [",
                ea.model_path, info.arch, info.weight_dtype, (long long)info.n_params,
                (unsigned long long)info.weight_bytes, ts_engine_describe(e), reps, depth, n_pp, pp_tps,
                t_pp * 1e3, n_tg, tg_tps, n_tg > 0 ? t_tg * 1e3 / n_tg : 0, bw, bound,
-               bound > 0 ? tg_tps / bound : 0);
+               bound > 0 ? tg_tps / bound : 0, sb, bound_all,
+               bound_all > 0 ? tg_tps / bound_all : 0);
         for (int bi = 0; bi < n_batches; bi++)
             printf("%s{\"sequences\": %d, \"tokens_per_s\": %.2f}", bi ? ", " : "", batches[bi],
                    agg[bi]);
@@ -212,9 +228,14 @@ int cmd_bench(int argc, char **argv) {
                    info.weight_dtype, info.n_params / 1e6, info.weight_bytes / 1e6,
                    ts_engine_describe(e), n_tg, at, batches[bi], agg[bi]);
         if (n_pp > 0) printf("\ntime to first token (pp%ld): %.1f ms\n", n_pp, t_pp * 1e3);
-        if (bw > 0)
+        if (bw > 0) {
             printf("memory read bandwidth %.1f GB/s -> decode bound %.2f t/s; tg reaches %.0f%%\n",
                    bw, bound, 100 * tg_tps / bound);
+            if (sb > 0)
+                printf("with the sequence's state (%.1f MB a token more: recurrent state read and "
+                       "written, KV cache read): bound %.2f t/s; tg reaches %.0f%%\n",
+                       sb / 1e6, bound_all, 100 * tg_tps / bound_all);
+        }
     }
 done:
     free(ids);

@@ -35,6 +35,24 @@ check "other seed, other tokens" "[ '$a' != '$c' ]"
 check "bench --json exit 0" "[ $? -eq 0 ]"
 check "bench --json is JSON with pp and tg" \
   "python3 -c 'import json,sys; d=json.load(open(\"$tmp/bench.json\")); assert d[\"pp\"][\"tokens_per_s\"] > 0 and d[\"tg\"][\"tokens_per_s\"] > 0'"
+# the state a decoded token reads and writes, from the fixture's config: each linear layer's
+# conv state ((K - 1) x conv channels) and delta-rule state (Hv x dk x dv) read and written, each
+# full layer's K and V rows read up to the token (positions 0..3: 1.5 on average) plus its own
+check "bench --json counts the sequence's state a token" \
+  "python3 -c '
+import json
+d = json.load(open(\"$tmp/bench.json\"))
+c = json.load(open(\"$M/config.json\")); c = c.get(\"text_config\", c)
+lin = sum(t == \"linear_attention\" for t in c[\"layer_types\"])
+full = len(c[\"layer_types\"]) - lin
+hk, hv = c[\"linear_num_key_heads\"], c[\"linear_num_value_heads\"]
+dk, dv = c[\"linear_key_head_dim\"], c[\"linear_value_head_dim\"]
+conv = (c[\"linear_conv_kernel_dim\"] - 1) * (2 * hk * dk + hv * dv)
+rec = lin * 4 * (conv + hv * dk * dv)
+kv = full * 4 * 2 * c[\"num_key_value_heads\"] * c[\"head_dim\"]
+want = 2 * rec + (1.5 + 2) * kv
+assert abs(d[\"state_bytes_per_token\"] - want) < 1, (d[\"state_bytes_per_token\"], want)
+'"
 "$BIN" bench -m "$M" -p 8 -n 4 -r 1 --depth 40 --json --no-bandwidth > "$tmp/bench_d.json" 2>&1
 check "bench --depth runs after that much context" \
   "python3 -c 'import json,sys; d=json.load(open(\"$tmp/bench_d.json\")); assert d[\"depth\"] == 40 and d[\"tg\"][\"tokens_per_s\"] > 0'"
