@@ -8,7 +8,8 @@
  * per GEMM, ~15% of its read bandwidth); and the activations, split in a 16-bit hi and lo part
  * for accuracy (cuda_matmul.cu), took two GEMMs, i.e. two reads of every weight.
  *
- * Layout of the work: a block of 4 warps owns 128 rows (two 16-row tiles per warp) and walks
+ * Layout of the work: a block of 4 warps owns 128 rows (two 16-row tiles per warp; 64 rows, one
+ * tile a warp, where even clusters of 8 blocks would leave the GPU short: skinny_go) and walks
  * its columns in steps of two chunks of 32 (one where the columns are not a multiple of 64).
  * Each step of the activations (hi and lo parts of every token) is staged once in shared memory
  * for the four warps, with asynchronous copies one step ahead; the weights come straight into
