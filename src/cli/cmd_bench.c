@@ -202,8 +202,8 @@ int cmd_bench(int argc, char **argv) {
                "\"tg_bound_with_state_tokens_per_s\": %.2f, "
                "\"tg_fraction_of_bound_with_state\": %.3f, \"batched\": [",
                ea.model_path, info.arch, info.weight_dtype, (long long)info.n_params,
-               (unsigned long long)info.weight_bytes, ts_engine_describe(e), reps, depth, n_pp, pp_tps,
-               t_pp * 1e3, n_tg, tg_tps, n_tg > 0 ? t_tg * 1e3 / n_tg : 0, bw, bound,
+               (unsigned long long)info.weight_bytes, ts_engine_describe(e), reps, depth, n_pp,
+               pp_tps, t_pp * 1e3, n_tg, tg_tps, n_tg > 0 ? t_tg * 1e3 / n_tg : 0, bw, bound,
                bound > 0 ? tg_tps / bound : 0, sb, bound_all,
                bound_all > 0 ? tg_tps / bound_all : 0);
         for (int bi = 0; bi < n_batches; bi++)
