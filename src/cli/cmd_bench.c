@@ -23,7 +23,9 @@ static double median(double *v, int n) {
 /* Bytes a decoded token moves besides the weights, averaged over tokens at positions depth ..
  * depth + n_tg - 1: the recurrent state (conv and delta rule) read and written back, and the KV
  * cache read up to the token and its own entry written. A slot's state is R + n K bytes for n
- * positions of context, so R = 2 S(1) - S(2) and K = S(2) - S(1). */
+ * positions of context, so R = 2 S(1) - S(2) and K = S(2) - S(1). Every layer's cache counts
+ * in full: a sliding-window layer (Gemma 3's local ones) reads only its window, so past that
+ * depth this is an upper bound on the bytes and the second roofline a lower one. */
 static double state_bytes_per_token(const ts_model *m, long depth, long n_tg) {
     double s1 = (double)ts_model_state_bytes(m, 1), s2 = (double)ts_model_state_bytes(m, 2);
     double rec = 2 * s1 - s2, kv = s2 - s1, pos = depth + (n_tg - 1) / 2.0;
