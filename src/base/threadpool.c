@@ -1,10 +1,11 @@
 #include "base/threadpool.h"
 
+#include "base/clock.h"
+
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
-#include <time.h>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -43,12 +44,6 @@ struct ts_pool {
 #define BALANCE_RATE  0.1
 #define BALANCE_MIN_S 20e-6
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static void *worker_main(void *p) {
     worker_arg *a = p;
     ts_pool *pool = a->pool;
@@ -69,9 +64,9 @@ static void *worker_main(void *p) {
         }
         if (atomic_load_explicit(&pool->stop, memory_order_acquire)) break;
         seen = g;
-        double t0 = now_s();
+        double t0 = ts_now_s();
         pool->fn(pool->ctx, a->ith, pool->n);
-        pool->t_fn[a->ith] = now_s() - t0;
+        pool->t_fn[a->ith] = ts_now_s() - t0;
         atomic_fetch_sub_explicit(&pool->pending, 1, memory_order_acq_rel);
     }
     return NULL;
@@ -151,9 +146,9 @@ void ts_pool_run(ts_pool *pool, ts_pool_fn fn, void *ctx) {
     atomic_fetch_add_explicit(&pool->gen, 1, memory_order_release);
     pthread_cond_broadcast(&pool->cv);
     pthread_mutex_unlock(&pool->mu);
-    double t0 = now_s();
+    double t0 = ts_now_s();
     fn(ctx, 0, pool->n);
-    pool->t_fn[0] = now_s() - t0;
+    pool->t_fn[0] = ts_now_s() - t0;
     /* spin while the others finish; yield when it takes long, so a descheduled worker (more
      * threads than free cores) can run instead of us burning its core */
     for (long spins = 0; atomic_load_explicit(&pool->pending, memory_order_acquire) > 0; spins++) {

@@ -1,16 +1,13 @@
 #include "serve/job.h"
 
-#include <stdlib.h>
-#include <time.h>
-
+#include "base/clock.h"
 #include "base/status.h"
 #include "serve/openai.h"
 
-double serve_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
+#include <stdlib.h>
+#include <time.h>
+
+double serve_now(void) { return ts_now_s(); }
 
 ts_status serve_job_create(serve_job **out) {
     serve_job *j = calloc(1, sizeof *j);

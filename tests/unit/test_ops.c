@@ -396,13 +396,13 @@ static int bench(void) {
         ts_backend *be;
         if (ts_backend_cpu_create(threads, -1, &be) != TS_OK) return 1;
         for (int round = 0; round < 2; round++) {
-            double t0 = tu_now_s();
+            double t0 = ts_now_s();
             for (int r = 0; r < REPS; r++) be->ops->conv1d_silu(be, x, C, 1, C, K, w, st, o, C);
-            double t1 = tu_now_s();
+            double t1 = ts_now_s();
             for (int r = 0; r < REPS / 4; r++)
                 be->ops->gdn(be, x, x + HK * DK, 2L * HK * DK, x + 2 * HK * DK, HV * DV, g, beta,
                              1, &d, S, go, false);
-            double t2 = tu_now_s();
+            double t2 = ts_now_s();
             printf("%s, %d thread%s: conv1d_silu 1 x %d x %d taps %.2f us, delta rule step "
                    "%d heads of %dx%d %.2f us\n", ts_backend_cpu_isa_name(be), threads,
                    threads > 1 ? "s" : "", C, K, (t1 - t0) / REPS * 1e6, HV, DK, DV,

@@ -3,10 +3,11 @@
 #ifndef TS_TESTUTIL_H
 #define TS_TESTUTIL_H
 
+#include "base/clock.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
 
 static int tu_failures;
 
@@ -41,17 +42,10 @@ static inline int tu_report(const char *name) {
     return tu_failures ? 1 : 0;
 }
 
-/* Seconds on the monotonic clock. */
-static inline double tu_now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* Busy for us microseconds of wall time: a thread made slow on purpose. */
 static inline void tu_spin_us(double us) {
-    double until = tu_now_s() + 1e-6 * us;
-    while (tu_now_s() < until) {
+    double until = ts_now_s() + 1e-6 * us;
+    while (ts_now_s() < until) {
     }
 }
 

@@ -2,13 +2,13 @@
  * gives the sustainable read rate of the memory system for this thread count. */
 #include "backend/cpu/bandwidth.h"
 
+#include "backend/cpu/matmul.h"
+#include "backend/cpu/matmul_int.h"
+#include "base/clock.h"
+
 #include <stdint.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <time.h>
-
-#include "backend/cpu/matmul.h"
-#include "backend/cpu/matmul_int.h"
 
 #define BW_SLICE_ALIGN 4096 /* slices start on page (and so cache-line) boundaries */
 
@@ -46,12 +46,6 @@ static void bw_worker(void *ctx, int ith, int nth) {
     task->sums[ith] = s;
 }
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 double cpu_measure_read_bandwidth(ts_pool *pool, size_t bytes, int reps) {
     bytes -= bytes % BW_SLICE_ALIGN;
     if (bytes == 0) return 0.0;
@@ -67,9 +61,9 @@ double cpu_measure_read_bandwidth(ts_pool *pool, size_t bytes, int reps) {
     double best = 0.0;
     uint64_t check = 0;
     for (int r = 0; r < (reps > 0 ? reps : 1); r++) {
-        double t0 = now_s();
+        double t0 = ts_now_s();
         ts_pool_run(pool, bw_worker, &task);
-        double dt = now_s() - t0;
+        double dt = ts_now_s() - t0;
         for (int i = 0; i < ts_pool_size(pool); i++) check += task.sums[i];
         double gbs = (double)bytes / dt * 1e-9;
         if (gbs > best) best = gbs;
