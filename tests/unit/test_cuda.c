@@ -906,32 +906,41 @@ static float *host_of(ts_backend *be, const float *d, size_t n) {
 }
 
 /* The tensor-core GEMM's ring form for 16-bit weights (cuda_gemm_skinny.cu's k_skinny_ring:
- * weights and activations by cp.async into a ring of stages) against its registers' form (a
- * second backend made with TESSERA_CUDA_SKINNY_RING=0). Both issue the same mmas in the same
- * order, so the sums must be the same bits; and both the CPU's fp32 product within the bound.
- * The shapes take, on an H200 (132 multiprocessors), clusters of 1, 2, 4 and 8 blocks (40000,
- * 20000, 10000 and 1000 rows), 2 to 10 steps of 64 columns a block, a last row block cut short
- * (every row count here but 10000 and 20000 ends mid-block), token groups of 2, 4 and 8 (9..64
- * tokens, some groups partly empty); the residual add (matmul_add) and two weights in one
- * launch (matmul_n); and a width of 96 columns, not whole steps, which stays on the registers'
- * form. The registers' form of the 1000 + 300 and 300-row launches (clusters of 8 that leave the
- * GPU short) runs blocks of 64 rows, the ring blocks of 128: the bits compare the two tilings. */
+ * weights and activations by cp.async into a ring of stages) against its registers' form. Three
+ * backends: the ring wherever it may (TESSERA_CUDA_SKINNY_RING=1), the default without the
+ * 17-32-token ring (=0: the short grids below take the deep ring, 64-row blocks with every step
+ * in flight) and the registers' form everywhere (=0 and TESSERA_CUDA_SKINNY_DEEP=0). All issue
+ * the same mmas in the same order, so the sums must be the same bits; and all the CPU's fp32
+ * product within the bound. The shapes take, on an H200 (132 multiprocessors), clusters of 1,
+ * 2, 4 and 8 blocks (40000, 20000, 10000 and 1000 rows), 2 to 10 steps of 64 columns a block, a
+ * last row block cut short (every row count here but 10000 and 20000 ends mid-block), token
+ * groups of 2, 4 and 8 (9..64 tokens, some groups partly empty); the residual add (matmul_add)
+ * and two weights in one launch (matmul_n); and a width of 96 columns, not whole steps, which
+ * stays on the registers' form. The 1000 + 300, 700 and 300-row launches are clusters of 8 that
+ * leave the GPU short: blocks of 64 rows but in the first backend (128, the ring's), so the bits
+ * compare the two tilings too; the 700 rows' 9 steps a block go round the deep ring. */
 static void test_skinny_ring(bool quick) {
-    ts_backend *ring = NULL, *ref = NULL;
-    setenv("TESSERA_CUDA_SKINNY_RING", "1", 1); /* wherever it may */
-    ts_status st = ts_backend_cuda_create(0, &ring);
-    setenv("TESSERA_CUDA_SKINNY_RING", "0", 1);
-    if (st == TS_OK) st = ts_backend_cuda_create(0, &ref);
+    ts_backend *bes[3] = {NULL, NULL, NULL};
+    static const char *ring_env[3] = {"1", "0", "0"}, *deep_env[3] = {"1", "1", "0"};
+    ts_status st = TS_OK;
+    for (int b = 0; b < 3 && st == TS_OK; b++) {
+        setenv("TESSERA_CUDA_SKINNY_RING", ring_env[b], 1);
+        setenv("TESSERA_CUDA_SKINNY_DEEP", deep_env[b], 1);
+        st = ts_backend_cuda_create(0, &bes[b]);
+    }
     unsetenv("TESSERA_CUDA_SKINNY_RING");
+    unsetenv("TESSERA_CUDA_SKINNY_DEEP");
     CHECK(st == TS_OK);
     if (st != TS_OK) {
-        if (ring) ts_backend_free(ring);
+        for (int b = 0; b < 3; b++)
+            if (bes[b]) ts_backend_free(bes[b]);
         return;
     }
     ts_dtype dts[] = {TS_DTYPE_BF16, TS_DTYPE_F16};
     static const int shapes[][3] = {/* rows, cols, rows of a second weight in the launch */
                                     {40000, 640, 0},   {20000, 640, 0}, {10000, 1024, 0},
-                                    {1000, 2048, 300}, {300, 1024, 0},  {1000, 96, 0}};
+                                    {1000, 2048, 300}, {300, 1024, 0},  {1000, 96, 0},
+                                    {700, 4608, 0}};
     int ns[] = {9, 16, 17, 40, 64};
     for (size_t di = 0; di < sizeof dts / sizeof *dts; di++)
         for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
@@ -948,7 +957,7 @@ static void test_skinny_ring(bool quick) {
             for (size_t ni = 0; ni < sizeof ns / sizeof *ns; ni++) {
                 int n = ns[ni];
                 bool add = ni & 1; /* every other token count with the residual add */
-                float *x = rnd((size_t)n * cols, 1.0f), *y0[2], *want[2], *got[2][2];
+                float *x = rnd((size_t)n * cols, 1.0f), *y0[2], *want[2], *got[3][2];
                 for (int j = 0; j < nw; j++) { /* the CPU's y0 + W x (y0 zero without the add) */
                     y0[j] = rnd((size_t)n * rs[j], add ? 1.0f : 0.0f);
                     want[j] = calloc((size_t)n * rs[j], 4);
@@ -956,8 +965,8 @@ static void test_skinny_ring(bool quick) {
                     for (size_t i = 0; i < (size_t)n * rs[j]; i++)
                         want[j][i] += y0[j][i];
                 }
-                for (int b = 0; b < 2; b++) { /* b = 0: the ring, 1: the registers' form */
-                    ts_backend *be = b ? ref : ring;
+                for (int b = 0; b < 3; b++) {
+                    ts_backend *be = bes[b];
                     float *dx = be->ops->alloc(be, (size_t)n * cols * 4), *dy[2];
                     be->ops->upload(be, dx, x, (size_t)n * cols * 4);
                     for (int j = 0; j < nw; j++) {
@@ -982,20 +991,23 @@ static void test_skinny_ring(bool quick) {
                     snprintf(what, sizeof what, "skinny ring %s %dx%d (weight %d) n=%d%s",
                              ts_dtype_name(dts[di]), rs[j], cols, j, n, add ? " add" : "");
                     size_t cnt = (size_t)n * rs[j];
-                    CHECKF(memcmp(got[0][j], got[1][j], cnt * 4) == 0,
-                           "%s: not the registers' form's bits", what);
-                    double rel = tu_rel_l2(got[0][j], want[j], (long)cnt);
-                    CHECKF(rel <= gemm_tol(dts[di], n), "%s: rel L2 %.3g", what, rel);
+                    for (int b = 0; b < 2; b++) {
+                        CHECKF(memcmp(got[b][j], got[2][j], cnt * 4) == 0,
+                               "%s: backend %d not the registers' form's bits", what, b);
+                        double rel = tu_rel_l2(got[b][j], want[j], (long)cnt);
+                        CHECKF(rel <= gemm_tol(dts[di], n), "%s: backend %d rel L2 %.3g", what, b,
+                               rel);
+                    }
                 }
                 for (int j = 0; j < nw; j++)
-                    free(y0[j]), free(want[j]), free(got[0][j]), free(got[1][j]);
+                    free(y0[j]), free(want[j]), free(got[0][j]), free(got[1][j]), free(got[2][j]);
                 free(x);
             }
             for (int j = 0; j < nw; j++)
                 kept_extra((void *)W[j].data), free(f[j]);
         }
-    ts_backend_free(ring);
-    ts_backend_free(ref);
+    for (int b = 0; b < 3; b++)
+        ts_backend_free(bes[b]);
 }
 
 /* One token of quantized weights in cuda_gemv_one.cu's kernel (1, 2, 4 or 8 units of 32

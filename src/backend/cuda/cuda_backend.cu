@@ -190,6 +190,7 @@ extern "C" ts_status ts_backend_cuda_create(int device, ts_backend **out) {
     c->qprefill_bf16 = !cuda_env_off("TESSERA_CUDA_QPREFILL_BF16");
     c->gdn_dv_const = !cuda_env_off("TESSERA_CUDA_GDN_DV");
     c->skinny_mt1 = !cuda_env_off("TESSERA_CUDA_SKINNY_MT1");
+    c->skinny_deep = !cuda_env_off("TESSERA_CUDA_SKINNY_DEEP");
     be->ops = &cuda_ops;
     be->ctx = c;
     if ((err = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) != cudaSuccess) {

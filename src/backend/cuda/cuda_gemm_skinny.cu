@@ -14,7 +14,8 @@
  * Each step of the activations (hi and lo parts of every token) is staged once in shared memory
  * for the four warps, with asynchronous copies one step ahead; the weights come straight into
  * registers, also a step ahead (k_skinny) - or, for 16-bit weights and 17-32 tokens, both come
- * into a ring of three stages in shared memory, two steps ahead (k_skinny_ring). A chunk is two
+ * into a ring of three stages in shared memory, two steps ahead (k_skinny_ring; for 9-16 tokens
+ * in the 64-row blocks, a ring of eight stages, seven steps ahead). A chunk is two
  * mma.m16n8k16 per tile and token group, each for hi and lo into the same fp32 accumulators. (One
  * chunk a step left the weight loads of a single chunk in flight per synchronisation: 8 sequences
  * of the 0.8B ran 3.5k t/s BF16 and 2.5k Q4_K_M against 3.9k and 2.8k with two; the sums are the
@@ -170,26 +171,64 @@ __device__ static inline void sk_finish(const float (&acc)[MT][NT][4], float *re
         });
         return;
     }
-    /* element e = warp * PER + ((m * NT + q) * 4 + i) * 32 + lane */
+    /* element e = warp * PER + ((m * NT + q) * 4 + i) * 32 + lane; this thread sums EL of
+     * them, V consecutive ones (lanes of one row, V tokens) at a time */
+    constexpr int THREADS = 32 * SK_WARPS, EL = TOT / KS / THREADS, V = EL >= 4 ? 4 : EL;
+    static_assert(EL * KS * THREADS == TOT && EL % V == 0, "whole groups a thread");
     __syncthreads(); /* staging is over (also when this block had no chunk) */
     sk_each<NT, MT>([&](int m, int q, int i) {
         red[warp * PER + ((m * NT + q) * 4 + i) * 32 + lane] = acc[m][q][i];
     });
     cg::cluster_group cl = cg::this_cluster();
+    int rank = (int)cl.block_rank();
+    auto elem = [&](int k) { return rank * (TOT / KS) + (tid + k / V * THREADS) * V + k % V; };
+    auto where = [&](int e, int64_t &row, int &tok) {
+        int w = e / PER, f = e % PER, l = f & 31, i = (f >> 5) & 3, mq = f >> 7;
+        row = r0 + w * MT * 16 + mq / NT * 16 + (l >> 2) + (i >= 2 ? 8 : 0);
+        tok = mq % NT * 8 + (l & 3) * 2 + (i & 1);
+        return row < rows && tok < n;
+    };
+    /* the residual's old values first: their loads overlap the cluster's barrier (no other
+     * thread writes these elements, and the previous kernel is done: cuda_pdl_entry) */
+    float old[EL];
+#pragma unroll
+    for (int k = 0; k < EL; k++) {
+        int64_t row;
+        int tok;
+        old[k] = set.acc && where(elem(k), row, tok) ? y[(int64_t)tok * ldy + row] : 0.0f;
+    }
     cl.sync(); /* every block's sums are in its shared memory */
     const float *part[KS];
 #pragma unroll
     for (int r = 0; r < KS; r++)
         part[r] = cl.map_shared_rank(red, r);
-    int rank = (int)cl.block_rank();
-    for (int e = rank * (TOT / KS) + tid; e < (rank + 1) * (TOT / KS); e += 32 * SK_WARPS) {
-        float s = part[0][e];
+    /* every load of the slice at once (they were a round trip each, element after element),
+     * then the sums in the blocks' order, as before */
+    float sum[EL];
 #pragma unroll
-        for (int r = 1; r < KS; r++)
-            s += part[r][e];
-        int w = e / PER, f = e % PER, l = f & 31, i = (f >> 5) & 3, mq = f >> 7;
-        sk_store<US>(r0 + w * MT * 16, mq / NT, mq % NT, i, l, s, rows, n, y, ldy, set.acc,
-                     unscale);
+    for (int r = 0; r < KS; r++)
+#pragma unroll
+        for (int k = 0; k < EL; k += V) {
+            float v[V];
+            if constexpr (V == 4)
+                *(float4 *)v = *(const float4 *)(part[r] + elem(k));
+            else if constexpr (V == 2)
+                *(float2 *)v = *(const float2 *)(part[r] + elem(k));
+            else
+                v[0] = part[r][elem(k)];
+#pragma unroll
+            for (int u = 0; u < V; u++)
+                sum[k + u] = r ? sum[k + u] + v[u] : v[u];
+        }
+#pragma unroll
+    for (int k = 0; k < EL; k++) {
+        int64_t row;
+        int tok;
+        if (where(elem(k), row, tok)) {
+            float v = sum[k];
+            if (US) v *= unscale[tok];
+            y[(int64_t)tok * ldy + row] = set.acc ? old[k] + v : v;
+        }
     }
     /* the blocks' shared memory stays until every slice has been read. A relaxed arrive: the
      * reads are done (their sums are stored above), and cluster.sync()'s release would add a
@@ -327,25 +366,32 @@ __global__ static void __cluster_dims__(1, KS, 1) __launch_bounds__(32 * SK_WARP
  * on their loads either way; so skinny_ring_go takes it for 17-32 tokens only. */
 #define SK_RING 3
 
-template <int NT> __host__ __device__ constexpr int sk_ring_bytes() {
-    return SK_RING * (SK_ROWS + 2 * NT * 8) * 2 * SK_CHUNK * 2;
+/* Dynamic shared memory of the ring: D stages of (rows a block + 16 NT) rows of 128 bytes. */
+template <int NT, int MT = SK_MT, int D = SK_RING>
+__host__ __device__ constexpr int sk_ring_bytes() {
+    return D * (SK_WARPS * MT * 16 + 2 * NT * 8) * 2 * SK_CHUNK * 2;
 }
 
-template <ts_dtype DT, int NT, int KS>
+/* MT: 16-row tiles a warp, as k_skinny's; D: the ring's stages, D - 1 steps in flight. The
+ * 64-row blocks of 9-16 tokens take D = 8 (skinny_deep_go): up to 7 steps of a block's share of
+ * the columns in flight at once. */
+template <ts_dtype DT, int NT, int KS, int MT = SK_MT, int D = SK_RING>
 __global__ static void __cluster_dims__(1, KS, 1) __launch_bounds__(32 * SK_WARPS)
     k_skinny_ring(sk_set set, size_t row_bytes, int64_t cols, const uint16_t *x,
                   const float *unscale, int n) {
     constexpr bool BF = DT != TS_DTYPE_F16, US = !BF;
     constexpr int KC = 2, STEP = KC * SK_CHUNK; /* columns a step: 128-byte rows */
     constexpr int XROWS = 2 * NT * 8;           /* hi then lo of each token */
-    constexpr int WTILE = SK_ROWS * STEP, STAGE = WTILE + XROWS * STEP; /* 16-bit values */
+    constexpr int ROWS = SK_WARPS * MT * 16;    /* rows a block */
+    constexpr int WTILE = ROWS * STEP, STAGE = WTILE + XROWS * STEP; /* 16-bit values */
     constexpr int THREADS = 32 * SK_WARPS;
-    static_assert(SK_ROWS * 8 % THREADS == 0 && XROWS * 8 % THREADS == 0, "whole rounds");
-    static_assert(SK_WARPS * SK_MT * NT * 128 * 4 <= sk_ring_bytes<NT>(), "room for the sums");
+    static_assert(ROWS * 8 % THREADS == 0 && XROWS * 8 % THREADS == 0, "whole rounds");
+    static_assert(SK_WARPS * MT * NT * 128 * 4 <= sk_ring_bytes<NT, MT, D>(), "room for the sums");
+    static_assert(D >= 3, "two steps in flight at least");
     extern __shared__ __align__(16) unsigned char sk_dyn[];
     uint16_t *ring = (uint16_t *)sk_dyn;
     int j = sk_weight_of(set, blockIdx.x);
-    int64_t r0 = (int64_t)(blockIdx.x - set.first[j]) * SK_ROWS, rows = set.rows[j];
+    int64_t r0 = (int64_t)(blockIdx.x - set.first[j]) * ROWS, rows = set.rows[j];
     const uint8_t *W = set.W[j];
     int64_t nch = cols / STEP, c0 = nch * blockIdx.y / KS;
     int steps = (int)(nch * (blockIdx.y + 1) / KS - c0);
@@ -353,10 +399,10 @@ __global__ static void __cluster_dims__(1, KS, 1) __launch_bounds__(32 * SK_WARP
 
     /* step s's weights into its stage: 8 pieces of 16 bytes a row, rows past the end zero */
     auto stage_w = [&](int s) {
-        uint16_t *dst = ring + (s % SK_RING) * STAGE;
+        uint16_t *dst = ring + (s % D) * STAGE;
         size_t col = (size_t)(c0 + s) * STEP * 2;
 #pragma unroll
-        for (int i = 0; i < SK_ROWS * 8 / THREADS; i++) {
+        for (int i = 0; i < ROWS * 8 / THREADS; i++) {
             int p = tid + i * THREADS, row = p / 8, piece = p % 8;
             bool ok = r0 + row < rows;
             const uint8_t *src = ok ? W + (r0 + row) * row_bytes + col + piece * 16 : W;
@@ -365,7 +411,7 @@ __global__ static void __cluster_dims__(1, KS, 1) __launch_bounds__(32 * SK_WARP
     };
     /* step s's activations after them, as k_skinny stages them: tokens past n zero */
     auto stage_x = [&](int s) {
-        uint16_t *dst = ring + (s % SK_RING) * STAGE + WTILE;
+        uint16_t *dst = ring + (s % D) * STAGE + WTILE;
 #pragma unroll
         for (int i = 0; i < XROWS * 8 / THREADS; i++) {
             int p = tid + i * THREADS, row = p / 8, piece = p % 8, part = row / (NT * 8),
@@ -376,39 +422,41 @@ __global__ static void __cluster_dims__(1, KS, 1) __launch_bounds__(32 * SK_WARP
             cp_async16(dst + row * STEP + sk_piece<KC>(piece, row) * 8, src, ok);
         }
     };
-    /* groups: W0, W1, X0, X1, then one a step (steps s + 2); a step waits for all but the
-     * newest, which holds what it needs and nothing later than the next step */
-    if (steps > 0) stage_w(0);
-    cp_async_commit();
-    if (steps > 1) stage_w(1);
-    cp_async_commit();
+    /* groups: W0 .. W(D-2), X0 .. X(D-2), then one a step (steps s + D - 1); a step waits for
+     * all but the newest D - 2, which hold nothing it needs */
+#pragma unroll
+    for (int i = 0; i < D - 1; i++) {
+        if (steps > i) stage_w(i);
+        cp_async_commit();
+    }
     cuda_pdl_entry();
-    if (steps > 0) stage_x(0);
-    cp_async_commit();
-    if (steps > 1) stage_x(1);
-    cp_async_commit();
+#pragma unroll
+    for (int i = 0; i < D - 1; i++) {
+        if (steps > i) stage_x(i);
+        cp_async_commit();
+    }
 
-    float acc[SK_MT][NT][4];
+    float acc[MT][NT][4];
     sk_zero(acc);
     for (int s = 0; s < steps; s++) {
-        cp_async_wait<1>();
-        __syncthreads();     /* step s is in for every thread; every warp is done with step s - 1 */
-        if (s + 2 < steps) { /* into step s - 1's stage */
-            stage_w(s + 2);
-            stage_x(s + 2);
+        cp_async_wait<D - 2>();
+        __syncthreads(); /* step s is in for every thread; every warp is done with step s - 1 */
+        if (s + D - 1 < steps) { /* into step s - 1's stage */
+            stage_w(s + D - 1);
+            stage_x(s + D - 1);
         }
         cp_async_commit();
-        const uint16_t *ws = ring + (s % SK_RING) * STAGE, *xb = ws + WTILE;
+        const uint16_t *ws = ring + (s % D) * STAGE, *xb = ws + WTILE;
 #pragma unroll
         for (int k = 0; k < KC; k++) {
             int col = sk_piece<KC>(k * 4 + t4, g) * 8; /* every row read here has g's parity */
-            uint4 w[SK_MT][2];
+            uint4 w[MT][2];
 #pragma unroll
-            for (int m = 0; m < SK_MT; m++)
+            for (int m = 0; m < MT; m++)
 #pragma unroll
                 for (int h = 0; h < 2; h++)
-                    w[m][h] = *(
-                        const uint4 *)(ws + (warp * SK_MT * 16 + m * 16 + h * 8 + g) * STEP + col);
+                    w[m][h] =
+                        *(const uint4 *)(ws + (warp * MT * 16 + m * 16 + h * 8 + g) * STEP + col);
             sk_chunk<BF, NT, STEP>(acc, w, xb, g, col);
         }
     }
@@ -416,7 +464,7 @@ __global__ static void __cluster_dims__(1, KS, 1) __launch_bounds__(32 * SK_WARP
     if (KS == 1)
         __syncthreads(); /* every thread past the ring (sk_finish's cluster form
                           * synchronises before it reuses the space) */
-    sk_finish<US, NT, KS, SK_MT>(acc, (float *)sk_dyn, set, j, r0, n, unscale);
+    sk_finish<US, NT, KS, MT>(acc, (float *)sk_dyn, set, j, r0, n, unscale);
 }
 
 bool cuda_skinny_fits(const cuda_wview *w, int n) {
@@ -476,6 +524,44 @@ static bool skinny_ring_go(cuda_ctx *c, const sk_set &set, int64_t cols, const u
     }
 }
 
+/* The ring's stages for skinny_deep_go: 7 steps in flight, a 1024-row GEMM's whole share of a
+ * 3584-column matrix in clusters of 8 (96 KB of shared memory for 9-16 tokens). */
+#define SK_DEEP 8
+
+/* 64-row blocks of 16-bit weights (skinny_go's short grids) through the ring with D = SK_DEEP:
+ * k_skinny's 64-row form has one step of loads in flight per synchronisation, and with about
+ * one block a multiprocessor each step waits for its loads. The same mmas in the same order:
+ * the same sums, bit for bit. 8 and 16 sequences of the 0.8B BF16 on an H200 +4-5% (the same
+ * binary, TESSERA_CUDA_SKINNY_DEEP=0 against default; bench/RESULTS.md). False where it is off
+ * or the device refuses its shared memory. */
+template <ts_dtype DT, int NT>
+static bool skinny_deep_go(cuda_ctx *c, const sk_set &half, int64_t cols, const uint16_t *x,
+                           const float *us, int n, dim3 grid) {
+    if constexpr (DT != TS_DTYPE_BF16 && DT != TS_DTYPE_F16) {
+        return false;
+    } else {
+        constexpr int bytes = sk_ring_bytes<NT, 1, SK_DEEP>();
+        constexpr unsigned bit = 1u << ((DT == TS_DTYPE_F16 ? 4 : 0) + (NT == 8 ? 2 : NT / 2 - 1));
+        auto k = k_skinny_ring<DT, NT, 8, 1, SK_DEEP>;
+        /* token groups of 2 (9-16 tokens) only: for 64 tokens it measured slower (the 0.8B's
+         * 1024-row GEMMs 13.5 / 18.3 -> 28.7 / 40.0 us under ncu, 64 sequences -16%) */
+        if (NT != 2 || !c->skinny_deep || cols % (2 * SK_CHUNK)) return false;
+        if (!(c->skinny_deep_opted & bit)) {
+            if (bytes > c->smem_optin ||
+                cudaFuncSetAttribute((const void *)k, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     bytes) != cudaSuccess) {
+                cudaGetLastError();
+                c->skinny_deep = false;
+                return false;
+            }
+            c->skinny_deep_opted |= bit;
+        }
+        cuda_launch(c, "gemm_skinny", k, grid, 32 * SK_WARPS, bytes, half, cuda_row_bytes(DT, cols),
+                    cols, x, us, n);
+        return true;
+    }
+}
+
 /* The first row block (grid x) of each weight of the set, blocks of `rows` rows. */
 static void sk_blocks(sk_set &set, int rows) {
     for (int j = 0; j < set.nw; j++)
@@ -501,6 +587,7 @@ static void skinny_go(cuda_ctx *c, const sk_set &set, int64_t cols, const uint16
         sk_set half = set;
         sk_blocks(half, SK_WARPS * 16);
         grid.x = (unsigned)half.first[half.nw];
+        if (skinny_deep_go<DT, NT>(c, half, cols, x, us, n, grid)) return;
         cuda_launch(c, "gemm_skinny", k_skinny<DT, NT, KS, 2, 1>, grid, 32 * SK_WARPS, 0, half, rb,
                     cols, x, us, n, pf);
         return;

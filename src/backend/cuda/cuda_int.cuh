@@ -57,6 +57,11 @@ typedef struct cuda_ctx_s {
     /* blocks of half the rows where clusters of 8 leave the GPU short (TESSERA_CUDA_SKINNY_MT1=0:
      * never, for comparisons) */
     bool skinny_mt1;
+    /* those 64-row blocks of 16-bit weights through the ring with every step in flight
+     * (TESSERA_CUDA_SKINNY_DEEP=0: the register kernel, for comparisons); the kernels allowed
+     * their shared memory so far, a bit per (type, token groups) */
+    bool skinny_deep;
+    unsigned skinny_deep_opted;
     /* quantized prefill above 64 tokens decodes the weights to bf16 for the tensor cores
      * (TESSERA_CUDA_QPREFILL_BF16=0: to fp32 for an exact fp32 GEMM) */
     bool qprefill_bf16;
