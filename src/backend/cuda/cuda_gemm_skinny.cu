@@ -188,8 +188,9 @@ __device__ static inline void sk_finish(const float (&acc)[MT][NT][4], float *re
         tok = mq % NT * 8 + (l & 3) * 2 + (i & 1);
         return row < rows && tok < n;
     };
-    /* the residual's old values first: their loads overlap the cluster's barrier (no other
-     * thread writes these elements, and the previous kernel is done: cuda_pdl_entry) */
+    /* the residual's old values first, all at once (no other thread writes these elements, and
+     * the previous kernel is done: cuda_pdl_entry). The barrier's release is a GPU-wide fence
+     * (MEMBAR.ALL.GPU) that waits for them: one round trip for all, as before for each. */
     float old[EL];
 #pragma unroll
     for (int k = 0; k < EL; k++) {
