@@ -532,9 +532,9 @@ static bool skinny_ring_go(cuda_ctx *c, const sk_set &set, int64_t cols, const u
 /* 64-row blocks of 16-bit weights (skinny_go's short grids) through the ring with D = SK_DEEP:
  * k_skinny's 64-row form has one step of loads in flight per synchronisation, and with about
  * one block a multiprocessor each step waits for its loads. The same mmas in the same order:
- * the same sums, bit for bit. 8 and 16 sequences of the 0.8B BF16 on an H200 +4-5% (the same
- * binary, TESSERA_CUDA_SKINNY_DEEP=0 against default; bench/RESULTS.md). False where it is off
- * or the device refuses its shared memory. */
+ * the same sums, bit for bit. 8 / 16 sequences of the 0.8B BF16 on an H200 +4-7% / +6% (the
+ * same binary, TESSERA_CUDA_SKINNY_DEEP=0 against default; bench/RESULTS.md). False where it is
+ * off or the device refuses its shared memory. */
 template <ts_dtype DT, int NT>
 static bool skinny_deep_go(cuda_ctx *c, const sk_set &half, int64_t cols, const uint16_t *x,
                            const float *us, int n, dim3 grid) {
