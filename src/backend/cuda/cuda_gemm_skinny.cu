@@ -538,15 +538,15 @@ static bool skinny_ring_go(cuda_ctx *c, const sk_set &set, int64_t cols, const u
 template <ts_dtype DT, int NT>
 static bool skinny_deep_go(cuda_ctx *c, const sk_set &half, int64_t cols, const uint16_t *x,
                            const float *us, int n, dim3 grid) {
-    if constexpr (DT != TS_DTYPE_BF16 && DT != TS_DTYPE_F16) {
+    /* token groups of 2 (9-16 tokens) only: for 64 tokens it measured slower (the 0.8B's
+     * 1024-row GEMMs 13.5 / 18.3 -> 28.7 / 40.0 us under ncu, 64 sequences -16%) */
+    if constexpr ((DT != TS_DTYPE_BF16 && DT != TS_DTYPE_F16) || NT != 2) {
         return false;
     } else {
         constexpr int bytes = sk_ring_bytes<NT, 1, SK_DEEP>();
-        constexpr unsigned bit = 1u << ((DT == TS_DTYPE_F16 ? 4 : 0) + (NT == 8 ? 2 : NT / 2 - 1));
+        constexpr unsigned bit = DT == TS_DTYPE_F16 ? 2u : 1u;
         auto k = k_skinny_ring<DT, NT, 8, 1, SK_DEEP>;
-        /* token groups of 2 (9-16 tokens) only: for 64 tokens it measured slower (the 0.8B's
-         * 1024-row GEMMs 13.5 / 18.3 -> 28.7 / 40.0 us under ncu, 64 sequences -16%) */
-        if (NT != 2 || !c->skinny_deep || cols % (2 * SK_CHUNK)) return false;
+        if (!c->skinny_deep || cols % (2 * SK_CHUNK)) return false;
         if (!(c->skinny_deep_opted & bit)) {
             if (bytes > c->smem_optin ||
                 cudaFuncSetAttribute((const void *)k, cudaFuncAttributeMaxDynamicSharedMemorySize,

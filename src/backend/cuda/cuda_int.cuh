@@ -57,9 +57,9 @@ typedef struct cuda_ctx_s {
     /* blocks of half the rows where clusters of 8 leave the GPU short (TESSERA_CUDA_SKINNY_MT1=0:
      * never, for comparisons) */
     bool skinny_mt1;
-    /* those 64-row blocks of 16-bit weights through the ring with every step in flight
+    /* those 64-row blocks of 16-bit weights and 9-16 tokens through a ring of 8 stages
      * (TESSERA_CUDA_SKINNY_DEEP=0: the register kernel, for comparisons); the kernels allowed
-     * their shared memory so far, a bit per (type, token groups) */
+     * their shared memory so far, a bit per weight type (BF16, F16) */
     bool skinny_deep;
     unsigned skinny_deep_opted;
     /* quantized prefill above 64 tokens decodes the weights to bf16 for the tensor cores
