@@ -909,8 +909,8 @@ static float *host_of(ts_backend *be, const float *d, size_t n) {
  * weights and activations by cp.async into a ring of stages) against its registers' form. Three
  * backends: the ring wherever it may (TESSERA_CUDA_SKINNY_RING=1), the default without the
  * 17-32-token ring (=0: the short grids below take, for 9-16 tokens, the deep ring of 8 stages
- * in 64-row blocks) and the registers' form everywhere (=0 and TESSERA_CUDA_SKINNY_DEEP=0). All issue
- * the same mmas in the same order, so the sums must be the same bits; and all the CPU's fp32
+ * in 64-row blocks) and the registers' form everywhere (=0 and TESSERA_CUDA_SKINNY_DEEP=0). All
+ * issue the same mmas in the same order, so the sums must be the same bits; and all the CPU's fp32
  * product within the bound. The shapes take, on an H200 (132 multiprocessors), clusters of 1,
  * 2, 4 and 8 blocks (40000, 20000, 10000 and 1000 rows), 2 to 10 steps of 64 columns a block, a
  * last row block cut short (every row count here but 10000 and 20000 ends mid-block), token
