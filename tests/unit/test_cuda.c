@@ -201,8 +201,13 @@ static void test_fused(void) {
         free(conv), free(ab), free(nea), free(dtb), free(out);
     }
     /* conv_gdn_prep: one run of one token, five runs of one token (the fused kernel, its two
-     * ways of reading the runs) and runs of 2, 1, 3 tokens (the two kernels) */
-    for (int ci = 0; ci < 3; ci++) {
+     * ways of reading the runs) and runs of 2, 1, 3 tokens (the two kernels); the fused kernel
+     * also in blocks of 128 threads (a backend made with TESSERA_CUDA_PREP_THREADS=128) */
+    ts_backend *be128 = NULL;
+    setenv("TESSERA_CUDA_PREP_THREADS", "128", 1);
+    CHECK(ts_backend_cuda_create(0, &be128) == TS_OK);
+    unsetenv("TESSERA_CUDA_PREP_THREADS");
+    for (int ci = 0; ci < 3 && be128; ci++) {
         int lens[3][5] = {{1}, {1, 1, 1, 1, 1}, {2, 1, 3}}, nrs[3] = {1, 5, 3};
         int nr = nrs[ci], n = 0, Hk = 3, dk = 40, Hv = 6, K = 4, C = 2 * 3 * 40 + 300;
         ts_seq_run sr[3][5];
@@ -220,27 +225,36 @@ static void test_fused(void) {
         }
         float *dx = dev(x, (size_t)n * ldx), *dw = dev(w, (size_t)C * K);
         float *dab = dev(ab, (size_t)n * ldab), *dnea = dev(nea, Hv), *ddtb = dev(dtb, Hv);
-        float *d1 = dev(out, nout), *d2 = dev(out, nout);
-        ts_backend *be[3] = {cpu, gpu, without(offsetof(ts_backend_ops, conv_gdn_prep))};
-        for (int i = 0; i < 3; i++) {
-            float *base = i == 0 ? out : i == 1 ? d1 : d2;
+        float *d1 = dev(out, nout), *d2 = dev(out, nout), *d3 = dev(out, nout);
+        ts_backend *be[4] = {cpu, gpu, without(offsetof(ts_backend_ops, conv_gdn_prep)), be128};
+        ts_seq_run sr3[5];
+        for (int i = 0; i < 4; i++) {
+            float *base = i == 0 ? out : i == 1 ? d1 : i == 2 ? d2 : d3;
+            ts_seq_run *sri = i < 3 ? sr[i] : sr3;
+            if (i == 3) free(host(d3, 1)); /* the uploads (gpu's queue) done before be128's op */
             float *qn = base + (size_t)n * ldo, *kn = qn + nq, *g = kn + nq, *beta = g + ng;
             for (int r = 0, start = 0; r < nr; start += lens[ci][r++])
-                sr[i][r] = (ts_seq_run){start, lens[ci][r], 7, beta + ng + (size_t)r * nst, NULL};
+                sri[r] = (ts_seq_run){start, lens[ci][r], 7, beta + ng + (size_t)r * nst, NULL};
             const float *a0 = i == 0 ? ab : dab;
             ts_gdn_prep_args pa = {n,  Hk, dk, Hv, 1e-6f, 0.125f, a0, a0 + Hv, ldab,
                                    i == 0 ? nea : dnea, i == 0 ? dtb : ddtb, qn, kn, g, beta};
-            ts_conv_gdn_prep(be[i], i == 0 ? x : dx, ldx, C, K, i == 0 ? w : dw, sr[i], nr, base,
-                             ldo, &pa);
+            ts_conv_gdn_prep(be[i], i == 0 ? x : dx, ldx, C, K, i == 0 ? w : dw, sri, nr, base, ldo,
+                             &pa);
         }
+        float *h3 = malloc(nout * sizeof *h3), *h1 = host(d1, nout);
+        be128->ops->download(be128, h3, d3, nout * sizeof *h3); /* after be128's queue */
+        CHECKF(memcmp(h1, h3, nout * sizeof *h1) == 0,
+               "conv_gdn_prep (case %d): 128-thread blocks differ from 256", ci);
+        free(h1), free(h3);
         char what[64];
         snprintf(what, sizeof what, "conv_gdn_prep (case %d)", ci);
         cmp(what, d1, out, nout, FP32_TOL);
         same_bits(what, d1, d2, nout);
-        float *bufs[] = {dx, dw, dab, dnea, ddtb, d1, d2};
+        float *bufs[] = {dx, dw, dab, dnea, ddtb, d1, d2, d3};
         for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) gpu->ops->free(gpu, bufs[i]);
         free(x), free(w), free(ab), free(nea), free(dtb), free(out);
     }
+    if (be128) ts_backend_free(be128);
     /* norm_add_rmsnorm: Gemma's post-norm, residual add and next norm; out = h as Gemma calls
      * it, and the add alone after the last layer (w NULL) */
     for (int ci = 0; ci < 2; ci++) {

@@ -191,6 +191,8 @@ extern "C" ts_status ts_backend_cuda_create(int device, ts_backend **out) {
     c->gdn_dv_const = !cuda_env_off("TESSERA_CUDA_GDN_DV");
     c->skinny_mt1 = !cuda_env_off("TESSERA_CUDA_SKINNY_MT1");
     c->skinny_deep = !cuda_env_off("TESSERA_CUDA_SKINNY_DEEP");
+    const char *pt = getenv("TESSERA_CUDA_PREP_THREADS");
+    c->prep_threads = pt ? (atoi(pt) == 128 ? 128 : ROW_THREADS) : 0;
     be->ops = &cuda_ops;
     be->ctx = c;
     if ((err = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) != cudaSuccess) {

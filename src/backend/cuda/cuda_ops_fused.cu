@@ -100,20 +100,26 @@ void cuda_op_qk_norm_rope(ts_backend *be, float *q, int64_t ldq, int64_t q_head_
 }
 
 /* The conv of channel ch for the one token of a run at row t (k_conv1d_silu's sum for n = 1),
- * written to out, and the channel's state shifted by that token. */
-__device__ static inline void conv_one(const float *x, int64_t t, int64_t ldx, int C, int K,
-                                       const float *w, float *state, float *out, int64_t ldo,
-                                       int ch) {
+ * written to out (and returned), and the channel's state shifted by that token. */
+__device__ static inline float conv_one(const float *x, int64_t t, int64_t ldx, int C, int K,
+                                        const float *w, float *state, float *out, int64_t ldo,
+                                        int ch) {
     int hist = K - 1;
     const float *wc = w + (int64_t)ch * K;
     float s = 0.0f;
     for (int k = 0; k < K; k++)
         s += wc[k] * (k < hist ? state[(int64_t)k * C + ch] : x[t * ldx + ch]);
-    out[t * ldo + ch] = s / (1.0f + expf(-s));
+    float o = s / (1.0f + expf(-s));
+    out[t * ldo + ch] = o;
     for (int k = 0; k < hist; k++)
         state[(int64_t)k * C + ch] =
             k + 1 < hist ? state[(int64_t)(k + 1) * C + ch] : x[t * ldx + ch];
+    return o;
 }
+
+/* A head's conv outputs kept in shared memory for its L2 norm up to this many keys (read back
+ * from global memory they were a round trip through L2 after the barrier) */
+#define PREP_SMEM_DK 256
 
 /* grid.y: the run (runs NULL: the one run `one`); grid.x: 2 Hk head blocks, then the v channel
  * blocks, then the gate blocks (those with grid.y == 0 only). */
@@ -139,13 +145,17 @@ __global__ static void k_conv_gdn_prep(const float *x, int64_t ldx, int C, int K
         if (ch < C) conv_one(x, t, ldx, C, K, w, r.a, out, ldo, ch);
         return;
     }
-    for (int i = threadIdx.x; i < p.dk; i += blockDim.x)
-        conv_one(x, t, ldx, C, K, w, r.a, out, ldo, blk * p.dk + i);
+    __shared__ float co[PREP_SMEM_DK];
+    bool in_smem = p.dk <= PREP_SMEM_DK;
+    for (int i = threadIdx.x; i < p.dk; i += blockDim.x) {
+        float o = conv_one(x, t, ldx, C, K, w, r.a, out, ldo, blk * p.dk + i);
+        if (in_smem) co[i] = o;
+    }
     __syncthreads(); /* the head's conv outputs are all written */
     bool isk = blk >= p.Hk;
     int h = isk ? blk - p.Hk : blk;
-    cuda_l2norm_row(out + t * ldo + (int64_t)blk * p.dk, p.dk, p.eps, isk ? 1.0f : p.q_scale,
-                    (isk ? p.kn : p.qn) + (t * p.Hk + h) * p.dk);
+    cuda_l2norm_row(in_smem ? co : out + t * ldo + (int64_t)blk * p.dk, p.dk, p.eps,
+                    isk ? 1.0f : p.q_scale, (isk ? p.kn : p.qn) + (t * p.Hk + h) * p.dk);
 }
 
 void cuda_op_conv_gdn_prep(ts_backend *be, const float *x, int64_t ldx, int C, int K,
@@ -168,11 +178,16 @@ void cuda_op_conv_gdn_prep(ts_backend *be, const float *x, int64_t ldx, int C, i
     const ts_seq_run *dr = NULL;
     if (nr > 1 && !(dr = (const ts_seq_run *)cuda_table(c, runs, (size_t)nr * sizeof *runs)))
         return;
-    int vb = (int)cuda_blocks(C - 2 * p->Hk * p->dk, ROW_THREADS);
-    unsigned gates = cuda_blocks((int64_t)p->n * p->Hv, ROW_THREADS);
+    /* threads a block: 128 for more than 16 sequences - a 128-key head's block without its idle
+     * half, twice the blocks resident: a step of 32 / 64 sequences of the 0.8B on an H200 -1.9%
+     * / -1.3% - and 256 for fewer (one sequence's step +0.8% with 128, 16 level). The same bits
+     * either way (test_cuda's fused test). */
+    int T = c->prep_threads ? c->prep_threads : nr > 16 ? 128 : ROW_THREADS;
+    int vb = (int)cuda_blocks(C - 2 * p->Hk * p->dk, T);
+    unsigned gates = cuda_blocks((int64_t)p->n * p->Hv, T);
     dim3 grid((unsigned)(2 * p->Hk + vb) + gates, (unsigned)nr);
     ts_seq_run one = runs[0];
     one.pos0 = 0; /* not used: as an argument it would change every step (a graph update) */
-    cuda_launch(c, "conv_gdn_prep", k_conv_gdn_prep, grid, ROW_THREADS, 0, x, ldx, C, K, w, out,
-                ldo, dr, one, *p);
+    cuda_launch(c, "conv_gdn_prep", k_conv_gdn_prep, grid, T, 0, x, ldx, C, K, w, out, ldo, dr, one,
+                *p);
 }
