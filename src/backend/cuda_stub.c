@@ -19,6 +19,8 @@ void ts_backend_cuda_graph_stats(const ts_backend *be, long *replays, long *buil
     *replays = *builds = *updates = 0;
 }
 
+bool ts_backend_cuda_args_pack_clean(void) { return true; }
+
 double ts_backend_cuda_read_bandwidth(int device) {
     (void)device;
     return 0.0;

@@ -2190,10 +2190,14 @@ static bool section(const char *name) {
 int main(void) {
     if (getenv("TS_CUDA_COPY_LOAD")) return copy_load_child(atoi(getenv("TS_CUDA_COPY_LOAD")));
     setvbuf(stdout, NULL, _IONBF, 0); /* progress survives a crash */
+    /* host-side, before the device is asked for: struct arguments with padding reach the launch
+     * queue without it (else a steady decode step's graph updates nodes now and then) */
+    CHECKF(ts_backend_cuda_args_pack_clean(),
+           "a padded struct's stack bytes reach kernel arguments");
     ts_status st = ts_backend_cuda_create(0, &gpu);
     if (st != TS_OK) {
         printf("skipped: %s\n", ts_last_error());
-        return 0;
+        return tu_report("test_cuda");
     }
     CHECK(ts_backend_cpu_create(2, -1, &cpu) == TS_OK);
     printf("device: %s\n", ts_backend_cuda_device_name(gpu));

@@ -232,6 +232,15 @@ extern "C" void ts_backend_cuda_graph_stats(const ts_backend *be, long *replays,
     if (be && be->ops == &cuda_ops) cq_stats((cuda_ctx *)be->ctx, replays, builds, updates);
 }
 
+extern "C" bool ts_backend_cuda_args_pack_clean(void) {
+    static float w[1];
+    bool run = cuda_packs_clean<ts_seq_run>(
+        [](ts_seq_run &r) { r.start = 3, r.len = 1, r.pos0 = 7, r.a = w, r.b = NULL; });
+    bool norm =
+        cuda_packs_clean<ts_gated_norm>([](ts_gated_norm &g) { g.z = g.w = w, g.eps = 1e-6f; });
+    return run && norm && cuda_gemv_norm_packs_clean();
+}
+
 static void cu_destroy(ts_backend *be) {
     cuda_ctx *c = cuda_of(be);
     if (c) {

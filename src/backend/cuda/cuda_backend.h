@@ -21,6 +21,10 @@ double ts_backend_cuda_read_bandwidth(int device);
  * graph nodes had their arguments updated before a replay. */
 void ts_backend_cuda_graph_stats(const ts_backend *be, long *replays, long *builds,
                                  long *updates);
+/* For tests, no device needed: whether the structs with padding that kernels take by value
+ * (ts_seq_run, ts_gated_norm, the GEMV's norm) reach the launch queue's argument bytes without
+ * their padding - the bytes a replayed graph compares between steps. True without CUDA. */
+bool ts_backend_cuda_args_pack_clean(void);
 
 #ifdef __cplusplus
 }

@@ -15,6 +15,34 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_queue.cuh"
 
+/* The backend's structs with padding that kernels take by value, packed field by field
+ * (cq_pack_fields): ts_seq_run has 4 bytes after pos0, ts_gated_norm 4 after eps. The sizes
+ * are checked so that a field added later is not left out. */
+static_assert(sizeof(ts_seq_run) == 32 && sizeof(ts_gated_norm) == 24, "cq_pack lists every field");
+template <> inline void cq_pack<ts_seq_run>(cq_op *op, const ts_seq_run &v) {
+    cq_pack_fields(op, v, &ts_seq_run::start, &ts_seq_run::len, &ts_seq_run::pos0, &ts_seq_run::a,
+                   &ts_seq_run::b);
+}
+template <> inline void cq_pack<ts_gated_norm>(cq_op *op, const ts_gated_norm &v) {
+    cq_pack_fields(op, v, &ts_gated_norm::z, &ts_gated_norm::w, &ts_gated_norm::eps);
+}
+
+/* Whether two T's with the same fields (fill), one whose padding held 0xab bytes, pack into the
+ * same argument bytes, and those the struct's own with zero padding - the layout the kernel
+ * reads (ts_backend_cuda_args_pack_clean; the GEMV's norm: cuda_matmul.cu). */
+template <typename T, typename F> static bool cuda_packs_clean(F fill) {
+    T a, b;
+    memset((void *)&a, 0xab, sizeof a);
+    memset((void *)&b, 0, sizeof b);
+    fill(a), fill(b);
+    cq_op oa{}, ob{};
+    cq_pack(&oa, a), cq_pack(&ob, b);
+    unsigned char raw[CQ_ARG_BYTES] = {0};
+    memcpy(raw, (const void *)&b, sizeof b);
+    return memcmp(oa.args, ob.args, CQ_ARG_BYTES) == 0 && memcmp(ob.args, raw, CQ_ARG_BYTES) == 0;
+}
+bool cuda_gemv_norm_packs_clean(void);
+
 struct cuda_weight_cache; /* the uploaded weights (cuda_weights.cu) */
 struct cq_state;          /* the launch queue and its graphs (cuda_queue.cu) */
 

@@ -199,6 +199,16 @@ typedef struct {
     const float *w;
     float eps;
 } gemv_norm;
+/* 4 bytes of padding after eps: packed field by field (cq_pack_fields) */
+static_assert(sizeof(gemv_norm) == 16, "cq_pack lists every field");
+template <> inline void cq_pack<gemv_norm>(cq_op *op, const gemv_norm &v) {
+    cq_pack_fields(op, v, &gemv_norm::w, &gemv_norm::eps);
+}
+
+bool cuda_gemv_norm_packs_clean(void) {
+    static float w[1];
+    return cuda_packs_clean<gemv_norm>([](gemv_norm &g) { g.w = w, g.eps = 1e-6f; });
+}
 
 __device__ static inline float gemv_inv_rms(float ss, int64_t cols, float eps) {
     return 1.0f / sqrtf(cuda_warp_sum(ss) / (float)cols + eps);

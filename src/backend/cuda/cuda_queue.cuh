@@ -79,6 +79,25 @@ template <typename T> static inline void cq_pack(cq_op *op, const T &v) {
     op->off[op->nargs++] = (uint16_t)o;
     op->args_len = o + sizeof(T);
 }
+/* cq_pack for a struct with padding: its fields f copied one by one into the op's zeroed argument
+ * bytes, so that the padding stays zero. A graph's node is updated before a replay when its
+ * arguments' bytes differ from the last step's (cuda_queue.cu), and a struct's padding holds
+ * whatever the host compiler left there - a struct built by the model's C code carries stack
+ * bytes, one passed in registers (16 bytes or less) loses them on the way: a test_cuda built with
+ * one compiler saw 6 nodes updated in 10 steady replays, built with another none. Each padded
+ * struct a kernel takes by value gets a cq_pack specialization calling this (cuda_int.cuh). */
+template <typename T, typename... F>
+static inline void cq_pack_fields(cq_op *op, const T &v, F T::*...f) {
+    size_t o = (op->args_len + alignof(T) - 1) & ~(alignof(T) - 1);
+    if (o + sizeof(T) > CQ_ARG_BYTES) {
+        fprintf(stderr, "tessera: cuda: kernel arguments over %d bytes\n", CQ_ARG_BYTES);
+        abort();
+    }
+    const char *base = (const char *)&v;
+    (memcpy(op->args + o + ((const char *)&(v.*f) - base), &(v.*f), sizeof(v.*f)), ...);
+    op->off[op->nargs++] = (uint16_t)o;
+    op->args_len = o + sizeof(T);
+}
 
 /* cuda_launch(c, "what", kernel, grid, block, smem, args...): a kernel launch through the queue.
  * The arguments are converted to the kernel's parameter types and copied. */
