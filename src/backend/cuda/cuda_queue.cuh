@@ -68,16 +68,20 @@ void cq_free(struct cuda_ctx_s *c);
  * replays, and that a single sequence's decode step replays with no node updated). */
 void cq_stats(struct cuda_ctx_s *c, long *replays, long *builds, long *updates);
 
-template <typename T> static inline void cq_pack(cq_op *op, const T &v) {
+/* Where op's next argument, of type T, goes in its bytes (recorded as taken). */
+template <typename T> static inline size_t cq_slot(cq_op *op) {
     size_t o = (op->args_len + alignof(T) - 1) & ~(alignof(T) - 1);
     static_assert(sizeof(T) <= CQ_ARG_BYTES, "argument too large");
     if (o + sizeof(T) > CQ_ARG_BYTES) { /* a kernel signature too big for the queue: a bug */
         fprintf(stderr, "tessera: cuda: kernel arguments over %d bytes\n", CQ_ARG_BYTES);
         abort();
     }
-    memcpy(op->args + o, &v, sizeof(T));
     op->off[op->nargs++] = (uint16_t)o;
     op->args_len = o + sizeof(T);
+    return o;
+}
+template <typename T> static inline void cq_pack(cq_op *op, const T &v) {
+    memcpy(op->args + cq_slot<T>(op), &v, sizeof(T));
 }
 /* cq_pack for a struct with padding: its fields f copied one by one into the op's zeroed argument
  * bytes, so that the padding stays zero. A graph's node is updated before a replay when its
@@ -88,15 +92,9 @@ template <typename T> static inline void cq_pack(cq_op *op, const T &v) {
  * struct a kernel takes by value gets a cq_pack specialization calling this (cuda_int.cuh). */
 template <typename T, typename... F>
 static inline void cq_pack_fields(cq_op *op, const T &v, F T::*...f) {
-    size_t o = (op->args_len + alignof(T) - 1) & ~(alignof(T) - 1);
-    if (o + sizeof(T) > CQ_ARG_BYTES) {
-        fprintf(stderr, "tessera: cuda: kernel arguments over %d bytes\n", CQ_ARG_BYTES);
-        abort();
-    }
+    unsigned char *at = op->args + cq_slot<T>(op);
     const char *base = (const char *)&v;
-    (memcpy(op->args + o + ((const char *)&(v.*f) - base), &(v.*f), sizeof(v.*f)), ...);
-    op->off[op->nargs++] = (uint16_t)o;
-    op->args_len = o + sizeof(T);
+    (memcpy(at + ((const char *)&(v.*f) - base), &(v.*f), sizeof(v.*f)), ...);
 }
 
 /* cuda_launch(c, "what", kernel, grid, block, smem, args...): a kernel launch through the queue.
