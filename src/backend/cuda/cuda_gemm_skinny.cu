@@ -479,28 +479,37 @@ bool cuda_skinny_fits(const cuda_wview *w, int n) {
            (uintptr_t)w->data % 16 == 0 && w->rows > 0;
 }
 
+/* Kernel k allowed bytes of dynamic shared memory: false, the error cleared, where the device
+ * refuses (the caller turns its form off). */
+static bool sk_allow(const cuda_ctx *c, const void *k, int bytes) {
+    if (bytes <= c->smem_optin &&
+        cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) == cudaSuccess)
+        return true;
+    cudaGetLastError();
+    return false;
+}
+
 /* Every ring kernel allowed the ring's largest dynamic shared memory (64 tokens), once a
  * backend, as the tiled attention's kernels are (cuda_ops_seq.cu): the allowance is the
- * device's, and a refusal is cleared and turns the ring off. */
-template <ts_dtype DT, int NT> static bool skinny_ring_allow(int bytes) {
+ * device's, and a refusal turns the ring off. */
+template <ts_dtype DT, int NT> static bool skinny_ring_allow(const cuda_ctx *c, int bytes) {
     const void *k[] = {
         (const void *)k_skinny_ring<DT, NT, 1>, (const void *)k_skinny_ring<DT, NT, 2>,
         (const void *)k_skinny_ring<DT, NT, 4>, (const void *)k_skinny_ring<DT, NT, 8>};
     for (const void *f : k)
-        if (cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) !=
-            cudaSuccess)
-            return false;
+        if (!sk_allow(c, f, bytes)) return false;
     return true;
 }
 
 static bool skinny_ring_opt_in(cuda_ctx *c) {
     if (c->skinny_ring_opted) return true;
     constexpr int bytes = sk_ring_bytes<8>();
-    if (bytes > c->smem_optin || !skinny_ring_allow<TS_DTYPE_BF16, 2>(bytes) ||
-        !skinny_ring_allow<TS_DTYPE_BF16, 4>(bytes) ||
-        !skinny_ring_allow<TS_DTYPE_BF16, 8>(bytes) || !skinny_ring_allow<TS_DTYPE_F16, 2>(bytes) ||
-        !skinny_ring_allow<TS_DTYPE_F16, 4>(bytes) || !skinny_ring_allow<TS_DTYPE_F16, 8>(bytes)) {
-        cudaGetLastError();
+    if (!skinny_ring_allow<TS_DTYPE_BF16, 2>(c, bytes) ||
+        !skinny_ring_allow<TS_DTYPE_BF16, 4>(c, bytes) ||
+        !skinny_ring_allow<TS_DTYPE_BF16, 8>(c, bytes) ||
+        !skinny_ring_allow<TS_DTYPE_F16, 2>(c, bytes) ||
+        !skinny_ring_allow<TS_DTYPE_F16, 4>(c, bytes) ||
+        !skinny_ring_allow<TS_DTYPE_F16, 8>(c, bytes)) {
         c->skinny_ring = 0;
         return false;
     }
@@ -548,10 +557,7 @@ static bool skinny_deep_go(cuda_ctx *c, const sk_set &half, int64_t cols, const 
         auto k = k_skinny_ring<DT, NT, 8, 1, SK_DEEP>;
         if (!c->skinny_deep || cols % (2 * SK_CHUNK)) return false;
         if (!(c->skinny_deep_opted & bit)) {
-            if (bytes > c->smem_optin ||
-                cudaFuncSetAttribute((const void *)k, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     bytes) != cudaSuccess) {
-                cudaGetLastError();
+            if (!sk_allow(c, (const void *)k, bytes)) {
                 c->skinny_deep = false;
                 return false;
             }

@@ -89,10 +89,10 @@ typedef struct cuda_ctx_s {
      * (TESSERA_CUDA_SKINNY_DEEP=0: the register kernel, for comparisons); the kernels allowed
      * their shared memory so far, a bit per weight type (BF16, F16) */
     bool skinny_deep;
+    unsigned skinny_deep_opted;
     /* conv_gdn_prep's threads a block: 0 chooses by the sequences (cuda_ops_fused.cu);
      * TESSERA_CUDA_PREP_THREADS=128 or 256 fixes it, for comparisons */
     int prep_threads;
-    unsigned skinny_deep_opted;
     /* quantized prefill above 64 tokens decodes the weights to bf16 for the tensor cores
      * (TESSERA_CUDA_QPREFILL_BF16=0: to fp32 for an exact fp32 GEMM) */
     bool qprefill_bf16;
