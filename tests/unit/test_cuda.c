@@ -1519,7 +1519,11 @@ static int sample_row_case(const float *x0, int V, const ts_sampler_params *sp, 
         if (i == 0) first = got;
         distinct += got != first;
     }
-    if (!greedy && draws >= 20 && distinct == 0) bad += 1000000;
+    /* a sampler stuck on one token: every draw the same where the truth gave that a chance
+     * under 1e-6 (the likeliest token's share to the power draws - 1 bounds it) */
+    double pmax = 0;
+    for (int i = 0; i < V; i++) pmax = t.w[i] / t.total > pmax ? t.w[i] / t.total : pmax;
+    if (!greedy && draws >= 20 && distinct == 0 && pow(pmax, draws - 1) < 1e-6) bad += 1000000;
     truth_free(&t);
     ts_sampler_free(hs), ts_sampler_free(ds);
     free(lg), free(tk), free(in_list), free(reach), free(x);
