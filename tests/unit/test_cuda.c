@@ -1357,23 +1357,35 @@ static void test_matmul_norm_add(void) {
     free(nw);
 }
 
-/* argmax against the CPU op: ties (the first index wins), NaN (never wins), one row all NaN. */
+/* argmax against the CPU op: ties (the first index wins), NaN (never wins), one row all NaN;
+ * 6 rows (chunks of 1024 columns a block) and 200 (chunks of 6144: batched decode's form), with
+ * ties across a chunk's end; rows of any stride (scalar loads) and of a multiple of 4 (16-byte
+ * loads, with a last chunk of 2 columns beyond them). */
 static void test_argmax(void) {
-    int rows = 6, cols = 70000;
-    int64_t ld = cols + 5;
-    float *x = rnd((size_t)rows * ld, 1.0f);
-    x[1 * ld + 500] = 9.0f, x[1 * ld + 60000] = 9.0f;      /* tie: 500 */
-    x[2 * ld + 0] = NAN, x[2 * ld + 69999] = 5.0f;          /* NaN first */
-    for (int j = 0; j < cols; j++) x[3 * ld + j] = NAN;     /* all NaN: 0 */
-    x[4 * ld + 69999] = 3.0f;                               /* the last */
-    float *dx = dev(x, (size_t)rows * ld);
-    int32_t a[6], b[6] = {-7, -7, -7, -7, -7, -7};
-    cpu->ops->argmax(cpu, x, ld, rows, cols, a);
-    gpu->ops->argmax(gpu, dx, ld, rows, cols, b);
-    CHECK(a[1] == 500 && a[2] == 69999 && a[3] == 0 && a[4] == 69999);
-    for (int r = 0; r < rows; r++) CHECKF(a[r] == b[r], "argmax row %d: cpu %d cuda %d", r, a[r], b[r]);
-    gpu->ops->free(gpu, dx);
-    free(x);
+    for (int ci = 0; ci < 4; ci++) {
+        int rows = ci & 1 ? 200 : 6, cols = ci < 2 ? 70000 : 70002;
+        int64_t ld = ci < 2 ? cols + 5 : cols + 2;
+        float *x = rnd((size_t)rows * ld, 1.0f);
+        x[1 * ld + 500] = 9.0f, x[1 * ld + 60000] = 9.0f; /* tie: 500 */
+        x[2 * ld + 0] = NAN, x[2 * ld + 69999] = 5.0f;    /* NaN first */
+        for (int j = 0; j < cols; j++)
+            x[3 * ld + j] = NAN;                                        /* all NaN: 0 */
+        x[4 * ld + 69999] = 3.0f;                                       /* the last */
+        x[5 * ld + 6143] = 4.0f, x[5 * ld + 6144] = 4.0f;               /* tie across 6144: 6143 */
+        if (rows > 6) x[6 * ld + 1023] = 4.0f, x[6 * ld + 1024] = 4.0f; /* tie: 1023 */
+        float *dx = dev(x, (size_t)rows * ld);
+        int32_t *a = malloc(rows * sizeof *a), *b = malloc(rows * sizeof *b);
+        for (int r = 0; r < rows; r++)
+            b[r] = -7;
+        cpu->ops->argmax(cpu, x, ld, rows, cols, a);
+        gpu->ops->argmax(gpu, dx, ld, rows, cols, b);
+        CHECK(a[1] == 500 && a[2] == 69999 && a[3] == 0 && a[4] == 69999 && a[5] == 6143);
+        CHECK(rows == 6 || a[6] == 1023);
+        for (int r = 0; r < rows; r++)
+            CHECKF(a[r] == b[r], "argmax %d rows, row %d: cpu %d cuda %d", rows, r, a[r], b[r]);
+        gpu->ops->free(gpu, dx);
+        free(x), free(a), free(b);
+    }
 }
 
 static ts_engine *make_engine_slots(ts_model *m, int n_slots);

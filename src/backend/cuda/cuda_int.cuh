@@ -214,11 +214,11 @@ __device__ static inline float cuda_warp_sum(float s) {
 /* Row kernels run a block of ROW_THREADS per row. Sum of squares of a row in double, reduced
  * over the block; every thread gets the total. */
 #define ROW_THREADS 256
-__device__ static inline double row_sumsq(const float *x, int dim) {
+/* The block's sum of its threads' partial sums s, in that fixed order (row_sumsq's second half,
+ * for kernels that hold their row's values in registers). */
+__device__ static inline double row_sum_block(double s) {
     __shared__ double part[ROW_THREADS / 32];
     __shared__ double total;
-    double s = 0.0;
-    for (int i = threadIdx.x; i < dim; i += blockDim.x) s += (double)x[i] * x[i];
     for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
     if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = s;
     __syncthreads();
@@ -229,6 +229,12 @@ __device__ static inline double row_sumsq(const float *x, int dim) {
     }
     __syncthreads();
     return total;
+}
+__device__ static inline double row_sumsq(const float *x, int dim) {
+    double s = 0.0;
+    for (int i = threadIdx.x; i < dim; i += blockDim.x)
+        s += (double)x[i] * x[i];
+    return row_sum_block(s);
 }
 
 /* dst = x / |x| * scale for one row of dim values, by the whole block (l2norm_heads). */

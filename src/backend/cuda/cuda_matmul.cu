@@ -352,15 +352,47 @@ __global__ static void k_split_half(const float *x, int64_t ldx, int n, int64_t 
 
 /* The same split of rmsnorm(x) * w, a block per token: k_rmsnorm's values, so the bits of the
  * norm kernel followed by k_split_half, in one launch. */
+/* Rows of up to SPLIT_KEEP * ROW_THREADS columns are read once into registers, the norm's
+ * weights before the programmatic wait (no kernel writes them): one round trip after the wait
+ * instead of two (the sum of squares, then the values again). The same sums in the same order as
+ * row_sumsq, the same bits. */
+#define SPLIT_KEEP 8
 __global__ static void k_split_half_norm(const float *x, int64_t ldx, int n, int64_t cols,
                                          const float *w, float eps, void *out) {
+    const bool kept = cols <= SPLIT_KEEP * (int64_t)blockDim.x;
+    float wv[SPLIT_KEEP], xv[SPLIT_KEEP];
+#pragma unroll
+    for (int k = 0; k < SPLIT_KEEP; k++) {
+        int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
+        wv[k] = kept && i < cols ? w[i] : 0.0f;
+    }
     cuda_pdl_entry();
     const float *xr = x + blockIdx.x * ldx;
-    double ss = row_sumsq(xr, (int)cols);
-    float inv = 1.0f / sqrtf((float)(ss / cols) + eps);
-    for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) {
+    if (!kept) {
+        double ss = row_sumsq(xr, (int)cols);
+        float inv = 1.0f / sqrtf((float)(ss / cols) + eps);
+        for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) {
+            int64_t idx = (int64_t)blockIdx.x * cols + i;
+            split_store<true>(out, idx, (int64_t)n * cols + idx, (xr[i] * inv) * w[i]);
+        }
+        return;
+    }
+    double s = 0.0;
+#pragma unroll
+    for (int k = 0; k < SPLIT_KEEP; k++) {
+        int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
+        xv[k] = i < cols ? xr[i] : 0.0f;
+    }
+#pragma unroll
+    for (int k = 0; k < SPLIT_KEEP; k++)
+        if (threadIdx.x + (int64_t)k * blockDim.x < cols) s += (double)xv[k] * xv[k];
+    float inv = 1.0f / sqrtf((float)(row_sum_block(s) / cols) + eps);
+#pragma unroll
+    for (int k = 0; k < SPLIT_KEEP; k++) {
+        int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
+        if (i >= cols) break;
         int64_t idx = (int64_t)blockIdx.x * cols + i;
-        split_store<true>(out, idx, (int64_t)n * cols + idx, (xr[i] * inv) * w[i]);
+        split_store<true>(out, idx, (int64_t)n * cols + idx, (xv[k] * inv) * wv[k]);
     }
 }
 
