@@ -201,15 +201,17 @@ static void test_fused(void) {
         free(conv), free(ab), free(nea), free(dtb), free(out);
     }
     /* conv_gdn_prep: one run of one token, five runs of one token (the fused kernel, its two
-     * ways of reading the runs) and runs of 2, 1, 3 tokens (the two kernels); the fused kernel
+     * ways of reading the runs), runs of 2, 1, 3 tokens (the two kernels) and three runs of one
+     * token through a 5-tap conv (the fused kernel without its early loads); the fused kernel
      * also in blocks of 128 threads (a backend made with TESSERA_CUDA_PREP_THREADS=128) */
     ts_backend *be128 = NULL;
     setenv("TESSERA_CUDA_PREP_THREADS", "128", 1);
     CHECK(ts_backend_cuda_create(0, &be128) == TS_OK);
     unsetenv("TESSERA_CUDA_PREP_THREADS");
-    for (int ci = 0; ci < 3 && be128; ci++) {
-        int lens[3][5] = {{1}, {1, 1, 1, 1, 1}, {2, 1, 3}}, nrs[3] = {1, 5, 3};
-        int nr = nrs[ci], n = 0, Hk = 3, dk = 40, Hv = 6, K = 4, C = 2 * 3 * 40 + 300;
+    for (int ci = 0; ci < 4 && be128; ci++) {
+        int lens[4][5] = {{1}, {1, 1, 1, 1, 1}, {2, 1, 3}, {1, 1, 1}}, nrs[4] = {1, 5, 3, 3};
+        int nr = nrs[ci], n = 0, Hk = 3, dk = 40, Hv = 6, K = ci == 3 ? 5 : 4;
+        int C = 2 * 3 * 40 + 300;
         ts_seq_run sr[3][5];
         for (int r = 0; r < nr; r++) n += lens[ci][r];
         int64_t ldx = C + 5, ldo = C + 3, ldab = 2 * Hv + 1;

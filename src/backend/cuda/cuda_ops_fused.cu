@@ -117,6 +117,42 @@ __device__ static inline float conv_one(const float *x, int64_t t, int64_t ldx, 
     return o;
 }
 
+/* A channel's conv weights and state, loaded before the programmatic wait (no kernel writes the
+ * weights; the state was written by this kernel a step ago - the delta rule loads its state
+ * there too), so that after the wait only the token's x is a round trip. Kernels of up to
+ * PREP_KMAX taps; longer ones take conv_one after the wait. */
+#define PREP_KMAX 4
+typedef struct {
+    float w[PREP_KMAX], s[PREP_KMAX - 1];
+} conv_early;
+
+__device__ static inline void conv_early_load(const float *w, const float *state, int C, int K,
+                                              int ch, conv_early *e) {
+#pragma unroll
+    for (int k = 0; k < PREP_KMAX; k++)
+        e->w[k] = k < K ? w[(int64_t)ch * K + k] : 0.0f;
+#pragma unroll
+    for (int k = 0; k < PREP_KMAX - 1; k++)
+        e->s[k] = k < K - 1 ? state[(int64_t)k * C + ch] : 0.0f;
+}
+
+/* conv_one from the values conv_early_load read: the same sum in the same order */
+__device__ static inline float conv_one_early(const conv_early &e, const float *x, int64_t t,
+                                              int64_t ldx, int C, int K, float *state, float *out,
+                                              int64_t ldo, int ch) {
+    int hist = K - 1;
+    float xv = x[t * ldx + ch], s = 0.0f;
+#pragma unroll
+    for (int k = 0; k < PREP_KMAX; k++)
+        if (k < K) s += e.w[k] * (k < hist ? e.s[k] : xv);
+    float o = s / (1.0f + expf(-s));
+    out[t * ldo + ch] = o;
+#pragma unroll
+    for (int k = 0; k < PREP_KMAX - 1; k++)
+        if (k < hist) state[(int64_t)k * C + ch] = k + 1 < hist ? e.s[k + 1] : xv;
+    return o;
+}
+
 /* A head's conv outputs kept in shared memory for its L2 norm up to this many keys (read back
  * from global memory they were a round trip through L2 after the barrier) */
 #define PREP_SMEM_DK 256
@@ -126,9 +162,19 @@ __device__ static inline float conv_one(const float *x, int64_t t, int64_t ldx, 
 __global__ static void k_conv_gdn_prep(const float *x, int64_t ldx, int C, int K, const float *w,
                                        float *out, int64_t ldo, const ts_seq_run *runs,
                                        ts_seq_run one, ts_gdn_prep_args p) {
-    cuda_pdl_entry();
     int qk = 2 * p.Hk, qkc = qk * p.dk;
     int vb = (C - qkc + (int)blockDim.x - 1) / (int)blockDim.x, blk = blockIdx.x;
+    /* the thread's first channel (a v channel, or channel threadIdx.x of a q / k head), its
+     * weights and state read before the wait; so is the run table (written by a copy before
+     * the graph's kernels: gdn_reg) */
+    bool early = K <= PREP_KMAX && blk < qk + vb;
+    ts_seq_run r = early ? (runs ? runs[blockIdx.y] : one) : ts_seq_run{};
+    int ch0 = blk >= qk ? qkc + (blk - qk) * (int)blockDim.x + threadIdx.x
+                        : blk * p.dk + (int)threadIdx.x;
+    early = early && (blk >= qk ? ch0 < C : (int)threadIdx.x < p.dk);
+    conv_early e;
+    if (early) conv_early_load(w, r.a, C, K, ch0, &e);
+    cuda_pdl_entry();
     if (blk >= qk + vb) {
         int64_t idx = (int64_t)(blk - qk - vb) * blockDim.x + threadIdx.x;
         if (blockIdx.y || idx >= (int64_t)p.n * p.Hv) return;
@@ -138,17 +184,21 @@ __global__ static void k_conv_gdn_prep(const float *x, int64_t ldx, int C, int K
                       &p.g[idx], &p.beta[idx]);
         return;
     }
-    ts_seq_run r = runs ? runs[blockIdx.y] : one;
+    if (K > PREP_KMAX) r = runs ? runs[blockIdx.y] : one;
     int64_t t = r.start;
     if (blk >= qk) { /* v channels */
-        int ch = qkc + (blk - qk) * (int)blockDim.x + threadIdx.x;
-        if (ch < C) conv_one(x, t, ldx, C, K, w, r.a, out, ldo, ch);
+        if (early)
+            conv_one_early(e, x, t, ldx, C, K, r.a, out, ldo, ch0);
+        else if (ch0 < C)
+            conv_one(x, t, ldx, C, K, w, r.a, out, ldo, ch0);
         return;
     }
     __shared__ float co[PREP_SMEM_DK];
     bool in_smem = p.dk <= PREP_SMEM_DK;
     for (int i = threadIdx.x; i < p.dk; i += blockDim.x) {
-        float o = conv_one(x, t, ldx, C, K, w, r.a, out, ldo, blk * p.dk + i);
+        float o = early && i == (int)threadIdx.x
+                      ? conv_one_early(e, x, t, ldx, C, K, r.a, out, ldo, blk * p.dk + i)
+                      : conv_one(x, t, ldx, C, K, w, r.a, out, ldo, blk * p.dk + i);
         if (in_smem) co[i] = o;
     }
     __syncthreads(); /* the head's conv outputs are all written */
