@@ -19,6 +19,17 @@ bool cuda_check(cuda_ctx *c, cudaError_t err, const char *what) {
     return false;
 }
 
+bool cuda_allow_smem(const cuda_ctx *c, const void *const *kernels, int n, int bytes) {
+    if (bytes > c->smem_optin) return false;
+    for (int i = 0; i < n; i++)
+        if (cudaFuncSetAttribute(kernels[i], cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) !=
+            cudaSuccess) {
+            cudaGetLastError();
+            return false;
+        }
+    return true;
+}
+
 bool cuda_check_blas(cuda_ctx *c, cublasStatus_t st, const char *what) {
     if (st == CUBLAS_STATUS_SUCCESS) return true;
     if (!c->failed) fprintf(stderr, "tessera: cublas: %s: status %d\n", what, (int)st);

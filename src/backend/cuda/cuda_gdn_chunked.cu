@@ -482,15 +482,9 @@ bool cuda_gdn_chunked_fits(cuda_ctx *c, int d_k) {
     if (prep > (size_t)max_smem || scan > (size_t)max_smem) return false;
     size_t need = prep > scan ? prep : scan;
     if (need > c->gdnc_smem_opted) {
-        if (cudaFuncSetAttribute(k_gdnc_prep, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 (int)need) != cudaSuccess ||
-            cudaFuncSetAttribute(k_gdnc_scan<false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 (int)need) != cudaSuccess ||
-            cudaFuncSetAttribute(k_gdnc_scan<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 (int)need) != cudaSuccess) {
-            cudaGetLastError();
-            return false;
-        }
+        const void *k[] = {(const void *)k_gdnc_prep, (const void *)k_gdnc_scan<false>,
+                           (const void *)k_gdnc_scan<true>};
+        if (!cuda_allow_smem(c, k, 3, (int)need)) return false;
         c->gdnc_smem_opted = need;
     }
     return true;

@@ -481,14 +481,6 @@ bool cuda_skinny_fits(const cuda_wview *w, int n) {
 
 /* Kernel k allowed bytes of dynamic shared memory: false, the error cleared, where the device
  * refuses (the caller turns its form off). */
-static bool sk_allow(const cuda_ctx *c, const void *k, int bytes) {
-    if (bytes <= c->smem_optin &&
-        cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) == cudaSuccess)
-        return true;
-    cudaGetLastError();
-    return false;
-}
-
 /* Every ring kernel allowed the ring's largest dynamic shared memory (64 tokens), once a
  * backend, as the tiled attention's kernels are (cuda_ops_seq.cu): the allowance is the
  * device's, and a refusal turns the ring off. */
@@ -496,9 +488,7 @@ template <ts_dtype DT, int NT> static bool skinny_ring_allow(const cuda_ctx *c, 
     const void *k[] = {
         (const void *)k_skinny_ring<DT, NT, 1>, (const void *)k_skinny_ring<DT, NT, 2>,
         (const void *)k_skinny_ring<DT, NT, 4>, (const void *)k_skinny_ring<DT, NT, 8>};
-    for (const void *f : k)
-        if (!sk_allow(c, f, bytes)) return false;
-    return true;
+    return cuda_allow_smem(c, k, 4, bytes);
 }
 
 static bool skinny_ring_opt_in(cuda_ctx *c) {
@@ -557,7 +547,8 @@ static bool skinny_deep_go(cuda_ctx *c, const sk_set &half, int64_t cols, const 
         auto k = k_skinny_ring<DT, NT, 8, 1, SK_DEEP>;
         if (!c->skinny_deep || cols % (2 * SK_CHUNK)) return false;
         if (!(c->skinny_deep_opted & bit)) {
-            if (!sk_allow(c, (const void *)k, bytes)) {
+            const void *kp = (const void *)k;
+            if (!cuda_allow_smem(c, &kp, 1, bytes)) {
                 c->skinny_deep = false;
                 return false;
             }

@@ -268,6 +268,10 @@ __device__ static inline void cuda_gdn_gate(float a, float b, float neg_exp_a, f
 
 /* Records the first failure and returns false when err is not cudaSuccess. */
 bool cuda_check(cuda_ctx *c, cudaError_t err, const char *what);
+/* Allows each of the n kernels bytes of dynamic shared memory (beyond the default 48 KB); false,
+ * with the refusal cleared and nothing recorded as failed, where the device cannot: the caller
+ * then takes a kernel that needs less. */
+bool cuda_allow_smem(const cuda_ctx *c, const void *const *kernels, int n, int bytes);
 bool cuda_check_blas(cuda_ctx *c, cublasStatus_t st, const char *what);
 /* cudaFree, counted in c->frees. */
 void cuda_free_dev(cuda_ctx *c, void *p);

@@ -302,15 +302,9 @@ static bool attention_tiled(cuda_ctx *c, int n, int hd, const float *kc, const f
     if (!c->attn_tile || n < AT_Q || hd > 256 || hd % 4 || ((uintptr_t)kc | (uintptr_t)vc) % 16)
         return false;
     if (!c->attn_tile_opted) {
-        int bytes = (int)attention_tiled_smem(256);
-        if (bytes > c->smem_optin ||
-            cudaFuncSetAttribute(k_attention_tiled<2>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 bytes) != cudaSuccess ||
-            cudaFuncSetAttribute(k_attention_tiled<4>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 bytes) != cudaSuccess ||
-            cudaFuncSetAttribute(k_attention_tiled<8>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 bytes) != cudaSuccess) {
-            cudaGetLastError();
+        const void *k[] = {(const void *)k_attention_tiled<2>, (const void *)k_attention_tiled<4>,
+                           (const void *)k_attention_tiled<8>};
+        if (!cuda_allow_smem(c, k, 3, (int)attention_tiled_smem(256))) {
             c->attn_tile = false;
             return false;
         }
