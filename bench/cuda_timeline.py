@@ -46,7 +46,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("csv", help="nsys stats --report cuda_gpu_trace --format csv output")
     ap.add_argument("--skip", type=int, default=4, help="steady steps to leave out first")
-    ap.add_argument("--show", type=int, default=0, help="also print the first N kernels of one step")
+    ap.add_argument("--show", type=int, default=0,
+                    help="also print the first N kernels of one step")
     args = ap.parse_args()
     steps = steps_of(list(csv.DictReader(open(args.csv))))
     if not steps:
