@@ -479,8 +479,6 @@ bool cuda_skinny_fits(const cuda_wview *w, int n) {
            (uintptr_t)w->data % 16 == 0 && w->rows > 0;
 }
 
-/* Kernel k allowed bytes of dynamic shared memory: false, the error cleared, where the device
- * refuses (the caller turns its form off). */
 /* Every ring kernel allowed the ring's largest dynamic shared memory (64 tokens), once a
  * backend, as the tiled attention's kernels are (cuda_ops_seq.cu): the allowance is the
  * device's, and a refusal turns the ring off. */

@@ -351,11 +351,10 @@ __global__ static void k_split_half(const float *x, int64_t ldx, int n, int64_t 
 }
 
 /* The same split of rmsnorm(x) * w, a block per token: k_rmsnorm's values, so the bits of the
- * norm kernel followed by k_split_half, in one launch. */
-/* Rows of up to SPLIT_KEEP * ROW_THREADS columns are read once into registers, the norm's
- * weights before the programmatic wait (no kernel writes them): one round trip after the wait
- * instead of two (the sum of squares, then the values again). The same sums in the same order as
- * row_sumsq, the same bits. */
+ * norm kernel followed by k_split_half, in one launch. Rows of up to SPLIT_KEEP * ROW_THREADS
+ * columns are read once into registers, the norm's weights before the programmatic wait (no
+ * kernel writes them): one round trip after the wait instead of two (the sum of squares, then the
+ * values again). The same sums in the same order as row_sumsq, the same bits. */
 #define SPLIT_KEEP 8
 __global__ static void k_split_half_norm(const float *x, int64_t ldx, int n, int64_t cols,
                                          const float *w, float eps, void *out) {
