@@ -201,13 +201,16 @@ static void test_fused(void) {
         free(conv), free(ab), free(nea), free(dtb), free(out);
     }
     /* conv_gdn_prep: one run of one token, five runs of one token (the fused kernel, its two
-     * ways of reading the runs), runs of 2, 1, 3 tokens (the two kernels) and three runs of one
-     * token through a 5-tap conv (the fused kernel without its early loads); the fused kernel
-     * also in blocks of 128 threads (a backend made with TESSERA_CUDA_PREP_THREADS=128) */
+     * ways of reading the runs), runs of 2, 1, 3 tokens and three runs of one token through a
+     * 5-tap conv (the two kernels); the fused kernel also in blocks of 128 threads taking two
+     * runs each (a backend made with TESSERA_CUDA_PREP_THREADS=128, TESSERA_CUDA_PREP_PAIRS=1:
+     * a pair without its second run for one and five runs) */
     ts_backend *be128 = NULL;
     setenv("TESSERA_CUDA_PREP_THREADS", "128", 1);
+    setenv("TESSERA_CUDA_PREP_PAIRS", "1", 1);
     CHECK(ts_backend_cuda_create(0, &be128) == TS_OK);
     unsetenv("TESSERA_CUDA_PREP_THREADS");
+    unsetenv("TESSERA_CUDA_PREP_PAIRS");
     for (int ci = 0; ci < 4 && be128; ci++) {
         int lens[4][5] = {{1}, {1, 1, 1, 1, 1}, {2, 1, 3}, {1, 1, 1}}, nrs[4] = {1, 5, 3, 3};
         int nr = nrs[ci], n = 0, Hk = 3, dk = 40, Hv = 6, K = ci == 3 ? 5 : 4;
@@ -246,7 +249,7 @@ static void test_fused(void) {
         float *h3 = malloc(nout * sizeof *h3), *h1 = host(d1, nout);
         be128->ops->download(be128, h3, d3, nout * sizeof *h3); /* after be128's queue */
         CHECKF(memcmp(h1, h3, nout * sizeof *h1) == 0,
-               "conv_gdn_prep (case %d): 128-thread blocks differ from 256", ci);
+               "conv_gdn_prep (case %d): 128-thread blocks of two runs differ from 256", ci);
         free(h1), free(h3);
         char what[64];
         snprintf(what, sizeof what, "conv_gdn_prep (case %d)", ci);

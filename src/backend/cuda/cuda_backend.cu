@@ -204,6 +204,8 @@ extern "C" ts_status ts_backend_cuda_create(int device, ts_backend **out) {
     c->skinny_deep = !cuda_env_off("TESSERA_CUDA_SKINNY_DEEP");
     const char *pt = getenv("TESSERA_CUDA_PREP_THREADS");
     c->prep_threads = pt ? (atoi(pt) == 128 ? 128 : ROW_THREADS) : 0;
+    const char *pp = getenv("TESSERA_CUDA_PREP_PAIRS");
+    c->prep_pairs = pp ? (atoi(pp) ? 1 : 0) : -1;
     be->ops = &cuda_ops;
     be->ctx = c;
     if ((err = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) != cudaSuccess) {

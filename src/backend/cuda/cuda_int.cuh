@@ -93,6 +93,9 @@ typedef struct cuda_ctx_s {
     /* conv_gdn_prep's threads a block: 0 chooses by the sequences (cuda_ops_fused.cu);
      * TESSERA_CUDA_PREP_THREADS=128 or 256 fixes it, for comparisons */
     int prep_threads;
+    /* conv_gdn_prep's runs a block: -1 (default) two where one would take more than a wave
+     * (cuda_ops_fused.cu); TESSERA_CUDA_PREP_PAIRS=0 / 1: never / wherever there are two */
+    int prep_pairs;
     /* quantized prefill above 64 tokens decodes the weights to bf16 for the tensor cores
      * (TESSERA_CUDA_QPREFILL_BF16=0: to fp32 for an exact fp32 GEMM) */
     bool qprefill_bf16;
@@ -216,19 +219,31 @@ __device__ static inline float cuda_warp_sum(float s) {
 #define ROW_THREADS 256
 /* The block's sum of its threads' partial sums s, in that fixed order (row_sumsq's second half,
  * for kernels that hold their row's values in registers). */
-__device__ static inline double row_sum_block(double s) {
-    __shared__ double part[ROW_THREADS / 32];
-    __shared__ double total;
-    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = s;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        double t = 0.0;
-        for (int w = 0; w < (int)(blockDim.x >> 5); w++) t += part[w];
-        total = t;
+/* N rows' sums at once (s[j] becomes row j's), each in that order, in one pair of barriers. */
+template <int N> __device__ static inline void row_sum_blocks(double *s) {
+    __shared__ double part[N][ROW_THREADS / 32];
+    __shared__ double total[N];
+#pragma unroll
+    for (int j = 0; j < N; j++) {
+        for (int o = 16; o > 0; o >>= 1)
+            s[j] += __shfl_xor_sync(0xffffffffu, s[j], o);
+        if ((threadIdx.x & 31) == 0) part[j][threadIdx.x >> 5] = s[j];
     }
     __syncthreads();
-    return total;
+    if (threadIdx.x < N) {
+        double t = 0.0;
+        for (int w = 0; w < (int)(blockDim.x >> 5); w++)
+            t += part[threadIdx.x][w];
+        total[threadIdx.x] = t;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int j = 0; j < N; j++)
+        s[j] = total[j];
+}
+__device__ static inline double row_sum_block(double s) {
+    row_sum_blocks<1>(&s);
+    return s;
 }
 __device__ static inline double row_sumsq(const float *x, int dim) {
     double s = 0.0;

@@ -99,28 +99,10 @@ void cuda_op_qk_norm_rope(ts_backend *be, float *q, int64_t ldq, int64_t q_head_
                 theta);
 }
 
-/* The conv of channel ch for the one token of a run at row t (k_conv1d_silu's sum for n = 1),
- * written to out (and returned), and the channel's state shifted by that token. */
-__device__ static inline float conv_one(const float *x, int64_t t, int64_t ldx, int C, int K,
-                                        const float *w, float *state, float *out, int64_t ldo,
-                                        int ch) {
-    int hist = K - 1;
-    const float *wc = w + (int64_t)ch * K;
-    float s = 0.0f;
-    for (int k = 0; k < K; k++)
-        s += wc[k] * (k < hist ? state[(int64_t)k * C + ch] : x[t * ldx + ch]);
-    float o = s / (1.0f + expf(-s));
-    out[t * ldo + ch] = o;
-    for (int k = 0; k < hist; k++)
-        state[(int64_t)k * C + ch] =
-            k + 1 < hist ? state[(int64_t)(k + 1) * C + ch] : x[t * ldx + ch];
-    return o;
-}
-
 /* A channel's conv weights and state, loaded before the programmatic wait (no kernel writes the
  * weights; the state was written by this kernel a step ago - the delta rule loads its state
- * there too), so that after the wait only the token's x is a round trip. Kernels of up to
- * PREP_KMAX taps; longer ones take conv_one after the wait. */
+ * there too), so that after the wait only the token's x is a round trip. Convs of up to
+ * PREP_KMAX taps (longer ones take the two kernels). */
 #define PREP_KMAX 4
 typedef struct {
     float w[PREP_KMAX], s[PREP_KMAX - 1];
@@ -136,15 +118,18 @@ __device__ static inline void conv_early_load(const float *w, const float *state
         e->s[k] = k < K - 1 ? state[(int64_t)k * C + ch] : 0.0f;
 }
 
-/* conv_one from the values conv_early_load read: the same sum in the same order */
-__device__ static inline float conv_one_early(const conv_early &e, const float *x, int64_t t,
-                                              int64_t ldx, int C, int K, float *state, float *out,
-                                              int64_t ldo, int ch) {
+/* The conv of channel ch for the one token of a run at row t, whose value there is xv
+ * (k_conv1d_silu's sum for n = 1), from the values conv_early_load read, written to out (and
+ * returned), and the channel's state shifted by that token. */
+__device__ static inline float conv_one(const conv_early &e, float xv, int64_t t, int C, int K,
+                                        float *state, float *out, int64_t ldo, int ch) {
     int hist = K - 1;
-    float xv = x[t * ldx + ch], s = 0.0f;
+    float s = 0.0f;
+    /* k_conv1d_silu's s += w * v, contracted, as explicit fmas: left to the compiler, the taps
+     * of the state (known before the wait) became plain multiplies there - other bits */
 #pragma unroll
     for (int k = 0; k < PREP_KMAX; k++)
-        if (k < K) s += e.w[k] * (k < hist ? e.s[k] : xv);
+        if (k < K) s = __fmaf_rn(e.w[k], k < hist ? e.s[k] : xv, s);
     float o = s / (1.0f + expf(-s));
     out[t * ldo + ch] = o;
 #pragma unroll
@@ -157,26 +142,32 @@ __device__ static inline float conv_one_early(const conv_early &e, const float *
  * from global memory they were a round trip through L2 after the barrier) */
 #define PREP_SMEM_DK 256
 
-/* grid.y: the run (runs NULL: the one run `one`); grid.x: 2 Hk head blocks, then the v channel
- * blocks, then the gate blocks (those with grid.y == 0 only). */
+/* grid.y: runs [G y, G y + G) of nr (runs NULL: the one run `one`), a thread taking its
+ * channel of each; grid.x: 2 Hk head blocks, then the v channel blocks, then the gate blocks
+ * (those with grid.y == 0 only). A thread's first channel is read before the wait for all its
+ * runs, and so is the run table (written by a copy before the graph's kernels: gdn_reg). */
+template <int G>
 __global__ static void k_conv_gdn_prep(const float *x, int64_t ldx, int C, int K, const float *w,
                                        float *out, int64_t ldo, const ts_seq_run *runs,
-                                       ts_seq_run one, ts_gdn_prep_args p) {
-    int qk = 2 * p.Hk, qkc = qk * p.dk;
-    int vb = (C - qkc + (int)blockDim.x - 1) / (int)blockDim.x, blk = blockIdx.x;
-    /* the thread's first channel (a v channel, or channel threadIdx.x of a q / k head), its
-     * weights and state read before the wait; so is the run table (written by a copy before
-     * the graph's kernels: gdn_reg) */
-    bool early = K <= PREP_KMAX && blk < qk + vb;
-    ts_seq_run r = early ? (runs ? runs[blockIdx.y] : one) : ts_seq_run{};
-    int ch0 = blk >= qk ? qkc + (blk - qk) * (int)blockDim.x + threadIdx.x
-                        : blk * p.dk + (int)threadIdx.x;
-    early = early && (blk >= qk ? ch0 < C : (int)threadIdx.x < p.dk);
-    conv_early e;
-    if (early) conv_early_load(w, r.a, C, K, ch0, &e);
+                                       ts_seq_run one, int nr, ts_gdn_prep_args p) {
+    int qk = 2 * p.Hk, qkc = qk * p.dk, T = (int)blockDim.x, tid = (int)threadIdx.x;
+    int vb = (C - qkc + T - 1) / T, blk = blockIdx.x;
+    bool conv = blk < qk + vb;
+    ts_seq_run r[G];
+    bool has[G]; /* the same for the whole block */
+    conv_early e[G];
+    int ch0 = blk >= qk ? qkc + (blk - qk) * T + tid : blk * p.dk + tid;
+    bool mine = conv && (blk >= qk ? ch0 < C : tid < p.dk);
+#pragma unroll
+    for (int g = 0; g < G; g++) {
+        int ri = (int)blockIdx.y * G + g;
+        has[g] = conv && ri < nr;
+        r[g] = has[g] ? (runs ? runs[ri] : one) : ts_seq_run{};
+        if (mine && has[g]) conv_early_load(w, r[g].a, C, K, ch0, &e[g]);
+    }
     cuda_pdl_entry();
-    if (blk >= qk + vb) {
-        int64_t idx = (int64_t)(blk - qk - vb) * blockDim.x + threadIdx.x;
+    if (!conv) {
+        int64_t idx = (int64_t)(blk - qk - vb) * T + tid;
         if (blockIdx.y || idx >= (int64_t)p.n * p.Hv) return;
         int64_t t = idx / p.Hv;
         int h = (int)(idx % p.Hv);
@@ -184,39 +175,87 @@ __global__ static void k_conv_gdn_prep(const float *x, int64_t ldx, int C, int K
                       &p.g[idx], &p.beta[idx]);
         return;
     }
-    if (K > PREP_KMAX) r = runs ? runs[blockIdx.y] : one;
-    int64_t t = r.start;
+    /* the runs' x of the first channel, every load in flight before any is used */
+    float x0[G];
+#pragma unroll
+    for (int g = 0; g < G; g++)
+        x0[g] = mine && has[g] ? x[r[g].start * ldx + ch0] : 0.0f;
     if (blk >= qk) { /* v channels */
-        if (early)
-            conv_one_early(e, x, t, ldx, C, K, r.a, out, ldo, ch0);
-        else if (ch0 < C)
-            conv_one(x, t, ldx, C, K, w, r.a, out, ldo, ch0);
+#pragma unroll
+        for (int g = 0; g < G; g++)
+            if (mine && has[g]) conv_one(e[g], x0[g], r[g].start, C, K, r[g].a, out, ldo, ch0);
         return;
     }
-    __shared__ float co[PREP_SMEM_DK];
+    __shared__ float co[G][PREP_SMEM_DK];
     bool in_smem = p.dk <= PREP_SMEM_DK;
-    for (int i = threadIdx.x; i < p.dk; i += blockDim.x) {
-        float o = early && i == (int)threadIdx.x
-                      ? conv_one_early(e, x, t, ldx, C, K, r.a, out, ldo, blk * p.dk + i)
-                      : conv_one(x, t, ldx, C, K, w, r.a, out, ldo, blk * p.dk + i);
-        if (in_smem) co[i] = o;
+#pragma unroll
+    for (int g = 0; g < G; g++) {
+        if (!has[g]) continue;
+        for (int i = tid; i < p.dk; i += T) {
+            int ch = blk * p.dk + i;
+            conv_early ei;
+            if (i != tid) conv_early_load(w, r[g].a, C, K, ch, &ei);
+            float o = i == tid ? conv_one(e[g], x0[g], r[g].start, C, K, r[g].a, out, ldo, ch)
+                               : conv_one(ei, x[r[g].start * ldx + ch], r[g].start, C, K, r[g].a,
+                                          out, ldo, ch);
+            if (in_smem) co[g][i] = o;
+        }
     }
     __syncthreads(); /* the head's conv outputs are all written */
     bool isk = blk >= p.Hk;
     int h = isk ? blk - p.Hk : blk;
-    cuda_l2norm_row(in_smem ? co : out + t * ldo + (int64_t)blk * p.dk, p.dk, p.eps,
-                    isk ? 1.0f : p.q_scale, (isk ? p.kn : p.qn) + (t * p.Hk + h) * p.dk);
+    float scale = isk ? 1.0f : p.q_scale;
+    if (!in_smem) {
+        for (int g = 0; g < G; g++)
+            if (has[g])
+                cuda_l2norm_row(out + r[g].start * ldo + (int64_t)blk * p.dk, p.dk, p.eps, scale,
+                                (isk ? p.kn : p.qn) + (r[g].start * p.Hk + h) * p.dk);
+        return;
+    }
+    /* cuda_l2norm_row's sums and values, the G rows' sums in one reduction */
+    double ss[G];
+#pragma unroll
+    for (int g = 0; g < G; g++) {
+        ss[g] = 0.0;
+        for (int i = tid; i < p.dk && has[g]; i += T)
+            ss[g] += (double)co[g][i] * co[g][i];
+    }
+    row_sum_blocks<G>(ss);
+#pragma unroll
+    for (int g = 0; g < G; g++) {
+        if (!has[g]) continue;
+        float inv = 1.0f / sqrtf((float)ss[g] + p.eps);
+        float *dst = (isk ? p.kn : p.qn) + (r[g].start * p.Hk + h) * p.dk;
+        for (int i = tid; i < p.dk; i += T)
+            dst[i] = (co[g][i] * inv) * scale;
+    }
 }
 
+/* Blocks of k_conv_gdn_prep (a run a block) of T threads a multiprocessor holds at once. */
+static int prep_per_sm(int T) {
+    static int per_sm[2]; /* T = 128, 256 */
+    int &n = per_sm[T == 128 ? 0 : 1];
+    if (!n && (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, k_conv_gdn_prep<1>, T, 0) !=
+                   cudaSuccess ||
+               n < 1))
+        n = 1;
+    return n;
+}
+
+/* Runs of one token through a conv of up to PREP_KMAX taps take the fused kernel; two runs a
+ * block (a thread its channel of both) where a run a block would take more than a wave of the
+ * GPU, so that every block is resident at once and has its early loads in flight before the
+ * wait: 64 sequences of the 0.8B are 3136 blocks of 128 threads, 1.5 waves of an H200 (132
+ * multiprocessors of 16 such blocks). */
 void cuda_op_conv_gdn_prep(ts_backend *be, const float *x, int64_t ldx, int C, int K,
                            const float *w, const ts_seq_run *runs, int nr, float *out, int64_t ldo,
                            const ts_gdn_prep_args *p) {
     cuda_ctx *c = cuda_of(be);
     if (nr <= 0 || C <= 0) return;
-    bool ones = 2 * p->Hk * p->dk <= C;
+    bool ones = 2 * p->Hk * p->dk <= C && K <= PREP_KMAX;
     for (int r = 0; r < nr; r++)
         ones = ones && runs[r].len == 1;
-    if (!ones) { /* runs of several tokens: the two kernels */
+    if (!ones) { /* runs of several tokens, or a conv of more taps: the two kernels */
         if (nr > 1)
             cuda_op_conv1d_silu_runs(be, x, ldx, C, K, w, runs, nr, out, ldo);
         else
@@ -235,9 +274,17 @@ void cuda_op_conv_gdn_prep(ts_backend *be, const float *x, int64_t ldx, int C, i
     int T = c->prep_threads ? c->prep_threads : nr > 16 ? 128 : ROW_THREADS;
     int vb = (int)cuda_blocks(C - 2 * p->Hk * p->dk, T);
     unsigned gates = cuda_blocks((int64_t)p->n * p->Hv, T);
-    dim3 grid((unsigned)(2 * p->Hk + vb) + gates, (unsigned)nr);
+    int64_t conv_blocks = (int64_t)(2 * p->Hk + vb) * nr;
+    bool pairs = c->prep_pairs > 0 || (c->prep_pairs < 0 && nr > 1 &&
+                                       conv_blocks > (int64_t)prep_per_sm(T) * c->sm_count);
+    int G = pairs ? 2 : 1;
+    dim3 grid((unsigned)(2 * p->Hk + vb) + gates, (unsigned)((nr + G - 1) / G));
     ts_seq_run one = runs[0];
     one.pos0 = 0; /* not used: as an argument it would change every step (a graph update) */
-    cuda_launch(c, "conv_gdn_prep", k_conv_gdn_prep, grid, T, 0, x, ldx, C, K, w, out, ldo, dr, one,
-                *p);
+    if (pairs)
+        cuda_launch(c, "conv_gdn_prep", k_conv_gdn_prep<2>, grid, T, 0, x, ldx, C, K, w, out, ldo,
+                    dr, one, nr, *p);
+    else
+        cuda_launch(c, "conv_gdn_prep", k_conv_gdn_prep<1>, grid, T, 0, x, ldx, C, K, w, out, ldo,
+                    dr, one, nr, *p);
 }
