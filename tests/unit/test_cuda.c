@@ -2195,6 +2195,63 @@ static void test_fixtures(const char *family) {
     }
 }
 
+/* The split of a GEMM's activations written by the op that produced them (swiglu, gelu_mul,
+ * gated_rmsnorm, sigmoid_gate), the matmul then skipping its own split kernel: the matmul's
+ * bits are those of a backend that always splits (TESSERA_CUDA_SPLIT_FUSED=0), for 8 and 64
+ * tokens, rows of x padded or not; and where another op changes x in between (an add), the
+ * matmul splits the new x, not the producer's. */
+static void test_split_fused(void) {
+    ts_backend *bno = NULL;
+    setenv("TESSERA_CUDA_SPLIT_FUSED", "0", 1);
+    CHECK(ts_backend_cuda_create(0, &bno) == TS_OK);
+    unsetenv("TESSERA_CUDA_SPLIT_FUSED");
+    if (!bno) return;
+    int rows = 300, heads = 4, hd = 128, cols = heads * hd;
+    float *wf;
+    ts_tensor W = make_weight(TS_DTYPE_BF16, rows, cols, &wf);
+    free(wf);
+    kept_extra((void *)W.data);
+    for (int ci = 0; ci < 16; ci++) {
+        int kind = ci % 4, n = ci & 4 ? 64 : 8;
+        bool stale = ci & 8;
+        int64_t ldx = kind == 2 ? cols : cols + 8; /* gated_rmsnorm writes dense rows */
+        size_t nx = (size_t)n * ldx, ny = (size_t)n * rows;
+        float *a = rnd(nx, 2.0f), *b = rnd(nx, 2.0f), *y0 = rnd(ny, 1.0f), *nw = rnd(hd, 1.0f);
+        float *got[2];
+        ts_backend *bes[2] = {gpu, bno};
+        for (int k = 0; k < 2; k++) {
+            ts_backend *be = bes[k];
+            float *da = be->ops->alloc(be, nx * 4), *db = be->ops->alloc(be, nx * 4);
+            float *dx = be->ops->alloc(be, nx * 4), *dy = be->ops->alloc(be, ny * 4);
+            float *dw = be->ops->alloc(be, (size_t)hd * 4);
+            be->ops->upload(be, da, a, nx * 4);
+            be->ops->upload(be, db, b, nx * 4);
+            be->ops->upload(be, dx, a, nx * 4);
+            be->ops->upload(be, dy, y0, ny * 4);
+            be->ops->upload(be, dw, nw, (size_t)hd * 4);
+            be->ops->matmul_add(be, &W, da, ldx, n, dy, rows); /* the weight's upload first */
+            be->ops->upload(be, dy, y0, ny * 4);
+            switch (kind) {
+            case 0: be->ops->swiglu(be, da, db, ldx, n, cols, dx, ldx); break;
+            case 1: be->ops->gelu_mul(be, da, db, ldx, n, cols, dx, ldx); break;
+            case 2: be->ops->gated_rmsnorm(be, da, db, n, heads, hd, dw, 1e-6f, dx); break;
+            default: be->ops->sigmoid_gate(be, dx, ldx, db, ldx, n, heads, hd, hd); break;
+            }
+            if (stale) be->ops->add(be, dx, db, (int64_t)nx);
+            be->ops->matmul_add(be, &W, dx, ldx, n, dy, rows);
+            got[k] = host_of(be, dy, ny);
+            float *bufs[] = {da, db, dx, dy, dw};
+            for (int i = 0; i < 5; i++)
+                be->ops->free(be, bufs[i]);
+        }
+        CHECKF(memcmp(got[0], got[1], ny * 4) == 0,
+               "split written by op %d (%d tokens%s): the matmul's bits differ", kind, n,
+               stale ? ", x changed after it" : "");
+        free(got[0]), free(got[1]), free(a), free(b), free(y0), free(nw);
+    }
+    ts_backend_free(bno);
+}
+
 /* Whether TS_CUDA_ONLY (a comma-separated list of section names) selects this section; all
  * run when it is unset. Prints the section's name when it runs. */
 static bool section(const char *name) {
@@ -2248,7 +2305,7 @@ int main(void) {
     if (section("matmul")) {
         test_matmul(), test_matmul_glu(), test_matmul_norm_add(), test_gemv_one_rows();
         test_gemv_one_kquant(), test_decode_exact(), test_q32_partial_group();
-        test_split_range();
+        test_split_range(), test_split_fused();
     }
     if (section("matmul") || section("skinny")) test_skinny_ring(quick);
     if (!quick && section("fixtures")) {

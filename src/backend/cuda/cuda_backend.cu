@@ -185,6 +185,7 @@ extern "C" ts_status ts_backend_cuda_create(int device, ts_backend **out) {
     c->skinny = !cuda_env_off("TESSERA_CUDA_SKINNY");
     c->attn_split = !cuda_env_off("TESSERA_CUDA_ATTN_SPLIT");
     c->fold_norm = !cuda_env_off("TESSERA_CUDA_FOLD_NORM");
+    c->split_fused = !cuda_env_off("TESSERA_CUDA_SPLIT_FUSED");
     c->attn_tile = !cuda_env_off("TESSERA_CUDA_ATTN_TILE");
     const char *chunk_min = getenv("TESSERA_CUDA_GDN_CHUNK_MIN");
     c->gdn_chunk_min = chunk_min && atoi(chunk_min) > 0 ? atoi(chunk_min) : 32;

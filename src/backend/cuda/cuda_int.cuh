@@ -7,6 +7,7 @@
 #define TS_BACKEND_CUDA_CUDA_INT_CUH
 
 #include <cublas_v2.h>
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -130,6 +131,20 @@ typedef struct cuda_ctx_s {
     int32_t kv_pos_host;
     unsigned long kv_pos_epoch; /* cq_epoch of that upload + 1; 0: none yet */
     struct cq_state *q;
+    /* ops submitted so far (cq_submit, cuda_upload_now): what tells a fused split still fresh */
+    unsigned long ops_submitted;
+    /* The bf16 hi / lo split of an activation (x: n rows of cols values, row stride ldx) that
+     * the op submitted as number op wrote into scratch slot 0 beside its fp32 values, for the
+     * tensor-core GEMM that reads x next (cuda_split_target). TESSERA_CUDA_SPLIT_FUSED=0: never
+     * written, every GEMM splits its x itself, for comparisons. */
+    bool split_fused;
+    struct {
+        const float *x;
+        int64_t ldx, cols;
+        int n;
+        const void *parts;
+        unsigned long op;
+    } split_made;
     void *blas_workspace; /* cuBLAS's own, so that it never allocates while being captured */
 } cuda_ctx;
 
@@ -290,10 +305,24 @@ bool cuda_allow_smem(const cuda_ctx *c, const void *const *kernels, int n, int b
 bool cuda_check_blas(cuda_ctx *c, cublasStatus_t st, const char *what);
 /* cudaFree, counted in c->frees. */
 void cuda_free_dev(cuda_ctx *c, void *p);
-/* Checks the last kernel launch. */
 /* A device scratch buffer of at least bytes (slot 0 .. 6), grown as needed; NULL on failure.
  * Contents are not kept across calls. */
 void *cuda_scratch(cuda_ctx *c, int slot, size_t bytes);
+/* Where an op about to write n rows of cols fp32 values may also write their bf16 split for the
+ * matmul that reads them next (split_bf16_store's layout, in scratch slot 0), saving that
+ * matmul's own split kernel: NULL where the tensor-core GEMM would not take n tokens. After the
+ * op's launch, cuda_split_made(c, x, ldx, n, cols, parts) tells the matmul (cuda_matmul.cu). */
+void *cuda_split_target(cuda_ctx *c, int n, int64_t cols);
+void cuda_split_made(cuda_ctx *c, const float *x, int64_t ldx, int n, int64_t cols,
+                     const void *parts);
+
+/* Element idx of an activation split in two bf16 parts, hi = round(v) and lo = round(v - hi):
+ * hi at idx, lo at idx + lo_off (the lo rows follow the hi rows). */
+__device__ static inline void split_bf16_store(void *parts, int64_t idx, int64_t lo_off, float v) {
+    __nv_bfloat16 h = __float2bfloat16_rn(v);
+    ((__nv_bfloat16 *)parts)[idx] = h;
+    ((__nv_bfloat16 *)parts)[idx + lo_off] = __float2bfloat16_rn(v - __bfloat162float(h));
+}
 
 /* The device copy of a weight tensor, uploaded on first use. Float types keep their dtype;
  * Q8_0 stays Q8_0; other quantized types are dequantized to F32 at upload. NULL on failure. */

@@ -109,8 +109,9 @@ void cuda_op_l2norm(ts_backend *be, float *x, int64_t ldx, int n_rows, int dim, 
     cuda_launch(c, "l2norm", k_l2norm, n_rows, ROW_THREADS, 0, x, ldx, dim, eps, scale);
 }
 
+/* parts: where the values' bf16 split goes too (cuda_split_target), or NULL */
 __global__ static void k_gated_rmsnorm(const float *x, const float *z, int dv, const float *w,
-                                       float eps, float *out) {
+                                       float eps, float *out, void *parts) {
     cuda_pdl_entry();
     const float *xr = x + (int64_t)blockIdx.x * dv, *zr = z + (int64_t)blockIdx.x * dv;
     float *o = out + (int64_t)blockIdx.x * dv;
@@ -118,7 +119,10 @@ __global__ static void k_gated_rmsnorm(const float *x, const float *z, int dv, c
     float inv = 1.0f / sqrtf((float)(ss / dv) + eps);
     for (int i = threadIdx.x; i < dv; i += blockDim.x) {
         float zi = zr[i];
-        o[i] = w[i] * (xr[i] * inv) * (zi / (1.0f + expf(-zi)));
+        float v = w[i] * (xr[i] * inv) * (zi / (1.0f + expf(-zi)));
+        o[i] = v;
+        if (parts)
+            split_bf16_store(parts, (int64_t)blockIdx.x * dv + i, (int64_t)gridDim.x * dv, v);
     }
 }
 
@@ -127,7 +131,12 @@ void cuda_op_gated_rmsnorm(ts_backend *be, const float *x, const float *z, int n
     cuda_ctx *c = cuda_of(be);
     int rows = n_tok * n_heads;
     if (rows <= 0) return;
-    cuda_launch(c, "gated_rmsnorm", k_gated_rmsnorm, rows, ROW_THREADS, 0, x, z, dv, w, eps, out);
+    /* out's rows are the tokens' rows of n_heads * dv values: the out projection's x */
+    int64_t cols = (int64_t)n_heads * dv;
+    void *parts = cuda_split_target(c, n_tok, cols);
+    cuda_launch(c, "gated_rmsnorm", k_gated_rmsnorm, rows, ROW_THREADS, 0, x, z, dv, w, eps, out,
+                parts);
+    cuda_split_made(c, out, cols, n_tok, cols, parts);
 }
 
 __global__ static void k_rope(float *x, int64_t ldx, int n_tok, int n_heads, int64_t head_stride,
@@ -197,30 +206,38 @@ void cuda_op_add(ts_backend *be, float *dst, const float *src, int64_t n) {
     cuda_launch(c, "add", k_add, cuda_blocks(n, EW_THREADS), EW_THREADS, 0, dst, src, n);
 }
 
+/* parts: where the values' bf16 split goes too (cuda_split_target), or NULL */
 template <bool GELU>
 __global__ static void k_glu(const float *gate, const float *up, int64_t ldg, int n_tok, int dim,
-                             float *out, int64_t ldo) {
+                             float *out, int64_t ldo, void *parts) {
     cuda_pdl_entry();
     int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (int64_t)n_tok * dim) return;
     int64_t t = idx / dim, i = idx % dim;
-    out[t * ldo + i] = cuda_glu<GELU>(gate[t * ldg + i], up[t * ldg + i]);
+    float v = cuda_glu<GELU>(gate[t * ldg + i], up[t * ldg + i]);
+    out[t * ldo + i] = v;
+    if (parts) split_bf16_store(parts, idx, (int64_t)n_tok * dim, v);
+}
+
+template <bool GELU>
+static void glu(cuda_ctx *c, const char *what, const float *gate, const float *up, int64_t ldg,
+                int n_tok, int dim, float *out, int64_t ldo) {
+    int64_t total = (int64_t)n_tok * dim;
+    if (total <= 0) return;
+    void *parts = cuda_split_target(c, n_tok, dim);
+    cuda_launch(c, what, k_glu<GELU>, cuda_blocks(total, EW_THREADS), EW_THREADS, 0, gate, up, ldg,
+                n_tok, dim, out, ldo, parts);
+    cuda_split_made(c, out, ldo, n_tok, dim, parts);
 }
 
 void cuda_op_swiglu(ts_backend *be, const float *gate, const float *up, int64_t ldg, int n_tok,
                     int dim, float *out, int64_t ldo) {
-    cuda_ctx *c = cuda_of(be);
-    int64_t total = (int64_t)n_tok * dim;
-    if (total <= 0) return;
-    cuda_launch(c, "swiglu", k_glu<false>, cuda_blocks(total, EW_THREADS), EW_THREADS, 0, gate, up, ldg, n_tok, dim, out, ldo);
+    glu<false>(cuda_of(be), "swiglu", gate, up, ldg, n_tok, dim, out, ldo);
 }
 
 void cuda_op_gelu_mul(ts_backend *be, const float *gate, const float *up, int64_t ldg, int n_tok,
                       int dim, float *out, int64_t ldo) {
-    cuda_ctx *c = cuda_of(be);
-    int64_t total = (int64_t)n_tok * dim;
-    if (total <= 0) return;
-    cuda_launch(c, "gelu_mul", k_glu<true>, cuda_blocks(total, EW_THREADS), EW_THREADS, 0, gate, up, ldg, n_tok, dim, out, ldo);
+    glu<true>(cuda_of(be), "gelu_mul", gate, up, ldg, n_tok, dim, out, ldo);
 }
 
 __global__ static void k_softcap(float *x, int64_t n, float cap) {
@@ -235,16 +252,20 @@ void cuda_op_softcap(ts_backend *be, float *x, int64_t n, float cap) {
     cuda_launch(c, "softcap", k_softcap, cuda_blocks(n, EW_THREADS), EW_THREADS, 0, x, n, cap);
 }
 
-__global__ static void k_sigmoid_gate(float *x, int64_t ldx, const float *g, int64_t ldg,
-                                      int n_tok, int n_heads, int head_dim, int64_t gstride) {
+/* parts: where the values' bf16 split goes too (cuda_split_target), or NULL */
+__global__ static void k_sigmoid_gate(float *x, int64_t ldx, const float *g, int64_t ldg, int n_tok,
+                                      int n_heads, int head_dim, int64_t gstride, void *parts) {
     cuda_pdl_entry();
-    int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= (int64_t)n_tok * n_heads * head_dim) return;
+    int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, total;
+    if (idx >= (total = (int64_t)n_tok * n_heads * head_dim)) return;
     int d = (int)(idx % head_dim);
     int h = (int)((idx / head_dim) % n_heads);
     int64_t t = idx / ((int64_t)head_dim * n_heads);
     float gv = g[t * ldg + h * gstride + d];
-    x[t * ldx + (int64_t)h * head_dim + d] *= 1.0f / (1.0f + expf(-gv));
+    float *xp = &x[t * ldx + (int64_t)h * head_dim + d];
+    float v = *xp * (1.0f / (1.0f + expf(-gv)));
+    *xp = v;
+    if (parts) split_bf16_store(parts, idx, total, v);
 }
 
 void cuda_op_sigmoid_gate(ts_backend *be, float *x, int64_t ldx, const float *g, int64_t ldg,
@@ -252,7 +273,11 @@ void cuda_op_sigmoid_gate(ts_backend *be, float *x, int64_t ldx, const float *g,
     cuda_ctx *c = cuda_of(be);
     int64_t total = (int64_t)n_tok * n_heads * head_dim;
     if (total <= 0) return;
-    cuda_launch(c, "sigmoid_gate", k_sigmoid_gate, cuda_blocks(total, EW_THREADS), EW_THREADS, 0, x, ldx, g, ldg, n_tok, n_heads, head_dim, gstride);
+    int64_t cols = (int64_t)n_heads * head_dim; /* the output projection's x */
+    void *parts = cuda_split_target(c, n_tok, cols);
+    cuda_launch(c, "sigmoid_gate", k_sigmoid_gate, cuda_blocks(total, EW_THREADS), EW_THREADS, 0, x,
+                ldx, g, ldg, n_tok, n_heads, head_dim, gstride, parts);
+    cuda_split_made(c, x, ldx, n_tok, cols, parts);
 }
 
 __global__ static void k_copy_rows(float *dst, int64_t ldd, const float *src, int64_t lds,

@@ -205,6 +205,7 @@ static void run_op(cuda_ctx *c, const cq_op *op, cudaStream_t s) {
 }
 
 void cq_submit(cuda_ctx *c, const cq_op *op) {
+    c->ops_submitted++;
     cq_state *q = state_of(c);
     if (!q) {
         cuda_check(c, cudaErrorMemoryAllocation, "launch queue");
@@ -669,6 +670,7 @@ void cuda_memset_async(cuda_ctx *c, void *dst, size_t bytes, const char *what) {
 
 bool cuda_upload_now(cuda_ctx *c, void *dst, const void *src, size_t bytes, const char *what) {
     if (!bytes) return true;
+    c->ops_submitted++;
     return cuda_check(c, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, c->stream),
                       what) &&
            cuda_check(c, cudaStreamSynchronize(c->stream), what);
