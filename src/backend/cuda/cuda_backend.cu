@@ -192,6 +192,8 @@ extern "C" ts_status ts_backend_cuda_create(int device, ts_backend **out) {
     const char *g1 = getenv("TESSERA_CUDA_GEMV1");
     c->gemv_one_waves = g1 && atoi(g1) >= 0 ? atoi(g1) : 1;
     c->gemv_one_early = !cuda_env_off("TESSERA_CUDA_GEMV1_EARLY");
+    const char *xs = getenv("TESSERA_CUDA_GEMV1_XSMEM");
+    c->gemv_one_xsmem = xs && atoi(xs) >= 0 && atoi(xs) <= 2 ? atoi(xs) : 1;
     c->gemv_one_kquant = !cuda_env_off("TESSERA_CUDA_GEMV1_KQUANT");
     const char *sm = getenv("TESSERA_CUDA_SKINNY_MIN");
     c->skinny_min = sm && atoi(sm) >= 2 && atoi(sm) <= 9 ? atoi(sm) : 0;

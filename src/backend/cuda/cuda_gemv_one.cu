@@ -35,6 +35,8 @@
 #include "backend/cuda/cuda_dequant.cuh"
 #include "backend/cuda/cuda_int.cuh"
 
+#include <mutex>
+
 #define G1_WARPS 4
 #define G1_SET   4
 /* 16-byte groups a lane has in flight at once: U of each of NR rows, U * NR <= G1_LOADS (64
@@ -64,6 +66,7 @@ typedef struct {
     float eps;
     bool acc;   /* y += instead of y = */
     bool early; /* the first round loaded before the programmatic wait */
+    bool xs;    /* x staged in the block's shared memory after the wait (g1_xs_takes) */
 } g1_args;
 
 enum { G1_PLAIN, G1_SILU, G1_GELU };
@@ -342,6 +345,15 @@ __global__ static void __launch_bounds__(32 * G1_WARPS) k_gemv_one(g1_args a) {
     g1_rows<MODE, NR>(a, w0, W, row, jr);
     if (a.early) g1_issue<DT, U, NR>(row, 0, groups, lane, q);
     cuda_pdl_entry();
+    /* x through shared memory: one read of it from L2 a block instead of one a warp */
+    extern __shared__ float4 g1_xs[];
+    const float *x = a.x;
+    if (a.xs) {
+        for (int64_t i = threadIdx.x; i < a.cols / 4; i += blockDim.x)
+            g1_xs[i] = ((const float4 *)a.x)[i];
+        __syncthreads();
+        x = (const float *)g1_xs;
+    }
     float ss = 0.0f, inv = 1.0f;
     bool first = true;
     for (int64_t o = w0; o < a.rows; o += step) {
@@ -353,10 +365,9 @@ __global__ static void __launch_bounds__(32 * G1_WARPS) k_gemv_one(g1_args a) {
         for (int64_t g0 = 0; g0 < groups; g0 += 32 * U) {
             if (g0 || !first || !a.early) g1_issue<DT, U, NR>(row, g0, groups, lane, q);
             if constexpr (g1_fmt<DT>::ELEMS == 32)
-                g1_mathk<DT, U, NR, NORM>(row, q, g0, groups, a.x, a.norm_w, lane, acc, first, &ss);
+                g1_mathk<DT, U, NR, NORM>(row, q, g0, groups, x, a.norm_w, lane, acc, first, &ss);
             else
-                g1_math16<DT, U, NR, NORM>(row, q, g0, groups, a.x, a.norm_w, lane, acc, first,
-                                           &ss);
+                g1_math16<DT, U, NR, NORM>(row, q, g0, groups, x, a.norm_w, lane, acc, first, &ss);
         }
         if (NORM && first) inv = 1.0f / sqrtf(cuda_warp_sum(ss) / (float)a.cols + a.eps);
         first = false;
@@ -379,17 +390,29 @@ __global__ static void __launch_bounds__(32 * G1_WARPS) k_gemv_one(g1_args a) {
     }
 }
 
-/* Blocks of the kernel the GPU holds at once per multiprocessor (asked once per kernel). */
-template <ts_dtype DT, int MODE, int U, int NR, bool NORM> static int g1_per_sm(void) {
-    static const int per_sm = [] {
+/* Blocks of the kernel the GPU holds at once per multiprocessor with smem bytes of shared
+ * memory (asked once per kernel and size: a model has a few sizes; past 8 asked each time).
+ * Without shared memory - most launches - a plain static. */
+template <ts_dtype DT, int MODE, int U, int NR, bool NORM> static int g1_per_sm(size_t smem) {
+    auto ask = [](size_t bytes) {
         int n = 0;
         if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, k_gemv_one<DT, MODE, U, NR, NORM>,
-                                                          32 * G1_WARPS, 0) != cudaSuccess ||
+                                                          32 * G1_WARPS, bytes) != cudaSuccess ||
             n < 1)
             n = 1;
         return n;
-    }();
-    return per_sm;
+    };
+    static const int plain = ask(0);
+    if (!smem) return plain;
+    static std::mutex lock;
+    static size_t sizes[8];
+    static int counts[8], known;
+    std::lock_guard<std::mutex> hold(lock);
+    for (int i = 0; i < known; i++)
+        if (sizes[i] == smem) return counts[i];
+    int n = ask(smem);
+    if (known < 8) sizes[known] = smem, counts[known++] = n;
+    return n;
 }
 
 /* Whether the single-token kernel takes these weights and x: 16-bit types, and the quantized
@@ -409,18 +432,34 @@ static bool g1_fits(const cuda_ctx *c, const cuda_wview *w, int nw, const float 
     return true;
 }
 
+/* Whether x (cols floats, 16-byte aligned: g1_fits) goes through shared memory: where the
+ * shape asks (fit: 16-bit weights, a row a warp, at most two blocks a multiprocessor) and rows
+ * of 2048 columns and more (up to 48 KB). Measured on an H200 (bench/RESULTS.md): the 0.8B's
+ * 1024-row output and down projections, where each warp read all of x from L2, a step 3.7%
+ * faster; slower wherever more warps share a multiprocessor (the 2B's 2048-row projections,
+ * grids of 1024-column rows) or a warp takes quantized units (their x reads, 128 bytes apart
+ * from lane to lane, meet in the same banks). */
+static bool g1_xs_takes(const cuda_ctx *c, int64_t cols, bool fit) {
+    if (cols * 4 > 48 * 1024 || cols % 4) return false;
+    return c->gemv_one_xsmem == 2 || (c->gemv_one_xsmem == 1 && fit && cols >= 2048);
+}
+
 /* Launches the kernel with NR rows a warp where one round of the capped grid (gemv_one_waves
  * times what the GPU holds at once) covers every row, or where last; false (nothing launched)
  * otherwise, so that the caller tries more rows a warp. */
 template <ts_dtype DT, int MODE, int U, int NR, bool NORM>
-static bool g1_try(cuda_ctx *c, const char *name, const g1_args &a, bool last) {
+static bool g1_try(cuda_ctx *c, const char *name, g1_args a, bool last) {
     constexpr int NO = MODE == G1_PLAIN ? NR : NR / 2;
-    int64_t cap = (int64_t)c->sm_count * g1_per_sm<DT, MODE, U, NR, NORM>() * c->gemv_one_waves;
-    if (cap < 1) cap = 1;
     int64_t need = (a.rows + NO * G1_WARPS - 1) / (NO * G1_WARPS);
+    a.xs = g1_xs_takes(c, a.cols,
+                       g1_fmt<DT>::ELEMS == 8 && MODE == G1_PLAIN && NR == 1 &&
+                           need <= 2 * (int64_t)c->sm_count);
+    size_t smem = a.xs ? (size_t)a.cols * 4 : 0;
+    int64_t cap = (int64_t)c->sm_count * g1_per_sm<DT, MODE, U, NR, NORM>(smem) * c->gemv_one_waves;
+    if (cap < 1) cap = 1;
     if (need > cap && !last) return false;
     cuda_launch(c, name, k_gemv_one<DT, MODE, U, NR, NORM>, (unsigned)(need < cap ? need : cap),
-                32 * G1_WARPS, 0, a);
+                32 * G1_WARPS, smem, a);
     return true;
 }
 
