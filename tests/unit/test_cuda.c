@@ -2252,6 +2252,61 @@ static void test_split_fused(void) {
     ts_backend_free(bno);
 }
 
+/* The single-token GEMV with x staged in shared memory (cuda_gemv_one.cu's g1_xs_takes: a
+ * 16-bit row a warp, 2048 columns or more, a small grid) gives the bits of the same GEMV
+ * reading x from global memory (TESSERA_CUDA_GEMV1_XSMEM=0), with and without the residual
+ * add and the folded input norm. */
+static void test_gemv_x_staged(void) {
+    ts_backend *b0 = NULL;
+    setenv("TESSERA_CUDA_GEMV1_XSMEM", "0", 1);
+    CHECK(ts_backend_cuda_create(0, &b0) == TS_OK);
+    unsetenv("TESSERA_CUDA_GEMV1_XSMEM");
+    if (!b0) return;
+    static const int shapes[][2] = {{300, 2048}, {1000, 3584}, {37, 4096}}; /* rows, cols */
+    for (int ci = 0; ci < 12; ci++) {
+        int rows = shapes[ci % 3][0], cols = shapes[ci % 3][1];
+        ts_dtype dt = ci & 4 ? TS_DTYPE_F16 : TS_DTYPE_BF16;
+        bool norm = ci & 8, add = ci & 1;
+        float *wf, *x = rnd(cols, 2.0f), *y0 = rnd(rows, 1.0f), *nw = rnd(cols, 1.0f);
+        ts_tensor W = make_weight(dt, rows, cols, &wf);
+        free(wf);
+        kept_extra((void *)W.data);
+        float *got[2];
+        ts_backend *bes[2] = {gpu, b0};
+        for (int k = 0; k < 2; k++) {
+            ts_backend *be = bes[k];
+            float *dx = be->ops->alloc(be, (size_t)cols * 4), *dy = be->ops->alloc(be, rows * 4);
+            float *dn = be->ops->alloc(be, (size_t)cols * 4), *ds = be->ops->alloc(be, cols * 4);
+            be->ops->upload(be, dx, x, (size_t)cols * 4);
+            be->ops->upload(be, dy, y0, (size_t)rows * 4);
+            be->ops->upload(be, dn, nw, (size_t)cols * 4);
+            if (norm) {
+                ts_prenorm pre = {dn, 1e-6f, ds};
+                const ts_tensor *Ws[1] = {&W};
+                float *dys[1] = {dy};
+                int64_t lds[1] = {rows};
+                be->ops->matmul_n(be, Ws, 1, dx, cols, 1, &pre, dys, lds);
+            } else if (add) {
+                be->ops->matmul_add(be, &W, dx, cols, 1, dy, rows);
+            } else {
+                be->ops->matmul(be, &W, dx, cols, 1, dy, rows);
+            }
+            got[k] = host_of(be, dy, rows);
+            float *bufs[] = {dx, dy, dn, ds};
+            for (int i = 0; i < 4; i++)
+                be->ops->free(be, bufs[i]);
+        }
+        CHECKF(memcmp(got[0], got[1], (size_t)rows * 4) == 0,
+               "gemv %s %d x %d%s: x from shared memory gives other bits", ts_dtype_name(dt), rows,
+               cols,
+               norm  ? " normed"
+               : add ? " added"
+                     : "");
+        free(got[0]), free(got[1]), free(x), free(y0), free(nw);
+    }
+    ts_backend_free(b0);
+}
+
 /* Whether TS_CUDA_ONLY (a comma-separated list of section names) selects this section; all
  * run when it is unset. Prints the section's name when it runs. */
 static bool section(const char *name) {
@@ -2281,7 +2336,8 @@ int main(void) {
     printf("device: %s\n", ts_backend_cuda_device_name(gpu));
     /* TS_CUDA_QUICK=1 (for the sanitizers, which run kernels 10-100x slower): no fixture
      * prompts, a lighter delta-rule section; the graph and multi-sequence tests still run.
-     * TS_CUDA_ONLY=gdn,attention,... (skinny: the ring GEMM's test alone, also in matmul)
+     * TS_CUDA_ONLY=gdn,attention,... (skinny: the ring GEMM's test alone, also in matmul;
+     * staging: the split and x-staging tests, also in matmul)
      * runs only those sections (a sanitizer pass over some kernels fits a time limit). */
     bool quick = strcmp(tu_env("TS_CUDA_QUICK", "0"), "1") == 0;
     if (section("rows")) test_rows_ops();
@@ -2305,8 +2361,11 @@ int main(void) {
     if (section("matmul")) {
         test_matmul(), test_matmul_glu(), test_matmul_norm_add(), test_gemv_one_rows();
         test_gemv_one_kquant(), test_decode_exact(), test_q32_partial_group();
-        test_split_range(), test_split_fused();
+        test_split_range();
     }
+    /* the staged activations: the split written by its producer, x in the GEMV's shared
+     * memory (also alone, for the sanitizers) */
+    if (section("matmul") || section("staging")) test_split_fused(), test_gemv_x_staged();
     if (section("matmul") || section("skinny")) test_skinny_ring(quick);
     if (!quick && section("fixtures")) {
         test_fixtures("qwen35");
