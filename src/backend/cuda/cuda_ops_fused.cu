@@ -231,15 +231,19 @@ __global__ static void k_conv_gdn_prep(const float *x, int64_t ldx, int C, int K
     }
 }
 
-/* Blocks of k_conv_gdn_prep (a run a block) of T threads a multiprocessor holds at once. */
+/* Blocks of k_conv_gdn_prep (a run a block) of T threads (128 or ROW_THREADS) a
+ * multiprocessor holds at once, asked once (thread-safe: a static's initialisation). */
 static int prep_per_sm(int T) {
-    static int per_sm[2]; /* T = 128, 256 */
-    int &n = per_sm[T == 128 ? 0 : 1];
-    if (!n && (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, k_conv_gdn_prep<1>, T, 0) !=
-                   cudaSuccess ||
-               n < 1))
-        n = 1;
-    return n;
+    auto ask = [](int threads) {
+        int n = 0;
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, k_conv_gdn_prep<1>, threads, 0) !=
+                cudaSuccess ||
+            n < 1)
+            n = 1;
+        return n;
+    };
+    static const int per_sm[2] = {ask(128), ask(ROW_THREADS)};
+    return per_sm[T == 128 ? 0 : 1];
 }
 
 /* Runs of one token through a conv of up to PREP_KMAX taps take the fused kernel; two runs a
