@@ -235,9 +235,9 @@ __device__ static inline float cuda_warp_sum(float s) {
 /* Row kernels run a block of ROW_THREADS per row. Sum of squares of a row in double, reduced
  * over the block; every thread gets the total. */
 #define ROW_THREADS 256
-/* The block's sum of its threads' partial sums s, in that fixed order (row_sumsq's second half,
- * for kernels that hold their row's values in registers). */
-/* N rows' sums at once (s[j] becomes row j's), each in that order, in one pair of barriers. */
+/* The block's sums of its threads' partial sums s[j] for N rows at once (s[j] becomes row j's),
+ * each in a fixed order (warps' shuffles, then the warps in turn), in one pair of barriers:
+ * row_sumsq's second half, for kernels that hold their rows' values in registers. */
 template <int N> __device__ static inline void row_sum_blocks(double *s) {
     __shared__ double part[N][ROW_THREADS / 32];
     __shared__ double total[N];
