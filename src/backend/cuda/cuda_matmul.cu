@@ -548,19 +548,6 @@ static void gemm(cuda_ctx *c, const void *W, cudaDataType wt, int64_t rows, int6
  * unscale factors after them. */
 static size_t split_bytes(int n, int64_t cols) { return (size_t)n * cols * 2 * 2 + (size_t)n * 4; }
 
-void *cuda_split_target(cuda_ctx *c, int n, int64_t cols) {
-    int from = c->skinny_min ? c->skinny_min : 4; /* skinny_from's fewest for any type */
-    if (!c->split_fused || !c->skinny || n < from || n > SK_MAX_TOK) return NULL;
-    return cuda_scratch(c, 0, split_bytes(n, cols));
-}
-
-void cuda_split_made(cuda_ctx *c, const float *x, int64_t ldx, int n, int64_t cols,
-                     const void *parts) {
-    if (!parts) return;
-    c->split_made.x = x, c->split_made.ldx = ldx, c->split_made.cols = cols;
-    c->split_made.n = n, c->split_made.parts = parts, c->split_made.op = c->ops_submitted;
-}
-
 /* x as [2n][cols] 16-bit values (hi rows, then lo rows) in scratch slot 0: F16 for F16
  * weights, BF16 for the others (16-bit or decoded to BF16 by the tensor-core GEMM); with pre,
  * those of rmsnorm(x) * pre->w. F16 ones are scaled per token (k_split_f16_scaled): *unscale
@@ -604,6 +591,20 @@ static int skinny_from(const cuda_ctx *c, ts_dtype dt) {
     if (dt == TS_DTYPE_F32) return SK_MAX_TOK + 1; /* no tensor-core form */
     if (c->skinny_min) return c->skinny_min;
     return dt == TS_DTYPE_F16 || dt == TS_DTYPE_BF16 ? 4 : 8;
+}
+
+void *cuda_split_target(cuda_ctx *c, int n, int64_t cols) {
+    /* 16-bit weights take the tensor-core GEMM from the fewest tokens of any type */
+    if (!c->split_fused || !c->skinny || n < skinny_from(c, TS_DTYPE_BF16) || n > SK_MAX_TOK)
+        return NULL;
+    return cuda_scratch(c, 0, split_bytes(n, cols));
+}
+
+void cuda_split_made(cuda_ctx *c, const float *x, int64_t ldx, int n, int64_t cols,
+                     const void *parts) {
+    if (!parts) return;
+    c->split_made.x = x, c->split_made.ldx = ldx, c->split_made.cols = cols;
+    c->split_made.n = n, c->split_made.parts = parts, c->split_made.op = c->ops_submitted;
 }
 
 /* Whether the tensor-core GEMM takes n tokens of w (TESSERA_CUDA_SKINNY=0: never). */
