@@ -153,6 +153,20 @@ static void test_elementwise(void) {
 
 /* The device with one fused op removed: the model layer (model/layers.c) then composes it from
  * the plain ops, as for a backend without it. */
+/* A second CUDA backend made with the environment switch name=value (and name2=value2 where
+ * name2 is set), for comparisons with the default one; NULL (a failed check) if it cannot be
+ * made. */
+static ts_backend *gpu_with(const char *name, const char *value, const char *name2,
+                            const char *value2) {
+    ts_backend *be = NULL;
+    setenv(name, value, 1);
+    if (name2) setenv(name2, value2, 1);
+    CHECK(ts_backend_cuda_create(0, &be) == TS_OK);
+    unsetenv(name);
+    if (name2) unsetenv(name2);
+    return be;
+}
+
 static ts_backend_ops plain_ops;
 static ts_backend plain_be;
 static ts_backend *without(size_t op_offset) {
@@ -205,12 +219,8 @@ static void test_fused(void) {
      * 5-tap conv (the two kernels); the fused kernel also in blocks of 128 threads taking two
      * runs each (a backend made with TESSERA_CUDA_PREP_THREADS=128, TESSERA_CUDA_PREP_PAIRS=1:
      * a pair without its second run for one and five runs) */
-    ts_backend *be128 = NULL;
-    setenv("TESSERA_CUDA_PREP_THREADS", "128", 1);
-    setenv("TESSERA_CUDA_PREP_PAIRS", "1", 1);
-    CHECK(ts_backend_cuda_create(0, &be128) == TS_OK);
-    unsetenv("TESSERA_CUDA_PREP_THREADS");
-    unsetenv("TESSERA_CUDA_PREP_PAIRS");
+    ts_backend *be128 =
+        gpu_with("TESSERA_CUDA_PREP_THREADS", "128", "TESSERA_CUDA_PREP_PAIRS", "1");
     for (int ci = 0; ci < 4 && be128; ci++) {
         int lens[4][5] = {{1}, {1, 1, 1, 1, 1}, {2, 1, 3}, {1, 1, 1}}, nrs[4] = {1, 5, 3, 3};
         int nr = nrs[ci], n = 0, Hk = 3, dk = 40, Hv = 6, K = ci == 3 ? 5 : 4;
@@ -1039,12 +1049,8 @@ static void test_skinny_ring(bool quick) {
  * the gated MLP's form; every other case with its input RMSNorm folded in (both kernels apply
  * it as they read x). */
 static void test_gemv_one_kquant(void) {
-    setenv("TESSERA_CUDA_GEMV1_KQUANT", "0", 1);
-    ts_backend *ref = NULL;
-    ts_status st = ts_backend_cuda_create(0, &ref);
-    unsetenv("TESSERA_CUDA_GEMV1_KQUANT");
-    CHECK(st == TS_OK);
-    if (st != TS_OK) return;
+    ts_backend *ref = gpu_with("TESSERA_CUDA_GEMV1_KQUANT", "0", NULL, NULL);
+    if (!ref) return;
     enum { K4 = TS_DTYPE_Q4_K, K6 = TS_DTYPE_Q6_K, Q8 = TS_DTYPE_Q8_0, Q4 = TS_DTYPE_Q4_0 };
     enum { Q5 = TS_DTYPE_Q5_0 };
     static const int cases[][5] = {
@@ -2201,10 +2207,7 @@ static void test_fixtures(const char *family) {
  * tokens, rows of x padded or not; and where another op changes x in between (an add), the
  * matmul splits the new x, not the producer's. */
 static void test_split_fused(void) {
-    ts_backend *bno = NULL;
-    setenv("TESSERA_CUDA_SPLIT_FUSED", "0", 1);
-    CHECK(ts_backend_cuda_create(0, &bno) == TS_OK);
-    unsetenv("TESSERA_CUDA_SPLIT_FUSED");
+    ts_backend *bno = gpu_with("TESSERA_CUDA_SPLIT_FUSED", "0", NULL, NULL);
     if (!bno) return;
     int rows = 300, heads = 4, hd = 128, cols = heads * hd;
     float *wf;
@@ -2257,10 +2260,7 @@ static void test_split_fused(void) {
  * reading x from global memory (TESSERA_CUDA_GEMV1_XSMEM=0), with and without the residual
  * add and the folded input norm. */
 static void test_gemv_x_staged(void) {
-    ts_backend *b0 = NULL;
-    setenv("TESSERA_CUDA_GEMV1_XSMEM", "0", 1);
-    CHECK(ts_backend_cuda_create(0, &b0) == TS_OK);
-    unsetenv("TESSERA_CUDA_GEMV1_XSMEM");
+    ts_backend *b0 = gpu_with("TESSERA_CUDA_GEMV1_XSMEM", "0", NULL, NULL);
     if (!b0) return;
     static const int shapes[][2] = {{300, 2048}, {1000, 3584}, {37, 4096}}; /* rows, cols */
     for (int ci = 0; ci < 12; ci++) {
