@@ -66,7 +66,6 @@ typedef struct {
     float eps;
     bool acc;   /* y += instead of y = */
     bool early; /* the first round loaded before the programmatic wait */
-    bool xs;    /* x staged in the block's shared memory after the wait (g1_xs_takes) */
 } g1_args;
 
 enum { G1_PLAIN, G1_SILU, G1_GELU };
@@ -327,7 +326,7 @@ g1_mathk(const uint8_t *const *row, const typename g1_fmt<DT>::raw (*q)[U], int6
 
 /* A warp per row: NR weight rows summed together, each lane U groups of each in flight; warp w
  * takes the rounds at o = w, w + NO * W, ... (NO: outputs a round, NR plain, NR / 2 glu). */
-template <ts_dtype DT, int MODE, int U, int NR, bool NORM>
+template <ts_dtype DT, int MODE, int U, int NR, bool NORM, bool XS = false>
 __global__ static void __launch_bounds__(32 * G1_WARPS) k_gemv_one(g1_args a) {
     static_assert(U * NR * g1_fmt<DT>::LOADS <= G1_LOADS,
                   "a lane's loads in flight take at most 64 registers");
@@ -348,9 +347,24 @@ __global__ static void __launch_bounds__(32 * G1_WARPS) k_gemv_one(g1_args a) {
     /* x through shared memory: one read of it from L2 a block instead of one a warp */
     extern __shared__ float4 g1_xs[];
     const float *x = a.x;
-    if (a.xs) {
-        for (int64_t i = threadIdx.x; i < a.cols / 4; i += blockDim.x)
-            g1_xs[i] = ((const float4 *)a.x)[i];
+    if constexpr (XS) {
+        /* XS_BATCH loads a thread in flight before their stores (a loop of load, store went
+         * one round trip at a time: 7 for the 3584-column rows) */
+        constexpr int XS_BATCH = 8;
+        int64_t n4 = a.cols / 4;
+        for (int64_t i0 = threadIdx.x; i0 < n4; i0 += XS_BATCH * (int64_t)blockDim.x) {
+            float4 v[XS_BATCH];
+#pragma unroll
+            for (int k = 0; k < XS_BATCH; k++) {
+                int64_t i = i0 + k * (int64_t)blockDim.x;
+                if (i < n4) v[k] = ((const float4 *)a.x)[i];
+            }
+#pragma unroll
+            for (int k = 0; k < XS_BATCH; k++) {
+                int64_t i = i0 + k * (int64_t)blockDim.x;
+                if (i < n4) g1_xs[i] = v[k];
+            }
+        }
         __syncthreads();
         x = (const float *)g1_xs;
     }
@@ -393,10 +407,11 @@ __global__ static void __launch_bounds__(32 * G1_WARPS) k_gemv_one(g1_args a) {
 /* Blocks of the kernel the GPU holds at once per multiprocessor with smem bytes of shared
  * memory (asked once per kernel and size: a model has a few sizes; past 8 asked each time).
  * Without shared memory - most launches - a plain static. */
-template <ts_dtype DT, int MODE, int U, int NR, bool NORM> static int g1_per_sm(size_t smem) {
+template <ts_dtype DT, int MODE, int U, int NR, bool NORM, bool XS>
+static int g1_per_sm(size_t smem) {
     auto ask = [](size_t bytes) {
         int n = 0;
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, k_gemv_one<DT, MODE, U, NR, NORM>,
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, k_gemv_one<DT, MODE, U, NR, NORM, XS>,
                                                           32 * G1_WARPS, bytes) != cudaSuccess ||
             n < 1)
             n = 1;
@@ -432,13 +447,13 @@ static bool g1_fits(const cuda_ctx *c, const cuda_wview *w, int nw, const float 
     return true;
 }
 
-/* Whether x (cols floats, 16-byte aligned: g1_fits) goes through shared memory: where the
- * shape asks (fit: 16-bit weights, a row a warp, at most two blocks a multiprocessor) and rows
- * of 2048 columns and more (up to 48 KB). Measured on an H200 (bench/RESULTS.md): the 0.8B's
- * 1024-row output and down projections, where each warp read all of x from L2, a step 3.7%
- * faster; slower wherever more warps share a multiprocessor (the 2B's 2048-row projections,
- * grids of 1024-column rows) or a warp takes quantized units (their x reads, 128 bytes apart
- * from lane to lane, meet in the same banks). */
+/* Whether x (cols floats, 16-byte aligned: g1_fits) goes through shared memory, for 16-bit
+ * weights a row a warp (the only form that can): where the grid is at most two blocks a
+ * multiprocessor (fit) and rows of 2048 columns and more (up to 48 KB). Measured on an H200
+ * (bench/RESULTS.md): the 0.8B's 1024-row output and down projections, where each warp read all of
+ * x from L2, a step 3.7% faster; slower wherever more warps share a multiprocessor (the 2B's
+ * 2048-row projections, grids of 1024-column rows) or a warp takes quantized units (their x reads,
+ * 128 bytes apart from lane to lane, meet in the same banks). */
 static bool g1_xs_takes(const cuda_ctx *c, int64_t cols, bool fit) {
     if (cols * 4 > 48 * 1024 || cols % 4) return false;
     return c->gemv_one_xsmem == 2 || (c->gemv_one_xsmem == 1 && fit && cols >= 2048);
@@ -450,16 +465,26 @@ static bool g1_xs_takes(const cuda_ctx *c, int64_t cols, bool fit) {
 template <ts_dtype DT, int MODE, int U, int NR, bool NORM>
 static bool g1_try(cuda_ctx *c, const char *name, g1_args a, bool last) {
     constexpr int NO = MODE == G1_PLAIN ? NR : NR / 2;
+    /* the form that stages x exists for 16-bit weights a row a warp only: its batch of x loads
+     * takes registers every other form would pay for in blocks a multiprocessor */
+    constexpr bool XS_OK = g1_fmt<DT>::ELEMS == 8 && MODE == G1_PLAIN && NR == 1;
     int64_t need = (a.rows + NO * G1_WARPS - 1) / (NO * G1_WARPS);
-    a.xs = g1_xs_takes(c, a.cols,
-                       g1_fmt<DT>::ELEMS == 8 && MODE == G1_PLAIN && NR == 1 &&
-                           need <= 2 * (int64_t)c->sm_count);
-    size_t smem = a.xs ? (size_t)a.cols * 4 : 0;
-    int64_t cap = (int64_t)c->sm_count * g1_per_sm<DT, MODE, U, NR, NORM>(smem) * c->gemv_one_waves;
+    bool xs = XS_OK && g1_xs_takes(c, a.cols, need <= 2 * (int64_t)c->sm_count);
+    size_t smem = xs ? (size_t)a.cols * 4 : 0;
+    int per_sm = xs ? g1_per_sm<DT, MODE, U, NR, NORM, XS_OK>(smem)
+                    : g1_per_sm<DT, MODE, U, NR, NORM, false>(0);
+    int64_t cap = (int64_t)c->sm_count * per_sm * c->gemv_one_waves;
     if (cap < 1) cap = 1;
     if (need > cap && !last) return false;
-    cuda_launch(c, name, k_gemv_one<DT, MODE, U, NR, NORM>, (unsigned)(need < cap ? need : cap),
-                32 * G1_WARPS, smem, a);
+    unsigned grid = (unsigned)(need < cap ? need : cap);
+    if constexpr (XS_OK) {
+        if (xs) {
+            cuda_launch(c, name, k_gemv_one<DT, MODE, U, NR, NORM, true>, grid, 32 * G1_WARPS, smem,
+                        a);
+            return true;
+        }
+    }
+    cuda_launch(c, name, k_gemv_one<DT, MODE, U, NR, NORM, false>, grid, 32 * G1_WARPS, 0, a);
     return true;
 }
 

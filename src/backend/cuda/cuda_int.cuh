@@ -70,7 +70,8 @@ typedef struct cuda_ctx_s {
      * after it, for comparisons) */
     bool gemv_one_early;
     /* the single-token GEMV's x staged in each block's shared memory: 1 (default) where
-     * g1_xs_takes says (cuda_gemv_one.cu), 0 never, 2 always (TESSERA_CUDA_GEMV1_XSMEM) */
+     * g1_xs_takes says (cuda_gemv_one.cu), 0 never, 2 wherever the form can (16-bit weights, a
+     * row a warp) (TESSERA_CUDA_GEMV1_XSMEM) */
     int gemv_one_xsmem;
     /* that kernel takes one token of quantized weights too (TESSERA_CUDA_GEMV1_KQUANT=0: the
      * general GEMV, for comparisons) */
