@@ -2261,19 +2261,23 @@ static void test_split_fused(void) {
  * add and the folded input norm. */
 static void test_gemv_x_staged(void) {
     ts_backend *b0 = gpu_with("TESSERA_CUDA_GEMV1_XSMEM", "0", NULL, NULL);
-    if (!b0) return;
-    static const int shapes[][2] = {{300, 2048}, {1000, 3584}, {37, 4096}}; /* rows, cols */
-    for (int ci = 0; ci < 12; ci++) {
-        int rows = shapes[ci % 3][0], cols = shapes[ci % 3][1];
-        ts_dtype dt = ci & 4 ? TS_DTYPE_F16 : TS_DTYPE_BF16;
-        bool norm = ci & 8, add = ci & 1;
+    ts_backend *b2 = gpu_with("TESSERA_CUDA_GEMV1_XSMEM", "2", NULL, NULL);
+    if (!b0 || !b2) return;
+    /* rows, cols; the last staged with XSMEM=2 only: a grid of several rounds (a row a warp
+     * is the last form for rows over 2048 columns), whose first round's y an add reads early
+     * and the later rounds' at their store */
+    static const int shapes[][2] = {{300, 2048}, {1000, 3584}, {37, 4096}, {6000, 4096}};
+    for (int ci = 0; ci < 32; ci++) {
+        int rows = shapes[ci % 4][0], cols = shapes[ci % 4][1];
+        ts_dtype dt = ci & 8 ? TS_DTYPE_F16 : TS_DTYPE_BF16;
+        bool norm = ci & 16, add = ci & 4;
         float *wf, *x = rnd(cols, 2.0f), *y0 = rnd(rows, 1.0f), *nw = rnd(cols, 1.0f);
         ts_tensor W = make_weight(dt, rows, cols, &wf);
         free(wf);
         kept_extra((void *)W.data);
-        float *got[2];
-        ts_backend *bes[2] = {gpu, b0};
-        for (int k = 0; k < 2; k++) {
+        float *got[3];
+        ts_backend *bes[3] = {gpu, b2, b0};
+        for (int k = 0; k < 3; k++) {
             ts_backend *be = bes[k];
             float *dx = be->ops->alloc(be, (size_t)cols * 4), *dy = be->ops->alloc(be, rows * 4);
             float *dn = be->ops->alloc(be, (size_t)cols * 4), *ds = be->ops->alloc(be, cols * 4);
@@ -2296,15 +2300,18 @@ static void test_gemv_x_staged(void) {
             for (int i = 0; i < 4; i++)
                 be->ops->free(be, bufs[i]);
         }
-        CHECKF(memcmp(got[0], got[1], (size_t)rows * 4) == 0,
-               "gemv %s %d x %d%s: x from shared memory gives other bits", ts_dtype_name(dt), rows,
-               cols,
-               norm  ? " normed"
-               : add ? " added"
-                     : "");
-        free(got[0]), free(got[1]), free(x), free(y0), free(nw);
+        for (int k = 0; k < 2; k++)
+            CHECKF(memcmp(got[k], got[2], (size_t)rows * 4) == 0,
+                   "gemv %s %d x %d%s, XSMEM %s: x from shared memory gives other bits",
+                   ts_dtype_name(dt), rows, cols,
+                   norm  ? " normed"
+                   : add ? " added"
+                         : "",
+                   k ? "2" : "default");
+        free(got[0]), free(got[1]), free(got[2]), free(x), free(y0), free(nw);
     }
     ts_backend_free(b0);
+    ts_backend_free(b2);
 }
 
 /* Whether TS_CUDA_ONLY (a comma-separated list of section names) selects this section; all

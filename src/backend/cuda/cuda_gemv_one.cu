@@ -227,6 +227,11 @@ __device__ static inline void g1_rows(const g1_args &a, int64_t o, int64_t W, co
     }
 }
 
+/* Where plain row o (of weight j: g1_rows) goes in its weight's output */
+__device__ static inline float *g1_y(const g1_args &a, int64_t o, int j) {
+    return &a.set.y[j][o - (j ? a.set.end[j - 1] : 0)];
+}
+
 /* The lane's loads of round g0 of NR rows (U units each: unit lane, lane + 32, ...) into q,
  * all in flight at once. */
 template <ts_dtype DT, int U, int NR>
@@ -344,6 +349,12 @@ __global__ static void __launch_bounds__(32 * G1_WARPS) k_gemv_one(g1_args a) {
     g1_rows<MODE, NR>(a, w0, W, row, jr);
     if (a.early) g1_issue<DT, U, NR>(row, 0, groups, lane, q);
     cuda_pdl_entry();
+    /* The first round's y of a residual add (acc) in the staged form (the 1024-row output and
+     * down projections), asked for now, beside x's loads: read at the store, it was a round
+     * trip of its own after the warp's sums. (The other forms would pay registers for it, and
+     * with them blocks a multiprocessor.) */
+    constexpr bool Y0 = XS;
+    float y0 = Y0 && a.acc && lane == 0 && row[0] ? *g1_y(a, w0, jr[0]) : 0.0f;
     /* x through shared memory: one read of it from L2 a block instead of one a warp */
     extern __shared__ float4 g1_xs[];
     const float *x = a.x;
@@ -394,9 +405,8 @@ __global__ static void __launch_bounds__(32 * G1_WARPS) k_gemv_one(g1_args a) {
         for (int i = 0; i < NO; i++) {
             if constexpr (MODE == G1_PLAIN) {
                 if (!row[i]) continue;
-                int64_t oi = o + i * W, j = jr[i];
-                float *yo = &a.set.y[j][oi - (j ? a.set.end[j - 1] : 0)];
-                *yo = a.acc ? *yo + s[i] : s[i];
+                float *yo = g1_y(a, o + i * W, jr[i]);
+                *yo = a.acc ? (Y0 && o == w0 ? y0 : *yo) + s[i] : s[i];
             } else if (row[2 * i]) {
                 a.out[o + i * W] = cuda_glu<MODE == G1_GELU>(s[2 * i], s[2 * i + 1]);
             }
