@@ -242,6 +242,14 @@ typedef struct {
     void (*conv_gdn_prep)(ts_backend *be, const float *x, int64_t ldx, int C, int K,
                           const float *w, const ts_seq_run *runs, int nr, float *out,
                           int64_t ldo, const ts_gdn_prep_args *p);
+    /* Optional: one sequence's decode step of a delta-rule layer after its input projection,
+     * in one call: conv_gdn_prep on x's one row (C channels, conv state conv_state; p's qn, kn,
+     * g, beta are not written), then gdn_runs with gn (recurrent state rec_state) into out.
+     * False, with nothing done, where the backend does not take these shapes: the model then
+     * calls the two. */
+    bool (*conv_gdn_step)(ts_backend *be, const float *x, int C, int K, const float *w,
+                          float *conv_state, const ts_gdn_prep_args *p, const ts_gdn_dims *dims,
+                          float *rec_state, const ts_gated_norm *gn, float *out);
     /* out[t, h*dv + d] = rmsnorm(x[t, h*dv:...])[d] * w[d] * silu(z[t, h*dv + d]) */
     void (*gated_rmsnorm)(ts_backend *be, const float *x, const float *z, int n_tok, int n_heads,
                           int dv, const float *w, float eps, float *out);

@@ -206,6 +206,13 @@ void ts_qk_norm_rope(ts_backend *be, float *q, int64_t ldq, int64_t q_head_strid
     be->ops->rope(be, k, ldk, n_tok, nk, hd, rot_dim, pos, theta);
 }
 
+bool ts_conv_gdn_step(ts_backend *be, const float *x, int C, int K, const float *w,
+                      float *conv_state, const ts_gdn_prep_args *p, const ts_gdn_dims *d,
+                      float *rec_state, const ts_gated_norm *gn, float *out) {
+    return be->ops->conv_gdn_step &&
+           be->ops->conv_gdn_step(be, x, C, K, w, conv_state, p, d, rec_state, gn, out);
+}
+
 void ts_conv_gdn_prep(ts_backend *be, const float *x, int64_t ldx, int C, int K, const float *w,
                       const ts_seq_run *sr, int nr, float *out, int64_t ldo,
                       const ts_gdn_prep_args *p) {

@@ -81,6 +81,12 @@ void ts_gdn_prep(ts_backend *be, const float *conv, int64_t ldc, const ts_gdn_pr
 void ts_conv_gdn_prep(ts_backend *be, const float *x, int64_t ldx, int C, int K, const float *w,
                       const ts_seq_run *sr, int nr, float *out, int64_t ldo,
                       const ts_gdn_prep_args *p);
+/* One sequence's one-token delta-rule step after the input projection (x: its row): the
+ * backend's conv_gdn_step; false where it has none or does not take these shapes, and the caller
+ * goes through ts_conv_gdn_prep and ts_gdn_runs. */
+bool ts_conv_gdn_step(ts_backend *be, const float *x, int C, int K, const float *w,
+                      float *conv_state, const ts_gdn_prep_args *p, const ts_gdn_dims *d,
+                      float *rec_state, const ts_gated_norm *gn, float *out);
 void ts_qk_norm_rope(ts_backend *be, float *q, int64_t ldq, int64_t q_head_stride, int nq,
                      const float *wq, float *k, int64_t ldk, int nk, const float *wk, int n_tok,
                      int hd, float eps, int rot_dim, const int32_t *pos, float theta);

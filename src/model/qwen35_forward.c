@@ -176,15 +176,34 @@ static void linear_attention(qwen35_rt *rt, int il, const ts_fwd_batch *b, const
     }
     /* the causal conv; then q and k to their own buffers so each head is a row, L2-normalised,
      * q scaled by dk^-1/2; the gates */
-    ts_gdn_prep_args pa = {n,  hp->lin_hk, hp->lin_dk, Hv, 1e-6f, 1.0f / sqrtf((float)hp->lin_dk),
-                           a,  bb,         Hv,         P(rt, ly->neg_exp_a), P(rt, ly->dt_bias),
-                           qn, kn,         rt->g,      rt->beta};
-    ts_conv_gdn_prep(be, mqkv, cd, cd, hp->conv_k, P(rt, ly->conv_w), sr, nr, conv, cd, &pa);
+    ts_gdn_prep_args pa = {.n = n,
+                           .Hk = hp->lin_hk,
+                           .dk = hp->lin_dk,
+                           .Hv = Hv,
+                           .eps = 1e-6f,
+                           .q_scale = 1.0f / sqrtf((float)hp->lin_dk),
+                           .a = a,
+                           .b = bb,
+                           .ldab = Hv,
+                           .neg_exp_a = P(rt, ly->neg_exp_a),
+                           .dt_bias = P(rt, ly->dt_bias),
+                           .qn = qn,
+                           .kn = kn,
+                           .g = rt->g,
+                           .beta = rt->beta};
     ts_gdn_dims dims = {hp->lin_hk, hp->lin_hv, hp->lin_dk, hp->lin_dv};
-    for (int r = 0; r < nr; r++)
-        sr[r].a = (float *)((char *)b->slot_state[runs[r].slot] + rt->offs[il].rec);
     ts_gated_norm gn = {z, P(rt, ly->gnorm), hp->eps};
-    ts_gdn_runs(be, qn, kn, kd, conv + 2 * kd, cd, rt->g, rt->beta, &dims, sr, nr, &gn, o);
+    /* one sequence's decode step: the backend's whole delta-rule step where it has one */
+    float *rec0 = (float *)((char *)b->slot_state[runs[0].slot] + rt->offs[il].rec);
+    bool stepped = nr == 1 && runs[0].len == 1 &&
+                   ts_conv_gdn_step(be, mqkv + (size_t)runs[0].start * cd, cd, hp->conv_k,
+                                    P(rt, ly->conv_w), sr[0].a, &pa, &dims, rec0, &gn, o);
+    if (!stepped) {
+        ts_conv_gdn_prep(be, mqkv, cd, cd, hp->conv_k, P(rt, ly->conv_w), sr, nr, conv, cd, &pa);
+        for (int r = 0; r < nr; r++)
+            sr[r].a = (float *)((char *)b->slot_state[runs[r].slot] + rt->offs[il].rec);
+        ts_gdn_runs(be, qn, kn, kd, conv + 2 * kd, cd, rt->g, rt->beta, &dims, sr, nr, &gn, o);
+    }
     ts_matmul_add(be, ly->out_proj, o, vd, n, rt->x, D, rt->h);
 }
 

@@ -530,6 +530,68 @@ static void test_gdn_runs(int Hk, int Hv, int dk, int dvv) {
     }
 }
 
+/* conv_gdn_step, one sequence's delta-rule decode step in one kernel, against conv_gdn_prep
+ * and gdn_runs (the device without the op, as the model composes them) bit for bit over three
+ * steps - each step's output, then both states - with 4 and 3 conv taps; and the shapes it
+ * does not take (d_k 64, two v-heads a k-head) refused. */
+static void test_conv_gdn_step(void) {
+    for (int ci = 0; ci < 2; ci++) {
+        int H = 2, dk = 128, K = ci ? 3 : 4, C = 3 * H * dk, steps = 3;
+        size_t nst = (size_t)(K - 1) * C, nrec = (size_t)H * dk * dk, no = (size_t)H * dk;
+        float *x = rnd((size_t)steps * C, 2.0f), *w = rnd((size_t)C * K, 0.7f);
+        float *ab = rnd((size_t)steps * 2 * H, 3.0f), *nea = rnd(H, 1.0f), *dtb = rnd(H, 1.0f);
+        float *z = rnd(no, 3.0f), *gw = rnd(dk, 1.0f), *cs = rnd(nst, 1.0f);
+        float *rs = rnd(nrec, 0.3f);
+        float *dx = dev(x, (size_t)steps * C), *dw = dev(w, (size_t)C * K);
+        float *dab = dev(ab, (size_t)steps * 2 * H), *dnea = dev(nea, H), *ddtb = dev(dtb, H);
+        float *dz = dev(z, no), *dgw = dev(gw, dk);
+        float *dcs[2] = {dev(cs, nst), dev(cs, nst)}, *drs[2] = {dev(rs, nrec), dev(rs, nrec)};
+        float *dout[2] = {dev(z, no), dev(z, no)};
+        /* the composition's scratch: the conv's output, qn, kn, g, beta */
+        float *scr = gpu->ops->alloc(gpu, ((size_t)C + 2 * no + 2 * H) * sizeof *scr);
+        float *qn = scr + C, *kn = qn + no, *g = kn + no, *beta = g + H;
+        ts_gdn_dims d = {H, H, dk, dk};
+        ts_gated_norm gn = {dz, dgw, 1e-6f};
+        ts_backend *plain = without(offsetof(ts_backend_ops, conv_gdn_step));
+        for (int t = 0; t < steps; t++) {
+            const float *xt = dx + (size_t)t * C, *at = dab + (size_t)t * 2 * H;
+            ts_gdn_prep_args pa = {1,  H,      dk,  H,    1e-6f, 1.0f / sqrtf((float)dk),
+                                   at, at + H, H,   dnea, ddtb,  qn,
+                                   kn, g,      beta};
+            CHECKF(ts_conv_gdn_step(gpu, xt, C, K, dw, dcs[0], &pa, &d, drs[0], &gn, dout[0]),
+                   "conv_gdn_step (K %d): the device refused the Qwen3.5 heads", K);
+            CHECK(!ts_conv_gdn_step(plain, xt, C, K, dw, dcs[1], &pa, &d, drs[1], &gn, dout[1]));
+            ts_seq_run sr = {0, 1, t, dcs[1], NULL};
+            ts_conv_gdn_prep(plain, xt, C, C, K, dw, &sr, 1, scr, C, &pa);
+            sr.a = drs[1];
+            ts_gdn_runs(plain, qn, kn, H * dk, scr + 2 * H * dk, C, g, beta, &d, &sr, 1, &gn,
+                        dout[1]);
+            char what[64];
+            snprintf(what, sizeof what, "conv_gdn_step K %d step %d out", K, t);
+            same_bits(what, dout[0], dout[1], no);
+        }
+        char what[64];
+        snprintf(what, sizeof what, "conv_gdn_step K %d conv state", K);
+        same_bits(what, dcs[0], dcs[1], nst);
+        snprintf(what, sizeof what, "conv_gdn_step K %d recurrent state", K);
+        same_bits(what, drs[0], drs[1], nrec);
+        /* refused: d_k 64; two v-heads a k-head */
+        ts_gdn_dims d64 = {H, H, 64, 64}, dgq = {1, 2, dk, dk};
+        ts_gdn_prep_args p64 = {1, H,    64,   H,  1e-6f, 0.125f, dab, dab + H,
+                                H, dnea, ddtb, qn, kn,    g,      beta};
+        ts_gdn_prep_args pgq = {1, 1,    dk,   2,  1e-6f, 0.125f, dab, dab + H,
+                                H, dnea, ddtb, qn, kn,    g,      beta};
+        CHECK(!ts_conv_gdn_step(gpu, dx, 3 * H * 64, K, dw, dcs[0], &p64, &d64, drs[0], &gn,
+                                dout[0]));
+        CHECK(!ts_conv_gdn_step(gpu, dx, 4 * dk, K, dw, dcs[0], &pgq, &dgq, drs[0], &gn, dout[0]));
+        float *bufs[] = {dx,     dw,     dab,    dnea,   ddtb,    dz,      dgw,
+                         dcs[0], dcs[1], drs[0], drs[1], dout[0], dout[1], scr};
+        for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
+            gpu->ops->free(gpu, bufs[i]);
+        free(x), free(w), free(ab), free(nea), free(dtb), free(z), free(gw), free(cs), free(rs);
+    }
+}
+
 /* attention_runs over long contexts (the keys split over blocks, then merged) and short ones,
  * several sequences per launch, against the CPU's attention run by run. */
 /* attention_runs over nr (1 to 3) runs against the CPU's attention run by run. */
@@ -2361,6 +2423,7 @@ int main(void) {
         }
         test_gdn_runs(2, 4, 128, 128);
         test_gdn_runs(1, 1, 256, 64);
+        test_conv_gdn_step();
     }
     if (section("attention")) test_attention_runs();
     if (section("argmax")) test_argmax();

@@ -111,6 +111,10 @@ typedef struct cuda_ctx_s {
     /* the recurrent delta rule's 128 x 128 heads through its kernel with a constant row stride
      * (TESSERA_CUDA_GDN_DV=0: the general one, for comparisons) */
     bool gdn_dv_const;
+    /* one sequence's delta-rule decode step in one kernel from the input projection on: conv,
+     * norms, gates, delta rule, gated norm (TESSERA_CUDA_GDN_STEP=0: conv_gdn_prep and the
+     * delta rule apart, for comparisons) */
+    bool gdn_step;
     /* the dynamic shared memory the chunked delta rule's kernels are allowed so far */
     size_t gdnc_smem_opted;
     cudaStream_t stream;
@@ -470,6 +474,9 @@ void cuda_op_matmul_glu(ts_backend *be, const ts_tensor *Wg, const ts_tensor *Wu
 void cuda_op_conv_gdn_prep(ts_backend *be, const float *x, int64_t ldx, int C, int K,
                            const float *w, const ts_seq_run *runs, int nr, float *out,
                            int64_t ldo, const ts_gdn_prep_args *p);
+bool cuda_op_conv_gdn_step(ts_backend *be, const float *x, int C, int K, const float *w,
+                           float *conv_state, const ts_gdn_prep_args *p, const ts_gdn_dims *dims,
+                           float *rec_state, const ts_gated_norm *gn, float *out);
 void cuda_op_l2norm_heads(ts_backend *be, const float *src, int64_t lds, int n_tok, int n_heads,
                           int dim, float eps, float scale, float *dst);
 /* The chunked delta rule (cuda_gdn_chunked.cu): whether it fits the device for heads of d_k

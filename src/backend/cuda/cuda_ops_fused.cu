@@ -13,6 +13,7 @@
  *
  * qk_norm_rope: attention's per-head RMSNorm of q and k followed by RoPE. A block per (token,
  * head) of q, then of k: the normalised head goes through shared memory to the rotation. */
+#include "backend/cuda/cuda_conv_step.cuh"
 #include "backend/cuda/cuda_int.cuh"
 
 __global__ static void k_gdn_prep(const float *conv, int64_t ldc, int n, int Hk, int dk, float eps,
@@ -99,42 +100,14 @@ void cuda_op_qk_norm_rope(ts_backend *be, float *q, int64_t ldq, int64_t q_head_
                 theta);
 }
 
-/* A channel's conv weights and state, loaded before the programmatic wait (no kernel writes the
- * weights; the state was written by this kernel a step ago - the delta rule loads its state
- * there too), so that after the wait only the token's x is a round trip. Convs of up to
- * PREP_KMAX taps (longer ones take the two kernels). */
-#define PREP_KMAX 4
-typedef struct {
-    float w[PREP_KMAX], s[PREP_KMAX - 1];
-} conv_early;
-
-__device__ static inline void conv_early_load(const float *w, const float *state, int C, int K,
-                                              int ch, conv_early *e) {
-#pragma unroll
-    for (int k = 0; k < PREP_KMAX; k++)
-        e->w[k] = k < K ? w[(int64_t)ch * K + k] : 0.0f;
-#pragma unroll
-    for (int k = 0; k < PREP_KMAX - 1; k++)
-        e->s[k] = k < K - 1 ? state[(int64_t)k * C + ch] : 0.0f;
-}
-
 /* The conv of channel ch for the one token of a run at row t, whose value there is xv
- * (k_conv1d_silu's sum for n = 1), from the values conv_early_load read, written to out (and
- * returned), and the channel's state shifted by that token. */
+ * (k_conv1d_silu's sum for n = 1), from the values conv_early_load read before the wait,
+ * written to out (and returned), and the channel's state shifted by that token. */
 __device__ static inline float conv_one(const conv_early &e, float xv, int64_t t, int C, int K,
                                         float *state, float *out, int64_t ldo, int ch) {
-    int hist = K - 1;
-    float s = 0.0f;
-    /* k_conv1d_silu's s += w * v, contracted, as explicit fmas: left to the compiler, the taps
-     * of the state (known before the wait) became plain multiplies there - other bits */
-#pragma unroll
-    for (int k = 0; k < PREP_KMAX; k++)
-        if (k < K) s = __fmaf_rn(e.w[k], k < hist ? e.s[k] : xv, s);
-    float o = s / (1.0f + expf(-s));
+    float o = conv_sum(e, xv, K);
     out[t * ldo + ch] = o;
-#pragma unroll
-    for (int k = 0; k < PREP_KMAX - 1; k++)
-        if (k < hist) state[(int64_t)k * C + ch] = k + 1 < hist ? e.s[k + 1] : xv;
+    conv_shift(e, xv, C, K, state, ch);
     return o;
 }
 

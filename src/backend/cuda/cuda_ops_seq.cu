@@ -10,6 +10,7 @@
  * Attention: a block per (head, query) whose warps split the keys; when that leaves the GPU
  * mostly idle (decode of a few sequences over a long context) the keys are split over several
  * blocks as well (flash-decoding) and a second kernel merges their partial softmaxes. */
+#include "backend/cuda/cuda_conv_step.cuh"
 #include "backend/cuda/cuda_int.cuh"
 
 #include <cooperative_groups.h>
@@ -523,14 +524,31 @@ void cuda_op_gdn_gates(ts_backend *be, const float *a, int64_t lda, const float 
  * pointer, and no row or column is out of range. With a runtime stride every row kept a 64-bit
  * address of its own from load to store: 132 registers a thread for R = 32, three blocks a
  * multiprocessor, too few loads in flight for the state's stream with many sequences. */
-template <int R, int CL, int DV = 0>
-__device__ static inline void gdn_reg(const float *q, const float *k, int64_t ldqk, const float *v,
-                                      int64_t ldv, const float *g, const float *beta, int n,
-                                      ts_gdn_dims d, float *state, float *out,
-                                      const ts_seq_run *runs, ts_gated_norm gn) {
+/* CONV: one sequence's one token from the input projection's row on (k_gdn_conv_step): the
+ * conv, the L2 norms and the gates of conv_gdn_prep in the block itself, q, k and v never
+ * leaving it. A thread convolves row tid of its head's q and k (d_k is the block's 128
+ * threads), warp 0 the v channels of its columns; each channel's weights and state are read
+ * before the wait with the delta rule's state. The q and k channels' conv state is shared by the
+ * head's column blocks (one v-head a k-head), so block 0 of the cluster shifts it, after the
+ * cluster's barrier - past every block's early read. */
+typedef struct {
+    const float *x, *w; /* the token's C channels: q heads, k heads, v; the conv's weights */
+    float *state;       /* the conv's [K - 1][C] */
+    int C, K;
+    const float *a, *b, *neg_exp_a, *dt_bias; /* the gates' (cuda_gdn_gate) */
+    float eps, q_scale;                       /* the L2 norms' */
+} gdn_conv_in;
+
+template <int R, int CL, int DV = 0, bool CONV = false>
+__device__ static inline void
+gdn_reg(const float *q, const float *k, int64_t ldqk, const float *v, int64_t ldv, const float *g,
+        const float *beta, int n, ts_gdn_dims d, float *state, float *out, const ts_seq_run *runs,
+        ts_gated_norm gn, gdn_conv_in cv = gdn_conv_in{}) {
+    static_assert(!CONV || (R == 32 && DV > 0 && CL > 0), "CONV: d_k = 128 threads, a cluster");
     __shared__ float qs[GDN_WARPS * R], ks[GDN_WARPS * R];
     __shared__ float red[2][GDN_WARPS][32];
     __shared__ float ssq[2]; /* this block's share of a token's sum of squares, by parity */
+    __shared__ float vs[CONV ? 32 : 1]; /* CONV: the token's v of the block's columns */
     int dk = DV ? GDN_WARPS * R : d.d_k, dv = DV ? DV : d.d_v, Hv = d.n_v_heads;
     if (runs) { /* blockIdx.z: the run */
         ts_seq_run r = runs[blockIdx.z];
@@ -552,19 +570,42 @@ __device__ static inline void gdn_reg(const float *q, const float *k, int64_t ld
             S[j] = Sr[j * DV];
         else
             S[j] = col && r0 + j < dk ? Sg[(int64_t)(r0 + j) * dv + c] : 0.0f;
+    int tid = threadIdx.x, kd = d.n_k_heads * dk;
+    int chq = kh * dk + tid, chk = kd + chq, chv = 2 * kd + h * dv + c; /* CONV's channels */
+    conv_early eq, ek, ev;
+    if constexpr (CONV) {
+        conv_early_load(cv.w, cv.state, cv.C, cv.K, chq, &eq);
+        conv_early_load(cv.w, cv.state, cv.C, cv.K, chk, &ek);
+        if (warp == 0 && col) conv_early_load(cv.w, cv.state, cv.C, cv.K, chv, &ev);
+    }
     /* The run table and the state are read before the programmatic wait: no kernel writes the
      * table (a copy queued before this kernel, which a graph joins by a full edge) and the state
      * was last written by this kernel a step ago, while once this kernel runs at all, every
      * kernel before its predecessor has finished (cuda_pdl_entry). For one sequence (no table,
      * the conv's kernel just before) the state's loads overlap that kernel's tail. */
     cuda_pdl_entry();
+    float xq = 0.0f, xk = 0.0f, xv = 0.0f, gt = 0.0f, bt = 0.0f; /* CONV's token */
     for (int t = 0; t < n; t++) {
-        for (int i = threadIdx.x; i < GDN_WARPS * R; i += blockDim.x) {
-            qs[i] = i < dk ? q[t * ldqk + (int64_t)kh * dk + i] : 0.0f;
-            ks[i] = i < dk ? k[t * ldqk + (int64_t)kh * dk + i] : 0.0f;
+        if constexpr (CONV) { /* n = 1: conv_gdn_prep's arithmetic (cuda_ops_fused.cu) */
+            xq = cv.x[chq], xk = cv.x[chk], xv = warp == 0 && col ? cv.x[chv] : 0.0f;
+            float ga = cv.a[h], gb = cv.b[h];
+            float qo = conv_sum(eq, xq, cv.K), ko = conv_sum(ek, xk, cv.K);
+            if (warp == 0) vs[lane] = col ? conv_sum(ev, xv, cv.K) : 0.0f;
+            double ss[2] = {(double)qo * qo, (double)ko * ko};
+            row_sum_blocks<2>(ss);
+            float iq = 1.0f / sqrtf((float)ss[0] + cv.eps),
+                  ik = 1.0f / sqrtf((float)ss[1] + cv.eps);
+            qs[tid] = (qo * iq) * cv.q_scale;
+            ks[tid] = (ko * ik) * 1.0f;
+            cuda_gdn_gate(ga, gb, cv.neg_exp_a[h], cv.dt_bias[h], &gt, &bt);
+        } else {
+            for (int i = threadIdx.x; i < GDN_WARPS * R; i += blockDim.x) {
+                qs[i] = i < dk ? q[t * ldqk + (int64_t)kh * dk + i] : 0.0f;
+                ks[i] = i < dk ? k[t * ldqk + (int64_t)kh * dk + i] : 0.0f;
+            }
         }
         __syncthreads();
-        float decay = expf(g[t * Hv + h]), b = beta[t * Hv + h];
+        float decay = expf(CONV ? gt : g[t * Hv + h]), b = CONV ? bt : beta[t * Hv + h];
         float m = 0.0f;
 #pragma unroll
         for (int j = 0; j < R; j++) {
@@ -577,7 +618,7 @@ __device__ static inline void gdn_reg(const float *q, const float *k, int64_t ld
 #pragma unroll
         for (int w = 0; w < GDN_WARPS; w++)
             m += red[0][w][lane];
-        float delta = b * ((col ? v[t * ldv + (int64_t)h * dv + c] : 0.0f) - m);
+        float delta = b * ((CONV ? vs[lane] : col ? v[t * ldv + (int64_t)h * dv + c] : 0.0f) - m);
         float o = 0.0f;
 #pragma unroll
         for (int j = 0; j < R; j++) {
@@ -620,6 +661,13 @@ __device__ static inline void gdn_reg(const float *q, const float *k, int64_t ld
             Sr[j * DV] = S[j];
         else if (col && r0 + j < dk)
             Sg[(int64_t)(r0 + j) * dv + c] = S[j];
+    if constexpr (CONV) { /* the token's cluster barrier is behind every block's early read */
+        if (blockIdx.x == 0) {
+            conv_shift(eq, xq, cv.C, cv.K, cv.state, chq);
+            conv_shift(ek, xk, cv.C, cv.K, cv.state, chk);
+        }
+        if (warp == 0 && col) conv_shift(ev, xv, cv.C, cv.K, cv.state, chv);
+    }
     /* the cluster's blocks read each other's shared memory until their last token */
     if constexpr (CL > 0) cg::this_cluster().sync();
 }
@@ -637,6 +685,13 @@ __global__ static void __cluster_dims__(CL, 1, 1)
                    const float *g, const float *beta, int n, ts_gdn_dims d, float *state,
                    float *out, const ts_seq_run *runs, ts_gated_norm gn) {
     gdn_reg<R, CL, DV>(q, k, ldqk, v, ldv, g, beta, n, d, state, out, runs, gn);
+}
+
+/* One sequence's decode step from the input projection on (gdn_reg's CONV): the Qwen3.5 heads
+ * (d_k = d_v = 128: a cluster of the head's 4 column blocks), one v-head a k-head. */
+__global__ static void __cluster_dims__(4, 1, 1)
+    k_gdn_conv_step(ts_gdn_dims d, float *state, float *out, ts_gated_norm gn, gdn_conv_in cv) {
+    gdn_reg<32, 4, 128, true>(NULL, NULL, 0, NULL, 0, NULL, NULL, 1, d, state, out, NULL, gn, cv);
 }
 
 /* One block per v-head, thread c owns column c of the head's [d_k][d_v] state; per token the
@@ -903,4 +958,22 @@ void cuda_op_attention_runs(ts_backend *be, const float *q, int64_t ldq, int64_t
     cuda_launch(c, "kv_store", k_kv_store, sgrid, 256, 0, k, v, kvw, dr);
     attention_launch(c, q, ldq, q_head_stride, maxlen, 0, NULL, NULL, dims, out, ldo, dr, nr,
                      max_keys, NULL);
+}
+
+bool cuda_op_conv_gdn_step(ts_backend *be, const float *x, int C, int K, const float *w,
+                           float *conv_state, const ts_gdn_prep_args *p, const ts_gdn_dims *dims,
+                           float *rec_state, const ts_gated_norm *gn, float *out) {
+    cuda_ctx *c = cuda_of(be);
+    int H = dims->n_k_heads;
+    /* k_gdn_conv_step's shapes: its block's threads are d_k, its cluster the 4 column blocks of
+     * d_v, one v-head a k-head (the q and k conv state shifted by one cluster) */
+    if (!c->gdn_step || !gn || p->n != 1 || K < 1 || K > PREP_KMAX || dims->d_k != 128 ||
+        dims->d_v != 128 || !c->gdn_dv_const || dims->n_v_heads != H || p->Hk != H || p->Hv != H ||
+        p->dk != 128 || C != 3 * H * 128)
+        return false;
+    gdn_conv_in cv = {x,          w,      conv_state, C, K, p->a, p->b, p->neg_exp_a,
+                      p->dt_bias, p->eps, p->q_scale};
+    cuda_launch(c, "gdn_conv_step", k_gdn_conv_step, dim3(4, (unsigned)H), 32 * GDN_WARPS, 0, *dims,
+                rec_state, out, *gn, cv);
+    return true;
 }
