@@ -250,6 +250,17 @@ typedef struct {
     bool (*conv_gdn_step)(ts_backend *be, const float *x, int C, int K, const float *w,
                           float *conv_state, const ts_gdn_prep_args *p, const ts_gdn_dims *dims,
                           float *rec_state, const ts_gated_norm *gn, float *out);
+    /* Optional: one sequence's one-token attention step after its projections, in one call:
+     * qk_norm_rope on the q row (heads q_head_stride apart; q itself is not written) and the
+     * new k row (wq, wk, eps, rot_dim, theta as qk_norm_rope's), the normed and rotated k and
+     * the v row stored in run's caches at run->pos0, attention_runs for the one query, then
+     * out *= sigmoid(gate) where gate is not NULL (q's layout: head h's at h *
+     * q_head_stride). False, with nothing done, where the backend does not take these shapes:
+     * the model then calls the three. */
+    bool (*attention_step)(ts_backend *be, const float *q, int64_t q_head_stride, const float *wq,
+                           const float *k, const float *wk, const float *v, float eps, int rot_dim,
+                           float theta, const ts_attn_dims *dims, const ts_seq_run *run,
+                           const float *gate, float *out);
     /* out[t, h*dv + d] = rmsnorm(x[t, h*dv:...])[d] * w[d] * silu(z[t, h*dv + d]) */
     void (*gated_rmsnorm)(ts_backend *be, const float *x, const float *z, int n_tok, int n_heads,
                           int dv, const float *w, float eps, float *out);

@@ -87,6 +87,13 @@ void ts_conv_gdn_prep(ts_backend *be, const float *x, int64_t ldx, int C, int K,
 bool ts_conv_gdn_step(ts_backend *be, const float *x, int C, int K, const float *w,
                       float *conv_state, const ts_gdn_prep_args *p, const ts_gdn_dims *d,
                       float *rec_state, const ts_gated_norm *gn, float *out);
+/* One sequence's one-token attention step after its projections (q, k, v: its rows): the
+ * backend's attention_step; false where it has none or does not take these shapes, and the
+ * caller goes through ts_qk_norm_rope, ts_attend_runs and sigmoid_gate. */
+bool ts_attention_step(ts_backend *be, const float *q, int64_t q_head_stride, const float *wq,
+                       const float *k, const float *wk, const float *v, float eps, int rot_dim,
+                       float theta, const ts_attn_dims *d, const ts_seq_run *run, const float *gate,
+                       float *out);
 void ts_qk_norm_rope(ts_backend *be, float *q, int64_t ldq, int64_t q_head_stride, int nq,
                      const float *wq, float *k, int64_t ldk, int nk, const float *wk, int n_tok,
                      int hd, float eps, int rot_dim, const int32_t *pos, float theta);

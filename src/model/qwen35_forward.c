@@ -224,8 +224,6 @@ static void full_attention(qwen35_rt *rt, int il, const ts_fwd_batch *b, const t
         int64_t ldy[3] = {qw, kvw, kvw};
         ts_matmul_n(be, W, 3, rt->x, D, n, pre, y, ldy);
     }
-    ts_qk_norm_rope(be, qg, qw, hstride, hp->n_head, P(rt, ly->q_norm), k, kvw, hp->n_kv_head,
-                    P(rt, ly->k_norm), n, hd, hp->eps, hp->rot_dim, b->pos, hp->rope_theta);
     ts_attn_dims dims = {hp->n_head, hp->n_kv_head, hd, 1.0f / sqrtf((float)hd), 0, 0};
     ts_seq_run *sr = rt->sruns;
     for (int r = 0; r < nr; r++) {
@@ -233,8 +231,19 @@ static void full_attention(qwen35_rt *rt, int il, const ts_fwd_batch *b, const t
         sr[r] = (ts_seq_run){runs[r].start, runs[r].len, runs[r].pos0,
                              (float *)(st + rt->offs[il].kc), (float *)(st + rt->offs[il].vc)};
     }
-    ts_attend_runs(be, qg, qw, hstride, k, v, &dims, sr, nr, o, ow);
-    if (hp->attn_gate) op->sigmoid_gate(be, o, ow, qg + hd, qw, n, hp->n_head, hd, hstride);
+    /* one sequence's decode step: the backend's whole attention step where it has one */
+    size_t s0 = (size_t)runs[0].start;
+    bool stepped =
+        nr == 1 && runs[0].len == 1 &&
+        ts_attention_step(be, qg + s0 * qw, hstride, P(rt, ly->q_norm), k + s0 * kvw,
+                          P(rt, ly->k_norm), v + s0 * kvw, hp->eps, hp->rot_dim, hp->rope_theta,
+                          &dims, &sr[0], hp->attn_gate ? qg + s0 * qw + hd : NULL, o + s0 * ow);
+    if (!stepped) {
+        ts_qk_norm_rope(be, qg, qw, hstride, hp->n_head, P(rt, ly->q_norm), k, kvw, hp->n_kv_head,
+                        P(rt, ly->k_norm), n, hd, hp->eps, hp->rot_dim, b->pos, hp->rope_theta);
+        ts_attend_runs(be, qg, qw, hstride, k, v, &dims, sr, nr, o, ow);
+        if (hp->attn_gate) op->sigmoid_gate(be, o, ow, qg + hd, qw, n, hp->n_head, hd, hstride);
+    }
     ts_matmul_add(be, ly->wo, o, ow, n, rt->x, D, rt->h);
 }
 

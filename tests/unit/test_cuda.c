@@ -592,6 +592,60 @@ static void test_conv_gdn_step(void) {
     }
 }
 
+/* attention_step, one sequence's attention step in one kernel, against qk_norm_rope,
+ * attention_runs and sigmoid_gate (the device without the op, as the model composes them) bit
+ * for bit - the output and both caches: Qwen's heads (q and its gate 2 hd apart, a quarter of
+ * the dims rotated, four q heads a kv head) with and without the gate, at the first position,
+ * a short context and one long enough for the key split and its merge; packed heads of 128
+ * fully rotated; a run of two tokens refused. */
+static void test_attention_step(void) {
+    struct {
+        int nh, nkv, hd, qhs, rot, pos;
+        bool gate;
+    } cs[] = {{8, 2, 256, 512, 64, 0, true},     {8, 2, 256, 512, 64, 37, true},
+              {8, 2, 256, 512, 64, 3000, true},  {8, 2, 256, 512, 64, 37, false},
+              {4, 1, 128, 128, 128, 700, false}, {4, 1, 128, 128, 128, 5, false}};
+    for (size_t ci = 0; ci < sizeof cs / sizeof *cs; ci++) {
+        int nh = cs[ci].nh, nkv = cs[ci].nkv, hd = cs[ci].hd, qhs = cs[ci].qhs, pos = cs[ci].pos;
+        int kvw = nkv * hd, ow = nh * hd;
+        size_t nq = (size_t)nh * qhs, nc = (size_t)(pos + 1) * kvw;
+        float *q = rnd(nq, 2.0f), *k = rnd(kvw, 2.0f), *v = rnd(kvw, 1.0f);
+        float *wq = rnd(hd, 1.5f), *wk = rnd(hd, 1.5f), *cache = rnd(2 * nc, 1.0f);
+        float *dq[2] = {dev(q, nq), dev(q, nq)}, *dk_[2] = {dev(k, kvw), dev(k, kvw)};
+        float *dv = dev(v, kvw), *dwq = dev(wq, hd), *dwk = dev(wk, hd);
+        float *dc[2] = {dev(cache, 2 * nc), dev(cache, 2 * nc)};
+        float *dout[2] = {dev(q, ow), dev(q, ow)};
+        ts_attn_dims d = {nh, nkv, hd, 1.0f / sqrtf((float)hd), 0, 0};
+        ts_seq_run sr[2];
+        for (int i = 0; i < 2; i++)
+            sr[i] = (ts_seq_run){0, 1, pos, dc[i], dc[i] + nc};
+        ts_backend *plain = without(offsetof(ts_backend_ops, attention_step));
+        float eps = 1e-6f, theta = 10000000.0f;
+        CHECKF(ts_attention_step(gpu, dq[0], qhs, dwq, dk_[0], dwk, dv, eps, cs[ci].rot, theta, &d,
+                                 &sr[0], cs[ci].gate ? dq[0] + hd : NULL, dout[0]),
+               "attention_step (case %zu) refused", ci);
+        int32_t p32 = pos;
+        ts_qk_norm_rope(plain, dq[1], (int64_t)nq, qhs, nh, dwq, dk_[1], kvw, nkv, dwk, 1, hd, eps,
+                        cs[ci].rot, &p32, theta);
+        ts_attend_runs(plain, dq[1], (int64_t)nq, qhs, dk_[1], dv, &d, &sr[1], 1, dout[1], ow);
+        if (cs[ci].gate)
+            plain->ops->sigmoid_gate(plain, dout[1], ow, dq[1] + hd, (int64_t)nq, 1, nh, hd, qhs);
+        char what[64];
+        snprintf(what, sizeof what, "attention_step (case %zu) out", ci);
+        same_bits(what, dout[0], dout[1], ow);
+        snprintf(what, sizeof what, "attention_step (case %zu) caches", ci);
+        same_bits(what, dc[0], dc[1], 2 * nc);
+        ts_seq_run two = {0, 2, pos, dc[0], dc[0] + nc};
+        CHECK(!ts_attention_step(gpu, dq[0], qhs, dwq, dk_[0], dwk, dv, eps, cs[ci].rot, theta, &d,
+                                 &two, NULL, dout[0]));
+        float *bufs[] = {dq[0], dq[1], dk_[0], dk_[1],  dv,     dwq,
+                         dwk,   dc[0], dc[1],  dout[0], dout[1]};
+        for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
+            gpu->ops->free(gpu, bufs[i]);
+        free(q), free(k), free(v), free(wq), free(wk), free(cache);
+    }
+}
+
 /* attention_runs over long contexts (the keys split over blocks, then merged) and short ones,
  * several sequences per launch, against the CPU's attention run by run. */
 /* attention_runs over nr (1 to 3) runs against the CPU's attention run by run. */
@@ -2425,7 +2479,9 @@ int main(void) {
         test_gdn_runs(1, 1, 256, 64);
         test_conv_gdn_step();
     }
-    if (section("attention")) test_attention_runs();
+    if (section("attention")) test_attention_runs(), test_attention_step();
+    /* the fused decode steps alone, for the sanitizers */
+    if (section("steps")) test_conv_gdn_step(), test_attention_step();
     if (section("argmax")) test_argmax();
     if (section("sample")) test_sample(quick);
     if (section("matmul")) {

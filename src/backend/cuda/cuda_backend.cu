@@ -146,6 +146,7 @@ static ts_backend_ops make_ops(void) {
     o.gdn_prep = cuda_op_gdn_prep;
     o.conv_gdn_prep = cuda_op_conv_gdn_prep;
     o.conv_gdn_step = cuda_op_conv_gdn_step;
+    o.attention_step = cuda_op_attention_step;
     o.qk_norm_rope = cuda_op_qk_norm_rope;
     o.conv1d_silu_runs = cuda_op_conv1d_silu_runs;
     o.gdn_runs = cuda_op_gdn_runs;
@@ -205,6 +206,7 @@ extern "C" ts_status ts_backend_cuda_create(int device, ts_backend **out) {
     c->qprefill_bf16 = !cuda_env_off("TESSERA_CUDA_QPREFILL_BF16");
     c->gdn_dv_const = !cuda_env_off("TESSERA_CUDA_GDN_DV");
     c->gdn_step = !cuda_env_off("TESSERA_CUDA_GDN_STEP");
+    c->attn_step = !cuda_env_off("TESSERA_CUDA_ATTN_STEP");
     c->skinny_mt1 = !cuda_env_off("TESSERA_CUDA_SKINNY_MT1");
     c->skinny_deep = !cuda_env_off("TESSERA_CUDA_SKINNY_DEEP");
     const char *pt = getenv("TESSERA_CUDA_PREP_THREADS");

@@ -115,6 +115,10 @@ typedef struct cuda_ctx_s {
      * norms, gates, delta rule, gated norm (TESSERA_CUDA_GDN_STEP=0: conv_gdn_prep and the
      * delta rule apart, for comparisons) */
     bool gdn_step;
+    /* one sequence's attention step in one kernel from the projections on: q / k norms and
+     * rotation, the new row's store, attention, the output gate (TESSERA_CUDA_ATTN_STEP=0:
+     * qk_norm_rope, attention_runs and sigmoid_gate apart, for comparisons) */
+    bool attn_step;
     /* the dynamic shared memory the chunked delta rule's kernels are allowed so far */
     size_t gdnc_smem_opted;
     cudaStream_t stream;
@@ -477,6 +481,10 @@ void cuda_op_conv_gdn_prep(ts_backend *be, const float *x, int64_t ldx, int C, i
 bool cuda_op_conv_gdn_step(ts_backend *be, const float *x, int C, int K, const float *w,
                            float *conv_state, const ts_gdn_prep_args *p, const ts_gdn_dims *dims,
                            float *rec_state, const ts_gated_norm *gn, float *out);
+bool cuda_op_attention_step(ts_backend *be, const float *q, int64_t q_head_stride, const float *wq,
+                            const float *k, const float *wk, const float *v, float eps, int rot_dim,
+                            float theta, const ts_attn_dims *dims, const ts_seq_run *run,
+                            const float *gate, float *out);
 void cuda_op_l2norm_heads(ts_backend *be, const float *src, int64_t lds, int n_tok, int n_heads,
                           int dim, float eps, float scale, float *dst);
 /* The chunked delta rule (cuda_gdn_chunked.cu): whether it fits the device for heads of d_k

@@ -42,15 +42,60 @@ typedef struct {
  * at the end. Lane l holds dims l, l + 32, ... of the query and the accumulator. Splitting the
  * keys over warps is what makes decode (one query, hundreds of keys) fast: a single warp would
  * walk them one after another. */
-template <int NPL>
-__global__ static void k_attention(const float *q, int64_t ldq, int64_t q_head_stride, int n,
-                                   int pos0, const float *kc, const float *vc, ts_attn_dims d,
-                                   float *out, int64_t ldo, const ts_seq_run *runs,
-                                   attn_parts parts, const int32_t *pos_dev) {
+/* attention_step's inputs beyond k_attention's (its STEP form): one sequence's one token, whose
+ * q row (q) and new key and value rows (k, v: n_kv_heads heads) are as the projections left
+ * them. Each block norms and rotates its q head and its kv head's new key as qk_norm_rope does
+ * (into shared memory: a block of ROW_THREADS threads, the same sums), takes the new key and
+ * value from there and from v instead of the caches, and the first q head of each kv head (split
+ * 0) stores them in the caches - no block reads the new row from a cache. gate (q's layout, not
+ * NULL): the output times sigmoid(gate), as sigmoid_gate. */
+typedef struct {
+    const float *wq, *wk, *k, *v;
+    float eps, theta;
+    int rot_dim;
+    const float *gate;
+} attn_step_in;
+
+/* q's head and the new key of kv head kvh (raw rows qr, kr) normed and rotated into sq, sk:
+ * k_qk_norm_rope's arithmetic, the two sums in one reduction */
+__device__ static inline void attn_step_qk(const float *qr, const float *kr, int hd, int pos,
+                                           const attn_step_in &st, float *sq, float *sk) {
+    double ss[2] = {0.0, 0.0};
+    for (int i = threadIdx.x; i < hd; i += blockDim.x) {
+        ss[0] += (double)qr[i] * qr[i];
+        ss[1] += (double)kr[i] * kr[i];
+    }
+    row_sum_blocks<2>(ss);
+    float iq = 1.0f / sqrtf((float)(ss[0] / hd) + st.eps);
+    float ik = 1.0f / sqrtf((float)(ss[1] / hd) + st.eps);
+    for (int i = threadIdx.x; i < hd; i += blockDim.x) {
+        sq[i] = (qr[i] * iq) * st.wq[i];
+        sk[i] = (kr[i] * ik) * st.wk[i];
+    }
+    __syncthreads();
+    int half = st.rot_dim / 2; /* a thread rotates its pair in place; dims past 2 half stay */
+    for (int i = threadIdx.x; i < half; i += blockDim.x) {
+        cuda_rope_pair(sq[i], sq[i + half], pos, i, st.rot_dim, st.theta, &sq[i], &sq[i + half]);
+        cuda_rope_pair(sk[i], sk[i + half], pos, i, st.rot_dim, st.theta, &sk[i], &sk[i + half]);
+    }
+    __syncthreads();
+}
+
+/* An attention output value times its gate, as k_sigmoid_gate computes it */
+__device__ static inline float attn_gated(float o, const float *gate, int64_t at) {
+    return gate ? o * (1.0f / (1.0f + expf(-gate[at]))) : o;
+}
+
+template <int NPL, bool STEP>
+__device__ static inline void
+attention_query(const float *q, int64_t ldq, int64_t q_head_stride, int n, int pos0,
+                const float *kc, const float *vc, ts_attn_dims d, float *out, int64_t ldo,
+                const ts_seq_run *runs, attn_parts parts, const int32_t *pos_dev, attn_step_in st) {
     cuda_pdl_entry();
     if (pos_dev) pos0 = *pos_dev; /* see cuda_kv_pos */
     __shared__ float sm_m[ATTN_WARPS], sm_l[ATTN_WARPS];
-    extern __shared__ float sm_acc[]; /* [ATTN_WARPS][head_dim] */
+    /* [ATTN_WARPS][head_dim]; STEP: then q's head and the new key, normed and rotated */
+    extern __shared__ float sm_acc[];
     int h = (int)(blockIdx.x % d.n_heads), i = (int)(blockIdx.x / d.n_heads);
     if (runs) { /* blockIdx.y: the run */
         ts_seq_run r = runs[blockIdx.y];
@@ -70,6 +115,17 @@ __global__ static void k_attention(const float *q, int64_t ldq, int64_t q_head_s
         first += (int)blockIdx.z * per;
         last = min(qpos, first + per - 1);
     }
+    float *sq = sm_acc + ATTN_WARPS * hd, *sk = sq + hd;
+    if constexpr (STEP) {
+        attn_step_qk(qr, st.k + (int64_t)kvh * hd, hd, qpos, st, sq, sk);
+        qr = sq;
+        if (h % (d.n_heads / d.n_kv_heads) == 0 && blockIdx.z == 0)
+            for (int ch = threadIdx.x; ch < hd; ch += blockDim.x) {
+                int64_t at = qpos * ldkv + (int64_t)kvh * hd + ch;
+                ((float *)kc)[at] = sk[ch];
+                ((float *)vc)[at] = st.v[(int64_t)kvh * hd + ch];
+            }
+    }
     float qv[NPL], acc[NPL];
 #pragma unroll
     for (int j = 0; j < NPL; j++) {
@@ -81,6 +137,7 @@ __global__ static void k_attention(const float *q, int64_t ldq, int64_t q_head_s
     for (int p = first + warp; p <= last; p += ATTN_WARPS) {
         const float *k = kc + p * ldkv + (int64_t)kvh * hd;
         const float *v = vc + p * ldkv + (int64_t)kvh * hd;
+        if (STEP && p == qpos) k = sk, v = st.v + (int64_t)kvh * hd; /* the new row */
         float s = 0.0f, vv[NPL];
 #pragma unroll
         for (int j = 0; j < NPL; j++) {
@@ -128,13 +185,31 @@ __global__ static void k_attention(const float *q, int64_t ldq, int64_t q_head_s
         if (parts.n > 1)
             parts.acc[pi * hd + ch] = a; /* unnormalised: the merge rescales */
         else
-            o[ch] = a / lt;
+            o[ch] = STEP ? attn_gated(a / lt, st.gate, h * q_head_stride + ch) : a / lt;
     }
+}
+
+template <int NPL>
+__global__ static void k_attention(const float *q, int64_t ldq, int64_t q_head_stride, int n,
+                                   int pos0, const float *kc, const float *vc, ts_attn_dims d,
+                                   float *out, int64_t ldo, const ts_seq_run *runs,
+                                   attn_parts parts, const int32_t *pos_dev) {
+    attention_query<NPL, false>(q, ldq, q_head_stride, n, pos0, kc, vc, d, out, ldo, runs, parts,
+                                pos_dev, attn_step_in{});
+}
+
+template <int NPL>
+__global__ static void k_attention_step(const float *q, int64_t q_head_stride, float *kc, float *vc,
+                                        ts_attn_dims d, float *out, attn_parts parts,
+                                        const int32_t *pos_dev, attn_step_in st) {
+    attention_query<NPL, true>(q, 0, q_head_stride, 1, 0, kc, vc, d, out, 0, NULL, parts, pos_dev,
+                               st);
 }
 
 /* Merges the key splits of each (head, query): the same rescaling as the warps' merge above. */
 __global__ static void k_attention_merge(attn_parts parts, ts_attn_dims d, float *out, int64_t ldo,
-                                         const ts_seq_run *runs) {
+                                         const ts_seq_run *runs, const float *gate,
+                                         int64_t gate_head_stride) {
     cuda_pdl_entry();
     int h = (int)(blockIdx.x % d.n_heads), i = (int)(blockIdx.x / d.n_heads);
     if (runs) {
@@ -155,7 +230,7 @@ __global__ static void k_attention_merge(attn_parts parts, ts_attn_dims d, float
         for (int s = 0; s < ns; s++)
             if (parts.l[p0 + s] > 0.0f)
                 a += parts.acc[(p0 + s) * hd + ch] * expf(parts.m[p0 + s] - mx);
-        o[ch] = a / lt;
+        o[ch] = attn_gated(a / lt, gate, h * gate_head_stride + ch); /* gate: attention_step */
     }
 }
 
@@ -347,13 +422,14 @@ static int attention_splits(cuda_ctx *c, int64_t blocks, int max_keys) {
 
 /* One launcher for the single-sequence and the runs forms: runs NULL means one sequence of n
  * queries at pos0 over kc / vc (pos_dev not NULL: the per-query kernel reads pos0 there); else n
- * is the longest run and max_keys the most keys any query sees. */
+ * is the longest run and max_keys the most keys any query sees. st (not NULL): attention_step's
+ * one query, with pos_dev. */
 static void attention_launch(cuda_ctx *c, const float *q, int64_t ldq, int64_t q_head_stride, int n,
                              int pos0, const float *kc, const float *vc, const ts_attn_dims *dims,
-                             float *out, int64_t ldo, const ts_seq_run *runs, int nr,
-                             int max_keys, const int32_t *pos_dev) {
+                             float *out, int64_t ldo, const ts_seq_run *runs, int nr, int max_keys,
+                             const int32_t *pos_dev, const attn_step_in *st = NULL) {
     int hd = dims->head_dim;
-    if (attention_tiled(c, n, hd, kc, vc)) {
+    if (!st && attention_tiled(c, n, hd, kc, vc)) {
         int tiles = (n + AT_Q - 1) / AT_Q;
         dim3 grid((unsigned)((int64_t)dims->n_heads * tiles), (unsigned)nr);
         with_lanes_dims(hd, [&](auto npl) {
@@ -374,16 +450,22 @@ static void attention_launch(cuda_ctx *c, const float *q, int64_t ldq, int64_t q
         parts.n = ns, parts.m = buf, parts.l = buf + np, parts.acc = buf + 2 * np;
     }
     dim3 grid((unsigned)((int64_t)dims->n_heads * n), (unsigned)nr, (unsigned)ns);
-    size_t smem = (size_t)ATTN_WARPS * hd * sizeof(float); /* at most 16 KiB */
+    /* at most 16 KiB; attention_step's q head and new key after it (20 KiB) */
+    size_t smem = (size_t)(ATTN_WARPS + (st ? 2 : 0)) * hd * sizeof(float);
     with_lanes_dims(hd, [&](auto npl) {
-        cuda_launch(c, "attention", k_attention<decltype(npl)::value>, grid, 32 * ATTN_WARPS, smem,
-                    q, ldq, q_head_stride, n, pos_dev ? 0 : pos0, kc, vc, *dims, out, ldo, runs,
-                    parts, pos_dev); /* with pos_dev, no argument that changes every step */
+        if (st)
+            cuda_launch(c, "attention_step", k_attention_step<decltype(npl)::value>, grid,
+                        32 * ATTN_WARPS, smem, q, q_head_stride, (float *)kc, (float *)vc, *dims,
+                        out, parts, pos_dev, *st);
+        else /* with pos_dev, no argument that changes every step */
+            cuda_launch(c, "attention", k_attention<decltype(npl)::value>, grid, 32 * ATTN_WARPS,
+                        smem, q, ldq, q_head_stride, n, pos_dev ? 0 : pos0, kc, vc, *dims, out, ldo,
+                        runs, parts, pos_dev);
     });
     if (ns > 1)
         cuda_launch(c, "attention_merge", k_attention_merge,
                     dim3((unsigned)((int64_t)dims->n_heads * n), (unsigned)nr), 128, 0, parts,
-                    *dims, out, ldo, runs);
+                    *dims, out, ldo, runs, st ? st->gate : (const float *)NULL, q_head_stride);
 }
 
 void cuda_op_attention(ts_backend *be, const float *q, int64_t ldq, int64_t q_head_stride, int n,
@@ -975,5 +1057,24 @@ bool cuda_op_conv_gdn_step(ts_backend *be, const float *x, int C, int K, const f
                       p->dt_bias, p->eps, p->q_scale};
     cuda_launch(c, "gdn_conv_step", k_gdn_conv_step, dim3(4, (unsigned)H), 32 * GDN_WARPS, 0, *dims,
                 rec_state, out, *gn, cv);
+    return true;
+}
+
+bool cuda_op_attention_step(ts_backend *be, const float *q, int64_t q_head_stride, const float *wq,
+                            const float *k, const float *wk, const float *v, float eps, int rot_dim,
+                            float theta, const ts_attn_dims *dims, const ts_seq_run *run,
+                            const float *gate, float *out) {
+    cuda_ctx *c = cuda_of(be);
+    int hd = dims->head_dim;
+    /* the block's 256 threads do qk_norm_rope's sums (its ROW_THREADS): heads up to its limit */
+    if (!c->attn_step || run->len != 1 || hd < 1 || hd > 1024 || hd > MAX_HEAD_DIM || rot_dim < 0 ||
+        rot_dim > hd || 32 * ATTN_WARPS != ROW_THREADS || dims->n_kv_heads < 1 ||
+        dims->n_heads % dims->n_kv_heads)
+        return false;
+    const int32_t *pd = cuda_kv_pos(c, run->pos0);
+    if (!pd) return true; /* recorded as failed */
+    attn_step_in st = {wq, wk, k, v, eps, theta, rot_dim, gate};
+    attention_launch(c, q, 0, q_head_stride, 1, run->pos0, run->a, run->b, dims, out, 0, NULL, 1,
+                     run->pos0 + 1, pd, &st);
     return true;
 }
