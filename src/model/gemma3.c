@@ -449,8 +449,6 @@ static void attention(gemma3_rt *rt, int il, const ts_fwd_batch *b, const ts_run
         int64_t ldy[3] = {qw, kvw, kvw};
         ts_matmul_n(be, W, 3, rt->h, D, n, NULL, y, ldy);
     }
-    ts_qk_norm_rope(be, rt->q, qw, hd, hp->n_head, P(rt, ly->q_norm), rt->k, kvw, hp->n_kv_head,
-                    P(rt, ly->k_norm), n, hd, hp->eps, hd, b->pos, theta);
     ts_attn_dims dims = {hp->n_head, hp->n_kv_head, hd, hp->scale,
                          hp->is_global[il] ? 0 : hp->window, hp->attn_softcap};
     size_t kvb = kv_bytes(hp, rt->n_ctx);
@@ -460,7 +458,17 @@ static void attention(gemma3_rt *rt, int il, const ts_fwd_batch *b, const ts_run
         sr[r] = (ts_seq_run){runs[r].start, runs[r].len, runs[r].pos0, (float *)st,
                              (float *)(st + kvb)};
     }
-    ts_attend_runs(be, rt->q, qw, hd, rt->k, rt->v, &dims, sr, nr, rt->o, qw);
+    /* one sequence's decode step: the backend's whole attention step where it has one */
+    size_t s0 = (size_t)runs[0].start;
+    bool stepped = nr == 1 && runs[0].len == 1 &&
+                   ts_attention_step(be, rt->q + s0 * qw, hd, P(rt, ly->q_norm), rt->k + s0 * kvw,
+                                     P(rt, ly->k_norm), rt->v + s0 * kvw, hp->eps, hd, theta, &dims,
+                                     &sr[0], NULL, rt->o + s0 * qw);
+    if (!stepped) {
+        ts_qk_norm_rope(be, rt->q, qw, hd, hp->n_head, P(rt, ly->q_norm), rt->k, kvw, hp->n_kv_head,
+                        P(rt, ly->k_norm), n, hd, hp->eps, hd, b->pos, theta);
+        ts_attend_runs(be, rt->q, qw, hd, rt->k, rt->v, &dims, sr, nr, rt->o, qw);
+    }
     op->matmul(be, ly->wo, rt->o, qw, n, rt->h, D);
 }
 
