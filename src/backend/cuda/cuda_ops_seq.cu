@@ -37,11 +37,6 @@ typedef struct {
     float *m, *l, *acc;
 } attn_parts;
 
-/* A block per (head, query); its warps take every ATTN_WARPS-th key, each with its own online
- * softmax (running max m, sum l, accumulator), and the block merges the warps' partial results
- * at the end. Lane l holds dims l, l + 32, ... of the query and the accumulator. Splitting the
- * keys over warps is what makes decode (one query, hundreds of keys) fast: a single warp would
- * walk them one after another. */
 /* attention_step's inputs beyond k_attention's (its STEP form): one sequence's one token, whose
  * q row (q) and new key and value rows (k, v: n_kv_heads heads) are as the projections left
  * them. Each block norms and rotates its q head and its kv head's new key as qk_norm_rope does
@@ -86,6 +81,11 @@ __device__ static inline float attn_gated(float o, const float *gate, int64_t at
     return gate ? o * (1.0f / (1.0f + expf(-gate[at]))) : o;
 }
 
+/* A block per (head, query); its warps take every ATTN_WARPS-th key, each with its own online
+ * softmax (running max m, sum l, accumulator), and the block merges the warps' partial results
+ * at the end. Lane l holds dims l, l + 32, ... of the query and the accumulator. Splitting the
+ * keys over warps is what makes decode (one query, hundreds of keys) fast: a single warp would
+ * walk them one after another. */
 template <int NPL, bool STEP>
 __device__ static inline void
 attention_query(const float *q, int64_t ldq, int64_t q_head_stride, int n, int pos0,
@@ -597,22 +597,7 @@ void cuda_op_gdn_gates(ts_backend *be, const float *a, int64_t lda, const float 
  * per head, and no trip of the state through shared memory: this is the decode kernel, and it
  * serves prefill as well (one token after another, like the CPU's recurrent form). */
 #define GDN_WARPS 4
-/* CL > 0: the gated RMSNorm of gated_rmsnorm on each token's output as well (gn: z, w, eps). The
- * CL blocks of a head (its d_v / 32 column groups) form a cluster: each puts its columns' sum of
- * squares in shared memory and reads the others' through the cluster, so every block scales its
- * own columns, and the output leaves the kernel normed (one launch less per layer).
- * DV > 0: d_v is DV and d_k is GDN_WARPS * R (the launcher checks): the state's row stride is a
- * constant, so each of a thread's R loads and stores addresses its row as an offset from one
- * pointer, and no row or column is out of range. With a runtime stride every row kept a 64-bit
- * address of its own from load to store: 132 registers a thread for R = 32, three blocks a
- * multiprocessor, too few loads in flight for the state's stream with many sequences. */
-/* CONV: one sequence's one token from the input projection's row on (k_gdn_conv_step): the
- * conv, the L2 norms and the gates of conv_gdn_prep in the block itself, q, k and v never
- * leaving it. A thread convolves row tid of its head's q and k (d_k is the block's 128
- * threads), warp 0 the v channels of its columns; each channel's weights and state are read
- * before the wait with the delta rule's state. The q and k channels' conv state is shared by the
- * head's column blocks (one v-head a k-head), so block 0 of the cluster shifts it, after the
- * cluster's barrier - past every block's early read. */
+/* k_gdn_conv_step's inputs (gdn_reg's CONV, below) */
 typedef struct {
     const float *x, *w; /* the token's C channels: q heads, k heads, v; the conv's weights */
     float *state;       /* the conv's [K - 1][C] */
@@ -621,6 +606,22 @@ typedef struct {
     float eps, q_scale;                       /* the L2 norms' */
 } gdn_conv_in;
 
+/* CL > 0: the gated RMSNorm of gated_rmsnorm on each token's output as well (gn: z, w, eps). The
+ * CL blocks of a head (its d_v / 32 column groups) form a cluster: each puts its columns' sum of
+ * squares in shared memory and reads the others' through the cluster, so every block scales its
+ * own columns, and the output leaves the kernel normed (one launch less per layer).
+ * DV > 0: d_v is DV and d_k is GDN_WARPS * R (the launcher checks): the state's row stride is a
+ * constant, so each of a thread's R loads and stores addresses its row as an offset from one
+ * pointer, and no row or column is out of range. With a runtime stride every row kept a 64-bit
+ * address of its own from load to store: 132 registers a thread for R = 32, three blocks a
+ * multiprocessor, too few loads in flight for the state's stream with many sequences.
+ * CONV: one sequence's one token from the input projection's row on (k_gdn_conv_step): the
+ * conv, the L2 norms and the gates of conv_gdn_prep in the block itself, q, k and v never
+ * leaving it. A thread convolves row tid of its head's q and k (d_k is the block's 128
+ * threads), warp 0 the v channels of its columns; each channel's weights and state are read
+ * before the wait with the delta rule's state. The q and k channels' conv state is shared by the
+ * head's column blocks (one v-head a k-head), so block 0 of the cluster shifts it, after the
+ * cluster's barrier - past every block's early read. */
 template <int R, int CL, int DV = 0, bool CONV = false>
 __device__ static inline void
 gdn_reg(const float *q, const float *k, int64_t ldqk, const float *v, int64_t ldv, const float *g,
