@@ -1067,10 +1067,11 @@ bool cuda_op_attention_step(ts_backend *be, const float *q, int64_t q_head_strid
                             const float *gate, float *out) {
     cuda_ctx *c = cuda_of(be);
     int hd = dims->head_dim;
-    /* the block's 256 threads do qk_norm_rope's sums (its ROW_THREADS): heads up to its limit */
-    if (!c->attn_step || run->len != 1 || hd < 1 || hd > 1024 || hd > MAX_HEAD_DIM || rot_dim < 0 ||
-        rot_dim > hd || 32 * ATTN_WARPS != ROW_THREADS || dims->n_kv_heads < 1 ||
-        dims->n_heads % dims->n_kv_heads)
+    /* the block does qk_norm_rope's sums as its ROW_THREADS block does them, for heads within
+     * both kernels' limits (MAX_HEAD_DIM is below qk_norm_rope's) */
+    static_assert(32 * ATTN_WARPS == ROW_THREADS, "attention_step: qk_norm_rope's block");
+    if (!c->attn_step || run->len != 1 || hd < 1 || hd > MAX_HEAD_DIM || rot_dim < 0 ||
+        rot_dim > hd || dims->n_kv_heads < 1 || dims->n_heads % dims->n_kv_heads)
         return false;
     const int32_t *pd = cuda_kv_pos(c, run->pos0);
     if (!pd) return true; /* recorded as failed */
