@@ -353,8 +353,7 @@ __global__ static void __launch_bounds__(32 * G1_WARPS) k_gemv_one(g1_args a) {
      * down projections), asked for now, beside x's loads: read at the store, it was a round
      * trip of its own after the warp's sums. (The other forms would pay registers for it, and
      * with them blocks a multiprocessor.) */
-    constexpr bool Y0 = XS;
-    float y0 = Y0 && a.acc && lane == 0 && row[0] ? *g1_y(a, w0, jr[0]) : 0.0f;
+    float y0 = XS && a.acc && lane == 0 && row[0] ? *g1_y(a, w0, jr[0]) : 0.0f;
     /* x through shared memory: one read of it from L2 a block instead of one a warp */
     extern __shared__ float4 g1_xs[];
     const float *x = a.x;
@@ -406,7 +405,7 @@ __global__ static void __launch_bounds__(32 * G1_WARPS) k_gemv_one(g1_args a) {
             if constexpr (MODE == G1_PLAIN) {
                 if (!row[i]) continue;
                 float *yo = g1_y(a, o + i * W, jr[i]);
-                *yo = a.acc ? (Y0 && o == w0 ? y0 : *yo) + s[i] : s[i];
+                *yo = a.acc ? (XS && o == w0 ? y0 : *yo) + s[i] : s[i];
             } else if (row[2 * i]) {
                 a.out[o + i * W] = cuda_glu<MODE == G1_GELU>(s[2 * i], s[2 * i + 1]);
             }
