@@ -459,12 +459,8 @@ static void attention(gemma3_rt *rt, int il, const ts_fwd_batch *b, const ts_run
                              (float *)(st + kvb)};
     }
     /* one sequence's decode step: the backend's whole attention step where it has one */
-    size_t s0 = (size_t)runs[0].start;
-    bool stepped = nr == 1 && runs[0].len == 1 &&
-                   ts_attention_step(be, rt->q + s0 * qw, hd, P(rt, ly->q_norm), rt->k + s0 * kvw,
-                                     P(rt, ly->k_norm), rt->v + s0 * kvw, hp->eps, hd, theta, &dims,
-                                     &sr[0], NULL, rt->o + s0 * qw);
-    if (!stepped) {
+    if (!ts_attention_step(be, rt->q, hd, P(rt, ly->q_norm), rt->k, P(rt, ly->k_norm), rt->v,
+                           hp->eps, hd, theta, &dims, sr, nr, NULL, rt->o)) {
         ts_qk_norm_rope(be, rt->q, qw, hd, hp->n_head, P(rt, ly->q_norm), rt->k, kvw, hp->n_kv_head,
                         P(rt, ly->k_norm), n, hd, hp->eps, hd, b->pos, theta);
         ts_attend_runs(be, rt->q, qw, hd, rt->k, rt->v, &dims, sr, nr, rt->o, qw);

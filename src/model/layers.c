@@ -207,19 +207,19 @@ void ts_qk_norm_rope(ts_backend *be, float *q, int64_t ldq, int64_t q_head_strid
 }
 
 bool ts_conv_gdn_step(ts_backend *be, const float *x, int C, int K, const float *w,
-                      float *conv_state, const ts_gdn_prep_args *p, const ts_gdn_dims *d,
+                      const ts_seq_run *sr, int nr, const ts_gdn_prep_args *p, const ts_gdn_dims *d,
                       float *rec_state, const ts_gated_norm *gn, float *out) {
-    return be->ops->conv_gdn_step &&
-           be->ops->conv_gdn_step(be, x, C, K, w, conv_state, p, d, rec_state, gn, out);
+    return nr == 1 && sr[0].len == 1 && be->ops->conv_gdn_step &&
+           be->ops->conv_gdn_step(be, x, C, K, w, sr[0].a, p, d, rec_state, gn, out);
 }
 
 bool ts_attention_step(ts_backend *be, const float *q, int64_t q_head_stride, const float *wq,
                        const float *k, const float *wk, const float *v, float eps, int rot_dim,
-                       float theta, const ts_attn_dims *d, const ts_seq_run *run, const float *gate,
-                       float *out) {
-    return be->ops->attention_step &&
-           be->ops->attention_step(be, q, q_head_stride, wq, k, wk, v, eps, rot_dim, theta, d, run,
-                                   gate, out);
+                       float theta, const ts_attn_dims *d, const ts_seq_run *sr, int nr,
+                       const float *gate, float *out) {
+    return nr == 1 && sr[0].len == 1 && be->ops->attention_step &&
+           be->ops->attention_step(be, q, q_head_stride, wq, k, wk, v, eps, rot_dim, theta, d,
+                                   &sr[0], gate, out);
 }
 
 void ts_conv_gdn_prep(ts_backend *be, const float *x, int64_t ldx, int C, int K, const float *w,

@@ -81,19 +81,21 @@ void ts_gdn_prep(ts_backend *be, const float *conv, int64_t ldc, const ts_gdn_pr
 void ts_conv_gdn_prep(ts_backend *be, const float *x, int64_t ldx, int C, int K, const float *w,
                       const ts_seq_run *sr, int nr, float *out, int64_t ldo,
                       const ts_gdn_prep_args *p);
-/* One sequence's one-token delta-rule step after the input projection (x: its row): the
- * backend's conv_gdn_step; false where it has none or does not take these shapes, and the caller
- * goes through ts_conv_gdn_prep and ts_gdn_runs. */
+/* Where the batch is one sequence's one token (nr == 1 runs sr of one token: its row is row 0
+ * of x, q, k, v and out), that step of a layer in one call of the backend's; false where the
+ * batch is not, or the backend has no such op or does not take these shapes, and the caller
+ * composes it.
+ * ts_conv_gdn_step: the delta rule's, after the input projection - conv_gdn_step (conv state
+ * sr[0].a, recurrent state rec_state); else ts_conv_gdn_prep and ts_gdn_runs.
+ * ts_attention_step: attention's, after the projections - attention_step (caches sr[0].a, .b);
+ * else ts_qk_norm_rope, ts_attend_runs and sigmoid_gate. */
 bool ts_conv_gdn_step(ts_backend *be, const float *x, int C, int K, const float *w,
-                      float *conv_state, const ts_gdn_prep_args *p, const ts_gdn_dims *d,
+                      const ts_seq_run *sr, int nr, const ts_gdn_prep_args *p, const ts_gdn_dims *d,
                       float *rec_state, const ts_gated_norm *gn, float *out);
-/* One sequence's one-token attention step after its projections (q, k, v: its rows): the
- * backend's attention_step; false where it has none or does not take these shapes, and the
- * caller goes through ts_qk_norm_rope, ts_attend_runs and sigmoid_gate. */
 bool ts_attention_step(ts_backend *be, const float *q, int64_t q_head_stride, const float *wq,
                        const float *k, const float *wk, const float *v, float eps, int rot_dim,
-                       float theta, const ts_attn_dims *d, const ts_seq_run *run, const float *gate,
-                       float *out);
+                       float theta, const ts_attn_dims *d, const ts_seq_run *sr, int nr,
+                       const float *gate, float *out);
 void ts_qk_norm_rope(ts_backend *be, float *q, int64_t ldq, int64_t q_head_stride, int nq,
                      const float *wq, float *k, int64_t ldk, int nk, const float *wk, int n_tok,
                      int hd, float eps, int rot_dim, const int32_t *pos, float theta);

@@ -195,10 +195,8 @@ static void linear_attention(qwen35_rt *rt, int il, const ts_fwd_batch *b, const
     ts_gated_norm gn = {z, P(rt, ly->gnorm), hp->eps};
     /* one sequence's decode step: the backend's whole delta-rule step where it has one */
     float *rec0 = (float *)((char *)b->slot_state[runs[0].slot] + rt->offs[il].rec);
-    bool stepped = nr == 1 && runs[0].len == 1 &&
-                   ts_conv_gdn_step(be, mqkv + (size_t)runs[0].start * cd, cd, hp->conv_k,
-                                    P(rt, ly->conv_w), sr[0].a, &pa, &dims, rec0, &gn, o);
-    if (!stepped) {
+    if (!ts_conv_gdn_step(be, mqkv, cd, hp->conv_k, P(rt, ly->conv_w), sr, nr, &pa, &dims, rec0,
+                          &gn, o)) {
         ts_conv_gdn_prep(be, mqkv, cd, cd, hp->conv_k, P(rt, ly->conv_w), sr, nr, conv, cd, &pa);
         for (int r = 0; r < nr; r++)
             sr[r].a = (float *)((char *)b->slot_state[runs[r].slot] + rt->offs[il].rec);
@@ -232,13 +230,9 @@ static void full_attention(qwen35_rt *rt, int il, const ts_fwd_batch *b, const t
                              (float *)(st + rt->offs[il].kc), (float *)(st + rt->offs[il].vc)};
     }
     /* one sequence's decode step: the backend's whole attention step where it has one */
-    size_t s0 = (size_t)runs[0].start;
-    bool stepped =
-        nr == 1 && runs[0].len == 1 &&
-        ts_attention_step(be, qg + s0 * qw, hstride, P(rt, ly->q_norm), k + s0 * kvw,
-                          P(rt, ly->k_norm), v + s0 * kvw, hp->eps, hp->rot_dim, hp->rope_theta,
-                          &dims, &sr[0], hp->attn_gate ? qg + s0 * qw + hd : NULL, o + s0 * ow);
-    if (!stepped) {
+    if (!ts_attention_step(be, qg, hstride, P(rt, ly->q_norm), k, P(rt, ly->k_norm), v, hp->eps,
+                           hp->rot_dim, hp->rope_theta, &dims, sr, nr,
+                           hp->attn_gate ? qg + hd : NULL, o)) {
         ts_qk_norm_rope(be, qg, qw, hstride, hp->n_head, P(rt, ly->q_norm), k, kvw, hp->n_kv_head,
                         P(rt, ly->k_norm), n, hd, hp->eps, hp->rot_dim, b->pos, hp->rope_theta);
         ts_attend_runs(be, qg, qw, hstride, k, v, &dims, sr, nr, o, ow);

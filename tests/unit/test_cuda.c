@@ -558,10 +558,10 @@ static void test_conv_gdn_step(void) {
             ts_gdn_prep_args pa = {1,  H,      dk,  H,    1e-6f, 1.0f / sqrtf((float)dk),
                                    at, at + H, H,   dnea, ddtb,  qn,
                                    kn, g,      beta};
-            CHECKF(ts_conv_gdn_step(gpu, xt, C, K, dw, dcs[0], &pa, &d, drs[0], &gn, dout[0]),
+            ts_seq_run sr0 = {0, 1, t, dcs[0], NULL}, sr = {0, 1, t, dcs[1], NULL};
+            CHECKF(ts_conv_gdn_step(gpu, xt, C, K, dw, &sr0, 1, &pa, &d, drs[0], &gn, dout[0]),
                    "conv_gdn_step (K %d): the device refused the Qwen3.5 heads", K);
-            CHECK(!ts_conv_gdn_step(plain, xt, C, K, dw, dcs[1], &pa, &d, drs[1], &gn, dout[1]));
-            ts_seq_run sr = {0, 1, t, dcs[1], NULL};
+            CHECK(!ts_conv_gdn_step(plain, xt, C, K, dw, &sr, 1, &pa, &d, drs[1], &gn, dout[1]));
             ts_conv_gdn_prep(plain, xt, C, C, K, dw, &sr, 1, scr, C, &pa);
             sr.a = drs[1];
             ts_gdn_runs(plain, qn, kn, H * dk, scr + 2 * H * dk, C, g, beta, &d, &sr, 1, &gn,
@@ -575,15 +575,20 @@ static void test_conv_gdn_step(void) {
         same_bits(what, dcs[0], dcs[1], nst);
         snprintf(what, sizeof what, "conv_gdn_step K %d recurrent state", K);
         same_bits(what, drs[0], drs[1], nrec);
-        /* refused: d_k 64; two v-heads a k-head */
+        /* refused: d_k 64; two v-heads a k-head (by the device); a batch of two runs (by the
+         * model layer's helper) */
         ts_gdn_dims d64 = {H, H, 64, 64}, dgq = {1, 2, dk, dk};
         ts_gdn_prep_args p64 = {1, H,    64,   H,  1e-6f, 0.125f, dab, dab + H,
                                 H, dnea, ddtb, qn, kn,    g,      beta};
         ts_gdn_prep_args pgq = {1, 1,    dk,   2,  1e-6f, 0.125f, dab, dab + H,
                                 H, dnea, ddtb, qn, kn,    g,      beta};
-        CHECK(!ts_conv_gdn_step(gpu, dx, 3 * H * 64, K, dw, dcs[0], &p64, &d64, drs[0], &gn,
-                                dout[0]));
-        CHECK(!ts_conv_gdn_step(gpu, dx, 4 * dk, K, dw, dcs[0], &pgq, &dgq, drs[0], &gn, dout[0]));
+        ts_seq_run r2[2] = {{0, 1, 3, dcs[0], NULL}, {1, 1, 3, dcs[1], NULL}};
+        CHECK(
+            !ts_conv_gdn_step(gpu, dx, 3 * H * 64, K, dw, r2, 1, &p64, &d64, drs[0], &gn, dout[0]));
+        CHECK(!ts_conv_gdn_step(gpu, dx, 4 * dk, K, dw, r2, 1, &pgq, &dgq, drs[0], &gn, dout[0]));
+        ts_gdn_prep_args p1 = {1, H,    dk,   H,  1e-6f, 0.125f, dab, dab + H,
+                               H, dnea, ddtb, qn, kn,    g,      beta};
+        CHECK(!ts_conv_gdn_step(gpu, dx, C, K, dw, r2, 2, &p1, &d, drs[0], &gn, dout[0]));
         float *bufs[] = {dx,     dw,     dab,    dnea,   ddtb,    dz,      dgw,
                          dcs[0], dcs[1], drs[0], drs[1], dout[0], dout[1], scr};
         for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
@@ -622,7 +627,7 @@ static void test_attention_step(void) {
         ts_backend *plain = without(offsetof(ts_backend_ops, attention_step));
         float eps = 1e-6f, theta = 10000000.0f;
         CHECKF(ts_attention_step(gpu, dq[0], qhs, dwq, dk_[0], dwk, dv, eps, cs[ci].rot, theta, &d,
-                                 &sr[0], cs[ci].gate ? dq[0] + hd : NULL, dout[0]),
+                                 &sr[0], 1, cs[ci].gate ? dq[0] + hd : NULL, dout[0]),
                "attention_step (case %zu) refused", ci);
         int32_t p32 = pos;
         ts_qk_norm_rope(plain, dq[1], (int64_t)nq, qhs, nh, dwq, dk_[1], kvw, nkv, dwk, 1, hd, eps,
@@ -635,9 +640,12 @@ static void test_attention_step(void) {
         same_bits(what, dout[0], dout[1], ow);
         snprintf(what, sizeof what, "attention_step (case %zu) caches", ci);
         same_bits(what, dc[0], dc[1], 2 * nc);
+        /* a run of two tokens refused by the device and by the model layer's helper */
         ts_seq_run two = {0, 2, pos, dc[0], dc[0] + nc};
+        CHECK(!gpu->ops->attention_step(gpu, dq[0], qhs, dwq, dk_[0], dwk, dv, eps, cs[ci].rot,
+                                        theta, &d, &two, NULL, dout[0]));
         CHECK(!ts_attention_step(gpu, dq[0], qhs, dwq, dk_[0], dwk, dv, eps, cs[ci].rot, theta, &d,
-                                 &two, NULL, dout[0]));
+                                 &two, 1, NULL, dout[0]));
         float *bufs[] = {dq[0], dq[1], dk_[0], dk_[1],  dv,     dwq,
                          dwk,   dc[0], dc[1],  dout[0], dout[1]};
         for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
