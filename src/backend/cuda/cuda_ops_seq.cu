@@ -86,12 +86,37 @@ __device__ static inline float attn_gated(float o, const float *gate, int64_t at
  * at the end. Lane l holds dims l, l + 32, ... of the query and the accumulator. Splitting the
  * keys over warps is what makes decode (one query, hundreds of keys) fast: a single warp would
  * walk them one after another. */
+/* A warp's next KEYS_AT_ONCE keys (p0, p0 + ATTN_WARPS, ...; none past last) into registers,
+ * all loads in flight together: one round trip a batch instead of one a key. skip: a position
+ * left at zero (attention_step's new row, which is not in the caches yet). */
+#define KEYS_AT_ONCE 4
+template <int NPL>
+__device__ static inline void attn_load_keys(const float *kc, const float *vc, int64_t ldkv,
+                                             int64_t off, int hd, int lane, int p0, int last,
+                                             int skip, float (*kb)[NPL], float (*vb)[NPL]) {
+#pragma unroll
+    for (int b = 0; b < KEYS_AT_ONCE; b++) {
+        int p = p0 + b * ATTN_WARPS;
+        bool ok = p <= last && p != skip;
+        const float *k = kc + p * ldkv + off, *v = vc + p * ldkv + off;
+#pragma unroll
+        for (int j = 0; j < NPL; j++) {
+            int ch = lane + 32 * j;
+            kb[b][j] = ok && ch < hd ? k[ch] : 0.0f;
+            vb[b][j] = ok && ch < hd ? v[ch] : 0.0f;
+        }
+    }
+}
+
 template <int NPL, bool STEP>
 __device__ static inline void
 attention_query(const float *q, int64_t ldq, int64_t q_head_stride, int n, int pos0,
                 const float *kc, const float *vc, ts_attn_dims d, float *out, int64_t ldo,
                 const ts_seq_run *runs, attn_parts parts, const int32_t *pos_dev, attn_step_in st) {
-    cuda_pdl_entry();
+    /* STEP: the position (uploaded before the step's first kernel) and the first batch of the
+     * keys before the new one (rows of earlier steps: no kernel of this step writes them) are
+     * read before the programmatic wait, so that their round trip overlaps the predecessor */
+    if (!STEP) cuda_pdl_entry();
     if (pos_dev) pos0 = *pos_dev; /* see cuda_kv_pos */
     __shared__ float sm_m[ATTN_WARPS], sm_l[ATTN_WARPS];
     /* [ATTN_WARPS][head_dim]; STEP: then q's head and the new key, normed and rotated */
@@ -105,7 +130,7 @@ attention_query(const float *q, int64_t ldq, int64_t q_head_stride, int n, int p
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int hd = d.head_dim;
     int kvh = h / (d.n_heads / d.n_kv_heads);
-    int64_t ldkv = (int64_t)d.n_kv_heads * hd;
+    int64_t ldkv = (int64_t)d.n_kv_heads * hd, off = (int64_t)kvh * hd;
     const float *qr = q + i * ldq + h * q_head_stride;
     int qpos = pos0 + i, first = 0;
     if (d.window > 0 && qpos - d.window + 1 > 0) first = qpos - d.window + 1;
@@ -115,15 +140,20 @@ attention_query(const float *q, int64_t ldq, int64_t q_head_stride, int n, int p
         first += (int)blockIdx.z * per;
         last = min(qpos, first + per - 1);
     }
+    float kb[KEYS_AT_ONCE][NPL], vb[KEYS_AT_ONCE][NPL];
+    if constexpr (STEP) {
+        attn_load_keys<NPL>(kc, vc, ldkv, off, hd, lane, first + warp, last, qpos, kb, vb);
+        cuda_pdl_entry();
+    }
     float *sq = sm_acc + ATTN_WARPS * hd, *sk = sq + hd;
     if constexpr (STEP) {
-        attn_step_qk(qr, st.k + (int64_t)kvh * hd, hd, qpos, st, sq, sk);
+        attn_step_qk(qr, st.k + off, hd, qpos, st, sq, sk);
         qr = sq;
         if (h % (d.n_heads / d.n_kv_heads) == 0 && blockIdx.z == 0)
             for (int ch = threadIdx.x; ch < hd; ch += blockDim.x) {
-                int64_t at = qpos * ldkv + (int64_t)kvh * hd + ch;
+                int64_t at = qpos * ldkv + off + ch;
                 ((float *)kc)[at] = sk[ch];
-                ((float *)vc)[at] = st.v[(int64_t)kvh * hd + ch];
+                ((float *)vc)[at] = st.v[off + ch];
             }
     }
     float qv[NPL], acc[NPL];
@@ -134,30 +164,48 @@ attention_query(const float *q, int64_t ldq, int64_t q_head_stride, int n, int p
         acc[j] = 0.0f;
     }
     float m = -FLT_MAX, l = 0.0f;
-    for (int p = first + warp; p <= last; p += ATTN_WARPS) {
-        const float *k = kc + p * ldkv + (int64_t)kvh * hd;
-        const float *v = vc + p * ldkv + (int64_t)kvh * hd;
-        if (STEP && p == qpos) k = sk, v = st.v + (int64_t)kvh * hd; /* the new row */
-        float s = 0.0f, vv[NPL];
+    for (int p0 = first + warp; p0 <= last; p0 += KEYS_AT_ONCE * ATTN_WARPS) {
+        if (!STEP || p0 != first + warp)
+            attn_load_keys<NPL>(kc, vc, ldkv, off, hd, lane, p0, last, STEP ? qpos : -1, kb, vb);
+        float s[KEYS_AT_ONCE];
 #pragma unroll
-        for (int j = 0; j < NPL; j++) {
-            int ch = lane + 32 * j;
-            s += ch < hd ? qv[j] * k[ch] : 0.0f;
-            vv[j] = ch < hd ? v[ch] : 0.0f; /* loaded before the reduction waits */
-        }
-        s = attn_logit(cuda_warp_sum(s), d);
-        float corr = 1.0f, e = 1.0f;
-        if (s > m) {
-            corr = expf(m - s); /* 0 on the warp's first key */
-            l = l * corr + 1.0f;
-            m = s;
-        } else {
-            e = expf(s - m);
-            l += e;
-        }
+        for (int b = 0; b < KEYS_AT_ONCE; b++) {
+            if (STEP && p0 + b * ATTN_WARPS == qpos) { /* the new row */
 #pragma unroll
-        for (int j = 0; j < NPL; j++)
-            acc[j] = acc[j] * corr + e * vv[j];
+                for (int j = 0; j < NPL; j++) {
+                    int ch = lane + 32 * j;
+                    kb[b][j] = ch < hd ? sk[ch] : 0.0f;
+                    vb[b][j] = ch < hd ? st.v[off + ch] : 0.0f;
+                }
+            }
+            s[b] = 0.0f;
+#pragma unroll
+            for (int j = 0; j < NPL; j++) {
+                int ch = lane + 32 * j;
+                s[b] += ch < hd ? qv[j] * kb[b][j] : 0.0f;
+            }
+        }
+        /* the keys' sums side by side, then the online softmax key by key, in their order */
+#pragma unroll
+        for (int b = 0; b < KEYS_AT_ONCE; b++)
+            s[b] = cuda_warp_sum(s[b]);
+#pragma unroll
+        for (int b = 0; b < KEYS_AT_ONCE; b++) {
+            if (p0 + b * ATTN_WARPS > last) break;
+            float sl = attn_logit(s[b], d);
+            float corr = 1.0f, e = 1.0f;
+            if (sl > m) {
+                corr = expf(m - sl); /* 0 on the warp's first key */
+                l = l * corr + 1.0f;
+                m = sl;
+            } else {
+                e = expf(sl - m);
+                l += e;
+            }
+#pragma unroll
+            for (int j = 0; j < NPL; j++)
+                acc[j] = acc[j] * corr + e * vb[b][j];
+        }
     }
     if (lane == 0) sm_m[warp] = m, sm_l[warp] = l;
 #pragma unroll
@@ -666,7 +714,11 @@ gdn_reg(const float *q, const float *k, int64_t ldqk, const float *v, int64_t ld
      * was last written by this kernel a step ago, while once this kernel runs at all, every
      * kernel before its predecessor has finished (cuda_pdl_entry). For one sequence (no table,
      * the conv's kernel just before) the state's loads overlap that kernel's tail. */
+    /* CONV: the gated norm's weight too; its z (the input projection's) asked for right after
+     * the wait, beside the token's channels - read at the end, it was a round trip of its own */
+    float gw = CONV && warp == 0 && col ? gn.w[c] : 0.0f, zi0 = 0.0f;
     cuda_pdl_entry();
+    if (CONV && warp == 0 && col) zi0 = gn.z[(int64_t)h * dv + c];
     float xq = 0.0f, xk = 0.0f, xv = 0.0f, gt = 0.0f, bt = 0.0f; /* CONV's token */
     for (int t = 0; t < n; t++) {
         if constexpr (CONV) { /* n = 1: conv_gdn_prep's arithmetic (cuda_ops_fused.cu) */
@@ -727,8 +779,8 @@ gdn_reg(const float *q, const float *k, int64_t ldqk, const float *v, int64_t ld
 #pragma unroll
                 for (int r = 0; r < CL; r++)
                     total += cl.map_shared_rank(ssq, r)[t & 1];
-                float inv = 1.0f / sqrtf(total / dv + gn.eps), zi = gn.z[at];
-                out[at] = gn.w[c] * (sum * inv) * (zi / (1.0f + expf(-zi)));
+                float inv = 1.0f / sqrtf(total / dv + gn.eps), zi = CONV ? zi0 : gn.z[at];
+                out[at] = (CONV ? gw : gn.w[c]) * (sum * inv) * (zi / (1.0f + expf(-zi)));
             }
         } else if (warp == 0 && col) {
             float sum = 0.0f;
