@@ -261,10 +261,31 @@ extern "C" bool ts_backend_cuda_args_pack_clean(void) {
     return run && norm && cuda_gemv_norm_packs_clean();
 }
 
+#ifdef TESSERA_CUDA_BLOCK_TRACE
+/* cuda_block_trace.cuh: each translation unit's buffer writer, run when a backend is destroyed */
+static void (*trace_dumps[32])(FILE *);
+static int trace_ndumps;
+void cuda_trace_register(void (*dump)(FILE *)) {
+    if (trace_ndumps < 32) trace_dumps[trace_ndumps++] = dump;
+}
+static void trace_write(void) {
+    const char *path = getenv("TESSERA_CUDA_BLOCK_TRACE_FILE");
+    FILE *f = path ? fopen(path, "wb") : NULL;
+    if (!f) return;
+    cudaDeviceSynchronize();
+    for (int i = 0; i < trace_ndumps; i++)
+        trace_dumps[i](f);
+    fclose(f);
+}
+#endif
+
 static void cu_destroy(ts_backend *be) {
     cuda_ctx *c = cuda_of(be);
     if (c) {
         cq_flush(c);
+#ifdef TESSERA_CUDA_BLOCK_TRACE
+        trace_write();
+#endif
         cq_free(c);
         cuda_weights_free(c);
         for (int i = 0; i < (int)(sizeof c->scratch / sizeof *c->scratch); i++) cudaFree(c->scratch[i]);

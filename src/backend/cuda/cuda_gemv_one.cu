@@ -378,6 +378,7 @@ __global__ static void __launch_bounds__(32 * G1_WARPS) k_gemv_one(g1_args a) {
         __syncthreads();
         x = (const float *)g1_xs;
     }
+    cuda_trace_at(4); /* block traces: x staged */
     float ss = 0.0f, inv = 1.0f;
     bool first = true;
     for (int64_t o = w0; o < a.rows; o += step) {
@@ -393,6 +394,7 @@ __global__ static void __launch_bounds__(32 * G1_WARPS) k_gemv_one(g1_args a) {
             else
                 g1_math16<DT, U, NR, NORM>(row, q, g0, groups, x, a.norm_w, lane, acc, first, &ss);
         }
+        if (first) cuda_trace_at(5); /* the first round's sums (its weights arrived) */
         if (NORM && first) inv = 1.0f / sqrtf(cuda_warp_sum(ss) / (float)a.cols + a.eps);
         first = false;
         float s[NR];
@@ -411,6 +413,7 @@ __global__ static void __launch_bounds__(32 * G1_WARPS) k_gemv_one(g1_args a) {
             }
         }
     }
+    cuda_trace_end();
 }
 
 /* Blocks of the kernel the GPU holds at once per multiprocessor with smem bytes of shared

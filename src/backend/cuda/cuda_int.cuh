@@ -6,15 +6,16 @@
 #ifndef TS_BACKEND_CUDA_CUDA_INT_CUH
 #define TS_BACKEND_CUDA_CUDA_INT_CUH
 
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_block_trace.cuh"
+#include "backend/cuda/cuda_queue.cuh"
+
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include "backend/cuda/cuda_backend.h"
-#include "backend/cuda/cuda_queue.cuh"
 
 /* The backend's structs with padding that kernels take by value, packed field by field
  * (cq_pack_fields): ts_seq_run has 4 bytes after pos0, ts_gated_norm 4 after eps. The sizes
@@ -176,8 +177,11 @@ static inline bool cuda_env_off(const char *name) {
  * no-ops. */
 __device__ __forceinline__ void cuda_pdl_entry(void) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    unsigned long long t0;
+    cuda_trace_wait_start(&t0); /* cuda_block_trace.cuh: nothing in a plain build */
     asm volatile("griddepcontrol.wait;" ::: "memory");
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    cuda_trace_wait_end(t0);
 #endif
 }
 

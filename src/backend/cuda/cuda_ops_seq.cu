@@ -725,6 +725,7 @@ gdn_reg(const float *q, const float *k, int64_t ldqk, const float *v, int64_t ld
             xq = cv.x[chq], xk = cv.x[chk], xv = warp == 0 && col ? cv.x[chv] : 0.0f;
             float ga = cv.a[h], gb = cv.b[h];
             float qo = conv_sum(eq, xq, cv.K), ko = conv_sum(ek, xk, cv.K);
+            cuda_trace_at(4); /* block traces: the token's channels in, convolved */
             if (warp == 0) vs[lane] = col ? conv_sum(ev, xv, cv.K) : 0.0f;
             double ss[2] = {(double)qo * qo, (double)ko * ko};
             row_sum_blocks<2>(ss);
@@ -773,7 +774,9 @@ gdn_reg(const float *q, const float *k, int64_t ldqk, const float *v, int64_t ld
                 if (lane == 0) ssq[t & 1] = sq;
             }
             cg::cluster_group cl = cg::this_cluster();
+            if (CONV) cuda_trace_at(5); /* the rule done */
             cl.sync(); /* every block's share of token t is in its shared memory */
+            if (CONV) cuda_trace_at(6);
             if (warp == 0 && col) {
                 float total = 0.0f;
 #pragma unroll
@@ -804,7 +807,9 @@ gdn_reg(const float *q, const float *k, int64_t ldqk, const float *v, int64_t ld
         if (warp == 0 && col) conv_shift(ev, xv, cv.C, cv.K, cv.state, chv);
     }
     /* the cluster's blocks read each other's shared memory until their last token */
+    if (CONV) cuda_trace_at(7);
     if constexpr (CL > 0) cg::this_cluster().sync();
+    if (CONV) cuda_trace_end();
 }
 
 template <int R, int DV>
