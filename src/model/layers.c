@@ -20,12 +20,13 @@ void ts_output_logits(ts_backend *be, const ts_output_head *oh, const ts_fwd_bat
         if (b->wants_logits[i]) sel[ns++] = i;
     for (int s0 = 0; s0 < ns; s0 += oh->rows) {
         int k = ns - s0 < oh->rows ? ns - s0 : oh->rows;
-        /* consecutive wanted rows (every row of a decode step) go in one copy */
+        /* the final norm gathers the wanted rows: consecutive ones (every row of a decode
+         * step) in one call */
         for (int i = 0, run; i < k; i += run) {
             for (run = 1; i + run < k && sel[s0 + i + run] == sel[s0 + i] + run; run++) {}
-            op->copy_rows(be, lh + (size_t)i * D, D, x + (size_t)sel[s0 + i] * D, D, run, D);
+            op->rmsnorm(be, x + (size_t)sel[s0 + i] * D, D, run, D, oh->final_norm, oh->eps,
+                        lh + (size_t)i * D, D);
         }
-        op->rmsnorm(be, lh, D, k, D, oh->final_norm, oh->eps, lh, D);
         op->matmul(be, oh->head, lh, D, k, lg, oh->n_vocab);
         if (oh->softcap > 0) op->softcap(be, lg, (int64_t)k * oh->n_vocab, oh->softcap);
         if (b->sample) {
