@@ -78,7 +78,7 @@ def steady_steps(grids, min_len=8):
     return list(range(j, n - p, p)), p
 
 
-def names_from(path, length):
+def names_from(path):
     rows = [r for r in csv.DictReader(open(path)) if not r["Name"].startswith("[")]
     names = []
     for r in rows:
@@ -103,7 +103,7 @@ def main():
         raise SystemExit("too few steady steps")
     label = ["" for _ in range(L)]
     if args.names:
-        named = names_from(args.names, L)
+        named = names_from(args.names)
         want = grids[starts[0]:starts[0] + L]
         for i in range(len(named) - L, -1, -1):  # the last match: a steady step
             if [g for _, g in named[i:i + L]] == want:
@@ -119,8 +119,8 @@ def main():
             b = ks[j][1]
             ends = [r[2] for r in b if r[2]]
             row = [rel[j + 1] - rel[j], statistics.median(rel[j] - r[1] for r in b),
-                   statistics.median(e - r[0] for r, e in ((r, r[2]) for r in b if r[2]))
-                   if ends else 0, rel[j + 1] - max(ends) if ends else 0]
+                   statistics.median(r[2] - r[0] for r in b if r[2]) if ends else 0,
+                   rel[j + 1] - max(ends) if ends else 0]
             for k in range(4):
                 v = [r[4][k] - r[0] for r in b if r[4][k]]
                 row.append(statistics.median(v) if v else 0)

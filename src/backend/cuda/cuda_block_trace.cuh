@@ -14,7 +14,9 @@
  * function here is empty. */
 #pragma once
 
+#include <cuda_runtime.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #ifdef TESSERA_CUDA_BLOCK_TRACE
 #define CUDA_TRACE_CAP (1u << 21) /* records a translation unit keeps */
