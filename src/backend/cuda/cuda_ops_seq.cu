@@ -881,6 +881,12 @@ __global__ static void k_gdn(const float *q, const float *k, int64_t ldqk, const
  * state; else the kernels read each run's length and state from the table); chunk_len: the
  * longest run that may take the chunked form (0: none may). False when no kernel takes these heads
  * in one launch (d_k over 256 and no room for the chunked kernel): the caller goes run by run. */
+/* The Qwen3.5 heads (d_k = d_v = 128), which take gdn_reg's form with a constant row stride (DV)
+ * unless TESSERA_CUDA_GDN_DV=0 - and with it the fused decode step (k_gdn_conv_step) */
+static bool gdn_heads_dv128(const cuda_ctx *c, const ts_gdn_dims *d) {
+    return d->d_k == 128 && d->d_v == 128 && c->gdn_dv_const;
+}
+
 static bool gdn_launch(cuda_ctx *c, const float *q, const float *k, int64_t ldqk, const float *v,
                        int64_t ldv, const float *g, const float *beta, int n,
                        const ts_gdn_dims *dims, float *state, float *out, const ts_seq_run *runs,
@@ -919,7 +925,7 @@ static bool gdn_launch(cuda_ctx *c, const float *q, const float *k, int64_t ldqk
         REG(8, 0);
     else if (dk <= 4 * 16)
         REG(16, 0);
-    else if (dk == 4 * 32 && dims->d_v == 128 && c->gdn_dv_const) /* the Qwen3.5 heads */
+    else if (gdn_heads_dv128(c, dims)) /* dk == 4 * 32 */
         REG(32, 128);
     else if (dk <= 4 * 32)
         REG(32, 0);
@@ -1107,9 +1113,8 @@ bool cuda_op_conv_gdn_step(ts_backend *be, const float *x, int C, int K, const f
     int H = dims->n_k_heads;
     /* k_gdn_conv_step's shapes: its block's threads are d_k, its cluster the 4 column blocks of
      * d_v, one v-head a k-head (the q and k conv state shifted by one cluster) */
-    if (!c->gdn_step || !gn || p->n != 1 || K < 1 || K > PREP_KMAX || dims->d_k != 128 ||
-        dims->d_v != 128 || !c->gdn_dv_const || dims->n_v_heads != H || p->Hk != H || p->Hv != H ||
-        p->dk != 128 || C != 3 * H * 128)
+    if (!c->gdn_step || !gn || p->n != 1 || K < 1 || K > PREP_KMAX || !gdn_heads_dv128(c, dims) ||
+        dims->n_v_heads != H || p->Hk != H || p->Hv != H || p->dk != 128 || C != 3 * H * 128)
         return false;
     gdn_conv_in cv = {x,          w,      conv_state, C, K, p->a, p->b, p->neg_exp_a,
                       p->dt_bias, p->eps, p->q_scale};
