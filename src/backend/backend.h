@@ -154,6 +154,30 @@ typedef struct {
      * into x. Synchronises like download. */
     void (*sample)(ts_backend *be, float *x, int64_t ldx, int n_rows, int n_cols,
                    const ts_sample_req *req, ts_sample_res *res);
+    /* Optional, all seven or none (NULL where ops run as they come, as on the CPU): decoding
+     * ahead. The engine queues step t + 1 of a greedy decode while step t runs - its tokens
+     * the ids step t's argmax leaves on the device - and launches it once its caller has seen
+     * step t's ids and asked for exactly that step; otherwise it drops it, and nothing of it
+     * ran. The host's work between two steps then overlaps the device's.
+     * step_can_hold: whether ops can be held at all (false: they would run as they come).
+     * argmax_held: argmax queued only: the ids reach out_host when the step_wait after the
+     * step's launch returns, and stay on the device for the next step's get_rows_fed.
+     * get_rows_fed: get_rows with ids[i] = row i of the ids that the last launched step's
+     * argmax_held calls made (in call order); false, with nothing queued, where it cannot.
+     * step_launch: submits what is queued without waiting; the ops queued after it are held
+     * (nothing runs them but the next step_launch) until step_drop.
+     * step_seal: the held ops are a whole step: get its launch ready now; false where they
+     * cannot be held after all (the caller drops them).
+     * step_wait: waits for the launched step; its argmax_held ids land.
+     * step_drop: forgets the held ops and stops holding. */
+    bool (*step_can_hold)(ts_backend *be);
+    void (*argmax_held)(ts_backend *be, const float *x, int64_t ldx, int n_rows, int n_cols,
+                        int32_t *out_host);
+    bool (*get_rows_fed)(ts_backend *be, const ts_tensor *W, int n, float scale, float *out);
+    void (*step_launch)(ts_backend *be);
+    bool (*step_seal)(ts_backend *be);
+    void (*step_wait)(ts_backend *be);
+    void (*step_drop)(ts_backend *be);
     /* Copies n rows of dim floats (row r of src at src + r*lds) to dst (row stride ldd). */
     void (*copy_rows)(ts_backend *be, float *dst, int64_t ldd, const float *src, int64_t lds,
                       int n, int dim);

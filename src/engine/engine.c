@@ -22,6 +22,8 @@ void ts_engine_opts_default(ts_engine_opts *o) {
 
 void ts_engine_free(ts_engine *e) {
     if (!e) return;
+    engine_ahead_drop(e);
+    engine_ahead_free(e);
     if (e->slot_state)
         for (int i = 0; i < e->n_slots; i++)
             if (e->slot_state[i]) e->be->ops->free(e->be, e->slot_state[i]);
@@ -74,6 +76,7 @@ ts_status ts_engine_create(ts_model *model, const ts_engine_opts *opts, ts_engin
         if (!e->slot_state || !e->slot_len || !e->pending_len || !e->want_scratch)
             st = ts_error(TS_ERR_NOMEM, "out of memory");
     }
+    if (st == TS_OK) st = engine_ahead_init(e);
     for (int i = 0; st == TS_OK && i < o.n_slots; i++) {
         e->slot_state[i] = e->be->ops->alloc(e->be, e->state_bytes);
         if (!e->slot_state[i])
@@ -107,6 +110,7 @@ static ts_status check_slot(const ts_engine *e, int slot) {
 
 ts_status ts_engine_slot_clear(ts_engine *e, int slot) {
     TS_TRY(check_slot(e, slot));
+    engine_ahead_drop(e);
     /* KV rows past the length are never read, but conv and recurrent state must be zero */
     e->be->ops->zero(e->be, e->slot_state[slot], e->state_bytes);
     e->slot_len[slot] = 0;
@@ -120,6 +124,7 @@ int ts_engine_slot_len(const ts_engine *e, int slot) {
 ts_status ts_engine_slot_copy(ts_engine *e, int src, int dst) {
     TS_TRY(check_slot(e, src));
     TS_TRY(check_slot(e, dst));
+    engine_ahead_drop(e);
     if (src != dst) {
         e->be->ops->copy(e->be, e->slot_state[dst], e->slot_state[src], e->state_bytes);
         e->slot_len[dst] = e->slot_len[src];
@@ -129,7 +134,7 @@ ts_status ts_engine_slot_copy(ts_engine *e, int src, int dst) {
 
 /* Every token must continue its slot: position == tokens held (plus earlier tokens of the
  * same slot in this batch), inside the context. Checked before any state changes. */
-static ts_status check_batch(ts_engine *e, const ts_batch *b) {
+ts_status engine_check_batch(ts_engine *e, const ts_batch *b) {
     if (b->n_tokens < 1) return ts_error(TS_ERR_INVALID, "empty batch");
     if (!b->tokens || !b->pos || !b->slot)
         return ts_error(TS_ERR_INVALID, "batch without tokens, positions or slots");
@@ -155,7 +160,8 @@ static ts_status check_batch(ts_engine *e, const ts_batch *b) {
  * log-probability passes; its input fields are ignored) receive the wanted tokens' outputs:
  * n_vocab floats, one id, or the backend's answer to one sampling request each. */
 static ts_status forward(ts_engine *e, const ts_batch *b, float *logits, ts_fwd_batch o) {
-    TS_TRY(check_batch(e, b));
+    engine_ahead_drop(e);
+    TS_TRY(engine_check_batch(e, b));
     for (int start = 0; start < b->n_tokens; start += e->n_batch) {
         int n = b->n_tokens - start < e->n_batch ? b->n_tokens - start : e->n_batch;
         /* without a wants_logits array only the batch's last token gets logits */
@@ -190,6 +196,7 @@ ts_status ts_engine_forward(ts_engine *e, const ts_batch *b, float *logits) {
 }
 
 ts_status ts_engine_forward_greedy(ts_engine *e, const ts_batch *b, int32_t *ids) {
+    if (engine_ahead_fits(e, b)) return engine_ahead_greedy(e, b, ids);
     return forward(e, b, NULL, (ts_fwd_batch){.argmax = ids});
 }
 
@@ -238,6 +245,13 @@ static ts_status forward_sample(ts_engine *e, const ts_batch *b, ts_sampler *con
     if (lps && (n_top < 0 || n_top > TS_MAX_TOP_LOGPROBS))
         return ts_error(TS_ERR_INVALID, "log-probabilities: %d alternatives asked (0 .. %d)",
                         n_top, TS_MAX_TOP_LOGPROBS);
+    /* greedy draws with nothing to adjust are the argmax, which can be decoded ahead (the
+     * backend's greedy draw is its argmax: the same ids) */
+    bool plain_greedy = !logits && !lps && e->be->ops->sample && engine_ahead_fits(e, b);
+    for (int k = 0; plain_greedy && k < n_want; k++)
+        plain_greedy =
+            ts_sampler_is_greedy(samplers[k]) && ts_sampler_request(samplers[k]).n_adjust == 0;
+    if (plain_greedy) return engine_ahead_greedy(e, b, ids);
     int rows = n_want > 0 ? n_want : 1;
     TS_TRY(sample_room(e, lps ? 2 * rows : rows));
     if (!e->be->ops->sample) { /* the logits come to the host, where the sampler runs */

@@ -5,6 +5,23 @@
 #include "backend/backend.h"
 #include "model/model.h"
 
+/* Decoding ahead (ahead.c): while greedy step t runs on a backend that can hold ops, the
+ * engine queues step t + 1 - the same sequences one position on, fed the ids step t's argmax
+ * leaves on the device - and launches it when the next call asks for exactly that step (else
+ * drops it; nothing of it ran). The host's work for a step then overlaps the device's. */
+typedef struct {
+    bool off;  /* TESSERA_DECODE_AHEAD=0, no backend support, or the model refused once */
+    bool held; /* a step is held on the backend: n tokens, slots slot[], positions pos[] */
+    int n;
+    int32_t *pos, *slot; /* [n_batch] */
+    uint8_t *want;       /* [n_batch] ones */
+    /* [n_batch] each: the held argmax ids of the step launched last (ids[cur]) and of the
+     * step held after it (ids[!cur]), which that step was fed */
+    int32_t *ids[2];
+    int cur;
+    long launched_held; /* steps launched that had been held (tests check that it happens) */
+} ts_ahead;
+
 struct ts_engine {
     ts_model *model;
     ts_backend *be;
@@ -22,6 +39,20 @@ struct ts_engine {
     ts_sample_res *sample_res;
     float *sample_chosen; /* with log-probabilities: the drawn tokens' logits */
     int sample_rows;
+    ts_ahead ahead;
 };
+
+/* The engine's checks of a batch (engine.c): positions continue their slots, ids in range. */
+ts_status engine_check_batch(ts_engine *e, const ts_batch *b);
+/* ahead.c */
+ts_status engine_ahead_init(ts_engine *e);
+void engine_ahead_free(ts_engine *e);
+/* Forgets the held step, if any (before anything else uses the backend). */
+void engine_ahead_drop(ts_engine *e);
+/* Whether b is a greedy decode step that can go ahead: one token for each of its slots, each
+ * wanting its output, within a piece of the batch. */
+bool engine_ahead_fits(const ts_engine *e, const ts_batch *b);
+/* ts_engine_forward_greedy for such a batch, holding the step after it. */
+ts_status engine_ahead_greedy(ts_engine *e, const ts_batch *b, int32_t *ids);
 
 #endif

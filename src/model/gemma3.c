@@ -478,7 +478,7 @@ static ts_status gemma3_forward(void *p, const ts_fwd_batch *b, float *logits) {
     if (n < 1 || n > rt->n_batch)
         return ts_error(TS_ERR_INVALID, "batch of %d tokens (limit %d)", n, rt->n_batch);
     int nr = ts_batch_runs(b, rt->runs);
-    op->get_rows(be, g->embed, b->tokens, n, hp->embed_scale, rt->x);
+    TS_TRY(ts_embed(be, g->embed, b, hp->embed_scale, rt->x));
     op->rmsnorm(be, rt->x, D, n, D, P(rt, g->layers[0].ln_in), hp->eps, rt->h, D);
     for (int il = 0; il < hp->n_layers; il++) {
         const gemma3_layer *ly = &g->layers[il];

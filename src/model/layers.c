@@ -40,12 +40,26 @@ void ts_output_logits(ts_backend *be, const ts_output_head *oh, const ts_fwd_bat
                                      sizeof(float));
                 }
             }
-        } else if (b->argmax)
-            op->argmax(be, lg, oh->n_vocab, k, oh->n_vocab, b->argmax + s0);
+        } else if (b->argmax) {
+            (b->held ? op->argmax_held : op->argmax)(be, lg, oh->n_vocab, k, oh->n_vocab,
+                                                     b->argmax + s0);
+        }
         if (logits && !b->argmax) /* after a draw, with its adjustments (made in place) */
             op->download(be, logits + (size_t)s0 * oh->n_vocab, lg,
                          (size_t)k * oh->n_vocab * sizeof(float));
     }
+}
+
+ts_status ts_embed(ts_backend *be, const ts_tensor *W, const ts_fwd_batch *b, float scale,
+                   float *out) {
+    if (!b->fed) {
+        be->ops->get_rows(be, W, b->tokens, b->n_tokens, scale, out);
+        return TS_OK;
+    }
+    if (be->ops->get_rows_fed && be->ops->get_rows_fed(be, W, b->n_tokens, scale, out))
+        return TS_OK;
+    return ts_error(TS_ERR_UNSUPPORTED, "%s: no embedding from the device's own ids for %s",
+                    be->ops->name, ts_dtype_name(W->dtype));
 }
 
 ts_status ts_check_matmul_dtype(const ts_model *m, const char *name, const ts_tensor *t) {

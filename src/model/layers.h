@@ -36,6 +36,11 @@ typedef struct {
 void ts_output_logits(ts_backend *be, const ts_output_head *oh, const ts_fwd_batch *b,
                       const float *x, int32_t *sel, float *lh, float *lg, float *logits);
 
+/* The batch's token embeddings, rows of W times scale, into out ([n][cols]): from b->tokens, or
+ * with b->fed from the ids the backend holds (TS_ERR_UNSUPPORTED where it cannot). */
+ts_status ts_embed(ts_backend *be, const ts_tensor *W, const ts_fwd_batch *b, float scale,
+                   float *out);
+
 /* The sequence ops over all runs of a batch: one call of the backend's *_runs op when it has
  * one, else the single-run op once per run (ts_seq_run in backend.h says which state is a, b).
  * ts_gdn_runs with gn applies the gated RMSNorm to its output (gated_rmsnorm after the runs

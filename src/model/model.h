@@ -18,7 +18,12 @@
  * slot_state[s] is the state blob of slot s (layout owned by the model). */
 typedef struct {
     int n_tokens;
+    /* NULL with fed: the tokens are the ids the previous step's held argmax left on the backend
+     * (row i's for token i), gathered there (get_rows_fed: decoding ahead, backend.h) */
     const int32_t *tokens;
+    bool fed;
+    /* the argmax below is queued only (argmax_held): its ids land when the step has run */
+    bool held;
     const int32_t *pos;
     const int32_t *slot;
     const uint8_t *wants_logits;

@@ -255,12 +255,11 @@ ts_status qwen35_forward(void *p, const ts_fwd_batch *b, float *logits) {
     const qwen35_model *q = rt->q;
     const qwen35_hparams *hp = &q->hp;
     ts_backend *be = rt->be;
-    const ts_backend_ops *op = be->ops;
     int n = b->n_tokens, D = hp->n_embd;
     if (n < 1 || n > rt->n_batch)
         return ts_error(TS_ERR_INVALID, "batch of %d tokens (limit %d)", n, rt->n_batch);
     for (int i = 0; i < n; i++) {
-        if (b->tokens[i] < 0 || b->tokens[i] >= hp->n_vocab)
+        if (!b->fed && (b->tokens[i] < 0 || b->tokens[i] >= hp->n_vocab))
             return ts_error(TS_ERR_RANGE, "token id %d out of range [0, %d)", b->tokens[i],
                             hp->n_vocab);
         if (b->pos[i] < 0 || b->pos[i] >= rt->n_ctx)
@@ -270,7 +269,7 @@ ts_status qwen35_forward(void *p, const ts_fwd_batch *b, float *logits) {
     ts_run *runs = rt->runs;
     int nr = ts_batch_runs(b, runs);
 
-    op->get_rows(be, q->embed, b->tokens, n, 1.0f, rt->x);
+    TS_TRY(ts_embed(be, q->embed, b, 1.0f, rt->x));
     /* The residual stream x: each block reads it through its input norm (a backend may fold the
      * norm into the matmul that reads it; else it goes to h first) and adds its output to it in
      * the last matmul's epilogue (or through h). */

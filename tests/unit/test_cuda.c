@@ -2438,6 +2438,175 @@ static void test_gemv_x_staged(void) {
     ts_backend_free(b2);
 }
 
+/* Decoding ahead, the backend's side: argmax_held's ids, and get_rows_fed's rows from them -
+ * the bits of get_rows (the CPU's dequantizer) for every weight type, scaled and not; a flush
+ * while ops are held runs none of them. */
+static void test_fed_rows(void) {
+    const ts_dtype types[] = {TS_DTYPE_F32,  TS_DTYPE_F16,  TS_DTYPE_BF16, TS_DTYPE_Q8_0,
+                              TS_DTYPE_Q4_0, TS_DTYPE_Q5_0, TS_DTYPE_Q4_K, TS_DTYPE_Q6_K};
+    const ts_backend_ops *op = gpu->ops;
+    CHECK(op->step_can_hold && op->step_can_hold(gpu));
+    int rows = 300, cols = 512, n = 5, V = 3000;
+    int32_t want[5] = {7, 299, 0, 150, 42}, got[5];
+    float *x = rnd((size_t)n * V, 1.0f);
+    for (int i = 0; i < n; i++)
+        x[(size_t)i * V + want[i]] = 50.0f;
+    float *dx = dev(x, (size_t)n * V);
+    for (int i = 0; i < n; i++)
+        got[i] = -9;
+    op->argmax_held(gpu, dx, V, n, V, got);
+    CHECK(got[0] == -9); /* queued only */
+    op->step_launch(gpu);
+    op->step_drop(gpu); /* nothing held: stop holding */
+    op->step_wait(gpu);
+    for (int i = 0; i < n; i++)
+        CHECKF(got[i] == want[i], "held argmax row %d: %d", i, got[i]);
+    for (size_t t = 0; t < sizeof types / sizeof *types; t++) {
+        float *f32;
+        ts_tensor W = make_weight(types[t], rows, cols, &f32);
+        kept_extra((void *)W.data);
+        free(f32);
+        for (int sc = 0; sc < 2; sc++) {
+            float scale = sc ? 22.627417f : 1.0f, *ref = malloc((size_t)n * cols * 4);
+            float *dout = dev(ref, (size_t)n * cols);
+            cpu->ops->get_rows(cpu, &W, want, n, scale, ref);
+            CHECK(op->get_rows_fed(gpu, &W, n, scale, dout));
+            float *h = host(dout, (size_t)n * cols);
+            CHECKF(memcmp(h, ref, (size_t)n * cols * 4) == 0,
+                   "get_rows_fed %s scale %g: not "
+                   "get_rows' bits",
+                   ts_dtype_name(types[t]), scale);
+            free(h), free(ref);
+            op->free(gpu, dout);
+        }
+    }
+    /* held ops: a download's flush must not run them, and the step cannot be sealed */
+    float *zero = calloc((size_t)n * cols, 4), *dz = dev(zero, (size_t)n * cols);
+    float *f32;
+    ts_tensor W = make_weight(TS_DTYPE_BF16, rows, cols, &f32);
+    kept_extra((void *)W.data);
+    free(f32);
+    op->argmax_held(gpu, dx, V, n, V, got);
+    op->step_launch(gpu); /* holds what follows */
+    CHECK(op->get_rows_fed(gpu, &W, n, 1.0f, dz));
+    float *h = host(dz, (size_t)n * cols);
+    CHECKF(memcmp(h, zero, (size_t)n * cols * 4) == 0, "a flush ran a held op");
+    CHECK(!op->step_seal(gpu));
+    op->step_drop(gpu);
+    op->step_wait(gpu);
+    free(h);
+    /* ... and once sealed, the next launch runs them */
+    op->argmax_held(gpu, dx, V, n, V, got);
+    op->step_launch(gpu);
+    CHECK(op->get_rows_fed(gpu, &W, n, 1.0f, dz));
+    CHECK(op->step_seal(gpu));
+    op->step_wait(gpu);
+    op->step_launch(gpu);
+    op->step_drop(gpu);
+    op->step_wait(gpu);
+    float *ref = malloc((size_t)n * cols * 4);
+    cpu->ops->get_rows(cpu, &W, want, n, 1.0f, ref);
+    h = host(dz, (size_t)n * cols);
+    CHECKF(memcmp(h, ref, (size_t)n * cols * 4) == 0, "a sealed held step did not run");
+    free(h), free(ref), free(zero), free(x);
+    op->free(gpu, dz), op->free(gpu, dx);
+}
+
+/* Greedy decode of B sequences (slots 0..B-1) for steps, as a caller does: feeds each step's
+ * ids back, except that at step `swap` it feeds (id + 1) % V instead and at step `clear` it
+ * clears slot B (not decoding). ids[i * B + s] the step's choices; the logits of one more
+ * forward of each sequence go to lg ([B][V]). */
+static bool ahead_run(ts_engine *e, int B, int steps, int swap, int clear, int32_t *ids,
+                      float *lg) {
+    int V = ts_engine_n_vocab(e);
+    int32_t tok[GD_MAX_B], pos[GD_MAX_B], sl[GD_MAX_B];
+    uint8_t want[GD_MAX_B];
+    for (int s = 0; s < B; s++)
+        ts_engine_slot_clear(e, s), tok[s] = 3 + 7 * s, sl[s] = s, want[s] = 1;
+    for (int i = 0; i < steps; i++) {
+        for (int s = 0; s < B; s++)
+            pos[s] = i;
+        ts_batch b = {B, tok, pos, sl, want};
+        if (i == clear && ts_engine_slot_clear(e, B) != TS_OK) return false;
+        if (ts_engine_forward_greedy(e, &b, ids + i * B) != TS_OK) return false;
+        for (int s = 0; s < B; s++)
+            tok[s] = i == swap ? (ids[i * B + s] + 1) % V : ids[i * B + s];
+    }
+    for (int s = 0; s < B; s++) {
+        int32_t p = steps, t = tok[s], sp = s;
+        ts_batch b = {1, &t, &p, &sp, NULL};
+        if (ts_engine_forward(e, &b, lg + (size_t)s * V) != TS_OK) return false;
+    }
+    return true;
+}
+
+/* Decoding ahead through the engine: the same ids and the same state (the next logits, bit for
+ * bit) as the engine without it (TESSERA_DECODE_AHEAD=0), with held steps launched, a token the
+ * caller changed and a slot cleared between steps (each drops the held step: had it run, the
+ * state would differ), for one and for several sequences; a greedy sampler takes the same
+ * path. */
+static void test_decode_ahead(void) {
+    char f32[8192], bf16[8192];
+    if (!decode_fixtures(f32, bf16)) return;
+    for (int c = 0; c < 2; c++) {
+        ts_model *m = NULL;
+        const char *path = c ? bf16 : f32;
+        CHECKF(ts_model_open(path, &m) == TS_OK, "%s: %s", path, ts_last_error());
+        if (!m) continue;
+        setenv("TESSERA_DECODE_AHEAD", "0", 1);
+        ts_engine *plain = make_engine_slots(m, GD_MAX_B);
+        unsetenv("TESSERA_DECODE_AHEAD");
+        ts_engine *ahead = make_engine_slots(m, GD_MAX_B);
+        CHECK(plain && ahead);
+        int V = plain && ahead ? ts_engine_n_vocab(plain) : 0;
+        for (int k = 0; plain && ahead && k < 3; k++) {
+            int B = (int[]){1, 3, 1}[k], steps = 14, swap = k ? 5 : -1, clear = k ? 9 : -1;
+            int32_t ia[14 * GD_MAX_B], ib[14 * GD_MAX_B];
+            float *la = malloc((size_t)B * V * 4), *lb = malloc((size_t)B * V * 4);
+            long held0 = ahead->ahead.launched_held;
+            bool ok = ahead_run(plain, B, steps, swap, clear, ia, la) &&
+                      ahead_run(ahead, B, steps, swap, clear, ib, lb);
+            long held = ahead->ahead.launched_held - held0;
+            CHECK(ok);
+            CHECKF(ok && memcmp(ia, ib, sizeof(int32_t) * steps * B) == 0,
+                   "%s B=%d: decoding ahead chose other tokens", path, B);
+            CHECKF(ok && memcmp(la, lb, (size_t)B * V * 4) == 0,
+                   "%s B=%d: decoding ahead left another state", path, B);
+            CHECKF(held >= steps - 4 && plain->ahead.launched_held == 0,
+                   "%s B=%d: %ld held steps launched", path, B, held);
+            printf("  decode ahead %s B=%d: %ld of %d steps launched held, %s\n",
+                   c ? "bf16" : "f32", B, held, steps,
+                   ok && memcmp(la, lb, (size_t)B * V * 4) == 0 ? "identical" : "DIFFERENT");
+            free(la), free(lb);
+        }
+        /* a greedy sampler with nothing to adjust goes ahead too, to the same tokens */
+        ts_sampler *smp = NULL;
+        ts_sampler_params sp = {0.0f, 0, 1.0f, 0.0f, 1};
+        CHECK(ahead && ts_sampler_create(&sp, V, &smp) == TS_OK);
+        if (smp && ahead) {
+            int32_t tok = 3, ids[8], ref[8];
+            ts_engine_slot_clear(ahead, 0);
+            long held0 = ahead->ahead.launched_held;
+            for (int i = 0; i < 8; i++) {
+                int32_t p = i, s0 = 0;
+                ts_batch b = {1, &tok, &p, &s0, NULL};
+                CHECK(ts_engine_forward_sample(ahead, &b, &smp, &ids[i]) == TS_OK);
+                tok = ids[i];
+            }
+            CHECKF(ahead->ahead.launched_held - held0 >= 6, "greedy sampler: %ld held",
+                   ahead->ahead.launched_held - held0);
+            float *lg = malloc((size_t)V * 4);
+            CHECK(ahead_run(plain, 1, 8, -1, -1, ref, lg));
+            CHECKF(memcmp(ids, ref, sizeof ids) == 0, "greedy sampler ahead: other tokens");
+            free(lg);
+            ts_sampler_free(smp);
+        }
+        ts_engine_free(plain);
+        ts_engine_free(ahead);
+        ts_model_close(m);
+    }
+}
+
 /* Whether TS_CUDA_ONLY (a comma-separated list of section names) selects this section; all
  * run when it is unset. Prints the section's name when it runs. */
 static bool section(const char *name) {
@@ -2506,6 +2675,7 @@ int main(void) {
         test_fixtures("gemma3");
     }
     if (section("graph")) test_graph_decode(), test_engine_sample();
+    if (section("ahead")) test_fed_rows(), test_decode_ahead();
     if (section("upload")) test_upload_under_copy_load();
     if (section("runs")) {
         test_multi_runs("qwen35");

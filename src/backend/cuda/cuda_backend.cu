@@ -131,6 +131,7 @@ static ts_backend_ops make_ops(void) {
     o.sigmoid_gate = cuda_op_sigmoid_gate;
     o.copy_rows = cuda_op_copy_rows;
     o.argmax = cuda_op_argmax;
+    cuda_ahead_ops(&o);
     o.sample = cuda_op_sample;
     o.attention = cuda_op_attention;
     o.conv1d_silu = cuda_op_conv1d_silu;
@@ -292,6 +293,7 @@ static void cu_destroy(ts_backend *be) {
         cudaFree(c->pos_dev);
         free(c->pos_host);
         cudaFree(c->kv_pos_dev);
+        cudaFree(c->fed_keys);
         cublasDestroy(c->blas);
         cudaFree(c->blas_workspace);
         cudaStreamDestroy(c->stream);

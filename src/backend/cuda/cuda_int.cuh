@@ -143,6 +143,10 @@ typedef struct cuda_ctx_s {
     int32_t *kv_pos_dev;
     int32_t kv_pos_host;
     unsigned long kv_pos_epoch; /* cq_epoch of that upload + 1; 0: none yet */
+    /* decoding ahead (cuda_ahead.cu): the argmax keys that argmax_held writes and the next
+     * step's get_rows_fed reads (fed_cap rows), and the rows held so far in the step queued */
+    unsigned long long *fed_keys;
+    int fed_cap, fed_rows;
     struct cq_state *q;
     /* ops submitted so far (cq_submit, cuda_upload_now): what tells a fused split still fresh */
     unsigned long ops_submitted;
@@ -441,6 +445,12 @@ void cuda_op_gelu_mul(ts_backend *be, const float *gate, const float *up, int64_
 void cuda_op_softcap(ts_backend *be, float *x, int64_t n, float cap);
 void cuda_op_sigmoid_gate(ts_backend *be, float *x, int64_t ldx, const float *g, int64_t ldg,
                           int n_tok, int n_heads, int head_dim, int64_t gstride);
+/* The argmax of n_rows rows of n_cols values as keys (cuda_argmax_key), queued: zeroed, then
+ * merged into by blocks of the row. */
+void cuda_argmax_keys(cuda_ctx *c, const float *x, int64_t ldx, int n_rows, int n_cols,
+                      unsigned long long *keys);
+/* decoding ahead (cuda_ahead.cu): the backend's seven ops of it */
+void cuda_ahead_ops(ts_backend_ops *o);
 void cuda_op_argmax(ts_backend *be, const float *x, int64_t ldx, int n_rows, int n_cols,
                     int32_t *out_host);
 void cuda_op_sample(ts_backend *be, float *x, int64_t ldx, int n_rows, int n_cols,

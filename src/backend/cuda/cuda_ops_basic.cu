@@ -307,9 +307,9 @@ void cuda_op_get_rows(ts_backend *be, const ts_tensor *W, const int32_t *ids, in
     if (n <= 0) return;
     int64_t cols = ts_tensor_cols(W);
     size_t bytes = (size_t)n * (size_t)cols * sizeof(float);
-    float *rows = (float *)cq_stage(c, bytes);
-    bool staged = rows != NULL;
-    if (!staged && !(rows = (float *)malloc(bytes))) {
+    float *staged = (float *)cq_stage(c, bytes);
+    float *rows = staged ? (float *)cq_stage_fill(c, staged) : (float *)malloc(bytes);
+    if (!rows) {
         cuda_check(c, cudaErrorMemoryAllocation, "get_rows staging");
         return;
     }
@@ -320,7 +320,7 @@ void cuda_op_get_rows(ts_backend *be, const ts_tensor *W, const int32_t *ids, in
             for (int64_t j = 0; j < cols; j++) o[j] *= scale;
     }
     if (staged) {
-        cuda_copy_async(c, out, rows, bytes, cudaMemcpyHostToDevice, "get_rows upload");
+        cuda_copy_async(c, out, staged, bytes, cudaMemcpyHostToDevice, "get_rows upload");
     } else {
         cq_flush(c);
         cuda_upload_now(c, out, rows, bytes, "get_rows upload");
@@ -371,6 +371,16 @@ __global__ static void k_argmax(const float *x, int64_t ldx, int n_cols, int chu
     }
 }
 
+void cuda_argmax_keys(cuda_ctx *c, const float *x, int64_t ldx, int n_rows, int n_cols,
+                      unsigned long long *keys) {
+    cuda_memset_async(c, keys, (size_t)n_rows * sizeof *keys, "argmax");
+    int64_t per_row = (n_cols + ARGMAX_CHUNK - 1) / ARGMAX_CHUNK;
+    int64_t m = per_row * n_rows / ((int64_t)c->sm_count * 16); /* 8 blocks an SM, 2 waves */
+    int chunk = ARGMAX_CHUNK * (int)(m < 1 ? 1 : m > 8 ? 8 : m);
+    dim3 grid((unsigned)((n_cols + chunk - 1) / chunk), (unsigned)n_rows);
+    cuda_launch(c, "argmax", k_argmax, grid, 256, 0, x, ldx, n_cols, chunk, keys);
+}
+
 void cuda_op_argmax(ts_backend *be, const float *x, int64_t ldx, int n_rows, int n_cols,
                     int32_t *out_host) {
     cuda_ctx *c = cuda_of(be);
@@ -383,12 +393,7 @@ void cuda_op_argmax(ts_backend *be, const float *x, int64_t ldx, int n_rows, int
         h = (unsigned long long *)cq_stage(c, bytes);
     }
     if (d) {
-        cuda_memset_async(c, d, bytes, "argmax");
-        int64_t per_row = (n_cols + ARGMAX_CHUNK - 1) / ARGMAX_CHUNK;
-        int64_t m = per_row * n_rows / ((int64_t)c->sm_count * 16); /* 8 blocks an SM, 2 waves */
-        int chunk = ARGMAX_CHUNK * (int)(m < 1 ? 1 : m > 8 ? 8 : m);
-        dim3 grid((unsigned)((n_cols + chunk - 1) / chunk), (unsigned)n_rows);
-        cuda_launch(c, "argmax", k_argmax, grid, 256, 0, x, ldx, n_cols, chunk, d);
+        cuda_argmax_keys(c, x, ldx, n_rows, n_cols, d);
         /* the keys come back through the pinned staging arena, inside a replayed graph too */
         if (h) cuda_copy_async(c, h, d, bytes, cudaMemcpyDeviceToHost, "argmax download");
     }

@@ -80,6 +80,19 @@ struct cq_state {
     uint64_t no_graph[8] = {0};
     int no_graph_next = 0;
     bool warned_build = false;
+    /* Decoding ahead (cq_launch in cuda_queue.cuh). in_flight: a submission launched and not
+     * waited for. hold: queued ops wait for the next cq_launch, their host bytes written to
+     * the shadow arenas and copied into the real ones just before that launch - the graph's
+     * copies keep reading the same addresses, so a held step replays with no node updated.
+     * broken: a flush came while ops were held; they (and any queued after) were dropped. */
+    bool in_flight = false, hold = false, broken = false;
+    unsigned char *stage_shadow = nullptr, *table_shadow = nullptr;
+    /* cq_seal's graph for the held ops (nullptr: they run op by op) and their shape */
+    bool sealed = false;
+    cq_graph *sealed_hit = nullptr;
+    uint64_t sealed_sig = 0;
+    /* host work for after the queued submission and for after the launched one */
+    std::vector<cq_defer> defer_queued, defer_launched;
 };
 
 static double now_ms() {
@@ -149,8 +162,10 @@ void cq_free(cuda_ctx *c) {
     for (cudaEvent_t e : q->events) cudaEventDestroy(e);
     for (auto &g : q->cache) graph_drop(&g);
     if (q->stage) cudaFreeHost(q->stage);
+    if (q->stage_shadow) cudaFreeHost(q->stage_shadow);
     if (q->table) cudaFree(q->table);
     if (q->table_host) cudaFreeHost(q->table_host);
+    if (q->table_shadow) cudaFreeHost(q->table_shadow);
     if (q->cap_stream) cudaStreamDestroy(q->cap_stream);
     delete q;
     c->q = nullptr;
@@ -212,6 +227,8 @@ void cq_submit(cuda_ctx *c, const cq_op *op) {
         return;
     }
     if (c->failed) return; /* after a failure nothing more runs: download reports it */
+    if (q->broken) return; /* a held step that a flush broke: it is dropped whole */
+    q->sealed = false;
     if (q->drop && op->kind == CQ_KERNEL && op->what && strcmp(op->what, q->drop) == 0) return;
     if (q->profile) {
         /* the op runs at once between two events; flush reads them */
@@ -521,82 +538,181 @@ static void profile_collect(cuda_ctx *c, cq_state *q) {
     q->ops.clear();
 }
 
-void cq_flush(cuda_ctx *c) {
+/* The graph the queued ops run as: a cached one brought to their arguments, one built now (a
+ * shape seen in the previous submission), or nullptr (op by op). */
+static cq_graph *prepare(cuda_ctx *c, cq_state *q, uint64_t sig) {
+    cq_graph *hit = nullptr;
+    for (auto &g : q->cache)
+        if (graph_matches(&g, sig, q->ops, q->table_pending, &q->changed)) {
+            hit = &g;
+            break;
+        }
+    if (hit && hit->has_copies && hit->frees != c->frees) { /* see cq_graph */
+        graph_drop(hit);
+        hit = nullptr;
+    }
+    /* a shape seen twice in a row is a step that repeats: worth a graph */
+    bool graphable = true;
+    for (uint64_t s : q->no_graph)
+        graphable = graphable && s != sig;
+    if (!hit && sig == q->prev_sig && graphable) {
+        cq_graph *g = graph_slot(q);
+        if (graph_build(c, q, g, sig, q->ops)) {
+            hit = g;
+        } else {
+            q->no_graph[q->no_graph_next++ % 8] = sig;
+        }
+    } else if (hit && !graph_update(c, q, hit, q->ops, q->changed)) {
+        /* run plainly, then rebuild */
+        graph_drop(hit);
+        hit = nullptr;
+        c->failed = false;
+        cudaGetLastError();
+    }
+    return hit;
+}
+
+/* Launches the queued ops: graph hit, or one by one. t_start: when the host began on them
+ * (=graph profiling). */
+static void launch_ops(cuda_ctx *c, cq_state *q, cq_graph *hit, double t_start) {
+    if (!hit) {
+        if (q->table_pending)
+            cuda_check(c,
+                       cudaMemcpyAsync(q->table, q->table_host, q->table_pending,
+                                       cudaMemcpyHostToDevice, c->stream),
+                       "tables");
+        for (const cq_op &o : q->ops)
+            run_op(c, &o, c->stream);
+        return;
+    }
+    hit->last_use = ++q->clock;
+    q->n_replays++;
+    cudaEvent_t e[2];
+    bool timed = q->profile_graphs && cudaEventCreate(&e[0]) == cudaSuccess &&
+                 cudaEventCreate(&e[1]) == cudaSuccess;
+    if (!timed) {
+        cuda_check(c, cudaGraphLaunch(hit->exec, c->stream), "graph launch");
+        return;
+    }
+    double t_launch = now_ms();
+    if (q->last_flush_end > 0)
+        host_add(q, "queue ops (since last flush)", t_start - q->last_flush_end);
+    host_add(q, "match and update", t_launch - t_start);
+    cudaEventRecord(e[0], c->stream);
+    cuda_check(c, cudaGraphLaunch(hit->exec, c->stream), "graph launch");
+    host_add(q, "launch call", now_ms() - t_launch);
+    cudaEventRecord(e[1], c->stream);
+    cudaEventSynchronize(e[1]);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, e[0], e[1]);
+    char name[48];
+    snprintf(name, sizeof name, "graph of %zu ops", q->ops.size());
+    cq_prof &p = q->prof[name];
+    p.ms += ms;
+    p.n++;
+    cudaEventDestroy(e[0]);
+    cudaEventDestroy(e[1]);
+}
+
+/* The shadow arenas that held ops write their host bytes to (false: none could be had). */
+static bool shadows(cq_state *q) {
+    if (!q->stage_shadow && q->stage &&
+        cudaMallocHost((void **)&q->stage_shadow, CQ_STAGE_BYTES) != cudaSuccess) {
+        cudaGetLastError();
+        q->stage_shadow = nullptr;
+    }
+    if (!q->table_shadow && q->table_host &&
+        cudaMallocHost((void **)&q->table_shadow, CQ_TABLE_BYTES) != cudaSuccess) {
+        cudaGetLastError();
+        q->table_shadow = nullptr;
+    }
+    return (!q->stage || q->stage_shadow) && (!q->table_host || q->table_shadow);
+}
+
+bool cq_can_hold(cuda_ctx *c) {
+    cq_state *q = state_of(c);
+    return q && q->graphs && !q->profile && q->stage;
+}
+
+void cq_launch(cuda_ctx *c, bool hold) {
     cq_state *q = c->q;
-    if (q && q->profile) profile_collect(c, q);
-    if (q && !q->ops.empty()) {
+    if (!q) return;
+    if (q->in_flight) cq_wait(c); /* one submission in flight at a time */
+    if (q->profile) profile_collect(c, q);
+    if (q->broken) cq_drop(c); /* a broken held step never runs */
+    if (!q->ops.empty()) {
         if (!c->failed) {
+            if (q->hold) { /* the ops' host bytes, into the arenas their copies read */
+                if (q->stage_used) memcpy(q->stage, q->stage_shadow, q->stage_used);
+                if (q->table_pending) memcpy(q->table_host, q->table_shadow, q->table_pending);
+            }
             double t_start = q->profile_graphs ? now_ms() : 0;
-            uint64_t sig = shape_sig(q->ops);
-            cq_graph *hit = nullptr;
-            for (auto &g : q->cache)
-                if (graph_matches(&g, sig, q->ops, q->table_pending, &q->changed)) {
-                    hit = &g;
-                    break;
-                }
-            if (hit && hit->has_copies && hit->frees != c->frees) { /* see cq_graph */
-                graph_drop(hit);
-                hit = nullptr;
-            }
-            /* a shape seen twice in a row is a step that repeats: worth a graph */
-            bool graphable = true;
-            for (uint64_t s : q->no_graph) graphable = graphable && s != sig;
-            if (!hit && sig == q->prev_sig && graphable) {
-                cq_graph *g = graph_slot(q);
-                if (graph_build(c, q, g, sig, q->ops)) {
-                    hit = g;
-                } else {
-                    q->no_graph[q->no_graph_next++ % 8] = sig;
-                }
-            } else if (hit && !graph_update(c, q, hit, q->ops, q->changed)) {
-                /* run plainly, then rebuild */
-                graph_drop(hit);
-                hit = nullptr;
-                c->failed = false;
-                cudaGetLastError();
-            }
-            if (hit) {
-                hit->last_use = ++q->clock;
-                q->n_replays++;
-                cudaEvent_t e[2];
-                bool timed = q->profile_graphs && cudaEventCreate(&e[0]) == cudaSuccess &&
-                             cudaEventCreate(&e[1]) == cudaSuccess;
-                if (!timed) {
-                    cuda_check(c, cudaGraphLaunch(hit->exec, c->stream), "graph launch");
-                } else {
-                    double t_launch = now_ms();
-                    if (q->last_flush_end > 0)
-                        host_add(q, "queue ops (since last flush)", t_start - q->last_flush_end);
-                    host_add(q, "match and update", t_launch - t_start);
-                    cudaEventRecord(e[0], c->stream);
-                    cuda_check(c, cudaGraphLaunch(hit->exec, c->stream), "graph launch");
-                    host_add(q, "launch call", now_ms() - t_launch);
-                    cudaEventRecord(e[1], c->stream);
-                    cudaEventSynchronize(e[1]);
-                    float ms = 0;
-                    cudaEventElapsedTime(&ms, e[0], e[1]);
-                    char name[48];
-                    snprintf(name, sizeof name, "graph of %zu ops", q->ops.size());
-                    cq_prof &p = q->prof[name];
-                    p.ms += ms;
-                    p.n++;
-                    cudaEventDestroy(e[0]);
-                    cudaEventDestroy(e[1]);
-                }
-            } else {
-                if (q->table_pending)
-                    cuda_check(c, cudaMemcpyAsync(q->table, q->table_host, q->table_pending,
-                                                  cudaMemcpyHostToDevice, c->stream),
-                               "tables");
-                for (const cq_op &o : q->ops) run_op(c, &o, c->stream);
-            }
+            uint64_t sig = q->sealed ? q->sealed_sig : shape_sig(q->ops);
+            cq_graph *hit = q->sealed ? q->sealed_hit : prepare(c, q, sig);
+            launch_ops(c, q, hit, t_start);
             q->prev_sig = sig;
+            q->in_flight = true;
         }
         q->ops.clear();
     }
+    q->defer_launched.swap(q->defer_queued);
+    q->defer_queued.clear();
+    q->sealed = false;
+    q->hold = hold;
+    if (hold && !shadows(q)) q->broken = true; /* nothing can be held: cq_seal says no */
+    q->stage_used = 0, q->table_used = 0, q->table_pending = 0, q->epoch++;
+}
+
+bool cq_seal(cuda_ctx *c) {
+    cq_state *q = c->q;
+    if (!q || !q->hold || q->broken || !q->graphs || c->failed) return false;
+    q->sealed_sig = shape_sig(q->ops);
+    q->sealed_hit = prepare(c, q, q->sealed_sig);
+    q->sealed = !c->failed;
+    return q->sealed;
+}
+
+void cq_wait(cuda_ctx *c) {
+    cq_state *q = c->q;
     cuda_check(c, cudaStreamSynchronize(c->stream), "sync");
-    if (q) q->stage_used = 0, q->table_used = 0, q->table_pending = 0, q->epoch++;
-    if (q && q->profile_graphs) q->last_flush_end = now_ms();
+    if (!q) return;
+    for (const cq_defer &d : q->defer_launched)
+        d.done(c, &d, !c->failed);
+    q->defer_launched.clear();
+    q->in_flight = false;
+    if (q->profile_graphs) q->last_flush_end = now_ms();
+}
+
+void cq_drop(cuda_ctx *c) {
+    cq_state *q = c->q;
+    if (!q) return;
+    q->ops.clear();
+    q->defer_queued.clear();
+    q->sealed = false, q->broken = false, q->hold = false;
+    /* what the dropped ops uploaded never arrived: callers that upload only on a change
+     * (cuda_positions) must upload again */
+    q->stage_used = 0, q->table_used = 0, q->table_pending = 0, q->epoch++;
+}
+
+void cq_defer_add(cuda_ctx *c, const cq_defer *d) {
+    cq_state *q = state_of(c);
+    if (q && !q->broken) q->defer_queued.push_back(*d);
+}
+
+void cq_flush(cuda_ctx *c) {
+    cq_state *q = c->q;
+    if (q && q->hold && !q->ops.empty()) { /* held ops cannot run before the caller says so */
+        q->ops.clear();
+        q->defer_queued.clear();
+        q->sealed = false;
+        q->broken = true;
+    }
+    if (q && q->broken) { /* the held step is dropped whole: wait for what is in flight */
+        cq_wait(c);
+        return;
+    }
+    cq_launch(c, q && q->hold);
+    cq_wait(c);
 }
 
 void *cuda_table(cuda_ctx *c, const void *host, size_t bytes) {
@@ -622,7 +738,7 @@ void *cuda_table(cuda_ctx *c, const void *host, size_t bytes) {
     }
     q->table_used = at + bytes;
     if (q->graphs && q->hoist && q->table_host) { /* copied at the flush, all tables at once */
-        memcpy(q->table_host + at, host, bytes);
+        memcpy((q->hold ? q->table_shadow : q->table_host) + at, host, bytes);
         q->table_pending = q->table_used;
     } else { /* ops run as they come: a copy of its own */
         cuda_upload_fresh(c, q->table + at, host, bytes, "table"); /* space new in this submission */
@@ -632,11 +748,17 @@ void *cuda_table(cuda_ctx *c, const void *host, size_t bytes) {
 
 void *cq_stage(cuda_ctx *c, size_t bytes) {
     cq_state *q = state_of(c);
-    if (!q || !q->stage) return nullptr;
+    if (!q || !q->stage || q->broken) return nullptr;
     size_t at = (q->stage_used + 15) & ~(size_t)15;
     if (at + bytes > CQ_STAGE_BYTES) return nullptr;
     q->stage_used = at + bytes;
     return q->stage + at;
+}
+
+void *cq_stage_fill(cuda_ctx *c, void *staged) {
+    cq_state *q = c->q;
+    if (!q || !q->hold) return staged;
+    return q->stage_shadow + ((unsigned char *)staged - q->stage);
 }
 
 static void copy_async(cuda_ctx *c, void *dst, const void *src, size_t bytes, cudaMemcpyKind dir,
@@ -676,6 +798,9 @@ bool cuda_upload_now(cuda_ctx *c, void *dst, const void *src, size_t bytes, cons
            cuda_check(c, cudaStreamSynchronize(c->stream), what);
 }
 
+/* A held step that a flush broke: nothing of it may reach the device. */
+static bool q_broken(cuda_ctx *c) { return c->q && c->q->broken; }
+
 static void upload(cuda_ctx *c, void *dst, const void *src, size_t bytes, const char *what,
                    bool hoist) {
     if (!bytes) return;
@@ -686,11 +811,11 @@ static void upload(cuda_ctx *c, void *dst, const void *src, size_t bytes, const 
         cq_flush(c);
         st = cq_stage(c, bytes);
         if (!st) {
-            cuda_upload_now(c, dst, src, bytes, what);
+            if (!q_broken(c)) cuda_upload_now(c, dst, src, bytes, what);
             return;
         }
     }
-    memcpy(st, src, bytes);
+    memcpy(cq_stage_fill(c, st), src, bytes);
     copy_async(c, dst, st, bytes, cudaMemcpyHostToDevice, what, hoist);
 }
 

@@ -58,11 +58,46 @@ typedef struct {
 struct cuda_ctx_s;
 /* Queues an op (or runs it at once when the queue is off). */
 void cq_submit(struct cuda_ctx_s *c, const cq_op *op);
-/* Runs everything queued and waits for it; afterwards the staging arena is free again. */
+/* Runs everything queued and waits for it; afterwards the staging arena is free again. While
+ * ops are held (cq_launch below) it cannot run them: it drops them and marks the held step
+ * broken (cq_seal then says no), and ops queued after that are dropped too. */
 void cq_flush(struct cuda_ctx_s *c);
-/* Pinned host memory for bytes of data that a queued copy will read; NULL when it cannot fit
- * (the caller then flushes and copies synchronously). Valid until the next flush. */
+
+/* Decoding ahead: the engine queues step t + 1 while step t runs and launches it only once the
+ * caller has seen step t's tokens, so the host's work between two steps (the model queueing
+ * its ops, matching them to the cached graph) overlaps the device's instead of following it.
+ *   cq_launch(c, hold)  submits what is queued without waiting (waiting first for a submission
+ *                       still in flight); with hold, the ops queued after it are held: no
+ *                       flush runs them, their host bytes go to shadow arenas (the launched
+ *                       step's copies may still be reading the arenas), and only the next
+ *                       cq_launch submits them (cq_drop forgets them).
+ *   cq_seal(c)          the held ops are a whole step: its graph is matched (or built) now,
+ *                       while the device works; false when they cannot be held (a flush came,
+ *                       graphs are off, a failure): the caller drops them.
+ *   cq_wait(c)          waits for the launched submission and runs its deferred host work.
+ *   cq_drop(c)          forgets the queued ops (none of them ran) and ends holding. */
+bool cq_can_hold(struct cuda_ctx_s *c); /* ops queue at all: graphs on, no per-op profiling */
+void cq_launch(struct cuda_ctx_s *c, bool hold);
+bool cq_seal(struct cuda_ctx_s *c);
+void cq_wait(struct cuda_ctx_s *c);
+void cq_drop(struct cuda_ctx_s *c);
+/* Host work for after a submission has run (an argmax's keys turned into ids): done is called
+ * by the cq_wait after the launch that ran the ops queued before cq_defer, with ok false when
+ * the device failed. src / dst / n are the caller's. */
+typedef struct cq_defer {
+    void (*done)(struct cuda_ctx_s *c, const struct cq_defer *d, bool ok);
+    const void *src;
+    void *dst;
+    int n;
+} cq_defer;
+void cq_defer_add(struct cuda_ctx_s *c, const cq_defer *d);
+
+/* Pinned host memory for bytes of data that a queued copy will read or write; NULL when it
+ * cannot fit (the caller then flushes and copies synchronously). The address is the one the
+ * copy takes and where a download lands; the host writes upload bytes at cq_stage_fill(c, p),
+ * which differs while ops are held. Valid until the next launch. */
 void *cq_stage(struct cuda_ctx_s *c, size_t bytes);
+void *cq_stage_fill(struct cuda_ctx_s *c, void *staged);
 void cq_free(struct cuda_ctx_s *c);
 /* Graph replays, builds and nodes updated before a replay so far (tests check that decode
  * replays, and that a single sequence's decode step replays with no node updated). */

@@ -1,0 +1,135 @@
+/* Decoding ahead on the device (backend.h, step_can_hold and the six ops after it): a greedy
+ * step's argmax keeps its ids on the device, the next step's embedding rows are gathered there
+ * from them, and the launch queue holds that next step until the engine launches or drops it
+ * (cq_launch in cuda_queue.cuh). */
+#include "backend/cuda/cuda_dequant.cuh"
+#include "backend/cuda/cuda_int.cuh"
+
+/* Rows the fed keys hold before they must grow; growing frees the old buffer, which a held
+ * step may read, so it flushes (and breaks a held step). */
+#define FED_MIN_ROWS 256
+
+static bool ahead_can_hold(ts_backend *be) {
+    cuda_ctx *c = cuda_of(be);
+    return !c->failed && cq_can_hold(c);
+}
+
+/* Keys (a held argmax's, in its staging bytes) to ids, once the step has run. */
+static void keys_done(cuda_ctx *c, const cq_defer *d, bool ok) {
+    (void)c;
+    const unsigned long long *h = (const unsigned long long *)d->src;
+    int32_t *out = (int32_t *)d->dst;
+    for (int r = 0; r < d->n; r++)
+        out[r] = ok ? cuda_argmax_key_index(h[r]) : -1;
+}
+
+static void ahead_argmax_held(ts_backend *be, const float *x, int64_t ldx, int n_rows, int n_cols,
+                              int32_t *out_host) {
+    cuda_ctx *c = cuda_of(be);
+    if (n_rows <= 0) return;
+    int need = c->fed_rows + n_rows;
+    if (need > c->fed_cap) {
+        int cap = need < FED_MIN_ROWS ? FED_MIN_ROWS : 2 * need;
+        cq_flush(c); /* queued work may read the old keys */
+        cuda_free_dev(c, c->fed_keys);
+        c->fed_keys = NULL;
+        c->fed_cap = 0;
+        if (!cuda_check(c,
+                        cudaMalloc((void **)&c->fed_keys, (size_t)cap * sizeof(unsigned long long)),
+                        "fed keys"))
+            return;
+        c->fed_cap = cap;
+    }
+    unsigned long long *keys = c->fed_keys + c->fed_rows;
+    c->fed_rows = need;
+    size_t bytes = (size_t)n_rows * sizeof(unsigned long long);
+    unsigned long long *h = (unsigned long long *)cq_stage(c, bytes);
+    if (!h) { /* the staging arena is full (or the held step broken): flushing empties it */
+        cq_flush(c);
+        h = (unsigned long long *)cq_stage(c, bytes);
+        if (!h) {
+            cuda_check(c, cudaErrorMemoryAllocation, "argmax staging");
+            return;
+        }
+    }
+    cuda_argmax_keys(c, x, ldx, n_rows, n_cols, keys);
+    cuda_copy_async(c, h, keys, bytes, cudaMemcpyDeviceToHost, "argmax download");
+    cq_defer d = {keys_done, h, out_host, n_rows};
+    cq_defer_add(c, &d);
+}
+
+/* out[i] = W[id_i] * scale with id_i the argmax of key i: one block a row, the CPU
+ * dequantizer's values (group8 is its formulas term for term; test_cuda compares the bits
+ * with get_rows for every weight type). A key of 0 (a row of NaN) reads row 0, as the host's
+ * argmax answers. */
+template <ts_dtype DT>
+__global__ static void k_get_rows_fed(const uint8_t *W, size_t row_bytes, int64_t rows,
+                                      int64_t cols, const unsigned long long *keys, float scale,
+                                      float *out) {
+    cuda_pdl_entry();
+    int64_t id = cuda_argmax_key_index(keys[blockIdx.x]);
+    if (id >= rows) id = 0; /* never a key the argmax wrote */
+    const uint8_t *row = W + (size_t)id * row_bytes;
+    float *o = out + (size_t)blockIdx.x * cols;
+    for (int64_t e = 8 * (int64_t)threadIdx.x; e < cols; e += 8 * (int64_t)blockDim.x) {
+        float w[8];
+        group8<DT>(row, e, w);
+#pragma unroll
+        for (int i = 0; i < 8; i++)
+            o[e + i] = scale != 1.0f ? w[i] * scale : w[i];
+    }
+}
+
+static bool ahead_get_rows_fed(ts_backend *be, const ts_tensor *W, int n, float scale, float *out) {
+    cuda_ctx *c = cuda_of(be);
+    if (n <= 0) return true;
+    cuda_wview w;
+    if (!c->fed_keys || n > c->fed_cap || !cuda_weight(c, W, &w) || w.cols % 8 != 0) return false;
+    size_t rb = cuda_row_bytes(w.dtype, w.cols);
+    const uint8_t *d = (const uint8_t *)w.data;
+    const unsigned long long *k = c->fed_keys;
+    int th = w.cols >= 1024 ? 128 : 32;
+    switch (w.dtype) {
+#define FED(DT)                                                                                    \
+    case DT:                                                                                       \
+        cuda_launch(c, "get_rows_fed", k_get_rows_fed<DT>, n, th, 0, d, rb, w.rows, w.cols, k,     \
+                    scale, out);                                                                   \
+        return true;
+        FED(TS_DTYPE_F32)
+        FED(TS_DTYPE_F16)
+        FED(TS_DTYPE_BF16)
+        FED(TS_DTYPE_Q8_0)
+        FED(TS_DTYPE_Q4_0)
+        FED(TS_DTYPE_Q5_0)
+        FED(TS_DTYPE_Q4_K)
+        FED(TS_DTYPE_Q6_K)
+#undef FED
+    default: return false;
+    }
+}
+
+static void ahead_step_launch(ts_backend *be) {
+    cuda_ctx *c = cuda_of(be);
+    cq_launch(c, true);
+    c->fed_rows = 0;
+}
+
+static bool ahead_step_seal(ts_backend *be) { return cq_seal(cuda_of(be)); }
+
+static void ahead_step_wait(ts_backend *be) { cq_wait(cuda_of(be)); }
+
+static void ahead_step_drop(ts_backend *be) {
+    cuda_ctx *c = cuda_of(be);
+    cq_drop(c);
+    c->fed_rows = 0;
+}
+
+void cuda_ahead_ops(ts_backend_ops *o) {
+    o->step_can_hold = ahead_can_hold;
+    o->argmax_held = ahead_argmax_held;
+    o->get_rows_fed = ahead_get_rows_fed;
+    o->step_launch = ahead_step_launch;
+    o->step_seal = ahead_step_seal;
+    o->step_wait = ahead_step_wait;
+    o->step_drop = ahead_step_drop;
+}
