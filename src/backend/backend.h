@@ -154,7 +154,7 @@ typedef struct {
      * into x. Synchronises like download. */
     void (*sample)(ts_backend *be, float *x, int64_t ldx, int n_rows, int n_cols,
                    const ts_sample_req *req, ts_sample_res *res);
-    /* Optional, all seven or none (NULL where ops run as they come, as on the CPU): decoding
+    /* Optional, all eight or none (NULL where ops run as they come, as on the CPU): decoding
      * ahead. The engine queues step t + 1 of a greedy decode while step t runs - its tokens
      * the ids step t's argmax leaves on the device - and launches it once its caller has seen
      * step t's ids and asked for exactly that step; otherwise it drops it, and nothing of it
@@ -162,6 +162,9 @@ typedef struct {
      * step_can_hold: whether ops can be held at all (false: they would run as they come).
      * argmax_held: argmax queued only: the ids reach out_host when the step_wait after the
      * step's launch returns, and stay on the device for the next step's get_rows_fed.
+     * sample_held: sample, queued the same way, for rows whose draw ends on the device (greedy,
+     * or temperature and min-p without top-k, top-p or adjustments): their ids to out_host;
+     * false, with nothing queued, for other rows.
      * get_rows_fed: get_rows with ids[i] = row i of the ids that the last launched step's
      * argmax_held calls made (in call order); false, with nothing queued, where it cannot.
      * step_launch: submits what is queued without waiting; the ops queued after it are held
@@ -173,6 +176,8 @@ typedef struct {
     bool (*step_can_hold)(ts_backend *be);
     void (*argmax_held)(ts_backend *be, const float *x, int64_t ldx, int n_rows, int n_cols,
                         int32_t *out_host);
+    bool (*sample_held)(ts_backend *be, float *x, int64_t ldx, int n_rows, int n_cols,
+                        const ts_sample_req *req, int32_t *out_host);
     bool (*get_rows_fed)(ts_backend *be, const ts_tensor *W, int n, float scale, float *out);
     void (*step_launch)(ts_backend *be);
     bool (*step_seal)(ts_backend *be);

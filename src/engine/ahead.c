@@ -1,6 +1,6 @@
-/* Decoding ahead (engine_int.h, ts_ahead): greedy decode steps queued one step early.
+/* Decoding ahead (engine_int.h, ts_ahead): decode steps queued one step early.
  *
- * A greedy step's input is the previous step's output, so without this the device waits while
+ * A decode step's input is the previous step's output, so without this the device waits while
  * the host reads step t's ids, hands them back and the model queues step t + 1 (~50 us of a
  * ~700 us step of the 0.8B on an H200). Here the engine queues step t + 1 right after launching
  * step t, fed from step t's ids where they lie, and the backend holds it; the next call launches
@@ -8,6 +8,7 @@
  * gave), else drops it. A stop, a different token or any other use of the engine drops it, and
  * nothing of a dropped step ran: the sequences' state is as if it was never queued. */
 #include "engine/engine_int.h"
+#include "engine/sampler_int.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -17,8 +18,8 @@ ts_status engine_ahead_init(ts_engine *e) {
     const ts_backend_ops *op = e->be->ops;
     const char *env = getenv("TESSERA_DECODE_AHEAD");
     a->off = (env && strcmp(env, "0") == 0) || !op->step_can_hold || !op->argmax_held ||
-             !op->get_rows_fed || !op->step_launch || !op->step_seal || !op->step_wait ||
-             !op->step_drop;
+             !op->sample_held || !op->get_rows_fed || !op->step_launch || !op->step_seal ||
+             !op->step_wait || !op->step_drop;
     if (a->off) return TS_OK;
     size_t n = (size_t)e->n_batch;
     a->pos = malloc(n * sizeof *a->pos);
@@ -26,7 +27,9 @@ ts_status engine_ahead_init(ts_engine *e) {
     a->want = malloc(n);
     a->ids[0] = malloc(n * sizeof *a->ids[0]);
     a->ids[1] = malloc(n * sizeof *a->ids[1]);
-    if (!a->pos || !a->slot || !a->want || !a->ids[0] || !a->ids[1])
+    a->req = malloc(n * sizeof *a->req);
+    a->req_now = malloc(n * sizeof *a->req_now);
+    if (!a->pos || !a->slot || !a->want || !a->ids[0] || !a->ids[1] || !a->req || !a->req_now)
         return ts_error(TS_ERR_NOMEM, "out of memory");
     memset(a->want, 1, n);
     return TS_OK;
@@ -35,6 +38,7 @@ ts_status engine_ahead_init(ts_engine *e) {
 void engine_ahead_free(ts_engine *e) {
     ts_ahead *a = &e->ahead;
     free(a->pos), free(a->slot), free(a->want), free(a->ids[0]), free(a->ids[1]);
+    free(a->req), free(a->req_now);
 }
 
 void engine_ahead_drop(ts_engine *e) {
@@ -59,27 +63,38 @@ bool engine_ahead_fits(const ts_engine *e, const ts_batch *b) {
     return e->be->ops->step_can_hold(e->be);
 }
 
-/* Whether b is the held step: its slots at its positions, fed the ids the step before gave. */
-static bool is_held_step(const ts_ahead *a, const ts_batch *b) {
-    if (!a->held || a->n != b->n_tokens) return false;
-    for (int i = 0; i < a->n; i++)
+static bool same_draw(const ts_sample_req *x, const ts_sample_req *y) {
+    return x->temperature == y->temperature && x->top_p == y->top_p && x->min_p == y->min_p &&
+           x->top_k == y->top_k && x->u == y->u && x->rep == y->rep && x->n_adjust == y->n_adjust;
+}
+
+/* Whether b is the held step: its slots at its positions, fed the ids the step before gave,
+ * and with samplers the draws it holds are theirs next (the same parameters and uniform
+ * numbers: the caller drew nothing else in between). */
+static bool is_held_step(const ts_ahead *a, const ts_batch *b, ts_sampler *const *samplers) {
+    if (!a->held || a->n != b->n_tokens || a->sampled != (samplers != NULL)) return false;
+    for (int i = 0; i < a->n; i++) {
         if (b->slot[i] != a->slot[i] || b->pos[i] != a->pos[i] || b->tokens[i] != a->ids[a->cur][i])
             return false;
+        if (samplers) {
+            ts_sample_req next = ts_sampler_peek(samplers[i]);
+            if (!same_draw(&next, &a->req[i])) return false;
+        }
+    }
     return true;
 }
 
+/* A held forward of n tokens: the argmax (req NULL) or the draws req, into ids. */
 static ts_fwd_batch held_batch(ts_engine *e, int n, const int32_t *pos, const int32_t *slot,
-                               int32_t *ids) {
-    return (ts_fwd_batch){.n_tokens = n,
-                          .pos = pos,
-                          .slot = slot,
-                          .wants_logits = e->ahead.want,
-                          .slot_state = e->slot_state,
-                          .argmax = ids,
-                          .held = true};
+                               const ts_sample_req *req, int32_t *ids) {
+    ts_fwd_batch fb = {0};
+    fb.n_tokens = n, fb.pos = pos, fb.slot = slot, fb.wants_logits = e->ahead.want;
+    fb.slot_state = e->slot_state, fb.argmax = ids, fb.sample = req, fb.held = true;
+    return fb;
 }
 
-ts_status engine_ahead_greedy(ts_engine *e, const ts_batch *b, int32_t *ids) {
+ts_status engine_ahead_step(ts_engine *e, const ts_batch *b, ts_sampler *const *samplers,
+                            int32_t *ids) {
     ts_ahead *a = &e->ahead;
     const ts_backend_ops *op = e->be->ops;
     int n = b->n_tokens;
@@ -88,11 +103,16 @@ ts_status engine_ahead_greedy(ts_engine *e, const ts_batch *b, int32_t *ids) {
         engine_ahead_drop(e);
         return st;
     }
-    if (is_held_step(a, b)) {
+    if (is_held_step(a, b, samplers)) {
         a->launched_held++;
+        for (int i = 0; samplers && i < n; i++)
+            ts_sampler_request(samplers[i]); /* its draw: the one held (is_held_step) */
     } else {
         engine_ahead_drop(e);
-        ts_fwd_batch fb = held_batch(e, n, b->pos, b->slot, a->ids[!a->cur]);
+        for (int i = 0; samplers && i < n; i++)
+            a->req_now[i] = ts_sampler_request(samplers[i]);
+        ts_fwd_batch fb =
+            held_batch(e, n, b->pos, b->slot, samplers ? a->req_now : NULL, a->ids[!a->cur]);
         fb.tokens = b->tokens;
         st = e->model->arch->forward(e->rt, &fb, NULL);
         if (st != TS_OK) { /* nothing of it runs */
@@ -101,6 +121,8 @@ ts_status engine_ahead_greedy(ts_engine *e, const ts_batch *b, int32_t *ids) {
         }
     }
     a->cur = !a->cur; /* the launched step's ids land in ids[cur] */
+    for (int i = 0; i < n; i++)
+        a->ids[a->cur][i] = -1; /* until they do */
     a->held = false;
     op->step_launch(e->be);
     for (int i = 0; i < n; i++)
@@ -113,7 +135,11 @@ ts_status engine_ahead_greedy(ts_engine *e, const ts_batch *b, int32_t *ids) {
         room = room && a->pos[i] < e->n_ctx;
     }
     if (room) {
-        ts_fwd_batch fb = held_batch(e, n, a->pos, a->slot, a->ids[!a->cur]);
+        for (int i = 0; samplers && i < n; i++)
+            a->req[i] = ts_sampler_peek(samplers[i]);
+        a->sampled = samplers != NULL;
+        ts_fwd_batch fb =
+            held_batch(e, n, a->pos, a->slot, samplers ? a->req : NULL, a->ids[!a->cur]);
         fb.fed = true;
         st = e->model->arch->forward(e->rt, &fb, NULL);
         a->held = st == TS_OK && op->step_seal(e->be);
@@ -123,5 +149,9 @@ ts_status engine_ahead_greedy(ts_engine *e, const ts_batch *b, int32_t *ids) {
     if (!a->held) op->step_drop(e->be);
     op->step_wait(e->be);
     memcpy(ids, a->ids[a->cur], (size_t)n * sizeof *ids);
+    for (int i = 0; i < n; i++)
+        if (ids[i] < 0)
+            return ts_error(TS_ERR_IO, "%s: the step's tokens did not come back from the device",
+                            op->name);
     return TS_OK;
 }

@@ -196,7 +196,7 @@ ts_status ts_engine_forward(ts_engine *e, const ts_batch *b, float *logits) {
 }
 
 ts_status ts_engine_forward_greedy(ts_engine *e, const ts_batch *b, int32_t *ids) {
-    if (engine_ahead_fits(e, b)) return engine_ahead_greedy(e, b, ids);
+    if (engine_ahead_fits(e, b)) return engine_ahead_step(e, b, NULL, ids);
     return forward(e, b, NULL, (ts_fwd_batch){.argmax = ids});
 }
 
@@ -245,13 +245,11 @@ static ts_status forward_sample(ts_engine *e, const ts_batch *b, ts_sampler *con
     if (lps && (n_top < 0 || n_top > TS_MAX_TOP_LOGPROBS))
         return ts_error(TS_ERR_INVALID, "log-probabilities: %d alternatives asked (0 .. %d)",
                         n_top, TS_MAX_TOP_LOGPROBS);
-    /* greedy draws with nothing to adjust are the argmax, which can be decoded ahead (the
-     * backend's greedy draw is its argmax: the same ids) */
-    bool plain_greedy = !logits && !lps && e->be->ops->sample && engine_ahead_fits(e, b);
-    for (int k = 0; plain_greedy && k < n_want; k++)
-        plain_greedy =
-            ts_sampler_is_greedy(samplers[k]) && ts_sampler_request(samplers[k]).n_adjust == 0;
-    if (plain_greedy) return engine_ahead_greedy(e, b, ids);
+    /* draws that end on the device can be decoded ahead (engine/ahead.c) */
+    bool on_device = !logits && !lps && e->be->ops->sample && engine_ahead_fits(e, b);
+    for (int k = 0; on_device && k < n_want; k++)
+        on_device = ts_sampler_draws_on_device(samplers[k]);
+    if (on_device) return engine_ahead_step(e, b, samplers, ids);
     int rows = n_want > 0 ? n_want : 1;
     TS_TRY(sample_room(e, lps ? 2 * rows : rows));
     if (!e->be->ops->sample) { /* the logits come to the host, where the sampler runs */

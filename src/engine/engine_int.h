@@ -19,6 +19,10 @@ typedef struct {
      * step held after it (ids[!cur]), which that step was fed */
     int32_t *ids[2];
     int cur;
+    /* with samplers: the held step's draws (their uniform numbers taken ahead from copies of
+     * the generators: ts_sampler_peek) and the launched step's */
+    bool sampled;
+    ts_sample_req *req, *req_now; /* [n_batch] */
     long launched_held; /* steps launched that had been held (tests check that it happens) */
 } ts_ahead;
 
@@ -49,10 +53,12 @@ ts_status engine_ahead_init(ts_engine *e);
 void engine_ahead_free(ts_engine *e);
 /* Forgets the held step, if any (before anything else uses the backend). */
 void engine_ahead_drop(ts_engine *e);
-/* Whether b is a greedy decode step that can go ahead: one token for each of its slots, each
+/* Whether b is a decode step that can go ahead: one token for each of its slots, each
  * wanting its output, within a piece of the batch. */
 bool engine_ahead_fits(const ts_engine *e, const ts_batch *b);
-/* ts_engine_forward_greedy for such a batch, holding the step after it. */
-ts_status engine_ahead_greedy(ts_engine *e, const ts_batch *b, int32_t *ids);
+/* ts_engine_forward_greedy (samplers NULL) or ts_engine_forward_sample (draws that end on the
+ * device: ts_sampler_draws_on_device) for such a batch, holding the step after it. */
+ts_status engine_ahead_step(ts_engine *e, const ts_batch *b, ts_sampler *const *samplers,
+                            int32_t *ids);
 
 #endif

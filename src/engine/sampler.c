@@ -391,6 +391,16 @@ ts_sample_req ts_sampler_request(ts_sampler *s) {
     return r;
 }
 
+ts_sample_req ts_sampler_peek(const ts_sampler *s) {
+    ts_sampler copy = *s; /* only its generator moves */
+    return ts_sampler_request(&copy);
+}
+
+bool ts_sampler_draws_on_device(const ts_sampler *s) {
+    ts_sample_req r = ts_sampler_peek(s);
+    return r.n_adjust == 0 && (!(r.temperature > 0) || (r.top_k == 0 && r.top_p >= 1.0f));
+}
+
 ts_sample_req ts_sampler_logprob_request(int n_top) {
     ts_sample_req r = {1.0f, 1.0f, 0.0f, n_top > 1 ? n_top : 1, 0.0, 1.0f, 0, NULL};
     return r;

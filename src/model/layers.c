@@ -29,7 +29,9 @@ void ts_output_logits(ts_backend *be, const ts_output_head *oh, const ts_fwd_bat
         }
         op->matmul(be, oh->head, lh, D, k, lg, oh->n_vocab);
         if (oh->softcap > 0) op->softcap(be, lg, (int64_t)k * oh->n_vocab, oh->softcap);
-        if (b->sample) {
+        if (b->sample && b->held) { /* draws that end on the device (engine/ahead.c) */
+            op->sample_held(be, lg, oh->n_vocab, k, oh->n_vocab, b->sample + s0, b->argmax + s0);
+        } else if (b->sample) {
             op->sample(be, lg, oh->n_vocab, k, oh->n_vocab, b->sample + s0, b->sample_res + s0);
             if (b->lp_req) {
                 op->sample(be, lg, oh->n_vocab, k, oh->n_vocab, b->lp_req + s0, b->lp_res + s0);

@@ -22,7 +22,8 @@ typedef struct {
      * (row i's for token i), gathered there (get_rows_fed: decoding ahead, backend.h) */
     const int32_t *tokens;
     bool fed;
-    /* the argmax below is queued only (argmax_held): its ids land when the step has run */
+    /* the argmax below is queued only (argmax_held), or with sample the draws (sample_held,
+     * their ids to argmax): the ids land when the step has run */
     bool held;
     const int32_t *pos;
     const int32_t *slot;

@@ -2540,6 +2540,30 @@ static bool ahead_run(ts_engine *e, int B, int steps, int swap, int clear, int32
     return true;
 }
 
+/* Sampled decode of one sequence in slot 0 for steps with sampler parameters sp (a fresh
+ * generator), feeding back the draws but (id + 1) % V at step swap; ids the draws, lg the next
+ * forward's logits. */
+static bool ahead_sampled_run(ts_engine *e, const ts_sampler_params *sp, int steps, int swap,
+                              int32_t *ids, float *lg) {
+    int V = ts_engine_n_vocab(e);
+    ts_sampler *smp = NULL;
+    if (ts_sampler_create(sp, V, &smp) != TS_OK) return false;
+    ts_engine_slot_clear(e, 0);
+    int32_t tok = 3, s0 = 0;
+    bool ok = true;
+    for (int i = 0; ok && i < steps; i++) {
+        int32_t p = i;
+        ts_batch b = {1, &tok, &p, &s0, NULL};
+        ok = ts_engine_forward_sample(e, &b, &smp, &ids[i]) == TS_OK;
+        tok = i == swap ? (ids[i] + 1) % V : ids[i];
+    }
+    int32_t p = steps;
+    ts_batch b = {1, &tok, &p, &s0, NULL};
+    ok = ok && ts_engine_forward(e, &b, lg) == TS_OK;
+    ts_sampler_free(smp);
+    return ok;
+}
+
 /* Decoding ahead through the engine: the same ids and the same state (the next logits, bit for
  * bit) as the engine without it (TESSERA_DECODE_AHEAD=0), with held steps launched, a token the
  * caller changed and a slot cleared between steps (each drops the held step: had it run, the
@@ -2600,6 +2624,30 @@ static void test_decode_ahead(void) {
             CHECKF(memcmp(ids, ref, sizeof ids) == 0, "greedy sampler ahead: other tokens");
             free(lg);
             ts_sampler_free(smp);
+        }
+        /* draws that end on the device (temperature, min-p) go ahead with their uniform
+         * numbers taken early: the same draws as without, a dropped held step (the swapped
+         * token) taking none from the generator; top-p (the host finishes it) does not */
+        const ts_sampler_params sps[2] = {{0.9f, 0, 1.0f, 0.05f, 11}, {0.9f, 0, 0.8f, 0.0f, 12}};
+        for (int k = 0; plain && ahead && k < 2; k++) {
+            int steps = 12, swap = 4;
+            int32_t ia[12], ib[12];
+            float *la = malloc((size_t)V * 4), *lb = malloc((size_t)V * 4);
+            long held0 = ahead->ahead.launched_held;
+            bool ok = ahead_sampled_run(plain, &sps[k], steps, swap, ia, la) &&
+                      ahead_sampled_run(ahead, &sps[k], steps, swap, ib, lb);
+            long held = ahead->ahead.launched_held - held0;
+            CHECK(ok);
+            CHECKF(ok && memcmp(ia, ib, sizeof ia) == 0 && memcmp(la, lb, (size_t)V * 4) == 0,
+                   "%s sampled (top-p %g): decoding ahead drew other tokens or left another "
+                   "state",
+                   path, sps[k].top_p);
+            CHECKF(k ? held == 0 : held >= steps - 3, "%s sampled (top-p %g): %ld held", path,
+                   sps[k].top_p, held);
+            printf("  decode ahead %s sampled, top-p %g: %ld of %d steps launched held, %s\n",
+                   c ? "bf16" : "f32", sps[k].top_p, held, steps,
+                   ok && memcmp(ia, ib, sizeof ia) == 0 ? "same draws" : "DIFFERENT");
+            free(la), free(lb);
         }
         ts_engine_free(plain);
         ts_engine_free(ahead);

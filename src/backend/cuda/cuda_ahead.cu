@@ -23,10 +23,8 @@ static void keys_done(cuda_ctx *c, const cq_defer *d, bool ok) {
         out[r] = ok ? cuda_argmax_key_index(h[r]) : -1;
 }
 
-static void ahead_argmax_held(ts_backend *be, const float *x, int64_t ldx, int n_rows, int n_cols,
-                              int32_t *out_host) {
-    cuda_ctx *c = cuda_of(be);
-    if (n_rows <= 0) return;
+/* The next n_rows fed keys of the step being queued (NULL on failure). */
+static unsigned long long *fed_take(cuda_ctx *c, int n_rows) {
     int need = c->fed_rows + n_rows;
     if (need > c->fed_cap) {
         int cap = need < FED_MIN_ROWS ? FED_MIN_ROWS : 2 * need;
@@ -37,25 +35,53 @@ static void ahead_argmax_held(ts_backend *be, const float *x, int64_t ldx, int n
         if (!cuda_check(c,
                         cudaMalloc((void **)&c->fed_keys, (size_t)cap * sizeof(unsigned long long)),
                         "fed keys"))
-            return;
+            return NULL;
         c->fed_cap = cap;
     }
     unsigned long long *keys = c->fed_keys + c->fed_rows;
     c->fed_rows = need;
+    return keys;
+}
+
+static void ahead_argmax_held(ts_backend *be, const float *x, int64_t ldx, int n_rows, int n_cols,
+                              int32_t *out_host) {
+    cuda_ctx *c = cuda_of(be);
+    if (n_rows <= 0) return;
+    unsigned long long *keys = fed_take(c, n_rows);
     size_t bytes = (size_t)n_rows * sizeof(unsigned long long);
     unsigned long long *h = (unsigned long long *)cq_stage(c, bytes);
     if (!h) { /* the staging arena is full (or the held step broken): flushing empties it */
         cq_flush(c);
         h = (unsigned long long *)cq_stage(c, bytes);
-        if (!h) {
-            cuda_check(c, cudaErrorMemoryAllocation, "argmax staging");
-            return;
-        }
+    }
+    if (!keys || !h) { /* a broken held step is dropped whole: not a failure of the device */
+        if (!cq_broken(c)) cuda_check(c, cudaErrorMemoryAllocation, "argmax staging");
+        return;
     }
     cuda_argmax_keys(c, x, ldx, n_rows, n_cols, keys);
     cuda_copy_async(c, h, keys, bytes, cudaMemcpyDeviceToHost, "argmax download");
     cq_defer d = {keys_done, h, out_host, n_rows};
     cq_defer_add(c, &d);
+}
+
+static bool ahead_sample_held(ts_backend *be, float *x, int64_t ldx, int n_rows, int n_cols,
+                              const ts_sample_req *req, int32_t *out_host) {
+    cuda_ctx *c = cuda_of(be);
+    if (n_rows <= 0) return true;
+    bool draw = false;
+    for (int r = 0; r < n_rows; r++) {
+        if (req[r].n_adjust > 0) return false;
+        if (req[r].temperature > 0) {
+            if (req[r].top_k > 0 || req[r].top_p < 1.0f) return false;
+            draw = true;
+        }
+    }
+    if (!draw) { /* greedy rows only: the argmax, as the sample op does */
+        ahead_argmax_held(be, x, ldx, n_rows, n_cols, out_host);
+        return true;
+    }
+    unsigned long long *keys = fed_take(c, n_rows);
+    return keys && cuda_sample_held(c, x, ldx, n_rows, n_cols, req, keys, out_host);
 }
 
 /* out[i] = W[id_i] * scale with id_i the argmax of key i: one block a row, the CPU
@@ -127,6 +153,7 @@ static void ahead_step_drop(ts_backend *be) {
 void cuda_ahead_ops(ts_backend_ops *o) {
     o->step_can_hold = ahead_can_hold;
     o->argmax_held = ahead_argmax_held;
+    o->sample_held = ahead_sample_held;
     o->get_rows_fed = ahead_get_rows_fed;
     o->step_launch = ahead_step_launch;
     o->step_seal = ahead_step_seal;

@@ -629,6 +629,8 @@ static bool shadows(cq_state *q) {
     return (!q->stage || q->stage_shadow) && (!q->table_host || q->table_shadow);
 }
 
+bool cq_broken(cuda_ctx *c) { return c->q && c->q->broken; }
+
 bool cq_can_hold(cuda_ctx *c) {
     cq_state *q = state_of(c);
     return q && q->graphs && !q->profile && q->stage;
@@ -798,9 +800,6 @@ bool cuda_upload_now(cuda_ctx *c, void *dst, const void *src, size_t bytes, cons
            cuda_check(c, cudaStreamSynchronize(c->stream), what);
 }
 
-/* A held step that a flush broke: nothing of it may reach the device. */
-static bool q_broken(cuda_ctx *c) { return c->q && c->q->broken; }
-
 static void upload(cuda_ctx *c, void *dst, const void *src, size_t bytes, const char *what,
                    bool hoist) {
     if (!bytes) return;
@@ -811,7 +810,7 @@ static void upload(cuda_ctx *c, void *dst, const void *src, size_t bytes, const 
         cq_flush(c);
         st = cq_stage(c, bytes);
         if (!st) {
-            if (!q_broken(c)) cuda_upload_now(c, dst, src, bytes, what);
+            if (!cq_broken(c)) cuda_upload_now(c, dst, src, bytes, what);
             return;
         }
     }

@@ -79,6 +79,7 @@ void cq_flush(struct cuda_ctx_s *c);
 bool cq_can_hold(struct cuda_ctx_s *c); /* ops queue at all: graphs on, no per-op profiling */
 void cq_launch(struct cuda_ctx_s *c, bool hold);
 bool cq_seal(struct cuda_ctx_s *c);
+bool cq_broken(struct cuda_ctx_s *c); /* the held ops were dropped by a flush */
 void cq_wait(struct cuda_ctx_s *c);
 void cq_drop(struct cuda_ctx_s *c);
 /* Host work for after a submission has run (an argmax's keys turned into ids): done is called

@@ -229,9 +229,12 @@ template <typename T> __device__ static T smp_block_scan(T v, T *total) {
 }
 
 /* One block of 1024 threads per row. */
+/* fed (not null: decoding ahead, cuda_ahead.cu): each row's drawn token also as an argmax key,
+ * for the next step's get_rows_fed */
 __global__ static void k_smp_select(const ts_sample_req *req, smp_row *hdr, const float *W,
                                     int n_cols, const float *chunk_sum, int n_chunks,
-                                    const unsigned *hcount, const double *hmass) {
+                                    const unsigned *hcount, const double *hmass,
+                                    unsigned long long *fed) {
     cuda_pdl_entry();
     __shared__ int s_hit;
     const int r = blockIdx.x, tid = threadIdx.x;
@@ -239,6 +242,7 @@ __global__ static void k_smp_select(const ts_sample_req *req, smp_row *hdr, cons
     smp_row *h = &hdr[r];
     if (smp_greedy(q) || !h->key_cand) { /* greedy, or nothing to draw from: the argmax */
         if (tid == 0) h->id = cuda_argmax_key_index(h->key_all);
+        if (tid == 0 && fed) fed[r] = cuda_id_key(h->id);
         return;
     }
     const float *cs = chunk_sum + (size_t)r * n_chunks;
@@ -316,6 +320,7 @@ __global__ static void k_smp_select(const ts_sample_req *req, smp_row *hdr, cons
             }
     }
     if (tid == 0) h->id = found;
+    if (tid == 0 && fed) fed[r] = cuda_id_key(found);
 }
 
 __global__ static void k_smp_compact(const float *x, int64_t ldx, int n_cols,
@@ -345,25 +350,19 @@ __global__ static void k_smp_compact(const float *x, int64_t ldx, int n_cols,
     }
 }
 
-void cuda_op_sample(ts_backend *be, float *x, int64_t ldx, int n_rows, int n_cols,
-                    const ts_sample_req *req, ts_sample_res *res) {
-    cuda_ctx *c = cuda_of(be);
-    if (n_rows <= 0) return;
-    smp_adjust(c, x, ldx, n_rows, n_cols, req);
-    bool any_draw = false, any_list = false;
-    for (int r = 0; r < n_rows; r++) {
-        bool greedy = !(req[r].temperature > 0);
-        any_draw |= !greedy;
-        any_list |= !greedy && (req[r].top_k > 0 || req[r].top_p < 1.0f);
-    }
-    if (!any_draw) { /* greedy rows only: the argmax op's two kernels */
-        int32_t *ids = (int32_t *)malloc((size_t)n_rows * sizeof *ids);
-        if (ids) cuda_op_argmax(be, x, ldx, n_rows, n_cols, ids);
-        for (int r = 0; r < n_rows; r++)
-            res[r].id = ids ? ids[r] : -1, res[r].n = 0;
-        free(ids);
-        return;
-    }
+/* The sampling kernels for n_rows rows with a draw among them, queued, and the copies of their
+ * answers into the staging arena: the headers (smp_row) at h, then with lists (any_list) each
+ * row's first list_cap logits and ids. */
+typedef struct {
+    bool ok;
+    unsigned char *h;
+    size_t hdr_bytes, list_bytes, list_cap;
+    float *lg; /* the lists on the device, rows of n_cols */
+    int32_t *tk;
+} smp_queued;
+
+static smp_queued smp_queue(cuda_ctx *c, const float *x, int64_t ldx, int n_rows, int n_cols,
+                            const ts_sample_req *req, bool any_list, unsigned long long *fed) {
     const int n_chunks = (n_cols + SMP_CHUNK - 1) / SMP_CHUNK;
     /* one scratch buffer, carved in pieces of 256-byte multiples */
     size_t off = 0;
@@ -385,46 +384,70 @@ void cuda_op_sample(ts_backend *be, float *x, int64_t ldx, int n_rows, int n_col
     unsigned char *base = (unsigned char *)cuda_scratch(c, 5, off);
     const ts_sample_req *dreq =
         (const ts_sample_req *)cuda_table(c, req, (size_t)n_rows * sizeof *req);
-    size_t hdr_bytes = (size_t)n_rows * sizeof(smp_row);
-    size_t list_cap = any_list ? (size_t)(n_cols < SMP_LIST_CAP ? n_cols : SMP_LIST_CAP) : 0;
-    size_t list_bytes = (size_t)n_rows * list_cap * sizeof(float);
-    unsigned char *h = (unsigned char *)cq_stage(c, hdr_bytes + 2 * list_bytes);
-    if (!h) { /* the staging arena is full: run what is queued, which empties it */
+    smp_queued r;
+    r.hdr_bytes = (size_t)n_rows * sizeof(smp_row);
+    r.list_cap = any_list ? (size_t)(n_cols < SMP_LIST_CAP ? n_cols : SMP_LIST_CAP) : 0;
+    r.list_bytes = (size_t)n_rows * r.list_cap * sizeof(float);
+    r.h = (unsigned char *)cq_stage(c, r.hdr_bytes + 2 * r.list_bytes);
+    if (!r.h) { /* the staging arena is full: run what is queued, which empties it */
         cq_flush(c);
-        h = (unsigned char *)cq_stage(c, hdr_bytes + 2 * list_bytes);
+        r.h = (unsigned char *)cq_stage(c, r.hdr_bytes + 2 * r.list_bytes);
     }
-    bool ok = base && dreq && h;
+    r.ok = base && dreq && r.h;
     smp_row *hdr = (smp_row *)(base + o_hdr);
     float *W = (float *)(base + o_w), *cs = (float *)(base + o_cs);
     unsigned *hc = (unsigned *)(base + o_hist_c);
     double *hm = (double *)(base + o_hist_m);
-    float *lg = (float *)(base + o_lg);
-    int32_t *tk = (int32_t *)(base + o_tk);
-    if (ok) {
-        size_t n16 = zero_end / 16;
-        cuda_launch(c, "sample zero", k_smp_zero, dim3(cuda_blocks((int64_t)n16, 256) < 64 ?
-                    cuda_blocks((int64_t)n16, 256) : 64), 256, 0, (uint4 *)base, n16);
-        dim3 grid((unsigned)n_chunks, (unsigned)n_rows);
-        cuda_launch(c, "sample max", k_smp_max, grid, 256, 0, x, ldx, n_cols, hdr);
-        cuda_launch(c, "sample weights", k_smp_weights, grid, 256, 0, x, ldx, n_cols, dreq, hdr,
-                    W, cs, n_chunks, hc, hm);
-        cuda_launch(c, "sample select", k_smp_select, dim3((unsigned)n_rows), SMP_CHUNK, 0, dreq,
-                    hdr, W, n_cols, cs, n_chunks, hc, hm);
-        if (any_list)
-            cuda_launch(c, "sample list", k_smp_compact, grid, 256, 0, x, ldx, n_cols, dreq, hdr,
-                        W, lg, tk);
-        cuda_copy_async(c, h, hdr, hdr_bytes, cudaMemcpyDeviceToHost, "sample download");
-        for (int r = 0; r < n_rows && any_list; r++) {
-            size_t b = list_cap * sizeof(float);
-            cuda_copy_async(c, h + hdr_bytes + r * b, lg + (size_t)r * n_cols, b,
-                            cudaMemcpyDeviceToHost, "sample list download");
-            cuda_copy_async(c, h + hdr_bytes + list_bytes + r * b, tk + (size_t)r * n_cols, b,
-                            cudaMemcpyDeviceToHost, "sample list download");
-        }
+    r.lg = (float *)(base + o_lg);
+    r.tk = (int32_t *)(base + o_tk);
+    if (!r.ok) return r;
+    size_t n16 = zero_end / 16;
+    cuda_launch(c, "sample zero", k_smp_zero,
+                dim3(cuda_blocks((int64_t)n16, 256) < 64 ? cuda_blocks((int64_t)n16, 256) : 64),
+                256, 0, (uint4 *)base, n16);
+    dim3 grid((unsigned)n_chunks, (unsigned)n_rows);
+    cuda_launch(c, "sample max", k_smp_max, grid, 256, 0, x, ldx, n_cols, hdr);
+    cuda_launch(c, "sample weights", k_smp_weights, grid, 256, 0, x, ldx, n_cols, dreq, hdr, W, cs,
+                n_chunks, hc, hm);
+    cuda_launch(c, "sample select", k_smp_select, dim3((unsigned)n_rows), SMP_CHUNK, 0, dreq, hdr,
+                W, n_cols, cs, n_chunks, hc, hm, fed);
+    if (any_list)
+        cuda_launch(c, "sample list", k_smp_compact, grid, 256, 0, x, ldx, n_cols, dreq, hdr, W,
+                    r.lg, r.tk);
+    cuda_copy_async(c, r.h, hdr, r.hdr_bytes, cudaMemcpyDeviceToHost, "sample download");
+    for (int i = 0; i < n_rows && any_list; i++) {
+        size_t b = r.list_cap * sizeof(float);
+        cuda_copy_async(c, r.h + r.hdr_bytes + i * b, r.lg + (size_t)i * n_cols, b,
+                        cudaMemcpyDeviceToHost, "sample list download");
+        cuda_copy_async(c, r.h + r.hdr_bytes + r.list_bytes + i * b, r.tk + (size_t)i * n_cols, b,
+                        cudaMemcpyDeviceToHost, "sample list download");
     }
+    return r;
+}
+
+void cuda_op_sample(ts_backend *be, float *x, int64_t ldx, int n_rows, int n_cols,
+                    const ts_sample_req *req, ts_sample_res *res) {
+    cuda_ctx *c = cuda_of(be);
+    if (n_rows <= 0) return;
+    smp_adjust(c, x, ldx, n_rows, n_cols, req);
+    bool any_draw = false, any_list = false;
+    for (int r = 0; r < n_rows; r++) {
+        bool greedy = !(req[r].temperature > 0);
+        any_draw |= !greedy;
+        any_list |= !greedy && (req[r].top_k > 0 || req[r].top_p < 1.0f);
+    }
+    if (!any_draw) { /* greedy rows only: the argmax op's two kernels */
+        int32_t *ids = (int32_t *)malloc((size_t)n_rows * sizeof *ids);
+        if (ids) cuda_op_argmax(be, x, ldx, n_rows, n_cols, ids);
+        for (int r = 0; r < n_rows; r++)
+            res[r].id = ids ? ids[r] : -1, res[r].n = 0;
+        free(ids);
+        return;
+    }
+    smp_queued sq = smp_queue(c, x, ldx, n_rows, n_cols, req, any_list, nullptr);
     cq_flush(c);
-    ok = ok && !c->failed;
-    const smp_row *hh = (const smp_row *)h;
+    bool ok = sq.ok && !c->failed;
+    const smp_row *hh = (const smp_row *)sq.h;
     for (int r = 0; r < n_rows; r++) {
         ts_sample_res *o = &res[r];
         o->n = 0;
@@ -438,19 +461,43 @@ void cuda_op_sample(ts_backend *be, float *x, int64_t ldx, int n_rows, int n_col
         int n = hh[r].count;
         o->n = n;
         o->total = hh[r].total;
-        size_t b = list_cap * sizeof(float);
-        size_t first = (size_t)n < list_cap ? (size_t)n : list_cap;
-        memcpy(o->logit, h + hdr_bytes + r * b, first * sizeof(float));
-        memcpy(o->tok, h + hdr_bytes + list_bytes + r * b, first * sizeof(int32_t));
+        size_t b = sq.list_cap * sizeof(float);
+        size_t first = (size_t)n < sq.list_cap ? (size_t)n : sq.list_cap;
+        memcpy(o->logit, sq.h + sq.hdr_bytes + r * b, first * sizeof(float));
+        memcpy(o->tok, sq.h + sq.hdr_bytes + sq.list_bytes + r * b, first * sizeof(int32_t));
         if ((size_t)n > first) { /* the rest straight from the device: the step is done */
             size_t rest = (size_t)n - first;
-            ok = cuda_check(c, cudaMemcpy(o->logit + first, lg + (size_t)r * n_cols + first,
-                                          rest * sizeof(float), cudaMemcpyDeviceToHost),
+            ok = cuda_check(c,
+                            cudaMemcpy(o->logit + first, sq.lg + (size_t)r * n_cols + first,
+                                       rest * sizeof(float), cudaMemcpyDeviceToHost),
                             "sample list download") &&
-                 cuda_check(c, cudaMemcpy(o->tok + first, tk + (size_t)r * n_cols + first,
-                                          rest * sizeof(int32_t), cudaMemcpyDeviceToHost),
+                 cuda_check(c,
+                            cudaMemcpy(o->tok + first, sq.tk + (size_t)r * n_cols + first,
+                                       rest * sizeof(int32_t), cudaMemcpyDeviceToHost),
                             "sample list download");
             if (!ok) o->n = 0;
         }
     }
+}
+
+/* The drawn ids, from the headers in the staging arena, once the held step has run. */
+static void held_draws_done(cuda_ctx *c, const cq_defer *d, bool ok) {
+    (void)c;
+    const smp_row *hh = (const smp_row *)d->src;
+    int32_t *out = (int32_t *)d->dst;
+    for (int r = 0; r < d->n; r++)
+        out[r] = ok ? hh[r].id : -1;
+}
+
+bool cuda_sample_held(cuda_ctx *c, const float *x, int64_t ldx, int n_rows, int n_cols,
+                      const ts_sample_req *req, unsigned long long *fed, int32_t *out_ids) {
+    for (int r = 0; r < n_rows; r++)
+        if (req[r].n_adjust > 0 ||
+            (req[r].temperature > 0 && (req[r].top_k > 0 || req[r].top_p < 1.0f)))
+            return false; /* the host would finish such a draw */
+    smp_queued sq = smp_queue(c, x, ldx, n_rows, n_cols, req, false, fed);
+    if (!sq.ok) return false;
+    cq_defer d = {held_draws_done, sq.h, out_ids, n_rows};
+    cq_defer_add(c, &d);
+    return true;
 }
