@@ -109,8 +109,20 @@ __global__ static void k_get_rows_fed(const uint8_t *W, size_t row_bytes, int64_
 static bool ahead_get_rows_fed(ts_backend *be, const ts_tensor *W, int n, float scale, float *out) {
     cuda_ctx *c = cuda_of(be);
     if (n <= 0) return true;
+    if (!c->fed_keys || n > c->fed_cap || ts_tensor_cols(W) % 8 != 0) return false;
+    if (!cuda_weight_resident(c, W)) {
+        /* an embedding that is not also the output head goes to the device at its first
+         * gather - only where it leaves room: an optimisation must not run the device out of
+         * memory (a failed allocation would fail the backend) */
+        size_t free_b = 0, total_b = 0;
+        if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) {
+            cudaGetLastError();
+            return false;
+        }
+        if (cuda_weight_bytes(W) > free_b / 2) return false;
+    }
     cuda_wview w;
-    if (!c->fed_keys || n > c->fed_cap || !cuda_weight(c, W, &w) || w.cols % 8 != 0) return false;
+    if (!cuda_weight(c, W, &w)) return false;
     size_t rb = cuda_row_bytes(w.dtype, w.cols);
     const uint8_t *d = (const uint8_t *)w.data;
     const unsigned long long *k = c->fed_keys;

@@ -358,6 +358,9 @@ typedef struct {
 } cuda_wview;
 bool cuda_weight(cuda_ctx *c, const ts_tensor *W, cuda_wview *out);
 void cuda_weights_free(cuda_ctx *c);
+/* Whether W is on the device already, and the device bytes its upload takes. */
+bool cuda_weight_resident(cuda_ctx *c, const ts_tensor *W);
+size_t cuda_weight_bytes(const ts_tensor *W);
 
 /* Q6_K on the device: the file's 210-byte blocks (ql 128 bytes, qh 64, scales 16, d 2) leave
  * every odd block only 2-byte aligned, so a lane's codes took sixteen 2-byte loads where two

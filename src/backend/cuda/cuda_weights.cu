@@ -158,6 +158,21 @@ bool cuda_weight(cuda_ctx *c, const ts_tensor *W, cuda_wview *out) {
     return true;
 }
 
+bool cuda_weight_resident(cuda_ctx *c, const ts_tensor *W) {
+    if (!c->weights) return false;
+    auto it = c->weights->map.find(W->data);
+    return it != c->weights->map.end() && it->second.src_dtype == W->dtype &&
+           it->second.src_bytes == W->nbytes;
+}
+
+size_t cuda_weight_bytes(const ts_tensor *W) {
+    ts_dtype dt = native_dtype(W->dtype) ? W->dtype : TS_DTYPE_F32;
+    int64_t rows = ts_tensor_rows(W), cols = ts_tensor_cols(W);
+    return cuda_regrouped(dt)  ? (size_t)rows * cuda_row_bytes(dt, cols)
+           : dt == W->dtype    ? (size_t)W->nbytes
+                               : (size_t)(rows * cols) * sizeof(float);
+}
+
 void cuda_weights_free(cuda_ctx *c) {
     if (!c->weights) return;
     for (auto &kv : c->weights->map) cudaFree((void *)kv.second.view.data);
