@@ -841,6 +841,17 @@ static void test_matmul(void) {
         kept_extra((void *)W.data);
         free(wf);
     }
+    /* 64 tokens on 1024 x 2048 weights, the 0.8B's output projection's shape: 64-row blocks
+     * in clusters of 16 (skinny_ks16_go; of 8 with TESSERA_CUDA_SKINNY_KS16=0) */
+    for (int ci = 0; ci < 2; ci++) {
+        float *wf;
+        ts_dtype dt = ci ? TS_DTYPE_Q4_K : TS_DTYPE_BF16;
+        ts_tensor W = make_weight(dt, 1024, 2048, &wf);
+        ts_tensor Wf = {TS_DTYPE_F32, 2, {1024, 2048, 1, 1, 1, 1}, wf, (uint64_t)1024 * 2048 * 4};
+        matmul_vs_cpu(&W, &Wf, 64, 2048, 1024);
+        kept_extra((void *)W.data);
+        free(wf);
+    }
     /* 16-bit weights whose shapes give the tensor-core GEMM (cuda_gemm_skinny.cu) column
      * splits over 1, 2 and 4 blocks on an H200 (the 300 x 512 ones below: 8) */
     for (int ci = 0; ci < 6; ci++) {
@@ -1076,6 +1087,8 @@ static void test_skinny_ring(bool quick) {
     ts_backend *bes[3] = {NULL, NULL, NULL};
     static const char *ring_env[3] = {"1", "0", "0"}, *deep_env[3] = {"1", "1", "0"};
     ts_status st = TS_OK;
+    /* clusters of 16 (33-64 tokens' short grids) split the columns otherwise: other bits */
+    setenv("TESSERA_CUDA_SKINNY_KS16", "0", 1);
     for (int b = 0; b < 3 && st == TS_OK; b++) {
         setenv("TESSERA_CUDA_SKINNY_RING", ring_env[b], 1);
         setenv("TESSERA_CUDA_SKINNY_DEEP", deep_env[b], 1);
@@ -1083,6 +1096,7 @@ static void test_skinny_ring(bool quick) {
     }
     unsetenv("TESSERA_CUDA_SKINNY_RING");
     unsetenv("TESSERA_CUDA_SKINNY_DEEP");
+    unsetenv("TESSERA_CUDA_SKINNY_KS16");
     CHECK(st == TS_OK);
     if (st != TS_OK) {
         for (int b = 0; b < 3; b++)

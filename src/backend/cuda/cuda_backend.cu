@@ -210,6 +210,7 @@ extern "C" ts_status ts_backend_cuda_create(int device, ts_backend **out) {
     c->attn_step = !cuda_env_off("TESSERA_CUDA_ATTN_STEP");
     c->skinny_mt1 = !cuda_env_off("TESSERA_CUDA_SKINNY_MT1");
     c->skinny_deep = !cuda_env_off("TESSERA_CUDA_SKINNY_DEEP");
+    c->skinny_ks16 = !cuda_env_off("TESSERA_CUDA_SKINNY_KS16");
     const char *pt = getenv("TESSERA_CUDA_PREP_THREADS");
     c->prep_threads = pt ? (atoi(pt) == 128 ? 128 : ROW_THREADS) : 0;
     const char *pp = getenv("TESSERA_CUDA_PREP_PAIRS");

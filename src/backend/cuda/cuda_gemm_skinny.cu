@@ -558,6 +558,38 @@ static bool skinny_deep_go(cuda_ctx *c, const sk_set &half, int64_t cols, const 
     }
 }
 
+/* 64-row blocks of 33-64 tokens (NT = 8) in clusters of 16 instead of 8: twice the blocks
+ * where clusters of 8 leave about one block a multiprocessor (the 0.8B's 1024-row GEMMs: ~7%
+ * achieved occupancy, DRAM throughput ~10% under ncu - latency-bound). Each block sums half the
+ * columns of the 8-block form; the cluster adds 16 partial sums in the blocks' order - other
+ * bits than the 8-block forms (test_cuda's ring test compares forms with this off). 64
+ * sequences of the 0.8B BF16 on an H200 +3.5%, its Q4_K_M +1% (bench/RESULTS.md). False where
+ * it is off or the device refuses the cluster size. */
+template <ts_dtype DT, int NT>
+static bool skinny_ks16_go(cuda_ctx *c, const sk_set &half, size_t rb, int64_t cols,
+                           const uint16_t *x, const float *us, int n, bool pf, unsigned gx) {
+    if constexpr (NT != 8) {
+        return false;
+    } else {
+        auto k = k_skinny<DT, NT, 16, 2, 1>;
+        unsigned bit = 1u << ((unsigned)DT & 31u);
+        if (!c->skinny_ks16 || cols / (2 * SK_CHUNK) < 32) return false;
+        if (!(c->skinny_ks16_opted & bit)) {
+            if (cudaFuncSetAttribute((const void *)k,
+                                     cudaFuncAttributeNonPortableClusterSizeAllowed,
+                                     1) != cudaSuccess) {
+                cudaGetLastError();
+                c->skinny_ks16 = false;
+                return false;
+            }
+            c->skinny_ks16_opted |= bit;
+        }
+        cuda_launch(c, "gemm_skinny", k, dim3(gx, 16), 32 * SK_WARPS, 0, half, rb, cols, x, us, n,
+                    pf);
+        return true;
+    }
+}
+
 /* The first row block (grid x) of each weight of the set, blocks of `rows` rows. */
 static void sk_blocks(sk_set &set, int rows) {
     for (int j = 0; j < set.nw; j++)
@@ -584,6 +616,7 @@ static void skinny_go(cuda_ctx *c, const sk_set &set, int64_t cols, const uint16
         sk_blocks(half, SK_WARPS * 16);
         grid.x = (unsigned)half.first[half.nw];
         if (skinny_deep_go<DT, NT>(c, half, cols, x, us, n, grid)) return;
+        if (skinny_ks16_go<DT, NT>(c, half, rb, cols, x, us, n, pf, grid.x)) return;
         cuda_launch(c, "gemm_skinny", k_skinny<DT, NT, KS, 2, 1>, grid, 32 * SK_WARPS, 0, half, rb,
                     cols, x, us, n, pf);
         return;

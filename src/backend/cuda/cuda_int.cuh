@@ -96,6 +96,11 @@ typedef struct cuda_ctx_s {
      * their shared memory so far, a bit per weight type (BF16, F16) */
     bool skinny_deep;
     unsigned skinny_deep_opted;
+    /* 64-row blocks of 33-64 tokens in clusters of 16 (non-portable: allowed per kernel, a bit
+     * per weight type in skinny_ks16_opted) where clusters of 8 leave the GPU short
+     * (TESSERA_CUDA_SKINNY_KS16=0: clusters of 8, for comparisons) */
+    bool skinny_ks16;
+    unsigned skinny_ks16_opted;
     /* conv_gdn_prep's threads a block: 0 chooses by the sequences (cuda_ops_fused.cu);
      * TESSERA_CUDA_PREP_THREADS=128 or 256 fixes it, for comparisons */
     int prep_threads;
