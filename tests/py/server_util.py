@@ -101,8 +101,10 @@ class Server:
                 if status == 200:
                     return
             except OSError:
-                pass
+                if self.proc.poll() is not None:  # it gave up loading: no need to wait on
+                    break
             time.sleep(0.02)
+        time.sleep(0.1)  # its last words
         raise RuntimeError("server not ready:\n" + self.stderr())
 
     def request(self, method, path, body=None, headers=None, timeout=60):

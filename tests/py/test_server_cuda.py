@@ -1,0 +1,61 @@
+"""The server on a GPU (`--device cuda`) answers the same with and without decoding ahead
+(TESSERA_DECODE_AHEAD=0): greedy and seeded sampled chats, a stop string, a follow-up turn that
+reuses the conversation's prefix, and a stream. Decoding ahead queues each next step before the
+caller has seen the token (engine/ahead.c); a stop, a second turn or another request must drop
+the held step without a trace. Skipped where the binary has no CUDA or there is no device."""
+import json
+
+import pytest
+
+from server_util import Server, chat
+
+LONG = {"max_tokens": 48}
+
+
+def requests_for(srv):
+    """The answers to a fixed list of requests, in order (content, finish reason, tokens)."""
+    out = []
+
+    def ask(body):
+        status, _, r = srv.post("/v1/chat/completions", body)
+        assert status == 200, r
+        c = r["choices"][0]
+        out.append((c["message"]["content"], c["finish_reason"], r["usage"]["completion_tokens"]))
+        return c["message"]["content"]
+
+    first = ask(chat("Tell me about the sea.", **LONG))
+    ask(chat("Tell me about the sea.", temperature=0.8, seed=7, **LONG))
+    ask(chat("Tell me about the sea.", temperature=0.9, min_p=0.05, seed=8, **LONG))
+    ask(chat("Count to ten.", temperature=0.8, seed=9, max_tokens=40, stop=["e"]))
+    ask({"messages": [{"role": "user", "content": "Tell me about the sea."},
+                      {"role": "assistant", "content": first},
+                      {"role": "user", "content": "And the sky?"}],
+         "temperature": 0, "max_tokens": 32})
+    status, _, data = srv.request("POST", "/v1/chat/completions",
+                                  chat("Say something.", temperature=0.7, seed=3, stream=True,
+                                       max_tokens=40))
+    assert status == 200
+    text = ""
+    for line in data.decode().splitlines():
+        if line.startswith("data: ") and line != "data: [DONE]":
+            for ch in json.loads(line[6:])["choices"]:
+                text += ch["delta"].get("content") or ""
+    out.append((text, None, None))
+    return out
+
+
+def serve_cuda(env):
+    try:
+        return Server("--device", "cuda", env=env)
+    except RuntimeError as e:
+        pytest.skip(f"no CUDA server: {str(e).splitlines()[-1] if str(e) else e}")
+
+
+def test_decoding_ahead_answers_the_same():
+    answers = []
+    for env in ({"TESSERA_DECODE_AHEAD": "0"}, {}):
+        with serve_cuda(env) as srv:
+            answers.append(requests_for(srv))
+    for off, on in zip(*answers):
+        assert off == on
+    assert answers[1][3][1] == "stop"  # the stop string was met mid-way
