@@ -841,14 +841,15 @@ static void test_matmul(void) {
         kept_extra((void *)W.data);
         free(wf);
     }
-    /* 64 tokens on 1024 x 2048 weights, the 0.8B's output projection's shape: 64-row blocks
-     * in clusters of 16 (skinny_ks16_go; of 8 with TESSERA_CUDA_SKINNY_KS16=0) */
+    /* 24 and 64 tokens on 1024 x 2048 weights, the 0.8B's output projection's shape: 64-row
+     * blocks in clusters of 16 (skinny_ks16_go; of 8 with TESSERA_CUDA_SKINNY_KS16=0) */
     for (int ci = 0; ci < 2; ci++) {
         float *wf;
         ts_dtype dt = ci ? TS_DTYPE_Q4_K : TS_DTYPE_BF16;
         ts_tensor W = make_weight(dt, 1024, 2048, &wf);
         ts_tensor Wf = {TS_DTYPE_F32, 2, {1024, 2048, 1, 1, 1, 1}, wf, (uint64_t)1024 * 2048 * 4};
         matmul_vs_cpu(&W, &Wf, 64, 2048, 1024);
+        matmul_vs_cpu(&W, &Wf, 24, 2048, 1024);
         kept_extra((void *)W.data);
         free(wf);
     }

@@ -558,21 +558,22 @@ static bool skinny_deep_go(cuda_ctx *c, const sk_set &half, int64_t cols, const 
     }
 }
 
-/* 64-row blocks of 33-64 tokens (NT = 8) in clusters of 16 instead of 8: twice the blocks
+/* 64-row blocks of 17-64 tokens (NT = 4, 8) in clusters of 16 instead of 8: twice the blocks
  * where clusters of 8 leave about one block a multiprocessor (the 0.8B's 1024-row GEMMs: ~7%
- * achieved occupancy, DRAM throughput ~10% under ncu - latency-bound). Each block sums half the
- * columns of the 8-block form; the cluster adds 16 partial sums in the blocks' order - other
- * bits than the 8-block forms (test_cuda's ring test compares forms with this off). 64
- * sequences of the 0.8B BF16 on an H200 +3.5%, its Q4_K_M +1% (bench/RESULTS.md). False where
- * it is off or the device refuses the cluster size. */
+ * achieved occupancy, DRAM throughput ~10% under ncu - latency-bound; for 17-32 tokens of
+ * 16-bit weights it replaces the ring's 128-row blocks there). Each block sums half the columns
+ * of the 8-block form; the cluster adds 16 partial sums in the blocks' order - other bits than
+ * the 8-block forms (test_cuda's ring test compares forms with this off). On an H200 the 0.8B
+ * BF16's 20 / 32 / 48 / 64 sequences +4 / +4 / +5 / +3.3%, its Q4_K_M level to +1%
+ * (bench/RESULTS.md). False where it is off or the device refuses the cluster size. */
 template <ts_dtype DT, int NT>
 static bool skinny_ks16_go(cuda_ctx *c, const sk_set &half, size_t rb, int64_t cols,
                            const uint16_t *x, const float *us, int n, bool pf, unsigned gx) {
-    if constexpr (NT != 8) {
+    if constexpr (NT < 4) {
         return false;
     } else {
         auto k = k_skinny<DT, NT, 16, 2, 1>;
-        unsigned bit = 1u << ((unsigned)DT & 31u);
+        unsigned bit = (1u << ((unsigned)DT & 15u)) << (NT == 8 ? 16 : 0); /* a kernel each */
         if (!c->skinny_ks16 || cols / (2 * SK_CHUNK) < 32) return false;
         if (!(c->skinny_ks16_opted & bit)) {
             if (cudaFuncSetAttribute((const void *)k,
@@ -600,12 +601,19 @@ template <ts_dtype DT, int NT, int KS>
 static void skinny_go(cuda_ctx *c, const sk_set &set, int64_t cols, const uint16_t *x,
                       const float *us, int n) {
     dim3 grid((unsigned)set.first[set.nw], KS);
-    if (skinny_ring_go<DT, NT, KS>(c, set, cols, x, us, n, grid)) return;
     size_t rb = cuda_row_bytes(DT, cols);
     /* the L2 prefetch for quantized weights only: for 16-bit ones it cost the BF16 0.8B's 8 / 64
      * sequences 9% / 4% and the 2B's 10% / 7% (H200), quantized ones were level */
     bool pf = c->prefetch && DT != TS_DTYPE_BF16 && DT != TS_DTYPE_F16;
     bool kc2 = c->skinny_kc == 2 && cols % (2 * SK_CHUNK) == 0;
+    if (KS == 8 && kc2 && c->skinny_mt1 && grid.x * KS < 2 * (unsigned)c->sm_count &&
+        NT == 4) { /* before the ring, which does not help those grids (README) */
+        sk_set half = set;
+        sk_blocks(half, SK_WARPS * 16);
+        if (skinny_ks16_go<DT, NT>(c, half, rb, cols, x, us, n, pf, (unsigned)half.first[half.nw]))
+            return;
+    }
+    if (skinny_ring_go<DT, NT, KS>(c, set, cols, x, us, n, grid)) return;
     /* clusters of 8 that still leave the GPU short of blocks (the 0.8B's 1024-row matrices: 64
      * blocks, one a multiprocessor): blocks of half the rows, twice as many, 148 registers a
      * thread instead of 234 (TESSERA_CUDA_SKINNY_MT1=0: never). Each row's sums are the same

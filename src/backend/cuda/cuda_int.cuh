@@ -85,7 +85,8 @@ typedef struct cuda_ctx_s {
     int skinny_kc;
     /* where 16-bit weights take that GEMM's form with a ring of stages in shared memory:
      * 2 (default) for 17-32 tokens, where it measured faster on an H200 (32 sequences +4-5%;
-     * 64 sequences -6%, 8 about -3%); TESSERA_CUDA_SKINNY_RING=1 wherever the columns allow,
+     * 64 sequences -6%, 8 about -3%) but for the grids clusters of 8 leave short, which take
+     * clusters of 16 (skinny_ks16); TESSERA_CUDA_SKINNY_RING=1 wherever the columns allow,
      * =0 never */
     int skinny_ring;
     /* blocks of half the rows where clusters of 8 leave the GPU short (TESSERA_CUDA_SKINNY_MT1=0:
@@ -96,8 +97,9 @@ typedef struct cuda_ctx_s {
      * their shared memory so far, a bit per weight type (BF16, F16) */
     bool skinny_deep;
     unsigned skinny_deep_opted;
-    /* 64-row blocks of 33-64 tokens in clusters of 16 (non-portable: allowed per kernel, a bit
-     * per weight type in skinny_ks16_opted) where clusters of 8 leave the GPU short
+    /* 64-row blocks of 17-64 tokens in clusters of 16 (non-portable: allowed per kernel, a bit
+     * per weight type and token groups in skinny_ks16_opted) where clusters of 8 leave the GPU
+     * short
      * (TESSERA_CUDA_SKINNY_KS16=0: clusters of 8, for comparisons) */
     bool skinny_ks16;
     unsigned skinny_ks16_opted;
