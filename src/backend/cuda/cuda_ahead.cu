@@ -17,10 +17,7 @@ static bool ahead_can_hold(ts_backend *be) {
 /* Keys (a held argmax's, in its staging bytes) to ids, once the step has run. */
 static void keys_done(cuda_ctx *c, const cq_defer *d, bool ok) {
     (void)c;
-    const unsigned long long *h = (const unsigned long long *)d->src;
-    int32_t *out = (int32_t *)d->dst;
-    for (int r = 0; r < d->n; r++)
-        out[r] = ok ? cuda_argmax_key_index(h[r]) : -1;
+    cuda_argmax_ids((const unsigned long long *)d->src, d->n, ok, (int32_t *)d->dst);
 }
 
 /* The next n_rows fed keys of the step being queued (NULL on failure). */

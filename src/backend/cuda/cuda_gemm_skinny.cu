@@ -606,23 +606,24 @@ static void skinny_go(cuda_ctx *c, const sk_set &set, int64_t cols, const uint16
      * sequences 9% / 4% and the 2B's 10% / 7% (H200), quantized ones were level */
     bool pf = c->prefetch && DT != TS_DTYPE_BF16 && DT != TS_DTYPE_F16;
     bool kc2 = c->skinny_kc == 2 && cols % (2 * SK_CHUNK) == 0;
-    if (KS == 8 && kc2 && c->skinny_mt1 && grid.x * KS < 2 * (unsigned)c->sm_count &&
-        NT == 4) { /* before the ring, which does not help those grids (README) */
-        sk_set half = set;
-        sk_blocks(half, SK_WARPS * 16);
-        if (skinny_ks16_go<DT, NT>(c, half, rb, cols, x, us, n, pf, (unsigned)half.first[half.nw]))
-            return;
-    }
-    if (skinny_ring_go<DT, NT, KS>(c, set, cols, x, us, n, grid)) return;
     /* clusters of 8 that still leave the GPU short of blocks (the 0.8B's 1024-row matrices: 64
      * blocks, one a multiprocessor): blocks of half the rows, twice as many, 148 registers a
      * thread instead of 234 (TESSERA_CUDA_SKINNY_MT1=0: never). Each row's sums are the same
      * either way. Taken for every cluster of 8 it was level (the gated MLPs' 448 blocks became
      * 896); so was the cluster's size chosen by waves of blocks x steps (and 32 sequences -6%). */
-    if (KS == 8 && kc2 && c->skinny_mt1 && grid.x * KS < 2 * (unsigned)c->sm_count) {
-        sk_set half = set;
+    bool short_grid = KS == 8 && kc2 && c->skinny_mt1 && grid.x * KS < 2 * (unsigned)c->sm_count;
+    sk_set half;
+    if (short_grid) {
+        half = set;
         sk_blocks(half, SK_WARPS * 16);
-        grid.x = (unsigned)half.first[half.nw];
+    }
+    unsigned half_x = short_grid ? (unsigned)half.first[half.nw] : 0;
+    /* 17-32 tokens there: clusters of 16 before the ring, which does not help those grids */
+    if (short_grid && NT == 4 && skinny_ks16_go<DT, NT>(c, half, rb, cols, x, us, n, pf, half_x))
+        return;
+    if (skinny_ring_go<DT, NT, KS>(c, set, cols, x, us, n, grid)) return;
+    if (short_grid) {
+        grid.x = half_x;
         if (skinny_deep_go<DT, NT>(c, half, cols, x, us, n, grid)) return;
         if (skinny_ks16_go<DT, NT>(c, half, rb, cols, x, us, n, pf, grid.x)) return;
         cuda_launch(c, "gemm_skinny", k_skinny<DT, NT, KS, 2, 1>, grid, 32 * SK_WARPS, 0, half, rb,

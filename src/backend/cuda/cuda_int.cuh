@@ -250,6 +250,12 @@ __host__ __device__ static inline int cuda_argmax_key_index(unsigned long long k
     return k ? (int)(0xffffffffu - (uint32_t)(k & 0xffffffffu)) : 0;
 }
 
+/* n keys that came back to the host, as token ids (-1, never a token, where the step failed). */
+static inline void cuda_argmax_ids(const unsigned long long *keys, int n, bool ok, int32_t *ids) {
+    for (int r = 0; r < n; r++)
+        ids[r] = ok ? cuda_argmax_key_index(keys[r]) : -1;
+}
+
 /* A key that cuda_argmax_key_index reads as token id (a drawn token, for get_rows_fed). */
 __host__ __device__ static inline unsigned long long cuda_id_key(int id) {
     return (1ull << 32) | (uint32_t)(0xffffffffu - (uint32_t)id);
@@ -464,9 +470,10 @@ void cuda_op_sigmoid_gate(ts_backend *be, float *x, int64_t ldx, const float *g,
  * merged into by blocks of the row. */
 void cuda_argmax_keys(cuda_ctx *c, const float *x, int64_t ldx, int n_rows, int n_cols,
                       unsigned long long *keys);
-/* Draws (greedy or plain: no top-k / top-p, nothing to adjust) for n_rows rows, queued: each
- * drawn id also as a key in fed[r], and into out_ids when the step has run (cq_wait). False,
- * with nothing queued, for rows the host must finish (cuda_sample.cu). */
+/* Draws (greedy or plain: no top-k / top-p, nothing to adjust - the caller's check,
+ * ahead_sample_held) for n_rows rows, queued: each drawn id also as a key in fed[r], and into
+ * out_ids when the step has run (cq_wait). False where the sampling buffers could not be had
+ * (cuda_sample.cu). */
 bool cuda_sample_held(cuda_ctx *c, const float *x, int64_t ldx, int n_rows, int n_cols,
                       const ts_sample_req *req, unsigned long long *fed, int32_t *out_ids);
 /* decoding ahead (cuda_ahead.cu): the backend's ops of it */

@@ -398,8 +398,5 @@ void cuda_op_argmax(ts_backend *be, const float *x, int64_t ldx, int n_rows, int
         if (h) cuda_copy_async(c, h, d, bytes, cudaMemcpyDeviceToHost, "argmax download");
     }
     cq_flush(c);
-    bool ok = d && h && !c->failed;
-    for (int r = 0; r < n_rows; r++) {
-        out_host[r] = ok ? cuda_argmax_key_index(h[r]) : -1; /* -1: never a token */
-    }
+    cuda_argmax_ids(h, n_rows, d && h && !c->failed, out_host);
 }

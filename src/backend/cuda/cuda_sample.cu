@@ -228,9 +228,8 @@ template <typename T> __device__ static T smp_block_scan(T v, T *total) {
     return v;
 }
 
-/* One block of 1024 threads per row. */
-/* fed (not null: decoding ahead, cuda_ahead.cu): each row's drawn token also as an argmax key,
- * for the next step's get_rows_fed */
+/* One block of 1024 threads per row. fed (not null: decoding ahead, cuda_ahead.cu): each row's
+ * drawn token also as an argmax key, for the next step's get_rows_fed. */
 __global__ static void k_smp_select(const ts_sample_req *req, smp_row *hdr, const float *W,
                                     int n_cols, const float *chunk_sum, int n_chunks,
                                     const unsigned *hcount, const double *hmass,
@@ -491,10 +490,6 @@ static void held_draws_done(cuda_ctx *c, const cq_defer *d, bool ok) {
 
 bool cuda_sample_held(cuda_ctx *c, const float *x, int64_t ldx, int n_rows, int n_cols,
                       const ts_sample_req *req, unsigned long long *fed, int32_t *out_ids) {
-    for (int r = 0; r < n_rows; r++)
-        if (req[r].n_adjust > 0 ||
-            (req[r].temperature > 0 && (req[r].top_k > 0 || req[r].top_p < 1.0f)))
-            return false; /* the host would finish such a draw */
     smp_queued sq = smp_queue(c, x, ldx, n_rows, n_cols, req, false, fed);
     if (!sq.ok) return false;
     cq_defer d = {held_draws_done, sq.h, out_ids, n_rows};

@@ -113,6 +113,20 @@ static row_fill regroup_fill(ts_dtype dt) {
     }
 }
 
+/* Whether the cached entry e is W's copy (not a stale one of another tensor that reused W's
+ * host memory). */
+static bool entry_is(const cuda_wentry &e, const ts_tensor *W) {
+    return e.src_dtype == W->dtype && e.src_bytes == W->nbytes;
+}
+
+size_t cuda_weight_bytes(const ts_tensor *W) {
+    ts_dtype dt = native_dtype(W->dtype) ? W->dtype : TS_DTYPE_F32;
+    int64_t rows = ts_tensor_rows(W), cols = ts_tensor_cols(W);
+    return cuda_regrouped(dt) ? (size_t)rows * cuda_row_bytes(dt, cols)
+           : dt == W->dtype   ? (size_t)W->nbytes
+                              : (size_t)(rows * cols) * sizeof(float);
+}
+
 bool cuda_weight(cuda_ctx *c, const ts_tensor *W, cuda_wview *out) {
     if (!c->weights) {
         c->weights = new (std::nothrow) cuda_weight_cache;
@@ -121,7 +135,7 @@ bool cuda_weight(cuda_ctx *c, const ts_tensor *W, cuda_wview *out) {
     auto it = c->weights->map.find(W->data);
     if (it != c->weights->map.end()) {
         const cuda_wentry &e = it->second;
-        if (e.src_dtype == W->dtype && e.src_bytes == W->nbytes) {
+        if (entry_is(e, W)) {
             *out = e.view;
             return true;
         }
@@ -134,9 +148,7 @@ bool cuda_weight(cuda_ctx *c, const ts_tensor *W, cuda_wview *out) {
     v.rows = ts_tensor_rows(W);
     v.cols = ts_tensor_cols(W);
     v.dtype = native_dtype(W->dtype) ? W->dtype : TS_DTYPE_F32;
-    size_t bytes = cuda_regrouped(v.dtype) ? (size_t)v.rows * cuda_row_bytes(v.dtype, v.cols)
-                   : v.dtype == W->dtype   ? (size_t)W->nbytes
-                                           : (size_t)(v.rows * v.cols) * sizeof(float);
+    size_t bytes = cuda_weight_bytes(W);
     void *dev = NULL;
     if (!cuda_check(c, cudaMalloc(&dev, bytes ? bytes : 256), "weight alloc")) return false;
     bool ok;
@@ -161,16 +173,7 @@ bool cuda_weight(cuda_ctx *c, const ts_tensor *W, cuda_wview *out) {
 bool cuda_weight_resident(cuda_ctx *c, const ts_tensor *W) {
     if (!c->weights) return false;
     auto it = c->weights->map.find(W->data);
-    return it != c->weights->map.end() && it->second.src_dtype == W->dtype &&
-           it->second.src_bytes == W->nbytes;
-}
-
-size_t cuda_weight_bytes(const ts_tensor *W) {
-    ts_dtype dt = native_dtype(W->dtype) ? W->dtype : TS_DTYPE_F32;
-    int64_t rows = ts_tensor_rows(W), cols = ts_tensor_cols(W);
-    return cuda_regrouped(dt)  ? (size_t)rows * cuda_row_bytes(dt, cols)
-           : dt == W->dtype    ? (size_t)W->nbytes
-                               : (size_t)(rows * cols) * sizeof(float);
+    return it != c->weights->map.end() && entry_is(it->second, W);
 }
 
 void cuda_weights_free(cuda_ctx *c) {
