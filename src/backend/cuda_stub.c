@@ -21,6 +21,12 @@ void ts_backend_cuda_graph_stats(const ts_backend *be, long *replays, long *buil
 
 bool ts_backend_cuda_args_pack_clean(void) { return true; }
 
+long ts_backend_cuda_wg_launches(const ts_backend *be, bool *hopper) {
+    (void)be;
+    *hopper = false;
+    return 0;
+}
+
 double ts_backend_cuda_read_bandwidth(int device) {
     (void)device;
     return 0.0;

@@ -1088,8 +1088,10 @@ static void test_skinny_ring(bool quick) {
     ts_backend *bes[3] = {NULL, NULL, NULL};
     static const char *ring_env[3] = {"1", "0", "0"}, *deep_env[3] = {"1", "1", "0"};
     ts_status st = TS_OK;
-    /* clusters of 16 (33-64 tokens' short grids) split the columns otherwise: other bits */
+    /* clusters of 16 (33-64 tokens' short grids) split the columns otherwise, and the wgmma form
+     * (33-64 tokens, test_skinny_wg) adds each token's hi and lo sums apart: other bits */
     setenv("TESSERA_CUDA_SKINNY_KS16", "0", 1);
+    setenv("TESSERA_CUDA_SKINNY_WG", "0", 1);
     for (int b = 0; b < 3 && st == TS_OK; b++) {
         setenv("TESSERA_CUDA_SKINNY_RING", ring_env[b], 1);
         setenv("TESSERA_CUDA_SKINNY_DEEP", deep_env[b], 1);
@@ -1098,6 +1100,7 @@ static void test_skinny_ring(bool quick) {
     unsetenv("TESSERA_CUDA_SKINNY_RING");
     unsetenv("TESSERA_CUDA_SKINNY_DEEP");
     unsetenv("TESSERA_CUDA_SKINNY_KS16");
+    unsetenv("TESSERA_CUDA_SKINNY_WG");
     CHECK(st == TS_OK);
     if (st != TS_OK) {
         for (int b = 0; b < 3; b++)
@@ -1168,7 +1171,7 @@ static void test_skinny_ring(bool quick) {
                     }
                 }
                 for (int j = 0; j < nw; j++)
-                    free(y0[j]), free(want[j]), free(got[0][j]), free(got[1][j]), free(got[2][j]);
+                    free(y0[j]), free(want[j]), free(got[0][j]), free(got[1][j]);
                 free(x);
             }
             for (int j = 0; j < nw; j++)
@@ -1176,6 +1179,109 @@ static void test_skinny_ring(bool quick) {
         }
     for (int b = 0; b < 3; b++)
         ts_backend_free(bes[b]);
+}
+
+/* The wgmma GEMM for 33-64 tokens of 16-bit weights (cuda_gemm_wg.cu: weights and activations
+ * by bulk tensor copies into a ring of 3 stages, wgmma m64n128k16) against the mma.sync kernels
+ * (a second backend made with TESSERA_CUDA_SKINNY_WG=0) and the CPU's fp32 product. The shapes
+ * take, on an H200 (132 multiprocessors, 64-row blocks), clusters of 1, 2, 4, 8 and 16 blocks
+ * (40000, 5000, 3000, 1000 + 300 and 700 or 1024 rows), from 2 to 10 stages a block (the ring
+ * goes round more than three times), last row blocks cut short (the copies' rows past the end come
+ * as zeros), two weights in one launch, the residual add; 33, 40 and 64 tokens (the activations' lo
+ * box starts at row n, so n changes where every lo part comes from). A token's sums do not depend
+ * on the others: the first 33 tokens of a 64-token product must be the bits of the 33-token one. On
+ * a device of compute capability 9.0 the form must have run. */
+static void test_skinny_wg(bool quick) {
+    ts_backend *ref = NULL;
+    setenv("TESSERA_CUDA_SKINNY_WG", "0", 1);
+    ts_status st = ts_backend_cuda_create(0, &ref);
+    unsetenv("TESSERA_CUDA_SKINNY_WG");
+    CHECK(st == TS_OK);
+    if (st != TS_OK) return;
+    bool hopper;
+    long before = ts_backend_cuda_wg_launches(gpu, &hopper);
+    ts_dtype dts[] = {TS_DTYPE_BF16, TS_DTYPE_F16};
+    static const int shapes[][3] = {/* rows, cols, rows of a second weight in the launch */
+                                    {40000, 640, 0},   {5000, 1024, 0}, {3000, 1024, 0},
+                                    {1000, 2048, 300}, {700, 4608, 0},  {1024, 2048, 0}};
+    int ns[] = {33, 40, 64};
+    for (size_t di = 0; di < sizeof dts / sizeof *dts; di++)
+        for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
+            int rows = shapes[si][0], cols = shapes[si][1], r1 = shapes[si][2];
+            if (quick && rows > 10000) continue;
+            int nw = r1 ? 2 : 1, rs[2] = {rows, r1};
+            float *f[2] = {NULL, NULL};
+            ts_tensor W[2], Wf[2];
+            for (int j = 0; j < nw; j++) {
+                W[j] = make_weight(dts[di], rs[j], cols, &f[j]);
+                Wf[j] = (ts_tensor){
+                    TS_DTYPE_F32, 2, {rs[j], cols, 1, 1, 1, 1}, f[j], (uint64_t)rs[j] * cols * 4};
+            }
+            float *x = rnd((size_t)64 * cols, 1.0f), *first[2] = {NULL, NULL};
+            for (size_t ni = 0; ni < sizeof ns / sizeof *ns; ni++) {
+                int n = ns[ni];
+                bool add = ni == 1;                 /* the residual add for one count */
+                float *y0[2], *want[2], *got[2][2]; /* wgmma, mma.sync */
+                for (int j = 0; j < nw; j++) { /* the CPU's y0 + W x (y0 zero without the add) */
+                    y0[j] = rnd((size_t)n * rs[j], add ? 1.0f : 0.0f);
+                    want[j] = calloc((size_t)n * rs[j], 4);
+                    cpu->ops->matmul(cpu, &Wf[j], x, cols, n, want[j], rs[j]);
+                    for (size_t i = 0; i < (size_t)n * rs[j]; i++)
+                        want[j][i] += y0[j][i];
+                }
+                for (int b = 0; b < 2; b++) {
+                    ts_backend *be = b ? ref : gpu;
+                    float *dx = be->ops->alloc(be, (size_t)n * cols * 4), *dy[2];
+                    be->ops->upload(be, dx, x, (size_t)n * cols * 4);
+                    for (int j = 0; j < nw; j++) {
+                        dy[j] = be->ops->alloc(be, (size_t)n * rs[j] * 4);
+                        be->ops->upload(be, dy[j], y0[j], (size_t)n * rs[j] * 4);
+                    }
+                    if (add) {
+                        be->ops->matmul_add(be, &W[0], dx, cols, n, dy[0], rs[0]);
+                    } else {
+                        const ts_tensor *Ws[2] = {&W[0], &W[1]};
+                        int64_t lds[2] = {rs[0], rs[1]};
+                        be->ops->matmul_n(be, Ws, nw, dx, cols, n, NULL, dy, lds);
+                    }
+                    for (int j = 0; j < nw; j++) {
+                        got[b][j] = host_of(be, dy[j], (size_t)n * rs[j]);
+                        be->ops->free(be, dy[j]);
+                    }
+                    be->ops->free(be, dx);
+                }
+                for (int j = 0; j < (add ? 1 : nw); j++) {
+                    char what[96];
+                    snprintf(what, sizeof what, "skinny wg %s %dx%d (weight %d) n=%d%s",
+                             ts_dtype_name(dts[di]), rs[j], cols, j, n, add ? " add" : "");
+                    long cnt = (long)n * rs[j];
+                    double rel = tu_rel_l2(got[0][j], want[j], cnt);
+                    CHECKF(rel <= gemm_tol(dts[di], n), "%s: rel L2 %.3g against the CPU", what,
+                           rel);
+                    double rel_mma = tu_rel_l2(got[0][j], got[1][j], cnt);
+                    CHECKF(rel_mma <= 1e-6, "%s: rel L2 %.3g against mma.sync", what, rel_mma);
+                    if (n == 33 && !add) {
+                        first[j] = got[0][j];
+                        got[0][j] = NULL;
+                    } else if (n == 64 && first[j]) {
+                        CHECKF(memcmp(first[j], got[0][j], (size_t)33 * rs[j] * 4) == 0,
+                               "%s: the first 33 tokens not the 33-token product's bits", what);
+                    }
+                }
+                for (int j = 0; j < nw; j++)
+                    free(y0[j]), free(want[j]), free(got[0][j]), free(got[1][j]);
+            }
+            for (int j = 0; j < nw; j++)
+                kept_extra((void *)W[j].data), free(f[j]), free(first[j]);
+            free(x);
+        }
+    long ran = ts_backend_cuda_wg_launches(gpu, &hopper) - before;
+    printf("  wgmma GEMM launches: %ld (compute capability 9.0: %s)\n", ran, hopper ? "yes" : "no");
+    if (hopper) CHECKF(ran > 0, "the wgmma GEMM did not run on a compute capability 9.0 device");
+    bool ref_hopper;
+    CHECKF(ts_backend_cuda_wg_launches(ref, &ref_hopper) == 0,
+           "TESSERA_CUDA_SKINNY_WG=0 still ran the wgmma GEMM");
+    ts_backend_free(ref);
 }
 
 /* One token of quantized weights in cuda_gemv_one.cu's kernel (1, 2, 4 or 8 units of 32
@@ -2278,6 +2384,58 @@ static float *run_prompt(ts_engine *e, const int32_t *ids, int n, int n_dec, int
     return out;
 }
 
+/* 40 sequences a step - the tensor-core GEMM's widest token groups, on a compute capability 9.0
+ * device its wgmma form (cuda_gemm_wg.cu) for the 64-column-wide 16-bit weights - against the
+ * CPU, the Qwen3.5 BF16 fixtures: a token each from fresh slots, then two more joint steps. */
+static void test_wide_batch(void) {
+    static const char *models[] = {"tiny_b_bf16_untied_interval3", "tiny_d_bf16_composite"};
+    enum { B = 40 };
+    for (int mi = 0; mi < 2; mi++) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/qwen35/%s", tu_env("TS_FIXTURES", "tests/fixtures"),
+                 models[mi]);
+        ts_model *m = NULL;
+        if (ts_model_open(path, &m) != TS_OK) {
+            CHECKF(0, "%s: %s", path, ts_last_error());
+            continue;
+        }
+        ts_engine *e[2] = {NULL, NULL};
+        for (int d = 0; d < 2; d++) {
+            ts_engine_opts o;
+            ts_engine_opts_default(&o);
+            o.n_ctx = 64, o.n_batch = 64, o.n_slots = B, o.n_threads = 2;
+            o.device = d ? TS_DEVICE_CUDA : TS_DEVICE_CPU;
+            CHECKF(ts_engine_create(m, &o, &e[d]) == TS_OK, "engine: %s", ts_last_error());
+        }
+        if (e[0] && e[1]) {
+            int V = ts_engine_n_vocab(e[0]);
+            float *a = malloc((size_t)B * V * 4), *b = malloc((size_t)B * V * 4);
+            int32_t tok[B], pos[B], sl[B];
+            uint8_t want[B];
+            double worst = 0.0;
+            for (int step = 0; step < 3; step++) {
+                for (int s = 0; s < B; s++)
+                    tok[s] = (3 + 7 * s + 11 * step) % V, pos[s] = step, sl[s] = s, want[s] = 1;
+                ts_batch bt = {B, tok, pos, sl, want};
+                CHECK(ts_engine_forward(e[0], &bt, a) == TS_OK &&
+                      ts_engine_forward(e[1], &bt, b) == TS_OK);
+                double r = tu_rel_l2(b, a, (long)B * V);
+                worst = r > worst ? r : worst;
+            }
+            /* tiny_d amplifies the tensor-core GEMM's 1e-4 to 2.5e-4 (mma.sync and wgmma alike,
+             * H200); activations rounded to bf16 alone give ~1e-2 */
+            CHECKF(worst <= 5e-4, "qwen35/%s: %d sequences cuda vs cpu rel L2 %.3g", models[mi], B,
+                   worst);
+            printf("  qwen35/%s: %d sequences, 3 joint steps: cuda vs cpu %.2e\n", models[mi], B,
+                   worst);
+            free(a), free(b);
+        }
+        for (int d = 0; d < 2; d++)
+            if (e[d]) ts_engine_free(e[d]);
+        ts_model_close(m);
+    }
+}
+
 static void test_fixtures(const char *family) {
     char dir[4096];
     snprintf(dir, sizeof dir, "%s/%s", tu_env("TS_FIXTURES", "tests/fixtures"), family);
@@ -2738,6 +2896,7 @@ int main(void) {
      * memory (also alone, for the sanitizers) */
     if (section("matmul") || section("staging")) test_split_fused(), test_gemv_x_staged();
     if (section("matmul") || section("skinny")) test_skinny_ring(quick);
+    if (section("matmul") || section("skinny") || section("wg")) test_skinny_wg(quick);
     if (!quick && section("fixtures")) {
         test_fixtures("qwen35");
         test_fixtures("gemma3");
@@ -2748,6 +2907,7 @@ int main(void) {
     if (section("runs")) {
         test_multi_runs("qwen35");
         test_multi_runs("gemma3");
+        test_wide_batch();
     }
     ts_backend_free(cpu);
     ts_backend_free(gpu);

@@ -183,6 +183,7 @@ extern "C" ts_status ts_backend_cuda_create(int device, ts_backend **out) {
     c->device = device;
     snprintf(c->name, sizeof c->name, "%s", prop.name);
     c->sm_count = prop.multiProcessorCount;
+    c->cc = prop.major * 10 + prop.minor;
     c->smem_optin = (int)prop.sharedMemPerBlockOptin;
     c->prefetch = !cuda_env_off("TESSERA_CUDA_PREFETCH");
     c->skinny = !cuda_env_off("TESSERA_CUDA_SKINNY");
@@ -211,6 +212,7 @@ extern "C" ts_status ts_backend_cuda_create(int device, ts_backend **out) {
     c->skinny_mt1 = !cuda_env_off("TESSERA_CUDA_SKINNY_MT1");
     c->skinny_deep = !cuda_env_off("TESSERA_CUDA_SKINNY_DEEP");
     c->skinny_ks16 = !cuda_env_off("TESSERA_CUDA_SKINNY_KS16");
+    c->skinny_wg = !cuda_env_off("TESSERA_CUDA_SKINNY_WG");
     const char *pt = getenv("TESSERA_CUDA_PREP_THREADS");
     c->prep_threads = pt ? (atoi(pt) == 128 ? 128 : ROW_THREADS) : 0;
     const char *pp = getenv("TESSERA_CUDA_PREP_PAIRS");
@@ -254,6 +256,14 @@ extern "C" void ts_backend_cuda_graph_stats(const ts_backend *be, long *replays,
     if (be && be->ops == &cuda_ops) cq_stats((cuda_ctx *)be->ctx, replays, builds, updates);
 }
 
+extern "C" long ts_backend_cuda_wg_launches(const ts_backend *be, bool *hopper) {
+    *hopper = false;
+    if (!be || be->ops != &cuda_ops) return 0;
+    const cuda_ctx *c = (const cuda_ctx *)be->ctx;
+    *hopper = c->cc == 90;
+    return c->wg_launches;
+}
+
 extern "C" bool ts_backend_cuda_args_pack_clean(void) {
     static float w[1];
     bool run = cuda_packs_clean<ts_seq_run>(
@@ -290,6 +300,7 @@ static void cu_destroy(ts_backend *be) {
 #endif
         cq_free(c);
         cuda_weights_free(c);
+        cuda_wg_free(c);
         for (int i = 0; i < (int)(sizeof c->scratch / sizeof *c->scratch); i++) cudaFree(c->scratch[i]);
         cudaFree(c->pos_dev);
         free(c->pos_host);

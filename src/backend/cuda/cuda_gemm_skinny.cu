@@ -516,7 +516,7 @@ static void skinny_nt(cuda_ctx *c, const sk_set &set, int64_t cols, const uint16
         skinny_ks<DT, 2>(c, set, cols, x, us, n);
     else if (n <= 32)
         skinny_ks<DT, 4>(c, set, cols, x, us, n);
-    else
+    else if (!cuda_wg_gemm(c, set, DT, cols, x, us, n)) /* 16-bit weights on Hopper's wgmma */
         skinny_ks<DT, 8>(c, set, cols, x, us, n);
 }
 

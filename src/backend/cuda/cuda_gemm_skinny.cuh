@@ -1,8 +1,8 @@
 /* What the tensor-core GEMMs of a few dozen tokens share (cuda_gemm_skinny.cu: mma.sync with
- * the weights in registers): the set of weights one launch multiplies, the accumulators' layout
- * - a warp's 16-row tiles by token groups of 8, four floats each, as mma.m16n8 leaves them and
- * wgmma's m64nN too - and the epilogue that stores them or sums them over a cluster's blocks in
- * a fixed order. */
+ * the weights in registers; cuda_gemm_wg.cu: wgmma with both operands in shared memory): the set
+ * of weights one launch multiplies, the accumulators' layout - a warp's 16-row tiles by token
+ * groups of 8, four floats each, as mma.m16n8 and wgmma's m64nN both leave them - and the
+ * epilogue that stores them or sums them over a cluster's blocks in a fixed order. */
 #pragma once
 
 #include "backend/cuda/cuda_int.cuh"
@@ -155,3 +155,9 @@ __device__ static inline void sk_finish(const float (&acc)[MT][NT][4], float *re
     asm volatile("barrier.cluster.arrive.relaxed.aligned;\n\tbarrier.cluster.wait.aligned;" ::
                      : "memory");
 }
+
+/* 33-64 tokens of 16-bit weights through wgmma (cuda_gemm_wg.cu); false where that form does not
+ * take the product (another type or count, no sm_90a code on the device, TESSERA_CUDA_SKINNY_WG=0):
+ * the caller runs k_skinny instead. set: its blocks of SK_ROWS rows. */
+bool cuda_wg_gemm(cuda_ctx *c, const sk_set &set, ts_dtype dt, int64_t cols, const uint16_t *x,
+                  const float *us, int n);

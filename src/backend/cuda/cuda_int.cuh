@@ -53,6 +53,7 @@ typedef struct cuda_ctx_s {
     char name[256];
     /* read once at creation: multiprocessors, and the shared memory a block may opt in to */
     int sm_count, smem_optin;
+    int cc; /* compute capability, major * 10 + minor */
     /* switches for comparisons, read once at creation (each =0 turns it off): GEMVs and the
      * tensor-core GEMM of quantized weights prefetch their rows into L2
      * (TESSERA_CUDA_PREFETCH), 9..64 tokens take the tensor-core GEMM (TESSERA_CUDA_SKINNY),
@@ -103,6 +104,12 @@ typedef struct cuda_ctx_s {
      * (TESSERA_CUDA_SKINNY_KS16=0: clusters of 8, for comparisons) */
     bool skinny_ks16;
     unsigned skinny_ks16_opted;
+    /* 33-64 tokens of 16-bit weights through wgmma fed by bulk tensor copies (cuda_gemm_wg.cu;
+     * TESSERA_CUDA_SKINNY_WG=0: the mma.sync kernels, for comparisons), and its tensor maps
+     * once it has run */
+    bool skinny_wg;
+    struct cuda_wg_maps *wg_maps;
+    long wg_launches;
     /* conv_gdn_prep's threads a block: 0 chooses by the sequences (cuda_ops_fused.cu);
      * TESSERA_CUDA_PREP_THREADS=128 or 256 fixes it, for comparisons */
     int prep_threads;
@@ -545,6 +552,7 @@ void cuda_gdn_chunked_launch(cuda_ctx *c, const float *q, const float *k, int64_
 #define SK_MAX_TOK 64
 #define SK_SET 4
 bool cuda_skinny_fits(const cuda_wview *w, int n);
+void cuda_wg_free(cuda_ctx *c); /* cuda_gemm_wg.cu's tensor maps */
 void cuda_skinny_gemm(cuda_ctx *c, const cuda_wview *w, int nw, const uint16_t *x,
                       const float *unscale, int n, float *const *y, const int64_t *ldy, bool acc);
 /* One token's y_j = W_j x (y_j += with acc) for up to 4 stacked 16-bit weights, x normed on the
