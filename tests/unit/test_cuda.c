@@ -153,17 +153,37 @@ static void test_elementwise(void) {
 
 /* The device with one fused op removed: the model layer (model/layers.c) then composes it from
  * the plain ops, as for a backend without it. */
+/* An environment switch set for the backends made until env_restore, which puts back what was
+ * there (so that a switch the whole run was started with, TESSERA_CUDA_SKINNY_WG=0 say, still
+ * holds for the backends made after). */
+typedef struct {
+    const char *name;
+    char *old;
+} env_saved;
+static env_saved env_set(const char *name, const char *value) {
+    const char *o = getenv(name);
+    env_saved sv = {name, o ? strdup(o) : NULL};
+    setenv(name, value, 1);
+    return sv;
+}
+static void env_restore(env_saved sv) {
+    if (sv.old)
+        setenv(sv.name, sv.old, 1), free(sv.old);
+    else
+        unsetenv(sv.name);
+}
+
 /* A second CUDA backend made with the environment switch name=value (and name2=value2 where
  * name2 is set), for comparisons with the default one; NULL (a failed check) if it cannot be
  * made. */
 static ts_backend *gpu_with(const char *name, const char *value, const char *name2,
                             const char *value2) {
     ts_backend *be = NULL;
-    setenv(name, value, 1);
-    if (name2) setenv(name2, value2, 1);
+    env_saved a = env_set(name, value), b = {NULL, NULL};
+    if (name2) b = env_set(name2, value2);
     CHECK(ts_backend_cuda_create(0, &be) == TS_OK);
-    unsetenv(name);
-    if (name2) unsetenv(name2);
+    env_restore(a);
+    if (name2) env_restore(b);
     return be;
 }
 
@@ -1090,17 +1110,15 @@ static void test_skinny_ring(bool quick) {
     ts_status st = TS_OK;
     /* clusters of 16 (33-64 tokens' short grids) split the columns otherwise, and the wgmma form
      * (33-64 tokens, test_skinny_wg) adds each token's hi and lo sums apart: other bits */
-    setenv("TESSERA_CUDA_SKINNY_KS16", "0", 1);
-    setenv("TESSERA_CUDA_SKINNY_WG", "0", 1);
+    env_saved ks16 = env_set("TESSERA_CUDA_SKINNY_KS16", "0"),
+              wg = env_set("TESSERA_CUDA_SKINNY_WG", "0");
     for (int b = 0; b < 3 && st == TS_OK; b++) {
-        setenv("TESSERA_CUDA_SKINNY_RING", ring_env[b], 1);
-        setenv("TESSERA_CUDA_SKINNY_DEEP", deep_env[b], 1);
+        env_saved ring = env_set("TESSERA_CUDA_SKINNY_RING", ring_env[b]),
+                  deep = env_set("TESSERA_CUDA_SKINNY_DEEP", deep_env[b]);
         st = ts_backend_cuda_create(0, &bes[b]);
+        env_restore(ring), env_restore(deep);
     }
-    unsetenv("TESSERA_CUDA_SKINNY_RING");
-    unsetenv("TESSERA_CUDA_SKINNY_DEEP");
-    unsetenv("TESSERA_CUDA_SKINNY_KS16");
-    unsetenv("TESSERA_CUDA_SKINNY_WG");
+    env_restore(ks16), env_restore(wg);
     CHECK(st == TS_OK);
     if (st != TS_OK) {
         for (int b = 0; b < 3; b++)
@@ -1181,30 +1199,42 @@ static void test_skinny_ring(bool quick) {
         ts_backend_free(bes[b]);
 }
 
-/* The wgmma GEMM for 33-64 tokens of 16-bit weights (cuda_gemm_wg.cu: weights and activations
- * by bulk tensor copies into a ring of 3 stages, wgmma m64n128k16) against the mma.sync kernels
- * (a second backend made with TESSERA_CUDA_SKINNY_WG=0) and the CPU's fp32 product. The shapes
- * take, on an H200 (132 multiprocessors, 64-row blocks), clusters of 1, 2, 4, 8 and 16 blocks
- * (40000, 5000, 3000, 1000 + 300 and 700 or 1024 rows), from 2 to 10 stages a block (the ring
- * goes round more than three times), last row blocks cut short (the copies' rows past the end come
- * as zeros), two weights in one launch, the residual add; 33, 40 and 64 tokens (the activations' lo
- * box starts at row n, so n changes where every lo part comes from). A token's sums do not depend
- * on the others: the first 33 tokens of a 64-token product must be the bits of the 33-token one. On
- * a device of compute capability 9.0 the form must have run. */
+/* The wgmma GEMM for 9-64 tokens of 16-bit weights (cuda_gemm_wg.cu: weights and activations by
+ * bulk tensor copies into a ring of 3 stages, wgmma m64n32k16 / m64n64k16 / m64n128k16 for token
+ * groups of 2, 4 and 8) against the mma.sync kernels (a backend made with
+ * TESSERA_CUDA_SKINNY_WG=0) and the CPU's fp32 product; its own backend takes it from 9 tokens
+ * (TESSERA_CUDA_WG_MIN=9). The shapes take, on an H200 (132 multiprocessors, 64-row blocks),
+ * clusters of 1, 2, 4, 8 and 16 blocks (40000, 5000, 3000, 1000 + 300 and 700 or 1024 rows; 9-16
+ * tokens up to 8), from 2 to 10 stages a block (the ring goes round more than three times), last
+ * row blocks cut short (the copies' rows past the end come as zeros), two weights in one launch,
+ * the residual add; 9 to 64 tokens (the activations' lo box starts at row n, so n changes where
+ * every lo part comes from). A token's sums do not depend on the others: the first 9, 17 and 33
+ * tokens of 16, 32 and 64 must be the bits of the 9-, 17- and 33-token products. On a device of
+ * compute capability 9.0 the form must have run. Skipped when the run was started with the form
+ * off (TESSERA_CUDA_SKINNY_WG=0: a sanitizer pass over the other kernels alone). */
 static void test_skinny_wg(bool quick) {
-    ts_backend *ref = NULL;
-    setenv("TESSERA_CUDA_SKINNY_WG", "0", 1);
+    const char *off = getenv("TESSERA_CUDA_SKINNY_WG");
+    if (off && strcmp(off, "0") == 0) {
+        printf("  wgmma GEMM: skipped (TESSERA_CUDA_SKINNY_WG=0)\n");
+        return;
+    }
+    ts_backend *ref = NULL, *wg = NULL;
+    env_saved sv = env_set("TESSERA_CUDA_SKINNY_WG", "0");
     ts_status st = ts_backend_cuda_create(0, &ref);
-    unsetenv("TESSERA_CUDA_SKINNY_WG");
+    env_restore(sv);
+    sv = env_set("TESSERA_CUDA_WG_MIN", "9");
+    if (st == TS_OK) st = ts_backend_cuda_create(0, &wg);
+    env_restore(sv);
     CHECK(st == TS_OK);
-    if (st != TS_OK) return;
-    bool hopper;
-    long before = ts_backend_cuda_wg_launches(gpu, &hopper);
+    if (st != TS_OK) {
+        if (ref) ts_backend_free(ref);
+        return;
+    }
     ts_dtype dts[] = {TS_DTYPE_BF16, TS_DTYPE_F16};
     static const int shapes[][3] = {/* rows, cols, rows of a second weight in the launch */
                                     {40000, 640, 0},   {5000, 1024, 0}, {3000, 1024, 0},
                                     {1000, 2048, 300}, {700, 4608, 0},  {1024, 2048, 0}};
-    int ns[] = {33, 40, 64};
+    int ns[] = {9, 16, 17, 24, 32, 33, 40, 64};
     for (size_t di = 0; di < sizeof dts / sizeof *dts; di++)
         for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
             int rows = shapes[si][0], cols = shapes[si][1], r1 = shapes[si][2];
@@ -1218,9 +1248,10 @@ static void test_skinny_wg(bool quick) {
                     TS_DTYPE_F32, 2, {rs[j], cols, 1, 1, 1, 1}, f[j], (uint64_t)rs[j] * cols * 4};
             }
             float *x = rnd((size_t)64 * cols, 1.0f), *first[2] = {NULL, NULL};
+            int nfirst = 0;
             for (size_t ni = 0; ni < sizeof ns / sizeof *ns; ni++) {
                 int n = ns[ni];
-                bool add = ni == 1;                 /* the residual add for one count */
+                bool add = n == 24 || n == 40;      /* the residual add for two counts */
                 float *y0[2], *want[2], *got[2][2]; /* wgmma, mma.sync */
                 for (int j = 0; j < nw; j++) { /* the CPU's y0 + W x (y0 zero without the add) */
                     y0[j] = rnd((size_t)n * rs[j], add ? 1.0f : 0.0f);
@@ -1230,7 +1261,7 @@ static void test_skinny_wg(bool quick) {
                         want[j][i] += y0[j][i];
                 }
                 for (int b = 0; b < 2; b++) {
-                    ts_backend *be = b ? ref : gpu;
+                    ts_backend *be = b ? ref : wg;
                     float *dx = be->ops->alloc(be, (size_t)n * cols * 4), *dy[2];
                     be->ops->upload(be, dx, x, (size_t)n * cols * 4);
                     for (int j = 0; j < nw; j++) {
@@ -1260,12 +1291,15 @@ static void test_skinny_wg(bool quick) {
                            rel);
                     double rel_mma = tu_rel_l2(got[0][j], got[1][j], cnt);
                     CHECKF(rel_mma <= 1e-6, "%s: rel L2 %.3g against mma.sync", what, rel_mma);
-                    if (n == 33 && !add) {
+                    if (n == 9 || n == 17 || n == 33) { /* the first count of a token group */
+                        free(first[j]);
                         first[j] = got[0][j];
                         got[0][j] = NULL;
-                    } else if (n == 64 && first[j]) {
-                        CHECKF(memcmp(first[j], got[0][j], (size_t)33 * rs[j] * 4) == 0,
-                               "%s: the first 33 tokens not the 33-token product's bits", what);
+                        nfirst = n;
+                    } else if ((n == 16 || n == 32 || n == 64) && first[j]) {
+                        CHECKF(memcmp(first[j], got[0][j], (size_t)nfirst * rs[j] * 4) == 0,
+                               "%s: the first %d tokens not the %d-token product's bits", what,
+                               nfirst, nfirst);
                     }
                 }
                 for (int j = 0; j < nw; j++)
@@ -1275,13 +1309,14 @@ static void test_skinny_wg(bool quick) {
                 kept_extra((void *)W[j].data), free(f[j]), free(first[j]);
             free(x);
         }
-    long ran = ts_backend_cuda_wg_launches(gpu, &hopper) - before;
+    bool hopper, ref_hopper;
+    long ran = ts_backend_cuda_wg_launches(wg, &hopper);
     printf("  wgmma GEMM launches: %ld (compute capability 9.0: %s)\n", ran, hopper ? "yes" : "no");
     if (hopper) CHECKF(ran > 0, "the wgmma GEMM did not run on a compute capability 9.0 device");
-    bool ref_hopper;
     CHECKF(ts_backend_cuda_wg_launches(ref, &ref_hopper) == 0,
            "TESSERA_CUDA_SKINNY_WG=0 still ran the wgmma GEMM");
     ts_backend_free(ref);
+    ts_backend_free(wg);
 }
 
 /* One token of quantized weights in cuda_gemv_one.cu's kernel (1, 2, 4 or 8 units of 32

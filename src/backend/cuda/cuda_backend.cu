@@ -213,6 +213,8 @@ extern "C" ts_status ts_backend_cuda_create(int device, ts_backend **out) {
     c->skinny_deep = !cuda_env_off("TESSERA_CUDA_SKINNY_DEEP");
     c->skinny_ks16 = !cuda_env_off("TESSERA_CUDA_SKINNY_KS16");
     c->skinny_wg = !cuda_env_off("TESSERA_CUDA_SKINNY_WG");
+    const char *wgm = getenv("TESSERA_CUDA_WG_MIN");
+    c->wg_min = wgm && atoi(wgm) >= 9 && atoi(wgm) <= 64 ? atoi(wgm) : 9;
     const char *pt = getenv("TESSERA_CUDA_PREP_THREADS");
     c->prep_threads = pt ? (atoi(pt) == 128 ? 128 : ROW_THREADS) : 0;
     const char *pp = getenv("TESSERA_CUDA_PREP_PAIRS");

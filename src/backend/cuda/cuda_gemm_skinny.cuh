@@ -156,8 +156,8 @@ __device__ static inline void sk_finish(const float (&acc)[MT][NT][4], float *re
                      : "memory");
 }
 
-/* 33-64 tokens of 16-bit weights through wgmma (cuda_gemm_wg.cu); false where that form does not
- * take the product (another type or count, no sm_90a code on the device, TESSERA_CUDA_SKINNY_WG=0):
- * the caller runs k_skinny instead. set: its blocks of SK_ROWS rows. */
+/* 16-bit weights of c->wg_min..64 tokens through wgmma (cuda_gemm_wg.cu); false where that form
+ * does not take the product (another type or count, no sm_90a code on the device,
+ * TESSERA_CUDA_SKINNY_WG=0): the caller runs k_skinny instead. set: its blocks of SK_ROWS rows. */
 bool cuda_wg_gemm(cuda_ctx *c, const sk_set &set, ts_dtype dt, int64_t cols, const uint16_t *x,
                   const float *us, int n);

@@ -33,10 +33,15 @@
 #define WG_K     64                   /* columns a stage */
 #define WG_D     3                    /* stages in the ring: two in flight while one computes */
 #define WG_WTILE (WG_ROWS * WG_K * 2) /* bytes of a stage's weights */
-#define WG_XTILE (128 * WG_K * 2)     /* and of its activations: 64 hi + 64 lo rows */
-#define WG_STAGE (WG_WTILE + WG_XTILE)
-#define WG_SMEM  (WG_D * WG_STAGE + 1024 + 64) /* the ring 1024-aligned, then its barriers */
-#define WG_MAPS  4096                          /* tensor map slots */
+#define WG_MAPS  4096                 /* tensor map slots */
+
+/* For NT token groups of 8 (B: 8 NT hi rows, then 8 NT lo rows): a stage's activation bytes, the
+ * whole stage's, and the shared memory (the ring 1024-aligned, then its barriers) */
+template <int NT> __host__ __device__ constexpr int wg_xtile() { return 16 * NT * WG_K * 2; }
+template <int NT> __host__ __device__ constexpr int wg_stage() { return WG_WTILE + wg_xtile<NT>(); }
+template <int NT> __host__ __device__ constexpr int wg_smem() {
+    return WG_D * wg_stage<NT>() + 1024 + 64;
+}
 
 typedef struct {
     int w[SK_SET]; /* the tensor map slot of each weight of the set */
@@ -97,25 +102,36 @@ template <int N> __device__ static inline void wg_wait(void) {
     asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
 }
 
-/* d (64 rows x 128 columns, fp32) += A (64 x 16) B^T (128 x 16), both from shared memory: the
- * 64 accumulators as operands %0..%63, the descriptors %64 and %65 */
+/* d (64 rows x N columns, fp32) += A (64 x 16) B^T (N x 16), both from shared memory, N = 128, 64
+ * or 32: the N / 2 accumulators as operands %0.., then the two descriptors */
 #define WG_D8(i)                                                                                   \
     "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]),    \
         "+f"(d[i + 6]), "+f"(d[i + 7])
-#define WG_ACC WG_D8(0), WG_D8(8), WG_D8(16), WG_D8(24), WG_D8(32), WG_D8(40), WG_D8(48), WG_D8(56)
-#define WG_OPS                                                                                     \
-    " {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,"     \
-    "%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,"     \
-    "%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, %64, %65, 1, 1, "   \
-    "1, 0, 0;"
-template <bool BF> __device__ static inline void wg_mma(float (&d)[64], uint64_t a, uint64_t b) {
+#define WG_ACC16 WG_D8(0), WG_D8(8)
+#define WG_ACC32 WG_ACC16, WG_D8(16), WG_D8(24)
+#define WG_ACC64 WG_ACC32, WG_D8(32), WG_D8(40), WG_D8(48), WG_D8(56)
+#define WG_R16   "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15"
+#define WG_R32   WG_R16 ",%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31"
+#define WG_R64                                                                                     \
+    WG_R32 ",%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52," \
+           "%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63"
+#define WG_MMA(shape, ty, regs, a, b)                                                              \
+    "wgmma.mma_async.sync.aligned." shape ".f32." ty "." ty " {" regs "}, " a ", " b               \
+    ", 1, 1, 1, 0, 0;"
+template <bool BF, int N>
+__device__ static inline void wg_mma(float (&d)[N / 2], uint64_t a, uint64_t b) {
     // clang-format off
-    if (BF)
-        asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16" WG_OPS
-                     : WG_ACC : "l"(a), "l"(b));
-    else
-        asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16" WG_OPS
-                     : WG_ACC : "l"(a), "l"(b));
+    if constexpr (N == 128) {
+        if (BF) asm volatile(WG_MMA("m64n128k16", "bf16", WG_R64, "%64", "%65") : WG_ACC64 : "l"(a), "l"(b));
+        else asm volatile(WG_MMA("m64n128k16", "f16", WG_R64, "%64", "%65") : WG_ACC64 : "l"(a), "l"(b));
+    } else if constexpr (N == 64) {
+        if (BF) asm volatile(WG_MMA("m64n64k16", "bf16", WG_R32, "%32", "%33") : WG_ACC32 : "l"(a), "l"(b));
+        else asm volatile(WG_MMA("m64n64k16", "f16", WG_R32, "%32", "%33") : WG_ACC32 : "l"(a), "l"(b));
+    } else {
+        static_assert(N == 32, "N = 128, 64 or 32");
+        if (BF) asm volatile(WG_MMA("m64n32k16", "bf16", WG_R16, "%16", "%17") : WG_ACC16 : "l"(a), "l"(b));
+        else asm volatile(WG_MMA("m64n32k16", "f16", WG_R16, "%16", "%17") : WG_ACC16 : "l"(a), "l"(b));
+    }
     // clang-format on
 }
 
@@ -127,17 +143,18 @@ __global__ static void k_wg_probe(int *ok) {
 }
 
 /* x: [2n][cols] 16-bit, the hi parts of n tokens then their lo parts (fp16 ones scaled by 1 /
- * unscale[t]), 33 <= n <= 64; maps: the slots of the set's weights and of x (boxes of 64
- * columns x 64 rows); set: its row blocks of WG_ROWS rows. */
-template <ts_dtype DT, int KS>
+ * unscale[t]), 8 NT - 7 <= n <= 8 NT; maps: the slots of the set's weights (boxes of 64 columns x
+ * 64 rows) and of x (64 x 8 NT); set: its row blocks of WG_ROWS rows. */
+template <ts_dtype DT, int KS, int NT>
 __global__ static void __cluster_dims__(1, KS, 1) __launch_bounds__(128, 2)
     k_wg(sk_set set, const CUtensorMap *maps, wg_slots slot, int64_t cols, const float *unscale,
          int n) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     constexpr bool BF = DT != TS_DTYPE_F16, US = !BF;
+    constexpr int N = 16 * NT, XTILE = wg_xtile<NT>(), STAGE = wg_stage<NT>();
     extern __shared__ __align__(16) unsigned char wg_dyn[];
     unsigned char *ring = (unsigned char *)(((uintptr_t)wg_dyn + 1023) & ~(uintptr_t)1023);
-    uint64_t *full = (uint64_t *)(ring + WG_D * WG_STAGE);
+    uint64_t *full = (uint64_t *)(ring + WG_D * STAGE);
     int j = sk_weight_of(set, blockIdx.x);
     int r0 = (blockIdx.x - set.first[j]) * WG_ROWS;
     int nch = (int)(cols / WG_K), c0 = nch * (int)blockIdx.y / KS;
@@ -145,15 +162,15 @@ __global__ static void __cluster_dims__(1, KS, 1) __launch_bounds__(128, 2)
     const CUtensorMap *wm = maps + slot.w[j], *xm = maps + slot.x;
     bool lead = threadIdx.x == 0;
     auto load_w = [&](int s) {
-        wg_bar_expect(&full[s % WG_D], WG_STAGE);
-        wg_tma(ring + (s % WG_D) * WG_STAGE, wm, (c0 + s) * WG_K, r0, &full[s % WG_D]);
+        wg_bar_expect(&full[s % WG_D], STAGE);
+        wg_tma(ring + (s % WG_D) * STAGE, wm, (c0 + s) * WG_K, r0, &full[s % WG_D]);
     };
-    auto load_x = [&](int s) { /* B rows 0..63 the hi parts, 64..127 the lo parts (rows past
-                                * 2n come as zeros; hi rows past n are lo rows: their columns
-                                * of the product are never stored) */
-                               unsigned char *b = ring + (s % WG_D) * WG_STAGE + WG_WTILE;
-                               wg_tma(b, xm, (c0 + s) * WG_K, 0, &full[s % WG_D]);
-                               wg_tma(b + WG_XTILE / 2, xm, (c0 + s) * WG_K, n, &full[s % WG_D]);
+    /* B rows 0..8 NT - 1 the hi parts, the next 8 NT the lo parts (rows past 2n come as zeros;
+     * hi rows past n are lo rows: their columns of the product are never stored) */
+    auto load_x = [&](int s) {
+        unsigned char *b = ring + (s % WG_D) * STAGE + WG_WTILE;
+        wg_tma(b, xm, (c0 + s) * WG_K, 0, &full[s % WG_D]);
+        wg_tma(b + XTILE / 2, xm, (c0 + s) * WG_K, n, &full[s % WG_D]);
     };
     if (lead) {
         /* both maps asked for now: x's before the wait too (the map, not the data) */
@@ -172,17 +189,17 @@ __global__ static void __cluster_dims__(1, KS, 1) __launch_bounds__(128, 2)
             load_x(s);
     __syncthreads(); /* the barriers initialised, for every thread */
 
-    float d[64];
+    float d[N / 2];
 #pragma unroll
-    for (int e = 0; e < 64; e++)
+    for (int e = 0; e < N / 2; e++)
         d[e] = 0.0f;
     for (int s = 0; s < steps; s++) {
-        unsigned char *st = ring + (s % WG_D) * WG_STAGE;
+        unsigned char *st = ring + (s % WG_D) * STAGE;
         wg_bar_wait(&full[s % WG_D], (uint32_t)(s / WG_D) & 1);
         wg_fence();
 #pragma unroll
         for (int k = 0; k < WG_K / 16; k++)
-            wg_mma<BF>(d, wg_desc(st + k * 32), wg_desc(st + WG_WTILE + k * 32));
+            wg_mma<BF, N>(d, wg_desc(st + k * 32), wg_desc(st + WG_WTILE + k * 32));
         wg_commit();
         wg_wait<1>(); /* step s - 1's mmas are done: its stage takes step s - 1 + WG_D */
         if (lead && s >= 1 && s - 1 + WG_D < steps) {
@@ -191,16 +208,16 @@ __global__ static void __cluster_dims__(1, KS, 1) __launch_bounds__(128, 2)
         }
     }
     wg_wait<0>();
-    /* token t's hi sums in columns t, its lo sums in 64 + t: n8 blocks q and q + 8, the same
+    /* token t's hi sums in column t, its lo sums in 8 NT + t: n8 blocks q and q + NT, the same
      * thread's registers */
-    float acc[1][8][4];
+    float acc[1][NT][4];
 #pragma unroll
-    for (int q = 0; q < 8; q++)
+    for (int q = 0; q < NT; q++)
 #pragma unroll
         for (int i = 0; i < 4; i++)
-            acc[0][q][i] = d[q * 4 + i] + d[(q + 8) * 4 + i];
-    static_assert(SK_WARPS * 8 * 128 * 4 <= WG_D * WG_STAGE, "room for the sums");
-    sk_finish<US, 8, KS, 1, true>(acc, (float *)ring, set, j, r0, n, unscale);
+            acc[0][q][i] = d[q * 4 + i] + d[(q + NT) * 4 + i];
+    static_assert(SK_WARPS * NT * 128 * 4 <= WG_D * STAGE, "room for the sums");
+    sk_finish<US, NT, KS, 1, true>(acc, (float *)ring, set, j, r0, n, unscale);
 #endif
 }
 
@@ -296,12 +313,13 @@ static int wg_map(cuda_ctx *c, const void *p, int64_t rows, int64_t cols, ts_dty
 }
 
 /* The kernel allowed its shared memory (and a cluster of 16), once a backend. */
-template <ts_dtype DT, int KS> static bool wg_allow(cuda_ctx *c) {
+template <ts_dtype DT, int KS, int NT> static bool wg_allow(cuda_ctx *c) {
     constexpr int ksb = KS == 16 ? 4 : KS == 8 ? 3 : KS == 4 ? 2 : KS == 2 ? 1 : 0;
-    constexpr unsigned bit = 1u << (ksb + (DT == TS_DTYPE_F16 ? 5 : 0));
+    constexpr int ntb = NT == 8 ? 2 : NT == 4 ? 1 : 0;
+    constexpr unsigned bit = 1u << (ksb + 5 * ntb + (DT == TS_DTYPE_F16 ? 15 : 0));
     if (c->wg_maps->opted & bit) return true;
-    const void *k = (const void *)k_wg<DT, KS>;
-    if (cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, WG_SMEM) !=
+    const void *k = (const void *)k_wg<DT, KS, NT>;
+    if (cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, wg_smem<NT>()) !=
             cudaSuccess ||
         (KS == 16 && cudaFuncSetAttribute(k, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) !=
                          cudaSuccess)) {
@@ -312,37 +330,49 @@ template <ts_dtype DT, int KS> static bool wg_allow(cuda_ctx *c) {
     return true;
 }
 
-template <ts_dtype DT, int KS>
+template <ts_dtype DT, int KS, int NT>
 static bool wg_go(cuda_ctx *c, const sk_set &set, const wg_slots &slot, int64_t cols,
                   const float *us, int n) {
-    if (!wg_allow<DT, KS>(c)) return false;
-    c->wg_launches++;
-    cuda_launch(c, "gemm_wg", k_wg<DT, KS>, dim3((unsigned)set.first[set.nw], KS), 128, WG_SMEM,
-                set, (const CUtensorMap *)c->wg_maps->dev, slot, cols, us, n);
-    return true;
+    if constexpr (KS > 4 * NT) { /* sk_finish: a whole element a thread at least */
+        return false;
+    } else {
+        if (!wg_allow<DT, KS, NT>(c)) return false;
+        c->wg_launches++;
+        cuda_launch(c, "gemm_wg", k_wg<DT, KS, NT>, dim3((unsigned)set.first[set.nw], KS), 128,
+                    wg_smem<NT>(), set, (const CUtensorMap *)c->wg_maps->dev, slot, cols, us, n);
+        return true;
+    }
 }
 
-/* The column split: the most blocks a cluster (up to 16) that still fit the GPU at two blocks a
- * multiprocessor, with two stages a block at least. */
-template <ts_dtype DT>
+/* The column split: the most blocks a cluster (up to 16, and 4 NT: sk_finish's slices) that
+ * still fit the GPU at two blocks a multiprocessor, with two stages a block at least. */
+template <ts_dtype DT, int NT>
 static bool wg_split(cuda_ctx *c, const sk_set &set, const wg_slots &slot, int64_t cols,
                      const float *us, int n) {
     int64_t bx = set.first[set.nw], nch = cols / WG_K;
     int ks = 1;
-    while (ks < 16 && bx * ks * 2 <= 2 * (int64_t)c->sm_count && 4 * ks <= nch)
+    while (ks < 16 && ks < 4 * NT && bx * ks * 2 <= 2 * (int64_t)c->sm_count && 4 * ks <= nch)
         ks *= 2;
     switch (ks) {
-    case 1: return wg_go<DT, 1>(c, set, slot, cols, us, n);
-    case 2: return wg_go<DT, 2>(c, set, slot, cols, us, n);
-    case 4: return wg_go<DT, 4>(c, set, slot, cols, us, n);
-    case 8: return wg_go<DT, 8>(c, set, slot, cols, us, n);
-    default: return wg_go<DT, 16>(c, set, slot, cols, us, n);
+    case 1: return wg_go<DT, 1, NT>(c, set, slot, cols, us, n);
+    case 2: return wg_go<DT, 2, NT>(c, set, slot, cols, us, n);
+    case 4: return wg_go<DT, 4, NT>(c, set, slot, cols, us, n);
+    case 8: return wg_go<DT, 8, NT>(c, set, slot, cols, us, n);
+    default: return wg_go<DT, 16, NT>(c, set, slot, cols, us, n);
     }
+}
+
+template <ts_dtype DT>
+static bool wg_tokens(cuda_ctx *c, const sk_set &set, const wg_slots &slot, int64_t cols,
+                      const float *us, int n) {
+    if (n > 32) return wg_split<DT, 8>(c, set, slot, cols, us, n);
+    if (n > 16) return wg_split<DT, 4>(c, set, slot, cols, us, n);
+    return wg_split<DT, 2>(c, set, slot, cols, us, n);
 }
 
 bool cuda_wg_gemm(cuda_ctx *c, const sk_set &skinny_set, ts_dtype dt, int64_t cols,
                   const uint16_t *x, const float *us, int n) {
-    if ((dt != TS_DTYPE_BF16 && dt != TS_DTYPE_F16) || n <= 32 || n > 64 || cols % WG_K ||
+    if ((dt != TS_DTYPE_BF16 && dt != TS_DTYPE_F16) || n < c->wg_min || n > 64 || cols % WG_K ||
         (uintptr_t)x % 16 || !wg_ready(c))
         return false;
     sk_set set = skinny_set;
@@ -352,9 +382,11 @@ bool cuda_wg_gemm(cuda_ctx *c, const sk_set &skinny_set, ts_dtype dt, int64_t co
         if ((uintptr_t)set.W[j] % 16 ||
             (slot.w[j] = wg_map(c, set.W[j], set.rows[j], cols, dt, WG_ROWS)) < 0)
             return false;
-    if ((slot.x = wg_map(c, x, 2 * (int64_t)n, cols, dt, 64)) < 0) return false;
-    if (dt == TS_DTYPE_F16) return wg_split<TS_DTYPE_F16>(c, set, slot, cols, us, n);
-    return wg_split<TS_DTYPE_BF16>(c, set, slot, cols, us, n);
+    /* x in boxes of the token groups' rows: 8 NT = 64, 32 or 16 */
+    int box = n > 32 ? 64 : n > 16 ? 32 : 16;
+    if ((slot.x = wg_map(c, x, 2 * (int64_t)n, cols, dt, box)) < 0) return false;
+    if (dt == TS_DTYPE_F16) return wg_tokens<TS_DTYPE_F16>(c, set, slot, cols, us, n);
+    return wg_tokens<TS_DTYPE_BF16>(c, set, slot, cols, us, n);
 }
 
 void cuda_wg_free(cuda_ctx *c) {

@@ -104,10 +104,11 @@ typedef struct cuda_ctx_s {
      * (TESSERA_CUDA_SKINNY_KS16=0: clusters of 8, for comparisons) */
     bool skinny_ks16;
     unsigned skinny_ks16_opted;
-    /* 33-64 tokens of 16-bit weights through wgmma fed by bulk tensor copies (cuda_gemm_wg.cu;
+    /* 9-64 tokens of 16-bit weights through wgmma fed by bulk tensor copies (cuda_gemm_wg.cu;
      * TESSERA_CUDA_SKINNY_WG=0: the mma.sync kernels, for comparisons), and its tensor maps
      * once it has run */
     bool skinny_wg;
+    int wg_min; /* from this many tokens (TESSERA_CUDA_WG_MIN, 9..64) */
     struct cuda_wg_maps *wg_maps;
     long wg_launches;
     /* conv_gdn_prep's threads a block: 0 chooses by the sequences (cuda_ops_fused.cu);
