@@ -1090,6 +1090,65 @@ static float *host_of(ts_backend *be, const float *d, size_t n) {
     return h;
 }
 
+/* A case of the tensor-core GEMM tests: nw weights (one, or two in one launch) of rs[j] x cols
+ * of type dt, and their exact values as F32 tensors for the CPU. */
+typedef struct {
+    int nw, rs[2], cols;
+    ts_tensor W[2], Wf[2];
+    float *f[2];
+} skinny_case;
+
+static void skinny_case_make(skinny_case *k, ts_dtype dt, int rows, int r1, int cols) {
+    *k = (skinny_case){.nw = r1 ? 2 : 1, .rs = {rows, r1}, .cols = cols};
+    for (int j = 0; j < k->nw; j++) {
+        k->W[j] = make_weight(dt, k->rs[j], cols, &k->f[j]);
+        k->Wf[j] = (ts_tensor){
+            TS_DTYPE_F32, 2, {k->rs[j], cols, 1, 1, 1, 1}, k->f[j], (uint64_t)k->rs[j] * cols * 4};
+    }
+}
+
+static void skinny_case_free(skinny_case *k) {
+    for (int j = 0; j < k->nw; j++) /* the weights' host data stays: the backends key by it */
+        kept_extra((void *)k->W[j].data), free(k->f[j]);
+}
+
+/* The CPU's y0 + W x for n tokens of x, y0 random with the residual add and zero without: y0[j]
+ * and want[j] for each weight, new arrays. */
+static void skinny_want(const skinny_case *k, const float *x, int n, bool add, float **y0,
+                        float **want) {
+    for (int j = 0; j < k->nw; j++) {
+        y0[j] = rnd((size_t)n * k->rs[j], add ? 1.0f : 0.0f);
+        want[j] = calloc((size_t)n * k->rs[j], 4);
+        cpu->ops->matmul(cpu, &k->Wf[j], x, k->cols, n, want[j], k->rs[j]);
+        for (size_t i = 0; i < (size_t)n * k->rs[j]; i++)
+            want[j][i] += y0[j][i];
+    }
+}
+
+/* The case on backend be: y0 uploaded, then matmul_add of the first weight (add) or matmul_n of
+ * all; got[j] the results as new host arrays. */
+static void skinny_run(ts_backend *be, const skinny_case *k, const float *x, int n,
+                       float *const *y0, bool add, float **got) {
+    float *dx = be->ops->alloc(be, (size_t)n * k->cols * 4), *dy[2];
+    be->ops->upload(be, dx, x, (size_t)n * k->cols * 4);
+    for (int j = 0; j < k->nw; j++) {
+        dy[j] = be->ops->alloc(be, (size_t)n * k->rs[j] * 4);
+        be->ops->upload(be, dy[j], y0[j], (size_t)n * k->rs[j] * 4);
+    }
+    if (add) {
+        be->ops->matmul_add(be, &k->W[0], dx, k->cols, n, dy[0], k->rs[0]);
+    } else {
+        const ts_tensor *Ws[2] = {&k->W[0], &k->W[1]};
+        int64_t lds[2] = {k->rs[0], k->rs[1]};
+        be->ops->matmul_n(be, Ws, k->nw, dx, k->cols, n, NULL, dy, lds);
+    }
+    for (int j = 0; j < k->nw; j++) {
+        got[j] = host_of(be, dy[j], (size_t)n * k->rs[j]);
+        be->ops->free(be, dy[j]);
+    }
+    be->ops->free(be, dx);
+}
+
 /* The tensor-core GEMM's ring form for 16-bit weights (cuda_gemm_skinny.cu's k_skinny_ring:
  * weights and activations by cp.async into a ring of stages) against its registers' form. Three
  * backends: the ring wherever it may (TESSERA_CUDA_SKINNY_RING=1), the default without the
@@ -1133,53 +1192,22 @@ static void test_skinny_ring(bool quick) {
     int ns[] = {9, 16, 17, 40, 64};
     for (size_t di = 0; di < sizeof dts / sizeof *dts; di++)
         for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
-            int rows = shapes[si][0], cols = shapes[si][1], r1 = shapes[si][2];
+            int rows = shapes[si][0], cols = shapes[si][1];
             if (quick && rows > 10000) continue; /* sanitizers: the large grids only add time */
-            int nw = r1 ? 2 : 1, rs[2] = {rows, r1};
-            float *f[2] = {NULL, NULL};
-            ts_tensor W[2], Wf[2];
-            for (int j = 0; j < nw; j++) {
-                W[j] = make_weight(dts[di], rs[j], cols, &f[j]);
-                Wf[j] = (ts_tensor){
-                    TS_DTYPE_F32, 2, {rs[j], cols, 1, 1, 1, 1}, f[j], (uint64_t)rs[j] * cols * 4};
-            }
+            skinny_case k;
+            skinny_case_make(&k, dts[di], rows, shapes[si][2], cols);
             for (size_t ni = 0; ni < sizeof ns / sizeof *ns; ni++) {
                 int n = ns[ni];
                 bool add = ni & 1; /* every other token count with the residual add */
                 float *x = rnd((size_t)n * cols, 1.0f), *y0[2], *want[2], *got[3][2];
-                for (int j = 0; j < nw; j++) { /* the CPU's y0 + W x (y0 zero without the add) */
-                    y0[j] = rnd((size_t)n * rs[j], add ? 1.0f : 0.0f);
-                    want[j] = calloc((size_t)n * rs[j], 4);
-                    cpu->ops->matmul(cpu, &Wf[j], x, cols, n, want[j], rs[j]);
-                    for (size_t i = 0; i < (size_t)n * rs[j]; i++)
-                        want[j][i] += y0[j][i];
-                }
-                for (int b = 0; b < 3; b++) {
-                    ts_backend *be = bes[b];
-                    float *dx = be->ops->alloc(be, (size_t)n * cols * 4), *dy[2];
-                    be->ops->upload(be, dx, x, (size_t)n * cols * 4);
-                    for (int j = 0; j < nw; j++) {
-                        dy[j] = be->ops->alloc(be, (size_t)n * rs[j] * 4);
-                        be->ops->upload(be, dy[j], y0[j], (size_t)n * rs[j] * 4);
-                    }
-                    if (add) {
-                        be->ops->matmul_add(be, &W[0], dx, cols, n, dy[0], rs[0]);
-                    } else {
-                        const ts_tensor *Ws[2] = {&W[0], &W[1]};
-                        int64_t lds[2] = {rs[0], rs[1]};
-                        be->ops->matmul_n(be, Ws, nw, dx, cols, n, NULL, dy, lds);
-                    }
-                    for (int j = 0; j < nw; j++) {
-                        got[b][j] = host_of(be, dy[j], (size_t)n * rs[j]);
-                        be->ops->free(be, dy[j]);
-                    }
-                    be->ops->free(be, dx);
-                }
-                for (int j = 0; j < (add ? 1 : nw); j++) {
+                skinny_want(&k, x, n, add, y0, want);
+                for (int b = 0; b < 3; b++)
+                    skinny_run(bes[b], &k, x, n, y0, add, got[b]);
+                for (int j = 0; j < (add ? 1 : k.nw); j++) {
                     char what[96];
                     snprintf(what, sizeof what, "skinny ring %s %dx%d (weight %d) n=%d%s",
-                             ts_dtype_name(dts[di]), rs[j], cols, j, n, add ? " add" : "");
-                    size_t cnt = (size_t)n * rs[j];
+                             ts_dtype_name(dts[di]), k.rs[j], cols, j, n, add ? " add" : "");
+                    size_t cnt = (size_t)n * k.rs[j];
                     for (int b = 0; b < 2; b++) {
                         CHECKF(memcmp(got[b][j], got[2][j], cnt * 4) == 0,
                                "%s: backend %d not the registers' form's bits", what, b);
@@ -1188,12 +1216,11 @@ static void test_skinny_ring(bool quick) {
                                rel);
                     }
                 }
-                for (int j = 0; j < nw; j++)
-                    free(y0[j]), free(want[j]), free(got[0][j]), free(got[1][j]);
+                for (int j = 0; j < k.nw; j++)
+                    free(y0[j]), free(want[j]), free(got[0][j]), free(got[1][j]), free(got[2][j]);
                 free(x);
             }
-            for (int j = 0; j < nw; j++)
-                kept_extra((void *)W[j].data), free(f[j]);
+            skinny_case_free(&k);
         }
     for (int b = 0; b < 3; b++)
         ts_backend_free(bes[b]);
@@ -1237,55 +1264,24 @@ static void test_skinny_wg(bool quick) {
     int ns[] = {9, 16, 17, 24, 32, 33, 40, 64};
     for (size_t di = 0; di < sizeof dts / sizeof *dts; di++)
         for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
-            int rows = shapes[si][0], cols = shapes[si][1], r1 = shapes[si][2];
+            int rows = shapes[si][0], cols = shapes[si][1];
             if (quick && rows > 10000) continue;
-            int nw = r1 ? 2 : 1, rs[2] = {rows, r1};
-            float *f[2] = {NULL, NULL};
-            ts_tensor W[2], Wf[2];
-            for (int j = 0; j < nw; j++) {
-                W[j] = make_weight(dts[di], rs[j], cols, &f[j]);
-                Wf[j] = (ts_tensor){
-                    TS_DTYPE_F32, 2, {rs[j], cols, 1, 1, 1, 1}, f[j], (uint64_t)rs[j] * cols * 4};
-            }
+            skinny_case k;
+            skinny_case_make(&k, dts[di], rows, shapes[si][2], cols);
             float *x = rnd((size_t)64 * cols, 1.0f), *first[2] = {NULL, NULL};
             int nfirst = 0;
             for (size_t ni = 0; ni < sizeof ns / sizeof *ns; ni++) {
                 int n = ns[ni];
                 bool add = n == 24 || n == 40;      /* the residual add for two counts */
                 float *y0[2], *want[2], *got[2][2]; /* wgmma, mma.sync */
-                for (int j = 0; j < nw; j++) { /* the CPU's y0 + W x (y0 zero without the add) */
-                    y0[j] = rnd((size_t)n * rs[j], add ? 1.0f : 0.0f);
-                    want[j] = calloc((size_t)n * rs[j], 4);
-                    cpu->ops->matmul(cpu, &Wf[j], x, cols, n, want[j], rs[j]);
-                    for (size_t i = 0; i < (size_t)n * rs[j]; i++)
-                        want[j][i] += y0[j][i];
-                }
-                for (int b = 0; b < 2; b++) {
-                    ts_backend *be = b ? ref : wg;
-                    float *dx = be->ops->alloc(be, (size_t)n * cols * 4), *dy[2];
-                    be->ops->upload(be, dx, x, (size_t)n * cols * 4);
-                    for (int j = 0; j < nw; j++) {
-                        dy[j] = be->ops->alloc(be, (size_t)n * rs[j] * 4);
-                        be->ops->upload(be, dy[j], y0[j], (size_t)n * rs[j] * 4);
-                    }
-                    if (add) {
-                        be->ops->matmul_add(be, &W[0], dx, cols, n, dy[0], rs[0]);
-                    } else {
-                        const ts_tensor *Ws[2] = {&W[0], &W[1]};
-                        int64_t lds[2] = {rs[0], rs[1]};
-                        be->ops->matmul_n(be, Ws, nw, dx, cols, n, NULL, dy, lds);
-                    }
-                    for (int j = 0; j < nw; j++) {
-                        got[b][j] = host_of(be, dy[j], (size_t)n * rs[j]);
-                        be->ops->free(be, dy[j]);
-                    }
-                    be->ops->free(be, dx);
-                }
-                for (int j = 0; j < (add ? 1 : nw); j++) {
+                skinny_want(&k, x, n, add, y0, want);
+                skinny_run(wg, &k, x, n, y0, add, got[0]);
+                skinny_run(ref, &k, x, n, y0, add, got[1]);
+                for (int j = 0; j < (add ? 1 : k.nw); j++) {
                     char what[96];
                     snprintf(what, sizeof what, "skinny wg %s %dx%d (weight %d) n=%d%s",
-                             ts_dtype_name(dts[di]), rs[j], cols, j, n, add ? " add" : "");
-                    long cnt = (long)n * rs[j];
+                             ts_dtype_name(dts[di]), k.rs[j], cols, j, n, add ? " add" : "");
+                    long cnt = (long)n * k.rs[j];
                     double rel = tu_rel_l2(got[0][j], want[j], cnt);
                     CHECKF(rel <= gemm_tol(dts[di], n), "%s: rel L2 %.3g against the CPU", what,
                            rel);
@@ -1297,16 +1293,17 @@ static void test_skinny_wg(bool quick) {
                         got[0][j] = NULL;
                         nfirst = n;
                     } else if ((n == 16 || n == 32 || n == 64) && first[j]) {
-                        CHECKF(memcmp(first[j], got[0][j], (size_t)nfirst * rs[j] * 4) == 0,
+                        CHECKF(memcmp(first[j], got[0][j], (size_t)nfirst * k.rs[j] * 4) == 0,
                                "%s: the first %d tokens not the %d-token product's bits", what,
                                nfirst, nfirst);
                     }
                 }
-                for (int j = 0; j < nw; j++)
+                for (int j = 0; j < k.nw; j++)
                     free(y0[j]), free(want[j]), free(got[0][j]), free(got[1][j]);
             }
-            for (int j = 0; j < nw; j++)
-                kept_extra((void *)W[j].data), free(f[j]), free(first[j]);
+            for (int j = 0; j < k.nw; j++)
+                free(first[j]);
+            skinny_case_free(&k);
             free(x);
         }
     bool hopper, ref_hopper;
