@@ -1,4 +1,4 @@
-/* y[t, o] = sum_i W[o, i] x[t, i] for 33-64 tokens of 16-bit weights on Hopper's warpgroup MMA
+/* y[t, o] = sum_i W[o, i] x[t, i] for 9-64 tokens of 16-bit weights on Hopper's warpgroup MMA
  * (wgmma, sm_90a): the batched decode of many sequences. cuda_gemm_skinny.cu's mma.sync kernel
  * holds its weights in registers, one step of them in flight, and with one or two blocks of 4
  * warps a multiprocessor it waits on every step's loads (ncu: 7-12% occupancy, DRAM ~10% busy,
@@ -7,15 +7,17 @@
  *
  * Here the copy engine does the loading: a block of one warpgroup owns 64 rows and walks its
  * share of the columns in stages of 64 (a 128-byte row of 16-bit values, the 128-byte swizzle's
- * span). Each stage's weight tile (64 rows) and activation tile (the 64 tokens' hi rows, then
- * their lo rows: 128 rows of B) come by bulk tensor copies (TMA) into a ring of WG_D stages,
- * completing on an mbarrier; the first stages' weights are asked for before the programmatic
- * wait. A stage is 4 wgmma.m64n128k16 (four 16-column slices), both operands read from shared
- * memory, B's 128 columns the hi parts of the tokens (0..63) and their lo parts (64..127). Each
- * token's hi and lo sums are added at the end (k_skinny adds them into one accumulator slice by
- * slice: other bits, the same within fp32 rounding). A cluster of KS blocks splits the columns
- * where the row blocks alone would leave the GPU short, and sk_finish sums the blocks' parts in a
- * fixed order, as for k_skinny. (Blocks of 128 rows - two m64 tiles sharing each activation
+ * span). Each stage's weight tile (64 rows) and activation tile (the tokens' hi rows, then their
+ * lo rows: for NT token groups of 8, 16 NT rows of B) come by bulk tensor copies (TMA) into a
+ * ring of WG_D stages, completing on an mbarrier; the first stages' weights are asked for before
+ * the programmatic wait. A stage is 4 wgmma.m64nNk16 (four 16-column slices, N = 16 NT: 128, 64
+ * or 32), both operands read from shared memory, B's first 8 NT columns the hi parts of the
+ * tokens and the next 8 NT their lo parts. Each token's hi and lo sums are added at the end
+ * (k_skinny adds them into one accumulator slice by slice: other bits, the same within fp32
+ * rounding). A cluster of KS blocks splits the columns where the row blocks alone would leave
+ * the GPU short, and sk_finish sums the blocks' parts in a fixed order, as for k_skinny. From 9
+ * tokens by default (TESSERA_CUDA_WG_MIN): 12-32 sequences of the 0.8B BF16 +5-17%, 48-64 +23%
+ * on an H200. (Blocks of 128 rows - two m64 tiles sharing each activation
  * tile - made a 64-sequence step of the 0.8B 2409 us against 2160 on an H200; 4 stages instead of
  * 3, or up to 3 or 4 blocks a multiprocessor in the column split, were slower too:
  * bench/RESULTS.md.)
@@ -48,17 +50,17 @@ typedef struct {
     int x;         /* of the activations */
 } wg_slots;
 
-__device__ static inline uint32_t wg_smem(const void *p) {
+__device__ static inline uint32_t wg_saddr(const void *p) {
     return (uint32_t)__cvta_generic_to_shared(p);
 }
 
 __device__ static inline void wg_bar_init(uint64_t *b) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(wg_smem(b)) : "memory");
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(wg_saddr(b)) : "memory");
 }
 
 /* the one arrival of the stage's phase, with the bytes its copies will bring */
 __device__ static inline void wg_bar_expect(uint64_t *b, uint32_t bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(wg_smem(b)),
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(wg_saddr(b)),
                  "r"(bytes)
                  : "memory");
 }
@@ -70,7 +72,7 @@ __device__ static inline void wg_bar_wait(uint64_t *b, uint32_t parity) {
                      "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
                      "selp.u32 %0, 1, 0, p;\n\t}"
                      : "=r"(done)
-                     : "r"(wg_smem(b)), "r"(parity)
+                     : "r"(wg_saddr(b)), "r"(parity)
                      : "memory");
     while (!done);
 }
@@ -79,8 +81,8 @@ __device__ static inline void wg_bar_wait(uint64_t *b, uint32_t parity) {
 __device__ static inline void wg_tma(void *dst, const CUtensorMap *map, int x, int y,
                                      uint64_t *bar) {
     asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes "
-                 "[%0], [%1, {%2, %3}], [%4];" ::"r"(wg_smem(dst)),
-                 "l"((uint64_t)map), "r"(x), "r"(y), "r"(wg_smem(bar))
+                 "[%0], [%1, {%2, %3}], [%4];" ::"r"(wg_saddr(dst)),
+                 "l"((uint64_t)map), "r"(x), "r"(y), "r"(wg_saddr(bar))
                  : "memory");
 }
 
@@ -88,7 +90,7 @@ __device__ static inline void wg_tma(void *dst, const CUtensorMap *map, int x, i
  * 1024 bytes apart (the stride offset; the leading offset is unused for this layout). A
  * 16-column slice starts 32 bytes into the rows. */
 __device__ static inline uint64_t wg_desc(const void *p) {
-    return (uint64_t)((wg_smem(p) & 0x3FFFF) >> 4) | (1ull << 16) | ((uint64_t)(1024 >> 4) << 32) |
+    return (uint64_t)((wg_saddr(p) & 0x3FFFF) >> 4) | (1ull << 16) | ((uint64_t)(1024 >> 4) << 32) |
            (1ull << 62);
 }
 
