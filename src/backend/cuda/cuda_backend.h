@@ -21,7 +21,7 @@ double ts_backend_cuda_read_bandwidth(int device);
  * graph nodes had their arguments updated before a replay. */
 void ts_backend_cuda_graph_stats(const ts_backend *be, long *replays, long *builds,
                                  long *updates);
-/* For tests: how many launches of the wgmma GEMM (33-64 tokens of 16-bit weights,
+/* For tests: how many launches of the wgmma GEMM (9-64 tokens of 16-bit weights,
  * cuda_gemm_wg.cu) this backend has queued, and whether its device has compute capability 9.0
  * (where that form must run). 0 / false without CUDA. */
 long ts_backend_cuda_wg_launches(const ts_backend *be, bool *hopper);

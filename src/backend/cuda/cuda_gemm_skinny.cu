@@ -512,8 +512,7 @@ static void skinny_ks(cuda_ctx *c, const sk_set &set, int64_t cols, const uint16
 template <ts_dtype DT>
 static void skinny_nt(cuda_ctx *c, const sk_set &set, int64_t cols, const uint16_t *x,
                       const float *us, int n) {
-    if ((DT == TS_DTYPE_BF16 || DT == TS_DTYPE_F16) && cuda_wg_gemm(c, set, DT, cols, x, us, n))
-        return; /* Hopper's wgmma */
+    if (cuda_wg_gemm(c, set, DT, cols, x, us, n)) return; /* 16-bit weights on Hopper's wgmma */
     if (n <= 16)
         skinny_ks<DT, 2>(c, set, cols, x, us, n);
     else if (n <= 32)

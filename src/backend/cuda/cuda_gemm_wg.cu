@@ -213,11 +213,7 @@ __global__ static void __cluster_dims__(1, KS, 1) __launch_bounds__(128, 2)
     /* token t's hi sums in column t, its lo sums in 8 NT + t: n8 blocks q and q + NT, the same
      * thread's registers */
     float acc[1][NT][4];
-#pragma unroll
-    for (int q = 0; q < NT; q++)
-#pragma unroll
-        for (int i = 0; i < 4; i++)
-            acc[0][q][i] = d[q * 4 + i] + d[(q + NT) * 4 + i];
+    sk_each<NT, 1>([&](int, int q, int i) { acc[0][q][i] = d[q * 4 + i] + d[(q + NT) * 4 + i]; });
     static_assert(SK_WARPS * NT * 128 * 4 <= WG_D * STAGE, "room for the sums");
     sk_finish<US, NT, KS, 1, true>(acc, (float *)ring, set, j, r0, n, unscale);
 #endif
@@ -237,8 +233,7 @@ typedef struct {
 struct cuda_wg_maps {
     wg_encode_fn encode;
     CUtensorMap *dev; /* WG_MAPS slots; a slot once written is never rewritten */
-    wg_key key[WG_MAPS];
-    bool used[WG_MAPS];
+    wg_key key[WG_MAPS]; /* each slot's matrix; p NULL: the slot is free */
     unsigned opted; /* kernels allowed their shared memory (and clusters of 16), a bit each */
 };
 
@@ -284,7 +279,7 @@ static int wg_map(cuda_ctx *c, const void *p, int64_t rows, int64_t cols, ts_dty
                  (uint64_t)rows * 0xC2B2AE3D27D4EB4Full ^ (uint64_t)cols * 31 ^ (uint64_t)box;
     for (int probe = 0; probe < WG_MAPS; probe++) {
         int i = (int)((h + (uint64_t)probe) % WG_MAPS);
-        if (w->used[i]) {
+        if (w->key[i].p) {
             const wg_key &u = w->key[i];
             if (u.p == k.p && u.rows == k.rows && u.cols == k.cols && u.dtype == k.dtype &&
                 u.box == k.box)
@@ -308,7 +303,6 @@ static int wg_map(cuda_ctx *c, const void *p, int64_t rows, int64_t cols, ts_dty
             return -1;
         }
         w->key[i] = k;
-        w->used[i] = true;
         return i;
     }
     return -1; /* every slot taken */
