@@ -1316,6 +1316,111 @@ static void test_skinny_wg(bool quick) {
     ts_backend_free(wg);
 }
 
+/* One token of Q4_K and Q6_K by integer dot products (cuda_gemv_one.cu's g1_x8: x to int8 a
+ * 16-element run, dp4a against the codes), on a backend made with the default form
+ * (TESSERA_CUDA_GEMV1_INT8=1: GEMVs of 2048 rows and more) against the global one, made with the
+ * float decode (=0). Where the integer form runs - enough rows, and a round covering the row -
+ * no further from the CPU's fp32 product than the CPU's own quantized kernel (int8 activations
+ * a 32-element block) is, within a quarter; elsewhere (1024-row GEMVs, rows of over 8192
+ * columns, a gated MLP's over 4096) the float decode's bits. Plain, stacked, with the input norm
+ * folded, added to y, and the gated MLP's form. */
+static void test_gemv_kquant_int8(void) {
+    ts_backend *i8 = gpu_with("TESSERA_CUDA_GEMV1_INT8", "1", NULL, NULL);
+    if (!i8) return;
+    enum { K4 = TS_DTYPE_Q4_K, K6 = TS_DTYPE_Q6_K };
+    static const int cases[][7] = {/* dtype, cols, rows, rows of a second weight, glu, norm, add */
+                                   {K4, 1024, 6000, 5000, 0, 1, 0}, {K4, 1024, 2048, 0, 0, 0, 1},
+                                   {K4, 2048, 4000, 0, 0, 1, 0},    {K4, 3584, 2048, 0, 0, 0, 1},
+                                   {K4, 1024, 3584, 0, 1, 1, 0},    {K4, 3584, 2048, 0, 1, 0, 0},
+                                   {K4, 1024, 1024, 0, 0, 1, 1},    {K4, 9216, 2500, 0, 0, 1, 0},
+                                   {K4, 9216, 2100, 0, 1, 0, 0},    {K6, 1024, 30000, 0, 0, 0, 0},
+                                   {K6, 1024, 9000, 300, 0, 1, 0},  {K6, 3584, 2048, 0, 0, 0, 1},
+                                   {K6, 1024, 3584, 0, 1, 1, 0},    {K6, 3584, 1024, 0, 0, 0, 1},
+                                   {K6, 9216, 2200, 0, 0, 0, 0},    {K4, 4608, 2600, 0, 1, 1, 0}};
+    const float eps = 1e-6f;
+    for (int ci = 0; ci < (int)(sizeof cases / sizeof *cases); ci++) {
+        ts_dtype dt = (ts_dtype)cases[ci][0];
+        int cols = cases[ci][1], r0 = cases[ci][2], r1 = cases[ci][3];
+        bool glu = cases[ci][4], normed = cases[ci][5], add = cases[ci][6];
+        int nw = glu || r1 ? 2 : 1, rs[2] = {r0, glu ? r0 : r1}, tot = glu ? r0 : r0 + r1;
+        bool fallback = cols > (glu ? 4096 : 8192) || tot < 2048;
+        float *f[2] = {NULL, NULL}, *nwt = rnd(cols, 1.0f), *x = rnd(cols, 3.0f);
+        float *y0 = rnd(tot, add ? 1.0f : 0.0f), *xn = calloc(cols, 4);
+        ts_tensor W[2];
+        for (int j = 0; j < nw; j++)
+            W[j] = make_weight(dt, rs[j], cols, &f[j]);
+        if (normed)
+            cpu->ops->rmsnorm(cpu, x, cols, 1, cols, nwt, eps, xn, cols);
+        else
+            memcpy(xn, x, (size_t)cols * 4);
+        /* want[0]: the fp32 product of the weights' values, want[1]: the CPU's quantized kernel */
+        float *want[2];
+        for (int w = 0; w < 2; w++) {
+            float *prod[2];
+            want[w] = calloc((size_t)tot, 4);
+            for (int j = 0; j < nw; j++) {
+                ts_tensor F = {
+                    TS_DTYPE_F32, 2, {rs[j], cols, 1, 1, 1, 1}, f[j], (uint64_t)rs[j] * cols * 4};
+                prod[j] = calloc(rs[j], 4);
+                cpu->ops->matmul(cpu, w ? &W[j] : &F, xn, cols, 1, prod[j], rs[j]);
+            }
+            if (glu)
+                cpu->ops->swiglu(cpu, prod[0], prod[1], r0, 1, r0, want[w], r0);
+            else
+                for (int j = 0, o = 0; j < nw; o += rs[j++])
+                    for (int r = 0; r < rs[j]; r++) want[w][o + r] = prod[j][r] + y0[o + r];
+            for (int j = 0; j < nw; j++) free(prod[j]);
+        }
+        float *got[2];
+        for (int b = 0; b < 2; b++) { /* b = 0: integer dot products, 1: the float decode */
+            ts_backend *be = b ? gpu : i8;
+            float *dx = be->ops->alloc(be, (size_t)cols * 4), *dnw = be->ops->alloc(be, (size_t)cols * 4);
+            float *dscr = be->ops->alloc(be, (size_t)cols * 4);
+            float *dy = be->ops->alloc(be, (size_t)tot * 4), *dtmp[2];
+            be->ops->upload(be, dx, x, (size_t)cols * 4);
+            be->ops->upload(be, dnw, nwt, (size_t)cols * 4);
+            be->ops->upload(be, dy, y0, (size_t)tot * 4);
+            for (int j = 0; j < 2; j++) dtmp[j] = be->ops->alloc(be, (size_t)r0 * 4);
+            ts_prenorm pre = {dnw, eps, dscr};
+            if (glu) {
+                be->ops->matmul_glu(be, &W[0], &W[1], dx, cols, 1, normed ? &pre : NULL, false,
+                                    dtmp[0], dtmp[1], r0, dy, r0);
+            } else if (add) {
+                be->ops->matmul_add(be, &W[0], dx, cols, 1, dy, r0);
+            } else {
+                const ts_tensor *Ws[2] = {&W[0], &W[1]};
+                float *ys[2] = {dy, dy + r0};
+                int64_t lds[2] = {r0, rs[1]};
+                be->ops->matmul_n(be, Ws, nw, dx, cols, 1, normed ? &pre : NULL, ys, lds);
+            }
+            got[b] = host_of(be, dy, tot);
+            float *bufs[] = {dx, dnw, dscr, dy, dtmp[0], dtmp[1]};
+            for (int i = 0; i < 6; i++) be->ops->free(be, bufs[i]);
+        }
+        char what[96];
+        snprintf(what, sizeof what, "gemv %s int8 %d+%d x %d%s%s%s", ts_dtype_name(dt), r0, r1,
+                 cols, glu ? " glu" : "", normed ? " normed" : "", add ? " add" : "");
+        double rel = tu_rel_l2(got[0], want[0], tot), rel_cpu = tu_rel_l2(want[1], want[0], tot);
+        bool same = memcmp(got[0], got[1], (size_t)tot * 4) == 0;
+        if (fallback) {
+            CHECKF(same, "%s: not the float decode's bits (too few rows, or past one round)",
+                   what);
+        } else {
+            CHECKF(rel <= 1.25 * rel_cpu + 1e-4,
+                   "%s: rel L2 %.3g against the fp32 product, the CPU's quantized kernel %.3g",
+                   what, rel, rel_cpu);
+            CHECKF(!same, "%s: the float decode's bits - the integer form did not run", what);
+        }
+        if (ci == 0 || ci == 9)
+            printf("  %s int8: rel L2 %.2g against fp32 (the CPU's int8 kernel %.2g)\n",
+                   ts_dtype_name(dt), rel, rel_cpu);
+        for (int j = 0; j < nw; j++) kept_extra((void *)W[j].data), free(f[j]);
+        free(nwt), free(x), free(y0), free(xn), free(want[0]), free(want[1]);
+        free(got[0]), free(got[1]);
+    }
+    ts_backend_free(i8);
+}
+
 /* One token of quantized weights in cuda_gemv_one.cu's kernel (1, 2, 4 or 8 units of 32
  * elements a lane by the row's length, 1..8 rows a warp, long rows and tall matrices going
  * round; rows of whole and partial groups of 8 blocks in the device's layouts): for Q4_K and
@@ -2885,7 +2990,11 @@ int main(void) {
      * queue without it (else a steady decode step's graph updates nodes now and then) */
     CHECKF(ts_backend_cuda_args_pack_clean(),
            "a padded struct's stack bytes reach kernel arguments");
+    /* the global backend with the float decode of one token's K-quants, whose sums the
+     * exactness tests compare bit for bit; test_gemv_kquant_int8 compares the integer form */
+    env_saved float_q4k = env_set("TESSERA_CUDA_GEMV1_INT8", "0");
     ts_status st = ts_backend_cuda_create(0, &gpu);
+    env_restore(float_q4k);
     if (st != TS_OK) {
         printf("skipped: %s\n", ts_last_error());
         return tu_report("test_cuda");
@@ -2921,7 +3030,7 @@ int main(void) {
     if (section("sample")) test_sample(quick);
     if (section("matmul")) {
         test_matmul(), test_matmul_glu(), test_matmul_norm_add(), test_gemv_one_rows();
-        test_gemv_one_kquant(), test_decode_exact(), test_q32_partial_group();
+        test_gemv_one_kquant(), test_gemv_kquant_int8(), test_decode_exact(), test_q32_partial_group();
         test_split_range();
     }
     /* the staged activations: the split written by its producer, x in the GEMV's shared
@@ -2929,6 +3038,7 @@ int main(void) {
     if (section("matmul") || section("staging")) test_split_fused(), test_gemv_x_staged();
     if (section("matmul") || section("skinny")) test_skinny_ring(quick);
     if (section("matmul") || section("skinny") || section("wg")) test_skinny_wg(quick);
+    if (section("int8")) test_gemv_kquant_int8();
     if (!quick && section("fixtures")) {
         test_fixtures("qwen35");
         test_fixtures("gemma3");

@@ -66,6 +66,7 @@ typedef struct {
     float eps;
     bool acc;   /* y += instead of y = */
     bool early; /* the first round loaded before the programmatic wait */
+    bool i8;    /* K-quants by integer dot products against x in int8 (g1_x8) */
 } g1_args;
 
 enum { G1_PLAIN, G1_SILU, G1_GELU };
@@ -329,6 +330,138 @@ g1_mathk(const uint8_t *const *row, const typename g1_fmt<DT>::raw (*q)[U], int6
     }
 }
 
+/* Q4_K and Q6_K through integer dot products (g1_args.i8): the lane quantizes its units' x once
+ * - each 16-element run (a unit's two runs) to int8 with a scale of its own, max|x| / 127,
+ * rounded to nearest even as the CPU's activations are - and a row's unit is then a few byte
+ * masks and 8 dp4a against the codes, each run's scales applied once: Q4_K dx (d sc (sum q xq) -
+ * dmin m (sum xq)), Q6_K d sc dx (sum q xq - 32 sum xq). The float decode spends a permute, a
+ * subtraction, a multiply and an FMA a weight, which left these GEMVs bound by their decoding
+ * (bench/RESULTS.md). Quantizing x costs each lane a pass over its units after the
+ * programmatic wait, which only pays where a warp has many rows to share it: GEMVs of
+ * G1_I8_ROWS rows and more (cuda_gemv_one). */
+#define G1_I8_ROWS 2048
+
+typedef struct {
+    uint32_t qa[4], qb[4]; /* the two runs' int8 values, four a word in element order */
+    float da, db;          /* their scales */
+    int ia, ib;            /* their sums of the int8 values: Q4_K's mins, Q6_K's offset of 32 */
+} g1_x8;
+
+/* One run of 16 values to int8: packed into q, its scale and the int8 values' sum. The sum of
+ * the int8 values, not of x, goes with the codes' offsets (Q4_K's min, Q6_K's 32): then x's
+ * rounding meets each weight as a whole, offset included, and stays as small as the weight's
+ * own products make it (with x's exact sum beside rounded codes' products it met the codes'
+ * large mean alone: 2-3 times the error, test_cuda) */
+__device__ static inline void g1_x8_run(const float *v, uint32_t *q, float *d, int *isum) {
+    float amax = 0.0f;
+#pragma unroll
+    for (int k = 0; k < 16; k++)
+        amax = fmaxf(amax, fabsf(v[k]));
+    float id = amax > 0.0f ? 127.0f / amax : 0.0f;
+    int is = 0;
+#pragma unroll
+    for (int w = 0; w < 4; w++) {
+        uint32_t p = 0;
+#pragma unroll
+        for (int b = 0; b < 4; b++) {
+            int e = __float2int_rn(v[4 * w + b] * id);
+            is += e;
+            p |= ((uint32_t)e & 0xffu) << (8 * b);
+        }
+        q[w] = p;
+    }
+    *d = amax / 127.0f, *isum = is;
+}
+
+/* The lane's U units of x (one round covers the row: the caller checks), the norm's weights
+ * applied where folded; ss: the lane's share of x's sum of squares (NORM) */
+template <ts_dtype DT, int U, bool NORM>
+__device__ static inline void g1_x8_make(const float *x, const float *nw, int lane, int64_t groups,
+                                         g1_x8 *xq, float *ss) {
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        int64_t gi = u * 32 + lane;
+        if (gi >= groups) break;
+        int64_t ea, eb;
+        g1_fmt<DT>::runs(gi, &ea, &eb);
+        float va[16], vb[16];
+#pragma unroll
+        for (int k = 0; k < 16; k += 4) {
+            float4 p = *(const float4 *)(x + ea + k), r = *(const float4 *)(x + eb + k);
+            va[k] = p.x, va[k + 1] = p.y, va[k + 2] = p.z, va[k + 3] = p.w;
+            vb[k] = r.x, vb[k + 1] = r.y, vb[k + 2] = r.z, vb[k + 3] = r.w;
+        }
+        if constexpr (NORM) {
+#pragma unroll
+            for (int k = 0; k < 16; k += 4) {
+                float4 p = *(const float4 *)(nw + ea + k), r = *(const float4 *)(nw + eb + k);
+                float ma[4] = {p.x, p.y, p.z, p.w}, mb[4] = {r.x, r.y, r.z, r.w};
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    *ss += va[k + i] * va[k + i] + vb[k + i] * vb[k + i];
+                    va[k + i] *= ma[i], vb[k + i] *= mb[i];
+                }
+            }
+        }
+        g1_x8_run(va, xq[u].qa, &xq[u].da, &xq[u].ia);
+        g1_x8_run(vb, xq[u].qb, &xq[u].db, &xq[u].ib);
+    }
+}
+
+/* One row's unit (raw bytes r) against the int8 x of that unit, added to s */
+__device__ static inline float g1_dot8(const g1_fmt<TS_DTYPE_Q4_K>::raw &r, int64_t gi,
+                                       const g1_x8 &xq, float s) {
+    int j = 2 * ((int)(gi >> 1) & 3);
+    float d = f16f((uint16_t)(r.h.x & 0xffffu)), dmin = f16f((uint16_t)(r.h.x >> 16));
+    int sc0, m0, sc1, m1;
+    q4k_scale_min(r.h, j, &sc0, &m0);
+    q4k_scale_min(r.h, j + 1, &sc1, &m1);
+    uint32_t c[4] = {r.v.x, r.v.y, r.v.z, r.v.w};
+    int pa = 0, pb = 0;
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        pa = __dp4a((int)(c[k] & 0x0F0F0F0Fu), (int)xq.qa[k], pa);
+        pb = __dp4a((int)((c[k] >> 4) & 0x0F0F0F0Fu), (int)xq.qb[k], pb);
+    }
+    s += xq.da * (d * (float)sc0 * (float)pa - dmin * (float)m0 * (float)xq.ia);
+    s += xq.db * (d * (float)sc1 * (float)pb - dmin * (float)m1 * (float)xq.ib);
+    return s;
+}
+__device__ static inline float g1_dot8(const q6k_raw &r, int64_t gi, const g1_x8 &xq, float s) {
+    int l0 = ((int)(gi >> 1) & 1) * 16, qp = (int)gi & 1;
+    int si = 8 * ((l0 >> 4) + 2 * qp); /* as q6k_unit */
+    float d = f16f((uint16_t)r.d);
+    float sa = (float)(int8_t)(r.sc.x >> si), sb = (float)(int8_t)(r.sc.y >> si);
+    uint32_t ql[4] = {r.ql.x, r.ql.y, r.ql.z, r.ql.w}, qh[4] = {r.qh.x, r.qh.y, r.qh.z, r.qh.w};
+    int pa = 0, pb = 0;
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        uint32_t l = ql[k], h = qh[k];
+        uint32_t qa = (l & 0x0F0F0F0Fu) | ((h >> (2 * qp)) & 0x03030303u) << 4;
+        uint32_t qb = ((l >> 4) & 0x0F0F0F0Fu) | ((h >> (2 * qp + 4)) & 0x03030303u) << 4;
+        pa = __dp4a((int)qa, (int)xq.qa[k], pa);
+        pb = __dp4a((int)qb, (int)xq.qb[k], pb);
+    }
+    s += d * sa * xq.da * (float)(pa - 32 * xq.ia);
+    s += d * sb * xq.db * (float)(pb - 32 * xq.ib);
+    return s;
+}
+
+/* Rows' partial sums of the round's loaded units against the int8 x */
+template <ts_dtype DT, int U, int NR>
+__device__ static inline void g1_math8(const uint8_t *const *row,
+                                       const typename g1_fmt<DT>::raw (*q)[U], int64_t groups,
+                                       int lane, const g1_x8 *xq, float *acc) {
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        int64_t gi = u * 32 + lane;
+        if (gi >= groups) break;
+#pragma unroll
+        for (int i = 0; i < NR; i++)
+            if (row[i]) acc[i] = g1_dot8(q[i][u], gi, xq[u], acc[i]);
+    }
+}
+
 /* A warp per row: NR weight rows summed together, each lane U groups of each in flight; warp w
  * takes the rounds at o = w, w + NO * W, ... (NO: outputs a round, NR plain, NR / 2 glu). */
 template <ts_dtype DT, int MODE, int U, int NR, bool NORM, bool XS = false>
@@ -381,6 +514,16 @@ __global__ static void __launch_bounds__(32 * G1_WARPS) k_gemv_one(g1_args a) {
     cuda_trace_at(4); /* block traces: x staged */
     float ss = 0.0f, inv = 1.0f;
     bool first = true;
+    /* K-quants by integer dot products where one round covers a row: x quantized once */
+    constexpr bool Q8 = DT == TS_DTYPE_Q4_K || DT == TS_DTYPE_Q6_K;
+    const bool i8 = Q8 && a.i8 && groups <= 32 * U;
+    g1_x8 xq[Q8 ? U : 1];
+    if constexpr (Q8) {
+        if (i8) {
+            g1_x8_make<DT, U, NORM>(x, a.norm_w, lane, groups, xq, &ss);
+            if (NORM) inv = 1.0f / sqrtf(cuda_warp_sum(ss) / (float)a.cols + a.eps);
+        }
+    }
     for (int64_t o = w0; o < a.rows; o += step) {
         if (!first) g1_rows<MODE, NR>(a, o, W, row, jr);
         float acc[NR];
@@ -389,13 +532,19 @@ __global__ static void __launch_bounds__(32 * G1_WARPS) k_gemv_one(g1_args a) {
             acc[i] = 0.0f;
         for (int64_t g0 = 0; g0 < groups; g0 += 32 * U) {
             if (g0 || !first || !a.early) g1_issue<DT, U, NR>(row, g0, groups, lane, q);
+            if constexpr (Q8) {
+                if (i8) {
+                    g1_math8<DT, U, NR>(row, q, groups, lane, xq, acc);
+                    continue;
+                }
+            }
             if constexpr (g1_fmt<DT>::ELEMS == 32)
                 g1_mathk<DT, U, NR, NORM>(row, q, g0, groups, x, a.norm_w, lane, acc, first, &ss);
             else
                 g1_math16<DT, U, NR, NORM>(row, q, g0, groups, x, a.norm_w, lane, acc, first, &ss);
         }
         if (first) cuda_trace_at(5); /* the first round's sums (its weights arrived) */
-        if (NORM && first) inv = 1.0f / sqrtf(cuda_warp_sum(ss) / (float)a.cols + a.eps);
+        if (NORM && first && !i8) inv = 1.0f / sqrtf(cuda_warp_sum(ss) / (float)a.cols + a.eps);
         first = false;
         float s[NR];
 #pragma unroll
@@ -563,6 +712,7 @@ bool cuda_gemv_one(cuda_ctx *c, const cuda_wview *w, int nw, const float *x, flo
     a.set.nw = nw, a.rows = rows, a.cols = w[0].cols;
     a.row_bytes = cuda_row_bytes(w[0].dtype, w[0].cols);
     a.x = x, a.norm_w = norm_w, a.eps = eps, a.acc = acc, a.early = c->gemv_one_early;
+    a.i8 = c->gemv_one_int8 == 2 || (c->gemv_one_int8 == 1 && rows >= G1_I8_ROWS);
     g1_dispatch<G1_PLAIN>(c, cuda_gemv_name(rows, norm_w != nullptr, w[0].dtype), w[0].dtype, a);
     return true;
 }
@@ -576,6 +726,7 @@ bool cuda_gemv_one_glu(cuda_ctx *c, const cuda_wview *g, const cuda_wview *u, co
     a.Wg = (const uint8_t *)g->data, a.Wu = (const uint8_t *)u->data, a.out = out;
     a.rows = g->rows, a.row_bytes = cuda_row_bytes(g->dtype, g->cols), a.cols = g->cols;
     a.x = x, a.norm_w = norm_w, a.eps = eps, a.early = c->gemv_one_early;
+    a.i8 = c->gemv_one_int8 == 2 || (c->gemv_one_int8 == 1 && g->rows >= G1_I8_ROWS);
     if (gelu)
         g1_dispatch<G1_GELU>(c, "gemv_glu", g->dtype, a);
     else
