@@ -1316,18 +1316,20 @@ static void test_skinny_wg(bool quick) {
     ts_backend_free(wg);
 }
 
-/* One token of Q4_K and Q6_K by integer dot products (cuda_gemv_one.cu's g1_x8: x to int8 a
- * 16-element run, dp4a against the codes), on a backend made with the default form
- * (TESSERA_CUDA_GEMV1_INT8=1: GEMVs of 2048 rows and more) against the global one, made with the
- * float decode (=0). Where the integer form runs - enough rows, and a round covering the row -
- * no further from the CPU's fp32 product than the CPU's own quantized kernel (int8 activations
- * a 32-element block) is, within a quarter; elsewhere (1024-row GEMVs, rows of over 8192
- * columns, a gated MLP's over 4096) the float decode's bits. Plain, stacked, with the input norm
+/* One token of quantized weights (Q4_K, Q6_K, Q8_0, Q4_0, Q5_0) by integer dot products
+ * (cuda_gemv_one.cu's g1_x8: x to int8 a 16-element run, dp4a against the codes), on a backend
+ * made with the default form (TESSERA_CUDA_GEMV1_INT8=1: GEMVs of 2048 rows and more) against
+ * the global one, made with the float decode (=0). Where the integer form runs - enough rows,
+ * and a round covering the row - no further from the CPU's fp32 product than the CPU's own
+ * quantized kernel (int8 activations a 32-element block) is, within a quarter; elsewhere
+ * (1024-row GEMVs, rows past one round: 8192 columns, 4096 for Q8_0 or a gated MLP, 2048 for
+ * Q8_0's) the float decode's bits. Plain, stacked, with the input norm
  * folded, added to y, and the gated MLP's form. */
-static void test_gemv_kquant_int8(void) {
+static void test_gemv_int8(void) {
     ts_backend *i8 = gpu_with("TESSERA_CUDA_GEMV1_INT8", "1", NULL, NULL);
     if (!i8) return;
-    enum { K4 = TS_DTYPE_Q4_K, K6 = TS_DTYPE_Q6_K };
+    enum { K4 = TS_DTYPE_Q4_K, K6 = TS_DTYPE_Q6_K, Q8 = TS_DTYPE_Q8_0, Q4 = TS_DTYPE_Q4_0 };
+    enum { Q5 = TS_DTYPE_Q5_0 };
     static const int cases[][7] = {/* dtype, cols, rows, rows of a second weight, glu, norm, add */
                                    {K4, 1024, 6000, 5000, 0, 1, 0}, {K4, 1024, 2048, 0, 0, 0, 1},
                                    {K4, 2048, 4000, 0, 0, 1, 0},    {K4, 3584, 2048, 0, 0, 0, 1},
@@ -1336,14 +1338,21 @@ static void test_gemv_kquant_int8(void) {
                                    {K4, 9216, 2100, 0, 1, 0, 0},    {K6, 1024, 30000, 0, 0, 0, 0},
                                    {K6, 1024, 9000, 300, 0, 1, 0},  {K6, 3584, 2048, 0, 0, 0, 1},
                                    {K6, 1024, 3584, 0, 1, 1, 0},    {K6, 3584, 1024, 0, 0, 0, 1},
-                                   {K6, 9216, 2200, 0, 0, 0, 0},    {K4, 4608, 2600, 0, 1, 1, 0}};
+                                   {K6, 9216, 2200, 0, 0, 0, 0},    {K4, 4608, 2600, 0, 1, 1, 0},
+                                   {Q8, 640, 40000, 0, 0, 0, 0},    {Q8, 2048, 1024, 0, 0, 0, 1},
+                                   {Q8, 1024, 2048, 0, 1, 1, 0},    {Q8, 3072, 2048, 0, 1, 0, 0},
+                                   {Q4, 1024, 3000, 0, 1, 1, 0},    {Q4, 4096, 2500, 0, 0, 0, 1},
+                                   {Q5, 640, 2048, 0, 1, 1, 0},     {Q5, 2144, 2100, 0, 0, 0, 1}};
     const float eps = 1e-6f;
     for (int ci = 0; ci < (int)(sizeof cases / sizeof *cases); ci++) {
         ts_dtype dt = (ts_dtype)cases[ci][0];
         int cols = cases[ci][1], r0 = cases[ci][2], r1 = cases[ci][3];
         bool glu = cases[ci][4], normed = cases[ci][5], add = cases[ci][6];
         int nw = glu || r1 ? 2 : 1, rs[2] = {r0, glu ? r0 : r1}, tot = glu ? r0 : r0 + r1;
-        bool fallback = cols > (glu ? 4096 : 8192) || tot < 2048;
+        /* the units a lane keeps of a row (cuda_gemv_one.cu's g1_shape): a round covers 1024
+         * columns each */
+        int umax = (dt == TS_DTYPE_Q8_0 ? 4 : 8) / (glu ? 2 : 1);
+        bool fallback = cols > 1024 * umax || tot < 2048;
         float *f[2] = {NULL, NULL}, *nwt = rnd(cols, 1.0f), *x = rnd(cols, 3.0f);
         float *y0 = rnd(tot, add ? 1.0f : 0.0f), *xn = calloc(cols, 4);
         ts_tensor W[2];
@@ -1411,7 +1420,7 @@ static void test_gemv_kquant_int8(void) {
                    what, rel, rel_cpu);
             CHECKF(!same, "%s: the float decode's bits - the integer form did not run", what);
         }
-        if (ci == 0 || ci == 9)
+        if (ci == 0 || ci == 9 || ci == 16)
             printf("  %s int8: rel L2 %.2g against fp32 (the CPU's int8 kernel %.2g)\n",
                    ts_dtype_name(dt), rel, rel_cpu);
         for (int j = 0; j < nw; j++) kept_extra((void *)W[j].data), free(f[j]);
@@ -2991,7 +3000,7 @@ int main(void) {
     CHECKF(ts_backend_cuda_args_pack_clean(),
            "a padded struct's stack bytes reach kernel arguments");
     /* the global backend with the float decode of one token's K-quants, whose sums the
-     * exactness tests compare bit for bit; test_gemv_kquant_int8 compares the integer form */
+     * exactness tests compare bit for bit; test_gemv_int8 compares the integer form */
     env_saved float_q4k = env_set("TESSERA_CUDA_GEMV1_INT8", "0");
     ts_status st = ts_backend_cuda_create(0, &gpu);
     env_restore(float_q4k);
@@ -3030,7 +3039,7 @@ int main(void) {
     if (section("sample")) test_sample(quick);
     if (section("matmul")) {
         test_matmul(), test_matmul_glu(), test_matmul_norm_add(), test_gemv_one_rows();
-        test_gemv_one_kquant(), test_gemv_kquant_int8(), test_decode_exact(), test_q32_partial_group();
+        test_gemv_one_kquant(), test_gemv_int8(), test_decode_exact(), test_q32_partial_group();
         test_split_range();
     }
     /* the staged activations: the split written by its producer, x in the GEMV's shared
@@ -3038,7 +3047,7 @@ int main(void) {
     if (section("matmul") || section("staging")) test_split_fused(), test_gemv_x_staged();
     if (section("matmul") || section("skinny")) test_skinny_ring(quick);
     if (section("matmul") || section("skinny") || section("wg")) test_skinny_wg(quick);
-    if (section("int8")) test_gemv_kquant_int8();
+    if (section("int8")) test_gemv_int8();
     if (!quick && section("fixtures")) {
         test_fixtures("qwen35");
         test_fixtures("gemma3");

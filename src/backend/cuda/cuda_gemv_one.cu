@@ -330,11 +330,12 @@ g1_mathk(const uint8_t *const *row, const typename g1_fmt<DT>::raw (*q)[U], int6
     }
 }
 
-/* Q4_K and Q6_K through integer dot products (g1_args.i8): the lane quantizes its units' x once
+/* Quantized weights through integer dot products (g1_args.i8): the lane quantizes its units' x once
  * - each 16-element run (a unit's two runs) to int8 with a scale of its own, max|x| / 127,
  * rounded to nearest even as the CPU's activations are - and a row's unit is then a few byte
  * masks and 8 dp4a against the codes, each run's scales applied once: Q4_K dx (d sc (sum q xq) -
- * dmin m (sum xq)), Q6_K d sc dx (sum q xq - 32 sum xq). The float decode spends a permute, a
+ * dmin m (sum xq)), Q6_K d sc dx (sum q xq - 32 sum xq), Q8_0 d dx (sum q xq), Q4_0 / Q5_0
+ * d dx (sum q xq - 8 / 16 sum xq). The float decode spends a permute, a
  * subtraction, a multiply and an FMA a weight, which left these GEMVs bound by their decoding
  * (bench/RESULTS.md). Quantizing x costs each lane a pass over its units after the
  * programmatic wait, which only pays where a warp has many rows to share it: GEMVs of
@@ -447,6 +448,44 @@ __device__ static inline float g1_dot8(const q6k_raw &r, int64_t gi, const g1_x8
     return s;
 }
 
+/* Q8_0, Q4_0 and Q5_0 (a unit is a block: run a its first 16 elements, run b the rest) */
+template <ts_dtype DT>
+__device__ static inline float g1_dot8_q32(const typename g1_q32<DT>::raw &r, const g1_x8 &xq,
+                                           float s) {
+    float d = f16f((uint16_t)r.d);
+    int pa = 0, pb = 0;
+    if constexpr (DT == TS_DTYPE_Q8_0) { /* int8 codes as they are */
+        uint32_t a[4] = {r.c[0].x, r.c[0].y, r.c[0].z, r.c[0].w};
+        uint32_t b[4] = {r.c[1].x, r.c[1].y, r.c[1].z, r.c[1].w};
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            pa = __dp4a((int)a[k], (int)xq.qa[k], pa);
+            pb = __dp4a((int)b[k], (int)xq.qb[k], pb);
+        }
+        return s + d * (xq.da * (float)pa + xq.db * (float)pb);
+    } else { /* nibbles (and Q5_0's fifth bits, as g1_q32::decode builds them), offset 8 or 16 */
+        uint32_t q[4] = {r.c[0].x, r.c[0].y, r.c[0].z, r.c[0].w};
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            uint32_t lo = q[k] & 0x0F0F0F0Fu, hi = (q[k] >> 4) & 0x0F0F0F0Fu;
+            if constexpr (DT == TS_DTYPE_Q5_0) {
+                lo |= (((r.qh >> (4 * k)) & 15u) * 0x00204081u & 0x01010101u) << 4;
+                hi |= (((r.qh >> (16 + 4 * k)) & 15u) * 0x00204081u & 0x01010101u) << 4;
+            }
+            pa = __dp4a((int)lo, (int)xq.qa[k], pa);
+            pb = __dp4a((int)hi, (int)xq.qb[k], pb);
+        }
+        constexpr int off = DT == TS_DTYPE_Q5_0 ? 16 : 8;
+        return s + d * (xq.da * (float)(pa - off * xq.ia) + xq.db * (float)(pb - off * xq.ib));
+    }
+}
+
+/* The weight types the integer form takes */
+template <ts_dtype DT> __host__ __device__ constexpr bool g1_has8() {
+    return DT == TS_DTYPE_Q4_K || DT == TS_DTYPE_Q6_K || DT == TS_DTYPE_Q8_0 ||
+           DT == TS_DTYPE_Q4_0 || DT == TS_DTYPE_Q5_0;
+}
+
 /* Rows' partial sums of the round's loaded units against the int8 x */
 template <ts_dtype DT, int U, int NR>
 __device__ static inline void g1_math8(const uint8_t *const *row,
@@ -457,8 +496,13 @@ __device__ static inline void g1_math8(const uint8_t *const *row,
         int64_t gi = u * 32 + lane;
         if (gi >= groups) break;
 #pragma unroll
-        for (int i = 0; i < NR; i++)
-            if (row[i]) acc[i] = g1_dot8(q[i][u], gi, xq[u], acc[i]);
+        for (int i = 0; i < NR; i++) {
+            if (!row[i]) continue;
+            if constexpr (DT == TS_DTYPE_Q4_K || DT == TS_DTYPE_Q6_K)
+                acc[i] = g1_dot8(q[i][u], gi, xq[u], acc[i]);
+            else
+                acc[i] = g1_dot8_q32<DT>(q[i][u], xq[u], acc[i]);
+        }
     }
 }
 
@@ -514,8 +558,8 @@ __global__ static void __launch_bounds__(32 * G1_WARPS) k_gemv_one(g1_args a) {
     cuda_trace_at(4); /* block traces: x staged */
     float ss = 0.0f, inv = 1.0f;
     bool first = true;
-    /* K-quants by integer dot products where one round covers a row: x quantized once */
-    constexpr bool Q8 = DT == TS_DTYPE_Q4_K || DT == TS_DTYPE_Q6_K;
+    /* quantized weights by integer dot products where one round covers a row: x quantized once */
+    constexpr bool Q8 = g1_has8<DT>();
     const bool i8 = Q8 && a.i8 && groups <= 32 * U;
     g1_x8 xq[Q8 ? U : 1];
     if constexpr (Q8) {
