@@ -1377,19 +1377,23 @@ static void test_gemv_int8(void) {
                 cpu->ops->swiglu(cpu, prod[0], prod[1], r0, 1, r0, want[w], r0);
             else
                 for (int j = 0, o = 0; j < nw; o += rs[j++])
-                    for (int r = 0; r < rs[j]; r++) want[w][o + r] = prod[j][r] + y0[o + r];
-            for (int j = 0; j < nw; j++) free(prod[j]);
+                    for (int r = 0; r < rs[j]; r++)
+                        want[w][o + r] = prod[j][r] + y0[o + r];
+            for (int j = 0; j < nw; j++)
+                free(prod[j]);
         }
         float *got[2];
         for (int b = 0; b < 2; b++) { /* b = 0: integer dot products, 1: the float decode */
             ts_backend *be = b ? gpu : i8;
-            float *dx = be->ops->alloc(be, (size_t)cols * 4), *dnw = be->ops->alloc(be, (size_t)cols * 4);
+            float *dx = be->ops->alloc(be, (size_t)cols * 4),
+                  *dnw = be->ops->alloc(be, (size_t)cols * 4);
             float *dscr = be->ops->alloc(be, (size_t)cols * 4);
             float *dy = be->ops->alloc(be, (size_t)tot * 4), *dtmp[2];
             be->ops->upload(be, dx, x, (size_t)cols * 4);
             be->ops->upload(be, dnw, nwt, (size_t)cols * 4);
             be->ops->upload(be, dy, y0, (size_t)tot * 4);
-            for (int j = 0; j < 2; j++) dtmp[j] = be->ops->alloc(be, (size_t)r0 * 4);
+            for (int j = 0; j < 2; j++)
+                dtmp[j] = be->ops->alloc(be, (size_t)r0 * 4);
             ts_prenorm pre = {dnw, eps, dscr};
             if (glu) {
                 be->ops->matmul_glu(be, &W[0], &W[1], dx, cols, 1, normed ? &pre : NULL, false,
@@ -1404,7 +1408,8 @@ static void test_gemv_int8(void) {
             }
             got[b] = host_of(be, dy, tot);
             float *bufs[] = {dx, dnw, dscr, dy, dtmp[0], dtmp[1]};
-            for (int i = 0; i < 6; i++) be->ops->free(be, bufs[i]);
+            for (int i = 0; i < 6; i++)
+                be->ops->free(be, bufs[i]);
         }
         char what[96];
         snprintf(what, sizeof what, "gemv %s int8 %d+%d x %d%s%s%s", ts_dtype_name(dt), r0, r1,
@@ -1412,8 +1417,7 @@ static void test_gemv_int8(void) {
         double rel = tu_rel_l2(got[0], want[0], tot), rel_cpu = tu_rel_l2(want[1], want[0], tot);
         bool same = memcmp(got[0], got[1], (size_t)tot * 4) == 0;
         if (fallback) {
-            CHECKF(same, "%s: not the float decode's bits (too few rows, or past one round)",
-                   what);
+            CHECKF(same, "%s: not the float decode's bits (too few rows, or past one round)", what);
         } else {
             CHECKF(rel <= 1.25 * rel_cpu + 1e-4,
                    "%s: rel L2 %.3g against the fp32 product, the CPU's quantized kernel %.3g",
@@ -1423,7 +1427,8 @@ static void test_gemv_int8(void) {
         if (ci == 0 || ci == 9 || ci == 16)
             printf("  %s int8: rel L2 %.2g against fp32 (the CPU's int8 kernel %.2g)\n",
                    ts_dtype_name(dt), rel, rel_cpu);
-        for (int j = 0; j < nw; j++) kept_extra((void *)W[j].data), free(f[j]);
+        for (int j = 0; j < nw; j++)
+            kept_extra((void *)W[j].data), free(f[j]);
         free(nwt), free(x), free(y0), free(xn), free(want[0]), free(want[1]);
         free(got[0]), free(got[1]);
     }
