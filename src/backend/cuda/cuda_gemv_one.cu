@@ -281,6 +281,34 @@ __device__ static inline void g1_math16(const uint8_t *const *row, const uint4 (
     }
 }
 
+/* The two runs of x that unit gi of every row covers (16 values each, at ea and eb) into va and
+ * vb, the input norm's weights applied where folded (as row_dot applies them); the squares of x
+ * added to ss on the way where want_ss (NORM) */
+template <ts_dtype DT, bool NORM>
+__device__ static inline void g1_xruns(const float *x, const float *nw, int64_t gi, bool want_ss,
+                                       float *ss, float *va, float *vb) {
+    int64_t ea, eb;
+    g1_fmt<DT>::runs(gi, &ea, &eb);
+#pragma unroll
+    for (int k = 0; k < 16; k += 4) {
+        float4 p = *(const float4 *)(x + ea + k), r = *(const float4 *)(x + eb + k);
+        va[k] = p.x, va[k + 1] = p.y, va[k + 2] = p.z, va[k + 3] = p.w;
+        vb[k] = r.x, vb[k + 1] = r.y, vb[k + 2] = r.z, vb[k + 3] = r.w;
+    }
+    if constexpr (NORM) {
+#pragma unroll
+        for (int k = 0; k < 16; k += 4) {
+            float4 p = *(const float4 *)(nw + ea + k), r = *(const float4 *)(nw + eb + k);
+            float ma[4] = {p.x, p.y, p.z, p.w}, mb[4] = {r.x, r.y, r.z, r.w};
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                if (want_ss) *ss += va[k + i] * va[k + i] + vb[k + i] * vb[k + i];
+                va[k + i] *= ma[i], vb[k + i] *= mb[i];
+            }
+        }
+    }
+}
+
 /* The same for 32-element units: for the K-quants k_gemv's one-token sums (row_dot's unit32
  * loop), for Q8_0 / Q4_0 / Q5_0 a block's elements in order; the input norm applied to x as
  * row_dot applies it. */
@@ -292,27 +320,8 @@ g1_mathk(const uint8_t *const *row, const typename g1_fmt<DT>::raw (*q)[U], int6
     for (int u = 0; u < U; u++) {
         int64_t gi = g0 + u * 32 + lane;
         if (gi >= ge) break;
-        int64_t ea, eb; /* every row's unit gi covers the same elements of x */
-        g1_fmt<DT>::runs(gi, &ea, &eb);
-        float va[16], vb[16];
-#pragma unroll
-        for (int k = 0; k < 16; k += 4) {
-            float4 p = *(const float4 *)(x + ea + k), r = *(const float4 *)(x + eb + k);
-            va[k] = p.x, va[k + 1] = p.y, va[k + 2] = p.z, va[k + 3] = p.w;
-            vb[k] = r.x, vb[k + 1] = r.y, vb[k + 2] = r.z, vb[k + 3] = r.w;
-        }
-        if constexpr (NORM) {
-#pragma unroll
-            for (int k = 0; k < 16; k += 4) {
-                float4 p = *(const float4 *)(nw + ea + k), r = *(const float4 *)(nw + eb + k);
-                float ma[4] = {p.x, p.y, p.z, p.w}, mb[4] = {r.x, r.y, r.z, r.w};
-#pragma unroll
-                for (int i = 0; i < 4; i++) {
-                    if (want_ss) *ss += va[k + i] * va[k + i] + vb[k + i] * vb[k + i];
-                    va[k + i] *= ma[i], vb[k + i] *= mb[i];
-                }
-            }
-        }
+        float va[16], vb[16]; /* every row's unit gi covers the same elements of x */
+        g1_xruns<DT, NORM>(x, nw, gi, want_ss, ss, va, vb);
 #pragma unroll
         for (int i = 0; i < NR; i++) {
             if (!row[i]) continue;
@@ -383,27 +392,8 @@ __device__ static inline void g1_x8_make(const float *x, const float *nw, int la
     for (int u = 0; u < U; u++) {
         int64_t gi = u * 32 + lane;
         if (gi >= groups) break;
-        int64_t ea, eb;
-        g1_fmt<DT>::runs(gi, &ea, &eb);
         float va[16], vb[16];
-#pragma unroll
-        for (int k = 0; k < 16; k += 4) {
-            float4 p = *(const float4 *)(x + ea + k), r = *(const float4 *)(x + eb + k);
-            va[k] = p.x, va[k + 1] = p.y, va[k + 2] = p.z, va[k + 3] = p.w;
-            vb[k] = r.x, vb[k + 1] = r.y, vb[k + 2] = r.z, vb[k + 3] = r.w;
-        }
-        if constexpr (NORM) {
-#pragma unroll
-            for (int k = 0; k < 16; k += 4) {
-                float4 p = *(const float4 *)(nw + ea + k), r = *(const float4 *)(nw + eb + k);
-                float ma[4] = {p.x, p.y, p.z, p.w}, mb[4] = {r.x, r.y, r.z, r.w};
-#pragma unroll
-                for (int i = 0; i < 4; i++) {
-                    *ss += va[k + i] * va[k + i] + vb[k + i] * vb[k + i];
-                    va[k + i] *= ma[i], vb[k + i] *= mb[i];
-                }
-            }
-        }
+        g1_xruns<DT, NORM>(x, nw, gi, true, ss, va, vb);
         g1_x8_run(va, xq[u].qa, &xq[u].da, &xq[u].ia);
         g1_x8_run(vb, xq[u].qb, &xq[u].db, &xq[u].ib);
     }
