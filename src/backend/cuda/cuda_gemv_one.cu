@@ -66,7 +66,7 @@ typedef struct {
     float eps;
     bool acc;   /* y += instead of y = */
     bool early; /* the first round loaded before the programmatic wait */
-    bool i8;    /* K-quants by integer dot products against x in int8 (g1_x8) */
+    bool i8;    /* quantized weights by integer dot products against x in int8 (g1_x8) */
 } g1_args;
 
 enum { G1_PLAIN, G1_SILU, G1_GELU };
@@ -354,11 +354,11 @@ g1_mathk(const uint8_t *const *row, const typename g1_fmt<DT>::raw (*q)[U], int6
 typedef struct {
     uint32_t qa[4], qb[4]; /* the two runs' int8 values, four a word in element order */
     float da, db;          /* their scales */
-    int ia, ib;            /* their sums of the int8 values: Q4_K's mins, Q6_K's offset of 32 */
+    int ia, ib;            /* their int8 values' sums, for the codes' offsets and Q4_K's mins */
 } g1_x8;
 
 /* One run of 16 values to int8: packed into q, its scale and the int8 values' sum. The sum of
- * the int8 values, not of x, goes with the codes' offsets (Q4_K's min, Q6_K's 32): then x's
+ * the int8 values, not of x, goes with the codes' offsets (Q4_K's min, Q6_K's 32, ...): then x's
  * rounding meets each weight as a whole, offset included, and stays as small as the weight's
  * own products make it (with x's exact sum beside rounded codes' products it met the codes'
  * large mean alone: 2-3 times the error, test_cuda) */

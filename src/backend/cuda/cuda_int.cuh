@@ -78,7 +78,7 @@ typedef struct cuda_ctx_s {
     /* that kernel takes one token of quantized weights too (TESSERA_CUDA_GEMV1_KQUANT=0: the
      * general GEMV, for comparisons) */
     bool gemv_one_kquant;
-    /* and takes Q4_K and Q6_K by integer dot products against x quantized to int8 a
+    /* and takes the quantized types by integer dot products against x quantized to int8 a
      * 16-element run: 1 (default) for GEMVs of many rows (G1_I8_ROWS), 2 for all, 0 never - the
      * float decode, whose sums are the general GEMV's bits (TESSERA_CUDA_GEMV1_INT8) */
     int gemv_one_int8;
