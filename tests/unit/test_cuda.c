@@ -3018,7 +3018,8 @@ int main(void) {
     /* TS_CUDA_QUICK=1 (for the sanitizers, which run kernels 10-100x slower): no fixture
      * prompts, a lighter delta-rule section; the graph and multi-sequence tests still run.
      * TS_CUDA_ONLY=gdn,attention,... (skinny: the ring GEMM's test alone, also in matmul;
-     * staging: the split and x-staging tests, also in matmul)
+     * staging: the split and x-staging tests, also in matmul; int8: the one-token GEMV's
+     * integer form, also in matmul)
      * runs only those sections (a sanitizer pass over some kernels fits a time limit). */
     bool quick = strcmp(tu_env("TS_CUDA_QUICK", "0"), "1") == 0;
     if (section("rows")) test_rows_ops();
