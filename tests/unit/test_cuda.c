@@ -1316,6 +1316,42 @@ static void test_skinny_wg(bool quick) {
     ts_backend_free(wg);
 }
 
+/* One token of the single-token GEMV's cases through backend be: the gated MLP of W[0] and W[1]
+ * (glu), W[0] x added to y (add), or the nw stacked weights' products (matmul_n) - the input
+ * norm's weights nwt folded in where normed. The outputs as one new host array: the gated MLP's
+ * rs[0] values, or the stack's rows one weight after the other (rs[1] 0 for one weight); y0:
+ * their values before (NULL: left as the allocation has them, for an op that overwrites). */
+static float *gemv1_run(ts_backend *be, const ts_tensor *W, int nw, const int *rs, int cols,
+                        const float *x, const float *nwt, float eps, bool normed, bool glu,
+                        bool add, const float *y0) {
+    int r0 = rs[0], tot = glu ? r0 : r0 + rs[1];
+    float *dx = be->ops->alloc(be, (size_t)cols * 4), *dnw = be->ops->alloc(be, (size_t)cols * 4);
+    float *dscr = be->ops->alloc(be, (size_t)cols * 4);
+    float *dy = be->ops->alloc(be, (size_t)tot * 4), *dtmp[2];
+    be->ops->upload(be, dx, x, (size_t)cols * 4);
+    be->ops->upload(be, dnw, nwt, (size_t)cols * 4);
+    if (y0) be->ops->upload(be, dy, y0, (size_t)tot * 4);
+    for (int j = 0; j < 2; j++)
+        dtmp[j] = be->ops->alloc(be, (size_t)r0 * 4);
+    ts_prenorm pre = {dnw, eps, dscr};
+    if (glu) {
+        be->ops->matmul_glu(be, &W[0], &W[1], dx, cols, 1, normed ? &pre : NULL, false, dtmp[0],
+                            dtmp[1], r0, dy, r0);
+    } else if (add) {
+        be->ops->matmul_add(be, &W[0], dx, cols, 1, dy, r0);
+    } else {
+        const ts_tensor *Ws[2] = {&W[0], &W[1]};
+        float *ys[2] = {dy, dy + r0};
+        int64_t lds[2] = {r0, rs[1]};
+        be->ops->matmul_n(be, Ws, nw, dx, cols, 1, normed ? &pre : NULL, ys, lds);
+    }
+    float *got = host_of(be, dy, tot);
+    float *bufs[] = {dx, dnw, dscr, dy, dtmp[0], dtmp[1]};
+    for (int i = 0; i < 6; i++)
+        be->ops->free(be, bufs[i]);
+    return got;
+}
+
 /* One token of quantized weights (Q4_K, Q6_K, Q8_0, Q4_0, Q5_0) by integer dot products
  * (cuda_gemv_one.cu's g1_x8: x to int8 a 16-element run, dp4a against the codes), on a backend
  * made with the default form (TESSERA_CUDA_GEMV1_INT8=1: GEMVs of 2048 rows and more) against
@@ -1383,34 +1419,8 @@ static void test_gemv_int8(void) {
                 free(prod[j]);
         }
         float *got[2];
-        for (int b = 0; b < 2; b++) { /* b = 0: integer dot products, 1: the float decode */
-            ts_backend *be = b ? gpu : i8;
-            float *dx = be->ops->alloc(be, (size_t)cols * 4),
-                  *dnw = be->ops->alloc(be, (size_t)cols * 4);
-            float *dscr = be->ops->alloc(be, (size_t)cols * 4);
-            float *dy = be->ops->alloc(be, (size_t)tot * 4), *dtmp[2];
-            be->ops->upload(be, dx, x, (size_t)cols * 4);
-            be->ops->upload(be, dnw, nwt, (size_t)cols * 4);
-            be->ops->upload(be, dy, y0, (size_t)tot * 4);
-            for (int j = 0; j < 2; j++)
-                dtmp[j] = be->ops->alloc(be, (size_t)r0 * 4);
-            ts_prenorm pre = {dnw, eps, dscr};
-            if (glu) {
-                be->ops->matmul_glu(be, &W[0], &W[1], dx, cols, 1, normed ? &pre : NULL, false,
-                                    dtmp[0], dtmp[1], r0, dy, r0);
-            } else if (add) {
-                be->ops->matmul_add(be, &W[0], dx, cols, 1, dy, r0);
-            } else {
-                const ts_tensor *Ws[2] = {&W[0], &W[1]};
-                float *ys[2] = {dy, dy + r0};
-                int64_t lds[2] = {r0, rs[1]};
-                be->ops->matmul_n(be, Ws, nw, dx, cols, 1, normed ? &pre : NULL, ys, lds);
-            }
-            got[b] = host_of(be, dy, tot);
-            float *bufs[] = {dx, dnw, dscr, dy, dtmp[0], dtmp[1]};
-            for (int i = 0; i < 6; i++)
-                be->ops->free(be, bufs[i]);
-        }
+        for (int b = 0; b < 2; b++) /* b = 0: integer dot products, 1: the float decode */
+            got[b] = gemv1_run(b ? gpu : i8, W, nw, rs, cols, x, nwt, eps, normed, glu, add, y0);
         char what[96];
         snprintf(what, sizeof what, "gemv %s int8 %d+%d x %d%s%s%s", ts_dtype_name(dt), r0, r1,
                  cols, glu ? " glu" : "", normed ? " normed" : "", add ? " add" : "");
@@ -1508,37 +1518,9 @@ static void test_gemv_one_kquant(void) {
             cpu->ops->swiglu(cpu, want[0], want[1], r0, 1, r0, exact, r0);
         }
         float *got[2];
-        for (int b = 0; b < 2; b++) { /* b = 0: the kernel under test, 1: the general GEMV */
-            ts_backend *be = b ? ref : gpu;
-            float *dx = be->ops->alloc(be, (size_t)cols * 4), *dy[2], *dtmp[2];
-            float *dnw = be->ops->alloc(be, (size_t)cols * 4);
-            float *dscr = be->ops->alloc(be, (size_t)cols * 4);
-            be->ops->upload(be, dx, x, (size_t)cols * 4);
-            be->ops->upload(be, dnw, nwt, (size_t)cols * 4);
-            ts_prenorm pre = {dnw, eps, dscr};
-            for (int j = 0; j < 2; j++) {
-                dy[j] = be->ops->alloc(be, (size_t)r0 * 4 + (size_t)rs[1] * 4);
-                dtmp[j] = be->ops->alloc(be, (size_t)r0 * 4);
-            }
-            if (glu) {
-                be->ops->matmul_glu(be, &W[0], &W[1], dx, cols, 1, normed ? &pre : NULL, false,
-                                    dtmp[0], dtmp[1], r0, dy[0], r0);
-            } else {
-                const ts_tensor *Ws[2] = {&W[0], &W[1]};
-                int64_t lds[2] = {r0, rs[1]};
-                be->ops->matmul_n(be, Ws, nw, dx, cols, 1, normed ? &pre : NULL, dy, lds);
-            }
-            got[b] = host_of(be, dy[0], r0);
-            if (nw == 2) { /* the second weight's rows after the first's, for the comparisons */
-                float *g1 = host_of(be, dy[1], r1);
-                got[b] = realloc(got[b], (size_t)(r0 + r1) * 4);
-                memcpy(got[b] + r0, g1, (size_t)r1 * 4);
-                free(g1);
-            }
-            be->ops->free(be, dx), be->ops->free(be, dnw), be->ops->free(be, dscr);
-            for (int j = 0; j < 2; j++)
-                be->ops->free(be, dy[j]), be->ops->free(be, dtmp[j]);
-        }
+        for (int b = 0; b < 2; b++) /* b = 0: the kernel under test, 1: the general GEMV */
+            got[b] =
+                gemv1_run(b ? ref : gpu, W, nw, rs, cols, x, nwt, eps, normed, glu, false, NULL);
         char what[96];
         snprintf(what, sizeof what, "gemv one token %s %s%d+%d x %d%s", ts_dtype_name(dt),
                  glu ? "glu " : "", r0, r1, cols, normed ? " normed" : "");
