@@ -733,6 +733,12 @@ static void g1_dispatch(cuda_ctx *c, const char *name, ts_dtype dt, const g1_arg
     }
 }
 
+/* Whether a GEMV of rows rows (outputs) takes the integer form (g1_x8), by the backend's
+ * switch: G1_I8_ROWS and more by default, every one with 2, none with 0 */
+static bool g1_int8_takes(const cuda_ctx *c, int64_t rows) {
+    return c->gemv_one_int8 == 2 || (c->gemv_one_int8 == 1 && rows >= G1_I8_ROWS);
+}
+
 bool cuda_gemv_one(cuda_ctx *c, const cuda_wview *w, int nw, const float *x, float *const *y,
                    const float *norm_w, float eps, bool acc) {
     if (!g1_fits(c, w, nw, x, norm_w)) return false;
@@ -746,7 +752,7 @@ bool cuda_gemv_one(cuda_ctx *c, const cuda_wview *w, int nw, const float *x, flo
     a.set.nw = nw, a.rows = rows, a.cols = w[0].cols;
     a.row_bytes = cuda_row_bytes(w[0].dtype, w[0].cols);
     a.x = x, a.norm_w = norm_w, a.eps = eps, a.acc = acc, a.early = c->gemv_one_early;
-    a.i8 = c->gemv_one_int8 == 2 || (c->gemv_one_int8 == 1 && rows >= G1_I8_ROWS);
+    a.i8 = g1_int8_takes(c, rows);
     g1_dispatch<G1_PLAIN>(c, cuda_gemv_name(rows, norm_w != nullptr, w[0].dtype), w[0].dtype, a);
     return true;
 }
@@ -760,7 +766,7 @@ bool cuda_gemv_one_glu(cuda_ctx *c, const cuda_wview *g, const cuda_wview *u, co
     a.Wg = (const uint8_t *)g->data, a.Wu = (const uint8_t *)u->data, a.out = out;
     a.rows = g->rows, a.row_bytes = cuda_row_bytes(g->dtype, g->cols), a.cols = g->cols;
     a.x = x, a.norm_w = norm_w, a.eps = eps, a.early = c->gemv_one_early;
-    a.i8 = c->gemv_one_int8 == 2 || (c->gemv_one_int8 == 1 && g->rows >= G1_I8_ROWS);
+    a.i8 = g1_int8_takes(c, g->rows);
     if (gelu)
         g1_dispatch<G1_GELU>(c, "gemv_glu", g->dtype, a);
     else
