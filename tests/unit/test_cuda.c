@@ -2744,6 +2744,141 @@ static void test_gemv_x_staged(void) {
     ts_backend_free(b2);
 }
 
+/* The few-token GEMV cases' op (kind: 0 matmul, 1 matmul_add, 2 matmul_n of W0 and W1 with the
+ * input norm nw folded, 3 the gated MLP normed (SiLU), 4 the gated MLP (GELU)) on backend be, n
+ * tokens of x (host, rows ldx apart) in, outputs in device rows ldx + 4 apart (y0: their
+ * values before, for the add); returns them packed, token after token, as a new host array of
+ * n * (r0 + r1) values (r1: W1's rows, 0 unless stacked). */
+static float *few_run(ts_backend *be, int kind, const ts_tensor *W0, const ts_tensor *W1, int n,
+                      const float *x, int64_t ldx, const float *y0, const float *nw) {
+    int r0 = (int)ts_tensor_rows(W0), r1 = kind == 2 ? (int)ts_tensor_rows(W1) : 0;
+    int cols = (int)ts_tensor_cols(W0), out = r0 + r1;
+    int64_t ldy = out + 4;
+    size_t xs = (size_t)n * ldx * 4, ys = (size_t)n * ldy * 4;
+    float *dx = be->ops->alloc(be, xs), *dy = be->ops->alloc(be, ys);
+    float *dn = be->ops->alloc(be, (size_t)cols * 4), *ds = be->ops->alloc(be, xs);
+    float *dt = be->ops->alloc(be, 2 * ys);
+    be->ops->upload(be, dx, x, xs);
+    be->ops->upload(be, dn, nw, (size_t)cols * 4);
+    float *yh = calloc((size_t)n * ldy, 4);
+    for (int t = 0; t < n && y0; t++)
+        memcpy(yh + t * ldy, y0 + (size_t)t * out, (size_t)out * 4);
+    be->ops->upload(be, dy, yh, ys);
+    ts_prenorm pre = {dn, 1e-6f, ds};
+    if (kind == 0) {
+        be->ops->matmul(be, W0, dx, ldx, n, dy, ldy);
+    } else if (kind == 1) {
+        be->ops->matmul_add(be, W0, dx, ldx, n, dy, ldy);
+    } else if (kind == 2) {
+        const ts_tensor *Ws[2] = {W0, W1};
+        float *ys2[2] = {dy, dy + r0};
+        int64_t lds[2] = {ldy, ldy};
+        be->ops->matmul_n(be, Ws, 2, dx, ldx, n, &pre, ys2, lds);
+    } else {
+        be->ops->matmul_glu(be, W0, W1, dx, ldx, n, kind == 3 ? &pre : NULL, kind == 4, dt,
+                            dt + (size_t)n * ldy, ldy, dy, ldy);
+    }
+    be->ops->download(be, yh, dy, ys);
+    float *got = malloc((size_t)n * out * 4);
+    for (int t = 0; t < n; t++)
+        memcpy(got + (size_t)t * out, yh + t * ldy, (size_t)out * 4);
+    float *bufs[] = {dx, dy, dn, ds, dt};
+    for (int i = 0; i < 5; i++)
+        be->ops->free(be, bufs[i]);
+    free(yh);
+    return got;
+}
+
+/* few_run's outputs from the CPU's ops over the weights' exact values F0, F1 (the CPU backend
+ * has no fused matmul_add, matmul_n or matmul_glu: they are composed here) */
+static float *few_ref(int kind, const ts_tensor *F0, const ts_tensor *F1, int n, const float *x,
+                      int64_t ldx, const float *y0, const float *nw) {
+    int r0 = (int)ts_tensor_rows(F0), r1 = kind == 2 ? (int)ts_tensor_rows(F1) : 0;
+    int cols = (int)ts_tensor_cols(F0), out = r0 + r1;
+    float *xn = malloc((size_t)n * cols * 4), *got = malloc((size_t)n * out * 4);
+    float *tg = malloc((size_t)n * r0 * 4), *tu = malloc((size_t)n * r0 * 4);
+    if (kind == 2 || kind == 3)
+        cpu->ops->rmsnorm(cpu, x, ldx, n, cols, nw, 1e-6f, xn, cols);
+    else
+        for (int t = 0; t < n; t++)
+            memcpy(xn + (size_t)t * cols, x + t * ldx, (size_t)cols * 4);
+    cpu->ops->matmul(cpu, F0, xn, cols, n, got, out);
+    if (kind == 1)
+        for (size_t i = 0; i < (size_t)n * out; i++)
+            got[i] += y0[i];
+    if (kind == 2) cpu->ops->matmul(cpu, F1, xn, cols, n, got + r0, out);
+    if (kind >= 3) {
+        cpu->ops->matmul(cpu, F0, xn, cols, n, tg, r0);
+        cpu->ops->matmul(cpu, F1, xn, cols, n, tu, r0);
+        if (kind == 3)
+            cpu->ops->swiglu(cpu, tg, tu, r0, n, r0, got, out);
+        else
+            cpu->ops->gelu_mul(cpu, tg, tu, r0, n, r0, got, out);
+    }
+    free(xn), free(tg), free(tu);
+    return got;
+}
+
+/* 2-3 tokens of 16-bit weights through the single-token GEMV's kernel (cuda_gemv_one.cu, T
+ * tokens at once): each token's outputs the bits of that token alone, and the bits of the
+ * general GEMV of cuda_matmul.cu (a backend with TESSERA_CUDA_GEMV1_TOKENS=1), within the fp32
+ * bound of the CPU's product; x's and y's rows further apart than their widths. Plain, added
+ * to y, stacked with the input norm folded, the gated MLP's two forms; shapes with x staged in
+ * shared memory (1024 rows of 2048 and 3584 columns), rows going round (20000 rows), more
+ * rows than one round's warps and a long row (4104 columns). The kernel must have run. */
+static void test_gemv_few(void) {
+    ts_backend *gen = gpu_with("TESSERA_CUDA_GEMV1_TOKENS", "1", NULL, NULL);
+    if (!gen) return;
+    static const int cases[][4] = {
+        /* kind, rows (W0), rows (W1), cols */
+        {0, 1024, 0, 3584},   {1, 1024, 0, 2048},  {2, 6144, 2056, 1024}, {3, 3584, 3584, 1024},
+        {4, 2048, 2048, 640}, {0, 20000, 0, 1024}, {1, 3000, 0, 4104},    {2, 40, 24, 256}};
+    long launches = ts_backend_cuda_gemv_few_launches(gpu);
+    for (int ci = 0; ci < (int)(sizeof cases / sizeof *cases); ci++) {
+        int kind = cases[ci][0], r0 = cases[ci][1], r1 = cases[ci][2], cols = cases[ci][3];
+        ts_dtype dt = ci & 1 ? TS_DTYPE_F16 : TS_DTYPE_BF16;
+        float *f0, *f1 = NULL;
+        ts_tensor W0 = make_weight(dt, r0, cols, &f0), W1 = {0};
+        if (r1) W1 = make_weight(dt, r1, cols, &f1);
+        ts_tensor F0 = {TS_DTYPE_F32, 2, {r0, cols, 1, 1, 1, 1}, f0, (uint64_t)r0 * cols * 4};
+        ts_tensor F1 = {TS_DTYPE_F32, 2, {r1, cols, 1, 1, 1, 1}, f1, (uint64_t)r1 * cols * 4};
+        int out = kind == 2 ? r0 + r1 : r0;
+        int64_t ldx = cols + 8;
+        float *x = rnd((size_t)3 * ldx, 2.0f), *y0 = rnd((size_t)3 * out, 1.0f);
+        float *nw = rnd(cols, 1.0f);
+        for (int n = 2; n <= 3; n++) {
+            const float *yb = kind == 1 ? y0 : NULL;
+            float *got = few_run(gpu, kind, &W0, &W1, n, x, ldx, yb, nw);
+            float *ref = few_run(gen, kind, &W0, &W1, n, x, ldx, yb, nw);
+            float *cpu_y = few_ref(kind, &F0, &F1, n, x, ldx, yb, nw);
+            char what[96];
+            snprintf(what, sizeof what, "gemv of %d tokens, kind %d, %s %d+%d x %d", n, kind,
+                     ts_dtype_name(dt), r0, r1, cols);
+            CHECKF(memcmp(got, ref, (size_t)n * out * 4) == 0, "%s: not the general GEMV's bits",
+                   what);
+            double rel = tu_rel_l2(got, cpu_y, (long)n * out);
+            CHECKF(rel <= FP32_TOL, "%s: rel L2 %.3g against the CPU", what, rel);
+            for (int t = 0; t < n; t++) {
+                float *one = few_run(gpu, kind, &W0, &W1, 1, x + t * ldx, ldx,
+                                     yb ? yb + (size_t)t * out : NULL, nw);
+                CHECKF(memcmp(got + (size_t)t * out, one, (size_t)out * 4) == 0,
+                       "%s: token %d's bits differ from the token alone", what, t);
+                free(one);
+            }
+            free(got), free(ref), free(cpu_y);
+        }
+        kept_extra((void *)W0.data);
+        if (r1) kept_extra((void *)W1.data);
+        free(f0), free(f1), free(x), free(y0), free(nw);
+    }
+    long ran = ts_backend_cuda_gemv_few_launches(gpu) - launches;
+    printf("  few-token GEMV launches: %ld\n", ran);
+    CHECKF(ran >= 16, "the few-token GEMV ran %ld times for 16 products", ran);
+    CHECKF(ts_backend_cuda_gemv_few_launches(gen) == 0,
+           "TESSERA_CUDA_GEMV1_TOKENS=1 still ran the few-token GEMV");
+    ts_backend_free(gen);
+}
+
 /* Decoding ahead, the backend's side: argmax_held's ids, and get_rows_fed's rows from them -
  * the bits of get_rows (the CPU's dequantizer) for every weight type, scaled and not; a flush
  * while ops are held runs none of them. */
@@ -3001,7 +3136,7 @@ int main(void) {
      * prompts, a lighter delta-rule section; the graph and multi-sequence tests still run.
      * TS_CUDA_ONLY=gdn,attention,... (skinny: the ring GEMM's test alone, also in matmul;
      * staging: the split and x-staging tests, also in matmul; int8: the one-token GEMV's
-     * integer form, also in matmul)
+     * integer form, also in matmul; few: its kernel for 2-3 tokens, also in matmul)
      * runs only those sections (a sanitizer pass over some kernels fits a time limit). */
     bool quick = strcmp(tu_env("TS_CUDA_QUICK", "0"), "1") == 0;
     if (section("rows")) test_rows_ops();
@@ -3027,7 +3162,8 @@ int main(void) {
     if (section("sample")) test_sample(quick);
     if (section("matmul")) {
         test_matmul(), test_matmul_glu(), test_matmul_norm_add(), test_gemv_one_rows();
-        test_gemv_one_kquant(), test_gemv_int8(), test_decode_exact(), test_q32_partial_group();
+        test_gemv_one_kquant(), test_gemv_int8(), test_gemv_few(), test_decode_exact();
+        test_q32_partial_group();
         test_split_range();
     }
     /* the staged activations: the split written by its producer, x in the GEMV's shared
@@ -3036,6 +3172,7 @@ int main(void) {
     if (section("matmul") || section("skinny")) test_skinny_ring(quick);
     if (section("matmul") || section("skinny") || section("wg")) test_skinny_wg(quick);
     if (section("int8")) test_gemv_int8();
+    if (section("few")) test_gemv_few();
     if (!quick && section("fixtures")) {
         test_fixtures("qwen35");
         test_fixtures("gemma3");

@@ -45,10 +45,17 @@
  * round of the capped grid covers the matrix. */
 #define G1_LOADS 16
 
+/* Tokens the kernel takes at once, 16-bit weights (G1_TOKENS): each weight loaded once for all
+ * of them, every token's sums in its own registers. Quantized weights take one token: with
+ * more, their float decode in a grid of one wave measured slower than the general GEMV's many
+ * warps (bench/RESULTS.md). */
+#define G1_TOKENS 3
+
 typedef struct {
     const uint8_t *W[G1_SET];
     float *y[G1_SET];
     int64_t end[G1_SET]; /* global row o is weight j's for the first j with o < end[j] */
+    int64_t ldy[G1_SET]; /* token t's outputs of weight j at y[j] + t * ldy[j] */
     int nw;
 } g1_set;
 
@@ -62,12 +69,14 @@ typedef struct {
     size_t row_bytes;
     int64_t cols;
     const float *x;
+    int64_t ldx, ldo;    /* token t's x at x + t * ldx; its glu out at out + t * ldo */
     const float *norm_w; /* the input RMSNorm's weights, or NULL */
     float eps;
     bool acc;   /* y += instead of y = */
     bool early; /* the first round loaded before the programmatic wait */
     bool i8;    /* quantized weights by integer dot products against x in int8 (g1_x8) */
 } g1_args;
+static_assert(sizeof(g1_args) <= CQ_ARG_BYTES, "g1_args fits a queued launch's arguments");
 
 enum { G1_PLAIN, G1_SILU, G1_GELU };
 
@@ -228,9 +237,9 @@ __device__ static inline void g1_rows(const g1_args &a, int64_t o, int64_t W, co
     }
 }
 
-/* Where plain row o (of weight j: g1_rows) goes in its weight's output */
-__device__ static inline float *g1_y(const g1_args &a, int64_t o, int j) {
-    return &a.set.y[j][o - (j ? a.set.end[j - 1] : 0)];
+/* Where plain row o (of weight j: g1_rows) of token t goes in its weight's output */
+__device__ static inline float *g1_y(const g1_args &a, int64_t o, int j, int t = 0) {
+    return &a.set.y[j][t * a.set.ldy[j] + o - (j ? a.set.end[j - 1] : 0)];
 }
 
 /* The lane's loads of round g0 of NR rows (U units each: unit lane, lane + 32, ...) into q,
@@ -247,36 +256,46 @@ __device__ static inline void g1_issue(const uint8_t *const *row, int64_t g0, in
     }
 }
 
-/* Round g0's products of the loaded 16-bit groups q with x into the lane's partial sums acc[i],
- * in the general GEMV's order; ss: the lane's share of x's sum of squares where want_ss (a
- * warp's first round, NORM). */
-template <ts_dtype DT, int U, int NR, bool NORM>
+/* Round g0's products of the loaded 16-bit groups q with the T tokens of x (token t at x + t *
+ * ldx) into the lane's partial sums acc[i][t], in the general GEMV's order; ss[t]: the lane's
+ * share of token t's sum of squares where want_ss (a warp's first round, NORM). */
+template <ts_dtype DT, int U, int NR, bool NORM, int T>
 __device__ static inline void g1_math16(const uint8_t *const *row, const uint4 (*q)[U], int64_t g0,
-                                        int64_t ge, const float *x, const float *nw, int lane,
-                                        float *acc, bool want_ss, float *ss) {
+                                        int64_t ge, const float *x, int64_t ldx, const float *nw,
+                                        int lane, float (*acc)[T], bool want_ss, float *ss) {
 #pragma unroll
     for (int u = 0; u < U; u++) {
         int64_t gi = g0 + u * 32 + lane;
         if (gi >= ge) break;
-        float4 xa = *(const float4 *)(x + gi * 8), xb = *(const float4 *)(x + gi * 8 + 4);
-        if constexpr (NORM) {
-            if (want_ss) {
-                *ss += xa.x * xa.x + xa.y * xa.y + xa.z * xa.z + xa.w * xa.w;
-                *ss += xb.x * xb.x + xb.y * xb.y + xb.z * xb.z + xb.w * xb.w;
+        float4 xa[T], xb[T];
+#pragma unroll
+        for (int t = 0; t < T; t++) {
+            xa[t] = *(const float4 *)(x + t * ldx + gi * 8);
+            xb[t] = *(const float4 *)(x + t * ldx + gi * 8 + 4);
+            if constexpr (NORM) {
+                float4 &a = xa[t], &b = xb[t];
+                if (want_ss) {
+                    ss[t] += a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w;
+                    ss[t] += b.x * b.x + b.y * b.y + b.z * b.z + b.w * b.w;
+                }
+                float4 ma = *(const float4 *)(nw + gi * 8), mb = *(const float4 *)(nw + gi * 8 + 4);
+                a.x *= ma.x, a.y *= ma.y, a.z *= ma.z, a.w *= ma.w;
+                b.x *= mb.x, b.y *= mb.y, b.z *= mb.z, b.w *= mb.w;
             }
-            float4 ma = *(const float4 *)(nw + gi * 8), mb = *(const float4 *)(nw + gi * 8 + 4);
-            xa.x *= ma.x, xa.y *= ma.y, xa.z *= ma.z, xa.w *= ma.w;
-            xb.x *= mb.x, xb.y *= mb.y, xb.z *= mb.z, xb.w *= mb.w;
         }
 #pragma unroll
         for (int i = 0; i < NR; i++) {
             if (!row[i]) continue;
             float w[8];
             half8<DT>(q[i][u], w);
-            float s = acc[i];
-            s += w[0] * xa.x + w[1] * xa.y + w[2] * xa.z + w[3] * xa.w;
-            s += w[4] * xb.x + w[5] * xb.y + w[6] * xb.z + w[7] * xb.w;
-            acc[i] = s;
+#pragma unroll
+            for (int t = 0; t < T; t++) {
+                const float4 &a = xa[t], &b = xb[t];
+                float s = acc[i][t];
+                s += w[0] * a.x + w[1] * a.y + w[2] * a.z + w[3] * a.w;
+                s += w[4] * b.x + w[5] * b.y + w[6] * b.z + w[7] * b.w;
+                acc[i][t] = s;
+            }
         }
     }
 }
@@ -311,11 +330,11 @@ __device__ static inline void g1_xruns(const float *x, const float *nw, int64_t 
 
 /* The same for 32-element units: for the K-quants k_gemv's one-token sums (row_dot's unit32
  * loop), for Q8_0 / Q4_0 / Q5_0 a block's elements in order; the input norm applied to x as
- * row_dot applies it. */
+ * row_dot applies it. One token (G1_TOKENS). */
 template <ts_dtype DT, int U, int NR, bool NORM>
 __device__ static inline void
 g1_mathk(const uint8_t *const *row, const typename g1_fmt<DT>::raw (*q)[U], int64_t g0, int64_t ge,
-         const float *x, const float *nw, int lane, float *acc, bool want_ss, float *ss) {
+         const float *x, const float *nw, int lane, float (*acc)[1], bool want_ss, float *ss) {
 #pragma unroll
     for (int u = 0; u < U; u++) {
         int64_t gi = g0 + u * 32 + lane;
@@ -327,14 +346,14 @@ g1_mathk(const uint8_t *const *row, const typename g1_fmt<DT>::raw (*q)[U], int6
             if (!row[i]) continue;
             float wa[16], wb[16];
             g1_fmt<DT>::decode(q[i][u], gi, wa, wb);
-            float s = acc[i];
+            float s = acc[i][0];
 #pragma unroll
             for (int k = 0; k < 16; k++)
                 s += wa[k] * va[k];
 #pragma unroll
             for (int k = 0; k < 16; k++)
                 s += wb[k] * vb[k];
-            acc[i] = s;
+            acc[i][0] = s;
         }
     }
 }
@@ -480,7 +499,7 @@ template <ts_dtype DT> __host__ __device__ constexpr bool g1_has8() {
 template <ts_dtype DT, int U, int NR>
 __device__ static inline void g1_math8(const uint8_t *const *row,
                                        const typename g1_fmt<DT>::raw (*q)[U], int64_t groups,
-                                       int lane, const g1_x8 *xq, float *acc) {
+                                       int lane, const g1_x8 *xq, float (*acc)[1]) {
 #pragma unroll
     for (int u = 0; u < U; u++) {
         int64_t gi = u * 32 + lane;
@@ -489,19 +508,22 @@ __device__ static inline void g1_math8(const uint8_t *const *row,
         for (int i = 0; i < NR; i++) {
             if (!row[i]) continue;
             if constexpr (DT == TS_DTYPE_Q4_K || DT == TS_DTYPE_Q6_K)
-                acc[i] = g1_dot8(q[i][u], gi, xq[u], acc[i]);
+                acc[i][0] = g1_dot8(q[i][u], gi, xq[u], acc[i][0]);
             else
-                acc[i] = g1_dot8_q32<DT>(q[i][u], xq[u], acc[i]);
+                acc[i][0] = g1_dot8_q32<DT>(q[i][u], xq[u], acc[i][0]);
         }
     }
 }
 
 /* A warp per row: NR weight rows summed together, each lane U groups of each in flight; warp w
- * takes the rounds at o = w, w + NO * W, ... (NO: outputs a round, NR plain, NR / 2 glu). */
-template <ts_dtype DT, int MODE, int U, int NR, bool NORM, bool XS = false>
+ * takes the rounds at o = w, w + NO * W, ... (NO: outputs a round, NR plain, NR / 2 glu). T
+ * tokens (16-bit weights): the loaded weights summed against each token's x in turn, each as
+ * T = 1 sums it, so a token's sums are the same bits alone or beside others. */
+template <ts_dtype DT, int MODE, int U, int NR, bool NORM, bool XS = false, int T = 1>
 __global__ static void __launch_bounds__(32 * G1_WARPS) k_gemv_one(g1_args a) {
     static_assert(U * NR * g1_fmt<DT>::LOADS <= G1_LOADS,
                   "a lane's loads in flight take at most 64 registers");
+    static_assert(T == 1 || g1_fmt<DT>::ELEMS == 8, "quantized weights: one token (G1_TOKENS)");
     constexpr int NO = MODE == G1_PLAIN ? NR : NR / 2;
     const int lane = threadIdx.x & 31;
     const int64_t W = (int64_t)gridDim.x * G1_WARPS; /* the row stride between a warp's rows */
@@ -520,50 +542,64 @@ __global__ static void __launch_bounds__(32 * G1_WARPS) k_gemv_one(g1_args a) {
      * down projections), asked for now, beside x's loads: read at the store, it was a round
      * trip of its own after the warp's sums. (The other forms would pay registers for it, and
      * with them blocks a multiprocessor.) */
-    float y0 = XS && a.acc && lane == 0 && row[0] ? *g1_y(a, w0, jr[0]) : 0.0f;
-    /* x through shared memory: one read of it from L2 a block instead of one a warp */
+    float y0[T];
+#pragma unroll
+    for (int t = 0; t < T; t++)
+        y0[t] = XS && a.acc && lane == 0 && row[0] ? *g1_y(a, w0, jr[0], t) : 0.0f;
+    /* x through shared memory: one read of it from L2 a block instead of one a warp (the T
+     * tokens one after another, cols apart) */
     extern __shared__ float4 g1_xs[];
     const float *x = a.x;
+    int64_t ldx = a.ldx;
     if constexpr (XS) {
         /* XS_BATCH loads a thread in flight before their stores (a loop of load, store went
          * one round trip at a time: 7 for the 3584-column rows) */
         constexpr int XS_BATCH = 8;
         int64_t n4 = a.cols / 4;
-        for (int64_t i0 = threadIdx.x; i0 < n4; i0 += XS_BATCH * (int64_t)blockDim.x) {
-            float4 v[XS_BATCH];
 #pragma unroll
-            for (int k = 0; k < XS_BATCH; k++) {
-                int64_t i = i0 + k * (int64_t)blockDim.x;
-                if (i < n4) v[k] = ((const float4 *)a.x)[i];
-            }
+        for (int t = 0; t < T; t++) {
+            const float4 *xt = (const float4 *)(a.x + t * a.ldx);
+            for (int64_t i0 = threadIdx.x; i0 < n4; i0 += XS_BATCH * (int64_t)blockDim.x) {
+                float4 v[XS_BATCH];
 #pragma unroll
-            for (int k = 0; k < XS_BATCH; k++) {
-                int64_t i = i0 + k * (int64_t)blockDim.x;
-                if (i < n4) g1_xs[i] = v[k];
+                for (int k = 0; k < XS_BATCH; k++) {
+                    int64_t i = i0 + k * (int64_t)blockDim.x;
+                    if (i < n4) v[k] = xt[i];
+                }
+#pragma unroll
+                for (int k = 0; k < XS_BATCH; k++) {
+                    int64_t i = i0 + k * (int64_t)blockDim.x;
+                    if (i < n4) g1_xs[t * n4 + i] = v[k];
+                }
             }
         }
         __syncthreads();
-        x = (const float *)g1_xs;
+        x = (const float *)g1_xs, ldx = a.cols;
     }
     cuda_trace_at(4); /* block traces: x staged */
-    float ss = 0.0f, inv = 1.0f;
+    float ss[T], inv[T];
+#pragma unroll
+    for (int t = 0; t < T; t++)
+        ss[t] = 0.0f, inv[t] = 1.0f;
     bool first = true;
     /* quantized weights by integer dot products where one round covers a row: x quantized once */
-    constexpr bool Q8 = g1_has8<DT>();
+    constexpr bool Q8 = g1_has8<DT>() && T == 1;
     const bool i8 = Q8 && a.i8 && groups <= 32 * U;
     g1_x8 xq[Q8 ? U : 1];
     if constexpr (Q8) {
         if (i8) {
-            g1_x8_make<DT, U, NORM>(x, a.norm_w, lane, groups, xq, &ss);
-            if (NORM) inv = 1.0f / sqrtf(cuda_warp_sum(ss) / (float)a.cols + a.eps);
+            g1_x8_make<DT, U, NORM>(x, a.norm_w, lane, groups, xq, &ss[0]);
+            if (NORM) inv[0] = 1.0f / sqrtf(cuda_warp_sum(ss[0]) / (float)a.cols + a.eps);
         }
     }
     for (int64_t o = w0; o < a.rows; o += step) {
         if (!first) g1_rows<MODE, NR>(a, o, W, row, jr);
-        float acc[NR];
+        float acc[NR][T];
 #pragma unroll
         for (int i = 0; i < NR; i++)
-            acc[i] = 0.0f;
+#pragma unroll
+            for (int t = 0; t < T; t++)
+                acc[i][t] = 0.0f;
         for (int64_t g0 = 0; g0 < groups; g0 += 32 * U) {
             if (g0 || !first || !a.early) g1_issue<DT, U, NR>(row, g0, groups, lane, q);
             if constexpr (Q8) {
@@ -573,26 +609,37 @@ __global__ static void __launch_bounds__(32 * G1_WARPS) k_gemv_one(g1_args a) {
                 }
             }
             if constexpr (g1_fmt<DT>::ELEMS == 32)
-                g1_mathk<DT, U, NR, NORM>(row, q, g0, groups, x, a.norm_w, lane, acc, first, &ss);
+                g1_mathk<DT, U, NR, NORM>(row, q, g0, groups, x, a.norm_w, lane, acc, first, ss);
             else
-                g1_math16<DT, U, NR, NORM>(row, q, g0, groups, x, a.norm_w, lane, acc, first, &ss);
+                g1_math16<DT, U, NR, NORM, T>(row, q, g0, groups, x, ldx, a.norm_w, lane, acc,
+                                              first, ss);
         }
         if (first) cuda_trace_at(5); /* the first round's sums (its weights arrived) */
-        if (NORM && first && !i8) inv = 1.0f / sqrtf(cuda_warp_sum(ss) / (float)a.cols + a.eps);
+        if (NORM && first && !i8) {
+#pragma unroll
+            for (int t = 0; t < T; t++)
+                inv[t] = 1.0f / sqrtf(cuda_warp_sum(ss[t]) / (float)a.cols + a.eps);
+        }
         first = false;
-        float s[NR];
+        float s[NR][T];
 #pragma unroll
         for (int i = 0; i < NR; i++)
-            s[i] = cuda_warp_sum(acc[i]) * (NORM ? inv : 1.0f);
+#pragma unroll
+            for (int t = 0; t < T; t++)
+                s[i][t] = cuda_warp_sum(acc[i][t]) * (NORM ? inv[t] : 1.0f);
         if (lane) continue;
 #pragma unroll
-        for (int i = 0; i < NO; i++) {
-            if constexpr (MODE == G1_PLAIN) {
-                if (!row[i]) continue;
-                float *yo = g1_y(a, o + i * W, jr[i]);
-                *yo = a.acc ? (XS && o == w0 ? y0 : *yo) + s[i] : s[i];
-            } else if (row[2 * i]) {
-                a.out[o + i * W] = cuda_glu<MODE == G1_GELU>(s[2 * i], s[2 * i + 1]);
+        for (int t = 0; t < T; t++) {
+#pragma unroll
+            for (int i = 0; i < NO; i++) {
+                if constexpr (MODE == G1_PLAIN) {
+                    if (!row[i]) continue;
+                    float *yo = g1_y(a, o + i * W, jr[i], t);
+                    *yo = a.acc ? (XS && o == w0 ? y0[t] : *yo) + s[i][t] : s[i][t];
+                } else if (row[2 * i]) {
+                    a.out[t * a.ldo + o + i * W] =
+                        cuda_glu<MODE == G1_GELU>(s[2 * i][t], s[2 * i + 1][t]);
+                }
             }
         }
     }
@@ -602,11 +649,12 @@ __global__ static void __launch_bounds__(32 * G1_WARPS) k_gemv_one(g1_args a) {
 /* Blocks of the kernel the GPU holds at once per multiprocessor with smem bytes of shared
  * memory (asked once per kernel and size: a model has a few sizes; past 8 asked each time).
  * Without shared memory - most launches - a plain static. */
-template <ts_dtype DT, int MODE, int U, int NR, bool NORM, bool XS>
+template <ts_dtype DT, int MODE, int U, int NR, bool NORM, bool XS, int T>
 static int g1_per_sm(size_t smem) {
     auto ask = [](size_t bytes) {
         int n = 0;
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, k_gemv_one<DT, MODE, U, NR, NORM, XS>,
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n,
+                                                          k_gemv_one<DT, MODE, U, NR, NORM, XS, T>,
                                                           32 * G1_WARPS, bytes) != cudaSuccess ||
             n < 1)
             n = 1;
@@ -628,11 +676,13 @@ static int g1_per_sm(size_t smem) {
 /* Whether the single-token kernel takes these weights and x: 16-bit types, and the quantized
  * ones (TESSERA_CUDA_GEMV1_KQUANT=0: not, for comparisons), rows of whole units, x (and the
  * norm's weights, where it is folded in) 16-byte aligned. */
-static bool g1_fits(const cuda_ctx *c, const cuda_wview *w, int nw, const float *x,
-                    const float *norm_w) {
+static bool g1_fits(const cuda_ctx *c, const cuda_wview *w, int nw, const float *x, int n,
+                    int64_t ldx, const float *norm_w) {
     if (!c->gemv_one_waves || (uintptr_t)x % 16 || (uintptr_t)norm_w % 16 || nw > G1_SET)
         return false;
     bool half = w[0].dtype == TS_DTYPE_BF16 || w[0].dtype == TS_DTYPE_F16;
+    /* several tokens: 16-bit weights, up to gemv_one_tokens, each token's x 16-byte aligned */
+    if (n < 1 || n > c->gemv_one_tokens || (n > 1 && (!half || ldx % 4))) return false;
     bool kq = (w[0].dtype == TS_DTYPE_Q4_K || w[0].dtype == TS_DTYPE_Q6_K) && c->gemv_one_kquant;
     bool q32 = q32_type(w[0].dtype) && c->gemv_one_kquant;
     if (!half && !kq && !q32) return false;
@@ -642,94 +692,99 @@ static bool g1_fits(const cuda_ctx *c, const cuda_wview *w, int nw, const float 
     return true;
 }
 
-/* Whether x (cols floats, 16-byte aligned: g1_fits) goes through shared memory, for 16-bit
- * weights a row a warp (the only form that can): where the grid is at most two blocks a
- * multiprocessor (fit) and rows of 2048 columns and more (up to 48 KB). Measured on an H200
- * (bench/RESULTS.md): the 0.8B's 1024-row output and down projections, where each warp read all of
- * x from L2, a step 3.7% faster; slower wherever more warps share a multiprocessor (the 2B's
- * 2048-row projections, grids of 1024-column rows) or a warp takes quantized units (their x reads,
- * 128 bytes apart from lane to lane, meet in the same banks). */
-static bool g1_xs_takes(const cuda_ctx *c, int64_t cols, bool fit) {
-    if (cols * 4 > 48 * 1024 || cols % 4) return false;
+/* Whether x (cols floats of each of n tokens, 16-byte aligned: g1_fits) goes through shared
+ * memory, for 16-bit weights a row a warp (the only form that can): where the grid is at most
+ * two blocks a multiprocessor (fit) and rows of 2048 columns and more (up to 48 KB in all).
+ * Measured on an H200 (bench/RESULTS.md): the 0.8B's 1024-row output and down projections, where
+ * each warp read all of x from L2, a step 3.7% faster; slower wherever more warps share a
+ * multiprocessor (the 2B's 2048-row projections, grids of 1024-column rows) or a warp takes
+ * quantized units (their x reads, 128 bytes apart from lane to lane, meet in the same banks). */
+static bool g1_xs_takes(const cuda_ctx *c, int64_t cols, int n, bool fit) {
+    if (n * cols * 4 > 48 * 1024 || cols % 4) return false;
     return c->gemv_one_xsmem == 2 || (c->gemv_one_xsmem == 1 && fit && cols >= 2048);
 }
 
 /* Launches the kernel with NR rows a warp where one round of the capped grid (gemv_one_waves
  * times what the GPU holds at once) covers every row, or where last; false (nothing launched)
  * otherwise, so that the caller tries more rows a warp. */
-template <ts_dtype DT, int MODE, int U, int NR, bool NORM>
+template <ts_dtype DT, int MODE, int U, int NR, bool NORM, int T>
 static bool g1_try(cuda_ctx *c, const char *name, g1_args a, bool last) {
     constexpr int NO = MODE == G1_PLAIN ? NR : NR / 2;
     /* the form that stages x exists for 16-bit weights a row a warp only: its batch of x loads
      * takes registers every other form would pay for in blocks a multiprocessor */
     constexpr bool XS_OK = g1_fmt<DT>::ELEMS == 8 && MODE == G1_PLAIN && NR == 1;
     int64_t need = (a.rows + NO * G1_WARPS - 1) / (NO * G1_WARPS);
-    bool xs = XS_OK && g1_xs_takes(c, a.cols, need <= 2 * (int64_t)c->sm_count);
-    size_t smem = xs ? (size_t)a.cols * 4 : 0;
-    int per_sm = xs ? g1_per_sm<DT, MODE, U, NR, NORM, XS_OK>(smem)
-                    : g1_per_sm<DT, MODE, U, NR, NORM, false>(0);
+    bool xs = XS_OK && g1_xs_takes(c, a.cols, T, need <= 2 * (int64_t)c->sm_count);
+    size_t smem = xs ? (size_t)(T * a.cols) * 4 : 0;
+    int per_sm = xs ? g1_per_sm<DT, MODE, U, NR, NORM, XS_OK, T>(smem)
+                    : g1_per_sm<DT, MODE, U, NR, NORM, false, T>(0);
     int64_t cap = (int64_t)c->sm_count * per_sm * c->gemv_one_waves;
     if (cap < 1) cap = 1;
     if (need > cap && !last) return false;
     unsigned grid = (unsigned)(need < cap ? need : cap);
     if constexpr (XS_OK) {
         if (xs) {
-            cuda_launch(c, name, k_gemv_one<DT, MODE, U, NR, NORM, true>, grid, 32 * G1_WARPS, smem,
-                        a);
+            cuda_launch(c, name, k_gemv_one<DT, MODE, U, NR, NORM, true, T>, grid, 32 * G1_WARPS,
+                        smem, a);
             return true;
         }
     }
-    cuda_launch(c, name, k_gemv_one<DT, MODE, U, NR, NORM, false>, grid, 32 * G1_WARPS, 0, a);
+    cuda_launch(c, name, k_gemv_one<DT, MODE, U, NR, NORM, false, T>, grid, 32 * G1_WARPS, 0, a);
     return true;
 }
 
 /* NR, 2 NR, ... rows a warp, up to what G1_LOADS allows with U units of each: the fewest that
  * cover the matrix in one round, or the most. */
-template <ts_dtype DT, int MODE, int U, int NR, bool NORM>
+template <ts_dtype DT, int MODE, int U, int NR, bool NORM, int T>
 static void g1_rows_ladder(cuda_ctx *c, const char *name, const g1_args &a) {
     if constexpr (2 * NR * U * g1_fmt<DT>::LOADS > G1_LOADS)
-        g1_try<DT, MODE, U, NR, NORM>(c, name, a, true);
-    else if (!g1_try<DT, MODE, U, NR, NORM>(c, name, a, false))
-        g1_rows_ladder<DT, MODE, U, 2 * NR, NORM>(c, name, a);
+        g1_try<DT, MODE, U, NR, NORM, T>(c, name, a, true);
+    else if (!g1_try<DT, MODE, U, NR, NORM, T>(c, name, a, false))
+        g1_rows_ladder<DT, MODE, U, 2 * NR, NORM, T>(c, name, a);
 }
 
 /* The units a lane keeps of each row: U, 2 U, ... until they hold the lane's share of a row
  * (per_lane) or a warp's fewest rows (one, two for the gated MLP's gate and up) fill G1_LOADS;
  * longer rows go round. Then the rows a warp. */
-template <ts_dtype DT, int MODE, int U, bool NORM>
+template <ts_dtype DT, int MODE, int U, bool NORM, int T>
 static void g1_shape(cuda_ctx *c, const char *name, const g1_args &a, int64_t per_lane) {
     constexpr int NR0 = MODE == G1_PLAIN ? 1 : 2; /* two rows (gate, up) an output */
     if constexpr (2 * U * NR0 * g1_fmt<DT>::LOADS <= G1_LOADS) { /* 2 U would still fit */
-        if (per_lane > U) return g1_shape<DT, MODE, 2 * U, NORM>(c, name, a, per_lane);
+        if (per_lane > U) return g1_shape<DT, MODE, 2 * U, NORM, T>(c, name, a, per_lane);
     }
-    g1_rows_ladder<DT, MODE, U, NR0, NORM>(c, name, a);
+    g1_rows_ladder<DT, MODE, U, NR0, NORM, T>(c, name, a);
 }
 
-template <ts_dtype DT, int MODE, bool NORM>
+template <ts_dtype DT, int MODE, bool NORM, int T>
 static void g1_start(cuda_ctx *c, const char *name, const g1_args &a) {
     int64_t per_lane = (a.cols / g1_fmt<DT>::ELEMS + 31) / 32;
-    g1_shape<DT, MODE, g1_fmt<DT>::UMIN, NORM>(c, name, a, per_lane);
+    g1_shape<DT, MODE, g1_fmt<DT>::UMIN, NORM, T>(c, name, a, per_lane);
 }
 
-/* g1_start with the input norm folded in or not */
-template <ts_dtype DT, int MODE>
-static void g1_start_norm(cuda_ctx *c, const char *name, const g1_args &a) {
+/* g1_start for n tokens (1..G1_TOKENS for 16-bit weights, one for the quantized: g1_fits),
+ * with the input norm folded in or not */
+template <ts_dtype DT, int MODE, int T = 1>
+static void g1_start_norm(cuda_ctx *c, const char *name, const g1_args &a, int n) {
+    constexpr bool half = DT == TS_DTYPE_BF16 || DT == TS_DTYPE_F16;
+    if constexpr (half && T < G1_TOKENS) {
+        if (n > T) return g1_start_norm<DT, MODE, T + 1>(c, name, a, n);
+    }
     if (a.norm_w)
-        g1_start<DT, MODE, true>(c, name, a);
+        g1_start<DT, MODE, true, T>(c, name, a);
     else
-        g1_start<DT, MODE, false>(c, name, a);
+        g1_start<DT, MODE, false, T>(c, name, a);
 }
 
 template <int MODE>
-static void g1_dispatch(cuda_ctx *c, const char *name, ts_dtype dt, const g1_args &a) {
+static void g1_dispatch(cuda_ctx *c, const char *name, ts_dtype dt, const g1_args &a, int n) {
     switch (dt) {
-    case TS_DTYPE_Q8_0: return g1_start_norm<TS_DTYPE_Q8_0, MODE>(c, name, a);
-    case TS_DTYPE_Q4_0: return g1_start_norm<TS_DTYPE_Q4_0, MODE>(c, name, a);
-    case TS_DTYPE_Q5_0: return g1_start_norm<TS_DTYPE_Q5_0, MODE>(c, name, a);
-    case TS_DTYPE_Q4_K: return g1_start_norm<TS_DTYPE_Q4_K, MODE>(c, name, a);
-    case TS_DTYPE_Q6_K: return g1_start_norm<TS_DTYPE_Q6_K, MODE>(c, name, a);
-    case TS_DTYPE_BF16: return g1_start_norm<TS_DTYPE_BF16, MODE>(c, name, a);
-    default: return g1_start_norm<TS_DTYPE_F16, MODE>(c, name, a); /* g1_fits: F16 */
+    case TS_DTYPE_Q8_0: return g1_start_norm<TS_DTYPE_Q8_0, MODE>(c, name, a, n);
+    case TS_DTYPE_Q4_0: return g1_start_norm<TS_DTYPE_Q4_0, MODE>(c, name, a, n);
+    case TS_DTYPE_Q5_0: return g1_start_norm<TS_DTYPE_Q5_0, MODE>(c, name, a, n);
+    case TS_DTYPE_Q4_K: return g1_start_norm<TS_DTYPE_Q4_K, MODE>(c, name, a, n);
+    case TS_DTYPE_Q6_K: return g1_start_norm<TS_DTYPE_Q6_K, MODE>(c, name, a, n);
+    case TS_DTYPE_BF16: return g1_start_norm<TS_DTYPE_BF16, MODE>(c, name, a, n);
+    default: return g1_start_norm<TS_DTYPE_F16, MODE>(c, name, a, n); /* g1_fits: F16 */
     }
 }
 
@@ -739,37 +794,44 @@ static bool g1_int8_takes(const cuda_ctx *c, int64_t rows) {
     return c->gemv_one_int8 == 2 || (c->gemv_one_int8 == 1 && rows >= G1_I8_ROWS);
 }
 
-bool cuda_gemv_one(cuda_ctx *c, const cuda_wview *w, int nw, const float *x, float *const *y,
-                   const float *norm_w, float eps, bool acc) {
-    if (!g1_fits(c, w, nw, x, norm_w)) return false;
+bool cuda_gemv_one(cuda_ctx *c, const cuda_wview *w, int nw, const float *x, int64_t ldx, int n,
+                   float *const *y, const int64_t *ldy, const float *norm_w, float eps, bool acc) {
+    if (!g1_fits(c, w, nw, x, n, ldx, norm_w)) return false;
     g1_args a = {};
     int64_t rows = 0;
     for (int j = 0; j < nw; j++) {
         a.set.W[j] = (const uint8_t *)w[j].data;
         a.set.y[j] = y[j];
+        a.set.ldy[j] = n > 1 ? ldy[j] : 0;
         a.set.end[j] = rows += w[j].rows;
     }
     a.set.nw = nw, a.rows = rows, a.cols = w[0].cols;
     a.row_bytes = cuda_row_bytes(w[0].dtype, w[0].cols);
-    a.x = x, a.norm_w = norm_w, a.eps = eps, a.acc = acc, a.early = c->gemv_one_early;
-    a.i8 = g1_int8_takes(c, rows);
-    g1_dispatch<G1_PLAIN>(c, cuda_gemv_name(rows, norm_w != nullptr, w[0].dtype), w[0].dtype, a);
+    a.x = x, a.ldx = n > 1 ? ldx : 0;
+    a.norm_w = norm_w, a.eps = eps, a.acc = acc, a.early = c->gemv_one_early;
+    a.i8 = n == 1 && g1_int8_takes(c, rows);
+    const char *name = cuda_gemv_name(rows, norm_w != nullptr, w[0].dtype);
+    g1_dispatch<G1_PLAIN>(c, name, w[0].dtype, a, n);
+    c->gemv_few_launches += n > 1;
     return true;
 }
 
 bool cuda_gemv_one_glu(cuda_ctx *c, const cuda_wview *g, const cuda_wview *u, const float *x,
-                       const float *norm_w, float eps, bool gelu, float *out) {
+                       int64_t ldx, int n, const float *norm_w, float eps, bool gelu, float *out,
+                       int64_t ldo) {
     cuda_wview gu[2] = {*g, *u};
-    if (!g1_fits(c, gu, 2, x, norm_w) || g->rows != u->rows) return false;
+    if (!g1_fits(c, gu, 2, x, n, ldx, norm_w) || g->rows != u->rows) return false;
     g1_args a = {};
     a.set.nw = 0;
     a.Wg = (const uint8_t *)g->data, a.Wu = (const uint8_t *)u->data, a.out = out;
     a.rows = g->rows, a.row_bytes = cuda_row_bytes(g->dtype, g->cols), a.cols = g->cols;
-    a.x = x, a.norm_w = norm_w, a.eps = eps, a.early = c->gemv_one_early;
-    a.i8 = g1_int8_takes(c, g->rows);
+    a.x = x, a.ldx = n > 1 ? ldx : 0, a.ldo = n > 1 ? ldo : 0;
+    a.norm_w = norm_w, a.eps = eps, a.early = c->gemv_one_early;
+    a.i8 = n == 1 && g1_int8_takes(c, g->rows);
     if (gelu)
-        g1_dispatch<G1_GELU>(c, "gemv_glu", g->dtype, a);
+        g1_dispatch<G1_GELU>(c, "gemv_glu", g->dtype, a, n);
     else
-        g1_dispatch<G1_SILU>(c, "gemv_glu", g->dtype, a);
+        g1_dispatch<G1_SILU>(c, "gemv_glu", g->dtype, a, n);
+    c->gemv_few_launches += n > 1;
     return true;
 }

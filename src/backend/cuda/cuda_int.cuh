@@ -78,6 +78,11 @@ typedef struct cuda_ctx_s {
     /* that kernel takes one token of quantized weights too (TESSERA_CUDA_GEMV1_KQUANT=0: the
      * general GEMV, for comparisons) */
     bool gemv_one_kquant;
+    /* and up to this many tokens of 16-bit weights at once, each weight loaded once for all
+     * (1..G1_TOKENS, default 3; TESSERA_CUDA_GEMV1_TOKENS=1: one token only, more take the
+     * general GEMV, for comparisons) */
+    int gemv_one_tokens;
+    long gemv_few_launches; /* its launches for more than one token (tests) */
     /* and takes the quantized types by integer dot products against x quantized to int8 a
      * 16-element run: 1 (default) for GEMVs of many rows (G1_I8_ROWS), 2 for all, 0 never - the
      * float decode, whose sums are the general GEMV's bits (TESSERA_CUDA_GEMV1_INT8) */
@@ -560,13 +565,15 @@ bool cuda_skinny_fits(const cuda_wview *w, int n);
 void cuda_wg_free(cuda_ctx *c); /* cuda_gemm_wg.cu's tensor maps */
 void cuda_skinny_gemm(cuda_ctx *c, const cuda_wview *w, int nw, const uint16_t *x,
                       const float *unscale, int n, float *const *y, const int64_t *ldy, bool acc);
-/* One token's y_j = W_j x (y_j += with acc) for up to 4 stacked 16-bit weights, x normed on the
- * fly where norm_w is set, and the gated MLP's act(W_g x) * (W_u x) (cuda_gemv_one.cu); false
- * where they do not apply (then nothing was queued). */
-bool cuda_gemv_one(cuda_ctx *c, const cuda_wview *w, int nw, const float *x, float *const *y,
-                   const float *norm_w, float eps, bool acc);
+/* A few tokens' (n, up to gemv_one_tokens) y_j = W_j x (y_j += with acc) for up to 4 stacked
+ * weights, x normed on the fly where norm_w is set, and the gated MLP's act(W_g x) * (W_u x)
+ * (cuda_gemv_one.cu); token t's x at x + t * ldx, its outputs at y_j + t * ldy[j] (out + t *
+ * ldo). False where they do not apply (then nothing was queued). */
+bool cuda_gemv_one(cuda_ctx *c, const cuda_wview *w, int nw, const float *x, int64_t ldx, int n,
+                   float *const *y, const int64_t *ldy, const float *norm_w, float eps, bool acc);
 bool cuda_gemv_one_glu(cuda_ctx *c, const cuda_wview *g, const cuda_wview *u, const float *x,
-                       const float *norm_w, float eps, bool gelu, float *out);
+                       int64_t ldx, int n, const float *norm_w, float eps, bool gelu, float *out,
+                       int64_t ldo);
 /* The positions of a forward on the device (uploaded when they change; NULL on failure). */
 const int32_t *cuda_positions(cuda_ctx *c, const int32_t *pos, int n_tok);
 void cuda_op_gdn_prep(ts_backend *be, const float *conv, int64_t ldc, const ts_gdn_prep_args *p);

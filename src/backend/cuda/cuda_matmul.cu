@@ -484,7 +484,7 @@ template <typename F> static bool gemv_dtype(ts_dtype dt, F f) {
  * normed on the fly where nrm.w is set. */
 static void gemv(cuda_ctx *c, const cuda_wview *w, int nw, const float *x, int64_t ldx, int n,
                  float *const *y, const int64_t *ldy, gemv_norm nrm, bool acc) {
-    if (n == 1 && cuda_gemv_one(c, w, nw, x, y, nrm.w, nrm.eps, acc)) return;
+    if (cuda_gemv_one(c, w, nw, x, ldx, n, y, ldy, nrm.w, nrm.eps, acc)) return;
     if (!gemv_dtype(w[0].dtype, [&](auto dt) {
             launch_gemv<decltype(dt)::value>(c, w, nw, x, ldx, n, y, ldy, nrm, acc);
         }))
@@ -586,7 +586,8 @@ static uint16_t *split_half(cuda_ctx *c, const cuda_wview *w, const float *x, in
  * BF16 2 sequences 1011 / 1153-1160 / 1155-1173 t/s, 4: 1957 / 1915-1924 / 1620, 8: 3609-3618 /
  * 3579-3581 / 2119; Q4_K_M 2: 699 / 992 / 984, 4: 1381 / 1359 / 1538, 8: 2496 / 2499 / 2089 (the
  * quantized GEMV decodes each weight once for all tokens, the GEMM's tiles per 8). So: 16-bit
- * weights from 4 tokens, quantized from 8; TESSERA_CUDA_SKINNY_MIN=k sets k for all. */
+ * weights from 4 tokens (2-3 take cuda_gemv_one.cu's kernel, a grid of one wave, each weight
+ * loaded once for them all), quantized from 8; TESSERA_CUDA_SKINNY_MIN=k sets k for all. */
 static int skinny_from(const cuda_ctx *c, ts_dtype dt) {
     if (dt == TS_DTYPE_F32) return SK_MAX_TOK + 1; /* no tensor-core form */
     if (c->skinny_min) return c->skinny_min;
@@ -801,8 +802,8 @@ void cuda_op_matmul_glu(ts_backend *be, const ts_tensor *Wg, const ts_tensor *Wu
         x = normed_input(be, x, ldx, n, g.cols, pre);
         pre = NULL;
     }
-    if (n == 1 && cuda_gemv_one_glu(c, &g, &u, x, pre ? pre->w : NULL, pre ? pre->eps : 0.0f,
-                                    gelu, out))
+    if (few && cuda_gemv_one_glu(c, &g, &u, x, ldx, n, pre ? pre->w : NULL, pre ? pre->eps : 0.0f,
+                                 gelu, out, ldo))
         return;
     if (few && g.dtype == u.dtype && g.rows == u.rows && g.cols == u.cols &&
         gemv_dtype(g.dtype, [&](auto dt) {
