@@ -587,11 +587,16 @@ static uint16_t *split_half(cuda_ctx *c, const cuda_wview *w, const float *x, in
  * 3579-3581 / 2119; Q4_K_M 2: 699 / 992 / 984, 4: 1381 / 1359 / 1538, 8: 2496 / 2499 / 2089 (the
  * quantized GEMV decodes each weight once for all tokens, the GEMM's tiles per 8). So: 16-bit
  * weights from 4 tokens (2-3 take cuda_gemv_one.cu's kernel, a grid of one wave, each weight
- * loaded once for them all), quantized from 8; TESSERA_CUDA_SKINNY_MIN=k sets k for all. */
+ * loaded once for them all), quantized from 8. Re-measured after the GEMM's later forms (H200,
+ * aggregate t/s of 2 / 3 / 4 / 6 sequences with the GEMM from 3 against from 8): 0.8B Q4_K_M
+ * 1219 / 1622 / 2123 / 3109 against 1218 / 1585 / 1833 / 2178, Gemma 3 270M-shaped Q8_0 2389 /
+ * 3504 / 4641 / 6961 against 2388 / 3198 / 3830 / 4583 (its Q4_K_M 3018 / 4004 / 5949 against
+ * 2990 / 3586 / 4352 at 3 / 4 / 6); from 2, 2 sequences fell (0.8B Q4_K_M 1082). So quantized
+ * weights from 3. TESSERA_CUDA_SKINNY_MIN=k sets k for all. */
 static int skinny_from(const cuda_ctx *c, ts_dtype dt) {
     if (dt == TS_DTYPE_F32) return SK_MAX_TOK + 1; /* no tensor-core form */
     if (c->skinny_min) return c->skinny_min;
-    return dt == TS_DTYPE_F16 || dt == TS_DTYPE_BF16 ? 4 : 8;
+    return dt == TS_DTYPE_F16 || dt == TS_DTYPE_BF16 ? 4 : 3;
 }
 
 void *cuda_split_target(cuda_ctx *c, int n, int64_t cols) {
