@@ -2746,13 +2746,15 @@ static void test_gemv_x_staged(void) {
 }
 
 /* The few-token GEMV cases' op (kind: 0 matmul, 1 matmul_add, 2 matmul_n of W0 and W1 with the
- * input norm nw folded, 3 the gated MLP normed (SiLU), 4 the gated MLP (GELU)) on backend be, n
+ * input norm nw folded, 3 the gated MLP normed (SiLU), 4 the gated MLP (GELU), 5 matmul_n of W0
+ * and W1) on backend be, n
  * tokens of x (host, rows ldx apart) in, outputs in device rows ldx + 4 apart (y0: their
  * values before, for the add); returns them packed, token after token, as a new host array of
  * n * (r0 + r1) values (r1: W1's rows, 0 unless stacked). */
 static float *few_run(ts_backend *be, int kind, const ts_tensor *W0, const ts_tensor *W1, int n,
                       const float *x, int64_t ldx, const float *y0, const float *nw) {
-    int r0 = (int)ts_tensor_rows(W0), r1 = kind == 2 ? (int)ts_tensor_rows(W1) : 0;
+    bool stack = kind == 2 || kind == 5;
+    int r0 = (int)ts_tensor_rows(W0), r1 = stack ? (int)ts_tensor_rows(W1) : 0;
     int cols = (int)ts_tensor_cols(W0), out = r0 + r1;
     int64_t ldy = out + 4;
     size_t xs = (size_t)n * ldx * 4, ys = (size_t)n * ldy * 4;
@@ -2770,11 +2772,11 @@ static float *few_run(ts_backend *be, int kind, const ts_tensor *W0, const ts_te
         be->ops->matmul(be, W0, dx, ldx, n, dy, ldy);
     } else if (kind == 1) {
         be->ops->matmul_add(be, W0, dx, ldx, n, dy, ldy);
-    } else if (kind == 2) {
+    } else if (stack) {
         const ts_tensor *Ws[2] = {W0, W1};
         float *ys2[2] = {dy, dy + r0};
         int64_t lds[2] = {ldy, ldy};
-        be->ops->matmul_n(be, Ws, 2, dx, ldx, n, &pre, ys2, lds);
+        be->ops->matmul_n(be, Ws, 2, dx, ldx, n, kind == 2 ? &pre : NULL, ys2, lds);
     } else {
         be->ops->matmul_glu(be, W0, W1, dx, ldx, n, kind == 3 ? &pre : NULL, kind == 4, dt,
                             dt + (size_t)n * ldy, ldy, dy, ldy);
@@ -2794,7 +2796,8 @@ static float *few_run(ts_backend *be, int kind, const ts_tensor *W0, const ts_te
  * has no fused matmul_add, matmul_n or matmul_glu: they are composed here) */
 static float *few_ref(int kind, const ts_tensor *F0, const ts_tensor *F1, int n, const float *x,
                       int64_t ldx, const float *y0, const float *nw) {
-    int r0 = (int)ts_tensor_rows(F0), r1 = kind == 2 ? (int)ts_tensor_rows(F1) : 0;
+    bool stack = kind == 2 || kind == 5;
+    int r0 = (int)ts_tensor_rows(F0), r1 = stack ? (int)ts_tensor_rows(F1) : 0;
     int cols = (int)ts_tensor_cols(F0), out = r0 + r1;
     float *xn = malloc((size_t)n * cols * 4), *got = malloc((size_t)n * out * 4);
     float *tg = malloc((size_t)n * r0 * 4), *tu = malloc((size_t)n * r0 * 4);
@@ -2807,8 +2810,8 @@ static float *few_ref(int kind, const ts_tensor *F0, const ts_tensor *F1, int n,
     if (kind == 1)
         for (size_t i = 0; i < (size_t)n * out; i++)
             got[i] += y0[i];
-    if (kind == 2) cpu->ops->matmul(cpu, F1, xn, cols, n, got + r0, out);
-    if (kind >= 3) {
+    if (stack) cpu->ops->matmul(cpu, F1, xn, cols, n, got + r0, out);
+    if (kind == 3 || kind == 4) {
         cpu->ops->matmul(cpu, F0, xn, cols, n, tg, r0);
         cpu->ops->matmul(cpu, F1, xn, cols, n, tu, r0);
         if (kind == 3)
@@ -2878,6 +2881,72 @@ static void test_gemv_few(void) {
     CHECKF(ts_backend_cuda_gemv_few_launches(gen) == 0,
            "TESSERA_CUDA_GEMV1_TOKENS=1 still ran the few-token GEMV");
     ts_backend_free(gen);
+}
+
+/* 2 tokens of quantized weights through the single-token GEMV's kernel: on the global backend
+ * (the float decode) and on one with the integer form (TESSERA_CUDA_GEMV1_INT8=1, x to int8 per
+ * token: GEMVs of 2048 rows and more whose rows have at most 2048 K-quant columns, else the
+ * float decode), each token's outputs the bits of that token alone on the same backend (the
+ * case of 4096 columns: the integer form alone, the float decode with two, so there the bound
+ * alone), within the CPU's fp32 product by 1e-5 (float decode) or 1e-2 (int8; test_gemv_int8
+ * bounds its error closely). Stacked, plain over rounds, added, the gated MLP; no input norm
+ * (one token folds it into quantized weights, two take it as a kernel of its own: other bits
+ * alone, by design). The kernel must have run. */
+static void test_gemv_few_quant(void) {
+    ts_backend *i8 = gpu_with("TESSERA_CUDA_GEMV1_INT8", "1", NULL, NULL);
+    if (!i8) return;
+    static const struct {
+        int kind;
+        ts_dtype dt;
+        int r0, r1, cols;
+    } cases[] = {{5, TS_DTYPE_Q4_K, 6144, 2048, 1024}, {0, TS_DTYPE_Q6_K, 20000, 0, 1024},
+                 {4, TS_DTYPE_Q8_0, 2048, 2048, 640},  {1, TS_DTYPE_Q4_0, 1024, 0, 3584},
+                 {0, TS_DTYPE_Q5_0, 3000, 0, 2048},    {4, TS_DTYPE_Q4_K, 3584, 3584, 1024},
+                 {1, TS_DTYPE_Q4_K, 2500, 0, 4096}};
+    const int nc = (int)(sizeof cases / sizeof *cases);
+    long launches[2] = {ts_backend_cuda_gemv_few_launches(gpu),
+                        ts_backend_cuda_gemv_few_launches(i8)};
+    for (int ci = 0; ci < nc; ci++) {
+        int kind = cases[ci].kind, r0 = cases[ci].r0, r1 = cases[ci].r1, cols = cases[ci].cols;
+        ts_dtype dt = cases[ci].dt;
+        float *f0, *f1 = NULL;
+        ts_tensor W0 = make_weight(dt, r0, cols, &f0), W1 = {0};
+        if (r1) W1 = make_weight(dt, r1, cols, &f1);
+        ts_tensor F0 = {TS_DTYPE_F32, 2, {r0, cols, 1, 1, 1, 1}, f0, (uint64_t)r0 * cols * 4};
+        ts_tensor F1 = {TS_DTYPE_F32, 2, {r1, cols, 1, 1, 1, 1}, f1, (uint64_t)r1 * cols * 4};
+        int out = kind == 5 ? r0 + r1 : r0, n = 2;
+        int64_t ldx = cols + 8;
+        float *x = rnd((size_t)n * ldx, 2.0f), *y0 = rnd((size_t)n * out, 1.0f);
+        float *nw = rnd(cols, 1.0f);
+        const float *yb = kind == 1 ? y0 : NULL;
+        float *cpu_y = few_ref(kind, &F0, &F1, n, x, ldx, yb, nw);
+        for (int b = 0; b < 2; b++) {
+            ts_backend *be = b ? i8 : gpu;
+            float *got = few_run(be, kind, &W0, &W1, n, x, ldx, yb, nw);
+            char what[96];
+            snprintf(what, sizeof what, "gemv of 2 tokens, kind %d, %s %d+%d x %d%s", kind,
+                     ts_dtype_name(dt), r0, r1, cols, b ? ", int8" : "");
+            double rel = tu_rel_l2(got, cpu_y, (long)n * out);
+            CHECKF(rel <= (b ? 1e-2 : FP32_TOL), "%s: rel L2 %.3g against the CPU", what, rel);
+            for (int t = 0; t < n && !(b && cols > 2048); t++) {
+                float *one = few_run(be, kind, &W0, &W1, 1, x + t * ldx, ldx,
+                                     yb ? yb + (size_t)t * out : NULL, nw);
+                CHECKF(memcmp(got + (size_t)t * out, one, (size_t)out * 4) == 0,
+                       "%s: token %d's bits differ from the token alone", what, t);
+                free(one);
+            }
+            free(got);
+        }
+        kept_extra((void *)W0.data);
+        if (r1) kept_extra((void *)W1.data);
+        free(cpu_y), free(f0), free(f1), free(x), free(y0), free(nw);
+    }
+    for (int b = 0; b < 2; b++) {
+        long ran = ts_backend_cuda_gemv_few_launches(b ? i8 : gpu) - launches[b];
+        printf("  few-token quantized GEMV launches%s: %ld\n", b ? " (int8)" : "", ran);
+        CHECKF(ran >= nc, "the few-token GEMV ran %ld times for %d products", ran, nc);
+    }
+    ts_backend_free(i8);
 }
 
 /* Decoding ahead, the backend's side: argmax_held's ids, and get_rows_fed's rows from them -
@@ -3163,7 +3232,8 @@ int main(void) {
     if (section("sample")) test_sample(quick);
     if (section("matmul")) {
         test_matmul(), test_matmul_glu(), test_matmul_norm_add(), test_gemv_one_rows();
-        test_gemv_one_kquant(), test_gemv_int8(), test_gemv_few(), test_decode_exact();
+        test_gemv_one_kquant(), test_gemv_int8(), test_gemv_few(), test_gemv_few_quant();
+        test_decode_exact();
         test_q32_partial_group();
         test_split_range();
     }
@@ -3173,7 +3243,7 @@ int main(void) {
     if (section("matmul") || section("skinny")) test_skinny_ring(quick);
     if (section("matmul") || section("skinny") || section("wg")) test_skinny_wg(quick);
     if (section("int8")) test_gemv_int8();
-    if (section("few")) test_gemv_few();
+    if (section("few")) test_gemv_few(), test_gemv_few_quant();
     if (!quick && section("fixtures")) {
         test_fixtures("qwen35");
         test_fixtures("gemma3");

@@ -25,8 +25,9 @@ void ts_backend_cuda_graph_stats(const ts_backend *be, long *replays, long *buil
  * cuda_gemm_wg.cu) this backend has queued, and whether its device has compute capability 9.0
  * (where that form must run). 0 / false without CUDA. */
 long ts_backend_cuda_wg_launches(const ts_backend *be, bool *hopper);
-/* For tests: how many launches of the single-token GEMV's kernel for 2-3 tokens at once
- * (cuda_gemv_one.cu, 16-bit weights) this backend has queued. 0 without CUDA. */
+/* For tests: how many launches of the single-token GEMV's kernel for several tokens at once
+ * (cuda_gemv_one.cu: 2-3 of 16-bit weights, 2 of quantized ones) this backend has queued. 0
+ * without CUDA. */
 long ts_backend_cuda_gemv_few_launches(const ts_backend *be);
 /* For tests, no device needed: whether the structs with padding that kernels take by value
  * (ts_seq_run, ts_gated_norm, the GEMV's norm) reach the launch queue's argument bytes without

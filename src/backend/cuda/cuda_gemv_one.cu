@@ -45,11 +45,11 @@
  * round of the capped grid covers the matrix. */
 #define G1_LOADS 16
 
-/* Tokens the kernel takes at once, 16-bit weights (G1_TOKENS): each weight loaded once for all
- * of them, every token's sums in its own registers. Quantized weights take one token: with
- * more, their float decode in a grid of one wave measured slower than the general GEMV's many
- * warps (bench/RESULTS.md). */
-#define G1_TOKENS 3
+/* Tokens the kernel takes at once (G1_TOKENS 16-bit weights, G1_QTOKENS quantized): each
+ * weight loaded once for all of them, every token's sums in its own registers. From 3 tokens
+ * the tensor-core GEMM takes quantized weights (cuda_matmul.cu's skinny_from). */
+#define G1_TOKENS  3
+#define G1_QTOKENS 2
 
 typedef struct {
     const uint8_t *W[G1_SET];
@@ -330,30 +330,39 @@ __device__ static inline void g1_xruns(const float *x, const float *nw, int64_t 
 
 /* The same for 32-element units: for the K-quants k_gemv's one-token sums (row_dot's unit32
  * loop), for Q8_0 / Q4_0 / Q5_0 a block's elements in order; the input norm applied to x as
- * row_dot applies it. One token (G1_TOKENS). */
-template <ts_dtype DT, int U, int NR, bool NORM>
-__device__ static inline void
-g1_mathk(const uint8_t *const *row, const typename g1_fmt<DT>::raw (*q)[U], int64_t g0, int64_t ge,
-         const float *x, const float *nw, int lane, float (*acc)[1], bool want_ss, float *ss) {
+ * row_dot applies it. One token: x's runs read once for all rows. Two (no norm: cuda_matmul.cu
+ * folds none into quantized weights beyond one token): a row's unit decoded once for both, each
+ * token's runs read (from L1) per row, since both tokens' runs beside the rows' loads would take
+ * 64 registers. Each token's sums are the one-token form's, bit for bit. */
+template <ts_dtype DT, int U, int NR, bool NORM, int T>
+__device__ static inline void g1_mathk(const uint8_t *const *row,
+                                       const typename g1_fmt<DT>::raw (*q)[U], int64_t g0,
+                                       int64_t ge, const float *x, int64_t ldx, const float *nw,
+                                       int lane, float (*acc)[T], bool want_ss, float *ss) {
+    static_assert(T == 1 || !NORM, "quantized weights fold the norm for one token only");
 #pragma unroll
     for (int u = 0; u < U; u++) {
         int64_t gi = g0 + u * 32 + lane;
         if (gi >= ge) break;
         float va[16], vb[16]; /* every row's unit gi covers the same elements of x */
-        g1_xruns<DT, NORM>(x, nw, gi, want_ss, ss, va, vb);
+        if constexpr (T == 1) g1_xruns<DT, NORM>(x, nw, gi, want_ss, ss, va, vb);
 #pragma unroll
         for (int i = 0; i < NR; i++) {
             if (!row[i]) continue;
             float wa[16], wb[16];
             g1_fmt<DT>::decode(q[i][u], gi, wa, wb);
-            float s = acc[i][0];
 #pragma unroll
-            for (int k = 0; k < 16; k++)
-                s += wa[k] * va[k];
+            for (int t = 0; t < T; t++) {
+                if constexpr (T > 1) g1_xruns<DT, false>(x + t * ldx, nw, gi, false, ss, va, vb);
+                float s = acc[i][t];
 #pragma unroll
-            for (int k = 0; k < 16; k++)
-                s += wb[k] * vb[k];
-            acc[i][0] = s;
+                for (int k = 0; k < 16; k++)
+                    s += wa[k] * va[k];
+#pragma unroll
+                for (int k = 0; k < 16; k++)
+                    s += wb[k] * vb[k];
+                acc[i][t] = s;
+            }
         }
     }
 }
@@ -369,6 +378,9 @@ g1_mathk(const uint8_t *const *row, const typename g1_fmt<DT>::raw (*q)[U], int6
  * programmatic wait, which only pays where a warp has many rows to share it: GEMVs of
  * G1_I8_ROWS rows and more (cuda_gemv_one). */
 #define G1_I8_ROWS 2048
+/* and, with two tokens, where both tokens' units of x a lane keeps fit in registers: T x U of
+ * at most this many (K-quant rows of up to 2048 columns), else the float decode */
+#define G1_I8_UNITS 4
 
 typedef struct {
     uint32_t qa[4], qb[4]; /* the two runs' int8 values, four a word in element order */
@@ -495,11 +507,11 @@ template <ts_dtype DT> __host__ __device__ constexpr bool g1_has8() {
            DT == TS_DTYPE_Q4_0 || DT == TS_DTYPE_Q5_0;
 }
 
-/* Rows' partial sums of the round's loaded units against the int8 x */
-template <ts_dtype DT, int U, int NR>
+/* Rows' partial sums of the round's loaded units against the T tokens' int8 x (xq[t][u]) */
+template <ts_dtype DT, int U, int NR, int T>
 __device__ static inline void g1_math8(const uint8_t *const *row,
                                        const typename g1_fmt<DT>::raw (*q)[U], int64_t groups,
-                                       int lane, const g1_x8 *xq, float (*acc)[1]) {
+                                       int lane, const g1_x8 (*xq)[U], float (*acc)[T]) {
 #pragma unroll
     for (int u = 0; u < U; u++) {
         int64_t gi = u * 32 + lane;
@@ -507,23 +519,27 @@ __device__ static inline void g1_math8(const uint8_t *const *row,
 #pragma unroll
         for (int i = 0; i < NR; i++) {
             if (!row[i]) continue;
-            if constexpr (DT == TS_DTYPE_Q4_K || DT == TS_DTYPE_Q6_K)
-                acc[i][0] = g1_dot8(q[i][u], gi, xq[u], acc[i][0]);
-            else
-                acc[i][0] = g1_dot8_q32<DT>(q[i][u], xq[u], acc[i][0]);
+#pragma unroll
+            for (int t = 0; t < T; t++) {
+                if constexpr (DT == TS_DTYPE_Q4_K || DT == TS_DTYPE_Q6_K)
+                    acc[i][t] = g1_dot8(q[i][u], gi, xq[t][u], acc[i][t]);
+                else
+                    acc[i][t] = g1_dot8_q32<DT>(q[i][u], xq[t][u], acc[i][t]);
+            }
         }
     }
 }
 
 /* A warp per row: NR weight rows summed together, each lane U groups of each in flight; warp w
  * takes the rounds at o = w, w + NO * W, ... (NO: outputs a round, NR plain, NR / 2 glu). T
- * tokens (16-bit weights): the loaded weights summed against each token's x in turn, each as
- * T = 1 sums it, so a token's sums are the same bits alone or beside others. */
+ * tokens (up to 3 of 16-bit weights, 2 of quantized): the loaded weights summed against each
+ * token's x in turn, each as T = 1 sums it, so a token's sums are the same bits alone or beside
+ * others (quantized: where both take the same form, g1_x8 or the float decode). */
 template <ts_dtype DT, int MODE, int U, int NR, bool NORM, bool XS = false, int T = 1>
 __global__ static void __launch_bounds__(32 * G1_WARPS) k_gemv_one(g1_args a) {
     static_assert(U * NR * g1_fmt<DT>::LOADS <= G1_LOADS,
                   "a lane's loads in flight take at most 64 registers");
-    static_assert(T == 1 || g1_fmt<DT>::ELEMS == 8, "quantized weights: one token (G1_TOKENS)");
+    static_assert(T <= (g1_fmt<DT>::ELEMS == 8 ? G1_TOKENS : G1_QTOKENS), "tokens a launch");
     constexpr int NO = MODE == G1_PLAIN ? NR : NR / 2;
     const int lane = threadIdx.x & 31;
     const int64_t W = (int64_t)gridDim.x * G1_WARPS; /* the row stride between a warp's rows */
@@ -582,14 +598,18 @@ __global__ static void __launch_bounds__(32 * G1_WARPS) k_gemv_one(g1_args a) {
     for (int t = 0; t < T; t++)
         ss[t] = 0.0f, inv[t] = 1.0f;
     bool first = true;
-    /* quantized weights by integer dot products where one round covers a row: x quantized once */
-    constexpr bool Q8 = g1_has8<DT>() && T == 1;
+    /* quantized weights by integer dot products where one round covers a row: x quantized once,
+     * each token's (with two tokens, where a lane's units are few: xq's registers) */
+    constexpr bool Q8 = g1_has8<DT>() && (T == 1 || T * U <= G1_I8_UNITS);
     const bool i8 = Q8 && a.i8 && groups <= 32 * U;
-    g1_x8 xq[Q8 ? U : 1];
+    g1_x8 xq[Q8 ? T : 1][Q8 ? U : 1];
     if constexpr (Q8) {
         if (i8) {
-            g1_x8_make<DT, U, NORM>(x, a.norm_w, lane, groups, xq, &ss[0]);
-            if (NORM) inv[0] = 1.0f / sqrtf(cuda_warp_sum(ss[0]) / (float)a.cols + a.eps);
+#pragma unroll
+            for (int t = 0; t < T; t++) {
+                g1_x8_make<DT, U, NORM>(x + t * ldx, a.norm_w, lane, groups, xq[t], &ss[t]);
+                if (NORM) inv[t] = 1.0f / sqrtf(cuda_warp_sum(ss[t]) / (float)a.cols + a.eps);
+            }
         }
     }
     for (int64_t o = w0; o < a.rows; o += step) {
@@ -604,12 +624,13 @@ __global__ static void __launch_bounds__(32 * G1_WARPS) k_gemv_one(g1_args a) {
             if (g0 || !first || !a.early) g1_issue<DT, U, NR>(row, g0, groups, lane, q);
             if constexpr (Q8) {
                 if (i8) {
-                    g1_math8<DT, U, NR>(row, q, groups, lane, xq, acc);
+                    g1_math8<DT, U, NR, T>(row, q, groups, lane, xq, acc);
                     continue;
                 }
             }
             if constexpr (g1_fmt<DT>::ELEMS == 32)
-                g1_mathk<DT, U, NR, NORM>(row, q, g0, groups, x, a.norm_w, lane, acc, first, ss);
+                g1_mathk<DT, U, NR, NORM, T>(row, q, g0, groups, x, ldx, a.norm_w, lane, acc, first,
+                                             ss);
             else
                 g1_math16<DT, U, NR, NORM, T>(row, q, g0, groups, x, ldx, a.norm_w, lane, acc,
                                               first, ss);
@@ -681,8 +702,11 @@ static bool g1_fits(const cuda_ctx *c, const cuda_wview *w, int nw, const float 
     if (!c->gemv_one_waves || (uintptr_t)x % 16 || (uintptr_t)norm_w % 16 || nw > G1_SET)
         return false;
     bool half = w[0].dtype == TS_DTYPE_BF16 || w[0].dtype == TS_DTYPE_F16;
-    /* several tokens: 16-bit weights, up to gemv_one_tokens, each token's x 16-byte aligned */
-    if (n < 1 || n > c->gemv_one_tokens || (n > 1 && (!half || ldx % 4))) return false;
+    /* several tokens: up to gemv_one_tokens (quantized weights G1_QTOKENS, without a folded
+     * norm: cuda_matmul.cu folds none into them beyond one token), each token's x 16-byte
+     * aligned */
+    if (n < 1 || n > c->gemv_one_tokens || (n > 1 && ldx % 4)) return false;
+    if (n > 1 && !half && (n > G1_QTOKENS || norm_w)) return false;
     bool kq = (w[0].dtype == TS_DTYPE_Q4_K || w[0].dtype == TS_DTYPE_Q6_K) && c->gemv_one_kquant;
     bool q32 = q32_type(w[0].dtype) && c->gemv_one_kquant;
     if (!half && !kq && !q32) return false;
@@ -761,18 +785,18 @@ static void g1_start(cuda_ctx *c, const char *name, const g1_args &a) {
     g1_shape<DT, MODE, g1_fmt<DT>::UMIN, NORM, T>(c, name, a, per_lane);
 }
 
-/* g1_start for n tokens (1..G1_TOKENS for 16-bit weights, one for the quantized: g1_fits),
- * with the input norm folded in or not */
+/* g1_start for n tokens (1..G1_TOKENS for 16-bit weights, 1..G1_QTOKENS for the quantized:
+ * g1_fits), with the input norm folded in or not (quantized weights: one token) */
 template <ts_dtype DT, int MODE, int T = 1>
 static void g1_start_norm(cuda_ctx *c, const char *name, const g1_args &a, int n) {
     constexpr bool half = DT == TS_DTYPE_BF16 || DT == TS_DTYPE_F16;
-    if constexpr (half && T < G1_TOKENS) {
+    if constexpr (T < (half ? G1_TOKENS : G1_QTOKENS)) {
         if (n > T) return g1_start_norm<DT, MODE, T + 1>(c, name, a, n);
     }
-    if (a.norm_w)
-        g1_start<DT, MODE, true, T>(c, name, a);
-    else
-        g1_start<DT, MODE, false, T>(c, name, a);
+    if constexpr (half || T == 1) {
+        if (a.norm_w) return g1_start<DT, MODE, true, T>(c, name, a);
+    }
+    g1_start<DT, MODE, false, T>(c, name, a);
 }
 
 template <int MODE>
@@ -809,7 +833,7 @@ bool cuda_gemv_one(cuda_ctx *c, const cuda_wview *w, int nw, const float *x, int
     a.row_bytes = cuda_row_bytes(w[0].dtype, w[0].cols);
     a.x = x, a.ldx = n > 1 ? ldx : 0;
     a.norm_w = norm_w, a.eps = eps, a.acc = acc, a.early = c->gemv_one_early;
-    a.i8 = n == 1 && g1_int8_takes(c, rows);
+    a.i8 = g1_int8_takes(c, rows);
     const char *name = cuda_gemv_name(rows, norm_w != nullptr, w[0].dtype);
     g1_dispatch<G1_PLAIN>(c, name, w[0].dtype, a, n);
     c->gemv_few_launches += n > 1;
@@ -827,7 +851,7 @@ bool cuda_gemv_one_glu(cuda_ctx *c, const cuda_wview *g, const cuda_wview *u, co
     a.rows = g->rows, a.row_bytes = cuda_row_bytes(g->dtype, g->cols), a.cols = g->cols;
     a.x = x, a.ldx = n > 1 ? ldx : 0, a.ldo = n > 1 ? ldo : 0;
     a.norm_w = norm_w, a.eps = eps, a.early = c->gemv_one_early;
-    a.i8 = n == 1 && g1_int8_takes(c, g->rows);
+    a.i8 = g1_int8_takes(c, g->rows);
     if (gelu)
         g1_dispatch<G1_GELU>(c, "gemv_glu", g->dtype, a, n);
     else

@@ -78,9 +78,9 @@ typedef struct cuda_ctx_s {
     /* that kernel takes one token of quantized weights too (TESSERA_CUDA_GEMV1_KQUANT=0: the
      * general GEMV, for comparisons) */
     bool gemv_one_kquant;
-    /* and up to this many tokens of 16-bit weights at once, each weight loaded once for all
-     * (1..G1_TOKENS, default 3; TESSERA_CUDA_GEMV1_TOKENS=1: one token only, more take the
-     * general GEMV, for comparisons) */
+    /* and up to this many tokens at once, each weight loaded once for all (1..G1_TOKENS,
+     * default 3; quantized weights at most G1_QTOKENS; TESSERA_CUDA_GEMV1_TOKENS=1: one token
+     * only, more take the general GEMV, for comparisons) */
     int gemv_one_tokens;
     long gemv_few_launches; /* its launches for more than one token (tests) */
     /* and takes the quantized types by integer dot products against x quantized to int8 a

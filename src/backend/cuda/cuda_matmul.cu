@@ -592,7 +592,7 @@ static uint16_t *split_half(cuda_ctx *c, const cuda_wview *w, const float *x, in
  * 1219 / 1622 / 2123 / 3109 against 1218 / 1585 / 1833 / 2178, Gemma 3 270M-shaped Q8_0 2389 /
  * 3504 / 4641 / 6961 against 2388 / 3198 / 3830 / 4583 (its Q4_K_M 3018 / 4004 / 5949 against
  * 2990 / 3586 / 4352 at 3 / 4 / 6); from 2, 2 sequences fell (0.8B Q4_K_M 1082). So quantized
- * weights from 3. TESSERA_CUDA_SKINNY_MIN=k sets k for all. */
+ * weights from 3 (2 take cuda_gemv_one.cu's kernel). TESSERA_CUDA_SKINNY_MIN=k sets k for all. */
 static int skinny_from(const cuda_ctx *c, ts_dtype dt) {
     if (dt == TS_DTYPE_F32) return SK_MAX_TOK + 1; /* no tensor-core form */
     if (c->skinny_min) return c->skinny_min;
