@@ -43,7 +43,22 @@ bool cpu_isa_supported(cpu_isa isa) {
 
 /* Written once under best_once, read-only afterwards. */
 static cpu_isa best_isa;
+static size_t mmq_prefetch;
 static pthread_once_t best_once = PTHREAD_ONCE_INIT;
+
+/* How far ahead the quantized decode kernels prefetch their weights, by the CPU's vendor, as
+ * measured (bench/RESULTS.md): 8 KB on a Zen 4 VM (16 and 32 KB were slower there); on an Intel
+ * Xeon VM (AVX-512, AMX) the next row block (one Q4_K core 12.9 GB/s against 11.9 with 8 KB
+ * ahead; 0.8B Q4_K_M tg128 +3%). TESSERA_CPU_PREFETCH=bytes sets it, for comparisons. */
+static size_t mmq_prefetch_init(void) {
+    const char *env = getenv("TESSERA_CPU_PREFETCH");
+    if (env && *env && atol(env) > 0) return (size_t)atol(env);
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+    __builtin_cpu_init();
+    if (__builtin_cpu_is("intel")) return 2048;
+#endif
+    return 8192;
+}
 
 static void best_init(void) {
     cpu_isa best = CPU_ISA_SCALAR;
@@ -61,11 +76,17 @@ static void best_init(void) {
         }
     }
     best_isa = best;
+    mmq_prefetch = mmq_prefetch_init();
 }
 
 cpu_isa cpu_isa_best(void) {
     pthread_once(&best_once, best_init);
     return best_isa;
+}
+
+size_t cpu_mmq_prefetch_bytes(void) {
+    pthread_once(&best_once, best_init);
+    return mmq_prefetch;
 }
 
 /* The quantized kernels (integer dot products over 8-bit activations) live in their own tables;

@@ -19,10 +19,9 @@
  * of integer dot product, converted to fp32 and scaled by the activation scale and the weight
  * scale; offsets of the unsigned codes (Q4_0: 8, Q5_0: 16, Q4_K: the mins, Q6_K: 32) are
  * subtracted through the activations' block sums. On the first token group the row block
- * MMQ_PF_BYTES or more ahead is prefetched into L2 as one sequential stream (a row block is
- * contiguous), one prefetch per 64-byte line: quantized rows are short (576 bytes for 1024
- * Q4_K columns), so the next row block alone is too close to hide the memory latency; without
- * it one Zen 4 core decoded Q4_K at 7 GB/s, with it 15. */
+ * cpu_mmq_prefetch_bytes() or more ahead (whole row blocks) is prefetched into L2 as one
+ * sequential stream (a row block is contiguous), one prefetch per 64-byte line: without it one
+ * Zen 4 core decoded Q4_K at 7 GB/s, with it (8 KB ahead) 15. */
 #include <assert.h>
 #include <immintrin.h>
 #include <string.h>
@@ -31,9 +30,6 @@
 #include "backend/cpu/quant.h"
 
 #define INLINE static inline __attribute__((always_inline))
-
-/* How far ahead decode prefetches: about what is in flight at full bandwidth and latency */
-#define MMQ_PF_BYTES 8192
 
 #if defined(__OPTIMIZE__)
 #define MMQ_PRAGMA(x) _Pragma(#x)
@@ -286,6 +282,7 @@ INLINE void mmq_run(ts_dtype dt, const cpu_mm_job *j, int64_t r0, int64_t r1) {
     assert(n % ts_dtype_block_elems(dt) == 0 && n <= CPU_MMQ_MAX_COLS);
     const size_t ab = cpu_q8act_bytes(n), rb = j->row_bytes;
     int tt = cpu_mmq_tok_tile(n);
+    const size_t pf_bytes = cpu_mmq_prefetch_bytes();
     if (tt > MMQ_T) tt -= tt % MMQ_T;
     for (int t0 = 0; t0 < j->n_tok; t0 += tt) {
         const int nt = j->n_tok - t0 < tt ? j->n_tok - t0 : tt;
@@ -301,9 +298,9 @@ INLINE void mmq_run(ts_dtype dt, const cpu_mm_job *j, int64_t r0, int64_t r1) {
             const uint8_t *w[MMQ_R];
             /* missing rows re-read the last one; their sums are dropped */
             for (int q = 0; q < MMQ_R; q++) w[q] = j->w + (size_t)(r + (q < nr ? q : nr - 1)) * rb;
-            /* prefetch whole row blocks ahead, at least MMQ_PF_BYTES */
+            /* prefetch whole row blocks ahead, at least pf_bytes */
             const size_t blk_bytes = (size_t)MMQ_R * rb;
-            const uint8_t *pf = w[0] + (MMQ_PF_BYTES + blk_bytes - 1) / blk_bytes * blk_bytes;
+            const uint8_t *pf = w[0] + (pf_bytes + blk_bytes - 1) / blk_bytes * blk_bytes;
             for (int tg = 0; tg < nt; tg += MMQ_T) {
                 const uint8_t *act = buf + (size_t)tg * ab;
                 float *y = j->y + (int64_t)(t0 + tg) * j->ldy + r;
