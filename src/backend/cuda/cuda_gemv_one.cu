@@ -1,6 +1,7 @@
 /* One token's GEMV for 16-bit weights (BF16, F16) and the quantized types (Q4_K, Q6_K, Q8_0,
  * Q4_0, Q5_0): the decode step of one sequence, where the kernels are short and their fixed
- * costs are the step's time.
+ * costs are the step's time - and of two or three sequences (G1_TOKENS), each weight loaded
+ * once for all of them.
  *
  * The general GEMV (cuda_matmul.cu) keeps a warp on one row with up to 8 tokens' sums in
  * registers: two 16-byte loads of a row in flight per lane, a warp per row and as many blocks
