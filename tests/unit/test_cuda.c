@@ -2747,10 +2747,10 @@ static void test_gemv_x_staged(void) {
 
 /* The few-token GEMV cases' op (kind: 0 matmul, 1 matmul_add, 2 matmul_n of W0 and W1 with the
  * input norm nw folded, 3 the gated MLP normed (SiLU), 4 the gated MLP (GELU), 5 matmul_n of W0
- * and W1) on backend be, n
- * tokens of x (host, rows ldx apart) in, outputs in device rows ldx + 4 apart (y0: their
- * values before, for the add); returns them packed, token after token, as a new host array of
- * n * (r0 + r1) values (r1: W1's rows, 0 unless stacked). */
+ * and W1) on backend be: n tokens of x (host, rows ldx apart) in, the outputs in device rows 4
+ * floats longer than they are (y0: their values before, for the add); returns them packed,
+ * token after token, as a new host array of n * (r0 + r1) values (r1: W1's rows, 0 unless
+ * stacked). */
 static float *few_run(ts_backend *be, int kind, const ts_tensor *W0, const ts_tensor *W1, int n,
                       const float *x, int64_t ldx, const float *y0, const float *nw) {
     bool stack = kind == 2 || kind == 5;
