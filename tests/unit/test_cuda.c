@@ -1317,39 +1317,51 @@ static void test_skinny_wg(bool quick) {
     ts_backend_free(wg);
 }
 
-/* One token of the single-token GEMV's cases through backend be: the gated MLP of W[0] and W[1]
- * (glu), W[0] x added to y (add), or the nw stacked weights' products (matmul_n) - the input
- * norm's weights nwt folded in where normed. The outputs as one new host array: the gated MLP's
- * rs[0] values, or the stack's rows one weight after the other (rs[1] 0 for one weight); y0:
- * their values before (NULL: left as the allocation has them, for an op that overwrites). */
-static float *gemv1_run(ts_backend *be, const ts_tensor *W, int nw, const int *rs, int cols,
-                        const float *x, const float *nwt, float eps, bool normed, bool glu,
-                        bool add, const float *y0) {
+/* n tokens of the single-token GEMV's cases through backend be: the gated MLP of W[0] and W[1]
+ * (glu; GELU where gelu, else SiLU), W[0] x added to y (add), or the nw stacked weights' products
+ * (matmul_n) - the input norm's weights nwt folded in where normed. Token t's x at x + t * ldx
+ * (host); on the device its outputs lie in a row 4 floats longer than they are. The outputs as
+ * one new host array, token after token: the gated MLP's rs[0] values, or the stack's rows one
+ * weight after the other (rs[1] 0 for one weight); y0: their values before, packed the same way
+ * (NULL: left as the allocation has them, for an op that overwrites). */
+static float *gemv1_run(ts_backend *be, const ts_tensor *W, int nw, const int *rs, int cols, int n,
+                        const float *x, int64_t ldx, const float *nwt, float eps, bool normed,
+                        bool glu, bool gelu, bool add, const float *y0) {
     int r0 = rs[0], tot = glu ? r0 : r0 + rs[1];
-    float *dx = be->ops->alloc(be, (size_t)cols * 4), *dnw = be->ops->alloc(be, (size_t)cols * 4);
-    float *dscr = be->ops->alloc(be, (size_t)cols * 4);
-    float *dy = be->ops->alloc(be, (size_t)tot * 4), *dtmp[2];
-    be->ops->upload(be, dx, x, (size_t)cols * 4);
+    int64_t ldy = tot + 4;
+    size_t xs = (size_t)n * ldx * 4, ys = (size_t)n * ldy * 4;
+    float *dx = be->ops->alloc(be, xs), *dnw = be->ops->alloc(be, (size_t)cols * 4);
+    float *dscr = be->ops->alloc(be, xs), *dy = be->ops->alloc(be, ys), *dtmp[2];
+    float *yh = calloc((size_t)n * ldy, 4);
+    be->ops->upload(be, dx, x, xs);
     be->ops->upload(be, dnw, nwt, (size_t)cols * 4);
-    if (y0) be->ops->upload(be, dy, y0, (size_t)tot * 4);
+    if (y0) {
+        for (int t = 0; t < n; t++)
+            memcpy(yh + t * ldy, y0 + (size_t)t * tot, (size_t)tot * 4);
+        be->ops->upload(be, dy, yh, ys);
+    }
     for (int j = 0; j < 2; j++)
-        dtmp[j] = be->ops->alloc(be, (size_t)r0 * 4);
+        dtmp[j] = be->ops->alloc(be, (size_t)n * r0 * 4);
     ts_prenorm pre = {dnw, eps, dscr};
     if (glu) {
-        be->ops->matmul_glu(be, &W[0], &W[1], dx, cols, 1, normed ? &pre : NULL, false, dtmp[0],
-                            dtmp[1], r0, dy, r0);
+        be->ops->matmul_glu(be, &W[0], &W[1], dx, ldx, n, normed ? &pre : NULL, gelu, dtmp[0],
+                            dtmp[1], r0, dy, ldy);
     } else if (add) {
-        be->ops->matmul_add(be, &W[0], dx, cols, 1, dy, r0);
+        be->ops->matmul_add(be, &W[0], dx, ldx, n, dy, ldy);
     } else {
         const ts_tensor *Ws[2] = {&W[0], &W[1]};
-        float *ys[2] = {dy, dy + r0};
-        int64_t lds[2] = {r0, rs[1]};
-        be->ops->matmul_n(be, Ws, nw, dx, cols, 1, normed ? &pre : NULL, ys, lds);
+        float *ys2[2] = {dy, dy + r0};
+        int64_t lds[2] = {ldy, ldy};
+        be->ops->matmul_n(be, Ws, nw, dx, ldx, n, normed ? &pre : NULL, ys2, lds);
     }
-    float *got = host_of(be, dy, tot);
+    be->ops->download(be, yh, dy, ys);
+    float *got = malloc((size_t)n * tot * 4);
+    for (int t = 0; t < n; t++)
+        memcpy(got + (size_t)t * tot, yh + t * ldy, (size_t)tot * 4);
     float *bufs[] = {dx, dnw, dscr, dy, dtmp[0], dtmp[1]};
     for (int i = 0; i < 6; i++)
         be->ops->free(be, bufs[i]);
+    free(yh);
     return got;
 }
 
@@ -1421,7 +1433,8 @@ static void test_gemv_int8(void) {
         }
         float *got[2];
         for (int b = 0; b < 2; b++) /* b = 0: integer dot products, 1: the float decode */
-            got[b] = gemv1_run(b ? gpu : i8, W, nw, rs, cols, x, nwt, eps, normed, glu, add, y0);
+            got[b] = gemv1_run(b ? gpu : i8, W, nw, rs, cols, 1, x, cols, nwt, eps, normed, glu,
+                               false, add, y0);
         char what[96];
         snprintf(what, sizeof what, "gemv %s int8 %d+%d x %d%s%s%s", ts_dtype_name(dt), r0, r1,
                  cols, glu ? " glu" : "", normed ? " normed" : "", add ? " add" : "");
@@ -1520,8 +1533,8 @@ static void test_gemv_one_kquant(void) {
         }
         float *got[2];
         for (int b = 0; b < 2; b++) /* b = 0: the kernel under test, 1: the general GEMV */
-            got[b] =
-                gemv1_run(b ? ref : gpu, W, nw, rs, cols, x, nwt, eps, normed, glu, false, NULL);
+            got[b] = gemv1_run(b ? ref : gpu, W, nw, rs, cols, 1, x, cols, nwt, eps, normed, glu,
+                               false, false, NULL);
         char what[96];
         snprintf(what, sizeof what, "gemv one token %s %s%d+%d x %d%s", ts_dtype_name(dt),
                  glu ? "glu " : "", r0, r1, cols, normed ? " normed" : "");
@@ -2745,51 +2758,18 @@ static void test_gemv_x_staged(void) {
     ts_backend_free(b2);
 }
 
-/* The few-token GEMV cases' op (kind: 0 matmul, 1 matmul_add, 2 matmul_n of W0 and W1 with the
- * input norm nw folded, 3 the gated MLP normed (SiLU), 4 the gated MLP (GELU), 5 matmul_n of W0
- * and W1) on backend be: n tokens of x (host, rows ldx apart) in, the outputs in device rows 4
- * floats longer than they are (y0: their values before, for the add); returns them packed,
- * token after token, as a new host array of n * (r0 + r1) values (r1: W1's rows, 0 unless
- * stacked). */
+/* The few-token GEMV cases' op (kind: 0 matmul_n of W0, 1 matmul_add, 2 matmul_n of W0 and W1
+ * with the input norm nw folded, 3 the gated MLP normed (SiLU), 4 the gated MLP (GELU), 5
+ * matmul_n of W0 and W1) through gemv1_run on backend be: n tokens of x (rows ldx apart), y0 the
+ * outputs' values before (the add); returns the outputs packed, token after token, n * (r0 + r1)
+ * values (r1: W1's rows, 0 unless stacked). */
 static float *few_run(ts_backend *be, int kind, const ts_tensor *W0, const ts_tensor *W1, int n,
                       const float *x, int64_t ldx, const float *y0, const float *nw) {
-    bool stack = kind == 2 || kind == 5;
-    int r0 = (int)ts_tensor_rows(W0), r1 = stack ? (int)ts_tensor_rows(W1) : 0;
-    int cols = (int)ts_tensor_cols(W0), out = r0 + r1;
-    int64_t ldy = out + 4;
-    size_t xs = (size_t)n * ldx * 4, ys = (size_t)n * ldy * 4;
-    float *dx = be->ops->alloc(be, xs), *dy = be->ops->alloc(be, ys);
-    float *dn = be->ops->alloc(be, (size_t)cols * 4), *ds = be->ops->alloc(be, xs);
-    float *dt = be->ops->alloc(be, 2 * ys);
-    be->ops->upload(be, dx, x, xs);
-    be->ops->upload(be, dn, nw, (size_t)cols * 4);
-    float *yh = calloc((size_t)n * ldy, 4);
-    for (int t = 0; t < n && y0; t++)
-        memcpy(yh + t * ldy, y0 + (size_t)t * out, (size_t)out * 4);
-    be->ops->upload(be, dy, yh, ys);
-    ts_prenorm pre = {dn, 1e-6f, ds};
-    if (kind == 0) {
-        be->ops->matmul(be, W0, dx, ldx, n, dy, ldy);
-    } else if (kind == 1) {
-        be->ops->matmul_add(be, W0, dx, ldx, n, dy, ldy);
-    } else if (stack) {
-        const ts_tensor *Ws[2] = {W0, W1};
-        float *ys2[2] = {dy, dy + r0};
-        int64_t lds[2] = {ldy, ldy};
-        be->ops->matmul_n(be, Ws, 2, dx, ldx, n, kind == 2 ? &pre : NULL, ys2, lds);
-    } else {
-        be->ops->matmul_glu(be, W0, W1, dx, ldx, n, kind == 3 ? &pre : NULL, kind == 4, dt,
-                            dt + (size_t)n * ldy, ldy, dy, ldy);
-    }
-    be->ops->download(be, yh, dy, ys);
-    float *got = malloc((size_t)n * out * 4);
-    for (int t = 0; t < n; t++)
-        memcpy(got + (size_t)t * out, yh + t * ldy, (size_t)out * 4);
-    float *bufs[] = {dx, dy, dn, ds, dt};
-    for (int i = 0; i < 5; i++)
-        be->ops->free(be, bufs[i]);
-    free(yh);
-    return got;
+    bool stack = kind == 2 || kind == 5, glu = kind == 3 || kind == 4;
+    ts_tensor W[2] = {*W0, *W1};
+    int rs[2] = {(int)ts_tensor_rows(W0), stack ? (int)ts_tensor_rows(W1) : 0};
+    return gemv1_run(be, W, stack ? 2 : 1, rs, (int)ts_tensor_cols(W0), n, x, ldx, nw, 1e-6f,
+                     kind == 2 || kind == 3, glu, kind == 4, kind == 1, y0);
 }
 
 /* few_run's outputs from the CPU's ops over the weights' exact values F0, F1 (the CPU backend
