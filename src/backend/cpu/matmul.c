@@ -49,7 +49,7 @@ static pthread_once_t best_once = PTHREAD_ONCE_INIT;
 /* How far ahead the quantized decode kernels prefetch their weights, by the CPU's vendor, as
  * measured (bench/RESULTS.md): 8 KB on a Zen 4 VM (16 and 32 KB were slower there); on an Intel
  * Xeon VM (AVX-512, AMX) the next row block (one Q4_K core 12.9 GB/s against 11.9 with 8 KB
- * ahead; 0.8B Q4_K_M tg128 +3%). TESSERA_CPU_PREFETCH=bytes sets it, for comparisons. */
+ * ahead; 0.8B tg128 +2-6% by type). TESSERA_CPU_PREFETCH=bytes sets it, for comparisons. */
 static size_t mmq_prefetch_init(void) {
     const char *env = getenv("TESSERA_CPU_PREFETCH");
     if (env && *env && atol(env) > 0) return (size_t)atol(env);
