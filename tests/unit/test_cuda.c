@@ -2929,6 +2929,89 @@ static void test_gemv_few_quant(void) {
     ts_backend_free(i8);
 }
 
+/* One token of a stack of two quantized types (llama.cpp's Q4_K_M: Gemma 3's v in Q8_0 beside q
+ * and k in Q5_0; Qwen3.5's delta-rule qkv in Q6_K beside its gate, beta and alpha in Q4_K) in one
+ * launch (cuda_gemv_pair.cu): every output the bits of the two launches of a backend with
+ * TESSERA_CUDA_GEMV1_PAIR=0 (both with the default integer form: parts of 2048 rows and more),
+ * within the CPU's fp32 product by 1e-2. The first type's weights first or not, the norm folded
+ * or not (Q8_0 never folds it), rows of one or two units a lane, one part in the integer form
+ * beside one in the float decode; a stack too large for one round of the grid keeps two
+ * launches. The pair must have run for the others. */
+static void test_gemv_pair(void) {
+    ts_backend *one = gpu_with("TESSERA_CUDA_GEMV1_INT8", "1", NULL, NULL);
+    ts_backend *two = gpu_with("TESSERA_CUDA_GEMV1_INT8", "1", "TESSERA_CUDA_GEMV1_PAIR", "0");
+    if (!one || !two) return;
+    enum { K4 = TS_DTYPE_Q4_K, K6 = TS_DTYPE_Q6_K, Q8 = TS_DTYPE_Q8_0, Q5 = TS_DTYPE_Q5_0 };
+    static const struct {
+        int nw, dt[4], rows[4], cols, normed, paired;
+    } cases[] = {
+        {4, {K6, K4, K4, K4}, {2048, 1024, 16, 16}, 1024, 1, 1}, /* int8 beside float */
+        {2, {K4, K6}, {1500, 1000}, 2048, 0, 1},                 /* second type first */
+        {3, {Q5, Q5, Q8}, {1024, 256, 256}, 640, 1, 1},          /* Gemma 3's attention */
+        {3, {Q8, Q5, Q8}, {300, 40, 24}, 1024, 0, 1},            /* interleaved, small */
+        {2, {K6, K4}, {60000, 4000}, 1024, 1, 0},                /* past one round */
+    };
+    const int nc = (int)(sizeof cases / sizeof *cases);
+    long before = ts_backend_cuda_gemv_pair_launches(one), want = 0;
+    for (int ci = 0; ci < nc; ci++) {
+        int nw = cases[ci].nw, cols = cases[ci].cols, tot = 0, off[4];
+        ts_tensor W[4], F[4];
+        float *f[4];
+        for (int j = 0; j < nw; j++) {
+            int r = cases[ci].rows[j];
+            W[j] = make_weight((ts_dtype)cases[ci].dt[j], r, cols, &f[j]);
+            F[j] =
+                (ts_tensor){TS_DTYPE_F32, 2, {r, cols, 1, 1, 1, 1}, f[j], (uint64_t)r * cols * 4};
+            off[j] = tot, tot += r;
+        }
+        float *x = rnd(cols, 2.0f), *nwt = rnd(cols, 1.0f), *xn = malloc((size_t)cols * 4);
+        float *want_y = malloc((size_t)tot * 4), *got[2];
+        if (cases[ci].normed)
+            cpu->ops->rmsnorm(cpu, x, cols, 1, cols, nwt, 1e-6f, xn, cols);
+        else
+            memcpy(xn, x, (size_t)cols * 4);
+        for (int j = 0; j < nw; j++)
+            cpu->ops->matmul(cpu, &F[j], xn, cols, 1, want_y + off[j], tot);
+        for (int b = 0; b < 2; b++) {
+            ts_backend *be = b ? two : one;
+            float *dx = be->ops->alloc(be, (size_t)cols * 4),
+                  *dnw = be->ops->alloc(be, (size_t)cols * 4);
+            float *dscr = be->ops->alloc(be, (size_t)cols * 4),
+                  *dy = be->ops->alloc(be, (size_t)tot * 4);
+            be->ops->upload(be, dx, x, (size_t)cols * 4);
+            be->ops->upload(be, dnw, nwt, (size_t)cols * 4);
+            const ts_tensor *Ws[4];
+            float *ys[4];
+            int64_t lds[4];
+            for (int j = 0; j < nw; j++)
+                Ws[j] = &W[j], ys[j] = dy + off[j], lds[j] = tot;
+            ts_prenorm pre = {dnw, 1e-6f, dscr};
+            be->ops->matmul_n(be, Ws, nw, dx, cols, 1, cases[ci].normed ? &pre : NULL, ys, lds);
+            got[b] = malloc((size_t)tot * 4);
+            be->ops->download(be, got[b], dy, (size_t)tot * 4);
+            float *bufs[] = {dx, dnw, dscr, dy};
+            for (int i = 0; i < 4; i++)
+                be->ops->free(be, bufs[i]);
+        }
+        char what[64];
+        snprintf(what, sizeof what, "stack of two types, case %d (%d weights x %d)", ci, nw, cols);
+        CHECKF(memcmp(got[0], got[1], (size_t)tot * 4) == 0, "%s: not the two launches' bits",
+               what);
+        double rel = tu_rel_l2(got[0], want_y, tot);
+        CHECKF(rel <= 1e-2, "%s: rel L2 %.3g against the CPU", what, rel);
+        want += cases[ci].paired;
+        for (int j = 0; j < nw; j++)
+            kept_extra((void *)W[j].data), free(f[j]);
+        free(x), free(nwt), free(xn), free(want_y), free(got[0]), free(got[1]);
+    }
+    long ran = ts_backend_cuda_gemv_pair_launches(one) - before;
+    printf("  two-type stack launches: %ld\n", ran);
+    CHECKF(ran == want, "the pair ran %ld times for %ld stacks", ran, want);
+    CHECKF(ts_backend_cuda_gemv_pair_launches(two) == 0, "TESSERA_CUDA_GEMV1_PAIR=0 still paired");
+    ts_backend_free(one);
+    ts_backend_free(two);
+}
+
 /* Decoding ahead, the backend's side: argmax_held's ids, and get_rows_fed's rows from them -
  * the bits of get_rows (the CPU's dequantizer) for every weight type, scaled and not; a flush
  * while ops are held runs none of them. */
@@ -3186,7 +3269,8 @@ int main(void) {
      * prompts, a lighter delta-rule section; the graph and multi-sequence tests still run.
      * TS_CUDA_ONLY=gdn,attention,... (skinny: the ring GEMM's test alone, also in matmul;
      * staging: the split and x-staging tests, also in matmul; int8: the one-token GEMV's
-     * integer form, also in matmul; few: its kernel for 2-3 tokens, also in matmul)
+     * integer form, also in matmul; few: its kernel for 2-3 tokens, also in matmul; pair: a
+     * stack of two quantized types in one launch, also in matmul)
      * runs only those sections (a sanitizer pass over some kernels fits a time limit). */
     bool quick = strcmp(tu_env("TS_CUDA_QUICK", "0"), "1") == 0;
     if (section("rows")) test_rows_ops();
@@ -3213,6 +3297,7 @@ int main(void) {
     if (section("matmul")) {
         test_matmul(), test_matmul_glu(), test_matmul_norm_add(), test_gemv_one_rows();
         test_gemv_one_kquant(), test_gemv_int8(), test_gemv_few(), test_gemv_few_quant();
+        test_gemv_pair();
         test_decode_exact();
         test_q32_partial_group();
         test_split_range();
@@ -3224,6 +3309,7 @@ int main(void) {
     if (section("matmul") || section("skinny") || section("wg")) test_skinny_wg(quick);
     if (section("int8")) test_gemv_int8();
     if (section("few")) test_gemv_few(), test_gemv_few_quant();
+    if (section("pair")) test_gemv_pair();
     if (!quick && section("fixtures")) {
         test_fixtures("qwen35");
         test_fixtures("gemma3");

@@ -199,6 +199,7 @@ extern "C" ts_status ts_backend_cuda_create(int device, ts_backend **out) {
     const char *xs = getenv("TESSERA_CUDA_GEMV1_XSMEM");
     c->gemv_one_xsmem = xs && atoi(xs) >= 0 && atoi(xs) <= 2 ? atoi(xs) : 1;
     c->gemv_one_kquant = !cuda_env_off("TESSERA_CUDA_GEMV1_KQUANT");
+    c->gemv_one_pair = !cuda_env_off("TESSERA_CUDA_GEMV1_PAIR");
     const char *g1t = getenv("TESSERA_CUDA_GEMV1_TOKENS");
     c->gemv_one_tokens = g1t && atoi(g1t) >= 1 && atoi(g1t) <= 3 ? atoi(g1t) : 3;
     const char *i8 = getenv("TESSERA_CUDA_GEMV1_INT8");
@@ -273,6 +274,11 @@ extern "C" long ts_backend_cuda_wg_launches(const ts_backend *be, bool *hopper) 
 extern "C" long ts_backend_cuda_gemv_few_launches(const ts_backend *be) {
     if (!be || be->ops != &cuda_ops) return 0;
     return ((const cuda_ctx *)be->ctx)->gemv_few_launches;
+}
+
+extern "C" long ts_backend_cuda_gemv_pair_launches(const ts_backend *be) {
+    if (!be || be->ops != &cuda_ops) return 0;
+    return ((const cuda_ctx *)be->ctx)->gemv_pair_launches;
 }
 
 extern "C" bool ts_backend_cuda_args_pack_clean(void) {

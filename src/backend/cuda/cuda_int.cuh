@@ -83,6 +83,10 @@ typedef struct cuda_ctx_s {
      * only, more take the general GEMV, for comparisons) */
     int gemv_one_tokens;
     long gemv_few_launches; /* its launches for more than one token (tests) */
+    /* a stack of two quantized types in one launch (cuda_gemv_pair.cu; TESSERA_CUDA_GEMV1_PAIR=0:
+     * two, for comparisons), and how many such launches were queued (tests) */
+    bool gemv_one_pair;
+    long gemv_pair_launches;
     /* and takes the quantized types by integer dot products against x quantized to int8 a
      * 16-element run: 1 (default) for GEMVs of many rows (G1_I8_ROWS), 2 for all, 0 never - the
      * float decode, whose sums are the general GEMV's bits (TESSERA_CUDA_GEMV1_INT8) */
@@ -574,6 +578,12 @@ bool cuda_gemv_one(cuda_ctx *c, const cuda_wview *w, int nw, const float *x, int
 bool cuda_gemv_one_glu(cuda_ctx *c, const cuda_wview *g, const cuda_wview *u, const float *x,
                        int64_t ldx, int n, const float *norm_w, float eps, bool gelu, float *out,
                        int64_t ldo);
+/* One token's y_j = W_j x for a stack of two quantized types (wa's na weights of one, wb's nb
+ * of the other) in one launch, x normed on the fly where norm_w is set; false where it does not
+ * apply (then nothing was queued) (cuda_gemv_pair.cu). */
+bool cuda_gemv_pair(cuda_ctx *c, const cuda_wview *wa, int na, const cuda_wview *wb, int nb,
+                    const float *x, float *const *ya, float *const *yb, const float *norm_w,
+                    float eps);
 /* The positions of a forward on the device (uploaded when they change; NULL on failure). */
 const int32_t *cuda_positions(cuda_ctx *c, const int32_t *pos, int n_tok);
 void cuda_op_gdn_prep(ts_backend *be, const float *conv, int64_t ldc, const ts_gdn_prep_args *p);

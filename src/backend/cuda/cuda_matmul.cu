@@ -724,6 +724,20 @@ static const float *normed_input(ts_backend *be, const float *x, int64_t ldx, in
     return pre->scratch;
 }
 
+/* Whether a stack is of exactly two weight types: then g / gy hold the weights (and outputs) of
+ * the first one's type, in order, then the others; the count of the first type's, else 0. */
+static int pair_split(const cuda_wview *w, int nw, float *const *y, cuda_wview *g, float **gy) {
+    int na = 0, k = 0;
+    for (int j = 0; j < nw; j++)
+        if (w[j].dtype == w[0].dtype) g[k] = w[j], gy[k++] = y[j], na++;
+    for (int j = 0; j < nw; j++) {
+        if (w[j].dtype == w[0].dtype) continue;
+        if (k > na && w[j].dtype != g[na].dtype) return 0; /* a third type */
+        g[k] = w[j], gy[k++] = y[j];
+    }
+    return na < nw ? na : 0;
+}
+
 void cuda_op_matmul_n(ts_backend *be, const ts_tensor *const *W, int nw, const float *x,
                       int64_t ldx, int n, const ts_prenorm *pre, float *const *y,
                       const int64_t *ldy) {
@@ -756,6 +770,9 @@ void cuda_op_matmul_n(ts_backend *be, const ts_tensor *const *W, int nw, const f
     float *gy[GEMV_SET];
     int64_t gld[GEMV_SET];
     bool done[GEMV_SET] = {false};
+    /* one token of a stack of two quantized types: one launch for both (cuda_gemv_pair.cu) */
+    int na = few && n == 1 ? pair_split(w, nw, y, g, gy) : 0;
+    if (na && cuda_gemv_pair(c, g, na, g + na, nw - na, x, gy, gy + na, nrm.w, nrm.eps)) return;
     for (int j = 0; j < nw; j++) {
         if (done[j]) continue;
         if (!few && !skinny(c, &w[j], n)) {
