@@ -333,7 +333,8 @@ static void test_kernels(void) {
 /* A token's outputs do not depend on the tokens computed with it: every kernel gives the same
  * bits for a token alone (decode, one-token tiles) as inside a batch (tiles of several tokens,
  * where the AVX-512 K-quant tiles take the rows one at a time), so that prefill and decode, or
- * a prompt with and without a cached prefix, agree exactly. */
+ * a prompt with and without a cached prefix, agree exactly - the token alone with a row block's
+ * rows summed together and one after another (cpu_mmq_seq_rows, which a CPU's vendor picks). */
 static void test_batch_invariance(void) {
     /* 5 whole chunks; the 32-element types 3 blocks more (a row tail: the AVX-512 kernels pad
      * it to a chunk, in decode and prefill alike) */
@@ -342,6 +343,7 @@ static void test_batch_invariance(void) {
     float *x = malloc(sizeof(float) * NTOK * COLS), *tmp = malloc(sizeof(float) * COLS);
     float *yb = malloc(sizeof(float) * NTOK * ROWS), *y1 = malloc(sizeof(float) * ROWS);
     for (int i = 0; i < NTOK * COLS; i++) x[i] = gauss(&s);
+    const bool seq_default = cpu_mmq_seq_rows();
     for (size_t d = 0; d < N_QTYPES; d++) {
         const ts_dtype dt = QTYPES[d];
         const int cols = ts_dtype_block_elems(dt) == 256 ? 1280 : COLS;
@@ -354,14 +356,22 @@ static void test_batch_invariance(void) {
         for (int isa = 0; isa < CPU_ISA_COUNT; isa++) {
             if (!isa_ok(isa)) continue;
             run_kernel(NULL, &TABLES[isa][dt], w, dt, ROWS, cols, x, COLS, NTOK, yb, ROWS);
-            for (int t = 0; t < NTOK; t++) {
-                run_kernel(NULL, &TABLES[isa][dt], w, dt, ROWS, cols, x + t * COLS, COLS, 1, y1,
-                           ROWS);
-                int diff = 0;
-                for (int o = 0; o < ROWS; o++) diff += memcmp(&y1[o], &yb[t * ROWS + o], 4) != 0;
-                CHECKF(diff == 0, "%s %s: token %d alone differs from the batch in %d rows",
-                       ts_dtype_name(dt), cpu_isa_name((cpu_isa)isa), t, diff);
+            for (int seq = 0; seq < 2; seq++) {
+                cpu_mmq_seq_rows_set(seq);
+                for (int t = 0; t < NTOK; t++) {
+                    memset(y1, 0xff, sizeof(float) * ROWS); /* NaN: rows left out show */
+                    run_kernel(NULL, &TABLES[isa][dt], w, dt, ROWS, cols, x + t * COLS, COLS, 1, y1,
+                               ROWS);
+                    int diff = 0;
+                    for (int o = 0; o < ROWS; o++)
+                        diff += memcmp(&y1[o], &yb[t * ROWS + o], 4) != 0;
+                    CHECKF(diff == 0,
+                           "%s %s, rows %s: token %d alone differs from the batch in %d rows",
+                           ts_dtype_name(dt), cpu_isa_name((cpu_isa)isa),
+                           seq ? "one after another" : "together", t, diff);
+                }
             }
+            cpu_mmq_seq_rows_set(seq_default);
         }
         free(w);
     }

@@ -458,8 +458,8 @@ INLINE void il_rows_q6k(const uint8_t *const *w, const uint8_t *pf, size_t pf_st
  * are used; 1 decode the row block's chunks into decbuf first (this is its first token group),
  * then use them; 2 use what decbuf holds (a later group of the same row block). */
 INLINE void mmq_il_tile(ts_dtype dt, const uint8_t *const *w, const uint8_t *pf, const uint8_t *act,
-                        size_t ab, int64_t n, float *y, int64_t ldy, int nr, int T,
-                        uint8_t *decbuf, int dec_state) {
+                        size_t ab, int64_t n, float *y, int64_t ldy, int nr, int T, uint8_t *decbuf,
+                        int dec_state, bool seq) {
     cpu_q8act A[MMQ_T];
     __m256 acc[MMQ_R][MMQ_T];
     mmq_tile_open(act, ab, n, MMQ_R, T, A, acc);
@@ -474,6 +474,11 @@ INLINE void mmq_il_tile(ts_dtype dt, const uint8_t *const *w, const uint8_t *pf,
     const size_t pf_step = chunks ? (block_bytes + (size_t)chunks - 1) / (size_t)chunks : 0;
     if (pf && !chunks) mmq_prefetch_step(pf, 0, (int)block_bytes);
     il_weights *dec = dec_state ? (il_weights *)decbuf : NULL;
+    /* seq (mmq_run: one token, cpu_mmq_seq_rows): the rows one after another, each pass over a
+     * whole row and a quarter of the next row block's prefetch, so that memory sees one
+     * sequential stream instead of four interleaved ones */
+    seq = seq && T == 1 && !dec;
+    const size_t seq_step = (pf_step + MMQ_R - 1) / MMQ_R;
     if (dec_state == 1) { /* the prefetch of the next row block goes with this pass */
         for (int64_t ch = 0; ch < chunks; ch++) {
             if (pf) mmq_prefetch_step(pf, (size_t)ch, (int)pf_step);
@@ -500,7 +505,11 @@ INLINE void mmq_il_tile(ts_dtype dt, const uint8_t *const *w, const uint8_t *pf,
         }
         /* more than 2 tokens: one row a pass (the accumulators and codes fill the registers),
          * two where the codes come decoded from memory */
-        if (T > 2 && dec) {
+        if (seq) {
+            for (int q = 0; q < MMQ_R; q++)
+                il_rows_q6k(w, pf ? pf + (size_t)q * (size_t)chunks * seq_step : NULL, seq_step, A,
+                            chunks, acc16, q, 1, T, dec);
+        } else if (T > 2 && dec) {
             il_rows_q6k(w, pf, pf_step, A, chunks, acc16, 0, MMQ_R / 2, T, dec);
             il_rows_q6k(w, NULL, pf_step, A, chunks, acc16, MMQ_R / 2, MMQ_R / 2, T, dec);
         } else if (T > 2) {
@@ -516,6 +525,10 @@ INLINE void mmq_il_tile(ts_dtype dt, const uint8_t *const *w, const uint8_t *pf,
                 acc[q][t] = _mm256_add_ps(_mm512_castps512_ps256(acc16[q][t]),
                                           _mm512_extractf32x8_ps(acc16[q][t], 1));
         }
+    } else if (seq) {
+        for (int q = 0; q < MMQ_R; q++)
+            il_rows(dt, w, pf ? pf + (size_t)q * (size_t)chunks * seq_step : NULL, seq_step, A,
+                    chunks, acc, q, 1, T, dec);
     } else if (T <= 2 || (dec && (dt == TS_DTYPE_Q5_0 || dt == TS_DTYPE_Q8_0))) {
         il_rows(dt, w, pf, pf_step, A, chunks, acc, 0, MMQ_R, T, dec);
     } else if (dt == TS_DTYPE_Q4_K && !dec) {
