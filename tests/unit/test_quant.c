@@ -342,6 +342,7 @@ static void test_batch_invariance(void) {
     unsigned long long s = 0xba7c4ull;
     float *x = malloc(sizeof(float) * NTOK * COLS), *tmp = malloc(sizeof(float) * COLS);
     float *yb = malloc(sizeof(float) * NTOK * ROWS), *y1 = malloc(sizeof(float) * ROWS);
+    float *y2 = malloc(sizeof(float) * 2 * ROWS);
     for (int i = 0; i < NTOK * COLS; i++) x[i] = gauss(&s);
     const bool seq_default = cpu_mmq_seq_rows();
     for (size_t d = 0; d < N_QTYPES; d++) {
@@ -370,6 +371,18 @@ static void test_batch_invariance(void) {
                            ts_dtype_name(dt), cpu_isa_name((cpu_isa)isa),
                            seq ? "one after another" : "together", t, diff);
                 }
+                for (int t = 0; t + 1 < NTOK; t += 2) { /* two tokens: a tile of two */
+                    memset(y2, 0xff, sizeof(float) * 2 * ROWS);
+                    run_kernel(NULL, &TABLES[isa][dt], w, dt, ROWS, cols, x + t * COLS, COLS, 2, y2,
+                               ROWS);
+                    int diff = 0;
+                    for (int o = 0; o < 2 * ROWS; o++)
+                        diff += memcmp(&y2[o], &yb[t * ROWS + o], 4) != 0;
+                    CHECKF(diff == 0,
+                           "%s %s, rows %s: tokens %d-%d differ from the batch in %d rows",
+                           ts_dtype_name(dt), cpu_isa_name((cpu_isa)isa),
+                           seq ? "one after another" : "together", t, t + 1, diff);
+                }
             }
             cpu_mmq_seq_rows_set(seq_default);
         }
@@ -379,6 +392,7 @@ static void test_batch_invariance(void) {
     free(tmp);
     free(yb);
     free(y1);
+    free(y2);
 }
 
 /* Balanced jobs whose thread `slow` spends 3 us an item, the other 1 us: they move the pool's

@@ -61,12 +61,12 @@ static size_t mmq_prefetch_init(void) {
     return 8192;
 }
 
-/* Whether one token's row block is summed a row after another by the AVX-512 tile (its rows one
- * pass each, each pass prefetching its share of the next row block), so that the weights reach
- * the core as one sequential stream instead of four interleaved ones: on the Intel Xeon VM, the
- * same operations per row, 0.8B tg128 Q4_0 +4-5%, Q4_K_M +3-4%, Q8_0 +9-10%, the Gemma 3 270M
- * GGUF +6-7% (bench/RESULTS.md); not measured on AMD, which keeps the order it was tuned with.
- * TESSERA_CPU_SEQ_ROWS=0 / 1 sets it, for comparisons. */
+/* Whether one or two tokens' row block is summed a row after another by the AVX-512 tile (its
+ * rows one pass each, each pass prefetching its share of the next row block), so that the
+ * weights reach the core as one sequential stream instead of four interleaved ones: on the
+ * Intel Xeon VM, the same operations per row, 0.8B tg128 Q4_0 +4-5%, Q4_K_M +3-4%, Q8_0 +9-10%,
+ * the Gemma 3 270M GGUF +6-7%; two sequences' Q4_0 +3-5% (bench/RESULTS.md). Not measured on
+ * AMD, which keeps the order it was tuned with. TESSERA_CPU_SEQ_ROWS=0 / 1 sets it. */
 static bool mmq_seq_rows_init(void) {
     const char *env = getenv("TESSERA_CPU_SEQ_ROWS");
     if (env && (strcmp(env, "0") == 0 || strcmp(env, "1") == 0)) return env[0] == '1';
