@@ -334,7 +334,7 @@ static void test_kernels(void) {
  * bits for a token alone (decode, one-token tiles) as inside a batch (tiles of several tokens,
  * where the AVX-512 K-quant tiles take the rows one at a time), so that prefill and decode, or
  * a prompt with and without a cached prefix, agree exactly - the token alone with a row block's
- * rows summed together and one after another (cpu_mmq_seq_rows, which a CPU's vendor picks). */
+ * rows summed together and one after another (cpu_seq_rows, which a CPU's vendor picks). */
 static void test_batch_invariance(void) {
     /* 5 whole chunks; the 32-element types 3 blocks more (a row tail: the AVX-512 kernels pad
      * it to a chunk, in decode and prefill alike) */
@@ -344,7 +344,7 @@ static void test_batch_invariance(void) {
     float *yb = malloc(sizeof(float) * NTOK * ROWS), *y1 = malloc(sizeof(float) * ROWS);
     float *y2 = malloc(sizeof(float) * 2 * ROWS);
     for (int i = 0; i < NTOK * COLS; i++) x[i] = gauss(&s);
-    const bool seq_default = cpu_mmq_seq_rows();
+    const bool seq_default = cpu_seq_rows();
     for (size_t d = 0; d < N_QTYPES; d++) {
         const ts_dtype dt = QTYPES[d];
         const int cols = ts_dtype_block_elems(dt) == 256 ? 1280 : COLS;
@@ -358,7 +358,7 @@ static void test_batch_invariance(void) {
             if (!isa_ok(isa)) continue;
             run_kernel(NULL, &TABLES[isa][dt], w, dt, ROWS, cols, x, COLS, NTOK, yb, ROWS);
             for (int seq = 0; seq < 2; seq++) {
-                cpu_mmq_seq_rows_set(seq);
+                cpu_seq_rows_set(seq);
                 for (int t = 0; t < NTOK; t++) {
                     memset(y1, 0xff, sizeof(float) * ROWS); /* NaN: rows left out show */
                     run_kernel(NULL, &TABLES[isa][dt], w, dt, ROWS, cols, x + t * COLS, COLS, 1, y1,
@@ -384,7 +384,7 @@ static void test_batch_invariance(void) {
                            seq ? "one after another" : "together", t, t + 1, diff);
                 }
             }
-            cpu_mmq_seq_rows_set(seq_default);
+            cpu_seq_rows_set(seq_default);
         }
         free(w);
     }

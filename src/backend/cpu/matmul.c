@@ -44,7 +44,7 @@ bool cpu_isa_supported(cpu_isa isa) {
 /* Written once under best_once, read-only afterwards. */
 static cpu_isa best_isa;
 static size_t mmq_prefetch;
-static bool mmq_seq_rows;
+static bool seq_rows;
 static pthread_once_t best_once = PTHREAD_ONCE_INIT;
 
 /* How far ahead the quantized decode kernels prefetch their weights, by the CPU's vendor, as
@@ -61,13 +61,14 @@ static size_t mmq_prefetch_init(void) {
     return 8192;
 }
 
-/* Whether one or two tokens' row block is summed a row after another by the AVX-512 tile (its
- * rows one pass each, each pass prefetching its share of the next row block), so that the
- * weights reach the core as one sequential stream instead of four interleaved ones: on the
- * Intel Xeon VM, the same operations per row, 0.8B tg128 Q4_0 +4-5%, Q4_K_M +3-4%, Q8_0 +9-10%,
- * the Gemma 3 270M GGUF +6-7%; two sequences' Q4_0 +3-5% (bench/RESULTS.md). Not measured on
- * AMD, which keeps the order it was tuned with. TESSERA_CPU_SEQ_ROWS=0 / 1 sets it. */
-static bool mmq_seq_rows_init(void) {
+/* Whether decode sums a row block a row after another - the float kernels' one token (AVX-512
+ * and AVX2) and the AVX-512 quantized tile's one or two, each row in one pass that prefetches its
+ * share of the next row block - so that the weights reach the core as one sequential stream
+ * instead of 4-8 interleaved ones. The same operations per row, so the same bits. On the Intel
+ * Xeon VM (bench/RESULTS.md): 0.8B tg BF16 +20-22% (AVX2 +11%), Q4_0 +4-5%, Q4_K_M +3-4%, Q8_0
+ * +9-10%, the Gemma 3 270M GGUF +6-7%. Not measured on AMD, which keeps the order it was tuned
+ * with. TESSERA_CPU_SEQ_ROWS=0 / 1 sets it, for comparisons. */
+static bool seq_rows_init(void) {
     const char *env = getenv("TESSERA_CPU_SEQ_ROWS");
     if (env && (strcmp(env, "0") == 0 || strcmp(env, "1") == 0)) return env[0] == '1';
 #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
@@ -95,7 +96,7 @@ static void best_init(void) {
     }
     best_isa = best;
     mmq_prefetch = mmq_prefetch_init();
-    mmq_seq_rows = mmq_seq_rows_init();
+    seq_rows = seq_rows_init();
 }
 
 cpu_isa cpu_isa_best(void) {
@@ -108,14 +109,14 @@ size_t cpu_mmq_prefetch_bytes(void) {
     return mmq_prefetch;
 }
 
-bool cpu_mmq_seq_rows(void) {
+bool cpu_seq_rows(void) {
     pthread_once(&best_once, best_init);
-    return mmq_seq_rows;
+    return seq_rows;
 }
 
-void cpu_mmq_seq_rows_set(bool on) {
+void cpu_seq_rows_set(bool on) {
     pthread_once(&best_once, best_init);
-    mmq_seq_rows = on;
+    seq_rows = on;
 }
 
 /* The quantized kernels (integer dot products over 8-bit activations) live in their own tables;

@@ -8,10 +8,11 @@
  *   16 rows x 6 tokens micro-kernel (12 accumulators) reuses it for every token.
  * Column tails (cols not a multiple of 8) go through a small zero-padded copy, since AVX2 has
  * no masked 16-bit loads. */
+#include "backend/cpu/matmul.h"
+#include "backend/cpu/matmul_int.h"
+
 #include <immintrin.h>
 #include <string.h>
-
-#include "backend/cpu/matmul_int.h"
 
 #define INLINE static inline __attribute__((always_inline))
 
@@ -120,6 +121,24 @@ TS_UNROLL(2)
 
 /* The one-token case of dec_block with the loop over the rows kept rolled on purpose (see
  * dec_one in matmul_avx512.c: measured much closer to memory speed than unrolled). */
+/* One row of dec_one when the rows go one after another (cpu_seq_rows; see the AVX-512 file):
+ * the same operations on its accumulator as dec_one's loops over the rows. */
+INLINE __m256 dec_row(ts_dtype dt, const uint8_t *w, const uint8_t *pf, const float *x, int64_t n,
+                      size_t esz) {
+    __m256 a = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        if ((((size_t)i * esz) & 63) == 0)
+            _mm_prefetch((const char *)pf + (size_t)i * esz, _MM_HINT_T1);
+        a = _mm256_fmadd_ps(ld8(dt, w, i), _mm256_loadu_ps(x + i), a);
+        a = _mm256_fmadd_ps(ld8(dt, w, i + 8), _mm256_loadu_ps(x + i + 8), a);
+    }
+    for (; i + 8 <= n; i += 8)
+        a = _mm256_fmadd_ps(ld8(dt, w, i), _mm256_loadu_ps(x + i), a);
+    if (i < n) a = _mm256_fmadd_ps(ld8_tail(dt, w, i, n - i), ldx_tail(x + i, n - i), a);
+    return a;
+}
+
 INLINE void dec_one(ts_dtype dt, const cpu_mm_job *j, int64_t r, int nr, const float *x,
                     float *y) {
     const size_t rb = j->row_bytes, esz = elem_bytes(dt);
@@ -131,6 +150,11 @@ INLINE void dec_one(ts_dtype dt, const cpu_mm_job *j, int64_t r, int nr, const f
     }
     const int64_t n = j->cols;
     int64_t i = 0;
+    if (cpu_seq_rows()) {
+        for (int q = 0; q < DEC_ROWS_MAX; q++)
+            a[q] = q < nr ? dec_row(dt, w[q], w[q] + DEC_ROWS_MAX * rb, x, n, esz) : a[q];
+        i = n; /* the loops below have nothing left */
+    }
     for (; i + 16 <= n; i += 16) { /* 16 columns a step, as the AVX-512 kernel */
         if ((((size_t)i * esz) & 63) == 0) { /* once per 64 bytes of each row */
 TS_UNROLL(1)

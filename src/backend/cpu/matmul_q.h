@@ -24,12 +24,6 @@ extern const cpu_mm_kernel cpu_mmq_avx512[TS_DTYPE_COUNT];
 /* How far ahead (bytes, at least: whole row blocks) decode prefetches the weights into L2, by
  * the CPU (matmul.c) */
 size_t cpu_mmq_prefetch_bytes(void);
-/* Whether the AVX-512 tile sums one or two tokens' row block a row after another, so that its
- * weights stream in memory order (matmul.c: by the CPU's vendor; TESSERA_CPU_SEQ_ROWS=0 / 1 sets
- * it) */
-bool cpu_mmq_seq_rows(void);
-/* For tests: sets it (not while kernels run) */
-void cpu_mmq_seq_rows_set(bool on);
 
 /* Largest row length (columns) the quantized kernels accept. */
 #define CPU_MMQ_MAX_COLS 65536

@@ -474,7 +474,7 @@ INLINE void mmq_il_tile(ts_dtype dt, const uint8_t *const *w, const uint8_t *pf,
     const size_t pf_step = chunks ? (block_bytes + (size_t)chunks - 1) / (size_t)chunks : 0;
     if (pf && !chunks) mmq_prefetch_step(pf, 0, (int)block_bytes);
     il_weights *dec = dec_state ? (il_weights *)decbuf : NULL;
-    /* seq (mmq_run: cpu_mmq_seq_rows), one or two tokens: the rows one after another, each
+    /* seq (mmq_run: cpu_seq_rows), one or two tokens: the rows one after another, each
      * pass over a whole row and a quarter of the next row block's prefetch, so that memory sees
      * one sequential stream instead of four interleaved ones */
     seq = seq && T <= 2 && !dec;

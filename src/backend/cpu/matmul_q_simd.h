@@ -22,12 +22,13 @@
  * cpu_mmq_prefetch_bytes() or more ahead (whole row blocks) is prefetched into L2 as one
  * sequential stream (a row block is contiguous), one prefetch per 64-byte line: without it one
  * Zen 4 core decoded Q4_K at 7 GB/s, with it (8 KB ahead) 15. */
+#include "backend/cpu/matmul.h"
+#include "backend/cpu/matmul_q.h"
+#include "backend/cpu/quant.h"
+
 #include <assert.h>
 #include <immintrin.h>
 #include <string.h>
-
-#include "backend/cpu/matmul_q.h"
-#include "backend/cpu/quant.h"
 
 #define INLINE static inline __attribute__((always_inline))
 
@@ -253,7 +254,7 @@ INLINE void mmq_il_tile(ts_dtype dt, const uint8_t *const *w, const uint8_t *pf,
 #define MMQ_IL(dt) 0
 #endif
 
-/* seq (cpu_mmq_seq_rows): one token's rows one after another, where the file's own tile
+/* seq (cpu_seq_rows): one token's rows one after another, where the file's own tile
  * (MMQ_IL) takes the type; the shared body keeps the rows together (with a row a pass it
  * loads the activations and their scales once a row: on the Intel VM, AVX2, 9-11% slower) */
 INLINE void mmq_tile(ts_dtype dt, const uint8_t *const *w, const uint8_t *pf, size_t rb,
@@ -286,7 +287,7 @@ INLINE void mmq_run(ts_dtype dt, const cpu_mm_job *j, int64_t r0, int64_t r1) {
     const size_t ab = cpu_q8act_bytes(n), rb = j->row_bytes;
     int tt = cpu_mmq_tok_tile(n);
     const size_t pf_bytes = cpu_mmq_prefetch_bytes();
-    const bool seq = cpu_mmq_seq_rows();
+    const bool seq = cpu_seq_rows();
     if (tt > MMQ_T) tt -= tt % MMQ_T;
     for (int t0 = 0; t0 < j->n_tok; t0 += tt) {
         const int nt = j->n_tok - t0 < tt ? j->n_tok - t0 : tt;
