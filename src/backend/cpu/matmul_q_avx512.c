@@ -474,11 +474,14 @@ INLINE void mmq_il_tile(ts_dtype dt, const uint8_t *const *w, const uint8_t *pf,
     const size_t pf_step = chunks ? (block_bytes + (size_t)chunks - 1) / (size_t)chunks : 0;
     if (pf && !chunks) mmq_prefetch_step(pf, 0, (int)block_bytes);
     il_weights *dec = dec_state ? (il_weights *)decbuf : NULL;
-    /* seq (mmq_run: cpu_seq_rows), one or two tokens: the rows one after another, each
-     * pass over a whole row and a quarter of the next row block's prefetch, so that memory sees
-     * one sequential stream instead of four interleaved ones */
+    /* seq (mmq_run: cpu_seq_rows), one or two tokens: the row block in passes of seq_rows
+     * rows, each over its whole rows with its share of the next row block's prefetch, so that
+     * memory sees one or two streams instead of four interleaved ones. Two rows a pass share
+     * each chunk's activations; Q8_0, whose decode is lightest, goes best a row a pass (Intel
+     * Xeon VM, bench/RESULTS.md). */
     seq = seq && T <= 2 && !dec;
-    const size_t seq_step = (pf_step + MMQ_R - 1) / MMQ_R;
+    const int seq_rows = dt == TS_DTYPE_Q8_0 ? 1 : 2;
+    const size_t seq_step = (pf_step + (MMQ_R / seq_rows) - 1) / (MMQ_R / seq_rows);
     if (dec_state == 1) { /* the prefetch of the next row block goes with this pass */
         for (int64_t ch = 0; ch < chunks; ch++) {
             if (pf) mmq_prefetch_step(pf, (size_t)ch, (int)pf_step);
@@ -506,9 +509,9 @@ INLINE void mmq_il_tile(ts_dtype dt, const uint8_t *const *w, const uint8_t *pf,
         /* more than 2 tokens: one row a pass (the accumulators and codes fill the registers),
          * two where the codes come decoded from memory */
         if (seq) {
-            for (int q = 0; q < MMQ_R; q++)
-                il_rows_q6k(w, pf ? pf + (size_t)q * (size_t)chunks * seq_step : NULL, seq_step, A,
-                            chunks, acc16, q, 1, T, dec);
+            for (int q = 0; q < MMQ_R; q += seq_rows)
+                il_rows_q6k(w, pf ? pf + (size_t)(q / seq_rows) * (size_t)chunks * seq_step : NULL,
+                            seq_step, A, chunks, acc16, q, seq_rows, T, dec);
         } else if (T > 2 && dec) {
             il_rows_q6k(w, pf, pf_step, A, chunks, acc16, 0, MMQ_R / 2, T, dec);
             il_rows_q6k(w, NULL, pf_step, A, chunks, acc16, MMQ_R / 2, MMQ_R / 2, T, dec);
@@ -526,9 +529,9 @@ INLINE void mmq_il_tile(ts_dtype dt, const uint8_t *const *w, const uint8_t *pf,
                                           _mm512_extractf32x8_ps(acc16[q][t], 1));
         }
     } else if (seq) {
-        for (int q = 0; q < MMQ_R; q++)
-            il_rows(dt, w, pf ? pf + (size_t)q * (size_t)chunks * seq_step : NULL, seq_step, A,
-                    chunks, acc, q, 1, T, dec);
+        for (int q = 0; q < MMQ_R; q += seq_rows)
+            il_rows(dt, w, pf ? pf + (size_t)(q / seq_rows) * (size_t)chunks * seq_step : NULL,
+                    seq_step, A, chunks, acc, q, seq_rows, T, dec);
     } else if (T <= 2 || (dec && (dt == TS_DTYPE_Q5_0 || dt == TS_DTYPE_Q8_0))) {
         il_rows(dt, w, pf, pf_step, A, chunks, acc, 0, MMQ_R, T, dec);
     } else if (dt == TS_DTYPE_Q4_K && !dec) {
