@@ -65,8 +65,8 @@ static size_t mmq_prefetch_init(void) {
  * (AVX-512 and AVX2) and the AVX-512 quantized tile's one or two, each pass prefetching its share
  * of the next row block - so that the weights reach the core as one or two streams instead of
  * 4-8 interleaved ones. The same operations per row, so the same bits. On the Intel
- * Xeon VM (bench/RESULTS.md; the quantized tile two rows a pass, Q8_0 one): 0.8B tg BF16
- * +20-22% (AVX2 +11%), Q4_0 +4-7%, Q4_K_M +3-5%, Q8_0 +8-10%, the Gemma 3 270M GGUF +5%. Not
+ * Xeon VM (bench/RESULTS.md; the quantized tile two rows a pass, Q8_0 one), ABBA order: 0.8B
+ * tg BF16 +21% (AVX2 +11%), Q4_0 +8%, Q4_K_M +4%, Q8_0 +6%, the Gemma 3 270M GGUF +5%. Not
  * measured on AMD, which keeps the order it was tuned with. TESSERA_CPU_SEQ_ROWS=0 / 1 sets it,
  * for comparisons. */
 static bool seq_rows_init(void) {
