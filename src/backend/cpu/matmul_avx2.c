@@ -119,8 +119,6 @@ TS_UNROLL(2)
     }
 }
 
-/* The one-token case of dec_block with the loop over the rows kept rolled on purpose (see
- * dec_one in matmul_avx512.c: measured much closer to memory speed than unrolled). */
 /* One row of dec_one when the rows go one after another (cpu_seq_rows; see the AVX-512 file):
  * the same operations on its accumulator as dec_one's loops over the rows. */
 INLINE __m256 dec_row(ts_dtype dt, const uint8_t *w, const uint8_t *pf, const float *x, int64_t n,
@@ -139,6 +137,8 @@ INLINE __m256 dec_row(ts_dtype dt, const uint8_t *w, const uint8_t *pf, const fl
     return a;
 }
 
+/* The one-token case of dec_block with the loop over the rows kept rolled on purpose (see
+ * dec_one in matmul_avx512.c: measured much closer to memory speed than unrolled). */
 INLINE void dec_one(ts_dtype dt, const cpu_mm_job *j, int64_t r, int nr, const float *x,
                     float *y) {
     const size_t rb = j->row_bytes, esz = elem_bytes(dt);

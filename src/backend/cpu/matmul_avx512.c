@@ -135,12 +135,6 @@ TS_UNROLL(2)
     }
 }
 
-/* The one-token case of dec_block, which decode spends most of its time in. The loop over the
- * rows is kept rolled on purpose, accumulators in memory: measured on Zen 4 (BF16 [6144 x 1024],
- * one core, cold weights) this streams at 29-30 GB/s against 21-22 for the same loop unrolled
- * with the accumulators in registers, and 31-32 for a plain read. (A likely cause: unrolled,
- * each row gets its own load instruction with a constant stride, and the per-instruction
- * hardware prefetchers then compete with the software prefetches for miss buffers.) */
 /* One row of dec_one when the rows go one after another (cpu_seq_rows): the same operations on
  * its accumulator as dec_one's loop over the rows, with its row of the next row block (pf)
  * prefetched on the way. On the Intel Xeon VM the row block's rows side by side read 14 GB/s a
@@ -161,6 +155,12 @@ INLINE __m512 dec_row(ts_dtype dt, const uint8_t *w, const uint8_t *pf, const fl
     return a;
 }
 
+/* The one-token case of dec_block, which decode spends most of its time in. The loop over the
+ * rows is kept rolled on purpose, accumulators in memory: measured on Zen 4 (BF16 [6144 x 1024],
+ * one core, cold weights) this streams at 29-30 GB/s against 21-22 for the same loop unrolled
+ * with the accumulators in registers, and 31-32 for a plain read. (A likely cause: unrolled,
+ * each row gets its own load instruction with a constant stride, and the per-instruction
+ * hardware prefetchers then compete with the software prefetches for miss buffers.) */
 INLINE void dec_one(ts_dtype dt, const cpu_mm_job *j, int64_t r, int nr, const float *x,
                     float *y) {
     const size_t rb = j->row_bytes, esz = dt == TS_DTYPE_F32 ? 4 : 2;
