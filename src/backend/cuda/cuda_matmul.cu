@@ -10,7 +10,7 @@
  * quantized blocks is then the bottleneck). One token of 16-bit or quantized weights (the
  * single-sequence decode step) takes cuda_gemv_one.cu's kernel instead.
  *
- * From 4 tokens of 16-bit weights and 8 of quantized ones up to 64 (batched decode, short
+ * From 4 tokens of 16-bit weights and 3 of quantized ones up to 64 (batched decode, short
  * prompts; skinny_from): the tensor-core GEMM of cuda_gemm_skinny.cu, against the activations
  * split into two 16-bit parts (rounding them to bf16 alone costs ~2e-2 relative error in the
  * logits of the bf16 fixtures; one fp16 part, ~4e-3). For F16 weights the parts are fp16, each
