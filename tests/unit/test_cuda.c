@@ -1318,16 +1318,19 @@ static void test_skinny_wg(bool quick) {
 }
 
 /* n tokens of the single-token GEMV's cases through backend be: the gated MLP of W[0] and W[1]
- * (glu; GELU where gelu, else SiLU), W[0] x added to y (add), or the nw stacked weights' products
- * (matmul_n) - the input norm's weights nwt folded in where normed. Token t's x at x + t * ldx
- * (host); on the device its outputs lie in a row 4 floats longer than they are. The outputs as
- * one new host array, token after token: the gated MLP's rs[0] values, or the stack's rows one
- * weight after the other (rs[1] 0 for one weight); y0: their values before, packed the same way
- * (NULL: left as the allocation has them, for an op that overwrites). */
+ * (glu; GELU where gelu, else SiLU), W[0] x added to y (add), or the nw (up to 4) stacked
+ * weights' products (matmul_n) - the input norm's weights nwt folded in where normed. Token t's x
+ * at x + t * ldx (host); on the device its outputs lie in a row 4 floats longer than they are.
+ * The outputs as one new host array, token after token: the gated MLP's rs[0] values, or the
+ * stack's rows one weight after the other (rs[j]: weight j's rows; W[0]'s alone where nw is 1);
+ * y0: their values before, packed the same way (NULL: left as the allocation has them, for an
+ * op that overwrites). */
 static float *gemv1_run(ts_backend *be, const ts_tensor *W, int nw, const int *rs, int cols, int n,
                         const float *x, int64_t ldx, const float *nwt, float eps, bool normed,
                         bool glu, bool gelu, bool add, const float *y0) {
-    int r0 = rs[0], tot = glu ? r0 : r0 + rs[1];
+    int r0 = rs[0], tot = r0;
+    for (int j = 1; j < nw && !glu; j++)
+        tot += rs[j];
     int64_t ldy = tot + 4;
     size_t xs = (size_t)n * ldx * 4, ys = (size_t)n * ldy * 4;
     float *dx = be->ops->alloc(be, xs), *dnw = be->ops->alloc(be, (size_t)cols * 4);
@@ -1349,10 +1352,12 @@ static float *gemv1_run(ts_backend *be, const ts_tensor *W, int nw, const int *r
     } else if (add) {
         be->ops->matmul_add(be, &W[0], dx, ldx, n, dy, ldy);
     } else {
-        const ts_tensor *Ws[2] = {&W[0], &W[1]};
-        float *ys2[2] = {dy, dy + r0};
-        int64_t lds[2] = {ldy, ldy};
-        be->ops->matmul_n(be, Ws, nw, dx, ldx, n, normed ? &pre : NULL, ys2, lds);
+        const ts_tensor *Ws[4];
+        float *yw[4];
+        int64_t lds[4];
+        for (int j = 0, off = 0; j < nw; off += rs[j++])
+            Ws[j] = &W[j], yw[j] = dy + off, lds[j] = ldy;
+        be->ops->matmul_n(be, Ws, nw, dx, ldx, n, normed ? &pre : NULL, yw, lds);
     }
     be->ops->download(be, yh, dy, ys);
     float *got = malloc((size_t)n * tot * 4);
@@ -2972,27 +2977,9 @@ static void test_gemv_pair(void) {
             memcpy(xn, x, (size_t)cols * 4);
         for (int j = 0; j < nw; j++)
             cpu->ops->matmul(cpu, &F[j], xn, cols, 1, want_y + off[j], tot);
-        for (int b = 0; b < 2; b++) {
-            ts_backend *be = b ? two : one;
-            float *dx = be->ops->alloc(be, (size_t)cols * 4),
-                  *dnw = be->ops->alloc(be, (size_t)cols * 4);
-            float *dscr = be->ops->alloc(be, (size_t)cols * 4),
-                  *dy = be->ops->alloc(be, (size_t)tot * 4);
-            be->ops->upload(be, dx, x, (size_t)cols * 4);
-            be->ops->upload(be, dnw, nwt, (size_t)cols * 4);
-            const ts_tensor *Ws[4];
-            float *ys[4];
-            int64_t lds[4];
-            for (int j = 0; j < nw; j++)
-                Ws[j] = &W[j], ys[j] = dy + off[j], lds[j] = tot;
-            ts_prenorm pre = {dnw, 1e-6f, dscr};
-            be->ops->matmul_n(be, Ws, nw, dx, cols, 1, cases[ci].normed ? &pre : NULL, ys, lds);
-            got[b] = malloc((size_t)tot * 4);
-            be->ops->download(be, got[b], dy, (size_t)tot * 4);
-            float *bufs[] = {dx, dnw, dscr, dy};
-            for (int i = 0; i < 4; i++)
-                be->ops->free(be, bufs[i]);
-        }
+        for (int b = 0; b < 2; b++)
+            got[b] = gemv1_run(b ? two : one, W, nw, cases[ci].rows, cols, 1, x, cols, nwt, 1e-6f,
+                               cases[ci].normed, false, false, false, NULL);
         char what[64];
         snprintf(what, sizeof what, "stack of two types, case %d (%d weights x %d)", ci, nw, cols);
         CHECKF(memcmp(got[0], got[1], (size_t)tot * 4) == 0, "%s: not the two launches' bits",

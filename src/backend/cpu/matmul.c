@@ -51,14 +51,19 @@ static pthread_once_t best_once = PTHREAD_ONCE_INIT;
  * measured (bench/RESULTS.md): 8 KB on a Zen 4 VM (16 and 32 KB were slower there); on an Intel
  * Xeon VM (AVX-512, AMX) the next row block (one Q4_K core 12.9 GB/s against 11.9 with 8 KB
  * ahead; 0.8B tg128 +2-6% by type). TESSERA_CPU_PREFETCH=bytes sets it, for comparisons. */
+static bool cpu_is_intel(void) {
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+    __builtin_cpu_init();
+    return __builtin_cpu_is("intel");
+#else
+    return false;
+#endif
+}
+
 static size_t mmq_prefetch_init(void) {
     const char *env = getenv("TESSERA_CPU_PREFETCH");
     if (env && *env && atol(env) > 0) return (size_t)atol(env);
-#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
-    __builtin_cpu_init();
-    if (__builtin_cpu_is("intel")) return 2048;
-#endif
-    return 8192;
+    return cpu_is_intel() ? 2048 : 8192;
 }
 
 /* Whether decode sums a row block a row (or two) after another - the float kernels' one token
@@ -72,12 +77,7 @@ static size_t mmq_prefetch_init(void) {
 static bool seq_rows_init(void) {
     const char *env = getenv("TESSERA_CPU_SEQ_ROWS");
     if (env && (strcmp(env, "0") == 0 || strcmp(env, "1") == 0)) return env[0] == '1';
-#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
-    __builtin_cpu_init();
-    return __builtin_cpu_is("intel");
-#else
-    return false;
-#endif
+    return cpu_is_intel();
 }
 
 static void best_init(void) {

@@ -20,10 +20,11 @@ bool cpu_isa_supported(cpu_isa isa);
 /* The fastest supported ISA; the environment variable TESSERA_ISA=scalar|avx2|avx512 can only
  * lower it (for tests and comparisons). */
 cpu_isa cpu_isa_best(void);
-/* Whether the AVX-512 decode kernels (BF16 / F16 / F32 and the quantized tile) sum one or two
- * tokens' row block a row after another, so that the weights stream in memory order (by the
- * CPU's vendor: matmul.c; TESSERA_CPU_SEQ_ROWS=0 / 1 sets it); and, for tests, a way to set it
- * (not while kernels run) */
+/* Whether decode sums a row block in passes of fewer rows - one token's a row a pass in the
+ * float kernels (AVX2, AVX-512), one or two tokens' two rows a pass (Q8_0: one) in the AVX-512
+ * quantized tile - so that the weights stream nearly in memory order (by the CPU's vendor:
+ * matmul.c; TESSERA_CPU_SEQ_ROWS=0 / 1 sets it); and, for tests, a way to set it (not while
+ * kernels run) */
 bool cpu_seq_rows(void);
 void cpu_seq_rows_set(bool on);
 /* True when matmul supports the weight dtype (at every ISA; slower ISAs may fall back). */

@@ -13,7 +13,6 @@
 
 #include "backend/cpu/matmul_int.h"
 
-#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 

@@ -254,9 +254,9 @@ INLINE void mmq_il_tile(ts_dtype dt, const uint8_t *const *w, const uint8_t *pf,
 #define MMQ_IL(dt) 0
 #endif
 
-/* seq (cpu_seq_rows): one token's rows one after another, where the file's own tile
- * (MMQ_IL) takes the type; the shared body keeps the rows together (with a row a pass it
- * loads the activations and their scales once a row: on the Intel VM, AVX2, 9-11% slower) */
+/* seq (cpu_seq_rows): one or two tokens' row block in passes of fewer rows, where the file's
+ * own tile (MMQ_IL) takes the type; the shared body keeps its rows together (AVX2's tile is two
+ * rows; a row a pass loads the activations and their scales once a row: 9-11% slower there) */
 INLINE void mmq_tile(ts_dtype dt, const uint8_t *const *w, const uint8_t *pf, size_t rb,
                      const uint8_t *act, size_t ab, int64_t n, float *y, int64_t ldy, int nr, int T,
                      uint8_t *decbuf, int dec_state, bool seq) {

@@ -48,13 +48,7 @@ __global__ static void __launch_bounds__(32 * G1_WARPS) k_gemv_one(g1_args a) {
 template <ts_dtype DT, int MODE, int U, int NR, bool NORM, bool XS, int T>
 static int g1_per_sm(size_t smem) {
     auto ask = [](size_t bytes) {
-        int n = 0;
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n,
-                                                          k_gemv_one<DT, MODE, U, NR, NORM, XS, T>,
-                                                          32 * G1_WARPS, bytes) != cudaSuccess ||
-            n < 1)
-            n = 1;
-        return n;
+        return g1_occupancy(k_gemv_one<DT, MODE, U, NR, NORM, XS, T>, bytes);
     };
     static const int plain = ask(0);
     if (!smem) return plain;

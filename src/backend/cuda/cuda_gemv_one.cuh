@@ -654,6 +654,17 @@ __device__ static inline void g1_body(const g1_args &a, const g1_part &p, unsign
 
 /* Host side, for both launchers */
 
+/* Blocks of a kernel of G1_WARPS warps with smem bytes of dynamic shared memory that the GPU
+ * holds at once per multiprocessor (1 where the query fails) */
+template <typename K> static int g1_occupancy(K kernel, size_t smem) {
+    int n = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, 32 * G1_WARPS, smem) !=
+            cudaSuccess ||
+        n < 1)
+        n = 1;
+    return n;
+}
+
 /* Whether the single-token kernel takes these weights and x: 16-bit types, and the quantized
  * ones (TESSERA_CUDA_GEMV1_KQUANT=0: not, for comparisons), rows of whole units, x (and the
  * norm's weights, where it is folded in) 16-byte aligned. */

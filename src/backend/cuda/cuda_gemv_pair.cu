@@ -12,8 +12,6 @@
  * keeps two launches, for comparisons. */
 #include "backend/cuda/cuda_gemv_one.cuh"
 
-#include <mutex>
-
 /* The launch's arguments: the whole stack in a (the first type's weights first: nwa of them,
  * a.row_bytes and a.i8 theirs), the second type's row bytes and form, and the block where its
  * part starts */
@@ -38,14 +36,7 @@ __global__ static void __launch_bounds__(32 * G1_WARPS) k_gemv_pair(g1_pair p) {
 }
 
 template <ts_dtype DA, ts_dtype DB, int U, int NR, bool NORM> static int pair_per_sm(void) {
-    static std::once_flag once;
-    static int n = 1;
-    std::call_once(once, [] {
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, k_gemv_pair<DA, DB, U, NR, NORM>,
-                                                          32 * G1_WARPS, 0) != cudaSuccess ||
-            n < 1)
-            n = 1;
-    });
+    static const int n = g1_occupancy(k_gemv_pair<DA, DB, U, NR, NORM>, 0);
     return n;
 }
 
