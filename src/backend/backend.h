@@ -213,8 +213,10 @@ typedef struct {
                 int64_t ldv, const float *g, const float *beta, int n, const ts_gdn_dims *dims,
                 float *state, float *out, bool chunked);
     /* Optional fusions (NULL: the model composes them from the ops above; see model/layers.h).
-     * They exist because on a GPU every op is a kernel launch, and decode is hundreds of them.
-     * matmul_n: y_j = W_j x for up to 4 weights of one dtype and column count sharing x;
+     * They exist because on a GPU every op is a kernel launch (on the CPU a hand-over of the
+     * thread pool), and decode is hundreds of them.
+     * matmul_n: y_j = W_j x for up to 4 weights of one column count sharing x (their dtypes
+     * may differ: a Q4_K_M file keeps some of a stack in a wider type);
      * with pre (not NULL), x is read as rmsnorm(x) * pre->w (ts_prenorm).
      * matmul_add: y += W x (the residual add in the product's epilogue).
      * add_rmsnorm: x += h, then out = rmsnorm(x) * w (rows of dim, stride ld for all three).
@@ -230,8 +232,8 @@ typedef struct {
      * k heads of dk) and p's gate projections a, b (Hv each): p->qn = l2norm(q heads) * q_scale
      * and p->kn = l2norm(k heads) ([n][Hk*dk] each), and gdn_gates' g and beta.
      * qk_norm_rope: attention's per-head RMSNorm (weights wq / wk over hd values) and RoPE
-     * (as the rope op, over rot_dim) of nq q heads (token t's head h at q + t*ldq + h*q_head_stride)
-     * and nk k heads (at k + t*ldk + h*hd), in place. */
+     * (as the rope op, over rot_dim) of nq q heads (token t's head h at q + t*ldq +
+     * h*q_head_stride) and nk k heads (at k + t*ldk + h*hd), in place. */
     void (*matmul_n)(ts_backend *be, const ts_tensor *const *W, int nw, const float *x,
                      int64_t ldx, int n, const ts_prenorm *pre, float *const *y,
                      const int64_t *ldy);

@@ -58,6 +58,8 @@ static const ts_backend_ops cpu_ops = {
     .gdn_gates = cpu_op_gdn_gates,
     .gdn = cpu_op_gdn,
     .gated_rmsnorm = cpu_op_gated_rmsnorm,
+    .matmul_n = cpu_op_matmul_n,
+    .matmul_glu = cpu_op_matmul_glu,
 };
 
 ts_status ts_backend_cpu_create(int n_threads, int isa, ts_backend **out) {

@@ -58,6 +58,13 @@ void cpu_op_l2norm(ts_backend *be, float *x, int64_t ldx, int n_rows, int dim, f
 void cpu_op_rope(ts_backend *be, float *x, int64_t ldx, int n_tok, int n_heads,
                  int64_t head_stride, int rot_dim, const int32_t *pos, float theta);
 void cpu_op_add(ts_backend *be, float *dst, const float *src, int64_t n);
+/* The fusions of backend.h the CPU has: a stack of projections, or a gated MLP's two and its
+ * activation, as one job of the pool (cpu_matmul_n). */
+void cpu_op_matmul_n(ts_backend *be, const ts_tensor *const *W, int nw, const float *x, int64_t ldx,
+                     int n, const ts_prenorm *pre, float *const *y, const int64_t *ldy);
+void cpu_op_matmul_glu(ts_backend *be, const ts_tensor *Wg, const ts_tensor *Wu, const float *x,
+                       int64_t ldx, int n, const ts_prenorm *pre, bool gelu, float *tg, float *tu,
+                       int64_t ldt, float *out, int64_t ldo);
 void cpu_op_swiglu(ts_backend *be, const float *gate, const float *up, int64_t ldg, int n_tok,
                    int dim, float *out, int64_t ldo);
 void cpu_op_gelu_mul(ts_backend *be, const float *gate, const float *up, int64_t ldg, int n_tok,

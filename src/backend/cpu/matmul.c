@@ -147,66 +147,130 @@ static const cpu_mm_kernel *mm_pick(cpu_isa isa, ts_dtype dtype) {
     return NULL;
 }
 
+/* One weight of a matmul job: its kernel, and the blocks of `align` rows the threads divide. */
 typedef struct {
     cpu_mm_job job;
     cpu_mm_fn fn;
     int64_t rows;
     int64_t align; /* thread ranges start at multiples of this */
-    long blocks;   /* rows / align, rounded up: what the threads divide */
+    long blocks;   /* rows / align, rounded up */
+} mm_part;
+
+/* A pool job over one or more weights that share x. The threads divide the parts' row blocks as
+ * one sequence of units - part j's blocks weigh `weight[j]` units each (their bytes, for a mix
+ * of dtypes; 1 for a lone weight) and take units [cum[j], cum[j + 1]) - so that each thread
+ * streams one run of weights and a stack costs one hand-over of the pool instead of one per
+ * weight. With pair, parts 0 and 1 have the same rows and are one part of the split: a thread
+ * multiplies its rows of both, then runs pair on them (a gated MLP's activation). */
+typedef struct {
+    mm_part part[CPU_MATMUL_MAX_N];
+    int nw;
+    long weight[CPU_MATMUL_MAX_N], cum[CPU_MATMUL_MAX_N + 1];
     /* rows divided by the threads' measured speed (ts_pool_run_balanced), for a few tokens:
      * there a thread's time is its rows. With many, each thread also quantizes every token's
      * activations (a cost its share of the rows does not change, so a thread given fewer rows
      * would look slower and be given fewer still): equal parts. */
     const ts_pool *pool;
     bool balanced;
+    const cpu_mm_pair *pair;
 } mm_task;
 
+/* The block of part j where unit u falls: every thread computes it from the same u, so one
+ * thread's last block is the next one's first. */
+static long mm_block_at(const mm_task *t, int j, long u) {
+    if (u <= t->cum[j]) return 0;
+    if (u >= t->cum[j + 1]) return t->part[j].blocks;
+    return (u - t->cum[j]) / t->weight[j];
+}
+
 static void mm_worker(void *ctx, int ith, int nth) {
-    const mm_task *task = ctx;
-    long lo, hi;
-    if (task->balanced)
-        ts_pool_share(task->pool, task->blocks, ith, nth, &lo, &hi);
+    const mm_task *t = ctx;
+    long lo, hi, units = t->cum[t->pair ? 1 : t->nw];
+    if (t->balanced)
+        ts_pool_share(t->pool, units, ith, nth, &lo, &hi);
     else
-        ts_split_range(task->blocks, ith, nth, &lo, &hi);
-    int64_t r0 = lo * task->align, r1 = hi * task->align;
-    if (r1 > task->rows) r1 = task->rows;
-    if (r0 < r1) task->fn(&task->job, r0, r1);
+        ts_split_range(units, ith, nth, &lo, &hi);
+    for (int j = 0; j < (t->pair ? 1 : t->nw); j++) {
+        const mm_part *p = &t->part[j];
+        int64_t r0 = mm_block_at(t, j, lo) * p->align, r1 = mm_block_at(t, j, hi) * p->align;
+        if (r1 > p->rows) r1 = p->rows;
+        if (r0 >= r1) continue;
+        p->fn(&p->job, r0, r1);
+        if (t->pair) {
+            t->part[1].fn(&t->part[1].job, r0, r1);
+            t->pair->fn(t->pair->ctx, r0, r1);
+        }
+    }
+}
+
+static int64_t max_i64(int64_t a, int64_t b) { return a > b ? a : b; }
+
+void cpu_matmul_n(ts_pool *pool, cpu_isa isa, const ts_tensor *const *W, int nw, const float *x,
+                  int64_t ldx, int n_tok, float *const *y, const int64_t *ldy,
+                  const cpu_mm_pair *pair) {
+    assert(nw >= 1 && nw <= CPU_MATMUL_MAX_N && (!pair || nw == 2));
+    if (n_tok <= 0) return;
+    mm_task task = {.nw = nw, .pool = pool, .balanced = true, .pair = pair};
+    double work = 0.0;
+    for (int j = 0; j < nw; j++) {
+        int64_t rows = ts_tensor_rows(W[j]), cols = ts_tensor_cols(W[j]);
+        const cpu_mm_kernel *k = mm_pick(isa, W[j]->dtype);
+        assert(k && "cpu_matmul: unsupported weight dtype (check cpu_matmul_supports)");
+        if (!k || cols == 0) { /* !k: a caller bug; NaNs make it visible instead of stale values */
+            for (int t = 0; t < n_tok; t++)
+                for (int64_t o = 0; o < rows; o++)
+                    y[j][t * ldy[j] + o] = k ? 0.0f : NAN;
+            if (pair) return; /* the activation would read the other product unfinished */
+            continue;
+        }
+        task.part[j] = (mm_part){
+            .job = {.w = W[j]->data,
+                    .row_bytes = ts_dtype_row_bytes(W[j]->dtype, cols),
+                    .cols = cols,
+                    .x = x,
+                    .ldx = ldx,
+                    .n_tok = n_tok,
+                    .y = y[j],
+                    .ldy = ldy[j]},
+            .fn = k->fn,
+            .rows = rows,
+            .align = n_tok <= k->few_tok ? k->few_align : k->row_align,
+        };
+        task.balanced &= n_tok <= (k->few_tok > 1 ? k->few_tok : 1);
+        work += (double)rows * (double)cols * n_tok;
+    }
+    if (pair) { /* one split for both: blocks of the larger alignment (powers of two) */
+        int64_t a = max_i64(task.part[0].align, task.part[1].align);
+        task.part[0].align = task.part[1].align = a;
+    }
+    int parts = pair ? 1 : nw;
+    int64_t biggest = 0;
+    for (int j = 0; j < parts; j++) {
+        mm_part *p = &task.part[j];
+        if (!p->fn) { /* left out above: no blocks */
+            task.weight[j] = 1;
+            task.cum[j + 1] = task.cum[j];
+            continue;
+        }
+        p->blocks = (long)((p->rows + p->align - 1) / p->align);
+        size_t bytes = (size_t)p->align * p->job.row_bytes;
+        if (pair) bytes += (size_t)p->align * task.part[1].job.row_bytes;
+        task.weight[j] = nw == 1 ? 1 : (long)(bytes / 256 + 1);
+        task.cum[j + 1] = task.cum[j] + p->blocks * task.weight[j];
+        biggest = max_i64(biggest, p->rows - p->align);
+    }
+    /* below a few thousand multiply-adds the wake-up of the workers costs more than it saves */
+    if (work < 32768.0 || biggest <= 0)
+        mm_worker(&task, 0, 1);
+    else if (task.balanced)
+        ts_pool_run_balanced(pool, mm_worker, &task, task.cum[parts]);
+    else
+        ts_pool_run(pool, mm_worker, &task);
 }
 
 void cpu_matmul(ts_pool *pool, cpu_isa isa, const ts_tensor *W, const float *x, int64_t ldx,
                 int n_tok, float *y, int64_t ldy) {
-    int64_t rows = ts_tensor_rows(W), cols = ts_tensor_cols(W);
-    if (n_tok <= 0 || rows <= 0) return;
-    const cpu_mm_kernel *k = mm_pick(isa, W->dtype);
-    assert(k && "cpu_matmul: unsupported weight dtype (check cpu_matmul_supports)");
-    if (!k || cols == 0) { /* !k: a caller bug; NaNs make it visible instead of stale values */
-        for (int t = 0; t < n_tok; t++)
-            for (int64_t o = 0; o < rows; o++) y[t * ldy + o] = k ? 0.0f : NAN;
-        return;
-    }
-    mm_task task = {
-        .job = {.w = W->data,
-                .row_bytes = ts_dtype_row_bytes(W->dtype, cols),
-                .cols = cols,
-                .x = x,
-                .ldx = ldx,
-                .n_tok = n_tok,
-                .y = y,
-                .ldy = ldy},
-        .fn = k->fn,
-        .rows = rows,
-        .align = n_tok <= k->few_tok ? k->few_align : k->row_align,
-        .pool = pool,
-        .balanced = n_tok <= (k->few_tok > 1 ? k->few_tok : 1),
-    };
-    task.blocks = (long)((rows + task.align - 1) / task.align);
-    /* below a few thousand multiply-adds the wake-up of the workers costs more than it saves */
-    if (rows * cols * n_tok < 32768 || rows <= task.align)
-        mm_worker(&task, 0, 1);
-    else if (task.balanced)
-        ts_pool_run_balanced(pool, mm_worker, &task, task.blocks);
-    else
-        ts_pool_run(pool, mm_worker, &task);
+    cpu_matmul_n(pool, isa, &W, 1, x, ldx, n_tok, &y, &ldy, NULL);
 }
 
 void cpu_dequant_row(const ts_tensor *W, int64_t row, float *out) {

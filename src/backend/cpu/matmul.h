@@ -36,6 +36,24 @@ bool cpu_matmul_supports(ts_dtype dtype);
 void cpu_matmul(ts_pool *pool, cpu_isa isa, const ts_tensor *W, const float *x, int64_t ldx,
                 int n_tok, float *y, int64_t ldy);
 
+/* The most weights one cpu_matmul_n call takes. */
+#define CPU_MATMUL_MAX_N 4
+
+/* What cpu_matmul_n runs on a thread's rows [r0, r1) of a pair of products once it has both. */
+typedef struct {
+    void (*fn)(void *ctx, int64_t r0, int64_t r1);
+    void *ctx;
+} cpu_mm_pair;
+
+/* y[j] = W[j] x for nw (1..CPU_MATMUL_MAX_N) weights of one column count (dtypes may differ) as
+ * one job of the pool: the threads divide all the weights' rows together, so that a stack of
+ * projections costs one hand-over of the pool instead of nw. Each output row gets the bits
+ * cpu_matmul gives it. With pair (nw == 2, W[0] and W[1] of the same rows), both are split
+ * alike and pair->fn runs on each thread's rows once it has them in y[0] and y[1]. */
+void cpu_matmul_n(ts_pool *pool, cpu_isa isa, const ts_tensor *const *W, int nw, const float *x,
+                  int64_t ldx, int n_tok, float *const *y, const int64_t *ldy,
+                  const cpu_mm_pair *pair);
+
 /* out[j] = W[row, j] as fp32 for j in [0, cols(W)) (embedding lookup). */
 void cpu_dequant_row(const ts_tensor *W, int64_t row, float *out);
 

@@ -70,16 +70,23 @@ static void norm_task(void *p, int ith, int nth) {
     }
 }
 
+/* The rows from which a norm wakes the pool: at least 16, and 16K values - a decode step's
+ * per-head norms (16 heads of 128) took ~1 us of work and ~4 us of the pool's hand-over. */
+static long norm_min_rows(int dim) {
+    long m = dim > 0 ? 16384 / dim : 16;
+    return m > 16 ? m : 16;
+}
+
 void cpu_op_rmsnorm(ts_backend *be, const float *x, int64_t ldx, int n_rows, int dim,
                     const float *w, float eps, float *out, int64_t ldo) {
     norm_job j = {x, ldx, n_rows, dim, w, eps, 1.0f, out, ldo};
-    cpu_run_rows(be, norm_task, &j, n_rows, 16);
+    cpu_run_rows(be, norm_task, &j, n_rows, norm_min_rows(dim));
 }
 
 void cpu_op_l2norm(ts_backend *be, float *x, int64_t ldx, int n_rows, int dim, float eps,
                    float scale) {
     norm_job j = {x, ldx, n_rows, dim, NULL, eps, scale, x, ldx};
-    cpu_run_rows(be, norm_task, &j, n_rows, 16);
+    cpu_run_rows(be, norm_task, &j, n_rows, norm_min_rows(dim));
 }
 
 typedef struct {
@@ -130,75 +137,120 @@ void cpu_op_add(ts_backend *be, float *dst, const float *src, int64_t n) {
     for (int64_t i = 0; i < n; i++) dst[i] += src[i];
 }
 
-/* The gated activations out = act(gate) * up, a row at a time through the ISA's vector exp
- * (ops_seq.h), rows split over the thread pool: one expf / tanhf per element on one thread was a
- * seventh of Qwen3.5 prefill (SiLU) and a third of Gemma 3's (GELU). Whole rows per call, so an
- * element's rounding never depends on how the batch was cut. */
-typedef struct glu_job glu_job;
-struct glu_job {
+/* The gated activations out = act(gate) * up through the ISA's vector exp (ops_seq.h), rows
+ * split over the thread pool: one expf / tanhf per element on one thread was a seventh of
+ * Qwen3.5 prefill (SiLU) and a third of Gemma 3's (GELU). The vector kernels take a row's tail
+ * through a padded vector, so an element's rounding never depends on where a span starts or
+ * ends: the fused matmul_glu, which applies them to each thread's columns, gives the bits of
+ * the op over whole rows. */
+typedef struct {
     const float *gate, *up;
     int64_t ldg;
     int n_tok, dim;
     float *out;
     int64_t ldo;
     const cpu_seq_kernels *k;
-    void (*rows)(const glu_job *j, int t0, int t1);
-};
-
-static void swiglu_rows(const glu_job *j, int t0, int t1) {
-    for (int t = t0; t < t1; t++) {
-        const float *u = j->up + t * j->ldg;
-        float *o = j->out + t * j->ldo;
-        j->k->silu(j->gate + t * j->ldg, o, j->dim);
-        for (int i = 0; i < j->dim; i++) o[i] *= u[i];
-    }
-}
+    bool gelu;
+} glu_job;
 
 /* GELU with the tanh approximation (PyTorch's approximate="tanh"):
  * 0.5 x (1 + tanh(u)) = x * e / (1 + e) with e = exp(2u), u = sqrt(2/pi) (x + 0.044715 x^3);
  * 2u is clamped to [-80, 80], where the factor is 0 or 1 in fp32 anyway. */
 #define GELU_CHUNK 256
 
-static void gelu_rows(const glu_job *j, int t0, int t1) {
-    float e[GELU_CHUNK];
-    for (int t = t0; t < t1; t++) {
-        const float *g = j->gate + t * j->ldg, *u = j->up + t * j->ldg;
-        float *o = j->out + t * j->ldo;
-        for (int i0 = 0; i0 < j->dim; i0 += GELU_CHUNK) {
-            int m = j->dim - i0 < GELU_CHUNK ? j->dim - i0 : GELU_CHUNK;
-            for (int i = 0; i < m; i++) {
-                float x = g[i0 + i];
-                float a = 2.0f * 0.7978845608028654f * (x + 0.044715f * x * x * x);
-                e[i] = a > 80.0f ? 80.0f : a < -80.0f ? -80.0f : a;
-            }
-            j->k->exp_sum(e, m);
-            for (int i = 0; i < m; i++) o[i0 + i] = g[i0 + i] * (e[i] / (1.0f + e[i])) * u[i0 + i];
-        }
+/* o[i] = act(g[i]) * u[i] for i in [0, n); o may be g. */
+static void glu_span(const cpu_seq_kernels *k, bool gelu, const float *g, const float *u, float *o,
+                     int64_t n) {
+    if (!gelu) {
+        k->silu(g, o, (int)n);
+        for (int64_t i = 0; i < n; i++)
+            o[i] *= u[i];
+        return;
     }
+    float e[GELU_CHUNK];
+    for (int64_t i0 = 0; i0 < n; i0 += GELU_CHUNK) {
+        int m = n - i0 < GELU_CHUNK ? (int)(n - i0) : GELU_CHUNK;
+        for (int i = 0; i < m; i++) {
+            float x = g[i0 + i];
+            float a = 2.0f * 0.7978845608028654f * (x + 0.044715f * x * x * x);
+            e[i] = a > 80.0f ? 80.0f : a < -80.0f ? -80.0f : a;
+        }
+        k->exp_sum(e, m);
+        for (int i = 0; i < m; i++)
+            o[i0 + i] = g[i0 + i] * (e[i] / (1.0f + e[i])) * u[i0 + i];
+    }
+}
+
+/* columns [c0, c1) of every token's row */
+static void glu_cols(const glu_job *j, int64_t c0, int64_t c1) {
+    for (int t = 0; t < j->n_tok; t++)
+        glu_span(j->k, j->gelu, j->gate + t * j->ldg + c0, j->up + t * j->ldg + c0,
+                 j->out + t * j->ldo + c0, c1 - c0);
 }
 
 static void glu_task(void *p, int ith, int nth) {
     const glu_job *j = p;
     long lo, hi;
     ts_split_range(j->n_tok, ith, nth, &lo, &hi);
-    j->rows(j, (int)lo, (int)hi);
+    for (long t = lo; t < hi; t++)
+        glu_span(j->k, j->gelu, j->gate + t * j->ldg, j->up + t * j->ldg, j->out + t * j->ldo,
+                 j->dim);
 }
 
-static void glu_run(ts_backend *be, glu_job *j) {
-    j->k = cpu_seq_pick(cpu_of(be)->isa);
-    cpu_run_rows(be, glu_task, j, j->n_tok, 2); /* decode: not worth waking the pool */
+static void glu_run(ts_backend *be, const float *gate, const float *up, int64_t ldg, int n_tok,
+                    int dim, float *out, int64_t ldo, bool gelu) {
+    glu_job j = {gate, up, ldg, n_tok, dim, out, ldo, cpu_seq_pick(cpu_of(be)->isa), gelu};
+    cpu_run_rows(be, glu_task, &j, n_tok, 2); /* decode: not worth waking the pool */
 }
 
 void cpu_op_swiglu(ts_backend *be, const float *gate, const float *up, int64_t ldg, int n_tok,
                    int dim, float *out, int64_t ldo) {
-    glu_job j = {gate, up, ldg, n_tok, dim, out, ldo, NULL, swiglu_rows};
-    glu_run(be, &j);
+    glu_run(be, gate, up, ldg, n_tok, dim, out, ldo, false);
 }
 
 void cpu_op_gelu_mul(ts_backend *be, const float *gate, const float *up, int64_t ldg, int n_tok,
                      int dim, float *out, int64_t ldo) {
-    glu_job j = {gate, up, ldg, n_tok, dim, out, ldo, NULL, gelu_rows};
-    glu_run(be, &j);
+    glu_run(be, gate, up, ldg, n_tok, dim, out, ldo, true);
+}
+
+/* The normed rows where the matmuls read them: the norm op into pre->scratch (the CPU kernels
+ * quantize or widen x anyway, so folding the norm into them would save one pass over a row). */
+static const float *prenormed(ts_backend *be, const float *x, int64_t ldx, int n,
+                              const ts_prenorm *pre, int64_t cols) {
+    if (!pre) return x;
+    cpu_op_rmsnorm(be, x, ldx, n, (int)cols, pre->w, pre->eps, pre->scratch, ldx);
+    return pre->scratch;
+}
+
+void cpu_op_matmul_n(ts_backend *be, const ts_tensor *const *W, int nw, const float *x, int64_t ldx,
+                     int n, const ts_prenorm *pre, float *const *y, const int64_t *ldy) {
+    cpu_ctx *c = cpu_of(be);
+    x = prenormed(be, x, ldx, n, pre, ts_tensor_cols(W[0]));
+    for (int j0 = 0; j0 < nw; j0 += CPU_MATMUL_MAX_N) {
+        int m = nw - j0 < CPU_MATMUL_MAX_N ? nw - j0 : CPU_MATMUL_MAX_N;
+        cpu_matmul_n(c->pool, c->isa, W + j0, m, x, ldx, n, y + j0, ldy + j0, NULL);
+    }
+}
+
+static void glu_pair(void *ctx, int64_t r0, int64_t r1) { glu_cols(ctx, r0, r1); }
+
+void cpu_op_matmul_glu(ts_backend *be, const ts_tensor *Wg, const ts_tensor *Wu, const float *x,
+                       int64_t ldx, int n, const ts_prenorm *pre, bool gelu, float *tg, float *tu,
+                       int64_t ldt, float *out, int64_t ldo) {
+    cpu_ctx *c = cpu_of(be);
+    int64_t dim = ts_tensor_rows(Wg);
+    x = prenormed(be, x, ldx, n, pre, ts_tensor_cols(Wg));
+    const ts_tensor *W[2] = {Wg, Wu};
+    float *y[2] = {tg, tu};
+    int64_t ldy[2] = {ldt, ldt};
+    if (ts_tensor_rows(Wu) != dim) { /* not a gated pair: the products, then the activation */
+        cpu_matmul_n(c->pool, c->isa, W, 2, x, ldx, n, y, ldy, NULL);
+        glu_run(be, tg, tu, ldt, n, (int)dim, out, ldo, gelu);
+        return;
+    }
+    glu_job j = {tg, tu, ldt, n, (int)dim, out, ldo, cpu_seq_pick(c->isa), gelu};
+    cpu_mm_pair pair = {glu_pair, &j};
+    cpu_matmul_n(c->pool, c->isa, W, 2, x, ldx, n, y, ldy, &pair);
 }
 
 void cpu_op_softcap(ts_backend *be, float *x, int64_t n, float cap) {
