@@ -206,6 +206,7 @@ static void run_cases(ts_backend *be, const char *name) {
     check_glu(be, bf, bf, 300 + 37, 128, 2, true, true, false, name);
     check_glu(be, q80, q40, 256, 256, 20, true, false, true, name);
     check_glu(be, f32, bf, 70, 64, 9, false, true, true, name);
+    check_glu(be, bf, bf, 10, 0, 2, false, false, false, name); /* no columns: act(0) * 0 */
 }
 
 int main(void) {

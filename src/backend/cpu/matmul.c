@@ -220,7 +220,6 @@ void cpu_matmul_n(ts_pool *pool, cpu_isa isa, const ts_tensor *const *W, int nw,
             for (int t = 0; t < n_tok; t++)
                 for (int64_t o = 0; o < rows; o++)
                     y[j][t * ldy[j] + o] = k ? 0.0f : NAN;
-            if (pair) return; /* the activation would read the other product unfinished */
             continue;
         }
         task.part[j] = (mm_part){
@@ -239,7 +238,14 @@ void cpu_matmul_n(ts_pool *pool, cpu_isa isa, const ts_tensor *const *W, int nw,
         task.balanced &= n_tok <= (k->few_tok > 1 ? k->few_tok : 1);
         work += (double)rows * (double)cols * n_tok;
     }
+    if (pair && (!task.part[0].fn || !task.part[1].fn)) { /* one product filled in above */
+        int j = task.part[0].fn ? 0 : 1;
+        if (task.part[j].fn) cpu_matmul_n(pool, isa, &W[j], 1, x, ldx, n_tok, &y[j], &ldy[j], NULL);
+        pair->fn(pair->ctx, 0, ts_tensor_rows(W[0]));
+        return;
+    }
     if (pair) { /* one split for both: blocks of the larger alignment (powers of two) */
+        assert(task.part[0].rows == task.part[1].rows);
         int64_t a = max_i64(task.part[0].align, task.part[1].align);
         task.part[0].align = task.part[1].align = a;
     }
