@@ -164,7 +164,7 @@ typedef struct {
  * multiplies its rows of both, then runs pair on them (a gated MLP's activation). */
 typedef struct {
     mm_part part[CPU_MATMUL_MAX_N];
-    int nw;
+    int parts; /* what the threads divide: the weights, or (pair) the pair as one */
     long weight[CPU_MATMUL_MAX_N], cum[CPU_MATMUL_MAX_N + 1];
     /* rows divided by the threads' measured speed (ts_pool_run_balanced), for a few tokens:
      * there a thread's time is its rows. With many, each thread also quantizes every token's
@@ -185,12 +185,12 @@ static long mm_block_at(const mm_task *t, int j, long u) {
 
 static void mm_worker(void *ctx, int ith, int nth) {
     const mm_task *t = ctx;
-    long lo, hi, units = t->cum[t->pair ? 1 : t->nw];
+    long lo, hi, units = t->cum[t->parts];
     if (t->balanced)
         ts_pool_share(t->pool, units, ith, nth, &lo, &hi);
     else
         ts_split_range(units, ith, nth, &lo, &hi);
-    for (int j = 0; j < (t->pair ? 1 : t->nw); j++) {
+    for (int j = 0; j < t->parts; j++) {
         const mm_part *p = &t->part[j];
         int64_t r0 = mm_block_at(t, j, lo) * p->align, r1 = mm_block_at(t, j, hi) * p->align;
         if (r1 > p->rows) r1 = p->rows;
@@ -210,7 +210,7 @@ void cpu_matmul_n(ts_pool *pool, cpu_isa isa, const ts_tensor *const *W, int nw,
                   const cpu_mm_pair *pair) {
     assert(nw >= 1 && nw <= CPU_MATMUL_MAX_N && (!pair || nw == 2));
     if (n_tok <= 0) return;
-    mm_task task = {.nw = nw, .pool = pool, .balanced = true, .pair = pair};
+    mm_task task = {.parts = pair ? 1 : nw, .pool = pool, .balanced = true, .pair = pair};
     double work = 0.0;
     for (int j = 0; j < nw; j++) {
         int64_t rows = ts_tensor_rows(W[j]), cols = ts_tensor_cols(W[j]);
@@ -249,9 +249,8 @@ void cpu_matmul_n(ts_pool *pool, cpu_isa isa, const ts_tensor *const *W, int nw,
         int64_t a = max_i64(task.part[0].align, task.part[1].align);
         task.part[0].align = task.part[1].align = a;
     }
-    int parts = pair ? 1 : nw;
     int64_t biggest = 0;
-    for (int j = 0; j < parts; j++) {
+    for (int j = 0; j < task.parts; j++) {
         mm_part *p = &task.part[j];
         if (!p->fn) { /* left out above: no blocks */
             task.weight[j] = 1;
@@ -269,7 +268,7 @@ void cpu_matmul_n(ts_pool *pool, cpu_isa isa, const ts_tensor *const *W, int nw,
     if (work < 32768.0 || biggest <= 0)
         mm_worker(&task, 0, 1);
     else if (task.balanced)
-        ts_pool_run_balanced(pool, mm_worker, &task, task.cum[parts]);
+        ts_pool_run_balanced(pool, mm_worker, &task, task.cum[task.parts]);
     else
         ts_pool_run(pool, mm_worker, &task);
 }

@@ -482,6 +482,8 @@ INLINE void mmq_il_tile(ts_dtype dt, const uint8_t *const *w, const uint8_t *pf,
     seq = seq && T <= 2 && !dec;
     const int seq_rows = dt == TS_DTYPE_Q8_0 ? 1 : 2;
     const size_t seq_step = (pf_step + (MMQ_R / seq_rows) - 1) / (MMQ_R / seq_rows);
+    /* pass q's share of that prefetch: its chunks' steps of seq_step bytes */
+#define SEQ_PF(q) (pf ? pf + (size_t)((q) / seq_rows) * (size_t)chunks * seq_step : NULL)
     if (dec_state == 1) { /* the prefetch of the next row block goes with this pass */
         for (int64_t ch = 0; ch < chunks; ch++) {
             if (pf) mmq_prefetch_step(pf, (size_t)ch, (int)pf_step);
@@ -510,8 +512,7 @@ INLINE void mmq_il_tile(ts_dtype dt, const uint8_t *const *w, const uint8_t *pf,
          * two where the codes come decoded from memory */
         if (seq) {
             for (int q = 0; q < MMQ_R; q += seq_rows)
-                il_rows_q6k(w, pf ? pf + (size_t)(q / seq_rows) * (size_t)chunks * seq_step : NULL,
-                            seq_step, A, chunks, acc16, q, seq_rows, T, dec);
+                il_rows_q6k(w, SEQ_PF(q), seq_step, A, chunks, acc16, q, seq_rows, T, dec);
         } else if (T > 2 && dec) {
             il_rows_q6k(w, pf, pf_step, A, chunks, acc16, 0, MMQ_R / 2, T, dec);
             il_rows_q6k(w, NULL, pf_step, A, chunks, acc16, MMQ_R / 2, MMQ_R / 2, T, dec);
@@ -530,8 +531,7 @@ INLINE void mmq_il_tile(ts_dtype dt, const uint8_t *const *w, const uint8_t *pf,
         }
     } else if (seq) {
         for (int q = 0; q < MMQ_R; q += seq_rows)
-            il_rows(dt, w, pf ? pf + (size_t)(q / seq_rows) * (size_t)chunks * seq_step : NULL,
-                    seq_step, A, chunks, acc, q, seq_rows, T, dec);
+            il_rows(dt, w, SEQ_PF(q), seq_step, A, chunks, acc, q, seq_rows, T, dec);
     } else if (T <= 2 || (dec && (dt == TS_DTYPE_Q5_0 || dt == TS_DTYPE_Q8_0))) {
         il_rows(dt, w, pf, pf_step, A, chunks, acc, 0, MMQ_R, T, dec);
     } else if (dt == TS_DTYPE_Q4_K && !dec) {
@@ -554,4 +554,5 @@ INLINE void mmq_il_tile(ts_dtype dt, const uint8_t *const *w, const uint8_t *pf,
         }
     }
     mmq_tile_close(acc, MMQ_R, T, nr, y, ldy);
+#undef SEQ_PF
 }

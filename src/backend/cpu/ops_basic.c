@@ -181,8 +181,9 @@ static void glu_span(const cpu_seq_kernels *k, bool gelu, const float *g, const 
     }
 }
 
-/* columns [c0, c1) of every token's row */
-static void glu_cols(const glu_job *j, int64_t c0, int64_t c1) {
+/* columns [c0, c1) of every token's row (a glu_job; matmul_glu's pair) */
+static void glu_cols(void *p, int64_t c0, int64_t c1) {
+    const glu_job *j = p;
     for (int t = 0; t < j->n_tok; t++)
         glu_span(j->k, j->gelu, j->gate + t * j->ldg + c0, j->up + t * j->ldg + c0,
                  j->out + t * j->ldo + c0, c1 - c0);
@@ -232,8 +233,6 @@ void cpu_op_matmul_n(ts_backend *be, const ts_tensor *const *W, int nw, const fl
     }
 }
 
-static void glu_pair(void *ctx, int64_t r0, int64_t r1) { glu_cols(ctx, r0, r1); }
-
 void cpu_op_matmul_glu(ts_backend *be, const ts_tensor *Wg, const ts_tensor *Wu, const float *x,
                        int64_t ldx, int n, const ts_prenorm *pre, bool gelu, float *tg, float *tu,
                        int64_t ldt, float *out, int64_t ldo) {
@@ -249,7 +248,7 @@ void cpu_op_matmul_glu(ts_backend *be, const ts_tensor *Wg, const ts_tensor *Wu,
         return;
     }
     glu_job j = {tg, tu, ldt, n, (int)dim, out, ldo, cpu_seq_pick(c->isa), gelu};
-    cpu_mm_pair pair = {glu_pair, &j};
+    cpu_mm_pair pair = {glu_cols, &j};
     cpu_matmul_n(c->pool, c->isa, W, 2, x, ldx, n, y, ldy, &pair);
 }
 
