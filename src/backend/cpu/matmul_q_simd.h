@@ -19,8 +19,8 @@
  * of integer dot product; Q4_K, Q6_K and Q4_0 fold 8 blocks' lanes into one lane a block
  * (mmq_fold8) and convert and scale them once per 8 blocks, the other types convert and scale
  * each block's 8 lanes; offsets of the unsigned codes (Q4_0: 8, Q5_0: 16, Q4_K: the mins,
- * Q6_K: 32) are subtracted through the activations' block sums. On the first token group the row block
- * cpu_mmq_prefetch_bytes() or more ahead (whole row blocks) is prefetched into L2 as one
+ * Q6_K: 32) are subtracted through the activations' block sums. On the first token group the
+ * row block cpu_mmq_prefetch_bytes() or more ahead (whole row blocks) is prefetched into L2 as one
  * sequential stream (a row block is contiguous), one prefetch per 64-byte line: without it one
  * Zen 4 core decoded Q4_K at 7 GB/s, with it (8 KB ahead) 15. */
 #include "backend/cpu/matmul.h"
@@ -231,10 +231,16 @@ INLINE void mmq_tileK(ts_dtype dt, const uint8_t *const *w, const uint8_t *pf, s
     for (int64_t sb = 0; sb < n / 256; sb++) {
         const size_t o = (size_t)sb * (size_t)bb;
         if (pf) mmq_prefetch_step(pf, (size_t)sb, R * bb);
-        float ws[MMQ_R][16]; /* Q4_K: d * sc[8]; Q6_K: d * sc[16] */
+        /* Per row: the scales, the codes' offsets through the activations' sums, then the 8
+         * sub-blocks' dot products (8 int32 lanes each) folded into their 8 totals (one lane
+         * each, mmq_fold8), so the fp32 work - conversion, the activation scales, the weight
+         * scales - runs once per super-block on 8 lanes instead of once per sub-block; Q6_K
+         * keeps each sub-block's two halves apart (lo: elements 0-15, scale 2j; hi: 16-31,
+         * scale 2j + 1). */
         UNROLL(8)
         for (int q = 0; q < R; q++) {
             const uint8_t *blk = w[q] + o;
+            __m256 w_lo, w_hi; /* Q4_K: w_lo the 8 sub-block scales; Q6_K: scales 2j, 2j + 1 */
             if (dt == TS_DTYPE_Q4_K) {
                 const ts_block_q4_K *k = (const ts_block_q4_K *)blk;
                 /* the 6-bit fields of all 8 sub-blocks at once, as bytes (layout in quant.h) */
@@ -247,7 +253,7 @@ INLINE void mmq_tileK(ts_dtype dt, const uint8_t *const *w, const uint8_t *pf, s
                                   << 32;
                 __m256 scv = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)sc)));
                 __m256 mnv = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)mn)));
-                _mm256_storeu_ps(ws[q], _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(k->d)), scv));
+                w_lo = w_hi = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(k->d)), scv);
                 __m256 mv = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(k->dmin)), mnv);
                 UNROLL(8)
                 for (int t = 0; t < T; t++)
@@ -259,8 +265,6 @@ INLINE void mmq_tileK(ts_dtype dt, const uint8_t *const *w, const uint8_t *pf, s
                 __m256 w0 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc)));
                 __m256 w1 = _mm256_mul_ps(
                     d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(sc, 8))));
-                _mm256_storeu_ps(ws[q], w0);
-                _mm256_storeu_ps(ws[q] + 8, w1);
                 __m256 c0 = _mm256_mul_ps(w0, _mm256_set1_ps(32.0f));
                 __m256 c1 = _mm256_mul_ps(w1, _mm256_set1_ps(32.0f));
                 UNROLL(8)
@@ -269,32 +273,15 @@ INLINE void mmq_tileK(ts_dtype dt, const uint8_t *const *w, const uint8_t *pf, s
                     acc[q][t] = _mm256_fnmadd_ps(c0, _mm256_loadu_ps(s16), acc[q][t]);
                     acc[q][t] = _mm256_fnmadd_ps(c1, _mm256_loadu_ps(s16 + 8), acc[q][t]);
                 }
+                /* the even and the odd scales of w0 | w1, in order */
+                w_lo = _mm256_castpd_ps(_mm256_permute4x64_pd(
+                    _mm256_castps_pd(_mm256_shuffle_ps(w0, w1, 0x88)), 0xd8));
+                w_hi = _mm256_castpd_ps(_mm256_permute4x64_pd(
+                    _mm256_castps_pd(_mm256_shuffle_ps(w0, w1, 0xdd)), 0xd8));
             }
-        }
-        /* The 8 sub-blocks' dot products (8 int32 lanes each) folded into their 8 totals
-         * (one lane each) by hadd steps, so the fp32 work - conversion, the activation scales,
-         * the weight scales - runs once per super-block on 8 lanes instead of once per
-         * sub-block; Q6_K keeps each sub-block's two halves apart (lo: elements 0-15, scale
-         * 2j; hi: 16-31, scale 2j + 1). */
-        UNROLL(8)
-        for (int q = 0; q < R; q++) {
-            const uint8_t *blk = w[q] + o;
             __m256i u[8];
             UNROLL(8)
             for (int jj = 0; jj < 8; jj++) u[jj] = mmq_k_codes(dt, blk, jj);
-            __m256 w_lo, w_hi; /* Q4_K: w_lo the 8 scales; Q6_K: scales 2j and 2j + 1 */
-            if (dt == TS_DTYPE_Q4_K) {
-                w_lo = w_hi = _mm256_loadu_ps(ws[q]);
-            } else {
-                const ts_block_q6_K *k = (const ts_block_q6_K *)blk;
-                const __m128i sc = _mm_loadu_si128((const __m128i *)k->scales);
-                const __m256 d = _mm256_set1_ps(_cvtsh_ss(k->d));
-                const __m128i ev = _mm_shuffle_epi8(
-                    sc, _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15));
-                w_lo = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(ev)));
-                w_hi = _mm256_mul_ps(
-                    d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(ev, 8))));
-            }
             UNROLL(8)
             for (int t = 0; t < T; t++) {
                 const int8_t *aq = A[t].q + 256 * sb;
