@@ -16,9 +16,9 @@
  * a stack buffer; for each block of MMQ_R rows, each group of up to MMQ_T tokens runs over the
  * whole row with MMQ_R x MMQ_T accumulators, so a weight block is decoded once per token group
  * and an activation block loaded once per row block. Each 32-element block gives 8 int32 lanes
- * of integer dot product; Q4_K, Q6_K and Q4_0 fold 8 blocks' lanes into one lane a block
- * (mmq_fold8) and convert and scale them once per 8 blocks, the other types convert and scale
- * each block's 8 lanes; offsets of the unsigned codes (Q4_0: 8, Q5_0: 16, Q4_K: the mins,
+ * of integer dot product; Q4_K, Q6_K, Q4_0 and Q5_0 fold 8 blocks' lanes into one lane a
+ * block (mmq_fold8) and convert and scale them once per 8 blocks, Q8_0 converts and scales each
+ * block's 8 lanes; offsets of the unsigned codes (Q4_0: 8, Q5_0: 16, Q4_K: the mins,
  * Q6_K: 32) are subtracted through the activations' block sums. On the first token group the
  * row block cpu_mmq_prefetch_bytes() or more ahead (whole row blocks) is prefetched into L2 as one
  * sequential stream (a row block is contiguous), one prefetch per 64-byte line: without it one
@@ -128,10 +128,10 @@ INLINE __m256i mmq_fold8(const __m256i d[8], __m256i *lo_out, __m256i *hi_out) {
 
 /* Rows w[0..R) (row pointers), tokens act[0..T) (slots ab bytes apart), block type dt with
  * 32-element blocks of bb bytes; y[t * ldy + q] for q < nr. pf: the next row block, or NULL.
- * Q4_0's whole chunks of 8 blocks fold their dot products into one lane a block (mmq_fold8),
- * so the scales and the codes' offset are applied once per chunk on 8 lanes (in L2 +36%); the
- * other types, and a row's last n / 32 % 8 blocks, go one at a time, their 8 lanes scaled
- * alike. */
+ * Q4_0's and Q5_0's whole chunks of 8 blocks fold their dot products into one lane a block
+ * (mmq_fold8), so the scales and the codes' offset are applied once per chunk on 8 lanes (Q4_0
+ * in L2 +36%); Q8_0, and a row's last n / 32 % 8 blocks, go one at a time, their 8 lanes
+ * scaled alike. */
 INLINE void mmq_tile32(ts_dtype dt, const uint8_t *const *w, const uint8_t *pf, size_t rb,
                        const uint8_t *act, size_t ab, int64_t n, float *y, int64_t ldy, int nr,
                        int R, int T) {
@@ -142,10 +142,10 @@ INLINE void mmq_tile32(ts_dtype dt, const uint8_t *const *w, const uint8_t *pf, 
     cpu_q8act A[MMQ_T];
     __m256 acc[MMQ_R][MMQ_T];
     mmq_tile_open(act, ab, n, R, T, A, acc);
-    /* Q8_0 and Q5_0 stay a block at a time: Q8_0 streams at the bandwidth either way (its rows
-     * of 640 read 5% slower in chunks: Gemma 3's head), Q5_0's fifth bits keep it bound by
-     * their own decoding (chunks: +5% in L2, level from memory) */
-    const int64_t nc = dt == TS_DTYPE_Q4_0 ? n / 256 : 0;
+    /* Q8_0 stays a block at a time: it streams at the bandwidth either way, and its rows of
+     * 640 read 5% slower in chunks (Gemma 3's head). Q5_0's chunks: decode level (its fifth
+     * bits bind it), prefill +17-35% */
+    const int64_t nc = dt == TS_DTYPE_Q4_0 || dt == TS_DTYPE_Q5_0 ? n / 256 : 0;
     for (int64_t c = 0; c < nc; c++) {
         const size_t o = (size_t)c * 8 * (size_t)bb;
         if (pf) mmq_prefetch_step(pf, (size_t)c, 8 * R * bb);
