@@ -327,28 +327,65 @@ INLINE int il_chunk_bytes(ts_dtype dt) {
     }
 }
 
-/* One Q4_0 / Q5_0 / Q8_0 block outside the whole chunks (row tails of n % 256), natural order. */
-INLINE __m256 il_tail_block(ts_dtype dt, const uint8_t *blk, const cpu_q8act *a, int64_t b,
-                            __m256 acc) {
-    __m256i u;
-    float off; /* the code offset, spread over the 8 lanes */
-    if (dt == TS_DTYPE_Q8_0) {
-        u = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(blk + 2)),
-                             _mm256_set1_epi8((char)0x80));
-        off = -128.0f / 8;
-    } else if (dt == TS_DTYPE_Q5_0) {
-        uint32_t qh;
-        memcpy(&qh, blk + 2, 4);
-        u = _mm256_or_si256(mmq_u_q4_0(blk + 6), MMQ_Q5_HIGH(qh));
-        off = -16.0f / 8;
-    } else {
-        u = mmq_u_q4_0(blk + 2);
-        off = -8.0f / 8;
+/* A row's last nt blocks (1-7, after its whole chunks; from block b0), natural order, for the
+ * tile's MMQ_R rows and T tokens: each block's 8-lane dot product folded into one lane a block
+ * (up to 4 blocks by two hadd levels, 5-7 by mmq_fold8; the missing blocks zero), so the scales
+ * and the codes' offset apply once for the tail on 8 lanes instead of once per block (a block at
+ * a time was ~10 operations a block: Gemma 3's Q8_0 head, rows of 2 chunks and 4 such blocks,
+ * read 5.7% faster with the tail's sums left out). */
+INLINE void il_tail(ts_dtype dt, const uint8_t *const *w, int bb, const cpu_q8act *A, int64_t b0,
+                    int nt, __m256 acc[MMQ_R][MMQ_T], int T) {
+    const float off = dt == TS_DTYPE_Q8_0 ? -128.0f : dt == TS_DTYPE_Q5_0 ? -16.0f : -8.0f;
+    const __mmask8 m = (__mmask8)((1u << nt) - 1);
+    UNROLL(8)
+    for (int q = 0; q < MMQ_R; q++) {
+        const uint8_t *blk = w[q] + (size_t)bb * (size_t)b0;
+        __m128i h = _mm_setzero_si128();
+        __m256i u[8];
+        UNROLL(8)
+        for (int j = 0; j < 8; j++) {
+            u[j] = _mm256_setzero_si256();
+            if (j >= nt) continue;
+            const uint8_t *p = blk + (size_t)j * (size_t)bb;
+            uint16_t hj;
+            memcpy(&hj, p, 2);
+            h = _mm_mask_set1_epi16(h, (__mmask8)(1u << j), (short)hj);
+            if (dt == TS_DTYPE_Q8_0) {
+                u[j] = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(p + 2)),
+                                        _mm256_set1_epi8((char)0x80));
+            } else if (dt == TS_DTYPE_Q5_0) {
+                uint32_t qh;
+                memcpy(&qh, p + 2, 4);
+                u[j] = _mm256_or_si256(mmq_u_q4_0(p + 6), MMQ_Q5_HIGH(qh));
+            } else {
+                u[j] = mmq_u_q4_0(p + 2);
+            }
+        }
+        const __m256 dw = _mm256_cvtph_ps(h);
+        UNROLL(8)
+        for (int t = 0; t < T; t++) {
+            const int8_t *aq = A[t].q + 32 * b0;
+            __m256i d[8];
+            UNROLL(8)
+            for (int j = 0; j < 8; j++)
+                d[j] = j < nt ? MMQ_DOT(u[j], _mm256_loadu_si256((const __m256i *)(aq + 32 * j)))
+                              : _mm256_setzero_si256();
+            __m256i tot;
+            if (nt <= 4) { /* blocks 0-3: one hadd level less, the upper lanes zero */
+                const __m256i g = _mm256_hadd_epi32(_mm256_hadd_epi32(d[0], d[1]),
+                                                    _mm256_hadd_epi32(d[2], d[3]));
+                tot = _mm256_zextsi128_si256(
+                    _mm_add_epi32(_mm256_castsi256_si128(g), _mm256_extracti128_si256(g, 1)));
+            } else {
+                tot = mmq_fold8(d, NULL, NULL);
+            }
+            const __m256 fi = _mm256_cvtepi32_ps(tot);
+            const __m256 da = _mm256_maskz_loadu_ps(m, A[t].d + b0);
+            const __m256 sa = _mm256_maskz_loadu_ps(m, A[t].s + b0);
+            const __m256 f = _mm256_fmadd_ps(fi, da, _mm256_mul_ps(sa, _mm256_set1_ps(off)));
+            acc[q][t] = _mm256_fmadd_ps(f, dw, acc[q][t]);
+        }
     }
-    const __m256i dot = MMQ_DOT(u, _mm256_loadu_si256((const __m256i *)(a->q + 32 * b)));
-    const __m256 f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(a->d[b]),
-                                     _mm256_set1_ps(off * a->s[b]));
-    return _mm256_fmadd_ps(f, mmq_f16(blk), acc);
 }
 
 /* One decoded chunk ch of a row against the tile's T tokens, into acc[0 .. T). */
@@ -541,18 +578,9 @@ INLINE void mmq_il_tile(ts_dtype dt, const uint8_t *const *w, const uint8_t *pf,
         il_rows(dt, w, pf, pf_step, A, chunks, acc, 0, MMQ_R / 2, T, dec);
         il_rows(dt, w, NULL, pf_step, A, chunks, acc, MMQ_R / 2, MMQ_R / 2, T, dec);
     }
-    if (dt == TS_DTYPE_Q4_0 || dt == TS_DTYPE_Q5_0 || dt == TS_DTYPE_Q8_0) {
-        /* K-quant rows are whole chunks */
-        for (int64_t b = 8 * chunks; b < n / 32; b++) {
-            UNROLL(8)
-            for (int q = 0; q < MMQ_R; q++) {
-                UNROLL(8)
-                for (int t = 0; t < T; t++)
-                    acc[q][t] =
-                        il_tail_block(dt, w[q] + (size_t)bb * (size_t)b, &A[t], b, acc[q][t]);
-            }
-        }
-    }
+    /* K-quant rows are whole chunks */
+    if ((dt == TS_DTYPE_Q4_0 || dt == TS_DTYPE_Q5_0 || dt == TS_DTYPE_Q8_0) && n / 32 > 8 * chunks)
+        il_tail(dt, w, bb, A, 8 * chunks, (int)(n / 32 - 8 * chunks), acc, T);
     mmq_tile_close(acc, MMQ_R, T, nr, y, ldy);
 #undef SEQ_PF
 }
