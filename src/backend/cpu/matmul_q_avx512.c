@@ -350,16 +350,9 @@ INLINE void il_tail(ts_dtype dt, const uint8_t *const *w, int bb, const cpu_q8ac
             uint16_t hj;
             memcpy(&hj, p, 2);
             h = _mm_mask_set1_epi16(h, (__mmask8)(1u << j), (short)hj);
-            if (dt == TS_DTYPE_Q8_0) {
-                u[j] = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(p + 2)),
-                                        _mm256_set1_epi8((char)0x80));
-            } else if (dt == TS_DTYPE_Q5_0) {
-                uint32_t qh;
-                memcpy(&qh, p + 2, 4);
-                u[j] = _mm256_or_si256(mmq_u_q4_0(p + 6), MMQ_Q5_HIGH(qh));
-            } else {
-                u[j] = mmq_u_q4_0(p + 2);
-            }
+            u[j] = mmq_32_codes(dt, p);
+            if (dt == TS_DTYPE_Q8_0) /* signed codes + 128 as the unsigned operand */
+                u[j] = _mm256_xor_si256(u[j], _mm256_set1_epi8((char)0x80));
         }
         const __m256 dw = _mm256_cvtph_ps(h);
         UNROLL(8)
