@@ -152,14 +152,16 @@ INLINE void mmq_tile32(ts_dtype dt, const uint8_t *const *w, const uint8_t *pf, 
         UNROLL(8)
         for (int q = 0; q < R; q++) {
             const uint8_t *blk = w[q] + o;
-            uint16_t h[8];
+            __m128i h = _mm_setzero_si128();
             __m256i u[8];
             UNROLL(8)
             for (int j = 0; j < 8; j++) {
-                memcpy(&h[j], blk + j * bb, 2);
+                uint16_t hj;
+                memcpy(&hj, blk + j * bb, 2);
+                h = _mm_insert_epi16(h, hj, j);
                 u[j] = mmq_32_codes(dt, blk + j * bb);
             }
-            const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)h));
+            const __m256 dw = _mm256_cvtph_ps(h);
             UNROLL(8)
             for (int t = 0; t < T; t++) {
                 const int8_t *aq = A[t].q + 256 * c;
