@@ -99,6 +99,13 @@ INLINE void mmq_tile_close(__m256 acc[MMQ_R][MMQ_T], int R, int T, int nr, float
     }
 }
 
+/* The 16-bit word at p (a block's fp16 scale), as a short for _mm_setr_epi16. */
+INLINE short mmq_u16(const uint8_t *p) {
+    short v;
+    memcpy(&v, p, 2);
+    return v;
+}
+
 /* The codes of one Q8_0 / Q4_0 / Q5_0 block (Q8_0: signed; the others unsigned). */
 INLINE __m256i mmq_32_codes(ts_dtype dt, const uint8_t *blk) {
     if (dt == TS_DTYPE_Q8_0) return _mm256_loadu_si256((const __m256i *)(blk + 2));
@@ -152,16 +159,15 @@ INLINE void mmq_tile32(ts_dtype dt, const uint8_t *const *w, const uint8_t *pf, 
         UNROLL(8)
         for (int q = 0; q < R; q++) {
             const uint8_t *blk = w[q] + o;
-            __m128i h = _mm_setzero_si128();
+            /* the 8 block scales by word inserts (through a stack array: a store-to-load
+             * stall) */
+            const __m256 dw = _mm256_cvtph_ps(_mm_setr_epi16(
+                mmq_u16(blk), mmq_u16(blk + bb), mmq_u16(blk + 2 * bb), mmq_u16(blk + 3 * bb),
+                mmq_u16(blk + 4 * bb), mmq_u16(blk + 5 * bb), mmq_u16(blk + 6 * bb),
+                mmq_u16(blk + 7 * bb)));
             __m256i u[8];
             UNROLL(8)
-            for (int j = 0; j < 8; j++) {
-                uint16_t hj;
-                memcpy(&hj, blk + j * bb, 2);
-                h = _mm_insert_epi16(h, hj, j);
-                u[j] = mmq_32_codes(dt, blk + j * bb);
-            }
-            const __m256 dw = _mm256_cvtph_ps(h);
+            for (int j = 0; j < 8; j++) u[j] = mmq_32_codes(dt, blk + j * bb);
             UNROLL(8)
             for (int t = 0; t < T; t++) {
                 const int8_t *aq = A[t].q + 256 * c;
