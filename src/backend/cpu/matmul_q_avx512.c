@@ -357,12 +357,8 @@ INLINE void il_tail(ts_dtype dt, const uint8_t *const *w, int bb, const cpu_q8ac
         const __m256 dw = _mm256_cvtph_ps(h);
         UNROLL(8)
         for (int t = 0; t < T; t++) {
-            const int8_t *aq = A[t].q + 32 * b0;
             __m256i d[8];
-            UNROLL(8)
-            for (int j = 0; j < 8; j++)
-                d[j] = j < nt ? MMQ_DOT(u[j], _mm256_loadu_si256((const __m256i *)(aq + 32 * j)))
-                              : _mm256_setzero_si256();
+            mmq_dot8(u, A[t].q + 32 * b0, nt, d);
             __m256i tot;
             if (nt <= 4) { /* blocks 0-3: one hadd level less, the upper lanes zero */
                 const __m256i g = _mm256_hadd_epi32(_mm256_hadd_epi32(d[0], d[1]),

@@ -121,6 +121,15 @@ INLINE __m256i mmq_32_dot(ts_dtype dt, __m256i u, __m256i a) {
     return MMQ_DOT(u, a);
 }
 
+/* The dot products (8 int32 lanes each) of nb <= 8 blocks' unsigned codes u with the activation
+ * blocks from aq on, d[j] zero for j >= nb. */
+INLINE void mmq_dot8(const __m256i u[8], const int8_t *aq, int nb, __m256i d[8]) {
+    UNROLL(8)
+    for (int j = 0; j < 8; j++)
+        d[j] = j < nb ? MMQ_DOT(u[j], _mm256_loadu_si256((const __m256i *)(aq + 32 * j)))
+                      : _mm256_setzero_si256();
+}
+
 /* The totals of 8 blocks' dot products, block j in lane j: hadd steps, then the two halves of
  * every block added across the 128-bit lanes. lo / hi (not NULL): the halves themselves -
  * lanes 0-3 (elements 0-15) and 4-7 (16-31) of each block. */
@@ -159,7 +168,7 @@ INLINE void mmq_tile32(ts_dtype dt, const uint8_t *const *w, const uint8_t *pf, 
         UNROLL(8)
         for (int q = 0; q < R; q++) {
             const uint8_t *blk = w[q] + o;
-            /* the 8 block scales by word inserts (through a stack array: a store-to-load
+            /* the 8 block scales by word inserts (not through a stack array: a store-to-load
              * stall) */
             const __m256 dw = _mm256_cvtph_ps(_mm_setr_epi16(
                 mmq_u16(blk), mmq_u16(blk + bb), mmq_u16(blk + 2 * bb), mmq_u16(blk + 3 * bb),
@@ -170,20 +179,12 @@ INLINE void mmq_tile32(ts_dtype dt, const uint8_t *const *w, const uint8_t *pf, 
             for (int j = 0; j < 8; j++) u[j] = mmq_32_codes(dt, blk + j * bb);
             UNROLL(8)
             for (int t = 0; t < T; t++) {
-                const int8_t *aq = A[t].q + 256 * c;
-                __m256i d[8];
-                UNROLL(8)
-                for (int j = 0; j < 8; j++)
-                    d[j] = mmq_32_dot(dt, u[j], _mm256_loadu_si256((const __m256i *)(aq + 32 * j)));
+                __m256i d[8]; /* Q4_0 / Q5_0: unsigned codes */
+                mmq_dot8(u, A[t].q + 256 * c, 8, d);
                 const __m256 fi = _mm256_cvtepi32_ps(mmq_fold8(d, NULL, NULL));
                 const __m256 da = _mm256_loadu_ps(A[t].d + 8 * c);
-                __m256 f;
-                if (dt == TS_DTYPE_Q8_0)
-                    f = _mm256_mul_ps(fi, da);
-                else
-                    f = _mm256_fmadd_ps(fi, da,
-                                        _mm256_mul_ps(_mm256_loadu_ps(A[t].s + 8 * c),
-                                                      _mm256_set1_ps(off)));
+                const __m256 f = _mm256_fmadd_ps(
+                    fi, da, _mm256_mul_ps(_mm256_loadu_ps(A[t].s + 8 * c), _mm256_set1_ps(off)));
                 acc[q][t] = _mm256_fmadd_ps(f, dw, acc[q][t]);
             }
         }
@@ -292,11 +293,8 @@ INLINE void mmq_tileK(ts_dtype dt, const uint8_t *const *w, const uint8_t *pf, s
             for (int jj = 0; jj < 8; jj++) u[jj] = mmq_k_codes(dt, blk, jj);
             UNROLL(8)
             for (int t = 0; t < T; t++) {
-                const int8_t *aq = A[t].q + 256 * sb;
                 __m256i d[8], lo, hi;
-                UNROLL(8)
-                for (int j = 0; j < 8; j++)
-                    d[j] = MMQ_DOT(u[j], _mm256_loadu_si256((const __m256i *)(aq + 32 * j)));
+                mmq_dot8(u, A[t].q + 256 * sb, 8, d);
                 const __m256i tot = mmq_fold8(d, &lo, &hi);
                 const __m256 da = _mm256_loadu_ps(A[t].d + 8 * sb);
                 if (dt == TS_DTYPE_Q4_K) {
