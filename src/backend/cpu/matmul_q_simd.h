@@ -10,7 +10,11 @@
  *                  (activations in the order of cpu_q8act_interleave; see matmul_q_avx512.c);
  *   MMQ_IL_DEC_BYTES, MMQ_IL_DEC_CHUNKS  with MMQ_IL: a buffer in which mmq_il_tile keeps a row
  *                  block decoded for all its token groups (rows of up to that many 256-element
- *                  chunks), so prefill decodes each weight once per tile of tokens.
+ *                  chunks), so prefill decodes each weight once per tile of tokens;
+ *   MMQ_IL_PREFILL_ONLY  optional, with MMQ_IL: 1 where mmq_il_tile serves only tiles of more
+ *                  than MMQ_T tokens whose row blocks fit that buffer (AVX2: its decoder
+ *                  transposes, which only pays when the decoded block is reused); the shared
+ *                  tiles take the rest, with the same bits.
  *
  * Work order: activations are quantized (cpu_q8act_quantize) a tile of tokens at a time into
  * a stack buffer; for each block of MMQ_R rows, each group of up to MMQ_T tokens runs over the
@@ -142,6 +146,49 @@ INLINE __m256i mmq_fold8(const __m256i d[8], __m256i *lo_out, __m256i *hi_out) {
     return _mm256_add_epi32(lo, hi);
 }
 
+/* The fp32 scales of the 8 blocks of bb bytes from blk on, by word inserts (not through a stack
+ * array: a store-to-load stall). */
+INLINE __m256 mmq_chunk_scales(const uint8_t *blk, int bb) {
+    return _mm256_cvtph_ps(_mm_setr_epi16(mmq_u16(blk), mmq_u16(blk + bb), mmq_u16(blk + 2 * bb),
+                                          mmq_u16(blk + 3 * bb), mmq_u16(blk + 4 * bb),
+                                          mmq_u16(blk + 5 * bb), mmq_u16(blk + 6 * bb),
+                                          mmq_u16(blk + 7 * bb)));
+}
+
+/* Block b of row w (bb bytes a block) against T tokens, its 8 lanes scaled by themselves: how
+ * Q8_0, and a Q4_0 / Q5_0 row's last n / 32 % 8 blocks, are summed (the activations of those
+ * blocks stay in their natural order in every layout). */
+INLINE void mmq_block32(ts_dtype dt, const uint8_t *w, int bb, const cpu_q8act *A, int64_t b,
+                        __m256 *acc, int T) {
+    const float off = dt == TS_DTYPE_Q4_0 ? -8.0f : dt == TS_DTYPE_Q5_0 ? -16.0f : 0.0f;
+    const uint8_t *blk = w + (size_t)b * (size_t)bb;
+    const __m256 dw = mmq_f16(blk);
+    const __m256i u = mmq_32_codes(dt, blk);
+    UNROLL(8)
+    for (int t = 0; t < T; t++) {
+        const __m256i a = _mm256_loadu_si256((const __m256i *)(A[t].q + 32 * b));
+        const __m256 fi = _mm256_cvtepi32_ps(mmq_32_dot(dt, u, a));
+        const __m256 da = _mm256_set1_ps(A[t].d[b]);
+        __m256 f;
+        if (dt == TS_DTYPE_Q8_0)
+            f = _mm256_mul_ps(fi, da);
+        else
+            f = _mm256_fmadd_ps(fi, da, _mm256_set1_ps(A[t].s[b] * (off / 8)));
+        acc[t] = _mm256_fmadd_ps(f, dw, acc[t]);
+    }
+}
+
+/* A Q4_0 / Q5_0 chunk's 8 block totals (lane j: block j) against token A, scaled and added to
+ * acc; the codes' offset through each block's activation sum s. */
+INLINE __m256 mmq_chunk_sums(ts_dtype dt, __m256i tot, const cpu_q8act *A, int64_t c, __m256 dw,
+                             __m256 acc) {
+    const float off = dt == TS_DTYPE_Q4_0 ? -8.0f : -16.0f;
+    const __m256 f =
+        _mm256_fmadd_ps(_mm256_cvtepi32_ps(tot), _mm256_loadu_ps(A->d + 8 * c),
+                        _mm256_mul_ps(_mm256_loadu_ps(A->s + 8 * c), _mm256_set1_ps(off)));
+    return _mm256_fmadd_ps(f, dw, acc);
+}
+
 /* Rows w[0..R) (row pointers), tokens act[0..T) (slots ab bytes apart), block type dt with
  * 32-element blocks of bb bytes; y[t * ldy + q] for q < nr. pf: the next row block, or NULL.
  * Q4_0's and Q5_0's whole chunks of 8 blocks fold their dot products into one lane a block
@@ -153,8 +200,6 @@ INLINE void mmq_tile32(ts_dtype dt, const uint8_t *const *w, const uint8_t *pf, 
                        int R, int T) {
     const int bb = dt == TS_DTYPE_Q8_0 ? 34 : dt == TS_DTYPE_Q4_0 ? 18 : 22;
     (void)rb;
-    /* the unsigned codes' offset, through each block's activation sum s */
-    const float off = dt == TS_DTYPE_Q4_0 ? -8.0f : dt == TS_DTYPE_Q5_0 ? -16.0f : 0.0f;
     cpu_q8act A[MMQ_T];
     __m256 acc[MMQ_R][MMQ_T];
     mmq_tile_open(act, ab, n, R, T, A, acc);
@@ -168,12 +213,7 @@ INLINE void mmq_tile32(ts_dtype dt, const uint8_t *const *w, const uint8_t *pf, 
         UNROLL(8)
         for (int q = 0; q < R; q++) {
             const uint8_t *blk = w[q] + o;
-            /* the 8 block scales by word inserts (not through a stack array: a store-to-load
-             * stall) */
-            const __m256 dw = _mm256_cvtph_ps(_mm_setr_epi16(
-                mmq_u16(blk), mmq_u16(blk + bb), mmq_u16(blk + 2 * bb), mmq_u16(blk + 3 * bb),
-                mmq_u16(blk + 4 * bb), mmq_u16(blk + 5 * bb), mmq_u16(blk + 6 * bb),
-                mmq_u16(blk + 7 * bb)));
+            const __m256 dw = mmq_chunk_scales(blk, bb);
             __m256i u[8];
             UNROLL(8)
             for (int j = 0; j < 8; j++) u[j] = mmq_32_codes(dt, blk + j * bb);
@@ -181,35 +221,15 @@ INLINE void mmq_tile32(ts_dtype dt, const uint8_t *const *w, const uint8_t *pf, 
             for (int t = 0; t < T; t++) {
                 __m256i d[8]; /* Q4_0 / Q5_0: unsigned codes */
                 mmq_dot8(u, A[t].q + 256 * c, 8, d);
-                const __m256 fi = _mm256_cvtepi32_ps(mmq_fold8(d, NULL, NULL));
-                const __m256 da = _mm256_loadu_ps(A[t].d + 8 * c);
-                const __m256 f = _mm256_fmadd_ps(
-                    fi, da, _mm256_mul_ps(_mm256_loadu_ps(A[t].s + 8 * c), _mm256_set1_ps(off)));
-                acc[q][t] = _mm256_fmadd_ps(f, dw, acc[q][t]);
+                acc[q][t] = mmq_chunk_sums(dt, mmq_fold8(d, NULL, NULL), &A[t], c, dw, acc[q][t]);
             }
         }
     }
     for (int64_t b = 8 * nc; b < n / 32; b++) {
-        const size_t o = (size_t)b * (size_t)bb;
         if (pf) mmq_prefetch_step(pf, (size_t)b, R * bb);
         UNROLL(8)
-        for (int q = 0; q < R; q++) {
-            const uint8_t *blk = w[q] + o;
-            const __m256 dw = mmq_f16(blk);
-            const __m256i u = mmq_32_codes(dt, blk);
-            UNROLL(8)
-            for (int t = 0; t < T; t++) {
-                const __m256i a = _mm256_loadu_si256((const __m256i *)(A[t].q + 32 * b));
-                const __m256 fi = _mm256_cvtepi32_ps(mmq_32_dot(dt, u, a));
-                const __m256 da = _mm256_set1_ps(A[t].d[b]);
-                __m256 f;
-                if (dt == TS_DTYPE_Q8_0)
-                    f = _mm256_mul_ps(fi, da);
-                else
-                    f = _mm256_fmadd_ps(fi, da, _mm256_set1_ps(A[t].s[b] * (off / 8)));
-                acc[q][t] = _mm256_fmadd_ps(f, dw, acc[q][t]);
-            }
-        }
+        for (int q = 0; q < R; q++)
+            mmq_block32(dt, w[q], bb, A, b, acc[q], T);
     }
     mmq_tile_close(acc, R, T, nr, y, ldy);
 }
@@ -226,6 +246,63 @@ INLINE __m256i mmq_k_codes(ts_dtype dt, const uint8_t *blk, int jj) {
     if (k == 1) qh = _mm256_slli_epi16(qh, 2);
     if (k == 3) qh = _mm256_srli_epi16(qh, 2);
     return _mm256_or_si256(mmq_nib(ql, k >= 2), _mm256_and_si256(qh, _mm256_set1_epi8(0x30)));
+}
+
+/* A Q4_K / Q6_K super-block's fp32 scales. Q4_K: w_lo = w_hi the 8 sub-block scales, c0 their
+ * mins (subtracted through the activations' block sums s); Q6_K: w_lo, w_hi the scales 2j and
+ * 2j + 1 of sub-block j (its elements 0-15 and 16-31), c0, c1 the 16 scales in order times 32
+ * (the codes' offset, subtracted through the half-block sums s16). */
+INLINE void mmq_k_scales(ts_dtype dt, const uint8_t *blk, __m256 *w_lo, __m256 *w_hi, __m256 *c0,
+                         __m256 *c1) {
+    if (dt == TS_DTYPE_Q4_K) {
+        const ts_block_q4_K *k = (const ts_block_q4_K *)blk;
+        /* the 6-bit fields of all 8 sub-blocks at once, as bytes (layout in quant.h) */
+        uint32_t u[3];
+        memcpy(u, k->scales, 12);
+        uint64_t sc = (uint64_t)(u[0] & 0x3f3f3f3fu) |
+                      (uint64_t)((u[2] & 0x0f0f0f0fu) | ((u[0] >> 2) & 0x30303030u)) << 32;
+        uint64_t mn = (uint64_t)(u[1] & 0x3f3f3f3fu) |
+                      (uint64_t)(((u[2] >> 4) & 0x0f0f0f0fu) | ((u[1] >> 2) & 0x30303030u)) << 32;
+        __m256 scv = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)sc)));
+        __m256 mnv = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)mn)));
+        *w_lo = *w_hi = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(k->d)), scv);
+        *c0 = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(k->dmin)), mnv);
+        *c1 = _mm256_setzero_ps();
+        return;
+    }
+    const ts_block_q6_K *k = (const ts_block_q6_K *)blk;
+    __m256 d = _mm256_set1_ps(_cvtsh_ss(k->d));
+    __m128i sc = _mm_loadu_si128((const __m128i *)k->scales);
+    __m256 w0 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc)));
+    __m256 w1 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(sc, 8))));
+    *c0 = _mm256_mul_ps(w0, _mm256_set1_ps(32.0f));
+    *c1 = _mm256_mul_ps(w1, _mm256_set1_ps(32.0f));
+    /* the even and the odd scales of w0 | w1, in order */
+    *w_lo = _mm256_castpd_ps(
+        _mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(w0, w1, 0x88)), 0xd8));
+    *w_hi = _mm256_castpd_ps(
+        _mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(w0, w1, 0xdd)), 0xd8));
+}
+
+/* The codes' offsets of super-block sb against token A (mmq_k_scales' c0, c1), subtracted
+ * from acc before its sums are added. */
+INLINE __m256 mmq_k_offset(ts_dtype dt, __m256 c0, __m256 c1, const cpu_q8act *A, int64_t sb,
+                           __m256 acc) {
+    if (dt == TS_DTYPE_Q4_K) return _mm256_fnmadd_ps(c0, _mm256_loadu_ps(A->s + 8 * sb), acc);
+    const float *s16 = A->s16 + 16 * sb;
+    acc = _mm256_fnmadd_ps(c0, _mm256_loadu_ps(s16), acc);
+    return _mm256_fnmadd_ps(c1, _mm256_loadu_ps(s16 + 8), acc);
+}
+
+/* A super-block's 8 sub-block totals tot (Q6_K: their halves lo, hi; lane j: sub-block j)
+ * against token A, scaled and added to acc. */
+INLINE __m256 mmq_k_sums(ts_dtype dt, __m256i tot, __m256i lo, __m256i hi, const cpu_q8act *A,
+                         int64_t sb, __m256 w_lo, __m256 w_hi, __m256 acc) {
+    const __m256 da = _mm256_loadu_ps(A->d + 8 * sb);
+    if (dt == TS_DTYPE_Q4_K)
+        return _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(tot), da), w_lo, acc);
+    acc = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(lo), da), w_lo, acc);
+    return _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(hi), da), w_hi, acc);
 }
 
 /* Same for Q4_K and Q6_K super-blocks of 256. */
@@ -249,45 +326,11 @@ INLINE void mmq_tileK(ts_dtype dt, const uint8_t *const *w, const uint8_t *pf, s
         UNROLL(8)
         for (int q = 0; q < R; q++) {
             const uint8_t *blk = w[q] + o;
-            __m256 w_lo, w_hi; /* Q4_K: w_lo the 8 sub-block scales; Q6_K: scales 2j, 2j + 1 */
-            if (dt == TS_DTYPE_Q4_K) {
-                const ts_block_q4_K *k = (const ts_block_q4_K *)blk;
-                /* the 6-bit fields of all 8 sub-blocks at once, as bytes (layout in quant.h) */
-                uint32_t u[3];
-                memcpy(u, k->scales, 12);
-                uint64_t sc = (uint64_t)(u[0] & 0x3f3f3f3fu) |
-                              (uint64_t)((u[2] & 0x0f0f0f0fu) | ((u[0] >> 2) & 0x30303030u)) << 32;
-                uint64_t mn = (uint64_t)(u[1] & 0x3f3f3f3fu) |
-                              (uint64_t)(((u[2] >> 4) & 0x0f0f0f0fu) | ((u[1] >> 2) & 0x30303030u))
-                                  << 32;
-                __m256 scv = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)sc)));
-                __m256 mnv = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)mn)));
-                w_lo = w_hi = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(k->d)), scv);
-                __m256 mv = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(k->dmin)), mnv);
-                UNROLL(8)
-                for (int t = 0; t < T; t++)
-                    acc[q][t] = _mm256_fnmadd_ps(mv, _mm256_loadu_ps(A[t].s + 8 * sb), acc[q][t]);
-            } else {
-                const ts_block_q6_K *k = (const ts_block_q6_K *)blk;
-                __m256 d = _mm256_set1_ps(_cvtsh_ss(k->d));
-                __m128i sc = _mm_loadu_si128((const __m128i *)k->scales);
-                __m256 w0 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc)));
-                __m256 w1 = _mm256_mul_ps(
-                    d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(sc, 8))));
-                __m256 c0 = _mm256_mul_ps(w0, _mm256_set1_ps(32.0f));
-                __m256 c1 = _mm256_mul_ps(w1, _mm256_set1_ps(32.0f));
-                UNROLL(8)
-                for (int t = 0; t < T; t++) {
-                    const float *s16 = A[t].s16 + 16 * sb;
-                    acc[q][t] = _mm256_fnmadd_ps(c0, _mm256_loadu_ps(s16), acc[q][t]);
-                    acc[q][t] = _mm256_fnmadd_ps(c1, _mm256_loadu_ps(s16 + 8), acc[q][t]);
-                }
-                /* the even and the odd scales of w0 | w1, in order */
-                w_lo = _mm256_castpd_ps(_mm256_permute4x64_pd(
-                    _mm256_castps_pd(_mm256_shuffle_ps(w0, w1, 0x88)), 0xd8));
-                w_hi = _mm256_castpd_ps(_mm256_permute4x64_pd(
-                    _mm256_castps_pd(_mm256_shuffle_ps(w0, w1, 0xdd)), 0xd8));
-            }
+            __m256 w_lo, w_hi, c0, c1;
+            mmq_k_scales(dt, blk, &w_lo, &w_hi, &c0, &c1);
+            UNROLL(8)
+            for (int t = 0; t < T; t++)
+                acc[q][t] = mmq_k_offset(dt, c0, c1, &A[t], sb, acc[q][t]);
             __m256i u[8];
             UNROLL(8)
             for (int jj = 0; jj < 8; jj++) u[jj] = mmq_k_codes(dt, blk, jj);
@@ -296,16 +339,7 @@ INLINE void mmq_tileK(ts_dtype dt, const uint8_t *const *w, const uint8_t *pf, s
                 __m256i d[8], lo, hi;
                 mmq_dot8(u, A[t].q + 256 * sb, 8, d);
                 const __m256i tot = mmq_fold8(d, &lo, &hi);
-                const __m256 da = _mm256_loadu_ps(A[t].d + 8 * sb);
-                if (dt == TS_DTYPE_Q4_K) {
-                    const __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(tot), da);
-                    acc[q][t] = _mm256_fmadd_ps(f, w_lo, acc[q][t]);
-                } else {
-                    acc[q][t] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(lo), da), w_lo,
-                                                acc[q][t]);
-                    acc[q][t] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(hi), da), w_hi,
-                                                acc[q][t]);
-                }
+                acc[q][t] = mmq_k_sums(dt, tot, lo, hi, &A[t], sb, w_lo, w_hi, acc[q][t]);
             }
         }
     }
@@ -321,20 +355,23 @@ INLINE void mmq_il_tile(ts_dtype dt, const uint8_t *const *w, const uint8_t *pf,
 #define MMQ_HAS_IL 0
 #define MMQ_IL(dt) 0
 #endif
+#ifndef MMQ_IL_PREFILL_ONLY
+#define MMQ_IL_PREFILL_ONLY 0
+#endif
 
 /* seq (cpu_seq_rows): one or two tokens' row block in passes of fewer rows, where the file's
  * own tile (MMQ_IL) takes the type; the shared body keeps its rows together (AVX2's tile is two
  * rows; a row a pass loads the activations and their scales once a row: 9-11% slower there) */
-INLINE void mmq_tile(ts_dtype dt, const uint8_t *const *w, const uint8_t *pf, size_t rb,
+INLINE void mmq_tile(ts_dtype dt, bool il, const uint8_t *const *w, const uint8_t *pf, size_t rb,
                      const uint8_t *act, size_t ab, int64_t n, float *y, int64_t ldy, int nr, int T,
                      uint8_t *decbuf, int dec_state, bool seq) {
 #if MMQ_HAS_IL
-    if (MMQ_IL(dt)) {
+    if (il) {
         mmq_il_tile(dt, w, pf, act, ab, n, y, ldy, nr, T, decbuf, dec_state, seq);
         return;
     }
 #endif
-    (void)decbuf, (void)dec_state, (void)seq;
+    (void)il, (void)decbuf, (void)dec_state, (void)seq;
     if (dt == TS_DTYPE_Q4_K || dt == TS_DTYPE_Q6_K)
         mmq_tileK(dt, w, pf, rb, act, ab, n, y, ldy, nr, MMQ_R, T);
     else
@@ -359,11 +396,14 @@ INLINE void mmq_run(ts_dtype dt, const cpu_mm_job *j, int64_t r0, int64_t r1) {
     if (tt > MMQ_T) tt -= tt % MMQ_T;
     for (int t0 = 0; t0 < j->n_tok; t0 += tt) {
         const int nt = j->n_tok - t0 < tt ? j->n_tok - t0 : tt;
+        /* the file's own tile, for every token count or (MMQ_IL_PREFILL_ONLY) only where a row
+         * block is decoded once for several token groups */
+        const bool il = MMQ_IL(dt) && (!MMQ_IL_PREFILL_ONLY || (predecode && nt > MMQ_T));
         for (int t = 0; t < nt; t++) {
             MMQ_QUANTIZE(j->x + (int64_t)(t0 + t) * j->ldx, n, buf + (size_t)t * ab);
-            if (MMQ_IL(dt) && dt == TS_DTYPE_Q8_0)
+            if (il && dt == TS_DTYPE_Q8_0)
                 cpu_q8act_interleave_q8(n, buf + (size_t)t * ab);
-            else if (MMQ_IL(dt))
+            else if (il)
                 cpu_q8act_interleave(n, buf + (size_t)t * ab);
         }
         for (int64_t r = r0; r < r1; r += MMQ_R) {
@@ -382,18 +422,18 @@ INLINE void mmq_run(ts_dtype dt, const cpu_mm_job *j, int64_t r0, int64_t r1) {
                 const int ds = predecode && nt > MMQ_T ? (tg == 0 ? 1 : 2) : 0;
                 switch (nt - tg) {
                 case 1:
-                    mmq_tile(dt, w, p, rb, act, ab, n, y, j->ldy, nr, 1, decbuf, ds, seq);
+                    mmq_tile(dt, il, w, p, rb, act, ab, n, y, j->ldy, nr, 1, decbuf, ds, seq);
                     break;
 #if MMQ_T > 2
                 case 2:
-                    mmq_tile(dt, w, p, rb, act, ab, n, y, j->ldy, nr, 2, decbuf, ds, seq);
+                    mmq_tile(dt, il, w, p, rb, act, ab, n, y, j->ldy, nr, 2, decbuf, ds, seq);
                     break;
                 case 3:
-                    mmq_tile(dt, w, p, rb, act, ab, n, y, j->ldy, nr, 3, decbuf, ds, seq);
+                    mmq_tile(dt, il, w, p, rb, act, ab, n, y, j->ldy, nr, 3, decbuf, ds, seq);
                     break;
 #endif
                 default:
-                    mmq_tile(dt, w, p, rb, act, ab, n, y, j->ldy, nr, MMQ_T, decbuf, ds, seq);
+                    mmq_tile(dt, il, w, p, rb, act, ab, n, y, j->ldy, nr, MMQ_T, decbuf, ds, seq);
                     break;
                 }
             }
