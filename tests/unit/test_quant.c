@@ -401,6 +401,85 @@ static void test_batch_invariance(void) {
     free(y2);
 }
 
+/* Prefill's activations quantized once by cpu_matmul_n for every thread and weight (matmul_act.c)
+ * give each weight the bits its kernel gives quantizing for itself: every type and ISA, rows
+ * with whole chunks, with a tail and too long for AVX2's decoded row block (its tiles then take
+ * the activations in their natural order); a stack of two types; a stack whose layouts differ
+ * on AVX-512 (Q8_0 beside Q4_K), where each kernel quantizes for itself. */
+static void test_shared_activations(void) {
+    enum { ROWS = 19, MAXC = 18432, NT = 37 };
+    unsigned long long s = 0x5a7e5ull;
+    ts_pool *pool = NULL;
+    CHECK(ts_pool_create(2, &pool) == TS_OK);
+    if (!pool) return;
+    float *x = malloc(sizeof(float) * NT * MAXC), *tmp = malloc(sizeof(float) * MAXC);
+    float *y[2], *ref[2];
+    for (int i = 0; i < 2; i++) {
+        y[i] = malloc(sizeof(float) * NT * ROWS);
+        ref[i] = malloc(sizeof(float) * NT * ROWS);
+    }
+    for (int i = 0; i < NT * MAXC; i++)
+        x[i] = gauss(&s);
+    const int colss[] = {1280, 1376, MAXC};
+    /* pairs of types for the stacks: one weight (both the same), two, two of different layouts */
+    const ts_dtype pairs[][2] = {{TS_DTYPE_Q8_0, TS_DTYPE_Q8_0}, {TS_DTYPE_Q4_0, TS_DTYPE_Q4_0},
+                                 {TS_DTYPE_Q5_0, TS_DTYPE_Q5_0}, {TS_DTYPE_Q4_K, TS_DTYPE_Q4_K},
+                                 {TS_DTYPE_Q6_K, TS_DTYPE_Q6_K}, {TS_DTYPE_Q4_K, TS_DTYPE_Q6_K},
+                                 {TS_DTYPE_Q8_0, TS_DTYPE_Q4_K}};
+    for (size_t pi = 0; pi < sizeof pairs / sizeof *pairs; pi++) {
+        const int nw = pairs[pi][0] == pairs[pi][1] ? 1 : 2;
+        for (size_t ci = 0; ci < sizeof colss / sizeof *colss; ci++) {
+            const int cols = colss[ci];
+            bool ok = true;
+            for (int j = 0; j < nw; j++)
+                ok &= cols % ts_dtype_block_elems(pairs[pi][j]) == 0;
+            if (!ok) continue;
+            uint8_t *w[2] = {NULL, NULL};
+            ts_tensor W[2];
+            const ts_tensor *Wp[2] = {&W[0], &W[1]};
+            for (int j = 0; j < nw; j++) {
+                const ts_dtype dt = pairs[pi][j];
+                const size_t rb = ts_dtype_row_bytes(dt, cols);
+                w[j] = aligned_alloc(64, (rb * ROWS + 63) / 64 * 64);
+                for (int o = 0; o < ROWS; o++) {
+                    for (int i = 0; i < cols; i++)
+                        tmp[i] = gauss(&s) * 0.05f;
+                    CHECK(ts_quantize_row(dt, tmp, w[j] + (size_t)o * rb, cols) == TS_OK);
+                }
+                W[j] = (ts_tensor){.dtype = dt,
+                                   .n_dims = 2,
+                                   .shape = {ROWS, cols, 1, 1},
+                                   .data = w[j],
+                                   .nbytes = rb * ROWS};
+            }
+            const int64_t ld[2] = {ROWS, ROWS};
+            for (int isa = 0; isa < CPU_ISA_COUNT; isa++) {
+                if (!isa_ok(isa)) continue;
+                for (int n_tok = 9; n_tok <= NT; n_tok += NT - 9) {
+                    for (int j = 0; j < nw; j++) {
+                        memset(y[j], 0xff, sizeof(float) * NT * ROWS);
+                        run_kernel(pool, &TABLES[isa][pairs[pi][j]], w[j], pairs[pi][j], ROWS, cols,
+                                   x, MAXC, n_tok, ref[j], ROWS);
+                    }
+                    cpu_matmul_n(pool, (cpu_isa)isa, Wp, nw, x, MAXC, n_tok, y, ld, NULL);
+                    for (int j = 0; j < nw; j++)
+                        CHECKF(memcmp(y[j], ref[j], sizeof(float) * (size_t)n_tok * ROWS) == 0,
+                               "%s (of %d) %s, %d columns, %d tokens: shared activations differ",
+                               ts_dtype_name(pairs[pi][j]), nw, cpu_isa_name((cpu_isa)isa), cols,
+                               n_tok);
+                }
+            }
+            for (int j = 0; j < nw; j++)
+                free(w[j]);
+        }
+    }
+    for (int i = 0; i < 2; i++)
+        free(y[i]), free(ref[i]);
+    free(x);
+    free(tmp);
+    ts_pool_free(pool);
+}
+
 /* Balanced jobs whose thread `slow` spends 3 us an item, the other 1 us: they move the pool's
  * shares away from halves (test_threadpool holds the shares themselves). */
 typedef struct {
@@ -678,5 +757,6 @@ int main(int argc, char **argv) {
     test_kernels();
     test_batch_invariance();
     test_split_invariance();
+    test_shared_activations();
     return tu_report("test_quant");
 }

@@ -151,6 +151,7 @@ static const cpu_mm_kernel *mm_pick(cpu_isa isa, ts_dtype dtype) {
 typedef struct {
     cpu_mm_job job;
     cpu_mm_fn fn;
+    const cpu_mm_kernel *k;
     int64_t rows;
     int64_t align; /* thread ranges start at multiples of this */
     long blocks;   /* rows / align, rounded up */
@@ -205,6 +206,29 @@ static void mm_worker(void *ctx, int ith, int nth) {
 
 static int64_t max_i64(int64_t a, int64_t b) { return a > b ? a : b; }
 
+/* Prefill through quantized kernels: x quantized once, by all threads, for every weight of the
+ * call (matmul_act.c) - when the quantized weights agree on the layout (a Q8_0 weight beside a
+ * K-quant one on AVX-512 does not: each kernel then quantizes for itself, as before). */
+enum { CPU_MM_ACT_MIN_TOK = 8 };
+static void act_share(ts_pool *pool, mm_task *task, int nw, const float *x, int64_t ldx,
+                      int n_tok) {
+    const cpu_mm_kernel *k = NULL;
+    int layout = -1;
+    int64_t cols = 0;
+    for (int j = 0; j < nw; j++) {
+        const mm_part *p = &task->part[j];
+        if (!p->fn || !p->k->act_layout) continue;
+        int l = p->k->act_layout(p->job.cols, n_tok);
+        if (k && (l != layout || p->k->act_quantize != k->act_quantize || p->job.cols != cols))
+            return;
+        k = p->k, layout = l, cols = p->job.cols;
+    }
+    if (!k) return;
+    const uint8_t *xq = cpu_mm_act_prepare(pool, k, layout, x, ldx, cols, n_tok);
+    for (int j = 0; j < nw; j++)
+        if (task->part[j].fn && task->part[j].k->act_layout) task->part[j].job.xq = xq;
+}
+
 void cpu_matmul_n(ts_pool *pool, cpu_isa isa, const ts_tensor *const *W, int nw, const float *x,
                   int64_t ldx, int n_tok, float *const *y, const int64_t *ldy,
                   const cpu_mm_pair *pair) {
@@ -232,6 +256,7 @@ void cpu_matmul_n(ts_pool *pool, cpu_isa isa, const ts_tensor *const *W, int nw,
                     .y = y[j],
                     .ldy = ldy[j]},
             .fn = k->fn,
+            .k = k,
             .rows = rows,
             .align = n_tok <= k->few_tok ? k->few_align : k->row_align,
         };
@@ -244,6 +269,7 @@ void cpu_matmul_n(ts_pool *pool, cpu_isa isa, const ts_tensor *const *W, int nw,
         pair->fn(pair->ctx, 0, ts_tensor_rows(W[0]));
         return;
     }
+    if (!task.balanced && n_tok >= CPU_MM_ACT_MIN_TOK) act_share(pool, &task, nw, x, ldx, n_tok);
     if (pair) { /* one split for both: blocks of the larger alignment (powers of two) */
         assert(task.part[0].rows == task.part[1].rows);
         int64_t a = max_i64(task.part[0].align, task.part[1].align);

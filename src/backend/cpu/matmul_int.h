@@ -32,6 +32,10 @@ typedef struct {
     int n_tok;
     float *y;
     int64_t ldy;
+    /* quantized kernels, many tokens: x already quantized in the layout the kernel's act_layout
+     * gave (n_tok slots of cpu_q8act_bytes(cols) bytes, matmul_q.h), or NULL: the kernel
+     * quantizes x itself */
+    const uint8_t *xq;
 } cpu_mm_job;
 
 /* Computes output rows [r0, r1) for every token. Any range is correct; the dispatcher starts
@@ -43,6 +47,11 @@ typedef struct {
     int row_align; /* thread ranges start at multiples of this (the prefill panel) ... */
     int few_tok;   /* ... or, when n_tok <= few_tok (the decode kernel), */
     int few_align; /* at multiples of this smaller block, for a finer split */
+    /* Quantized SIMD kernels: the layout (CPU_MMQ_ACT_*, matmul_q.h) in which they take the
+     * activations of n_tok tokens of cols columns, and the quantizer; cpu_matmul_n then
+     * quantizes x once for all threads and weights (cpu_mm_job.xq). NULL: not offered. */
+    int (*act_layout)(int64_t cols, int n_tok);
+    void (*act_quantize)(const float *x, int64_t n, void *buf);
 } cpu_mm_kernel;
 
 extern const cpu_mm_kernel cpu_mm_scalar_kernels[TS_DTYPE_COUNT];

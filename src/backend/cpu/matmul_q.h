@@ -12,6 +12,7 @@
 #define TS_BACKEND_CPU_MATMUL_Q_H
 
 #include "backend/cpu/matmul_int.h"
+#include "base/threadpool.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -50,6 +51,11 @@ static inline cpu_q8act cpu_q8act_view(void *buf, int64_t n) {
     return a;
 }
 
+/* Layouts of quantized activations (cpu_mm_kernel.act_layout): as cpu_q8act_quantize writes
+ * them, or each whole 256-element chunk reordered by cpu_q8act_interleave /
+ * cpu_q8act_interleave_q8. */
+enum { CPU_MMQ_ACT_NATURAL, CPU_MMQ_ACT_IL, CPU_MMQ_ACT_IL_Q8 };
+
 /* Quantizes x[0..n) into the buffer (n a multiple of 32): per block d = max|x| / 127,
  * q = x * (1/d) rounded to nearest even. The AVX2 and AVX-512 versions write the same bytes
  * (same fp32 operations per element, integer sums), so every ISA sees the same activations. */
@@ -67,6 +73,13 @@ void cpu_q8act_interleave(int64_t n, void *buf);
 /* The same for the Q8_0 kernel, whose decoder moves qwords: row k of a chunk holds elements
  * 8k .. 8k + 7 of blocks 0..7 in turn (qword j: block j), so lanes 2j, 2j + 1 are block j. */
 void cpu_q8act_interleave_q8(int64_t n, void *buf);
+
+/* The activations of n_tok tokens (x, ldx apart, cols columns) quantized by the pool's threads
+ * with kernel k's quantizer, in the given layout (k->act_layout's answer), into the calling
+ * thread's buffer (matmul_act.c): what cpu_mm_job.xq takes. NULL if that buffer could not grow;
+ * the kernels then quantize for themselves. */
+const uint8_t *cpu_mm_act_prepare(ts_pool *pool, const cpu_mm_kernel *k, int layout, const float *x,
+                                  int64_t ldx, int64_t cols, int n_tok);
 
 /* How many tokens of n columns fit in CPU_MMQ_ACT_BYTES (at least 1). */
 static inline int cpu_mmq_tok_tile(int64_t n) {

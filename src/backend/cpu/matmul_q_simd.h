@@ -378,6 +378,19 @@ INLINE void mmq_tile(ts_dtype dt, bool il, const uint8_t *const *w, const uint8_
         mmq_tile32(dt, w, pf, rb, act, ab, n, y, ldy, nr, MMQ_R, T);
 }
 
+/* The layout in which the tiles below take n_tok tokens of n columns all quantized beforehand:
+ * the file's own tile where it takes the type (AVX2's only with the row block decoded once). */
+INLINE int mmq_act_layout(ts_dtype dt, int64_t n, int n_tok) {
+    (void)n_tok;
+#if MMQ_HAS_IL && defined(MMQ_IL_DEC_BYTES)
+    const bool predecode = n / 256 <= MMQ_IL_DEC_CHUNKS;
+#else
+    const bool predecode = false;
+#endif
+    if (!MMQ_IL(dt) || (MMQ_IL_PREFILL_ONLY && !predecode)) return CPU_MMQ_ACT_NATURAL;
+    return dt == TS_DTYPE_Q8_0 ? CPU_MMQ_ACT_IL_Q8 : CPU_MMQ_ACT_IL;
+}
+
 INLINE void mmq_run(ts_dtype dt, const cpu_mm_job *j, int64_t r0, int64_t r1) {
     _Alignas(64) uint8_t buf[CPU_MMQ_ACT_BYTES];
 #if MMQ_HAS_IL && defined(MMQ_IL_DEC_BYTES)
@@ -397,9 +410,13 @@ INLINE void mmq_run(ts_dtype dt, const cpu_mm_job *j, int64_t r0, int64_t r1) {
     for (int t0 = 0; t0 < j->n_tok; t0 += tt) {
         const int nt = j->n_tok - t0 < tt ? j->n_tok - t0 : tt;
         /* the file's own tile, for every token count or (MMQ_IL_PREFILL_ONLY) only where a row
-         * block is decoded once for several token groups */
-        const bool il = MMQ_IL(dt) && (!MMQ_IL_PREFILL_ONLY || (predecode && nt > MMQ_T));
-        for (int t = 0; t < nt; t++) {
+         * block is decoded once for several token groups; with x quantized beforehand, as
+         * mmq_act_layout chose for all of it (a short last tile included: either tile gives
+         * the same bits) */
+        const bool il = j->xq ? mmq_act_layout(dt, n, j->n_tok) != CPU_MMQ_ACT_NATURAL
+                              : MMQ_IL(dt) && (!MMQ_IL_PREFILL_ONLY || (predecode && nt > MMQ_T));
+        const uint8_t *tile = j->xq ? j->xq + (size_t)t0 * ab : buf;
+        for (int t = 0; t < nt && !j->xq; t++) {
             MMQ_QUANTIZE(j->x + (int64_t)(t0 + t) * j->ldx, n, buf + (size_t)t * ab);
             if (il && dt == TS_DTYPE_Q8_0)
                 cpu_q8act_interleave_q8(n, buf + (size_t)t * ab);
@@ -415,11 +432,14 @@ INLINE void mmq_run(ts_dtype dt, const cpu_mm_job *j, int64_t r0, int64_t r1) {
             const size_t blk_bytes = (size_t)MMQ_R * rb;
             const uint8_t *pf = w[0] + (pf_bytes + blk_bytes - 1) / blk_bytes * blk_bytes;
             for (int tg = 0; tg < nt; tg += MMQ_T) {
-                const uint8_t *act = buf + (size_t)tg * ab;
+                const uint8_t *act = tile + (size_t)tg * ab;
                 float *y = j->y + (int64_t)(t0 + tg) * j->ldy + r;
                 const uint8_t *p = tg == 0 ? pf : NULL;
-                /* several token groups: decode the row block once, with the first */
-                const int ds = predecode && nt > MMQ_T ? (tg == 0 ? 1 : 2) : 0;
+                /* several token groups: decode the row block once, with the first (AVX2's
+                 * tile always: it only reads decoded blocks) */
+                const int ds = predecode && (nt > MMQ_T || (il && MMQ_IL_PREFILL_ONLY))
+                                   ? (tg == 0 ? 1 : 2)
+                                   : 0;
                 switch (nt - tg) {
                 case 1:
                     mmq_tile(dt, il, w, p, rb, act, ab, n, y, j->ldy, nr, 1, decbuf, ds, seq);
@@ -441,24 +461,20 @@ INLINE void mmq_run(ts_dtype dt, const cpu_mm_job *j, int64_t r0, int64_t r1) {
     }
 }
 
-static void mmq_q8_0(const cpu_mm_job *j, int64_t r0, int64_t r1) {
-    mmq_run(TS_DTYPE_Q8_0, j, r0, r1);
-}
-static void mmq_q4_0(const cpu_mm_job *j, int64_t r0, int64_t r1) {
-    mmq_run(TS_DTYPE_Q4_0, j, r0, r1);
-}
-static void mmq_q5_0(const cpu_mm_job *j, int64_t r0, int64_t r1) {
-    mmq_run(TS_DTYPE_Q5_0, j, r0, r1);
-}
-static void mmq_q4_K(const cpu_mm_job *j, int64_t r0, int64_t r1) {
-    mmq_run(TS_DTYPE_Q4_K, j, r0, r1);
-}
-static void mmq_q6_K(const cpu_mm_job *j, int64_t r0, int64_t r1) {
-    mmq_run(TS_DTYPE_Q6_K, j, r0, r1);
-}
+#define MMQ_ENTRY(T)                                                                               \
+    static void mmq_##T(const cpu_mm_job *j, int64_t r0, int64_t r1) {                             \
+        mmq_run(TS_DTYPE_##T, j, r0, r1);                                                          \
+    }                                                                                              \
+    static int mmq_act_##T(int64_t n, int n_tok) { return mmq_act_layout(TS_DTYPE_##T, n, n_tok); }
+MMQ_ENTRY(Q8_0)
+MMQ_ENTRY(Q4_0)
+MMQ_ENTRY(Q5_0)
+MMQ_ENTRY(Q4_K)
+MMQ_ENTRY(Q6_K)
+#undef MMQ_ENTRY
 
+#define MMQ_KERNEL(T) [TS_DTYPE_##T] = {mmq_##T, MMQ_R, 0, 0, mmq_act_##T, MMQ_QUANTIZE}
 const cpu_mm_kernel MMQ_TABLE[TS_DTYPE_COUNT] = {
-    [TS_DTYPE_Q8_0] = {mmq_q8_0, MMQ_R}, [TS_DTYPE_Q4_0] = {mmq_q4_0, MMQ_R},
-    [TS_DTYPE_Q5_0] = {mmq_q5_0, MMQ_R}, [TS_DTYPE_Q4_K] = {mmq_q4_K, MMQ_R},
-    [TS_DTYPE_Q6_K] = {mmq_q6_K, MMQ_R},
+    MMQ_KERNEL(Q8_0), MMQ_KERNEL(Q4_0), MMQ_KERNEL(Q5_0), MMQ_KERNEL(Q4_K), MMQ_KERNEL(Q6_K),
 };
+#undef MMQ_KERNEL
