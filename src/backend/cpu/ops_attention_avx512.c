@@ -22,6 +22,21 @@
 #define NT_MR                 4
 #define GDN_NV                4 /* a dk x 64 block of the state: 32 KiB at dk 128, in L1 */
 #define SEQ_TABLE             cpu_seq_avx512
+#define VD                    __m512d
+#define VDL                   8
+#define VD_SET1(x)            _mm512_set1_pd(x)
+#define VD_MUL(a, b)          _mm512_mul_pd(a, b)
+#define VD_FMA(a, b, c)       _mm512_fmadd_pd(a, b, c)
+#define VD_MIN(a, b)          _mm512_min_pd(a, b)
+#define VD_MAX(a, b)          _mm512_max_pd(a, b)
+#define VD_ROUND(x)           _mm512_roundscale_pd(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+#define VD_SCALE2(p, n)       _mm512_scalef_pd(p, n)
+#define VH                    __m256
+#define VH_LOAD(p)            _mm256_loadu_ps(p)
+#define VH_STORE(p, v)        _mm256_storeu_ps(p, v)
+#define VD_FROM_H(h)          _mm512_cvtps_pd(h)
+#define VH_FROM_D(d)          _mm512_cvtpd_ps(d)
+#define VH_SILU(x, e)         _mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0f), e))
 
 /* The four lane sums: fold each vector to 8 lanes, then three horizontal adds and a fold. */
 static inline __attribute__((always_inline)) void seq_hsum4_avx512(__m512 a, __m512 b, __m512 c,

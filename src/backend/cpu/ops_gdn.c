@@ -10,7 +10,8 @@
 /* The causal conv a block of channels at a time, the blocks split over the threads: the block's
  * taps transposed to [K][block] on the stack, then per token K contiguous multiply-adds over the
  * block (vectorised by the compiler, in tap order as the plain loop sums). Decode and prefill
- * take the same path, so a run split into single tokens gives the same bits. */
+ * take the same path, so a run split into single tokens gives the same bits (the plain loop,
+ * for kernels of more taps, may differ from it in a SiLU's last bit). */
 enum { CONV_CB = 64, CONV_MAX_K = 16 };
 
 typedef struct {
@@ -20,6 +21,7 @@ typedef struct {
     const float *w, *state;
     float *out;
     int64_t ldo;
+    const cpu_seq_kernels *sk;
 } conv_job;
 
 static void conv_block(const conv_job *j, int c0, int nc) {
@@ -38,12 +40,12 @@ static void conv_block(const conv_job *j, int c0, int nc) {
             for (int c = 0; c < nc; c++)
                 acc[c] += wt[k][c] * xr[c];
         }
-        /* SiLU through expf, not the vector exp: outputs bit-equal to the plain loop. (With
-         * the vector SiLU here the bf16 fixture of test_hf_parity, whose batched-vs-separate
-         * check sits near its bound, went from 2.4e-5 to 5.7e-5 > 5e-5 at AVX2.) */
-        float *o = j->out + t * j->ldo + c0;
-        for (int c = 0; c < nc; c++)
-            o[c] = cpu_silu(acc[c]);
+        /* SiLU with e^-x as expf gives it, to the last bit but for about one input in a
+         * thousand (silu_fine: a double-precision vector exp; expf was 5% of a 0.8B prefill).
+         * Not the float vector SiLU: with it the bf16 fixture of test_hf_parity, whose
+         * batched-vs-separate check sits near its bound, went from 2.4e-5 to 5.7e-5 > 5e-5 at
+         * AVX2 when tried. */
+        j->sk->silu_fine(acc, j->out + t * j->ldo + c0, nc);
     }
 }
 
@@ -79,7 +81,7 @@ void cpu_op_conv1d_silu(ts_backend *be, const float *x, int64_t ldx, int n, int 
                         const float *w, float *state, float *out, int64_t ldo) {
     cpu_ctx *ctx = cpu_of(be);
     int hist = K - 1;
-    conv_job j = {x, ldx, n, C, K, w, state, out, ldo};
+    conv_job j = {x, ldx, n, C, K, w, state, out, ldo, cpu_seq_pick(ctx->isa)};
     if (K > CONV_MAX_K)
         conv_plain(&j);
     else if ((int64_t)n * C < 1024) /* less work than handing half to a thread */

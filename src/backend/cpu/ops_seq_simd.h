@@ -7,6 +7,10 @@
  *   VZERO_BELOW(y, x, lo)  y with 0 in the lanes where x < lo;
  *   VHSUM(v)               the sum of the lanes;
  *   VHSUM4(a, b, c, d, o)  o[0..3] = the lane sums of a, b, c, d;
+ *   VD, VDL, VD_SET1, VD_MUL, VD_FMA, VD_MIN, VD_MAX, VD_ROUND, VD_SCALE2  the same for double
+ *                          vectors (VD_SCALE2(p, n): p * 2^n, n integral in [-300, 300]);
+ *   VH, VH_LOAD, VH_STORE  the float vector of VDL lanes; VD_FROM_H / VH_FROM_D convert (the
+ *                          latter rounding to nearest); VH_SILU(x, e) = x / (1 + e);
  *   NN_NV                  vectors of columns per gemm_nn register tile (4 rows each);
  *   NT_MR                  rows per gemm_nt register tile (4 columns each);
  *   GDN_NV                 vectors of state columns per gdn_step block;
@@ -202,6 +206,57 @@ static float exp_sum_simd(float *x, int n) {
     return sum;
 }
 
+/* e^x in double precision: n = round(x / ln 2), f = x - n ln 2 (two FMAs with ln 2 split in
+ * the double nearest it and the rest), e^f by its Taylor polynomial to degree 12 (the first
+ * term left out, f^13 / 13!, is below 2e-16 for |f| <= ln2 / 2), times 2^n. Relative error a
+ * few 1e-16: rounded to float it is the float nearest e^x but where e^x lies within about 1e-8
+ * of a float's last bit of a tie. x is clamped to [-150, 150], beyond which the float is 0 or
+ * infinite anyway; NaN stays NaN. */
+INLINE VD vexp_d(VD x) {
+    x = VD_MAX(VD_SET1(-150.0), VD_MIN(VD_SET1(150.0), x));
+    const VD n = VD_ROUND(VD_MUL(x, VD_SET1(1.4426950408889634)));
+    VD f = VD_FMA(n, VD_SET1(-0.6931471805599453), x);
+    f = VD_FMA(n, VD_SET1(-2.3190468138462996e-17), f);
+    static const double inv_fact[13] = {1.0,
+                                        1.0,
+                                        1.0 / 2,
+                                        1.0 / 6,
+                                        1.0 / 24,
+                                        1.0 / 120,
+                                        1.0 / 720,
+                                        1.0 / 5040,
+                                        1.0 / 40320,
+                                        1.0 / 362880,
+                                        1.0 / 3628800,
+                                        1.0 / 39916800,
+                                        1.0 / 479001600};
+    VD p = VD_SET1(inv_fact[12]);
+    for (int k = 11; k >= 0; k--)
+        p = VD_FMA(p, f, VD_SET1(inv_fact[k]));
+    return VD_SCALE2(p, n);
+}
+
+/* SiLU with e^-x from vexp_d rounded to float (ops_seq.h: silu_fine); then x / (1 + e) in
+ * float as the scalar form does. */
+static void silu_fine_simd(const float *x, float *y, int n) {
+    int i = 0;
+    for (; i + VDL <= n; i += VDL) {
+        const VH v = VH_LOAD(x + i);
+        const VH e = VH_FROM_D(vexp_d(VD_MUL(VD_SET1(-1.0), VD_FROM_H(v))));
+        VH_STORE(y + i, VH_SILU(v, e));
+    }
+    if (i < n) { /* the tail through a padded vector */
+        float t[VDL] = {0};
+        for (int k = 0; i + k < n; k++)
+            t[k] = x[i + k];
+        const VH v = VH_LOAD(t);
+        const VH e = VH_FROM_D(vexp_d(VD_MUL(VD_SET1(-1.0), VD_FROM_H(v))));
+        VH_STORE(t, VH_SILU(v, e));
+        for (int k = 0; i + k < n; k++)
+            y[i + k] = t[k];
+    }
+}
+
 /* x / (1 + e^-x); for x below -88 e^-x is clamped to e^88, which still gives x / 1.7e38 ~ 0 */
 static void silu_simd(const float *x, float *y, int n) {
     int i = 0;
@@ -273,5 +328,5 @@ static void gdn_step_simd(float *S, int dk, int dv, const float *q, const float 
     cpu_gdn_step_cols_scalar(S, dk, dv, c, dv, q, k, v, decay, beta, o); /* the rest */
 }
 
-const cpu_seq_kernels SEQ_TABLE = {gemm_nn_simd, gemm_nt_simd, exp_sum_simd, silu_simd,
-                                   gdn_step_simd};
+const cpu_seq_kernels SEQ_TABLE = {gemm_nn_simd, gemm_nt_simd,   exp_sum_simd,
+                                   silu_simd,    silu_fine_simd, gdn_step_simd};
