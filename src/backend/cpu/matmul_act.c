@@ -5,7 +5,8 @@
  * four input projections, a gated MLP's two): 2-4 times the work, 4-6% of a prefill. Here the
  * threads split the tokens once, into a buffer every kernel of the call reads (cpu_mm_job.xq).
  * The buffer belongs to the calling thread (one matmul at a time per thread: the pool is not
- * reentrant) and grows to the largest call; nothing is allocated once it has. */
+ * reentrant) and grows to the largest call, up to ACT_MAX_BYTES; nothing is allocated once it
+ * has. */
 #include "backend/cpu/matmul_q.h"
 
 #include <pthread.h>
@@ -71,10 +72,16 @@ static uint8_t *scratch_get(size_t size) {
     return s->p;
 }
 
+/* Beyond this the kernels quantize for themselves, tile by tile, rather than the buffer holding
+ * a whole call's tokens (the 0.8B's widest prefill of 512 tokens takes 2.7 MB). */
+#define ACT_MAX_BYTES ((size_t)64 << 20)
+
 const uint8_t *cpu_mm_act_prepare(ts_pool *pool, const cpu_mm_kernel *k, int layout, const float *x,
                                   int64_t ldx, int64_t cols, int n_tok) {
     act_task a = {x, ldx, cols, n_tok, layout, k->act_quantize, NULL};
-    a.xq = scratch_get((size_t)n_tok * cpu_q8act_bytes(cols));
+    const size_t bytes = (size_t)n_tok * cpu_q8act_bytes(cols);
+    if (bytes > ACT_MAX_BYTES) return NULL;
+    a.xq = scratch_get(bytes);
     if (!a.xq) return NULL; /* the kernels quantize for themselves */
     ts_pool_run(pool, act_worker, &a);
     return a.xq;

@@ -76,8 +76,8 @@ void cpu_q8act_interleave_q8(int64_t n, void *buf);
 
 /* The activations of n_tok tokens (x, ldx apart, cols columns) quantized by the pool's threads
  * with kernel k's quantizer, in the given layout (k->act_layout's answer), into the calling
- * thread's buffer (matmul_act.c): what cpu_mm_job.xq takes. NULL if that buffer could not grow;
- * the kernels then quantize for themselves. */
+ * thread's buffer (matmul_act.c): what cpu_mm_job.xq takes. NULL if that buffer could not grow
+ * or would pass 64 MiB; the kernels then quantize for themselves. */
 const uint8_t *cpu_mm_act_prepare(ts_pool *pool, const cpu_mm_kernel *k, int layout, const float *x,
                                   int64_t ldx, int64_t cols, int n_tok);
 
