@@ -12,7 +12,7 @@
  * block (vectorised by the compiler, in tap order as the plain loop sums). Decode and prefill
  * take the same path, so a run split into single tokens gives the same bits (the plain loop,
  * for kernels of more taps, may differ from it in a SiLU's last bit). */
-enum { CONV_CB = 64, CONV_MAX_K = 16 };
+enum { CONV_CB = 64, CONV_SPAN = 1024, CONV_MAX_K = 16 };
 
 typedef struct {
     const float *x;
@@ -26,7 +26,7 @@ typedef struct {
 
 static void conv_block(const conv_job *j, int c0, int nc) {
     int K = j->K, hist = K - 1;
-    float wt[CONV_MAX_K][CONV_CB], acc[CONV_CB];
+    float wt[CONV_MAX_K][CONV_SPAN], acc[CONV_SPAN];
     for (int k = 0; k < K; k++)
         for (int c = 0; c < nc; c++)
             wt[k][c] = j->w[(int64_t)(c0 + c) * K + k];
@@ -49,14 +49,17 @@ static void conv_block(const conv_job *j, int c0, int nc) {
     }
 }
 
+/* The threads divide blocks of CONV_CB channels; each takes its channels in spans of up to
+ * CONV_SPAN, all tokens of a span at a time: a token's span of x is then one contiguous run (a
+ * 64-channel block walked token by token read 256 bytes a row, a row 24 KB apart for the 0.8B,
+ * and missed the caches at every token: 4% of a prefill). */
 static void conv_task(void *p, int ith, int nth) {
     const conv_job *j = p;
     long lo, hi;
     ts_split_range((j->C + CONV_CB - 1) / CONV_CB, ith, nth, &lo, &hi);
-    for (long b = lo; b < hi; b++) {
-        int c0 = (int)b * CONV_CB;
-        conv_block(j, c0, j->C - c0 < CONV_CB ? j->C - c0 : CONV_CB);
-    }
+    int c1 = hi * CONV_CB < j->C ? (int)hi * CONV_CB : j->C;
+    for (int c0 = (int)lo * CONV_CB; c0 < c1; c0 += CONV_SPAN)
+        conv_block(j, c0, c1 - c0 < CONV_SPAN ? c1 - c0 : CONV_SPAN);
 }
 
 /* The reference loop, for kernels wider than CONV_MAX_K taps (none of the models). */
