@@ -7,9 +7,10 @@
 
 #include <string.h>
 
-/* The causal conv a block of channels at a time, the blocks split over the threads: the block's
- * taps transposed to [K][block] on the stack, then per token K contiguous multiply-adds over the
- * block (vectorised by the compiler, in tap order as the plain loop sums). Decode and prefill
+/* The causal conv a span of channels at a time, blocks of CONV_CB channels split over the
+ * threads (conv_task): the span's taps transposed to [K][span] on the stack, then per token K
+ * contiguous multiply-adds over the span (vectorised by the compiler, in tap order as the plain
+ * loop sums). Decode and prefill
  * take the same path, so a run split into single tokens gives the same bits (the plain loop,
  * for kernels of more taps, may differ from it in a SiLU's last bit). */
 enum { CONV_CB = 64, CONV_SPAN = 1024, CONV_MAX_K = 16 };
