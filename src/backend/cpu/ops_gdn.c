@@ -41,8 +41,8 @@ static void conv_block(const conv_job *j, int c0, int nc) {
             for (int c = 0; c < nc; c++)
                 acc[c] += wt[k][c] * xr[c];
         }
-        /* SiLU with e^-x as expf gives it, to the last bit but for about one input in a
-         * thousand (silu_fine: a double-precision vector exp; expf was 5% of a 0.8B prefill).
+        /* SiLU with e^-x as expf gives it, to the last bit but for about one float in 60,000
+         * (silu_fine: a double-precision vector exp; expf was 5% of a 0.8B prefill).
          * Not the float vector SiLU: with it the bf16 fixture of test_hf_parity, whose
          * batched-vs-separate check sits near its bound, went from 2.4e-5 to 5.7e-5 > 5e-5 at
          * AVX2 when tried. */

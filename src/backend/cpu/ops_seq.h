@@ -29,7 +29,8 @@ typedef struct {
     void (*silu)(const float *x, float *y, int n);
     /* The same with exp(-x[i]) the float nearest the true value (from a double-precision exp,
      * so within a last bit of expf's: the SIMD sets agree with the scalar expf form for all
-     * but about one input in a thousand, by that bit); y may be x. The causal conv's. */
+     * but about one float in 60,000, by a few ulp of the result); y may be x. The causal
+     * conv's. */
     void (*silu_fine)(const float *x, float *y, int n);
     /* One token of the delta rule (spec A.6 step 6) on a dk x dv state S (row i = key dim i):
      * S *= decay; m = S^T k; S += k (x) beta (v - m); o = S^T q. */
