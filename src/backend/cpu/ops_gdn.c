@@ -25,9 +25,31 @@ typedef struct {
     const cpu_seq_kernels *sk;
 } conv_job;
 
+/* One token of the 4-tap conv (decode) over channels [c0, c0 + nc): the taps read where they lie
+ * (w is [C][4]; the compiler's interleaved loads), not transposed first - for a single token the
+ * transposition cost as much as the sums. The same operations in the same order as the
+ * transposed form, so the same bits. */
+static void conv_one4(const conv_job *j, int c0, int nc, float *acc) {
+    const float *w = j->w + (int64_t)c0 * 4, *s = j->state + c0;
+    const float *x0 = s, *x1 = s + j->C, *x2 = s + 2 * (int64_t)j->C, *x3 = j->x + c0;
+    for (int c = 0; c < nc; c++) {
+        float a = 0.0f;
+        a += w[4 * c] * x0[c];
+        a += w[4 * c + 1] * x1[c];
+        a += w[4 * c + 2] * x2[c];
+        a += w[4 * c + 3] * x3[c];
+        acc[c] = a;
+    }
+}
+
 static void conv_block(const conv_job *j, int c0, int nc) {
     int K = j->K, hist = K - 1;
     float wt[CONV_MAX_K][CONV_SPAN], acc[CONV_SPAN];
+    if (j->n == 1 && K == 4) {
+        conv_one4(j, c0, nc, acc);
+        j->sk->silu_fine(acc, j->out + c0, nc);
+        return;
+    }
     for (int k = 0; k < K; k++)
         for (int c = 0; c < nc; c++)
             wt[k][c] = j->w[(int64_t)(c0 + c) * K + k];
