@@ -218,7 +218,7 @@ static void act_share(ts_pool *pool, mm_task *task, int nw, const float *x, int6
     for (int j = 0; j < nw; j++) {
         const mm_part *p = &task->part[j];
         if (!p->fn || !p->k->act_layout) continue;
-        int l = p->k->act_layout(p->job.cols, n_tok);
+        int l = p->k->act_layout(p->job.cols);
         if (k && (l != layout || p->k->act_quantize != k->act_quantize || p->job.cols != cols))
             return;
         k = p->k, layout = l, cols = p->job.cols;

@@ -28,10 +28,7 @@ static void act_worker(void *p, int ith, int nth) {
     for (long t = lo; t < hi; t++) {
         uint8_t *buf = a->xq + (size_t)t * ab;
         a->quantize(a->x + t * a->ldx, a->cols, buf);
-        if (a->layout == CPU_MMQ_ACT_IL)
-            cpu_q8act_interleave(a->cols, buf);
-        else if (a->layout == CPU_MMQ_ACT_IL_Q8)
-            cpu_q8act_interleave_q8(a->cols, buf);
+        cpu_q8act_arrange(a->layout, a->cols, buf);
     }
 }
 

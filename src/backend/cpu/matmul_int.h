@@ -47,10 +47,10 @@ typedef struct {
     int row_align; /* thread ranges start at multiples of this (the prefill panel) ... */
     int few_tok;   /* ... or, when n_tok <= few_tok (the decode kernel), */
     int few_align; /* at multiples of this smaller block, for a finer split */
-    /* Quantized SIMD kernels: the layout (CPU_MMQ_ACT_*, matmul_q.h) in which they take the
-     * activations of n_tok tokens of cols columns, and the quantizer; cpu_matmul_n then
-     * quantizes x once for all threads and weights (cpu_mm_job.xq). NULL: not offered. */
-    int (*act_layout)(int64_t cols, int n_tok);
+    /* Quantized SIMD kernels: the layout (CPU_MMQ_ACT_*, matmul_q.h) in which they take a
+     * call's activations of cols columns quantized beforehand, and the quantizer; cpu_matmul_n
+     * then quantizes x once for all threads and weights (cpu_mm_job.xq). NULL: not offered. */
+    int (*act_layout)(int64_t cols);
     void (*act_quantize)(const float *x, int64_t n, void *buf);
 } cpu_mm_kernel;
 

@@ -74,6 +74,14 @@ void cpu_q8act_interleave(int64_t n, void *buf);
  * 8k .. 8k + 7 of blocks 0..7 in turn (qword j: block j), so lanes 2j, 2j + 1 are block j. */
 void cpu_q8act_interleave_q8(int64_t n, void *buf);
 
+/* A quantized token of n columns (buf) put from its natural order into the given layout. */
+static inline void cpu_q8act_arrange(int layout, int64_t n, void *buf) {
+    if (layout == CPU_MMQ_ACT_IL)
+        cpu_q8act_interleave(n, buf);
+    else if (layout == CPU_MMQ_ACT_IL_Q8)
+        cpu_q8act_interleave_q8(n, buf);
+}
+
 /* The activations of n_tok tokens (x, ldx apart, cols columns) quantized by the pool's threads
  * with kernel k's quantizer, in the given layout (k->act_layout's answer), into the calling
  * thread's buffer (matmul_act.c): what cpu_mm_job.xq takes. NULL if that buffer could not grow

@@ -189,10 +189,7 @@ INLINE void il_tile(ts_dtype dt, const uint8_t *const *w, const uint8_t *pf, con
     const int64_t tail0 = dt == TS_DTYPE_Q4_0 || dt == TS_DTYPE_Q5_0 ? 8 * chunks : n / 32;
     if (dec_state == 1) {
         const int cb = dt == TS_DTYPE_Q4_K ? 144 : dt == TS_DTYPE_Q6_K ? 210 : 8 * bb;
-        const size_t block_bytes =
-            (size_t)MMQ_R * ((size_t)chunks * (size_t)cb + (size_t)(n / 32 - tail0) * (size_t)bb);
-        const size_t pf_step = chunks ? (block_bytes + (size_t)chunks - 1) / (size_t)chunks : 0;
-        if (pf && !chunks) mmq_prefetch_step(pf, 0, (int)block_bytes);
+        const size_t pf_step = mmq_chunk_pf_step(pf, n, cb, bb);
         for (int64_t ch = 0; ch < chunks; ch++) {
             if (pf) mmq_prefetch_step(pf, (size_t)ch, (int)pf_step);
             for (int q = 0; q < MMQ_R; q++)

@@ -493,12 +493,7 @@ INLINE void mmq_il_tile(ts_dtype dt, const uint8_t *const *w, const uint8_t *pf,
     /* the tail blocks (Q4_0, Q5_0, Q8_0) and the 8-block chunks */
     const int bb = dt == TS_DTYPE_Q8_0 ? 34 : dt == TS_DTYPE_Q5_0 ? 22 : 18;
     const int cb = il_chunk_bytes(dt);
-    /* The whole next row block is prefetched over the chunk steps: with a tail (Gemma's
-     * 640-column Q8_0 output head: 2 chunks + 4 blocks) steps of one chunk left a fifth of it
-     * to demand misses, and decode of that head ran at 3/4 of the old kernel's speed. */
-    const size_t block_bytes = (size_t)MMQ_R * ((size_t)chunks * cb + (size_t)(n % 256) / 32 * bb);
-    const size_t pf_step = chunks ? (block_bytes + (size_t)chunks - 1) / (size_t)chunks : 0;
-    if (pf && !chunks) mmq_prefetch_step(pf, 0, (int)block_bytes);
+    const size_t pf_step = mmq_chunk_pf_step(pf, n, cb, bb);
     il_weights *dec = dec_state ? (il_weights *)decbuf : NULL;
     /* seq (mmq_run: cpu_seq_rows), one or two tokens: the row block in passes of seq_rows
      * rows, each over its whole rows with its share of the next row block's prefetch, so that

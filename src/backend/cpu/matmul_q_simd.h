@@ -346,6 +346,18 @@ INLINE void mmq_tileK(ts_dtype dt, const uint8_t *const *w, const uint8_t *pf, s
     mmq_tile_close(acc, R, T, nr, y, ldy);
 }
 
+/* The next row block's prefetch spread over a pass's 8-block chunk steps (cb bytes a chunk, the
+ * row's last n / 32 % 8 blocks bb bytes each): the bytes a step; a row block with no whole
+ * chunk is asked for here at once. The whole block goes over the chunk steps: with a tail
+ * (Gemma's 640-column Q8_0 output head: 2 chunks + 4 blocks) steps of one chunk left a fifth
+ * of it to demand misses, and decode of that head ran at 3/4 of the old kernel's speed. */
+INLINE size_t mmq_chunk_pf_step(const uint8_t *pf, int64_t n, int cb, int bb) {
+    const int64_t chunks = n / 256;
+    const size_t block_bytes = (size_t)MMQ_R * ((size_t)chunks * cb + (size_t)(n % 256) / 32 * bb);
+    if (pf && !chunks) mmq_prefetch_step(pf, 0, (int)block_bytes);
+    return chunks ? (block_bytes + (size_t)chunks - 1) / (size_t)chunks : 0;
+}
+
 #ifdef MMQ_IL
 #define MMQ_HAS_IL 1
 INLINE void mmq_il_tile(ts_dtype dt, const uint8_t *const *w, const uint8_t *pf, const uint8_t *act,
@@ -378,28 +390,39 @@ INLINE void mmq_tile(ts_dtype dt, bool il, const uint8_t *const *w, const uint8_
         mmq_tile32(dt, w, pf, rb, act, ab, n, y, ldy, nr, MMQ_R, T);
 }
 
-/* The layout in which the tiles below take n_tok tokens of n columns all quantized beforehand:
- * the file's own tile where it takes the type (AVX2's only with the row block decoded once). */
-INLINE int mmq_act_layout(ts_dtype dt, int64_t n, int n_tok) {
-    (void)n_tok;
+/* Whether a row of n columns fits the buffer in which the file's own tile keeps a row block
+ * decoded for all its token groups (MMQ_IL_DEC_BYTES). */
+INLINE bool mmq_predecode(ts_dtype dt, int64_t n) {
 #if MMQ_HAS_IL && defined(MMQ_IL_DEC_BYTES)
-    const bool predecode = n / 256 <= MMQ_IL_DEC_CHUNKS;
+    (void)dt; /* AVX-512's MMQ_IL takes every type */
+    return MMQ_IL(dt) && n / 256 <= MMQ_IL_DEC_CHUNKS;
 #else
-    const bool predecode = false;
+    (void)dt, (void)n;
+    return false;
 #endif
-    if (!MMQ_IL(dt) || (MMQ_IL_PREFILL_ONLY && !predecode)) return CPU_MMQ_ACT_NATURAL;
+}
+
+/* The layout of the activations the file's own tile reads (il), or the shared tiles' */
+INLINE int mmq_layout(ts_dtype dt, bool il) {
+    if (!il) return CPU_MMQ_ACT_NATURAL;
     return dt == TS_DTYPE_Q8_0 ? CPU_MMQ_ACT_IL_Q8 : CPU_MMQ_ACT_IL;
+}
+
+/* The layout in which the tiles below take a call's tokens of n columns all quantized
+ * beforehand: the file's own tile where it takes the type (AVX2's only with the row block
+ * decoded once). */
+INLINE int mmq_act_layout(ts_dtype dt, int64_t n) {
+    return mmq_layout(dt, MMQ_IL(dt) && (!MMQ_IL_PREFILL_ONLY || mmq_predecode(dt, n)));
 }
 
 INLINE void mmq_run(ts_dtype dt, const cpu_mm_job *j, int64_t r0, int64_t r1) {
     _Alignas(64) uint8_t buf[CPU_MMQ_ACT_BYTES];
 #if MMQ_HAS_IL && defined(MMQ_IL_DEC_BYTES)
     _Alignas(64) uint8_t decbuf[MMQ_IL_DEC_BYTES];
-    const bool predecode = MMQ_IL(dt) && j->cols / 256 <= MMQ_IL_DEC_CHUNKS;
 #else
     uint8_t *decbuf = NULL;
-    const bool predecode = false;
 #endif
+    const bool predecode = mmq_predecode(dt, j->cols);
     const int64_t n = j->cols;
     assert(n % ts_dtype_block_elems(dt) == 0 && n <= CPU_MMQ_MAX_COLS);
     const size_t ab = cpu_q8act_bytes(n), rb = j->row_bytes;
@@ -413,15 +436,15 @@ INLINE void mmq_run(ts_dtype dt, const cpu_mm_job *j, int64_t r0, int64_t r1) {
          * block is decoded once for several token groups; with x quantized beforehand, as
          * mmq_act_layout chose for all of it (a short last tile included: either tile gives
          * the same bits) */
-        const bool il = j->xq ? mmq_act_layout(dt, n, j->n_tok) != CPU_MMQ_ACT_NATURAL
-                              : MMQ_IL(dt) && (!MMQ_IL_PREFILL_ONLY || (predecode && nt > MMQ_T));
+        const int layout =
+            j->xq
+                ? mmq_act_layout(dt, n)
+                : mmq_layout(dt, MMQ_IL(dt) && (!MMQ_IL_PREFILL_ONLY || (predecode && nt > MMQ_T)));
+        const bool il = layout != CPU_MMQ_ACT_NATURAL;
         const uint8_t *tile = j->xq ? j->xq + (size_t)t0 * ab : buf;
         for (int t = 0; t < nt && !j->xq; t++) {
             MMQ_QUANTIZE(j->x + (int64_t)(t0 + t) * j->ldx, n, buf + (size_t)t * ab);
-            if (il && dt == TS_DTYPE_Q8_0)
-                cpu_q8act_interleave_q8(n, buf + (size_t)t * ab);
-            else if (il)
-                cpu_q8act_interleave(n, buf + (size_t)t * ab);
+            cpu_q8act_arrange(layout, n, buf + (size_t)t * ab);
         }
         for (int64_t r = r0; r < r1; r += MMQ_R) {
             const int nr = r1 - r < MMQ_R ? (int)(r1 - r) : MMQ_R;
@@ -465,7 +488,7 @@ INLINE void mmq_run(ts_dtype dt, const cpu_mm_job *j, int64_t r0, int64_t r1) {
     static void mmq_##T(const cpu_mm_job *j, int64_t r0, int64_t r1) {                             \
         mmq_run(TS_DTYPE_##T, j, r0, r1);                                                          \
     }                                                                                              \
-    static int mmq_act_##T(int64_t n, int n_tok) { return mmq_act_layout(TS_DTYPE_##T, n, n_tok); }
+    static int mmq_act_##T(int64_t n) { return mmq_act_layout(TS_DTYPE_##T, n); }
 MMQ_ENTRY(Q8_0)
 MMQ_ENTRY(Q4_0)
 MMQ_ENTRY(Q5_0)
