@@ -45,11 +45,6 @@ static void silu_scalar(const float *x, float *y, int n) {
         y[i] = x[i] / (1.0f + expf(-x[i]));
 }
 
-static void silu_fine_scalar(const float *x, float *y, int n) {
-    for (int i = 0; i < n; i++)
-        y[i] = x[i] / (1.0f + expf(-x[i]));
-}
-
 /* Column by column so that m, delta and o stay scalars; the reference's order of operations. */
 void cpu_gdn_step_cols_scalar(float *S, int dk, int dv, int c0, int c1, const float *q,
                               const float *k, const float *v, float decay, float beta, float *o) {
@@ -75,8 +70,9 @@ static void gdn_step_scalar(float *S, int dk, int dv, const float *q, const floa
     cpu_gdn_step_cols_scalar(S, dk, dv, 0, dv, q, k, v, decay, beta, o);
 }
 
-const cpu_seq_kernels cpu_seq_scalar = {gemm_nn_scalar, gemm_nt_scalar,   exp_sum_scalar,
-                                        silu_scalar,    silu_fine_scalar, gdn_step_scalar};
+/* the scalar silu, through expf, is already what silu_fine asks for */
+const cpu_seq_kernels cpu_seq_scalar = {gemm_nn_scalar, gemm_nt_scalar, exp_sum_scalar,
+                                        silu_scalar,    silu_scalar,    gdn_step_scalar};
 
 const cpu_seq_kernels *cpu_seq_pick(cpu_isa isa) {
     static const cpu_seq_kernels *const sets[CPU_ISA_COUNT] = {

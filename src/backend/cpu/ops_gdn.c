@@ -10,9 +10,9 @@
 /* The causal conv a span of channels at a time, blocks of CONV_CB channels split over the
  * threads (conv_task): the span's taps transposed to [K][span] on the stack, then per token K
  * contiguous multiply-adds over the span (vectorised by the compiler, in tap order as the plain
- * loop sums). Decode and prefill
- * take the same path, so a run split into single tokens gives the same bits (the plain loop,
- * for kernels of more taps, may differ from it in a SiLU's last bit). */
+ * loop sums); a single token of 4 taps reads the taps in place (conv_one4), the same
+ * operations in the same order. So a run split into single tokens gives the same bits (the
+ * plain loop, for kernels of more taps, may differ from it in a SiLU's last bit). */
 enum { CONV_CB = 64, CONV_SPAN = 1024, CONV_MAX_K = 16 };
 
 typedef struct {

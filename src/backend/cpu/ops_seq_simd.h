@@ -236,22 +236,21 @@ INLINE VD vexp_d(VD x) {
     return VD_SCALE2(p, n);
 }
 
-/* SiLU with e^-x from vexp_d rounded to float (ops_seq.h: silu_fine); then x / (1 + e) in
- * float as the scalar form does. */
+/* SiLU of VDL floats with e^-x from vexp_d rounded to float (ops_seq.h: silu_fine); then
+ * x / (1 + e) in float as the scalar form does. */
+INLINE VH silu_fine_vec(VH v) {
+    return VH_SILU(v, VH_FROM_D(vexp_d(VD_MUL(VD_SET1(-1.0), VD_FROM_H(v)))));
+}
+
 static void silu_fine_simd(const float *x, float *y, int n) {
     int i = 0;
-    for (; i + VDL <= n; i += VDL) {
-        const VH v = VH_LOAD(x + i);
-        const VH e = VH_FROM_D(vexp_d(VD_MUL(VD_SET1(-1.0), VD_FROM_H(v))));
-        VH_STORE(y + i, VH_SILU(v, e));
-    }
+    for (; i + VDL <= n; i += VDL)
+        VH_STORE(y + i, silu_fine_vec(VH_LOAD(x + i)));
     if (i < n) { /* the tail through a padded vector */
         float t[VDL] = {0};
         for (int k = 0; i + k < n; k++)
             t[k] = x[i + k];
-        const VH v = VH_LOAD(t);
-        const VH e = VH_FROM_D(vexp_d(VD_MUL(VD_SET1(-1.0), VD_FROM_H(v))));
-        VH_STORE(t, VH_SILU(v, e));
+        VH_STORE(t, silu_fine_vec(VH_LOAD(t)));
         for (int k = 0; i + k < n; k++)
             y[i + k] = t[k];
     }
