@@ -2941,7 +2941,8 @@ static void test_gemv_few_quant(void) {
  * within the CPU's fp32 product by 1e-2. The first type's weights first or not, the norm folded
  * or not (Q8_0 never folds it), rows of one or two units a lane, one part in the integer form
  * beside one in the float decode; a stack too large for one round of the grid keeps two
- * launches. The pair must have run for the others. */
+ * launches. The pair must have run for the others - the Qwen3.5 0.8B's delta-rule stack too,
+ * which fits one round only with the Q6_K / Q4_K kernel held to 128 registers. */
 static void test_gemv_pair(void) {
     ts_backend *one = gpu_with("TESSERA_CUDA_GEMV1_INT8", "1", NULL, NULL);
     ts_backend *two = gpu_with("TESSERA_CUDA_GEMV1_INT8", "1", "TESSERA_CUDA_GEMV1_PAIR", "0");
@@ -2951,6 +2952,7 @@ static void test_gemv_pair(void) {
         int nw, dt[4], rows[4], cols, normed, paired;
     } cases[] = {
         {4, {K6, K4, K4, K4}, {2048, 1024, 16, 16}, 1024, 1, 1}, /* int8 beside float */
+        {4, {K6, K4, K4, K4}, {6144, 2048, 16, 16}, 1024, 1, 1}, /* the 0.8B's: 4 rows a warp */
         {2, {K4, K6}, {1500, 1000}, 2048, 0, 1},                 /* second type first */
         {3, {Q5, Q5, Q8}, {1024, 256, 256}, 640, 1, 1},          /* Gemma 3's attention */
         {3, {Q8, Q5, Q8}, {300, 40, 24}, 1024, 0, 1},            /* interleaved, small */

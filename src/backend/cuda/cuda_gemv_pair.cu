@@ -25,7 +25,7 @@ typedef struct {
 static_assert(sizeof(g1_pair) <= CQ_ARG_BYTES, "g1_pair fits a queued launch's arguments");
 
 template <ts_dtype DA, ts_dtype DB, int U, int NR, bool NORM>
-__global__ static void __launch_bounds__(32 * G1_WARPS) k_gemv_pair(g1_pair p) {
+__device__ static inline void pair_body(const g1_pair &p) {
     const int64_t mid = p.a.set.end[p.nwa - 1];
     if (blockIdx.x < p.split)
         g1_body<DA, G1_PLAIN, U, NR, NORM, false, 1>(p.a, g1_part{0, mid, p.a.row_bytes, p.a.i8},
@@ -35,8 +35,31 @@ __global__ static void __launch_bounds__(32 * G1_WARPS) k_gemv_pair(g1_pair p) {
                                                      blockIdx.x - p.split, gridDim.x - p.split);
 }
 
+template <ts_dtype DA, ts_dtype DB, int U, int NR, bool NORM>
+__global__ static void __launch_bounds__(32 * G1_WARPS) k_gemv_pair(g1_pair p) {
+    pair_body<DA, DB, U, NR, NORM>(p);
+}
+
+/* The same held to 4 blocks a multiprocessor (128 registers), for Q6_K beside Q4_K at 4 rows a
+ * warp: Qwen3.5's delta-rule stacks (6144 + 2080 rows of 1024 columns, 514 blocks) took 164
+ * registers there, 3 blocks a multiprocessor, 396 a round on an H200, so they kept two
+ * launches; held, 528 a round and one launch (a 224-byte spill a thread; a step 759-761 ->
+ * 736-737 us, bench/RESULTS.md). The Q8_0 / Q5_0 pair keeps its registers. */
+template <ts_dtype DA, ts_dtype DB, int U, int NR, bool NORM>
+__global__ static void __launch_bounds__(32 * G1_WARPS, 4) k_gemv_pair_held(g1_pair p) {
+    pair_body<DA, DB, U, NR, NORM>(p);
+}
+
+template <ts_dtype DA, ts_dtype DB, int U, int NR, bool NORM>
+static constexpr auto pair_kernel(void) {
+    if constexpr (DA == TS_DTYPE_Q6_K && NR == 4)
+        return k_gemv_pair_held<DA, DB, U, NR, NORM>;
+    else
+        return k_gemv_pair<DA, DB, U, NR, NORM>;
+}
+
 template <ts_dtype DA, ts_dtype DB, int U, int NR, bool NORM> static int pair_per_sm(void) {
-    static const int n = g1_occupancy(k_gemv_pair<DA, DB, U, NR, NORM>, 0);
+    static const int n = g1_occupancy(pair_kernel<DA, DB, U, NR, NORM>(), 0);
     return n;
 }
 
@@ -58,7 +81,7 @@ static bool pair_try(cuda_ctx *c, g1_pair p, int64_t rows_a, int64_t rows_b) {
         }
         p.split = (unsigned)ba;
         const char *name = cuda_gemv_name(rows_a + rows_b, NORM, DA);
-        cuda_launch(c, name, k_gemv_pair<DA, DB, U, NR, NORM>, (unsigned)(ba + bb), 32 * G1_WARPS,
+        cuda_launch(c, name, pair_kernel<DA, DB, U, NR, NORM>(), (unsigned)(ba + bb), 32 * G1_WARPS,
                     0, p);
         return true;
     }
