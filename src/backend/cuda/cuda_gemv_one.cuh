@@ -200,6 +200,12 @@ __device__ static inline const uint8_t *g1_row(const g1_args &a, const g1_part &
                                                int *j_out) {
     if (o >= p.r1) return nullptr;
     if (MODE != G1_PLAIN) return (r ? a.Wu : a.Wg) + o * p.rb;
+    /* one weight (the output head, whose rows go round many times): no search of the stack,
+     * whose loop and offsets cost a row ~30 instructions (issue-bound at 250k rows) */
+    if (a.set.nw == 1) {
+        *j_out = 0;
+        return a.set.W[0] + o * p.rb;
+    }
     int j = 0;
     while (j < a.set.nw - 1 && o >= a.set.end[j])
         j++;
@@ -223,6 +229,7 @@ __device__ static inline void g1_rows(const g1_args &a, const g1_part &p, int64_
 
 /* Where plain row o (of weight j: g1_rows) of token t goes in its weight's output */
 __device__ static inline float *g1_y(const g1_args &a, int64_t o, int j, int t = 0) {
+    if (a.set.nw == 1) return &a.set.y[0][t * a.set.ldy[0] + o];
     return &a.set.y[j][t * a.set.ldy[j] + o - (j ? a.set.end[j - 1] : 0)];
 }
 
@@ -542,11 +549,9 @@ __device__ static inline void g1_body(const g1_args &a, const g1_part &p, unsign
     /* The first round's y of a residual add (acc) in the staged form (the 1024-row output and
      * down projections), asked for now, beside x's loads: read at the store, it was a round
      * trip of its own after the warp's sums. (The other forms would pay registers for it, and
-     * with them blocks a multiprocessor.) */
-    float y0[T];
-#pragma unroll
-    for (int t = 0; t < T; t++)
-        y0[t] = XS && a.acc && lane == 0 && row[0] ? *g1_y(a, w0, jr[0], t) : 0.0f;
+     * with them blocks a multiprocessor.) Lane t stores token t's output of the form's one
+     * row (below), so it asks for that y. */
+    const float y0 = XS && a.acc && lane < T && row[0] ? *g1_y(a, w0, jr[0], lane) : 0.0f;
     /* x through shared memory: one read of it from L2 a block instead of one a warp (the T
      * tokens one after another, cols apart) */
     extern __shared__ float4 g1_xs[];
@@ -633,20 +638,34 @@ __device__ static inline void g1_body(const g1_args &a, const g1_part &p, unsign
 #pragma unroll
             for (int t = 0; t < T; t++)
                 s[i][t] = cuda_warp_sum(acc[i][t]) * (NORM ? inv[t] : 1.0f);
-        if (lane) continue;
+        /* Every lane holds every sum: lane t NO + i stores output i of token t, so that the
+         * round ends in one store instead of NO T of them one after another in lane 0 (with
+         * their addresses: ~25 instructions a row, where the output head's 250k rows go round
+         * ~100 times). */
+        static_assert(NO * T <= 32, "a lane an output");
+        float v = 0.0f, vu = 0.0f;
+        bool has = false;
+        int jo = 0, to = 0;
+        int64_t oi = 0;
 #pragma unroll
         for (int t = 0; t < T; t++) {
 #pragma unroll
             for (int i = 0; i < NO; i++) {
+                if (lane != t * NO + i) continue;
+                to = t, oi = o + i * W;
                 if constexpr (MODE == G1_PLAIN) {
-                    if (!row[i]) continue;
-                    float *yo = g1_y(a, o + i * W, jr[i], t);
-                    *yo = a.acc ? (XS && o == w0 ? y0[t] : *yo) + s[i][t] : s[i][t];
-                } else if (row[2 * i]) {
-                    a.out[t * a.ldo + o + i * W] =
-                        cuda_glu<MODE == G1_GELU>(s[2 * i][t], s[2 * i + 1][t]);
+                    has = row[i] != nullptr, jo = jr[i], v = s[i][t];
+                } else {
+                    has = row[2 * i] != nullptr, v = s[2 * i][t], vu = s[2 * i + 1][t];
                 }
             }
+        }
+        if (!has) continue;
+        if constexpr (MODE == G1_PLAIN) {
+            float *yo = g1_y(a, oi, jo, to);
+            *yo = a.acc ? (XS && o == w0 ? y0 : *yo) + v : v;
+        } else {
+            a.out[to * a.ldo + oi] = cuda_glu<MODE == G1_GELU>(v, vu);
         }
     }
     cuda_trace_end();
