@@ -421,10 +421,21 @@ __device__ static inline void g1_x8_make(const float *x, const float *nw, int la
     }
 }
 
+/* Where a lane's K-quant unit gi sits in its super-block, as the integer dots read it: Q4_K's
+ * first scale j, Q6_K's qh shift sh and scale shift si. The same for every row, so g1_math8 takes
+ * it once a unit (inside a row's branch the compiler formed it again for each row). */
+typedef struct {
+    int j, sh, si;
+} g1_upos;
+__device__ static inline g1_upos g1_pos(int64_t gi) {
+    int qp = (int)gi & 1, half = (int)(gi >> 1) & 1;
+    return {2 * ((int)(gi >> 1) & 3), 2 * qp, 8 * (half + 2 * qp)};
+}
+
 /* One row's unit (raw bytes r) against the int8 x of that unit, added to s */
-__device__ static inline float g1_dot8(const g1_fmt<TS_DTYPE_Q4_K>::raw &r, int64_t gi,
+__device__ static inline float g1_dot8(const g1_fmt<TS_DTYPE_Q4_K>::raw &r, const g1_upos &p,
                                        const g1_x8 &xq, float s) {
-    int j = 2 * ((int)(gi >> 1) & 3);
+    const int j = p.j;
     float d = f16f((uint16_t)(r.h.x & 0xffffu)), dmin = f16f((uint16_t)(r.h.x >> 16));
     int sc0, m0, sc1, m1;
     q4k_scale_min(r.h, j, &sc0, &m0);
@@ -440,18 +451,20 @@ __device__ static inline float g1_dot8(const g1_fmt<TS_DTYPE_Q4_K>::raw &r, int6
     s += xq.db * (d * (float)sc1 * (float)pb - dmin * (float)m1 * (float)xq.ib);
     return s;
 }
-__device__ static inline float g1_dot8(const q6k_raw &r, int64_t gi, const g1_x8 &xq, float s) {
-    int l0 = ((int)(gi >> 1) & 1) * 16, qp = (int)gi & 1;
-    int si = 8 * ((l0 >> 4) + 2 * qp); /* as q6k_unit */
-    float d = f16f((uint16_t)r.d);
-    float sa = (float)(int8_t)(r.sc.x >> si), sb = (float)(int8_t)(r.sc.y >> si);
+__device__ static inline float g1_dot8(const q6k_raw &r, const g1_upos &p, const g1_x8 &xq,
+                                       float s) {
+    float d = f16f((uint16_t)r.d); /* scale shift si as q6k_unit's */
+    float sa = (float)(int8_t)(r.sc.x >> p.si), sb = (float)(int8_t)(r.sc.y >> p.si);
     uint32_t ql[4] = {r.ql.x, r.ql.y, r.ql.z, r.ql.w}, qh[4] = {r.qh.x, r.qh.y, r.qh.z, r.qh.w};
     int pa = 0, pb = 0;
 #pragma unroll
     for (int k = 0; k < 4; k++) {
+        /* the codes' high bits (bits sh, sh + 1 and sh + 4, sh + 5 of each qh byte) moved to
+         * bits 4-5 by one shift each: ((h >> sh) & 3) << 4 is (h << (4 - sh)) & 0x30 per byte,
+         * ((h >> (sh + 4)) & 3) << 4 is (h >> sh) & 0x30 */
         uint32_t l = ql[k], h = qh[k];
-        uint32_t qa = (l & 0x0F0F0F0Fu) | ((h >> (2 * qp)) & 0x03030303u) << 4;
-        uint32_t qb = ((l >> 4) & 0x0F0F0F0Fu) | ((h >> (2 * qp + 4)) & 0x03030303u) << 4;
+        uint32_t qa = (l & 0x0F0F0F0Fu) | ((h << (4 - p.sh)) & 0x30303030u);
+        uint32_t qb = ((l >> 4) & 0x0F0F0F0Fu) | ((h >> p.sh) & 0x30303030u);
         pa = __dp4a((int)qa, (int)xq.qa[k], pa);
         pb = __dp4a((int)qb, (int)xq.qb[k], pb);
     }
@@ -507,13 +520,14 @@ __device__ static inline void g1_math8(const uint8_t *const *row,
     for (int u = 0; u < U; u++) {
         int64_t gi = u * 32 + lane;
         if (gi >= groups) break;
+        const g1_upos pos = g1_pos(gi);
 #pragma unroll
         for (int i = 0; i < NR; i++) {
             if (!row[i]) continue;
 #pragma unroll
             for (int t = 0; t < T; t++) {
                 if constexpr (DT == TS_DTYPE_Q4_K || DT == TS_DTYPE_Q6_K)
-                    acc[i][t] = g1_dot8(q[i][u], gi, xq[t][u], acc[i][t]);
+                    acc[i][t] = g1_dot8(q[i][u], pos, xq[t][u], acc[i][t]);
                 else
                     acc[i][t] = g1_dot8_q32<DT>(q[i][u], xq[t][u], acc[i][t]);
             }
