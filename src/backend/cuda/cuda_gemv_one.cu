@@ -37,18 +37,18 @@
 
 #include <mutex>
 
-template <ts_dtype DT, int MODE, int U, int NR, bool NORM, bool XS = false, int T = 1>
+template <ts_dtype DT, int MODE, int U, int NR, bool NORM, bool XS = false, int T = 1, int L = 32>
 __global__ static void __launch_bounds__(32 * G1_WARPS) k_gemv_one(g1_args a) {
-    g1_body<DT, MODE, U, NR, NORM, XS, T>(a, g1_whole(a), blockIdx.x, gridDim.x);
+    g1_body<DT, MODE, U, NR, NORM, XS, T, L>(a, g1_whole(a), blockIdx.x, gridDim.x);
 }
 
 /* Blocks of the kernel the GPU holds at once per multiprocessor with smem bytes of shared
  * memory (asked once per kernel and size: a model has a few sizes; past 8 asked each time).
  * Without shared memory - most launches - a plain static. */
-template <ts_dtype DT, int MODE, int U, int NR, bool NORM, bool XS, int T>
+template <ts_dtype DT, int MODE, int U, int NR, bool NORM, bool XS, int T, int L = 32>
 static int g1_per_sm(size_t smem) {
     auto ask = [](size_t bytes) {
-        return g1_occupancy(k_gemv_one<DT, MODE, U, NR, NORM, XS, T>, bytes);
+        return g1_occupancy(k_gemv_one<DT, MODE, U, NR, NORM, XS, T, L>, bytes);
     };
     static const int plain = ask(0);
     if (!smem) return plain;
@@ -104,13 +104,40 @@ static bool g1_try(cuda_ctx *c, const char *name, g1_args a, bool last) {
     return true;
 }
 
+/* Rows that go round even at the most rows a warp (NR, U units a lane: the output head), of
+ * Q6_K by integer dot products: the half-warp form (g1_body's L = 16; 2 U units a lane of NR / 2
+ * rows a half, the same registers), where a lane's units cover the row and it has rows to halve;
+ * false (nothing launched) otherwise. TESSERA_CUDA_GEMV1_HALF=0: never. H200, the 0.8B's head
+ * (248320 x 1024): Q6_K 88.2 -> 72.2 us (the Q4_K_M file's tg128 +1.5-2.3%); Q8_0, whose units
+ * decode in a few instructions, 77.2 -> 79.5, so it keeps whole warps (bench/RESULTS.md). */
+template <ts_dtype DT, int MODE, int U, int NR, bool NORM, int T>
+static bool g1_try_half(cuda_ctx *c, const char *name, const g1_args &a) {
+    constexpr int NR0 = MODE == G1_PLAIN ? 1 : 2, NH = NR / 2, NO = MODE == G1_PLAIN ? NR : NR / 2;
+    constexpr bool Q8 = DT == TS_DTYPE_Q6_K && (T == 1 || T * 2 * U <= G1_I8_UNITS);
+    if constexpr (!Q8 || NH < NR0) {
+        return false;
+    } else {
+        if (!c->gemv_one_half || !a.i8 || a.cols / g1_fmt<DT>::ELEMS > 16 * 2 * U) return false;
+        int64_t need = (a.rows + NO * G1_WARPS - 1) / (NO * G1_WARPS);
+        if (need <= (int64_t)c->sm_count * g1_per_sm<DT, MODE, U, NR, NORM, false, T>(0) *
+                        c->gemv_one_waves)
+            return false; /* one round: nothing to share */
+        int64_t cap = (int64_t)c->sm_count * g1_per_sm<DT, MODE, 2 * U, NH, NORM, false, T, 16>(0) *
+                      c->gemv_one_waves;
+        cuda_launch(c, name, k_gemv_one<DT, MODE, 2 * U, NH, NORM, false, T, 16>,
+                    (unsigned)(cap < 1 ? 1 : cap), 32 * G1_WARPS, 0, a);
+        return true;
+    }
+}
+
 /* NR, 2 NR, ... rows a warp, up to what G1_LOADS allows with U units of each: the fewest that
  * cover the matrix in one round, or the most. */
 template <ts_dtype DT, int MODE, int U, int NR, bool NORM, int T>
 static void g1_rows_ladder(cuda_ctx *c, const char *name, const g1_args &a) {
-    if constexpr (2 * NR * U * g1_fmt<DT>::LOADS > G1_LOADS)
-        g1_try<DT, MODE, U, NR, NORM, T>(c, name, a, true);
-    else if (!g1_try<DT, MODE, U, NR, NORM, T>(c, name, a, false))
+    if constexpr (2 * NR * U * g1_fmt<DT>::LOADS > G1_LOADS) {
+        if (!g1_try_half<DT, MODE, U, NR, NORM, T>(c, name, a))
+            g1_try<DT, MODE, U, NR, NORM, T>(c, name, a, true);
+    } else if (!g1_try<DT, MODE, U, NR, NORM, T>(c, name, a, false))
         g1_rows_ladder<DT, MODE, U, 2 * NR, NORM, T>(c, name, a);
 }
 

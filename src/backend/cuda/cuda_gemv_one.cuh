@@ -233,14 +233,14 @@ __device__ static inline float *g1_y(const g1_args &a, int64_t o, int j, int t =
     return &a.set.y[j][t * a.set.ldy[j] + o - (j ? a.set.end[j - 1] : 0)];
 }
 
-/* The lane's loads of round g0 of NR rows (U units each: unit lane, lane + 32, ...) into q,
- * all in flight at once. */
-template <ts_dtype DT, int U, int NR>
+/* The lane's loads of round g0 of NR rows (U units each: unit lane, lane + L, ...; L the lanes
+ * that share a row, lane counted among them) into q, all in flight at once. */
+template <ts_dtype DT, int U, int NR, int L = 32>
 __device__ static inline void g1_issue(const uint8_t *const *row, int64_t g0, int64_t ge, int lane,
                                        typename g1_fmt<DT>::raw (*q)[U]) {
 #pragma unroll
     for (int u = 0; u < U; u++) {
-        int64_t gi = g0 + u * 32 + lane;
+        int64_t gi = g0 + u * L + lane;
 #pragma unroll
         for (int i = 0; i < NR; i++)
             if (gi < ge && row[i]) q[i][u] = g1_fmt<DT>::load(row[i], gi);
@@ -407,12 +407,12 @@ __device__ static inline void g1_x8_run(const float *v, uint32_t *q, float *d, i
 
 /* The lane's U units of x (one round covers the row: the caller checks), the norm's weights
  * applied where folded; ss: the lane's share of x's sum of squares (NORM) */
-template <ts_dtype DT, int U, bool NORM>
+template <ts_dtype DT, int U, bool NORM, int L = 32>
 __device__ static inline void g1_x8_make(const float *x, const float *nw, int lane, int64_t groups,
                                          g1_x8 *xq, float *ss) {
 #pragma unroll
     for (int u = 0; u < U; u++) {
-        int64_t gi = u * 32 + lane;
+        int64_t gi = u * L + lane;
         if (gi >= groups) break;
         float va[16], vb[16];
         g1_xruns<DT, NORM>(x, nw, gi, true, ss, va, vb);
@@ -512,13 +512,13 @@ template <ts_dtype DT> __host__ __device__ constexpr bool g1_has8() {
 }
 
 /* Rows' partial sums of the round's loaded units against the T tokens' int8 x (xq[t][u]) */
-template <ts_dtype DT, int U, int NR, int T>
+template <ts_dtype DT, int U, int NR, int T, int L = 32>
 __device__ static inline void g1_math8(const uint8_t *const *row,
                                        const typename g1_fmt<DT>::raw (*q)[U], int64_t groups,
                                        int lane, const g1_x8 (*xq)[U], float (*acc)[T]) {
 #pragma unroll
     for (int u = 0; u < U; u++) {
-        int64_t gi = u * 32 + lane;
+        int64_t gi = u * L + lane;
         if (gi >= groups) break;
         const g1_upos pos = g1_pos(gi);
 #pragma unroll
@@ -535,30 +535,46 @@ __device__ static inline void g1_math8(const uint8_t *const *row,
     }
 }
 
+/* The sum of v over the L lanes that share a row (a butterfly: every one of them gets it; for
+ * L = 32 cuda_warp_sum's order) */
+template <int L> __device__ static inline float g1_lanes_sum(float v) {
+#pragma unroll
+    for (int off = L / 2; off > 0; off >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, off);
+    return v;
+}
+
 /* A warp per row: NR weight rows summed together, each lane U groups of each in flight; warp w
  * takes the rounds at o = w, w + NO * W, ... (NO: outputs a round, NR plain, NR / 2 glu). T
  * tokens (up to 3 of 16-bit weights, 2 of quantized): the loaded weights summed against each
  * token's x in turn, each as T = 1 sums it, so a token's sums are the same bits alone or beside
- * others (quantized: where both take the same form, g1_x8 or the float decode). */
-template <ts_dtype DT, int MODE, int U, int NR, bool NORM, bool XS, int T>
+ * others (quantized: where both take the same form, g1_x8 or the float decode).
+ * L = 16 (quantized weights by integer dot products alone: the caller checks): each half of the
+ * warp takes its own NR rows, 16 lanes a row - for rows that go round many times (the output
+ * head), where a row's addresses, sums and store are half the instructions of a round, so one
+ * instruction serves two rows. Other bits than L = 32 (each lane sums U units, not U / 2). */
+template <ts_dtype DT, int MODE, int U, int NR, bool NORM, bool XS, int T, int L = 32>
 __device__ static inline void g1_body(const g1_args &a, const g1_part &p, unsigned bid,
                                       unsigned nblocks) {
     static_assert(U * NR * g1_fmt<DT>::LOADS <= G1_LOADS,
                   "a lane's loads in flight take at most 64 registers");
     static_assert(T <= (g1_fmt<DT>::ELEMS == 8 ? G1_TOKENS : G1_QTOKENS), "tokens a launch");
-    constexpr int NO = MODE == G1_PLAIN ? NR : NR / 2;
-    const int lane = threadIdx.x & 31;
-    const int64_t W = (int64_t)nblocks * G1_WARPS; /* the row stride between a warp's rows */
-    const int64_t w0 = p.r0 + (int64_t)bid * G1_WARPS + (threadIdx.x >> 5);
-    const int64_t step = NO * W, groups = a.cols / g1_fmt<DT>::ELEMS; /* units a row */
+    static_assert(L == 32 || (L == 16 && g1_has8<DT>() && !XS), "half warps: integer form only");
+    constexpr int NO = MODE == G1_PLAIN ? NR : NR / 2, H = 32 / L;
+    const int lane = threadIdx.x & (L - 1), half = (threadIdx.x & 31) / L;
+    const int64_t W = (int64_t)nblocks * G1_WARPS; /* warps of the grid */
+    /* this half's first row, and the stride between its rows */
+    const int64_t w0 = p.r0 + (int64_t)bid * G1_WARPS + (threadIdx.x >> 5) + half * W;
+    const int64_t WR = H * W;
+    const int64_t step = NO * WR, groups = a.cols / g1_fmt<DT>::ELEMS; /* units a row */
     int jr[NR];
     const uint8_t *row[NR];
     typename g1_fmt<DT>::raw q[NR][U];
     /* No kernel writes weights, so the warp's first round may be loaded before the programmatic
      * wait: those loads are in flight while the predecessor kernel finishes (a.early;
      * TESSERA_CUDA_GEMV1_EARLY=0 loads after the wait, for comparisons). */
-    g1_rows<MODE, NR>(a, p, w0, W, row, jr);
-    if (a.early) g1_issue<DT, U, NR>(row, 0, groups, lane, q);
+    g1_rows<MODE, NR>(a, p, w0, WR, row, jr);
+    if (a.early) g1_issue<DT, U, NR, L>(row, 0, groups, lane, q);
     cuda_pdl_entry();
     /* The first round's y of a residual add (acc) in the staged form (the 1024-row output and
      * down projections), asked for now, beside x's loads: read at the store, it was a round
@@ -605,34 +621,38 @@ __device__ static inline void g1_body(const g1_args &a, const g1_part &p, unsign
     /* quantized weights by integer dot products where one round covers a row: x quantized once,
      * each token's (with two tokens, where a lane's units are few: xq's registers) */
     constexpr bool Q8 = g1_has8<DT>() && (T == 1 || T * U <= G1_I8_UNITS);
-    const bool i8 = Q8 && p.i8 && groups <= 32 * U;
+    const bool i8 = Q8 && p.i8 && groups <= L * U;
     g1_x8 xq[Q8 ? T : 1][Q8 ? U : 1];
     if constexpr (Q8) {
         if (i8) {
 #pragma unroll
             for (int t = 0; t < T; t++) {
-                g1_x8_make<DT, U, NORM>(x + t * ldx, a.norm_w, lane, groups, xq[t], &ss[t]);
-                if (NORM) inv[t] = 1.0f / sqrtf(cuda_warp_sum(ss[t]) / (float)a.cols + a.eps);
+                g1_x8_make<DT, U, NORM, L>(x + t * ldx, a.norm_w, lane, groups, xq[t], &ss[t]);
+                if (NORM) inv[t] = 1.0f / sqrtf(g1_lanes_sum<L>(ss[t]) / (float)a.cols + a.eps);
             }
         }
     }
-    for (int64_t o = w0; o < p.r1; o += step) {
-        if (!first) g1_rows<MODE, NR>(a, p, o, W, row, jr);
+    /* o: this half's rows of the round; the halves' rounds end together (the butterflies take
+     * the whole warp), so the loop runs while the first half's rows remain */
+    for (int64_t o = w0; o - half * W < p.r1; o += step) {
+        if (!first) g1_rows<MODE, NR>(a, p, o, WR, row, jr);
         float acc[NR][T];
 #pragma unroll
         for (int i = 0; i < NR; i++)
 #pragma unroll
             for (int t = 0; t < T; t++)
                 acc[i][t] = 0.0f;
-        for (int64_t g0 = 0; g0 < groups; g0 += 32 * U) {
-            if (g0 || !first || !a.early) g1_issue<DT, U, NR>(row, g0, groups, lane, q);
+        for (int64_t g0 = 0; g0 < groups; g0 += L * U) {
+            if (g0 || !first || !a.early) g1_issue<DT, U, NR, L>(row, g0, groups, lane, q);
             if constexpr (Q8) {
                 if (i8) {
-                    g1_math8<DT, U, NR, T>(row, q, groups, lane, xq, acc);
+                    g1_math8<DT, U, NR, T, L>(row, q, groups, lane, xq, acc);
                     continue;
                 }
             }
-            if constexpr (g1_fmt<DT>::ELEMS == 32)
+            if constexpr (L != 32)
+                continue; /* never: the caller takes L = 16 for the integer form alone */
+            else if constexpr (g1_fmt<DT>::ELEMS == 32)
                 g1_mathk<DT, U, NR, NORM, T>(row, q, g0, groups, x, ldx, a.norm_w, lane, acc, first,
                                              ss);
             else
@@ -643,7 +663,7 @@ __device__ static inline void g1_body(const g1_args &a, const g1_part &p, unsign
         if (NORM && first && !i8) {
 #pragma unroll
             for (int t = 0; t < T; t++)
-                inv[t] = 1.0f / sqrtf(cuda_warp_sum(ss[t]) / (float)a.cols + a.eps);
+                inv[t] = 1.0f / sqrtf(g1_lanes_sum<L>(ss[t]) / (float)a.cols + a.eps);
         }
         first = false;
         float s[NR][T];
@@ -651,12 +671,12 @@ __device__ static inline void g1_body(const g1_args &a, const g1_part &p, unsign
         for (int i = 0; i < NR; i++)
 #pragma unroll
             for (int t = 0; t < T; t++)
-                s[i][t] = cuda_warp_sum(acc[i][t]) * (NORM ? inv[t] : 1.0f);
+                s[i][t] = g1_lanes_sum<L>(acc[i][t]) * (NORM ? inv[t] : 1.0f);
         /* Every lane holds every sum: lane t NO + i stores output i of token t, so that the
          * round ends in one store instead of NO T of them one after another in lane 0 (with
          * their addresses: ~25 instructions a row, where the output head's 250k rows go round
          * ~100 times). */
-        static_assert(NO * T <= 32, "a lane an output");
+        static_assert(NO * T <= L, "a lane an output");
         float v = 0.0f, vu = 0.0f;
         bool has = false;
         int jo = 0, to = 0;
@@ -666,7 +686,7 @@ __device__ static inline void g1_body(const g1_args &a, const g1_part &p, unsign
 #pragma unroll
             for (int i = 0; i < NO; i++) {
                 if (lane != t * NO + i) continue;
-                to = t, oi = o + i * W;
+                to = t, oi = o + i * WR;
                 if constexpr (MODE == G1_PLAIN) {
                     has = row[i] != nullptr, jo = jr[i], v = s[i][t];
                 } else {

@@ -91,6 +91,10 @@ typedef struct cuda_ctx_s {
      * 16-element run: 1 (default) for GEMVs of many rows (G1_I8_ROWS), 2 for all, 0 never - the
      * float decode, whose sums are the general GEMV's bits (TESSERA_CUDA_GEMV1_INT8) */
     int gemv_one_int8;
+    /* and takes Q6_K rows that go round (the output head) by half warps, 16 lanes a row, in that
+     * form (cuda_gemv_one.cu's g1_try_half; TESSERA_CUDA_GEMV1_HALF=0: whole warps, for
+     * comparisons) */
+    bool gemv_one_half;
     /* the tensor-core GEMM from this many tokens for every weight type (TESSERA_CUDA_SKINNY_MIN,
      * 2..9, for comparisons; 0: per type, cuda_matmul.cu's skinny_from) */
     int skinny_min;
