@@ -2876,7 +2876,9 @@ static void test_gemv_few(void) {
  * alone), within the CPU's fp32 product by 1e-5 (float decode) or 1e-2 (int8; test_gemv_int8
  * bounds its error closely). Stacked, plain over rounds, added, the gated MLP; no input norm
  * (one token folds it into quantized weights, two take it as a kernel of its own: other bits
- * alone, by design). The kernel must have run. */
+ * alone, by design). The kernel must have run. The Q6_K GEMV of 20000 rows goes round the grid:
+ * the integer form takes it by half warps (16 lanes a row), once for two tokens and once for each
+ * alone, which must have run too. */
 static void test_gemv_few_quant(void) {
     ts_backend *i8 = gpu_with("TESSERA_CUDA_GEMV1_INT8", "1", NULL, NULL);
     if (!i8) return;
@@ -2891,6 +2893,7 @@ static void test_gemv_few_quant(void) {
     const int nc = (int)(sizeof cases / sizeof *cases);
     long launches[2] = {ts_backend_cuda_gemv_few_launches(gpu),
                         ts_backend_cuda_gemv_few_launches(i8)};
+    long halves = ts_backend_cuda_gemv_half_launches(i8);
     for (int ci = 0; ci < nc; ci++) {
         int kind = cases[ci].kind, r0 = cases[ci].r0, r1 = cases[ci].r1, cols = cases[ci].cols;
         ts_dtype dt = cases[ci].dt;
@@ -2931,6 +2934,9 @@ static void test_gemv_few_quant(void) {
         printf("  few-token quantized GEMV launches%s: %ld\n", b ? " (int8)" : "", ran);
         CHECKF(ran >= nc, "the few-token GEMV ran %ld times for %d products", ran, nc);
     }
+    halves = ts_backend_cuda_gemv_half_launches(i8) - halves;
+    printf("  half-warp GEMV launches (int8): %ld\n", halves);
+    CHECKF(halves >= 3, "the half-warp GEMV ran %ld times for the Q6_K rows that go round", halves);
     ts_backend_free(i8);
 }
 

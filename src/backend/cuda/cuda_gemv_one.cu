@@ -126,6 +126,7 @@ static bool g1_try_half(cuda_ctx *c, const char *name, const g1_args &a) {
                       c->gemv_one_waves;
         cuda_launch(c, name, k_gemv_one<DT, MODE, 2 * U, NH, NORM, false, T, 16>,
                     (unsigned)(cap < 1 ? 1 : cap), 32 * G1_WARPS, 0, a);
+        c->gemv_half_launches++;
         return true;
     }
 }

@@ -95,6 +95,7 @@ typedef struct cuda_ctx_s {
      * form (cuda_gemv_one.cu's g1_try_half; TESSERA_CUDA_GEMV1_HALF=0: whole warps, for
      * comparisons) */
     bool gemv_one_half;
+    long gemv_half_launches; /* its launches in that form (tests) */
     /* the tensor-core GEMM from this many tokens for every weight type (TESSERA_CUDA_SKINNY_MIN,
      * 2..9, for comparisons; 0: per type, cuda_matmul.cu's skinny_from) */
     int skinny_min;
