@@ -109,17 +109,20 @@ static bool g1_try(cuda_ctx *c, const char *name, g1_args a, bool last) {
  * rows a half, the same registers), where a lane's units cover the row and it has rows to halve;
  * false (nothing launched) otherwise. TESSERA_CUDA_GEMV1_HALF=0: never. H200, the 0.8B's head
  * (248320 x 1024): Q6_K 88.2 -> 72.2 us (the Q4_K_M file's tg128 +1.5-2.3%); Q8_0, whose units
- * decode in a few instructions, 77.2 -> 79.5, so it keeps whole warps (bench/RESULTS.md). */
+ * decode in a few instructions, 77.2 -> 79.5, so it keeps whole warps (bench/RESULTS.md).
+ * Its bits are not whole warps', so one token and two must take it alike (a token's bits the
+ * same alone or beside another): only where the two-token form exists (a unit a lane, rows of
+ * up to 32 units), and rows that go round counted by one token's grid whatever T is. */
 template <ts_dtype DT, int MODE, int U, int NR, bool NORM, int T>
 static bool g1_try_half(cuda_ctx *c, const char *name, const g1_args &a) {
     constexpr int NR0 = MODE == G1_PLAIN ? 1 : 2, NH = NR / 2, NO = MODE == G1_PLAIN ? NR : NR / 2;
-    constexpr bool Q8 = DT == TS_DTYPE_Q6_K && (T == 1 || T * 2 * U <= G1_I8_UNITS);
+    constexpr bool Q8 = DT == TS_DTYPE_Q6_K && G1_QTOKENS * 2 * U <= G1_I8_UNITS;
     if constexpr (!Q8 || NH < NR0) {
         return false;
     } else {
         if (!c->gemv_one_half || !a.i8 || a.cols / g1_fmt<DT>::ELEMS > 16 * 2 * U) return false;
         int64_t need = (a.rows + NO * G1_WARPS - 1) / (NO * G1_WARPS);
-        if (need <= (int64_t)c->sm_count * g1_per_sm<DT, MODE, U, NR, NORM, false, T>(0) *
+        if (need <= (int64_t)c->sm_count * g1_per_sm<DT, MODE, U, NR, NORM, false, 1>(0) *
                         c->gemv_one_waves)
             return false; /* one round: nothing to share */
         int64_t cap = (int64_t)c->sm_count * g1_per_sm<DT, MODE, 2 * U, NH, NORM, false, T, 16>(0) *
