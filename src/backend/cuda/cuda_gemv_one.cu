@@ -75,6 +75,18 @@ static bool g1_xs_takes(const cuda_ctx *c, int64_t cols, int n, bool fit) {
     return c->gemv_one_xsmem == 2 || (c->gemv_one_xsmem == 1 && fit && cols >= 2048);
 }
 
+/* Blocks that cover rows rows in one round at NO outputs a warp */
+static int64_t g1_need(int64_t rows, int no) {
+    return (rows + no * G1_WARPS - 1) / (no * G1_WARPS);
+}
+
+/* Blocks in one round of the capped grid: gemv_one_waves times what the GPU holds at once
+ * (per_sm blocks a multiprocessor), at least one */
+static int64_t g1_cap(const cuda_ctx *c, int per_sm) {
+    int64_t cap = (int64_t)c->sm_count * per_sm * c->gemv_one_waves;
+    return cap < 1 ? 1 : cap;
+}
+
 /* Launches the kernel with NR rows a warp where one round of the capped grid (gemv_one_waves
  * times what the GPU holds at once) covers every row, or where last; false (nothing launched)
  * otherwise, so that the caller tries more rows a warp. */
@@ -84,13 +96,12 @@ static bool g1_try(cuda_ctx *c, const char *name, g1_args a, bool last) {
     /* the form that stages x exists for 16-bit weights a row a warp only: its batch of x loads
      * takes registers every other form would pay for in blocks a multiprocessor */
     constexpr bool XS_OK = g1_fmt<DT>::ELEMS == 8 && MODE == G1_PLAIN && NR == 1;
-    int64_t need = (a.rows + NO * G1_WARPS - 1) / (NO * G1_WARPS);
+    int64_t need = g1_need(a.rows, NO);
     bool xs = XS_OK && g1_xs_takes(c, a.cols, T, need <= 2 * (int64_t)c->sm_count);
     size_t smem = xs ? (size_t)(T * a.cols) * 4 : 0;
     int per_sm = xs ? g1_per_sm<DT, MODE, U, NR, NORM, XS_OK, T>(smem)
                     : g1_per_sm<DT, MODE, U, NR, NORM, false, T>(0);
-    int64_t cap = (int64_t)c->sm_count * per_sm * c->gemv_one_waves;
-    if (cap < 1) cap = 1;
+    int64_t cap = g1_cap(c, per_sm);
     if (need > cap && !last) return false;
     unsigned grid = (unsigned)(need < cap ? need : cap);
     if constexpr (XS_OK) {
@@ -121,14 +132,11 @@ static bool g1_try_half(cuda_ctx *c, const char *name, const g1_args &a) {
         return false;
     } else {
         if (!c->gemv_one_half || !a.i8 || a.cols / g1_fmt<DT>::ELEMS > 16 * 2 * U) return false;
-        int64_t need = (a.rows + NO * G1_WARPS - 1) / (NO * G1_WARPS);
-        if (need <= (int64_t)c->sm_count * g1_per_sm<DT, MODE, U, NR, NORM, false, 1>(0) *
-                        c->gemv_one_waves)
+        if (g1_need(a.rows, NO) <= g1_cap(c, g1_per_sm<DT, MODE, U, NR, NORM, false, 1>(0)))
             return false; /* one round: nothing to share */
-        int64_t cap = (int64_t)c->sm_count * g1_per_sm<DT, MODE, 2 * U, NH, NORM, false, T, 16>(0) *
-                      c->gemv_one_waves;
-        cuda_launch(c, name, k_gemv_one<DT, MODE, 2 * U, NH, NORM, false, T, 16>,
-                    (unsigned)(cap < 1 ? 1 : cap), 32 * G1_WARPS, 0, a);
+        int64_t cap = g1_cap(c, g1_per_sm<DT, MODE, 2 * U, NH, NORM, false, T, 16>(0));
+        cuda_launch(c, name, k_gemv_one<DT, MODE, 2 * U, NH, NORM, false, T, 16>, (unsigned)cap,
+                    32 * G1_WARPS, 0, a);
         c->gemv_half_launches++;
         return true;
     }

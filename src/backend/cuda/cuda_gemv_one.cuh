@@ -535,15 +535,6 @@ __device__ static inline void g1_math8(const uint8_t *const *row,
     }
 }
 
-/* The sum of v over the L lanes that share a row (a butterfly: every one of them gets it; for
- * L = 32 cuda_warp_sum's order) */
-template <int L> __device__ static inline float g1_lanes_sum(float v) {
-#pragma unroll
-    for (int off = L / 2; off > 0; off >>= 1)
-        v += __shfl_xor_sync(0xffffffffu, v, off);
-    return v;
-}
-
 /* A warp per row: NR weight rows summed together, each lane U groups of each in flight; warp w
  * takes the rounds at o = w, w + NO * W, ... (NO: outputs a round, NR plain, NR / 2 glu). T
  * tokens (up to 3 of 16-bit weights, 2 of quantized): the loaded weights summed against each
@@ -628,7 +619,7 @@ __device__ static inline void g1_body(const g1_args &a, const g1_part &p, unsign
 #pragma unroll
             for (int t = 0; t < T; t++) {
                 g1_x8_make<DT, U, NORM, L>(x + t * ldx, a.norm_w, lane, groups, xq[t], &ss[t]);
-                if (NORM) inv[t] = 1.0f / sqrtf(g1_lanes_sum<L>(ss[t]) / (float)a.cols + a.eps);
+                if (NORM) inv[t] = 1.0f / sqrtf(cuda_lanes_sum<L>(ss[t]) / (float)a.cols + a.eps);
             }
         }
     }
@@ -650,20 +641,20 @@ __device__ static inline void g1_body(const g1_args &a, const g1_part &p, unsign
                     continue;
                 }
             }
-            if constexpr (L != 32)
-                continue; /* never: the caller takes L = 16 for the integer form alone */
-            else if constexpr (g1_fmt<DT>::ELEMS == 32)
-                g1_mathk<DT, U, NR, NORM, T>(row, q, g0, groups, x, ldx, a.norm_w, lane, acc, first,
-                                             ss);
-            else
-                g1_math16<DT, U, NR, NORM, T>(row, q, g0, groups, x, ldx, a.norm_w, lane, acc,
-                                              first, ss);
+            if constexpr (L == 32) { /* the float decode: whole warps alone (g1_try_half) */
+                if constexpr (g1_fmt<DT>::ELEMS == 32)
+                    g1_mathk<DT, U, NR, NORM, T>(row, q, g0, groups, x, ldx, a.norm_w, lane, acc,
+                                                 first, ss);
+                else
+                    g1_math16<DT, U, NR, NORM, T>(row, q, g0, groups, x, ldx, a.norm_w, lane, acc,
+                                                  first, ss);
+            }
         }
         if (first) cuda_trace_at(5); /* the first round's sums (its weights arrived) */
         if (NORM && first && !i8) {
 #pragma unroll
             for (int t = 0; t < T; t++)
-                inv[t] = 1.0f / sqrtf(g1_lanes_sum<L>(ss[t]) / (float)a.cols + a.eps);
+                inv[t] = 1.0f / sqrtf(cuda_lanes_sum<L>(ss[t]) / (float)a.cols + a.eps);
         }
         first = false;
         float s[NR][T];
@@ -671,7 +662,7 @@ __device__ static inline void g1_body(const g1_args &a, const g1_part &p, unsign
         for (int i = 0; i < NR; i++)
 #pragma unroll
             for (int t = 0; t < T; t++)
-                s[i][t] = g1_lanes_sum<L>(acc[i][t]) * (NORM ? inv[t] : 1.0f);
+                s[i][t] = cuda_lanes_sum<L>(acc[i][t]) * (NORM ? inv[t] : 1.0f);
         /* Every lane holds every sum: lane t NO + i stores output i of token t, so that the
          * round ends in one store instead of NO T of them one after another in lane 0 (with
          * their addresses: ~25 instructions a row, where the output head's 250k rows go round

@@ -287,11 +287,16 @@ __host__ __device__ static inline unsigned long long cuda_id_key(int id) {
     return (1ull << 32) | (uint32_t)(0xffffffffu - (uint32_t)id);
 }
 
-__device__ static inline float cuda_warp_sum(float s) {
-    for (int off = 16; off > 0; off >>= 1)
+/* The sum of s over each group of L neighbouring lanes (L a power of two up to 32), every lane
+ * of the group getting it (a butterfly: offsets L / 2, ..., 1); the whole warp calls it. */
+template <int L> __device__ static inline float cuda_lanes_sum(float s) {
+#pragma unroll
+    for (int off = L / 2; off > 0; off >>= 1)
         s += __shfl_xor_sync(0xffffffffu, s, off);
     return s;
 }
+
+__device__ static inline float cuda_warp_sum(float s) { return cuda_lanes_sum<32>(s); }
 
 /* Row kernels run a block of ROW_THREADS per row. Sum of squares of a row in double, reduced
  * over the block; every thread gets the total. */
