@@ -42,6 +42,11 @@ long ts_backend_cuda_gemv_half_launches(const ts_backend *be) {
     return 0;
 }
 
+long ts_backend_cuda_gemv_x8_staged_launches(const ts_backend *be) {
+    (void)be;
+    return 0;
+}
+
 double ts_backend_cuda_read_bandwidth(int device) {
     (void)device;
     return 0.0;

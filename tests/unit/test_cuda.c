@@ -1381,7 +1381,8 @@ static float *gemv1_run(ts_backend *be, const ts_tensor *W, int nw, const int *r
  * folded, added to y, and the gated MLP's form. */
 static void test_gemv_int8(void) {
     ts_backend *i8 = gpu_with("TESSERA_CUDA_GEMV1_INT8", "1", NULL, NULL);
-    if (!i8) return;
+    ts_backend *i8r = gpu_with("TESSERA_CUDA_GEMV1_INT8", "1", "TESSERA_CUDA_GEMV1_XSMEM", "0");
+    if (!i8 || !i8r) return;
     enum { K4 = TS_DTYPE_Q4_K, K6 = TS_DTYPE_Q6_K, Q8 = TS_DTYPE_Q8_0, Q4 = TS_DTYPE_Q4_0 };
     enum { Q5 = TS_DTYPE_Q5_0 };
     static const int cases[][7] = {/* dtype, cols, rows, rows of a second weight, glu, norm, add */
@@ -2876,25 +2877,31 @@ static void test_gemv_few(void) {
  * alone), within the CPU's fp32 product by 1e-5 (float decode) or 1e-2 (int8; test_gemv_int8
  * bounds its error closely). Stacked, plain over rounds, added, the gated MLP; no input norm
  * (one token folds it into quantized weights, two take it as a kernel of its own: other bits
- * alone, by design). The kernel must have run. The Q6_K GEMV of 20000 rows goes round the grid:
- * the integer form takes it by half warps (16 lanes a row), once for two tokens and once for each
- * alone, which must have run too. */
+ * alone, by design). The kernel must have run. The Q6_K GEMV of 20000 rows and the Q8_0 one of
+ * 40000 rows of 640 columns (Gemma 3's head: 20 units a row) go round the grid: the integer form
+ * takes them with x's int8 runs staged in shared memory, and the Q6_K one by half warps (16
+ * lanes a row), once for two tokens and once for each alone, which must have run - each
+ * token's outputs the bits of a backend that keeps x's int8 runs in registers
+ * (TESSERA_CUDA_GEMV1_XSMEM=0). */
 static void test_gemv_few_quant(void) {
     ts_backend *i8 = gpu_with("TESSERA_CUDA_GEMV1_INT8", "1", NULL, NULL);
-    if (!i8) return;
+    ts_backend *i8r = gpu_with("TESSERA_CUDA_GEMV1_INT8", "1", "TESSERA_CUDA_GEMV1_XSMEM", "0");
+    if (!i8 || !i8r) return;
     static const struct {
         int kind;
         ts_dtype dt;
         int r0, r1, cols;
-    } cases[] = {{5, TS_DTYPE_Q4_K, 6144, 2048, 1024}, {0, TS_DTYPE_Q6_K, 20000, 0, 1024},
-                 {4, TS_DTYPE_Q8_0, 2048, 2048, 640},  {1, TS_DTYPE_Q4_0, 1024, 0, 3584},
-                 {0, TS_DTYPE_Q5_0, 3000, 0, 2048},    {4, TS_DTYPE_Q4_K, 3584, 3584, 1024},
-                 {1, TS_DTYPE_Q4_K, 2500, 0, 4096}};
+        bool round; /* rows that go round: x8 staged on the int8 backend (Q6_K: half warps) */
+    } cases[] = {{5, TS_DTYPE_Q4_K, 6144, 2048, 1024, 0}, {0, TS_DTYPE_Q6_K, 20000, 0, 1024, 1},
+                 {4, TS_DTYPE_Q8_0, 2048, 2048, 640, 0},  {1, TS_DTYPE_Q4_0, 1024, 0, 3584, 0},
+                 {0, TS_DTYPE_Q5_0, 3000, 0, 2048, 0},    {4, TS_DTYPE_Q4_K, 3584, 3584, 1024, 0},
+                 {1, TS_DTYPE_Q4_K, 2500, 0, 4096, 0},    {0, TS_DTYPE_Q8_0, 40000, 0, 640, 1}};
     const int nc = (int)(sizeof cases / sizeof *cases);
     long launches[2] = {ts_backend_cuda_gemv_few_launches(gpu),
                         ts_backend_cuda_gemv_few_launches(i8)};
-    long halves = ts_backend_cuda_gemv_half_launches(i8);
     for (int ci = 0; ci < nc; ci++) {
+        long halves = ts_backend_cuda_gemv_half_launches(i8);
+        long staged = ts_backend_cuda_gemv_x8_staged_launches(i8);
         int kind = cases[ci].kind, r0 = cases[ci].r0, r1 = cases[ci].r1, cols = cases[ci].cols;
         ts_dtype dt = cases[ci].dt;
         float *f0, *f1 = NULL;
@@ -2923,8 +2930,23 @@ static void test_gemv_few_quant(void) {
                        "%s: token %d's bits differ from the token alone", what, t);
                 free(one);
             }
+            if (b && cases[ci].round) { /* x8 staged: the bits of x8 in registers */
+                float *reg = few_run(i8r, kind, &W0, &W1, n, x, ldx, yb, nw);
+                CHECKF(memcmp(got, reg, (size_t)n * out * 4) == 0,
+                       "%s: x's int8 runs staged in shared memory give other bits than in "
+                       "registers",
+                       what);
+                free(reg);
+            }
             free(got);
         }
+        halves = ts_backend_cuda_gemv_half_launches(i8) - halves;
+        staged = ts_backend_cuda_gemv_x8_staged_launches(i8) - staged;
+        bool half = cases[ci].round && dt == TS_DTYPE_Q6_K;
+        CHECKF(half ? halves >= 3 : halves == 0, "%s %d x %d: %ld half-warp GEMV launches",
+               ts_dtype_name(dt), r0, cols, halves);
+        CHECKF(cases[ci].round ? staged >= 3 : staged == 0,
+               "%s %d x %d: %ld GEMV launches with x8 staged", ts_dtype_name(dt), r0, cols, staged);
         kept_extra((void *)W0.data);
         if (r1) kept_extra((void *)W1.data);
         free(cpu_y), free(f0), free(f1), free(x), free(y0), free(nw);
@@ -2934,10 +2956,8 @@ static void test_gemv_few_quant(void) {
         printf("  few-token quantized GEMV launches%s: %ld\n", b ? " (int8)" : "", ran);
         CHECKF(ran >= nc, "the few-token GEMV ran %ld times for %d products", ran, nc);
     }
-    halves = ts_backend_cuda_gemv_half_launches(i8) - halves;
-    printf("  half-warp GEMV launches (int8): %ld\n", halves);
-    CHECKF(halves >= 3, "the half-warp GEMV ran %ld times for the Q6_K rows that go round", halves);
     ts_backend_free(i8);
+    ts_backend_free(i8r);
 }
 
 /* One token of a stack of two quantized types (llama.cpp's Q4_K_M: Gemma 3's v in Q8_0 beside q

@@ -287,6 +287,11 @@ extern "C" long ts_backend_cuda_gemv_half_launches(const ts_backend *be) {
     return ((const cuda_ctx *)be->ctx)->gemv_half_launches;
 }
 
+extern "C" long ts_backend_cuda_gemv_x8_staged_launches(const ts_backend *be) {
+    if (!be || be->ops != &cuda_ops) return 0;
+    return ((const cuda_ctx *)be->ctx)->gemv_x8_staged_launches;
+}
+
 extern "C" bool ts_backend_cuda_args_pack_clean(void) {
     static float w[1];
     bool run = cuda_packs_clean<ts_seq_run>(

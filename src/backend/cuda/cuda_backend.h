@@ -35,6 +35,10 @@ long ts_backend_cuda_gemv_pair_launches(const ts_backend *be);
 /* For tests: how many single-token GEMVs this backend has queued by half warps (Q6_K rows that
  * go round, cuda_gemv_one.cu's g1_try_half). 0 without CUDA. */
 long ts_backend_cuda_gemv_half_launches(const ts_backend *be);
+/* For tests: how many single-token GEMVs of quantized rows that go round this backend has
+ * queued with x's int8 runs staged in shared memory (cuda_gemv_one.cu's g1_x8_takes). 0
+ * without CUDA. */
+long ts_backend_cuda_gemv_x8_staged_launches(const ts_backend *be);
 /* For tests, no device needed: whether the structs with padding that kernels take by value
  * (ts_seq_run, ts_gated_norm, the GEMV's norm) reach the launch queue's argument bytes without
  * their padding - the bytes a replayed graph compares between steps. True without CUDA. */

@@ -75,6 +75,20 @@ static bool g1_xs_takes(const cuda_ctx *c, int64_t cols, int n, bool fit) {
     return c->gemv_one_xsmem == 2 || (c->gemv_one_xsmem == 1 && fit && cols >= 2048);
 }
 
+/* Whether quantized rows that go round, by integer dot products with L lanes of U units each
+ * covering a row, take x's int8 runs staged once a block in shared memory (g1_body's XS for
+ * quantized weights, g1_x8_stage) instead of each lane's own in registers for the kernel's life
+ * (TESSERA_CUDA_GEMV1_XSMEM=0: never) - and the bytes that takes for T tokens. The same values
+ * and sums in the same order: the same bits. H200 (bench/RESULTS.md): 28-36 registers a lane
+ * fewer; Gemma 3's Q8_0 head 60.2 -> 57.7 us, five blocks a multiprocessor instead of four; the
+ * Qwen3.5 0.8B's Q6_K head by whole warps 87.9 -> 77.1, by half warps 72.2 -> 71.1. */
+template <ts_dtype DT> static bool g1_x8_takes(const cuda_ctx *c, const g1_args &a, int L, int U) {
+    return c->gemv_one_xsmem != 0 && a.i8 && a.cols / g1_fmt<DT>::ELEMS <= L * U;
+}
+template <ts_dtype DT> static size_t g1_x8_bytes(const g1_args &a, int T) {
+    return (size_t)T * (size_t)(a.cols / g1_fmt<DT>::ELEMS) * sizeof(g1_x8);
+}
+
 /* Blocks that cover rows rows in one round at NO outputs a warp */
 static int64_t g1_need(int64_t rows, int no) {
     return (rows + no * G1_WARPS - 1) / (no * G1_WARPS);
@@ -103,6 +117,16 @@ static bool g1_try(cuda_ctx *c, const char *name, g1_args a, bool last) {
                     : g1_per_sm<DT, MODE, U, NR, NORM, false, T>(0);
     int64_t cap = g1_cap(c, per_sm);
     if (need > cap && !last) return false;
+    if constexpr (g1_has8<DT>() && !NORM) {
+        if (need > cap && g1_x8_takes<DT>(c, a, 32, U)) { /* rows go round: x8 staged */
+            size_t bytes = g1_x8_bytes<DT>(a, T);
+            int64_t cap8 = g1_cap(c, g1_per_sm<DT, MODE, U, NR, NORM, true, T>(bytes));
+            cuda_launch(c, name, k_gemv_one<DT, MODE, U, NR, NORM, true, T>,
+                        (unsigned)(need < cap8 ? need : cap8), 32 * G1_WARPS, bytes, a);
+            c->gemv_x8_staged_launches++;
+            return true;
+        }
+    }
     unsigned grid = (unsigned)(need < cap ? need : cap);
     if constexpr (XS_OK) {
         if (xs) {
@@ -120,10 +144,12 @@ static bool g1_try(cuda_ctx *c, const char *name, g1_args a, bool last) {
  * rows a half, the same registers), where a lane's units cover the row and it has rows to halve;
  * false (nothing launched) otherwise. TESSERA_CUDA_GEMV1_HALF=0: never. H200, the 0.8B's head
  * (248320 x 1024): Q6_K 88.2 -> 72.2 us (the Q4_K_M file's tg128 +1.5-2.3%); Q8_0, whose units
- * decode in a few instructions, 77.2 -> 79.5, so it keeps whole warps (bench/RESULTS.md).
+ * decode in a few instructions, 77.2 -> 79.5, so it keeps whole warps (bench/RESULTS.md; so do
+ * Gemma 3's 640-column Q8_0 rows, which quarter warps did not make faster).
  * Its bits are not whole warps', so one token and two must take it alike (a token's bits the
  * same alone or beside another): only where the two-token form exists (a unit a lane, rows of
- * up to 32 units), and rows that go round counted by one token's grid whatever T is. */
+ * up to 32 units), and rows that go round counted by one token's grid whatever T is. x's int8
+ * runs staged in shared memory where g1_x8_takes (71.1 against 72.2 us on that head). */
 template <ts_dtype DT, int MODE, int U, int NR, bool NORM, int T>
 static bool g1_try_half(cuda_ctx *c, const char *name, const g1_args &a) {
     constexpr int NR0 = MODE == G1_PLAIN ? 1 : 2, NH = NR / 2, NO = MODE == G1_PLAIN ? NR : NR / 2;
@@ -134,10 +160,20 @@ static bool g1_try_half(cuda_ctx *c, const char *name, const g1_args &a) {
         if (!c->gemv_one_half || !a.i8 || a.cols / g1_fmt<DT>::ELEMS > 16 * 2 * U) return false;
         if (g1_need(a.rows, NO) <= g1_cap(c, g1_per_sm<DT, MODE, U, NR, NORM, false, 1>(0)))
             return false; /* one round: nothing to share */
+        c->gemv_half_launches++;
+        if constexpr (!NORM) {
+            if (g1_x8_takes<DT>(c, a, 16, 2 * U)) {
+                size_t bytes = g1_x8_bytes<DT>(a, T);
+                int64_t cap = g1_cap(c, g1_per_sm<DT, MODE, 2 * U, NH, NORM, true, T, 16>(bytes));
+                cuda_launch(c, name, k_gemv_one<DT, MODE, 2 * U, NH, NORM, true, T, 16>,
+                            (unsigned)cap, 32 * G1_WARPS, bytes, a);
+                c->gemv_x8_staged_launches++;
+                return true;
+            }
+        }
         int64_t cap = g1_cap(c, g1_per_sm<DT, MODE, 2 * U, NH, NORM, false, T, 16>(0));
         cuda_launch(c, name, k_gemv_one<DT, MODE, 2 * U, NH, NORM, false, T, 16>, (unsigned)cap,
                     32 * G1_WARPS, 0, a);
-        c->gemv_half_launches++;
         return true;
     }
 }

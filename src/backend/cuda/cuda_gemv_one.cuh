@@ -421,6 +421,32 @@ __device__ static inline void g1_x8_make(const float *x, const float *nw, int la
     }
 }
 
+/* The same values for the whole block at once, into shared memory (xs: T tokens' groups units
+ * each), a run a thread in turn, then the block's barrier: for rows that go round (the output
+ * head), where the lanes' own units of x (g1_x8_make) held their registers for the kernel's life -
+ * 28-36 of a lane's registers beside its loads, and with them blocks a multiprocessor. No norm. */
+template <ts_dtype DT>
+__device__ static inline void g1_x8_stage(const float *x, int64_t ldx, int64_t groups, int T,
+                                          g1_x8 *xs) {
+    for (int64_t r = threadIdx.x; r < 2 * groups * T; r += blockDim.x) {
+        int64_t t = r / (2 * groups), gi = (r - t * 2 * groups) >> 1, ea, eb;
+        g1_fmt<DT>::runs(gi, &ea, &eb);
+        const float *src = x + t * ldx + (r & 1 ? eb : ea);
+        float v[16];
+#pragma unroll
+        for (int k = 0; k < 16; k += 4) {
+            float4 p = *(const float4 *)(src + k);
+            v[k] = p.x, v[k + 1] = p.y, v[k + 2] = p.z, v[k + 3] = p.w;
+        }
+        g1_x8 &d = xs[t * groups + gi];
+        if (r & 1)
+            g1_x8_run(v, d.qb, &d.db, &d.ib);
+        else
+            g1_x8_run(v, d.qa, &d.da, &d.ia);
+    }
+    __syncthreads();
+}
+
 /* Where a lane's K-quant unit gi sits in its super-block, as the integer dots read it: Q4_K's
  * first scale j, Q6_K's qh shift sh and scale shift si. The same for every row, so g1_math8 takes
  * it once a unit (inside a row's branch the compiler formed it again for each row). */
@@ -511,11 +537,12 @@ template <ts_dtype DT> __host__ __device__ constexpr bool g1_has8() {
            DT == TS_DTYPE_Q4_0 || DT == TS_DTYPE_Q5_0;
 }
 
-/* Rows' partial sums of the round's loaded units against the T tokens' int8 x (xq[t][u]) */
-template <ts_dtype DT, int U, int NR, int T, int L = 32>
-__device__ static inline void g1_math8(const uint8_t *const *row,
-                                       const typename g1_fmt<DT>::raw (*q)[U], int64_t groups,
-                                       int lane, const g1_x8 (*xq)[U], float (*acc)[T]) {
+/* Rows' partial sums of the round's loaded units against the T tokens' int8 x (xq[t][u], or
+ * where XS token t's unit gi at xs[t * groups + gi] in shared memory: g1_x8_stage) */
+template <ts_dtype DT, int U, int NR, int T, int L = 32, bool XS = false>
+__device__ static inline void
+g1_math8(const uint8_t *const *row, const typename g1_fmt<DT>::raw (*q)[U], int64_t groups,
+         int lane, const g1_x8 (*xq)[U], const g1_x8 *xs, float (*acc)[T]) {
 #pragma unroll
     for (int u = 0; u < U; u++) {
         int64_t gi = u * L + lane;
@@ -526,10 +553,11 @@ __device__ static inline void g1_math8(const uint8_t *const *row,
             if (!row[i]) continue;
 #pragma unroll
             for (int t = 0; t < T; t++) {
+                const g1_x8 &x8 = XS ? xs[t * groups + gi] : xq[t][u];
                 if constexpr (DT == TS_DTYPE_Q4_K || DT == TS_DTYPE_Q6_K)
-                    acc[i][t] = g1_dot8(q[i][u], pos, xq[t][u], acc[i][t]);
+                    acc[i][t] = g1_dot8(q[i][u], pos, x8, acc[i][t]);
                 else
-                    acc[i][t] = g1_dot8_q32<DT>(q[i][u], xq[t][u], acc[i][t]);
+                    acc[i][t] = g1_dot8_q32<DT>(q[i][u], x8, acc[i][t]);
             }
         }
     }
@@ -543,14 +571,20 @@ __device__ static inline void g1_math8(const uint8_t *const *row,
  * L = 16 (quantized weights by integer dot products alone: the caller checks): each half of the
  * warp takes its own NR rows, 16 lanes a row - for rows that go round many times (the output
  * head), where a row's addresses, sums and store are half the instructions of a round, so one
- * instruction serves two rows. Other bits than L = 32 (each lane sums U units, not U / 2). */
+ * instruction serves two rows. Other bits than L = 32 (each lane sums U units, not U / 2).
+ * XS: x through shared memory - 16-bit weights' as floats, staged by the block (a row a warp,
+ * cuda_gemv_one.cu's g1_xs_takes); quantized weights' as int8 runs (g1_x8_stage; rows that go
+ * round, no norm: g1_x8_takes). */
 template <ts_dtype DT, int MODE, int U, int NR, bool NORM, bool XS, int T, int L = 32>
 __device__ static inline void g1_body(const g1_args &a, const g1_part &p, unsigned bid,
                                       unsigned nblocks) {
     static_assert(U * NR * g1_fmt<DT>::LOADS <= G1_LOADS,
                   "a lane's loads in flight take at most 64 registers");
     static_assert(T <= (g1_fmt<DT>::ELEMS == 8 ? G1_TOKENS : G1_QTOKENS), "tokens a launch");
-    static_assert(L == 32 || (L == 16 && g1_has8<DT>() && !XS), "half warps: integer form only");
+    static_assert(L == 32 || (L == 16 && g1_has8<DT>()), "half warps: integer form only");
+    /* x through shared memory: 16-bit weights' as floats, quantized weights' as int8 runs */
+    constexpr bool XF = XS && g1_fmt<DT>::ELEMS == 8, X8 = XS && !XF;
+    static_assert(!X8 || (g1_has8<DT>() && !NORM), "x staged as int8: no norm");
     constexpr int NO = MODE == G1_PLAIN ? NR : NR / 2, H = 32 / L;
     const int lane = threadIdx.x & (L - 1), half = (threadIdx.x & 31) / L;
     const int64_t W = (int64_t)nblocks * G1_WARPS; /* warps of the grid */
@@ -578,7 +612,7 @@ __device__ static inline void g1_body(const g1_args &a, const g1_part &p, unsign
     extern __shared__ float4 g1_xs[];
     const float *x = a.x;
     int64_t ldx = a.ldx;
-    if constexpr (XS) {
+    if constexpr (XF) {
         /* XS_BATCH loads a thread in flight before their stores (a loop of load, store went
          * one round trip at a time: 7 for the 3584-column rows) */
         constexpr int XS_BATCH = 8;
@@ -611,10 +645,13 @@ __device__ static inline void g1_body(const g1_args &a, const g1_part &p, unsign
     bool first = true;
     /* quantized weights by integer dot products where one round covers a row: x quantized once,
      * each token's (with two tokens, where a lane's units are few: xq's registers) */
-    constexpr bool Q8 = g1_has8<DT>() && (T == 1 || T * U <= G1_I8_UNITS);
-    const bool i8 = Q8 && p.i8 && groups <= L * U;
-    g1_x8 xq[Q8 ? T : 1][Q8 ? U : 1];
-    if constexpr (Q8) {
+    constexpr bool Q8 = g1_has8<DT>() && (T == 1 || T * U <= G1_I8_UNITS || X8);
+    const bool i8 = X8 || (Q8 && p.i8 && groups <= L * U); /* X8: the caller checks */
+    g1_x8 xq[Q8 && !X8 ? T : 1][U]; /* unused (no registers) where X8 or not Q8 */
+    g1_x8 *xs8 = (g1_x8 *)g1_xs;
+    if constexpr (X8) {
+        g1_x8_stage<DT>(x, ldx, groups, T, xs8);
+    } else if constexpr (Q8) {
         if (i8) {
 #pragma unroll
             for (int t = 0; t < T; t++) {
@@ -637,7 +674,7 @@ __device__ static inline void g1_body(const g1_args &a, const g1_part &p, unsign
             if (g0 || !first || !a.early) g1_issue<DT, U, NR, L>(row, g0, groups, lane, q);
             if constexpr (Q8) {
                 if (i8) {
-                    g1_math8<DT, U, NR, T, L>(row, q, groups, lane, xq, acc);
+                    g1_math8<DT, U, NR, T, L, X8>(row, q, groups, lane, xq, xs8, acc);
                     continue;
                 }
             }

@@ -73,7 +73,8 @@ typedef struct cuda_ctx_s {
     bool gemv_one_early;
     /* the single-token GEMV's x staged in each block's shared memory: 1 (default) where
      * g1_xs_takes says (cuda_gemv_one.cu), 0 never, 2 wherever the form can (16-bit weights, a
-     * row a warp) (TESSERA_CUDA_GEMV1_XSMEM) */
+     * row a warp) (TESSERA_CUDA_GEMV1_XSMEM); quantized rows that go round stage x's int8 runs
+     * where g1_x8_takes says (not with 0) */
     int gemv_one_xsmem;
     /* that kernel takes one token of quantized weights too (TESSERA_CUDA_GEMV1_KQUANT=0: the
      * general GEMV, for comparisons) */
@@ -96,6 +97,9 @@ typedef struct cuda_ctx_s {
      * comparisons) */
     bool gemv_one_half;
     long gemv_half_launches; /* its launches in that form (tests) */
+    /* launches of quantized rows that go round with x's int8 runs staged in shared memory
+     * (cuda_gemv_one.cu's g1_x8_takes; TESSERA_CUDA_GEMV1_XSMEM=0: never) (tests) */
+    long gemv_x8_staged_launches;
     /* the tensor-core GEMM from this many tokens for every weight type (TESSERA_CUDA_SKINNY_MIN,
      * 2..9, for comparisons; 0: per type, cuda_matmul.cu's skinny_from) */
     int skinny_min;
