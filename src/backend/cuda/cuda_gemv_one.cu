@@ -78,15 +78,12 @@ static bool g1_xs_takes(const cuda_ctx *c, int64_t cols, int n, bool fit) {
 /* Whether quantized rows that go round, by integer dot products with L lanes of U units each
  * covering a row, take x's int8 runs staged once a block in shared memory (g1_body's XS for
  * quantized weights, g1_x8_stage) instead of each lane's own in registers for the kernel's life
- * (TESSERA_CUDA_GEMV1_XSMEM=0: never) - and the bytes that takes for T tokens. The same values
- * and sums in the same order: the same bits. H200 (bench/RESULTS.md): 28-36 registers a lane
- * fewer; Gemma 3's Q8_0 head 60.2 -> 57.7 us, five blocks a multiprocessor instead of four; the
- * Qwen3.5 0.8B's Q6_K head by whole warps 87.9 -> 77.1, by half warps 72.2 -> 71.1. */
+ * (TESSERA_CUDA_GEMV1_XSMEM=0: never). The same values and sums in the same order: the same
+ * bits. H200 (bench/RESULTS.md): 28-36 registers a lane fewer; Gemma 3's Q8_0 head 60.2 -> 57.7
+ * us, five blocks a multiprocessor instead of four; the Qwen3.5 0.8B's Q6_K head by whole warps
+ * 87.9 -> 77.1, by half warps 72.2 -> 71.1. */
 template <ts_dtype DT> static bool g1_x8_takes(const cuda_ctx *c, const g1_args &a, int L, int U) {
     return c->gemv_one_xsmem != 0 && a.i8 && a.cols / g1_fmt<DT>::ELEMS <= L * U;
-}
-template <ts_dtype DT> static size_t g1_x8_bytes(const g1_args &a, int T) {
-    return (size_t)T * (size_t)(a.cols / g1_fmt<DT>::ELEMS) * sizeof(g1_x8);
 }
 
 /* Blocks that cover rows rows in one round at NO outputs a warp */
@@ -99,6 +96,17 @@ static int64_t g1_need(int64_t rows, int no) {
 static int64_t g1_cap(const cuda_ctx *c, int per_sm) {
     int64_t cap = (int64_t)c->sm_count * per_sm * c->gemv_one_waves;
     return cap < 1 ? 1 : cap;
+}
+
+/* Launches the kernel with x's int8 runs staged (g1_x8_takes said so) on at most need blocks,
+ * one round of the capped grid at most */
+template <ts_dtype DT, int MODE, int U, int NR, bool NORM, int T, int L = 32>
+static void g1_launch_x8(cuda_ctx *c, const char *name, const g1_args &a, int64_t need) {
+    size_t bytes = (size_t)T * (size_t)(a.cols / g1_fmt<DT>::ELEMS) * sizeof(g1_x8);
+    int64_t cap = g1_cap(c, g1_per_sm<DT, MODE, U, NR, NORM, true, T, L>(bytes));
+    cuda_launch(c, name, k_gemv_one<DT, MODE, U, NR, NORM, true, T, L>,
+                (unsigned)(need < cap ? need : cap), 32 * G1_WARPS, bytes, a);
+    c->gemv_x8_staged_launches++;
 }
 
 /* Launches the kernel with NR rows a warp where one round of the capped grid (gemv_one_waves
@@ -119,11 +127,7 @@ static bool g1_try(cuda_ctx *c, const char *name, g1_args a, bool last) {
     if (need > cap && !last) return false;
     if constexpr (g1_has8<DT>() && !NORM) {
         if (need > cap && g1_x8_takes<DT>(c, a, 32, U)) { /* rows go round: x8 staged */
-            size_t bytes = g1_x8_bytes<DT>(a, T);
-            int64_t cap8 = g1_cap(c, g1_per_sm<DT, MODE, U, NR, NORM, true, T>(bytes));
-            cuda_launch(c, name, k_gemv_one<DT, MODE, U, NR, NORM, true, T>,
-                        (unsigned)(need < cap8 ? need : cap8), 32 * G1_WARPS, bytes, a);
-            c->gemv_x8_staged_launches++;
+            g1_launch_x8<DT, MODE, U, NR, NORM, T>(c, name, a, need);
             return true;
         }
     }
@@ -162,12 +166,8 @@ static bool g1_try_half(cuda_ctx *c, const char *name, const g1_args &a) {
             return false; /* one round: nothing to share */
         c->gemv_half_launches++;
         if constexpr (!NORM) {
-            if (g1_x8_takes<DT>(c, a, 16, 2 * U)) {
-                size_t bytes = g1_x8_bytes<DT>(a, T);
-                int64_t cap = g1_cap(c, g1_per_sm<DT, MODE, 2 * U, NH, NORM, true, T, 16>(bytes));
-                cuda_launch(c, name, k_gemv_one<DT, MODE, 2 * U, NH, NORM, true, T, 16>,
-                            (unsigned)cap, 32 * G1_WARPS, bytes, a);
-                c->gemv_x8_staged_launches++;
+            if (g1_x8_takes<DT>(c, a, 16, 2 * U)) { /* a whole round: rows go round */
+                g1_launch_x8<DT, MODE, 2 * U, NH, NORM, T, 16>(c, name, a, INT64_MAX);
                 return true;
             }
         }
