@@ -374,13 +374,13 @@ static int bench(int argc, char **argv) {
 }
 
 /* One token's decode gives the same bits with a row block's rows side by side and one after
- * another (cpu_seq_rows, which the CPU's vendor picks), at every ISA: the same operations on each
+ * another (cpu_seq_rows, which the CPU's vendor picks by path; both orders set here for every path), at every ISA: the same operations on each
  * row's accumulator in either order. Row counts that leave a row block short, columns with every
  * kind of tail, 1 and 2 threads; rows not written show as NaN. */
 static void test_decode_row_order(void) {
     static const int64_t shapes[][2] = {{1, 16}, {7, 37}, {13, 1000}, {29, 1024}, {70, 4104}};
     const ts_dtype types[] = {TS_DTYPE_F32, TS_DTYPE_F16, TS_DTYPE_BF16};
-    const bool seq_default = cpu_seq_rows();
+    const unsigned seq_default = cpu_seq_rows_mask();
     unsigned long long s = 0x5e90ab5ull;
     for (int nth = 1; nth <= 2; nth++) {
         ts_pool *pool = NULL;
@@ -396,7 +396,7 @@ static void test_decode_row_order(void) {
                 for (int isa = 0; isa < CPU_ISA_COUNT; isa++) {
                     if (!cpu_isa_supported((cpu_isa)isa)) continue;
                     for (int seq = 0; seq < 2; seq++) {
-                        cpu_seq_rows_set(seq);
+                        cpu_seq_rows_set_mask(seq ? ~0u : 0u);
                         y[seq] = malloc(sizeof(float) * (size_t)rows);
                         memset(y[seq], 0xff, sizeof(float) * (size_t)rows);
                         cpu_matmul(pool, (cpu_isa)isa, &m.t, x, cols, 1, y[seq], rows);
@@ -415,7 +415,7 @@ static void test_decode_row_order(void) {
             }
         ts_pool_free(pool);
     }
-    cpu_seq_rows_set(seq_default);
+    cpu_seq_rows_set_mask(seq_default);
 }
 
 int main(int argc, char **argv) {

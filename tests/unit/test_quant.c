@@ -338,7 +338,7 @@ static void test_kernels(void) {
  * bits for a token alone (decode, one-token tiles) as inside a batch (tiles of several tokens,
  * where the AVX-512 K-quant tiles take the rows one at a time), so that prefill and decode, or
  * a prompt with and without a cached prefix, agree exactly - the token alone with a row block's
- * rows summed together and one after another (cpu_seq_rows, which a CPU's vendor picks). */
+ * rows summed together and one after another (cpu_seq_rows, which a CPU's vendor picks by path). */
 static void test_batch_invariance(void) {
     /* 5 whole chunks; the 32-element types 3 or 7 blocks more (a row tail, which the 8-block
      * kernels fold in a form of its own for up to 4 blocks and another for 5-7) */
@@ -348,7 +348,7 @@ static void test_batch_invariance(void) {
     float *yb = malloc(sizeof(float) * NTOK * ROWS), *y1 = malloc(sizeof(float) * ROWS);
     float *y2 = malloc(sizeof(float) * 2 * ROWS);
     for (int i = 0; i < NTOK * COLS; i++) x[i] = gauss(&s);
-    const bool seq_default = cpu_seq_rows();
+    const unsigned seq_default = cpu_seq_rows_mask();
     for (size_t d = 0; d < 2 * N_QTYPES; d++) {
         const ts_dtype dt = QTYPES[d % N_QTYPES];
         const bool k_quant = ts_dtype_block_elems(dt) == 256;
@@ -364,7 +364,7 @@ static void test_batch_invariance(void) {
             if (!isa_ok(isa)) continue;
             run_kernel(NULL, &TABLES[isa][dt], w, dt, ROWS, cols, x, COLS, NTOK, yb, ROWS);
             for (int seq = 0; seq < 2; seq++) {
-                cpu_seq_rows_set(seq);
+                cpu_seq_rows_set_mask(seq ? ~0u : 0u);
                 for (int t = 0; t < NTOK; t++) {
                     memset(y1, 0xff, sizeof(float) * ROWS); /* NaN: rows left out show */
                     run_kernel(NULL, &TABLES[isa][dt], w, dt, ROWS, cols, x + t * COLS, COLS, 1, y1,
@@ -390,7 +390,7 @@ static void test_batch_invariance(void) {
                            seq ? "one after another" : "together", t, t + 1, diff);
                 }
             }
-            cpu_seq_rows_set(seq_default);
+            cpu_seq_rows_set_mask(seq_default);
         }
         free(w);
     }

@@ -44,7 +44,7 @@ bool cpu_isa_supported(cpu_isa isa) {
 /* Written once under best_once, read-only afterwards. */
 static cpu_isa best_isa;
 static size_t mmq_prefetch;
-static bool seq_rows;
+static unsigned seq_rows; /* a mask of (1u << cpu_seq_path) */
 static pthread_once_t best_once = PTHREAD_ONCE_INIT;
 
 /* How far ahead the quantized decode kernels prefetch their weights, by the CPU's vendor, as
@@ -66,18 +66,20 @@ static size_t mmq_prefetch_init(void) {
     return cpu_is_intel() ? 2048 : 8192;
 }
 
-/* Whether decode sums a row block a row (or two) after another - the float kernels' one token
- * (AVX-512 and AVX2) and the AVX-512 quantized tile's one or two, each pass prefetching its share
- * of the next row block - so that the weights reach the core as one or two streams instead of
- * 4-8 interleaved ones. The same operations per row, so the same bits. On the Intel
- * Xeon VM (bench/RESULTS.md; the quantized tile two rows a pass, Q8_0 one), ABBA order: 0.8B
- * tg BF16 +21% (AVX2 +11%), Q4_0 +8%, Q4_K_M +4%, Q8_0 +6%, the Gemma 3 270M GGUF +5%. Not
- * measured on AMD, which keeps the order it was tuned with. TESSERA_CPU_SEQ_ROWS=0 / 1 sets it,
- * for comparisons. */
-static bool seq_rows_init(void) {
+/* Which decode paths sum a row block a row (or two) after another - the float kernels' one token
+ * and the AVX-512 quantized tile's one or two, each pass prefetching its share of the next row
+ * block - so that the weights reach the core as one or two streams instead of 4-8 interleaved
+ * ones. The same operations per row, so the same bits. Measured in ABBA order
+ * (bench/RESULTS.md): on the Intel Xeon VM every path gains (0.8B tg BF16 +21%, AVX2 +11%;
+ * Q4_0 +8%, Q4_K_M +4%, Q8_0 +6%, the Gemma 3 270M GGUF +5%); on the Zen 5 VM the AVX-512 float
+ * kernels gain (BF16 +19%, 7 rounds of 8) while AVX2's lose 3% and the quantized tile is level
+ * (-0.2 to +2.2% by type, mixed rounds), so AMD takes the AVX-512 float path alone.
+ * TESSERA_CPU_SEQ_ROWS=0 / 1 sets every path, for comparisons. */
+static unsigned seq_rows_init(void) {
+    const unsigned all = (1u << CPU_SEQ_PATHS) - 1;
     const char *env = getenv("TESSERA_CPU_SEQ_ROWS");
-    if (env && (strcmp(env, "0") == 0 || strcmp(env, "1") == 0)) return env[0] == '1';
-    return cpu_is_intel();
+    if (env && (strcmp(env, "0") == 0 || strcmp(env, "1") == 0)) return env[0] == '1' ? all : 0;
+    return cpu_is_intel() ? all : 1u << CPU_SEQ_FLOAT_AVX512;
 }
 
 static void best_init(void) {
@@ -110,14 +112,19 @@ size_t cpu_mmq_prefetch_bytes(void) {
     return mmq_prefetch;
 }
 
-bool cpu_seq_rows(void) {
+bool cpu_seq_rows(cpu_seq_path path) {
+    pthread_once(&best_once, best_init);
+    return (seq_rows >> path) & 1u;
+}
+
+unsigned cpu_seq_rows_mask(void) {
     pthread_once(&best_once, best_init);
     return seq_rows;
 }
 
-void cpu_seq_rows_set(bool on) {
+void cpu_seq_rows_set_mask(unsigned mask) {
     pthread_once(&best_once, best_init);
-    seq_rows = on;
+    seq_rows = mask & ((1u << CPU_SEQ_PATHS) - 1);
 }
 
 /* The quantized kernels (integer dot products over 8-bit activations) live in their own tables;

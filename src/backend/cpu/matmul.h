@@ -20,13 +20,20 @@ bool cpu_isa_supported(cpu_isa isa);
 /* The fastest supported ISA; the environment variable TESSERA_ISA=scalar|avx2|avx512 can only
  * lower it (for tests and comparisons). */
 cpu_isa cpu_isa_best(void);
-/* Whether decode sums a row block in passes of fewer rows - one token's a row a pass in the
- * float kernels (AVX2, AVX-512), one or two tokens' two rows a pass (Q8_0: one) in the AVX-512
- * quantized tile - so that the weights stream nearly in memory order (by the CPU's vendor:
- * matmul.c; TESSERA_CPU_SEQ_ROWS=0 / 1 sets it); and, for tests, a way to set it (not while
- * kernels run) */
-bool cpu_seq_rows(void);
-void cpu_seq_rows_set(bool on);
+/* Whether decode sums a row block in passes of fewer rows, so that the weights stream nearly in
+ * memory order - one token's a row a pass in the float kernels, one or two tokens' two rows a
+ * pass (Q8_0: one) in the AVX-512 quantized tile - by path, as measured on each CPU vendor
+ * (matmul.c; TESSERA_CPU_SEQ_ROWS=0 / 1 sets every path); and, for tests, the paths that take
+ * it as a mask of (1u << path), to read and to set (not while kernels run) */
+typedef enum {
+    CPU_SEQ_FLOAT_AVX2,
+    CPU_SEQ_FLOAT_AVX512,
+    CPU_SEQ_QUANT_AVX512,
+    CPU_SEQ_PATHS
+} cpu_seq_path;
+bool cpu_seq_rows(cpu_seq_path path);
+unsigned cpu_seq_rows_mask(void);
+void cpu_seq_rows_set_mask(unsigned mask);
 /* True when matmul supports the weight dtype (at every ISA; slower ISAs may fall back). */
 bool cpu_matmul_supports(ts_dtype dtype);
 

@@ -172,7 +172,7 @@ INLINE void dec_one(ts_dtype dt, const cpu_mm_job *j, int64_t r, int nr, const f
     }
     const int64_t n = j->cols;
     int64_t i = 0;
-    if (cpu_seq_rows()) {
+    if (cpu_seq_rows(CPU_SEQ_FLOAT_AVX512)) {
         for (int q = 0; q < DEC_ROWS_MAX; q++)
             a[q] = q < nr ? dec_row(dt, w[q], w[q] + DEC_ROWS_MAX * rb, x, n, esz) : a[q];
         i = n; /* the loops below have nothing left */

@@ -428,7 +428,7 @@ INLINE void mmq_run(ts_dtype dt, const cpu_mm_job *j, int64_t r0, int64_t r1) {
     const size_t ab = cpu_q8act_bytes(n), rb = j->row_bytes;
     int tt = cpu_mmq_tok_tile(n);
     const size_t pf_bytes = cpu_mmq_prefetch_bytes();
-    const bool seq = cpu_seq_rows();
+    const bool seq = cpu_seq_rows(CPU_SEQ_QUANT_AVX512); /* only the AVX-512 tile uses it */
     if (tt > MMQ_T) tt -= tt % MMQ_T;
     for (int t0 = 0; t0 < j->n_tok; t0 += tt) {
         const int nt = j->n_tok - t0 < tt ? j->n_tok - t0 : tt;
