@@ -374,9 +374,10 @@ static int bench(int argc, char **argv) {
 }
 
 /* One token's decode gives the same bits with a row block's rows side by side and one after
- * another (cpu_seq_rows, which the CPU's vendor picks by path; both orders set here for every path), at every ISA: the same operations on each
- * row's accumulator in either order. Row counts that leave a row block short, columns with every
- * kind of tail, 1 and 2 threads; rows not written show as NaN. */
+ * another (cpu_seq_rows, which the CPU's vendor picks by path; both orders set here for every
+ * path), at every ISA: the same operations on each row's accumulator in either order. Row counts
+ * that leave a row block short, columns with every kind of tail, 1 and 2 threads; rows not written
+ * show as NaN. */
 static void test_decode_row_order(void) {
     static const int64_t shapes[][2] = {{1, 16}, {7, 37}, {13, 1000}, {29, 1024}, {70, 4104}};
     const ts_dtype types[] = {TS_DTYPE_F32, TS_DTYPE_F16, TS_DTYPE_BF16};
