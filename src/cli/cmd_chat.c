@@ -54,8 +54,7 @@ int cmd_chat(int argc, char **argv) {
     sp.top_p = 0.95f;
     for (int i = 1; i < argc; i++) {
         int r = cli_engine_opt(argc, argv, &i, &ea);
-        double d;
-        long x;
+        if (r == 0) r = cli_sampler_opt(argc, argv, &i, &sp);
         if (r < 0) return CLI_EXIT_USAGE;
         if (r > 0) continue;
         if ((v = cli_opt_value(argc, argv, &i, NULL, "--system"))) {
@@ -66,12 +65,6 @@ int cmd_chat(int argc, char **argv) {
             thinking = 0;
         } else if ((v = cli_opt_value(argc, argv, &i, "-n", "--n-predict"))) {
             if (!cli_parse_int(v, 1, 1 << 20, &max_new)) return cli_usage("bad -n '%s'", v);
-        } else if ((v = cli_opt_value(argc, argv, &i, NULL, "--temp"))) {
-            if (!cli_parse_float(v, &d) || d < 0 || d > 100) return cli_usage("bad --temp '%s'", v);
-            sp.temperature = (float)d;
-        } else if ((v = cli_opt_value(argc, argv, &i, NULL, "--seed"))) {
-            if (!cli_parse_int(v, 0, 0x7fffffffL, &x)) return cli_usage("bad --seed '%s'", v);
-            sp.seed = (uint64_t)x;
         } else {
             return cli_usage("chat: unknown option '%s'", argv[i]);
         }

@@ -15,8 +15,7 @@ int cmd_run(int argc, char **argv) {
     ts_sampler_params_default(&sp);
     for (int i = 1; i < argc; i++) {
         int r = cli_engine_opt(argc, argv, &i, &ea);
-        double d;
-        long x;
+        if (r == 0) r = cli_sampler_opt(argc, argv, &i, &sp);
         if (r < 0) return CLI_EXIT_USAGE;
         if (r > 0) continue;
         if ((v = cli_opt_value(argc, argv, &i, NULL, "--ids"))) {
@@ -29,21 +28,6 @@ int cmd_run(int argc, char **argv) {
             ignore_eos = true;
         } else if ((v = cli_opt_value(argc, argv, &i, "-n", "--n-predict"))) {
             if (!cli_parse_int(v, 0, 1 << 24, &n_gen)) return cli_usage("bad -n '%s'", v);
-        } else if ((v = cli_opt_value(argc, argv, &i, NULL, "--temp"))) {
-            if (!cli_parse_float(v, &d) || d < 0 || d > 100) return cli_usage("bad --temp '%s'", v);
-            sp.temperature = (float)d;
-        } else if ((v = cli_opt_value(argc, argv, &i, NULL, "--top-k"))) {
-            if (!cli_parse_int(v, 0, 1 << 24, &x)) return cli_usage("bad --top-k '%s'", v);
-            sp.top_k = (int)x;
-        } else if ((v = cli_opt_value(argc, argv, &i, NULL, "--top-p"))) {
-            if (!cli_parse_float(v, &d) || !(d > 0 && d <= 1)) return cli_usage("bad --top-p '%s'", v);
-            sp.top_p = (float)d;
-        } else if ((v = cli_opt_value(argc, argv, &i, NULL, "--min-p"))) {
-            if (!cli_parse_float(v, &d) || !(d >= 0 && d <= 1)) return cli_usage("bad --min-p '%s'", v);
-            sp.min_p = (float)d;
-        } else if ((v = cli_opt_value(argc, argv, &i, NULL, "--seed"))) {
-            if (!cli_parse_int(v, 0, 0x7fffffffL, &x)) return cli_usage("bad --seed '%s'", v);
-            sp.seed = (uint64_t)x;
         } else if (strcmp(argv[i], "--print-ids") == 0) {
             print_ids = true;
         } else {

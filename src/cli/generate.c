@@ -43,3 +43,36 @@ ts_status cli_generate(const cli_gen *g, float *logits, int pos, int max_new, cl
     r->seconds = cli_now() - t0;
     return TS_OK;
 }
+
+static int bad_sampler_value(const char *fmt, const char *v) {
+    cli_usage(fmt, v);
+    return -1;
+}
+
+int cli_sampler_opt(int argc, char **argv, int *i, ts_sampler_params *sp) {
+    const char *v;
+    double d;
+    long x;
+    if ((v = cli_opt_value(argc, argv, i, NULL, "--temp"))) {
+        if (!cli_parse_float(v, &d) || d < 0 || d > 100)
+            return bad_sampler_value("bad --temp '%s'", v);
+        sp->temperature = (float)d;
+    } else if ((v = cli_opt_value(argc, argv, i, NULL, "--top-k"))) {
+        if (!cli_parse_int(v, 0, 1 << 24, &x)) return bad_sampler_value("bad --top-k '%s'", v);
+        sp->top_k = (int)x;
+    } else if ((v = cli_opt_value(argc, argv, i, NULL, "--top-p"))) {
+        if (!cli_parse_float(v, &d) || !(d > 0 && d <= 1))
+            return bad_sampler_value("bad --top-p '%s'", v);
+        sp->top_p = (float)d;
+    } else if ((v = cli_opt_value(argc, argv, i, NULL, "--min-p"))) {
+        if (!cli_parse_float(v, &d) || !(d >= 0 && d <= 1))
+            return bad_sampler_value("bad --min-p '%s'", v);
+        sp->min_p = (float)d;
+    } else if ((v = cli_opt_value(argc, argv, i, NULL, "--seed"))) {
+        if (!cli_parse_int(v, 0, 0x7fffffffL, &x)) return bad_sampler_value("bad --seed '%s'", v);
+        sp->seed = (uint64_t)x;
+    } else {
+        return 0;
+    }
+    return 1;
+}

@@ -26,4 +26,9 @@ typedef struct {
  * Returns TS_OK or the engine's error. */
 ts_status cli_generate(const cli_gen *g, float *logits, int pos, int max_new, cli_gen_result *r);
 
+/* Parses a sampling option at argv[*i] into sp: --temp T (0..100), --top-k K (0 = off),
+ * --top-p P (0 < P <= 1), --min-p P (0..1), --seed S. Returns 1 when it consumed one, 0 when
+ * argv[*i] is none of them, -1 (after printing the usage line) on a bad value. */
+int cli_sampler_opt(int argc, char **argv, int *i, ts_sampler_params *sp);
+
 #endif

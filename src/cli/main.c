@@ -9,25 +9,32 @@ static const struct {
     int (*fn)(int, char **);
     const char *help;
 } commands[] = {
-    {"run", cmd_run, "run -m MODEL (--ids 1,2,3 | -p TEXT [--special]) -n N [--temp T] "
-                     "[--top-k K] [--top-p P] [--min-p P] [--seed S] [--threads K] [--print-ids] "
-                     "[--ignore-eos]"},
-    {"chat", cmd_chat, "chat -m MODEL [--system TEXT] [--think] [-n MAX] [--temp T] [--seed S] "
-                       "[--threads K]"},
-    {"serve", cmd_serve, "serve -m MODEL [--host 127.0.0.1] [--port 8080] [--ctx N] "
-                         "[--max-pending 32] [--max-tokens-cap N] [--threads K] [--api-key KEY] "
-                         "[--alias NAME] [--cache-mb 1024] [--max-body-kb 4096] [--drain-ms 10000]"},
-    {"ppl", cmd_ppl, "ppl -m MODEL -f FILE [--ctx 512] [--stride 256] [--max-tokens N] "
-                     "[--threads K]"},
+    {"run", cmd_run,
+     "run -m MODEL (--ids 1,2,3 | -p TEXT [--special]) -n N [--temp T] "
+     "[--top-k K] [--top-p P] [--min-p P] [--seed S] [--threads K] [--print-ids] "
+     "[--ignore-eos]"},
+    {"chat", cmd_chat,
+     "chat -m MODEL [--system TEXT] [--think] [-n MAX] [--temp T] [--top-k K] "
+     "[--top-p P] [--min-p P] [--seed S] [--threads K]"},
+    {"serve", cmd_serve,
+     "serve -m MODEL [--host 127.0.0.1] [--port 8080] [--ctx N] "
+     "[--max-pending 32] [--max-tokens-cap N] [--threads K] [--api-key KEY] "
+     "[--alias NAME] [--cache-mb 1024] [--max-body-kb 4096] [--drain-ms 10000]"},
+    {"ppl", cmd_ppl,
+     "ppl -m MODEL -f FILE [--ctx 512] [--stride 256] [--max-tokens N] "
+     "[--threads K]"},
     {"tokenize", cmd_tokenize, "tokenize -m MODEL [--special] TEXT"},
     {"detokenize", cmd_detokenize, "detokenize -m MODEL [--skip-special] ID..."},
     {"logits", cmd_logits, "logits -m MODEL --ids 1,2,3 [-o FILE] [--threads K]"},
-    {"bench", cmd_bench, "bench -m MODEL [-p 512] [-n 128] [-r REPS] [-d DEPTH] "
-                         "[--parallel 1,8,32] [--threads K] [--no-bandwidth] [--json]"},
-    {"quantize", cmd_quantize, "quantize IN OUT.gguf --type q8_0|q4_0|q4_k_m|f16|bf16|f32 "
-                               "[--threads K]"},
-    {"synth", cmd_synth, "synth --arch qwen35 --preset 0.8b|2b -o DIR [--dtype bf16|f16|f32] "
-                         "[--seed S]"},
+    {"bench", cmd_bench,
+     "bench -m MODEL [-p 512] [-n 128] [-r REPS] [-d DEPTH] "
+     "[--parallel 1,8,32] [--threads K] [--no-bandwidth] [--json]"},
+    {"quantize", cmd_quantize,
+     "quantize IN OUT.gguf --type q8_0|q4_0|q4_k_m|f16|bf16|f32 "
+     "[--threads K]"},
+    {"synth", cmd_synth,
+     "synth --arch qwen35 --preset 0.8b|2b -o DIR [--dtype bf16|f16|f32] "
+     "[--seed S]"},
 };
 
 static void usage(FILE *f) {

@@ -23,6 +23,19 @@ check "skip-special drops control tokens" "[ \"\$($BIN detokenize -m $tmp/m --sk
 out=$("$BIN" run -m "$tmp/m" -p "Hello" -n 8 --seed 1 --temp 0.8 --ignore-eos 2> "$tmp/err")
 check "run -p exits 0" "[ $? -eq 0 ]"
 check "run -p reports speed" "grep -q 'generated in' '$tmp/err'"
+# chat takes run's sampling options: top-k 1 is greedy whatever the seed; without it the seed
+# shows (the answer's text, the speed lines left out)
+chat() { printf 'What is the capital of France?\n' | "$BIN" chat -m "$tmp/m" -n 16 --threads 2 "$@" 2> /dev/null | grep -v 'tokens/s'; }
+g1=$(chat --temp 1.5 --top-k 1 --seed 1); g2=$(chat --temp 1.5 --top-k 1 --seed 2)
+check "chat --top-k 1 is greedy whatever the seed" "[ -n \"\$g1\" ] && [ \"\$g1\" = \"\$g2\" ]"
+s1=$(chat --temp 1.5 --top-k 0 --top-p 1 --min-p 0 --seed 1)
+s2=$(chat --temp 1.5 --top-k 0 --top-p 1 --min-p 0 --seed 2)
+s3=$(chat --temp 1.5 --top-k 0 --top-p 1 --min-p 0 --seed 3)
+check "chat samples by the seed with top-k off" "[ \"\$s1\" != \"\$s2\" ] || [ \"\$s1\" != \"\$s3\" ]"
+for cmd in run chat; do
+  "$BIN" $cmd -m "$tmp/m" --top-p 2 < /dev/null > /dev/null 2> "$tmp/err"
+  check "$cmd --top-p 2 is a usage error" "[ $? -eq 1 ] && grep -q \"bad --top-p '2'\" '$tmp/err'"
+done
 "$BIN" detokenize -m "$tmp/m" 99999 > /dev/null 2> "$tmp/err"
 check "unknown id is an error" "[ $? -eq 2 ] && grep -q 'tessera: detokenize' '$tmp/err'"
 "$BIN" tokenize -m "$FX/qwen35/tiny_a_f32_tied_explicit" "x" > /dev/null 2> "$tmp/err"
