@@ -15,7 +15,13 @@ static uint64_t xgetbv0(void) {
 
 static void detect(ts_cpu_features *f) {
     unsigned a, b, c, d;
+    if (__get_cpuid(0, &a, &b, &c, &d)) { /* the vendor string is in b, d, c */
+        if (b == 0x756e6547 && d == 0x49656e69 && c == 0x6c65746e) f->vendor = TS_CPU_VENDOR_INTEL;
+        if (b == 0x68747541 && d == 0x69746e65 && c == 0x444d4163) f->vendor = TS_CPU_VENDOR_AMD;
+    }
     if (!__get_cpuid(1, &a, &b, &c, &d)) return;
+    f->family = (a >> 8) & 0xf;
+    if (f->family == 0xf) f->family += (a >> 20) & 0xff;
     int osxsave = (c >> 27) & 1;
     int fma = (c >> 12) & 1, f16c = (c >> 29) & 1, avx = (c >> 28) & 1;
     if (!osxsave || !avx) return;

@@ -43,27 +43,30 @@ bool cpu_isa_supported(cpu_isa isa) {
 
 /* Written once under best_once, read-only afterwards. */
 static cpu_isa best_isa;
-static size_t mmq_prefetch;
-static unsigned seq_rows; /* a mask of (1u << cpu_seq_path) */
+static size_t mmq_prefetch[2]; /* types of 32-element blocks, of 256 (the K-quants) */
+static unsigned seq_rows;      /* a mask of (1u << cpu_seq_path) */
 static pthread_once_t best_once = PTHREAD_ONCE_INIT;
 
-/* How far ahead the quantized decode kernels prefetch their weights, by the CPU's vendor, as
- * measured (bench/RESULTS.md): 8 KB on a Zen 4 VM (16 and 32 KB were slower there); on an Intel
- * Xeon VM (AVX-512, AMX) the next row block (one Q4_K core 12.9 GB/s against 11.9 with 8 KB
- * ahead; 0.8B tg128 +2-6% by type). TESSERA_CPU_PREFETCH=bytes sets it, for comparisons. */
-static bool cpu_is_intel(void) {
-#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
-    __builtin_cpu_init();
-    return __builtin_cpu_is("intel");
-#else
-    return false;
-#endif
-}
+static bool cpu_is_intel(void) { return ts_cpu_get_features()->vendor == TS_CPU_VENDOR_INTEL; }
 
-static size_t mmq_prefetch_init(void) {
+/* How far ahead the quantized decode kernels prefetch their weights, by the CPU, as measured
+ * (bench/RESULTS.md): 8 KB on a Zen 4 VM (16 and 32 KB were slower there); on a Zen 5 VM 16 KB
+ * for the K-quants (0.8B Q4_K_M tg +4-8%, 8 ABBA rounds of 8; the Q6_K head of a Q4_0 file
+ * +0.6-5%) while the Gemma 3 270M GGUF, mostly Q8_0 and Q5_0, was slower with it; on an
+ * Intel Xeon VM (AVX-512, AMX) the next row block (one Q4_K core 12.9 GB/s against 11.9 with
+ * 8 KB ahead; 0.8B tg128 +2-6% by type). TESSERA_CPU_PREFETCH=bytes sets it for every type,
+ * for comparisons. */
+static void mmq_prefetch_init(void) {
+    const ts_cpu_features *f = ts_cpu_get_features();
     const char *env = getenv("TESSERA_CPU_PREFETCH");
-    if (env && *env && atol(env) > 0) return (size_t)atol(env);
-    return cpu_is_intel() ? 2048 : 8192;
+    if (env && *env && atol(env) > 0) {
+        mmq_prefetch[0] = mmq_prefetch[1] = (size_t)atol(env);
+    } else if (cpu_is_intel()) {
+        mmq_prefetch[0] = mmq_prefetch[1] = 2048;
+    } else {
+        mmq_prefetch[0] = 8192;
+        mmq_prefetch[1] = f->vendor == TS_CPU_VENDOR_AMD && f->family >= 0x1a ? 16384 : 8192;
+    }
 }
 
 /* Which decode paths sum a row block a row (or two) after another - the float kernels' one token
@@ -98,7 +101,7 @@ static void best_init(void) {
         }
     }
     best_isa = best;
-    mmq_prefetch = mmq_prefetch_init();
+    mmq_prefetch_init();
     seq_rows = seq_rows_init();
 }
 
@@ -107,9 +110,9 @@ cpu_isa cpu_isa_best(void) {
     return best_isa;
 }
 
-size_t cpu_mmq_prefetch_bytes(void) {
+size_t cpu_mmq_prefetch_bytes(ts_dtype dt) {
     pthread_once(&best_once, best_init);
-    return mmq_prefetch;
+    return mmq_prefetch[ts_dtype_block_elems(dt) == 256];
 }
 
 bool cpu_seq_rows(cpu_seq_path path) {

@@ -21,9 +21,9 @@ extern const cpu_mm_kernel cpu_mmq_scalar[TS_DTYPE_COUNT];
 extern const cpu_mm_kernel cpu_mmq_avx2[TS_DTYPE_COUNT];
 extern const cpu_mm_kernel cpu_mmq_avx512[TS_DTYPE_COUNT];
 
-/* How far ahead (bytes, at least: whole row blocks) decode prefetches the weights into L2, by
- * the CPU (matmul.c) */
-size_t cpu_mmq_prefetch_bytes(void);
+/* How far ahead (bytes, at least: whole row blocks) decode prefetches weights of type dt into
+ * L2, by the CPU (matmul.c) */
+size_t cpu_mmq_prefetch_bytes(ts_dtype dt);
 
 /* Largest row length (columns) the quantized kernels accept. */
 #define CPU_MMQ_MAX_COLS 65536

@@ -24,8 +24,8 @@
  * block (mmq_fold8) and convert and scale them once per 8 blocks, Q8_0 converts and scales each
  * block's 8 lanes; offsets of the unsigned codes (Q4_0: 8, Q5_0: 16, Q4_K: the mins,
  * Q6_K: 32) are subtracted through the activations' block sums. On the first token group the
- * row block cpu_mmq_prefetch_bytes() or more ahead (whole row blocks) is prefetched into L2 as one
- * sequential stream (a row block is contiguous), one prefetch per 64-byte line: without it one
+ * row block cpu_mmq_prefetch_bytes(dt) or more ahead (whole row blocks) is prefetched into L2 as
+ * one sequential stream (a row block is contiguous), one prefetch per 64-byte line: without it one
  * Zen 4 core decoded Q4_K at 7 GB/s, with it (8 KB ahead) 15. */
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/matmul_q.h"
@@ -427,7 +427,7 @@ INLINE void mmq_run(ts_dtype dt, const cpu_mm_job *j, int64_t r0, int64_t r1) {
     assert(n % ts_dtype_block_elems(dt) == 0 && n <= CPU_MMQ_MAX_COLS);
     const size_t ab = cpu_q8act_bytes(n), rb = j->row_bytes;
     int tt = cpu_mmq_tok_tile(n);
-    const size_t pf_bytes = cpu_mmq_prefetch_bytes();
+    const size_t pf_bytes = cpu_mmq_prefetch_bytes(dt);
     const bool seq = cpu_seq_rows(CPU_SEQ_QUANT_AVX512); /* only the AVX-512 tile uses it */
     if (tt > MMQ_T) tt -= tt % MMQ_T;
     for (int t0 = 0; t0 < j->n_tok; t0 += tt) {
