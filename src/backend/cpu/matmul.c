@@ -45,9 +45,8 @@ bool cpu_isa_supported(cpu_isa isa) {
 static cpu_isa best_isa;
 static size_t mmq_prefetch[2]; /* types of 32-element blocks, of 256 (the K-quants) */
 static unsigned seq_rows;      /* a mask of (1u << cpu_seq_path) */
+#define SEQ_ROWS_ALL ((1u << CPU_SEQ_PATHS) - 1)
 static pthread_once_t best_once = PTHREAD_ONCE_INIT;
-
-static bool cpu_is_intel(void) { return ts_cpu_get_features()->vendor == TS_CPU_VENDOR_INTEL; }
 
 /* How far ahead the quantized decode kernels prefetch their weights, by the CPU, as measured
  * (bench/RESULTS.md): 8 KB on a Zen 4 VM (16 and 32 KB were slower there); on a Zen 5 VM 16 KB
@@ -61,7 +60,7 @@ static void mmq_prefetch_init(void) {
     const char *env = getenv("TESSERA_CPU_PREFETCH");
     if (env && *env && atol(env) > 0) {
         mmq_prefetch[0] = mmq_prefetch[1] = (size_t)atol(env);
-    } else if (cpu_is_intel()) {
+    } else if (f->vendor == TS_CPU_VENDOR_INTEL) {
         mmq_prefetch[0] = mmq_prefetch[1] = 2048;
     } else {
         mmq_prefetch[0] = 8192;
@@ -79,10 +78,11 @@ static void mmq_prefetch_init(void) {
  * (-0.2 to +2.2% by type, mixed rounds), so AMD takes the AVX-512 float path alone.
  * TESSERA_CPU_SEQ_ROWS=0 / 1 sets every path, for comparisons. */
 static unsigned seq_rows_init(void) {
-    const unsigned all = (1u << CPU_SEQ_PATHS) - 1;
     const char *env = getenv("TESSERA_CPU_SEQ_ROWS");
-    if (env && (strcmp(env, "0") == 0 || strcmp(env, "1") == 0)) return env[0] == '1' ? all : 0;
-    return cpu_is_intel() ? all : 1u << CPU_SEQ_FLOAT_AVX512;
+    if (env && (strcmp(env, "0") == 0 || strcmp(env, "1") == 0))
+        return env[0] == '1' ? SEQ_ROWS_ALL : 0;
+    return ts_cpu_get_features()->vendor == TS_CPU_VENDOR_INTEL ? SEQ_ROWS_ALL
+                                                                : 1u << CPU_SEQ_FLOAT_AVX512;
 }
 
 static void best_init(void) {
@@ -127,7 +127,7 @@ unsigned cpu_seq_rows_mask(void) {
 
 void cpu_seq_rows_set_mask(unsigned mask) {
     pthread_once(&best_once, best_init);
-    seq_rows = mask & ((1u << CPU_SEQ_PATHS) - 1);
+    seq_rows = mask & SEQ_ROWS_ALL;
 }
 
 /* The quantized kernels (integer dot products over 8-bit activations) live in their own tables;
