@@ -55,7 +55,7 @@ static void wmat_free(wmat *m) {
 static void run_mm(ts_pool *pool, cpu_isa isa, const wmat *m, const float *x, int64_t ldx,
                    int n_tok, float *y, int64_t ldy) {
     for (int64_t i = 0; i < n_tok * ldy; i++) y[i] = SENTINEL;
-    cpu_matmul(pool, isa, &m->t, x, ldx, n_tok, y, ldy);
+    cpu_matmul(pool, NULL, isa, &m->t, x, ldx, n_tok, y, ldy);
 }
 
 static int check_shape(ts_pool *pool, int nth, ts_dtype dt, int64_t rows, int64_t cols,
@@ -155,10 +155,10 @@ static void test_simd_really_runs(void) {
         static float x[64 * 1000], ys[64 * 64], y[64 * 64];
         for (int i = 0; i < 64 * 1000; i++) x[i] = tu_rng_uniform(&seed);
         for (size_t k = 0; k < 2; k++) {
-            cpu_matmul(NULL, CPU_ISA_SCALAR, &m.t, x, 1000, toks[k], ys, 64);
+            cpu_matmul(NULL, NULL, CPU_ISA_SCALAR, &m.t, x, 1000, toks[k], ys, 64);
             for (int isa = CPU_ISA_SCALAR + 1; isa < CPU_ISA_COUNT; isa++) {
                 if (!cpu_isa_supported((cpu_isa)isa)) continue;
-                cpu_matmul(NULL, (cpu_isa)isa, &m.t, x, 1000, toks[k], y, 64);
+                cpu_matmul(NULL, NULL, (cpu_isa)isa, &m.t, x, 1000, toks[k], y, 64);
                 int differ = 0;
                 for (int i = 0; i < 64 * toks[k]; i++) differ += memcmp(&y[i], &ys[i], 4) != 0;
                 CHECKF(differ > 0, "%s %s n_tok %d: bit-identical to scalar", ts_dtype_name(dts[d]),
@@ -178,7 +178,7 @@ static void test_empty_rows(void) {
     for (int isa = 0; isa < CPU_ISA_COUNT; isa++) {
         for (int n_tok = 1; n_tok <= 20; n_tok += 19) {
             for (int i = 0; i < 70 * n_tok; i++) y[i] = SENTINEL;
-            cpu_matmul(NULL, (cpu_isa)isa, &t, none, 0, n_tok, y, 70);
+            cpu_matmul(NULL, NULL, (cpu_isa)isa, &t, none, 0, n_tok, y, 70);
             int bad = 0;
             for (int i = 0; i < 70 * n_tok; i++) bad += y[i] != 0.0f;
             CHECKF(bad == 0, "%s n_tok %d: %d outputs not 0", cpu_isa_name((cpu_isa)isa), n_tok,
@@ -304,7 +304,7 @@ static void bench_one(ts_pool *pool, int nth, cpu_isa isa, ts_dtype dt, int64_t 
     while (iters < 3 || (now_s() - start < budget_s && iters < MAX_ITERS)) {
         t.data = w + (size_t)(iters % copies) * wbytes;
         double t0 = now_s();
-        cpu_matmul(pool, isa, &t, x, cols, n_tok, y, rows);
+        cpu_matmul(pool, NULL, isa, &t, x, cols, n_tok, y, rows);
         times[iters++] = now_s() - t0;
     }
     /* median and best: on a busy shared host the median shows what to expect, the best what
@@ -400,7 +400,7 @@ static void test_decode_row_order(void) {
                         cpu_seq_rows_set_mask(seq ? ~0u : 0u);
                         y[seq] = malloc(sizeof(float) * (size_t)rows);
                         memset(y[seq], 0xff, sizeof(float) * (size_t)rows);
-                        cpu_matmul(pool, (cpu_isa)isa, &m.t, x, cols, 1, y[seq], rows);
+                        cpu_matmul(pool, NULL, (cpu_isa)isa, &m.t, x, cols, 1, y[seq], rows);
                     }
                     int diff = 0;
                     for (int64_t o = 0; o < rows; o++)

@@ -195,10 +195,11 @@ static void run_worker(void *ctx, int ith, int nth) {
     if (r0 < r1) c->k->fn(&c->job, r0, r1);
 }
 
-/* The kernel of one table, split over the pool's threads as cpu_matmul splits them. */
-static void run_kernel(ts_pool *pool, const cpu_mm_kernel *k, const void *w, ts_dtype dt,
-                       int64_t rows, int64_t cols, const float *x, int64_t ldx, int n_tok,
-                       float *y, int64_t ldy) {
+/* The kernel of one table on weights already in its layout, split over the pool's threads as
+ * cpu_matmul splits them. */
+static void run_kernel_on(ts_pool *pool, const cpu_mm_kernel *k, const void *w, ts_dtype dt,
+                          int64_t rows, int64_t cols, const float *x, int64_t ldx, int n_tok,
+                          float *y, int64_t ldy) {
     run_ctx c = {.job = {.w = w,
                          .row_bytes = ts_dtype_row_bytes(dt, cols),
                          .cols = cols,
@@ -210,6 +211,28 @@ static void run_kernel(ts_pool *pool, const cpu_mm_kernel *k, const void *w, ts_
                  .k = k,
                  .rows = rows};
     ts_pool_run(pool, run_worker, &c);
+}
+
+/* bytes of weights in the layout kernel k reads (regrouped when k->repack): a new buffer */
+static uint8_t *kernel_layout(const cpu_mm_kernel *k, const void *w, ts_dtype dt, size_t bytes) {
+    uint8_t *out = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    CHECK(out != NULL);
+    if (!out) return NULL;
+    if (k->repack)
+        cpu_repack_run(NULL, w, out, bytes, ts_dtype_row_bytes(dt, ts_dtype_block_elems(dt)),
+                       k->repack);
+    else
+        memcpy(out, w, bytes);
+    return out;
+}
+
+/* The same on weights in the file's layout (regrouped first where the kernel wants them so). */
+static void run_kernel(ts_pool *pool, const cpu_mm_kernel *k, const void *w, ts_dtype dt,
+                       int64_t rows, int64_t cols, const float *x, int64_t ldx, int n_tok, float *y,
+                       int64_t ldy) {
+    uint8_t *kw = kernel_layout(k, w, dt, ts_dtype_row_bytes(dt, cols) * (size_t)rows);
+    if (kw) run_kernel_on(pool, k, kw, dt, rows, cols, x, ldx, n_tok, y, ldy);
+    free(kw);
 }
 
 static void check_shape(ts_pool *pool, int nth, ts_dtype dt, int64_t rows, int64_t cols,
@@ -268,7 +291,7 @@ static void check_shape(ts_pool *pool, int nth, ts_dtype dt, int64_t rows, int64
         } else {
             ts_tensor tt = {.dtype = dt, .n_dims = 2, .shape = {rows, cols}, .data = w,
                             .nbytes = rb * (size_t)rows};
-            cpu_matmul(pool, cpu_isa_best(), &tt, x, ldx, n_tok, y, ldy);
+            cpu_matmul(pool, NULL, cpu_isa_best(), &tt, x, ldx, n_tok, y, ldy);
         }
         const char *iname = isa < CPU_ISA_COUNT ? cpu_isa_name((cpu_isa)isa) : "cpu_matmul";
         for (int t = 0; t < n_tok; t++) {
@@ -461,7 +484,7 @@ static void test_shared_activations(void) {
                         run_kernel(pool, &TABLES[isa][pairs[pi][j]], w[j], pairs[pi][j], ROWS, cols,
                                    x, MAXC, n_tok, ref[j], ROWS);
                     }
-                    cpu_matmul_n(pool, (cpu_isa)isa, Wp, nw, x, MAXC, n_tok, y, ld, NULL);
+                    cpu_matmul_n(pool, NULL, (cpu_isa)isa, Wp, nw, x, MAXC, n_tok, y, ld, NULL);
                     for (int j = 0; j < nw; j++)
                         CHECKF(memcmp(y[j], ref[j], sizeof(float) * (size_t)n_tok * ROWS) == 0,
                                "%s (of %d) %s, %d columns, %d tokens: shared activations differ",
@@ -534,8 +557,8 @@ static void test_split_invariance(void) {
                     CHECKF(slow ? s0 > 0.6 : s0 < 0.4, "skewing the shares: thread 0 has %.3f", s0);
                     memset(y1, 0xff, sizeof(float) * 4 * ROWS); /* NaN: rows left out show */
                     memset(y2, 0xff, sizeof(float) * 4 * ROWS);
-                    cpu_matmul(one, (cpu_isa)isa, &W, x, COLS, n_tok, y1, ROWS);
-                    cpu_matmul(two, (cpu_isa)isa, &W, x, COLS, n_tok, y2, ROWS);
+                    cpu_matmul(one, NULL, (cpu_isa)isa, &W, x, COLS, n_tok, y1, ROWS);
+                    cpu_matmul(two, NULL, (cpu_isa)isa, &W, x, COLS, n_tok, y2, ROWS);
                     int diff = 0;
                     for (int i = 0; i < n_tok * ROWS; i++)
                         diff += memcmp(&y1[i], &y2[i], 4) != 0 || y1[i] != y1[i];
@@ -675,6 +698,9 @@ static void bench_one(ts_pool *pool, int nth, cpu_isa isa, ts_dtype dt, int64_t 
     }
     for (int64_t i = 0; i < cols * n_tok; i++) x[i] = 0.001f * (float)(i % 1000);
     const cpu_mm_kernel *k = &TABLES[isa][dt];
+    if (k->repack) /* regrouped once, as the backend's cache does */
+        cpu_repack_run(pool, w, w, total, ts_dtype_row_bytes(dt, ts_dtype_block_elems(dt)),
+                       k->repack);
     enum { MAX_ITERS = 4096 };
     static double times[MAX_ITERS];
     int iters = 0;
@@ -682,7 +708,7 @@ static void bench_one(ts_pool *pool, int nth, cpu_isa isa, ts_dtype dt, int64_t 
     while (iters < 3 || (now_s() - start < budget_s && iters < MAX_ITERS)) {
         const uint8_t *wi = w + (size_t)(iters % copies) * wbytes;
         double t0 = now_s();
-        run_kernel(pool, k, wi, dt, rows, cols, x, cols, n_tok, y, rows);
+        run_kernel_on(pool, k, wi, dt, rows, cols, x, cols, n_tok, y, rows);
         times[iters++] = now_s() - t0;
     }
     qsort(times, (size_t)iters, sizeof *times, cmp_double);
@@ -745,6 +771,82 @@ static int bench(int argc, char **argv) {
     return 0;
 }
 
+/* The backend's cache of regrouped weights (weight_cache.h): a weight is regrouped once and then
+ * found again (also after the table grows), with the bits of a call that regroups for itself; a
+ * different tensor later at the same address is regrouped anew, not served stale; types the
+ * kernels read as they are stored take no copy. */
+static void test_weight_cache(void) {
+    enum { ROWS = 64, COLS = 512, MANY = 100 };
+    const cpu_isa isa = cpu_isa_best();
+    if (!isa_ok(isa)) return;
+    unsigned long long s = 0xcac4eull;
+    cpu_wcache *wc = cpu_wcache_new();
+    CHECK(wc != NULL);
+    if (!wc) return;
+    float *x = malloc(sizeof(float) * COLS), *tmp = malloc(sizeof(float) * COLS);
+    float *y0 = malloc(sizeof(float) * ROWS), *y1 = malloc(sizeof(float) * ROWS);
+    for (int i = 0; i < COLS; i++)
+        x[i] = gauss(&s);
+    static const ts_dtype types[] = {TS_DTYPE_Q4_K, TS_DTYPE_Q6_K, TS_DTYPE_Q8_0};
+    uint8_t *w[3][MANY];
+    long want = 0;
+    size_t held = 0;
+    for (int d = 0; d < 3; d++) {
+        const ts_dtype dt = types[d];
+        const size_t rb = ts_dtype_row_bytes(dt, COLS), bytes = rb * ROWS;
+        const bool regrouped = TABLES[isa][dt].repack != NULL;
+        for (int m = 0; m < MANY; m++) {
+            w[d][m] = aligned_alloc(64, (bytes + 63) / 64 * 64);
+            for (int o = 0; o < ROWS; o++) {
+                for (int i = 0; i < COLS; i++)
+                    tmp[i] = gauss(&s) * 0.05f;
+                CHECK(ts_quantize_row(dt, tmp, w[d][m] + (size_t)o * rb, COLS) == TS_OK);
+            }
+        }
+        /* each weight twice: regrouped the first time only, the same bits as without a cache */
+        for (int pass = 0; pass < 2; pass++)
+            for (int m = 0; m < MANY; m++) {
+                ts_tensor W = {.dtype = dt,
+                               .n_dims = 2,
+                               .shape = {ROWS, COLS, 1, 1},
+                               .data = w[d][m],
+                               .nbytes = bytes};
+                cpu_matmul(NULL, NULL, isa, &W, x, COLS, 1, y0, ROWS);
+                cpu_matmul(NULL, wc, isa, &W, x, COLS, 1, y1, ROWS);
+                CHECKF(!memcmp(y0, y1, sizeof(float) * ROWS), "%s weight %d, pass %d: cached bits",
+                       ts_dtype_name(dt), m, pass);
+                if (regrouped && pass == 0) want++, held += bytes;
+            }
+        CHECKF(cpu_wcache_repacks(wc) == want && cpu_wcache_bytes(wc) == held,
+               "%s: %ld copies of %zu bytes, want %ld of %zu", ts_dtype_name(dt),
+               cpu_wcache_repacks(wc), cpu_wcache_bytes(wc), want, held);
+        /* new values at the address of weight 0: regrouped again, the new values' result */
+        for (int o = 0; o < ROWS; o++) {
+            for (int i = 0; i < COLS; i++)
+                tmp[i] = gauss(&s) * 0.05f;
+            CHECK(ts_quantize_row(dt, tmp, w[d][0] + (size_t)o * rb, COLS) == TS_OK);
+        }
+        ts_tensor W = {.dtype = dt,
+                       .n_dims = 2,
+                       .shape = {ROWS, COLS, 1, 1},
+                       .data = w[d][0],
+                       .nbytes = bytes};
+        cpu_matmul(NULL, NULL, isa, &W, x, COLS, 1, y0, ROWS);
+        cpu_matmul(NULL, wc, isa, &W, x, COLS, 1, y1, ROWS);
+        CHECKF(!memcmp(y0, y1, sizeof(float) * ROWS), "%s: a new tensor at a cached address",
+               ts_dtype_name(dt));
+        if (regrouped) want++;
+        CHECKF(cpu_wcache_repacks(wc) == want, "%s: %ld copies after new values, want %ld",
+               ts_dtype_name(dt), cpu_wcache_repacks(wc), want);
+        for (int m = 0; m < MANY; m++)
+            free(w[d][m]);
+    }
+    /* on a machine whose kernels regroup (AVX-512 VNNI), the K-quants did */
+    if (isa == CPU_ISA_AVX512) CHECK(want == 2 * (MANY + 1));
+    cpu_wcache_free(wc);
+    free(x), free(tmp), free(y0), free(y1);
+}
+
 int main(int argc, char **argv) {
     if (argc > 1 && !strcmp(argv[1], "--bench")) return bench(argc, argv);
     test_errors();
@@ -758,5 +860,6 @@ int main(int argc, char **argv) {
     test_batch_invariance();
     test_split_invariance();
     test_shared_activations();
+    test_weight_cache();
     return tu_report("test_quant");
 }

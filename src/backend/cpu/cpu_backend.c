@@ -85,6 +85,13 @@ ts_status ts_backend_cpu_create(int n_threads, int isa, ts_backend **out) {
         free(ctx);
         return st;
     }
+    ctx->wc = cpu_wcache_new();
+    if (!ctx->wc) {
+        ts_pool_free(ctx->pool);
+        free(be);
+        free(ctx);
+        return ts_error(TS_ERR_NOMEM, "cpu backend: out of memory");
+    }
     ctx->isa = chosen;
     be->ops = &cpu_ops;
     be->ctx = ctx;
@@ -99,7 +106,10 @@ const char *ts_backend_cpu_isa_name(const ts_backend *be) {
 
 static void cpu_destroy(ts_backend *be) {
     cpu_ctx *ctx = be->ctx;
-    if (ctx) ts_pool_free(ctx->pool);
+    if (ctx) {
+        ts_pool_free(ctx->pool);
+        cpu_wcache_free(ctx->wc);
+    }
     free(ctx);
     free(be);
 }

@@ -11,6 +11,7 @@
 typedef struct {
     ts_pool *pool;
     cpu_isa isa;
+    cpu_wcache *wc; /* weights regrouped for the kernels that read them so */
 } cpu_ctx;
 
 static inline cpu_ctx *cpu_of(ts_backend *be) { return (cpu_ctx *)be->ctx; }

@@ -145,16 +145,37 @@ bool cpu_matmul_supports(ts_dtype dtype) {
 
 /* The kernel for dtype at isa or the nearest lower ISA that has one; scalar when isa is not
  * supported by this CPU. NULL only for dtypes without a scalar kernel. */
-static const cpu_mm_kernel *mm_pick(cpu_isa isa, ts_dtype dtype) {
+static const cpu_mm_kernel *mm_pick_from(cpu_isa isa, ts_dtype dtype, bool plain_only) {
     if ((unsigned)dtype >= TS_DTYPE_COUNT) return NULL;
     int i = (unsigned)isa < CPU_ISA_COUNT ? (int)isa : CPU_ISA_SCALAR;
     while (i > CPU_ISA_SCALAR && !cpu_isa_supported((cpu_isa)i)) i--;
     for (; i >= CPU_ISA_SCALAR; i--) {
-        if (mm_tables[i][dtype].fn) return &mm_tables[i][dtype];
-        if (mmq_tables[i][dtype].fn && (i != CPU_ISA_AVX512 || ts_cpu_get_features()->avx512vnni))
-            return &mmq_tables[i][dtype];
+        const cpu_mm_kernel *k = NULL;
+        if (mm_tables[i][dtype].fn)
+            k = &mm_tables[i][dtype];
+        else if (mmq_tables[i][dtype].fn &&
+                 (i != CPU_ISA_AVX512 || ts_cpu_get_features()->avx512vnni))
+            k = &mmq_tables[i][dtype];
+        if (k && !(plain_only && k->repack)) return k;
     }
     return NULL;
+}
+
+static const cpu_mm_kernel *mm_pick(cpu_isa isa, ts_dtype dtype) {
+    return mm_pick_from(isa, dtype, false);
+}
+
+/* The weight bytes kernel k reads for W: W's own, or regrouped (k->repack) - from the cache,
+ * or with no cache into *tmp for this call. NULL when that copy cannot be had. */
+static const uint8_t *mm_weights(ts_pool *pool, cpu_wcache *wc, const cpu_mm_kernel *k,
+                                 const ts_tensor *W, size_t bytes, uint8_t **tmp) {
+    const uint8_t *src = W->data;
+    if (!k->repack) return src;
+    size_t block = ts_dtype_row_bytes(W->dtype, ts_dtype_block_elems(W->dtype));
+    if (wc) return cpu_wcache_get(wc, pool, src, bytes, block, k->repack);
+    *tmp = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    if (*tmp) cpu_repack_run(pool, src, *tmp, bytes, block, k->repack);
+    return *tmp;
 }
 
 /* One weight of a matmul job: its kernel, and the blocks of `align` rows the threads divide. */
@@ -239,12 +260,13 @@ static void act_share(ts_pool *pool, mm_task *task, int nw, const float *x, int6
         if (task->part[j].fn && task->part[j].k->act_layout) task->part[j].job.xq = xq;
 }
 
-void cpu_matmul_n(ts_pool *pool, cpu_isa isa, const ts_tensor *const *W, int nw, const float *x,
-                  int64_t ldx, int n_tok, float *const *y, const int64_t *ldy,
+void cpu_matmul_n(ts_pool *pool, cpu_wcache *wc, cpu_isa isa, const ts_tensor *const *W, int nw,
+                  const float *x, int64_t ldx, int n_tok, float *const *y, const int64_t *ldy,
                   const cpu_mm_pair *pair) {
     assert(nw >= 1 && nw <= CPU_MATMUL_MAX_N && (!pair || nw == 2));
     if (n_tok <= 0) return;
     mm_task task = {.parts = pair ? 1 : nw, .pool = pool, .balanced = true, .pair = pair};
+    uint8_t *tmp[CPU_MATMUL_MAX_N] = {NULL};
     double work = 0.0;
     for (int j = 0; j < nw; j++) {
         int64_t rows = ts_tensor_rows(W[j]), cols = ts_tensor_cols(W[j]);
@@ -256,9 +278,15 @@ void cpu_matmul_n(ts_pool *pool, cpu_isa isa, const ts_tensor *const *W, int nw,
                     y[j][t * ldy[j] + o] = k ? 0.0f : NAN;
             continue;
         }
+        const size_t rb = ts_dtype_row_bytes(W[j]->dtype, cols);
+        const uint8_t *w = mm_weights(pool, wc, k, W[j], rb * (size_t)rows, &tmp[j]);
+        if (!w) { /* no memory for the regrouped copy: the file's layout, a kernel set lower */
+            k = mm_pick_from(isa, W[j]->dtype, true);
+            w = W[j]->data;
+        }
         task.part[j] = (mm_part){
-            .job = {.w = W[j]->data,
-                    .row_bytes = ts_dtype_row_bytes(W[j]->dtype, cols),
+            .job = {.w = w,
+                    .row_bytes = rb,
                     .cols = cols,
                     .x = x,
                     .ldx = ldx,
@@ -275,9 +303,10 @@ void cpu_matmul_n(ts_pool *pool, cpu_isa isa, const ts_tensor *const *W, int nw,
     }
     if (pair && (!task.part[0].fn || !task.part[1].fn)) { /* one product filled in above */
         int j = task.part[0].fn ? 0 : 1;
-        if (task.part[j].fn) cpu_matmul_n(pool, isa, &W[j], 1, x, ldx, n_tok, &y[j], &ldy[j], NULL);
+        if (task.part[j].fn)
+            cpu_matmul_n(pool, wc, isa, &W[j], 1, x, ldx, n_tok, &y[j], &ldy[j], NULL);
         pair->fn(pair->ctx, 0, ts_tensor_rows(W[0]));
-        return;
+        goto out;
     }
     if (!task.balanced && n_tok >= CPU_MM_ACT_MIN_TOK) act_share(pool, &task, nw, x, ldx, n_tok);
     if (pair) { /* one split for both: blocks of the larger alignment (powers of two) */
@@ -307,11 +336,14 @@ void cpu_matmul_n(ts_pool *pool, cpu_isa isa, const ts_tensor *const *W, int nw,
         ts_pool_run_balanced(pool, mm_worker, &task, task.cum[task.parts]);
     else
         ts_pool_run(pool, mm_worker, &task);
+out:
+    for (int j = 0; j < nw; j++)
+        free(tmp[j]);
 }
 
-void cpu_matmul(ts_pool *pool, cpu_isa isa, const ts_tensor *W, const float *x, int64_t ldx,
-                int n_tok, float *y, int64_t ldy) {
-    cpu_matmul_n(pool, isa, &W, 1, x, ldx, n_tok, &y, &ldy, NULL);
+void cpu_matmul(ts_pool *pool, cpu_wcache *wc, cpu_isa isa, const ts_tensor *W, const float *x,
+                int64_t ldx, int n_tok, float *y, int64_t ldy) {
+    cpu_matmul_n(pool, wc, isa, &W, 1, x, ldx, n_tok, &y, &ldy, NULL);
 }
 
 void cpu_dequant_row(const ts_tensor *W, int64_t row, float *out) {

@@ -6,11 +6,12 @@
 #ifndef TS_BACKEND_CPU_MATMUL_H
 #define TS_BACKEND_CPU_MATMUL_H
 
-#include <stdbool.h>
-#include <stdint.h>
-
+#include "backend/cpu/weight_cache.h"
 #include "base/tensor.h"
 #include "base/threadpool.h"
+
+#include <stdbool.h>
+#include <stdint.h>
 
 typedef enum { CPU_ISA_SCALAR, CPU_ISA_AVX2, CPU_ISA_AVX512, CPU_ISA_COUNT } cpu_isa;
 
@@ -39,9 +40,12 @@ bool cpu_matmul_supports(ts_dtype dtype);
 
 /* y[t*ldy + o] = sum_i W[o, i] * x[t*ldx + i]  for t in [0, n_tok), o in [0, rows(W)).
  * W is 2-D [out, in]; x and y are fp32 and must not overlap. Splits the work over the pool's
- * threads (pool may be NULL: single-threaded). Accumulates in fp32. */
-void cpu_matmul(ts_pool *pool, cpu_isa isa, const ts_tensor *W, const float *x, int64_t ldx,
-                int n_tok, float *y, int64_t ldy);
+ * threads (pool may be NULL: single-threaded). Accumulates in fp32. Kernels that read their
+ * weights regrouped (weight_cache.h) take them from wc, made there on first use; with wc NULL
+ * they are regrouped for this call alone (tests, tools), or where that copy cannot be had the
+ * next kernel set's kernel runs. */
+void cpu_matmul(ts_pool *pool, cpu_wcache *wc, cpu_isa isa, const ts_tensor *W, const float *x,
+                int64_t ldx, int n_tok, float *y, int64_t ldy);
 
 /* The most weights one cpu_matmul_n call takes. */
 #define CPU_MATMUL_MAX_N 4
@@ -57,8 +61,8 @@ typedef struct {
  * projections costs one hand-over of the pool instead of nw. Each output row gets the bits
  * cpu_matmul gives it. With pair (nw == 2, W[0] and W[1] of the same rows), both are split
  * alike and pair->fn runs on each thread's rows once it has them in y[0] and y[1]. */
-void cpu_matmul_n(ts_pool *pool, cpu_isa isa, const ts_tensor *const *W, int nw, const float *x,
-                  int64_t ldx, int n_tok, float *const *y, const int64_t *ldy,
+void cpu_matmul_n(ts_pool *pool, cpu_wcache *wc, cpu_isa isa, const ts_tensor *const *W, int nw,
+                  const float *x, int64_t ldx, int n_tok, float *const *y, const int64_t *ldy,
                   const cpu_mm_pair *pair);
 
 /* out[j] = W[row, j] as fp32 for j in [0, cols(W)) (embedding lookup). */

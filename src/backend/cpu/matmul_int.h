@@ -8,10 +8,11 @@
 #ifndef TS_BACKEND_CPU_MATMUL_INT_H
 #define TS_BACKEND_CPU_MATMUL_INT_H
 
+#include "backend/cpu/weight_cache.h"
+#include "base/tensor.h"
+
 #include <stddef.h>
 #include <stdint.h>
-
-#include "base/tensor.h"
 
 /* Loop unrolling hints for the SIMD kernels; only when optimising, since GCC warns that it
  * ignores them at -O0 (and the Debug build treats warnings as errors). */
@@ -52,6 +53,10 @@ typedef struct {
      * then quantizes x once for all threads and weights (cpu_mm_job.xq). NULL: not offered. */
     int (*act_layout)(int64_t cols);
     void (*act_quantize)(const float *x, int64_t n, void *buf);
+    /* Kernels that read their weights regrouped (the AVX-512 Q4_K and Q6_K tiles): the
+     * regrouping of whole blocks, which cpu_matmul_n applies first (weight_cache.h); NULL:
+     * the file's layout. */
+    cpu_repack_fn repack;
 } cpu_mm_kernel;
 
 extern const cpu_mm_kernel cpu_mm_scalar_kernels[TS_DTYPE_COUNT];

@@ -30,10 +30,16 @@
  * blends instead of a permute (-13%); Q6_K codes where they lie, in natural order, with a
  * transpose-and-add of the sums (+3%: the transpose costs what the permutes did); Q4_K's 6-bit
  * scales unpacked in general-purpose registers (-3%) or for two rows at once (+1%); two
- * dot-product chains (0). */
+ * dot-product chains (0).
+ *
+ * Q4_K and Q6_K weights are read regrouped (il_repack_q4k / il_repack_q6k below, made once per
+ * weight by the backend's cache, weight_cache.h): the decoders above then need no permutes, and
+ * on a Zen 5 core, which runs 512-bit permutes and VNNI dots once a cycle each (ands twice), a
+ * hot Q4_K super-block and row went 21.7 -> 18 cycles and a Q6_K one 30 -> 24, the same bits. */
 #include "backend/cpu/matmul_q.h"
 
 #include <immintrin.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -69,10 +75,29 @@ void cpu_q8act_quantize_avx512(const float *x, int64_t n, void *buf) {
  * (16384 columns); 384 bytes an 8-block chunk (il_weights) */
 #define MMQ_IL_DEC_CHUNKS 64
 #define MMQ_IL_DEC_BYTES  (MMQ_R * MMQ_IL_DEC_CHUNKS * 384)
+/* Q4_K and Q6_K blocks regrouped once (il_repack_q4k / il_repack_q6k, below) */
+static void il_repack_q4k(const uint8_t *src, uint8_t *dst, size_t bytes);
+static void il_repack_q6k(const uint8_t *src, uint8_t *dst, size_t bytes);
+#define MMQ_REPACK(dt)                                                                             \
+    ((dt) == TS_DTYPE_Q4_K ? il_repack_q4k : (dt) == TS_DTYPE_Q6_K ? il_repack_q6k : NULL)
 
 #include "backend/cpu/matmul_q_simd.h"
 
-/* Lane index tables of the decoders (vpermt2d / vpermt2w over two 64-byte vectors).
+/* The regrouped K-quant blocks. Row r of a 256-element chunk in the interleaved order
+ * (cpu_q8act_interleave) holds in dword lane i elements 4 (2r + i / 8) .. + 3 of block i % 8.
+ * The file's layout put the codes there with four two-source permutes a chunk (Q6_K: four
+ * more permutes and eight variable shifts); on Zen 5, whose cores run a 512-bit permute or
+ * VNNI dot once a cycle where they run 512-bit ands twice, those were a fifth of the hot
+ * kernel's time. So the weights are regrouped once, on first use (weight_cache.h), into the
+ * rows the dots read, in the same 144 / 210 bytes a block, and decoded with ands and shifts:
+ * - Q4_K: code bytes q (0-63) = row 0 | row 2 << 4, 64 + q = row 1 | row 3 << 4 (row r's codes
+ *   at byte q of the row); the scales, d and dmin as they were.
+ * - Q6_K: ql bytes q = the low 4 bits of rows 0 | 1 << 4, 64 + q = of rows 2 | 3 << 4, qh byte
+ *   q = the top 2 bits of rows 0, 1, 2, 3 at bits 0, 2, 4, 6; the 16 scales in the order of
+ *   il_q6k_sums (0, 2, .. 14, 1, 3, .. 15); d as it was.
+ * The regrouping takes the file's codes to those rows with the permutes the decoder used to
+ * run per token (the tables below).
+ *
  * Q4_K, row k, dword lane i: block s = i % 8 is nibble s % 2 of code bytes 32 * (s / 2) ..,
  * and the lane takes code dword 2k + i / 8 of it: 8 * (s / 2) + 2k + i / 8 of the 32. */
 static const _Alignas(64) int32_t IL_Q4K_IDX[4][16] = {
@@ -81,14 +106,28 @@ static const _Alignas(64) int32_t IL_Q4K_IDX[4][16] = {
     {4, 4, 12, 12, 20, 20, 28, 28, 5, 5, 13, 13, 21, 21, 29, 29},
     {6, 6, 14, 14, 22, 22, 30, 30, 7, 7, 15, 15, 23, 23, 31, 31},
 };
-/* Odd blocks are high nibbles: they are kept in place (16 q) instead of shifted down, which
- * saves a shift per vector on the ports the permutes and dot products need; their activation
- * scales are divided by 16 (IL_Q4K_DA16), exactly, so every product comes out as before. */
-static const _Alignas(64) uint32_t IL_Q4K_NIB[16] = {
-    0x0f0f0f0f, 0xf0f0f0f0, 0x0f0f0f0f, 0xf0f0f0f0, 0x0f0f0f0f, 0xf0f0f0f0, 0x0f0f0f0f, 0xf0f0f0f0,
-    0x0f0f0f0f, 0xf0f0f0f0, 0x0f0f0f0f, 0xf0f0f0f0, 0x0f0f0f0f, 0xf0f0f0f0, 0x0f0f0f0f, 0xf0f0f0f0};
-static const _Alignas(32) float IL_Q4K_DA16[8] = {1.0f, 0.0625f, 1.0f, 0.0625f,
-                                                  1.0f, 0.0625f, 1.0f, 0.0625f};
+/* odd blocks are high nibbles: the lane shifted down by 4 */
+static const _Alignas(64) int32_t IL_Q4K_NIB_SHIFT[16] = {0, 4, 0, 4, 0, 4, 0, 4,
+                                                          0, 4, 0, 4, 0, 4, 0, 4};
+
+static void il_repack_q4k(const uint8_t *src, uint8_t *dst, size_t bytes) {
+    const __m512i low4 = _mm512_set1_epi8(15), sh = _mm512_load_si512(IL_Q4K_NIB_SHIFT);
+    for (size_t o = 0; o < bytes; o += sizeof(ts_block_q4_K)) {
+        const ts_block_q4_K *k = (const ts_block_q4_K *)(src + o);
+        ts_block_q4_K *out = (ts_block_q4_K *)(dst + o);
+        const __m512i q0 = _mm512_loadu_si512(k->qs), q1 = _mm512_loadu_si512(k->qs + 64);
+        __m512i z[4];
+        for (int r = 0; r < 4; r++)
+            z[r] = _mm512_and_si512(
+                _mm512_srlv_epi32(
+                    _mm512_permutex2var_epi32(q0, _mm512_load_si512(IL_Q4K_IDX[r]), q1), sh),
+                low4);
+        memmove(out, k, offsetof(ts_block_q4_K, qs));
+        _mm512_storeu_si512(out->qs, _mm512_or_si512(z[0], _mm512_slli_epi32(z[2], 4)));
+        _mm512_storeu_si512(out->qs + 64, _mm512_or_si512(z[1], _mm512_slli_epi32(z[3], 4)));
+    }
+}
+
 /* Q4_0 block s: d at byte 18s; code byte j at 18s + 2 + j holds element j (low nibble) and
  * j + 16 (high). X_h (h = 0, 1), dword lane i: code dword 2h + i / 8 of block i % 8, i.e.
  * words 9s + 1 + 2 (2h + i / 8) and the next; rows h and h + 2 are its low and high nibbles.
@@ -175,14 +214,51 @@ static const _Alignas(64) int32_t IL_Q6K_SHIFT[16] = {0, 0, 4, 4, 0, 0, 4, 4,
 static const _Alignas(64) int32_t IL_Q6K_ROT[16] = {4, 2, 0, 30, 4, 2, 0, 30,
                                                     4, 2, 0, 30, 4, 2, 0, 30};
 
+static void il_repack_q6k(const uint8_t *src, uint8_t *dst, size_t bytes) {
+    const __m512i low4 = _mm512_set1_epi8(15);
+    for (size_t o = 0; o < bytes; o += sizeof(ts_block_q6_K)) {
+        const ts_block_q6_K *k = (const ts_block_q6_K *)(src + o);
+        ts_block_q6_K *out = (ts_block_q6_K *)(dst + o);
+        const __m512i l0 = _mm512_loadu_si512(k->ql), l1 = _mm512_loadu_si512(k->ql + 64);
+        const __m512i h = _mm512_loadu_si512(k->qh);
+        __m512i z[4];
+        for (int r = 0; r < 4; r++) { /* row r's 6-bit codes */
+            __m512i lo = _mm512_permutex2var_epi32(l0, _mm512_load_si512(IL_Q6K_QL[r]), l1);
+            lo = _mm512_and_si512(_mm512_srlv_epi32(lo, _mm512_load_si512(IL_Q6K_SHIFT)), low4);
+            __m512i hi = _mm512_permutexvar_epi32(_mm512_load_si512(IL_Q6K_QH[r]), h);
+            hi = _mm512_and_si512(_mm512_rolv_epi32(hi, _mm512_load_si512(IL_Q6K_ROT)),
+                                  _mm512_set1_epi8(0x30));
+            z[r] = _mm512_or_si512(lo, hi);
+        }
+        _mm512_storeu_si512(
+            out->ql, _mm512_ternarylogic_epi32(low4, z[0], _mm512_slli_epi16(z[1], 4), 0xca));
+        _mm512_storeu_si512(
+            out->ql + 64, _mm512_ternarylogic_epi32(low4, z[2], _mm512_slli_epi16(z[3], 4), 0xca));
+        /* top 2 bits of each row: z0 bits 4-5 to 0-1, z1 to 2-3, z2 stay at 4-5, z3 to 6-7 */
+        const __m512i t01 =
+            _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(z[0], 4), _mm512_set1_epi8(0x03)),
+                            _mm512_and_si512(_mm512_srli_epi16(z[1], 2), _mm512_set1_epi8(0x0c)));
+        const __m512i t23 = _mm512_or_si512(
+            _mm512_and_si512(z[2], _mm512_set1_epi8(0x30)),
+            _mm512_and_si512(_mm512_slli_epi16(z[3], 2), _mm512_set1_epi8((char)0xc0)));
+        _mm512_storeu_si512(out->qh, _mm512_or_si512(t01, t23));
+        _mm_storeu_si128(
+            (__m128i *)out->scales,
+            _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)k->scales),
+                             _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15)));
+        out->d = k->d;
+    }
+}
+
 /* dword lanes 7 and 15 (block 7) as a word mask */
 #define IL_BLOCK7_WORDS ((__mmask32)0xc000c000u)
 
-/* 8 blocks decoded for the interleaved tile: z[4] in the order of cpu_q8act_interleave (_q8);
- * scale: the 8 block scales (Q4_0, Q8_0: d; Q4_K: d * sc); offset: what each block's
- * activation sum s is multiplied by and subtracted (Q4_0: 8 d, Q8_0: 128 d, Q4_K: dmin * m).
- * Q6_K: scale16, d * sc of the 16 sub-blocks, the first 16 elements of blocks 0-7 in lanes 0-7
- * and their last 16 in lanes 8-15 (the order il_q6k_sums leaves the integer sums in). */
+/* 8 blocks decoded for the interleaved tile: z[4] in the order of cpu_q8act_interleave (_q8;
+ * Q4_K's z[2], z[3] hold 16 times the codes, il_accumulate takes that back); scale: the 8 block
+ * scales (Q4_0, Q8_0: d; Q4_K: d * sc); offset: what each block's activation sum s is multiplied by
+ * and subtracted (Q4_0: 8 d, Q8_0: 128 d, Q4_K: dmin * m). Q6_K: scale16, d * sc of the 16
+ * sub-blocks, the first 16 elements of blocks 0-7 in lanes 0-7 and their last 16 in lanes 8-15 (the
+ * order il_q6k_sums leaves the integer sums in). */
 typedef struct {
     __m512i z[4];
     __m256 scale, offset;
@@ -195,14 +271,13 @@ INLINE void il_decode(ts_dtype dt, const uint8_t *p, il_weights *wt) {
     const __m512i low4 = _mm512_set1_epi8(15);
     __m512i *z = wt->z;
     __m256 *scale = &wt->scale, *offset = &wt->offset;
-    if (dt == TS_DTYPE_Q4_K) {
+    if (dt == TS_DTYPE_Q4_K) { /* regrouped (il_repack_q4k): rows 2, 3 kept 16 times over */
         const ts_block_q4_K *k = (const ts_block_q4_K *)p;
         const __m512i q0 = _mm512_loadu_si512(k->qs), q1 = _mm512_loadu_si512(k->qs + 64);
-        UNROLL(4)
-        for (int r = 0; r < 4; r++)
-            z[r] = _mm512_and_si512(
-                _mm512_permutex2var_epi32(q0, _mm512_load_si512(IL_Q4K_IDX[r]), q1),
-                _mm512_load_si512(IL_Q4K_NIB));
+        z[0] = _mm512_and_si512(q0, low4);
+        z[1] = _mm512_and_si512(q1, low4);
+        z[2] = _mm512_andnot_si512(low4, q0);
+        z[3] = _mm512_andnot_si512(low4, q1);
         /* the 6-bit fields (layout in quant.h) as bytes sc[0..7], m[0..7]: low bits from
          * bytes 0-3 (sc 0-3), 8-11 low nibbles (sc 4-7), 4-7 (m 0-3), 8-11 high nibbles
          * (m 4-7); bits 4-5 of sc / m 4-7 from the top bits of bytes 0-3 / 4-7 */
@@ -223,25 +298,21 @@ INLINE void il_decode(ts_dtype dt, const uint8_t *p, il_weights *wt) {
         const __m512 prod = _mm512_mul_ps(scm, dv);
         *scale = _mm512_castps512_ps256(prod);
         *offset = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(prod), 1));
-    } else if (dt == TS_DTYPE_Q6_K) {
+    } else if (dt == TS_DTYPE_Q6_K) { /* regrouped (il_repack_q6k) */
         const ts_block_q6_K *k = (const ts_block_q6_K *)p;
-        const __m512i l0 = _mm512_loadu_si512(k->ql), l1 = _mm512_loadu_si512(k->ql + 64);
-        const __m512i h = _mm512_loadu_si512(k->qh);
-        UNROLL(4)
-        for (int r = 0; r < 4; r++) {
-            __m512i lo = _mm512_permutex2var_epi32(l0, _mm512_load_si512(IL_Q6K_QL[r]), l1);
-            lo = _mm512_and_si512(_mm512_srlv_epi32(lo, _mm512_load_si512(IL_Q6K_SHIFT)), low4);
-            __m512i hi = _mm512_permutexvar_epi32(_mm512_load_si512(IL_Q6K_QH[r]), h);
-            hi = _mm512_and_si512(_mm512_rolv_epi32(hi, _mm512_load_si512(IL_Q6K_ROT)),
-                                  _mm512_set1_epi8(0x30));
-            z[r] = _mm512_or_si512(lo, hi);
-        }
-        /* sub-block scales 0, 2, .. 14 then 1, 3, .. 15 */
-        const __m128i sc =
-            _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)k->scales),
-                             _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15));
-        wt->scale16 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(sc)),
-                                    _mm512_set1_ps(_cvtsh_ss(k->d)));
+        const __m512i l01 = _mm512_loadu_si512(k->ql), l23 = _mm512_loadu_si512(k->ql + 64);
+        const __m512i h = _mm512_loadu_si512(k->qh), top2 = _mm512_set1_epi8(0x30);
+        /* low 4 bits where low4 is set, else the 2 high bits already in place (0xca: a ? b : c) */
+        z[0] = _mm512_ternarylogic_epi32(low4, l01, _mm512_and_si512(_mm512_slli_epi16(h, 4), top2),
+                                         0xca);
+        z[1] = _mm512_ternarylogic_epi32(low4, _mm512_srli_epi16(l01, 4),
+                                         _mm512_and_si512(_mm512_slli_epi16(h, 2), top2), 0xca);
+        z[2] = _mm512_ternarylogic_epi32(low4, l23, _mm512_and_si512(h, top2), 0xca);
+        z[3] = _mm512_ternarylogic_epi32(low4, _mm512_srli_epi16(l23, 4),
+                                         _mm512_and_si512(_mm512_srli_epi16(h, 2), top2), 0xca);
+        wt->scale16 = _mm512_mul_ps(
+            _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)k->scales))),
+            _mm512_set1_ps(_cvtsh_ss(k->d)));
     } else if (dt == TS_DTYPE_Q8_0) {
         /* blocks of 34 bytes: codes of block s at 34s + 2. Pairs of blocks [s | s + 1] as
          * qwords 0-3 / 4-7; then qword k of blocks 0-3 and of 4-7 into the halves of row k */
@@ -384,11 +455,23 @@ INLINE void il_accumulate(ts_dtype dt, const il_weights *wt, const cpu_q8act *A,
     for (int t = 0; t < T; t++) {
         const int8_t *aq = A[t].q + 256 * ch;
         __m256 da = _mm256_loadu_ps(A[t].d + 8 * ch);
-        if (dt == TS_DTYPE_Q4_K) da = _mm256_mul_ps(da, _mm256_load_ps(IL_Q4K_DA16));
         __m512i s = _mm512_setzero_si512();
-        UNROLL(4)
-        for (int r = 0; r < 4; r++)
-            s = _mm512_dpbusd_epi32(s, wt->z[r], _mm512_loadu_si512(aq + 64 * r));
+        if (dt == TS_DTYPE_Q4_K) {
+            /* rows 0, 1 as codes, rows 2, 3 as 16 codes: 16 s + t is 16 times each sum,
+             * exactly (< 2^24), and da / 16 takes the 16 back, exactly, as fp32 scaling by
+             * a power of two does - so the bits of a decoder that kept every code as is */
+            __m512i t16 = _mm512_setzero_si512();
+            s = _mm512_dpbusd_epi32(s, wt->z[0], _mm512_loadu_si512(aq));
+            t16 = _mm512_dpbusd_epi32(t16, wt->z[2], _mm512_loadu_si512(aq + 128));
+            s = _mm512_dpbusd_epi32(s, wt->z[1], _mm512_loadu_si512(aq + 64));
+            t16 = _mm512_dpbusd_epi32(t16, wt->z[3], _mm512_loadu_si512(aq + 192));
+            s = _mm512_add_epi32(_mm512_slli_epi32(s, 4), t16);
+            da = _mm256_mul_ps(da, _mm256_set1_ps(0.0625f));
+        } else {
+            UNROLL(4)
+            for (int r = 0; r < 4; r++)
+                s = _mm512_dpbusd_epi32(s, wt->z[r], _mm512_loadu_si512(aq + 64 * r));
+        }
         /* the 8 block sums: Q8_0 lanes 2j + 2j + 1, else lanes j + j + 8 */
         const __m256i s8 =
             dt == TS_DTYPE_Q8_0

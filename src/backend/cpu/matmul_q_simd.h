@@ -11,6 +11,8 @@
  *   MMQ_IL_DEC_BYTES, MMQ_IL_DEC_CHUNKS  with MMQ_IL: a buffer in which mmq_il_tile keeps a row
  *                  block decoded for all its token groups (rows of up to that many 256-element
  *                  chunks), so prefill decodes each weight once per tile of tokens;
+ *   MMQ_REPACK(dt) optional: the cpu_repack_fn of the dtypes whose blocks the file's kernels
+ *                  read regrouped (cpu_mm_kernel.repack), else NULL;
  *   MMQ_IL_PREFILL_ONLY  optional, with MMQ_IL: 1 where mmq_il_tile serves only tiles of more
  *                  than MMQ_T tokens whose row blocks fit that buffer (AVX2: its decoder
  *                  transposes, which only pays when the decoded block is reused); the shared
@@ -496,7 +498,11 @@ MMQ_ENTRY(Q4_K)
 MMQ_ENTRY(Q6_K)
 #undef MMQ_ENTRY
 
-#define MMQ_KERNEL(T) [TS_DTYPE_##T] = {mmq_##T, MMQ_R, 0, 0, mmq_act_##T, MMQ_QUANTIZE}
+#ifndef MMQ_REPACK
+#define MMQ_REPACK(dt) NULL
+#endif
+#define MMQ_KERNEL(T)                                                                              \
+    [TS_DTYPE_##T] = {mmq_##T, MMQ_R, 0, 0, mmq_act_##T, MMQ_QUANTIZE, MMQ_REPACK(TS_DTYPE_##T)}
 const cpu_mm_kernel MMQ_TABLE[TS_DTYPE_COUNT] = {
     MMQ_KERNEL(Q8_0), MMQ_KERNEL(Q4_0), MMQ_KERNEL(Q5_0), MMQ_KERNEL(Q4_K), MMQ_KERNEL(Q6_K),
 };

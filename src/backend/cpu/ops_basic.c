@@ -38,7 +38,7 @@ void cpu_op_get_rows(ts_backend *be, const ts_tensor *W, const int32_t *ids, int
 void cpu_op_matmul(ts_backend *be, const ts_tensor *W, const float *x, int64_t ldx, int n,
                    float *y, int64_t ldy) {
     cpu_ctx *c = cpu_of(be);
-    cpu_matmul(c->pool, c->isa, W, x, ldx, n, y, ldy);
+    cpu_matmul(c->pool, c->wc, c->isa, W, x, ldx, n, y, ldy);
 }
 
 /* The norms' rows, split over the pool when there are enough of them (prefill). */
@@ -229,7 +229,7 @@ void cpu_op_matmul_n(ts_backend *be, const ts_tensor *const *W, int nw, const fl
     x = prenormed(be, x, ldx, n, pre, ts_tensor_cols(W[0]));
     for (int j0 = 0; j0 < nw; j0 += CPU_MATMUL_MAX_N) {
         int m = nw - j0 < CPU_MATMUL_MAX_N ? nw - j0 : CPU_MATMUL_MAX_N;
-        cpu_matmul_n(c->pool, c->isa, W + j0, m, x, ldx, n, y + j0, ldy + j0, NULL);
+        cpu_matmul_n(c->pool, c->wc, c->isa, W + j0, m, x, ldx, n, y + j0, ldy + j0, NULL);
     }
 }
 
@@ -243,13 +243,13 @@ void cpu_op_matmul_glu(ts_backend *be, const ts_tensor *Wg, const ts_tensor *Wu,
     float *y[2] = {tg, tu};
     int64_t ldy[2] = {ldt, ldt};
     if (ts_tensor_rows(Wu) != dim) { /* not a gated pair: the products, then the activation */
-        cpu_matmul_n(c->pool, c->isa, W, 2, x, ldx, n, y, ldy, NULL);
+        cpu_matmul_n(c->pool, c->wc, c->isa, W, 2, x, ldx, n, y, ldy, NULL);
         glu_run(be, tg, tu, ldt, n, (int)dim, out, ldo, gelu);
         return;
     }
     glu_job j = {tg, tu, ldt, n, (int)dim, out, ldo, cpu_seq_pick(c->isa), gelu};
     cpu_mm_pair pair = {glu_cols, &j};
-    cpu_matmul_n(c->pool, c->isa, W, 2, x, ldx, n, y, ldy, &pair);
+    cpu_matmul_n(c->pool, c->wc, c->isa, W, 2, x, ldx, n, y, ldy, &pair);
 }
 
 void cpu_op_softcap(ts_backend *be, float *x, int64_t n, float cap) {

@@ -1,0 +1,142 @@
+/* The regrouped weights of the CPU backend (weight_cache.h): an open-addressing table keyed by
+ * (source pointer, repack function), linear probing, grown to keep it at most half full. */
+#include "backend/cpu/weight_cache.h"
+
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+/* bytes of the source compared at each end on lookup */
+enum { WC_EDGE = 16 };
+
+typedef struct {
+    const uint8_t *src; /* NULL: an empty slot */
+    cpu_repack_fn repack;
+    size_t bytes;
+    uint8_t head[WC_EDGE], tail[WC_EDGE];
+    uint8_t *copy;
+} wc_entry;
+
+/* A copy's memory: its own mapping, in 2 MB pages where the kernel gives them (madvise), since
+ * a decode step streams every weight once and 4 KB pages cost a page walk each 4 KB. */
+static uint8_t *copy_alloc(size_t bytes) {
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return NULL;
+#ifdef MADV_HUGEPAGE
+    (void)madvise(p, bytes, MADV_HUGEPAGE);
+#endif
+    return p;
+}
+
+static void copy_free(uint8_t *p, size_t bytes) {
+    if (p) munmap(p, bytes);
+}
+
+struct cpu_wcache {
+    wc_entry *slot;
+    size_t cap, used; /* cap: a power of two */
+    long repacks;
+    size_t held;
+};
+
+cpu_wcache *cpu_wcache_new(void) { return calloc(1, sizeof(cpu_wcache)); }
+
+void cpu_wcache_free(cpu_wcache *c) {
+    if (!c) return;
+    for (size_t i = 0; i < c->cap; i++)
+        copy_free(c->slot[i].copy, c->slot[i].bytes);
+    free(c->slot);
+    free(c);
+}
+
+long cpu_wcache_repacks(const cpu_wcache *c) { return c->repacks; }
+size_t cpu_wcache_bytes(const cpu_wcache *c) { return c->held; }
+
+static size_t wc_hash(const uint8_t *src, cpu_repack_fn repack) {
+    uint64_t h = (uint64_t)(uintptr_t)src ^ ((uint64_t)(uintptr_t)repack << 17);
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdULL;
+    h ^= h >> 33;
+    return (size_t)h;
+}
+
+static size_t edge(size_t bytes) { return bytes < WC_EDGE ? bytes : WC_EDGE; }
+
+static bool wc_same_source(const wc_entry *e, const uint8_t *src, size_t bytes) {
+    size_t n = edge(bytes);
+    return e->bytes == bytes && !memcmp(e->head, src, n) && !memcmp(e->tail, src + bytes - n, n);
+}
+
+/* the slot of (src, repack), or the empty one where it would go */
+static wc_entry *wc_find(const cpu_wcache *c, const uint8_t *src, cpu_repack_fn repack) {
+    for (size_t i = wc_hash(src, repack) & (c->cap - 1);; i = (i + 1) & (c->cap - 1)) {
+        wc_entry *e = &c->slot[i];
+        if (!e->src || (e->src == src && e->repack == repack)) return e;
+    }
+}
+
+static bool wc_grow(cpu_wcache *c) {
+    size_t cap = c->cap ? 2 * c->cap : 64;
+    wc_entry *old = c->slot;
+    size_t old_cap = c->cap;
+    c->slot = calloc(cap, sizeof *c->slot);
+    if (!c->slot) {
+        c->slot = old;
+        return false;
+    }
+    c->cap = cap;
+    for (size_t i = 0; i < old_cap; i++)
+        if (old[i].src) *wc_find(c, old[i].src, old[i].repack) = old[i];
+    free(old);
+    return true;
+}
+
+typedef struct {
+    const uint8_t *src;
+    uint8_t *dst;
+    size_t blocks, block_bytes;
+    cpu_repack_fn repack;
+} repack_job;
+
+static void repack_worker(void *ctx, int ith, int nth) {
+    const repack_job *j = ctx;
+    size_t b0 = j->blocks * (size_t)ith / (size_t)nth,
+           b1 = j->blocks * (size_t)(ith + 1) / (size_t)nth;
+    if (b1 > b0)
+        j->repack(j->src + b0 * j->block_bytes, j->dst + b0 * j->block_bytes,
+                  (b1 - b0) * j->block_bytes);
+}
+
+void cpu_repack_run(ts_pool *pool, const uint8_t *src, uint8_t *dst, size_t bytes,
+                    size_t block_bytes, cpu_repack_fn repack) {
+    repack_job j = {src, dst, bytes / block_bytes, block_bytes, repack};
+    if (pool && bytes >= ((size_t)1 << 20))
+        ts_pool_run(pool, repack_worker, &j);
+    else
+        repack_worker(&j, 0, 1);
+}
+
+const uint8_t *cpu_wcache_get(cpu_wcache *c, ts_pool *pool, const uint8_t *src, size_t bytes,
+                              size_t block_bytes, cpu_repack_fn repack) {
+    if (2 * (c->used + 1) > c->cap && !wc_grow(c)) return NULL;
+    wc_entry *e = wc_find(c, src, repack);
+    if (e->src && wc_same_source(e, src, bytes)) return e->copy;
+    /* new, or another tensor now at this address: (re)made */
+    uint8_t *copy = copy_alloc(bytes);
+    if (!copy) return NULL;
+    cpu_repack_run(pool, src, copy, bytes, block_bytes, repack);
+    if (e->src) {
+        c->held -= e->bytes;
+        copy_free(e->copy, e->bytes);
+    } else {
+        c->used++;
+    }
+    size_t n = edge(bytes);
+    e->src = src, e->repack = repack, e->bytes = bytes, e->copy = copy;
+    memcpy(e->head, src, n);
+    memcpy(e->tail, src + bytes - n, n);
+    c->held += bytes;
+    c->repacks++;
+    return copy;
+}
