@@ -214,13 +214,14 @@ static void run_kernel_on(ts_pool *pool, const cpu_mm_kernel *k, const void *w, 
 }
 
 /* bytes of weights in the layout kernel k reads (regrouped when k->repack): a new buffer */
-static uint8_t *kernel_layout(const cpu_mm_kernel *k, const void *w, ts_dtype dt, size_t bytes) {
+static uint8_t *kernel_layout(const cpu_mm_kernel *k, const void *w, size_t row_bytes,
+                              int64_t rows) {
+    const size_t bytes = row_bytes * (size_t)rows;
     uint8_t *out = aligned_alloc(64, (bytes + 63) / 64 * 64);
     CHECK(out != NULL);
     if (!out) return NULL;
     if (k->repack)
-        cpu_repack_run(NULL, w, out, bytes, ts_dtype_row_bytes(dt, ts_dtype_block_elems(dt)),
-                       k->repack);
+        cpu_repack_run(NULL, w, out, bytes, row_bytes, k->repack);
     else
         memcpy(out, w, bytes);
     return out;
@@ -230,7 +231,7 @@ static uint8_t *kernel_layout(const cpu_mm_kernel *k, const void *w, ts_dtype dt
 static void run_kernel(ts_pool *pool, const cpu_mm_kernel *k, const void *w, ts_dtype dt,
                        int64_t rows, int64_t cols, const float *x, int64_t ldx, int n_tok, float *y,
                        int64_t ldy) {
-    uint8_t *kw = kernel_layout(k, w, dt, ts_dtype_row_bytes(dt, cols) * (size_t)rows);
+    uint8_t *kw = kernel_layout(k, w, ts_dtype_row_bytes(dt, cols), rows);
     if (kw) run_kernel_on(pool, k, kw, dt, rows, cols, x, ldx, n_tok, y, ldy);
     free(kw);
 }
@@ -699,8 +700,7 @@ static void bench_one(ts_pool *pool, int nth, cpu_isa isa, ts_dtype dt, int64_t 
     for (int64_t i = 0; i < cols * n_tok; i++) x[i] = 0.001f * (float)(i % 1000);
     const cpu_mm_kernel *k = &TABLES[isa][dt];
     if (k->repack) /* regrouped once, as the backend's cache does */
-        cpu_repack_run(pool, w, w, total, ts_dtype_row_bytes(dt, ts_dtype_block_elems(dt)),
-                       k->repack);
+        cpu_repack_run(pool, w, w, total, ts_dtype_row_bytes(dt, cols), k->repack);
     enum { MAX_ITERS = 4096 };
     static double times[MAX_ITERS];
     int iters = 0;

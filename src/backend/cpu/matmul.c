@@ -168,13 +168,14 @@ static const cpu_mm_kernel *mm_pick(cpu_isa isa, ts_dtype dtype) {
 /* The weight bytes kernel k reads for W: W's own, or regrouped (k->repack) - from the cache,
  * or with no cache into *tmp for this call. NULL when that copy cannot be had. */
 static const uint8_t *mm_weights(ts_pool *pool, cpu_wcache *wc, const cpu_mm_kernel *k,
-                                 const ts_tensor *W, size_t bytes, uint8_t **tmp) {
+                                 const ts_tensor *W, size_t row_bytes, int64_t rows,
+                                 uint8_t **tmp) {
     const uint8_t *src = W->data;
+    const size_t bytes = row_bytes * (size_t)rows;
     if (!k->repack) return src;
-    size_t block = ts_dtype_row_bytes(W->dtype, ts_dtype_block_elems(W->dtype));
-    if (wc) return cpu_wcache_get(wc, pool, src, bytes, block, k->repack);
+    if (wc) return cpu_wcache_get(wc, pool, src, bytes, row_bytes, k->repack);
     *tmp = aligned_alloc(64, (bytes + 63) / 64 * 64);
-    if (*tmp) cpu_repack_run(pool, src, *tmp, bytes, block, k->repack);
+    if (*tmp) cpu_repack_run(pool, src, *tmp, bytes, row_bytes, k->repack);
     return *tmp;
 }
 
@@ -279,7 +280,7 @@ void cpu_matmul_n(ts_pool *pool, cpu_wcache *wc, cpu_isa isa, const ts_tensor *c
             continue;
         }
         const size_t rb = ts_dtype_row_bytes(W[j]->dtype, cols);
-        const uint8_t *w = mm_weights(pool, wc, k, W[j], rb * (size_t)rows, &tmp[j]);
+        const uint8_t *w = mm_weights(pool, wc, k, W[j], rb, rows, &tmp[j]);
         if (!w) { /* no memory for the regrouped copy: the file's layout, a kernel set lower */
             k = mm_pick_from(isa, W[j]->dtype, true);
             w = W[j]->data;

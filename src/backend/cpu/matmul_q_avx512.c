@@ -32,10 +32,11 @@
  * scales unpacked in general-purpose registers (-3%) or for two rows at once (+1%); two
  * dot-product chains (0).
  *
- * Q4_K and Q6_K weights are read regrouped (il_repack_q4k / il_repack_q6k below, made once per
- * weight by the backend's cache, weight_cache.h): the decoders above then need no permutes, and
- * on a Zen 5 core, which runs 512-bit permutes and VNNI dots once a cycle each (ands twice), a
- * hot Q4_K super-block and row went 21.7 -> 18 cycles and a Q6_K one 30 -> 24, the same bits. */
+ * Q4_K, Q6_K and Q4_0 weights are read regrouped (il_repack_q4k / _q6k / _q40 below, made once
+ * per weight by the backend's cache, weight_cache.h): the decoders above then need no permutes,
+ * and on a Zen 5 core, which runs 512-bit permutes and VNNI dots once a cycle each (ands twice),
+ * a hot Q4_K super-block and row went 21.7 -> 18 cycles, a Q6_K one 30 -> 24 and a Q4_0 chunk
+ * 21 -> 15, the same bits. */
 #include "backend/cpu/matmul_q.h"
 
 #include <immintrin.h>
@@ -75,11 +76,15 @@ void cpu_q8act_quantize_avx512(const float *x, int64_t n, void *buf) {
  * (16384 columns); 384 bytes an 8-block chunk (il_weights) */
 #define MMQ_IL_DEC_CHUNKS 64
 #define MMQ_IL_DEC_BYTES  (MMQ_R * MMQ_IL_DEC_CHUNKS * 384)
-/* Q4_K and Q6_K blocks regrouped once (il_repack_q4k / il_repack_q6k, below) */
-static void il_repack_q4k(const uint8_t *src, uint8_t *dst, size_t bytes);
-static void il_repack_q6k(const uint8_t *src, uint8_t *dst, size_t bytes);
+/* Q4_K, Q6_K and Q4_0 blocks regrouped once (il_repack_q4k / _q6k / _q40, below) */
+static void il_repack_q4k(const uint8_t *src, uint8_t *dst, size_t bytes, size_t row_bytes);
+static void il_repack_q6k(const uint8_t *src, uint8_t *dst, size_t bytes, size_t row_bytes);
+static void il_repack_q40(const uint8_t *src, uint8_t *dst, size_t bytes, size_t row_bytes);
 #define MMQ_REPACK(dt)                                                                             \
-    ((dt) == TS_DTYPE_Q4_K ? il_repack_q4k : (dt) == TS_DTYPE_Q6_K ? il_repack_q6k : NULL)
+    ((dt) == TS_DTYPE_Q4_K   ? il_repack_q4k                                                       \
+     : (dt) == TS_DTYPE_Q6_K ? il_repack_q6k                                                       \
+     : (dt) == TS_DTYPE_Q4_0 ? il_repack_q40                                                       \
+                             : NULL)
 
 #include "backend/cpu/matmul_q_simd.h"
 
@@ -110,7 +115,8 @@ static const _Alignas(64) int32_t IL_Q4K_IDX[4][16] = {
 static const _Alignas(64) int32_t IL_Q4K_NIB_SHIFT[16] = {0, 4, 0, 4, 0, 4, 0, 4,
                                                           0, 4, 0, 4, 0, 4, 0, 4};
 
-static void il_repack_q4k(const uint8_t *src, uint8_t *dst, size_t bytes) {
+static void il_repack_q4k(const uint8_t *src, uint8_t *dst, size_t bytes, size_t row_bytes) {
+    (void)row_bytes; /* rows are whole super-blocks */
     const __m512i low4 = _mm512_set1_epi8(15), sh = _mm512_load_si512(IL_Q4K_NIB_SHIFT);
     for (size_t o = 0; o < bytes; o += sizeof(ts_block_q4_K)) {
         const ts_block_q4_K *k = (const ts_block_q4_K *)(src + o);
@@ -214,7 +220,8 @@ static const _Alignas(64) int32_t IL_Q6K_SHIFT[16] = {0, 0, 4, 4, 0, 0, 4, 4,
 static const _Alignas(64) int32_t IL_Q6K_ROT[16] = {4, 2, 0, 30, 4, 2, 0, 30,
                                                     4, 2, 0, 30, 4, 2, 0, 30};
 
-static void il_repack_q6k(const uint8_t *src, uint8_t *dst, size_t bytes) {
+static void il_repack_q6k(const uint8_t *src, uint8_t *dst, size_t bytes, size_t row_bytes) {
+    (void)row_bytes; /* rows are whole super-blocks */
     const __m512i low4 = _mm512_set1_epi8(15);
     for (size_t o = 0; o < bytes; o += sizeof(ts_block_q6_K)) {
         const ts_block_q6_K *k = (const ts_block_q6_K *)(src + o);
@@ -370,21 +377,44 @@ INLINE void il_decode(ts_dtype dt, const uint8_t *p, il_weights *wt) {
         const __m256 d = _mm256_cvtph_ps(_mm512_extracti32x4_epi32(qhd, 2));
         *scale = d;
         *offset = _mm256_mul_ps(d, _mm256_set1_ps(16.0f));
-    } else {
-        const __m512i a0 = _mm512_loadu_si512(p), a1 = _mm512_loadu_si512(p + 64);
-        const __m512i b7 = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(p + 128)));
+    } else { /* Q4_0, regrouped (il_repack_q40): the 8 scales, then X_0 and X_1 */
         UNROLL(4)
         for (int h = 0; h < 2; h++) {
-            __m512i x = _mm512_permutex2var_epi16(a0, _mm512_load_si512(IL_Q40_IDX[h]), a1);
-            x = _mm512_mask_permutexvar_epi16(x, IL_BLOCK7_WORDS, _mm512_load_si512(IL_Q40_IDX7[h]),
-                                              b7);
+            const __m512i x = _mm512_loadu_si512(p + 16 + 64 * h);
             z[h] = _mm512_and_si512(x, low4);
             z[h + 2] = _mm512_and_si512(_mm512_srli_epi16(x, 4), low4);
         }
-        const __m256 d = _mm256_cvtph_ps(
-            _mm512_castsi512_si128(_mm512_permutex2var_epi16(a0, _mm512_load_si512(IL_Q40_D), a1)));
+        const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
         *scale = d;
         *offset = _mm256_mul_ps(d, _mm256_set1_ps(8.0f));
+    }
+}
+
+/* Q4_0 regrouped: each row's whole 8-block chunks (144 bytes) as the 8 fp16 scales (16 bytes),
+ * then X_0 and X_1 (64 bytes each, their low nibbles rows 0 / 1, high rows 2 / 3), where the
+ * file's layout took two permutes and two merges of block 7's words a chunk for them and one
+ * permute for the scales; a row's last n / 32 % 8 blocks stay as they are (il_tail reads them). */
+static void il_repack_q40(const uint8_t *src, uint8_t *dst, size_t bytes, size_t row_bytes) {
+    const size_t chunks = row_bytes / sizeof(ts_block_q4_0) / 8, whole = 144 * chunks;
+    for (size_t r = 0; r < bytes; r += row_bytes) {
+        for (size_t c = 0; c < whole; c += 144) {
+            const uint8_t *p = src + r + c;
+            uint8_t *o = dst + r + c;
+            const __m512i a0 = _mm512_loadu_si512(p), a1 = _mm512_loadu_si512(p + 64);
+            const __m512i b7 = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(p + 128)));
+            __m512i x[2];
+            for (int h = 0; h < 2; h++) {
+                x[h] = _mm512_permutex2var_epi16(a0, _mm512_load_si512(IL_Q40_IDX[h]), a1);
+                x[h] = _mm512_mask_permutexvar_epi16(x[h], IL_BLOCK7_WORDS,
+                                                     _mm512_load_si512(IL_Q40_IDX7[h]), b7);
+            }
+            const __m128i d = _mm512_castsi512_si128(
+                _mm512_permutex2var_epi16(a0, _mm512_load_si512(IL_Q40_D), a1));
+            _mm_storeu_si128((__m128i *)o, d);
+            _mm512_storeu_si512(o + 16, x[0]);
+            _mm512_storeu_si512(o + 80, x[1]);
+        }
+        memmove(dst + r + whole, src + r + whole, row_bytes - whole);
     }
 }
 

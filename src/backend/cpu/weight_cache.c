@@ -95,22 +95,21 @@ static bool wc_grow(cpu_wcache *c) {
 typedef struct {
     const uint8_t *src;
     uint8_t *dst;
-    size_t blocks, block_bytes;
+    size_t rows, row_bytes;
     cpu_repack_fn repack;
 } repack_job;
 
 static void repack_worker(void *ctx, int ith, int nth) {
     const repack_job *j = ctx;
-    size_t b0 = j->blocks * (size_t)ith / (size_t)nth,
-           b1 = j->blocks * (size_t)(ith + 1) / (size_t)nth;
-    if (b1 > b0)
-        j->repack(j->src + b0 * j->block_bytes, j->dst + b0 * j->block_bytes,
-                  (b1 - b0) * j->block_bytes);
+    size_t r0 = j->rows * (size_t)ith / (size_t)nth, r1 = j->rows * (size_t)(ith + 1) / (size_t)nth;
+    if (r1 > r0)
+        j->repack(j->src + r0 * j->row_bytes, j->dst + r0 * j->row_bytes, (r1 - r0) * j->row_bytes,
+                  j->row_bytes);
 }
 
-void cpu_repack_run(ts_pool *pool, const uint8_t *src, uint8_t *dst, size_t bytes,
-                    size_t block_bytes, cpu_repack_fn repack) {
-    repack_job j = {src, dst, bytes / block_bytes, block_bytes, repack};
+void cpu_repack_run(ts_pool *pool, const uint8_t *src, uint8_t *dst, size_t bytes, size_t row_bytes,
+                    cpu_repack_fn repack) {
+    repack_job j = {src, dst, bytes / row_bytes, row_bytes, repack};
     if (pool && bytes >= ((size_t)1 << 20))
         ts_pool_run(pool, repack_worker, &j);
     else
@@ -118,14 +117,14 @@ void cpu_repack_run(ts_pool *pool, const uint8_t *src, uint8_t *dst, size_t byte
 }
 
 const uint8_t *cpu_wcache_get(cpu_wcache *c, ts_pool *pool, const uint8_t *src, size_t bytes,
-                              size_t block_bytes, cpu_repack_fn repack) {
+                              size_t row_bytes, cpu_repack_fn repack) {
     if (2 * (c->used + 1) > c->cap && !wc_grow(c)) return NULL;
     wc_entry *e = wc_find(c, src, repack);
     if (e->src && wc_same_source(e, src, bytes)) return e->copy;
     /* new, or another tensor now at this address: (re)made */
     uint8_t *copy = copy_alloc(bytes);
     if (!copy) return NULL;
-    cpu_repack_run(pool, src, copy, bytes, block_bytes, repack);
+    cpu_repack_run(pool, src, copy, bytes, row_bytes, repack);
     if (e->src) {
         c->held -= e->bytes;
         copy_free(e->copy, e->bytes);

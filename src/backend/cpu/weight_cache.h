@@ -1,4 +1,5 @@
-/* Weights in a kernel's own layout. Some quantized kernels (the AVX-512 Q4_K and Q6_K tiles)
+/* Weights in a kernel's own layout. Some quantized kernels (the AVX-512 Q4_K, Q6_K and Q4_0
+ * tiles)
  * read their blocks regrouped so that decoding them takes no permutes (matmul_q_avx512.c); the
  * regrouped copy of a weight is made on its first use and kept here, keyed by the weight's data
  * pointer, until the cache is freed - as the CUDA backend keeps its device copies (a model's
@@ -13,28 +14,28 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Writes bytes bytes of weight blocks from src in a kernel's layout at dst (same size; dst may
- * be src). */
-typedef void (*cpu_repack_fn)(const uint8_t *src, uint8_t *dst, size_t bytes);
+/* Writes bytes bytes of a weight's rows (whole rows of row_bytes) from src in a kernel's layout at
+ * dst (same size; dst may be src). */
+typedef void (*cpu_repack_fn)(const uint8_t *src, uint8_t *dst, size_t bytes, size_t row_bytes);
 
 typedef struct cpu_wcache cpu_wcache;
 
 cpu_wcache *cpu_wcache_new(void);
 void cpu_wcache_free(cpu_wcache *c);
 
-/* The bytes of src (bytes long, whole blocks) in repack's layout: the cached copy, made now by
- * the pool's threads if there is none. NULL when out of memory (the caller then takes a kernel
- * that reads the file's layout). */
+/* The bytes of src (bytes long, whole rows of row_bytes) in repack's layout: the cached copy, made
+ * now by the pool's threads if there is none. NULL when out of memory (the caller then takes a
+ * kernel that reads the file's layout). */
 const uint8_t *cpu_wcache_get(cpu_wcache *c, ts_pool *pool, const uint8_t *src, size_t bytes,
-                              size_t block_bytes, cpu_repack_fn repack);
+                              size_t row_bytes, cpu_repack_fn repack);
 
 /* For tests: the copies made so far, and the bytes they hold. */
 long cpu_wcache_repacks(const cpu_wcache *c);
 size_t cpu_wcache_bytes(const cpu_wcache *c);
 
 /* src regrouped by repack into dst by the pool's threads (pool may be NULL), in slices of
- * whole blocks of block_bytes. */
-void cpu_repack_run(ts_pool *pool, const uint8_t *src, uint8_t *dst, size_t bytes,
-                    size_t block_bytes, cpu_repack_fn repack);
+ * whole rows of row_bytes. */
+void cpu_repack_run(ts_pool *pool, const uint8_t *src, uint8_t *dst, size_t bytes, size_t row_bytes,
+                    cpu_repack_fn repack);
 
 #endif
