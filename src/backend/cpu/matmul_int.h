@@ -53,9 +53,9 @@ typedef struct {
      * then quantizes x once for all threads and weights (cpu_mm_job.xq). NULL: not offered. */
     int (*act_layout)(int64_t cols);
     void (*act_quantize)(const float *x, int64_t n, void *buf);
-    /* Kernels that read their weights regrouped (the AVX-512 tiles of every quantized type but
-     * Q5_0): the regrouping of whole blocks, which cpu_matmul_n applies first (weight_cache.h);
-     * NULL: the file's layout. */
+    /* Kernels that read their weights regrouped (the AVX-512 Q4_K, Q6_K and Q4_0 tiles): the
+     * regrouping of whole blocks, which cpu_matmul_n applies first (weight_cache.h); NULL:
+     * the file's layout. */
     cpu_repack_fn repack;
 } cpu_mm_kernel;
 

@@ -32,11 +32,11 @@
  * scales unpacked in general-purpose registers (-3%) or for two rows at once (+1%); two
  * dot-product chains (0).
  *
- * Q4_K, Q6_K, Q4_0 and Q8_0 weights are read regrouped (il_repack_q4k / _q6k / _q40 / _q80
- * below, made once per weight by the backend's cache, weight_cache.h): the decoders above then
- * need no permutes, and on a Zen 5 core, which runs 512-bit permutes and VNNI dots once a cycle
- * each (ands twice), a hot Q4_K super-block and row went 21.7 -> 18 cycles, a Q6_K one 30 -> 24,
- * a Q4_0 chunk 21 -> 15 and a Q8_0 one 30 -> 18, the same bits. */
+ * Q4_K, Q6_K and Q4_0 weights are read regrouped (il_repack_q4k / _q6k / _q40 below, made once
+ * per weight by the backend's cache, weight_cache.h): the decoders above then need no permutes,
+ * and on a Zen 5 core, which runs 512-bit permutes and VNNI dots once a cycle each (ands twice),
+ * a hot Q4_K super-block and row went 21.7 -> 18 cycles, a Q6_K one 30 -> 24 and a Q4_0 chunk
+ * 21 -> 15, the same bits. */
 #include "backend/cpu/matmul_q.h"
 
 #include <immintrin.h>
@@ -76,16 +76,14 @@ void cpu_q8act_quantize_avx512(const float *x, int64_t n, void *buf) {
  * (16384 columns); 384 bytes an 8-block chunk (il_weights) */
 #define MMQ_IL_DEC_CHUNKS 64
 #define MMQ_IL_DEC_BYTES  (MMQ_R * MMQ_IL_DEC_CHUNKS * 384)
-/* Q4_K, Q6_K, Q4_0 and Q8_0 blocks regrouped once (il_repack_q4k / _q6k / _q40 / _q80) */
+/* Q4_K, Q6_K and Q4_0 blocks regrouped once (il_repack_q4k / _q6k / _q40, below) */
 static void il_repack_q4k(const uint8_t *src, uint8_t *dst, size_t bytes, size_t row_bytes);
 static void il_repack_q6k(const uint8_t *src, uint8_t *dst, size_t bytes, size_t row_bytes);
 static void il_repack_q40(const uint8_t *src, uint8_t *dst, size_t bytes, size_t row_bytes);
-static void il_repack_q80(const uint8_t *src, uint8_t *dst, size_t bytes, size_t row_bytes);
 #define MMQ_REPACK(dt)                                                                             \
     ((dt) == TS_DTYPE_Q4_K   ? il_repack_q4k                                                       \
      : (dt) == TS_DTYPE_Q6_K ? il_repack_q6k                                                       \
      : (dt) == TS_DTYPE_Q4_0 ? il_repack_q40                                                       \
-     : (dt) == TS_DTYPE_Q8_0 ? il_repack_q80                                                       \
                              : NULL)
 
 #include "backend/cpu/matmul_q_simd.h"
@@ -322,11 +320,35 @@ INLINE void il_decode(ts_dtype dt, const uint8_t *p, il_weights *wt) {
         wt->scale16 = _mm512_mul_ps(
             _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)k->scales))),
             _mm512_set1_ps(_cvtsh_ss(k->d)));
-    } else if (dt == TS_DTYPE_Q8_0) { /* regrouped (il_repack_q80): the 8 scales, the 4 rows */
+    } else if (dt == TS_DTYPE_Q8_0) {
+        /* blocks of 34 bytes: codes of block s at 34s + 2. Pairs of blocks [s | s + 1] as
+         * qwords 0-3 / 4-7; then qword k of blocks 0-3 and of 4-7 into the halves of row k */
+        __m512i pair[4], lo[2], hi[2];
         UNROLL(4)
-        for (int r = 0; r < 4; r++)
-            z[r] = _mm512_loadu_si512(p + 16 + 64 * r);
-        const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+        for (int i = 0; i < 4; i++)
+            pair[i] = _mm512_inserti64x4(
+                _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(p + 68 * i + 2))),
+                _mm256_loadu_si256((const __m256i *)(p + 68 * i + 36)), 1);
+        const __m512i k01 = _mm512_setr_epi64(0, 4, 8, 12, 1, 5, 9, 13);
+        const __m512i k23 = _mm512_setr_epi64(2, 6, 10, 14, 3, 7, 11, 15);
+        UNROLL(4)
+        for (int h = 0; h < 2; h++) {
+            lo[h] = _mm512_permutex2var_epi64(pair[2 * h], k01, pair[2 * h + 1]);
+            hi[h] = _mm512_permutex2var_epi64(pair[2 * h], k23, pair[2 * h + 1]);
+        }
+        /* signed codes + 128 as the unsigned operand; the 128 comes back through s */
+        const __m512i flip = _mm512_set1_epi8((char)0x80);
+        z[0] = _mm512_xor_si512(_mm512_shuffle_i64x2(lo[0], lo[1], 0x44), flip);
+        z[1] = _mm512_xor_si512(_mm512_shuffle_i64x2(lo[0], lo[1], 0xee), flip);
+        z[2] = _mm512_xor_si512(_mm512_shuffle_i64x2(hi[0], hi[1], 0x44), flip);
+        z[3] = _mm512_xor_si512(_mm512_shuffle_i64x2(hi[0], hi[1], 0xee), flip);
+        /* d of block s: word 17s of bytes 0..127 (s < 4), word 17s - 64 of bytes 128..255 */
+        const __m512i dlo = _mm512_permutex2var_epi16(
+            _mm512_loadu_si512(p), _mm512_load_si512(IL_Q80_D), _mm512_loadu_si512(p + 64));
+        const __m512i dhi = _mm512_permutex2var_epi16(
+            _mm512_loadu_si512(p + 128), _mm512_load_si512(IL_Q80_D), _mm512_loadu_si512(p + 192));
+        const __m256 d =
+            _mm256_cvtph_ps(_mm512_castsi512_si128(_mm512_mask_blend_epi16(0xf0, dlo, dhi)));
         *scale = d;
         *offset = _mm256_mul_ps(d, _mm256_set1_ps(128.0f));
     } else if (dt == TS_DTYPE_Q5_0) {
@@ -391,51 +413,6 @@ static void il_repack_q40(const uint8_t *src, uint8_t *dst, size_t bytes, size_t
             _mm_storeu_si128((__m128i *)o, d);
             _mm512_storeu_si512(o + 16, x[0]);
             _mm512_storeu_si512(o + 80, x[1]);
-        }
-        memmove(dst + r + whole, src + r + whole, row_bytes - whole);
-    }
-}
-
-/* Q8_0 regrouped: each row's whole 8-block chunks (272 bytes) as the 8 fp16 scales (16 bytes),
- * then the 4 rows of the interleave (cpu_q8act_interleave_q8) as the dots take them, the codes
- * already + 128; the file's layout took four 256-bit inserts, four qword permutes, four lane
- * shuffles, four xors and two word permutes a chunk for them. A row's tail blocks stay as they
- * were (il_tail). */
-static void il_repack_q80(const uint8_t *src, uint8_t *dst, size_t bytes, size_t row_bytes) {
-    const size_t chunks = row_bytes / sizeof(ts_block_q8_0) / 8, whole = 272 * chunks;
-    for (size_t r = 0; r < bytes; r += row_bytes) {
-        for (size_t c = 0; c < whole; c += 272) {
-            const uint8_t *p = src + r + c;
-            uint8_t *o = dst + r + c;
-            /* blocks of 34 bytes: codes of block s at 34s + 2. Pairs of blocks [s | s + 1] as
-             * qwords 0-3 / 4-7; then qword k of blocks 0-3 and of 4-7 into the halves of row k */
-            __m512i pair[4], lo[2], hi[2], z[4];
-            for (int i = 0; i < 4; i++)
-                pair[i] = _mm512_inserti64x4(
-                    _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(p + 68 * i + 2))),
-                    _mm256_loadu_si256((const __m256i *)(p + 68 * i + 36)), 1);
-            const __m512i k01 = _mm512_setr_epi64(0, 4, 8, 12, 1, 5, 9, 13);
-            const __m512i k23 = _mm512_setr_epi64(2, 6, 10, 14, 3, 7, 11, 15);
-            for (int h = 0; h < 2; h++) {
-                lo[h] = _mm512_permutex2var_epi64(pair[2 * h], k01, pair[2 * h + 1]);
-                hi[h] = _mm512_permutex2var_epi64(pair[2 * h], k23, pair[2 * h + 1]);
-            }
-            /* signed codes + 128 as the unsigned operand; the 128 comes back through s */
-            const __m512i flip = _mm512_set1_epi8((char)0x80);
-            z[0] = _mm512_xor_si512(_mm512_shuffle_i64x2(lo[0], lo[1], 0x44), flip);
-            z[1] = _mm512_xor_si512(_mm512_shuffle_i64x2(lo[0], lo[1], 0xee), flip);
-            z[2] = _mm512_xor_si512(_mm512_shuffle_i64x2(hi[0], hi[1], 0x44), flip);
-            z[3] = _mm512_xor_si512(_mm512_shuffle_i64x2(hi[0], hi[1], 0xee), flip);
-            /* d of block s: word 17s of bytes 0..127 (s < 4), word 17s - 64 of bytes 128..255 */
-            const __m512i dlo = _mm512_permutex2var_epi16(
-                _mm512_loadu_si512(p), _mm512_load_si512(IL_Q80_D), _mm512_loadu_si512(p + 64));
-            const __m512i dhi =
-                _mm512_permutex2var_epi16(_mm512_loadu_si512(p + 128), _mm512_load_si512(IL_Q80_D),
-                                          _mm512_loadu_si512(p + 192));
-            _mm_storeu_si128((__m128i *)o,
-                             _mm512_castsi512_si128(_mm512_mask_blend_epi16(0xf0, dlo, dhi)));
-            for (int k = 0; k < 4; k++)
-                _mm512_storeu_si512(o + 16 + 64 * k, z[k]);
         }
         memmove(dst + r + whole, src + r + whole, row_bytes - whole);
     }

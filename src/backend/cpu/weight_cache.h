@@ -1,5 +1,5 @@
-/* Weights in a kernel's own layout. Some quantized kernels (the AVX-512 tiles of Q4_K, Q6_K,
- * Q4_0 and Q8_0)
+/* Weights in a kernel's own layout. Some quantized kernels (the AVX-512 Q4_K, Q6_K and Q4_0
+ * tiles)
  * read their blocks regrouped so that decoding them takes no permutes (matmul_q_avx512.c); the
  * regrouped copy of a weight is made on its first use and kept here, keyed by the weight's data
  * pointer, until the cache is freed - as the CUDA backend keeps its device copies (a model's
