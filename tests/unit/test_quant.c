@@ -844,6 +844,33 @@ static void test_weight_cache(void) {
     /* on a machine whose kernels regroup (AVX-512 VNNI), the K-quants did */
     if (isa == CPU_ISA_AVX512) CHECK(want == 2 * (MANY + 1));
     cpu_wcache_free(wc);
+    /* a cache that may hold nothing (TESSERA_CPU_REGROUP=0): no copy, and the product of the
+     * next kernel set down that reads the file's layout, bit for bit */
+    if (isa == CPU_ISA_AVX512 && isa_ok(CPU_ISA_AVX2)) {
+        cpu_wcache *none = cpu_wcache_new();
+        CHECK(none != NULL);
+        if (none) {
+            cpu_wcache_set_limit(none, 0);
+            const size_t rb = ts_dtype_row_bytes(TS_DTYPE_Q4_K, COLS);
+            uint8_t *w0 = aligned_alloc(64, rb * ROWS);
+            for (int o = 0; o < ROWS; o++) {
+                for (int i = 0; i < COLS; i++)
+                    tmp[i] = gauss(&s) * 0.05f;
+                CHECK(ts_quantize_row(TS_DTYPE_Q4_K, tmp, w0 + (size_t)o * rb, COLS) == TS_OK);
+            }
+            ts_tensor W = {.dtype = TS_DTYPE_Q4_K,
+                           .n_dims = 2,
+                           .shape = {ROWS, COLS, 1, 1},
+                           .data = w0,
+                           .nbytes = rb * ROWS};
+            cpu_matmul(NULL, NULL, CPU_ISA_AVX2, &W, x, COLS, 1, y0, ROWS);
+            cpu_matmul(NULL, none, isa, &W, x, COLS, 1, y1, ROWS);
+            CHECK(!memcmp(y0, y1, sizeof(float) * ROWS) && cpu_wcache_repacks(none) == 0 &&
+                  cpu_wcache_bytes(none) == 0);
+            free(w0);
+            cpu_wcache_free(none);
+        }
+    }
     free(x), free(tmp), free(y0), free(y1);
 }
 

@@ -92,6 +92,10 @@ ts_status ts_backend_cpu_create(int n_threads, int isa, ts_backend **out) {
         free(ctx);
         return ts_error(TS_ERR_NOMEM, "cpu backend: out of memory");
     }
+    /* TESSERA_CPU_REGROUP=0: no regrouped copies of quantized weights (less memory; those
+     * weights then take the AVX2 kernels, which read the file's layout) */
+    const char *rg = getenv("TESSERA_CPU_REGROUP");
+    if (rg && !strcmp(rg, "0")) cpu_wcache_set_limit(ctx->wc, 0);
     ctx->isa = chosen;
     be->ops = &cpu_ops;
     be->ctx = ctx;

@@ -29,6 +29,10 @@ void cpu_wcache_free(cpu_wcache *c);
 const uint8_t *cpu_wcache_get(cpu_wcache *c, ts_pool *pool, const uint8_t *src, size_t bytes,
                               size_t row_bytes, cpu_repack_fn repack);
 
+/* The most bytes the copies may hold (default: no limit); a weight that would pass it gets no
+ * copy, and its product runs on a kernel that reads the file's layout. 0: no copies at all. */
+void cpu_wcache_set_limit(cpu_wcache *c, size_t bytes);
+
 /* For tests: the copies made so far, and the bytes they hold. */
 long cpu_wcache_repacks(const cpu_wcache *c);
 size_t cpu_wcache_bytes(const cpu_wcache *c);
