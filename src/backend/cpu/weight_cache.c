@@ -167,7 +167,8 @@ const uint8_t *cpu_wcache_get(cpu_wcache *c, ts_pool *pool, const uint8_t *src, 
     wc_entry *e = wc_find(c, src, repack);
     if (e->src && wc_same_source(e, src, bytes)) return e->copy;
     /* new, or another tensor now at this address: (re)made, within the limit */
-    if (bytes > c->limit - (c->held - (e->src ? e->bytes : 0))) return NULL;
+    const size_t others = c->held - (e->src ? e->bytes : 0);
+    if (others > c->limit || bytes > c->limit - others) return NULL;
     uint8_t *copy = copy_alloc(c, bytes);
     if (!copy) return NULL;
     cpu_repack_run(pool, src, copy, bytes, row_bytes, repack);
