@@ -213,26 +213,21 @@ static void run_kernel_on(ts_pool *pool, const cpu_mm_kernel *k, const void *w, 
     ts_pool_run(pool, run_worker, &c);
 }
 
-/* bytes of weights in the layout kernel k reads (regrouped when k->repack): a new buffer */
-static uint8_t *kernel_layout(const cpu_mm_kernel *k, const void *w, size_t row_bytes,
-                              int64_t rows) {
-    const size_t bytes = row_bytes * (size_t)rows;
-    uint8_t *out = aligned_alloc(64, (bytes + 63) / 64 * 64);
-    CHECK(out != NULL);
-    if (!out) return NULL;
-    if (k->repack)
-        cpu_repack_run(NULL, w, out, bytes, row_bytes, k->repack);
-    else
-        memcpy(out, w, bytes);
-    return out;
-}
-
-/* The same on weights in the file's layout (regrouped first where the kernel wants them so). */
+/* The same on weights in the file's layout (regrouped first, into a buffer of this call, where
+ * the kernel reads them so). */
 static void run_kernel(ts_pool *pool, const cpu_mm_kernel *k, const void *w, ts_dtype dt,
                        int64_t rows, int64_t cols, const float *x, int64_t ldx, int n_tok, float *y,
                        int64_t ldy) {
-    uint8_t *kw = kernel_layout(k, w, ts_dtype_row_bytes(dt, cols), rows);
-    if (kw) run_kernel_on(pool, k, kw, dt, rows, cols, x, ldx, n_tok, y, ldy);
+    if (!k->repack) {
+        run_kernel_on(pool, k, w, dt, rows, cols, x, ldx, n_tok, y, ldy);
+        return;
+    }
+    const size_t rb = ts_dtype_row_bytes(dt, cols), bytes = rb * (size_t)rows;
+    uint8_t *kw = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    CHECK(kw != NULL);
+    if (!kw) return;
+    cpu_repack_run(NULL, w, kw, bytes, rb, k->repack);
+    run_kernel_on(pool, k, kw, dt, rows, cols, x, ldx, n_tok, y, ldy);
     free(kw);
 }
 

@@ -54,7 +54,7 @@ typedef struct {
     int (*act_layout)(int64_t cols);
     void (*act_quantize)(const float *x, int64_t n, void *buf);
     /* Kernels that read their weights regrouped (the AVX-512 Q4_K, Q6_K and Q4_0 tiles): the
-     * regrouping of whole blocks, which cpu_matmul_n applies first (weight_cache.h); NULL:
+     * regrouping of whole rows, which cpu_matmul_n applies first (weight_cache.h); NULL:
      * the file's layout. */
     cpu_repack_fn repack;
 } cpu_mm_kernel;

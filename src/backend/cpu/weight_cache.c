@@ -23,10 +23,10 @@ typedef struct {
  * order the copies are made - a model's first step, so the order its weights are used - and
  * committed with 2 MB pages asked for (madvise), since a decode step streams every weight once
  * and 4 KB pages cost a page walk each 4 KB. In that order, the prefetch a kernel runs past the
- * end of one weight reaches the start of the next one used; copies each in a mapping of its
- * own lay wherever the kernel put them (downward, one after another), and every product began
- * cold: the Gemma 3 270M GGUF decoded 20% slower so. A copy that the range cannot take gets a
- * mapping of its own; a replaced copy's space is not reused until the cache is freed. */
+ * end of one weight reaches the start of the next one used, as it did in the file, where
+ * mappings of their own would lie wherever the kernel put them (downward, one below the other;
+ * the difference was not measured apart). A copy that the range cannot take gets a mapping of
+ * its own; a replaced copy's space is not reused until the cache is freed. */
 #define WC_RESERVE ((size_t)64 << 30)
 #define WC_HUGE    ((size_t)2 << 20)
 

@@ -1,7 +1,6 @@
 /* Weights in a kernel's own layout. Some quantized kernels (the AVX-512 Q4_K, Q6_K and Q4_0
- * tiles)
- * read their blocks regrouped so that decoding them takes no permutes (matmul_q_avx512.c); the
- * regrouped copy of a weight is made on its first use and kept here, keyed by the weight's data
+ * tiles) read their blocks regrouped so that decoding them takes no permutes (matmul_q_avx512.c);
+ * the regrouped copy of a weight is made on its first use and kept here, keyed by the weight's data
  * pointer, until the cache is freed - as the CUDA backend keeps its device copies (a model's
  * tensors stay put while it is open). A lookup checks the size and the first and last bytes of
  * the source, so that a different tensor later allocated at the same address (tests) is
@@ -24,8 +23,8 @@ cpu_wcache *cpu_wcache_new(void);
 void cpu_wcache_free(cpu_wcache *c);
 
 /* The bytes of src (bytes long, whole rows of row_bytes) in repack's layout: the cached copy, made
- * now by the pool's threads if there is none. NULL when out of memory (the caller then takes a
- * kernel that reads the file's layout). */
+ * now by the pool's threads if there is none. NULL when out of memory or past the limit below
+ * (the caller then takes a kernel that reads the file's layout). */
 const uint8_t *cpu_wcache_get(cpu_wcache *c, ts_pool *pool, const uint8_t *src, size_t bytes,
                               size_t row_bytes, cpu_repack_fn repack);
 
