@@ -4,20 +4,22 @@
  * derived from the int8 activation rounding) and against the scalar kernel; 1 and 2 threads;
  * the same bits for a token alone and inside a batch. `test_quant --bench` prints decode GB/s
  * (from DRAM, or `hot`: from L2) and prefill GFLOP/s instead (not run by CTest). */
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/mman.h>
-#include <time.h>
-
 #include "backend/cpu/bandwidth.h"
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/matmul_q.h"
 #include "backend/cpu/quant.h"
 #include "base/cpu.h"
 #include "base/half.h"
+#include "base/mmapfile.h"
 #include "testutil.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
 
 #define SENTINEL 777.25f
 
@@ -869,6 +871,66 @@ static void test_weight_cache(void) {
     free(x), free(tmp), free(y0), free(y1);
 }
 
+/* A weight of a model file that the cache regrouped gives its file's pages back
+ * (ts_mmap_release): resident memory grows by much less than the copy (without that, by the
+ * whole copy), while the source still reads the file's bytes and the product keeps its bits. */
+static void test_weight_cache_release(void) {
+    enum { COLS = 4096, ROWS = 7296, DISTINCT = 64 }; /* ~16 MB of Q4_K: a mapped file */
+    const cpu_isa isa = cpu_isa_best();
+    if (!isa_ok(isa)) return;
+    const ts_dtype dt = TS_DTYPE_Q4_K;
+    const size_t rb = ts_dtype_row_bytes(dt, COLS), bytes = rb * ROWS;
+    unsigned long long s = 0x6e1ea5eull;
+    uint8_t *ref = malloc(bytes);
+    float *x = malloc(sizeof(float) * COLS), *y0 = malloc(sizeof(float) * ROWS),
+          *y1 = malloc(sizeof(float) * ROWS);
+    char path[128];
+    snprintf(path, sizeof path, "%s/ts_wcache_%d.bin", tu_env("TMPDIR", "/tmp"), (int)getpid());
+    FILE *f = fopen(path, "wb");
+    CHECK(ref && x && y0 && y1 && f);
+    if (!ref || !x || !y0 || !y1 || !f) goto out;
+    for (int i = 0; i < COLS; i++)
+        x[i] = gauss(&s);
+    for (int o = 0; o < DISTINCT; o++) { /* then repeated: quantizing 7296 rows takes long */
+        float row[COLS];
+        for (int i = 0; i < COLS; i++)
+            row[i] = gauss(&s) * 0.05f;
+        CHECK(ts_quantize_row(dt, row, ref + (size_t)o * rb, COLS) == TS_OK);
+    }
+    for (int o = DISTINCT; o < ROWS; o++)
+        memcpy(ref + (size_t)o * rb, ref + (size_t)(o % DISTINCT) * rb, rb);
+    CHECK(fwrite(ref, 1, bytes, f) == bytes);
+    fclose(f);
+    ts_mmap m;
+    CHECK(ts_mmap_open(path, &m) == TS_OK);
+    unlink(path); /* the open file stays readable */
+    if (!m.data) goto out;
+    for (size_t i = 0; i < m.size; i += 4096)
+        (void)((const volatile uint8_t *)m.data)[i]; /* resident, as a loaded model's weights */
+    ts_tensor W = {
+        .dtype = dt, .n_dims = 2, .shape = {ROWS, COLS, 1, 1}, .data = m.data, .nbytes = bytes};
+    ts_tensor R = W;
+    R.data = ref;
+    cpu_wcache *wc = cpu_wcache_new();
+    const size_t before = ts_rss_bytes();
+    cpu_matmul(NULL, wc, isa, &W, x, COLS, 1, y1, ROWS);
+    const size_t after = ts_rss_bytes();
+    cpu_matmul(NULL, NULL, isa, &R, x, COLS, 1, y0, ROWS);
+    CHECK(!memcmp(y0, y1, sizeof(float) * ROWS));
+    if (TABLES[isa][dt].repack) {
+        CHECK(cpu_wcache_bytes(wc) == bytes);
+        CHECKF(after < before + bytes / 2, "resident %zu -> %zu bytes with a %zu-byte copy", before,
+               after, bytes);
+    }
+    CHECK(!memcmp(m.data, ref, bytes)); /* read back from the file */
+    cpu_matmul(NULL, wc, isa, &W, x, COLS, 1, y1, ROWS);
+    CHECK(!memcmp(y0, y1, sizeof(float) * ROWS) && cpu_wcache_repacks(wc) <= 1);
+    cpu_wcache_free(wc);
+    ts_mmap_close(&m);
+out:
+    free(ref), free(x), free(y0), free(y1);
+}
+
 int main(int argc, char **argv) {
     if (argc > 1 && !strcmp(argv[1], "--bench")) return bench(argc, argv);
     test_errors();
@@ -883,5 +945,6 @@ int main(int argc, char **argv) {
     test_split_invariance();
     test_shared_activations();
     test_weight_cache();
+    test_weight_cache_release();
     return tu_report("test_quant");
 }

@@ -2,6 +2,8 @@
  * (source pointer, repack function), linear probing, grown to keep it at most half full. */
 #include "backend/cpu/weight_cache.h"
 
+#include "base/mmapfile.h"
+
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -172,6 +174,10 @@ const uint8_t *cpu_wcache_get(cpu_wcache *c, ts_pool *pool, const uint8_t *src, 
     uint8_t *copy = copy_alloc(c, bytes);
     if (!copy) return NULL;
     cpu_repack_run(pool, src, copy, bytes, row_bytes, repack);
+    /* the kernels read the copy from now on: the source's memory goes back to the model file
+     * (its pages read from there again if an embedding lookup or this cache's check wants them),
+     * so that a regrouped model takes about its own size in memory, not twice it */
+    ts_mmap_release(src, bytes);
     if (e->src) {
         c->held -= e->bytes;
         copy_free(c, e->copy, e->bytes);

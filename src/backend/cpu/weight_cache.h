@@ -4,7 +4,9 @@
  * pointer, until the cache is freed - as the CUDA backend keeps its device copies (a model's
  * tensors stay put while it is open). A lookup checks the size and the first and last bytes of
  * the source, so that a different tensor later allocated at the same address (tests) is
- * regrouped anew instead of served stale. Used by one thread at a time (the backend's). */
+ * regrouped anew instead of served stale. Once a weight is regrouped, its source's pages are given
+ * back to the model file (ts_mmap_release): they hold the same bytes and are read again from the
+ * file where something still wants them. Used by one thread at a time (the backend's). */
 #ifndef TS_BACKEND_CPU_WEIGHT_CACHE_H
 #define TS_BACKEND_CPU_WEIGHT_CACHE_H
 
