@@ -1,8 +1,9 @@
 /* Weights on the device: each tensor is uploaded the first time an op uses it and kept until the
  * backend is destroyed, keyed by its host data pointer (a model's tensors stay put while it is
- * open). Every weight type keeps its blocks on the device - the kernels decode them as they
- * stream them - and Q6_K's, Q8_0's, Q4_0's and Q5_0's are regrouped for alignment (cuda_int.cuh,
- * q6k_dev_block, q32_dev_codes). */
+ * open), its host pages then given back to the model file (ts_mmap_release). Every weight type
+ * keeps its blocks on the device - the kernels decode them as they stream them - and Q6_K's,
+ * Q8_0's, Q4_0's and Q5_0's are regrouped for alignment (cuda_int.cuh, q6k_dev_block,
+ * q32_dev_codes). */
 #include "backend/cuda/cuda_int.cuh"
 
 #include <stdio.h>
@@ -12,6 +13,7 @@
 
 extern "C" {
 #include "backend/cpu/matmul.h"
+#include "base/mmapfile.h"
 }
 
 struct cuda_wentry {
@@ -166,6 +168,10 @@ bool cuda_weight(cuda_ctx *c, const ts_tensor *W, cuda_wview *out) {
     }
     v.data = dev;
     c->weights->map[W->data] = cuda_wentry{v, W->dtype, W->nbytes};
+    /* the kernels read the device's copy from now on: the host's pages go back to the model file
+     * (read from there again if the host's embedding lookup wants rows of them), so that the
+     * host does not hold a second copy of the model */
+    ts_mmap_release(W->data, W->nbytes);
     *out = v;
     return true;
 }
