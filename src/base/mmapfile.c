@@ -61,7 +61,8 @@ typedef struct {
     size_t size;
     int fd;         /* -1: a file mapping */
     uint8_t *asked; /* copy: a bit a 4 KiB page, set once a release covered it */
-    uint8_t *gone;  /* copy: a byte a huge page (from base rounded down), 1 once given back */
+    uint8_t *gone;  /* copy: a byte a huge page (from base rounded down), 1 once given back (or
+                     * made anew after a failed remap: not tried again) */
 } mm_open;
 
 static pthread_mutex_t mm_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -199,6 +200,7 @@ static size_t copy_release(mm_open *f, uintptr_t lo, uintptr_t hi) {
     for (uintptr_t h = lo & ~(MM_HUGE - 1); h < hi; h += MM_HUGE) {
         uint8_t *gone = &f->gone[(h - h0) / MM_HUGE];
         if (*gone) continue;
+        /* u0 < u1: this huge page holds a page of [lo, hi), which lies inside the copy */
         const uintptr_t u0 = h < b ? b : h,
                         u1 = h + MM_HUGE > end ? end & ~(page - 1) : h + MM_HUGE;
         size_t missing = 0;
@@ -206,7 +208,7 @@ static size_t copy_release(mm_open *f, uintptr_t lo, uintptr_t hi) {
             const size_t k = (a - b) / page;
             if (!(f->asked[k / 8] & (1u << (k % 8)))) missing += page;
         }
-        if (u1 <= u0 || missing > MM_GAP) continue;
+        if (missing > MM_GAP) continue;
         if (remap_from_file(f, (unsigned char *)u0, u1 - u0)) given += u1 - u0;
         *gone = 1;
     }

@@ -51,7 +51,8 @@ static void touch(const ts_mmap *m) {
 
 /* One file, opened as ts_mmap_open chooses (huge_pages: as it does for a big file; else the
  * variable that keeps the mapping): a middle span given back lowers the resident memory by about
- * its size, the bytes stay the pattern, and the count returned is the span's whole pages. */
+ * what the call returns - the span's whole 4 KiB pages, or for the copy its 2 MiB pages that the
+ * span covers but for at most 64 KiB - and the bytes stay the pattern. */
 static void check_release(const char *name, size_t size, bool huge_pages) {
     char path[128];
     snprintf(path, sizeof path, "%s/%s", tmpdir, name);

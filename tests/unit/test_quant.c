@@ -901,6 +901,7 @@ static void test_weight_cache_release(void) {
         memcpy(ref + (size_t)o * rb, ref + (size_t)(o % DISTINCT) * rb, rb);
     CHECK(fwrite(ref, 1, bytes, f) == bytes);
     fclose(f);
+    f = NULL;
     ts_mmap m;
     CHECK(ts_mmap_open(path, &m) == TS_OK);
     unlink(path); /* the open file stays readable */
@@ -928,6 +929,7 @@ static void test_weight_cache_release(void) {
     cpu_wcache_free(wc);
     ts_mmap_close(&m);
 out:
+    if (f) fclose(f), unlink(path);
     free(ref), free(x), free(y0), free(y1);
 }
 
