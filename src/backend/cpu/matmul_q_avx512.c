@@ -76,6 +76,8 @@ void cpu_q8act_quantize_avx512(const float *x, int64_t n, void *buf) {
  * (16384 columns); 384 bytes an 8-block chunk (il_weights) */
 #define MMQ_IL_DEC_CHUNKS 64
 #define MMQ_IL_DEC_BYTES  (MMQ_R * MMQ_IL_DEC_CHUNKS * 384)
+/* one or two tokens over rows of whole chunks: mmq_il_stream (below) */
+#define MMQ_IL_STREAM 1
 /* Q4_K, Q6_K and Q4_0 blocks regrouped once (il_repack_q4k / _q6k / _q40, below) */
 static void il_repack_q4k(const uint8_t *src, uint8_t *dst, size_t bytes, size_t row_bytes);
 static void il_repack_q6k(const uint8_t *src, uint8_t *dst, size_t bytes, size_t row_bytes);
@@ -563,21 +565,27 @@ INLINE void il_q6k_accumulate(const il_weights *wt, const cpu_q8act *A, int64_t 
     }
 }
 
+/* Chunk ch's activation scales for il_q6k_accumulate, T tokens: da2 and s16x32 above. */
+INLINE void il_q6k_chunk_scales(const cpu_q8act *A, int64_t ch, int T, __m512 *da2,
+                                __m512 *s16x32) {
+    const __m512i even_odd =
+        _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+    UNROLL(8)
+    for (int t = 0; t < T; t++) {
+        da2[t] = _mm512_broadcast_f32x8(_mm256_loadu_ps(A[t].d + 8 * ch));
+        s16x32[t] =
+            _mm512_mul_ps(_mm512_permutexvar_ps(even_odd, _mm512_loadu_ps(A[t].s16 + 16 * ch)),
+                          _mm512_set1_ps(32.0f));
+    }
+}
+
 INLINE void il_rows_q6k(const uint8_t *const *w, const uint8_t *pf, size_t pf_step,
                         const cpu_q8act *A, int64_t chunks, __m512 acc[MMQ_R][MMQ_T], int q0,
                         int RS, int T, const il_weights *dec) {
-    const __m512i even_odd =
-        _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
     for (int64_t ch = 0; ch < chunks; ch++) {
         if (pf) mmq_prefetch_step(pf, (size_t)ch, (int)pf_step);
         __m512 da2[MMQ_T], s16x32[MMQ_T];
-        UNROLL(8)
-        for (int t = 0; t < T; t++) {
-            da2[t] = _mm512_broadcast_f32x8(_mm256_loadu_ps(A[t].d + 8 * ch));
-            s16x32[t] =
-                _mm512_mul_ps(_mm512_permutexvar_ps(even_odd, _mm512_loadu_ps(A[t].s16 + 16 * ch)),
-                              _mm512_set1_ps(32.0f));
-        }
+        il_q6k_chunk_scales(A, ch, T, da2, s16x32);
         UNROLL(8)
         for (int q = q0; q < q0 + RS; q++) {
             if (dec) {
@@ -590,6 +598,108 @@ INLINE void il_rows_q6k(const uint8_t *const *w, const uint8_t *pf, size_t pf_st
                 il_q6k_accumulate(&wt, A, ch, da2, s16x32, acc[q], T);
             }
         }
+    }
+}
+
+/* Q6_K's 16-lane sums of R rows, T tokens, as the 8 lanes the other types keep. */
+INLINE void il_q6k_fold(__m512 acc16[MMQ_R][MMQ_T], __m256 acc[MMQ_R][MMQ_T], int R, int T) {
+    UNROLL(8)
+    for (int q = 0; q < R; q++) {
+        UNROLL(8)
+        for (int t = 0; t < T; t++)
+            acc[q][t] = _mm256_add_ps(_mm512_castps512_ps256(acc16[q][t]),
+                                      _mm512_extractf32x8_ps(acc16[q][t], 1));
+    }
+}
+
+/* Decode of one or two tokens (seq, mmq_run) over rows of whole chunks: the job's rows as one
+ * stream in passes of two rows (which share each chunk's activations and Q6_K's per-chunk
+ * scales; every type went best so, Q8_0 included: a row a pass was 5% slower, four rows 4%),
+ * each chunk step asking for the lines pf bytes past the bytes it has reached - one running
+ * line offset over the job's weights and on past their end - into L1 (prefetcht0). The same
+ * operations per row as mmq_il_tile, so the same bits.
+ *
+ * Against the row-block tile (4 rows a block and their setup, the next row block prefetched
+ * into L2), on the Intel Xeon VM: 0.8B tg128 Q4_K_M +12-18%, Q4_0 +12-15%, Q8_0 +15%
+ * (bench/RESULTS.md). Neither part gains alone: the stream with prefetcht1 gained ~5%, the
+ * tile with prefetcht0 lost 10% (its distance, whole row blocks, is 8 KB for rows of 3584
+ * columns). */
+/* Lines from *done (an offset from the 64-aligned base) up to end, asked for pf bytes on. */
+INLINE void il_stream_prefetch(const uint8_t *base, size_t *done, size_t end, size_t pf) {
+    size_t d = *done;
+    for (; d < end; d += 64)
+        _mm_prefetch((const char *)base + d + pf, _MM_HINT_T0);
+    *done = d;
+}
+
+/* One pass: RS rows from w[0] (contiguous), T tokens, their sums into y. */
+INLINE void il_stream_pass(ts_dtype dt, const uint8_t *const *w, const uint8_t *base, size_t *done,
+                           size_t pf, const cpu_q8act *A, int64_t chunks, float *y, int64_t ldy,
+                           int RS, int T) {
+    const size_t cb = (size_t)il_chunk_bytes(dt);
+    size_t end = (size_t)(w[0] - base);
+    __m256 acc[MMQ_R][MMQ_T];
+    if (dt == TS_DTYPE_Q6_K) { /* as il_rows_q6k */
+        __m512 acc16[MMQ_R][MMQ_T];
+        UNROLL(8)
+        for (int q = 0; q < RS; q++) {
+            UNROLL(8)
+            for (int t = 0; t < T; t++)
+                acc16[q][t] = _mm512_setzero_ps();
+        }
+        for (int64_t ch = 0; ch < chunks; ch++) {
+            end += (size_t)RS * cb;
+            il_stream_prefetch(base, done, end, pf);
+            __m512 da2[MMQ_T], s16x32[MMQ_T];
+            il_q6k_chunk_scales(A, ch, T, da2, s16x32);
+            UNROLL(8)
+            for (int q = 0; q < RS; q++) {
+                il_weights wt;
+                il_decode(dt, w[q] + cb * (size_t)ch, &wt);
+                il_q6k_accumulate(&wt, A, ch, da2, s16x32, acc16[q], T);
+            }
+        }
+        il_q6k_fold(acc16, acc, RS, T);
+    } else {
+        UNROLL(8)
+        for (int q = 0; q < RS; q++) {
+            UNROLL(8)
+            for (int t = 0; t < T; t++)
+                acc[q][t] = _mm256_setzero_ps();
+        }
+        for (int64_t ch = 0; ch < chunks; ch++) {
+            end += (size_t)RS * cb;
+            il_stream_prefetch(base, done, end, pf);
+            UNROLL(8)
+            for (int q = 0; q < RS; q++) {
+                il_weights wt;
+                il_decode(dt, w[q] + cb * (size_t)ch, &wt);
+                il_accumulate(dt, &wt, A, ch, acc[q], T);
+            }
+        }
+    }
+    mmq_tile_close(acc, RS, T, RS, y, ldy);
+}
+
+INLINE void mmq_il_stream(ts_dtype dt, const uint8_t *w0, size_t rb, int64_t rows,
+                          const uint8_t *act, size_t ab, int64_t n, float *y, int64_t ldy, int T,
+                          size_t pf_bytes) {
+    cpu_q8act A[MMQ_T];
+    UNROLL(8)
+    for (int t = 0; t < T; t++)
+        A[t] = cpu_q8act_view((uint8_t *)act + (size_t)t * ab, n);
+    const int64_t chunks = n / 256;
+    const uint8_t *base = (const uint8_t *)((uintptr_t)w0 & ~(uintptr_t)63);
+    const size_t pf = (pf_bytes + 63) & ~(size_t)63;
+    size_t done = 0;
+    int64_t r = 0;
+    for (; r + 2 <= rows; r += 2) {
+        const uint8_t *w[MMQ_R] = {w0 + (size_t)r * rb, w0 + (size_t)(r + 1) * rb};
+        il_stream_pass(dt, w, base, &done, pf, A, chunks, y + r, ldy, 2, T);
+    }
+    if (r < rows) { /* an odd last row */
+        const uint8_t *w[MMQ_R] = {w0 + (size_t)r * rb};
+        il_stream_pass(dt, w, base, &done, pf, A, chunks, y + r, ldy, 1, T);
     }
 }
 
@@ -608,7 +718,8 @@ INLINE void mmq_il_tile(ts_dtype dt, const uint8_t *const *w, const uint8_t *pf,
     const int cb = il_chunk_bytes(dt);
     const size_t pf_step = mmq_chunk_pf_step(pf, n, cb, bb);
     il_weights *dec = dec_state ? (il_weights *)decbuf : NULL;
-    /* seq (mmq_run: cpu_seq_rows), one or two tokens: the row block in passes of seq_rows
+    /* seq (mmq_run: cpu_seq_rows), one or two tokens where rows end in a tail of blocks (rows
+     * of whole chunks take mmq_il_stream instead): the row block in passes of seq_rows
      * rows, each over its whole rows with its share of the next row block's prefetch, so that
      * memory sees one or two streams instead of four interleaved ones. Two rows a pass share
      * each chunk's activations; Q8_0, whose decode is lightest, goes best a row a pass (Intel
@@ -656,13 +767,7 @@ INLINE void mmq_il_tile(ts_dtype dt, const uint8_t *const *w, const uint8_t *pf,
         } else {
             il_rows_q6k(w, pf, pf_step, A, chunks, acc16, 0, MMQ_R, T, dec);
         }
-        UNROLL(8)
-        for (int q = 0; q < MMQ_R; q++) {
-            UNROLL(8)
-            for (int t = 0; t < T; t++)
-                acc[q][t] = _mm256_add_ps(_mm512_castps512_ps256(acc16[q][t]),
-                                          _mm512_extractf32x8_ps(acc16[q][t], 1));
-        }
+        il_q6k_fold(acc16, acc, MMQ_R, T);
     } else if (seq) {
         for (int q = 0; q < MMQ_R; q += seq_rows)
             il_rows(dt, w, SEQ_PF(q), seq_step, A, chunks, acc, q, seq_rows, T, dec);

@@ -365,6 +365,11 @@ INLINE size_t mmq_chunk_pf_step(const uint8_t *pf, int64_t n, int cb, int bb) {
 INLINE void mmq_il_tile(ts_dtype dt, const uint8_t *const *w, const uint8_t *pf, const uint8_t *act,
                         size_t ab, int64_t n, float *y, int64_t ldy, int nr, int T, uint8_t *decbuf,
                         int dec_state, bool seq);
+#ifdef MMQ_IL_STREAM
+INLINE void mmq_il_stream(ts_dtype dt, const uint8_t *w0, size_t rb, int64_t rows,
+                          const uint8_t *act, size_t ab, int64_t n, float *y, int64_t ldy, int T,
+                          size_t pf_bytes);
+#endif
 #else
 #define MMQ_HAS_IL 0
 #define MMQ_IL(dt) 0
@@ -448,6 +453,18 @@ INLINE void mmq_run(ts_dtype dt, const cpu_mm_job *j, int64_t r0, int64_t r1) {
             MMQ_QUANTIZE(j->x + (int64_t)(t0 + t) * j->ldx, n, buf + (size_t)t * ab);
             cpu_q8act_arrange(layout, n, buf + (size_t)t * ab);
         }
+#ifdef MMQ_IL_STREAM
+        /* one or two tokens over rows of whole chunks: the rows as one stream */
+        if (il && seq && nt <= 2 && n % 256 == 0) {
+            const uint8_t *w0 = j->w + (size_t)r0 * rb;
+            float *y = j->y + (int64_t)t0 * j->ldy + r0;
+            if (nt == 1)
+                mmq_il_stream(dt, w0, rb, r1 - r0, tile, ab, n, y, j->ldy, 1, pf_bytes);
+            else
+                mmq_il_stream(dt, w0, rb, r1 - r0, tile, ab, n, y, j->ldy, 2, pf_bytes);
+            continue;
+        }
+#endif
         for (int64_t r = r0; r < r1; r += MMQ_R) {
             const int nr = r1 - r < MMQ_R ? (int)(r1 - r) : MMQ_R;
             const uint8_t *w[MMQ_R];
