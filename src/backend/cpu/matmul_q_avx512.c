@@ -615,20 +615,27 @@ INLINE void il_q6k_fold(__m512 acc16[MMQ_R][MMQ_T], __m256 acc[MMQ_R][MMQ_T], in
 /* Decode of one or two tokens (seq, mmq_run) over rows of whole chunks: the job's rows as one
  * stream in passes of two rows (which share each chunk's activations and Q6_K's per-chunk
  * scales; every type went best so, Q8_0 included: a row a pass was 5% slower, four rows 4%),
- * each chunk step asking for the lines pf bytes past the bytes it has reached - one running
- * line offset over the job's weights and on past their end - into L1 (prefetcht0). The same
- * operations per row as mmq_il_tile, so the same bits.
+ * each chunk step asking for the lines pf bytes past the bytes it has reached into L1
+ * (prefetcht0) and those 3 pf bytes past into L2 (prefetcht1) - one running line offset over
+ * the job's weights and on past their end. The same operations per row as mmq_il_tile, so the
+ * same bits.
  *
  * Against the row-block tile (4 rows a block and their setup, the next row block prefetched
- * into L2), on the Intel Xeon VM: 0.8B tg128 Q4_K_M +12-18%, Q4_0 +12-15%, Q8_0 +15%
- * (bench/RESULTS.md). Neither part gains alone: the stream with prefetcht1 gained ~5%, the
- * tile with prefetcht0 lost 10% (its distance, whole row blocks, is 8 KB for rows of 3584
- * columns). */
-/* Lines from *done (an offset from the 64-aligned base) up to end, asked for pf bytes on. */
+ * into L2), on the Intel Xeon VM: 0.8B tg128 Q4_K_M +12-18%, Q4_0 +12-15%, Q8_0 +15% with the
+ * L1 prefetch alone; the L2 one then Q4_K_M +13-17%, Q4_0 +10-13%, Q8_0 +10-16%
+ * (bench/RESULTS.md). Neither part of the first step gains alone: the stream with prefetcht1
+ * (2 KB on) gained ~5%, the tile with prefetcht0 lost 10% (its distance, whole row blocks, is
+ * 8 KB for rows of 3584 columns). The L2 distance 2, 3, 4 or 6 pf (prefetcht1; prefetcht2
+ * alike) gave +8-13%, level within the noise. */
+
+/* Lines from *done (an offset from the 64-aligned base) up to end, asked for pf bytes on into
+ * L1 and 3 pf bytes on into L2. */
 INLINE void il_stream_prefetch(const uint8_t *base, size_t *done, size_t end, size_t pf) {
     size_t d = *done;
-    for (; d < end; d += 64)
+    for (; d < end; d += 64) {
         _mm_prefetch((const char *)base + d + pf, _MM_HINT_T0);
+        _mm_prefetch((const char *)base + d + 3 * pf, _MM_HINT_T1);
+    }
     *done = d;
 }
 
