@@ -76,7 +76,7 @@ void cpu_q8act_quantize_avx512(const float *x, int64_t n, void *buf) {
  * (16384 columns); 384 bytes an 8-block chunk (il_weights) */
 #define MMQ_IL_DEC_CHUNKS 64
 #define MMQ_IL_DEC_BYTES  (MMQ_R * MMQ_IL_DEC_CHUNKS * 384)
-/* one or two tokens over rows of whole chunks: mmq_il_stream (below) */
+/* one or two tokens: mmq_il_stream (below) */
 #define MMQ_IL_STREAM 1
 /* Q4_K, Q6_K and Q4_0 blocks regrouped once (il_repack_q4k / _q6k / _q40, below) */
 static void il_repack_q4k(const uint8_t *src, uint8_t *dst, size_t bytes, size_t row_bytes);
@@ -420,6 +420,11 @@ static void il_repack_q40(const uint8_t *src, uint8_t *dst, size_t bytes, size_t
     }
 }
 
+/* The bytes of one block of 32 of the types whose rows may end in a tail of blocks. */
+INLINE int il_block_bytes(ts_dtype dt) {
+    return dt == TS_DTYPE_Q8_0 ? 34 : dt == TS_DTYPE_Q5_0 ? 22 : 18;
+}
+
 /* The bytes of one chunk of 8 blocks (a K-quant super-block). */
 INLINE int il_chunk_bytes(ts_dtype dt) {
     switch (dt) {
@@ -430,18 +435,18 @@ INLINE int il_chunk_bytes(ts_dtype dt) {
     }
 }
 
-/* A row's last nt blocks (1-7, after its whole chunks; from block b0), natural order, for the
- * tile's MMQ_R rows and T tokens: each block's 8-lane dot product folded into one lane a block
- * (up to 4 blocks by two hadd levels, 5-7 by mmq_fold8; the missing blocks zero), so the scales
- * and the codes' offset apply once for the tail on 8 lanes instead of once per block (a block at
- * a time was ~10 operations a block: Gemma 3's Q8_0 head, rows of 2 chunks and 4 such blocks,
- * read 5.7% faster with the tail's sums left out). */
+/* A row's last nt blocks (1-7, after its whole chunks; from block b0), natural order, for R
+ * rows (a tile's MMQ_R, a stream pass's one or two) and T tokens: each block's 8-lane dot
+ * product folded into one lane a block (up to 4 blocks by two hadd levels, 5-7 by mmq_fold8;
+ * the missing blocks zero), so the scales and the codes' offset apply once for the tail on 8
+ * lanes instead of once per block (a block at a time was ~10 operations a block: Gemma 3's Q8_0
+ * head, rows of 2 chunks and 4 such blocks, read 5.7% faster with the tail's sums left out). */
 INLINE void il_tail(ts_dtype dt, const uint8_t *const *w, int bb, const cpu_q8act *A, int64_t b0,
-                    int nt, __m256 acc[MMQ_R][MMQ_T], int T) {
+                    int nt, __m256 acc[MMQ_R][MMQ_T], int R, int T) {
     const float off = dt == TS_DTYPE_Q8_0 ? -128.0f : dt == TS_DTYPE_Q5_0 ? -16.0f : -8.0f;
     const __mmask8 m = (__mmask8)((1u << nt) - 1);
     UNROLL(8)
-    for (int q = 0; q < MMQ_R; q++) {
+    for (int q = 0; q < R; q++) {
         const uint8_t *blk = w[q] + (size_t)bb * (size_t)b0;
         __m128i h = _mm_setzero_si128();
         __m256i u[8];
@@ -612,13 +617,13 @@ INLINE void il_q6k_fold(__m512 acc16[MMQ_R][MMQ_T], __m256 acc[MMQ_R][MMQ_T], in
     }
 }
 
-/* Decode of one or two tokens (seq, mmq_run) over rows of whole chunks: the job's rows as one
- * stream in passes of two rows (which share each chunk's activations and Q6_K's per-chunk
- * scales; every type went best so, Q8_0 included: a row a pass was 5% slower, four rows 4%),
- * each chunk step asking for the lines pf bytes past the bytes it has reached into L1
- * (prefetcht0) and those 3 pf bytes past into L2 (prefetcht1) - one running line offset over
- * the job's weights and on past their end. The same operations per row as mmq_il_tile, so the
- * same bits.
+/* Decode of one or two tokens (seq, mmq_run): the job's rows as one stream in passes of two
+ * rows (which share each chunk's activations and Q6_K's per-chunk scales; every type went best
+ * so, Q8_0 included: a row a pass was 5% slower, four rows 4%), a row's tail of blocks at the
+ * end of its pass (il_tail), each chunk step asking for the lines pf bytes past the bytes it has
+ * reached into L1 (prefetcht0) and those 3 pf bytes past into L2 (prefetcht1) - one running line
+ * offset over the job's weights and on past their end. The same operations per row as mmq_il_tile,
+ * so the same bits.
  *
  * Against the row-block tile (4 rows a block and their setup, the next row block prefetched
  * into L2), on the Intel Xeon VM: 0.8B tg128 Q4_K_M +12-18%, Q4_0 +12-15%, Q8_0 +15% with the
@@ -626,7 +631,10 @@ INLINE void il_q6k_fold(__m512 acc16[MMQ_R][MMQ_T], __m256 acc[MMQ_R][MMQ_T], in
  * (bench/RESULTS.md). Neither part of the first step gains alone: the stream with prefetcht1
  * (2 KB on) gained ~5%, the tile with prefetcht0 lost 10% (its distance, whole row blocks, is
  * 8 KB for rows of 3584 columns). The L2 distance 2, 3, 4 or 6 pf (prefetcht1; prefetcht2
- * alike) gave +8-13%, level within the noise. */
+ * alike) gave +8-13%, level within the noise. Rows with a tail (Gemma 3's 640 columns) in the
+ * stream as well: the Gemma 3 270M GGUF +22%; mmq_run keeps a call of its own for rows of whole
+ * chunks, where the compiler knows there is no tail (one call site for both cost the 0.8B
+ * 15%). */
 
 /* Lines from *done (an offset from the 64-aligned base) up to end, asked for pf bytes on into
  * L1 and 3 pf bytes on into L2. */
@@ -639,10 +647,11 @@ INLINE void il_stream_prefetch(const uint8_t *base, size_t *done, size_t end, si
     *done = d;
 }
 
-/* One pass: RS rows from w[0] (contiguous), T tokens, their sums into y. */
-INLINE void il_stream_pass(ts_dtype dt, const uint8_t *const *w, const uint8_t *base, size_t *done,
-                           size_t pf, const cpu_q8act *A, int64_t chunks, float *y, int64_t ldy,
-                           int RS, int T) {
+/* One pass: RS rows of rb bytes from w[0] (contiguous; chunks whole chunks, then nt blocks),
+ * T tokens, their sums into y. */
+INLINE void il_stream_pass(ts_dtype dt, const uint8_t *const *w, size_t rb, const uint8_t *base,
+                           size_t *done, size_t pf, const cpu_q8act *A, int64_t chunks, int nt,
+                           float *y, int64_t ldy, int RS, int T) {
     const size_t cb = (size_t)il_chunk_bytes(dt);
     size_t end = (size_t)(w[0] - base);
     __m256 acc[MMQ_R][MMQ_T];
@@ -684,6 +693,10 @@ INLINE void il_stream_pass(ts_dtype dt, const uint8_t *const *w, const uint8_t *
                 il_accumulate(dt, &wt, A, ch, acc[q], T);
             }
         }
+        if (nt) { /* Q4_0, Q5_0, Q8_0: the rows' last blocks */
+            il_stream_prefetch(base, done, (size_t)(w[0] - base) + (size_t)RS * rb, pf);
+            il_tail(dt, w, il_block_bytes(dt), A, 8 * chunks, nt, acc, RS, T);
+        }
     }
     mmq_tile_close(acc, RS, T, RS, y, ldy);
 }
@@ -702,11 +715,13 @@ INLINE void mmq_il_stream(ts_dtype dt, const uint8_t *w0, size_t rb, int64_t row
     int64_t r = 0;
     for (; r + 2 <= rows; r += 2) {
         const uint8_t *w[MMQ_R] = {w0 + (size_t)r * rb, w0 + (size_t)(r + 1) * rb};
-        il_stream_pass(dt, w, base, &done, pf, A, chunks, y + r, ldy, 2, T);
+        il_stream_pass(dt, w, rb, base, &done, pf, A, chunks, (int)(n / 32 - 8 * chunks), y + r,
+                       ldy, 2, T);
     }
     if (r < rows) { /* an odd last row */
         const uint8_t *w[MMQ_R] = {w0 + (size_t)r * rb};
-        il_stream_pass(dt, w, base, &done, pf, A, chunks, y + r, ldy, 1, T);
+        il_stream_pass(dt, w, rb, base, &done, pf, A, chunks, (int)(n / 32 - 8 * chunks), y + r,
+                       ldy, 1, T);
     }
 }
 
@@ -721,7 +736,7 @@ INLINE void mmq_il_tile(ts_dtype dt, const uint8_t *const *w, const uint8_t *pf,
     mmq_tile_open(act, ab, n, MMQ_R, T, A, acc);
     const int64_t chunks = n / 256;
     /* the tail blocks (Q4_0, Q5_0, Q8_0) and the 8-block chunks */
-    const int bb = dt == TS_DTYPE_Q8_0 ? 34 : dt == TS_DTYPE_Q5_0 ? 22 : 18;
+    const int bb = il_block_bytes(dt);
     const int cb = il_chunk_bytes(dt);
     const size_t pf_step = mmq_chunk_pf_step(pf, n, cb, bb);
     il_weights *dec = dec_state ? (il_weights *)decbuf : NULL;
@@ -789,7 +804,7 @@ INLINE void mmq_il_tile(ts_dtype dt, const uint8_t *const *w, const uint8_t *pf,
     }
     /* K-quant rows are whole chunks */
     if ((dt == TS_DTYPE_Q4_0 || dt == TS_DTYPE_Q5_0 || dt == TS_DTYPE_Q8_0) && n / 32 > 8 * chunks)
-        il_tail(dt, w, bb, A, 8 * chunks, (int)(n / 32 - 8 * chunks), acc, T);
+        il_tail(dt, w, bb, A, 8 * chunks, (int)(n / 32 - 8 * chunks), acc, MMQ_R, T);
     mmq_tile_close(acc, MMQ_R, T, nr, y, ldy);
 #undef SEQ_PF
 }
