@@ -55,9 +55,8 @@ static pthread_once_t best_once = PTHREAD_ONCE_INIT;
  * Intel Xeon VM (AVX-512, AMX) the next row block (one Q4_K core 12.9 GB/s against 11.9 with
  * 8 KB ahead; 0.8B tg128 +2-6% by type): 2048 bytes, which the tiles round up to whole row
  * blocks and the AVX-512 decode stream (mmq_il_stream, Intel's one or two tokens) takes as it
- * is into L1 and three times as far into L2 (1024, 1536 and 3072
- * into L1 were no better there). TESSERA_CPU_PREFETCH=bytes sets it for every type, for
- * comparisons. */
+ * is into L1 and three times as far into L2 (1024, 1536 and 3072 into L1 were no better
+ * there). TESSERA_CPU_PREFETCH=bytes sets it for every type, for comparisons. */
 static void mmq_prefetch_init(void) {
     const ts_cpu_features *f = ts_cpu_get_features();
     const char *env = getenv("TESSERA_CPU_PREFETCH");

@@ -740,8 +740,10 @@ INLINE void mmq_il_tile(ts_dtype dt, const uint8_t *const *w, const uint8_t *pf,
     const int cb = il_chunk_bytes(dt);
     const size_t pf_step = mmq_chunk_pf_step(pf, n, cb, bb);
     il_weights *dec = dec_state ? (il_weights *)decbuf : NULL;
-    /* seq (mmq_run: cpu_seq_rows), one or two tokens where rows end in a tail of blocks (rows
-     * of whole chunks take mmq_il_stream instead): the row block in passes of seq_rows
+    /* seq (cpu_seq_rows), one or two tokens - which mmq_run now gives mmq_il_stream, so this is
+     * not reached; left for now because a build without it was slower, the cause not isolated
+     * from another change (bench/RESULTS.md): to go with a measurement of its own. The row
+     * block in passes of seq_rows
      * rows, each over its whole rows with its share of the next row block's prefetch, so that
      * memory sees one or two streams instead of four interleaved ones. Two rows a pass share
      * each chunk's activations; Q8_0, whose decode is lightest, goes best a row a pass (Intel
