@@ -553,7 +553,9 @@ static void test_gdn_runs(int Hk, int Hv, int dk, int dvv) {
 /* conv_gdn_step, one sequence's delta-rule decode step in one kernel, against conv_gdn_prep
  * and gdn_runs (the device without the op, as the model composes them) bit for bit over three
  * steps - each step's output, then both states - with 4 and 3 conv taps; and the shapes it
- * does not take (d_k 64, two v-heads a k-head) refused. */
+ * does not take (d_k 64, two v-heads a k-head) refused. Where the device sets L2 aside for the
+ * state, each step takes the form that keeps it there, with the set-aside made, and gdn_runs
+ * gives it back (so every step here makes it afresh). */
 static void test_conv_gdn_step(void) {
     for (int ci = 0; ci < 2; ci++) {
         int H = 2, dk = 128, K = ci ? 3 : 4, C = 3 * H * dk, steps = 3;
@@ -579,13 +581,25 @@ static void test_conv_gdn_step(void) {
                                    at, at + H, H,   dnea, ddtb,  qn,
                                    kn, g,      beta};
             ts_seq_run sr0 = {0, 1, t, dcs[0], NULL}, sr = {0, 1, t, dcs[1], NULL};
+            bool on = false;
+            long n_kept = ts_backend_cuda_gdn_keep_launches(gpu, NULL);
             CHECKF(ts_conv_gdn_step(gpu, xt, C, K, dw, &sr0, 1, &pa, &d, drs[0], &gn, dout[0]),
                    "conv_gdn_step (K %d): the device refused the Qwen3.5 heads", K);
+            if (n_kept >= 0)
+                CHECKF(ts_backend_cuda_gdn_keep_launches(gpu, &on) == n_kept + 1 && on,
+                       "conv_gdn_step K %d step %d: not in the form that keeps its state in L2 "
+                       "(set-aside %s)",
+                       K, t, on ? "made" : "not made");
+            else if (ci == 0 && t == 0)
+                printf("  conv_gdn_step: the device sets no L2 aside (form not tested)\n");
             CHECK(!ts_conv_gdn_step(plain, xt, C, K, dw, &sr, 1, &pa, &d, drs[1], &gn, dout[1]));
             ts_conv_gdn_prep(plain, xt, C, C, K, dw, &sr, 1, scr, C, &pa);
             sr.a = drs[1];
             ts_gdn_runs(plain, qn, kn, H * dk, scr + 2 * H * dk, C, g, beta, &d, &sr, 1, &gn,
                         dout[1]);
+            ts_backend_cuda_gdn_keep_launches(gpu, &on);
+            CHECKF(!on, "conv_gdn_step K %d step %d: gdn_runs left the L2 set-aside in place", K,
+                   t);
             char what[64];
             snprintf(what, sizeof what, "conv_gdn_step K %d step %d out", K, t);
             same_bits(what, dout[0], dout[1], no);

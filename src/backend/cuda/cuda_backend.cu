@@ -214,6 +214,11 @@ extern "C" ts_status ts_backend_cuda_create(int device, ts_backend **out) {
     c->qprefill_bf16 = !cuda_env_off("TESSERA_CUDA_QPREFILL_BF16");
     c->gdn_dv_const = !cuda_env_off("TESSERA_CUDA_GDN_DV");
     c->gdn_step = !cuda_env_off("TESSERA_CUDA_GDN_STEP");
+    /* a third of L2 (20 MB of the H200's 60; the 0.8B's state is 18 MB) unless told */
+    const char *keep = getenv("TESSERA_CUDA_L2_KEEP");
+    size_t keep_max = (size_t)prop.persistingL2CacheMaxSize;
+    c->l2_keep_want = keep ? (size_t)atoi(keep) << 20 : (size_t)prop.l2CacheSize / 3;
+    if (c->l2_keep_want > keep_max) c->l2_keep_want = keep_max;
     c->attn_step = !cuda_env_off("TESSERA_CUDA_ATTN_STEP");
     c->skinny_mt1 = !cuda_env_off("TESSERA_CUDA_SKINNY_MT1");
     c->skinny_deep = !cuda_env_off("TESSERA_CUDA_SKINNY_DEEP");
@@ -282,6 +287,12 @@ extern "C" long ts_backend_cuda_gemv_pair_launches(const ts_backend *be) {
     return ((const cuda_ctx *)be->ctx)->gemv_pair_launches;
 }
 
+extern "C" long ts_backend_cuda_gdn_keep_launches(const ts_backend *be, bool *on) {
+    const cuda_ctx *c = (const cuda_ctx *)be->ctx;
+    if (on) *on = c->l2_keep_on;
+    return c->l2_keep_want ? c->gdn_keep_launches : -1;
+}
+
 extern "C" long ts_backend_cuda_gemv_half_launches(const ts_backend *be) {
     if (!be || be->ops != &cuda_ops) return 0;
     return ((const cuda_ctx *)be->ctx)->gemv_half_launches;
@@ -323,6 +334,7 @@ static void cu_destroy(ts_backend *be) {
     cuda_ctx *c = cuda_of(be);
     if (c) {
         cq_flush(c);
+        cuda_l2_keep(c, false); /* the set-aside is the context's: give it back */
 #ifdef TESSERA_CUDA_BLOCK_TRACE
         trace_write();
 #endif

@@ -35,6 +35,11 @@ long ts_backend_cuda_gemv_pair_launches(const ts_backend *be);
 /* For tests: how many single-token GEMVs this backend has queued by half warps (Q6_K rows that
  * go round, cuda_gemv_one.cu's g1_try_half). 0 without CUDA. */
 long ts_backend_cuda_gemv_half_launches(const ts_backend *be);
+/* For tests: how many single-sequence delta-rule steps this backend has queued in the form
+ * that keeps the recurrent state in the L2 set-aside (cuda_ops_seq.cu's cuda_l2_keep), -1
+ * where it makes none (the device's L2 has no set-aside, or TESSERA_CUDA_L2_KEEP=0), and in
+ * *on whether the set-aside is in place now. 0 / false without CUDA. */
+long ts_backend_cuda_gdn_keep_launches(const ts_backend *be, bool *on);
 /* For tests: how many single-token GEMVs of quantized rows that go round this backend has
  * queued with x's int8 runs staged in shared memory (cuda_gemv_one.cu's g1_x8_takes). 0
  * without CUDA. */

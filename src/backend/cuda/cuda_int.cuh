@@ -153,6 +153,12 @@ typedef struct cuda_ctx_s {
      * norms, gates, delta rule, gated norm (TESSERA_CUDA_GDN_STEP=0: conv_gdn_prep and the
      * delta rule apart, for comparisons) */
     bool gdn_step;
+    /* L2 set aside for the single-sequence delta-rule step's recurrent state (cuda_l2_keep):
+     * the bytes wanted (0: never; TESSERA_CUDA_L2_KEEP=MB), whether the set-aside is in place
+     * now, and the steps queued in the form that keeps the state there (tests) */
+    size_t l2_keep_want;
+    bool l2_keep_on;
+    long gdn_keep_launches;
     /* one sequence's attention step in one kernel from the projections on: q / k norms and
      * rotation, the new row's store, attention, the output gate (TESSERA_CUDA_ATTN_STEP=0:
      * qk_norm_rope, attention_runs and sigmoid_gate apart, for comparisons) */
@@ -554,6 +560,9 @@ void cuda_op_matmul_glu(ts_backend *be, const ts_tensor *Wg, const ts_tensor *Wu
 void cuda_op_conv_gdn_prep(ts_backend *be, const float *x, int64_t ldx, int C, int K,
                            const float *w, const ts_seq_run *runs, int nr, float *out,
                            int64_t ldo, const ts_gdn_prep_args *p);
+/* The L2 set-aside for the recurrent state on (the single-sequence step keeps its state there)
+ * or off (other delta-rule paths: batches, prompts); whether it is on afterwards. */
+bool cuda_l2_keep(cuda_ctx *c, bool on);
 bool cuda_op_conv_gdn_step(ts_backend *be, const float *x, int C, int K, const float *w,
                            float *conv_state, const ts_gdn_prep_args *p, const ts_gdn_dims *dims,
                            float *rec_state, const ts_gated_norm *gn, float *out);

@@ -654,6 +654,28 @@ typedef struct {
     float eps, q_scale;                       /* the L2 norms' */
 } gdn_conv_in;
 
+/* The single-sequence step's recurrent state kept in L2 (gdn_reg's KEEP): its loads and
+ * stores carry an evict_last policy, so that with a set-aside of L2 for such lines
+ * (cuda_l2_keep) the 1.5 GB of weights that stream through L2 between two steps do not push
+ * the state out. The 0.8B's 18 MB of state is then read from L2 instead of DRAM, where the
+ * step's blocks, resident only just before their release, waited for it. H200
+ * (bench/RESULTS.md): a step 696 -> 690 us, tg128 +1%; set-asides of 19-24 MB measured alike,
+ * 32 MB slower than none (the weights' own share of L2 then too small). */
+__device__ static inline uint64_t l2_keep_policy() {
+    uint64_t p;
+    asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(p));
+    return p;
+}
+__device__ static inline float ld_keep(const float *a, uint64_t pol) {
+    float v;
+    asm volatile("ld.global.L2::cache_hint.f32 %0, [%1], %2;" : "=f"(v) : "l"(a), "l"(pol));
+    return v;
+}
+__device__ static inline void st_keep(float *a, float v, uint64_t pol) {
+    asm volatile("st.global.L2::cache_hint.f32 [%0], %1, %2;" ::"l"(a), "f"(v), "l"(pol)
+                 : "memory");
+}
+
 /* CL > 0: the gated RMSNorm of gated_rmsnorm on each token's output as well (gn: z, w, eps). The
  * CL blocks of a head (its d_v / 32 column groups) form a cluster: each puts its columns' sum of
  * squares in shared memory and reads the others' through the cluster, so every block scales its
@@ -669,8 +691,10 @@ typedef struct {
  * threads), warp 0 the v channels of its columns; each channel's weights and state are read
  * before the wait with the delta rule's state. The q and k channels' conv state is shared by the
  * head's column blocks (one v-head a k-head), so block 0 of the cluster shifts it, after the
- * cluster's barrier - past every block's early read. */
-template <int R, int CL, int DV = 0, bool CONV = false>
+ * cluster's barrier - past every block's early read.
+ * KEEP: the state's loads and stores with the evict_last policy above (CONV's launcher says
+ * when). */
+template <int R, int CL, int DV = 0, bool CONV = false, bool KEEP = false>
 __device__ static inline void
 gdn_reg(const float *q, const float *k, int64_t ldqk, const float *v, int64_t ldv, const float *g,
         const float *beta, int n, ts_gdn_dims d, float *state, float *out, const ts_seq_run *runs,
@@ -695,9 +719,12 @@ gdn_reg(const float *q, const float *k, int64_t ldqk, const float *v, int64_t ld
     float *Sg = state + (int64_t)h * dk * dv;
     float *Sr = Sg + (int64_t)r0 * dv + c; /* this thread's first row (DV: all its rows) */
     float S[R];
+    uint64_t pol = KEEP ? l2_keep_policy() : 0;
 #pragma unroll
     for (int j = 0; j < R; j++)
-        if (DV)
+        if (KEEP && DV)
+            S[j] = ld_keep(Sr + j * DV, pol);
+        else if (DV)
             S[j] = Sr[j * DV];
         else
             S[j] = col && r0 + j < dk ? Sg[(int64_t)(r0 + j) * dv + c] : 0.0f;
@@ -795,7 +822,9 @@ gdn_reg(const float *q, const float *k, int64_t ldqk, const float *v, int64_t ld
     }
 #pragma unroll
     for (int j = 0; j < R; j++)
-        if (DV)
+        if (KEEP && DV)
+            st_keep(Sr + j * DV, S[j], pol);
+        else if (DV)
             Sr[j * DV] = S[j];
         else if (col && r0 + j < dk)
             Sg[(int64_t)(r0 + j) * dv + c] = S[j];
@@ -829,9 +858,11 @@ __global__ static void __cluster_dims__(CL, 1, 1)
 
 /* One sequence's decode step from the input projection on (gdn_reg's CONV): the Qwen3.5 heads
  * (d_k = d_v = 128: a cluster of the head's 4 column blocks), one v-head a k-head. */
+template <bool KEEP>
 __global__ static void __cluster_dims__(4, 1, 1)
     k_gdn_conv_step(ts_gdn_dims d, float *state, float *out, ts_gated_norm gn, gdn_conv_in cv) {
-    gdn_reg<32, 4, 128, true>(NULL, NULL, 0, NULL, 0, NULL, NULL, 1, d, state, out, NULL, gn, cv);
+    gdn_reg<32, 4, 128, true, KEEP>(NULL, NULL, 0, NULL, 0, NULL, NULL, 1, d, state, out, NULL, gn,
+                                    cv);
 }
 
 /* One block per v-head, thread c owns column c of the head's [d_k][d_v] state; per token the
@@ -940,6 +971,7 @@ void cuda_op_gdn(ts_backend *be, const float *q, const float *k, int64_t ldqk, c
                  int64_t ldv, const float *g, const float *beta, int n, const ts_gdn_dims *dims,
                  float *state, float *out, bool chunked) {
     cuda_ctx *c = cuda_of(be);
+    cuda_l2_keep(c, false); /* not the single-sequence step: no set-aside */
     if (n <= 0) return;
     if (dims->d_v > 1024 || dims->d_v < 1) {
         cuda_check(c, cudaErrorInvalidValue, "gdn: d_v over 1024");
@@ -985,6 +1017,7 @@ void cuda_op_gdn_runs(ts_backend *be, const float *q, const float *k, int64_t ld
                       int64_t ldv, const float *g, const float *beta, const ts_gdn_dims *dims,
                       const ts_seq_run *runs, int nr, const ts_gated_norm *gn, float *out) {
     cuda_ctx *c = cuda_of(be);
+    cuda_l2_keep(c, false); /* not the single-sequence step: no set-aside */
     if (nr <= 0) return;
     if (dims->d_v > 1024 || dims->d_v < 1) {
         cuda_check(c, cudaErrorInvalidValue, "gdn: d_v over 1024");
@@ -1106,6 +1139,27 @@ void cuda_op_attention_runs(ts_backend *be, const float *q, int64_t ldq, int64_t
                      max_keys, NULL);
 }
 
+/* The set-aside is made when single-sequence steps start and given back (its lines reset to
+ * normal, its size 0) when another delta-rule path runs (batches, prompts): held while 64
+ * sequences of the 0.8B decoded, it cost them 12% on an H200 - with its lines reset to normal
+ * as well, so it is the set-aside itself, which normal lines do not get back in full. Each
+ * change is a call on the context, made as ops are queued: only where the kind of step
+ * changes. */
+bool cuda_l2_keep(cuda_ctx *c, bool on) {
+    if (on == c->l2_keep_on || (on && !c->l2_keep_want)) return c->l2_keep_on;
+    if (on) {
+        c->l2_keep_on =
+            cudaDeviceSetLimit(cudaLimitPersistingL2CacheSize, c->l2_keep_want) == cudaSuccess;
+        if (!c->l2_keep_on) c->l2_keep_want = 0; /* refused (MIG, MPS): never ask again */
+    } else {
+        cudaCtxResetPersistingL2Cache();
+        cudaDeviceSetLimit(cudaLimitPersistingL2CacheSize, 0);
+        c->l2_keep_on = false;
+    }
+    cudaGetLastError(); /* a refusal is not the device's failure */
+    return c->l2_keep_on;
+}
+
 bool cuda_op_conv_gdn_step(ts_backend *be, const float *x, int C, int K, const float *w,
                            float *conv_state, const ts_gdn_prep_args *p, const ts_gdn_dims *dims,
                            float *rec_state, const ts_gated_norm *gn, float *out) {
@@ -1118,8 +1172,10 @@ bool cuda_op_conv_gdn_step(ts_backend *be, const float *x, int C, int K, const f
         return false;
     gdn_conv_in cv = {x,          w,      conv_state, C, K, p->a, p->b, p->neg_exp_a,
                       p->dt_bias, p->eps, p->q_scale};
-    cuda_launch(c, "gdn_conv_step", k_gdn_conv_step, dim3(4, (unsigned)H), 32 * GDN_WARPS, 0, *dims,
-                rec_state, out, *gn, cv);
+    bool keep = cuda_l2_keep(c, true);
+    c->gdn_keep_launches += keep;
+    cuda_launch(c, "gdn_conv_step", keep ? k_gdn_conv_step<true> : k_gdn_conv_step<false>,
+                dim3(4, (unsigned)H), 32 * GDN_WARPS, 0, *dims, rec_state, out, *gn, cv);
     return true;
 }
 
