@@ -217,7 +217,9 @@ extern "C" ts_status ts_backend_cuda_create(int device, ts_backend **out) {
     /* a third of L2 (20 MB of the H200's 60; the 0.8B's state is 18 MB) unless told */
     const char *keep = getenv("TESSERA_CUDA_L2_KEEP");
     size_t keep_max = (size_t)prop.persistingL2CacheMaxSize;
-    c->l2_keep_want = keep ? (size_t)atoi(keep) << 20 : (size_t)prop.l2CacheSize / 3;
+    int keep_mb = keep ? atoi(keep) : 0;
+    c->l2_keep_want =
+        keep ? (size_t)(keep_mb > 0 ? keep_mb : 0) << 20 : (size_t)prop.l2CacheSize / 3;
     if (c->l2_keep_want > keep_max) c->l2_keep_want = keep_max;
     c->attn_step = !cuda_env_off("TESSERA_CUDA_ATTN_STEP");
     c->skinny_mt1 = !cuda_env_off("TESSERA_CUDA_SKINNY_MT1");
@@ -288,6 +290,8 @@ extern "C" long ts_backend_cuda_gemv_pair_launches(const ts_backend *be) {
 }
 
 extern "C" long ts_backend_cuda_gdn_keep_launches(const ts_backend *be, bool *on) {
+    if (on) *on = false;
+    if (!be || be->ops != &cuda_ops) return 0;
     const cuda_ctx *c = (const cuda_ctx *)be->ctx;
     if (on) *on = c->l2_keep_on;
     return c->l2_keep_want ? c->gdn_keep_launches : -1;

@@ -659,8 +659,8 @@ typedef struct {
  * (cuda_l2_keep) the 1.5 GB of weights that stream through L2 between two steps do not push
  * the state out. The 0.8B's 18 MB of state is then read from L2 instead of DRAM, where the
  * step's blocks, resident only just before their release, waited for it. H200
- * (bench/RESULTS.md): a step 696 -> 690 us, tg128 +1%; set-asides of 19-24 MB measured alike,
- * 32 MB slower than none (the weights' own share of L2 then too small). */
+ * (bench/RESULTS.md): a step 696 -> 690 us, tg128 +1.3-2.2%; set-asides of 19-24 MB measured
+ * alike, 32 MB slower than none (the weights' own share of L2 then too small). */
 __device__ static inline uint64_t l2_keep_policy() {
     uint64_t p;
     asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(p));
