@@ -214,6 +214,7 @@ extern "C" ts_status ts_backend_cuda_create(int device, ts_backend **out) {
     c->qprefill_bf16 = !cuda_env_off("TESSERA_CUDA_QPREFILL_BF16");
     c->gdn_dv_const = !cuda_env_off("TESSERA_CUDA_GDN_DV");
     c->gdn_step = !cuda_env_off("TESSERA_CUDA_GDN_STEP");
+    c->gdn_early_store = !cuda_env_off("TESSERA_CUDA_GDN_EARLY_STORE");
     /* a third of L2 (20 MB of the H200's 60; the 0.8B's state is 18 MB) unless told */
     const char *keep = getenv("TESSERA_CUDA_L2_KEEP");
     size_t keep_max = (size_t)prop.persistingL2CacheMaxSize;

@@ -153,6 +153,9 @@ typedef struct cuda_ctx_s {
      * norms, gates, delta rule, gated norm (TESSERA_CUDA_GDN_STEP=0: conv_gdn_prep and the
      * delta rule apart, for comparisons) */
     bool gdn_step;
+    /* ... which stores its state and shifts its conv state as soon as they are final, so that
+     * the stores drain under its norm (TESSERA_CUDA_GDN_EARLY_STORE=0: at its end) */
+    bool gdn_early_store;
     /* L2 set aside for the single-sequence delta-rule step's recurrent state (cuda_l2_keep):
      * the bytes wanted (0: never; TESSERA_CUDA_L2_KEEP=MB), whether the set-aside is in place
      * now, and the steps queued in the form that keeps the state there (tests) */

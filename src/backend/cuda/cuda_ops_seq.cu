@@ -693,13 +693,19 @@ __device__ static inline void st_keep(float *a, float v, uint64_t pol) {
  * head's column blocks (one v-head a k-head), so block 0 of the cluster shifts it, after the
  * cluster's barrier - past every block's early read.
  * KEEP: the state's loads and stores with the evict_last policy above (CONV's launcher says
- * when). */
-template <int R, int CL, int DV = 0, bool CONV = false, bool KEEP = false>
+ * when).
+ * EARLY (CONV's one token): the state stored as soon as it is final, right after its update,
+ * and the conv state shifted as soon as no block reads it (v channels then too, q and k
+ * channels by block 0 right after the token's cluster barrier), so that the stores drain under
+ * the output's sums and norm instead of after them: the kernel ends, and the output projection
+ * is released, sooner. H200, 0.8B BF16 (bench/RESULTS.md): a step 686-690 -> 684-685 us. */
+template <int R, int CL, int DV = 0, bool CONV = false, bool KEEP = false, bool EARLY = false>
 __device__ static inline void
 gdn_reg(const float *q, const float *k, int64_t ldqk, const float *v, int64_t ldv, const float *g,
         const float *beta, int n, ts_gdn_dims d, float *state, float *out, const ts_seq_run *runs,
         ts_gated_norm gn, gdn_conv_in cv = gdn_conv_in{}) {
     static_assert(!CONV || (R == 32 && DV > 0 && CL > 0), "CONV: d_k = 128 threads, a cluster");
+    static_assert(!EARLY || CONV, "EARLY: the one-token step");
     __shared__ float qs[GDN_WARPS * R], ks[GDN_WARPS * R];
     __shared__ float red[2][GDN_WARPS][32];
     __shared__ float ssq[2]; /* this block's share of a token's sum of squares, by parity */
@@ -788,6 +794,15 @@ gdn_reg(const float *q, const float *k, int64_t ldqk, const float *v, int64_t ld
             S[j] += ks[r0 + j] * delta;
             o += S[j] * qs[r0 + j];
         }
+        if constexpr (EARLY) { /* one token: the state final now, its stores drain meanwhile */
+#pragma unroll
+            for (int j = 0; j < R; j++)
+                if (KEEP)
+                    st_keep(Sr + j * DV, S[j], pol);
+                else
+                    Sr[j * DV] = S[j];
+            if (warp == 0 && col) conv_shift(ev, xv, cv.C, cv.K, cv.state, chv);
+        }
         red[1][warp][lane] = o;
         __syncthreads(); /* also: every thread is done with this token's qs and ks */
         int64_t at = (int64_t)t * Hv * dv + (int64_t)h * dv + c;
@@ -804,6 +819,10 @@ gdn_reg(const float *q, const float *k, int64_t ldqk, const float *v, int64_t ld
             if (CONV) cuda_trace_at(5); /* the rule done */
             cl.sync(); /* every block's share of token t is in its shared memory */
             if (CONV) cuda_trace_at(6);
+            if (EARLY && blockIdx.x == 0) { /* past every block's early read (the sync) */
+                conv_shift(eq, xq, cv.C, cv.K, cv.state, chq);
+                conv_shift(ek, xk, cv.C, cv.K, cv.state, chk);
+            }
             if (warp == 0 && col) {
                 float total = 0.0f;
 #pragma unroll
@@ -821,14 +840,15 @@ gdn_reg(const float *q, const float *k, int64_t ldqk, const float *v, int64_t ld
         }
     }
 #pragma unroll
-    for (int j = 0; j < R; j++)
+    for (int j = 0; j < R && !EARLY; j++)
         if (KEEP && DV)
             st_keep(Sr + j * DV, S[j], pol);
         else if (DV)
             Sr[j * DV] = S[j];
         else if (col && r0 + j < dk)
             Sg[(int64_t)(r0 + j) * dv + c] = S[j];
-    if constexpr (CONV) { /* the token's cluster barrier is behind every block's early read */
+    if constexpr (CONV &&
+                  !EARLY) { /* the token's cluster barrier is behind every block's early read */
         if (blockIdx.x == 0) {
             conv_shift(eq, xq, cv.C, cv.K, cv.state, chq);
             conv_shift(ek, xk, cv.C, cv.K, cv.state, chk);
@@ -858,11 +878,11 @@ __global__ static void __cluster_dims__(CL, 1, 1)
 
 /* One sequence's decode step from the input projection on (gdn_reg's CONV): the Qwen3.5 heads
  * (d_k = d_v = 128: a cluster of the head's 4 column blocks), one v-head a k-head. */
-template <bool KEEP>
+template <bool KEEP, bool EARLY>
 __global__ static void __cluster_dims__(4, 1, 1)
     k_gdn_conv_step(ts_gdn_dims d, float *state, float *out, ts_gated_norm gn, gdn_conv_in cv) {
-    gdn_reg<32, 4, 128, true, KEEP>(NULL, NULL, 0, NULL, 0, NULL, NULL, 1, d, state, out, NULL, gn,
-                                    cv);
+    gdn_reg<32, 4, 128, true, KEEP, EARLY>(NULL, NULL, 0, NULL, 0, NULL, NULL, 1, d, state, out,
+                                           NULL, gn, cv);
 }
 
 /* One block per v-head, thread c owns column c of the head's [d_k][d_v] state; per token the
@@ -1174,8 +1194,11 @@ bool cuda_op_conv_gdn_step(ts_backend *be, const float *x, int C, int K, const f
                       p->dt_bias, p->eps, p->q_scale};
     bool keep = cuda_l2_keep(c, true);
     c->gdn_keep_launches += keep;
-    cuda_launch(c, "gdn_conv_step", keep ? k_gdn_conv_step<true> : k_gdn_conv_step<false>,
-                dim3(4, (unsigned)H), 32 * GDN_WARPS, 0, *dims, rec_state, out, *gn, cv);
+    auto k = c->gdn_early_store
+                 ? (keep ? k_gdn_conv_step<true, true> : k_gdn_conv_step<false, true>)
+                 : (keep ? k_gdn_conv_step<true, false> : k_gdn_conv_step<false, false>);
+    cuda_launch(c, "gdn_conv_step", k, dim3(4, (unsigned)H), 32 * GDN_WARPS, 0, *dims, rec_state,
+                out, *gn, cv);
     return true;
 }
 
