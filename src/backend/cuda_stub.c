@@ -19,6 +19,11 @@ void ts_backend_cuda_graph_stats(const ts_backend *be, long *replays, long *buil
     *replays = *builds = *updates = 0;
 }
 
+int ts_backend_cuda_graph_copies(const ts_backend *be) {
+    (void)be;
+    return -1;
+}
+
 bool ts_backend_cuda_args_pack_clean(void) { return true; }
 
 long ts_backend_cuda_wg_launches(const ts_backend *be, bool *hopper) {

@@ -2317,6 +2317,12 @@ static void graph_decode_case(ts_model *m, int B, int steps) {
            "logits\n", B, steps, replays, builds, updates, same ? "identical" : "DIFFERENT");
     /* greedy on the device = argmax of the downloaded logits, step after step */
     CHECK(decode_steps(graph, B, steps, NULL, ids_g));
+    /* one sequence's greedy step is kernels alone: its position read and its keys written by
+     * the kernels in pinned memory, no copy node at either end of the graph (each cost the
+     * step microseconds of the copy engine) */
+    int copies = ts_backend_cuda_graph_copies(graph->be);
+    if (B == 1)
+        CHECKF(copies == 0, "B=1: the greedy step's graph has %d copy or memset nodes", copies);
     for (int i = 0; i < steps; i++)
         for (int s = 0; s < B; s++)
             CHECKF(ids_g[i * B + s] == ids_a[i * B + s], "greedy step %d seq %d: %d vs %d", i, s,

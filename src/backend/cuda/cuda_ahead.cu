@@ -44,6 +44,7 @@ static void ahead_argmax_held(ts_backend *be, const float *x, int64_t ldx, int n
                               int32_t *out_host) {
     cuda_ctx *c = cuda_of(be);
     if (n_rows <= 0) return;
+    if (!cuda_argmax_ready(c, n_rows, n_cols)) return; /* before the staging: it may flush */
     unsigned long long *keys = fed_take(c, n_rows);
     size_t bytes = (size_t)n_rows * sizeof(unsigned long long);
     unsigned long long *h = (unsigned long long *)cq_stage(c, bytes);
@@ -55,8 +56,9 @@ static void ahead_argmax_held(ts_backend *be, const float *x, int64_t ldx, int n
         if (!cq_broken(c)) cuda_check(c, cudaErrorMemoryAllocation, "argmax staging");
         return;
     }
-    cuda_argmax_keys(c, x, ldx, n_rows, n_cols, keys);
-    cuda_copy_async(c, h, keys, bytes, cudaMemcpyDeviceToHost, "argmax download");
+    if (!cuda_argmax_keys(c, x, ldx, n_rows, n_cols, keys, c->zero_copy ? h : NULL)) return;
+    if (!c->zero_copy)
+        cuda_copy_async(c, h, keys, bytes, cudaMemcpyDeviceToHost, "argmax download");
     cq_defer d = {keys_done, h, out_host, n_rows};
     cq_defer_add(c, &d);
 }

@@ -215,6 +215,7 @@ extern "C" ts_status ts_backend_cuda_create(int device, ts_backend **out) {
     c->gdn_dv_const = !cuda_env_off("TESSERA_CUDA_GDN_DV");
     c->gdn_step = !cuda_env_off("TESSERA_CUDA_GDN_STEP");
     c->gdn_early_store = !cuda_env_off("TESSERA_CUDA_GDN_EARLY_STORE");
+    c->zero_copy = !cuda_env_off("TESSERA_CUDA_ZERO_COPY");
     /* a third of L2 (20 MB of the H200's 60; the 0.8B's state is 18 MB) unless told */
     const char *keep = getenv("TESSERA_CUDA_L2_KEEP");
     size_t keep_max = (size_t)prop.persistingL2CacheMaxSize;
@@ -270,6 +271,10 @@ extern "C" void ts_backend_cuda_graph_stats(const ts_backend *be, long *replays,
                                             long *updates) {
     *replays = *builds = *updates = 0;
     if (be && be->ops == &cuda_ops) cq_stats((cuda_ctx *)be->ctx, replays, builds, updates);
+}
+
+extern "C" int ts_backend_cuda_graph_copies(const ts_backend *be) {
+    return be && be->ops == &cuda_ops ? cq_last_copies((cuda_ctx *)be->ctx) : -1;
 }
 
 extern "C" long ts_backend_cuda_wg_launches(const ts_backend *be, bool *hopper) {
@@ -351,6 +356,8 @@ static void cu_destroy(ts_backend *be) {
         free(c->pos_host);
         cudaFree(c->kv_pos_dev);
         cudaFree(c->fed_keys);
+        cudaFree(c->argmax_parts);
+        cudaFree(c->argmax_tickets);
         cublasDestroy(c->blas);
         cudaFree(c->blas_workspace);
         cudaStreamDestroy(c->stream);

@@ -21,6 +21,10 @@ double ts_backend_cuda_read_bandwidth(int device);
  * graph nodes had their arguments updated before a replay. */
 void ts_backend_cuda_graph_stats(const ts_backend *be, long *replays, long *builds,
                                  long *updates);
+/* For tests: the copy and memset nodes of the graph this backend replayed last (-1: none, or
+ * no CUDA). A single sequence's decode step has none (the position and the argmax's keys go
+ * through pinned memory the kernels read and write). */
+int ts_backend_cuda_graph_copies(const ts_backend *be);
 /* For tests: how many launches of the wgmma GEMM (9-64 tokens of 16-bit weights,
  * cuda_gemm_wg.cu) this backend has queued, and whether its device has compute capability 9.0
  * (where that form must run). 0 / false without CUDA. */

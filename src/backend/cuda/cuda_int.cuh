@@ -189,6 +189,18 @@ typedef struct cuda_ctx_s {
     int32_t *kv_pos_dev;
     int32_t kv_pos_host;
     unsigned long kv_pos_epoch; /* cq_epoch of that upload + 1; 0: none yet */
+    const int32_t *kv_pos_at;   /* where the kernels read it: kv_pos_dev, or the staging arena */
+    /* a decode step's few host bytes without copy nodes (TESSERA_CUDA_ZERO_COPY=0: copies, for
+     * comparisons): the kernels read the single run's position from the pinned staging arena,
+     * and the argmax's last block writes the keys there, instead of a copy at each end of the
+     * step's graph (a root copy cost a 0.8B BF16 step ~10 us on an H200) */
+    bool zero_copy;
+    /* the argmax's per-block maxima and per-row tickets (zeroed; the last block of a row resets
+     * its ticket): room for argmax_cap parts */
+    unsigned long long *argmax_parts;
+    unsigned *argmax_tickets;
+    int64_t argmax_cap;
+    int argmax_rows_cap;
     /* decoding ahead (cuda_ahead.cu): the argmax keys that argmax_held writes and the next
      * step's get_rows_fed reads (fed_cap rows), and the rows held so far in the step queued */
     unsigned long long *fed_keys;
@@ -510,10 +522,14 @@ void cuda_op_gelu_mul(ts_backend *be, const float *gate, const float *up, int64_
 void cuda_op_softcap(ts_backend *be, float *x, int64_t n, float cap);
 void cuda_op_sigmoid_gate(ts_backend *be, float *x, int64_t ldx, const float *g, int64_t ldg,
                           int n_tok, int n_heads, int head_dim, int64_t gstride);
-/* The argmax of n_rows rows of n_cols values as keys (cuda_argmax_key), queued: zeroed, then
- * merged into by blocks of the row. */
-void cuda_argmax_keys(cuda_ctx *c, const float *x, int64_t ldx, int n_rows, int n_cols,
-                      unsigned long long *keys);
+/* The argmax of n_rows rows of n_cols values as keys (cuda_argmax_key), queued: each block's
+ * maximum of its chunk of the row, the row's last block to finish merging them into keys[row]
+ * and, where host is not NULL, into host[row] as well (pinned staging memory the host reads
+ * after the step: no copy node behind the kernel). False (nothing queued) where its buffers
+ * have no room (cuda_argmax_ready first: it makes the room, and may flush the queue too). */
+bool cuda_argmax_ready(cuda_ctx *c, int n_rows, int n_cols);
+bool cuda_argmax_keys(cuda_ctx *c, const float *x, int64_t ldx, int n_rows, int n_cols,
+                      unsigned long long *keys, unsigned long long *host);
 /* Draws (greedy or plain: no top-k / top-p, nothing to adjust - the caller's check,
  * ahead_sample_held) for n_rows rows, queued: each drawn id also as a key in fed[r], and into
  * out_ids when the step has run (cq_wait). False where the sampling buffers could not be had

@@ -329,7 +329,9 @@ void cuda_op_get_rows(ts_backend *be, const ts_tensor *W, const int32_t *ids, in
 }
 
 /* argmax over long rows (a vocabulary) with many blocks per row: each block reduces its chunk
- * and merges it into the row's 64-bit key (cuda_argmax_key) with atomicMax; NaN is skipped. */
+ * to a 64-bit key (cuda_argmax_key; NaN is skipped), the row's last block merges them (k_argmax).
+ * Before, the blocks merged into a zeroed key with atomicMax: a memset node before the kernel
+ * and a copy node after it in the step's graph (bench/RESULTS.md). */
 /* 4 values a thread (one 16-byte load): chunks of 8192 gave a 248k vocabulary 31 blocks and
  * took 16.3 us of a 1 ms decode step on an H200 (ncu), 243 blocks of 1024 take 4.3. Many rows
  * (batched decode) take chunks of up to 8 x 1024 so that the grid stays within about two waves:
@@ -337,15 +339,20 @@ void cuda_op_get_rows(ts_backend *be, const ts_tensor *W, const int32_t *ids, in
  * 7 x 1024 with 16-byte loads, 24 us. */
 #define ARGMAX_CHUNK 1024
 
+/* A block's maximum key over its chunk of row blockIdx.y, then the row's last block to finish
+ * (a ticket a row, reset by that block) merges the blocks' maxima: no zeroing of the keys before
+ * the kernel and no atomics on them, so the kernel follows the output head by a programmatic
+ * edge. The maximum does not depend on which block or thread saw which value. */
 __global__ static void k_argmax(const float *x, int64_t ldx, int n_cols, int chunk,
-                                unsigned long long *keys) {
+                                unsigned long long *parts, unsigned *tickets,
+                                unsigned long long *keys, unsigned long long *host) {
     cuda_pdl_entry();
     __shared__ unsigned long long part[32];
+    __shared__ bool last;
     const float *row = x + blockIdx.y * ldx;
     int j0 = blockIdx.x * chunk, j1 = min(n_cols, j0 + chunk), js = j0;
     unsigned long long best = 0;
-    /* 16-byte loads where the rows allow (chunk is a multiple of 4): the keys' maximum does not
-     * depend on which thread saw which value */
+    /* 16-byte loads where the rows allow (chunk is a multiple of 4) */
     if (((ldx & 3) | ((uintptr_t)x & 15)) == 0) {
         js = j0 + ((j1 - j0) & ~3);
 #pragma unroll 4
@@ -362,23 +369,80 @@ __global__ static void k_argmax(const float *x, int64_t ldx, int n_cols, int chu
         float v = row[j];
         if (v == v) best = max(best, cuda_argmax_key(v, j));
     }
+    unsigned nw = blockDim.x >> 5;
     for (int off = 16; off > 0; off >>= 1) best = max(best, __shfl_xor_sync(0xffffffffu, best, off));
     if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = best;
     __syncthreads();
+    unsigned long long *rp = parts + (size_t)blockIdx.y * gridDim.x;
     if (threadIdx.x == 0) {
-        for (int w = 1; w < (int)(blockDim.x >> 5); w++) best = max(best, part[w]);
-        if (best) atomicMax(keys + blockIdx.y, best);
+        for (unsigned w = 1; w < nw; w++)
+            best = max(best, part[w]);
+        rp[blockIdx.x] = best;
+        __threadfence(); /* the part before the ticket that counts it */
+        last = atomicAdd(tickets + blockIdx.y, 1u) == gridDim.x - 1;
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence(); /* every part counted is visible */
+    best = 0;
+    for (unsigned i = threadIdx.x; i < gridDim.x; i += blockDim.x)
+        best = max(best, __ldcg(rp + i));
+    for (int off = 16; off > 0; off >>= 1)
+        best = max(best, __shfl_xor_sync(0xffffffffu, best, off));
+    __syncthreads(); /* part[] is read above by thread 0 */
+    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = best;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (unsigned w = 1; w < nw; w++)
+            best = max(best, part[w]);
+        keys[blockIdx.y] = best;
+        if (host) host[blockIdx.y] = best;
+        tickets[blockIdx.y] = 0;
     }
 }
 
-void cuda_argmax_keys(cuda_ctx *c, const float *x, int64_t ldx, int n_rows, int n_cols,
-                      unsigned long long *keys) {
-    cuda_memset_async(c, keys, (size_t)n_rows * sizeof *keys, "argmax");
+static dim3 argmax_grid(const cuda_ctx *c, int n_rows, int n_cols, int *chunk) {
     int64_t per_row = (n_cols + ARGMAX_CHUNK - 1) / ARGMAX_CHUNK;
     int64_t m = per_row * n_rows / ((int64_t)c->sm_count * 16); /* 8 blocks an SM, 2 waves */
-    int chunk = ARGMAX_CHUNK * (int)(m < 1 ? 1 : m > 8 ? 8 : m);
-    dim3 grid((unsigned)((n_cols + chunk - 1) / chunk), (unsigned)n_rows);
-    cuda_launch(c, "argmax", k_argmax, grid, 256, 0, x, ldx, n_cols, chunk, keys);
+    *chunk = ARGMAX_CHUNK * (int)(m < 1 ? 1 : m > 8 ? 8 : m);
+    return dim3((unsigned)((n_cols + *chunk - 1) / *chunk), (unsigned)n_rows);
+}
+
+/* Room for the argmax's parts and tickets (growing frees the old buffers, which queued kernels
+ * may use: it flushes first; the tickets start at zero). */
+bool cuda_argmax_ready(cuda_ctx *c, int n_rows, int n_cols) {
+    int chunk;
+    dim3 g = argmax_grid(c, n_rows, n_cols, &chunk);
+    int64_t n_parts = (int64_t)g.x * n_rows;
+    if (n_parts <= c->argmax_cap && n_rows <= c->argmax_rows_cap) return true;
+    cq_flush(c);
+    cuda_free_dev(c, c->argmax_parts);
+    cuda_free_dev(c, c->argmax_tickets);
+    c->argmax_parts = NULL, c->argmax_tickets = NULL, c->argmax_cap = 0, c->argmax_rows_cap = 0;
+    int64_t cap = n_parts < 1024 ? 1024 : 2 * n_parts;
+    int rows = n_rows < 64 ? 64 : 2 * n_rows;
+    if (!cuda_check(c,
+                    cudaMalloc((void **)&c->argmax_parts, (size_t)cap * sizeof(unsigned long long)),
+                    "argmax parts") ||
+        !cuda_check(c, cudaMalloc((void **)&c->argmax_tickets, (size_t)rows * sizeof(unsigned)),
+                    "argmax tickets") ||
+        !cuda_check(
+            c, cudaMemsetAsync(c->argmax_tickets, 0, (size_t)rows * sizeof(unsigned), c->stream),
+            "argmax tickets") ||
+        !cuda_check(c, cudaStreamSynchronize(c->stream), "argmax tickets"))
+        return false;
+    c->argmax_cap = cap, c->argmax_rows_cap = rows;
+    return true;
+}
+
+bool cuda_argmax_keys(cuda_ctx *c, const float *x, int64_t ldx, int n_rows, int n_cols,
+                      unsigned long long *keys, unsigned long long *host) {
+    int chunk;
+    dim3 grid = argmax_grid(c, n_rows, n_cols, &chunk);
+    if ((int64_t)grid.x * n_rows > c->argmax_cap || n_rows > c->argmax_rows_cap) return false;
+    cuda_launch(c, "argmax", k_argmax, grid, 256, 0, x, ldx, n_cols, chunk, c->argmax_parts,
+                c->argmax_tickets, keys, host);
+    return true;
 }
 
 void cuda_op_argmax(ts_backend *be, const float *x, int64_t ldx, int n_rows, int n_cols,
@@ -386,17 +450,18 @@ void cuda_op_argmax(ts_backend *be, const float *x, int64_t ldx, int n_rows, int
     cuda_ctx *c = cuda_of(be);
     if (n_rows <= 0) return;
     size_t bytes = (size_t)n_rows * sizeof(unsigned long long);
+    if (!cuda_argmax_ready(c, n_rows, n_cols)) return; /* before the staging: it may flush */
     unsigned long long *d = (unsigned long long *)cuda_scratch(c, 2, bytes);
     unsigned long long *h = (unsigned long long *)cq_stage(c, bytes);
     if (!h) { /* the staging arena is full: run what is queued, which empties it */
         cq_flush(c);
         h = (unsigned long long *)cq_stage(c, bytes);
     }
-    if (d) {
-        cuda_argmax_keys(c, x, ldx, n_rows, n_cols, d);
-        /* the keys come back through the pinned staging arena, inside a replayed graph too */
-        if (h) cuda_copy_async(c, h, d, bytes, cudaMemcpyDeviceToHost, "argmax download");
-    }
+    /* the keys come back through the pinned staging arena, inside a replayed graph too: written
+     * there by the kernel (zero_copy) or copied */
+    bool ok = d && h && cuda_argmax_keys(c, x, ldx, n_rows, n_cols, d, c->zero_copy ? h : NULL);
+    if (ok && !c->zero_copy)
+        cuda_copy_async(c, h, d, bytes, cudaMemcpyDeviceToHost, "argmax download");
     cq_flush(c);
-    cuda_argmax_ids(h, n_rows, d && h && !c->failed, out_host);
+    cuda_argmax_ids(h, n_rows, ok && !c->failed, out_host);
 }

@@ -1104,23 +1104,33 @@ __global__ static void k_kv_store_at(const float *k, const float *v, int kvw, in
 
 static unsigned kv_store_rows(int n) { return (unsigned)(n < 65535 ? n : 65535); }
 
-/* The device copy of a single run's cache position. A decode step's attention layers all pass
- * the same position, so it is uploaded once a submission (and again if it changes within one)
- * - a single copy for all layers - and the kernels take its address, which never changes: the
+/* Where the kernels read a single run's cache position. A decode step's attention layers all
+ * pass the same position, so it is staged once a submission (and again if it changes within
+ * one) and the kernels take its address, which stays the same from one step to the next: the
  * step's graph replays with no node updated. (With the position as a kernel argument, every
  * attention layer's K/V stores and attention kernel were updated one by one before each
  * replay; a table per layer would put a copy into the chain of kernels per layer.) */
 static const int32_t *cuda_kv_pos(cuda_ctx *c, int pos0) {
-    if (!c->kv_pos_dev &&
-        !cuda_check(c, cudaMalloc((void **)&c->kv_pos_dev, sizeof(int32_t)), "attention position"))
-        return NULL;
-    if (c->kv_pos_epoch != cq_epoch(c) + 1 || c->kv_pos_host != pos0) {
+    if (c->kv_pos_epoch == cq_epoch(c) + 1 && c->kv_pos_host == pos0) return c->kv_pos_at;
+    /* zero_copy: the kernels read it where the host stages it (pinned and mapped, the same
+     * address on the device; the arena stays as it is until the submission has run), before
+     * their programmatic wait where they can - no copy node at the head of the step's graph,
+     * where the first kernel waited for the copy engine */
+    int32_t *st = c->zero_copy ? (int32_t *)cq_stage(c, sizeof(int32_t)) : NULL;
+    if (st) {
+        *(int32_t *)cq_stage_fill(c, st) = pos0;
+        c->kv_pos_at = st;
+    } else {
+        if (!c->kv_pos_dev && !cuda_check(c, cudaMalloc((void **)&c->kv_pos_dev, sizeof(int32_t)),
+                                          "attention position"))
+            return NULL;
         int32_t p = pos0;
         cuda_upload_fresh(c, c->kv_pos_dev, &p, sizeof p, "attention position");
-        c->kv_pos_host = pos0;
-        c->kv_pos_epoch = cq_epoch(c) + 1;
+        c->kv_pos_at = c->kv_pos_dev;
     }
-    return c->kv_pos_dev;
+    c->kv_pos_host = pos0;
+    c->kv_pos_epoch = cq_epoch(c) + 1;
+    return c->kv_pos_at;
 }
 
 void cuda_op_attention_runs(ts_backend *be, const float *q, int64_t ldq, int64_t q_head_stride,

@@ -28,6 +28,7 @@ struct cq_graph {
      * nodes is built again when any device buffer was freed since it was built (frees: the
      * context's count then). The steady decode step frees nothing. */
     bool has_copies = false;
+    int n_copies = 0; /* its copy and memset nodes, the tables' copy included (tests) */
     unsigned long frees = 0;
     size_t table_bytes = 0; /* the submission's tables, copied at the graph's start */
 };
@@ -72,6 +73,7 @@ struct cq_state {
     size_t table_pending = 0;
     cudaStream_t cap_stream = nullptr;
     long n_replays = 0, n_builds = 0, n_updates = 0; /* n_updates: nodes updated */
+    int last_copies = -1;          /* the copy and memset nodes of the graph replayed last */
     std::vector<uint32_t> changed; /* graph_matches' result, kept to reuse its memory */
     unsigned long epoch = 0; /* flushes so far */
     /* TESSERA_CUDA_HOIST=0: fresh uploads stay in the chain (for comparison) */
@@ -507,8 +509,10 @@ static bool graph_build(cuda_ctx *c, cq_state *q, cq_graph *g, uint64_t sig,
     g->sig = sig;
     g->frees = c->frees;
     g->table_bytes = q->table_pending;
-    g->has_copies = q->table_pending > 0;
-    for (const cq_op &o : ops) g->has_copies |= o.kind == CQ_COPY || o.kind == CQ_MEMSET;
+    g->n_copies = q->table_pending > 0;
+    for (const cq_op &o : ops)
+        g->n_copies += o.kind == CQ_COPY || o.kind == CQ_MEMSET;
+    g->has_copies = g->n_copies > 0;
     q->n_builds++;
     return true;
 }
@@ -587,6 +591,7 @@ static void launch_ops(cuda_ctx *c, cq_state *q, cq_graph *hit, double t_start) 
     }
     hit->last_use = ++q->clock;
     q->n_replays++;
+    q->last_copies = hit->n_copies;
     cudaEvent_t e[2];
     bool timed = q->profile_graphs && cudaEventCreate(&e[0]) == cudaSuccess &&
                  cudaEventCreate(&e[1]) == cudaSuccess;
@@ -827,6 +832,8 @@ void cuda_upload_fresh(cuda_ctx *c, void *dst, const void *src, size_t bytes, co
 }
 
 unsigned long cq_epoch(cuda_ctx *c) { return c->q ? c->q->epoch : 0; }
+
+int cq_last_copies(cuda_ctx *c) { return c->q ? c->q->last_copies : -1; }
 
 void cq_stats(cuda_ctx *c, long *replays, long *builds, long *updates) {
     *replays = c->q ? c->q->n_replays : 0;

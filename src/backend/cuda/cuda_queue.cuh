@@ -103,6 +103,8 @@ void cq_free(struct cuda_ctx_s *c);
 /* Graph replays, builds and nodes updated before a replay so far (tests check that decode
  * replays, and that a single sequence's decode step replays with no node updated). */
 void cq_stats(struct cuda_ctx_s *c, long *replays, long *builds, long *updates);
+/* The copy and memset nodes of the graph replayed last (-1: none replayed yet). */
+int cq_last_copies(struct cuda_ctx_s *c);
 
 /* Where op's next argument, of type T, goes in its bytes (recorded as taken). */
 template <typename T> static inline size_t cq_slot(cq_op *op) {
