@@ -56,9 +56,7 @@ static void ahead_argmax_held(ts_backend *be, const float *x, int64_t ldx, int n
         if (!cq_broken(c)) cuda_check(c, cudaErrorMemoryAllocation, "argmax staging");
         return;
     }
-    if (!cuda_argmax_keys(c, x, ldx, n_rows, n_cols, keys, c->zero_copy ? h : NULL)) return;
-    if (!c->zero_copy)
-        cuda_copy_async(c, h, keys, bytes, cudaMemcpyDeviceToHost, "argmax download");
+    if (!cuda_argmax_keys(c, x, ldx, n_rows, n_cols, keys, h)) return;
     cq_defer d = {keys_done, h, out_host, n_rows};
     cq_defer_add(c, &d);
 }

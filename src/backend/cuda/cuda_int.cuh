@@ -524,9 +524,10 @@ void cuda_op_sigmoid_gate(ts_backend *be, float *x, int64_t ldx, const float *g,
                           int n_tok, int n_heads, int head_dim, int64_t gstride);
 /* The argmax of n_rows rows of n_cols values as keys (cuda_argmax_key), queued: each block's
  * maximum of its chunk of the row, the row's last block to finish merging them into keys[row]
- * and, where host is not NULL, into host[row] as well (pinned staging memory the host reads
- * after the step: no copy node behind the kernel). False (nothing queued) where its buffers
- * have no room (cuda_argmax_ready first: it makes the room, and may flush the queue too). */
+ * and into host[row] (pinned staging memory the host reads after the step: no copy node behind
+ * the kernel; with zero_copy off a copy of keys to host instead). False (nothing queued) where
+ * its buffers have no room (cuda_argmax_ready first: it makes the room, and may flush the queue
+ * too). */
 bool cuda_argmax_ready(cuda_ctx *c, int n_rows, int n_cols);
 bool cuda_argmax_keys(cuda_ctx *c, const float *x, int64_t ldx, int n_rows, int n_cols,
                       unsigned long long *keys, unsigned long long *host);

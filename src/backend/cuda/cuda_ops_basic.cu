@@ -339,6 +339,21 @@ void cuda_op_get_rows(ts_backend *be, const ts_tensor *W, const int32_t *ids, in
  * 7 x 1024 with 16-byte loads, 24 us. */
 #define ARGMAX_CHUNK 1024
 
+/* The block's largest of its threads' keys, in thread 0 (part: a key a warp, the block's
+ * shared memory, free to reuse when the call returns) */
+__device__ static inline unsigned long long argmax_block_max(unsigned long long best,
+                                                             unsigned long long *part) {
+    for (int off = 16; off > 0; off >>= 1)
+        best = max(best, __shfl_xor_sync(0xffffffffu, best, off));
+    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = best;
+    __syncthreads();
+    if (threadIdx.x == 0)
+        for (unsigned w = 1; w < (blockDim.x >> 5); w++)
+            best = max(best, part[w]);
+    __syncthreads(); /* part[] read before anyone writes it again */
+    return best;
+}
+
 /* A block's maximum key over its chunk of row blockIdx.y, then the row's last block to finish
  * (a ticket a row, reset by that block) merges the blocks' maxima: no zeroing of the keys before
  * the kernel and no atomics on them, so the kernel follows the output head by a programmatic
@@ -369,14 +384,9 @@ __global__ static void k_argmax(const float *x, int64_t ldx, int n_cols, int chu
         float v = row[j];
         if (v == v) best = max(best, cuda_argmax_key(v, j));
     }
-    unsigned nw = blockDim.x >> 5;
-    for (int off = 16; off > 0; off >>= 1) best = max(best, __shfl_xor_sync(0xffffffffu, best, off));
-    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = best;
-    __syncthreads();
+    best = argmax_block_max(best, part);
     unsigned long long *rp = parts + (size_t)blockIdx.y * gridDim.x;
     if (threadIdx.x == 0) {
-        for (unsigned w = 1; w < nw; w++)
-            best = max(best, part[w]);
         rp[blockIdx.x] = best;
         __threadfence(); /* the part before the ticket that counts it */
         last = atomicAdd(tickets + blockIdx.y, 1u) == gridDim.x - 1;
@@ -387,14 +397,8 @@ __global__ static void k_argmax(const float *x, int64_t ldx, int n_cols, int chu
     best = 0;
     for (unsigned i = threadIdx.x; i < gridDim.x; i += blockDim.x)
         best = max(best, __ldcg(rp + i));
-    for (int off = 16; off > 0; off >>= 1)
-        best = max(best, __shfl_xor_sync(0xffffffffu, best, off));
-    __syncthreads(); /* part[] is read above by thread 0 */
-    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = best;
-    __syncthreads();
+    best = argmax_block_max(best, part);
     if (threadIdx.x == 0) {
-        for (unsigned w = 1; w < nw; w++)
-            best = max(best, part[w]);
         keys[blockIdx.y] = best;
         if (host) host[blockIdx.y] = best;
         tickets[blockIdx.y] = 0;
@@ -441,7 +445,10 @@ bool cuda_argmax_keys(cuda_ctx *c, const float *x, int64_t ldx, int n_rows, int 
     dim3 grid = argmax_grid(c, n_rows, n_cols, &chunk);
     if ((int64_t)grid.x * n_rows > c->argmax_cap || n_rows > c->argmax_rows_cap) return false;
     cuda_launch(c, "argmax", k_argmax, grid, 256, 0, x, ldx, n_cols, chunk, c->argmax_parts,
-                c->argmax_tickets, keys, host);
+                c->argmax_tickets, keys, c->zero_copy ? host : nullptr);
+    if (!c->zero_copy) /* for comparisons: the keys' copy after the kernel, as before */
+        cuda_copy_async(c, host, keys, (size_t)n_rows * sizeof *keys, cudaMemcpyDeviceToHost,
+                        "argmax download");
     return true;
 }
 
@@ -457,11 +464,8 @@ void cuda_op_argmax(ts_backend *be, const float *x, int64_t ldx, int n_rows, int
         cq_flush(c);
         h = (unsigned long long *)cq_stage(c, bytes);
     }
-    /* the keys come back through the pinned staging arena, inside a replayed graph too: written
-     * there by the kernel (zero_copy) or copied */
-    bool ok = d && h && cuda_argmax_keys(c, x, ldx, n_rows, n_cols, d, c->zero_copy ? h : NULL);
-    if (ok && !c->zero_copy)
-        cuda_copy_async(c, h, d, bytes, cudaMemcpyDeviceToHost, "argmax download");
+    /* the keys come back through the pinned staging arena, inside a replayed graph too */
+    bool ok = d && h && cuda_argmax_keys(c, x, ldx, n_rows, n_cols, d, h);
     cq_flush(c);
     cuda_argmax_ids(h, n_rows, ok && !c->failed, out_host);
 }

@@ -753,6 +753,17 @@ gdn_reg(const float *q, const float *k, int64_t ldqk, const float *v, int64_t ld
     cuda_pdl_entry();
     if (CONV && warp == 0 && col) zi0 = gn.z[(int64_t)h * dv + c];
     float xq = 0.0f, xk = 0.0f, xv = 0.0f, gt = 0.0f, bt = 0.0f; /* CONV's token */
+    /* the state's stores: at the end, or EARLY as soon as it is final */
+    auto store_state = [&]() {
+#pragma unroll
+        for (int j = 0; j < R; j++)
+            if (KEEP && DV)
+                st_keep(Sr + j * DV, S[j], pol);
+            else if (DV)
+                Sr[j * DV] = S[j];
+            else if (col && r0 + j < dk)
+                Sg[(int64_t)(r0 + j) * dv + c] = S[j];
+    };
     for (int t = 0; t < n; t++) {
         if constexpr (CONV) { /* n = 1: conv_gdn_prep's arithmetic (cuda_ops_fused.cu) */
             xq = cv.x[chq], xk = cv.x[chk], xv = warp == 0 && col ? cv.x[chv] : 0.0f;
@@ -795,12 +806,7 @@ gdn_reg(const float *q, const float *k, int64_t ldqk, const float *v, int64_t ld
             o += S[j] * qs[r0 + j];
         }
         if constexpr (EARLY) { /* one token: the state final now, its stores drain meanwhile */
-#pragma unroll
-            for (int j = 0; j < R; j++)
-                if (KEEP)
-                    st_keep(Sr + j * DV, S[j], pol);
-                else
-                    Sr[j * DV] = S[j];
+            store_state();
             if (warp == 0 && col) conv_shift(ev, xv, cv.C, cv.K, cv.state, chv);
         }
         red[1][warp][lane] = o;
@@ -839,16 +845,8 @@ gdn_reg(const float *q, const float *k, int64_t ldqk, const float *v, int64_t ld
             out[at] = sum;
         }
     }
-#pragma unroll
-    for (int j = 0; j < R && !EARLY; j++)
-        if (KEEP && DV)
-            st_keep(Sr + j * DV, S[j], pol);
-        else if (DV)
-            Sr[j * DV] = S[j];
-        else if (col && r0 + j < dk)
-            Sg[(int64_t)(r0 + j) * dv + c] = S[j];
-    if constexpr (CONV &&
-                  !EARLY) { /* the token's cluster barrier is behind every block's early read */
+    if constexpr (!EARLY) store_state();
+    if constexpr (CONV && !EARLY) { /* the token's cluster barrier is behind every early read */
         if (blockIdx.x == 0) {
             conv_shift(eq, xq, cv.C, cv.K, cv.state, chq);
             conv_shift(ek, xk, cv.C, cv.K, cv.state, chk);

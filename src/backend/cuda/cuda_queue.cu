@@ -27,8 +27,7 @@ struct cq_graph {
      * it crashed the driver inside cudaGraphLaunch (H200, driver 580). So a graph with such
      * nodes is built again when any device buffer was freed since it was built (frees: the
      * context's count then). The steady decode step frees nothing. */
-    bool has_copies = false;
-    int n_copies = 0; /* its copy and memset nodes, the tables' copy included (tests) */
+    int n_copies = 0; /* its copy and memset nodes, the tables' copy included */
     unsigned long frees = 0;
     size_t table_bytes = 0; /* the submission's tables, copied at the graph's start */
 };
@@ -512,7 +511,6 @@ static bool graph_build(cuda_ctx *c, cq_state *q, cq_graph *g, uint64_t sig,
     g->n_copies = q->table_pending > 0;
     for (const cq_op &o : ops)
         g->n_copies += o.kind == CQ_COPY || o.kind == CQ_MEMSET;
-    g->has_copies = g->n_copies > 0;
     q->n_builds++;
     return true;
 }
@@ -551,7 +549,7 @@ static cq_graph *prepare(cuda_ctx *c, cq_state *q, uint64_t sig) {
             hit = &g;
             break;
         }
-    if (hit && hit->has_copies && hit->frees != c->frees) { /* see cq_graph */
+    if (hit && hit->n_copies > 0 && hit->frees != c->frees) { /* see cq_graph */
         graph_drop(hit);
         hit = nullptr;
     }
