@@ -47,6 +47,15 @@ struct cq_state {
      * cached graph, the launch call, the wait - and which nodes' arguments changed */
     std::map<std::string, cq_prof> host;
     double last_flush_end = 0;
+    /* =steps: the graph replays timed as they run, nothing synchronized that would not be: an
+     * event before each launch call and one after, read just after the next launch call (the
+     * device busy with that replay) - the replay (launch call included) and the device's idle
+     * time between its end and the next one's first event (the host's wake-up and its work
+     * between two steps) */
+    bool profile_steps;
+    cudaEvent_t step_ev[2][2] = {};
+    int step_prev = -1;   /* the pair of the replay launched last, not yet read */
+    double step_woke = 0; /* when the last wait returned */
     /* TESSERA_CUDA_PROFILE_DROP=name: kernels of that name are not launched at all - the
      * results are wrong, the step's time without them is what a measurement wants: a kind of
      * kernel's share of a replayed step, launch gaps and overlap included */
@@ -96,6 +105,8 @@ struct cq_state {
     std::vector<cq_defer> defer_queued, defer_launched;
 };
 
+static void steps_last(cq_state *q);
+
 static double now_ms() {
     using namespace std::chrono;
     return duration<double, std::milli>(steady_clock::now().time_since_epoch()).count();
@@ -115,6 +126,7 @@ static cq_state *state_of(cuda_ctx *c) {
     const char *pe = getenv("TESSERA_CUDA_PROFILE");
     q->profile = pe && strcmp(pe, "1") == 0;
     q->profile_graphs = pe && strcmp(pe, "graph") == 0;
+    q->profile_steps = pe && strcmp(pe, "steps") == 0;
     if (q->profile) q->graphs = false;
     int major = 0;
     cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, c->device);
@@ -147,7 +159,8 @@ static void graph_drop(cq_graph *g) {
 void cq_free(cuda_ctx *c) {
     cq_state *q = c->q;
     if (!q) return;
-    if (q->profile || q->profile_graphs) {
+    if (q->profile_steps) steps_last(q);
+    if (q->profile || q->profile_graphs || q->profile_steps) {
         double total = 0;
         for (auto &kv : q->prof) total += kv.second.ms;
         fprintf(stderr, "tessera: cuda profile (%.1f ms in all):\n", total);
@@ -161,6 +174,9 @@ void cq_free(cuda_ctx *c) {
                     kv.second.n, kv.second.ms, 1e3 * kv.second.ms / (double)kv.second.n);
     }
     for (cudaEvent_t e : q->events) cudaEventDestroy(e);
+    for (auto &pair : q->step_ev)
+        for (cudaEvent_t e : pair)
+            if (e) cudaEventDestroy(e);
     for (auto &g : q->cache) graph_drop(&g);
     if (q->stage) cudaFreeHost(q->stage);
     if (q->stage_shadow) cudaFreeHost(q->stage_shadow);
@@ -574,10 +590,53 @@ static cq_graph *prepare(cuda_ctx *c, cq_state *q, uint64_t sig) {
     return hit;
 }
 
+static void steps_add(cq_state *q, const char *what, cudaEvent_t from, cudaEvent_t to) {
+    float ms = 0;
+    if (cudaEventSynchronize(to) == cudaSuccess &&
+        cudaEventElapsedTime(&ms, from, to) == cudaSuccess) {
+        q->prof[what].ms += ms;
+        q->prof[what].n++;
+    }
+    cudaGetLastError();
+}
+
+/* =steps: the replay launched last, where none follows it */
+static void steps_last(cq_state *q) {
+    if (q->step_prev >= 0)
+        steps_add(q, "graph replay, launch call included", q->step_ev[q->step_prev][0],
+                  q->step_ev[q->step_prev][1]);
+    q->step_prev = -1;
+}
+
+/* =steps: launches a replay between its pair of events, then reads the one before it (ended by
+ * now) and the device's idle time in between; false where no events could be had */
+static bool steps_launch(cuda_ctx *c, cq_state *q, cq_graph *hit) {
+    int k = q->step_prev == 0 ? 1 : 0, j = q->step_prev;
+    for (cudaEvent_t &e : q->step_ev[k])
+        if (!e && cudaEventCreate(&e) != cudaSuccess) {
+            cudaGetLastError();
+            e = nullptr;
+            return false;
+        }
+    if (j >= 0) host_add(q, "from the wait's return to the launch", now_ms() - q->step_woke);
+    cudaEventRecord(q->step_ev[k][0], c->stream);
+    double t_launch = now_ms();
+    cuda_check(c, cudaGraphLaunch(hit->exec, c->stream), "graph launch");
+    host_add(q, "launch call", now_ms() - t_launch);
+    cudaEventRecord(q->step_ev[k][1], c->stream);
+    if (j >= 0) {
+        steps_add(q, "graph replay, launch call included", q->step_ev[j][0], q->step_ev[j][1]);
+        steps_add(q, "device idle before a replay", q->step_ev[j][1], q->step_ev[k][0]);
+    }
+    q->step_prev = k;
+    return true;
+}
+
 /* Launches the queued ops: graph hit, or one by one. t_start: when the host began on them
  * (=graph profiling). */
 static void launch_ops(cuda_ctx *c, cq_state *q, cq_graph *hit, double t_start) {
     if (!hit) {
+        if (q->profile_steps) steps_last(q); /* the idle time is counted between replays only */
         if (q->table_pending)
             cuda_check(c,
                        cudaMemcpyAsync(q->table, q->table_host, q->table_pending,
@@ -594,7 +653,8 @@ static void launch_ops(cuda_ctx *c, cq_state *q, cq_graph *hit, double t_start) 
     bool timed = q->profile_graphs && cudaEventCreate(&e[0]) == cudaSuccess &&
                  cudaEventCreate(&e[1]) == cudaSuccess;
     if (!timed) {
-        cuda_check(c, cudaGraphLaunch(hit->exec, c->stream), "graph launch");
+        if (!q->profile_steps || !steps_launch(c, q, hit))
+            cuda_check(c, cudaGraphLaunch(hit->exec, c->stream), "graph launch");
         return;
     }
     double t_launch = now_ms();
@@ -681,6 +741,7 @@ void cq_wait(cuda_ctx *c) {
     cq_state *q = c->q;
     cuda_check(c, cudaStreamSynchronize(c->stream), "sync");
     if (!q) return;
+    if (q->profile_steps) q->step_woke = now_ms();
     for (const cq_defer &d : q->defer_launched)
         d.done(c, &d, !c->failed);
     q->defer_launched.clear();
