@@ -24,6 +24,11 @@ int ts_backend_cuda_graph_copies(const ts_backend *be) {
     return -1;
 }
 
+long ts_backend_cuda_early_waits(const ts_backend *be) {
+    (void)be;
+    return 0;
+}
+
 bool ts_backend_cuda_args_pack_clean(void) { return true; }
 
 long ts_backend_cuda_wg_launches(const ts_backend *be, bool *hopper) {

@@ -2323,6 +2323,11 @@ static void graph_decode_case(ts_model *m, int B, int steps) {
     int copies = ts_backend_cuda_graph_copies(graph->be);
     if (B == 1)
         CHECKF(copies == 0, "B=1: the greedy step's graph has %d copy or memset nodes", copies);
+    /* and the host takes each step's tokens as soon as the argmax has written them, not when
+     * the stream's end is signalled (~4 us later): every greedy step's wait but the first */
+    long early = ts_backend_cuda_early_waits(graph->be);
+    CHECKF(early >= steps - 1, "B=%d: %ld of %d greedy steps' waits returned on their keys", B,
+           early, steps);
     for (int i = 0; i < steps; i++)
         for (int s = 0; s < B; s++)
             CHECKF(ids_g[i * B + s] == ids_a[i * B + s], "greedy step %d seq %d: %d vs %d", i, s,

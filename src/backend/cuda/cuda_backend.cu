@@ -277,6 +277,10 @@ extern "C" int ts_backend_cuda_graph_copies(const ts_backend *be) {
     return be && be->ops == &cuda_ops ? cq_last_copies((cuda_ctx *)be->ctx) : -1;
 }
 
+extern "C" long ts_backend_cuda_early_waits(const ts_backend *be) {
+    return be && be->ops == &cuda_ops ? cq_early_waits((cuda_ctx *)be->ctx) : 0;
+}
+
 extern "C" long ts_backend_cuda_wg_launches(const ts_backend *be, bool *hopper) {
     *hopper = false;
     if (!be || be->ops != &cuda_ops) return 0;

@@ -466,6 +466,7 @@ void cuda_op_argmax(ts_backend *be, const float *x, int64_t ldx, int n_rows, int
     }
     /* the keys come back through the pinned staging arena, inside a replayed graph too */
     bool ok = d && h && cuda_argmax_keys(c, x, ldx, n_rows, n_cols, d, h);
+    if (ok && c->zero_copy) cq_wait_keys(c, h, n_rows); /* the kernel writes them there */
     cq_flush(c);
     cuda_argmax_ids(h, n_rows, ok && !c->failed, out_host);
 }

@@ -1,12 +1,14 @@
 /* The launch queue and its graph cache (see cuda_queue.cuh for why). */
-#include <stdio.h>
-#include <stdlib.h>
+#include "backend/cuda/cuda_int.cuh"
+
+#include <atomic>
 #include <chrono>
 #include <map>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <string>
 #include <vector>
-
-#include "backend/cuda/cuda_int.cuh"
 
 /* Graphs kept: a decode step per batch shape in use, and the odd one beside. */
 #define CQ_GRAPHS 8
@@ -103,6 +105,15 @@ struct cq_state {
     uint64_t sealed_sig = 0;
     /* host work for after the queued submission and for after the launched one */
     std::vector<cq_defer> defer_queued, defer_launched;
+    /* cq_wait_keys: the keys the queued submission and the launched one write into the
+     * staging arena, where those are all their results for the host (else empty) */
+    struct keys_at {
+        const unsigned long long *at;
+        int n;
+    };
+    std::vector<keys_at> keys_queued, keys_launched;
+    bool early_wait;        /* TESSERA_CUDA_EARLY_WAIT=0: cq_wait_keys does nothing */
+    long n_early_waits = 0; /* waits that returned on the keys (tests) */
 };
 
 static void steps_last(cq_state *q);
@@ -132,6 +143,7 @@ static cq_state *state_of(cuda_ctx *c) {
     cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, c->device);
     q->pdl = major >= 9 && !cuda_env_off("TESSERA_CUDA_PDL");
     q->hoist = !cuda_env_off("TESSERA_CUDA_HOIST");
+    q->early_wait = !cuda_env_off("TESSERA_CUDA_EARLY_WAIT");
     q->drop = getenv("TESSERA_CUDA_PROFILE_DROP");
     if (cudaMallocHost((void **)&q->stage, CQ_STAGE_BYTES) != cudaSuccess) {
         cudaGetLastError();
@@ -632,6 +644,33 @@ static bool steps_launch(cuda_ctx *c, cq_state *q, cq_graph *hit) {
     return true;
 }
 
+/* Whether ops copy anything to the host (a result cq_wait_keys cannot see arrive) */
+static bool downloads(const std::vector<cq_op> &ops) {
+    for (const cq_op &o : ops)
+        if (o.kind == CQ_COPY && o.dir != cudaMemcpyHostToDevice &&
+            o.dir != cudaMemcpyDeviceToDevice)
+            return true;
+    return false;
+}
+
+/* cq_wait_keys' wait: true once every key the launched submission writes has come (none is 0,
+ * cuda_argmax_key), false where the stream ended (or failed) first - a row of NaNs leaves its
+ * key 0 - and the caller then synchronizes as usual. Polling the stream only every 64 rounds
+ * keeps the driver's lock out of the loop. */
+static bool keys_came(cuda_ctx *c, cq_state *q) {
+    for (unsigned spin = 1;; spin++) {
+        bool all = true;
+        for (const cq_state::keys_at &k : q->keys_launched)
+            for (int i = 0; all && i < k.n; i++)
+                all = ((const volatile unsigned long long *)k.at)[i] != 0;
+        if (all) {
+            std::atomic_thread_fence(std::memory_order_acquire);
+            return true;
+        }
+        if (spin % 64 == 0 && cudaStreamQuery(c->stream) != cudaErrorNotReady) return false;
+    }
+}
+
 /* Launches the queued ops: graph hit, or one by one. t_start: when the host began on them
  * (=graph profiling). */
 static void launch_ops(cuda_ctx *c, cq_state *q, cq_graph *hit, double t_start) {
@@ -717,9 +756,12 @@ void cq_launch(cuda_ctx *c, bool hold) {
             launch_ops(c, q, hit, t_start);
             q->prev_sig = sig;
             q->in_flight = true;
+            q->keys_launched.swap(q->keys_queued);
+            if (q->profile || q->profile_graphs || downloads(q->ops)) q->keys_launched.clear();
         }
         q->ops.clear();
     }
+    q->keys_queued.clear();
     q->defer_launched.swap(q->defer_queued);
     q->defer_queued.clear();
     q->sealed = false;
@@ -739,8 +781,11 @@ bool cq_seal(cuda_ctx *c) {
 
 void cq_wait(cuda_ctx *c) {
     cq_state *q = c->q;
-    cuda_check(c, cudaStreamSynchronize(c->stream), "sync");
+    bool early = q && q->in_flight && !q->keys_launched.empty() && !c->failed && keys_came(c, q);
+    if (!early) cuda_check(c, cudaStreamSynchronize(c->stream), "sync");
     if (!q) return;
+    q->n_early_waits += early;
+    q->keys_launched.clear();
     if (q->profile_steps) q->step_woke = now_ms();
     for (const cq_defer &d : q->defer_launched)
         d.done(c, &d, !c->failed);
@@ -754,6 +799,7 @@ void cq_drop(cuda_ctx *c) {
     if (!q) return;
     q->ops.clear();
     q->defer_queued.clear();
+    q->keys_queued.clear();
     q->sealed = false, q->broken = false, q->hold = false;
     /* what the dropped ops uploaded never arrived: callers that upload only on a change
      * (cuda_positions) must upload again */
@@ -770,6 +816,7 @@ void cq_flush(cuda_ctx *c) {
     if (q && q->hold && !q->ops.empty()) { /* held ops cannot run before the caller says so */
         q->ops.clear();
         q->defer_queued.clear();
+        q->keys_queued.clear();
         q->sealed = false;
         q->broken = true;
     }
@@ -779,6 +826,13 @@ void cq_flush(cuda_ctx *c) {
     }
     cq_launch(c, q && q->hold);
     cq_wait(c);
+}
+
+void cq_wait_keys(cuda_ctx *c, unsigned long long *staged, int n) {
+    cq_state *q = c->q;
+    if (!q || q->broken || n <= 0 || !q->early_wait) return;
+    memset(cq_stage_fill(c, staged), 0, (size_t)n * sizeof *staged); /* "not yet" */
+    q->keys_queued.push_back({staged, n});
 }
 
 void *cuda_table(cuda_ctx *c, const void *host, size_t bytes) {
@@ -891,6 +945,8 @@ void cuda_upload_fresh(cuda_ctx *c, void *dst, const void *src, size_t bytes, co
 }
 
 unsigned long cq_epoch(cuda_ctx *c) { return c->q ? c->q->epoch : 0; }
+
+long cq_early_waits(cuda_ctx *c) { return c->q ? c->q->n_early_waits : 0; }
 
 int cq_last_copies(cuda_ctx *c) { return c->q ? c->q->last_copies : -1; }
 

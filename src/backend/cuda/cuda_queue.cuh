@@ -92,6 +92,14 @@ typedef struct cq_defer {
     int n;
 } cq_defer;
 void cq_defer_add(struct cuda_ctx_s *c, const cq_defer *d);
+/* The queued submission's results for the host are (besides any others it declares the same
+ * way) the n keys a kernel writes at staged, in the staging arena (cq_stage; an argmax's, see
+ * cuda_argmax_keys): they are set to 0 now, and the cq_wait after its launch returns as soon
+ * as none is 0 - before the stream's own end is signalled, ~4 us later - rather than waiting
+ * for the stream (a key is never 0 but for a row of NaNs; such a wait ends with the stream).
+ * Not where the submission copies anything to the host, nor while profiling;
+ * TESSERA_CUDA_EARLY_WAIT=0 turns it off, for comparisons. */
+void cq_wait_keys(struct cuda_ctx_s *c, unsigned long long *staged, int n);
 
 /* Pinned host memory for bytes of data that a queued copy will read or write; NULL when it
  * cannot fit (the caller then flushes and copies synchronously). The address is the one the
@@ -105,6 +113,8 @@ void cq_free(struct cuda_ctx_s *c);
 void cq_stats(struct cuda_ctx_s *c, long *replays, long *builds, long *updates);
 /* The copy and memset nodes of the graph replayed last (-1: none replayed yet). */
 int cq_last_copies(struct cuda_ctx_s *c);
+/* The waits that returned on their keys (cq_wait_keys) so far. */
+long cq_early_waits(struct cuda_ctx_s *c);
 
 /* Where op's next argument, of type T, goes in its bytes (recorded as taken). */
 template <typename T> static inline size_t cq_slot(cq_op *op) {
