@@ -3,12 +3,15 @@
  * memory-bandwidth roofline (weight bytes read per token ÷ measured read bandwidth), and against
  * one that also counts what a token reads and writes of the sequence's state.
  * --parallel B1,B2,... adds aggregate decode throughput with B sequences decoding together (one
- * token each per forward step, as a server running B streams does). */
+ * token each per forward step, as a server running B streams does). Decode is greedy unless
+ * sampling options are given (--temp T, --top-k, --top-p, --min-p, --seed: what a request that
+ * names them draws with), so that a sampled step's cost can be measured too. */
+#include "cli/common_model.h"
+#include "cli/generate.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include "cli/common_model.h"
 
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -56,11 +59,12 @@ static double time_prefill(ts_engine *e, const int32_t *ids, int32_t *pos, int32
 }
 
 /* n decode steps of B sequences at once (slots 0..B-1, each first given depth tokens of
- * context), one token each per step; returns seconds or < 0 on error. Greedy, so each step's
- * input depends on the step before as in real decoding; the argmax is taken where the logits
- * are (on the device for a GPU). */
+ * context), one token each per step; returns seconds or < 0 on error. Each step's input is the
+ * token the step before chose, as in real decoding: the argmax, or with samplers (one a
+ * sequence) their draws - either taken where the logits are (on the device for a GPU). */
 static double time_decode(ts_engine *e, int n, int B, const int32_t *ids, int32_t *ctx_pos,
-                          int32_t *ctx_slot, int depth, float *logits) {
+                          int32_t *ctx_slot, int depth, float *logits,
+                          ts_sampler *const *samplers) {
     int32_t tok[256], pos[256], slot[256];
     uint8_t want[256];
     for (int s = 0; s < B; s++) {
@@ -71,7 +75,9 @@ static double time_decode(ts_engine *e, int n, int B, const int32_t *ids, int32_
     for (int i = 0; i < n; i++) {
         for (int s = 0; s < B; s++) pos[s] = depth + i;
         ts_batch b = {B, tok, pos, slot, want};
-        if (ts_engine_forward_greedy(e, &b, tok) != TS_OK) return -1;
+        if ((samplers ? ts_engine_forward_sample(e, &b, samplers, tok)
+                      : ts_engine_forward_greedy(e, &b, tok)) != TS_OK)
+            return -1;
     }
     return cli_now() - t0;
 }
@@ -97,8 +103,11 @@ int cmd_bench(int argc, char **argv) {
     bool json = false, no_bw = false;
     int batches[16], n_batches = 0;
     const char *v;
+    ts_sampler_params sp;
+    ts_sampler_params_default(&sp);
     for (int i = 1; i < argc; i++) {
         int r = cli_engine_opt(argc, argv, &i, &ea);
+        if (r == 0) r = cli_sampler_opt(argc, argv, &i, &sp);
         if (r < 0) return CLI_EXIT_USAGE;
         if (r > 0) continue;
         if ((v = cli_opt_value(argc, argv, &i, "-p", "--n-prompt"))) {
@@ -137,10 +146,21 @@ int cmd_bench(int argc, char **argv) {
     int32_t *ids = malloc(np * 4), *pos = malloc(np * 4), *slot = malloc(np * 4);
     float *logits = malloc((size_t)V * sizeof(float));
     double *pp = calloc((size_t)reps, sizeof(double)), *tg = calloc((size_t)reps, sizeof(double));
-    if (!ids || !pos || !slot || !logits || !pp || !tg) {
+    /* sampled decode: a sampler a sequence, each with its own seed (NULL: greedy) */
+    bool sampled = sp.temperature > 0;
+    ts_sampler **smp = sampled ? calloc((size_t)max_b, sizeof *smp) : NULL;
+    if (!ids || !pos || !slot || !logits || !pp || !tg || (sampled && !smp)) {
         fprintf(stderr, "tessera: bench: out of memory\n");
         rc = CLI_EXIT_ERROR;
         goto done;
+    }
+    for (int s = 0; sampled && s < max_b; s++) {
+        ts_sampler_params q = sp;
+        q.seed = sp.seed + (uint64_t)s;
+        if (ts_sampler_create(&q, V, &smp[s]) != TS_OK) {
+            rc = cli_fail("sampler");
+            goto done;
+        }
     }
     uint64_t x = 12345;
     for (size_t i = 0; i < np; i++) {
@@ -152,13 +172,14 @@ int cmd_bench(int argc, char **argv) {
      * 16-token warm-up left that in the first measured prefill: a median of two repetitions
      * read 6-10k t/s on an H200 where the warm runs take 19-21k. */
     if (time_prefill(e, ids, pos, slot, n_pp > 0 ? (int)n_pp : 1, 0, logits) < 0 ||
-        time_decode(e, 2, 1, ids, pos, slot, 0, logits) < 0) {
+        time_decode(e, 2, 1, ids, pos, slot, 0, logits, smp) < 0) {
         rc = cli_fail("bench");
         goto done;
     }
     for (long r = 0; r < reps; r++) {
         double a = n_pp > 0 ? time_prefill(e, ids, pos, slot, (int)n_pp, (int)depth, logits) : 0;
-        double b = n_tg > 0 ? time_decode(e, (int)n_tg, 1, ids, pos, slot, (int)depth, logits) : 0;
+        double b =
+            n_tg > 0 ? time_decode(e, (int)n_tg, 1, ids, pos, slot, (int)depth, logits, smp) : 0;
         if (a < 0 || b < 0) {
             rc = cli_fail("bench");
             goto done;
@@ -169,14 +190,14 @@ int cmd_bench(int argc, char **argv) {
     /* aggregate decode with B sequences: tokens of all sequences per second */
     double agg[16] = {0};
     for (int bi = 0; bi < n_batches && n_tg > 0; bi++) {
-        if (time_decode(e, 2, batches[bi], ids, pos, slot, 0, logits) < 0) { /* warm-up */
+        if (time_decode(e, 2, batches[bi], ids, pos, slot, 0, logits, smp) < 0) { /* warm-up */
             rc = cli_fail("bench");
             goto done;
         }
         double *t = calloc((size_t)reps, sizeof *t);
         for (long r = 0; t && r < reps; r++)
-            if ((t[r] = time_decode(e, (int)n_tg, batches[bi], ids, pos, slot, (int)depth,
-                                    logits)) < 0) {
+            if ((t[r] = time_decode(e, (int)n_tg, batches[bi], ids, pos, slot, (int)depth, logits,
+                                    smp)) < 0) {
                 free(t);
                 rc = cli_fail("bench");
                 goto done;
@@ -202,12 +223,19 @@ int cmd_bench(int argc, char **argv) {
                "\"read_bandwidth_gbs\": %.2f, \"tg_bound_tokens_per_s\": %.2f, "
                "\"tg_fraction_of_bound\": %.3f, \"state_bytes_per_token\": %.0f, "
                "\"tg_bound_with_state_tokens_per_s\": %.2f, "
-               "\"tg_fraction_of_bound_with_state\": %.3f, \"batched\": [",
+               "\"tg_fraction_of_bound_with_state\": %.3f, ",
                ea.model_path, info.arch, info.weight_dtype, (long long)info.n_params,
                (unsigned long long)info.weight_bytes, ts_engine_describe(e), reps, depth, n_pp,
                pp_tps, t_pp * 1e3, n_tg, tg_tps, n_tg > 0 ? t_tg * 1e3 / n_tg : 0, bw, bound,
                bound > 0 ? tg_tps / bound : 0, sb, bound_all,
                bound_all > 0 ? tg_tps / bound_all : 0);
+        if (sampled)
+            printf("\"sampling\": {\"temperature\": %g, \"top_k\": %d, \"top_p\": %g, "
+                   "\"min_p\": %g, \"seed\": %llu}, ",
+                   sp.temperature, sp.top_k, sp.top_p, sp.min_p, (unsigned long long)sp.seed);
+        else
+            printf("\"sampling\": null, ");
+        printf("\"batched\": [");
         for (int bi = 0; bi < n_batches; bi++)
             printf("%s{\"sequences\": %d, \"tokens_per_s\": %.2f}", bi ? ", " : "", batches[bi],
                    agg[bi]);
@@ -230,6 +258,11 @@ int cmd_bench(int argc, char **argv) {
                    info.weight_dtype, info.n_params / 1e6, info.weight_bytes / 1e6,
                    ts_engine_describe(e), n_tg, at, batches[bi], agg[bi]);
         if (n_pp > 0) printf("\ntime to first token (pp%ld): %.1f ms\n", n_pp, t_pp * 1e3);
+        if (sampled && n_tg > 0)
+            printf("%sdecode draws at temperature %g, top-k %d, top-p %g, min-p %g (seed %llu, "
+                   "one more a sequence)\n",
+                   n_pp > 0 ? "" : "\n", sp.temperature, sp.top_k, sp.top_p, sp.min_p,
+                   (unsigned long long)sp.seed);
         if (bw > 0) {
             printf("memory read bandwidth %.1f GB/s -> decode bound %.2f t/s; tg reaches %.0f%%\n",
                    bw, bound, 100 * tg_tps / bound);
@@ -246,6 +279,9 @@ done:
     free(logits);
     free(pp);
     free(tg);
+    for (int s = 0; smp && s < max_b; s++)
+        ts_sampler_free(smp[s]);
+    free(smp);
     ts_engine_free(e);
     ts_model_close(model);
     return rc;

@@ -28,7 +28,8 @@ static const struct {
     {"logits", cmd_logits, "logits -m MODEL --ids 1,2,3 [-o FILE] [--threads K]"},
     {"bench", cmd_bench,
      "bench -m MODEL [-p 512] [-n 128] [-r REPS] [-d DEPTH] "
-     "[--parallel 1,8,32] [--threads K] [--no-bandwidth] [--json]"},
+     "[--parallel 1,8,32] [--temp T] [--top-k K] [--top-p P] [--min-p P] [--seed S] "
+     "[--threads K] [--no-bandwidth] [--json]"},
     {"quantize", cmd_quantize,
      "quantize IN OUT.gguf --type q8_0|q4_0|q4_k_m|f16|bf16|f32 "
      "[--threads K]"},

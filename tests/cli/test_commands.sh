@@ -56,6 +56,14 @@ assert abs(d[\"state_bytes_per_token\"] - want) < 1, (d[\"state_bytes_per_token\
 "$BIN" bench -m "$M" -p 8 -n 4 -r 1 --depth 40 --json --no-bandwidth > "$tmp/bench_d.json" 2>&1
 check "bench --depth runs after that much context" \
   "python3 -c 'import json,sys; d=json.load(open(\"$tmp/bench_d.json\")); assert d[\"depth\"] == 40 and d[\"tg\"][\"tokens_per_s\"] > 0'"
+# sampled decode: the draws a request names, one sampler a sequence, in the report
+"$BIN" bench -m "$M" -p 4 -n 6 -r 1 --parallel 1,3 --temp 1 --top-k 40 --seed 9 --json --no-bandwidth > "$tmp/bench_s.json" 2>&1
+check "bench --temp draws and says so" \
+  "python3 -c 'import json,sys; d=json.load(open(\"$tmp/bench_s.json\")); s=d[\"sampling\"]; assert s[\"temperature\"] == 1 and s[\"top_k\"] == 40 and s[\"seed\"] == 9 and d[\"tg\"][\"tokens_per_s\"] > 0 and d[\"batched\"][1][\"tokens_per_s\"] > 0'"
+check "bench without sampling options is greedy" \
+  "python3 -c 'import json,sys; assert json.load(open(\"$tmp/bench.json\"))[\"sampling\"] is None'"
+"$BIN" bench -m "$M" -p 4 -n 4 -r 1 --temp -1 > /dev/null 2>&1
+check "bench --temp -1 is a usage error" "[ $? -eq 1 ]"
 
 # errors: exit 2 and a single line naming the problem
 "$BIN" logits -m "$tmp/nonexistent" --ids 1 > /dev/null 2> "$tmp/err"
