@@ -6,12 +6,12 @@
  * token each per forward step, as a server running B streams does). Decode is greedy unless
  * sampling options are given (--temp T, --top-k, --top-p, --min-p, --seed: what a request that
  * names them draws with), so that a sampled step's cost can be measured too. */
-#include "cli/common_model.h"
-#include "cli/generate.h"
-
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "cli/common_model.h"
+#include "cli/generate.h"
 
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
