@@ -525,7 +525,8 @@ void cuda_op_sigmoid_gate(ts_backend *be, float *x, int64_t ldx, const float *g,
 /* The argmax of n_rows rows of n_cols values as keys (cuda_argmax_key), queued: each block's
  * maximum of its chunk of the row, the row's last block to finish merging them into keys[row]
  * and into host[row] (pinned staging memory the host reads after the step: no copy node behind
- * the kernel; with zero_copy off a copy of keys to host instead). False (nothing queued) where
+ * the kernel, and the wait after the launch may end as soon as they have come: cq_wait_keys;
+ * with zero_copy off a copy of keys to host instead). False (nothing queued) where
  * its buffers have no room (cuda_argmax_ready first: it makes the room, and may flush the queue
  * too). */
 bool cuda_argmax_ready(cuda_ctx *c, int n_rows, int n_cols);

@@ -446,7 +446,9 @@ bool cuda_argmax_keys(cuda_ctx *c, const float *x, int64_t ldx, int n_rows, int 
     if ((int64_t)grid.x * n_rows > c->argmax_cap || n_rows > c->argmax_rows_cap) return false;
     cuda_launch(c, "argmax", k_argmax, grid, 256, 0, x, ldx, n_cols, chunk, c->argmax_parts,
                 c->argmax_tickets, keys, c->zero_copy ? host : nullptr);
-    if (!c->zero_copy) /* for comparisons: the keys' copy after the kernel, as before */
+    if (c->zero_copy) /* the kernel writes them there: the wait may end when they have come */
+        cq_wait_keys(c, host, n_rows);
+    else /* for comparisons: the keys' copy after the kernel, as before */
         cuda_copy_async(c, host, keys, (size_t)n_rows * sizeof *keys, cudaMemcpyDeviceToHost,
                         "argmax download");
     return true;
@@ -466,7 +468,6 @@ void cuda_op_argmax(ts_backend *be, const float *x, int64_t ldx, int n_rows, int
     }
     /* the keys come back through the pinned staging arena, inside a replayed graph too */
     bool ok = d && h && cuda_argmax_keys(c, x, ldx, n_rows, n_cols, d, h);
-    if (ok && c->zero_copy) cq_wait_keys(c, h, n_rows); /* the kernel writes them there */
     cq_flush(c);
     cuda_argmax_ids(h, n_rows, ok && !c->failed, out_host);
 }

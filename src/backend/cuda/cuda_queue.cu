@@ -1,14 +1,14 @@
 /* The launch queue and its graph cache (see cuda_queue.cuh for why). */
-#include "backend/cuda/cuda_int.cuh"
-
-#include <atomic>
-#include <chrono>
-#include <map>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <atomic>
+#include <chrono>
+#include <map>
 #include <string>
 #include <vector>
+
+#include "backend/cuda/cuda_int.cuh"
 
 /* Graphs kept: a decode step per batch shape in use, and the odd one beside. */
 #define CQ_GRAPHS 8
@@ -112,7 +112,8 @@ struct cq_state {
         int n;
     };
     std::vector<keys_at> keys_queued, keys_launched;
-    bool early_wait;        /* TESSERA_CUDA_EARLY_WAIT=0: cq_wait_keys does nothing */
+    /* TESSERA_CUDA_EARLY_WAIT=0, or profiling (=1, =graph): cq_wait_keys does nothing */
+    bool early_wait;
     long n_early_waits = 0; /* waits that returned on the keys (tests) */
 };
 
@@ -143,7 +144,7 @@ static cq_state *state_of(cuda_ctx *c) {
     cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, c->device);
     q->pdl = major >= 9 && !cuda_env_off("TESSERA_CUDA_PDL");
     q->hoist = !cuda_env_off("TESSERA_CUDA_HOIST");
-    q->early_wait = !cuda_env_off("TESSERA_CUDA_EARLY_WAIT");
+    q->early_wait = !cuda_env_off("TESSERA_CUDA_EARLY_WAIT") && !q->profile && !q->profile_graphs;
     q->drop = getenv("TESSERA_CUDA_PROFILE_DROP");
     if (cudaMallocHost((void **)&q->stage, CQ_STAGE_BYTES) != cudaSuccess) {
         cudaGetLastError();
@@ -757,7 +758,7 @@ void cq_launch(cuda_ctx *c, bool hold) {
             q->prev_sig = sig;
             q->in_flight = true;
             q->keys_launched.swap(q->keys_queued);
-            if (q->profile || q->profile_graphs || downloads(q->ops)) q->keys_launched.clear();
+            if (downloads(q->ops)) q->keys_launched.clear();
         }
         q->ops.clear();
     }
