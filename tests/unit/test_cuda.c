@@ -1884,6 +1884,56 @@ static int truth_kept(const sample_truth *t, const ts_sampler_params *sp, double
     return n;
 }
 
+/* A plain draw for uniform number u: the token at u times the total of the float64 weights
+ * (within 1e-5 of the total). */
+static bool truth_draw_ok(const sample_truth *t, double u, int32_t got) {
+    double at = u * t->total, tol = 1e-5 * t->total;
+    return got >= 0 && got < t->V && t->w[got] > 0 && at >= t->before[got] - tol &&
+           at <= t->before[got] + t->w[got] + tol;
+}
+
+/* Many rows of plain draws in one call (each its own temperature, one of them greedy): the
+ * one-kernel draw (k_smp_draw), 40 rows of 151936 tokens, so that its blocks take two parts
+ * each, every draw against its row's float64 truth. */
+static void test_sample_plain_rows(void) {
+    enum { R = 40, ROUNDS = 3 };
+    const int V = 151936;
+    float *x = rnd((size_t)R * V, 12.0f);
+    sample_truth t[R];
+    ts_sampler *ds[R];
+    ts_sampler_params ps[R];
+    for (int r = 0; r < R; r++) {
+        float *row = x + (size_t)r * V;
+        row[(r * 7919) % V] = 14.0f, row[(r * 104729 + 5) % V] = NAN;
+        ps[r] = (ts_sampler_params){r == 5 ? 0.0f : 0.5f + 0.05f * (float)r, 0, 1.0f, 0.0f,
+                                    (uint64_t)(100 + r)};
+        truth_make(&t[r], row, V, &ps[r]);
+        ds[r] = NULL;
+        CHECK(ts_sampler_create(&ps[r], V, &ds[r]) == TS_OK);
+    }
+    float *dx = dev(x, (size_t)R * V);
+    int bad = 0;
+    for (int i = 0; i < ROUNDS; i++) {
+        ts_sample_req rq[R];
+        ts_sample_res rs[R];
+        for (int r = 0; r < R; r++)
+            rq[r] = ts_sampler_request(ds[r]), rs[r] = (ts_sample_res){-1, 0, NULL, NULL, 0};
+        gpu->ops->sample(gpu, dx, V, R, V, rq, rs);
+        for (int r = 0; r < R; r++) {
+            int32_t got = rs[r].n == 0 ? ts_sampler_finish(ds[r], &rq[r], &rs[r]) : -1;
+            bool ok = r == 5 ? got == t[r].order[0] : truth_draw_ok(&t[r], rq[r].u, got);
+            CHECKF(ok, "plain rows: round %d row %d drew %d", i, r, got);
+            bad += !ok;
+        }
+    }
+    printf("  sample %d plain rows of V=%d in one call: %d of %d draws wrong\n", R, V, bad,
+           R * ROUNDS);
+    for (int r = 0; r < R; r++)
+        truth_free(&t[r]), ts_sampler_free(ds[r]);
+    gpu->ops->free(gpu, dx);
+    free(x);
+}
+
 /* With n_adj adjustments (penalties), the device sampler gets them (ts_sampler_set_adjust) and
  * applies them to its copy of the row, which is uploaded again before each draw; the host side
  * and the truth see the row with the adjustments applied here. */
@@ -1944,9 +1994,7 @@ static int sample_row_case(const float *x0, int V, const ts_sampler_params *sp, 
         } else if (listed) {
             ok = ok && reach[got];
         } else {
-            double at = rq.u * t.total, tol = 1e-5 * t.total;
-            ok = ok && t.w[got] > 0 && at >= t.before[got] - tol &&
-                 at <= t.before[got] + t.w[got] + tol;
+            ok = ok && truth_draw_ok(&t, rq.u, got);
         }
         bad += !ok;
         *agree += got == want;
@@ -2014,6 +2062,7 @@ static void test_sample(bool quick) {
             free(x);
         }
     }
+    test_sample_plain_rows();
     /* several rows in one call (of one chunk each: exact), each with its own parameters, one
      * of them greedy */
     int V = SAMPLE_EXACT_V - 24, R = 3;
@@ -2090,6 +2139,7 @@ static void test_engine_sample(void) {
         int diff = 0, steps = 24;
         long r0 = 0, b0 = 0, u0 = 0, r1 = 0, b1 = 0, u1 = 0;
         ts_backend_cuda_graph_stats(ea->be, &r0, &b0, &u0);
+        long early0 = ts_backend_cuda_early_waits(ea->be);
         for (int i = 0; i < steps; i++) {
             int32_t p = i;
             ts_batch ba = {1, &ta, &p, &sl, NULL}, bb = {1, &tb, &p, &sl, NULL};
@@ -2102,6 +2152,16 @@ static void test_engine_sample(void) {
         ts_backend_cuda_graph_stats(ea->be, &r1, &b1, &u1);
         CHECKF(diff == 0, "params %d: %d of %d steps drew another token on the device", c, diff,
                steps);
+        if (c == 0) { /* a plain draw: one kernel, no copy in the step, and (as a greedy step)
+                         the wait returns on the drawn token's key */
+            int copies = ts_backend_cuda_graph_copies(ea->be);
+            long early = ts_backend_cuda_early_waits(ea->be) - early0;
+            CHECKF(copies == 0, "params 0: the sampled step's graph has %d copy nodes", copies);
+            CHECKF(early >= steps - 1,
+                   "params 0: %ld of %d sampled steps' waits returned on "
+                   "their keys",
+                   early, steps);
+        }
         CHECKF(r1 - r0 >= steps - 4, "params %d: %ld graph replays in %d sampled steps", c,
                r1 - r0, steps);
         printf("  engine sample params %d: %d steps, %ld replays, %ld nodes updated\n", c, steps,

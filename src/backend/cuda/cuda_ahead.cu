@@ -14,12 +14,6 @@ static bool ahead_can_hold(ts_backend *be) {
     return !c->failed && cq_can_hold(c);
 }
 
-/* Keys (a held argmax's, in its staging bytes) to ids, once the step has run. */
-static void keys_done(cuda_ctx *c, const cq_defer *d, bool ok) {
-    (void)c;
-    cuda_argmax_ids((const unsigned long long *)d->src, d->n, ok, (int32_t *)d->dst);
-}
-
 /* The next n_rows fed keys of the step being queued (NULL on failure). */
 static unsigned long long *fed_take(cuda_ctx *c, int n_rows) {
     int need = c->fed_rows + n_rows;
@@ -57,7 +51,7 @@ static void ahead_argmax_held(ts_backend *be, const float *x, int64_t ldx, int n
         return;
     }
     if (!cuda_argmax_keys(c, x, ldx, n_rows, n_cols, keys, h)) return;
-    cq_defer d = {keys_done, h, out_host, n_rows};
+    cq_defer d = {cuda_keys_done, h, out_host, n_rows};
     cq_defer_add(c, &d);
 }
 

@@ -195,6 +195,9 @@ typedef struct cuda_ctx_s {
      * and the argmax's last block writes the keys there, instead of a copy at each end of the
      * step's graph (a root copy cost a 0.8B BF16 step ~10 us on an H200) */
     bool zero_copy;
+    /* TESSERA_CUDA_SAMPLE_ONE=0 (for comparisons): plain draws go through the four sampling
+     * kernels and the header's copy, as lists do, instead of k_smp_draw */
+    bool sample_one;
     /* the argmax's per-block maxima and per-row tickets (zeroed; the last block of a row resets
      * its ticket): room for argmax_cap parts */
     unsigned long long *argmax_parts;
@@ -305,6 +308,13 @@ __host__ __device__ static inline int cuda_argmax_key_index(unsigned long long k
 static inline void cuda_argmax_ids(const unsigned long long *keys, int n, bool ok, int32_t *ids) {
     for (int r = 0; r < n; r++)
         ids[r] = ok ? cuda_argmax_key_index(keys[r]) : -1;
+}
+
+/* A held step's keys (d->src: staged, d->n of them) to ids at d->dst once the step has run
+ * (a cq_defer's done). */
+static inline void cuda_keys_done(struct cuda_ctx_s *c, const cq_defer *d, bool ok) {
+    (void)c;
+    cuda_argmax_ids((const unsigned long long *)d->src, d->n, ok, (int32_t *)d->dst);
 }
 
 /* A key that cuda_argmax_key_index reads as token id (a drawn token, for get_rows_fed). */
@@ -530,11 +540,18 @@ void cuda_op_sigmoid_gate(ts_backend *be, float *x, int64_t ldx, const float *g,
  * its buffers have no room (cuda_argmax_ready first: it makes the room, and may flush the queue
  * too). */
 bool cuda_argmax_ready(cuda_ctx *c, int n_rows, int n_cols);
+/* The parts (n_words 64-bit words) and zeroed tickets (n_rows) of a kernel whose blocks write a
+ * part each and whose last block a row merges them (the argmax, the sample op's plain draw). */
+bool cuda_parts_ready(cuda_ctx *c, int64_t n_words, int n_rows);
+/* The keys a kernel just queued wrote to keys (device) and, with zero_copy, to host (pinned
+ * staging): the wait may end on them (cq_wait_keys); without zero_copy, a copy to host. */
+void cuda_keys_to_host(cuda_ctx *c, unsigned long long *keys, unsigned long long *host, int n);
 bool cuda_argmax_keys(cuda_ctx *c, const float *x, int64_t ldx, int n_rows, int n_cols,
                       unsigned long long *keys, unsigned long long *host);
 /* Draws (greedy or plain: no top-k / top-p, nothing to adjust - the caller's check,
  * ahead_sample_held) for n_rows rows, queued: each drawn id also as a key in fed[r], and into
- * out_ids when the step has run (cq_wait). False where the sampling buffers could not be had
+ * out_ids when the step has run (cq_wait; rows without min-p: one kernel, whose keys may end the
+ * wait as the argmax's do). False where the sampling buffers could not be had
  * (cuda_sample.cu). */
 bool cuda_sample_held(cuda_ctx *c, const float *x, int64_t ldx, int n_rows, int n_cols,
                       const ts_sample_req *req, unsigned long long *fed, int32_t *out_ids);

@@ -412,18 +412,17 @@ static dim3 argmax_grid(const cuda_ctx *c, int n_rows, int n_cols, int *chunk) {
     return dim3((unsigned)((n_cols + *chunk - 1) / *chunk), (unsigned)n_rows);
 }
 
-/* Room for the argmax's parts and tickets (growing frees the old buffers, which queued kernels
- * may use: it flushes first; the tickets start at zero). */
-bool cuda_argmax_ready(cuda_ctx *c, int n_rows, int n_cols) {
-    int chunk;
-    dim3 g = argmax_grid(c, n_rows, n_cols, &chunk);
-    int64_t n_parts = (int64_t)g.x * n_rows;
-    if (n_parts <= c->argmax_cap && n_rows <= c->argmax_rows_cap) return true;
+/* Room for n_words of parts and n_rows tickets, shared by the argmax and the sample op's plain
+ * draw, which never run at once (one stream; each kernel's last blocks set the tickets back to
+ * zero). Growing frees the old buffers, which queued kernels may use: it flushes first; the
+ * tickets start at zero. */
+bool cuda_parts_ready(cuda_ctx *c, int64_t n_words, int n_rows) {
+    if (n_words <= c->argmax_cap && n_rows <= c->argmax_rows_cap) return true;
     cq_flush(c);
     cuda_free_dev(c, c->argmax_parts);
     cuda_free_dev(c, c->argmax_tickets);
     c->argmax_parts = NULL, c->argmax_tickets = NULL, c->argmax_cap = 0, c->argmax_rows_cap = 0;
-    int64_t cap = n_parts < 1024 ? 1024 : 2 * n_parts;
+    int64_t cap = n_words < 1024 ? 1024 : 2 * n_words;
     int rows = n_rows < 64 ? 64 : 2 * n_rows;
     if (!cuda_check(c,
                     cudaMalloc((void **)&c->argmax_parts, (size_t)cap * sizeof(unsigned long long)),
@@ -439,6 +438,20 @@ bool cuda_argmax_ready(cuda_ctx *c, int n_rows, int n_cols) {
     return true;
 }
 
+bool cuda_argmax_ready(cuda_ctx *c, int n_rows, int n_cols) {
+    int chunk;
+    dim3 g = argmax_grid(c, n_rows, n_cols, &chunk);
+    return cuda_parts_ready(c, (int64_t)g.x * n_rows, n_rows);
+}
+
+void cuda_keys_to_host(cuda_ctx *c, unsigned long long *keys, unsigned long long *host, int n) {
+    if (c->zero_copy) /* the kernel writes them there: the wait may end when they have come */
+        cq_wait_keys(c, host, n);
+    else /* for comparisons: the keys' copy after the kernel, as before */
+        cuda_copy_async(c, host, keys, (size_t)n * sizeof *keys, cudaMemcpyDeviceToHost,
+                        "keys download");
+}
+
 bool cuda_argmax_keys(cuda_ctx *c, const float *x, int64_t ldx, int n_rows, int n_cols,
                       unsigned long long *keys, unsigned long long *host) {
     int chunk;
@@ -446,11 +459,7 @@ bool cuda_argmax_keys(cuda_ctx *c, const float *x, int64_t ldx, int n_rows, int 
     if ((int64_t)grid.x * n_rows > c->argmax_cap || n_rows > c->argmax_rows_cap) return false;
     cuda_launch(c, "argmax", k_argmax, grid, 256, 0, x, ldx, n_cols, chunk, c->argmax_parts,
                 c->argmax_tickets, keys, c->zero_copy ? host : nullptr);
-    if (c->zero_copy) /* the kernel writes them there: the wait may end when they have come */
-        cq_wait_keys(c, host, n_rows);
-    else /* for comparisons: the keys' copy after the kernel, as before */
-        cuda_copy_async(c, host, keys, (size_t)n_rows * sizeof *keys, cudaMemcpyDeviceToHost,
-                        "argmax download");
+    cuda_keys_to_host(c, keys, host, n_rows);
     return true;
 }
 

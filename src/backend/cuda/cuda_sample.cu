@@ -20,7 +20,9 @@
  *            - a few hundred tokens for a peaked distribution where the host would have
  *            scanned 248k.
  * The results come back through the staging arena with the step, inside a replayed graph too;
- * a list longer than SMP_LIST_CAP entries costs one more copy. */
+ * a list longer than SMP_LIST_CAP entries costs one more copy.
+ * Rows that are all greedy or plain draws without min-p (the default request) take instead one
+ * kernel, k_smp_draw, that does the max, weights and select in one pass of the logits. */
 #include <limits.h>
 #include <math.h>
 
@@ -322,6 +324,194 @@ __global__ static void k_smp_select(const ts_sample_req *req, smp_row *hdr, cons
     if (tid == 0 && fed) fed[r] = cuda_id_key(found);
 }
 
+/* A plain draw in one kernel (rows greedy or drawn without top-k, top-p or min-p: what a
+ * request asks for by default). The max, weights and select kernels above take three kernel
+ * boundaries after the output head, a write and a read of the weights, and the header's copy
+ * back; here each block reduces its 1024-token parts of the row to a part (its largest logit
+ * and the sum of its weights against that, which the row's maximum rescales later: the weights
+ * need no maximum known before them), and the row's last block to finish (a ticket a row, as
+ * the argmax's) adds the rescaled parts in order, finds the part where the running sum passes
+ * u times the total, and scans that part's weights, recomputed as the select kernel has them,
+ * for the token. The id goes out as a key (cuda_id_key), to the host's staging memory where the
+ * wait looks for it, and to fed for a held step's embedding rows. */
+typedef struct {
+    unsigned long long key_cand, key_all; /* cuda_argmax_key maxima: candidates; all non-NaN */
+    float top;                            /* the largest candidate logit / T (-inf: none) */
+    float sum;                            /* of exp(l / T - top) over the candidates */
+} smp_part;
+#define SMP_PART_WORDS   (sizeof(smp_part) / sizeof(unsigned long long))
+#define SMP_DRAW_THREADS (SMP_CHUNK / 4) /* 4 tokens a thread */
+
+/* The largest of the block's a and of its b, in every thread. */
+__device__ static void smp_block_max2(unsigned long long *a, unsigned long long *b) {
+    __shared__ unsigned long long part[2][32];
+    for (int off = 16; off > 0; off >>= 1) {
+        *a = max(*a, __shfl_xor_sync(0xffffffffu, *a, off));
+        *b = max(*b, __shfl_xor_sync(0xffffffffu, *b, off));
+    }
+    if ((threadIdx.x & 31) == 0) part[0][threadIdx.x >> 5] = *a, part[1][threadIdx.x >> 5] = *b;
+    __syncthreads();
+    for (int w = 0; w < (int)(blockDim.x >> 5); w++)
+        *a = max(*a, part[0][w]), *b = max(*b, part[1][w]);
+    __syncthreads(); /* part[] read before anyone writes it again */
+}
+
+/* Thread threadIdx.x's 4 tokens of part p (NaN past the row's end). */
+__device__ static inline void smp_load4(const float *row, int p, int n_cols, bool vec, float v[4]) {
+    int j = p * SMP_CHUNK + 4 * (int)threadIdx.x;
+    if (vec && j + 3 < n_cols) {
+        float4 q = *(const float4 *)(row + j);
+        v[0] = q.x, v[1] = q.y, v[2] = q.z, v[3] = q.w;
+    } else {
+#pragma unroll
+        for (int k = 0; k < 4; k++)
+            v[k] = j + k < n_cols ? row[j + k] : NAN;
+    }
+}
+
+/* Part p's weight against the row's top (both logit / T): its sum rescaled, in float64. */
+__device__ static inline double smp_part_mass(const smp_part *rp, int p, float top) {
+    float sum = __ldcg(&rp[p].sum);
+    return sum > 0 ? (double)sum * exp((double)__ldcg(&rp[p].top) - (double)top) : 0.0;
+}
+
+__global__ static void __launch_bounds__(SMP_DRAW_THREADS)
+    k_smp_draw(const float *x, int64_t ldx, int n_cols, int per_block, const ts_sample_req *req,
+               smp_part *parts, unsigned *tickets, unsigned long long *keys,
+               unsigned long long *host) {
+    __shared__ float s_t;
+    __shared__ double s_u, s_before;
+    __shared__ int s_hit;
+    __shared__ bool last;
+    const int r = blockIdx.y, tid = threadIdx.x;
+    /* the request is the host's, staged before the launch: read under the previous kernel */
+    if (tid == 0) s_t = req[r].temperature, s_u = req[r].u;
+    cuda_pdl_entry();
+    __syncthreads();
+    const float t = s_t;
+    const bool draw = t > 0;
+    const float *row = x + (int64_t)r * ldx;
+    const bool vec = ((ldx & 3) | ((uintptr_t)x & 15)) == 0;
+    const int n_parts = (n_cols + SMP_CHUNK - 1) / SMP_CHUNK;
+    smp_part *rp = parts + (size_t)r * n_parts;
+    const int p_end = min(n_parts, (int)(blockIdx.x + 1) * per_block);
+    for (int p = blockIdx.x * per_block; p < p_end; p++) {
+        float v[4];
+        smp_load4(row, p, n_cols, vec, v);
+        unsigned long long kc = 0, ka = 0;
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            int j = p * SMP_CHUNK + 4 * tid + k;
+            if (v[k] == v[k]) ka = max(ka, cuda_argmax_key(v[k], j));
+            if (smp_candidate(v[k])) kc = max(kc, cuda_argmax_key(v[k], j));
+        }
+        smp_block_max2(&kc, &ka);
+        float top = kc ? smp_key_value(kc) / t : -INFINITY, sum = 0, tot = 0;
+        if (draw && kc) { /* block-uniform */
+#pragma unroll
+            for (int k = 0; k < 4; k++)
+                if (smp_candidate(v[k])) sum += expf(v[k] / t - top);
+            smp_block_scan(sum, &tot);
+        }
+        if (tid == 0) rp[p] = (smp_part){kc, ka, top, tot};
+    }
+    if (tid == 0) {
+        __threadfence(); /* the parts before the ticket that counts them */
+        last = atomicAdd(tickets + r, 1u) == gridDim.x - 1;
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence(); /* every part counted is visible */
+    /* thread tid's parts: [q0, q1), in order */
+    const int per = (n_parts + (int)blockDim.x - 1) / (int)blockDim.x;
+    const int q0 = min(n_parts, tid * per), q1 = min(n_parts, q0 + per);
+    unsigned long long kc = 0, ka = 0;
+    for (int p = q0; p < q1; p++)
+        kc = max(kc, __ldcg(&rp[p].key_cand)), ka = max(ka, __ldcg(&rp[p].key_all));
+    smp_block_max2(&kc, &ka);
+    int found = -1;
+    if (!draw || !kc) { /* greedy, or nothing to draw from: the argmax */
+        found = cuda_argmax_key_index(ka);
+    } else {
+        const float top = smp_key_value(kc) / t;
+        double mine = 0, total;
+        for (int p = q0; p < q1; p++)
+            mine += smp_part_mass(rp, p, top);
+        const double start = smp_block_scan(mine, &total) - mine, target = s_u * total;
+        /* the first part where the running sum exceeds the target (the last part where the
+         * sum does not reach it: rounding), then the sum before it, from its owner */
+        if (tid == 0) s_hit = n_parts - 1;
+        __syncthreads();
+        double acc = start;
+        for (int p = q0; p < q1; p++) {
+            double m = smp_part_mass(rp, p, top);
+            if (acc + m > target) {
+                atomicMin(&s_hit, p);
+                break;
+            }
+            acc += m;
+        }
+        __syncthreads();
+        const int first = s_hit;
+        if (first >= q0 && first < q1) {
+            acc = start;
+            for (int p = q0; p < first; p++)
+                acc += smp_part_mass(rp, p, top);
+            s_before = acc;
+        }
+        __syncthreads();
+        /* the part's tokens, weights as the select kernel has them; the parts' rounding may
+         * put the crossing a part later than the tokens' own sums do: walk on until one does */
+        acc = s_before;
+        for (int p = first; p < n_parts && found < 0; p++) {
+            float v[4];
+            double w[4], sum = 0, ptot;
+            smp_load4(row, p, n_cols, vec, v);
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                w[k] = smp_candidate(v[k]) ? (double)expf(v[k] / t - top) : 0.0;
+                sum += w[k];
+            }
+            double run = acc + smp_block_scan(sum, &ptot) - sum;
+            if (tid == 0) s_hit = INT_MAX;
+            __syncthreads();
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                run += w[k];
+                if (w[k] > 0 && run > target) {
+                    atomicMin(&s_hit, p * SMP_CHUNK + 4 * tid + k);
+                    break;
+                }
+            }
+            __syncthreads();
+            found = s_hit == INT_MAX ? -1 : s_hit;
+            acc += ptot;
+            __syncthreads(); /* everyone has read s_hit */
+        }
+        /* u * total not below the sum (rounding): the last token with a weight */
+        for (int p = n_parts - 1; p >= 0 && found < 0; p--) {
+            float v[4];
+            smp_load4(row, p, n_cols, vec, v);
+            if (tid == 0) s_hit = -1;
+            __syncthreads();
+            for (int k = 3; k >= 0; k--)
+                if (smp_candidate(v[k]) && expf(v[k] / t - top) > 0) {
+                    atomicMax(&s_hit, p * SMP_CHUNK + 4 * tid + k);
+                    break;
+                }
+            __syncthreads();
+            found = s_hit;
+            __syncthreads();
+        }
+    }
+    if (tid == 0) {
+        unsigned long long key = cuda_id_key(found < 0 ? 0 : found);
+        keys[r] = key;
+        if (host) host[r] = key;
+        tickets[r] = 0;
+    }
+}
+
 __global__ static void k_smp_compact(const float *x, int64_t ldx, int n_cols,
                                      const ts_sample_req *req, smp_row *hdr, const float *W,
                                      float *out_logit, int32_t *out_tok) {
@@ -424,6 +614,55 @@ static smp_queued smp_queue(cuda_ctx *c, const float *x, int64_t ldx, int n_rows
     return r;
 }
 
+/* Whether k_smp_draw serves every row: greedy ones, and draws without top-k, top-p or min-p. */
+static bool smp_one_kernel(const cuda_ctx *c, const ts_sample_req *req, int n_rows) {
+    if (!c->sample_one) return false;
+    for (int r = 0; r < n_rows; r++)
+        if (req[r].temperature > 0 &&
+            (req[r].top_k > 0 || req[r].top_p < 1.0f || req[r].min_p > 0.0f))
+            return false;
+    return true;
+}
+
+/* Queues k_smp_draw for n_rows rows: the drawn ids as keys into keys (device; null: scratch)
+ * and the staging memory it returns (null where buffers could not be had). With zero_copy the
+ * kernel reads the requests where they are staged and writes the keys there too: the step has
+ * no copy for its draw, and its wait may end on the keys (cuda_keys_to_host). */
+static unsigned long long *smp_draw_queue(cuda_ctx *c, const float *x, int64_t ldx, int n_rows,
+                                          int n_cols, const ts_sample_req *req,
+                                          unsigned long long *keys) {
+    const int n_parts = (n_cols + SMP_CHUNK - 1) / SMP_CHUNK;
+    /* many rows (batched decode): up to 8 parts a block, keeping the grid near two waves */
+    int64_t m = (int64_t)n_parts * n_rows / ((int64_t)c->sm_count * 16);
+    int per_block = (int)(m < 1 ? 1 : m > 8 ? 8 : m);
+    dim3 grid((unsigned)((n_parts + per_block - 1) / per_block), (unsigned)n_rows);
+    size_t kb = (size_t)n_rows * sizeof *keys, rb = (size_t)n_rows * sizeof *req;
+    /* each of these may flush the queue, which empties the staging arena: before staging */
+    if (!cuda_parts_ready(c, (int64_t)SMP_PART_WORDS * n_parts * n_rows, n_rows)) return NULL;
+    const ts_sample_req *dreq = c->zero_copy ? NULL : (const ts_sample_req *)cuda_table(c, req, rb);
+    if (!keys) keys = (unsigned long long *)cuda_scratch(c, 2, kb);
+    if (!keys || (!c->zero_copy && !dreq)) return NULL;
+    unsigned char *st = (unsigned char *)cq_stage(c, kb + (c->zero_copy ? rb : 0));
+    if (!st) { /* the staging arena is full: run what is queued, which empties it */
+        cq_flush(c);
+        st = (unsigned char *)cq_stage(c, kb + (c->zero_copy ? rb : 0));
+    }
+    if (!st) {
+        if (!cq_broken(c)) cuda_check(c, cudaErrorMemoryAllocation, "sample staging");
+        return NULL;
+    }
+    unsigned long long *host = (unsigned long long *)st;
+    if (c->zero_copy) {
+        memcpy(cq_stage_fill(c, st + kb), req, rb);
+        dreq = (const ts_sample_req *)(st + kb);
+    }
+    cuda_launch(c, "sample draw", k_smp_draw, grid, SMP_DRAW_THREADS, 0, x, ldx, n_cols, per_block,
+                dreq, (smp_part *)c->argmax_parts, c->argmax_tickets, keys,
+                c->zero_copy ? host : nullptr);
+    cuda_keys_to_host(c, keys, host, n_rows);
+    return host;
+}
+
 void cuda_op_sample(ts_backend *be, float *x, int64_t ldx, int n_rows, int n_cols,
                     const ts_sample_req *req, ts_sample_res *res) {
     cuda_ctx *c = cuda_of(be);
@@ -441,6 +680,15 @@ void cuda_op_sample(ts_backend *be, float *x, int64_t ldx, int n_rows, int n_col
         for (int r = 0; r < n_rows; r++)
             res[r].id = ids ? ids[r] : -1, res[r].n = 0;
         free(ids);
+        return;
+    }
+    if (smp_one_kernel(c, req, n_rows)) {
+        unsigned long long *h = smp_draw_queue(c, x, ldx, n_rows, n_cols, req, nullptr);
+        cq_flush(c);
+        for (int r = 0; r < n_rows; r++) {
+            res[r].id = h && !c->failed ? cuda_argmax_key_index(h[r]) : -1;
+            res[r].n = 0, res[r].total = 0;
+        }
         return;
     }
     smp_queued sq = smp_queue(c, x, ldx, n_rows, n_cols, req, any_list, nullptr);
@@ -490,6 +738,13 @@ static void held_draws_done(cuda_ctx *c, const cq_defer *d, bool ok) {
 
 bool cuda_sample_held(cuda_ctx *c, const float *x, int64_t ldx, int n_rows, int n_cols,
                       const ts_sample_req *req, unsigned long long *fed, int32_t *out_ids) {
+    if (smp_one_kernel(c, req, n_rows)) {
+        unsigned long long *h = smp_draw_queue(c, x, ldx, n_rows, n_cols, req, fed);
+        if (!h) return false;
+        cq_defer d = {cuda_keys_done, h, out_ids, n_rows};
+        cq_defer_add(c, &d);
+        return true;
+    }
     smp_queued sq = smp_queue(c, x, ldx, n_rows, n_cols, req, false, fed);
     if (!sq.ok) return false;
     cq_defer d = {held_draws_done, sq.h, out_ids, n_rows};
