@@ -74,7 +74,9 @@ typedef struct {
 
 /* One row's sampling for ts_backend_ops.sample: the sampler's parameters (temperature 0 =
  * greedy), the uniform number in [0, 1) its generator gave for this draw, and the adjustments
- * to apply to the row's logits first (n_adjust entries of a host array; ts_logit_adjust). */
+ * to apply to the row's logits first (n_adjust entries of a host array; ts_logit_adjust).
+ * list: the candidates are the answer (ts_sample_res's list, never a drawn id): a request for
+ * the top_k best, such as log-probabilities' alternatives (ts_sampler_logprob_request). */
 typedef struct {
     float temperature, top_p, min_p;
     int top_k;
@@ -82,6 +84,7 @@ typedef struct {
     float rep;
     int n_adjust;
     const ts_logit_adjust *adjust;
+    int list;
 } ts_sample_req;
 
 /* What ts_backend_ops.sample gives back for a row: the drawn token (id >= 0), or (id < 0, only
@@ -154,7 +157,7 @@ typedef struct {
      * into x. Synchronises like download. */
     void (*sample)(ts_backend *be, float *x, int64_t ldx, int n_rows, int n_cols,
                    const ts_sample_req *req, ts_sample_res *res);
-    /* Optional, all eight or none (NULL where ops run as they come, as on the CPU): decoding
+    /* Optional, all nine or none (NULL where ops run as they come, as on the CPU): decoding
      * ahead. The engine queues step t + 1 of a greedy decode while step t runs - its tokens
      * the ids step t's argmax leaves on the device - and launches it once its caller has seen
      * step t's ids and asked for exactly that step; otherwise it drops it, and nothing of it
@@ -162,9 +165,10 @@ typedef struct {
      * step_can_hold: whether ops can be held at all (false: they would run as they come).
      * argmax_held: argmax queued only: the ids reach out_host when the step_wait after the
      * step's launch returns, and stay on the device for the next step's get_rows_fed.
-     * sample_held: sample, queued the same way, for rows whose draw ends on the device (greedy,
-     * or temperature and min-p without top-k, top-p or adjustments): their ids to out_host;
-     * false, with nothing queued, for other rows.
+     * sample_held: sample, queued the same way, for rows whose draw ends on the device
+     * (sample_held_fits): their ids to out_host; false, with nothing queued, for other rows.
+     * sample_held_fits: whether sample_held ends the draw of a row of n_cols with request r on
+     * the device (the engine asks before it decodes such rows ahead).
      * get_rows_fed: get_rows with ids[i] = row i of the ids that the last launched step's
      * argmax_held calls made (in call order); false, with nothing queued, where it cannot.
      * step_launch: submits what is queued without waiting; the ops queued after it are held
@@ -178,6 +182,7 @@ typedef struct {
                         int32_t *out_host);
     bool (*sample_held)(ts_backend *be, float *x, int64_t ldx, int n_rows, int n_cols,
                         const ts_sample_req *req, int32_t *out_host);
+    bool (*sample_held_fits)(ts_backend *be, const ts_sample_req *r, int n_cols);
     bool (*get_rows_fed)(ts_backend *be, const ts_tensor *W, int n, float scale, float *out);
     void (*step_launch)(ts_backend *be);
     bool (*step_seal)(ts_backend *be);

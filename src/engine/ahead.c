@@ -18,8 +18,8 @@ ts_status engine_ahead_init(ts_engine *e) {
     const ts_backend_ops *op = e->be->ops;
     const char *env = getenv("TESSERA_DECODE_AHEAD");
     a->off = (env && strcmp(env, "0") == 0) || !op->step_can_hold || !op->argmax_held ||
-             !op->sample_held || !op->get_rows_fed || !op->step_launch || !op->step_seal ||
-             !op->step_wait || !op->step_drop;
+             !op->sample_held || !op->sample_held_fits || !op->get_rows_fed || !op->step_launch ||
+             !op->step_seal || !op->step_wait || !op->step_drop;
     if (a->off) return TS_OK;
     size_t n = (size_t)e->n_batch;
     a->pos = malloc(n * sizeof *a->pos);

@@ -247,8 +247,10 @@ static ts_status forward_sample(ts_engine *e, const ts_batch *b, ts_sampler *con
                         n_top, TS_MAX_TOP_LOGPROBS);
     /* draws that end on the device can be decoded ahead (engine/ahead.c) */
     bool on_device = !logits && !lps && e->be->ops->sample && engine_ahead_fits(e, b);
-    for (int k = 0; on_device && k < n_want; k++)
-        on_device = ts_sampler_draws_on_device(samplers[k]);
+    for (int k = 0; on_device && k < n_want; k++) {
+        ts_sample_req next = ts_sampler_peek(samplers[k]);
+        on_device = e->be->ops->sample_held_fits(e->be, &next, e->n_vocab);
+    }
     if (on_device) return engine_ahead_step(e, b, samplers, ids);
     int rows = n_want > 0 ? n_want : 1;
     TS_TRY(sample_room(e, lps ? 2 * rows : rows));

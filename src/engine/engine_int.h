@@ -57,7 +57,7 @@ void engine_ahead_drop(ts_engine *e);
  * wanting its output, within a piece of the batch. */
 bool engine_ahead_fits(const ts_engine *e, const ts_batch *b);
 /* ts_engine_forward_greedy (samplers NULL) or ts_engine_forward_sample (draws that end on the
- * device: ts_sampler_draws_on_device) for such a batch, holding the step after it. */
+ * device: the backend's sample_held_fits) for such a batch, holding the step after it. */
 ts_status engine_ahead_step(ts_engine *e, const ts_batch *b, ts_sampler *const *samplers,
                             int32_t *ids);
 

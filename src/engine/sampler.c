@@ -383,7 +383,7 @@ void ts_sampler_adjust(const ts_sampler *s, float *logits) {
 }
 
 ts_sample_req ts_sampler_request(ts_sampler *s) {
-    ts_sample_req r = {0.0f, 1.0f, 0.0f, 0, 0.0, s->rep, s->n_adj, s->adj};
+    ts_sample_req r = {0.0f, 1.0f, 0.0f, 0, 0.0, s->rep, s->n_adj, s->adj, 0};
     if (ts_sampler_is_greedy(s)) return r;
     r.temperature = s->p.temperature, r.top_p = s->p.top_p, r.min_p = s->p.min_p;
     r.top_k = s->p.top_k < s->n_vocab ? s->p.top_k : 0;
@@ -396,13 +396,8 @@ ts_sample_req ts_sampler_peek(const ts_sampler *s) {
     return ts_sampler_request(&copy);
 }
 
-bool ts_sampler_draws_on_device(const ts_sampler *s) {
-    ts_sample_req r = ts_sampler_peek(s);
-    return r.n_adjust == 0 && (!(r.temperature > 0) || (r.top_k == 0 && r.top_p >= 1.0f));
-}
-
 ts_sample_req ts_sampler_logprob_request(int n_top) {
-    ts_sample_req r = {1.0f, 1.0f, 0.0f, n_top > 1 ? n_top : 1, 0.0, 1.0f, 0, NULL};
+    ts_sample_req r = {1.0f, 1.0f, 0.0f, n_top > 1 ? n_top : 1, 0.0, 1.0f, 0, NULL, 1};
     return r;
 }
 

@@ -22,9 +22,6 @@ ts_sample_req ts_sampler_request(ts_sampler *s);
 /* The request the next draw will make, the generator left as it is (decoding ahead queues a
  * draw before its caller asks for it). */
 ts_sample_req ts_sampler_peek(const ts_sampler *s);
-/* Whether the next draw ends on a device that samples: greedy, or temperature (and min-p)
- * without top-k, top-p or adjustments - no candidate list for the host to finish. */
-bool ts_sampler_draws_on_device(const ts_sampler *s);
 /* The token for a backend's answer to req: its id, or the host's draw over the subset it kept
  * (the same steps as ts_sampler_sample on the whole row, with req's uniform number; the list
  * is put into vocabulary order in place first). -1 when the list holds no valid token. */

@@ -1892,6 +1892,36 @@ static bool truth_draw_ok(const sample_truth *t, double u, int32_t got) {
            at <= t->before[got] + t->w[got] + tol;
 }
 
+/* A top-k draw for uniform number u, as the host sampler makes it from the float64 weights:
+ * the k best candidates in order, the first of them whose running sum reaches top_p of their
+ * total, those at or above min_p; the token at u times what is left's sum, walking it in that
+ * order (within 1e-5 of the sum). */
+static bool truth_topk_ok(const sample_truth *t, const ts_sampler_params *sp, double u,
+                          int32_t got) {
+    int n = sp->top_k < t->n_cand ? sp->top_k : t->n_cand;
+    double T = sp->temperature, best = t->x[t->order[0]] / T, total = 0, cum = 0, sum = 0;
+    double *w = malloc((size_t)n * sizeof *w);
+    if (!w) return false;
+    for (int i = 0; i < n; i++)
+        total += w[i] = exp(t->x[t->order[i]] / T - best);
+    int keep = n;
+    for (int i = 0; sp->top_p < 1.0f && i < n; i++)
+        if ((cum += w[i]) >= sp->top_p * total) {
+            keep = i + 1;
+            break;
+        }
+    for (int i = 0; i < keep; i++) {
+        if (w[i] < sp->min_p) w[i] = 0;
+        sum += w[i];
+    }
+    double at = u * sum, tol = 1e-5 * sum, before = 0;
+    bool ok = false;
+    for (int i = 0; i < keep && !ok; before += w[i], i++)
+        ok = t->order[i] == got && w[i] > 0 && at >= before - tol && at <= before + w[i] + tol;
+    free(w);
+    return ok;
+}
+
 /* Many rows of plain draws in one call (each its own temperature, one of them greedy): the
  * one-kernel draw (k_smp_draw), 40 rows of 151936 tokens, so that its blocks take two parts
  * each, every draw against its row's float64 truth. */
@@ -1958,6 +1988,8 @@ static int sample_row_case(const float *x0, int V, const ts_sampler_params *sp, 
     truth_make(&t, x, V, sp);
     bool greedy = sp->temperature <= 0 || sp->top_k == 1;
     bool listed = !greedy && ((sp->top_k > 0 && sp->top_k < V) || sp->top_p < 1.0f);
+    /* the CUDA backend draws top-k rows (k up to 1024, with top-p and min-p) itself */
+    bool device_ends = listed && sp->top_k > 0 && sp->top_k < V && sp->top_k <= 1024;
     /* the filter's set, and a slightly larger one the draw may reach through rounding */
     int n_keep = listed ? truth_kept(&t, sp, 1.0 - 1e-4) : 0;
     int n_reach = listed ? truth_kept(&t, sp, 1.0 + 1e-4) : 0;
@@ -1977,11 +2009,12 @@ static int sample_row_case(const float *x0, int V, const ts_sampler_params *sp, 
         }
         bool ok = true;
         if (listed && rs.id < 0) {
+            ok = !device_ends; /* a top-k row the device draws itself */
             for (int k = 0; k < rs.n; k++) in_list[tk[k]] = 1;
             for (int k = 0; k < n_keep; k++) ok = ok && in_list[t.order[k]];
             for (int k = 0; k < rs.n; k++) in_list[tk[k]] = 0;
             if (rs.n > *longest) *longest = rs.n;
-        } else if (listed) {
+        } else if (listed && !device_ends) {
             ok = false; /* a list was due */
         }
         int32_t got = ts_sampler_finish(ds, &rq, &rs);
@@ -1992,7 +2025,7 @@ static int sample_row_case(const float *x0, int V, const ts_sampler_params *sp, 
         if (greedy || V <= SAMPLE_EXACT_V) {
             ok = ok && got == want;
         } else if (listed) {
-            ok = ok && reach[got];
+            ok = ok && reach[got] && (!device_ends || truth_topk_ok(&t, sp, rq.u, got));
         } else {
             ok = ok && truth_draw_ok(&t, rq.u, got);
         }
@@ -2152,16 +2185,15 @@ static void test_engine_sample(void) {
         ts_backend_cuda_graph_stats(ea->be, &r1, &b1, &u1);
         CHECKF(diff == 0, "params %d: %d of %d steps drew another token on the device", c, diff,
                steps);
-        if (c == 0) { /* a plain draw: one kernel, no copy in the step, and (as a greedy step)
-                         the wait returns on the drawn token's key */
-            int copies = ts_backend_cuda_graph_copies(ea->be);
-            long early = ts_backend_cuda_early_waits(ea->be) - early0;
-            CHECKF(copies == 0, "params 0: the sampled step's graph has %d copy nodes", copies);
-            CHECKF(early >= steps - 1,
-                   "params 0: %ld of %d sampled steps' waits returned on "
-                   "their keys",
-                   early, steps);
-        }
+        /* the draw ends on the device (plain, top-k with top-p, min-p): no copy in the step,
+         * and (as a greedy step) the wait returns on the drawn token's key */
+        int copies = ts_backend_cuda_graph_copies(ea->be);
+        long early = ts_backend_cuda_early_waits(ea->be) - early0;
+        CHECKF(copies == 0, "params %d: the sampled step's graph has %d copy nodes", c, copies);
+        CHECKF(early >= steps - 1,
+               "params %d: %ld of %d sampled steps' waits returned on their "
+               "keys",
+               c, early, steps);
         CHECKF(r1 - r0 >= steps - 4, "params %d: %ld graph replays in %d sampled steps", c,
                r1 - r0, steps);
         printf("  engine sample params %d: %d steps, %ld replays, %ld nodes updated\n", c, steps,
@@ -3303,11 +3335,13 @@ static void test_decode_ahead(void) {
             free(lg);
             ts_sampler_free(smp);
         }
-        /* draws that end on the device (temperature, min-p) go ahead with their uniform
-         * numbers taken early: the same draws as without, a dropped held step (the swapped
-         * token) taking none from the generator; top-p (the host finishes it) does not */
-        const ts_sampler_params sps[2] = {{0.9f, 0, 1.0f, 0.05f, 11}, {0.9f, 0, 0.8f, 0.0f, 12}};
-        for (int k = 0; plain && ahead && k < 2; k++) {
+        /* draws that end on the device (temperature, min-p, top-k with top-p) go ahead with
+         * their uniform numbers taken early: the same draws as without, a dropped held step
+         * (the swapped token) taking none from the generator; top-p alone (the host finishes
+         * it) does not */
+        const ts_sampler_params sps[3] = {
+            {0.9f, 0, 1.0f, 0.05f, 11}, {0.9f, 20, 0.9f, 0.02f, 13}, {0.9f, 0, 0.8f, 0.0f, 12}};
+        for (int k = 0; plain && ahead && k < 3; k++) {
             int steps = 12, swap = 4;
             int32_t ia[12], ib[12];
             float *la = malloc((size_t)V * 4), *lb = malloc((size_t)V * 4);
@@ -3317,13 +3351,16 @@ static void test_decode_ahead(void) {
             long held = ahead->ahead.launched_held - held0;
             CHECK(ok);
             CHECKF(ok && memcmp(ia, ib, sizeof ia) == 0 && memcmp(la, lb, (size_t)V * 4) == 0,
-                   "%s sampled (top-p %g): decoding ahead drew other tokens or left another "
-                   "state",
-                   path, sps[k].top_p);
-            CHECKF(k ? held == 0 : held >= steps - 3, "%s sampled (top-p %g): %ld held", path,
-                   sps[k].top_p, held);
-            printf("  decode ahead %s sampled, top-p %g: %ld of %d steps launched held, %s\n",
-                   strrchr(path, '/') + 1, sps[k].top_p, held, steps,
+                   "%s sampled (top-k %d, top-p %g): decoding ahead drew other tokens or left "
+                   "another state",
+                   path, sps[k].top_k, sps[k].top_p);
+            CHECKF(k == 2 ? held == 0 : held >= steps - 3,
+                   "%s sampled (top-k %d, top-p %g): "
+                   "%ld held",
+                   path, sps[k].top_k, sps[k].top_p, held);
+            printf("  decode ahead %s sampled, top-k %d, top-p %g: %ld of %d steps launched "
+                   "held, %s\n",
+                   strrchr(path, '/') + 1, sps[k].top_k, sps[k].top_p, held, steps,
                    ok && memcmp(ia, ib, sizeof ia) == 0 ? "same draws" : "DIFFERENT");
             free(la), free(lb);
         }

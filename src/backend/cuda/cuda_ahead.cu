@@ -62,10 +62,7 @@ static bool ahead_sample_held(ts_backend *be, float *x, int64_t ldx, int n_rows,
     bool draw = false;
     for (int r = 0; r < n_rows; r++) {
         if (req[r].n_adjust > 0) return false;
-        if (req[r].temperature > 0) {
-            if (req[r].top_k > 0 || req[r].top_p < 1.0f) return false;
-            draw = true;
-        }
+        draw |= req[r].temperature > 0;
     }
     if (!draw) { /* greedy rows only: the argmax, as the sample op does */
         ahead_argmax_held(be, x, ldx, n_rows, n_cols, out_host);
@@ -73,6 +70,10 @@ static bool ahead_sample_held(ts_backend *be, float *x, int64_t ldx, int n_rows,
     }
     unsigned long long *keys = fed_take(c, n_rows);
     return keys && cuda_sample_held(c, x, ldx, n_rows, n_cols, req, keys, out_host);
+}
+
+static bool ahead_sample_fits(ts_backend *be, const ts_sample_req *r, int n_cols) {
+    return r->n_adjust == 0 && cuda_sample_ends(cuda_of(be), r, n_cols);
 }
 
 /* out[i] = W[id_i] * scale with id_i the argmax of key i: one block a row, the CPU
@@ -156,6 +157,7 @@ static void ahead_step_drop(ts_backend *be) {
 void cuda_ahead_ops(ts_backend_ops *o) {
     o->step_can_hold = ahead_can_hold;
     o->argmax_held = ahead_argmax_held;
+    o->sample_held_fits = ahead_sample_fits;
     o->sample_held = ahead_sample_held;
     o->get_rows_fed = ahead_get_rows_fed;
     o->step_launch = ahead_step_launch;

@@ -156,12 +156,12 @@ __global__ static void k_smp_weights(const float *x, int64_t ldx, int n_cols,
                                      const ts_sample_req *req, const smp_row *hdr, float *W,
                                      float *chunk_sum, int n_chunks, unsigned *hcount,
                                      double *hmass) {
-    cuda_pdl_entry();
     __shared__ unsigned s_count[SMP_BUCKETS];
     __shared__ double s_mass[SMP_BUCKETS];
     __shared__ float part[32];
     const int r = blockIdx.y;
-    const ts_sample_req q = req[r];
+    const ts_sample_req q = req[r]; /* the host's: read under the previous kernel */
+    cuda_pdl_entry();
     const unsigned long long kc = hdr[r].key_cand;
     if (smp_greedy(q) || !kc) return; /* the whole block: nothing to weigh */
     const bool listed = smp_listed(q);
@@ -230,20 +230,17 @@ template <typename T> __device__ static T smp_block_scan(T v, T *total) {
     return v;
 }
 
-/* One block of 1024 threads per row. fed (not null: decoding ahead, cuda_ahead.cu): each row's
- * drawn token also as an argmax key, for the next step's get_rows_fed. */
+/* One block of 1024 threads per row. */
 __global__ static void k_smp_select(const ts_sample_req *req, smp_row *hdr, const float *W,
                                     int n_cols, const float *chunk_sum, int n_chunks,
-                                    const unsigned *hcount, const double *hmass,
-                                    unsigned long long *fed) {
-    cuda_pdl_entry();
+                                    const unsigned *hcount, const double *hmass) {
     __shared__ int s_hit;
     const int r = blockIdx.x, tid = threadIdx.x;
-    const ts_sample_req q = req[r];
+    const ts_sample_req q = req[r]; /* the host's: read under the previous kernel */
+    cuda_pdl_entry();
     smp_row *h = &hdr[r];
     if (smp_greedy(q) || !h->key_cand) { /* greedy, or nothing to draw from: the argmax */
         if (tid == 0) h->id = cuda_argmax_key_index(h->key_all);
-        if (tid == 0 && fed) fed[r] = cuda_id_key(h->id);
         return;
     }
     const float *cs = chunk_sum + (size_t)r * n_chunks;
@@ -321,7 +318,6 @@ __global__ static void k_smp_select(const ts_sample_req *req, smp_row *hdr, cons
             }
     }
     if (tid == 0) h->id = found;
-    if (tid == 0 && fed) fed[r] = cuda_id_key(found);
 }
 
 /* A plain draw in one kernel (rows greedy or drawn without top-k, top-p or min-p: what a
@@ -515,10 +511,11 @@ __global__ static void __launch_bounds__(SMP_DRAW_THREADS)
 __global__ static void k_smp_compact(const float *x, int64_t ldx, int n_cols,
                                      const ts_sample_req *req, smp_row *hdr, const float *W,
                                      float *out_logit, int32_t *out_tok) {
-    cuda_pdl_entry();
     const int r = blockIdx.y;
+    const ts_sample_req q = req[r]; /* the host's: read under the previous kernel */
+    cuda_pdl_entry();
     smp_row *h = &hdr[r];
-    if (smp_greedy(req[r]) || !smp_listed(req[r]) || h->id >= 0) return;
+    if (smp_greedy(q) || !smp_listed(q) || h->id >= 0) return;
     const int bucket = h->bucket, lane = threadIdx.x & 31;
     const float *row = x + r * ldx, *wr = W + (size_t)r * n_cols;
     int j0 = blockIdx.x * SMP_CHUNK, j1 = min(n_cols, j0 + SMP_CHUNK);
@@ -539,9 +536,182 @@ __global__ static void k_smp_compact(const float *x, int64_t ldx, int n_cols,
     }
 }
 
-/* The sampling kernels for n_rows rows with a draw among them, queued, and the copies of their
- * answers into the staging arena: the headers (smp_row) at h, then with lists (any_list) each
- * row's first list_cap logits and ids. */
+/* Top-k rows finished on the device (k_smp_finish): the largest k a row may ask for (a thread a
+ * candidate); a larger k, and top-p without top-k, hand the host their list. */
+#define SMP_TOPK_DEVICE 1024
+/* list entries put in order in shared memory at once; a longer list is narrowed to its k best
+ * by a radix select first */
+#define SMP_SORT_CAP 2048
+
+/* Whether the device ends a row's draw itself (keys, no list for the host). */
+__host__ __device__ static inline bool smp_device_ends(const ts_sample_req &r, int n_cols) {
+    if (!(r.temperature > 0)) return true;
+    if (r.list) return false;            /* the caller wants the candidates */
+    if (r.top_k >= n_cols) return false; /* the host's "no top-k" with a list: rare */
+    if (r.top_k > 0) return r.top_k <= SMP_TOPK_DEVICE;
+    return !(r.top_p < 1.0f);
+}
+
+/* a[0 .. N) (N a power of two) in descending order: a bitonic sort, the whole block calling. */
+__device__ static void smp_sort_desc(unsigned long long *a, int N) {
+    for (int size = 2; size <= N; size <<= 1)
+        for (int stride = size >> 1; stride > 0; stride >>= 1) {
+            for (int t = threadIdx.x; t < N / 2; t += blockDim.x) {
+                int lo = 2 * stride * (t / stride) + t % stride, hi = lo + stride;
+                bool up = (lo & size) != 0; /* this run ascending: the last merge descends */
+                unsigned long long x = a[lo], y = a[hi];
+                if ((x > y) == up) a[lo] = y, a[hi] = x;
+            }
+            __syncthreads();
+        }
+}
+
+/* The k-th largest of a list's n keys (cuda_argmax_key of logit and id: all distinct, k <= n),
+ * a byte at a time from the top: a histogram of the next byte among the keys that match so
+ * far, and the byte where the count from the top reaches what is left of k. The whole block
+ * calls it. */
+__device__ static unsigned long long smp_kth_key(const float *lg, const int32_t *tk, int n, int k) {
+    __shared__ unsigned hist[256];
+    __shared__ unsigned long long s_prefix;
+    __shared__ unsigned s_left;
+    unsigned long long prefix = 0, mask = 0;
+    if (threadIdx.x == 0) s_left = (unsigned)k;
+    for (int shift = 56; shift >= 0; shift -= 8) {
+        for (int b = threadIdx.x; b < 256; b += blockDim.x)
+            hist[b] = 0;
+        __syncthreads();
+        for (int i = threadIdx.x; i < n; i += blockDim.x) {
+            unsigned long long key = cuda_argmax_key(lg[i], tk[i]);
+            if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 255], 1u);
+        }
+        __syncthreads();
+        if (threadIdx.x < 32) { /* lane l: bytes 255 - 8l down to 248 - 8l */
+            const int lane = threadIdx.x;
+            const unsigned left = s_left;
+            unsigned mine = 0;
+            for (int j = 0; j < 8; j++)
+                mine += hist[255 - 8 * lane - j];
+            unsigned incl = mine;
+            for (int off = 1; off < 32; off <<= 1) {
+                unsigned o = __shfl_up_sync(0xffffffffu, incl, off);
+                if (lane >= off) incl += o;
+            }
+            __syncwarp(); /* every lane has read s_left before one writes it */
+            if (incl - mine < left && incl >= left) { /* one lane: the byte is among its 8 */
+                unsigned acc = incl - mine;
+                int d = 255 - 8 * lane;
+                while (acc + hist[d] < left)
+                    acc += hist[d--];
+                s_prefix = prefix | ((unsigned long long)d << shift);
+                s_left = left - acc;
+            }
+        }
+        __syncthreads();
+        prefix = s_prefix;
+        mask |= 255ull << shift;
+    }
+    return prefix;
+}
+
+/* One block of 1024 threads a row, after the select (and the list): each row's id as a key into
+ * keys (device: a held step's fed keys, or scratch) and host (staging; null without zero_copy).
+ * Greedy and plain rows have theirs from the select; a top-k row (k <= SMP_TOPK_DEVICE) is
+ * drawn here as the host sampler draws it (sampler.c, pick): its k best candidates by logit,
+ * the lower id first among equals; those ordered by logit / T, then id; weights exp(l / T -
+ * best / T); top-p keeps the first of them whose running sum reaches top_p times their total,
+ * min-p those at or above min_p; the draw walks what is kept in that order to u times its
+ * sum. */
+__global__ static void __launch_bounds__(1024)
+    k_smp_finish(const ts_sample_req *req, const smp_row *hdr, const float *lg, const int32_t *tk,
+                 int n_cols, unsigned long long *keys, unsigned long long *host) {
+    __shared__ unsigned long long s_key[SMP_SORT_CAP];
+    __shared__ int s_n, s_hit;
+    const int r = blockIdx.x, tid = threadIdx.x;
+    const ts_sample_req q = req[r]; /* the host's: read under the previous kernel */
+    cuda_pdl_entry();
+    int id = hdr[r].id;
+    if (id < 0) { /* a top-k row: its list holds every candidate that can be among the k */
+        const float *rl = lg + (size_t)r * n_cols;
+        const int32_t *rt = tk + (size_t)r * n_cols;
+        const int n = hdr[r].count, k = min(q.top_k, n);
+        int m = n; /* keys in s_key, the k best among them */
+        if (n <= SMP_SORT_CAP) {
+            for (int i = tid; i < SMP_SORT_CAP; i += blockDim.x)
+                s_key[i] = i < n ? cuda_argmax_key(rl[i], rt[i]) : 0;
+        } else { /* narrowed to the k best first */
+            const unsigned long long kth = smp_kth_key(rl, rt, n, k);
+            for (int i = tid; i < SMP_SORT_CAP; i += blockDim.x)
+                s_key[i] = 0;
+            if (tid == 0) s_n = 0;
+            __syncthreads();
+            for (int i = tid; i < n; i += blockDim.x) {
+                unsigned long long key = cuda_argmax_key(rl[i], rt[i]);
+                if (key >= kth) s_key[atomicAdd(&s_n, 1)] = key;
+            }
+            m = k;
+        }
+        __syncthreads();
+        int size = 1;
+        while (size < m)
+            size <<= 1;
+        smp_sort_desc(s_key, size);
+        /* the k best again by logit / T (the host divides, then orders: two logits may meet) */
+        const float t = q.temperature;
+        unsigned long long mine = 0;
+        if (tid < k)
+            mine =
+                cuda_argmax_key(smp_key_value(s_key[tid]) / t, cuda_argmax_key_index(s_key[tid]));
+        __syncthreads();
+        s_key[tid] = mine; /* 0 past k: last in order */
+        __syncthreads();
+        size = 1;
+        while (size < k)
+            size <<= 1;
+        smp_sort_desc(s_key, size);
+        const float top = smp_key_value(s_key[0]);
+        float w = tid < k ? expf(smp_key_value(s_key[tid]) - top) : 0.0f;
+        double total, run = smp_block_scan((double)w, &total);
+        int keep = k; /* top-p: the first keep of them */
+        if (q.top_p < 1.0f) {
+            if (tid == 0) s_hit = k - 1;
+            __syncthreads();
+            if (tid < k && run >= (double)q.top_p * total) atomicMin(&s_hit, tid);
+            __syncthreads();
+            keep = s_hit + 1;
+        }
+        /* min-p: those kept at or above min_p (the best, weight 1, always) */
+        const bool kept = tid < keep && !(q.min_p > 0.0f && w < q.min_p);
+        const double wk = kept ? (double)w : 0.0;
+        double sum, at = smp_block_scan(wk, &sum);
+        const double target = q.u * sum;
+        if (tid == 0) s_hit = INT_MAX;
+        __syncthreads();
+        if (kept && at > target) atomicMin(&s_hit, tid);
+        __syncthreads();
+        int pick = s_hit;
+        if (pick == INT_MAX) { /* u * sum not below the sum (rounding): the last one kept */
+            __syncthreads();
+            if (tid == 0) s_hit = 0;
+            __syncthreads();
+            if (kept) atomicMax(&s_hit, tid);
+            __syncthreads();
+            pick = s_hit;
+        }
+        id = cuda_argmax_key_index(s_key[pick]);
+    }
+    if (tid == 0) {
+        unsigned long long key = cuda_id_key(id);
+        keys[r] = key;
+        if (host) host[r] = key;
+    }
+}
+
+/* The sampling kernels for n_rows rows with a draw among them, queued. Where the device ends
+ * every row (finish; smp_device_ends), k_smp_finish writes the ids as keys into keys (null:
+ * scratch) and the staging memory at h (cuda_keys_to_host). Else the copies of their answers
+ * into the staging arena: the headers (smp_row) at h, then with lists (any_list) each row's
+ * first list_cap logits and ids. With zero_copy the kernels read the requests where they are
+ * staged. */
 typedef struct {
     bool ok;
     unsigned char *h;
@@ -551,7 +721,8 @@ typedef struct {
 } smp_queued;
 
 static smp_queued smp_queue(cuda_ctx *c, const float *x, int64_t ldx, int n_rows, int n_cols,
-                            const ts_sample_req *req, bool any_list, unsigned long long *fed) {
+                            const ts_sample_req *req, bool any_list, bool finish,
+                            unsigned long long *keys) {
     const int n_chunks = (n_cols + SMP_CHUNK - 1) / SMP_CHUNK;
     /* one scratch buffer, carved in pieces of 256-byte multiples */
     size_t off = 0;
@@ -570,19 +741,28 @@ static smp_queued smp_queue(cuda_ctx *c, const float *x, int64_t ldx, int n_rows
     size_t o_cs = piece((size_t)n_rows * n_chunks * sizeof(float));
     size_t o_lg = piece((size_t)n_rows * n_cols * sizeof(float));
     size_t o_tk = piece((size_t)n_rows * n_cols * sizeof(int32_t));
-    unsigned char *base = (unsigned char *)cuda_scratch(c, 5, off);
-    const ts_sample_req *dreq =
-        (const ts_sample_req *)cuda_table(c, req, (size_t)n_rows * sizeof *req);
+    const size_t req_bytes = (size_t)n_rows * sizeof *req;
     smp_queued r;
-    r.hdr_bytes = (size_t)n_rows * sizeof(smp_row);
-    r.list_cap = any_list ? (size_t)(n_cols < SMP_LIST_CAP ? n_cols : SMP_LIST_CAP) : 0;
+    r.hdr_bytes = finish ? (size_t)n_rows * sizeof *keys : (size_t)n_rows * sizeof(smp_row);
+    r.list_cap = any_list && !finish ? (size_t)(n_cols < SMP_LIST_CAP ? n_cols : SMP_LIST_CAP) : 0;
     r.list_bytes = (size_t)n_rows * r.list_cap * sizeof(float);
-    r.h = (unsigned char *)cq_stage(c, r.hdr_bytes + 2 * r.list_bytes);
+    /* each of these may flush the queue, which empties the staging arena: before staging */
+    unsigned char *base = (unsigned char *)cuda_scratch(c, 5, off);
+    if (finish && !keys) keys = (unsigned long long *)cuda_scratch(c, 2, r.hdr_bytes);
+    const ts_sample_req *dreq =
+        c->zero_copy ? nullptr : (const ts_sample_req *)cuda_table(c, req, req_bytes);
+    size_t stage_bytes = r.hdr_bytes + 2 * r.list_bytes + (c->zero_copy ? req_bytes : 0);
+    r.h = (unsigned char *)cq_stage(c, stage_bytes);
     if (!r.h) { /* the staging arena is full: run what is queued, which empties it */
         cq_flush(c);
-        r.h = (unsigned char *)cq_stage(c, r.hdr_bytes + 2 * r.list_bytes);
+        r.h = (unsigned char *)cq_stage(c, stage_bytes);
     }
-    r.ok = base && dreq && r.h;
+    if (r.h && c->zero_copy) {
+        unsigned char *at = r.h + r.hdr_bytes + 2 * r.list_bytes;
+        memcpy(cq_stage_fill(c, at), req, req_bytes);
+        dreq = (const ts_sample_req *)at;
+    }
+    r.ok = base && dreq && r.h && (!finish || keys);
     smp_row *hdr = (smp_row *)(base + o_hdr);
     float *W = (float *)(base + o_w), *cs = (float *)(base + o_cs);
     unsigned *hc = (unsigned *)(base + o_hist_c);
@@ -599,10 +779,18 @@ static smp_queued smp_queue(cuda_ctx *c, const float *x, int64_t ldx, int n_rows
     cuda_launch(c, "sample weights", k_smp_weights, grid, 256, 0, x, ldx, n_cols, dreq, hdr, W, cs,
                 n_chunks, hc, hm);
     cuda_launch(c, "sample select", k_smp_select, dim3((unsigned)n_rows), SMP_CHUNK, 0, dreq, hdr,
-                W, n_cols, cs, n_chunks, hc, hm, fed);
+                W, n_cols, cs, n_chunks, hc, hm);
     if (any_list)
         cuda_launch(c, "sample list", k_smp_compact, grid, 256, 0, x, ldx, n_cols, dreq, hdr, W,
                     r.lg, r.tk);
+    if (finish) {
+        unsigned long long *host = (unsigned long long *)r.h;
+        cuda_launch(c, "sample finish", k_smp_finish, dim3((unsigned)n_rows), 1024, 0, dreq, hdr,
+                    (const float *)r.lg, (const int32_t *)r.tk, n_cols, keys,
+                    c->zero_copy ? host : nullptr);
+        cuda_keys_to_host(c, keys, host, n_rows);
+        return r;
+    }
     cuda_copy_async(c, r.h, hdr, r.hdr_bytes, cudaMemcpyDeviceToHost, "sample download");
     for (int i = 0; i < n_rows && any_list; i++) {
         size_t b = r.list_cap * sizeof(float);
@@ -612,6 +800,17 @@ static smp_queued smp_queue(cuda_ctx *c, const float *x, int64_t ldx, int n_rows
                         cudaMemcpyDeviceToHost, "sample list download");
     }
     return r;
+}
+
+bool cuda_sample_ends(const cuda_ctx *c, const ts_sample_req *r, int n_cols) {
+    return smp_device_ends(*r, n_cols) && (c->sample_topk || !(r->temperature > 0 && r->top_k > 0));
+}
+
+/* Whether the device ends every row's draw. */
+static bool smp_all_device(const cuda_ctx *c, const ts_sample_req *req, int n_rows, int n_cols) {
+    for (int r = 0; r < n_rows; r++)
+        if (!cuda_sample_ends(c, &req[r], n_cols)) return false;
+    return true;
 }
 
 /* Whether k_smp_draw serves every row: greedy ones, and draws without top-k, top-p or min-p. */
@@ -691,9 +890,18 @@ void cuda_op_sample(ts_backend *be, float *x, int64_t ldx, int n_rows, int n_col
         }
         return;
     }
-    smp_queued sq = smp_queue(c, x, ldx, n_rows, n_cols, req, any_list, nullptr);
+    const bool finish = smp_all_device(c, req, n_rows, n_cols);
+    smp_queued sq = smp_queue(c, x, ldx, n_rows, n_cols, req, any_list, finish, nullptr);
     cq_flush(c);
     bool ok = sq.ok && !c->failed;
+    if (finish) { /* the ids as keys */
+        const unsigned long long *hk = (const unsigned long long *)sq.h;
+        for (int r = 0; r < n_rows; r++) {
+            res[r].id = ok ? cuda_argmax_key_index(hk[r]) : -1;
+            res[r].n = 0, res[r].total = 0;
+        }
+        return;
+    }
     const smp_row *hh = (const smp_row *)sq.h;
     for (int r = 0; r < n_rows; r++) {
         ts_sample_res *o = &res[r];
@@ -727,15 +935,6 @@ void cuda_op_sample(ts_backend *be, float *x, int64_t ldx, int n_rows, int n_col
     }
 }
 
-/* The drawn ids, from the headers in the staging arena, once the held step has run. */
-static void held_draws_done(cuda_ctx *c, const cq_defer *d, bool ok) {
-    (void)c;
-    const smp_row *hh = (const smp_row *)d->src;
-    int32_t *out = (int32_t *)d->dst;
-    for (int r = 0; r < d->n; r++)
-        out[r] = ok ? hh[r].id : -1;
-}
-
 bool cuda_sample_held(cuda_ctx *c, const float *x, int64_t ldx, int n_rows, int n_cols,
                       const ts_sample_req *req, unsigned long long *fed, int32_t *out_ids) {
     if (smp_one_kernel(c, req, n_rows)) {
@@ -745,9 +944,13 @@ bool cuda_sample_held(cuda_ctx *c, const float *x, int64_t ldx, int n_rows, int 
         cq_defer_add(c, &d);
         return true;
     }
-    smp_queued sq = smp_queue(c, x, ldx, n_rows, n_cols, req, false, fed);
+    if (!smp_all_device(c, req, n_rows, n_cols)) return false; /* a list for the host */
+    bool any_list = false;
+    for (int r = 0; r < n_rows; r++)
+        any_list |= req[r].temperature > 0 && (req[r].top_k > 0 || req[r].top_p < 1.0f);
+    smp_queued sq = smp_queue(c, x, ldx, n_rows, n_cols, req, any_list, true, fed);
     if (!sq.ok) return false;
-    cq_defer d = {held_draws_done, sq.h, out_ids, n_rows};
+    cq_defer d = {cuda_keys_done, sq.h, out_ids, n_rows};
     cq_defer_add(c, &d);
     return true;
 }
