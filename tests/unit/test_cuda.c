@@ -1922,6 +1922,74 @@ static bool truth_topk_ok(const sample_truth *t, const ts_sampler_params *sp, do
     return ok;
 }
 
+/* A top-p draw (no top-k, no min-p) for uniform number u, as the host sampler makes it
+ * (sampler.c, nucleus) from the float64 weights: the weights' buckets (their float bits' top
+ * 12) summed from the top until they reach top_p of the total; every token of a bucket above
+ * the last one, in vocabulary order, then the last bucket's in descending order (the lower id
+ * first among equals) until the running sum reaches the target; the token at u times what is
+ * kept, walking it in that order (within 1e-5 of it). */
+static int by_truth_weight(const void *a, const void *b) {
+    const double *x = a, *y = b; /* {weight, id} */
+    if (x[0] != y[0]) return x[0] < y[0] ? 1 : -1;
+    return (x[1] > y[1]) - (x[1] < y[1]);
+}
+
+static bool truth_nucleus_ok(const sample_truth *t, const ts_sampler_params *sp, double u,
+                             int32_t got) {
+    enum { NB = 2048 };
+    static double mass[NB];
+    memset(mass, 0, sizeof mass);
+    int *bucket = malloc((size_t)t->V * sizeof *bucket);
+    double *low_set = malloc((size_t)t->V * 2 * sizeof *low_set);
+    if (!bucket || !low_set) {
+        free(bucket), free(low_set);
+        return false;
+    }
+    for (int i = 0; i < t->V; i++) {
+        float wf = (float)t->w[i];
+        uint32_t b;
+        memcpy(&b, &wf, 4);
+        bucket[i] = (int)(b >> 20);
+        if (t->w[i] > 0) mass[bucket[i]] += t->w[i];
+    }
+    double target = sp->top_p * t->total, above = 0;
+    int low = 0;
+    for (int k = NB - 1; k >= 0; k--) {
+        if (above + mass[k] >= target) {
+            low = k;
+            break;
+        }
+        above += mass[k];
+    }
+    int n_low = 0;
+    for (int i = 0; i < t->V; i++)
+        if (t->w[i] > 0 && bucket[i] == low)
+            low_set[2 * n_low] = t->w[i], low_set[2 * n_low + 1] = i, n_low++;
+    qsort(low_set, (size_t)n_low, 2 * sizeof *low_set, by_truth_weight);
+    int keep = n_low;
+    double cum = above;
+    for (int j = 0; j < n_low; j++)
+        if ((cum += low_set[2 * j]) >= target) {
+            keep = j + 1;
+            break;
+        }
+    double sum = above;
+    for (int j = 0; j < keep; j++)
+        sum += low_set[2 * j];
+    double at = u * sum, tol = 1e-5 * sum, before = 0;
+    bool ok = false;
+    for (int i = 0; i < t->V && !ok; i++)
+        if (t->w[i] > 0 && bucket[i] > low) {
+            ok = i == got && at >= before - tol && at <= before + t->w[i] + tol;
+            before += t->w[i];
+        }
+    for (int j = 0; j < keep && !ok; before += low_set[2 * j], j++)
+        ok = (int32_t)low_set[2 * j + 1] == got && at >= before - tol &&
+             at <= before + low_set[2 * j] + tol;
+    free(bucket), free(low_set);
+    return ok;
+}
+
 /* Many rows of plain draws in one call (each its own temperature, one of them greedy): the
  * one-kernel draw (k_smp_draw), 40 rows of 151936 tokens, so that its blocks take two parts
  * each, every draw against its row's float64 truth. */
@@ -1988,8 +2056,10 @@ static int sample_row_case(const float *x0, int V, const ts_sampler_params *sp, 
     truth_make(&t, x, V, sp);
     bool greedy = sp->temperature <= 0 || sp->top_k == 1;
     bool listed = !greedy && ((sp->top_k > 0 && sp->top_k < V) || sp->top_p < 1.0f);
-    /* the CUDA backend draws top-k rows (k up to 1024, with top-p and min-p) itself */
-    bool device_ends = listed && sp->top_k > 0 && sp->top_k < V && sp->top_k <= 1024;
+    /* the CUDA backend draws top-k rows (k up to 1024, with top-p and min-p) and top-p rows
+     * without min-p itself */
+    bool device_ends =
+        listed && sp->top_k < V && (sp->top_k > 0 ? sp->top_k <= 1024 : !(sp->min_p > 0.0f));
     /* the filter's set, and a slightly larger one the draw may reach through rounding */
     int n_keep = listed ? truth_kept(&t, sp, 1.0 - 1e-4) : 0;
     int n_reach = listed ? truth_kept(&t, sp, 1.0 + 1e-4) : 0;
@@ -2025,7 +2095,9 @@ static int sample_row_case(const float *x0, int V, const ts_sampler_params *sp, 
         if (greedy || V <= SAMPLE_EXACT_V) {
             ok = ok && got == want;
         } else if (listed) {
-            ok = ok && reach[got] && (!device_ends || truth_topk_ok(&t, sp, rq.u, got));
+            ok = ok && reach[got] &&
+                 (!device_ends || (sp->top_k > 0 ? truth_topk_ok(&t, sp, rq.u, got)
+                                                 : truth_nucleus_ok(&t, sp, rq.u, got)));
         } else {
             ok = ok && truth_draw_ok(&t, rq.u, got);
         }
@@ -2048,17 +2120,18 @@ static int sample_row_case(const float *x0, int V, const ts_sampler_params *sp, 
 
 static void test_sample(bool quick) {
     const int sizes[3] = {1000, 151936, 248320};
-    const ts_sampler_params ps[8] = {
-        {1.0f, 0, 1.0f, 0.0f, 11},    {0.7f, 0, 1.0f, 0.05f, 12}, {0.8f, 40, 1.0f, 0.0f, 13},
-        {1.0f, 0, 0.9f, 0.0f, 14},    {0.6f, 50, 0.95f, 0.02f, 15}, {1.3f, 0, 0.5f, 0.0f, 16},
-        {0.0f, 0, 1.0f, 0.0f, 17},    {1.0f, 1, 1.0f, 0.0f, 18}};
+    /* params 8 (top-p with min-p) is the one whose list the host finishes */
+    const ts_sampler_params ps[9] = {
+        {1.0f, 0, 1.0f, 0.0f, 11}, {0.7f, 0, 1.0f, 0.05f, 12},   {0.8f, 40, 1.0f, 0.0f, 13},
+        {1.0f, 0, 0.9f, 0.0f, 14}, {0.6f, 50, 0.95f, 0.02f, 15}, {1.3f, 0, 0.5f, 0.0f, 16},
+        {0.0f, 0, 1.0f, 0.0f, 17}, {1.0f, 1, 1.0f, 0.0f, 18},    {0.9f, 0, 0.9f, 0.05f, 19}};
     for (int si = 0; si < 3; si++)
         for (int shape = 0; shape < 2 && !(quick && si == 1); shape++) { /* peaked, flat */
             int V = sizes[si];
             float *x = rnd((size_t)V, shape == 0 ? 12.0f : 1.0f);
             x[V / 3] = NAN, x[V / 2] = -INFINITY, x[V - 1] = NAN;
             if (shape == 0) x[V / 5] = 14.0f; /* a clear favourite, not the only one */
-            for (int pi = 0; pi < 8; pi++) {
+            for (int pi = 0; pi < 9; pi++) {
                 /* flat rows with top-p keep most of the vocabulary: few draws (the host side
                  * sorts the list) */
                 bool slow = shape == 1 && ps[pi].top_p < 1.0f && ps[pi].top_k == 0;
@@ -2085,8 +2158,8 @@ static void test_sample(bool quick) {
             for (int i = 0; i < 300; i++)
                 adj[i] = (ts_logit_adjust){(int32_t)((V / 5 + (int64_t)i * 7919) % V),
                                            i % 2 ? 0.0f : 0.25f + 0.5f * (float)(i % 5)};
-            for (int pi = 0; pi < 8; pi++) {
-                if (pi == 3 || pi == 5) continue; /* flat-ish top-p lists: covered above */
+            for (int pi = 0; pi < 9; pi++) {
+                if (pi == 3 || pi == 5 || pi == 8) continue; /* top-p: covered above */
                 int longest = 0, agree = 0, draws = quick ? 2 : 30;
                 int bad = sample_row_case(x, V, &ps[pi], draws, &longest, &agree, 1.3f, adj, 300);
                 CHECKF(bad == 0, "V=%d with adjustments, params %d: %d of %d device draws wrong",
@@ -3335,13 +3408,15 @@ static void test_decode_ahead(void) {
             free(lg);
             ts_sampler_free(smp);
         }
-        /* draws that end on the device (temperature, min-p, top-k with top-p) go ahead with
-         * their uniform numbers taken early: the same draws as without, a dropped held step
-         * (the swapped token) taking none from the generator; top-p alone (the host finishes
-         * it) does not */
-        const ts_sampler_params sps[3] = {
-            {0.9f, 0, 1.0f, 0.05f, 11}, {0.9f, 20, 0.9f, 0.02f, 13}, {0.9f, 0, 0.8f, 0.0f, 12}};
-        for (int k = 0; plain && ahead && k < 3; k++) {
+        /* draws that end on the device (temperature, min-p, top-k with top-p, top-p) go ahead
+         * with their uniform numbers taken early: the same draws as without, a dropped held
+         * step (the swapped token) taking none from the generator; top-p with min-p (the host
+         * finishes it) does not */
+        const ts_sampler_params sps[4] = {{0.9f, 0, 1.0f, 0.05f, 11},
+                                          {0.9f, 20, 0.9f, 0.02f, 13},
+                                          {0.9f, 0, 0.8f, 0.0f, 14},
+                                          {0.9f, 0, 0.8f, 0.05f, 12}};
+        for (int k = 0; plain && ahead && k < 4; k++) {
             int steps = 12, swap = 4;
             int32_t ia[12], ib[12];
             float *la = malloc((size_t)V * 4), *lb = malloc((size_t)V * 4);
@@ -3354,13 +3429,13 @@ static void test_decode_ahead(void) {
                    "%s sampled (top-k %d, top-p %g): decoding ahead drew other tokens or left "
                    "another state",
                    path, sps[k].top_k, sps[k].top_p);
-            CHECKF(k == 2 ? held == 0 : held >= steps - 3,
+            CHECKF(k == 3 ? held == 0 : held >= steps - 3,
                    "%s sampled (top-k %d, top-p %g): "
                    "%ld held",
                    path, sps[k].top_k, sps[k].top_p, held);
-            printf("  decode ahead %s sampled, top-k %d, top-p %g: %ld of %d steps launched "
-                   "held, %s\n",
-                   strrchr(path, '/') + 1, sps[k].top_k, sps[k].top_p, held, steps,
+            printf("  decode ahead %s sampled, top-k %d, top-p %g, min-p %g: %ld of %d steps "
+                   "launched held, %s\n",
+                   strrchr(path, '/') + 1, sps[k].top_k, sps[k].top_p, sps[k].min_p, held, steps,
                    ok && memcmp(ia, ib, sizeof ia) == 0 ? "same draws" : "DIFFERENT");
             free(la), free(lb);
         }

@@ -217,7 +217,7 @@ extern "C" ts_status ts_backend_cuda_create(int device, ts_backend **out) {
     c->gdn_early_store = !cuda_env_off("TESSERA_CUDA_GDN_EARLY_STORE");
     c->zero_copy = !cuda_env_off("TESSERA_CUDA_ZERO_COPY");
     c->sample_one = !cuda_env_off("TESSERA_CUDA_SAMPLE_ONE");
-    c->sample_topk = !cuda_env_off("TESSERA_CUDA_SAMPLE_TOPK");
+    c->sample_end = !cuda_env_off("TESSERA_CUDA_SAMPLE_END");
     /* a third of L2 (20 MB of the H200's 60; the 0.8B's state is 18 MB) unless told */
     const char *keep = getenv("TESSERA_CUDA_L2_KEEP");
     size_t keep_max = (size_t)prop.persistingL2CacheMaxSize;

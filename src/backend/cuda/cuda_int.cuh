@@ -198,9 +198,9 @@ typedef struct cuda_ctx_s {
     /* TESSERA_CUDA_SAMPLE_ONE=0 (for comparisons): plain draws go through the four sampling
      * kernels and the header's copy, as lists do, instead of k_smp_draw */
     bool sample_one;
-    /* TESSERA_CUDA_SAMPLE_TOPK=0 (for comparisons): top-k rows hand the host their candidate
-     * list (and are not decoded ahead) instead of being drawn by k_smp_finish */
-    bool sample_topk;
+    /* TESSERA_CUDA_SAMPLE_END=0 (for comparisons): top-k and top-p rows hand the host their
+     * candidate list (and are not decoded ahead) instead of being drawn by k_smp_finish */
+    bool sample_end;
     /* the argmax's per-block maxima and per-row tickets (zeroed; the last block of a row resets
      * its ticket): room for argmax_cap parts */
     unsigned long long *argmax_parts;
@@ -552,13 +552,13 @@ void cuda_keys_to_host(cuda_ctx *c, unsigned long long *keys, unsigned long long
 bool cuda_argmax_keys(cuda_ctx *c, const float *x, int64_t ldx, int n_rows, int n_cols,
                       unsigned long long *keys, unsigned long long *host);
 /* Whether the sample op ends a row's draw on the device (ids as keys, no list for the host):
- * greedy and plain rows, and top-k up to 1024 (unless TESSERA_CUDA_SAMPLE_TOPK=0). */
+ * greedy and plain rows, top-k up to 1024 (with top-p, min-p) and top-p without min-p (unless
+ * TESSERA_CUDA_SAMPLE_END=0). */
 bool cuda_sample_ends(const cuda_ctx *c, const ts_sample_req *r, int n_cols);
 /* Draws (nothing to adjust - the caller's check, ahead_sample_held) for n_rows rows, queued: each
  * drawn id also as a key in fed[r], and into out_ids when the step has run (cq_wait; the keys may
- * end the wait as the argmax's do). Top-k rows too (k up to 1024, with top-p and min-p; nothing to
- * adjust). False, with nothing queued, for rows the device cannot end (top-p without top-k, a
- * larger k) and where the sampling buffers could not be had (cuda_sample.cu). */
+ * end the wait as the argmax's do). False, with nothing queued, for rows the device does not end
+ * (cuda_sample_ends) and where the sampling buffers could not be had (cuda_sample.cu). */
 bool cuda_sample_held(cuda_ctx *c, const float *x, int64_t ldx, int n_rows, int n_cols,
                       const ts_sample_req *req, unsigned long long *fed, int32_t *out_ids);
 /* decoding ahead (cuda_ahead.cu): the backend's ops of it */

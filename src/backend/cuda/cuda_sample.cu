@@ -204,6 +204,11 @@ __global__ static void k_smp_weights(const float *x, int64_t ldx, int n_cols,
             }
 }
 
+/* A weight that counts for a draw over the buckets above low (-1: every weight). */
+__device__ static inline bool smp_above(float w, int low) {
+    return w > 0 && (int)(__float_as_uint(w) >> 20) > low;
+}
+
 /* An inclusive scan of v over the block's 1024 threads (thread order); the block total in
  * *total. Every thread must call it. */
 template <typename T> __device__ static T smp_block_scan(T v, T *total) {
@@ -230,10 +235,63 @@ template <typename T> __device__ static T smp_block_scan(T v, T *total) {
     return v;
 }
 
+/* The first token, in vocabulary order, where the running sum of the weights wr of buckets above
+ * low (all weights: -1) exceeds target, given their sums per chunk of SMP_CHUNK (cs); one block
+ * of SMP_CHUNK threads. The chunk: one thread adds the chunk sums in order (a few hundred); then
+ * the block scans that chunk's weights. The chunk sums' rounding may put the crossing a chunk
+ * later than the scan of its weights does, so the scan walks on until a token crosses; none (u *
+ * total not below the sum): the last weight. */
+__device__ static int smp_vocab_draw(const float *cs, int n_chunks, const float *wr, int n_cols,
+                                     double target, int low) {
+    __shared__ int s_chunk, s_hit;
+    __shared__ double s_before;
+    const int tid = threadIdx.x;
+    if (tid == 0) {
+        double acc = 0;
+        int c = 0;
+        for (; c < n_chunks - 1; c++) {
+            double next = acc + (double)cs[c];
+            if (next > target) break;
+            acc = next;
+        }
+        s_chunk = c, s_before = acc;
+    }
+    __syncthreads();
+    int found = -1;
+    double acc = s_before;
+    for (int c = s_chunk; c < n_chunks; c++) {
+        int j = c * SMP_CHUNK + tid;
+        float wf = j < n_cols ? wr[j] : 0.0f;
+        double w = smp_above(wf, low) ? (double)wf : 0.0, ctot;
+        double run = acc + smp_block_scan(w, &ctot);
+        if (tid == 0) s_hit = INT_MAX;
+        __syncthreads();
+        if (w > 0 && run > target) atomicMin(&s_hit, j);
+        __syncthreads();
+        found = s_hit == INT_MAX ? -1 : s_hit;
+        acc += ctot;
+        __syncthreads(); /* everyone has read s_hit */
+        if (found >= 0) break;
+    }
+    if (found < 0) {
+        if (tid == 0) s_hit = -1;
+        __syncthreads();
+        for (int c = n_chunks - 1; c >= 0 && found < 0; c--) {
+            int j = c * SMP_CHUNK + tid;
+            if (j < n_cols && smp_above(wr[j], low)) atomicMax(&s_hit, j);
+            __syncthreads();
+            found = s_hit;
+            __syncthreads();
+        }
+        found = max(found, 0);
+    }
+    return found;
+}
+
 /* One block of 1024 threads per row. */
 __global__ static void k_smp_select(const ts_sample_req *req, smp_row *hdr, const float *W,
                                     int n_cols, const float *chunk_sum, int n_chunks,
-                                    const unsigned *hcount, const double *hmass) {
+                                    const unsigned *hcount, const double *hmass, bool exact) {
     __shared__ int s_hit;
     const int r = blockIdx.x, tid = threadIdx.x;
     const ts_sample_req q = req[r]; /* the host's: read under the previous kernel */
@@ -265,6 +323,9 @@ __global__ static void k_smp_select(const ts_sample_req *req, smp_row *hdr, cons
              * reaches k */
             unsigned k = (unsigned)q.top_k;
             if (ccum >= k) atomicMax(&s_hit, ccum - cnt + hc[b0] >= k ? b0 : b0 - 1);
+        } else if (exact) { /* the device ends the draw: the host sampler's bucket */
+            double target = (double)q.top_p * total;
+            if (mcum >= target) atomicMax(&s_hit, mcum - mass + hm[b0] >= target ? b0 : b0 - 1);
         } else {
             /* mass from the top reaching top_p of the total (less a little, for the sums'
              * different order), then one bucket more */
@@ -275,48 +336,8 @@ __global__ static void k_smp_select(const ts_sample_req *req, smp_row *hdr, cons
         if (tid == 0) h->bucket = max(s_hit, 0), h->total = total, h->id = -1;
         return;
     }
-    /* a plain draw: the first token where the running sum exceeds u * total. The chunk: one
-     * thread adds the chunk sums in order (a few hundred); then the block scans that chunk's
-     * weights. The chunk sums' rounding may put the crossing a chunk later than the scan of
-     * its weights does, so the scan walks on until a token crosses. */
-    __shared__ int s_chunk;
-    __shared__ double s_before;
-    const double target = q.u * total;
-    const float *wr = W + (size_t)r * n_cols;
-    if (tid == 0) {
-        double acc = 0;
-        int c = 0;
-        for (; c < n_chunks - 1; c++) {
-            double next = acc + (double)cs[c];
-            if (next > target) break;
-            acc = next;
-        }
-        s_chunk = c, s_before = acc;
-    }
-    __syncthreads();
-    int found = -1;
-    double acc = s_before;
-    for (int c = s_chunk; c < n_chunks; c++) {
-        int j = c * SMP_CHUNK + tid;
-        double w = j < n_cols ? (double)wr[j] : 0.0, ctot;
-        double run = acc + smp_block_scan(w, &ctot);
-        if (tid == 0) s_hit = INT_MAX;
-        __syncthreads();
-        if (w > 0 && run > target) atomicMin(&s_hit, j);
-        __syncthreads();
-        found = s_hit == INT_MAX ? -1 : s_hit;
-        acc += ctot;
-        __syncthreads(); /* everyone has read s_hit */
-        if (found >= 0) break;
-    }
-    if (found < 0 && tid == 0) { /* u * total not below the sum (rounding): the last weight */
-        found = 0;
-        for (int j = n_cols - 1; j >= 0; j--)
-            if (wr[j] > 0) {
-                found = j;
-                break;
-            }
-    }
+    /* a plain draw: the first token where the running sum exceeds u * total */
+    int found = smp_vocab_draw(cs, n_chunks, W + (size_t)r * n_cols, n_cols, q.u * total, -1);
     if (tid == 0) h->id = found;
 }
 
@@ -508,21 +529,31 @@ __global__ static void __launch_bounds__(SMP_DRAW_THREADS)
     }
 }
 
+/* The candidate lists: tokens of a bucket at or above the select's, logit and id. With exact
+ * (the device ends every row), a top-p row without top-k lists instead its last bucket's
+ * tokens (the one the select found), weight and id, and sums the weights above that bucket per
+ * chunk into cs (the select has read the plain sums). */
 __global__ static void k_smp_compact(const float *x, int64_t ldx, int n_cols,
                                      const ts_sample_req *req, smp_row *hdr, const float *W,
-                                     float *out_logit, int32_t *out_tok) {
+                                     float *out_logit, int32_t *out_tok, bool exact, float *cs,
+                                     int n_chunks) {
+    __shared__ float part[32];
     const int r = blockIdx.y;
     const ts_sample_req q = req[r]; /* the host's: read under the previous kernel */
     cuda_pdl_entry();
     smp_row *h = &hdr[r];
     if (smp_greedy(q) || !smp_listed(q) || h->id >= 0) return;
+    const bool nucleus = exact && q.top_k <= 0;
     const int bucket = h->bucket, lane = threadIdx.x & 31;
     const float *row = x + r * ldx, *wr = W + (size_t)r * n_cols;
     int j0 = blockIdx.x * SMP_CHUNK, j1 = min(n_cols, j0 + SMP_CHUNK);
+    float upper = 0;
     for (int jb = j0; jb < j1; jb += blockDim.x) {
         int j = jb + threadIdx.x;
         float w = j < j1 ? wr[j] : 0.0f;
-        bool keep = w > 0 && (int)(__float_as_uint(w) >> 20) >= bucket;
+        int b = (int)(__float_as_uint(w) >> 20);
+        bool keep = w > 0 && (nucleus ? b == bucket : b >= bucket);
+        if (nucleus && w > 0 && b > bucket) upper += w;
         /* one atomic a warp */
         unsigned m = __ballot_sync(0xffffffffu, keep);
         int base = 0;
@@ -530,14 +561,23 @@ __global__ static void k_smp_compact(const float *x, int64_t ldx, int n_cols,
         base = __shfl_sync(0xffffffffu, base, 0);
         if (keep) {
             int at = base + __popc(m & ((1u << lane) - 1));
-            out_logit[(size_t)r * n_cols + at] = row[j];
+            out_logit[(size_t)r * n_cols + at] = nucleus ? w : row[j];
             out_tok[(size_t)r * n_cols + at] = j;
         }
+    }
+    if (!nucleus) return;
+    upper = cuda_warp_sum(upper);
+    if (lane == 0) part[threadIdx.x >> 5] = upper;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int w = 1; w < (int)(blockDim.x >> 5); w++)
+            upper += part[w];
+        cs[(size_t)r * n_chunks + blockIdx.x] = upper;
     }
 }
 
 /* Top-k rows finished on the device (k_smp_finish): the largest k a row may ask for (a thread a
- * candidate); a larger k, and top-p without top-k, hand the host their list. */
+ * candidate); a larger k hands the host its list. */
 #define SMP_TOPK_DEVICE 1024
 /* list entries put in order in shared memory at once; a longer list is narrowed to its k best
  * by a radix select first */
@@ -549,7 +589,7 @@ __host__ __device__ static inline bool smp_device_ends(const ts_sample_req &r, i
     if (r.list) return false;            /* the caller wants the candidates */
     if (r.top_k >= n_cols) return false; /* the host's "no top-k" with a list: rare */
     if (r.top_k > 0) return r.top_k <= SMP_TOPK_DEVICE;
-    return !(r.top_p < 1.0f);
+    return !(r.top_p < 1.0f && r.min_p > 0.0f); /* top-p alone: min-p after it is the host's */
 }
 
 /* a[0 .. N) (N a power of two) in descending order: a bitonic sort, the whole block calling. */
@@ -613,6 +653,68 @@ __device__ static unsigned long long smp_kth_key(const float *lg, const int32_t 
     return prefix;
 }
 
+/* The first of a list's n entries (weight lg[i], id tk[i]; keys cuda_argmax_key(weight, id), all
+ * distinct), in descending order, whose running sum of weights reaches x (strict: exceeds x),
+ * a byte of the key at a time from the top: each pass a histogram of the next byte's mass
+ * among the keys that match so far, and the byte where the running mass crosses. Its key, and
+ * in *before the mass of the keys above it; where none reaches x (rounding), the last. The
+ * whole block calls it. */
+__device__ static unsigned long long smp_mass_key(const float *lg, const int32_t *tk, int n,
+                                                  double x, bool strict, double *before) {
+    __shared__ double mass[256];
+    __shared__ unsigned long long s_prefix;
+    __shared__ double s_acc;
+    unsigned long long prefix = 0, mask = 0;
+    double acc = 0; /* the mass of the keys above those that match */
+    for (int shift = 56; shift >= 0; shift -= 8) {
+        for (int b = threadIdx.x; b < 256; b += blockDim.x)
+            mass[b] = 0;
+        __syncthreads();
+        for (int i = threadIdx.x; i < n; i += blockDim.x) {
+            unsigned long long key = cuda_argmax_key(lg[i], tk[i]);
+            if ((key & mask) == prefix) atomicAdd(&mass[(key >> shift) & 255], (double)lg[i]);
+        }
+        __syncthreads();
+        if (threadIdx.x < 32) { /* lane l: bytes 255 - 8l down to 248 - 8l */
+            const int lane = threadIdx.x, top = 255 - 8 * lane;
+            double mine = 0;
+            for (int j = 0; j < 8; j++)
+                mine += mass[top - j];
+            double incl = mine;
+            for (int off = 1; off < 32; off <<= 1) {
+                double o = __shfl_up_sync(0xffffffffu, incl, off);
+                if (lane >= off) incl += o;
+            }
+            const double hi = acc + incl;
+            unsigned cross = __ballot_sync(0xffffffffu, strict ? hi > x : hi >= x);
+            unsigned full = __ballot_sync(0xffffffffu, mine > 0);
+            int at = cross ? __ffs(cross) - 1 : 31 - __clz(full); /* none: the last byte */
+            if (lane == at) {
+                double a = hi - mine, a_last = a;
+                int d = top, d_last = top;
+                for (int j = 0; j < 8; j++) {
+                    int b = top - j;
+                    if (mass[b] > 0) d_last = b, a_last = a;
+                    if (cross && (strict ? a + mass[b] > x : a + mass[b] >= x)) {
+                        d = b;
+                        break;
+                    }
+                    a += mass[b];
+                    d = -1;
+                }
+                if (d < 0) d = d_last, a = a_last; /* rounding within the lane: its last */
+                s_prefix = prefix | ((unsigned long long)d << shift);
+                s_acc = a;
+            }
+        }
+        __syncthreads();
+        prefix = s_prefix, acc = s_acc;
+        mask |= 255ull << shift;
+    }
+    *before = acc;
+    return prefix;
+}
+
 /* One block of 1024 threads a row, after the select (and the list): each row's id as a key into
  * keys (device: a held step's fed keys, or scratch) and host (staging; null without zero_copy).
  * Greedy and plain rows have theirs from the select; a top-k row (k <= SMP_TOPK_DEVICE) is
@@ -623,14 +725,41 @@ __device__ static unsigned long long smp_kth_key(const float *lg, const int32_t 
  * sum. */
 __global__ static void __launch_bounds__(1024)
     k_smp_finish(const ts_sample_req *req, const smp_row *hdr, const float *lg, const int32_t *tk,
-                 int n_cols, unsigned long long *keys, unsigned long long *host) {
+                 const float *W, const float *cs, int n_chunks, int n_cols,
+                 unsigned long long *keys, unsigned long long *host) {
     __shared__ unsigned long long s_key[SMP_SORT_CAP];
     __shared__ int s_n, s_hit;
     const int r = blockIdx.x, tid = threadIdx.x;
     const ts_sample_req q = req[r]; /* the host's: read under the previous kernel */
     cuda_pdl_entry();
     int id = hdr[r].id;
-    if (id < 0) { /* a top-k row: its list holds every candidate that can be among the k */
+    if (id < 0 && q.top_k <= 0) { /* top-p alone: the host sampler's nucleus (sampler.c) */
+        /* every token of a bucket above the last one the mass needs, in vocabulary order,
+         * then the last bucket's (the list, weight and id) in descending order until the
+         * running sum reaches top_p of the total; the draw walks them in that order */
+        const float *rl = lg + (size_t)r * n_cols, *wr = W + (size_t)r * n_cols;
+        const int32_t *rt = tk + (size_t)r * n_cols;
+        const float *rcs = cs + (size_t)r * n_chunks; /* the weights above it, by chunk */
+        const int n = hdr[r].count, low = hdr[r].bucket;
+        double part = 0, above, before;
+        for (int c = tid; c < n_chunks; c += blockDim.x)
+            part += rcs[c];
+        smp_block_scan(part, &above);
+        const double target = (double)q.top_p * hdr[r].total;
+        unsigned long long last = 0; /* the last key of the last bucket's part */
+        double kept = above;
+        if (n > 0) {
+            last = smp_mass_key(rl, rt, n, target - above, false, &before);
+            kept += before + (double)smp_key_value(last);
+        }
+        const double at = q.u * kept;
+        if (n == 0 || at < above) {
+            id = smp_vocab_draw(rcs, n_chunks, wr, n_cols, at, low);
+        } else {
+            unsigned long long key = smp_mass_key(rl, rt, n, at - above, true, &before);
+            id = cuda_argmax_key_index(key < last ? last : key); /* not past the last kept */
+        }
+    } else if (id < 0) { /* a top-k row: its list holds every candidate that can be among the k */
         const float *rl = lg + (size_t)r * n_cols;
         const int32_t *rt = tk + (size_t)r * n_cols;
         const int n = hdr[r].count, k = min(q.top_k, n);
@@ -779,15 +908,15 @@ static smp_queued smp_queue(cuda_ctx *c, const float *x, int64_t ldx, int n_rows
     cuda_launch(c, "sample weights", k_smp_weights, grid, 256, 0, x, ldx, n_cols, dreq, hdr, W, cs,
                 n_chunks, hc, hm);
     cuda_launch(c, "sample select", k_smp_select, dim3((unsigned)n_rows), SMP_CHUNK, 0, dreq, hdr,
-                W, n_cols, cs, n_chunks, hc, hm);
+                W, n_cols, cs, n_chunks, hc, hm, finish);
     if (any_list)
         cuda_launch(c, "sample list", k_smp_compact, grid, 256, 0, x, ldx, n_cols, dreq, hdr, W,
-                    r.lg, r.tk);
+                    r.lg, r.tk, finish, cs, n_chunks);
     if (finish) {
         unsigned long long *host = (unsigned long long *)r.h;
         cuda_launch(c, "sample finish", k_smp_finish, dim3((unsigned)n_rows), 1024, 0, dreq, hdr,
-                    (const float *)r.lg, (const int32_t *)r.tk, n_cols, keys,
-                    c->zero_copy ? host : nullptr);
+                    (const float *)r.lg, (const int32_t *)r.tk, (const float *)W, (const float *)cs,
+                    n_chunks, n_cols, keys, c->zero_copy ? host : nullptr);
         cuda_keys_to_host(c, keys, host, n_rows);
         return r;
     }
@@ -803,7 +932,8 @@ static smp_queued smp_queue(cuda_ctx *c, const float *x, int64_t ldx, int n_rows
 }
 
 bool cuda_sample_ends(const cuda_ctx *c, const ts_sample_req *r, int n_cols) {
-    return smp_device_ends(*r, n_cols) && (c->sample_topk || !(r->temperature > 0 && r->top_k > 0));
+    return smp_device_ends(*r, n_cols) &&
+           (c->sample_end || !(r->temperature > 0 && (r->top_k > 0 || r->top_p < 1.0f)));
 }
 
 /* Whether the device ends every row's draw. */
