@@ -606,61 +606,16 @@ __device__ static void smp_sort_desc(unsigned long long *a, int N) {
         }
 }
 
-/* The k-th largest of a list's n keys (cuda_argmax_key of logit and id: all distinct, k <= n),
- * a byte at a time from the top: a histogram of the next byte among the keys that match so
- * far, and the byte where the count from the top reaches what is left of k. The whole block
- * calls it. */
-__device__ static unsigned long long smp_kth_key(const float *lg, const int32_t *tk, int n, int k) {
-    __shared__ unsigned hist[256];
-    __shared__ unsigned long long s_prefix;
-    __shared__ unsigned s_left;
-    unsigned long long prefix = 0, mask = 0;
-    if (threadIdx.x == 0) s_left = (unsigned)k;
-    for (int shift = 56; shift >= 0; shift -= 8) {
-        for (int b = threadIdx.x; b < 256; b += blockDim.x)
-            hist[b] = 0;
-        __syncthreads();
-        for (int i = threadIdx.x; i < n; i += blockDim.x) {
-            unsigned long long key = cuda_argmax_key(lg[i], tk[i]);
-            if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 255], 1u);
-        }
-        __syncthreads();
-        if (threadIdx.x < 32) { /* lane l: bytes 255 - 8l down to 248 - 8l */
-            const int lane = threadIdx.x;
-            const unsigned left = s_left;
-            unsigned mine = 0;
-            for (int j = 0; j < 8; j++)
-                mine += hist[255 - 8 * lane - j];
-            unsigned incl = mine;
-            for (int off = 1; off < 32; off <<= 1) {
-                unsigned o = __shfl_up_sync(0xffffffffu, incl, off);
-                if (lane >= off) incl += o;
-            }
-            __syncwarp(); /* every lane has read s_left before one writes it */
-            if (incl - mine < left && incl >= left) { /* one lane: the byte is among its 8 */
-                unsigned acc = incl - mine;
-                int d = 255 - 8 * lane;
-                while (acc + hist[d] < left)
-                    acc += hist[d--];
-                s_prefix = prefix | ((unsigned long long)d << shift);
-                s_left = left - acc;
-            }
-        }
-        __syncthreads();
-        prefix = s_prefix;
-        mask |= 255ull << shift;
-    }
-    return prefix;
-}
-
-/* The first of a list's n entries (weight lg[i], id tk[i]; keys cuda_argmax_key(weight, id), all
- * distinct), in descending order, whose running sum of weights reaches x (strict: exceeds x),
- * a byte of the key at a time from the top: each pass a histogram of the next byte's mass
- * among the keys that match so far, and the byte where the running mass crosses. Its key, and
- * in *before the mass of the keys above it; where none reaches x (rounding), the last. The
+/* The first of a list's n entries (value lg[i], id tk[i]; keys cuda_argmax_key(value, id), all
+ * distinct), in descending order, whose running sum of weights reaches x (strict: exceeds x) -
+ * the weight of an entry its value (a running mass), or with unit 1 (x = k: the k-th largest) -
+ * a byte of the key at a time from the top: each pass a histogram of the next byte's weight
+ * among the keys that match so far, and the byte where the running sum crosses. Its key, and
+ * in *before the weight of the keys above it; where none reaches x (rounding), the last. The
  * whole block calls it. */
-__device__ static unsigned long long smp_mass_key(const float *lg, const int32_t *tk, int n,
-                                                  double x, bool strict, double *before) {
+__device__ static unsigned long long smp_radix_key(const float *lg, const int32_t *tk, int n,
+                                                   bool unit, double x, bool strict,
+                                                   double *before) {
     __shared__ double mass[256];
     __shared__ unsigned long long s_prefix;
     __shared__ double s_acc;
@@ -672,7 +627,8 @@ __device__ static unsigned long long smp_mass_key(const float *lg, const int32_t
         __syncthreads();
         for (int i = threadIdx.x; i < n; i += blockDim.x) {
             unsigned long long key = cuda_argmax_key(lg[i], tk[i]);
-            if ((key & mask) == prefix) atomicAdd(&mass[(key >> shift) & 255], (double)lg[i]);
+            if ((key & mask) == prefix)
+                atomicAdd(&mass[(key >> shift) & 255], unit ? 1.0 : (double)lg[i]);
         }
         __syncthreads();
         if (threadIdx.x < 32) { /* lane l: bytes 255 - 8l down to 248 - 8l */
@@ -749,14 +705,14 @@ __global__ static void __launch_bounds__(1024)
         unsigned long long last = 0; /* the last key of the last bucket's part */
         double kept = above;
         if (n > 0) {
-            last = smp_mass_key(rl, rt, n, target - above, false, &before);
+            last = smp_radix_key(rl, rt, n, false, target - above, false, &before);
             kept += before + (double)smp_key_value(last);
         }
         const double at = q.u * kept;
         if (n == 0 || at < above) {
             id = smp_vocab_draw(rcs, n_chunks, wr, n_cols, at, low);
         } else {
-            unsigned long long key = smp_mass_key(rl, rt, n, at - above, true, &before);
+            unsigned long long key = smp_radix_key(rl, rt, n, false, at - above, true, &before);
             id = cuda_argmax_key_index(key < last ? last : key); /* not past the last kept */
         }
     } else if (id < 0) { /* a top-k row: its list holds every candidate that can be among the k */
@@ -768,7 +724,8 @@ __global__ static void __launch_bounds__(1024)
             for (int i = tid; i < SMP_SORT_CAP; i += blockDim.x)
                 s_key[i] = i < n ? cuda_argmax_key(rl[i], rt[i]) : 0;
         } else { /* narrowed to the k best first */
-            const unsigned long long kth = smp_kth_key(rl, rt, n, k);
+            double above_kth;
+            const unsigned long long kth = smp_radix_key(rl, rt, n, true, k, false, &above_kth);
             for (int i = tid; i < SMP_SORT_CAP; i += blockDim.x)
                 s_key[i] = 0;
             if (tid == 0) s_n = 0;
