@@ -625,10 +625,26 @@ __device__ static unsigned long long smp_radix_key(const float *lg, const int32_
         for (int b = threadIdx.x; b < 256; b += blockDim.x)
             mass[b] = 0;
         __syncthreads();
-        for (int i = threadIdx.x; i < n; i += blockDim.x) {
-            unsigned long long key = cuda_argmax_key(lg[i], tk[i]);
-            if ((key & mask) == prefix)
-                atomicAdd(&mass[(key >> shift) & 255], unit ? 1.0 : (double)lg[i]);
+        /* the lanes of a warp that add to one byte add once: in the first passes most keys
+         * share a few bytes (a bucket's weights share their top 12 bits), and the atomics on
+         * one address queue (a flat 248k-token row's top-p step on an H200: 1071 -> 863 us) */
+        for (int base = 0; base < n; base += blockDim.x) {
+            const int i = base + threadIdx.x;
+            int byte = -1;
+            double v = 0;
+            if (i < n) {
+                unsigned long long key = cuda_argmax_key(lg[i], tk[i]);
+                if ((key & mask) == prefix)
+                    byte = (int)((key >> shift) & 255), v = unit ? 1.0 : (double)lg[i];
+            }
+            const unsigned peers = __match_any_sync(0xffffffffu, byte);
+            double sum = 0;
+            for (int l = 0; l < 32; l++) {
+                double o = __shfl_sync(0xffffffffu, v, l);
+                if ((peers >> l) & 1) sum += o;
+            }
+            if (byte >= 0 && (int)(threadIdx.x & 31) == __ffs(peers) - 1)
+                atomicAdd(&mass[byte], sum);
         }
         __syncthreads();
         if (threadIdx.x < 32) { /* lane l: bytes 255 - 8l down to 248 - 8l */
