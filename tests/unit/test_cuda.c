@@ -1922,12 +1922,12 @@ static bool truth_topk_ok(const sample_truth *t, const ts_sampler_params *sp, do
     return ok;
 }
 
-/* A top-p draw (no top-k, no min-p) for uniform number u, as the host sampler makes it
- * (sampler.c, nucleus) from the float64 weights: the weights' buckets (their float bits' top
- * 12) summed from the top until they reach top_p of the total; every token of a bucket above
- * the last one, in vocabulary order, then the last bucket's in descending order (the lower id
- * first among equals) until the running sum reaches the target; the token at u times what is
- * kept, walking it in that order (within 1e-5 of it). */
+/* A top-p draw (no top-k) for uniform number u, as the host sampler makes it (sampler.c,
+ * nucleus) from float64 weights exp(l / T - max / T): their buckets (the float bits' top 12)
+ * summed from the top until they reach top_p of the total; every token of a bucket above the
+ * last one, in vocabulary order, then the last bucket's in descending order (the lower id
+ * first among equals) until the running sum reaches the target; of those, the ones at or above
+ * min_p; the token at u times what is kept, walking it in that order (within 1e-5 of it). */
 static int by_truth_weight(const void *a, const void *b) {
     const double *x = a, *y = b; /* {weight, id} */
     if (x[0] != y[0]) return x[0] < y[0] ? 1 : -1;
@@ -1939,20 +1939,23 @@ static bool truth_nucleus_ok(const sample_truth *t, const ts_sampler_params *sp,
     enum { NB = 2048 };
     static double mass[NB];
     memset(mass, 0, sizeof mass);
-    int *bucket = malloc((size_t)t->V * sizeof *bucket);
-    double *low_set = malloc((size_t)t->V * 2 * sizeof *low_set);
-    if (!bucket || !low_set) {
-        free(bucket), free(low_set);
+    int V = t->V, *bucket = malloc((size_t)V * sizeof *bucket);
+    double *w = malloc((size_t)V * sizeof *w), *low_set = malloc((size_t)V * 2 * sizeof *low_set);
+    if (!bucket || !w || !low_set) {
+        free(bucket), free(w), free(low_set);
         return false;
     }
-    for (int i = 0; i < t->V; i++) {
-        float wf = (float)t->w[i];
+    double T = sp->temperature, top = t->x[t->order[0]] / T, total = 0;
+    for (int i = 0; i < V; i++) {
+        float l = t->x[i];
+        w[i] = !isnan(l) && l != -INFINITY ? exp(l / T - top) : 0.0;
+        float wf = (float)w[i];
         uint32_t b;
         memcpy(&b, &wf, 4);
         bucket[i] = (int)(b >> 20);
-        if (t->w[i] > 0) mass[bucket[i]] += t->w[i];
+        mass[bucket[i]] += w[i], total += w[i];
     }
-    double target = sp->top_p * t->total, above = 0;
+    double target = sp->top_p * total, above = 0;
     int low = 0;
     for (int k = NB - 1; k >= 0; k--) {
         if (above + mass[k] >= target) {
@@ -1962,9 +1965,9 @@ static bool truth_nucleus_ok(const sample_truth *t, const ts_sampler_params *sp,
         above += mass[k];
     }
     int n_low = 0;
-    for (int i = 0; i < t->V; i++)
-        if (t->w[i] > 0 && bucket[i] == low)
-            low_set[2 * n_low] = t->w[i], low_set[2 * n_low + 1] = i, n_low++;
+    for (int i = 0; i < V; i++)
+        if (w[i] > 0 && bucket[i] == low)
+            low_set[2 * n_low] = w[i], low_set[2 * n_low + 1] = i, n_low++;
     qsort(low_set, (size_t)n_low, 2 * sizeof *low_set, by_truth_weight);
     int keep = n_low;
     double cum = above;
@@ -1973,20 +1976,25 @@ static bool truth_nucleus_ok(const sample_truth *t, const ts_sampler_params *sp,
             keep = j + 1;
             break;
         }
-    double sum = above;
+    double sum = 0; /* what min-p keeps of it */
+    for (int i = 0; i < V; i++)
+        if (w[i] > 0 && bucket[i] > low && w[i] >= sp->min_p) sum += w[i];
     for (int j = 0; j < keep; j++)
-        sum += low_set[2 * j];
+        if (low_set[2 * j] >= sp->min_p) sum += low_set[2 * j];
     double at = u * sum, tol = 1e-5 * sum, before = 0;
     bool ok = false;
-    for (int i = 0; i < t->V && !ok; i++)
-        if (t->w[i] > 0 && bucket[i] > low) {
-            ok = i == got && at >= before - tol && at <= before + t->w[i] + tol;
-            before += t->w[i];
+    for (int i = 0; i < V && !ok; i++)
+        if (w[i] > 0 && bucket[i] > low && w[i] >= sp->min_p) {
+            ok = i == got && at >= before - tol && at <= before + w[i] + tol;
+            before += w[i];
         }
-    for (int j = 0; j < keep && !ok; before += low_set[2 * j], j++)
-        ok = (int32_t)low_set[2 * j + 1] == got && at >= before - tol &&
-             at <= before + low_set[2 * j] + tol;
-    free(bucket), free(low_set);
+    for (int j = 0; j < keep && !ok; j++)
+        if (low_set[2 * j] >= sp->min_p) {
+            ok = (int32_t)low_set[2 * j + 1] == got && at >= before - tol &&
+                 at <= before + low_set[2 * j] + tol;
+            before += low_set[2 * j];
+        }
+    free(bucket), free(w), free(low_set);
     return ok;
 }
 
@@ -2056,10 +2064,8 @@ static int sample_row_case(const float *x0, int V, const ts_sampler_params *sp, 
     truth_make(&t, x, V, sp);
     bool greedy = sp->temperature <= 0 || sp->top_k == 1;
     bool listed = !greedy && ((sp->top_k > 0 && sp->top_k < V) || sp->top_p < 1.0f);
-    /* the CUDA backend draws top-k rows (k up to 1024, with top-p and min-p) and top-p rows
-     * without min-p itself */
-    bool device_ends =
-        listed && sp->top_k < V && (sp->top_k > 0 ? sp->top_k <= 1024 : !(sp->min_p > 0.0f));
+    /* the CUDA backend draws top-k rows (k up to 1024) and top-p rows itself */
+    bool device_ends = listed && sp->top_k < V && sp->top_k <= 1024;
     /* the filter's set, and a slightly larger one the draw may reach through rounding */
     int n_keep = listed ? truth_kept(&t, sp, 1.0 - 1e-4) : 0;
     int n_reach = listed ? truth_kept(&t, sp, 1.0 + 1e-4) : 0;
@@ -2120,18 +2126,19 @@ static int sample_row_case(const float *x0, int V, const ts_sampler_params *sp, 
 
 static void test_sample(bool quick) {
     const int sizes[3] = {1000, 151936, 248320};
-    /* params 8 (top-p with min-p) is the one whose list the host finishes */
-    const ts_sampler_params ps[9] = {
-        {1.0f, 0, 1.0f, 0.0f, 11}, {0.7f, 0, 1.0f, 0.05f, 12},   {0.8f, 40, 1.0f, 0.0f, 13},
-        {1.0f, 0, 0.9f, 0.0f, 14}, {0.6f, 50, 0.95f, 0.02f, 15}, {1.3f, 0, 0.5f, 0.0f, 16},
-        {0.0f, 0, 1.0f, 0.0f, 17}, {1.0f, 1, 1.0f, 0.0f, 18},    {0.9f, 0, 0.9f, 0.05f, 19}};
+    /* params 9 (top-k over 1024) is the one whose list the host finishes */
+    const ts_sampler_params ps[10] = {{1.0f, 0, 1.0f, 0.0f, 11},    {0.7f, 0, 1.0f, 0.05f, 12},
+                                      {0.8f, 40, 1.0f, 0.0f, 13},   {1.0f, 0, 0.9f, 0.0f, 14},
+                                      {0.6f, 50, 0.95f, 0.02f, 15}, {1.3f, 0, 0.5f, 0.0f, 16},
+                                      {0.0f, 0, 1.0f, 0.0f, 17},    {1.0f, 1, 1.0f, 0.0f, 18},
+                                      {0.9f, 0, 0.9f, 0.05f, 19},   {0.9f, 2000, 1.0f, 0.0f, 20}};
     for (int si = 0; si < 3; si++)
         for (int shape = 0; shape < 2 && !(quick && si == 1); shape++) { /* peaked, flat */
             int V = sizes[si];
             float *x = rnd((size_t)V, shape == 0 ? 12.0f : 1.0f);
             x[V / 3] = NAN, x[V / 2] = -INFINITY, x[V - 1] = NAN;
             if (shape == 0) x[V / 5] = 14.0f; /* a clear favourite, not the only one */
-            for (int pi = 0; pi < 9; pi++) {
+            for (int pi = 0; pi < 10; pi++) {
                 /* flat rows with top-p keep most of the vocabulary: few draws (the host side
                  * sorts the list) */
                 bool slow = shape == 1 && ps[pi].top_p < 1.0f && ps[pi].top_k == 0;
@@ -2158,8 +2165,8 @@ static void test_sample(bool quick) {
             for (int i = 0; i < 300; i++)
                 adj[i] = (ts_logit_adjust){(int32_t)((V / 5 + (int64_t)i * 7919) % V),
                                            i % 2 ? 0.0f : 0.25f + 0.5f * (float)(i % 5)};
-            for (int pi = 0; pi < 9; pi++) {
-                if (pi == 3 || pi == 5 || pi == 8) continue; /* top-p: covered above */
+            for (int pi = 0; pi < 10; pi++) {
+                if (pi == 3 || pi == 5 || pi >= 8) continue; /* covered above */
                 int longest = 0, agree = 0, draws = quick ? 2 : 30;
                 int bad = sample_row_case(x, V, &ps[pi], draws, &longest, &agree, 1.3f, adj, 300);
                 CHECKF(bad == 0, "V=%d with adjustments, params %d: %d of %d device draws wrong",
@@ -3321,11 +3328,13 @@ static bool ahead_run(ts_engine *e, int B, int steps, int swap, int clear, int32
 /* Sampled decode of one sequence in slot 0 for steps with sampler parameters sp (a fresh
  * generator), feeding back the draws but (id + 1) % V at step swap; ids the draws, lg the next
  * forward's logits. */
-static bool ahead_sampled_run(ts_engine *e, const ts_sampler_params *sp, int steps, int swap,
-                              int32_t *ids, float *lg) {
+static bool ahead_sampled_run(ts_engine *e, const ts_sampler_params *sp, bool penalty, int steps,
+                              int swap, int32_t *ids, float *lg) {
+    static const ts_logit_adjust adj[1] = {{5, 0.5f}};
     int V = ts_engine_n_vocab(e);
     ts_sampler *smp = NULL;
     if (ts_sampler_create(sp, V, &smp) != TS_OK) return false;
+    if (penalty) ts_sampler_set_adjust(smp, 1.3f, adj, 1);
     ts_engine_slot_clear(e, 0);
     int32_t tok = 3, s0 = 0;
     bool ok = true;
@@ -3410,19 +3419,19 @@ static void test_decode_ahead(void) {
         }
         /* draws that end on the device (temperature, min-p, top-k with top-p, top-p) go ahead
          * with their uniform numbers taken early: the same draws as without, a dropped held
-         * step (the swapped token) taking none from the generator; top-p with min-p (the host
-         * finishes it) does not */
+         * step (the swapped token) taking none from the generator; a draw with a penalty
+         * (logit adjustments, made by the host) does not */
         const ts_sampler_params sps[4] = {{0.9f, 0, 1.0f, 0.05f, 11},
                                           {0.9f, 20, 0.9f, 0.02f, 13},
-                                          {0.9f, 0, 0.8f, 0.0f, 14},
-                                          {0.9f, 0, 0.8f, 0.05f, 12}};
+                                          {0.9f, 0, 0.8f, 0.05f, 14},
+                                          {0.9f, 0, 1.0f, 0.0f, 12}};
         for (int k = 0; plain && ahead && k < 4; k++) {
             int steps = 12, swap = 4;
             int32_t ia[12], ib[12];
             float *la = malloc((size_t)V * 4), *lb = malloc((size_t)V * 4);
             long held0 = ahead->ahead.launched_held;
-            bool ok = ahead_sampled_run(plain, &sps[k], steps, swap, ia, la) &&
-                      ahead_sampled_run(ahead, &sps[k], steps, swap, ib, lb);
+            bool ok = ahead_sampled_run(plain, &sps[k], k == 3, steps, swap, ia, la) &&
+                      ahead_sampled_run(ahead, &sps[k], k == 3, steps, swap, ib, lb);
             long held = ahead->ahead.launched_held - held0;
             CHECK(ok);
             CHECKF(ok && memcmp(ia, ib, sizeof ia) == 0 && memcmp(la, lb, (size_t)V * 4) == 0,
@@ -3433,9 +3442,10 @@ static void test_decode_ahead(void) {
                    "%s sampled (top-k %d, top-p %g): "
                    "%ld held",
                    path, sps[k].top_k, sps[k].top_p, held);
-            printf("  decode ahead %s sampled, top-k %d, top-p %g, min-p %g: %ld of %d steps "
+            printf("  decode ahead %s sampled, top-k %d, top-p %g, min-p %g%s: %ld of %d steps "
                    "launched held, %s\n",
-                   strrchr(path, '/') + 1, sps[k].top_k, sps[k].top_p, sps[k].min_p, held, steps,
+                   strrchr(path, '/') + 1, sps[k].top_k, sps[k].top_p, sps[k].min_p,
+                   k == 3 ? ", a penalty" : "", held, steps,
                    ok && memcmp(ia, ib, sizeof ia) == 0 ? "same draws" : "DIFFERENT");
             free(la), free(lb);
         }

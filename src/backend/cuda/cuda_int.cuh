@@ -552,7 +552,7 @@ void cuda_keys_to_host(cuda_ctx *c, unsigned long long *keys, unsigned long long
 bool cuda_argmax_keys(cuda_ctx *c, const float *x, int64_t ldx, int n_rows, int n_cols,
                       unsigned long long *keys, unsigned long long *host);
 /* Whether the sample op ends a row's draw on the device (ids as keys, no list for the host):
- * greedy and plain rows, top-k up to 1024 (with top-p, min-p) and top-p without min-p (unless
+ * greedy and plain rows, top-k up to 1024 (with top-p, min-p) and top-p (with min-p) (unless
  * TESSERA_CUDA_SAMPLE_END=0). */
 bool cuda_sample_ends(const cuda_ctx *c, const ts_sample_req *r, int n_cols);
 /* Draws (nothing to adjust - the caller's check, ahead_sample_held) for n_rows rows, queued: each

@@ -204,9 +204,10 @@ __global__ static void k_smp_weights(const float *x, int64_t ldx, int n_cols,
             }
 }
 
-/* A weight that counts for a draw over the buckets above low (-1: every weight). */
-__device__ static inline bool smp_above(float w, int low) {
-    return w > 0 && (int)(__float_as_uint(w) >> 20) > low;
+/* A weight that counts for a draw over the buckets above low (-1: every weight), at or above
+ * floor (min-p after a top-p cut; 0: none). */
+__device__ static inline bool smp_above(float w, int low, float floor) {
+    return w > 0 && (int)(__float_as_uint(w) >> 20) > low && w >= floor;
 }
 
 /* An inclusive scan of v over the block's 1024 threads (thread order); the block total in
@@ -236,13 +237,13 @@ template <typename T> __device__ static T smp_block_scan(T v, T *total) {
 }
 
 /* The first token, in vocabulary order, where the running sum of the weights wr of buckets above
- * low (all weights: -1) exceeds target, given their sums per chunk of SMP_CHUNK (cs); one block
- * of SMP_CHUNK threads. The chunk: one thread adds the chunk sums in order (a few hundred); then
- * the block scans that chunk's weights. The chunk sums' rounding may put the crossing a chunk
- * later than the scan of its weights does, so the scan walks on until a token crosses; none (u *
- * total not below the sum): the last weight. */
+ * low (all weights: -1) and at or above floor exceeds target, given their sums per chunk of
+ * SMP_CHUNK (cs); one block of SMP_CHUNK threads. The chunk: one thread adds the chunk sums in
+ * order (a few hundred); then the block scans that chunk's weights. The chunk sums' rounding may
+ * put the crossing a chunk later than the scan of its weights does, so the scan walks on until a
+ * token crosses; none (u * total not below the sum): the last weight. */
 __device__ static int smp_vocab_draw(const float *cs, int n_chunks, const float *wr, int n_cols,
-                                     double target, int low) {
+                                     double target, int low, float floor) {
     __shared__ int s_chunk, s_hit;
     __shared__ double s_before;
     const int tid = threadIdx.x;
@@ -262,7 +263,7 @@ __device__ static int smp_vocab_draw(const float *cs, int n_chunks, const float 
     for (int c = s_chunk; c < n_chunks; c++) {
         int j = c * SMP_CHUNK + tid;
         float wf = j < n_cols ? wr[j] : 0.0f;
-        double w = smp_above(wf, low) ? (double)wf : 0.0, ctot;
+        double w = smp_above(wf, low, floor) ? (double)wf : 0.0, ctot;
         double run = acc + smp_block_scan(w, &ctot);
         if (tid == 0) s_hit = INT_MAX;
         __syncthreads();
@@ -278,7 +279,7 @@ __device__ static int smp_vocab_draw(const float *cs, int n_chunks, const float 
         __syncthreads();
         for (int c = n_chunks - 1; c >= 0 && found < 0; c--) {
             int j = c * SMP_CHUNK + tid;
-            if (j < n_cols && smp_above(wr[j], low)) atomicMax(&s_hit, j);
+            if (j < n_cols && smp_above(wr[j], low, floor)) atomicMax(&s_hit, j);
             __syncthreads();
             found = s_hit;
             __syncthreads();
@@ -337,7 +338,7 @@ __global__ static void k_smp_select(const ts_sample_req *req, smp_row *hdr, cons
         return;
     }
     /* a plain draw: the first token where the running sum exceeds u * total */
-    int found = smp_vocab_draw(cs, n_chunks, W + (size_t)r * n_cols, n_cols, q.u * total, -1);
+    int found = smp_vocab_draw(cs, n_chunks, W + (size_t)r * n_cols, n_cols, q.u * total, -1, 0.0f);
     if (tid == 0) h->id = found;
 }
 
@@ -532,12 +533,13 @@ __global__ static void __launch_bounds__(SMP_DRAW_THREADS)
 /* The candidate lists: tokens of a bucket at or above the select's, logit and id. With exact
  * (the device ends every row), a top-p row without top-k lists instead its last bucket's
  * tokens (the one the select found), weight and id, and sums the weights above that bucket per
- * chunk into cs (the select has read the plain sums). */
+ * chunk into cs (the select has read the plain sums), and those of them at or above min_p into
+ * cs_floor. */
 __global__ static void k_smp_compact(const float *x, int64_t ldx, int n_cols,
                                      const ts_sample_req *req, smp_row *hdr, const float *W,
                                      float *out_logit, int32_t *out_tok, bool exact, float *cs,
-                                     int n_chunks) {
-    __shared__ float part[32];
+                                     float *cs_floor, int n_chunks) {
+    __shared__ float part[2][32];
     const int r = blockIdx.y;
     const ts_sample_req q = req[r]; /* the host's: read under the previous kernel */
     cuda_pdl_entry();
@@ -547,13 +549,16 @@ __global__ static void k_smp_compact(const float *x, int64_t ldx, int n_cols,
     const int bucket = h->bucket, lane = threadIdx.x & 31;
     const float *row = x + r * ldx, *wr = W + (size_t)r * n_cols;
     int j0 = blockIdx.x * SMP_CHUNK, j1 = min(n_cols, j0 + SMP_CHUNK);
-    float upper = 0;
+    float upper = 0, upper_floor = 0; /* the weights above the bucket; of them those >= min_p */
     for (int jb = j0; jb < j1; jb += blockDim.x) {
         int j = jb + threadIdx.x;
         float w = j < j1 ? wr[j] : 0.0f;
         int b = (int)(__float_as_uint(w) >> 20);
         bool keep = w > 0 && (nucleus ? b == bucket : b >= bucket);
-        if (nucleus && w > 0 && b > bucket) upper += w;
+        if (nucleus && w > 0 && b > bucket) {
+            upper += w;
+            if (w >= q.min_p) upper_floor += w;
+        }
         /* one atomic a warp */
         unsigned m = __ballot_sync(0xffffffffu, keep);
         int base = 0;
@@ -566,13 +571,14 @@ __global__ static void k_smp_compact(const float *x, int64_t ldx, int n_cols,
         }
     }
     if (!nucleus) return;
-    upper = cuda_warp_sum(upper);
-    if (lane == 0) part[threadIdx.x >> 5] = upper;
+    upper = cuda_warp_sum(upper), upper_floor = cuda_warp_sum(upper_floor);
+    if (lane == 0) part[0][threadIdx.x >> 5] = upper, part[1][threadIdx.x >> 5] = upper_floor;
     __syncthreads();
     if (threadIdx.x == 0) {
         for (int w = 1; w < (int)(blockDim.x >> 5); w++)
-            upper += part[w];
+            upper += part[0][w], upper_floor += part[1][w];
         cs[(size_t)r * n_chunks + blockIdx.x] = upper;
+        cs_floor[(size_t)r * n_chunks + blockIdx.x] = upper_floor;
     }
 }
 
@@ -588,8 +594,7 @@ __host__ __device__ static inline bool smp_device_ends(const ts_sample_req &r, i
     if (!(r.temperature > 0)) return true;
     if (r.list) return false;            /* the caller wants the candidates */
     if (r.top_k >= n_cols) return false; /* the host's "no top-k" with a list: rare */
-    if (r.top_k > 0) return r.top_k <= SMP_TOPK_DEVICE;
-    return !(r.top_p < 1.0f && r.min_p > 0.0f); /* top-p alone: min-p after it is the host's */
+    return r.top_k <= SMP_TOPK_DEVICE;
 }
 
 /* a[0 .. N) (N a power of two) in descending order: a bitonic sort, the whole block calling. */
@@ -697,7 +702,7 @@ __device__ static unsigned long long smp_radix_key(const float *lg, const int32_
  * sum. */
 __global__ static void __launch_bounds__(1024)
     k_smp_finish(const ts_sample_req *req, const smp_row *hdr, const float *lg, const int32_t *tk,
-                 const float *W, const float *cs, int n_chunks, int n_cols,
+                 const float *W, const float *cs, const float *cs_floor, int n_chunks, int n_cols,
                  unsigned long long *keys, unsigned long long *host) {
     __shared__ unsigned long long s_key[SMP_SORT_CAP];
     __shared__ int s_n, s_hit;
@@ -708,27 +713,47 @@ __global__ static void __launch_bounds__(1024)
     if (id < 0 && q.top_k <= 0) { /* top-p alone: the host sampler's nucleus (sampler.c) */
         /* every token of a bucket above the last one the mass needs, in vocabulary order,
          * then the last bucket's (the list, weight and id) in descending order until the
-         * running sum reaches top_p of the total; the draw walks them in that order */
+         * running sum reaches top_p of the total; min-p then keeps those at or above min_p
+         * (of the last bucket's, a shorter run from the top); the draw walks them in that
+         * order */
+        __shared__ unsigned long long s_floor_key;
         const float *rl = lg + (size_t)r * n_cols, *wr = W + (size_t)r * n_cols;
         const int32_t *rt = tk + (size_t)r * n_cols;
         const float *rcs = cs + (size_t)r * n_chunks; /* the weights above it, by chunk */
+        const float *rcf = cs_floor + (size_t)r * n_chunks; /* of them, those >= min_p */
         const int n = hdr[r].count, low = hdr[r].bucket;
-        double part = 0, above, before;
+        const float floor = q.min_p > 0.0f ? q.min_p : 0.0f;
+        double part = 0, part_f = 0, above, above_f, before;
         for (int c = tid; c < n_chunks; c += blockDim.x)
-            part += rcs[c];
+            part += rcs[c], part_f += rcf[c];
         smp_block_scan(part, &above);
+        smp_block_scan(part_f, &above_f);
+        /* the last bucket's entries at or above the floor: their mass and their last key */
+        if (tid == 0) s_floor_key = ~0ull;
+        __syncthreads();
+        double mine = 0, floor_mass;
+        unsigned long long low_key = ~0ull;
+        for (int i = tid; i < n; i += blockDim.x)
+            if (rl[i] >= floor)
+                mine += rl[i], low_key = min(low_key, cuda_argmax_key(rl[i], rt[i]));
+        smp_block_scan(mine, &floor_mass);
+        if (low_key != ~0ull) atomicMin(&s_floor_key, low_key);
+        __syncthreads();
         const double target = (double)q.top_p * hdr[r].total;
-        unsigned long long last = 0; /* the last key of the last bucket's part */
-        double kept = above;
+        unsigned long long last = ~0ull; /* the last key kept of the last bucket's run */
+        double kept = above_f;
         if (n > 0) {
             last = smp_radix_key(rl, rt, n, false, target - above, false, &before);
-            kept += before + (double)smp_key_value(last);
+            double cut = before + (double)smp_key_value(last);
+            if (floor_mass < cut) /* min-p ends the run first (none of it: ~0) */
+                last = s_floor_key, cut = floor_mass;
+            kept += cut;
         }
         const double at = q.u * kept;
-        if (n == 0 || at < above) {
-            id = smp_vocab_draw(rcs, n_chunks, wr, n_cols, at, low);
+        if (last == ~0ull || at < above_f) {
+            id = smp_vocab_draw(rcf, n_chunks, wr, n_cols, at, low, floor);
         } else {
-            unsigned long long key = smp_radix_key(rl, rt, n, false, at - above, true, &before);
+            unsigned long long key = smp_radix_key(rl, rt, n, false, at - above_f, true, &before);
             id = cuda_argmax_key_index(key < last ? last : key); /* not past the last kept */
         }
     } else if (id < 0) { /* a top-k row: its list holds every candidate that can be among the k */
@@ -841,6 +866,7 @@ static smp_queued smp_queue(cuda_ctx *c, const float *x, int64_t ldx, int n_rows
     size_t zero_end = any_list ? off : o_hist_c; /* header (and histograms) start at zero */
     size_t o_w = piece((size_t)n_rows * n_cols * sizeof(float));
     size_t o_cs = piece((size_t)n_rows * n_chunks * sizeof(float));
+    size_t o_csf = piece((size_t)n_rows * n_chunks * sizeof(float));
     size_t o_lg = piece((size_t)n_rows * n_cols * sizeof(float));
     size_t o_tk = piece((size_t)n_rows * n_cols * sizeof(int32_t));
     const size_t req_bytes = (size_t)n_rows * sizeof *req;
@@ -866,7 +892,7 @@ static smp_queued smp_queue(cuda_ctx *c, const float *x, int64_t ldx, int n_rows
     }
     r.ok = base && dreq && r.h && (!finish || keys);
     smp_row *hdr = (smp_row *)(base + o_hdr);
-    float *W = (float *)(base + o_w), *cs = (float *)(base + o_cs);
+    float *W = (float *)(base + o_w), *cs = (float *)(base + o_cs), *csf = (float *)(base + o_csf);
     unsigned *hc = (unsigned *)(base + o_hist_c);
     double *hm = (double *)(base + o_hist_m);
     r.lg = (float *)(base + o_lg);
@@ -884,12 +910,12 @@ static smp_queued smp_queue(cuda_ctx *c, const float *x, int64_t ldx, int n_rows
                 W, n_cols, cs, n_chunks, hc, hm, finish);
     if (any_list)
         cuda_launch(c, "sample list", k_smp_compact, grid, 256, 0, x, ldx, n_cols, dreq, hdr, W,
-                    r.lg, r.tk, finish, cs, n_chunks);
+                    r.lg, r.tk, finish, cs, csf, n_chunks);
     if (finish) {
         unsigned long long *host = (unsigned long long *)r.h;
         cuda_launch(c, "sample finish", k_smp_finish, dim3((unsigned)n_rows), 1024, 0, dreq, hdr,
                     (const float *)r.lg, (const int32_t *)r.tk, (const float *)W, (const float *)cs,
-                    n_chunks, n_cols, keys, c->zero_copy ? host : nullptr);
+                    (const float *)csf, n_chunks, n_cols, keys, c->zero_copy ? host : nullptr);
         cuda_keys_to_host(c, keys, host, n_rows);
         return r;
     }
