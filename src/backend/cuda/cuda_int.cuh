@@ -243,6 +243,22 @@ static inline bool cuda_env_off(const char *name) {
  * reading or writing anything, and before any early return, so that completion stays
  * transitive down the chain - then let the successor launch. Outside such a graph both are
  * no-ops. */
+/* Whether this block is the last of its row's gridDim.x blocks to arrive (*ticket counts them,
+ * from zero; the last sets it back to zero for the next launch). Each thread 0 makes its block's
+ * stores before the call visible first, so the last block sees every block's. The whole block
+ * calls it (the argmax's and the plain draw's merge of their parts). */
+__device__ __forceinline__ bool cuda_last_block(unsigned *ticket) {
+    __shared__ bool last;
+    if (threadIdx.x == 0) {
+        __threadfence(); /* the block's parts before the ticket that counts them */
+        last = atomicAdd(ticket, 1u) == gridDim.x - 1;
+        if (last) *ticket = 0; /* every block has counted itself */
+    }
+    __syncthreads();
+    if (last) __threadfence(); /* every part counted is visible */
+    return last;
+}
+
 __device__ __forceinline__ void cuda_pdl_entry(void) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     unsigned long long t0;

@@ -363,7 +363,6 @@ __global__ static void k_argmax(const float *x, int64_t ldx, int n_cols, int chu
                                 unsigned long long *keys, unsigned long long *host) {
     cuda_pdl_entry();
     __shared__ unsigned long long part[32];
-    __shared__ bool last;
     const float *row = x + blockIdx.y * ldx;
     int j0 = blockIdx.x * chunk, j1 = min(n_cols, j0 + chunk), js = j0;
     unsigned long long best = 0;
@@ -386,14 +385,8 @@ __global__ static void k_argmax(const float *x, int64_t ldx, int n_cols, int chu
     }
     best = argmax_block_max(best, part);
     unsigned long long *rp = parts + (size_t)blockIdx.y * gridDim.x;
-    if (threadIdx.x == 0) {
-        rp[blockIdx.x] = best;
-        __threadfence(); /* the part before the ticket that counts it */
-        last = atomicAdd(tickets + blockIdx.y, 1u) == gridDim.x - 1;
-    }
-    __syncthreads();
-    if (!last) return;
-    __threadfence(); /* every part counted is visible */
+    if (threadIdx.x == 0) rp[blockIdx.x] = best;
+    if (!cuda_last_block(tickets + blockIdx.y)) return;
     best = 0;
     for (unsigned i = threadIdx.x; i < gridDim.x; i += blockDim.x)
         best = max(best, __ldcg(rp + i));
@@ -401,7 +394,6 @@ __global__ static void k_argmax(const float *x, int64_t ldx, int n_cols, int chu
     if (threadIdx.x == 0) {
         keys[blockIdx.y] = best;
         if (host) host[blockIdx.y] = best;
-        tickets[blockIdx.y] = 0;
     }
 }
 

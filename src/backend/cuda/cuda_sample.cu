@@ -16,11 +16,16 @@
  *            top-k / top-p rows instead find the lowest bucket the filter can reach (counts for
  *            top-k; mass for top-p, with a bucket of margin against rounding);
  *   compact  top-k / top-p rows: every token of a bucket at or above that one, logit and id, to
- *            a list the host puts in vocabulary order and finishes with the sampler's own code
- *            - a few hundred tokens for a peaked distribution where the host would have
- *            scanned 248k.
- * The results come back through the staging arena with the step, inside a replayed graph too;
- * a list longer than SMP_LIST_CAP entries costs one more copy.
+ *            a list (for a top-p row the device ends: its last bucket's tokens, weight and id,
+ *            and the weights above it summed per chunk);
+ *   finish   where the device ends every row (smp_device_ends): one block a row draws a top-k
+ *            or top-p row from its list as the host sampler does, and every row's id goes out
+ *            as a key (cuda_keys_to_host): no copy, and the step can be decoded ahead.
+ * Otherwise (a top-k over SMP_TOPK_DEVICE, a request for the list itself) the headers and the
+ * lists come back through the staging arena with the step, inside a replayed graph too, and the
+ * host puts a list in vocabulary order and finishes it with the sampler's own code - a few
+ * hundred tokens for a peaked distribution where the host would have scanned 248k; a list
+ * longer than SMP_LIST_CAP entries costs one more copy.
  * Rows that are all greedy or plain draws without min-p (the default request) take instead one
  * kernel, k_smp_draw, that does the max, weights and select in one pass of the logits. */
 #include <limits.h>
@@ -44,8 +49,10 @@ typedef struct {
 } smp_row;
 
 /* The row's kind of work: greedy, a plain draw, or a list for the host. */
-__device__ static inline bool smp_greedy(const ts_sample_req &r) { return !(r.temperature > 0); }
-__device__ static inline bool smp_listed(const ts_sample_req &r) {
+__host__ __device__ static inline bool smp_greedy(const ts_sample_req &r) {
+    return !(r.temperature > 0);
+}
+__host__ __device__ static inline bool smp_listed(const ts_sample_req &r) {
     return r.top_k > 0 || r.top_p < 1.0f;
 }
 __device__ static inline bool smp_candidate(float l) { return !(l != l || l == -INFINITY); }
@@ -400,7 +407,6 @@ __global__ static void __launch_bounds__(SMP_DRAW_THREADS)
     __shared__ float s_t;
     __shared__ double s_u, s_before;
     __shared__ int s_hit;
-    __shared__ bool last;
     const int r = blockIdx.y, tid = threadIdx.x;
     /* the request is the host's, staged before the launch: read under the previous kernel */
     if (tid == 0) s_t = req[r].temperature, s_u = req[r].u;
@@ -433,13 +439,7 @@ __global__ static void __launch_bounds__(SMP_DRAW_THREADS)
         }
         if (tid == 0) rp[p] = (smp_part){kc, ka, top, tot};
     }
-    if (tid == 0) {
-        __threadfence(); /* the parts before the ticket that counts them */
-        last = atomicAdd(tickets + r, 1u) == gridDim.x - 1;
-    }
-    __syncthreads();
-    if (!last) return;
-    __threadfence(); /* every part counted is visible */
+    if (!cuda_last_block(tickets + r)) return;
     /* thread tid's parts: [q0, q1), in order */
     const int per = (n_parts + (int)blockDim.x - 1) / (int)blockDim.x;
     const int q0 = min(n_parts, tid * per), q1 = min(n_parts, q0 + per);
@@ -526,7 +526,6 @@ __global__ static void __launch_bounds__(SMP_DRAW_THREADS)
         unsigned long long key = cuda_id_key(found < 0 ? 0 : found);
         keys[r] = key;
         if (host) host[r] = key;
-        tickets[r] = 0;
     }
 }
 
@@ -710,7 +709,7 @@ __global__ static void __launch_bounds__(1024)
     const ts_sample_req q = req[r]; /* the host's: read under the previous kernel */
     cuda_pdl_entry();
     int id = hdr[r].id;
-    if (id < 0 && q.top_k <= 0) { /* top-p alone: the host sampler's nucleus (sampler.c) */
+    if (id < 0 && q.top_k <= 0) { /* top-p without top-k: the host sampler's nucleus (sampler.c) */
         /* every token of a bucket above the last one the mass needs, in vocabulary order,
          * then the last bucket's (the list, weight and id) in descending order until the
          * running sum reaches top_p of the total; min-p then keeps those at or above min_p
@@ -833,6 +832,28 @@ __global__ static void __launch_bounds__(1024)
     }
 }
 
+/* A sampling call's staging: out_bytes for its results (read by the host after the step) and,
+ * with zero_copy, the requests after them, which the kernels read there (else from a table, in
+ * *dreq too). Null where the arena has no room. Called after whatever may flush the queue
+ * (scratch, parts), since a flush empties the staging arena. */
+static unsigned char *smp_stage(cuda_ctx *c, const ts_sample_req *req, int n_rows, size_t out_bytes,
+                                const ts_sample_req **dreq) {
+    const size_t rb = (size_t)n_rows * sizeof *req;
+    *dreq = c->zero_copy ? nullptr : (const ts_sample_req *)cuda_table(c, req, rb);
+    if (!c->zero_copy && !*dreq) return nullptr;
+    const size_t bytes = out_bytes + (c->zero_copy ? rb : 0);
+    unsigned char *st = (unsigned char *)cq_stage(c, bytes);
+    if (!st) { /* the staging arena is full: run what is queued, which empties it */
+        cq_flush(c);
+        st = (unsigned char *)cq_stage(c, bytes);
+    }
+    if (st && c->zero_copy) {
+        memcpy(cq_stage_fill(c, st + out_bytes), req, rb);
+        *dreq = (const ts_sample_req *)(st + out_bytes);
+    }
+    return st;
+}
+
 /* The sampling kernels for n_rows rows with a draw among them, queued. Where the device ends
  * every row (finish; smp_device_ends), k_smp_finish writes the ids as keys into keys (null:
  * scratch) and the staging memory at h (cuda_keys_to_host). Else the copies of their answers
@@ -869,7 +890,6 @@ static smp_queued smp_queue(cuda_ctx *c, const float *x, int64_t ldx, int n_rows
     size_t o_csf = piece((size_t)n_rows * n_chunks * sizeof(float));
     size_t o_lg = piece((size_t)n_rows * n_cols * sizeof(float));
     size_t o_tk = piece((size_t)n_rows * n_cols * sizeof(int32_t));
-    const size_t req_bytes = (size_t)n_rows * sizeof *req;
     smp_queued r;
     r.hdr_bytes = finish ? (size_t)n_rows * sizeof *keys : (size_t)n_rows * sizeof(smp_row);
     r.list_cap = any_list && !finish ? (size_t)(n_cols < SMP_LIST_CAP ? n_cols : SMP_LIST_CAP) : 0;
@@ -877,20 +897,9 @@ static smp_queued smp_queue(cuda_ctx *c, const float *x, int64_t ldx, int n_rows
     /* each of these may flush the queue, which empties the staging arena: before staging */
     unsigned char *base = (unsigned char *)cuda_scratch(c, 5, off);
     if (finish && !keys) keys = (unsigned long long *)cuda_scratch(c, 2, r.hdr_bytes);
-    const ts_sample_req *dreq =
-        c->zero_copy ? nullptr : (const ts_sample_req *)cuda_table(c, req, req_bytes);
-    size_t stage_bytes = r.hdr_bytes + 2 * r.list_bytes + (c->zero_copy ? req_bytes : 0);
-    r.h = (unsigned char *)cq_stage(c, stage_bytes);
-    if (!r.h) { /* the staging arena is full: run what is queued, which empties it */
-        cq_flush(c);
-        r.h = (unsigned char *)cq_stage(c, stage_bytes);
-    }
-    if (r.h && c->zero_copy) {
-        unsigned char *at = r.h + r.hdr_bytes + 2 * r.list_bytes;
-        memcpy(cq_stage_fill(c, at), req, req_bytes);
-        dreq = (const ts_sample_req *)at;
-    }
-    r.ok = base && dreq && r.h && (!finish || keys);
+    const ts_sample_req *dreq;
+    r.h = smp_stage(c, req, n_rows, r.hdr_bytes + 2 * r.list_bytes, &dreq);
+    r.ok = base && r.h && (!finish || keys);
     smp_row *hdr = (smp_row *)(base + o_hdr);
     float *W = (float *)(base + o_w), *cs = (float *)(base + o_cs), *csf = (float *)(base + o_csf);
     unsigned *hc = (unsigned *)(base + o_hist_c);
@@ -931,8 +940,14 @@ static smp_queued smp_queue(cuda_ctx *c, const float *x, int64_t ldx, int n_rows
 }
 
 bool cuda_sample_ends(const cuda_ctx *c, const ts_sample_req *r, int n_cols) {
-    return smp_device_ends(*r, n_cols) &&
-           (c->sample_end || !(r->temperature > 0 && (r->top_k > 0 || r->top_p < 1.0f)));
+    return smp_device_ends(*r, n_cols) && (c->sample_end || smp_greedy(*r) || !smp_listed(*r));
+}
+
+/* Whether any row hands the kernels a list to make (a top-k or top-p draw). */
+static bool smp_any_list(const ts_sample_req *req, int n_rows) {
+    for (int r = 0; r < n_rows; r++)
+        if (!smp_greedy(req[r]) && smp_listed(req[r])) return true;
+    return false;
 }
 
 /* Whether the device ends every row's draw. */
@@ -964,25 +979,16 @@ static unsigned long long *smp_draw_queue(cuda_ctx *c, const float *x, int64_t l
     int64_t m = (int64_t)n_parts * n_rows / ((int64_t)c->sm_count * 16);
     int per_block = (int)(m < 1 ? 1 : m > 8 ? 8 : m);
     dim3 grid((unsigned)((n_parts + per_block - 1) / per_block), (unsigned)n_rows);
-    size_t kb = (size_t)n_rows * sizeof *keys, rb = (size_t)n_rows * sizeof *req;
+    size_t kb = (size_t)n_rows * sizeof *keys;
     /* each of these may flush the queue, which empties the staging arena: before staging */
     if (!cuda_parts_ready(c, (int64_t)SMP_PART_WORDS * n_parts * n_rows, n_rows)) return NULL;
-    const ts_sample_req *dreq = c->zero_copy ? NULL : (const ts_sample_req *)cuda_table(c, req, rb);
     if (!keys) keys = (unsigned long long *)cuda_scratch(c, 2, kb);
-    if (!keys || (!c->zero_copy && !dreq)) return NULL;
-    unsigned char *st = (unsigned char *)cq_stage(c, kb + (c->zero_copy ? rb : 0));
-    if (!st) { /* the staging arena is full: run what is queued, which empties it */
-        cq_flush(c);
-        st = (unsigned char *)cq_stage(c, kb + (c->zero_copy ? rb : 0));
-    }
-    if (!st) {
+    if (!keys) return NULL;
+    const ts_sample_req *dreq;
+    unsigned long long *host = (unsigned long long *)smp_stage(c, req, n_rows, kb, &dreq);
+    if (!host) {
         if (!cq_broken(c)) cuda_check(c, cudaErrorMemoryAllocation, "sample staging");
         return NULL;
-    }
-    unsigned long long *host = (unsigned long long *)st;
-    if (c->zero_copy) {
-        memcpy(cq_stage_fill(c, st + kb), req, rb);
-        dreq = (const ts_sample_req *)(st + kb);
     }
     cuda_launch(c, "sample draw", k_smp_draw, grid, SMP_DRAW_THREADS, 0, x, ldx, n_cols, per_block,
                 dreq, (smp_part *)c->argmax_parts, c->argmax_tickets, keys,
@@ -991,17 +997,26 @@ static unsigned long long *smp_draw_queue(cuda_ctx *c, const float *x, int64_t l
     return host;
 }
 
+/* Queues the draws of rows the device ends every one of (smp_all_device): the ids as keys into
+ * keys (device; null: scratch) and the staging memory it returns (null on failure) - one kernel
+ * for plain rows, else the sampling kernels with k_smp_finish. */
+static unsigned long long *smp_queue_keys(cuda_ctx *c, const float *x, int64_t ldx, int n_rows,
+                                          int n_cols, const ts_sample_req *req,
+                                          unsigned long long *keys) {
+    if (smp_one_kernel(c, req, n_rows)) return smp_draw_queue(c, x, ldx, n_rows, n_cols, req, keys);
+    smp_queued sq =
+        smp_queue(c, x, ldx, n_rows, n_cols, req, smp_any_list(req, n_rows), true, keys);
+    return sq.ok ? (unsigned long long *)sq.h : nullptr;
+}
+
 void cuda_op_sample(ts_backend *be, float *x, int64_t ldx, int n_rows, int n_cols,
                     const ts_sample_req *req, ts_sample_res *res) {
     cuda_ctx *c = cuda_of(be);
     if (n_rows <= 0) return;
     smp_adjust(c, x, ldx, n_rows, n_cols, req);
-    bool any_draw = false, any_list = false;
-    for (int r = 0; r < n_rows; r++) {
-        bool greedy = !(req[r].temperature > 0);
-        any_draw |= !greedy;
-        any_list |= !greedy && (req[r].top_k > 0 || req[r].top_p < 1.0f);
-    }
+    bool any_draw = false;
+    for (int r = 0; r < n_rows; r++)
+        any_draw |= !smp_greedy(req[r]);
     if (!any_draw) { /* greedy rows only: the argmax op's two kernels */
         int32_t *ids = (int32_t *)malloc((size_t)n_rows * sizeof *ids);
         if (ids) cuda_op_argmax(be, x, ldx, n_rows, n_cols, ids);
@@ -1010,8 +1025,8 @@ void cuda_op_sample(ts_backend *be, float *x, int64_t ldx, int n_rows, int n_col
         free(ids);
         return;
     }
-    if (smp_one_kernel(c, req, n_rows)) {
-        unsigned long long *h = smp_draw_queue(c, x, ldx, n_rows, n_cols, req, nullptr);
+    if (smp_all_device(c, req, n_rows, n_cols)) { /* the ids as keys */
+        unsigned long long *h = smp_queue_keys(c, x, ldx, n_rows, n_cols, req, nullptr);
         cq_flush(c);
         for (int r = 0; r < n_rows; r++) {
             res[r].id = h && !c->failed ? cuda_argmax_key_index(h[r]) : -1;
@@ -1019,18 +1034,10 @@ void cuda_op_sample(ts_backend *be, float *x, int64_t ldx, int n_rows, int n_col
         }
         return;
     }
-    const bool finish = smp_all_device(c, req, n_rows, n_cols);
-    smp_queued sq = smp_queue(c, x, ldx, n_rows, n_cols, req, any_list, finish, nullptr);
+    smp_queued sq =
+        smp_queue(c, x, ldx, n_rows, n_cols, req, smp_any_list(req, n_rows), false, nullptr);
     cq_flush(c);
     bool ok = sq.ok && !c->failed;
-    if (finish) { /* the ids as keys */
-        const unsigned long long *hk = (const unsigned long long *)sq.h;
-        for (int r = 0; r < n_rows; r++) {
-            res[r].id = ok ? cuda_argmax_key_index(hk[r]) : -1;
-            res[r].n = 0, res[r].total = 0;
-        }
-        return;
-    }
     const smp_row *hh = (const smp_row *)sq.h;
     for (int r = 0; r < n_rows; r++) {
         ts_sample_res *o = &res[r];
@@ -1066,20 +1073,10 @@ void cuda_op_sample(ts_backend *be, float *x, int64_t ldx, int n_rows, int n_col
 
 bool cuda_sample_held(cuda_ctx *c, const float *x, int64_t ldx, int n_rows, int n_cols,
                       const ts_sample_req *req, unsigned long long *fed, int32_t *out_ids) {
-    if (smp_one_kernel(c, req, n_rows)) {
-        unsigned long long *h = smp_draw_queue(c, x, ldx, n_rows, n_cols, req, fed);
-        if (!h) return false;
-        cq_defer d = {cuda_keys_done, h, out_ids, n_rows};
-        cq_defer_add(c, &d);
-        return true;
-    }
     if (!smp_all_device(c, req, n_rows, n_cols)) return false; /* a list for the host */
-    bool any_list = false;
-    for (int r = 0; r < n_rows; r++)
-        any_list |= req[r].temperature > 0 && (req[r].top_k > 0 || req[r].top_p < 1.0f);
-    smp_queued sq = smp_queue(c, x, ldx, n_rows, n_cols, req, any_list, true, fed);
-    if (!sq.ok) return false;
-    cq_defer d = {cuda_keys_done, sq.h, out_ids, n_rows};
+    unsigned long long *h = smp_queue_keys(c, x, ldx, n_rows, n_cols, req, fed);
+    if (!h) return false;
+    cq_defer d = {cuda_keys_done, h, out_ids, n_rows};
     cq_defer_add(c, &d);
     return true;
 }
