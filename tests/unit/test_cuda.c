@@ -1898,19 +1898,12 @@ static bool truth_draw_ok(const sample_truth *t, double u, int32_t got) {
  * order (within 1e-5 of the sum). */
 static bool truth_topk_ok(const sample_truth *t, const ts_sampler_params *sp, double u,
                           int32_t got) {
-    int n = sp->top_k < t->n_cand ? sp->top_k : t->n_cand;
-    double T = sp->temperature, best = t->x[t->order[0]] / T, total = 0, cum = 0, sum = 0;
-    double *w = malloc((size_t)n * sizeof *w);
+    int keep = truth_kept(t, sp, 1.0); /* the k best, then the top-p cut */
+    double T = sp->temperature, best = t->x[t->order[0]] / T, sum = 0;
+    double *w = malloc((size_t)keep * sizeof *w);
     if (!w) return false;
-    for (int i = 0; i < n; i++)
-        total += w[i] = exp(t->x[t->order[i]] / T - best);
-    int keep = n;
-    for (int i = 0; sp->top_p < 1.0f && i < n; i++)
-        if ((cum += w[i]) >= sp->top_p * total) {
-            keep = i + 1;
-            break;
-        }
     for (int i = 0; i < keep; i++) {
+        w[i] = exp(t->x[t->order[i]] / T - best);
         if (w[i] < sp->min_p) w[i] = 0;
         sum += w[i];
     }
