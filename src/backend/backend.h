@@ -278,14 +278,14 @@ typedef struct {
     void (*conv_gdn_prep)(ts_backend *be, const float *x, int64_t ldx, int C, int K,
                           const float *w, const ts_seq_run *runs, int nr, float *out,
                           int64_t ldo, const ts_gdn_prep_args *p);
-    /* Optional: one sequence's decode step of a delta-rule layer after its input projection,
-     * in one call: conv_gdn_prep on x's one row (C channels, conv state conv_state; p's qn, kn,
-     * g, beta are not written), then gdn_runs with gn (recurrent state rec_state) into out.
-     * False, with nothing done, where the backend does not take these shapes: the model then
-     * calls the two. */
+    /* Optional: a decode step of a delta-rule layer after its input projection, in one call,
+     * for nr runs of one token each (run r's token at row runs[r].start of x, C channels, and of
+     * out; its conv state runs[r].a, its recurrent state runs[r].b): conv_gdn_prep (p's qn, kn,
+     * g, beta are not written), then gdn_runs with gn into out. False, with nothing done, where
+     * the backend does not take these shapes: the model then calls the two. */
     bool (*conv_gdn_step)(ts_backend *be, const float *x, int C, int K, const float *w,
-                          float *conv_state, const ts_gdn_prep_args *p, const ts_gdn_dims *dims,
-                          float *rec_state, const ts_gated_norm *gn, float *out);
+                          const ts_seq_run *runs, int nr, const ts_gdn_prep_args *p,
+                          const ts_gdn_dims *dims, const ts_gated_norm *gn, float *out);
     /* Optional: one sequence's one-token attention step after its projections, in one call:
      * qk_norm_rope on the q row (heads q_head_stride apart; q itself is not written) and the
      * new k row (wq, wk, eps, rot_dim, theta as qk_norm_rope's), the normed and rotated k and

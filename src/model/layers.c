@@ -225,9 +225,11 @@ void ts_qk_norm_rope(ts_backend *be, float *q, int64_t ldq, int64_t q_head_strid
 
 bool ts_conv_gdn_step(ts_backend *be, const float *x, int C, int K, const float *w,
                       const ts_seq_run *sr, int nr, const ts_gdn_prep_args *p, const ts_gdn_dims *d,
-                      float *rec_state, const ts_gated_norm *gn, float *out) {
-    return nr == 1 && sr[0].len == 1 && be->ops->conv_gdn_step &&
-           be->ops->conv_gdn_step(be, x, C, K, w, sr[0].a, p, d, rec_state, gn, out);
+                      const ts_gated_norm *gn, float *out) {
+    if (nr < 1 || !be->ops->conv_gdn_step) return false;
+    for (int r = 0; r < nr; r++)
+        if (sr[r].len != 1) return false;
+    return be->ops->conv_gdn_step(be, x, C, K, w, sr, nr, p, d, gn, out);
 }
 
 bool ts_attention_step(ts_backend *be, const float *q, int64_t q_head_stride, const float *wq,

@@ -86,17 +86,18 @@ void ts_gdn_prep(ts_backend *be, const float *conv, int64_t ldc, const ts_gdn_pr
 void ts_conv_gdn_prep(ts_backend *be, const float *x, int64_t ldx, int C, int K, const float *w,
                       const ts_seq_run *sr, int nr, float *out, int64_t ldo,
                       const ts_gdn_prep_args *p);
-/* Where the batch is one sequence's one token (nr == 1 runs sr of one token: its row is row 0
- * of x, q, k, v and out), that step of a layer in one call of the backend's; false where the
- * batch is not, or the backend has no such op or does not take these shapes, and the caller
- * composes it.
- * ts_conv_gdn_step: the delta rule's, after the input projection - conv_gdn_step (conv state
- * sr[0].a, recurrent state rec_state); else ts_conv_gdn_prep and ts_gdn_runs.
- * ts_attention_step: attention's, after the projections - attention_step (caches sr[0].a, .b);
- * else ts_qk_norm_rope, ts_attend_runs and sigmoid_gate. */
+/* A decode step of a layer in one call of the backend's; false where the batch is not such a
+ * step, or the backend has no such op or does not take these shapes, and the caller composes
+ * it.
+ * ts_conv_gdn_step: the delta rule's, after the input projection, for nr runs of one token each
+ * (run r's row runs[r].start of x and out; conv state sr[r].a, recurrent state sr[r].b) -
+ * conv_gdn_step; else ts_conv_gdn_prep and ts_gdn_runs.
+ * ts_attention_step: attention's, after the projections, for one sequence's one token (nr == 1,
+ * its row row 0 of q, k, v and out) - attention_step (caches sr[0].a, .b); else
+ * ts_qk_norm_rope, ts_attend_runs and sigmoid_gate. */
 bool ts_conv_gdn_step(ts_backend *be, const float *x, int C, int K, const float *w,
                       const ts_seq_run *sr, int nr, const ts_gdn_prep_args *p, const ts_gdn_dims *d,
-                      float *rec_state, const ts_gated_norm *gn, float *out);
+                      const ts_gated_norm *gn, float *out);
 bool ts_attention_step(ts_backend *be, const float *q, int64_t q_head_stride, const float *wq,
                        const float *k, const float *wk, const float *v, float eps, int rot_dim,
                        float theta, const ts_attn_dims *d, const ts_seq_run *sr, int nr,

@@ -169,10 +169,10 @@ static void linear_attention(qwen35_rt *rt, int il, const ts_fwd_batch *b, const
         ts_matmul_n(be, W, 4, rt->x, D, n, pre, y, ldy);
     }
     ts_seq_run *sr = rt->sruns;
-    for (int r = 0; r < nr; r++) {
+    for (int r = 0; r < nr; r++) { /* a: the conv state; b: the recurrent state */
         char *st = b->slot_state[runs[r].slot];
         sr[r] = (ts_seq_run){runs[r].start, runs[r].len, runs[r].pos0,
-                             (float *)(st + rt->offs[il].conv), NULL};
+                             (float *)(st + rt->offs[il].conv), (float *)(st + rt->offs[il].rec)};
     }
     /* the causal conv; then q and k to their own buffers so each head is a row, L2-normalised,
      * q scaled by dk^-1/2; the gates */
@@ -193,13 +193,12 @@ static void linear_attention(qwen35_rt *rt, int il, const ts_fwd_batch *b, const
                            .beta = rt->beta};
     ts_gdn_dims dims = {hp->lin_hk, hp->lin_hv, hp->lin_dk, hp->lin_dv};
     ts_gated_norm gn = {z, P(rt, ly->gnorm), hp->eps};
-    /* one sequence's decode step: the backend's whole delta-rule step where it has one */
-    float *rec0 = (float *)((char *)b->slot_state[runs[0].slot] + rt->offs[il].rec);
-    if (!ts_conv_gdn_step(be, mqkv, cd, hp->conv_k, P(rt, ly->conv_w), sr, nr, &pa, &dims, rec0,
-                          &gn, o)) {
+    /* a decode step: the backend's whole delta-rule step where it has one */
+    if (!ts_conv_gdn_step(be, mqkv, cd, hp->conv_k, P(rt, ly->conv_w), sr, nr, &pa, &dims, &gn,
+                          o)) {
         ts_conv_gdn_prep(be, mqkv, cd, cd, hp->conv_k, P(rt, ly->conv_w), sr, nr, conv, cd, &pa);
         for (int r = 0; r < nr; r++)
-            sr[r].a = (float *)((char *)b->slot_state[runs[r].slot] + rt->offs[il].rec);
+            sr[r].a = sr[r].b; /* gdn_runs' state */
         ts_gdn_runs(be, qn, kn, kd, conv + 2 * kd, cd, rt->g, rt->beta, &dims, sr, nr, &gn, o);
     }
     ts_matmul_add(be, ly->out_proj, o, vd, n, rt->x, D, rt->h);

@@ -580,10 +580,10 @@ static void test_conv_gdn_step(void) {
             ts_gdn_prep_args pa = {1,  H,      dk,  H,    1e-6f, 1.0f / sqrtf((float)dk),
                                    at, at + H, H,   dnea, ddtb,  qn,
                                    kn, g,      beta};
-            ts_seq_run sr0 = {0, 1, t, dcs[0], NULL}, sr = {0, 1, t, dcs[1], NULL};
+            ts_seq_run sr0 = {0, 1, t, dcs[0], drs[0]}, sr = {0, 1, t, dcs[1], drs[1]};
             bool on = false;
             long n_kept = ts_backend_cuda_gdn_keep_launches(gpu, NULL);
-            CHECKF(ts_conv_gdn_step(gpu, xt, C, K, dw, &sr0, 1, &pa, &d, drs[0], &gn, dout[0]),
+            CHECKF(ts_conv_gdn_step(gpu, xt, C, K, dw, &sr0, 1, &pa, &d, &gn, dout[0]),
                    "conv_gdn_step (K %d): the device refused the Qwen3.5 heads", K);
             if (n_kept >= 0)
                 CHECKF(ts_backend_cuda_gdn_keep_launches(gpu, &on) == n_kept + 1 && on,
@@ -592,7 +592,7 @@ static void test_conv_gdn_step(void) {
                        K, t, on ? "made" : "not made");
             else if (ci == 0 && t == 0)
                 printf("  conv_gdn_step: the device sets no L2 aside (form not tested)\n");
-            CHECK(!ts_conv_gdn_step(plain, xt, C, K, dw, &sr, 1, &pa, &d, drs[1], &gn, dout[1]));
+            CHECK(!ts_conv_gdn_step(plain, xt, C, K, dw, &sr, 1, &pa, &d, &gn, dout[1]));
             ts_conv_gdn_prep(plain, xt, C, C, K, dw, &sr, 1, scr, C, &pa);
             sr.a = drs[1];
             ts_gdn_runs(plain, qn, kn, H * dk, scr + 2 * H * dk, C, g, beta, &d, &sr, 1, &gn,
@@ -609,25 +609,110 @@ static void test_conv_gdn_step(void) {
         same_bits(what, dcs[0], dcs[1], nst);
         snprintf(what, sizeof what, "conv_gdn_step K %d recurrent state", K);
         same_bits(what, drs[0], drs[1], nrec);
-        /* refused: d_k 64; two v-heads a k-head (by the device); a batch of two runs (by the
+        /* refused: d_k 64; two v-heads a k-head (by the device); a run of two tokens (by the
          * model layer's helper) */
         ts_gdn_dims d64 = {H, H, 64, 64}, dgq = {1, 2, dk, dk};
         ts_gdn_prep_args p64 = {1, H,    64,   H,  1e-6f, 0.125f, dab, dab + H,
                                 H, dnea, ddtb, qn, kn,    g,      beta};
         ts_gdn_prep_args pgq = {1, 1,    dk,   2,  1e-6f, 0.125f, dab, dab + H,
                                 H, dnea, ddtb, qn, kn,    g,      beta};
-        ts_seq_run r2[2] = {{0, 1, 3, dcs[0], NULL}, {1, 1, 3, dcs[1], NULL}};
-        CHECK(
-            !ts_conv_gdn_step(gpu, dx, 3 * H * 64, K, dw, r2, 1, &p64, &d64, drs[0], &gn, dout[0]));
-        CHECK(!ts_conv_gdn_step(gpu, dx, 4 * dk, K, dw, r2, 1, &pgq, &dgq, drs[0], &gn, dout[0]));
-        ts_gdn_prep_args p1 = {1, H,    dk,   H,  1e-6f, 0.125f, dab, dab + H,
+        ts_seq_run r2[1] = {{0, 1, 3, dcs[0], drs[0]}}, rlong = {0, 2, 3, dcs[0], drs[0]};
+        CHECK(!ts_conv_gdn_step(gpu, dx, 3 * H * 64, K, dw, r2, 1, &p64, &d64, &gn, dout[0]));
+        CHECK(!ts_conv_gdn_step(gpu, dx, 4 * dk, K, dw, r2, 1, &pgq, &dgq, &gn, dout[0]));
+        ts_gdn_prep_args p2 = {2, H,    dk,   H,  1e-6f, 0.125f, dab, dab + H,
                                H, dnea, ddtb, qn, kn,    g,      beta};
-        CHECK(!ts_conv_gdn_step(gpu, dx, C, K, dw, r2, 2, &p1, &d, drs[0], &gn, dout[0]));
+        CHECK(!ts_conv_gdn_step(gpu, dx, C, K, dw, &rlong, 1, &p2, &d, &gn, dout[0]));
         float *bufs[] = {dx,     dw,     dab,    dnea,   ddtb,    dz,      dgw,
                          dcs[0], dcs[1], drs[0], drs[1], dout[0], dout[1], scr};
         for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
             gpu->ops->free(gpu, bufs[i]);
         free(x), free(w), free(ab), free(nea), free(dtb), free(z), free(gw), free(cs), free(rs);
+    }
+}
+
+/* conv_gdn_step for a batch of many sequences (runs of one token: cuda_gdn_step_runs.cu) over
+ * three steps: each run's output, conv state and recurrent state bit for bit those of the same
+ * run stepped alone (the one-sequence kernel, whose bits are its composition's: above), and
+ * within FP32_TOL of the batch's composition (conv_gdn_prep, then gdn_runs with its gated norm);
+ * three heads, 4 and 3 conv taps, the runs' rows in another order than their states, and 40
+ * runs. */
+static void test_conv_gdn_step_runs(void) {
+    static const int order5[5] = {3, 0, 2, 1,
+                                  4}; /* the last run ends the batch, as gdn_runs has it */
+    for (int ci = 0; ci < 3; ci++) {
+        int H = 3, dk = 128, K = ci == 1 ? 3 : 4, C = 3 * H * dk, nr = ci == 2 ? 40 : 5, steps = 3;
+        int vd = H * dk;
+        size_t nst = (size_t)(K - 1) * C, nrec = (size_t)H * dk * dk, no = (size_t)nr * vd;
+        float *x = rnd((size_t)steps * nr * C, 2.0f), *w = rnd((size_t)C * K, 0.7f);
+        float *ab = rnd((size_t)steps * nr * 2 * H, 3.0f), *nea = rnd(H, 1.0f);
+        float *dtb = rnd(H, 1.0f), *z = rnd((size_t)steps * no, 3.0f), *gw = rnd(dk, 1.0f);
+        float *cs = rnd(nr * nst, 1.0f), *rs = rnd(nr * nrec, 0.3f);
+        float *dx = dev(x, (size_t)steps * nr * C), *dw = dev(w, (size_t)C * K);
+        float *dab = dev(ab, (size_t)steps * nr * 2 * H), *dnea = dev(nea, H), *ddtb = dev(dtb, H);
+        float *dz = dev(z, (size_t)steps * no), *dgw = dev(gw, dk);
+        /* [0] the batch's kernel, [1] each run alone, [2] the composition */
+        float *dcs[3], *drs[3], *dout[3];
+        for (int i = 0; i < 3; i++)
+            dcs[i] = dev(cs, nr * nst), drs[i] = dev(rs, nr * nrec), dout[i] = dev(z, no);
+        float *scr = gpu->ops->alloc(gpu, ((size_t)nr * C + 2 * no + 2 * (size_t)nr * H) * 4);
+        float *qn = scr + (size_t)nr * C, *kn = qn + no, *g = kn + no, *beta = g + nr * H;
+        ts_gdn_dims d = {H, H, dk, dk};
+        ts_backend *plain = without(offsetof(ts_backend_ops, conv_gdn_step));
+        ts_seq_run *sr = malloc(3 * (size_t)nr * sizeof *sr);
+        for (int t = 0; t < steps; t++) {
+            const float *xt = dx + (size_t)t * nr * C, *at = dab + (size_t)t * nr * 2 * H;
+            const float *zt = dz + (size_t)t * no;
+            ts_gdn_prep_args pa = {nr, H,      dk,    H,    1e-6f, 1.0f / sqrtf((float)dk),
+                                   at, at + H, 2 * H, dnea, ddtb,  qn,
+                                   kn, g,      beta};
+            ts_gated_norm gn = {zt, dgw, 1e-6f};
+            for (int i = 0; i < 3; i++)
+                for (int r = 0; r < nr; r++)
+                    sr[i * nr + r] = (ts_seq_run){nr == 5 ? order5[r] : r, 1, t, dcs[i] + r * nst,
+                                                  drs[i] + r * nrec};
+            CHECKF(ts_conv_gdn_step(gpu, xt, C, K, dw, sr, nr, &pa, &d, &gn, dout[0]),
+                   "conv_gdn_step (K %d, %d runs): the device refused the batch", K, nr);
+            for (int r = 0; r < nr; r++) {
+                ts_seq_run one = sr[nr + r];
+                int row = one.start;
+                one.start = 0;
+                ts_gdn_prep_args p1 = pa;
+                p1.n = 1, p1.a = at + row * 2 * H, p1.b = p1.a + H;
+                ts_gated_norm g1 = {zt + (size_t)row * vd, dgw, 1e-6f};
+                CHECK(ts_conv_gdn_step(gpu, xt + (size_t)row * C, C, K, dw, &one, 1, &p1, &d, &g1,
+                                       dout[1] + (size_t)row * vd));
+            }
+            CHECK(!ts_conv_gdn_step(plain, xt, C, K, dw, sr + 2 * nr, nr, &pa, &d, &gn, dout[2]));
+            ts_conv_gdn_prep(plain, xt, C, C, K, dw, sr + 2 * nr, nr, scr, C, &pa);
+            for (int r = 0; r < nr; r++)
+                sr[2 * nr + r].a = sr[2 * nr + r].b;
+            ts_gdn_runs(plain, qn, kn, H * dk, scr + 2 * H * dk, C, g, beta, &d, sr + 2 * nr, nr,
+                        &gn, dout[2]);
+            char what[80];
+            snprintf(what, sizeof what, "conv_gdn_step %d runs K %d step %d out", nr, K, t);
+            same_bits(what, dout[0], dout[1], no);
+            float *ref = host(dout[2], no);
+            cmp(what, dout[0], ref, no, FP32_TOL);
+            free(ref);
+        }
+        const char *names[2] = {"conv state", "recurrent state"};
+        float **bufs2[2] = {dcs, drs};
+        size_t sizes[2] = {nr * nst, nr * nrec};
+        for (int s = 0; s < 2; s++) {
+            char what[80];
+            snprintf(what, sizeof what, "conv_gdn_step %d runs K %d %s", nr, K, names[s]);
+            same_bits(what, bufs2[s][0], bufs2[s][1], sizes[s]);
+            float *ref = host(bufs2[s][2], sizes[s]);
+            cmp(what, bufs2[s][0], ref, sizes[s], FP32_TOL);
+            free(ref);
+        }
+        float *bufs[] = {dx, dw, dab, dnea, ddtb, dz, dgw, scr};
+        for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
+            gpu->ops->free(gpu, bufs[i]);
+        for (int i = 0; i < 3; i++)
+            gpu->ops->free(gpu, dcs[i]), gpu->ops->free(gpu, drs[i]), gpu->ops->free(gpu, dout[i]);
+        free(sr), free(x), free(w), free(ab), free(nea), free(dtb), free(z), free(gw), free(cs);
+        free(rs);
     }
 }
 
@@ -3502,10 +3587,11 @@ int main(void) {
         test_gdn_runs(2, 4, 128, 128);
         test_gdn_runs(1, 1, 256, 64);
         test_conv_gdn_step();
+        test_conv_gdn_step_runs();
     }
     if (section("attention")) test_attention_runs(), test_attention_step();
     /* the fused decode steps alone, for the sanitizers */
-    if (section("steps")) test_conv_gdn_step(), test_attention_step();
+    if (section("steps")) test_conv_gdn_step(), test_conv_gdn_step_runs(), test_attention_step();
     if (section("argmax")) test_argmax();
     if (section("sample")) test_sample(quick);
     if (section("matmul")) {

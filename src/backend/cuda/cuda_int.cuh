@@ -156,6 +156,9 @@ typedef struct cuda_ctx_s {
     /* ... which stores its state and shifts its conv state as soon as they are final, so that
      * the stores drain under its norm (TESSERA_CUDA_GDN_EARLY_STORE=0: at its end) */
     bool gdn_early_store;
+    /* many sequences' step in one kernel too (cuda_gdn_step_runs.cu; TESSERA_CUDA_GDN_STEP_RUNS=0:
+     * conv_gdn_prep, the delta rule and gated_rmsnorm apart, for comparisons) */
+    bool gdn_step_runs;
     /* L2 set aside for the single-sequence delta-rule step's recurrent state (cuda_l2_keep):
      * the bytes wanted (0: never; TESSERA_CUDA_L2_KEEP=MB), whether the set-aside is in place
      * now, and the steps queued in the form that keeps the state there (tests) */
@@ -624,8 +627,14 @@ void cuda_op_conv_gdn_prep(ts_backend *be, const float *x, int64_t ldx, int C, i
  * or off (other delta-rule paths: batches, prompts); whether it is on afterwards. */
 bool cuda_l2_keep(cuda_ctx *c, bool on);
 bool cuda_op_conv_gdn_step(ts_backend *be, const float *x, int C, int K, const float *w,
-                           float *conv_state, const ts_gdn_prep_args *p, const ts_gdn_dims *dims,
-                           float *rec_state, const ts_gated_norm *gn, float *out);
+                           const ts_seq_run *runs, int nr, const ts_gdn_prep_args *p,
+                           const ts_gdn_dims *dims, const ts_gated_norm *gn, float *out);
+/* Many sequences' delta-rule decode step (cuda_gdn_step_runs.cu): conv_gdn_step's nr > 1 runs
+ * of one token for H heads of d_k = d_v = 128, one v-head a k-head (the caller checks those);
+ * false where it does not take them (TESSERA_CUDA_GDN_STEP_RUNS=0, C or K). */
+bool cuda_gdn_step_runs(cuda_ctx *c, const float *x, int C, int K, const float *w,
+                        const ts_seq_run *runs, int nr, const ts_gdn_prep_args *p, int H,
+                        const ts_gated_norm *gn, float *out);
 bool cuda_op_attention_step(ts_backend *be, const float *q, int64_t q_head_stride, const float *wq,
                             const float *k, const float *wk, const float *v, float eps, int rot_dim,
                             float theta, const ts_attn_dims *dims, const ts_seq_run *run,

@@ -1189,24 +1189,36 @@ bool cuda_l2_keep(cuda_ctx *c, bool on) {
 }
 
 bool cuda_op_conv_gdn_step(ts_backend *be, const float *x, int C, int K, const float *w,
-                           float *conv_state, const ts_gdn_prep_args *p, const ts_gdn_dims *dims,
-                           float *rec_state, const ts_gated_norm *gn, float *out) {
+                           const ts_seq_run *runs, int nr, const ts_gdn_prep_args *p,
+                           const ts_gdn_dims *dims, const ts_gated_norm *gn, float *out) {
     cuda_ctx *c = cuda_of(be);
     int H = dims->n_k_heads;
     /* k_gdn_conv_step's shapes: its block's threads are d_k, its cluster the 4 column blocks of
-     * d_v, one v-head a k-head (the q and k conv state shifted by one cluster) */
-    if (!c->gdn_step || !gn || p->n != 1 || K < 1 || K > PREP_KMAX || !gdn_heads_dv128(c, dims) ||
-        dims->n_v_heads != H || p->Hk != H || p->Hv != H || p->dk != 128 || C != 3 * H * 128)
+     * d_v, one v-head a k-head (the q and k conv state shifted by one cluster); many sequences'
+     * kernel takes the same (cuda_gdn_step_runs.cu) */
+    if (!c->gdn_step || !gn || nr < 1 || p->n != nr || K < 1 || K > PREP_KMAX ||
+        !gdn_heads_dv128(c, dims) || dims->n_v_heads != H || p->Hk != H || p->Hv != H ||
+        p->dk != 128 || C != 3 * H * 128)
         return false;
-    gdn_conv_in cv = {x,          w,      conv_state, C, K, p->a, p->b, p->neg_exp_a,
-                      p->dt_bias, p->eps, p->q_scale};
+    if (nr > 1) {
+        cuda_l2_keep(c, false); /* not the single-sequence step: no set-aside */
+        return cuda_gdn_step_runs(c, x, C, K, w, runs, nr, p, H, gn, out);
+    }
+    /* the run's row (0 where the model calls it) */
+    int64_t s0 = runs[0].start;
+    ts_gated_norm g1 = *gn;
+    x += s0 * C, out += s0 * H * 128, g1.z += s0 * H * 128;
+    float *rec_state = runs[0].b;
+    gdn_conv_in cv = {
+        x,          w,      runs[0].a, C, K, p->a + s0 * p->ldab, p->b + s0 * p->ldab, p->neg_exp_a,
+        p->dt_bias, p->eps, p->q_scale};
     bool keep = cuda_l2_keep(c, true);
     c->gdn_keep_launches += keep;
     auto k = c->gdn_early_store
                  ? (keep ? k_gdn_conv_step<true, true> : k_gdn_conv_step<false, true>)
                  : (keep ? k_gdn_conv_step<true, false> : k_gdn_conv_step<false, false>);
     cuda_launch(c, "gdn_conv_step", k, dim3(4, (unsigned)H), 32 * GDN_WARPS, 0, *dims, rec_state,
-                out, *gn, cv);
+                out, g1, cv);
     return true;
 }
 
