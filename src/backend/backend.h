@@ -286,17 +286,20 @@ typedef struct {
     bool (*conv_gdn_step)(ts_backend *be, const float *x, int C, int K, const float *w,
                           const ts_seq_run *runs, int nr, const ts_gdn_prep_args *p,
                           const ts_gdn_dims *dims, const ts_gated_norm *gn, float *out);
-    /* Optional: one sequence's one-token attention step after its projections, in one call:
-     * qk_norm_rope on the q row (heads q_head_stride apart; q itself is not written) and the
-     * new k row (wq, wk, eps, rot_dim, theta as qk_norm_rope's), the normed and rotated k and
-     * the v row stored in run's caches at run->pos0, attention_runs for the one query, then
-     * out *= sigmoid(gate) where gate is not NULL (q's layout: head h's at h *
-     * q_head_stride). False, with nothing done, where the backend does not take these shapes:
-     * the model then calls the three. */
-    bool (*attention_step)(ts_backend *be, const float *q, int64_t q_head_stride, const float *wq,
-                           const float *k, const float *wk, const float *v, float eps, int rot_dim,
-                           float theta, const ts_attn_dims *dims, const ts_seq_run *run,
-                           const float *gate, float *out);
+    /* Optional: a one-token attention step after the projections, in one call, for nr runs of
+     * one token each (run r's token at row runs[r].start of q (ldq), of k and v (n_kv_heads x
+     * head_dim a row), of gate (ldq) and of out (ldo); its caches runs[r].a, .b, its position
+     * runs[r].pos0): qk_norm_rope on the q row (heads q_head_stride apart; q itself is not
+     * written) and the new k row (wq, wk, eps, rot_dim, theta as qk_norm_rope's), the normed and
+     * rotated k and the v row stored in the run's caches, attention_runs for the one query, then
+     * out *= sigmoid(gate) where gate is not NULL (q's layout: head h's at h * q_head_stride).
+     * False, with nothing done, where the backend does not take these shapes: the model then
+     * calls the three. */
+    bool (*attention_step)(ts_backend *be, const float *q, int64_t ldq, int64_t q_head_stride,
+                           const float *wq, const float *k, const float *wk, const float *v,
+                           float eps, int rot_dim, float theta, const ts_attn_dims *dims,
+                           const ts_seq_run *runs, int nr, const float *gate, float *out,
+                           int64_t ldo);
     /* out[t, h*dv + d] = rmsnorm(x[t, h*dv:...])[d] * w[d] * silu(z[t, h*dv + d]) */
     void (*gated_rmsnorm)(ts_backend *be, const float *x, const float *z, int n_tok, int n_heads,
                           int dv, const float *w, float eps, float *out);

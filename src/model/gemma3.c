@@ -458,9 +458,9 @@ static void attention(gemma3_rt *rt, int il, const ts_fwd_batch *b, const ts_run
         sr[r] = (ts_seq_run){runs[r].start, runs[r].len, runs[r].pos0, (float *)st,
                              (float *)(st + kvb)};
     }
-    /* one sequence's decode step: the backend's whole attention step where it has one */
-    if (!ts_attention_step(be, rt->q, hd, P(rt, ly->q_norm), rt->k, P(rt, ly->k_norm), rt->v,
-                           hp->eps, hd, theta, &dims, sr, nr, NULL, rt->o)) {
+    /* a decode step: the backend's whole attention step where it has one */
+    if (!ts_attention_step(be, rt->q, qw, hd, P(rt, ly->q_norm), rt->k, P(rt, ly->k_norm), rt->v,
+                           hp->eps, hd, theta, &dims, sr, nr, NULL, rt->o, qw)) {
         ts_qk_norm_rope(be, rt->q, qw, hd, hp->n_head, P(rt, ly->q_norm), rt->k, kvw, hp->n_kv_head,
                         P(rt, ly->k_norm), n, hd, hp->eps, hd, b->pos, theta);
         ts_attend_runs(be, rt->q, qw, hd, rt->k, rt->v, &dims, sr, nr, rt->o, qw);

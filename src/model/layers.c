@@ -232,13 +232,15 @@ bool ts_conv_gdn_step(ts_backend *be, const float *x, int C, int K, const float 
     return be->ops->conv_gdn_step(be, x, C, K, w, sr, nr, p, d, gn, out);
 }
 
-bool ts_attention_step(ts_backend *be, const float *q, int64_t q_head_stride, const float *wq,
-                       const float *k, const float *wk, const float *v, float eps, int rot_dim,
-                       float theta, const ts_attn_dims *d, const ts_seq_run *sr, int nr,
-                       const float *gate, float *out) {
-    return nr == 1 && sr[0].len == 1 && be->ops->attention_step &&
-           be->ops->attention_step(be, q, q_head_stride, wq, k, wk, v, eps, rot_dim, theta, d,
-                                   &sr[0], gate, out);
+bool ts_attention_step(ts_backend *be, const float *q, int64_t ldq, int64_t q_head_stride,
+                       const float *wq, const float *k, const float *wk, const float *v, float eps,
+                       int rot_dim, float theta, const ts_attn_dims *d, const ts_seq_run *sr,
+                       int nr, const float *gate, float *out, int64_t ldo) {
+    if (nr < 1 || !be->ops->attention_step) return false;
+    for (int r = 0; r < nr; r++)
+        if (sr[r].len != 1) return false;
+    return be->ops->attention_step(be, q, ldq, q_head_stride, wq, k, wk, v, eps, rot_dim, theta, d,
+                                   sr, nr, gate, out, ldo);
 }
 
 void ts_conv_gdn_prep(ts_backend *be, const float *x, int64_t ldx, int C, int K, const float *w,

@@ -92,16 +92,16 @@ void ts_conv_gdn_prep(ts_backend *be, const float *x, int64_t ldx, int C, int K,
  * ts_conv_gdn_step: the delta rule's, after the input projection, for nr runs of one token each
  * (run r's row runs[r].start of x and out; conv state sr[r].a, recurrent state sr[r].b) -
  * conv_gdn_step; else ts_conv_gdn_prep and ts_gdn_runs.
- * ts_attention_step: attention's, after the projections, for one sequence's one token (nr == 1,
- * its row row 0 of q, k, v and out) - attention_step (caches sr[0].a, .b); else
- * ts_qk_norm_rope, ts_attend_runs and sigmoid_gate. */
+ * ts_attention_step: attention's, after the projections, for nr runs of one token each (run r's
+ * row runs[r].start of q and gate (ldq), k, v and out (ldo); caches sr[r].a, .b) -
+ * attention_step; else ts_qk_norm_rope, ts_attend_runs and sigmoid_gate. */
 bool ts_conv_gdn_step(ts_backend *be, const float *x, int C, int K, const float *w,
                       const ts_seq_run *sr, int nr, const ts_gdn_prep_args *p, const ts_gdn_dims *d,
                       const ts_gated_norm *gn, float *out);
-bool ts_attention_step(ts_backend *be, const float *q, int64_t q_head_stride, const float *wq,
-                       const float *k, const float *wk, const float *v, float eps, int rot_dim,
-                       float theta, const ts_attn_dims *d, const ts_seq_run *sr, int nr,
-                       const float *gate, float *out);
+bool ts_attention_step(ts_backend *be, const float *q, int64_t ldq, int64_t q_head_stride,
+                       const float *wq, const float *k, const float *wk, const float *v, float eps,
+                       int rot_dim, float theta, const ts_attn_dims *d, const ts_seq_run *sr,
+                       int nr, const float *gate, float *out, int64_t ldo);
 void ts_qk_norm_rope(ts_backend *be, float *q, int64_t ldq, int64_t q_head_stride, int nq,
                      const float *wq, float *k, int64_t ldk, int nk, const float *wk, int n_tok,
                      int hd, float eps, int rot_dim, const int32_t *pos, float theta);

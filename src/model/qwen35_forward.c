@@ -228,10 +228,10 @@ static void full_attention(qwen35_rt *rt, int il, const ts_fwd_batch *b, const t
         sr[r] = (ts_seq_run){runs[r].start, runs[r].len, runs[r].pos0,
                              (float *)(st + rt->offs[il].kc), (float *)(st + rt->offs[il].vc)};
     }
-    /* one sequence's decode step: the backend's whole attention step where it has one */
-    if (!ts_attention_step(be, qg, hstride, P(rt, ly->q_norm), k, P(rt, ly->k_norm), v, hp->eps,
+    /* a decode step: the backend's whole attention step where it has one */
+    if (!ts_attention_step(be, qg, qw, hstride, P(rt, ly->q_norm), k, P(rt, ly->k_norm), v, hp->eps,
                            hp->rot_dim, hp->rope_theta, &dims, sr, nr,
-                           hp->attn_gate ? qg + hd : NULL, o)) {
+                           hp->attn_gate ? qg + hd : NULL, o, ow)) {
         ts_qk_norm_rope(be, qg, qw, hstride, hp->n_head, P(rt, ly->q_norm), k, kvw, hp->n_kv_head,
                         P(rt, ly->k_norm), n, hd, hp->eps, hp->rot_dim, b->pos, hp->rope_theta);
         ts_attend_runs(be, qg, qw, hstride, k, v, &dims, sr, nr, o, ow);

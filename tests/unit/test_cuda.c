@@ -745,8 +745,9 @@ static void test_attention_step(void) {
             sr[i] = (ts_seq_run){0, 1, pos, dc[i], dc[i] + nc};
         ts_backend *plain = without(offsetof(ts_backend_ops, attention_step));
         float eps = 1e-6f, theta = 10000000.0f;
-        CHECKF(ts_attention_step(gpu, dq[0], qhs, dwq, dk_[0], dwk, dv, eps, cs[ci].rot, theta, &d,
-                                 &sr[0], 1, cs[ci].gate ? dq[0] + hd : NULL, dout[0]),
+        CHECKF(ts_attention_step(gpu, dq[0], (int64_t)nq, qhs, dwq, dk_[0], dwk, dv, eps,
+                                 cs[ci].rot, theta, &d, &sr[0], 1, cs[ci].gate ? dq[0] + hd : NULL,
+                                 dout[0], ow),
                "attention_step (case %zu) refused", ci);
         int32_t p32 = pos;
         ts_qk_norm_rope(plain, dq[1], (int64_t)nq, qhs, nh, dwq, dk_[1], kvw, nkv, dwk, 1, hd, eps,
@@ -761,15 +762,78 @@ static void test_attention_step(void) {
         same_bits(what, dc[0], dc[1], 2 * nc);
         /* a run of two tokens refused by the device and by the model layer's helper */
         ts_seq_run two = {0, 2, pos, dc[0], dc[0] + nc};
-        CHECK(!gpu->ops->attention_step(gpu, dq[0], qhs, dwq, dk_[0], dwk, dv, eps, cs[ci].rot,
-                                        theta, &d, &two, NULL, dout[0]));
-        CHECK(!ts_attention_step(gpu, dq[0], qhs, dwq, dk_[0], dwk, dv, eps, cs[ci].rot, theta, &d,
-                                 &two, 1, NULL, dout[0]));
+        CHECK(!gpu->ops->attention_step(gpu, dq[0], (int64_t)nq, qhs, dwq, dk_[0], dwk, dv, eps,
+                                        cs[ci].rot, theta, &d, &two, 1, NULL, dout[0], ow));
+        CHECK(!ts_attention_step(gpu, dq[0], (int64_t)nq, qhs, dwq, dk_[0], dwk, dv, eps,
+                                 cs[ci].rot, theta, &d, &two, 1, NULL, dout[0], ow));
         float *bufs[] = {dq[0], dq[1], dk_[0], dk_[1],  dv,     dwq,
                          dwk,   dc[0], dc[1],  dout[0], dout[1]};
         for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
             gpu->ops->free(gpu, bufs[i]);
         free(q), free(k), free(v), free(wq), free(wk), free(cache);
+    }
+}
+
+/* attention_step for a batch of many sequences (runs of one token), against qk_norm_rope,
+ * attention_runs and sigmoid_gate over the same batch (the device without the op) bit for bit -
+ * the output and every run's caches: Qwen's heads with the gate, five runs whose rows are in
+ * another order than their caches, one at the first position and one long enough for the key
+ * split and its merge (whose gate is then applied run by run); packed heads of 128 without it. */
+static void test_attention_step_runs(void) {
+    struct {
+        int nh, nkv, hd, qhs, rot, nr;
+        bool gate;
+        int pos[5], row[5];
+    } cs[] = {{8, 2, 256, 512, 64, 5, true, {0, 37, 300, 3000, 5}, {3, 0, 2, 4, 1}},
+              {4, 1, 128, 128, 128, 3, false, {700, 5, 64}, {1, 2, 0}}};
+    for (size_t ci = 0; ci < sizeof cs / sizeof *cs; ci++) {
+        int nh = cs[ci].nh, nkv = cs[ci].nkv, hd = cs[ci].hd, qhs = cs[ci].qhs, nr = cs[ci].nr;
+        int kvw = nkv * hd, ow = nh * hd;
+        int64_t ldq = (int64_t)nh * qhs;
+        size_t nq = (size_t)nr * ldq, nkv_rows = (size_t)nr * kvw, no = (size_t)nr * ow;
+        float *q = rnd(nq, 2.0f), *k = rnd(nkv_rows, 2.0f), *v = rnd(nkv_rows, 1.0f);
+        float *wq = rnd(hd, 1.5f), *wk = rnd(hd, 1.5f);
+        float *dq[2] = {dev(q, nq), dev(q, nq)}, *dk_[2] = {dev(k, nkv_rows), dev(k, nkv_rows)};
+        float *dv = dev(v, nkv_rows), *dwq = dev(wq, hd), *dwk = dev(wk, hd);
+        float *dout[2] = {dev(q, no), dev(q, no)};
+        float *cache[5], *dc[2][5];
+        size_t nc[5];
+        ts_seq_run sr[2][5];
+        int32_t pos_of_row[5];
+        for (int r = 0; r < nr; r++) {
+            nc[r] = (size_t)(cs[ci].pos[r] + 1) * kvw;
+            cache[r] = rnd(2 * nc[r], 1.0f);
+            pos_of_row[cs[ci].row[r]] = cs[ci].pos[r];
+            for (int i = 0; i < 2; i++) {
+                dc[i][r] = dev(cache[r], 2 * nc[r]);
+                sr[i][r] =
+                    (ts_seq_run){cs[ci].row[r], 1, cs[ci].pos[r], dc[i][r], dc[i][r] + nc[r]};
+            }
+        }
+        ts_attn_dims d = {nh, nkv, hd, 1.0f / sqrtf((float)hd), 0, 0};
+        ts_backend *plain = without(offsetof(ts_backend_ops, attention_step));
+        float eps = 1e-6f, theta = 10000000.0f;
+        CHECKF(ts_attention_step(gpu, dq[0], ldq, qhs, dwq, dk_[0], dwk, dv, eps, cs[ci].rot, theta,
+                                 &d, sr[0], nr, cs[ci].gate ? dq[0] + hd : NULL, dout[0], ow),
+               "attention_step runs (case %zu) refused", ci);
+        ts_qk_norm_rope(plain, dq[1], ldq, qhs, nh, dwq, dk_[1], kvw, nkv, dwk, nr, hd, eps,
+                        cs[ci].rot, pos_of_row, theta);
+        ts_attend_runs(plain, dq[1], ldq, qhs, dk_[1], dv, &d, sr[1], nr, dout[1], ow);
+        if (cs[ci].gate)
+            plain->ops->sigmoid_gate(plain, dout[1], ow, dq[1] + hd, ldq, nr, nh, hd, qhs);
+        char what[64];
+        snprintf(what, sizeof what, "attention_step runs (case %zu) out", ci);
+        same_bits(what, dout[0], dout[1], no);
+        for (int r = 0; r < nr; r++) {
+            snprintf(what, sizeof what, "attention_step runs (case %zu) run %d caches", ci, r);
+            same_bits(what, dc[0][r], dc[1][r], 2 * nc[r]);
+            gpu->ops->free(gpu, dc[0][r]), gpu->ops->free(gpu, dc[1][r]);
+            free(cache[r]);
+        }
+        float *bufs[] = {dq[0], dq[1], dk_[0], dk_[1], dv, dwq, dwk, dout[0], dout[1]};
+        for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
+            gpu->ops->free(gpu, bufs[i]);
+        free(q), free(k), free(v), free(wq), free(wk);
     }
 }
 
@@ -3589,9 +3653,12 @@ int main(void) {
         test_conv_gdn_step();
         test_conv_gdn_step_runs();
     }
-    if (section("attention")) test_attention_runs(), test_attention_step();
+    if (section("attention"))
+        test_attention_runs(), test_attention_step(), test_attention_step_runs();
     /* the fused decode steps alone, for the sanitizers */
-    if (section("steps")) test_conv_gdn_step(), test_conv_gdn_step_runs(), test_attention_step();
+    if (section("steps"))
+        test_conv_gdn_step(), test_conv_gdn_step_runs(), test_attention_step(),
+            test_attention_step_runs();
     if (section("argmax")) test_argmax();
     if (section("sample")) test_sample(quick);
     if (section("matmul")) {

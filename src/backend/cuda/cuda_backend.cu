@@ -216,6 +216,8 @@ extern "C" ts_status ts_backend_cuda_create(int device, ts_backend **out) {
     c->gdn_step = !cuda_env_off("TESSERA_CUDA_GDN_STEP");
     c->gdn_early_store = !cuda_env_off("TESSERA_CUDA_GDN_EARLY_STORE");
     c->gdn_step_runs = !cuda_env_off("TESSERA_CUDA_GDN_STEP_RUNS");
+    const char *asr = getenv("TESSERA_CUDA_ATTN_STEP_RUNS");
+    c->attn_step_runs = asr ? atoi(asr) : 16;
     c->zero_copy = !cuda_env_off("TESSERA_CUDA_ZERO_COPY");
     c->sample_one = !cuda_env_off("TESSERA_CUDA_SAMPLE_ONE");
     c->sample_end = !cuda_env_off("TESSERA_CUDA_SAMPLE_END");

@@ -159,6 +159,10 @@ typedef struct cuda_ctx_s {
     /* many sequences' step in one kernel too (cuda_gdn_step_runs.cu; TESSERA_CUDA_GDN_STEP_RUNS=0:
      * conv_gdn_prep, the delta rule and gated_rmsnorm apart, for comparisons) */
     bool gdn_step_runs;
+    /* the most sequences whose attention step takes one kernel (attention_step with runs): 16,
+     * above which the four kernels were faster on an H200 (TESSERA_CUDA_ATTN_STEP_RUNS=N; 0 or
+     * 1: qk_norm_rope, kv_store, attention and sigmoid_gate apart for every batch) */
+    int attn_step_runs;
     /* L2 set aside for the single-sequence delta-rule step's recurrent state (cuda_l2_keep):
      * the bytes wanted (0: never; TESSERA_CUDA_L2_KEEP=MB), whether the set-aside is in place
      * now, and the steps queued in the form that keeps the state there (tests) */
@@ -635,10 +639,11 @@ bool cuda_op_conv_gdn_step(ts_backend *be, const float *x, int C, int K, const f
 bool cuda_gdn_step_runs(cuda_ctx *c, const float *x, int C, int K, const float *w,
                         const ts_seq_run *runs, int nr, const ts_gdn_prep_args *p, int H,
                         const ts_gated_norm *gn, float *out);
-bool cuda_op_attention_step(ts_backend *be, const float *q, int64_t q_head_stride, const float *wq,
-                            const float *k, const float *wk, const float *v, float eps, int rot_dim,
-                            float theta, const ts_attn_dims *dims, const ts_seq_run *run,
-                            const float *gate, float *out);
+bool cuda_op_attention_step(ts_backend *be, const float *q, int64_t ldq, int64_t q_head_stride,
+                            const float *wq, const float *k, const float *wk, const float *v,
+                            float eps, int rot_dim, float theta, const ts_attn_dims *dims,
+                            const ts_seq_run *runs, int nr, const float *gate, float *out,
+                            int64_t ldo);
 void cuda_op_l2norm_heads(ts_backend *be, const float *src, int64_t lds, int n_tok, int n_heads,
                           int dim, float eps, float scale, float *dst);
 /* The chunked delta rule (cuda_gdn_chunked.cu): whether it fits the device for heads of d_k

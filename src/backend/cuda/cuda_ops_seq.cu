@@ -126,6 +126,11 @@ attention_query(const float *q, int64_t ldq, int64_t q_head_stride, int n, int p
         ts_seq_run r = runs[blockIdx.y];
         if (i >= r.len) return;
         q += r.start * ldq, out += r.start * ldo, pos0 = r.pos0, kc = r.a, vc = r.b;
+        if constexpr (STEP) { /* the run's new key and value rows, its gates (q's rows) */
+            int64_t kvw = (int64_t)d.n_kv_heads * d.head_dim;
+            st.k += r.start * kvw, st.v += r.start * kvw;
+            if (st.gate) st.gate += r.start * ldq;
+        }
     }
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int hd = d.head_dim;
@@ -254,16 +259,28 @@ __global__ static void k_attention_step(const float *q, int64_t q_head_stride, f
                                st);
 }
 
+/* attention_step for many sequences: a run's one token at its row of q (ldq), of the new key,
+ * value and gate rows, and of out (ldo); its caches and position from the run table */
+template <int NPL>
+__global__ static void k_attention_step_runs(const float *q, int64_t ldq, int64_t q_head_stride,
+                                             ts_attn_dims d, float *out, int64_t ldo,
+                                             const ts_seq_run *runs, attn_parts parts,
+                                             attn_step_in st) {
+    attention_query<NPL, true>(q, ldq, q_head_stride, 1, 0, NULL, NULL, d, out, ldo, runs, parts,
+                               NULL, st);
+}
+
 /* Merges the key splits of each (head, query): the same rescaling as the warps' merge above. */
 __global__ static void k_attention_merge(attn_parts parts, ts_attn_dims d, float *out, int64_t ldo,
                                          const ts_seq_run *runs, const float *gate,
-                                         int64_t gate_head_stride) {
+                                         int64_t gate_head_stride, int64_t ldg) {
     cuda_pdl_entry();
     int h = (int)(blockIdx.x % d.n_heads), i = (int)(blockIdx.x / d.n_heads);
     if (runs) {
         ts_seq_run r = runs[blockIdx.y];
         if (i >= r.len) return;
         out += r.start * ldo;
+        if (gate) gate += r.start * ldg;
     }
     int hd = d.head_dim, ns = parts.n;
     int64_t p0 = ((int64_t)blockIdx.y * gridDim.x + blockIdx.x) * ns;
@@ -501,7 +518,11 @@ static void attention_launch(cuda_ctx *c, const float *q, int64_t ldq, int64_t q
     /* at most 16 KiB; attention_step's q head and new key after it (20 KiB) */
     size_t smem = (size_t)(ATTN_WARPS + (st ? 2 : 0)) * hd * sizeof(float);
     with_lanes_dims(hd, [&](auto npl) {
-        if (st)
+        if (st && runs)
+            cuda_launch(c, "attention_step", k_attention_step_runs<decltype(npl)::value>, grid,
+                        32 * ATTN_WARPS, smem, q, ldq, q_head_stride, *dims, out, ldo, runs, parts,
+                        *st);
+        else if (st)
             cuda_launch(c, "attention_step", k_attention_step<decltype(npl)::value>, grid,
                         32 * ATTN_WARPS, smem, q, q_head_stride, (float *)kc, (float *)vc, *dims,
                         out, parts, pos_dev, *st);
@@ -513,7 +534,7 @@ static void attention_launch(cuda_ctx *c, const float *q, int64_t ldq, int64_t q
     if (ns > 1)
         cuda_launch(c, "attention_merge", k_attention_merge,
                     dim3((unsigned)((int64_t)dims->n_heads * n), (unsigned)nr), 128, 0, parts,
-                    *dims, out, ldo, runs, st ? st->gate : (const float *)NULL, q_head_stride);
+                    *dims, out, ldo, runs, st ? st->gate : (const float *)NULL, q_head_stride, ldq);
 }
 
 void cuda_op_attention(ts_backend *be, const float *q, int64_t ldq, int64_t q_head_stride, int n,
@@ -1222,22 +1243,40 @@ bool cuda_op_conv_gdn_step(ts_backend *be, const float *x, int C, int K, const f
     return true;
 }
 
-bool cuda_op_attention_step(ts_backend *be, const float *q, int64_t q_head_stride, const float *wq,
-                            const float *k, const float *wk, const float *v, float eps, int rot_dim,
-                            float theta, const ts_attn_dims *dims, const ts_seq_run *run,
-                            const float *gate, float *out) {
+bool cuda_op_attention_step(ts_backend *be, const float *q, int64_t ldq, int64_t q_head_stride,
+                            const float *wq, const float *k, const float *wk, const float *v,
+                            float eps, int rot_dim, float theta, const ts_attn_dims *dims,
+                            const ts_seq_run *runs, int nr, const float *gate, float *out,
+                            int64_t ldo) {
     cuda_ctx *c = cuda_of(be);
     int hd = dims->head_dim;
     /* the block does qk_norm_rope's sums as its ROW_THREADS block does them, for heads within
      * both kernels' limits (MAX_HEAD_DIM is below qk_norm_rope's) */
     static_assert(32 * ATTN_WARPS == ROW_THREADS, "attention_step: qk_norm_rope's block");
-    if (!c->attn_step || run->len != 1 || hd < 1 || hd > MAX_HEAD_DIM || rot_dim < 0 ||
-        rot_dim > hd || dims->n_kv_heads < 1 || dims->n_heads % dims->n_kv_heads)
+    if (!c->attn_step || nr < 1 || (nr > 1 && nr > c->attn_step_runs) || hd < 1 ||
+        hd > MAX_HEAD_DIM || rot_dim < 0 || rot_dim > hd || dims->n_kv_heads < 1 ||
+        dims->n_heads % dims->n_kv_heads)
         return false;
+    int max_keys = 0;
+    for (int r = 0; r < nr; r++) {
+        if (runs[r].len != 1) return false;
+        max_keys = runs[r].pos0 + 1 > max_keys ? runs[r].pos0 + 1 : max_keys;
+    }
+    attn_step_in st = {wq, wk, k, v, eps, theta, rot_dim, gate};
+    if (nr > 1) { /* many sequences: the run table gives each its rows, caches and position */
+        const ts_seq_run *dr = (const ts_seq_run *)cuda_table(c, runs, (size_t)nr * sizeof *runs);
+        if (!dr) return true; /* recorded as failed */
+        attention_launch(c, q, ldq, q_head_stride, 1, 0, NULL, NULL, dims, out, ldo, dr, nr,
+                         max_keys, NULL, &st);
+        return true;
+    }
+    const ts_seq_run *run = &runs[0];
     const int32_t *pd = cuda_kv_pos(c, run->pos0);
     if (!pd) return true; /* recorded as failed */
-    attn_step_in st = {wq, wk, k, v, eps, theta, rot_dim, gate};
-    attention_launch(c, q, 0, q_head_stride, 1, run->pos0, run->a, run->b, dims, out, 0, NULL, 1,
-                     run->pos0 + 1, pd, &st);
+    int64_t s = run->start, kvw = (int64_t)dims->n_kv_heads * hd;
+    st.k += s * kvw, st.v += s * kvw;
+    if (st.gate) st.gate += s * ldq;
+    attention_launch(c, q + s * ldq, 0, q_head_stride, 1, run->pos0, run->a, run->b, dims,
+                     out + s * ldo, 0, NULL, 1, run->pos0 + 1, pd, &st);
     return true;
 }
