@@ -776,15 +776,17 @@ static void test_attention_step(void) {
 
 /* attention_step for a batch of many sequences (runs of one token), against qk_norm_rope,
  * attention_runs and sigmoid_gate over the same batch (the device without the op) bit for bit -
- * the output and every run's caches: Qwen's heads with the gate, five runs whose rows are in
- * another order than their caches, one at the first position and one long enough for the key
- * split and its merge (whose gate is then applied run by run); packed heads of 128 without it. */
+ * the output and every run's caches: Qwen's heads with the gate, runs whose rows are in another
+ * order than their caches, one at the first position, with one long enough for the key split
+ * and its merge (which then applies the gate) and without (the kernel applies it); packed heads
+ * of 128 without the gate. */
 static void test_attention_step_runs(void) {
     struct {
         int nh, nkv, hd, qhs, rot, nr;
         bool gate;
         int pos[5], row[5];
     } cs[] = {{8, 2, 256, 512, 64, 5, true, {0, 37, 300, 3000, 5}, {3, 0, 2, 4, 1}},
+              {8, 2, 256, 512, 64, 4, true, {0, 37, 100, 5}, {2, 0, 3, 1}},
               {4, 1, 128, 128, 128, 3, false, {700, 5, 64}, {1, 2, 0}}};
     for (size_t ci = 0; ci < sizeof cs / sizeof *cs; ci++) {
         int nh = cs[ci].nh, nkv = cs[ci].nkv, hd = cs[ci].hd, qhs = cs[ci].qhs, nr = cs[ci].nr;
