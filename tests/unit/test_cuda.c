@@ -779,15 +779,17 @@ static void test_attention_step(void) {
  * the output and every run's caches: Qwen's heads with the gate, runs whose rows are in another
  * order than their caches, one at the first position, with one long enough for the key split
  * and its merge (which then applies the gate) and without (the kernel applies it); packed heads
- * of 128 without the gate. */
+ * of 128 without the gate, and with a sliding window of 32 keys (Gemma 3's local layers). */
 static void test_attention_step_runs(void) {
     struct {
         int nh, nkv, hd, qhs, rot, nr;
         bool gate;
         int pos[5], row[5];
-    } cs[] = {{8, 2, 256, 512, 64, 5, true, {0, 37, 300, 3000, 5}, {3, 0, 2, 4, 1}},
-              {8, 2, 256, 512, 64, 4, true, {0, 37, 100, 5}, {2, 0, 3, 1}},
-              {4, 1, 128, 128, 128, 3, false, {700, 5, 64}, {1, 2, 0}}};
+        int window;
+    } cs[] = {{8, 2, 256, 512, 64, 5, true, {0, 37, 300, 3000, 5}, {3, 0, 2, 4, 1}, 0},
+              {8, 2, 256, 512, 64, 4, true, {0, 37, 100, 5}, {2, 0, 3, 1}, 0},
+              {4, 1, 128, 128, 128, 3, false, {700, 5, 64}, {1, 2, 0}, 0},
+              {4, 1, 128, 128, 128, 3, false, {700, 5, 64}, {1, 2, 0}, 32}};
     for (size_t ci = 0; ci < sizeof cs / sizeof *cs; ci++) {
         int nh = cs[ci].nh, nkv = cs[ci].nkv, hd = cs[ci].hd, qhs = cs[ci].qhs, nr = cs[ci].nr;
         int kvw = nkv * hd, ow = nh * hd;
@@ -812,7 +814,7 @@ static void test_attention_step_runs(void) {
                     (ts_seq_run){cs[ci].row[r], 1, cs[ci].pos[r], dc[i][r], dc[i][r] + nc[r]};
             }
         }
-        ts_attn_dims d = {nh, nkv, hd, 1.0f / sqrtf((float)hd), 0, 0};
+        ts_attn_dims d = {nh, nkv, hd, 1.0f / sqrtf((float)hd), cs[ci].window, 0};
         ts_backend *plain = without(offsetof(ts_backend_ops, attention_step));
         float eps = 1e-6f, theta = 10000000.0f;
         CHECKF(ts_attention_step(gpu, dq[0], ldq, qhs, dwq, dk_[0], dwk, dv, eps, cs[ci].rot, theta,
