@@ -223,23 +223,27 @@ void ts_qk_norm_rope(ts_backend *be, float *q, int64_t ldq, int64_t q_head_strid
     be->ops->rope(be, k, ldk, n_tok, nk, hd, rot_dim, pos, theta);
 }
 
+/* Whether the batch is a decode step: at least one run, every run one token (the layer steps) */
+static bool decode_step(const ts_seq_run *sr, int nr) {
+    if (nr < 1) return false;
+    for (int r = 0; r < nr; r++)
+        if (sr[r].len != 1) return false;
+    return true;
+}
+
 bool ts_conv_gdn_step(ts_backend *be, const float *x, int C, int K, const float *w,
                       const ts_seq_run *sr, int nr, const ts_gdn_prep_args *p, const ts_gdn_dims *d,
                       const ts_gated_norm *gn, float *out) {
-    if (nr < 1 || !be->ops->conv_gdn_step) return false;
-    for (int r = 0; r < nr; r++)
-        if (sr[r].len != 1) return false;
-    return be->ops->conv_gdn_step(be, x, C, K, w, sr, nr, p, d, gn, out);
+    return be->ops->conv_gdn_step && decode_step(sr, nr) &&
+           be->ops->conv_gdn_step(be, x, C, K, w, sr, nr, p, d, gn, out);
 }
 
 bool ts_attention_step(ts_backend *be, const float *q, int64_t ldq, int64_t q_head_stride,
                        const float *wq, const float *k, const float *wk, const float *v, float eps,
                        int rot_dim, float theta, const ts_attn_dims *d, const ts_seq_run *sr,
                        int nr, const float *gate, float *out, int64_t ldo) {
-    if (nr < 1 || !be->ops->attention_step) return false;
-    for (int r = 0; r < nr; r++)
-        if (sr[r].len != 1) return false;
-    return be->ops->attention_step(be, q, ldq, q_head_stride, wq, k, wk, v, eps, rot_dim, theta, d,
+    return be->ops->attention_step && decode_step(sr, nr) &&
+           be->ops->attention_step(be, q, ldq, q_head_stride, wq, k, wk, v, eps, rot_dim, theta, d,
                                    sr, nr, gate, out, ldo);
 }
 

@@ -637,8 +637,8 @@ static void test_conv_gdn_step(void) {
  * three heads, 4 and 3 conv taps, the runs' rows in another order than their states, and 40
  * runs. */
 static void test_conv_gdn_step_runs(void) {
-    static const int order5[5] = {3, 0, 2, 1,
-                                  4}; /* the last run ends the batch, as gdn_runs has it */
+    /* run r's row of a batch of five: the last run ends the batch, as gdn_runs has it */
+    static const int order5[5] = {3, 0, 2, 1, 4};
     for (int ci = 0; ci < 3; ci++) {
         int H = 3, dk = 128, K = ci == 1 ? 3 : 4, C = 3 * H * dk, nr = ci == 2 ? 40 : 5, steps = 3;
         int vd = H * dk;

@@ -250,6 +250,16 @@ static inline bool cuda_env_off(const char *name) {
  * reading or writing anything, and before any early return, so that completion stays
  * transitive down the chain - then let the successor launch. Outside such a graph both are
  * no-ops. */
+__device__ __forceinline__ void cuda_pdl_entry(void) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    unsigned long long t0;
+    cuda_trace_wait_start(&t0); /* cuda_block_trace.cuh: nothing in a plain build */
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    cuda_trace_wait_end(t0);
+#endif
+}
+
 /* Whether this block is the last of its row's gridDim.x blocks to arrive (*ticket counts them,
  * from zero; the last sets it back to zero for the next launch). Each thread 0 makes its block's
  * stores before the call visible first, so the last block sees every block's. The whole block
@@ -264,16 +274,6 @@ __device__ __forceinline__ bool cuda_last_block(unsigned *ticket) {
     __syncthreads();
     if (last) __threadfence(); /* every part counted is visible */
     return last;
-}
-
-__device__ __forceinline__ void cuda_pdl_entry(void) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    unsigned long long t0;
-    cuda_trace_wait_start(&t0); /* cuda_block_trace.cuh: nothing in a plain build */
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-    cuda_trace_wait_end(t0);
-#endif
 }
 
 /* 16 bytes from global to shared memory without a trip through registers (cp.async): the loads
