@@ -12,6 +12,12 @@
 
 /* Graphs kept: a decode step per batch shape in use, and the odd one beside. */
 #define CQ_GRAPHS 8
+/* Submissions whose shapes a new one is compared with: one whose shape is among them repeats,
+ * and becomes a graph. More than the last one: a step with log-probabilities is three
+ * submissions of three shapes (the forward with its draw, the log-probability pass, the drawn
+ * token's logit), none the same as the one before it, so with only the last one compared it
+ * never became a graph and ran its ~130 kernels one by one (bench/RESULTS.md). */
+#define CQ_RECENT 4
 /* Pinned staging for host-to-device copies of one submission: token rows and positions. */
 #define CQ_STAGE_BYTES ((size_t)16 << 20)
 /* Device memory for the tables of one submission (run descriptors: 32 bytes each). */
@@ -69,7 +75,8 @@ struct cq_state {
     std::map<std::string, cq_prof> prof;
     std::vector<cudaEvent_t> events;
     std::vector<cq_op> ops;
-    uint64_t prev_sig = 0, clock = 0;
+    uint64_t recent_sig[CQ_RECENT] = {0}, clock = 0; /* the last submissions' shapes */
+    unsigned recent_next = 0;
     cq_graph cache[CQ_GRAPHS];
     unsigned char *stage = nullptr;
     size_t stage_used = 0;
@@ -570,7 +577,7 @@ static void profile_collect(cuda_ctx *c, cq_state *q) {
 }
 
 /* The graph the queued ops run as: a cached one brought to their arguments, one built now (a
- * shape seen in the previous submission), or nullptr (op by op). */
+ * shape seen in one of the last CQ_RECENT submissions), or nullptr (op by op). */
 static cq_graph *prepare(cuda_ctx *c, cq_state *q, uint64_t sig) {
     cq_graph *hit = nullptr;
     for (auto &g : q->cache)
@@ -582,11 +589,13 @@ static cq_graph *prepare(cuda_ctx *c, cq_state *q, uint64_t sig) {
         graph_drop(hit);
         hit = nullptr;
     }
-    /* a shape seen twice in a row is a step that repeats: worth a graph */
-    bool graphable = true;
+    /* a shape seen in one of the last few submissions is a step that repeats: worth a graph */
+    bool graphable = true, recent = false;
     for (uint64_t s : q->no_graph)
         graphable = graphable && s != sig;
-    if (!hit && sig == q->prev_sig && graphable) {
+    for (uint64_t s : q->recent_sig)
+        recent = recent || s == sig;
+    if (!hit && recent && graphable) {
         cq_graph *g = graph_slot(q);
         if (graph_build(c, q, g, sig, q->ops)) {
             hit = g;
@@ -755,7 +764,7 @@ void cq_launch(cuda_ctx *c, bool hold) {
             uint64_t sig = q->sealed ? q->sealed_sig : shape_sig(q->ops);
             cq_graph *hit = q->sealed ? q->sealed_hit : prepare(c, q, sig);
             launch_ops(c, q, hit, t_start);
-            q->prev_sig = sig;
+            q->recent_sig[q->recent_next++ % CQ_RECENT] = sig;
             q->in_flight = true;
             q->keys_launched.swap(q->keys_queued);
             if (downloads(q->ops)) q->keys_launched.clear();
