@@ -55,6 +55,7 @@ int cmd_serve(int argc, char **argv) {
         INT_OPT("--cache-mb", 0, 1 << 20, o.cache_mb)
         INT_OPT("--max-body-kb", 1, 1 << 20, body_kb)
         INT_OPT("--drain-ms", 0, 3600 * 1000, o.drain_ms)
+        INT_OPT("--prefill-chunk", 1, 65536, o.prefill_chunk)
         /* testing aids: slow decode (cancellation tests) and slow loading (503 model_loading) */
         INT_OPT("--debug-step-delay-ms", 0, 60000, o.step_delay_ms)
         INT_OPT("--debug-load-delay-ms", 0, 600000, o.load_delay_ms)

@@ -9,7 +9,6 @@
 #include "base/status.h"
 #include "serve/openai.h"
 
-#define PREFILL_CHUNK 256
 /* background work yields to a new request within one chunk of this many tokens */
 #define NEXT_TURN_CHUNK 16
 
@@ -27,7 +26,9 @@ ts_status serve_decoder_init(serve_decoder *d, const serve_decoder_opts *o) {
     d->seq = malloc((size_t)d->n_ctx * sizeof *d->seq);
     d->pos = malloc((size_t)d->n_ctx * sizeof *d->pos);
     d->slot = calloc((size_t)d->n_ctx, sizeof *d->slot);
-    d->want = malloc(PREFILL_CHUNK);
+    if (d->o.prefill_chunk < 1)
+        return ts_error(TS_ERR_INVALID, "prefill chunk of %d tokens", d->o.prefill_chunk);
+    d->want = malloc((size_t)d->o.prefill_chunk);
     d->pending_snap = -1;
     d->slot_known = false;
     if (!d->want || !d->logits || !d->gen_count || !d->seq || !d->pos || !d->slot ||
@@ -56,7 +57,7 @@ static bool job_cancelled(void *j) { return cancelled(j); }
  * `chunk` so an interruption is seen between them; logits of the last token when
  * want_logits. */
 static ts_status prefill_chunked(serve_decoder *d, serve_interrupt_fn stop, void *ctx, int chunk,
-                                 int from, int to, bool want_logits) {
+                                 int from, int to, bool want_logits, bool count) {
     for (int a = from; a < to;) {
         if (stop && stop(ctx)) return TS_ERR_CANCELLED;
         int n = to - a < chunk ? to - a : chunk;
@@ -67,13 +68,15 @@ static ts_status prefill_chunked(serve_decoder *d, serve_interrupt_fn stop, void
         if (logits) d->want[n - 1] = 1;
         ts_batch b = {n, d->seq + a, d->pos, d->slot, d->want};
         TS_TRY(ts_engine_forward(d->o.engine, &b, logits ? d->logits : NULL));
+        if (count && d->o.metrics) serve_metrics_prefill_call(d->o.metrics);
         a += n;
     }
     return TS_OK;
 }
 
 static ts_status prefill(serve_decoder *d, serve_job *j, int from, int to, bool want_logits) {
-    return prefill_chunked(d, j ? job_cancelled : NULL, j, PREFILL_CHUNK, from, to, want_logits);
+    return prefill_chunked(d, j ? job_cancelled : NULL, j, d->o.prefill_chunk, from, to,
+                           want_logits, j != NULL);
 }
 
 /* Copies slot 0 (holding seq[0, len)) into a snapshot slot. */
@@ -455,7 +458,8 @@ bool serve_decoder_prepare_next_turn(serve_decoder *d, const serve_job *j,
     memcpy(d->seq, ids, (size_t)cut * sizeof *ids);
     d->n_seq = cut;
     free(ids);
-    ts_status st = prefill_chunked(d, interrupt, ctx, NEXT_TURN_CHUNK, start, cut, false);
+    int chunk = NEXT_TURN_CHUNK < d->o.prefill_chunk ? NEXT_TURN_CHUNK : d->o.prefill_chunk;
+    ts_status st = prefill_chunked(d, interrupt, ctx, chunk, start, cut, false, false);
     *prefilled = ts_engine_slot_len(d->o.engine, 0) - start;
     if (st != TS_OK) {
         d->slot_known = st == TS_ERR_CANCELLED; /* interrupted between chunks: still a prefix */

@@ -28,6 +28,7 @@ typedef struct {
     serve_prefix_cache *cache;
     serve_metrics *metrics;
     int step_delay_ms;
+    int prefill_chunk; /* prompt tokens a forward call (at most the engine's batch) */
 } serve_decoder_opts;
 
 typedef struct {

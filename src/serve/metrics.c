@@ -44,6 +44,12 @@ void serve_metrics_tokens(serve_metrics *m, int prompt, int cached, int prefille
     pthread_mutex_unlock(&m->mu);
 }
 
+void serve_metrics_prefill_call(serve_metrics *m) {
+    pthread_mutex_lock(&m->mu);
+    m->prefill_calls++;
+    pthread_mutex_unlock(&m->mu);
+}
+
 static void hist_add(serve_hist *h, double v) {
     int b = 0;
     while (b < SERVE_HIST_BUCKETS && v > bounds[b]) b++;
@@ -136,6 +142,10 @@ ts_status serve_metrics_render(serve_metrics *src, ts_strbuf *o) {
                    "Prompt tokens served from a prefix snapshot.", m.cached_tokens));
     TS_TRY(counter(o, "tessera_prefill_tokens_total", "Prompt tokens run through the model.",
                    m.prefill_tokens));
+    TS_TRY(counter(o, "tessera_prefill_calls_total",
+                   "Forward calls that ran prompt tokens (a prompt goes in chunks of "
+                   "--prefill-chunk tokens).",
+                   m.prefill_calls));
     TS_TRY(counter(o, "tessera_completion_tokens_total", "Generated tokens.",
                    m.completion_tokens));
     TS_TRY(counter(o, "tessera_rejected_total", "Requests refused with 503 server_busy.",

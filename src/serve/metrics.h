@@ -24,6 +24,7 @@ typedef struct {
     pthread_mutex_t mu;
     uint64_t requests[SERVE_METRICS_ROUTES][SERVE_METRICS_STATUSES];
     uint64_t prompt_tokens, completion_tokens, cached_tokens, prefill_tokens;
+    uint64_t prefill_calls; /* forward calls that ran a request's prompt tokens */
     uint64_t rejected, cancelled, cancelled_queued, errors;
     uint64_t next_turn_ready, next_turn_abandoned, next_turn_tokens;
     int queued, running;
@@ -39,6 +40,8 @@ void serve_metrics_request(serve_metrics *m, int route, int status);
 void serve_metrics_tokens(serve_metrics *m, int prompt, int cached, int prefilled,
                           int completion);
 void serve_metrics_ttft(serve_metrics *m, double seconds);
+/* One forward call of a request's prompt (a chunk of its prefill). */
+void serve_metrics_prefill_call(serve_metrics *m);
 void serve_metrics_token_latency(serve_metrics *m, double seconds);
 void serve_metrics_gauges(serve_metrics *m, int queued, int running);
 /* what: 0 rejected (busy), 1 cancelled while running, 2 cancelled while queued, 3 error */

@@ -21,6 +21,7 @@ typedef struct {
     size_t max_body;     /* bytes */
     size_t cache_mb;     /* prefix snapshots; 0 = no prefix reuse */
     int drain_ms;        /* on SIGTERM: how long running jobs may take to finish */
+    int prefill_chunk;   /* prompt tokens a forward call; 0 = by the device (worker.h) */
     int step_delay_ms;   /* testing aid: sleep before every decode step */
     int load_delay_ms;   /* testing aid: sleep before loading the model */
 } serve_opts;

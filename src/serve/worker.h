@@ -23,7 +23,17 @@ typedef struct {
     size_t cache_bytes; /* memory for prefix snapshots; 0 = no prefix reuse */
     int step_delay_ms; /* testing aid: sleep before each decode step */
     int load_delay_ms; /* testing aid: sleep before loading */
+    /* Prompt tokens a forward call takes (a prompt is prefilled in chunks of this many, and a
+     * cancellation is seen between them); 0: SERVE_PREFILL_CHUNK_CPU on the CPU, where a chunk
+     * of 256 is already compute-bound and takes ~1 s for the 0.8B on 2 cores, and
+     * SERVE_PREFILL_CHUNK_GPU on a GPU, where every forward call has a fixed cost of a few
+     * milliseconds (its ops launched one by one) and 256-token chunks took twice the time of
+     * one piece (bench/RESULTS.md). */
+    int prefill_chunk;
 } serve_worker_opts;
+
+#define SERVE_PREFILL_CHUNK_CPU 256
+#define SERVE_PREFILL_CHUNK_GPU 2048
 
 typedef enum { SERVE_LOADING, SERVE_READY, SERVE_FAILED } serve_state;
 

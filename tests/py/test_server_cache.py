@@ -280,3 +280,32 @@ def test_next_turn_yields_to_a_waiting_request():
         m = s.metrics()
         assert m["tessera_next_turn_abandoned_total"] >= 1
         assert m["tessera_next_turn_ready_total"] <= 1
+
+
+def test_prompt_in_small_chunks_answers_the_same(cold):
+    """A prompt prefilled a few tokens a forward call (`--prefill-chunk 7`: a GPU server takes
+    2048 a call, a CPU one 256) continues the sequence exactly where one forward would: the
+    same tokens and log-probabilities, every prompt token prefilled once. A chunk of 0 is
+    refused at start."""
+    body = {"prompt": "The quick brown fox jumps over the lazy dog. " * 6, "max_tokens": 12,
+            "temperature": 0, "logprobs": 2, "return_token_ids": True}
+    def calls(srv):
+        return srv.metrics()["tessera_prefill_calls_total"]
+
+    with Server("--prefill-chunk", "7") as small:
+        before, calls0 = prefilled(small), calls(small)
+        st, _, r = small.post("/v1/completions", body)
+        assert st == 200, r
+        n = r["usage"]["prompt_tokens"]
+        assert n > 3 * 7 and prefilled(small) - before == n
+        assert calls(small) - calls0 == (n + 6) // 7
+        calls0 = calls(cold)
+        st, _, c = cold.post("/v1/completions", body)
+        assert st == 200, c
+        assert c["usage"]["prompt_tokens"] == n and calls(cold) - calls0 == 1
+        assert r["choices"][0]["token_ids"] == c["choices"][0]["token_ids"]
+        a, b = r["choices"][0]["logprobs"], c["choices"][0]["logprobs"]
+        assert a["tokens"] == b["tokens"]
+        assert a["token_logprobs"] == pytest.approx(b["token_logprobs"], abs=1e-3)
+    with pytest.raises(RuntimeError):
+        Server("--prefill-chunk", "0")
