@@ -104,7 +104,8 @@ typedef struct {
 typedef struct ts_sampler ts_sampler; /* sampling, below */
 
 /* Runs the model over the batch and writes n_vocab logits for each token whose logits are
- * wanted, in batch order, to logits (may be NULL when none are wanted). */
+ * wanted, in batch order, to logits (may be NULL when none are wanted). On every device the
+ * work is done when it returns, with or without logits. */
 ts_status ts_engine_forward(ts_engine *engine, const ts_batch *batch, float *logits);
 /* The same forward, but for each token whose logits are wanted only the id of its largest
  * logit is written to ids (greedy decoding; the first id on ties). On a GPU the logits then

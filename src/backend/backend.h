@@ -113,6 +113,10 @@ typedef struct {
     void (*download)(ts_backend *be, void *dst, const void *src, size_t bytes);
     void (*copy)(ts_backend *be, void *dst, const void *src, size_t bytes);
     void (*zero)(ts_backend *be, void *dst, size_t bytes);
+    /* Optional (NULL where ops run as they come): runs everything queued and waits for it -
+     * for a forward that asks for no output, whose work would otherwise wait in the queue
+     * for the next call that needs a result. */
+    void (*finish)(ts_backend *be);
 
     /* out[i, :] = W[ids[i], :] * scale */
     void (*get_rows)(ts_backend *be, const ts_tensor *W, const int32_t *ids, int n, float scale,

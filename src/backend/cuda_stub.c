@@ -29,6 +29,11 @@ long ts_backend_cuda_early_waits(const ts_backend *be) {
     return 0;
 }
 
+long ts_backend_cuda_queued_ops(const ts_backend *be) {
+    (void)be;
+    return 0;
+}
+
 bool ts_backend_cuda_args_pack_clean(void) { return true; }
 
 long ts_backend_cuda_wg_launches(const ts_backend *be, bool *hopper) {

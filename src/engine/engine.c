@@ -188,6 +188,12 @@ static ts_status forward(ts_engine *e, const ts_batch *b, float *logits, ts_fwd_
         if (o.sample) o.sample += produced, o.sample_res += produced;
         if (o.lp_req) o.lp_req += produced, o.lp_res += produced, o.lp_chosen += produced;
     }
+    /* A forward with no output (a prompt's chunk) is done when this returns, as one with
+     * output is: on a backend that queues its ops they would otherwise wait for the next call
+     * that needs a result, so a caller that checks for a cancellation or a new request between
+     * chunks (the server) checked nothing - it queued every chunk at once, and the request it
+     * meant to let in waited behind all of them (bench/RESULTS.md). */
+    if (!logits && !o.argmax && !o.sample && e->be->ops->finish) e->be->ops->finish(e->be);
     return TS_OK;
 }
 

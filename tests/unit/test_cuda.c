@@ -2667,6 +2667,44 @@ static void graph_decode_case(ts_model *m, int B, int steps) {
     ts_engine_free(graph);
 }
 
+/* A forward that asks for no output (a prompt's chunk, as the server runs one between its
+ * checks for a new request) has run when it returns: nothing of it is left in the queue, and
+ * the next token's logits after it are those of a forward of the whole prompt that asked for
+ * them. (Left queued, the server's background prefill queued every chunk at once and a new
+ * request waited behind all of them.) */
+static void test_forward_without_output_finishes(void) {
+    char f32[8192], bf16[8192];
+    if (!decode_fixtures(f32, bf16)) return;
+    ts_model *m = NULL;
+    CHECKF(ts_model_open(f32, &m) == TS_OK, "%s: %s", f32, ts_last_error());
+    if (!m) return;
+    ts_engine *e = make_engine_slots(m, 2);
+    CHECK(e);
+    int V = e ? ts_engine_n_vocab(e) : 0, n = 12;
+    float *a = malloc((size_t)V * sizeof *a), *b = malloc((size_t)V * sizeof *b);
+    int32_t ids[13], pos[13], slot0[13] = {0}, slot1[13];
+    uint8_t none[13] = {0};
+    for (int i = 0; i < 13; i++)
+        ids[i] = (7 * i + 3) % (V ? V : 1), pos[i] = i, slot1[i] = 1;
+    for (int rep = 0; e && a && b && rep < 3; rep++) {
+        ts_engine_slot_clear(e, 0), ts_engine_slot_clear(e, 1);
+        ts_batch q = {n, ids, pos, slot0, none};
+        CHECK(ts_engine_forward(e, &q, NULL) == TS_OK);
+        long left = ts_backend_cuda_queued_ops(e->be);
+        CHECKF(left == 0, "a forward without output left %ld ops queued", left);
+        ts_batch next = {1, ids + n, pos + n, slot0, NULL}, whole = {n + 1, ids, pos, slot1, NULL};
+        CHECK(ts_engine_forward(e, &next, a) == TS_OK);
+        CHECK(ts_engine_forward(e, &whole, b) == TS_OK);
+        double d = 0, r = 0;
+        for (int i = 0; i < V; i++)
+            d += (a[i] - b[i]) * (a[i] - b[i]), r += b[i] * b[i];
+        CHECKF(d <= 1e-6 * r, "logits after a forward without output: rel L2 %.3g", sqrt(d / r));
+    }
+    free(a), free(b);
+    ts_engine_free(e);
+    ts_model_close(m);
+}
+
 /* The decode checks' two Qwen3.5 fixtures: the first one (F32 weights) and the BF16 one with
  * 128-wide rows ("bf16_composite"). False (and a failed check) when they are missing. */
 static bool decode_fixtures(char f32[8192], char bf16[8192]) {
@@ -3697,7 +3735,8 @@ int main(void) {
         test_fixtures("qwen35");
         test_fixtures("gemma3");
     }
-    if (section("graph")) test_graph_decode(), test_engine_sample();
+    if (section("graph"))
+        test_graph_decode(), test_engine_sample(), test_forward_without_output_finishes();
     if (section("ahead")) test_fed_rows(), test_decode_ahead();
     if (section("upload")) test_upload_under_copy_load();
     if (section("runs")) {

@@ -106,6 +106,8 @@ static void cu_zero(ts_backend *be, void *dst, size_t bytes) {
     cuda_memset_async(c, dst, bytes, "zero");
 }
 
+static void cu_finish(ts_backend *be) { cq_flush(cuda_of(be)); }
+
 static void cu_destroy(ts_backend *be);
 
 static ts_backend_ops make_ops(void) {
@@ -119,6 +121,7 @@ static ts_backend_ops make_ops(void) {
     o.download = cu_download;
     o.copy = cu_copy;
     o.zero = cu_zero;
+    o.finish = cu_finish;
     o.get_rows = cuda_op_get_rows;
     o.matmul = cuda_op_matmul;
     o.rmsnorm = cuda_op_rmsnorm;
@@ -284,6 +287,10 @@ extern "C" int ts_backend_cuda_graph_copies(const ts_backend *be) {
 
 extern "C" long ts_backend_cuda_early_waits(const ts_backend *be) {
     return be && be->ops == &cuda_ops ? cq_early_waits((cuda_ctx *)be->ctx) : 0;
+}
+
+extern "C" long ts_backend_cuda_queued_ops(const ts_backend *be) {
+    return be && be->ops == &cuda_ops ? cq_queued_ops((cuda_ctx *)be->ctx) : 0;
 }
 
 extern "C" long ts_backend_cuda_wg_launches(const ts_backend *be, bool *hopper) {

@@ -28,6 +28,8 @@ int ts_backend_cuda_graph_copies(const ts_backend *be);
 /* For tests: how many waits for a submission returned as soon as the argmax's keys had come
  * into pinned memory, before the stream's end was signalled (cq_wait_keys; 0 without CUDA). */
 long ts_backend_cuda_early_waits(const ts_backend *be);
+/* For tests: ops queued and not yet submitted (0 without CUDA). */
+long ts_backend_cuda_queued_ops(const ts_backend *be);
 /* For tests: how many launches of the wgmma GEMM (9-64 tokens of 16-bit weights,
  * cuda_gemm_wg.cu) this backend has queued, and whether its device has compute capability 9.0
  * (where that form must run). 0 / false without CUDA. */

@@ -958,6 +958,8 @@ unsigned long cq_epoch(cuda_ctx *c) { return c->q ? c->q->epoch : 0; }
 
 long cq_early_waits(cuda_ctx *c) { return c->q ? c->q->n_early_waits : 0; }
 
+long cq_queued_ops(cuda_ctx *c) { return c->q ? (long)c->q->ops.size() : 0; }
+
 int cq_last_copies(cuda_ctx *c) { return c->q ? c->q->last_copies : -1; }
 
 void cq_stats(cuda_ctx *c, long *replays, long *builds, long *updates) {

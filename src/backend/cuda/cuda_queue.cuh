@@ -115,6 +115,8 @@ void cq_stats(struct cuda_ctx_s *c, long *replays, long *builds, long *updates);
 int cq_last_copies(struct cuda_ctx_s *c);
 /* The waits that returned on their keys (cq_wait_keys) so far. */
 long cq_early_waits(struct cuda_ctx_s *c);
+/* Ops queued and not yet submitted (tests). */
+long cq_queued_ops(struct cuda_ctx_s *c);
 
 /* Where op's next argument, of type T, goes in its bytes (recorded as taken). */
 template <typename T> static inline size_t cq_slot(cq_op *op) {
