@@ -9,9 +9,6 @@
 #include "base/status.h"
 #include "serve/openai.h"
 
-/* background work yields to a new request within one chunk of this many tokens */
-#define NEXT_TURN_CHUNK 16
-
 ts_status serve_decoder_init(serve_decoder *d, const serve_decoder_opts *o) {
     memset(d, 0, sizeof *d);
     d->o = *o;
@@ -26,8 +23,9 @@ ts_status serve_decoder_init(serve_decoder *d, const serve_decoder_opts *o) {
     d->seq = malloc((size_t)d->n_ctx * sizeof *d->seq);
     d->pos = malloc((size_t)d->n_ctx * sizeof *d->pos);
     d->slot = calloc((size_t)d->n_ctx, sizeof *d->slot);
-    if (d->o.prefill_chunk < 1)
-        return ts_error(TS_ERR_INVALID, "prefill chunk of %d tokens", d->o.prefill_chunk);
+    if (d->o.prefill_chunk < 1 || d->o.next_turn_chunk < 1)
+        return ts_error(TS_ERR_INVALID, "prefill chunks of %d and %d tokens", d->o.prefill_chunk,
+                        d->o.next_turn_chunk);
     d->want = malloc((size_t)d->o.prefill_chunk);
     d->pending_snap = -1;
     d->slot_known = false;
@@ -458,7 +456,8 @@ bool serve_decoder_prepare_next_turn(serve_decoder *d, const serve_job *j,
     memcpy(d->seq, ids, (size_t)cut * sizeof *ids);
     d->n_seq = cut;
     free(ids);
-    int chunk = NEXT_TURN_CHUNK < d->o.prefill_chunk ? NEXT_TURN_CHUNK : d->o.prefill_chunk;
+    int chunk =
+        d->o.next_turn_chunk < d->o.prefill_chunk ? d->o.next_turn_chunk : d->o.prefill_chunk;
     ts_status st = prefill_chunked(d, interrupt, ctx, chunk, start, cut, false, false);
     *prefilled = ts_engine_slot_len(d->o.engine, 0) - start;
     if (st != TS_OK) {

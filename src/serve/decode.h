@@ -29,6 +29,9 @@ typedef struct {
     serve_metrics *metrics;
     int step_delay_ms;
     int prefill_chunk; /* prompt tokens a forward call (at most the engine's batch) */
+    /* tokens a forward call of the idle worker's next-turn prefill, which yields to a new
+     * request between two calls (at most prefill_chunk) */
+    int next_turn_chunk;
 } serve_decoder_opts;
 
 typedef struct {

@@ -127,8 +127,10 @@ static ts_status load(serve_worker *w) {
     TS_TRY(ts_engine_create(w->model, &eo, &w->engine));
     if (w->o.device == TS_DEVICE_CUDA) TS_TRY(warm_up(w->engine, chunk));
     TS_TRY(serve_prefix_cache_init(&w->cache, (int)n_snap, 1, info.n_vocab));
+    int next_turn =
+        w->o.device == TS_DEVICE_CUDA ? SERVE_NEXT_TURN_CHUNK_GPU : SERVE_NEXT_TURN_CHUNK_CPU;
     serve_decoder_opts dopts = {w->engine,          w->tok, &w->cache, w->metrics,
-                                w->o.step_delay_ms, chunk};
+                                w->o.step_delay_ms, chunk,  next_turn};
     TS_TRY(serve_decoder_init(&w->dec, &dopts));
     serve_runtime *rt = &w->rt;
     rt->tok = w->tok;

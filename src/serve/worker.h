@@ -34,6 +34,12 @@ typedef struct {
 
 #define SERVE_PREFILL_CHUNK_CPU 256
 #define SERVE_PREFILL_CHUNK_GPU 2048
+/* The idle worker's next-turn prefill (decode.c) yields to a request between two forward
+ * calls of this many tokens: a few tens of milliseconds on the CPU (16 tokens of the 0.8B on 2
+ * cores), and on a GPU, where 16 tokens cost a forward call's fixed few milliseconds as 256 do,
+ * 256 (bench/RESULTS.md). */
+#define SERVE_NEXT_TURN_CHUNK_CPU 16
+#define SERVE_NEXT_TURN_CHUNK_GPU 256
 
 typedef enum { SERVE_LOADING, SERVE_READY, SERVE_FAILED } serve_state;
 
