@@ -3,9 +3,9 @@
  * Why: a decode step of a small model is ~500 tiny kernels, and launching them one by one costs
  * more host time than the GPU needs to run them. So ops are recorded (function, grid, block and
  * a copy of the argument values) and submitted when the host needs a result (download, finish
- * after a forward without output, free,
- * destroy). A step whose shape repeats - the same sequence of kernels and grids as one of the last
- * few submissions, as every decode step after the first - becomes a CUDA graph, built once and then
+ * after a forward without output, free, destroy). A step whose shape repeats - the same
+ * sequence of kernels and grids as one of the last few submissions, as every decode step after
+ * the first - becomes a CUDA graph, built once and then
  * replayed; only nodes whose arguments changed get their parameters updated before the replay
  * (a steady decode step has none: the position and the rows it writes reach the kernels
  * through device memory). Steps that do not repeat (prefill)
