@@ -19,7 +19,8 @@ static const struct {
     {"serve", cmd_serve,
      "serve -m MODEL [--host 127.0.0.1] [--port 8080] [--ctx N] "
      "[--max-pending 32] [--max-tokens-cap N] [--threads K] [--api-key KEY] "
-     "[--alias NAME] [--cache-mb 1024] [--max-body-kb 4096] [--drain-ms 10000]"},
+     "[--alias NAME] [--cache-mb 1024] [--max-body-kb 4096] [--drain-ms 10000] "
+     "[--device cpu|cuda] [--prefill-chunk N]"},
     {"ppl", cmd_ppl,
      "ppl -m MODEL -f FILE [--ctx 512] [--stride 256] [--max-tokens N] "
      "[--threads K]"},
