@@ -26,6 +26,7 @@ ts_status serve_decoder_init(serve_decoder *d, const serve_decoder_opts *o) {
     if (d->o.prefill_chunk < 1 || d->o.next_turn_chunk < 1)
         return ts_error(TS_ERR_INVALID, "prefill chunks of %d and %d tokens", d->o.prefill_chunk,
                         d->o.next_turn_chunk);
+    if (d->o.next_turn_chunk > d->o.prefill_chunk) d->o.next_turn_chunk = d->o.prefill_chunk;
     d->want = malloc((size_t)d->o.prefill_chunk);
     d->pending_snap = -1;
     d->slot_known = false;
@@ -456,9 +457,8 @@ bool serve_decoder_prepare_next_turn(serve_decoder *d, const serve_job *j,
     memcpy(d->seq, ids, (size_t)cut * sizeof *ids);
     d->n_seq = cut;
     free(ids);
-    int chunk =
-        d->o.next_turn_chunk < d->o.prefill_chunk ? d->o.next_turn_chunk : d->o.prefill_chunk;
-    ts_status st = prefill_chunked(d, interrupt, ctx, chunk, start, cut, false, false);
+    ts_status st =
+        prefill_chunked(d, interrupt, ctx, d->o.next_turn_chunk, start, cut, false, false);
     *prefilled = ts_engine_slot_len(d->o.engine, 0) - start;
     if (st != TS_OK) {
         d->slot_known = st == TS_ERR_CANCELLED; /* interrupted between chunks: still a prefix */

@@ -30,7 +30,7 @@ typedef struct {
     int step_delay_ms;
     int prefill_chunk; /* prompt tokens a forward call (at most the engine's batch) */
     /* tokens a forward call of the idle worker's next-turn prefill, which yields to a new
-     * request between two calls (at most prefill_chunk) */
+     * request between two calls (serve_decoder_init caps it at prefill_chunk) */
     int next_turn_chunk;
 } serve_decoder_opts;
 

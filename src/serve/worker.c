@@ -113,9 +113,10 @@ static ts_status load(serve_worker *w) {
     size_t per_snap = sb + (size_t)info.n_vocab * sizeof(float);
     size_t n_snap = sb ? w->o.cache_bytes / per_snap : 0;
     if (n_snap > SERVE_MAX_SNAPSHOTS) n_snap = SERVE_MAX_SNAPSHOTS;
-    int chunk = w->o.prefill_chunk > 0          ? w->o.prefill_chunk
-                : w->o.device == TS_DEVICE_CUDA ? SERVE_PREFILL_CHUNK_GPU
-                                                : SERVE_PREFILL_CHUNK_CPU;
+    bool gpu = w->o.device == TS_DEVICE_CUDA;
+    int chunk = w->o.prefill_chunk > 0 ? w->o.prefill_chunk
+                : gpu                  ? SERVE_PREFILL_CHUNK_GPU
+                                       : SERVE_PREFILL_CHUNK_CPU;
     if (chunk > n_ctx) chunk = n_ctx; /* no prompt is longer */
     ts_engine_opts eo;
     ts_engine_opts_default(&eo);
@@ -125,10 +126,9 @@ static ts_status load(serve_worker *w) {
     eo.n_slots = 1 + (int)n_snap;
     if (eo.n_batch < chunk) eo.n_batch = chunk;
     TS_TRY(ts_engine_create(w->model, &eo, &w->engine));
-    if (w->o.device == TS_DEVICE_CUDA) TS_TRY(warm_up(w->engine, chunk));
+    if (gpu) TS_TRY(warm_up(w->engine, chunk));
     TS_TRY(serve_prefix_cache_init(&w->cache, (int)n_snap, 1, info.n_vocab));
-    int next_turn =
-        w->o.device == TS_DEVICE_CUDA ? SERVE_NEXT_TURN_CHUNK_GPU : SERVE_NEXT_TURN_CHUNK_CPU;
+    int next_turn = gpu ? SERVE_NEXT_TURN_CHUNK_GPU : SERVE_NEXT_TURN_CHUNK_CPU;
     serve_decoder_opts dopts = {w->engine,          w->tok, &w->cache, w->metrics,
                                 w->o.step_delay_ms, chunk,  next_turn};
     TS_TRY(serve_decoder_init(&w->dec, &dopts));
