@@ -161,6 +161,16 @@ typedef struct {
      * into x. Synchronises like download. */
     void (*sample)(ts_backend *be, float *x, int64_t ldx, int n_rows, int n_cols,
                    const ts_sample_req *req, ts_sample_res *res);
+    /* Optional (NULL, or false with nothing queued - the caller then calls sample twice, the
+     * second time with the log-probability requests, and downloads the drawn logits):
+     * sample's draws and, from the same submission, each row's log-probability answer. In
+     * lp[r] (id -1): a list in no particular order that holds the row's lp_req[r].top_k best
+     * (logit, id) - top_k at most 20 - and total, the sum over the row of exp(l - max); in
+     * chosen[r] the drawn token's logit. The rows' adjustments are written into x first, as
+     * sample does. */
+    bool (*sample_logprobs)(ts_backend *be, float *x, int64_t ldx, int n_rows, int n_cols,
+                            const ts_sample_req *req, const ts_sample_req *lp_req,
+                            ts_sample_res *res, ts_sample_res *lp, float *chosen);
     /* Optional, all nine or none (NULL where ops run as they come, as on the CPU): decoding
      * ahead. The engine queues step t + 1 of a greedy decode while step t runs - its tokens
      * the ids step t's argmax leaves on the device - and launches it once its caller has seen
@@ -172,7 +182,8 @@ typedef struct {
      * sample_held: sample, queued the same way, for rows whose draw ends on the device
      * (sample_held_fits): their ids to out_host; false, with nothing queued, for other rows.
      * sample_held_fits: whether sample_held ends the draw of a row of n_cols with request r on
-     * the device (the engine asks before it decodes such rows ahead).
+     * the device (the engine asks before it decodes such rows ahead); with lp (not NULL) the
+     * row's log-probability request too: whether sample_held_logprobs answers both.
      * get_rows_fed: get_rows with ids[i] = row i of the ids that the last launched step's
      * argmax_held calls made (in call order); false, with nothing queued, where it cannot.
      * step_launch: submits what is queued without waiting; the ops queued after it are held
@@ -186,12 +197,20 @@ typedef struct {
                         int32_t *out_host);
     bool (*sample_held)(ts_backend *be, float *x, int64_t ldx, int n_rows, int n_cols,
                         const ts_sample_req *req, int32_t *out_host);
-    bool (*sample_held_fits)(ts_backend *be, const ts_sample_req *r, int n_cols);
+    bool (*sample_held_fits)(ts_backend *be, const ts_sample_req *r, const ts_sample_req *lp,
+                             int n_cols);
     bool (*get_rows_fed)(ts_backend *be, const ts_tensor *W, int n, float scale, float *out);
     void (*step_launch)(ts_backend *be);
     bool (*step_seal)(ts_backend *be);
     void (*step_wait)(ts_backend *be);
     void (*step_drop)(ts_backend *be);
+    /* Optional (NULL: steps with log-probabilities are not decoded ahead): sample_held with
+     * sample_logprobs' answers - lp[r] and chosen[r] filled when the step_wait after the step's
+     * launch returns, as out_host is. False, with nothing queued, where sample_held_fits with
+     * the log-probability request says no. */
+    bool (*sample_held_logprobs)(ts_backend *be, float *x, int64_t ldx, int n_rows, int n_cols,
+                                 const ts_sample_req *req, const ts_sample_req *lp_req,
+                                 int32_t *out_host, ts_sample_res *lp, float *chosen);
     /* Copies n rows of dim floats (row r of src at src + r*lds) to dst (row stride ldd). */
     void (*copy_rows)(ts_backend *be, float *dst, int64_t ldd, const float *src, int64_t lds,
                       int n, int dim);

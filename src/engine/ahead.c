@@ -29,9 +29,24 @@ ts_status engine_ahead_init(ts_engine *e) {
     a->ids[1] = malloc(n * sizeof *a->ids[1]);
     a->req = malloc(n * sizeof *a->req);
     a->req_now = malloc(n * sizeof *a->req_now);
-    if (!a->pos || !a->slot || !a->want || !a->ids[0] || !a->ids[1] || !a->req || !a->req_now)
+    a->lp_req = malloc(n * sizeof *a->lp_req);
+    a->lp_logit = malloc(2 * n * TS_MAX_TOP_LOGPROBS * sizeof *a->lp_logit);
+    a->lp_tok = malloc(2 * n * TS_MAX_TOP_LOGPROBS * sizeof *a->lp_tok);
+    bool lp_ok = a->lp_req && a->lp_logit && a->lp_tok;
+    for (int h = 0; h < 2; h++) {
+        a->lp_res[h] = malloc(n * sizeof *a->lp_res[h]);
+        a->lp_chosen[h] = malloc(n * sizeof *a->lp_chosen[h]);
+        lp_ok = lp_ok && a->lp_res[h] && a->lp_chosen[h];
+        for (size_t i = 0; lp_ok && i < n; i++) {
+            size_t at = ((size_t)h * n + i) * TS_MAX_TOP_LOGPROBS;
+            a->lp_res[h][i] = (ts_sample_res){-1, 0, a->lp_logit + at, a->lp_tok + at, 0};
+        }
+    }
+    if (!a->pos || !a->slot || !a->want || !a->ids[0] || !a->ids[1] || !a->req || !a->req_now ||
+        !lp_ok)
         return ts_error(TS_ERR_NOMEM, "out of memory");
     memset(a->want, 1, n);
+    a->lp_top = -1;
     return TS_OK;
 }
 
@@ -39,6 +54,9 @@ void engine_ahead_free(ts_engine *e) {
     ts_ahead *a = &e->ahead;
     free(a->pos), free(a->slot), free(a->want), free(a->ids[0]), free(a->ids[1]);
     free(a->req), free(a->req_now);
+    free(a->lp_req), free(a->lp_logit), free(a->lp_tok);
+    for (int h = 0; h < 2; h++)
+        free(a->lp_res[h]), free(a->lp_chosen[h]);
 }
 
 void engine_ahead_drop(ts_engine *e) {
@@ -71,8 +89,10 @@ static bool same_draw(const ts_sample_req *x, const ts_sample_req *y) {
 /* Whether b is the held step: its slots at its positions, fed the ids the step before gave,
  * and with samplers the draws it holds are theirs next (the same parameters and uniform
  * numbers: the caller drew nothing else in between). */
-static bool is_held_step(const ts_ahead *a, const ts_batch *b, ts_sampler *const *samplers) {
-    if (!a->held || a->n != b->n_tokens || a->sampled != (samplers != NULL)) return false;
+static bool is_held_step(const ts_ahead *a, const ts_batch *b, ts_sampler *const *samplers,
+                         int n_top) {
+    if (!a->held || a->n != b->n_tokens || a->sampled != (samplers != NULL) || a->lp_top != n_top)
+        return false;
     for (int i = 0; i < a->n; i++) {
         if (b->slot[i] != a->slot[i] || b->pos[i] != a->pos[i] || b->tokens[i] != a->ids[a->cur][i])
             return false;
@@ -84,26 +104,33 @@ static bool is_held_step(const ts_ahead *a, const ts_batch *b, ts_sampler *const
     return true;
 }
 
-/* A held forward of n tokens: the argmax (req NULL) or the draws req, into ids. */
+/* A held forward of n tokens: the argmax (req NULL) or the draws req, into ids[h]; with lp
+ * their log-probability answers into lp_res[h] and lp_chosen[h]. */
 static ts_fwd_batch held_batch(ts_engine *e, int n, const int32_t *pos, const int32_t *slot,
-                               const ts_sample_req *req, int32_t *ids) {
+                               const ts_sample_req *req, int h, bool lp) {
+    ts_ahead *a = &e->ahead;
     ts_fwd_batch fb = {0};
-    fb.n_tokens = n, fb.pos = pos, fb.slot = slot, fb.wants_logits = e->ahead.want;
-    fb.slot_state = e->slot_state, fb.argmax = ids, fb.sample = req, fb.held = true;
+    fb.n_tokens = n, fb.pos = pos, fb.slot = slot, fb.wants_logits = a->want;
+    fb.slot_state = e->slot_state, fb.argmax = a->ids[h], fb.sample = req, fb.held = true;
+    if (lp) fb.lp_req = a->lp_req, fb.lp_res = a->lp_res[h], fb.lp_chosen = a->lp_chosen[h];
     return fb;
 }
 
 ts_status engine_ahead_step(ts_engine *e, const ts_batch *b, ts_sampler *const *samplers,
-                            int32_t *ids) {
+                            int32_t *ids, int n_top, ts_logprobs *lps) {
     ts_ahead *a = &e->ahead;
     const ts_backend_ops *op = e->be->ops;
     int n = b->n_tokens;
+    const bool lp = lps && samplers;
+    if (!lp) n_top = -1;
     ts_status st = engine_check_batch(e, b);
     if (st != TS_OK) {
         engine_ahead_drop(e);
         return st;
     }
-    if (is_held_step(a, b, samplers)) {
+    for (int i = 0; lp && i < n; i++)
+        a->lp_req[i] = ts_sampler_logprob_request(n_top);
+    if (is_held_step(a, b, samplers, n_top)) {
         a->launched_held++;
         for (int i = 0; samplers && i < n; i++)
             ts_sampler_request(samplers[i]); /* its draw: the one held (is_held_step) */
@@ -112,7 +139,7 @@ ts_status engine_ahead_step(ts_engine *e, const ts_batch *b, ts_sampler *const *
         for (int i = 0; samplers && i < n; i++)
             a->req_now[i] = ts_sampler_request(samplers[i]);
         ts_fwd_batch fb =
-            held_batch(e, n, b->pos, b->slot, samplers ? a->req_now : NULL, a->ids[!a->cur]);
+            held_batch(e, n, b->pos, b->slot, samplers ? a->req_now : NULL, !a->cur, lp);
         fb.tokens = b->tokens;
         st = e->model->arch->forward(e->rt, &fb, NULL);
         if (st != TS_OK) { /* nothing of it runs */
@@ -138,8 +165,8 @@ ts_status engine_ahead_step(ts_engine *e, const ts_batch *b, ts_sampler *const *
         for (int i = 0; samplers && i < n; i++)
             a->req[i] = ts_sampler_peek(samplers[i]);
         a->sampled = samplers != NULL;
-        ts_fwd_batch fb =
-            held_batch(e, n, a->pos, a->slot, samplers ? a->req : NULL, a->ids[!a->cur]);
+        a->lp_top = n_top;
+        ts_fwd_batch fb = held_batch(e, n, a->pos, a->slot, samplers ? a->req : NULL, !a->cur, lp);
         fb.fed = true;
         st = e->model->arch->forward(e->rt, &fb, NULL);
         a->held = st == TS_OK && op->step_seal(e->be);
@@ -152,6 +179,11 @@ ts_status engine_ahead_step(ts_engine *e, const ts_batch *b, ts_sampler *const *
     for (int i = 0; i < n; i++)
         if (ids[i] < 0)
             return ts_error(TS_ERR_IO, "%s: the step's tokens did not come back from the device",
+                            op->name);
+    for (int i = 0; lp && i < n; i++)
+        if (!ts_sampler_logprobs_list(samplers[i], &a->lp_res[a->cur][i], a->lp_chosen[a->cur][i],
+                                      n_top, &lps[i]))
+            return ts_error(TS_ERR_IO, "%s: no log-probabilities came back from the device",
                             op->name);
     return TS_OK;
 }

@@ -202,7 +202,7 @@ ts_status ts_engine_forward(ts_engine *e, const ts_batch *b, float *logits) {
 }
 
 ts_status ts_engine_forward_greedy(ts_engine *e, const ts_batch *b, int32_t *ids) {
-    if (engine_ahead_fits(e, b)) return engine_ahead_step(e, b, NULL, ids);
+    if (engine_ahead_fits(e, b)) return engine_ahead_step(e, b, NULL, ids, -1, NULL);
     return forward(e, b, NULL, (ts_fwd_batch){.argmax = ids});
 }
 
@@ -251,13 +251,16 @@ static ts_status forward_sample(ts_engine *e, const ts_batch *b, ts_sampler *con
     if (lps && (n_top < 0 || n_top > TS_MAX_TOP_LOGPROBS))
         return ts_error(TS_ERR_INVALID, "log-probabilities: %d alternatives asked (0 .. %d)",
                         n_top, TS_MAX_TOP_LOGPROBS);
-    /* draws that end on the device can be decoded ahead (engine/ahead.c) */
-    bool on_device = !logits && !lps && e->be->ops->sample && engine_ahead_fits(e, b);
+    /* draws that end on the device can be decoded ahead (engine/ahead.c), with their
+     * log-probabilities where the backend answers those with the held step */
+    bool on_device = !logits && e->be->ops->sample && engine_ahead_fits(e, b) &&
+                     (!lps || e->be->ops->sample_held_logprobs);
+    ts_sample_req lpq = ts_sampler_logprob_request(n_top);
     for (int k = 0; on_device && k < n_want; k++) {
         ts_sample_req next = ts_sampler_peek(samplers[k]);
-        on_device = e->be->ops->sample_held_fits(e->be, &next, e->n_vocab);
+        on_device = e->be->ops->sample_held_fits(e->be, &next, lps ? &lpq : NULL, e->n_vocab);
     }
-    if (on_device) return engine_ahead_step(e, b, samplers, ids);
+    if (on_device) return engine_ahead_step(e, b, samplers, ids, lps ? n_top : -1, lps);
     int rows = n_want > 0 ? n_want : 1;
     TS_TRY(sample_room(e, lps ? 2 * rows : rows));
     if (!e->be->ops->sample) { /* the logits come to the host, where the sampler runs */

@@ -23,6 +23,14 @@ typedef struct {
      * the generators: ts_sampler_peek) and the launched step's */
     bool sampled;
     ts_sample_req *req, *req_now; /* [n_batch] */
+    /* with log-probabilities: the held step's n_top (-1: none), the requests for its lists
+     * ([n_batch]), and as for ids the launched and the held step's answers and drawn logits
+     * ([2][n_batch]; the lists' entries in lp_logit / lp_tok) */
+    int lp_top;
+    ts_sample_req *lp_req;
+    ts_sample_res *lp_res[2];
+    float *lp_chosen[2], *lp_logit;
+    int32_t *lp_tok;
     long launched_held; /* steps launched that had been held (tests check that it happens) */
 } ts_ahead;
 
@@ -57,8 +65,10 @@ void engine_ahead_drop(ts_engine *e);
  * wanting its output, within a piece of the batch. */
 bool engine_ahead_fits(const ts_engine *e, const ts_batch *b);
 /* ts_engine_forward_greedy (samplers NULL) or ts_engine_forward_sample (draws that end on the
- * device: the backend's sample_held_fits) for such a batch, holding the step after it. */
+ * device: the backend's sample_held_fits) for such a batch, holding the step after it; with
+ * lps (n_top alternatives; NULL, n_top -1: none) ts_engine_forward_sample_logprobs, where the
+ * backend has sample_held_logprobs. */
 ts_status engine_ahead_step(ts_engine *e, const ts_batch *b, ts_sampler *const *samplers,
-                            int32_t *ids);
+                            int32_t *ids, int n_top, ts_logprobs *lps);
 
 #endif

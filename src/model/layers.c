@@ -29,8 +29,17 @@ void ts_output_logits(ts_backend *be, const ts_output_head *oh, const ts_fwd_bat
         }
         op->matmul(be, oh->head, lh, D, k, lg, oh->n_vocab);
         if (oh->softcap > 0) op->softcap(be, lg, (int64_t)k * oh->n_vocab, oh->softcap);
-        if (b->sample && b->held) { /* draws that end on the device (engine/ahead.c) */
+        if (b->sample && b->held && b->lp_req) { /* engine/ahead.c: draws that end on the */
+            op->sample_held_logprobs(be, lg, oh->n_vocab, k, oh->n_vocab, b->sample + s0,
+                                     b->lp_req + s0, b->argmax + s0, b->lp_res + s0,
+                                     b->lp_chosen + s0);
+        } else if (b->sample && b->held) { /* device, with log-probabilities or without */
             op->sample_held(be, lg, oh->n_vocab, k, oh->n_vocab, b->sample + s0, b->argmax + s0);
+        } else if (b->lp_req && op->sample_logprobs &&
+                   op->sample_logprobs(be, lg, oh->n_vocab, k, oh->n_vocab, b->sample + s0,
+                                       b->lp_req + s0, b->sample_res + s0, b->lp_res + s0,
+                                       b->lp_chosen + s0)) {
+            /* the draws and their log-probabilities in one submission */
         } else if (b->sample) {
             op->sample(be, lg, oh->n_vocab, k, oh->n_vocab, b->sample + s0, b->sample_res + s0);
             if (b->lp_req) {

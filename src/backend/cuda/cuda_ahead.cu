@@ -34,11 +34,10 @@ static unsigned long long *fed_take(cuda_ctx *c, int n_rows) {
     return keys;
 }
 
-static void ahead_argmax_held(ts_backend *be, const float *x, int64_t ldx, int n_rows, int n_cols,
-                              int32_t *out_host) {
-    cuda_ctx *c = cuda_of(be);
-    if (n_rows <= 0) return;
-    if (!cuda_argmax_ready(c, n_rows, n_cols)) return; /* before the staging: it may flush */
+/* argmax_held; the keys it writes (device) returned, null where nothing was queued. */
+static unsigned long long *argmax_held_keys(cuda_ctx *c, const float *x, int64_t ldx, int n_rows,
+                                            int n_cols, int32_t *out_host) {
+    if (!cuda_argmax_ready(c, n_rows, n_cols)) return NULL; /* before the staging: it may flush */
     unsigned long long *keys = fed_take(c, n_rows);
     size_t bytes = (size_t)n_rows * sizeof(unsigned long long);
     unsigned long long *h = (unsigned long long *)cq_stage(c, bytes);
@@ -48,32 +47,58 @@ static void ahead_argmax_held(ts_backend *be, const float *x, int64_t ldx, int n
     }
     if (!keys || !h) { /* a broken held step is dropped whole: not a failure of the device */
         if (!cq_broken(c)) cuda_check(c, cudaErrorMemoryAllocation, "argmax staging");
-        return;
+        return NULL;
     }
-    if (!cuda_argmax_keys(c, x, ldx, n_rows, n_cols, keys, h)) return;
-    cq_defer d = {cuda_keys_done, h, out_host, n_rows};
+    if (!cuda_argmax_keys(c, x, ldx, n_rows, n_cols, keys, h)) return NULL;
+    cq_defer d = {cuda_keys_done, h, out_host, n_rows, NULL};
     cq_defer_add(c, &d);
+    return keys;
+}
+
+static void ahead_argmax_held(ts_backend *be, const float *x, int64_t ldx, int n_rows, int n_cols,
+                              int32_t *out_host) {
+    if (n_rows > 0) argmax_held_keys(cuda_of(be), x, ldx, n_rows, n_cols, out_host);
+}
+
+/* sample_held's draws; the keys they write (device) returned, null where nothing was queued. */
+static unsigned long long *sample_held_keys(cuda_ctx *c, float *x, int64_t ldx, int n_rows,
+                                            int n_cols, const ts_sample_req *req,
+                                            int32_t *out_host) {
+    bool draw = false;
+    for (int r = 0; r < n_rows; r++) {
+        if (req[r].n_adjust > 0) return NULL;
+        draw |= req[r].temperature > 0;
+    }
+    if (!draw) /* greedy rows only: the argmax, as the sample op does */
+        return argmax_held_keys(c, x, ldx, n_rows, n_cols, out_host);
+    unsigned long long *keys = fed_take(c, n_rows);
+    return keys && cuda_sample_held(c, x, ldx, n_rows, n_cols, req, keys, out_host) ? keys : NULL;
 }
 
 static bool ahead_sample_held(ts_backend *be, float *x, int64_t ldx, int n_rows, int n_cols,
                               const ts_sample_req *req, int32_t *out_host) {
-    cuda_ctx *c = cuda_of(be);
-    if (n_rows <= 0) return true;
-    bool draw = false;
-    for (int r = 0; r < n_rows; r++) {
-        if (req[r].n_adjust > 0) return false;
-        draw |= req[r].temperature > 0;
-    }
-    if (!draw) { /* greedy rows only: the argmax, as the sample op does */
-        ahead_argmax_held(be, x, ldx, n_rows, n_cols, out_host);
-        return true;
-    }
-    unsigned long long *keys = fed_take(c, n_rows);
-    return keys && cuda_sample_held(c, x, ldx, n_rows, n_cols, req, keys, out_host);
+    return n_rows <= 0 || sample_held_keys(cuda_of(be), x, ldx, n_rows, n_cols, req, out_host);
 }
 
-static bool ahead_sample_fits(ts_backend *be, const ts_sample_req *r, int n_cols) {
-    return r->n_adjust == 0 && cuda_sample_ends(cuda_of(be), r, n_cols);
+static bool ahead_sample_fits(ts_backend *be, const ts_sample_req *r, const ts_sample_req *lp,
+                              int n_cols) {
+    cuda_ctx *c = cuda_of(be);
+    return r->n_adjust == 0 && cuda_sample_ends(c, r, n_cols) &&
+           (!lp || cuda_logprobs_fit(c, lp, n_cols));
+}
+
+static bool ahead_sample_held_logprobs(ts_backend *be, float *x, int64_t ldx, int n_rows,
+                                       int n_cols, const ts_sample_req *req,
+                                       const ts_sample_req *lp_req, int32_t *out_host,
+                                       ts_sample_res *lp, float *chosen) {
+    cuda_ctx *c = cuda_of(be);
+    if (n_rows <= 0) return true;
+    for (int r = 0; r < n_rows; r++)
+        if (!ahead_sample_fits(be, &req[r], &lp_req[r], n_cols)) return false;
+    /* before anything is queued: growing the parts flushes, which breaks a held step */
+    if (!cuda_logprobs_ready(c, n_rows, n_cols)) return false;
+    const unsigned long long *keys = sample_held_keys(c, x, ldx, n_rows, n_cols, req, out_host);
+    return keys && cuda_logprobs_held(c, x, ldx, n_rows, n_cols, lp_req, keys, lp, chosen);
 }
 
 /* out[i] = W[id_i] * scale with id_i the argmax of key i: one block a row, the CPU
@@ -159,6 +184,7 @@ void cuda_ahead_ops(ts_backend_ops *o) {
     o->argmax_held = ahead_argmax_held;
     o->sample_held_fits = ahead_sample_fits;
     o->sample_held = ahead_sample_held;
+    o->sample_held_logprobs = ahead_sample_held_logprobs;
     o->get_rows_fed = ahead_get_rows_fed;
     o->step_launch = ahead_step_launch;
     o->step_seal = ahead_step_seal;

@@ -136,6 +136,7 @@ static ts_backend_ops make_ops(void) {
     o.argmax = cuda_op_argmax;
     cuda_ahead_ops(&o);
     o.sample = cuda_op_sample;
+    o.sample_logprobs = cuda_op_sample_logprobs;
     o.attention = cuda_op_attention;
     o.conv1d_silu = cuda_op_conv1d_silu;
     o.gdn_gates = cuda_op_gdn_gates;
@@ -224,6 +225,7 @@ extern "C" ts_status ts_backend_cuda_create(int device, ts_backend **out) {
     c->zero_copy = !cuda_env_off("TESSERA_CUDA_ZERO_COPY");
     c->sample_one = !cuda_env_off("TESSERA_CUDA_SAMPLE_ONE");
     c->sample_end = !cuda_env_off("TESSERA_CUDA_SAMPLE_END");
+    c->logprobs_one = !cuda_env_off("TESSERA_CUDA_LOGPROBS_ONE");
     /* a third of L2 (20 MB of the H200's 60; the 0.8B's state is 18 MB) unless told */
     const char *keep = getenv("TESSERA_CUDA_L2_KEEP");
     size_t keep_max = (size_t)prop.persistingL2CacheMaxSize;

@@ -208,6 +208,10 @@ typedef struct cuda_ctx_s {
     /* TESSERA_CUDA_SAMPLE_END=0 (for comparisons): top-k and top-p rows hand the host their
      * candidate list (and are not decoded ahead) instead of being drawn by k_smp_finish */
     bool sample_end;
+    /* TESSERA_CUDA_LOGPROBS_ONE=0 (for comparisons): a step with log-probabilities is three
+     * submissions (the draw, the list as a top-k request, the drawn logit) instead of one
+     * (cuda_logprobs.cu) */
+    bool logprobs_one;
     /* the argmax's per-block maxima and per-row tickets (zeroed; the last block of a row resets
      * its ticket): room for argmax_cap parts */
     unsigned long long *argmax_parts;
@@ -328,6 +332,11 @@ __device__ static inline unsigned long long cuda_argmax_key(float v, int i) {
 }
 __host__ __device__ static inline int cuda_argmax_key_index(unsigned long long k) {
     return k ? (int)(0xffffffffu - (uint32_t)(k & 0xffffffffu)) : 0;
+}
+/* The value of a cuda_argmax_key. */
+__device__ static inline float cuda_argmax_key_value(unsigned long long k) {
+    uint32_t ord = (uint32_t)(k >> 32);
+    return __uint_as_float((ord & 0x80000000u) ? (ord & 0x7fffffffu) : ~ord);
 }
 
 /* n keys that came back to the host, as token ids (-1, never a token, where the step failed). */
@@ -578,6 +587,28 @@ bool cuda_argmax_keys(cuda_ctx *c, const float *x, int64_t ldx, int n_rows, int 
  * greedy and plain rows, top-k up to 1024 (with top-p, min-p) and top-p (with min-p) (unless
  * TESSERA_CUDA_SAMPLE_END=0). */
 bool cuda_sample_ends(const cuda_ctx *c, const ts_sample_req *r, int n_cols);
+/* Whether the device ends the draw of every one of n_rows rows (cuda_sample_ends). */
+bool cuda_sample_all_end(const cuda_ctx *c, const ts_sample_req *req, int n_rows, int n_cols);
+/* The draws of n_rows rows the device ends (cuda_sample_all_end), queued after the rows'
+ * adjustments (written into x): the drawn ids as keys into keys (device; null: scratch) and
+ * the staging memory returned, where the wait may end on them; null on failure. */
+unsigned long long *cuda_sample_queue_ids(cuda_ctx *c, float *x, int64_t ldx, int n_rows,
+                                          int n_cols, const ts_sample_req *req,
+                                          unsigned long long *keys);
+/* cuda_logprobs.cu: whether sample_logprobs' kernel answers a row of n_cols with this
+ * log-probability request; the buffers it needs for n_rows rows (false: the device failed;
+ * growing them flushes); and for a held step the kernel queued after a draw whose ids are keys
+ * (device), its answers to lp and chosen when the step has run (false, and a held step broken,
+ * where the staging arena is full) */
+bool cuda_logprobs_fit(const cuda_ctx *c, const ts_sample_req *lp_req, int n_cols);
+bool cuda_logprobs_ready(cuda_ctx *c, int n_rows, int n_cols);
+bool cuda_logprobs_held(cuda_ctx *c, const float *x, int64_t ldx, int n_rows, int n_cols,
+                        const ts_sample_req *lp_req, const unsigned long long *keys,
+                        ts_sample_res *lp, float *chosen);
+/* ts_backend_ops.sample_logprobs (cuda_logprobs.cu) */
+bool cuda_op_sample_logprobs(ts_backend *be, float *x, int64_t ldx, int n_rows, int n_cols,
+                             const ts_sample_req *req, const ts_sample_req *lp_req,
+                             ts_sample_res *res, ts_sample_res *lp, float *chosen);
 /* Draws (nothing to adjust - the caller's check, ahead_sample_held) for n_rows rows, queued: each
  * drawn id also as a key in fed[r], and into out_ids when the step has run (cq_wait; the keys may
  * end the wait as the argmax's do). False, with nothing queued, for rows the device does not end

@@ -91,6 +91,7 @@ typedef struct cq_defer {
     const void *src;
     void *dst;
     int n;
+    void *aux; /* a second destination, where done needs one */
 } cq_defer;
 void cq_defer_add(struct cuda_ctx_s *c, const cq_defer *d);
 /* The queued submission's results for the host are (besides any others it declares the same

@@ -57,12 +57,6 @@ __host__ __device__ static inline bool smp_listed(const ts_sample_req &r) {
 }
 __device__ static inline bool smp_candidate(float l) { return !(l != l || l == -INFINITY); }
 
-/* The value of a cuda_argmax_key. */
-__device__ static inline float smp_key_value(unsigned long long k) {
-    uint32_t ord = (uint32_t)(k >> 32);
-    return __uint_as_float((ord & 0x80000000u) ? (ord & 0x7fffffffu) : ~ord);
-}
-
 /* Zeroes the headers and histograms. A kernel, not a memset node: the scratch buffer moves
  * when it grows, and a graph's memset node re-pointed from a freed buffer crashed the driver's
  * graph launch (CUDA 13), where kernel nodes take new arguments fine. */
@@ -172,7 +166,7 @@ __global__ static void k_smp_weights(const float *x, int64_t ldx, int n_cols,
     const unsigned long long kc = hdr[r].key_cand;
     if (smp_greedy(q) || !kc) return; /* the whole block: nothing to weigh */
     const bool listed = smp_listed(q);
-    const float t = q.temperature, top = smp_key_value(kc) / t;
+    const float t = q.temperature, top = cuda_argmax_key_value(kc) / t;
     /* min-p removes weights before a plain draw; with top-k / top-p the host applies it after
      * them, so the list and the histogram see every weight */
     const float floor_w = listed ? 0.0f : q.min_p;
@@ -430,7 +424,7 @@ __global__ static void __launch_bounds__(SMP_DRAW_THREADS)
             if (smp_candidate(v[k])) kc = max(kc, cuda_argmax_key(v[k], j));
         }
         smp_block_max2(&kc, &ka);
-        float top = kc ? smp_key_value(kc) / t : -INFINITY, sum = 0, tot = 0;
+        float top = kc ? cuda_argmax_key_value(kc) / t : -INFINITY, sum = 0, tot = 0;
         if (draw && kc) { /* block-uniform */
 #pragma unroll
             for (int k = 0; k < 4; k++)
@@ -451,7 +445,7 @@ __global__ static void __launch_bounds__(SMP_DRAW_THREADS)
     if (!draw || !kc) { /* greedy, or nothing to draw from: the argmax */
         found = cuda_argmax_key_index(ka);
     } else {
-        const float top = smp_key_value(kc) / t;
+        const float top = cuda_argmax_key_value(kc) / t;
         double mine = 0, total;
         for (int p = q0; p < q1; p++)
             mine += smp_part_mass(rp, p, top);
@@ -743,7 +737,7 @@ __global__ static void __launch_bounds__(1024)
         double kept = above_f;
         if (n > 0) {
             last = smp_radix_key(rl, rt, n, false, target - above, false, &before);
-            double cut = before + (double)smp_key_value(last);
+            double cut = before + (double)cuda_argmax_key_value(last);
             if (floor_mass < cut) /* min-p ends the run first (none of it: ~0) */
                 last = s_floor_key, cut = floor_mass;
             kept += cut;
@@ -785,8 +779,8 @@ __global__ static void __launch_bounds__(1024)
         const float t = q.temperature;
         unsigned long long mine = 0;
         if (tid < k)
-            mine =
-                cuda_argmax_key(smp_key_value(s_key[tid]) / t, cuda_argmax_key_index(s_key[tid]));
+            mine = cuda_argmax_key(cuda_argmax_key_value(s_key[tid]) / t,
+                                   cuda_argmax_key_index(s_key[tid]));
         __syncthreads();
         s_key[tid] = mine; /* 0 past k: last in order */
         __syncthreads();
@@ -794,8 +788,8 @@ __global__ static void __launch_bounds__(1024)
         while (size < k)
             size <<= 1;
         smp_sort_desc(s_key, size);
-        const float top = smp_key_value(s_key[0]);
-        float w = tid < k ? expf(smp_key_value(s_key[tid]) - top) : 0.0f;
+        const float top = cuda_argmax_key_value(s_key[0]);
+        float w = tid < k ? expf(cuda_argmax_key_value(s_key[tid]) - top) : 0.0f;
         double total, run = smp_block_scan((double)w, &total);
         int keep = k; /* top-p: the first keep of them */
         if (q.top_p < 1.0f) {
@@ -950,8 +944,7 @@ static bool smp_any_list(const ts_sample_req *req, int n_rows) {
     return false;
 }
 
-/* Whether the device ends every row's draw. */
-static bool smp_all_device(const cuda_ctx *c, const ts_sample_req *req, int n_rows, int n_cols) {
+bool cuda_sample_all_end(const cuda_ctx *c, const ts_sample_req *req, int n_rows, int n_cols) {
     for (int r = 0; r < n_rows; r++)
         if (!cuda_sample_ends(c, &req[r], n_cols)) return false;
     return true;
@@ -997,7 +990,7 @@ static unsigned long long *smp_draw_queue(cuda_ctx *c, const float *x, int64_t l
     return host;
 }
 
-/* Queues the draws of rows the device ends every one of (smp_all_device): the ids as keys into
+/* Queues the draws of rows the device ends every one of (cuda_sample_all_end): the ids as keys into
  * keys (device; null: scratch) and the staging memory it returns (null on failure) - one kernel
  * for plain rows, else the sampling kernels with k_smp_finish. */
 static unsigned long long *smp_queue_keys(cuda_ctx *c, const float *x, int64_t ldx, int n_rows,
@@ -1007,6 +1000,13 @@ static unsigned long long *smp_queue_keys(cuda_ctx *c, const float *x, int64_t l
     smp_queued sq =
         smp_queue(c, x, ldx, n_rows, n_cols, req, smp_any_list(req, n_rows), true, keys);
     return sq.ok ? (unsigned long long *)sq.h : nullptr;
+}
+
+unsigned long long *cuda_sample_queue_ids(cuda_ctx *c, float *x, int64_t ldx, int n_rows,
+                                          int n_cols, const ts_sample_req *req,
+                                          unsigned long long *keys) {
+    smp_adjust(c, x, ldx, n_rows, n_cols, req);
+    return smp_queue_keys(c, x, ldx, n_rows, n_cols, req, keys);
 }
 
 void cuda_op_sample(ts_backend *be, float *x, int64_t ldx, int n_rows, int n_cols,
@@ -1025,7 +1025,7 @@ void cuda_op_sample(ts_backend *be, float *x, int64_t ldx, int n_rows, int n_col
         free(ids);
         return;
     }
-    if (smp_all_device(c, req, n_rows, n_cols)) { /* the ids as keys */
+    if (cuda_sample_all_end(c, req, n_rows, n_cols)) { /* the ids as keys */
         unsigned long long *h = smp_queue_keys(c, x, ldx, n_rows, n_cols, req, nullptr);
         cq_flush(c);
         for (int r = 0; r < n_rows; r++) {
@@ -1073,10 +1073,10 @@ void cuda_op_sample(ts_backend *be, float *x, int64_t ldx, int n_rows, int n_col
 
 bool cuda_sample_held(cuda_ctx *c, const float *x, int64_t ldx, int n_rows, int n_cols,
                       const ts_sample_req *req, unsigned long long *fed, int32_t *out_ids) {
-    if (!smp_all_device(c, req, n_rows, n_cols)) return false; /* a list for the host */
+    if (!cuda_sample_all_end(c, req, n_rows, n_cols)) return false; /* a list for the host */
     unsigned long long *h = smp_queue_keys(c, x, ldx, n_rows, n_cols, req, fed);
     if (!h) return false;
-    cq_defer d = {cuda_keys_done, h, out_ids, n_rows};
+    cq_defer d = {cuda_keys_done, h, out_ids, n_rows, nullptr};
     cq_defer_add(c, &d);
     return true;
 }
