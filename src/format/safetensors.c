@@ -327,7 +327,8 @@ static ts_status st_load_file(ts_st *st, int fi) {
     }
     json_decref(root);
     if (rc != TS_OK) return rc;
-    TS_TRY(st_check_overlap(f->path, st->entries + first, st->n - first));
+    /* A file of no tensors leaves entries NULL, and NULL + 0 is undefined behaviour in C. */
+    if (st->n > first) TS_TRY(st_check_overlap(f->path, st->entries + first, st->n - first));
 
     /* Only a well-formed file gets this far, so "unsupported" never masks corruption. */
     for (size_t i = first; i < st->n; i++) {

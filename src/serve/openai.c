@@ -1,5 +1,7 @@
 #include "serve/openai.h"
 
+#include "text/utf8.h"
+
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -23,9 +25,19 @@ bool serve_fail(serve_error *e, int status, const char *code, const char *param,
 }
 
 char *serve_error_json(const serve_error *e) {
-    json_t *err = json_pack("{s:s, s:s, s:o, s:s}", "message", e->message, "type", e->type,
-                            "param", e->param[0] ? json_string(e->param) : json_null(), "code",
-                            e->code);
+    /* A message may quote the request ('%.40s' of a role, '%.100s' of a model name) and a cut
+     * there, or at the end of the buffer, can split a UTF-8 character. json_pack refuses
+     * ill-formed UTF-8, and a NULL envelope reaches the client as a 500 "out of memory" instead
+     * of the 4xx meant, so ill-formed bytes become U+FFFD first (text/utf8.h). */
+    ts_strbuf msg = {0};
+    if (ts_utf8_append_lossy(&msg, e->message, strlen(e->message)) != TS_OK) {
+        ts_strbuf_free(&msg);
+        return NULL;
+    }
+    json_t *err =
+        json_pack("{s:s, s:s, s:o, s:s}", "message", msg.data ? msg.data : "", "type", e->type,
+                  "param", e->param[0] ? json_string(e->param) : json_null(), "code", e->code);
+    ts_strbuf_free(&msg);
     json_t *root = err ? json_pack("{s:o}", "error", err) : NULL;
     char *s = root ? json_dumps(root, JSON_COMPACT) : NULL;
     json_decref(root);

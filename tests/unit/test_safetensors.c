@@ -484,6 +484,17 @@ static void test_corrupt_files(void) {
         CHECK(ts_st_find(st, "__metadata__") == NULL);
         ts_st_close(st);
     }
+    /* No tensors at all: opens empty. Found by fuzz_safetensors: the overlap check was handed
+     * NULL + 0 (undefined behaviour; UBSan stops the sanitized build here). */
+    static const char *const no_tensors[] = {"{}", "{\"__metadata__\":{\"format\":\"pt\"}}"};
+    for (size_t i = 0; i < sizeof no_tensors / sizeof no_tensors[0]; i++) {
+        write_raw(p, no_tensors[i], 0);
+        ts_st *st = NULL;
+        ts_status rc = ts_st_open(p, &st);
+        CHECKF(rc == TS_OK, "header %s refused: %s", no_tensors[i], ts_last_error());
+        CHECK(ts_st_count(st) == 0 && ts_st_name(st, 0) == NULL && ts_st_find(st, "w") == NULL);
+        ts_st_close(st);
+    }
     expect_refused("missing file", path_in(tmpdir, "nonexistent.safetensors"), TS_ERR_IO,
                    "cannot open", NULL, NULL);
 }

@@ -226,10 +226,47 @@ static void test_validation(void) {
 #undef BODY
 }
 
+/* Found by fuzz_openai: an unknown role quoted with '%.40s' cut U+1E99 (3 bytes) in two, so the
+ * message was ill-formed UTF-8, serve_error_json returned NULL and the client got a 500 "out of
+ * memory" instead of the 400. The envelope must always be written, the cut byte as U+FFFD. */
+static void test_error_envelope_utf8(void) {
+    char body[160];
+    /* 38 ASCII bytes, then U+1E99 (E1 BA 99): the 40-byte cut falls inside it */
+    snprintf(body, sizeof body, "{\"messages\":[{\"role\":\"%s\xE1\xBA\x99\",\"content\":\"x\"}]}",
+             "abcdefghijklmnopqrstuvwxyzabcdefghijkl");
+    serve_error e;
+    json_t *root;
+    serve_request r;
+    CHECK(serve_json_parse(body, strlen(body), &root, &e));
+    CHECK(!serve_request_parse(SERVE_API_CHAT, root, (const char *const[]){"m", NULL}, 0, &r, &e));
+    serve_request_free(&r);
+    CHECK(e.status == 400 && !strcmp(e.code, "invalid_role"));
+    char *s = serve_error_json(&e);
+    CHECKF(s != NULL, "no envelope for: %s", e.message);
+    CHECK(s && strstr(s, "\"invalid_role\"") && strstr(s, "abcdefghijkl\xEF\xBF\xBD'"));
+    free(s);
+    /* jansson's error text quotes what it read up to the error: of a "\é", the backslash and
+     * the first byte of the é */
+    static const char bad_json[] = "{\"a\":\"\\\xc3\xa9\"}";
+    CHECK(!serve_json_parse(bad_json, sizeof bad_json - 1, &root, &e));
+    CHECK(e.status == 400 && !strcmp(e.code, "invalid_request_body"));
+    s = serve_error_json(&e);
+    CHECKF(s != NULL, "no envelope for: %s", e.message);
+    free(s);
+    /* the same at the end of the buffer: a message cut inside a character by vsnprintf */
+    memset(e.message, 'a', sizeof e.message - 2);
+    e.message[sizeof e.message - 2] = (char)0xE1;
+    e.message[sizeof e.message - 1] = 0;
+    s = serve_error_json(&e);
+    CHECK(s && strstr(s, "aa\xEF\xBF\xBD\""));
+    free(s);
+}
+
 int main(void) {
     test_stop();
     test_split();
     test_cache();
     test_validation();
+    test_error_envelope_utf8();
     return tu_report("test_serve_text");
 }

@@ -1,0 +1,110 @@
+/* libFuzzer target for the OpenAI request path that runs before a request is admitted, without
+ * a server or a model: body -> serve_json_parse -> serve_request_parse (chat or completions) ->
+ * the stop strings (serve_parse_stop) -> the prompt rendered with the chat template and
+ * tokenized (ts_chat_tokenize / ts_tokenize with the small Qwen3.5 stand-in tokenizer, loaded
+ * once), as serve_prepare does. A refusal must come with a 4xx/5xx status and an error envelope
+ * that can be written out (serve_error_json); a NULL envelope turns into a 500 "out of memory"
+ * in http.c, so it is checked here.
+ *
+ * Input: byte 0 = flags (bit 0: completions instead of chat), then the body. */
+#include "fuzz_util.h"
+#include "serve/openai.h"
+#include "serve/prep.h"
+#include "text/utf8.h"
+
+#include <jansson.h>
+#include <stdint.h>
+
+#ifndef TS_SOURCE_DIR
+#define TS_SOURCE_DIR "."
+#endif
+
+int LLVMFuzzerInitialize(int *argc, char ***argv);
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+/* The engine's definition (engine/sampler.c) would pull in the CPU backend; this is its body. */
+void ts_sampler_params_default(ts_sampler_params *p) {
+    *p = (ts_sampler_params){
+        .temperature = 0.0f, .top_k = 0, .top_p = 1.0f, .min_p = 0.0f, .seed = 0};
+}
+
+static ts_tokenizer *tok;
+
+int LLVMFuzzerInitialize(int *argc, char ***argv) {
+    (void)argc, (void)argv;
+    const char *path = getenv("TS_FUZZ_TOKENIZER");
+    if (!path) path = TS_SOURCE_DIR "/tests/fixtures/tokenizer/small/tokenizer.json";
+    if (ts_tokenizer_open(path, &tok) != TS_OK) {
+        fprintf(stderr, "fuzz_openai: %s\n", ts_last_error());
+        abort();
+    }
+    return 0;
+}
+
+static void check_error(const serve_error *e) {
+    FZ_ASSERT(e->status >= 400 && e->status < 600 && e->type && e->code && e->message[0]);
+    char *s = serve_error_json(e);
+    if (!s) fprintf(stderr, "fuzz_openai: no error envelope for: %s\n", e->message);
+    FZ_ASSERT(s);
+    json_error_t je;
+    json_t *v = json_loads(s, 0, &je);
+    FZ_ASSERT(v);
+    const char *msg = json_string_value(json_object_get(json_object_get(v, "error"), "message"));
+    /* the message as given, or with a character cut by a %.Ns repaired to U+FFFD */
+    FZ_ASSERT(msg &&
+              (strcmp(msg, e->message) == 0 || !ts_utf8_valid(e->message, strlen(e->message))));
+    json_decref(v);
+    free(s);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    if (size < 1) return 0;
+    serve_api api = data[0] & 1 ? SERVE_API_COMPLETION : SERVE_API_CHAT;
+    static const char *const ids[] = {"tessera", "qwen", NULL};
+    serve_error e;
+    json_t *root;
+    if (!serve_json_parse((const char *)data + 1, size - 1, &root, &e)) {
+        check_error(&e);
+        return 0;
+    }
+    serve_request r;
+    if (!serve_request_parse(api, root, ids, 4096, &r, &e)) {
+        check_error(&e);
+        serve_request_free(&r);
+        return 0;
+    }
+    FZ_ASSERT(r.max_tokens == -1 || (r.max_tokens >= 1 && r.max_tokens <= 4096));
+    FZ_ASSERT(r.top_logprobs >= -1 && r.top_logprobs <= 20);
+    char *stops[SERVE_MAX_STOPS];
+    int n_stops = 0;
+    if (serve_parse_stop(r.stop, stops, &n_stops, &e)) {
+        FZ_ASSERT(n_stops >= 0 && n_stops <= SERVE_MAX_STOPS);
+        for (int i = 0; i < n_stops; i++) {
+            FZ_ASSERT(stops[i][0]);
+            free(stops[i]);
+        }
+    } else {
+        check_error(&e);
+        for (int i = 0; i < n_stops; i++)
+            free(stops[i]);
+    }
+    int32_t *tids = NULL;
+    size_t n = 0;
+    ts_status st;
+    if (api == SERVE_API_CHAT) {
+        ts_chat_params cp = {true, r.enable_thinking, r.tools_json};
+        st = ts_chat_tokenize(tok, r.msgs, r.n_msgs, &cp, &tids, &n);
+    } else if (r.prompt) {
+        st = ts_tokenize(tok, r.prompt, strlen(r.prompt), true, &tids, &n);
+    } else {
+        st = TS_OK;
+    }
+    if (st == TS_OK)
+        for (size_t i = 0; i < n; i++)
+            FZ_ASSERT(tids[i] >= 0 && tids[i] < ts_tokenizer_vocab_size(tok));
+    else
+        FZ_ASSERT(ts_last_error()[0]);
+    free(tids);
+    serve_request_free(&r);
+    return 0;
+}

@@ -1,0 +1,194 @@
+#!/usr/bin/env python3
+"""Writes the seed corpus of one libFuzzer target (not the GGUF one: gguf_seeds.c) into a
+directory, built from the repository's own fixtures at build time so that no binary seed is
+committed. Usage: make_seeds.py TARGET OUTDIR (run from the repository root)."""
+import glob
+import json
+import os
+import struct
+import sys
+
+FIX = "tests/fixtures"
+TOKENIZER = f"{FIX}/tokenizer/small/tokenizer.json"
+
+
+def st_file(tensors):
+    """A .safetensors file: tensors = [(name, dtype, shape)], zero data, contiguous."""
+    size = {"F32": 4, "F16": 2, "BF16": 2, "I64": 8, "U8": 1, "F64": 8}
+    hdr, off = {"__metadata__": {"format": "pt"}}, 0
+    for name, dt, shape in tensors:
+        n = size[dt]
+        for d in shape:
+            n *= d
+        hdr[name] = {"dtype": dt, "shape": shape, "data_offsets": [off, off + n]}
+        off += n
+    h = json.dumps(hdr, separators=(",", ":")).encode()
+    return struct.pack("<Q", len(h)) + h + bytes(off)
+
+
+def seeds_safetensors():
+    out = []
+    for path in sorted(glob.glob(f"{FIX}/*/*/model.safetensors"))[:3]:
+        with open(path, "rb") as f:
+            n = struct.unpack("<Q", f.read(8))[0]
+            hdr = json.loads(f.read(n))
+        ts = [(k, v["dtype"], [min(d, 2) for d in v["shape"]]) for k, v in hdr.items()
+              if k != "__metadata__"]
+        out += [b"\0" + st_file(ts[:1]), b"\0" + st_file(ts[:4]), b"\0" + st_file(ts)]
+    out += [b"\0" + st_file([]), b"\0" + st_file([("a", "F32", [0]), ("b", "BF16", [3, 1])]),
+            b"\0" + st_file([("u", "U8", [2]), ("i", "I64", [1, 1, 1, 1, 1])])]
+    wm = {"x": "a.safetensors", "y": "a.safetensors", "z": "b.safetensors", "w": "b.safetensors"}
+    out += [b"\1" + json.dumps({"metadata": {"total_size": 34}, "weight_map": wm}).encode(),
+            b"\1" + json.dumps({"weight_map": {"x": "a.safetensors"}}).encode()]
+    return out
+
+
+def seeds_hfconfig():
+    return [open(p, "rb").read() for p in sorted(glob.glob(f"{FIX}/*/*/config*.json"))]
+
+
+def small_tokenizer(nfc=True, byte_level_regex=False, merges_as_strings=False, n_merges=40):
+    tok = json.load(open(TOKENIZER, encoding="utf-8"))
+    vocab = tok["model"]["vocab"]
+    keep = {k: v for k, v in vocab.items() if v < 256}
+    merges = []
+    for a, b in tok["model"]["merges"]:
+        if a in keep and b in keep and a + b in vocab and len(merges) < n_merges:
+            merges.append([a, b])
+            keep[a + b] = vocab[a + b]
+    # ids must be dense for the added tokens to follow the vocabulary (HF's rule)
+    order = sorted(keep, key=lambda k: keep[k])
+    tok["model"]["vocab"] = {k: i for i, k in enumerate(order)}
+    tok["model"]["merges"] = [f"{a} {b}" for a, b in merges] if merges_as_strings else merges
+    added = []
+    for a in tok["added_tokens"]:
+        if a["content"] in ("<|endoftext|>", "<|im_start|>", "<think>", "</think>", "<tool_call>"):
+            added.append(dict(a, id=len(order) + len(added)))
+    tok["added_tokens"] = added
+    if not nfc:
+        tok["normalizer"] = None
+    if byte_level_regex:
+        tok["pre_tokenizer"] = {"type": "ByteLevel", "add_prefix_space": False, "use_regex": True}
+    return json.dumps(tok, ensure_ascii=False).encode()
+
+
+def seeds_bpe_load():
+    return [open(TOKENIZER, "rb").read(), small_tokenizer(), small_tokenizer(nfc=False),
+            small_tokenizer(byte_level_regex=True, merges_as_strings=True),
+            small_tokenizer(n_merges=0)]
+
+
+TEXTS = ["Hello, world!", "The quick brown fox jumps over the lazy dog.\n\n  indented\ttab",
+         "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\nok",
+         "caf\u00e9 cafe\u0301 \u1e9b\u0323 \ud55c\uad6d\uc5b4 \u65e5\u672c\u8a9e \U0001f600",
+         "it's 2024: 3.14159, I'll've we'd", "<tool_call>\n<function=f>\n</function>\n</tool_call>",
+         "\u0300\u0301 leading marks", "a" * 300]
+
+
+def ids_of(text):
+    """Ids of text with the small tokenizer, one byte token each (no merges: still valid)."""
+    tok = json.load(open(TOKENIZER, encoding="utf-8"))
+    vocab, added = tok["model"]["vocab"], {a["content"]: a["id"] for a in tok["added_tokens"]}
+    tab = {}
+    n = 0
+    for b in list(range(0x21, 0x7F)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100)):
+        tab[b] = chr(b)
+    for b in range(256):
+        if b not in tab:
+            tab[b] = chr(0x100 + n)
+            n += 1
+    ids, i = [], 0
+    while i < len(text):
+        for a, aid in added.items():
+            if text.startswith(a, i):
+                ids.append(aid)
+                i += len(a)
+                break
+        else:
+            ids += [vocab[tab[b]] for b in text[i].encode()]
+            i += 1
+    return ids
+
+
+def seeds_bpe_encode():
+    out = [bytes([f]) + t.encode() for t in TEXTS for f in (0, 1, 3)]
+    out += [b"\0\xff\xfe\xc3\x28\xe2\x82\x41\xf0\x9f\x98", b"\x01" + b"\xed\xa0\x80<|im_end|>"]
+    out += [b"\x04" + struct.pack(f"<{len(i)}H", *i) for i in map(ids_of, TEXTS)]
+    out += [b"\x06" + struct.pack("<8H", 0xC3, 0xA9, 1000, 0xE2, 0x82, 0xAC, 1001, 0xF0)]
+    return out
+
+
+def seeds_openai():
+    chats = [
+        {"messages": [{"role": "user", "content": "Hello"}]},
+        {"model": "tessera", "messages": [{"role": "system", "content": "Be brief."},
+                                          {"role": "user", "content": "Hi"}],
+         "max_tokens": 16, "temperature": 0.7, "top_p": 0.9, "top_k": 20, "min_p": 0.05,
+         "seed": 7, "stream": True, "stream_options": {"include_usage": True}, "stop": ["\n\n", "END"],
+         "logprobs": True, "top_logprobs": 3, "presence_penalty": 0.5, "frequency_penalty": -0.5,
+         "repetition_penalty": 1.1, "chat_template_kwargs": {"enable_thinking": True}},
+        {"messages": [{"role": "user", "content": [{"type": "text", "text": "a"},
+                                                   {"type": "text", "text": "b"}]},
+                      {"role": "assistant", "content": None, "reasoning_content": "think",
+                       "tool_calls": [{"id": "c1", "type": "function",
+                                       "function": {"name": "get", "arguments": "{\"x\": [1, 2.5, null]}"}}]},
+                      {"role": "tool", "tool_call_id": "c1", "content": "{\"ok\": true}"},
+                      {"role": "developer", "content": "<|im_start|>system"}],
+         "tools": [{"type": "function", "function": {"name": "get", "description": "d",
+                                                     "parameters": {"type": "object", "properties": {
+                                                         "x": {"type": "array"}}}}}],
+         "tool_choice": "auto", "parallel_tool_calls": False, "reasoning_effort": "none",
+         "response_format": {"type": "text"}, "max_completion_tokens": 32, "n": 1},
+    ]
+    comps = [{"prompt": "Once upon a time", "max_tokens": 8, "logprobs": 2, "echo": False,
+              "best_of": 1, "stop": "\n"},
+             {"prompt": [1, 2, 3, 1000], "ignore_eos": True, "return_token_ids": True},
+             {"prompt": [[5, 6]]}, {"prompt": ["one"]}]
+    out = [b"\0" + json.dumps(c).encode() for c in chats]
+    out += [b"\1" + json.dumps(c).encode() for c in comps]
+    return out
+
+
+def seeds_toolcall():
+    calls = ["<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n"
+             "<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>",
+             "Sure.\n\n<tool_call>\n<function=f>\n<parameter=obj>\n{\"a\": [1, {\"b\": null}]}\n"
+             "</parameter>\n</function>\n</tool_call>\ntext after <tool_c",
+             "<tool_call><function=x></function></tool_call><tool_call>\n<function=y>\n"
+             "<parameter=q>\n\"quoted\"\n</parameter>\n</function>\n</tool_call>",
+             "<tool_call>\n<function=bad>\n<parameter=a>\n1\n</parameter>\n<parameter=a>\n2\n"
+             "</parameter>\n</function>\n</tool_call> unfinished <tool_call>\n<function=z>"]
+    out = [bytes([7]) + c.encode() for c in calls]
+    out += [b"\0" + c.split("<tool_call>", 1)[-1].encode() for c in calls[:2]]
+    return out
+
+
+def seeds_textout():
+    tok = json.load(open(TOKENIZER, encoding="utf-8"))
+    added = {a["content"]: a["id"] for a in tok["added_tokens"]}
+    texts = ["<think>\nLet me see.\n\n</think>\n\nThe answer is 42.\n\nEND more",
+             "Hello\n\n<tool_call>\n<function=f>\n<parameter=a>\n1\n</parameter>\n</function>\n"
+             "</tool_call>",
+             "caf\u00e9 \U0001f600 stop here STOP after", "plain text<|im_end|>"]
+    stops = [b"\x02END", b"\x03STOP", b"\x01\n\n"]
+    out = []
+    for i, t in enumerate(texts):
+        ids = ids_of(t)
+        flags = (i & 1) | (2 if "tool_call" in t else 0) | (len(stops) << 2)
+        out.append(bytes([flags]) + b"".join(stops) + struct.pack(f"<{len(ids)}H", *ids))
+        out.append(bytes([0]) + struct.pack(f"<{len(ids)}H", *ids))
+    assert added["<think>"] == 1024
+    return out
+
+
+def main():
+    target, outdir = sys.argv[1], sys.argv[2]
+    os.makedirs(outdir, exist_ok=True)
+    seeds = globals()["seeds_" + target]()
+    for i, s in enumerate(seeds):
+        with open(os.path.join(outdir, f"seed-{i:03d}"), "wb") as f:
+            f.write(s)
+
+
+if __name__ == "__main__":
+    main()
