@@ -29,6 +29,11 @@ long ts_backend_cuda_early_waits(const ts_backend *be) {
     return 0;
 }
 
+long ts_backend_cuda_lt_algos(const ts_backend *be) {
+    (void)be;
+    return 0;
+}
+
 long ts_backend_cuda_queued_ops(const ts_backend *be) {
     (void)be;
     return 0;

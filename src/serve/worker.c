@@ -56,33 +56,52 @@ static int32_t single_token(const ts_tokenizer *tok, const char *text) {
     return id;
 }
 
-/* Runs a prompt through slot 0 as a request would - a chunk of `chunk` tokens and half a chunk
- * more after it (the second attends to the first: other kernels), its last logits to the host -
- * and three decode steps drawn by a greedy sampler, then clears the slot, so that what a GPU
- * backend does once (loading its kernels, growing its scratch to a whole chunk, building the
- * decode step's graph) happens before the server says it is ready instead of in its first
- * request: on an H200 the first 2890-token prompt took 208 ms to its first token against 104
- * for the next ones (bench/RESULTS.md). */
+/* The size of the warm-up's call after one of c tokens: down from a chunk by an eighth of the
+ * power of two at or below c (2048, 1792, 1536, 1280, 1024, 896, ...), 0 after 64. */
+static int warm_next(int c) {
+    if (c <= 64) return 0;
+    int p = 1;
+    while (2 * p <= c)
+        p *= 2;
+    int next = c - (c > p ? p / 4 : p / 8);
+    return next < 64 ? 64 : next;
+}
+
+/* Runs prompts through slot 0 as requests would - calls of a chunk, 7/8, 6/8 and 5/8 of it, half
+ * a chunk, 7/16 ... down to 64 tokens, each attending to the ones before it (the slot cleared
+ * when the context is full): prompt lengths of each kind the backend treats apart (the GPU's
+ * GEMMs keep an algorithm for each quarter of a doubling of the token count) - their last
+ * logits to the host - and three decode steps drawn by a greedy sampler, then clears the slot,
+ * so that what a GPU backend does once (loading its kernels, growing its scratch to a whole
+ * chunk, choosing the GEMMs' algorithms, building the decode step's graph) happens before the
+ * server says it is ready instead of in its first requests: on an H200 the first 2890-token
+ * prompt took 208 ms to its first token against 104 for the next ones, and later a prompt of a
+ * length not seen before ~20-50 ms more than the next of that length (bench/RESULTS.md). */
 static ts_status warm_up(ts_engine *e, int chunk) {
-    int V = ts_engine_n_vocab(e), n = chunk + chunk / 2;
-    if (n > ts_engine_n_ctx(e) - 3) n = ts_engine_n_ctx(e) - 3;
+    int V = ts_engine_n_vocab(e), n_ctx = ts_engine_n_ctx(e);
+    int n = chunk < n_ctx - 3 ? chunk : n_ctx - 3; /* the longest call */
     if (n < 1) return TS_OK;
     int32_t *ids = calloc((size_t)n, sizeof *ids), *pos = malloc((size_t)n * sizeof *pos),
-            *slot = calloc((size_t)n, sizeof *slot), tok = 0;
+            *slot = calloc((size_t)n, sizeof *slot), tok = 0, at = 0;
     float *logits = malloc((size_t)V * sizeof *logits);
     ts_sampler_params sp;
     ts_sampler_params_default(&sp);
     ts_sampler *smp = NULL;
     ts_status st = ids && pos && slot && logits ? ts_sampler_create(&sp, V, &smp)
                                                 : ts_error(TS_ERR_NOMEM, "out of memory");
-    for (int i = 0; st == TS_OK && i < n; i++)
-        pos[i] = i;
-    for (int a = 0; st == TS_OK && a < n; a += chunk) {
-        ts_batch b = {n - a < chunk ? n - a : chunk, ids + a, pos + a, slot, NULL};
-        st = ts_engine_forward(e, &b, logits);
+    for (int c = n; st == TS_OK && c > 0; c = warm_next(c)) {
+        if (at + c > n_ctx - 3) { /* the context is full: start again */
+            st = ts_engine_slot_clear(e, 0);
+            at = 0;
+        }
+        for (int i = 0; i < c; i++)
+            pos[i] = at + i;
+        ts_batch b = {c, ids, pos, slot, NULL};
+        if (st == TS_OK) st = ts_engine_forward(e, &b, logits);
+        at += c;
     }
     for (int k = 0; st == TS_OK && k < 3; k++) {
-        int32_t p = n + k;
+        int32_t p = at + k;
         ts_batch b = {1, &tok, &p, slot, NULL};
         st = ts_engine_forward_sample(e, &b, &smp, &tok);
     }

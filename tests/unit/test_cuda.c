@@ -1105,6 +1105,36 @@ static void test_matmul(void) {
  * blocks, groups of 8, 8 and 5) through every path by token count - the single-token kernel,
  * the general GEMV (3), the tensor-core GEMM (9, 20, 64) and the decoded copy for cuBLAS (65) -
  * against the CPU's fp32 matmul over the exact weights. */
+/* GEMMs of more than 64 tokens go through cuBLASLt with one algorithm per bucket of token
+ * counts (65-80, 81-96, 97-112, 113-128, 129-160, ...; cuda_gemm_lt.cu): right for every count,
+ * and a count not seen before in a bucket already met asks for no new algorithm - a new shape's
+ * heuristic and first kernel cost a prompt of a new length ~20 ms before. A weight shape of its
+ * own, so that no other test has met its buckets. */
+static void test_gemm_buckets(void) {
+    const ts_dtype dts[2] = {TS_DTYPE_BF16, TS_DTYPE_F32};
+    for (int di = 0; di < 2; di++) {
+        float *wf;
+        const int rows = 296, cols = 640;
+        ts_tensor W = make_weight(dts[di], rows, cols, &wf);
+        ts_tensor Wf = {TS_DTYPE_F32, 2, {rows, cols, 1, 1, 1, 1}, wf, (uint64_t)rows * cols * 4};
+        const int first[2] = {113, 129}, more[2][3] = {{114, 120, 128}, {130, 150, 160}};
+        for (int b = 0; b < 2; b++) {
+            long a0 = ts_backend_cuda_lt_algos(gpu);
+            matmul_vs_cpu(&W, &Wf, first[b], cols, rows);
+            long a1 = ts_backend_cuda_lt_algos(gpu);
+            for (int i = 0; i < 3; i++)
+                matmul_vs_cpu(&W, &Wf, more[b][i], cols, rows);
+            long a2 = ts_backend_cuda_lt_algos(gpu);
+            CHECKF(a1 > a0 && a2 == a1,
+                   "%s, the bucket of %d tokens: %ld algorithms asked for by its first count, "
+                   "%ld more by three others",
+                   ts_dtype_name(dts[di]), more[b][2], a1 - a0, a2 - a1);
+        }
+        kept_extra((void *)W.data);
+        free(wf);
+    }
+}
+
 static void test_q32_partial_group(void) {
     ts_dtype dts[] = {TS_DTYPE_Q8_0, TS_DTYPE_Q4_0, TS_DTYPE_Q5_0};
     int ns[] = {1, 3, 9, 20, 64, 65}, rows = 333, cols = 672;
@@ -3858,6 +3888,7 @@ int main(void) {
     /* the staged activations: the split written by its producer, x in the GEMV's shared
      * memory (also alone, for the sanitizers) */
     if (section("matmul") || section("staging")) test_split_fused(), test_gemv_x_staged();
+    if (section("matmul") || section("lt")) test_gemm_buckets();
     if (section("matmul") || section("skinny")) test_skinny_ring(quick);
     if (section("matmul") || section("skinny") || section("wg")) test_skinny_wg(quick);
     if (section("int8")) test_gemv_int8();

@@ -257,7 +257,7 @@ extern "C" ts_status ts_backend_cuda_create(int device, ts_backend **out) {
     /* no TF32: the fp32 GEMMs ask for CUBLAS_COMPUTE_32F explicitly (cuda_matmul.cu) */
     if (bst == CUBLAS_STATUS_SUCCESS) bst = cublasSetMathMode(c->blas, CUBLAS_DEFAULT_MATH);
     /* a workspace of its own, so cuBLAS never allocates while a graph is being captured */
-    const size_t ws = (size_t)32 << 20;
+    const size_t ws = CUDA_BLAS_WORKSPACE;
     if (bst == CUBLAS_STATUS_SUCCESS && cudaMalloc(&c->blas_workspace, ws) == cudaSuccess)
         bst = cublasSetWorkspace(c->blas, c->blas_workspace, ws);
     if (bst != CUBLAS_STATUS_SUCCESS) {
@@ -376,6 +376,7 @@ static void cu_destroy(ts_backend *be) {
         cudaFree(c->fed_keys);
         cudaFree(c->argmax_parts);
         cudaFree(c->argmax_tickets);
+        cuda_gemm_lt_free(c);
         cublasDestroy(c->blas);
         cudaFree(c->blas_workspace);
         cudaStreamDestroy(c->stream);

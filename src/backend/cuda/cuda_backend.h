@@ -30,6 +30,9 @@ int ts_backend_cuda_graph_copies(const ts_backend *be);
 long ts_backend_cuda_early_waits(const ts_backend *be);
 /* For tests: ops queued and not yet submitted (0 without CUDA). */
 long ts_backend_cuda_queued_ops(const ts_backend *be);
+/* For tests: the GEMM algorithms cuBLASLt has been asked for so far - one per weight shape,
+ * accumulate or not and bucket of token counts (cuda_gemm_lt.cu; 0 without CUDA). */
+long ts_backend_cuda_lt_algos(const ts_backend *be);
 /* For tests: how many launches of the wgmma GEMM (9-64 tokens of 16-bit weights,
  * cuda_gemm_wg.cu) this backend has queued, and whether its device has compute capability 9.0
  * (where that form must run). 0 / false without CUDA. */

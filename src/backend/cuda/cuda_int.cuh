@@ -10,6 +10,7 @@
 #include "backend/cuda/cuda_block_trace.cuh"
 #include "backend/cuda/cuda_queue.cuh"
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -177,6 +178,10 @@ typedef struct cuda_ctx_s {
     size_t gdnc_smem_opted;
     cudaStream_t stream;
     cublasHandle_t blas;
+    /* cuBLASLt for the GEMMs of more than 64 tokens, with their algorithms cached a bucket of
+     * token counts (cuda_gemm_lt.cu); made at the first such GEMM */
+    cublasLtHandle_t lt;
+    struct cuda_lt_cache *lt_cache;
     bool failed;
     /* growable device scratch: 0 converted activations and 1 weights for GEMM, 2 argmax keys,
      * 3 attention's partial softmaxes, 4 the chunked delta rule's per-chunk factors, 5 sampling,
@@ -442,6 +447,17 @@ bool cuda_check(cuda_ctx *c, cudaError_t err, const char *what);
  * then takes a kernel that needs less. */
 bool cuda_allow_smem(const cuda_ctx *c, const void *const *kernels, int n, int bytes);
 bool cuda_check_blas(cuda_ctx *c, cublasStatus_t st, const char *what);
+/* cuBLAS's workspace (c->blas_workspace), which cuBLASLt's GEMMs share */
+#define CUDA_BLAS_WORKSPACE ((size_t)32 << 20)
+/* cuda_gemm_lt.cu: Y^T (rows x n, ld ldy; += with accumulate) = W (cols x rows, ld cols)^T *
+ * X^T (cols x n, ld ldx) in fp32 on stream s, through cuBLASLt with the algorithm its heuristic
+ * gave for n's bucket (four a doubling of the token count) - cuBLAS's heuristic and a kernel's
+ * first use cost ~0.15-3 ms of host time for each new shape, so a prompt of a length not seen
+ * before paid ~20 ms more for its first token; and the cache freed */
+void cuda_gemm_lt(cuda_ctx *c, cudaStream_t s, const void *W, cudaDataType wt, int64_t rows,
+                  int64_t cols, const void *x, cudaDataType xt, int64_t ldx, int n, float *y,
+                  int64_t ldy, bool accumulate);
+void cuda_gemm_lt_free(cuda_ctx *c);
 /* cudaFree, counted in c->frees. */
 void cuda_free_dev(cuda_ctx *c, void *p);
 /* A device scratch buffer of at least bytes (slot 0 .. 6), grown as needed; NULL on failure.

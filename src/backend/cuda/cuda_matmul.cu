@@ -524,14 +524,8 @@ typedef struct {
 
 static void gemm_call(cuda_ctx *c, cudaStream_t s, const void *p) {
     const gemm_args *a = (const gemm_args *)p;
-    const float one = 1.0f, beta = a->accumulate ? 1.0f : 0.0f;
-    if (!cuda_check_blas(c, cublasSetStream(c->blas, s), "gemm stream")) return;
-    cuda_check_blas(c,
-                    cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)a->rows, a->n,
-                                 (int)a->cols, &one, a->W, a->wt, (int)a->cols, a->x, a->xt,
-                                 (int)a->ldx, &beta, a->y, CUDA_R_32F, (int)a->ldy,
-                                 CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-                    "gemm");
+    cuda_gemm_lt(c, s, a->W, a->wt, a->rows, a->cols, a->x, a->xt, a->ldx, a->n, a->y, a->ldy,
+                 a->accumulate);
 }
 
 static void gemm(cuda_ctx *c, const void *W, cudaDataType wt, int64_t rows, int64_t cols,
