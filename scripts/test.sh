@@ -14,9 +14,10 @@ if command -v nvcc > /dev/null && [ "${TS_SKIP_CUDA:-0}" != 1 ]; then
   cmake --build "$B-cuda" -j "$jobs"
   (cd "$B-cuda" && ctest --output-on-failure -R '^test_cuda$')
 fi
-# the GGUF reader under libFuzzer for a bounded time (hostile model files)
+# every parser of untrusted input (model files, request bodies, model output) under libFuzzer
+# for a bounded time each, from the corpus the last runs grew where there is one
 if [ "${TS_SKIP_FUZZ:-0}" != 1 ]; then
-  bash scripts/fuzz.sh "${TS_FUZZ_SECONDS:-60}"
+  bash scripts/fuzz.sh "${TS_FUZZ_SECONDS:-20}" 1 all
 fi
 if [ "${TS_SKIP_SANITIZE:-0}" != 1 ]; then
   cmake -S . -B "$B-asan" -DCMAKE_BUILD_TYPE=Debug -DTESSERA_WERROR=ON -DTESSERA_SANITIZE=ON > /dev/null
