@@ -13,10 +13,6 @@
 #include <stdint.h>
 #include <utf8proc.h>
 
-#ifndef TS_SOURCE_DIR
-#define TS_SOURCE_DIR "."
-#endif
-
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -24,9 +20,7 @@ static ts_bpe *tok;
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc, (void)argv;
-    const char *path = getenv("TS_FUZZ_TOKENIZER");
-    if (!path) path = TS_SOURCE_DIR "/tests/fixtures/tokenizer/small/tokenizer.json";
-    if (ts_bpe_load(path, &tok) != TS_OK) {
+    if (ts_bpe_load(fz_tokenizer_path(), &tok) != TS_OK) {
         fprintf(stderr, "fuzz_bpe_encode: %s\n", ts_last_error());
         abort();
     }

@@ -15,10 +15,6 @@
 #include <jansson.h>
 #include <stdint.h>
 
-#ifndef TS_SOURCE_DIR
-#define TS_SOURCE_DIR "."
-#endif
-
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -32,9 +28,7 @@ static ts_tokenizer *tok;
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc, (void)argv;
-    const char *path = getenv("TS_FUZZ_TOKENIZER");
-    if (!path) path = TS_SOURCE_DIR "/tests/fixtures/tokenizer/small/tokenizer.json";
-    if (ts_tokenizer_open(path, &tok) != TS_OK) {
+    if (ts_tokenizer_open(fz_tokenizer_path(), &tok) != TS_OK) {
         fprintf(stderr, "fuzz_openai: %s\n", ts_last_error());
         abort();
     }

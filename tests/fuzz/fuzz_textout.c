@@ -16,10 +16,6 @@
 #include <jansson.h>
 #include <stdint.h>
 
-#ifndef TS_SOURCE_DIR
-#define TS_SOURCE_DIR "."
-#endif
-
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -28,9 +24,7 @@ static int32_t think_open, think_close, im_end, eot;
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc, (void)argv;
-    const char *path = getenv("TS_FUZZ_TOKENIZER");
-    if (!path) path = TS_SOURCE_DIR "/tests/fixtures/tokenizer/small/tokenizer.json";
-    if (ts_bpe_load(path, &tok) != TS_OK) {
+    if (ts_bpe_load(fz_tokenizer_path(), &tok) != TS_OK) {
         fprintf(stderr, "fuzz_textout: %s\n", ts_last_error());
         abort();
     }

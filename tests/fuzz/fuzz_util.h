@@ -59,6 +59,17 @@ static inline const char *fz_write(const char *name, const void *data, size_t si
     return path;
 }
 
+#ifndef TS_SOURCE_DIR
+#define TS_SOURCE_DIR "."
+#endif
+
+/* The tokenizer the text targets load once: TS_FUZZ_TOKENIZER, else the small Qwen3.5 stand-in
+ * of the fixtures. */
+static inline const char *fz_tokenizer_path(void) {
+    const char *path = getenv("TS_FUZZ_TOKENIZER");
+    return path ? path : TS_SOURCE_DIR "/tests/fixtures/tokenizer/small/tokenizer.json";
+}
+
 /* Aborts with a message: an invariant of the code under test does not hold. */
 #define FZ_ASSERT(cond)                                                                            \
     do {                                                                                           \
