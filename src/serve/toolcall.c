@@ -133,6 +133,7 @@ void serve_toolcall_filter_init(serve_toolcall_filter *f, serve_toolcall_sink si
 void serve_toolcall_filter_free(serve_toolcall_filter *f) {
     ts_strbuf_free(&f->held);
     ts_strbuf_free(&f->scratch);
+    ts_strbuf_free(&f->sep);
 }
 
 static void drop_front(ts_strbuf *b, size_t n) {
@@ -159,9 +160,11 @@ static ts_status close_call(serve_toolcall_filter *f, size_t end) {
         f->n_calls++;
         st = f->sink(f->ctx, true, sc->data, sc->len);
     } else { /* malformed: the client sees what the model wrote */
-        st = content(f, open_tag, OPEN_LEN);
+        st = content(f, f->sep.data, f->sep.len);
+        if (st == TS_OK) st = content(f, open_tag, OPEN_LEN);
         if (st == TS_OK) st = content(f, f->held.data, end + CLOSE_LEN);
     }
+    f->sep.len = 0;
     drop_front(&f->held, end + CLOSE_LEN);
     f->in_call = false;
     return st;
@@ -183,6 +186,8 @@ ts_status serve_toolcall_filter_push(serve_toolcall_filter *f, const char *s, si
             size_t keep = at;
             while (keep && is_space(h[keep - 1])) keep--; /* the separator in front of a call */
             TS_TRY(content(f, h, keep));
+            f->sep.len = 0;
+            TS_TRY(ts_strbuf_append(&f->sep, h + keep, at - keep));
             drop_front(&f->held, at + OPEN_LEN);
             f->in_call = true;
             continue;
@@ -198,9 +203,10 @@ ts_status serve_toolcall_filter_push(serve_toolcall_filter *f, const char *s, si
 
 ts_status serve_toolcall_filter_finish(serve_toolcall_filter *f) {
     ts_status st = TS_OK;
-    if (f->in_call) st = content(f, open_tag, OPEN_LEN);
+    if (f->in_call) st = content(f, f->sep.data, f->sep.len);
+    if (st == TS_OK && f->in_call) st = content(f, open_tag, OPEN_LEN);
     if (st == TS_OK) st = content(f, f->held.data, f->held.len);
-    f->held.len = 0;
+    f->held.len = 0, f->sep.len = 0;
     f->in_call = false;
     return st;
 }

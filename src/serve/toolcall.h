@@ -7,8 +7,9 @@
  * a string). A block that is malformed, or still open when the generation ends, stays content.
  *
  * The streaming filter sits on the content channel: text from "<tool_call>" on is held back
- * until the block closes, so a client never sees half a call as content; newlines right in
- * front of a call (the template's separator) are dropped. */
+ * until the block closes, so a client never sees half a call as content; whitespace right in
+ * front of a call (the template's separator) is dropped - and given back with the block where
+ * that turns out malformed or unfinished. */
 #ifndef TS_SERVE_TOOLCALL_H
 #define TS_SERVE_TOOLCALL_H
 
@@ -28,6 +29,7 @@ typedef struct {
     bool in_call;   /* inside <tool_call>, waiting for </tool_call> */
     ts_strbuf held; /* undecided text: a possible "<tool_call>" prefix, newlines, an open call */
     ts_strbuf scratch;
+    ts_strbuf sep; /* the whitespace in front of the open call: content again if it is not one */
     int n_calls;
     serve_toolcall_sink sink;
     void *ctx;

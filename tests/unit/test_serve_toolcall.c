@@ -102,19 +102,21 @@ static void test_filter(void) {
                c.content.data);
         ts_strbuf_free(&c.content);
 
-        /* a partial call when the generation ends is content after all */
+        /* a partial call when the generation ends is content after all, the whitespace in
+         * front of it too (what the model wrote) */
         c = (capture){{0}, {0}, 0};
         filter("Hi <tool_call>\n<function=a>\n<param", step, &c, true);
         CHECK(c.n_calls == 0);
-        CHECKF(eq(&c.content, "Hi<tool_call>\n<function=a>\n<param"), "step %zu: '%.*s'", step,
+        CHECKF(eq(&c.content, "Hi <tool_call>\n<function=a>\n<param"), "step %zu: '%.*s'", step,
                (int)c.content.len, c.content.data);
         ts_strbuf_free(&c.content);
 
-        /* a malformed block is content, a good one after it is still a call */
+        /* a malformed block is content with its separator, a good one after it is still a
+         * call */
         c = (capture){{0}, {0}, 0};
-        filter("<tool_call>oops</tool_call> then " CALL_B, step, &c, true);
-        CHECKF(eq(&c.content, "<tool_call>oops</tool_call> then"), "step %zu: '%.*s'", step,
-               (int)c.content.len, c.content.data);
+        filter("Text.\n\t<tool_call>oops</tool_call> then " CALL_B, step, &c, true);
+        CHECKF(eq(&c.content, "Text.\n\t<tool_call>oops</tool_call> then"), "step %zu: '%.*s'",
+               step, (int)c.content.len, c.content.data);
         CHECK(c.n_calls == 1);
         ts_strbuf_free(&c.content);
         ts_strbuf_free(&c.calls);
