@@ -344,10 +344,20 @@ __device__ static inline float cuda_argmax_key_value(unsigned long long k) {
     return __uint_as_float((ord & 0x80000000u) ? (ord & 0x7fffffffu) : ~ord);
 }
 
+/* Whether a logit can be drawn at all (NaN and -inf have no probability): the sampler's and
+ * the log-probabilities' kernels. */
+__device__ static inline bool cuda_logit_candidate(float l) { return !(l != l || l == -INFINITY); }
+
 /* n keys that came back to the host, as token ids (-1, never a token, where the step failed). */
 static inline void cuda_argmax_ids(const unsigned long long *keys, int n, bool ok, int32_t *ids) {
     for (int r = 0; r < n; r++)
         ids[r] = ok ? cuda_argmax_key_index(keys[r]) : -1;
+}
+/* The same as draws that ended on the device: res[r].id, no list (id -1 and no list: failed). */
+static inline void cuda_keys_drawn(const unsigned long long *keys, int n, bool ok,
+                                   ts_sample_res *res) {
+    for (int r = 0; r < n; r++)
+        res[r].id = ok ? cuda_argmax_key_index(keys[r]) : -1, res[r].n = 0, res[r].total = 0;
 }
 
 /* A held step's keys (d->src: staged, d->n of them) to ids at d->dst once the step has run

@@ -28,6 +28,9 @@
 /* the merge gives each lane of each warp one part's list */
 #define LP_MAX_PARTS (LP_WARPS * 32)
 
+/* The parts (blocks) of a row of n_cols logits. */
+static int lp_parts(int n_cols) { return (n_cols + LP_COLS - 1) / LP_COLS; }
+
 /* A block's part of a row. */
 typedef struct {
     unsigned long long key[LP_K]; /* best first; 0: none */
@@ -148,7 +151,7 @@ __global__ static void __launch_bounds__(LP_THREADS)
     for (int i = 0; i < LP_VALS; i++) {
         const int col = blockIdx.x * LP_COLS + i * LP_THREADS + threadIdx.x;
         const float l = col < n_cols ? xr[col] : -INFINITY;
-        const bool cand = !(l != l || l == -INFINITY); /* NaN and -inf have no probability */
+        const bool cand = cuda_logit_candidate(l);
         v[i] = cand ? l : -INFINITY;
         a[i] = cand ? cuda_argmax_key(l, col) : 0ull;
         tm = fmaxf(tm, v[i]);
@@ -203,12 +206,6 @@ __global__ static void __launch_bounds__(LP_THREADS)
     }
 }
 
-/* The rows' draws (res) from the keys the host got back. */
-static void lp_ids(const unsigned long long *h, int n_rows, bool ok, ts_sample_res *res) {
-    for (int r = 0; r < n_rows; r++)
-        res[r].id = ok ? cuda_argmax_key_index(h[r]) : -1, res[r].n = 0, res[r].total = 0;
-}
-
 /* A row's answer as the engine takes it (nothing, where the step failed). */
 static void lp_take(const lp_out *o, bool ok, ts_sample_res *lp, float *chosen) {
     lp->id = -1, lp->n = 0, lp->total = 0, *chosen = -INFINITY;
@@ -232,8 +229,7 @@ static void lp_done(cuda_ctx *c, const cq_defer *d, bool ok) {
  * rows of at most LP_MAX_PARTS parts); the longest list in *k. */
 static bool lp_fits(const cuda_ctx *c, const ts_sample_req *lp_req, int n_rows, int n_cols,
                     int *k) {
-    if (!c->logprobs_one || n_cols <= 0 || (n_cols + LP_COLS - 1) / LP_COLS > LP_MAX_PARTS)
-        return false;
+    if (!c->logprobs_one || n_cols <= 0 || lp_parts(n_cols) > LP_MAX_PARTS) return false;
     *k = 1;
     for (int r = 0; r < n_rows; r++) {
         const ts_sample_req &q = lp_req[r]; /* ts_sampler_logprob_request's */
@@ -253,7 +249,7 @@ bool cuda_logprobs_fit(const cuda_ctx *c, const ts_sample_req *lp_req, int n_col
 /* The parts (and without zero_copy the answers) live in the argmax's parts, which a draw uses
  * before k_lp runs: words of the parts, before the answers. */
 static int64_t lp_part_words(int n_rows, int n_cols) {
-    return (int64_t)((n_cols + LP_COLS - 1) / LP_COLS) * n_rows * (int64_t)(sizeof(lp_part) / 8);
+    return (int64_t)lp_parts(n_cols) * n_rows * (int64_t)(sizeof(lp_part) / 8);
 }
 
 bool cuda_logprobs_ready(cuda_ctx *c, int n_rows, int n_cols) {
@@ -269,7 +265,7 @@ static lp_out *lp_queue(cuda_ctx *c, const float *x, int64_t ldx, int n_rows, in
     const size_t out_bytes = (size_t)n_rows * sizeof(lp_out);
     lp_out *st = (lp_out *)cq_stage(c, out_bytes);
     if (!st) return nullptr;
-    const int nb = (n_cols + LP_COLS - 1) / LP_COLS;
+    const int nb = lp_parts(n_cols);
     lp_out *dout = (lp_out *)(c->argmax_parts + lp_part_words(n_rows, n_cols));
     cuda_launch(c, "logprobs", k_lp, dim3((unsigned)nb, (unsigned)n_rows), LP_THREADS, 0, x, ldx,
                 n_cols, k, keys, (lp_part *)c->argmax_parts, c->argmax_tickets,
@@ -300,14 +296,14 @@ bool cuda_op_sample_logprobs(ts_backend *be, float *x, int64_t ldx, int n_rows, 
     for (int r = 0; r < n_rows; r++)
         lp_take(nullptr, false, &lp[r], &chosen[r]);
     if (!h) {
-        lp_ids(h, n_rows, false, res);
+        cuda_keys_drawn(h, n_rows, false, res);
         return true;
     }
     bool ids_taken = false;
     lp_out *st = lp_queue(c, x, ldx, n_rows, n_cols, k, keys);
     if (!st) { /* the staging arena is full: the draw runs now, its keys read before the next */
         cq_flush(c);
-        lp_ids(h, n_rows, !c->failed, res);
+        cuda_keys_drawn(h, n_rows, !c->failed, res);
         ids_taken = true;
         st = lp_queue(c, x, ldx, n_rows, n_cols, k, keys);
         if (!st) {
@@ -317,7 +313,7 @@ bool cuda_op_sample_logprobs(ts_backend *be, float *x, int64_t ldx, int n_rows, 
     }
     cq_flush(c);
     const bool ok = !c->failed;
-    if (!ids_taken) lp_ids(h, n_rows, ok, res);
+    if (!ids_taken) cuda_keys_drawn(h, n_rows, ok, res);
     for (int r = 0; r < n_rows; r++)
         lp_take(&st[r], ok, &lp[r], &chosen[r]);
     return true;

@@ -55,7 +55,6 @@ __host__ __device__ static inline bool smp_greedy(const ts_sample_req &r) {
 __host__ __device__ static inline bool smp_listed(const ts_sample_req &r) {
     return r.top_k > 0 || r.top_p < 1.0f;
 }
-__device__ static inline bool smp_candidate(float l) { return !(l != l || l == -INFINITY); }
 
 /* Zeroes the headers and histograms. A kernel, not a memset node: the scratch buffer moves
  * when it grows, and a graph's memset node re-pointed from a freed buffer crashed the driver's
@@ -137,7 +136,7 @@ __global__ static void k_smp_max(const float *x, int64_t ldx, int n_cols, smp_ro
     for (int j = j0 + threadIdx.x; j < j1; j += blockDim.x) {
         float v = row[j];
         if (v == v) all = max(all, cuda_argmax_key(v, j));
-        if (smp_candidate(v)) cand = max(cand, cuda_argmax_key(v, j));
+        if (cuda_logit_candidate(v)) cand = max(cand, cuda_argmax_key(v, j));
     }
     for (int off = 16; off > 0; off >>= 1) {
         cand = max(cand, __shfl_xor_sync(0xffffffffu, cand, off));
@@ -180,7 +179,7 @@ __global__ static void k_smp_weights(const float *x, int64_t ldx, int n_cols,
     float sum = 0;
     for (int j = j0 + threadIdx.x; j < j1; j += blockDim.x) {
         float l = row[j], w = 0;
-        if (smp_candidate(l)) w = expf(l / t - top);
+        if (cuda_logit_candidate(l)) w = expf(l / t - top);
         if (w < floor_w) w = 0;
         wr[j] = w;
         sum += w;
@@ -421,14 +420,14 @@ __global__ static void __launch_bounds__(SMP_DRAW_THREADS)
         for (int k = 0; k < 4; k++) {
             int j = p * SMP_CHUNK + 4 * tid + k;
             if (v[k] == v[k]) ka = max(ka, cuda_argmax_key(v[k], j));
-            if (smp_candidate(v[k])) kc = max(kc, cuda_argmax_key(v[k], j));
+            if (cuda_logit_candidate(v[k])) kc = max(kc, cuda_argmax_key(v[k], j));
         }
         smp_block_max2(&kc, &ka);
         float top = kc ? cuda_argmax_key_value(kc) / t : -INFINITY, sum = 0, tot = 0;
         if (draw && kc) { /* block-uniform */
 #pragma unroll
             for (int k = 0; k < 4; k++)
-                if (smp_candidate(v[k])) sum += expf(v[k] / t - top);
+                if (cuda_logit_candidate(v[k])) sum += expf(v[k] / t - top);
             smp_block_scan(sum, &tot);
         }
         if (tid == 0) rp[p] = (smp_part){kc, ka, top, tot};
@@ -481,7 +480,7 @@ __global__ static void __launch_bounds__(SMP_DRAW_THREADS)
             smp_load4(row, p, n_cols, vec, v);
 #pragma unroll
             for (int k = 0; k < 4; k++) {
-                w[k] = smp_candidate(v[k]) ? (double)expf(v[k] / t - top) : 0.0;
+                w[k] = cuda_logit_candidate(v[k]) ? (double)expf(v[k] / t - top) : 0.0;
                 sum += w[k];
             }
             double run = acc + smp_block_scan(sum, &ptot) - sum;
@@ -507,7 +506,7 @@ __global__ static void __launch_bounds__(SMP_DRAW_THREADS)
             if (tid == 0) s_hit = -1;
             __syncthreads();
             for (int k = 3; k >= 0; k--)
-                if (smp_candidate(v[k]) && expf(v[k] / t - top) > 0) {
+                if (cuda_logit_candidate(v[k]) && expf(v[k] / t - top) > 0) {
                     atomicMax(&s_hit, p * SMP_CHUNK + 4 * tid + k);
                     break;
                 }
@@ -1028,10 +1027,7 @@ void cuda_op_sample(ts_backend *be, float *x, int64_t ldx, int n_rows, int n_col
     if (cuda_sample_all_end(c, req, n_rows, n_cols)) { /* the ids as keys */
         unsigned long long *h = smp_queue_keys(c, x, ldx, n_rows, n_cols, req, nullptr);
         cq_flush(c);
-        for (int r = 0; r < n_rows; r++) {
-            res[r].id = h && !c->failed ? cuda_argmax_key_index(h[r]) : -1;
-            res[r].n = 0, res[r].total = 0;
-        }
+        cuda_keys_drawn(h, n_rows, h && !c->failed, res);
         return;
     }
     smp_queued sq =
