@@ -211,6 +211,12 @@ typedef struct {
     bool (*sample_held_logprobs)(ts_backend *be, float *x, int64_t ldx, int n_rows, int n_cols,
                                  const ts_sample_req *req, const ts_sample_req *lp_req,
                                  int32_t *out_host, ts_sample_res *lp, float *chosen);
+    /* Optional (NULL: draws with logit adjustments are not decoded ahead): the held step's
+     * draws given the adjustments of req (n_rows rows) - the lists as they are at its launch,
+     * each grown by the token drawn since the step was held - in place of those it was queued
+     * with. False where they do not fit what the held step has (adjustments where it was
+     * queued without, more entries than it has room for): the caller drops it. */
+    bool (*sample_held_adjust)(ts_backend *be, const ts_sample_req *req, int n_rows);
     /* Copies n rows of dim floats (row r of src at src + r*lds) to dst (row stride ldd). */
     void (*copy_rows)(ts_backend *be, float *dst, int64_t ldd, const float *src, int64_t lds,
                       int n, int dim);

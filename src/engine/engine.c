@@ -258,7 +258,8 @@ static ts_status forward_sample(ts_engine *e, const ts_batch *b, ts_sampler *con
     ts_sample_req lpq = ts_sampler_logprob_request(n_top);
     for (int k = 0; on_device && k < n_want; k++) {
         ts_sample_req next = ts_sampler_peek(samplers[k]);
-        on_device = e->be->ops->sample_held_fits(e->be, &next, lps ? &lpq : NULL, e->n_vocab);
+        on_device = e->be->ops->sample_held_fits(e->be, &next, lps ? &lpq : NULL, e->n_vocab) &&
+                    (next.n_adjust <= 0 || e->be->ops->sample_held_adjust);
     }
     if (on_device) return engine_ahead_step(e, b, samplers, ids, lps ? n_top : -1, lps);
     int rows = n_want > 0 ? n_want : 1;

@@ -65,10 +65,11 @@ static unsigned long long *sample_held_keys(cuda_ctx *c, float *x, int64_t ldx, 
                                             int n_cols, const ts_sample_req *req,
                                             int32_t *out_host) {
     bool draw = false;
-    for (int r = 0; r < n_rows; r++) {
-        if (req[r].n_adjust > 0) return NULL;
+    for (int r = 0; r < n_rows; r++)
         draw |= req[r].temperature > 0;
-    }
+    /* the penalties first, as the sample op applies them; the engine gives the held step the
+     * lists as they are at its launch (ahead_sample_held_adjust) */
+    cuda_sample_adjust(c, x, ldx, n_rows, n_cols, req);
     if (!draw) /* greedy rows only: the argmax, as the sample op does */
         return argmax_held_keys(c, x, ldx, n_rows, n_cols, out_host);
     unsigned long long *keys = fed_take(c, n_rows);
@@ -83,7 +84,7 @@ static bool ahead_sample_held(ts_backend *be, float *x, int64_t ldx, int n_rows,
 static bool ahead_sample_fits(ts_backend *be, const ts_sample_req *r, const ts_sample_req *lp,
                               int n_cols) {
     cuda_ctx *c = cuda_of(be);
-    return r->n_adjust == 0 && cuda_sample_ends(c, r, n_cols) &&
+    return (r->n_adjust <= 0 || c->held_adjust) && cuda_sample_ends(c, r, n_cols) &&
            (!lp || cuda_logprobs_fit(c, lp, n_cols));
 }
 
@@ -163,8 +164,15 @@ static bool ahead_get_rows_fed(ts_backend *be, const ts_tensor *W, int n, float 
     }
 }
 
+static bool ahead_sample_held_adjust(ts_backend *be, const ts_sample_req *req, int n_rows) {
+    /* with TESSERA_CUDA_HELD_ADJUST=0 no held step has adjustments (ahead_sample_fits): only
+     * requests without them are the held one's */
+    return cuda_sample_held_adjust(cuda_of(be), req, n_rows);
+}
+
 static void ahead_step_launch(ts_backend *be) {
     cuda_ctx *c = cuda_of(be);
+    c->held_adj.on = false; /* what is held next records its own */
     cq_launch(c, true);
     c->fed_rows = 0;
 }
@@ -177,6 +185,7 @@ static void ahead_step_drop(ts_backend *be) {
     cuda_ctx *c = cuda_of(be);
     cq_drop(c);
     c->fed_rows = 0;
+    c->held_adj.on = false;
 }
 
 void cuda_ahead_ops(ts_backend_ops *o) {
@@ -185,6 +194,7 @@ void cuda_ahead_ops(ts_backend_ops *o) {
     o->sample_held_fits = ahead_sample_fits;
     o->sample_held = ahead_sample_held;
     o->sample_held_logprobs = ahead_sample_held_logprobs;
+    o->sample_held_adjust = ahead_sample_held_adjust;
     o->get_rows_fed = ahead_get_rows_fed;
     o->step_launch = ahead_step_launch;
     o->step_seal = ahead_step_seal;

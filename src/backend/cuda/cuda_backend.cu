@@ -209,6 +209,7 @@ extern "C" ts_status ts_backend_cuda_create(int device, ts_backend **out) {
     const char *i8 = getenv("TESSERA_CUDA_GEMV1_INT8");
     c->gemv_one_int8 = i8 && atoi(i8) >= 0 && atoi(i8) <= 2 ? atoi(i8) : 1;
     c->gemv_one_half = !cuda_env_off("TESSERA_CUDA_GEMV1_HALF");
+    c->held_adjust = !cuda_env_off("TESSERA_CUDA_HELD_ADJUST");
     const char *sm = getenv("TESSERA_CUDA_SKINNY_MIN");
     c->skinny_min = sm && atoi(sm) >= 2 && atoi(sm) <= 9 ? atoi(sm) : 0;
     const char *skc = getenv("TESSERA_CUDA_SKINNY_KC");

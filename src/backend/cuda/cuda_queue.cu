@@ -885,6 +885,16 @@ void *cq_stage(cuda_ctx *c, size_t bytes) {
     return q->stage + at;
 }
 
+void *cq_held_table_fill(cuda_ctx *c, void *table) {
+    cq_state *q = c->q;
+    if (!q || !q->hold || q->broken || !q->graphs || !q->hoist || !q->table_host ||
+        !q->table_shadow)
+        return nullptr;
+    return q->table_shadow + ((unsigned char *)table - q->table);
+}
+
+bool cq_holding(cuda_ctx *c) { return c->q && c->q->hold && !c->q->broken; }
+
 void *cq_stage_fill(cuda_ctx *c, void *staged) {
     cq_state *q = c->q;
     if (!q || !q->hold) return staged;

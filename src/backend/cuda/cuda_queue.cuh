@@ -109,6 +109,13 @@ void cq_wait_keys(struct cuda_ctx_s *c, unsigned long long *staged, int n);
  * which differs while ops are held. Valid until the next launch. */
 void *cq_stage(struct cuda_ctx_s *c, size_t bytes);
 void *cq_stage_fill(struct cuda_ctx_s *c, void *staged);
+/* While ops are held (a step queued ahead): where the host bytes of the table at table (a
+ * cuda_table result of the held ops) lie until the held step's launch copies them into place -
+ * rewriting them there changes what the held step reads. NULL when no ops are held, or when
+ * tables go up one by one (no graphs, TESSERA_CUDA_HOIST=0). */
+void *cq_held_table_fill(struct cuda_ctx_s *c, void *table);
+/* Whether the ops queued now are held (a step queued ahead, not broken). */
+bool cq_holding(struct cuda_ctx_s *c);
 void cq_free(struct cuda_ctx_s *c);
 /* Graph replays, builds and nodes updated before a replay so far (tests check that decode
  * replays, and that a single sequence's decode step replays with no node updated). */

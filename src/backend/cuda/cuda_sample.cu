@@ -88,15 +88,32 @@ __global__ static void k_smp_adjust(float *x, int64_t ldx, int n_cols, const smp
     }
 }
 
-/* Queues the rows' adjustments (none: nothing). The entries go up in a copy padded to a power
- * of two, so that a decode step's graph keeps its shape while the list grows by a token. */
 /* The entries of a row's adjustments that are used: distinct ids, so no more than a row holds. */
 static int smp_adj_count(const ts_sample_req *q, int n_cols) {
     return q->n_adjust <= 0 ? 0 : q->n_adjust < n_cols ? q->n_adjust : n_cols;
 }
 
-static void smp_adjust(cuda_ctx *c, float *x, int64_t ldx, int n_rows, int n_cols,
-                       const ts_sample_req *req) {
+/* The rows' adjustments packed, row after row, into entries and their headers into rows; the
+ * number of entries returned */
+static size_t smp_adj_pack(const ts_sample_req *req, int n_rows, int n_cols,
+                           ts_logit_adjust *entries, smp_adj_row *rows) {
+    int off = 0;
+    for (int r = 0; r < n_rows; r++) {
+        int n = smp_adj_count(&req[r], n_cols);
+        rows[r] = (smp_adj_row){off, n, req[r].rep, 0};
+        if (n) memcpy(entries + off, req[r].adjust, (size_t)n * sizeof *entries);
+        off += n;
+    }
+    return (size_t)off;
+}
+
+/* Queues the rows' adjustments (none: nothing). The entries go up in a copy padded to a power
+ * of two, so that a decode step's graph keeps its shape while the list grows by a token, and
+ * the kernel reads each row's count from its header, not from its arguments. In a held step
+ * (decoding ahead) the place of both in the host bytes its launch copies up is kept
+ * (c->held_adj): the engine rewrites them at the launch with the lists as they are then. */
+void cuda_sample_adjust(cuda_ctx *c, float *x, int64_t ldx, int n_rows, int n_cols,
+                        const ts_sample_req *req) {
     size_t total = 0;
     for (int r = 0; r < n_rows; r++)
         total += (size_t)smp_adj_count(&req[r], n_cols);
@@ -112,19 +129,32 @@ static void smp_adjust(cuda_ctx *c, float *x, int64_t ldx, int n_rows, int n_col
         cuda_check(c, cudaErrorMemoryAllocation, "sample adjust");
         return;
     }
-    int off = 0;
-    for (int r = 0; r < n_rows; r++) {
-        int n = smp_adj_count(&req[r], n_cols);
-        hr[r] = (smp_adj_row){off, n, req[r].rep, 0};
-        if (n) memcpy(h + off, req[r].adjust, (size_t)n * sizeof *h);
-        off += n;
-    }
+    smp_adj_pack(req, n_rows, n_cols, h, hr);
     const smp_adj_row *dr = (const smp_adj_row *)cuda_table(c, hr, (size_t)n_rows * sizeof *hr);
-    cuda_upload_async(c, d, h, cap * sizeof *h, "sample adjust");
+    void *st = cq_holding(c) ? cq_stage(c, cap * sizeof *h) : nullptr;
+    if (st) { /* held: staged by hand, to know where its bytes lie */
+        memcpy(cq_stage_fill(c, st), h, cap * sizeof *h);
+        cuda_copy_async(c, d, st, cap * sizeof *h, cudaMemcpyHostToDevice, "sample adjust");
+        void *rows = dr ? cq_held_table_fill(c, (void *)dr) : nullptr;
+        if (rows) c->held_adj = {true, cq_stage_fill(c, st), rows, cap, n_rows, n_cols};
+    } else {
+        cuda_upload_async(c, d, h, cap * sizeof *h, "sample adjust");
+    }
     if (dr)
         cuda_launch(c, "sample adjust", k_smp_adjust, dim3(8, (unsigned)n_rows), 256, 0, x, ldx,
                     n_cols, dr, (const ts_logit_adjust *)d);
     free(h), free(hr);
+}
+
+bool cuda_sample_held_adjust(cuda_ctx *c, const ts_sample_req *req, int n_rows) {
+    const auto &a = c->held_adj;
+    size_t total = 0;
+    for (int r = 0; r < n_rows; r++)
+        total += (size_t)smp_adj_count(&req[r], a.on ? a.n_cols : INT32_MAX);
+    if (!a.on) return total == 0; /* no adjustments were queued: right only without */
+    if (n_rows != a.n_rows || total > a.cap) return false;
+    smp_adj_pack(req, n_rows, a.n_cols, (ts_logit_adjust *)a.entries, (smp_adj_row *)a.rows);
+    return true;
 }
 
 __global__ static void k_smp_max(const float *x, int64_t ldx, int n_cols, smp_row *hdr) {
@@ -1004,7 +1034,7 @@ static unsigned long long *smp_queue_keys(cuda_ctx *c, const float *x, int64_t l
 unsigned long long *cuda_sample_queue_ids(cuda_ctx *c, float *x, int64_t ldx, int n_rows,
                                           int n_cols, const ts_sample_req *req,
                                           unsigned long long *keys) {
-    smp_adjust(c, x, ldx, n_rows, n_cols, req);
+    cuda_sample_adjust(c, x, ldx, n_rows, n_cols, req);
     return smp_queue_keys(c, x, ldx, n_rows, n_cols, req, keys);
 }
 
@@ -1012,7 +1042,7 @@ void cuda_op_sample(ts_backend *be, float *x, int64_t ldx, int n_rows, int n_col
                     const ts_sample_req *req, ts_sample_res *res) {
     cuda_ctx *c = cuda_of(be);
     if (n_rows <= 0) return;
-    smp_adjust(c, x, ldx, n_rows, n_cols, req);
+    cuda_sample_adjust(c, x, ldx, n_rows, n_cols, req);
     bool any_draw = false;
     for (int r = 0; r < n_rows; r++)
         any_draw |= !smp_greedy(req[r]);
