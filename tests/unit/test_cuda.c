@@ -2522,14 +2522,24 @@ static bool adjusted_pair(const ts_sampler_params *p, int V, int mul, float step
     return true;
 }
 
-static void test_engine_sample(void) {
+/* The F32 decode fixture and two engines of one slot on it (ea, eb: NULL, a failed check, where
+ * one cannot be made); NULL without the fixture. */
+static ts_model *f32_engine_pair(ts_engine **ea, ts_engine **eb) {
     char f32[8192], bf16[8192];
-    if (!decode_fixtures(f32, bf16)) return;
+    *ea = *eb = NULL;
+    if (!decode_fixtures(f32, bf16)) return NULL;
     ts_model *m = NULL;
     CHECKF(ts_model_open(f32, &m) == TS_OK, "%s: %s", f32, ts_last_error());
+    if (!m) return NULL;
+    *ea = make_engine_slots(m, 1), *eb = make_engine_slots(m, 1);
+    CHECK(*ea && *eb);
+    return m;
+}
+
+static void test_engine_sample(void) {
+    ts_engine *ea, *eb;
+    ts_model *m = f32_engine_pair(&ea, &eb);
     if (!m) return;
-    ts_engine *ea = make_engine_slots(m, 1), *eb = make_engine_slots(m, 1);
-    CHECK(ea && eb);
     const ts_sampler_params ps[3] = {{1.0f, 0, 1.0f, 0.0f, 5}, {0.9f, 20, 0.9f, 0.0f, 6},
                                      {0.7f, 0, 1.0f, 0.1f, 7}};
     for (int c = 0; ea && eb && c < 3; c++) {
@@ -2707,13 +2717,9 @@ static void pen_token(pen_list *l, int32_t t, bool drawn) {
  * entries the first held steps reserved: that step is dropped and run as it comes, the draws
  * the same. */
 static void test_engine_penalties_ahead(void) {
-    char f32[8192], bf16[8192];
-    if (!decode_fixtures(f32, bf16)) return;
-    ts_model *m = NULL;
-    CHECKF(ts_model_open(f32, &m) == TS_OK, "%s: %s", f32, ts_last_error());
+    ts_engine *ea, *eb;
+    ts_model *m = f32_engine_pair(&ea, &eb);
     if (!m) return;
-    ts_engine *ea = make_engine_slots(m, 1), *eb = make_engine_slots(m, 1);
-    CHECK(ea && eb);
     const struct {
         ts_sampler_params p;
         float rep, freq, pres;
