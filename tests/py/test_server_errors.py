@@ -45,6 +45,7 @@ TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": 
     ("", "invalid_request_body", None),
     ('{"messages": [], "messages": []}', "invalid_request_body", None),
     ("[" * 100 + "]" * 100, "invalid_request_body", None),
+    ('{"messages": [{"role": "user", "content": "a\\u0000b"}]}', "invalid_request_body", None),
     ({"messages": "hi"}, "invalid_value", "messages"),
     ({"messages": []}, "invalid_value", "messages"),
     ({}, "invalid_value", "messages"),
