@@ -1,6 +1,6 @@
 """The server on a GPU (`--device cuda`) answers the same with and without decoding ahead
-(TESSERA_DECODE_AHEAD=0): greedy and seeded sampled chats, a stop string, a follow-up turn that
-reuses the conversation's prefix, and a stream. Decoding ahead queues each next step before the
+(TESSERA_DECODE_AHEAD=0): greedy and seeded sampled chats, penalised ones, a stop string, a
+follow-up turn that reuses the conversation's prefix, and a stream. Decoding ahead queues each next step before the
 caller has seen the token (engine/ahead.c); a stop, a second turn or another request must drop
 the held step without a trace. Skipped where the binary has no CUDA or there is no device."""
 import json
@@ -27,6 +27,11 @@ def requests_for(srv):
     ask(chat("Tell me about the sea.", temperature=0.8, seed=7, **LONG))
     ask(chat("Tell me about the sea.", temperature=0.9, min_p=0.05, seed=8, **LONG))
     ask(chat("Count to ten.", temperature=0.8, seed=9, max_tokens=40, stop=["e"]))
+    # penalties: their lists grow by each token, and a held step gets them at its launch
+    ask(chat("Tell me about the sea.", repetition_penalty=1.3, frequency_penalty=1.5,
+             presence_penalty=0.5, **LONG))
+    ask(chat("Tell me about the sea.", temperature=0.8, top_k=40, repetition_penalty=1.1,
+             seed=10, **LONG))
     ask({"messages": [{"role": "user", "content": "Tell me about the sea."},
                       {"role": "assistant", "content": first},
                       {"role": "user", "content": "And the sky?"}],
