@@ -81,23 +81,20 @@ bool engine_ahead_fits(const ts_engine *e, const ts_batch *b) {
     return e->be->ops->step_can_hold(e->be);
 }
 
-/* Whether draw y is the held draw x: the same parameters and uniform number, and - where the
- * backend cannot give a held step new adjustments (no sample_held_adjust; engine.c then holds
- * only draws without adjustments) - the same adjustments' form. */
-static bool same_draw(const ts_sample_req *x, const ts_sample_req *y, bool adjustable) {
+/* Whether draw y is the held draw x: the same parameters and uniform number. Adjustments are
+ * not compared: the held step is given them at its launch (engine_ahead_step), and a backend
+ * without sample_held_adjust holds no draw with any (engine.c). */
+static bool same_draw(const ts_sample_req *x, const ts_sample_req *y) {
     return x->temperature == y->temperature && x->top_p == y->top_p && x->min_p == y->min_p &&
-           x->top_k == y->top_k && x->u == y->u &&
-           (adjustable || (x->rep == y->rep && x->n_adjust == y->n_adjust));
+           x->top_k == y->top_k && x->u == y->u;
 }
 
 /* Whether b is the held step: its slots at its positions, fed the ids the step before gave,
  * and with samplers the draws it holds are theirs next (the same parameters and uniform
  * numbers: the caller drew nothing else in between). Their adjustments (penalties), which the
  * caller changes between steps, are given to the held step at its launch (engine_ahead_step). */
-static bool is_held_step(const ts_engine *e, const ts_batch *b, ts_sampler *const *samplers,
+static bool is_held_step(const ts_ahead *a, const ts_batch *b, ts_sampler *const *samplers,
                          int n_top) {
-    const ts_ahead *a = &e->ahead;
-    bool adjustable = e->be->ops->sample_held_adjust != NULL;
     if (!a->held || a->n != b->n_tokens || a->sampled != (samplers != NULL) || a->lp_top != n_top)
         return false;
     for (int i = 0; i < a->n; i++) {
@@ -105,7 +102,7 @@ static bool is_held_step(const ts_engine *e, const ts_batch *b, ts_sampler *cons
             return false;
         if (samplers) {
             ts_sample_req next = ts_sampler_peek(samplers[i]);
-            if (!same_draw(&next, &a->req[i], adjustable)) return false;
+            if (!same_draw(&next, &a->req[i])) return false;
         }
     }
     return true;
@@ -137,7 +134,7 @@ ts_status engine_ahead_step(ts_engine *e, const ts_batch *b, ts_sampler *const *
     }
     for (int i = 0; lp && i < n; i++)
         a->lp_req[i] = ts_sampler_logprob_request(n_top);
-    bool held = is_held_step(e, b, samplers, n_top);
+    bool held = is_held_step(a, b, samplers, n_top);
     for (int i = 0; samplers && i < n; i++) /* the held draw, if held (is_held_step) */
         a->req_now[i] = ts_sampler_request(samplers[i]);
     /* the held step's adjustments: the lists as they are now, each grown by the token the

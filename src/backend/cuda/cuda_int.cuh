@@ -227,13 +227,13 @@ typedef struct cuda_ctx_s {
      * step's get_rows_fed reads (fed_cap rows), and the rows held so far in the step queued */
     unsigned long long *fed_keys;
     int fed_cap, fed_rows;
-    /* The held step's logit adjustments (penalties; cuda_sample_adjust): where their
-     * entries (cap of them) and their rows' headers lie in the host bytes its launch copies up,
-     * so that the engine can give it the lists as they are at its launch
-     * (cuda_sample_held_adjust); on false where the held step has none */
-    /* ... which only where held_adjust (TESSERA_CUDA_HELD_ADJUST=0: draws with adjustments are
-     * not decoded ahead, for comparisons) */
+    /* draws with logit adjustments (penalties) decoded ahead (TESSERA_CUDA_HELD_ADJUST=0: not,
+     * for comparisons) */
     bool held_adjust;
+    /* The held step's adjustments (cuda_sample_adjust): where their entries (cap of them) and
+     * their rows' headers lie in the host bytes its launch copies up, so that the engine can
+     * give it the lists as they are at its launch (cuda_sample_held_adjust); on: false where
+     * the held step has none */
     struct {
         bool on;
         void *entries, *rows;
@@ -648,10 +648,6 @@ bool cuda_logprobs_held(cuda_ctx *c, const float *x, int64_t ldx, int n_rows, in
 bool cuda_op_sample_logprobs(ts_backend *be, float *x, int64_t ldx, int n_rows, int n_cols,
                              const ts_sample_req *req, const ts_sample_req *lp_req,
                              ts_sample_res *res, ts_sample_res *lp, float *chosen);
-/* Draws (x already adjusted: cuda_sample_adjust, ahead_sample_held) for n_rows rows, queued: each
- * drawn id also as a key in fed[r], and into out_ids when the step has run (cq_wait; the keys may
- * end the wait as the argmax's do). False, with nothing queued, for rows the device does not end
- * (cuda_sample_ends) and where the sampling buffers could not be had (cuda_sample.cu). */
 /* The rows' logit adjustments (penalties: ts_logit_adjust) applied to x in place, queued; in a
  * held step the place of their host bytes is kept (c->held_adj). */
 void cuda_sample_adjust(cuda_ctx *c, float *x, int64_t ldx, int n_rows, int n_cols,
@@ -661,6 +657,10 @@ void cuda_sample_adjust(cuda_ctx *c, float *x, int64_t ldx, int n_rows, int n_co
  * the held step has (a held step without adjustments, other rows, more entries than it
  * reserved) - the engine then drops it. */
 bool cuda_sample_held_adjust(cuda_ctx *c, const ts_sample_req *req, int n_rows);
+/* Draws (x already adjusted: cuda_sample_adjust, ahead_sample_held) for n_rows rows, queued: each
+ * drawn id also as a key in fed[r], and into out_ids when the step has run (cq_wait; the keys may
+ * end the wait as the argmax's do). False, with nothing queued, for rows the device does not end
+ * (cuda_sample_ends) and where the sampling buffers could not be had (cuda_sample.cu). */
 bool cuda_sample_held(cuda_ctx *c, const float *x, int64_t ldx, int n_rows, int n_cols,
                       const ts_sample_req *req, unsigned long long *fed, int32_t *out_ids);
 /* decoding ahead (cuda_ahead.cu): the backend's ops of it */

@@ -148,10 +148,14 @@ void cuda_sample_adjust(cuda_ctx *c, float *x, int64_t ldx, int n_rows, int n_co
 
 bool cuda_sample_held_adjust(cuda_ctx *c, const ts_sample_req *req, int n_rows) {
     const auto &a = c->held_adj;
+    if (!a.on) { /* no adjustments were queued: right only without */
+        for (int r = 0; r < n_rows; r++)
+            if (req[r].n_adjust > 0) return false;
+        return true;
+    }
     size_t total = 0;
     for (int r = 0; r < n_rows; r++)
-        total += (size_t)smp_adj_count(&req[r], a.on ? a.n_cols : INT32_MAX);
-    if (!a.on) return total == 0; /* no adjustments were queued: right only without */
+        total += (size_t)smp_adj_count(&req[r], a.n_cols);
     if (n_rows != a.n_rows || total > a.cap) return false;
     smp_adj_pack(req, n_rows, a.n_cols, (ts_logit_adjust *)a.entries, (smp_adj_row *)a.rows);
     return true;
