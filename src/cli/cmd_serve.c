@@ -49,6 +49,8 @@ int cmd_serve(int argc, char **argv) {
         INT_OPT("--ctx", 1, 1 << 24, o.n_ctx)
         INT_OPT("-c", 1, 1 << 24, o.n_ctx)
         INT_OPT("--max-pending", 1, 4096, o.max_pending)
+        INT_OPT("--parallel", 1, 256, o.n_parallel)
+        INT_OPT("-np", 1, 256, o.n_parallel)
         INT_OPT("--max-tokens-cap", 1, 1 << 24, o.max_tokens_cap)
         INT_OPT("--threads", 1, 1024, o.n_threads)
         INT_OPT("-t", 1, 1024, o.n_threads)

@@ -18,7 +18,8 @@ static const struct {
      "[--top-p P] [--min-p P] [--seed S] [--threads K]"},
     {"serve", cmd_serve,
      "serve -m MODEL [--host 127.0.0.1] [--port 8080] [--ctx N] "
-     "[--max-pending 32] [--max-tokens-cap N] [--threads K] [--api-key KEY] "
+     "[--max-pending 32] [--parallel N (4 cpu, 16 cuda)] [--max-tokens-cap N] [--threads K] "
+     "[--api-key KEY] "
      "[--alias NAME] [--cache-mb 1024] [--max-body-kb 4096] [--drain-ms 10000] "
      "[--device cpu|cuda] [--prefill-chunk N]"},
     {"ppl", cmd_ppl,

@@ -1,19 +1,29 @@
-/* Runs one job on the engine's working slot: prefix reuse, prefill, sampling with penalties
- * and logprobs, text output, and the snapshots that later requests reuse. Worker thread only.
+/* Runs jobs on the engine's working slots ("lanes"), several at once: prefix reuse, prefill,
+ * sampling with penalties and logprobs, text output, and the snapshots that later requests
+ * reuse. Worker thread only.
  *
- * Prefix reuse: slot 0 is the working sequence; slots 1..n hold snapshots (serve/prefix_cache).
- * A job restores the longest snapshot that is a prefix of its prompt and prefills only the
- * rest, in one piece: on a bandwidth-bound CPU every extra forward call is one more pass over
- * the weights, so the request path never splits a prompt for a snapshot. The state at the end
- * of the prompt is kept with its last logits row (a slot copy made once the first token is
- * out, no compute), so the same prompt again is restored whole and samples from the stored
- * row with no prefill at all. After the answer, while the worker is idle: for a raw
- * completion, the answer's own state (continued by the client); for a chat, the next turn's
- * prefix. The chat template re-renders an earlier answer without its think block (and without
- * the empty one of non-thinking mode), so the state after generation is never a prefix of the
- * next prompt; instead the conversation is rendered as the next request will render it (the
- * messages, this answer as the client gets it, and a placeholder turn) and everything up to
- * the placeholder is prefilled from the best snapshot and kept. The follow-up then prefills
+ * Lanes: engine slots 0 .. n_lanes-1 each hold one running sequence; slots n_lanes .. hold
+ * snapshots (serve/prefix_cache). A job is started on a free lane (serve_decoder_start:
+ * restore the longest reusable prefix), then every serve_decoder_step runs one chunk of the
+ * oldest unfinished prompt (its last one draws the first token from the prompt's logits) and
+ * one forward over the last token of every decoding lane - one batched decode step, each lane
+ * drawing its next token with its own sampler - and hands each lane its token; a lane whose
+ * job ends is free again. A long prompt so never stops the others' answers for longer than
+ * one chunk (--prefill-chunk).
+ *
+ * Prefix reuse: a job restores the longest snapshot that is a prefix of its prompt (or keeps
+ * what its lane already holds, when that is longer) and prefills only the rest, in one piece:
+ * on a bandwidth-bound CPU every extra forward call is one more pass over the weights, so the
+ * request path never splits a prompt for a snapshot. The state at the end of the prompt is
+ * kept with its last logits row (a slot copy made once the first token is out, no compute), so
+ * the same prompt again is restored whole and samples from the stored row with no prefill at
+ * all. After the answer, while the worker is idle (serve_decoder_idle_work, next_turn.c): for
+ * a raw completion, the answer's own state (continued by the client); for a chat, the next
+ * turn's prefix. The chat template re-renders an earlier answer without its think block (and
+ * without the empty one of non-thinking mode), so the state after generation is never a prefix
+ * of the next prompt; instead the conversation is rendered as the next request will render it
+ * (the messages, this answer as the client gets it, and a placeholder turn) and everything up
+ * to the placeholder is prefilled from the best snapshot and kept. The follow-up then prefills
  * only its new turn. */
 #ifndef TS_SERVE_DECODE_H
 #define TS_SERVE_DECODE_H
@@ -27,6 +37,7 @@ typedef struct {
     const ts_tokenizer *tok;
     serve_prefix_cache *cache;
     serve_metrics *metrics;
+    int n_lanes; /* sequences decoded together (engine slots 0 .. n_lanes-1) */
     int step_delay_ms;
     int prefill_chunk; /* prompt tokens a forward call (at most the engine's batch) */
     /* tokens a forward call of the idle worker's next-turn prefill, which yields to a new
@@ -34,46 +45,102 @@ typedef struct {
     int next_turn_chunk;
 } serve_decoder_opts;
 
+/* One working slot and the job running on it. */
+typedef struct {
+    int slot;            /* the engine slot */
+    int32_t *seq;        /* [n_ctx] the sequence: prompt then answer */
+    int n_seq;           /* tokens in seq; the slot holds the first ts_engine_slot_len(slot) */
+    bool slot_known;     /* the slot holds seq[0, slot_len) (false after a failed forward) */
+    bool answer_pending; /* seq holds an answer whose state may be snapshotted */
+    int pending_snap;    /* snapshot slot still to receive the prompt's state, or -1 */
+    uint64_t used;       /* when it last took a job (the least recently used is reused first) */
+    /* the penalties as logit adjustments (decode.c), for the host's draw and the forward's
+     * (ts_sampler_set_adjust): n_adj entries, adj_at[id] the entry of a token or -1 */
+    int32_t *gen_count; /* [n_vocab] occurrences in the answer (presence/frequency penalty) */
+    ts_logit_adjust *adj;
+    int32_t *adj_at;
+    int n_adj;
+
+    /* ---- the running job: NULL when the lane is free ---- */
+    serve_job *job; /* a reference of its own */
+    ts_sampler *smp;
+    ts_detokenizer *dt;
+    serve_textout to;
+    bool want_lp, penalised;
+    int n_top;      /* alternatives the job wants (when want_lp) */
+    int prefill_at; /* the next prompt token to run through the model */
+    bool decoding;  /* the prompt is in and the first token out: in the decode steps */
+    int k;          /* tokens out */
+    int32_t last;   /* the last token out: the next step's input */
+
+    /* a job that ended (stop or length) whose idle work - its next turn's prefix, or its
+     * answer's state - has not run yet: a reference, NULL when none */
+    serve_job *ended;
+    uint64_t ended_at; /* when it ended (the most recent's idle work runs first) */
+} serve_lane;
+
+/* A job's end, reported by the decoder to its owner (the worker): the job's terminal state
+ * and, for SERVE_FINISH_ERROR, a message. Called once a job, on the worker thread. */
+typedef void (*serve_job_done_fn)(void *ctx, serve_job *j, serve_finish how, const char *err);
+
 typedef struct {
     serve_decoder_opts o;
     int32_t think_open, think_close, turn_start;
     int n_vocab, n_ctx;
-    float *logits;      /* [n_vocab] */
-    int32_t *gen_count; /* [n_vocab] occurrences in the answer (presence/frequency penalty) */
-    /* the penalties as logit adjustments (decode.c), for the host's draws and the forward's
-     * (ts_sampler_set_adjust): n_adj entries, adj_at[id] the entry of a token or -1 */
-    ts_logit_adjust *adj;
-    int32_t *adj_at;
-    int n_adj;
-    int32_t *seq;       /* [n_ctx] the working sequence: prompt then answer */
-    int n_seq;          /* tokens in seq; the state holds the first ts_engine_slot_len(0) */
+    serve_lane *lane; /* [n_lanes] */
+    uint64_t clock;   /* lane use order */
+    serve_job_done_fn done;
+    void *done_ctx;
+    float *logits; /* [n_vocab] the prompt's last row (one prefill at a time) */
     int32_t *pos, *slot;
     uint8_t *want; /* [prefill chunk] */
-    bool answer_pending; /* seq holds an answer whose state may be snapshotted */
-    bool slot_known;     /* slot 0 holds seq[0, slot_len(0)) (false after a failed forward) */
-    int pending_snap;    /* snapshot slot still to receive the prompt's state, or -1 */
+    /* one decode step's batch, a row per running lane */
+    int32_t *b_tok, *b_pos, *b_slot, *b_drawn;
+    int *b_lane;
+    ts_sampler **b_smp;
+    ts_logprobs *b_lp;
 } serve_decoder;
 
-ts_status serve_decoder_init(serve_decoder *d, const serve_decoder_opts *o);
+ts_status serve_decoder_init(serve_decoder *d, const serve_decoder_opts *o, serve_job_done_fn done,
+                             void *done_ctx);
+/* Ends nothing: the worker has ended every job first. Drops the idle work's references. */
 void serve_decoder_free(serve_decoder *d);
 
-/* Runs the job to its end; *how is the terminal state, err a message for SERVE_FINISH_ERROR.
- * Output goes into the job as it is decided. */
-void serve_decoder_run(serve_decoder *d, serve_job *j, serve_finish *how, char *err,
-                       size_t err_size);
+/* Lanes running a job. */
+int serve_decoder_running(const serve_decoder *d);
+/* The free lane for j: the one already holding the longest prefix of its prompt, else one
+ * without idle work pending, the least recently used first; -1 when every lane is busy. */
+int serve_decoder_pick_lane(serve_decoder *d, const serve_job *j);
+/* Starts j on lane l (from serve_decoder_pick_lane): the prefix restore, and when that was the
+ * whole prompt (restored with its logits), the first token; the job may end here (then done()
+ * was called). The rest of the prompt goes in in the next steps. */
+void serve_decoder_start(serve_decoder *d, int l, serve_job *j);
+/* One step: the jobs that were cancelled end first; then one prefill chunk of the lane that
+ * started first among those still prefilling, and one decode step of every decoding lane: each
+ * gets its next token, and the jobs that end on it are reported through done(). */
+void serve_decoder_step(serve_decoder *d);
 
-/* After the job's terminal state was published: runs the answer's last token and keeps the
- * state as a snapshot. */
-void serve_decoder_snapshot_answer(serve_decoder *d);
+/* ---- idle work (next_turn.c) ------------------------------------------------------------ */
 
 /* True when background work must stop (a request is waiting, or shutdown). */
 typedef bool (*serve_interrupt_fn)(void *ctx);
 
-/* After a chat job ended (STOP or LENGTH) and while nothing waits: prefills the prefix the
- * conversation's next request will start with and keeps it as a snapshot. Checks interrupt
- * between small prefill chunks and gives up as soon as it says so. *prefilled: the tokens run
- * through the model. Returns true when the prefix is held (already, or now). */
-bool serve_decoder_prepare_next_turn(serve_decoder *d, const serve_job *j,
-                                     serve_interrupt_fn interrupt, void *ctx, int *prefilled);
+/* True when a lane has an ended job whose idle work has not run. */
+bool serve_decoder_has_idle_work(const serve_decoder *d);
+/* Runs the idle work of the lanes' ended jobs, the most recently ended first, each dropped
+ * once tried: for a chat, the prefix the conversation's next request starts with (prefilled
+ * in small chunks, interrupt checked between them, kept as a snapshot); for a raw completion,
+ * the answer's own state. Stops as soon as interrupt says so. */
+void serve_decoder_idle_work(serve_decoder *d, serve_interrupt_fn interrupt, void *ctx);
+
+/* ---- shared by decode.c and next_turn.c ------------------------------------------------- */
+
+/* Runs seq[from, to) through the lane's slot (which must hold exactly `from` tokens), in
+ * chunks of `chunk` so an interruption is seen between them; the last token's logits into
+ * d->logits when want_logits. count: a request's prefill (metrics). */
+ts_status serve_lane_prefill(serve_decoder *d, serve_lane *ln, serve_interrupt_fn stop, void *ctx,
+                             int chunk, int from, int to, bool want_logits, bool count);
+/* Copies the lane's slot (holding seq[0, len)) into a snapshot slot. */
+void serve_lane_snapshot(serve_decoder *d, serve_lane *ln, int len);
 
 #endif

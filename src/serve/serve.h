@@ -13,6 +13,7 @@ typedef struct {
     int port;         /* 0 = any free port (printed at start) */
     int n_ctx;        /* 0 = min(model's, 4096) */
     int max_pending;  /* queued + running jobs */
+    int n_parallel;   /* jobs decoded together; 0 = by device (serve/worker.h) */
     int max_tokens_cap;
     int n_threads;
     ts_device device; /* where the model runs (TS_DEVICE_CUDA needs a CUDA build and a GPU) */

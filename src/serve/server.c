@@ -50,9 +50,10 @@ int serve_run(const serve_opts *opts) {
     pthread_sigmask(SIG_BLOCK, &set, NULL);
     signal(SIGPIPE, SIG_IGN);
 
-    serve_worker_opts wo = {opts->model_path,    opts->n_ctx,         opts->n_threads,
-                            opts->device,        opts->max_pending,   opts->cache_mb << 20,
-                            opts->step_delay_ms, opts->load_delay_ms, opts->prefill_chunk};
+    serve_worker_opts wo = {opts->model_path,     opts->n_ctx,         opts->n_threads,
+                            opts->device,         opts->max_pending,   opts->n_parallel,
+                            opts->cache_mb << 20, opts->step_delay_ms, opts->load_delay_ms,
+                            opts->prefill_chunk};
     int rc = 0;
     if (serve_worker_start(&wo, &s->metrics, &s->worker) != TS_OK) {
         fprintf(stderr, "tessera: serve: %s\n", ts_last_error());
@@ -85,8 +86,11 @@ int serve_run(const serve_opts *opts) {
         }
         if (st == SERVE_READY && !announced) {
             const serve_runtime *rt = serve_worker_runtime(s->worker);
-            fprintf(stderr, "tessera: ready: context %d, %s, %d prefix snapshots of %.1f MiB\n",
-                    rt->n_ctx, rt->describe, rt->n_snapshots, rt->state_bytes / 1048576.0);
+            fprintf(stderr,
+                    "tessera: ready: context %d, %s, %d requests at once, %d prefix snapshots of "
+                    "%.1f MiB\n",
+                    rt->n_ctx, rt->describe, rt->n_parallel, rt->n_snapshots,
+                    rt->state_bytes / 1048576.0);
             announced = true;
         }
     }

@@ -28,7 +28,8 @@ struct serve_worker {
     serve_job **queue;  /* ring of max_pending */
     int q_head, q_len;
     int active; /* queued + running: the admission count */
-    serve_job *current;
+    serve_job **running; /* [n_lanes] the jobs on the lanes (NULL: free), for shutdown */
+    int n_running, n_lanes;
     bool accepting, stop;
     serve_state state;
     char error[512];
@@ -44,7 +45,7 @@ struct serve_worker {
 };
 
 static void publish_gauges(serve_worker *w) {
-    serve_metrics_gauges(w->metrics, w->q_len, w->current ? 1 : 0);
+    serve_metrics_gauges(w->metrics, w->q_len, w->n_running);
 }
 
 static int32_t single_token(const ts_tokenizer *tok, const char *text) {
@@ -71,18 +72,21 @@ static int warm_next(int c) {
  * a chunk, 7/16 ... down to 64 tokens, each attending to the ones before it (the slot cleared
  * when the context is full): prompt lengths of each kind the backend treats apart (the GPU's
  * GEMMs keep an algorithm for each quarter of a doubling of the token count) - their last
- * logits to the host - and three decode steps drawn by a greedy sampler, then clears the slot,
+ * logits to the host - three decode steps drawn by a greedy sampler, and one decode step of
+ * each number of sequences from 2 to n_lanes (each a step of its own on a GPU), then clears
+ * the slots,
  * so that what a GPU backend does once (loading its kernels, growing its scratch to a whole
  * chunk, choosing the GEMMs' algorithms, building the decode step's graph) happens before the
  * server says it is ready instead of in its first requests: on an H200 the first 2890-token
  * prompt took 208 ms to its first token against 104 for the next ones, and later a prompt of a
  * length not seen before ~20-50 ms more than the next of that length (bench/RESULTS.md). */
-static ts_status warm_up(ts_engine *e, int chunk) {
+static ts_status warm_up(ts_engine *e, int chunk, int n_lanes) {
     int V = ts_engine_n_vocab(e), n_ctx = ts_engine_n_ctx(e);
     int n = chunk < n_ctx - 3 ? chunk : n_ctx - 3; /* the longest call */
     if (n < 1) return TS_OK;
-    int32_t *ids = calloc((size_t)n, sizeof *ids), *pos = malloc((size_t)n * sizeof *pos),
-            *slot = calloc((size_t)n, sizeof *slot), tok = 0, at = 0;
+    size_t cap = (size_t)(n > n_lanes ? n : n_lanes);
+    int32_t *ids = calloc(cap, sizeof *ids), *pos = malloc(cap * sizeof *pos),
+            *slot = calloc(cap, sizeof *slot), tok = 0, at = 0;
     float *logits = malloc((size_t)V * sizeof *logits);
     ts_sampler_params sp;
     ts_sampler_params_default(&sp);
@@ -95,7 +99,7 @@ static ts_status warm_up(ts_engine *e, int chunk) {
             at = 0;
         }
         for (int i = 0; i < c; i++)
-            pos[i] = at + i;
+            pos[i] = at + i, slot[i] = 0;
         ts_batch b = {c, ids, pos, slot, NULL};
         if (st == TS_OK) st = ts_engine_forward(e, &b, logits);
         at += c;
@@ -105,11 +109,35 @@ static ts_status warm_up(ts_engine *e, int chunk) {
         ts_batch b = {1, &tok, &p, slot, NULL};
         st = ts_engine_forward_sample(e, &b, &smp, &tok);
     }
+    /* a decode step of each number of lanes the server may run together (a batch of 2..n
+     * sequences is a step of its own on the device), from empty slots */
+    ts_sampler **smps = calloc((size_t)n_lanes, sizeof *smps);
+    uint8_t *want = malloc((size_t)n_lanes);
+    if (st == TS_OK && (!smps || !want)) st = ts_error(TS_ERR_NOMEM, "out of memory");
+    for (int l = 0; st == TS_OK && l < n_lanes; l++) {
+        want[l] = 1;
+        slot[l] = l;
+        st = ts_engine_slot_clear(e, l);
+        if (st == TS_OK) st = ts_sampler_create(&sp, V, &smps[l]);
+    }
+    for (int m = 2; st == TS_OK && m <= n_lanes; m++) {
+        for (int l = 0; l < m; l++)
+            ids[l] = 0, pos[l] = ts_engine_slot_len(e, l);
+        ts_batch b = {m, ids, pos, slot, want};
+        st = ts_engine_forward_sample(e, &b, smps, ids);
+    }
+    for (int l = 0; l < n_lanes; l++) {
+        ts_engine_slot_clear(e, l);
+        if (smps) ts_sampler_free(smps[l]);
+    }
+    free(smps), free(want);
     ts_sampler_free(smp);
     free(ids), free(pos), free(slot), free(logits);
     ts_engine_slot_clear(e, 0);
     return st;
 }
+
+static void job_done(void *ctx, serve_job *j, serve_finish how, const char *err);
 
 /* Builds the runtime on this thread: tokenizer, model (through the factory), engine with one
  * working slot plus as many snapshot slots as the cache budget holds. */
@@ -133,6 +161,7 @@ static ts_status load(serve_worker *w) {
     size_t n_snap = sb ? w->o.cache_bytes / per_snap : 0;
     if (n_snap > SERVE_MAX_SNAPSHOTS) n_snap = SERVE_MAX_SNAPSHOTS;
     bool gpu = w->o.device == TS_DEVICE_CUDA;
+    int lanes = w->n_lanes;
     int chunk = w->o.prefill_chunk > 0 ? w->o.prefill_chunk
                 : gpu                  ? SERVE_PREFILL_CHUNK_GPU
                                        : SERVE_PREFILL_CHUNK_CPU;
@@ -142,15 +171,16 @@ static ts_status load(serve_worker *w) {
     eo.n_ctx = n_ctx;
     eo.n_threads = w->o.n_threads;
     eo.device = w->o.device;
-    eo.n_slots = 1 + (int)n_snap;
+    eo.n_slots = lanes + (int)n_snap;
     if (eo.n_batch < chunk) eo.n_batch = chunk;
+    if (eo.n_batch < lanes) eo.n_batch = lanes;
     TS_TRY(ts_engine_create(w->model, &eo, &w->engine));
-    if (gpu) TS_TRY(warm_up(w->engine, chunk));
-    TS_TRY(serve_prefix_cache_init(&w->cache, (int)n_snap, 1, info.n_vocab));
+    if (gpu) TS_TRY(warm_up(w->engine, chunk, lanes));
+    TS_TRY(serve_prefix_cache_init(&w->cache, (int)n_snap, lanes, info.n_vocab));
     int next_turn = gpu ? SERVE_NEXT_TURN_CHUNK_GPU : SERVE_NEXT_TURN_CHUNK_CPU;
-    serve_decoder_opts dopts = {w->engine,          w->tok, &w->cache, w->metrics,
+    serve_decoder_opts dopts = {w->engine,          w->tok, &w->cache, w->metrics, lanes,
                                 w->o.step_delay_ms, chunk,  next_turn};
-    TS_TRY(serve_decoder_init(&w->dec, &dopts));
+    TS_TRY(serve_decoder_init(&w->dec, &dopts, job_done, w));
     serve_runtime *rt = &w->rt;
     rt->tok = w->tok;
     rt->n_ctx = n_ctx;
@@ -159,6 +189,7 @@ static ts_status load(serve_worker *w) {
     rt->think_close = single_token(w->tok, "</think>");
     rt->turn_start = single_token(w->tok, "<|im_start|>");
     rt->n_snapshots = (int)n_snap;
+    rt->n_parallel = lanes;
     rt->state_bytes = sb;
     snprintf(rt->describe, sizeof rt->describe, "%s", ts_engine_describe(w->engine));
     w->dec.think_open = rt->think_open;
@@ -196,7 +227,8 @@ static bool request_soon(serve_worker *w) {
 static void finish_job(serve_worker *w, serve_job *j, serve_finish how, const char *error) {
     pthread_mutex_lock(&w->mu);
     w->active--;
-    if (w->current == j) w->current = NULL;
+    for (int l = 0; l < w->n_lanes; l++)
+        if (w->running[l] == j) w->running[l] = NULL, w->n_running--;
     publish_gauges(w);
     pthread_cond_broadcast(&w->cv);
     pthread_mutex_unlock(&w->mu);
@@ -210,6 +242,42 @@ static void finish_job(serve_worker *w, serve_job *j, serve_finish how, const ch
     pthread_mutex_unlock(&j->mu);
 }
 
+/* The decoder's report of a job's end (decode.h). */
+static void job_done(void *ctx, serve_job *j, serve_finish how, const char *err) {
+    serve_worker *w = ctx;
+    if (how == SERVE_FINISH_CANCELLED) serve_metrics_event(w->metrics, 1);
+    if (how == SERVE_FINISH_ERROR) serve_metrics_event(w->metrics, 3);
+    finish_job(w, j, how, err);
+}
+
+/* Takes the next queued job onto lane l (mu held; returns with it held). */
+static void start_next(serve_worker *w, int l) {
+    serve_job *j = w->queue[w->q_head];
+    w->q_head = (w->q_head + 1) % w->o.max_pending;
+    w->q_len--;
+    w->running[l] = j;
+    w->n_running++;
+    publish_gauges(w);
+    pthread_mutex_unlock(&w->mu);
+
+    pthread_mutex_lock(&j->mu);
+    j->started = true;
+    pthread_mutex_unlock(&j->mu);
+    if (atomic_load(&j->cancel) || w->state != SERVE_READY) {
+        /* the client left while the job waited: never prefilled */
+        serve_metrics_event(w->metrics, 2);
+        finish_job(w, j, SERVE_FINISH_CANCELLED, NULL);
+    } else {
+        serve_decoder_start(&w->dec, l, j); /* the decoder holds the job while it runs */
+    }
+    serve_job_unref(j); /* the queue's reference */
+    pthread_mutex_lock(&w->mu);
+}
+
+/* The scheduler: queued jobs start as soon as a lane is free (their prompts prefilled one at a
+ * time, between two decode steps); the running ones take one batched decode step together;
+ * with nothing to run, the ended jobs' idle work (after a grace for a request that comes at
+ * once), else it sleeps until a request or shutdown. */
 static void *worker_main(void *arg) {
     serve_worker *w = arg;
     ts_status st = load(w);
@@ -222,46 +290,30 @@ static void *worker_main(void *arg) {
         w->state = SERVE_READY;
     }
     pthread_cond_broadcast(&w->cv);
+    bool ready = st == TS_OK;
     for (;;) {
-        while (!w->stop && w->q_len == 0) pthread_cond_wait(&w->cv, &w->mu);
-        if (w->q_len == 0) break; /* stop requested and nothing left */
-        serve_job *j = w->queue[w->q_head];
-        w->q_head = (w->q_head + 1) % w->o.max_pending;
-        w->q_len--;
-        w->current = j;
-        publish_gauges(w);
-        pthread_mutex_unlock(&w->mu);
-
-        pthread_mutex_lock(&j->mu);
-        j->started = true;
-        pthread_mutex_unlock(&j->mu);
-        if (atomic_load(&j->cancel) || w->state != SERVE_READY) {
-            /* the client left while the job waited: never prefilled */
-            serve_metrics_event(w->metrics, 2);
-            finish_job(w, j, SERVE_FINISH_CANCELLED, NULL);
-        } else {
-            serve_finish how = SERVE_FINISH_ERROR;
-            char err[256] = "";
-            serve_decoder_run(&w->dec, j, &how, err, sizeof err);
-            if (how == SERVE_FINISH_CANCELLED) serve_metrics_event(w->metrics, 1);
-            if (how == SERVE_FINISH_ERROR) serve_metrics_event(w->metrics, 3);
-            finish_job(w, j, how, err[0] ? err : NULL);
-            /* after the client has its answer, unless a request waits: keep the state the
-             * next turn starts from (a chat's next prefix, or a completion's own state) */
-            if (how == SERVE_FINISH_STOP || how == SERVE_FINISH_LENGTH) {
-                bool busy = request_soon(w);
-                if (j->req && w->rt.n_snapshots > 0) {
-                    int n = 0;
-                    bool ready = !busy && serve_decoder_prepare_next_turn(
-                                              &w->dec, j, worker_interrupted, w, &n);
-                    serve_metrics_next_turn(w->metrics, ready, n);
-                } else if (!busy && !j->req) {
-                    serve_decoder_snapshot_answer(&w->dec);
-                }
-            }
+        while (ready && w->q_len > 0) {
+            int l = serve_decoder_pick_lane(&w->dec, w->queue[w->q_head]);
+            if (l < 0) break;
+            start_next(w, l);
         }
-        serve_job_unref(j);
-        pthread_mutex_lock(&w->mu);
+        if (w->n_running > 0) {
+            pthread_mutex_unlock(&w->mu);
+            serve_decoder_step(&w->dec);
+            pthread_mutex_lock(&w->mu);
+            continue;
+        }
+        if (w->q_len > 0) continue;
+        if (w->stop) break; /* stop requested and nothing left */
+        if (ready && w->accepting && serve_decoder_has_idle_work(&w->dec)) {
+            pthread_mutex_unlock(&w->mu);
+            /* after the clients have their answers, unless a request comes: keep the states the
+             * next turns start from (a chat's next prefix, or a completion's own state) */
+            if (!request_soon(w)) serve_decoder_idle_work(&w->dec, worker_interrupted, w);
+            pthread_mutex_lock(&w->mu);
+            continue;
+        }
+        pthread_cond_wait(&w->cv, &w->mu);
     }
     pthread_mutex_unlock(&w->mu);
     return NULL;
@@ -274,9 +326,13 @@ ts_status serve_worker_start(const serve_worker_opts *o, serve_metrics *m, serve
     if (!w) return ts_error(TS_ERR_NOMEM, "out of memory");
     w->o = *o;
     w->metrics = m;
+    w->n_lanes = o->n_parallel > 0             ? o->n_parallel
+                 : o->device == TS_DEVICE_CUDA ? SERVE_PARALLEL_GPU
+                                               : SERVE_PARALLEL_CPU;
     w->queue = calloc((size_t)o->max_pending, sizeof *w->queue);
-    if (!w->queue) {
-        free(w);
+    w->running = calloc((size_t)w->n_lanes, sizeof *w->running);
+    if (!w->queue || !w->running) {
+        free(w->queue), free(w->running), free(w);
         return ts_error(TS_ERR_NOMEM, "out of memory");
     }
     pthread_condattr_t ca;
@@ -359,7 +415,8 @@ bool serve_worker_shutdown(serve_worker *w, int drain_ms, int join_ms) {
     /* past the deadline: cancel what is left; each job still ends exactly once */
     for (int i = 0; i < w->q_len; i++)
         atomic_store(&w->queue[(w->q_head + i) % w->o.max_pending]->cancel, true);
-    if (w->current) atomic_store(&w->current->cancel, true);
+    for (int l = 0; l < w->n_lanes; l++)
+        if (w->running[l]) atomic_store(&w->running[l]->cancel, true);
     wait_idle(w, join_ms);
     w->stop = true;
     pthread_cond_broadcast(&w->cv);
@@ -385,5 +442,6 @@ void serve_worker_free(serve_worker *w) {
     pthread_mutex_destroy(&w->mu);
     pthread_cond_destroy(&w->cv);
     free(w->queue);
+    free(w->running);
     free(w);
 }

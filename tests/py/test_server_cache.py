@@ -155,7 +155,8 @@ def test_waiting_continuation_starts_from_the_working_state(cold):
     more = {"prompt": ids + out + [5, 6, 7], "max_tokens": 6, "temperature": 0,
             "return_token_ids": True}
     st, _, c2 = cold.post("/v1/completions", more)
-    with Server("--debug-step-delay-ms", "40") as s:
+    # one lane: the follow-up waits in the queue while the first request decodes
+    with Server("--debug-step-delay-ms", "40", "--parallel", "1") as s:
         import threading
         first = {}
         t1 = threading.Thread(target=lambda: first.update(r=s.post("/v1/completions", body)))
@@ -257,8 +258,9 @@ def test_follow_up_prefills_only_the_new_turn(warm, cold, think):
 
 
 def test_next_turn_yields_to_a_waiting_request():
-    """While a request waits, the worker does not prepare the finished chat's next turn."""
-    with Server("--debug-step-delay-ms", "20") as s:
+    """While a request waits, the worker does not prepare the finished chat's next turn (one
+    lane: the second request queues behind the first and takes its lane)."""
+    with Server("--debug-step-delay-ms", "20", "--parallel", "1") as s:
         done = []
 
         def one(i):

@@ -82,3 +82,53 @@ def test_gpu_prefills_a_long_prompt_in_one_call():
             assert calls == ((n + 255) // 256 if args else 1), (n, calls)
             answers.append(r["choices"][0]["token_ids"])
     assert answers[0] == answers[1]
+
+
+def test_requests_decode_together_on_the_gpu():
+    """Several requests at once on the GPU (`--parallel 4`): one batched decode step for all,
+    lanes joining and leaving as requests start and end. A batch of several sequences goes
+    through the GEMMs instead of the one sequence's GEMVs, so its logits may differ from the
+    same request alone in the last bits: each greedy answer must be the one it gets alone
+    until the two meet a near tie (the alone run's two best log-probabilities within 0.05),
+    with the same log-probabilities up to there; sampled ones must complete."""
+    import threading
+
+    greedy = [{"prompt": p, "max_tokens": n, "temperature": 0, "logprobs": 2,
+               "return_token_ids": True, **extra}
+              for p, n, extra in (("The sea is", 40, {}), ("Once upon a time " * 8, 23, {}),
+                                  ("A B C D", 31, {"repetition_penalty": 1.3,
+                                                   "frequency_penalty": 0.5}),
+                                  ("Numbers: 1, 2,", 12, {}), ("x", 50, {}))]
+    sampled = [{"prompt": "Say something.", "max_tokens": 30, "temperature": 0.8, "seed": s,
+                "top_k": 40} for s in range(3)]
+    with serve_cuda({}, "--parallel", "4") as srv:
+        def ask(body):
+            status, _, r = srv.post("/v1/completions", body)
+            assert status == 200, r
+            return r["choices"][0]
+
+        alone = [ask(b) for b in greedy]
+        together = [None] * (len(greedy) + len(sampled))
+        bodies = greedy + sampled
+
+        def go(i):
+            together[i] = ask(bodies[i])
+
+        threads = [threading.Thread(target=go, args=(i,)) for i in range(len(bodies))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        m = srv.metrics()
+        assert m["tessera_running"] == 0 and m["tessera_queue_depth"] == 0
+    for b, a, t in zip(greedy, alone, together):
+        assert t is not None and len(t["token_ids"]) == b["max_tokens"]
+        ia, it = a["token_ids"], t["token_ids"]
+        k = next((i for i in range(len(ia)) if ia[i] != it[i]), len(ia))
+        la, lt = a["logprobs"]["token_logprobs"], t["logprobs"]["token_logprobs"]
+        assert all(abs(x - y) < 0.05 for x, y in zip(la[:k], lt[:k])), (b, k)
+        if k < len(ia):
+            top = sorted(a["logprobs"]["top_logprobs"][k].values(), reverse=True)
+            assert top[0] - top[1] < 0.05, (b, k, top)
+    for b, t in zip(sampled, together[len(greedy):]):
+        assert t is not None and t["finish_reason"] in ("length", "stop")

@@ -109,7 +109,8 @@ def test_non_streaming_disconnect_cancels():
 
 
 def test_queued_job_of_departed_client_is_never_prefilled():
-    with Server("--debug-step-delay-ms", str(STEP_MS)) as s:
+    # one lane, so that the second request queues behind the first
+    with Server("--debug-step-delay-ms", str(STEP_MS), "--parallel", "1") as s:
         c, r = open_stream(s.port, chat("first", max_tokens=25))
         read_events(r, 2)
         before = s.metrics()["tessera_prefill_tokens_total"]

@@ -1,0 +1,149 @@
+/* The idle worker's work after an answer (decode.h): the prefix a chat's next request will
+ * start with, or a raw completion's own state, kept as snapshots. */
+#include "base/status.h"
+#include "serve/decode.h"
+#include "serve/openai.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* After a raw completion: runs the answer's last token and keeps the state as a snapshot. */
+static void snapshot_answer(serve_decoder *d, serve_lane *ln) {
+    if (!ln->answer_pending || d->o.cache->n == 0) return;
+    ln->answer_pending = false;
+    int held = ts_engine_slot_len(d->o.engine, ln->slot);
+    if (held != ln->n_seq - 1 || ln->n_seq > d->n_ctx) return;
+    if (serve_lane_prefill(d, ln, NULL, NULL, d->o.prefill_chunk, held, ln->n_seq, false, false) !=
+        TS_OK) {
+        ln->slot_known = false;
+        return;
+    }
+    serve_lane_snapshot(d, ln, ln->n_seq);
+}
+
+/* The conversation as the next request will carry it: the messages, this answer as the client
+ * got it (content, reasoning_content when there was any, tool calls), then a placeholder turn
+ * (a tool result after tool calls, else a user message), tokenized without a generation
+ * prompt. *cut: where the placeholder's turn starts (after the answer's "<|im_end|>\n"). */
+static ts_status render_next_turn(serve_decoder *d, const serve_job *j, int32_t **ids, size_t *n,
+                                  int *cut) {
+    const serve_request *r = j->req;
+    ts_strbuf text[2] = {{0}, {0}};
+    json_t *parsed = json_array();
+    int n_calls = 0;
+    for (int i = 0; i < j->n_seg; i++)
+        if (j->seg[i].ch == SERVE_CH_TOOL) n_calls++;
+    ts_chat_message *m = calloc((size_t)r->n_msgs + 2, sizeof *m);
+    ts_tool_call *calls = calloc((size_t)n_calls + 1, sizeof *calls);
+    ts_status st = m && calls && parsed ? TS_OK : ts_error(TS_ERR_NOMEM, "out of memory");
+    for (int i = 0, c = 0; st == TS_OK && i < j->n_seg; i++) {
+        const char *p = j->text.data + j->seg[i].off;
+        if (j->seg[i].ch != SERVE_CH_TOOL) {
+            st = ts_strbuf_append(&text[j->seg[i].ch], p, j->seg[i].len);
+            continue;
+        }
+        json_t *call = json_loadb(p, j->seg[i].len, 0, NULL);
+        json_array_append_new(parsed, call);
+        calls[c].name = json_string_value(json_object_get(call, "name"));
+        calls[c++].arguments_json = json_string_value(json_object_get(call, "arguments"));
+    }
+    for (int c = 0; st == TS_OK && c < n_calls; c++)
+        if (!calls[c].name) st = ts_error(TS_ERR_INVALID, "a tool call segment is malformed");
+    if (st == TS_OK) {
+        memcpy(m, r->msgs, (size_t)r->n_msgs * sizeof *m);
+        m[r->n_msgs] = (ts_chat_message){.role = "assistant",
+                                         .content = text[0].data ? text[0].data : "",
+                                         .reasoning_content = text[1].len ? text[1].data : NULL,
+                                         .tool_calls = calls,
+                                         .n_tool_calls = n_calls};
+        m[r->n_msgs + 1] = (ts_chat_message){.role = n_calls ? "tool" : "user", .content = "x"};
+        ts_chat_params cp = {false, r->enable_thinking, r->tools_json};
+        st = ts_chat_tokenize(d->o.tok, m, r->n_msgs + 2, &cp, ids, n);
+    }
+    *cut = -1;
+    for (size_t i = 0; st == TS_OK && i < *n; i++)
+        if ((*ids)[i] == d->turn_start) *cut = (int)i;
+    free(m);
+    free(calls);
+    json_decref(parsed);
+    ts_strbuf_free(&text[0]);
+    ts_strbuf_free(&text[1]);
+    return st;
+}
+
+/* After a chat answer: prefills the prefix the conversation's next request will start with and
+ * keeps it as a snapshot. Checks interrupt between small prefill chunks and gives up as soon as
+ * it says so. *prefilled: the tokens run through the model. Returns true when the prefix is
+ * held (already, or now). */
+static bool prepare_next_turn(serve_decoder *d, serve_lane *ln, const serve_job *j,
+                              serve_interrupt_fn interrupt, void *ctx, int *prefilled) {
+    *prefilled = 0;
+    if (!j->req || d->o.cache->n == 0 || d->turn_start < 0) return false;
+    int32_t *ids = NULL;
+    size_t n = 0;
+    int cut = -1;
+    if (render_next_turn(d, j, &ids, &n, &cut) != TS_OK || cut <= 0 || cut >= d->n_ctx) {
+        free(ids);
+        return false;
+    }
+    /* start from whichever holds more of the prefix: a snapshot, or the lane's slot itself (it
+     * holds the prompt and answer, a prefix when the template renders the answer back as it
+     * was generated, e.g. tool calls after thinking) */
+    int held = ts_engine_slot_len(d->o.engine, ln->slot), start = 0;
+    bool slot_ok = ln->slot_known && held > 0 && held <= cut && held <= ln->n_seq &&
+                   memcmp(ln->seq, ids, (size_t)held * sizeof *ids) == 0;
+    const serve_snapshot *s = serve_prefix_cache_find(d->o.cache, ids, cut, cut);
+    ln->answer_pending = false;
+    if (s && s->len == cut) {
+        free(ids);
+        return true; /* already held */
+    }
+    if (s && s->len > (slot_ok ? held : 0) &&
+        ts_engine_slot_copy(d->o.engine, s->slot, ln->slot) == TS_OK) {
+        start = s->len;
+    } else if (slot_ok) {
+        start = held;
+    } else {
+        ts_engine_slot_clear(d->o.engine, ln->slot);
+    }
+    ln->slot_known = true;
+    memcpy(ln->seq, ids, (size_t)cut * sizeof *ids);
+    ln->n_seq = cut;
+    free(ids);
+    ts_status st =
+        serve_lane_prefill(d, ln, interrupt, ctx, d->o.next_turn_chunk, start, cut, false, false);
+    *prefilled = ts_engine_slot_len(d->o.engine, ln->slot) - start;
+    if (st != TS_OK) {
+        ln->slot_known = st == TS_ERR_CANCELLED; /* interrupted between chunks: still a prefix */
+        return false;
+    }
+    serve_lane_snapshot(d, ln, cut);
+    return true;
+}
+
+bool serve_decoder_has_idle_work(const serve_decoder *d) {
+    for (int l = 0; l < d->o.n_lanes; l++)
+        if (d->lane[l].ended) return true;
+    return false;
+}
+
+void serve_decoder_idle_work(serve_decoder *d, serve_interrupt_fn interrupt, void *ctx) {
+    for (;;) {
+        serve_lane *ln = NULL;
+        for (int l = 0; l < d->o.n_lanes; l++)
+            if (d->lane[l].ended && (!ln || d->lane[l].ended_at > ln->ended_at)) ln = &d->lane[l];
+        if (!ln || interrupt(ctx)) return;
+        serve_job *j = ln->ended;
+        ln->ended = NULL;
+        if (j->req) {
+            int n = 0;
+            if (d->o.cache->n > 0) {
+                bool ready = prepare_next_turn(d, ln, j, interrupt, ctx, &n);
+                serve_metrics_next_turn(d->o.metrics, ready, n);
+            }
+        } else {
+            snapshot_answer(d, ln);
+        }
+        serve_job_unref(j);
+    }
+}
