@@ -166,9 +166,9 @@ ts_status serve_metrics_render(serve_metrics *src, ts_strbuf *o) {
                    m.next_turn_abandoned));
     TS_TRY(counter(o, "tessera_next_turn_prefill_tokens_total",
                    "Tokens run through the model to prepare next turns.", m.next_turn_tokens));
-    TS_TRY(put(o, "# HELP tessera_queue_depth Admitted jobs waiting for the worker.\n"
+    TS_TRY(put(o, "# HELP tessera_queue_depth Admitted jobs waiting for a free lane.\n"
                   "# TYPE tessera_queue_depth gauge\ntessera_queue_depth %d\n", m.queued));
-    TS_TRY(put(o, "# HELP tessera_running Jobs the worker is running.\n"
+    TS_TRY(put(o, "# HELP tessera_running Jobs the worker is running (at most --parallel).\n"
                   "# TYPE tessera_running gauge\ntessera_running %d\n", m.running));
     TS_TRY(put_hist(o, "tessera_ttft_seconds", "Time from admission to the first token.",
                     &m.ttft));

@@ -35,9 +35,9 @@ typedef struct {
     int prefill_chunk;
 } serve_worker_opts;
 
-/* Jobs run together by default. On 2 CPU cores a decode step of 4 sequences of the 0.8B takes
- * ~1.2x the time of one (3.2x the tokens), of 8 ~1.9x; on an H200 16 sequences decode at ~9x
- * one (bench/RESULTS.md). Every lane holds a whole sequence's state (KV cache for n_ctx
+/* Jobs run together by default. On 2 CPU cores 4 clients of the 0.8B get ~2.9x the tokens of
+ * one lane, of Gemma 3 270M ~2x; on an H200 16 clients of the 0.8B ~6.7x (bench/RESULTS.md,
+ * "Several requests at once"). Every lane holds a whole sequence's state (KV cache for n_ctx
  * tokens, recurrent state), allocated at start. */
 #define SERVE_PARALLEL_CPU 4
 #define SERVE_PARALLEL_GPU 16
