@@ -174,7 +174,14 @@ static ts_status load(serve_worker *w) {
     eo.n_slots = lanes + (int)n_snap;
     if (eo.n_batch < chunk) eo.n_batch = chunk;
     if (eo.n_batch < lanes) eo.n_batch = lanes;
-    TS_TRY(ts_engine_create(w->model, &eo, &w->engine));
+    ts_status st = ts_engine_create(w->model, &eo, &w->engine);
+    if (st != TS_OK) { /* most likely memory: say what took it and what sets that */
+        char why[384];
+        snprintf(why, sizeof why, "%s", ts_last_error());
+        return ts_error(st, "%s (%d lanes and %zu snapshot slots of %.1f MiB of state each: "
+                            "--parallel, --ctx and --cache-mb set these)",
+                        why, lanes, n_snap, (double)sb / 1048576.0);
+    }
     if (gpu) TS_TRY(warm_up(w->engine, chunk, lanes));
     TS_TRY(serve_prefix_cache_init(&w->cache, (int)n_snap, lanes, info.n_vocab));
     int next_turn = gpu ? SERVE_NEXT_TURN_CHUNK_GPU : SERVE_NEXT_TURN_CHUNK_CPU;
