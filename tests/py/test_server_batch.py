@@ -266,3 +266,64 @@ def test_a_long_prompt_does_not_stop_the_others():
         c.sock.shutdown(socket.SHUT_RDWR)
         r.close()
         c.close()
+
+
+def test_many_clients_coming_and_going():
+    """Twelve clients on three lanes and a cap of eight, each sending a few requests of random
+    kinds - whole answers, streams read to the end, streams left early - so that lanes fill,
+    free and refill while others decode and the queue holds some: every answer that was
+    admitted and read is whole, refusals are 503 server_busy, and afterwards nothing runs or
+    waits and a new request is answered."""
+    import random
+
+    with Server("--parallel", "3", "--max-pending", "8", "--debug-step-delay-ms", "5") as s:
+        bad = []
+
+        def client(i):
+            rnd = random.Random(i)
+            for k in range(4):
+                time.sleep(rnd.random() * 0.1)
+                n = rnd.randint(1, 30)
+                body = chat(f"client {i} request {k}", max_tokens=n, ignore_eos=True,
+                            temperature=rnd.choice([0, 0.8]), seed=k)
+                kind = rnd.choice(["whole", "stream", "leave"])
+                if kind == "whole":
+                    st, _, r = s.post("/v1/chat/completions", body)
+                    if st == 200 and r["usage"]["completion_tokens"] != n:
+                        bad.append((i, k, r["usage"]))
+                    elif st != 200 and (st != 503 or r["error"]["code"] != "server_busy"):
+                        bad.append((i, k, st, r))
+                    continue
+                c = http.client.HTTPConnection("127.0.0.1", s.port, timeout=60)
+                c.request("POST", "/v1/chat/completions", json.dumps(dict(body, stream=True)),
+                          {"Content-Type": "application/json"})
+                r = c.getresponse()
+                if r.status != 200:
+                    r.read()
+                    if r.status != 503:
+                        bad.append((i, k, r.status))
+                elif kind == "leave":
+                    r.fp.readline()
+                    c.sock.shutdown(socket.SHUT_RDWR)
+                    r.close()
+                else:
+                    lines = [x for x in r.read().split(b"\n") if x.startswith(b"data: ")]
+                    if lines[-1] != b"data: [DONE]" or b'"finish_reason":"length"' not in lines[-2]:
+                        bad.append((i, k, lines[-2:]))
+                c.close()
+
+        threads = [threading.Thread(target=client, args=(i,)) for i in range(12)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert not bad, bad
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            m = s.metrics()
+            if m["tessera_running"] == 0 and m["tessera_queue_depth"] == 0:
+                break
+            time.sleep(0.02)
+        assert m["tessera_running"] == 0 and m["tessera_queue_depth"] == 0, m
+        st, _, r = s.post("/v1/chat/completions", chat("after", max_tokens=5, ignore_eos=True))
+        assert st == 200 and r["usage"]["completion_tokens"] == 5
