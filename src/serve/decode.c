@@ -37,7 +37,8 @@ ts_status serve_decoder_init(serve_decoder *d, const serve_decoder_opts *o, serv
     if (d->o.next_turn_chunk > d->o.prefill_chunk) d->o.next_turn_chunk = d->o.prefill_chunk;
     size_t chunk = (size_t)d->o.prefill_chunk, nl = (size_t)d->o.n_lanes;
     d->lane = calloc(nl, sizeof *d->lane);
-    d->logits = malloc((size_t)d->n_vocab * sizeof *d->logits);
+    d->logits = malloc(nl * (size_t)d->n_vocab * sizeof *d->logits);
+    d->tok = malloc(chunk * sizeof *d->tok);
     d->pos = malloc(chunk * sizeof *d->pos);
     d->slot = malloc(chunk * sizeof *d->slot);
     d->want = malloc(chunk > nl ? chunk : nl);
@@ -48,8 +49,9 @@ ts_status serve_decoder_init(serve_decoder *d, const serve_decoder_opts *o, serv
     d->b_lane = malloc(nl * sizeof *d->b_lane);
     d->b_smp = malloc(nl * sizeof *d->b_smp);
     d->b_lp = malloc(nl * sizeof *d->b_lp);
-    if (!d->lane || !d->logits || !d->pos || !d->slot || !d->want || !d->b_tok || !d->b_pos ||
-        !d->b_slot || !d->b_drawn || !d->b_lane || !d->b_smp || !d->b_lp)
+    d->b_in = malloc(nl * sizeof *d->b_in);
+    if (!d->lane || !d->logits || !d->tok || !d->pos || !d->slot || !d->want || !d->b_tok || !d->b_pos ||
+        !d->b_slot || !d->b_drawn || !d->b_lane || !d->b_smp || !d->b_lp || !d->b_in)
         return ts_error(TS_ERR_NOMEM, "out of memory for the decoder");
     for (int l = 0; l < d->o.n_lanes; l++)
         TS_TRY(lane_init(&d->lane[l], l, d->n_vocab, d->n_ctx));
@@ -62,9 +64,9 @@ void serve_decoder_free(serve_decoder *d) {
         if (ln->ended) serve_job_unref(ln->ended);
         free(ln->seq), free(ln->gen_count), free(ln->adj), free(ln->adj_at);
     }
-    free(d->lane), free(d->logits), free(d->pos), free(d->slot), free(d->want);
+    free(d->lane), free(d->logits), free(d->tok), free(d->pos), free(d->slot), free(d->want);
     free(d->b_tok), free(d->b_pos), free(d->b_slot), free(d->b_drawn), free(d->b_lane);
-    free(d->b_smp), free(d->b_lp);
+    free(d->b_smp), free(d->b_lp), free(d->b_in);
     memset(d, 0, sizeof *d);
 }
 
@@ -126,11 +128,11 @@ static bool has_penalties(const serve_job *j) {
  * A draw in the forward hands the list to the sampler (ts_sampler_set_adjust); the first token,
  * drawn here from the prompt's logits, gets it applied here, with the same float operations. */
 
-/* The penalties on the logits a draw on the host reads (d->logits). */
-static void apply_penalties(serve_decoder *d, const serve_lane *ln) {
+/* The penalties on the logits a draw on the host reads. */
+static void apply_penalties(const serve_lane *ln, float *logits) {
     float rep = ln->job->repetition_penalty;
     for (int i = 0; i < ln->n_adj; i++) {
-        float *l = &d->logits[ln->adj[i].id];
+        float *l = &logits[ln->adj[i].id];
         if (rep != 1.0f) *l = *l > 0 ? *l / rep : *l * rep;
         *l -= ln->adj[i].sub;
     }
@@ -254,31 +256,66 @@ static int restore_prefix(serve_decoder *d, serve_lane *ln, const serve_job *j, 
 }
 
 static void lane_end(serve_decoder *d, serve_lane *ln, serve_finish how, ts_status st);
-static void lane_first_token(serve_decoder *d, serve_lane *ln);
+static void lane_first_token(serve_decoder *d, serve_lane *ln, float *logits);
 
-/* Runs the next chunk of the lane's prompt (chunks only so that cancellation is seen and the
- * other lanes' answers go on between them: every extra forward call is one more pass over the
- * weights). After the last one: reserves the snapshot of the whole prompt with its logits row
- * - the state itself is copied once the first token is out (flush_snapshot, before any other
- * lane can take a snapshot that would evict this one) - and draws the first token. */
-static void prefill_chunk(serve_decoder *d, serve_lane *ln) {
-    serve_job *j = ln->job;
-    int at = ln->prefill_at,
-        n = j->n_ids - at < d->o.prefill_chunk ? j->n_ids - at : d->o.prefill_chunk;
-    ts_status st = serve_lane_prefill(d, ln, NULL, NULL, n, at, at + n, at + n == j->n_ids, true);
-    if (st != TS_OK) {
-        ln->slot_known = false;
-        lane_end(d, ln, SERVE_FINISH_ERROR, st);
-        return;
+/* Runs the next chunk of the prompts still to prefill, in one forward call: the oldest lane's
+ * next chunk (at most --prefill-chunk tokens), and with it the next chunks of the lanes after it
+ * while the call stays within a chunk - short prompts that arrived together go in together.
+ * Each lane's prompt is cut into the chunks it would be cut into alone. A prompt goes in
+ * chunks only so that cancellation is seen and the other lanes' answers go on between them:
+ * every extra forward call is one more pass over the weights. A lane whose prompt is in:
+ * reserves the snapshot of the whole prompt with its logits row - the state itself is copied
+ * once the first token is out (flush_snapshot, before any other lane can take a snapshot that
+ * would evict this one) - and draws its first token. */
+static void prefill_lanes(serve_decoder *d) {
+    int n = 0, n_in = 0, n_rows = 0;
+    serve_lane **in = d->b_in;
+    for (;;) {
+        serve_lane *next = NULL; /* the oldest lane still prefilling that is not in yet */
+        for (int l = 0; l < d->o.n_lanes; l++) {
+            serve_lane *ln = &d->lane[l];
+            bool taken = false;
+            for (int i = 0; i < n_in; i++) taken = taken || in[i] == ln;
+            if (ln->job && !ln->decoding && !taken && (!next || ln->used < next->used)) next = ln;
+        }
+        if (!next) break;
+        int left = next->job->n_ids - next->prefill_at;
+        int piece = left < d->o.prefill_chunk ? left : d->o.prefill_chunk;
+        if (n + piece > d->o.prefill_chunk) break;
+        for (int i = 0; i < piece; i++) {
+            d->tok[n + i] = next->seq[next->prefill_at + i];
+            d->pos[n + i] = next->prefill_at + i;
+            d->slot[n + i] = next->slot;
+            d->want[n + i] = 0;
+        }
+        if (piece == left) d->want[n + piece - 1] = 1, n_rows++;
+        n += piece;
+        in[n_in++] = next;
     }
-    ln->prefill_at = at + n;
-    if (ln->prefill_at < j->n_ids) return;
-    ln->pending_snap = serve_prefix_cache_store(d->o.cache, ln->seq, j->n_ids, d->logits);
-    serve_metrics_tokens(d->o.metrics, j->n_ids, j->cached_tokens, j->n_ids - j->cached_tokens, 0);
-    lane_first_token(d, ln);
+    if (n_in == 0) return;
+    ts_batch b = {n, d->tok, d->pos, d->slot, d->want};
+    ts_status st = ts_engine_forward(d->o.engine, &b, n_rows ? d->logits : NULL);
+    if (d->o.metrics) serve_metrics_prefill_call(d->o.metrics);
+    for (int i = 0, row = 0; i < n_in; i++) {
+        serve_lane *ln = in[i];
+        serve_job *j = ln->job;
+        if (st != TS_OK) {
+            ln->slot_known = false;
+            lane_end(d, ln, SERVE_FINISH_ERROR, st);
+            continue;
+        }
+        int left = j->n_ids - ln->prefill_at;
+        ln->prefill_at += left < d->o.prefill_chunk ? left : d->o.prefill_chunk;
+        if (ln->prefill_at < j->n_ids) continue;
+        float *logits = d->logits + (size_t)row++ * d->n_vocab;
+        ln->pending_snap = serve_prefix_cache_store(d->o.cache, ln->seq, j->n_ids, logits);
+        serve_metrics_tokens(d->o.metrics, j->n_ids, j->cached_tokens,
+                             j->n_ids - j->cached_tokens, 0);
+        lane_first_token(d, ln, logits);
+    }
 }
 
-/* Copies the slot into the snapshot reserved by prefill_chunk, before anything moves it on. */
+/* Copies the slot into the snapshot reserved by prefill_lanes, before anything moves it on. */
 static void flush_snapshot(serve_decoder *d, serve_lane *ln) {
     if (ln->pending_snap < 0) return;
     if (ts_engine_slot_copy(d->o.engine, ln->slot, ln->pending_snap) != TS_OK)
@@ -377,7 +414,7 @@ static void lane_token(serve_decoder *d, serve_lane *ln, int32_t tok, const ts_l
 
 /* After the prompt: the job's sampler, detokenizer and text output, and its first token,
  * drawn here from the prompt's logits (the later ones are drawn in the decode steps). */
-static void lane_first_token(serve_decoder *d, serve_lane *ln) {
+static void lane_first_token(serve_decoder *d, serve_lane *ln, float *logits) {
     serve_job *j = ln->job;
     serve_textout_init(&ln->to, d->think_open, d->think_close, j->in_think, j->stops, j->n_stops,
                        sink, j);
@@ -405,10 +442,10 @@ static void lane_first_token(serve_decoder *d, serve_lane *ln) {
         lane_end(d, ln, SERVE_FINISH_CANCELLED, TS_OK);
         return;
     }
-    apply_penalties(d, ln);
-    int32_t tok = ts_sampler_sample(ln->smp, d->logits);
+    apply_penalties(ln, logits);
+    int32_t tok = ts_sampler_sample(ln->smp, logits);
     ts_logprobs tl;
-    if (ln->want_lp) ts_sampler_logprobs(ln->smp, d->logits, tok, ln->n_top, &tl);
+    if (ln->want_lp) ts_sampler_logprobs(ln->smp, logits, tok, ln->n_top, &tl);
     ln->decoding = true;
     lane_token(d, ln, tok, &tl);
     flush_snapshot(d, ln); /* the first token is out: now the prompt's state is kept */
@@ -441,19 +478,16 @@ void serve_decoder_start(serve_decoder *d, int l, serve_job *j) {
     ln->prefill_at = start;
     if (start < j->n_ids) return; /* prefilled by the next steps */
     serve_metrics_tokens(d->o.metrics, j->n_ids, start, 0, 0);
-    lane_first_token(d, ln);
+    lane_first_token(d, ln, d->logits);
 }
 
 void serve_decoder_step(serve_decoder *d) {
-    serve_lane *oldest = NULL; /* the prompt to advance */
     for (int l = 0; l < d->o.n_lanes; l++) {
         serve_lane *ln = &d->lane[l];
         if (ln->job && cancelled(ln->job)) /* a prompt's cancellation is seen between chunks */
             lane_end(d, ln, SERVE_FINISH_CANCELLED, TS_OK);
-        else if (ln->job && !ln->decoding && (!oldest || ln->used < oldest->used))
-            oldest = ln;
     }
-    if (oldest) prefill_chunk(d, oldest);
+    prefill_lanes(d);
     int n = 0, n_top = -1;
     for (int l = 0; l < d->o.n_lanes; l++) {
         serve_lane *ln = &d->lane[l];

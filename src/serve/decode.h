@@ -5,7 +5,8 @@
  * Lanes: engine slots 0 .. n_lanes-1 each hold one running sequence; slots n_lanes .. hold
  * snapshots (serve/prefix_cache). A job is started on a free lane (serve_decoder_start:
  * restore the longest reusable prefix), then every serve_decoder_step runs one chunk of the
- * oldest unfinished prompt (its last one draws the first token from the prompt's logits) and
+ * oldest unfinished prompt, with the next chunks of younger ones while the call stays within a
+ * chunk (a prompt's last chunk draws its first token from the prompt's logits), and
  * one forward over the last token of every decoding lane - one batched decode step, each lane
  * drawing its next token with its own sampler - and hands each lane its token; a lane whose
  * job ends is free again. A long prompt so never stops the others' answers for longer than
@@ -91,14 +92,15 @@ typedef struct {
     uint64_t clock;   /* lane use order */
     serve_job_done_fn done;
     void *done_ctx;
-    float *logits; /* [n_vocab] the prompt's last row (one prefill at a time) */
-    int32_t *pos, *slot;
+    float *logits; /* [n_lanes][n_vocab] the last rows of the prompts a prefill call finished */
+    int32_t *tok, *pos, *slot;
     uint8_t *want; /* [prefill chunk] */
     /* one decode step's batch, a row per running lane */
     int32_t *b_tok, *b_pos, *b_slot, *b_drawn;
     int *b_lane;
     ts_sampler **b_smp;
     ts_logprobs *b_lp;
+    serve_lane **b_in; /* the lanes of one prefill call */
 } serve_decoder;
 
 ts_status serve_decoder_init(serve_decoder *d, const serve_decoder_opts *o, serve_job_done_fn done,
@@ -115,8 +117,9 @@ int serve_decoder_pick_lane(serve_decoder *d, const serve_job *j);
  * whole prompt (restored with its logits), the first token; the job may end here (then done()
  * was called). The rest of the prompt goes in in the next steps. */
 void serve_decoder_start(serve_decoder *d, int l, serve_job *j);
-/* One step: the jobs that were cancelled end first; then one prefill chunk of the lane that
- * started first among those still prefilling, and one decode step of every decoding lane: each
+/* One step: the jobs that were cancelled end first; then one prefill call (the oldest unfinished
+ * prompt's next chunk, and the younger ones' that fit beside it), and one decode step of every
+ * decoding lane: each
  * gets its next token, and the jobs that end on it are reported through done(). */
 void serve_decoder_step(serve_decoder *d);
 

@@ -327,3 +327,24 @@ def test_many_clients_coming_and_going():
         assert m["tessera_running"] == 0 and m["tessera_queue_depth"] == 0, m
         st, _, r = s.post("/v1/chat/completions", chat("after", max_tokens=5, ignore_eos=True))
         assert st == 200 and r["usage"]["completion_tokens"] == 5
+
+
+def test_prompts_that_arrive_together_share_a_prefill_call():
+    """Short prompts admitted in the same step are prefilled in one forward call (each cut as
+    it would be alone; their answers are each one's own - test_batched_draws_match_each_request_
+    alone), not one call each."""
+    with Server("--parallel", "4", "--debug-step-delay-ms", "200") as s:
+        busy = threading.Thread(target=lambda: s.post("/v1/chat/completions",
+                                                      chat("busy", max_tokens=12)))
+        busy.start()
+        while s.metrics()["tessera_running"] < 1:
+            time.sleep(0.01)
+        time.sleep(0.05)  # the stream's step is sleeping: the three arrive within it
+        calls = s.metrics()["tessera_prefill_calls_total"]
+        three = [threading.Thread(target=lambda i=i: s.post(
+            "/v1/chat/completions", chat(f"question {i}", max_tokens=2))) for i in range(3)]
+        for t in three:
+            t.start()
+        for t in three + [busy]:
+            t.join(60)
+        assert s.metrics()["tessera_prefill_calls_total"] - calls < 3
