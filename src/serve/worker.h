@@ -36,7 +36,7 @@ typedef struct {
 } serve_worker_opts;
 
 /* Jobs run together by default. On 2 CPU cores 4 clients of the 0.8B get ~2.9x the tokens of
- * one lane, of Gemma 3 270M ~2x; on an H200 16 clients of the 0.8B ~6.7x (bench/RESULTS.md,
+ * one lane, of Gemma 3 270M ~2x; on an H200 16 clients of the 0.8B ~7.5x (bench/RESULTS.md,
  * "Several requests at once"). Every lane holds a whole sequence's state (KV cache for n_ctx
  * tokens, recurrent state), allocated at start. */
 #define SERVE_PARALLEL_CPU 4
