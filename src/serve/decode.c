@@ -225,8 +225,8 @@ int serve_decoder_pick_lane(serve_decoder *d, const serve_job *j) {
         if (best >= 0) {
             const serve_lane *b = &d->lane[best];
             if (held < best_held) continue;
-            /* equal prefixes: spare a lane whose idle work is pending, then the most recently
-             * used (its state is the likeliest to be continued) */
+            /* equal prefixes: a lane without idle work pending, and the least recently used
+             * (the others' states are the likelier to be continued) */
             if (held == best_held &&
                 ((ln->ended != NULL) > (b->ended != NULL) ||
                  ((ln->ended != NULL) == (b->ended != NULL) && ln->used >= b->used)))
