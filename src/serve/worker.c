@@ -336,6 +336,8 @@ ts_status serve_worker_start(const serve_worker_opts *o, serve_metrics *m, serve
     w->n_lanes = o->n_parallel > 0             ? o->n_parallel
                  : o->device == TS_DEVICE_CUDA ? SERVE_PARALLEL_GPU
                                                : SERVE_PARALLEL_CPU;
+    /* no more jobs run than are admitted: a lane beyond that would hold state for nothing */
+    if (w->n_lanes > o->max_pending) w->n_lanes = o->max_pending;
     w->queue = calloc((size_t)o->max_pending, sizeof *w->queue);
     w->running = calloc((size_t)w->n_lanes, sizeof *w->running);
     if (!w->queue || !w->running) {

@@ -98,6 +98,12 @@ def test_requests_decode_together():
     step = STEP_MS / 1000
     assert together < 1.6 * 20 * step, together  # ~20 steps of 40 ms
     assert serial > 2.5 * 20 * step, serial
+    # no more lanes than requests admitted: the rest would hold state for nothing
+    with Server("--max-pending", "2") as s:
+        deadline = time.time() + 5
+        while "requests at once" not in s.stderr() and time.time() < deadline:
+            time.sleep(0.02)
+        assert "2 requests at once" in s.stderr(), s.stderr()
 
 
 def test_batched_draws_match_each_request_alone():
