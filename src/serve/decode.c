@@ -343,8 +343,8 @@ static void lane_end(serve_decoder *d, serve_lane *ln, serve_finish how, ts_stat
     char err[256] = "";
     if (how == SERVE_FINISH_ERROR) snprintf(err, sizeof err, "%s", ts_last_error());
     serve_textout_free(&ln->to);
-    memset(&ln->to, 0,
-           sizeof ln->to); /* a later job that ends before its first token frees it again */
+    /* zeroed: a later job that ends before its first token frees it again */
+    memset(&ln->to, 0, sizeof ln->to);
     ts_detokenizer_free(ln->dt);
     ts_sampler_free(ln->smp);
     ln->dt = NULL, ln->smp = NULL;
