@@ -2,7 +2,6 @@
 
 #include "base/status.h"
 
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,8 +49,10 @@ ts_status serve_decoder_init(serve_decoder *d, const serve_decoder_opts *o, serv
     d->b_smp = malloc(nl * sizeof *d->b_smp);
     d->b_lp = malloc(nl * sizeof *d->b_lp);
     d->b_in = malloc(nl * sizeof *d->b_in);
-    if (!d->lane || !d->logits || !d->tok || !d->pos || !d->slot || !d->want || !d->b_tok || !d->b_pos ||
-        !d->b_slot || !d->b_drawn || !d->b_lane || !d->b_smp || !d->b_lp || !d->b_in)
+    d->b_piece = malloc(nl * sizeof *d->b_piece);
+    if (!d->lane || !d->logits || !d->tok || !d->pos || !d->slot || !d->want || !d->b_tok ||
+        !d->b_pos || !d->b_slot || !d->b_drawn || !d->b_lane || !d->b_smp || !d->b_lp || !d->b_in ||
+        !d->b_piece)
         return ts_error(TS_ERR_NOMEM, "out of memory for the decoder");
     for (int l = 0; l < d->o.n_lanes; l++)
         TS_TRY(lane_init(&d->lane[l], l, d->n_vocab, d->n_ctx));
@@ -66,37 +67,11 @@ void serve_decoder_free(serve_decoder *d) {
     }
     free(d->lane), free(d->logits), free(d->tok), free(d->pos), free(d->slot), free(d->want);
     free(d->b_tok), free(d->b_pos), free(d->b_slot), free(d->b_drawn), free(d->b_lane);
-    free(d->b_smp), free(d->b_lp), free(d->b_in);
+    free(d->b_smp), free(d->b_lp), free(d->b_in), free(d->b_piece);
     memset(d, 0, sizeof *d);
 }
 
 static bool cancelled(const serve_job *j) { return atomic_load(&j->cancel); }
-
-ts_status serve_lane_prefill(serve_decoder *d, serve_lane *ln, serve_interrupt_fn stop, void *ctx,
-                             int chunk, int from, int to, bool want_logits, bool count) {
-    for (int a = from; a < to;) {
-        if (stop && stop(ctx)) return TS_ERR_CANCELLED;
-        int n = to - a < chunk ? to - a : chunk;
-        for (int i = 0; i < n; i++)
-            d->pos[i] = a + i, d->slot[i] = ln->slot;
-        bool logits = want_logits && a + n == to;
-        /* an explicit "no logits" list: without one the engine computes the last token's */
-        memset(d->want, 0, (size_t)n);
-        if (logits) d->want[n - 1] = 1;
-        ts_batch b = {n, ln->seq + a, d->pos, d->slot, d->want};
-        TS_TRY(ts_engine_forward(d->o.engine, &b, logits ? d->logits : NULL));
-        if (count && d->o.metrics) serve_metrics_prefill_call(d->o.metrics);
-        a += n;
-    }
-    return TS_OK;
-}
-
-void serve_lane_snapshot(serve_decoder *d, serve_lane *ln, int len) {
-    int dst = serve_prefix_cache_store(d->o.cache, ln->seq, len, NULL);
-    if (dst < 0) return;
-    if (ts_engine_slot_copy(d->o.engine, ln->slot, dst) != TS_OK)
-        serve_prefix_cache_drop(d->o.cache, dst);
-}
 
 static ts_status sink(void *ctx, serve_channel ch, const char *s, size_t n) {
     serve_job *j = ctx;
@@ -209,13 +184,6 @@ static int held_prefix(const serve_decoder *d, const serve_lane *ln, const serve
     return memcmp(ln->seq, j->ids, (size_t)held * sizeof *j->ids) == 0 ? held : 0;
 }
 
-int serve_decoder_running(const serve_decoder *d) {
-    int n = 0;
-    for (int l = 0; l < d->o.n_lanes; l++)
-        n += d->lane[l].job != NULL;
-    return n;
-}
-
 int serve_decoder_pick_lane(serve_decoder *d, const serve_job *j) {
     int best = -1, best_held = -1;
     for (int l = 0; l < d->o.n_lanes; l++) {
@@ -269,19 +237,19 @@ static void lane_first_token(serve_decoder *d, serve_lane *ln, float *logits);
  * would evict this one) - and draws its first token. */
 static void prefill_lanes(serve_decoder *d) {
     int n = 0, n_in = 0, n_rows = 0;
-    serve_lane **in = d->b_in;
+    uint64_t after = 0; /* lanes are taken in start order: `used` grows and is distinct */
     for (;;) {
         serve_lane *next = NULL; /* the oldest lane still prefilling that is not in yet */
         for (int l = 0; l < d->o.n_lanes; l++) {
             serve_lane *ln = &d->lane[l];
-            bool taken = false;
-            for (int i = 0; i < n_in; i++) taken = taken || in[i] == ln;
-            if (ln->job && !ln->decoding && !taken && (!next || ln->used < next->used)) next = ln;
+            if (ln->job && !ln->decoding && ln->used > after && (!next || ln->used < next->used))
+                next = ln;
         }
         if (!next) break;
         int left = next->job->n_ids - next->prefill_at;
         int piece = left < d->o.prefill_chunk ? left : d->o.prefill_chunk;
         if (n + piece > d->o.prefill_chunk) break;
+        after = next->used;
         for (int i = 0; i < piece; i++) {
             d->tok[n + i] = next->seq[next->prefill_at + i];
             d->pos[n + i] = next->prefill_at + i;
@@ -290,22 +258,21 @@ static void prefill_lanes(serve_decoder *d) {
         }
         if (piece == left) d->want[n + piece - 1] = 1, n_rows++;
         n += piece;
-        in[n_in++] = next;
+        d->b_in[n_in] = next, d->b_piece[n_in++] = piece;
     }
     if (n_in == 0) return;
     ts_batch b = {n, d->tok, d->pos, d->slot, d->want};
     ts_status st = ts_engine_forward(d->o.engine, &b, n_rows ? d->logits : NULL);
     if (d->o.metrics) serve_metrics_prefill_call(d->o.metrics);
     for (int i = 0, row = 0; i < n_in; i++) {
-        serve_lane *ln = in[i];
+        serve_lane *ln = d->b_in[i];
         serve_job *j = ln->job;
         if (st != TS_OK) {
             ln->slot_known = false;
             lane_end(d, ln, SERVE_FINISH_ERROR, st);
             continue;
         }
-        int left = j->n_ids - ln->prefill_at;
-        ln->prefill_at += left < d->o.prefill_chunk ? left : d->o.prefill_chunk;
+        ln->prefill_at += d->b_piece[i];
         if (ln->prefill_at < j->n_ids) continue;
         float *logits = d->logits + (size_t)row++ * d->n_vocab;
         ln->pending_snap = serve_prefix_cache_store(d->o.cache, ln->seq, j->n_ids, logits);

@@ -94,13 +94,14 @@ typedef struct {
     void *done_ctx;
     float *logits; /* [n_lanes][n_vocab] the last rows of the prompts a prefill call finished */
     int32_t *tok, *pos, *slot;
-    uint8_t *want; /* [prefill chunk] */
+    uint8_t *want; /* [prefill chunk] (the idle work's prefill uses pos, slot and want too) */
     /* one decode step's batch, a row per running lane */
     int32_t *b_tok, *b_pos, *b_slot, *b_drawn;
     int *b_lane;
     ts_sampler **b_smp;
     ts_logprobs *b_lp;
     serve_lane **b_in; /* the lanes of one prefill call */
+    int *b_piece;      /* and the tokens each puts in */
 } serve_decoder;
 
 ts_status serve_decoder_init(serve_decoder *d, const serve_decoder_opts *o, serve_job_done_fn done,
@@ -108,8 +109,6 @@ ts_status serve_decoder_init(serve_decoder *d, const serve_decoder_opts *o, serv
 /* Ends nothing: the worker has ended every job first. Drops the idle work's references. */
 void serve_decoder_free(serve_decoder *d);
 
-/* Lanes running a job. */
-int serve_decoder_running(const serve_decoder *d);
 /* The free lane for j: the one already holding the longest prefix of its prompt, else one
  * without idle work pending, the least recently used first; -1 when every lane is busy. */
 int serve_decoder_pick_lane(serve_decoder *d, const serve_job *j);
@@ -119,8 +118,8 @@ int serve_decoder_pick_lane(serve_decoder *d, const serve_job *j);
 void serve_decoder_start(serve_decoder *d, int l, serve_job *j);
 /* One step: the jobs that were cancelled end first; then one prefill call (the oldest unfinished
  * prompt's next chunk, and the younger ones' that fit beside it), and one decode step of every
- * decoding lane: each
- * gets its next token, and the jobs that end on it are reported through done(). */
+ * decoding lane: each gets its next token, and the jobs that end on it are reported through
+ * done(). */
 void serve_decoder_step(serve_decoder *d);
 
 /* ---- idle work (next_turn.c) ------------------------------------------------------------ */
@@ -135,15 +134,5 @@ bool serve_decoder_has_idle_work(const serve_decoder *d);
  * in small chunks, interrupt checked between them, kept as a snapshot); for a raw completion,
  * the answer's own state. Stops as soon as interrupt says so. */
 void serve_decoder_idle_work(serve_decoder *d, serve_interrupt_fn interrupt, void *ctx);
-
-/* ---- shared by decode.c and next_turn.c ------------------------------------------------- */
-
-/* Runs seq[from, to) through the lane's slot (which must hold exactly `from` tokens), in
- * chunks of `chunk` so an interruption is seen between them; the last token's logits into
- * d->logits when want_logits. count: a request's prefill (metrics). */
-ts_status serve_lane_prefill(serve_decoder *d, serve_lane *ln, serve_interrupt_fn stop, void *ctx,
-                             int chunk, int from, int to, bool want_logits, bool count);
-/* Copies the lane's slot (holding seq[0, len)) into a snapshot slot. */
-void serve_lane_snapshot(serve_decoder *d, serve_lane *ln, int len);
 
 #endif

@@ -7,18 +7,44 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Runs seq[from, to) through the lane's slot (which must hold exactly `from` tokens), in
+ * chunks of `chunk` so that an interruption (stop, may be NULL) is seen between them. No logits:
+ * this only builds state to keep. */
+static ts_status lane_prefill(serve_decoder *d, serve_lane *ln, serve_interrupt_fn stop, void *ctx,
+                              int chunk, int from, int to) {
+    for (int a = from; a < to;) {
+        if (stop && stop(ctx)) return TS_ERR_CANCELLED;
+        int n = to - a < chunk ? to - a : chunk;
+        for (int i = 0; i < n; i++)
+            d->pos[i] = a + i, d->slot[i] = ln->slot;
+        /* an explicit "no logits" list: without one the engine computes the last token's */
+        memset(d->want, 0, (size_t)n);
+        ts_batch b = {n, ln->seq + a, d->pos, d->slot, d->want};
+        TS_TRY(ts_engine_forward(d->o.engine, &b, NULL));
+        a += n;
+    }
+    return TS_OK;
+}
+
+/* Copies the lane's slot (holding seq[0, len)) into a snapshot slot. */
+static void lane_snapshot(serve_decoder *d, serve_lane *ln, int len) {
+    int dst = serve_prefix_cache_store(d->o.cache, ln->seq, len, NULL);
+    if (dst < 0) return;
+    if (ts_engine_slot_copy(d->o.engine, ln->slot, dst) != TS_OK)
+        serve_prefix_cache_drop(d->o.cache, dst);
+}
+
 /* After a raw completion: runs the answer's last token and keeps the state as a snapshot. */
 static void snapshot_answer(serve_decoder *d, serve_lane *ln) {
     if (!ln->answer_pending || d->o.cache->n == 0) return;
     ln->answer_pending = false;
     int held = ts_engine_slot_len(d->o.engine, ln->slot);
     if (held != ln->n_seq - 1 || ln->n_seq > d->n_ctx) return;
-    if (serve_lane_prefill(d, ln, NULL, NULL, d->o.prefill_chunk, held, ln->n_seq, false, false) !=
-        TS_OK) {
+    if (lane_prefill(d, ln, NULL, NULL, d->o.prefill_chunk, held, ln->n_seq) != TS_OK) {
         ln->slot_known = false;
         return;
     }
-    serve_lane_snapshot(d, ln, ln->n_seq);
+    lane_snapshot(d, ln, ln->n_seq);
 }
 
 /* The conversation as the next request will carry it: the messages, this answer as the client
@@ -110,14 +136,13 @@ static bool prepare_next_turn(serve_decoder *d, serve_lane *ln, const serve_job 
     memcpy(ln->seq, ids, (size_t)cut * sizeof *ids);
     ln->n_seq = cut;
     free(ids);
-    ts_status st =
-        serve_lane_prefill(d, ln, interrupt, ctx, d->o.next_turn_chunk, start, cut, false, false);
+    ts_status st = lane_prefill(d, ln, interrupt, ctx, d->o.next_turn_chunk, start, cut);
     *prefilled = ts_engine_slot_len(d->o.engine, ln->slot) - start;
     if (st != TS_OK) {
         ln->slot_known = st == TS_ERR_CANCELLED; /* interrupted between chunks: still a prefix */
         return false;
     }
-    serve_lane_snapshot(d, ln, cut);
+    lane_snapshot(d, ln, cut);
     return true;
 }
 

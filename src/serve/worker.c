@@ -133,7 +133,6 @@ static ts_status warm_up(ts_engine *e, int chunk, int n_lanes) {
     free(smps), free(want);
     ts_sampler_free(smp);
     free(ids), free(pos), free(slot), free(logits);
-    ts_engine_slot_clear(e, 0);
     return st;
 }
 
