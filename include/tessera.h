@@ -266,6 +266,43 @@ int ts_sampler_top(ts_sampler *s, const float *logits, int k, int32_t *ids, floa
 void ts_sampler_logprobs(ts_sampler *s, const float *logits, int32_t id, int n_top,
                          ts_logprobs *out);
 
+/* ---- constrained decoding --------------------------------------------------------------- */
+
+/* A grammar the generated text must follow (immutable once made; may be shared by threads). */
+typedef struct ts_grammar ts_grammar;
+/* The grammar of JSON text valid against a JSON Schema (schema: its JSON text, len bytes), or of
+ * any JSON object when schema is NULL (OpenAI's JSON mode). The text may start with whitespace
+ * and ends with the value. Keywords that constrain values and are not implemented are refused
+ * (TS_ERR_UNSUPPORTED naming the keyword and where it is); docs/API.md lists what is kept. */
+ts_status ts_grammar_from_json_schema(const char *schema, size_t len, ts_grammar **out);
+void ts_grammar_free(ts_grammar *g);
+
+/* A tokenizer's vocabulary as bytes, arranged for finding the tokens a grammar allows. Special
+ * tokens never match text (the end-of-generation ones are allowed where the text may end); the
+ * n_exclude ids of exclude never match either (e.g. tokens the caller reads as markers). */
+typedef struct ts_grammar_vocab ts_grammar_vocab;
+ts_status ts_grammar_vocab_create(const ts_tokenizer *tok, const int32_t *exclude, int n_exclude,
+                                  ts_grammar_vocab **out);
+void ts_grammar_vocab_free(ts_grammar_vocab *v);
+
+/* Where one generation stands in a grammar. */
+typedef struct ts_grammar_matcher ts_grammar_matcher;
+ts_status ts_grammar_matcher_create(const ts_grammar *g, const ts_grammar_vocab *v,
+                                    ts_grammar_matcher **out);
+void ts_grammar_matcher_free(ts_grammar_matcher *m);
+/* Whether token id may come next. */
+bool ts_grammar_matcher_allows(ts_grammar_matcher *m, int32_t id);
+/* Sets the logits of every token that may not come next to -INFINITY in a row of n (the model's
+ * vocabulary, which may be longer than the tokenizer's: the ids past it never may);
+ * TS_ERR_INVALID when no token may. */
+ts_status ts_grammar_matcher_mask(ts_grammar_matcher *m, float *logits, int n);
+/* Takes token id; TS_ERR_INVALID (nothing changes) when it may not come next. */
+ts_status ts_grammar_matcher_accept(ts_grammar_matcher *m, int32_t id);
+/* The text so far is complete (a sentence of the grammar)... */
+bool ts_grammar_matcher_can_end(const ts_grammar_matcher *m);
+/* ...and nothing may follow it. */
+bool ts_grammar_matcher_done(const ts_grammar_matcher *m);
+
 #ifdef __cplusplus
 }
 #endif

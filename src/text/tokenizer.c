@@ -345,6 +345,13 @@ int ts_tokenizer_vocab_size(const ts_tokenizer *t) {
     return t->spm ? ts_spm_vocab_size(t->spm) : ts_bpe_vocab_size(t->bpe);
 }
 
+void ts_tokenizer_token_source(const ts_tokenizer *t, ts_token_source *src) {
+    if (t->spm)
+        ts_spm_token_source(t->spm, src);
+    else
+        ts_bpe_token_source(t->bpe, src);
+}
+
 bool ts_tokenizer_is_eog(const ts_tokenizer *t, int32_t id) {
     for (int i = 0; id >= 0 && i < t->n_eog; i++)
         if (t->eog[i] == id) return true;

@@ -63,6 +63,9 @@ typedef struct {
     bool (*is_special)(const void *ctx, int32_t id);
 } ts_token_source;
 
+/* The token source of a tokenizer (tokenizer.c). */
+void ts_tokenizer_token_source(const ts_tokenizer *t, ts_token_source *src);
+
 /* Streams text out of token ids, one id at a time: emits only whole UTF-8 characters, holds
  * back the bytes of a character that a later token may complete, and replaces ill-formed
  * bytes by U+FFFD as soon as they are known to be ill-formed. Pushing ids one by one and then

@@ -1,0 +1,374 @@
+/* Grammars: the builder, and matching bytes against a grammar as a nondeterministic pushdown
+ * automaton (the approach of llama.cpp's GBNF matcher, written for byte sets and shared,
+ * immutable stacks).
+ *
+ * The state is a set of stacks (grammar_int.h). A stack's top is a byte set; a byte that is in
+ * it moves the top one element on, and the new position is "expanded" until the top is a byte
+ * set again: the end of an alternative pops to the node below, a rule reference pushes where to
+ * return and forks into one stack per alternative of the rule. A reference that ends its
+ * alternative pushes nothing (a tail call), so right-recursive repetition (rep ::= "" | x rep)
+ * keeps stacks flat however long it runs. Equal stacks are merged, so the set stays as small as
+ * the grammar's ambiguity at that point. */
+#include "base/status.h"
+#include "text/grammar_int.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- the builder ------------------------------------------------------------------------ */
+
+typedef struct {
+    int rule;
+    uint32_t *e;
+    int n, cap;
+} gb_alt;
+
+struct ts_gbuild {
+    gb_alt *alt;
+    int n_alt, cap_alt;
+    int n_rules;
+    uint64_t (*set)[4];
+    int n_sets, cap_sets;
+    long n_elems; /* elements so far, against TS_GRAMMAR_MAX_ELEMS */
+    bool oom, too_big;
+};
+
+ts_status ts_gbuild_create(ts_gbuild **out) {
+    *out = calloc(1, sizeof **out);
+    return *out ? TS_OK : ts_error(TS_ERR_NOMEM, "out of memory for a grammar");
+}
+
+void ts_gbuild_free(ts_gbuild *b) {
+    if (!b) return;
+    for (int i = 0; i < b->n_alt; i++)
+        free(b->alt[i].e);
+    free(b->alt), free(b->set), free(b);
+}
+
+static bool grow(void **p, int *cap, int need, size_t elem) {
+    if (need <= *cap) return true;
+    int c = *cap ? *cap : 16;
+    while (c < need)
+        c *= 2;
+    void *q = realloc(*p, (size_t)c * elem);
+    if (!q) return false;
+    *p = q, *cap = c;
+    return true;
+}
+
+int ts_gbuild_rule(ts_gbuild *b) { return b->n_rules++; }
+
+int ts_gbuild_alt(ts_gbuild *b, int rule) {
+    if (!grow((void **)&b->alt, &b->cap_alt, b->n_alt + 1, sizeof *b->alt)) {
+        b->oom = true;
+        return -1;
+    }
+    b->alt[b->n_alt] = (gb_alt){rule, NULL, 0, 0};
+    return b->n_alt++;
+}
+
+static void push_elem(ts_gbuild *b, int alt, uint32_t e) {
+    if (alt < 0 || alt >= b->n_alt) {
+        b->oom = true; /* a failed ts_gbuild_alt */
+        return;
+    }
+    if (++b->n_elems > TS_GRAMMAR_MAX_ELEMS) {
+        b->too_big = true;
+        return;
+    }
+    gb_alt *a = &b->alt[alt];
+    if (!grow((void **)&a->e, &a->cap, a->n + 1, sizeof *a->e)) {
+        b->oom = true;
+        return;
+    }
+    a->e[a->n++] = e;
+}
+
+void ts_gbuild_ref(ts_gbuild *b, int alt, int rule) { push_elem(b, alt, GE_MAKE(GE_REF, rule)); }
+
+/* Byte sets are kept once each: grammars repeat a few of them (digits, string bytes) often. */
+void ts_gbuild_set(ts_gbuild *b, int alt, const uint64_t set[4]) {
+    int i = 0;
+    while (i < b->n_sets && memcmp(b->set[i], set, sizeof b->set[i]) != 0)
+        i++;
+    if (i == b->n_sets) {
+        if (!grow((void **)&b->set, &b->cap_sets, b->n_sets + 1, sizeof *b->set)) {
+            b->oom = true;
+            return;
+        }
+        memcpy(b->set[b->n_sets++], set, sizeof b->set[0]);
+    }
+    push_elem(b, alt, GE_MAKE(GE_SET, i));
+}
+
+void ts_gbuild_range(ts_gbuild *b, int alt, uint8_t lo, uint8_t hi) {
+    uint64_t s[4] = {0, 0, 0, 0};
+    for (int c = lo; c <= hi; c++)
+        s[c >> 6] |= 1ull << (c & 63);
+    ts_gbuild_set(b, alt, s);
+}
+
+void ts_gbuild_literal(ts_gbuild *b, int alt, const char *s, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        ts_gbuild_range(b, alt, (uint8_t)s[i], (uint8_t)s[i]);
+}
+
+ts_status ts_gbuild_finish(ts_gbuild *b, int root, ts_grammar **out) {
+    *out = NULL;
+    if (b->too_big)
+        return ts_error(TS_ERR_RANGE, "the grammar would need over %d elements",
+                        TS_GRAMMAR_MAX_ELEMS);
+    if (b->oom) return ts_error(TS_ERR_NOMEM, "out of memory building a grammar");
+    if (root < 0 || root >= b->n_rules)
+        return ts_error(TS_ERR_INVALID, "grammar start rule %d of %d", root, b->n_rules);
+    ts_grammar *g = calloc(1, sizeof *g);
+    if (!g) return ts_error(TS_ERR_NOMEM, "out of memory for a grammar");
+    g->n_rules = b->n_rules, g->root = root, g->n_sets = b->n_sets;
+    long n_elem = b->n_elems + b->n_alt; /* every alternative's elements and its terminator */
+    g->elem = malloc((size_t)(n_elem + 1) * sizeof *g->elem);
+    g->alt_first = calloc((size_t)b->n_rules + 1, sizeof *g->alt_first);
+    g->alt_pos = malloc(((size_t)b->n_alt + 1) * sizeof *g->alt_pos);
+    g->set = malloc(((size_t)b->n_sets + 1) * sizeof *g->set);
+    if (!g->elem || !g->alt_first || !g->alt_pos || !g->set) {
+        ts_grammar_free(g);
+        return ts_error(TS_ERR_NOMEM, "out of memory for a grammar");
+    }
+    if (b->n_sets) memcpy(g->set, b->set, (size_t)b->n_sets * sizeof *g->set);
+    /* alternatives grouped by rule, in the order they were made */
+    for (int a = 0; a < b->n_alt; a++)
+        g->alt_first[b->alt[a].rule + 1]++;
+    for (int r = 0; r < b->n_rules; r++) {
+        if (g->alt_first[r + 1] == 0) {
+            ts_grammar_free(g);
+            return ts_error(TS_ERR_INVALID, "grammar rule %d has no alternative", r);
+        }
+        g->alt_first[r + 1] += g->alt_first[r];
+    }
+    int *fill = malloc(((size_t)b->n_rules + 1) * sizeof *fill);
+    int *order = malloc(((size_t)b->n_alt + 1) * sizeof *order);
+    if (!fill || !order) {
+        free(fill), free(order), ts_grammar_free(g);
+        return ts_error(TS_ERR_NOMEM, "out of memory for a grammar");
+    }
+    memcpy(fill, g->alt_first, (size_t)b->n_rules * sizeof *fill);
+    for (int a = 0; a < b->n_alt; a++)
+        order[fill[b->alt[a].rule]++] = a;
+    int n = 0;
+    for (int r = 0; r < b->n_rules; r++)
+        for (int k = g->alt_first[r]; k < g->alt_first[r + 1]; k++) {
+            const gb_alt *a = &b->alt[order[k]];
+            g->alt_pos[k] = (uint32_t)n;
+            if (a->n) memcpy(g->elem + n, a->e, (size_t)a->n * sizeof *a->e);
+            n += a->n;
+            g->elem[n++] = GE_MAKE(k + 1 < g->alt_first[r + 1] ? GE_ALT : GE_END, 0);
+        }
+    g->n_elem = n;
+    free(fill), free(order);
+    *out = g;
+    return TS_OK;
+}
+
+void ts_grammar_free(ts_grammar *g) {
+    if (!g) return;
+    free(g->elem), free(g->alt_first), free(g->alt_pos), free(g->set), free(g);
+}
+
+/* ---- the automaton ---------------------------------------------------------------------- */
+
+/* How deep one expansion may recurse through rules without taking a byte: deeper means a left
+ * recursion (or a rule that loops on nothing), which is cut off there instead of looping. */
+#define GM_MAX_EXPAND 256
+/* Stacks in one state at most; more would mean a pathologically ambiguous grammar. */
+#define GM_MAX_STACKS 4096
+
+int32_t gm_new_node(ts_grammar_matcher *m, uint32_t pos, int32_t parent) {
+    if (!grow((void **)&m->node, &m->cap_node, m->n_node + 1, sizeof *m->node)) {
+        m->oom = true;
+        return GM_EMPTY;
+    }
+    m->node[m->n_node] = (gm_node){pos, parent};
+    return m->n_node++;
+}
+
+static bool stack_equal(const ts_grammar_matcher *m, int32_t a, int32_t b) {
+    while (a != b) {
+        if (a < 0 || b < 0 || m->node[a].pos != m->node[b].pos) return false;
+        a = m->node[a].parent, b = m->node[b].parent;
+    }
+    return true;
+}
+
+/* Adds stack s to the set being built at buf[from, n_buf), unless an equal one is there. */
+static void emit(ts_grammar_matcher *m, int from, int32_t s) {
+    for (int i = from; i < m->n_buf; i++)
+        if (stack_equal(m, m->buf[i], s)) return;
+    if (m->n_buf - from >= GM_MAX_STACKS) {
+        m->oom = m->overflow = true; /* not cut silently: the language would change */
+        return;
+    }
+    if (!grow((void **)&m->buf, &m->cap_buf, m->n_buf + 1, sizeof *m->buf)) {
+        m->oom = true;
+        return;
+    }
+    m->buf[m->n_buf++] = s;
+}
+
+/* Expands "next, match the element at pos, then go on with stack parent" into stacks whose top
+ * is a byte set, adding them to the set being built from buf[from]. */
+static void expand(ts_grammar_matcher *m, int from, uint32_t pos, int32_t parent, int depth) {
+    const ts_grammar *g = m->g;
+    if (depth > GM_MAX_EXPAND) return;
+    for (;;) {
+        uint32_t e = g->elem[pos];
+        switch (GE_KIND(e)) {
+        case GE_END:
+        case GE_ALT: /* the alternative is done: on with what lies below */
+            if (parent == GM_EMPTY) {
+                emit(m, from, GM_EMPTY);
+                return;
+            }
+            pos = m->node[parent].pos;
+            parent = m->node[parent].parent;
+            continue;
+        case GE_SET: emit(m, from, gm_new_node(m, pos, parent)); return;
+        default: { /* GE_REF */
+            int r = (int)GE_VAL(e);
+            uint32_t k = GE_KIND(g->elem[pos + 1]);
+            int32_t ret = k == GE_END || k == GE_ALT ? parent : gm_new_node(m, pos + 1, parent);
+            for (int a = g->alt_first[r]; a < g->alt_first[r + 1]; a++)
+                expand(m, from, g->alt_pos[a], ret, depth + 1);
+            return;
+        }
+        }
+    }
+}
+
+ts_status gm_spent(const ts_grammar_matcher *m) {
+    if (m->overflow)
+        return ts_error(TS_ERR_UNSUPPORTED,
+                        "the grammar is too ambiguous: over %d ways to go on "
+                        "at once",
+                        GM_MAX_STACKS);
+    return ts_error(TS_ERR_NOMEM, "out of memory in a grammar matcher");
+}
+
+int gm_advance(ts_grammar_matcher *m, int off, int n, uint8_t b) {
+    int from = m->n_buf;
+    for (int i = 0; i < n; i++) {
+        int32_t s = m->buf[off + i];
+        if (s == GM_EMPTY) continue;
+        gm_node nd = m->node[s];
+        const uint64_t *set = m->g->set[GE_VAL(m->g->elem[nd.pos])];
+        if ((set[b >> 6] >> (b & 63)) & 1) expand(m, from, nd.pos + 1, nd.parent, 0);
+    }
+    return m->n_buf - from;
+}
+
+void gm_first_bytes(const ts_grammar_matcher *m, int off, int n, uint64_t out[4]) {
+    out[0] = out[1] = out[2] = out[3] = 0;
+    for (int i = 0; i < n; i++) {
+        int32_t s = m->buf[off + i];
+        if (s == GM_EMPTY) continue;
+        const uint64_t *set = m->g->set[GE_VAL(m->g->elem[m->node[s].pos])];
+        out[0] |= set[0], out[1] |= set[1], out[2] |= set[2], out[3] |= set[3];
+    }
+}
+
+/* Copies the stacks of the current state into a fresh node array, leaving the nodes that only
+ * dead stacks or finished scratch work used behind. */
+static void compact(ts_grammar_matcher *m) {
+    int32_t *map = malloc((size_t)m->n_node * sizeof *map);
+    int32_t *path = malloc((size_t)m->n_node * sizeof *path);
+    gm_node *nn = malloc((size_t)m->n_node * sizeof *nn);
+    if (!map || !path || !nn) { /* not now: the old nodes still serve */
+        free(map), free(path), free(nn);
+        return;
+    }
+    memset(map, 0xff, (size_t)m->n_node * sizeof *map);
+    int n = 0;
+    for (int i = 0; i < m->n_cur; i++) {
+        int32_t s = m->buf[i], np = 0;
+        while (s >= 0 && map[s] < 0)
+            path[np++] = s, s = m->node[s].parent;
+        int32_t below = s < 0 ? s : map[s];
+        while (np > 0) {
+            int32_t o = path[--np];
+            nn[n] = (gm_node){m->node[o].pos, below};
+            map[o] = below = n++;
+        }
+        if (m->buf[i] >= 0) m->buf[i] = map[m->buf[i]];
+    }
+    free(m->node);
+    m->cap_node = m->n_node; /* nn's size */
+    m->node = nn, m->n_node = n;
+    free(map), free(path);
+}
+
+void gm_set_current(ts_grammar_matcher *m, int off, int n) {
+    memmove(m->buf, m->buf + off, (size_t)n * sizeof *m->buf);
+    m->n_cur = m->n_buf = n;
+    if (m->n_node > m->compact_at) {
+        compact(m);
+        m->compact_at = 2 * m->n_node + 4096;
+    }
+}
+
+ts_status ts_grammar_matcher_create(const ts_grammar *g, const ts_grammar_vocab *v,
+                                    ts_grammar_matcher **out) {
+    ts_grammar_matcher *m = calloc(1, sizeof *m);
+    if (!m) return ts_error(TS_ERR_NOMEM, "out of memory for a grammar matcher");
+    m->g = g, m->v = v;
+    m->compact_at = 4096;
+    /* the root rule's alternatives over the empty stack: once one is done, the text is */
+    for (int a = g->alt_first[g->root]; a < g->alt_first[g->root + 1]; a++)
+        expand(m, 0, g->alt_pos[a], GM_EMPTY, 0);
+    m->n_cur = m->n_buf;
+    if (m->oom) {
+        ts_status st = gm_spent(m);
+        ts_grammar_matcher_free(m);
+        return st;
+    }
+    *out = m;
+    return TS_OK;
+}
+
+void ts_grammar_matcher_free(ts_grammar_matcher *m) {
+    if (!m) return;
+    for (int i = 0; i < GM_MASK_CACHE; i++)
+        free(m->cache[i].sig), free(m->cache[i].allowed);
+    gm_dfa_free(m);
+    free(m->node), free(m->buf), free(m->sig_tmp), free(m);
+}
+
+bool ts_grammar_matcher_accept_bytes(ts_grammar_matcher *m, const char *s, size_t n) {
+    int mark = m->n_node, off = 0, cnt = m->n_cur;
+    for (size_t i = 0; i < n && cnt > 0; i++) {
+        int next = m->n_buf;
+        cnt = gm_advance(m, off, cnt, (uint8_t)s[i]);
+        off = next;
+    }
+    if (cnt == 0 || m->oom) {
+        m->n_node = mark, m->n_buf = m->n_cur;
+        return false;
+    }
+    if (off != 0) gm_set_current(m, off, cnt);
+    return true;
+}
+
+bool ts_grammar_matcher_can_end(const ts_grammar_matcher *m) {
+    for (int i = 0; i < m->n_cur; i++)
+        if (m->buf[i] == GM_EMPTY) return true;
+    return false;
+}
+
+bool ts_grammar_matcher_done(const ts_grammar_matcher *m) {
+    return m->n_cur == 1 && m->buf[0] == GM_EMPTY;
+}
+
+bool ts_grammar_matches(const ts_grammar *g, const char *s, size_t n) {
+    ts_grammar_matcher *m;
+    if (ts_grammar_matcher_create(g, NULL, &m) != TS_OK) return false;
+    bool ok = ts_grammar_matcher_accept_bytes(m, s, n) && ts_grammar_matcher_can_end(m);
+    ts_grammar_matcher_free(m);
+    return ok;
+}
