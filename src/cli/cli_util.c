@@ -84,3 +84,33 @@ double cli_now(void) {
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
+
+bool cli_read_file(const char *path, char **text, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return false;
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap);
+    while (buf) {
+        if (n + 1 >= cap) {
+            char *p = cap < ((size_t)16 << 20) ? realloc(buf, cap * 2) : NULL;
+            if (!p) {
+                free(buf);
+                buf = NULL;
+                break;
+            }
+            buf = p, cap *= 2;
+        }
+        size_t got = fread(buf + n, 1, cap - 1 - n, f);
+        n += got;
+        if (got == 0) break;
+    }
+    bool ok = buf && !ferror(f);
+    fclose(f);
+    if (!ok) {
+        free(buf);
+        return false;
+    }
+    buf[n] = 0;
+    *text = buf, *len = n;
+    return true;
+}

@@ -167,7 +167,7 @@ int cmd_chat(int argc, char **argv) {
         }
         first = false;
         int room = n_ctx - ts_engine_slot_len(engine, 0) - 1;
-        cli_gen g = {engine, 0, sampler, tok, detok, true, true, NULL};
+        cli_gen g = {engine, 0, sampler, tok, detok, true, true, NULL, NULL};
         cli_gen_result gr;
         if (cli_generate(&g, logits, ts_engine_slot_len(engine, 0),
                          (int)(max_new < room ? max_new : room), &gr) != TS_OK) {

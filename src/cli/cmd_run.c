@@ -8,7 +8,8 @@
 
 int cmd_run(int argc, char **argv) {
     cli_engine_args ea = {.model_path = cli_default_model()};
-    const char *ids_arg = NULL, *prompt = NULL, *v;
+    const char *ids_arg = NULL, *prompt = NULL, *schema_path = NULL, *v;
+    bool json_mode = false;
     long n_gen = 16;
     bool print_ids = false, special = false, ignore_eos = false;
     ts_sampler_params sp;
@@ -28,6 +29,10 @@ int cmd_run(int argc, char **argv) {
             ignore_eos = true;
         } else if ((v = cli_opt_value(argc, argv, &i, "-n", "--n-predict"))) {
             if (!cli_parse_int(v, 0, 1 << 24, &n_gen)) return cli_usage("bad -n '%s'", v);
+        } else if (strcmp(argv[i], "--json") == 0) {
+            json_mode = true;
+        } else if ((v = cli_opt_value(argc, argv, &i, NULL, "--json-schema"))) {
+            schema_path = v;
         } else if (strcmp(argv[i], "--print-ids") == 0) {
             print_ids = true;
         } else {
@@ -39,20 +44,37 @@ int cmd_run(int argc, char **argv) {
     ts_tokenizer *tok = NULL;
     ts_detokenizer *detok = NULL;
     if (!!ids_arg == !!prompt) return cli_usage("run needs one of --ids 1,2,3 or -p TEXT");
+    if ((json_mode || schema_path) && !prompt)
+        return cli_usage("run: --json and --json-schema need -p TEXT (the tokenizer)");
+    ts_grammar *grammar = NULL;
+    if (json_mode || schema_path) {
+        char *text = NULL;
+        size_t len = 0;
+        if (schema_path && !cli_read_file(schema_path, &text, &len))
+            return cli_usage("run: cannot read --json-schema '%s'", schema_path);
+        ts_status st = ts_grammar_from_json_schema(text, len, &grammar);
+        free(text);
+        if (st != TS_OK) return cli_usage("run: %s", ts_last_error());
+    }
     if (ids_arg && !cli_parse_ids(ids_arg, &ids, &n_prompt))
         return cli_usage("run: --ids needs a comma-separated list of token ids");
     if (prompt) {
         size_t n;
         if (!ea.model_path) return cli_usage("missing -m MODEL");
-        if (ts_tokenizer_open(ea.model_path, &tok) != TS_OK) return cli_fail("cannot load tokenizer");
+        if (ts_tokenizer_open(ea.model_path, &tok) != TS_OK) {
+            ts_grammar_free(grammar);
+            return cli_fail("cannot load tokenizer");
+        }
         if (ts_tokenize(tok, prompt, strlen(prompt), special, &ids, &n) != TS_OK) {
             ts_tokenizer_free(tok);
+            ts_grammar_free(grammar);
             return cli_fail("tokenize");
         }
         n_prompt = (int)n;
         if (n_prompt == 0) {
             free(ids);
             ts_tokenizer_free(tok);
+            ts_grammar_free(grammar);
             return cli_usage("run: the prompt is empty");
         }
     }
@@ -63,8 +85,11 @@ int cmd_run(int argc, char **argv) {
     if (rc) {
         free(ids);
         ts_tokenizer_free(tok);
+        ts_grammar_free(grammar);
         return rc;
     }
+    ts_grammar_vocab *gvocab = NULL;
+    ts_grammar_matcher *gm = NULL;
     int V = ts_engine_n_vocab(engine);
     ts_sampler *sampler = NULL;
     int32_t *pos = malloc((size_t)n_prompt * sizeof *pos), *slot = calloc((size_t)n_prompt, 4);
@@ -89,6 +114,11 @@ int cmd_run(int argc, char **argv) {
         rc = cli_fail("sampler");
         goto done;
     }
+    if (grammar && (ts_grammar_vocab_create(tok, NULL, 0, &gvocab) != TS_OK ||
+                    ts_grammar_matcher_create(grammar, gvocab, &gm) != TS_OK)) {
+        rc = cli_fail("grammar");
+        goto done;
+    }
     for (int i = 0; i < n_prompt; i++) pos[i] = i;
     double t0 = cli_now();
     ts_batch pb = {n_prompt, ids, pos, slot, NULL};
@@ -97,7 +127,7 @@ int cmd_run(int argc, char **argv) {
         goto done;
     }
     double t_prefill = cli_now() - t0;
-    cli_gen g = {engine, 0, sampler, tok, detok, tok && !ignore_eos, false, out};
+    cli_gen g = {engine, 0, sampler, tok, detok, tok && !ignore_eos, false, out, gm};
     cli_gen_result gr;
     if (cli_generate(&g, logits, n_prompt, (int)n_gen, &gr) != TS_OK) {
         rc = cli_fail("decode failed");
@@ -115,6 +145,9 @@ int cmd_run(int argc, char **argv) {
             n_prompt, t_prefill * 1e3, n_prompt / t_prefill, n_out, t_decode * 1e3,
             n_out > 0 ? n_out / t_decode : 0.0, ts_engine_describe(engine));
 done:
+    ts_grammar_matcher_free(gm);
+    ts_grammar_vocab_free(gvocab);
+    ts_grammar_free(grammar);
     ts_detokenizer_free(detok);
     ts_tokenizer_free(tok);
     ts_sampler_free(sampler);

@@ -2,16 +2,35 @@
 
 #include "cli/generate.h"
 
+#define TS_TRY_CLI(expr)                                                                           \
+    do {                                                                                           \
+        ts_status st_ = (expr);                                                                    \
+        if (st_ != TS_OK) return st_;                                                              \
+    } while (0)
+
+/* A draw from logits on the host: under the grammar, from the tokens it allows. */
+static ts_status host_draw(const cli_gen *g, float *logits, int32_t *tok) {
+    if (g->gm) TS_TRY_CLI(ts_grammar_matcher_mask(g->gm, logits, ts_engine_n_vocab(g->engine)));
+    *tok = ts_sampler_sample(g->sampler, logits);
+    return TS_OK;
+}
+
 ts_status cli_generate(const cli_gen *g, float *logits, int pos, int max_new, cli_gen_result *r) {
     *r = (cli_gen_result){0};
     double t0 = cli_now();
     /* the first token from the prompt's logits; each later one drawn by the forward that
-     * feeds its predecessor (on a GPU, where the logits are) */
-    int32_t tok = max_new > 0 ? ts_sampler_sample(g->sampler, logits) : 0;
+     * feeds its predecessor (on a GPU, where the logits are), or under a grammar on the host */
+    int32_t tok = 0;
+    if (max_new > 0) TS_TRY_CLI(host_draw(g, logits, &tok));
     for (int k = 0; k < max_new; k++) {
         if (g->ids_out) g->ids_out[k] = tok;
         r->n_generated++;
         bool eog = g->tok && ts_tokenizer_is_eog(g->tok, tok);
+        bool done = false; /* the grammar's text is complete and nothing may follow */
+        if (g->gm && !eog) {
+            TS_TRY_CLI(ts_grammar_matcher_accept(g->gm, tok));
+            done = ts_grammar_matcher_done(g->gm);
+        }
         if (g->detok && !eog) {
             const char *text;
             size_t len;
@@ -20,16 +39,18 @@ ts_status cli_generate(const cli_gen *g, float *logits, int pos, int max_new, cl
                 fflush(stdout);
             }
         }
-        bool last = k + 1 == max_new || (eog && g->stop_at_eog);
+        bool last = k + 1 == max_new || (eog && g->stop_at_eog) || done;
         if (!last || g->feed_last) {
             int32_t p = pos + k, s = g->slot, next = -1;
             ts_batch b = {1, &tok, &p, &s, NULL};
-            ts_status st = last ? ts_engine_forward(g->engine, &b, logits)
-                                : ts_engine_forward_sample(g->engine, &b, &g->sampler, &next);
+            ts_status st = last || g->gm
+                               ? ts_engine_forward(g->engine, &b, logits)
+                               : ts_engine_forward_sample(g->engine, &b, &g->sampler, &next);
             if (st != TS_OK) return st;
+            if (!last && g->gm) TS_TRY_CLI(host_draw(g, logits, &next));
             tok = next;
         }
-        if (eog && g->stop_at_eog) {
+        if ((eog && g->stop_at_eog) || done) {
             r->stopped_at_eog = true;
             break;
         }

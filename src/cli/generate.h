@@ -13,6 +13,9 @@ typedef struct {
     bool stop_at_eog;
     bool feed_last; /* also run the final token through the model (to continue later) */
     int32_t *ids_out; /* NULL or room for max_new ids */
+    /* NULL, or the grammar every token must follow (drawn on the host from the masked
+     * logits); the generation ends once its text is complete and nothing may follow */
+    ts_grammar_matcher *gm;
 } cli_gen;
 
 typedef struct {

@@ -64,7 +64,10 @@ void serve_decoder_free(serve_decoder *d) {
         serve_lane *ln = &d->lane[l];
         if (ln->ended) serve_job_unref(ln->ended);
         free(ln->seq), free(ln->gen_count), free(ln->adj), free(ln->adj_at);
+        ts_grammar_matcher_free(ln->gm);
     }
+    ts_grammar_vocab_free(d->gvocab);
+    free(d->gm_row);
     free(d->lane), free(d->logits), free(d->tok), free(d->pos), free(d->slot), free(d->want);
     free(d->b_tok), free(d->b_pos), free(d->b_slot), free(d->b_drawn), free(d->b_lane);
     free(d->b_smp), free(d->b_lp), free(d->b_in), free(d->b_piece);
@@ -226,6 +229,49 @@ static int restore_prefix(serve_decoder *d, serve_lane *ln, const serve_job *j, 
 static void lane_end(serve_decoder *d, serve_lane *ln, serve_finish how, ts_status st);
 static void lane_first_token(serve_decoder *d, serve_lane *ln, float *logits);
 
+/* ---- grammars (response_format) ---------------------------------------------------------- */
+
+/* Whether the lane's next draw is constrained: it has a grammar and is in the content (the
+ * reasoning of a thinking model is free; the answer after it follows the grammar). */
+static bool constrained(const serve_lane *ln) { return ln->gm && ln->to.ch != SERVE_CH_REASONING; }
+
+/* The lane's matcher, and the decoder's vocabulary for grammars when this is the first job
+ * that needs it (~0.1 s for a 248k-token vocabulary). The think tags are not text: the text
+ * output reads them as the reasoning's bounds, so the content may never hold one. */
+static ts_status grammar_start(serve_decoder *d, serve_lane *ln) {
+    if (!d->gvocab) {
+        int32_t tags[2] = {d->think_open, d->think_close};
+        TS_TRY(ts_grammar_vocab_create(d->o.tok, tags, 2, &d->gvocab));
+        d->gm_row = malloc((size_t)d->n_vocab * sizeof *d->gm_row);
+        if (!d->gm_row) return ts_error(TS_ERR_NOMEM, "out of memory for grammar masks");
+    }
+    return ts_grammar_matcher_create(ln->job->grammar, d->gvocab, &ln->gm);
+}
+
+/* Draws that truncate the distribution (top-k, top-p, min-p) must see the grammar's mask
+ * first: filtering then masking is another distribution. Greedy and plain temperature draws
+ * may draw first and redo the draw over the masked row only when the grammar refuses the
+ * token, which gives exactly the masked distribution (a refused token is drawn again from
+ * the allowed ones in proportion, so each allowed token ends with p / P(allowed)), at the
+ * cost of a mask only on a refusal. */
+static bool mask_first(const ts_sampler_params *sp) {
+    return sp->temperature > 0 && (sp->top_k > 0 || sp->top_p < 1.0f || sp->min_p > 0);
+}
+
+/* A decode step whose logits came to the host (a lane in the batch is constrained): the lane's
+ * token - the engine's draw, or for a constrained lane the draw its grammar allows - and its
+ * log-probabilities, from the row the draw saw before any mask. */
+static ts_status host_rows_draw(serve_decoder *d, serve_lane *ln, const float *row, int32_t *tok,
+                                ts_logprobs *lp) {
+    if (constrained(ln) && (mask_first(&ln->job->sp) || !ts_grammar_matcher_allows(ln->gm, *tok))) {
+        memcpy(d->gm_row, row, (size_t)d->n_vocab * sizeof *d->gm_row);
+        TS_TRY(ts_grammar_matcher_mask(ln->gm, d->gm_row, d->n_vocab));
+        *tok = ts_sampler_sample(ln->smp, d->gm_row);
+    }
+    if (ln->want_lp) ts_sampler_logprobs(ln->smp, row, *tok, ln->n_top, lp);
+    return TS_OK;
+}
+
 /* Runs the next chunk of the prompts still to prefill, in one forward call: the oldest lane's
  * next chunk (at most --prefill-chunk tokens), and with it the next chunks of the lanes after it
  * while the call stays within a chunk - short prompts that arrived together go in together.
@@ -314,7 +360,8 @@ static void lane_end(serve_decoder *d, serve_lane *ln, serve_finish how, ts_stat
     memset(&ln->to, 0, sizeof ln->to);
     ts_detokenizer_free(ln->dt);
     ts_sampler_free(ln->smp);
-    ln->dt = NULL, ln->smp = NULL;
+    ts_grammar_matcher_free(ln->gm);
+    ln->dt = NULL, ln->smp = NULL, ln->gm = NULL;
     serve_metrics_tokens(d->o.metrics, 0, 0, 0, j->completion_tokens);
     flush_snapshot(d, ln); /* when the job never stepped */
     ln->job = NULL;
@@ -334,6 +381,7 @@ static void lane_end(serve_decoder *d, serve_lane *ln, serve_finish how, ts_stat
 static void lane_token(serve_decoder *d, serve_lane *ln, int32_t tok, const ts_logprobs *tl) {
     serve_job *j = ln->job;
     int k = ln->k;
+    bool gm_on = constrained(ln); /* the token was drawn under the grammar */
     serve_logprob lp;
     if (ln->want_lp) to_job_logprob(tok, tl, ln->n_top, &lp);
     ln->seq[ln->n_seq++] = tok;
@@ -366,6 +414,10 @@ static void lane_token(serve_decoder *d, serve_lane *ln, int32_t tok, const ts_l
         size_t len = 0;
         if (ts_detokenizer_push(ln->dt, tok, &text, &len) != TS_OK) len = 0;
         st = serve_textout_token(&ln->to, tok, text, len, &stopped);
+        /* the grammar takes the token; once its text is complete and nothing may follow,
+         * the answer is done (as at an end-of-generation token) */
+        if (st == TS_OK && gm_on) st = ts_grammar_matcher_accept(ln->gm, tok);
+        if (st == TS_OK && gm_on && ts_grammar_matcher_done(ln->gm)) stopped = true;
     }
     if (st == TS_OK && ln->want_lp) st = push_logprob(j, &lp);
     wake(j);
@@ -409,8 +461,23 @@ static void lane_first_token(serve_decoder *d, serve_lane *ln, float *logits) {
         lane_end(d, ln, SERVE_FINISH_CANCELLED, TS_OK);
         return;
     }
+    if (j->grammar && (st = grammar_start(d, ln)) != TS_OK) {
+        lane_end(d, ln, SERVE_FINISH_ERROR, st);
+        return;
+    }
     apply_penalties(ln, logits);
-    int32_t tok = ts_sampler_sample(ln->smp, logits);
+    int32_t tok = -1;
+    if (constrained(ln)) {
+        memcpy(d->gm_row, logits, (size_t)d->n_vocab * sizeof *d->gm_row);
+        st = ts_grammar_matcher_mask(ln->gm, d->gm_row, d->n_vocab);
+        if (st != TS_OK) {
+            lane_end(d, ln, SERVE_FINISH_ERROR, st);
+            return;
+        }
+        tok = ts_sampler_sample(ln->smp, d->gm_row);
+    } else {
+        tok = ts_sampler_sample(ln->smp, logits);
+    }
     ts_logprobs tl;
     if (ln->want_lp) ts_sampler_logprobs(ln->smp, logits, tok, ln->n_top, &tl);
     ln->decoding = true;
@@ -456,9 +523,11 @@ void serve_decoder_step(serve_decoder *d) {
     }
     prefill_lanes(d);
     int n = 0, n_top = -1;
+    bool any_constrained = false;
     for (int l = 0; l < d->o.n_lanes; l++) {
         serve_lane *ln = &d->lane[l];
         if (!ln->job || !ln->decoding) continue;
+        any_constrained |= constrained(ln);
         d->b_tok[n] = ln->last;
         d->b_pos[n] = ln->n_seq - 1;
         d->b_slot[n] = ln->slot;
@@ -472,16 +541,27 @@ void serve_decoder_step(serve_decoder *d) {
     if (d->o.step_delay_ms > 0) sleep_ms(d->o.step_delay_ms);
     double t0 = serve_now();
     ts_batch b = {n, d->b_tok, d->b_pos, d->b_slot, d->want};
-    ts_status st = n_top >= 0 ? ts_engine_forward_sample_logprobs(d->o.engine, &b, d->b_smp, n_top,
-                                                                  d->b_drawn, d->b_lp)
-                              : ts_engine_forward_sample(d->o.engine, &b, d->b_smp, d->b_drawn);
+    ts_status st;
+    if (any_constrained) /* the rows come over: a draw the grammar refuses is redone here */
+        st = ts_engine_forward_sample_logits(d->o.engine, &b, d->b_smp, d->b_drawn, d->logits);
+    else if (n_top >= 0)
+        st = ts_engine_forward_sample_logprobs(d->o.engine, &b, d->b_smp, n_top, d->b_drawn,
+                                               d->b_lp);
+    else
+        st = ts_engine_forward_sample(d->o.engine, &b, d->b_smp, d->b_drawn);
     double dt = serve_now() - t0;
     for (int i = 0; i < n; i++) {
         serve_lane *ln = &d->lane[d->b_lane[i]];
         serve_metrics_token_latency(d->o.metrics, dt);
+        ts_status lst = st;
+        if (lst == TS_OK && any_constrained)
+            lst = host_rows_draw(d, ln, d->logits + (size_t)i * d->n_vocab, &d->b_drawn[i],
+                                 &d->b_lp[i]);
         if (st != TS_OK) {
             ln->slot_known = false;
             lane_end(d, ln, SERVE_FINISH_ERROR, st);
+        } else if (lst != TS_OK) {
+            lane_end(d, ln, SERVE_FINISH_ERROR, lst);
         } else {
             lane_token(d, ln, d->b_drawn[i], &d->b_lp[i]);
         }

@@ -67,6 +67,9 @@ typedef struct {
     ts_sampler *smp;
     ts_detokenizer *dt;
     serve_textout to;
+    /* the job's grammar (response_format): it constrains every draw of the content channel -
+     * the reasoning stays free; NULL without one */
+    ts_grammar_matcher *gm;
     bool want_lp, penalised;
     int n_top;      /* alternatives the job wants (when want_lp) */
     int prefill_at; /* the next prompt token to run through the model */
@@ -92,7 +95,13 @@ typedef struct {
     uint64_t clock;   /* lane use order */
     serve_job_done_fn done;
     void *done_ctx;
-    float *logits; /* [n_lanes][n_vocab] the last rows of the prompts a prefill call finished */
+    /* [n_lanes][n_vocab] the last rows of the prompts a prefill call finished; a decode step
+     * with a constrained lane takes its rows here too */
+    float *logits;
+    /* the vocabulary as grammars see it, made when the first job with a grammar starts, and a
+     * row to mask a copy of the logits in */
+    ts_grammar_vocab *gvocab;
+    float *gm_row;
     int32_t *tok, *pos, *slot;
     uint8_t *want; /* [prefill chunk] (the idle work's prefill uses pos, slot and want too) */
     /* one decode step's batch, a row per running lane */

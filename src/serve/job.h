@@ -50,6 +50,7 @@ typedef struct serve_job {
     bool ignore_eos;
     int top_logprobs;  /* -1 = no logprobs */
     bool parse_tools;  /* tool calls in the content become SERVE_CH_TOOL segments */
+    ts_grammar *grammar; /* owned; NULL = free text; else the content must follow it */
     /* chat: the request, owned; after the answer the worker renders the next turn's prefix
      * from it (read-only on both sides) */
     struct serve_request *req;

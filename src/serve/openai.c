@@ -1,5 +1,6 @@
 #include "serve/openai.h"
 
+#include "text/json_schema.h"
 #include "text/utf8.h"
 
 #include <math.h>
@@ -408,21 +409,64 @@ static bool parse_logprobs(serve_request *r, const json_t *o, serve_error *e) {
     return true;
 }
 
-static bool parse_chat_extras(serve_request *r, const json_t *o, serve_error *e) {
-    const json_t *rf = field(o, "response_format");
-    if (rf) {
-        const json_t *t = json_is_object(rf) ? json_object_get(rf, "type") : NULL;
-        if (!json_is_string(t))
-            return serve_fail(e, 400, "invalid_value", "response_format",
-                              "'response_format' must be an object with a 'type'");
-        const char *ts = json_string_value(t);
-        if (strcmp(ts, "json_object") == 0 || strcmp(ts, "json_schema") == 0)
-            return serve_fail(e, 400, "unsupported_feature", "response_format",
-                              "response_format '%s' needs grammar decoding, not supported yet", ts);
-        if (strcmp(ts, "text") != 0)
-            return serve_fail(e, 400, "invalid_value", "response_format",
-                              "unknown response_format type '%.40s'", ts);
+/* The schema's grammar, or (schema NULL) any JSON object's; a schema the compiler refuses is
+ * the client's error, said in its words. */
+static bool compile_grammar(serve_request *r, const json_t *schema, const char *param,
+                            serve_error *e) {
+    char *text = NULL;
+    if (schema) {
+        if (!json_is_object(schema) && !json_is_boolean(schema))
+            return serve_fail(e, 400, "invalid_value", param,
+                              "'%s' must be a JSON Schema (an "
+                              "object or a boolean)",
+                              param);
+        text = json_dumps(schema, JSON_COMPACT | JSON_ENCODE_ANY);
+        if (!text) return serve_fail(e, 500, "internal_error", NULL, "out of memory");
     }
+    ts_status st = ts_grammar_from_json_schema(text, text ? strlen(text) : 0, &r->grammar);
+    free(text);
+    if (st == TS_OK) return true;
+    if (st == TS_ERR_NOMEM) return serve_fail(e, 500, "internal_error", NULL, "out of memory");
+    return serve_fail(e, 400, st == TS_ERR_UNSUPPORTED ? "unsupported_feature" : "invalid_value",
+                      param, "%s", ts_last_error());
+}
+
+/* response_format: text; json_object (any JSON object; with llama-server's "schema" beside the
+ * type, that schema); json_schema (OpenAI's {"name", "schema", "strict"}: the schema's
+ * grammar, any JSON object when it has none). Both JSON types constrain the answer's content
+ * to the grammar (the reasoning stays free). */
+static bool parse_response_format(serve_request *r, const json_t *o, serve_error *e) {
+    const json_t *rf = field(o, "response_format");
+    if (!rf) return true;
+    const json_t *t = json_is_object(rf) ? json_object_get(rf, "type") : NULL;
+    if (!json_is_string(t))
+        return serve_fail(e, 400, "invalid_value", "response_format",
+                          "'response_format' must be an object with a 'type'");
+    const char *ts = json_string_value(t);
+    if (strcmp(ts, "text") == 0) return true;
+    if (strcmp(ts, "json_object") == 0)
+        return compile_grammar(r, json_object_get(rf, "schema"), "response_format.schema", e);
+    if (strcmp(ts, "json_schema") != 0)
+        return serve_fail(e, 400, "invalid_value", "response_format",
+                          "unknown response_format type '%.40s'", ts);
+    const json_t *js = json_object_get(rf, "json_schema");
+    if (!json_is_object(js))
+        return serve_fail(e, 400, "invalid_value", "response_format.json_schema",
+                          "response_format 'json_schema' needs a 'json_schema' object");
+    const json_t *name = json_object_get(js, "name");
+    if (name && !json_is_string(name))
+        return serve_fail(e, 400, "invalid_value", "response_format.json_schema.name",
+                          "'response_format.json_schema.name' must be a string");
+    const json_t *strict = json_object_get(js, "strict");
+    if (strict && !json_is_boolean(strict) && !json_is_null(strict))
+        return serve_fail(e, 400, "invalid_value", "response_format.json_schema.strict",
+                          "'response_format.json_schema.strict' must be a boolean");
+    return compile_grammar(r, json_object_get(js, "schema"), "response_format.json_schema.schema",
+                           e);
+}
+
+static bool parse_chat_extras(serve_request *r, const json_t *o, serve_error *e) {
+    if (!parse_response_format(r, o, e)) return false;
     const json_t *kw = field(o, "chat_template_kwargs");
     if (kw && !json_is_object(kw))
         return serve_fail(e, 400, "invalid_value", "chat_template_kwargs",
@@ -488,21 +532,48 @@ static bool parse_tools(serve_request *r, const json_t *o, serve_error *e) {
             if (!r->tools_json) return serve_fail(e, 500, "internal_error", NULL, "out of memory");
         }
     }
-    bool none = false;
-    if (choice) {
-        if (json_is_object(choice) || (json_is_string(choice) &&
-                                       strcmp(json_string_value(choice), "required") == 0))
-            return serve_fail(e, 400, "unsupported_feature", "tool_choice", "tool_choice "
-                              "'required' or a named function needs grammar decoding, not "
-                              "supported yet; use 'auto' or 'none'");
+    bool none = false, required = false;
+    const char *only = NULL; /* a named function */
+    if (json_is_object(choice)) {
+        const json_t *type = json_object_get(choice, "type");
+        const json_t *fn = json_object_get(choice, "function");
+        const json_t *name = json_is_object(fn) ? json_object_get(fn, "name") : NULL;
+        if (!json_is_string(type) || strcmp(json_string_value(type), "function") != 0 ||
+            !json_is_string(name))
+            return serve_fail(e, 400, "invalid_value", "tool_choice",
+                              "a named 'tool_choice' is "
+                              "{\"type\": \"function\", \"function\": {\"name\": ...}}");
+        only = json_string_value(name);
+        required = true;
+    } else if (choice) {
         if (!json_is_string(choice) || (strcmp(json_string_value(choice), "auto") != 0 &&
-                                        strcmp(json_string_value(choice), "none") != 0))
+                                        strcmp(json_string_value(choice), "none") != 0 &&
+                                        strcmp(json_string_value(choice), "required") != 0))
             return serve_fail(e, 400, "invalid_value", "tool_choice", "'tool_choice' must be "
                               "'auto', 'none', 'required' or a named function");
         none = strcmp(json_string_value(choice), "none") == 0;
+        required = strcmp(json_string_value(choice), "required") == 0;
     }
     bool parallel = true;
     if (!get_bool(o, "parallel_tool_calls", &parallel, e)) return false;
+    if (required) { /* the answer must be calls: a grammar of them */
+        if (!r->tools_json)
+            return serve_fail(e, 400, "invalid_value", "tool_choice",
+                              "tool_choice '%s' needs "
+                              "'tools'",
+                              only ? "function" : "required");
+        if (r->grammar)
+            return serve_fail(e, 400, "unsupported_feature", "tool_choice",
+                              "tool_choice "
+                              "'required' or a named function together with a JSON "
+                              "response_format is not supported");
+        ts_status st = ts_grammar_tool_calls(r->tools_json, only, parallel, &r->grammar);
+        if (st == TS_ERR_NOMEM) return serve_fail(e, 500, "internal_error", NULL, "out of memory");
+        if (st != TS_OK)
+            return serve_fail(e, 400, "invalid_value",
+                              only ? "tool_choice.function.name" : "tool_choice", "%s",
+                              ts_last_error());
+    }
     r->parse_tools = r->tools_json && !none;
     return true;
 }
@@ -552,6 +623,7 @@ bool serve_request_parse(serve_api api, json_t *root, const char *const *model_i
                                                   "audio", "prediction", NULL};
         if (!refuse_unsupported(root, unsupported, e)) return false;
     } else {
+        if (!parse_response_format(r, root, e)) return false;
         static const char *const unsupported[] = {"suffix", "logit_bias", NULL};
         if (!refuse_unsupported(root, unsupported, e)) return false;
         bool echo = false;
@@ -570,6 +642,7 @@ void serve_request_free(serve_request *r) {
     for (int i = 0; i < r->n_owned; i++) free(r->owned[i]);
     free(r->owned);
     free(r->tools_json);
+    ts_grammar_free(r->grammar);
     free(r->msgs);
     free(r->prompt_ids);
     json_decref(r->root);

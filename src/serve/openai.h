@@ -44,6 +44,7 @@ typedef struct serve_request {
     int n_owned;
     char *tools_json; /* owned; NULL = no tools */
     bool parse_tools; /* tools offered and tool_choice is not "none" */
+    ts_grammar *grammar; /* owned; the answer's content must follow it (response_format) */
     /* completions: text, or token ids */
     const char *prompt;
     int32_t *prompt_ids; /* owned */

@@ -173,6 +173,10 @@ static enum MHD_Result generate(serve_conn *cn, struct MHD_Connection *c, serve_
     if (ok && serve_job_create(&j) != TS_OK)
         ok = serve_fail(&e, 500, "internal_error", NULL, "out of memory");
     if (ok) ok = serve_prepare(rt, &req, s->o.max_tokens_cap, j, &e);
+    if (ok) { /* the answer's grammar goes with the job */
+        j->grammar = req.grammar;
+        req.grammar = NULL;
+    }
     if (ok && api == SERVE_API_CHAT) {
         /* the worker renders the next turn's prefix from the conversation: the job owns the
          * request from here on (read-only on both sides; freed with the job) */

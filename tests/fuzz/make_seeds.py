@@ -181,6 +181,32 @@ def seeds_textout():
     return out
 
 
+def seeds_grammar():
+    schemas = [
+        {"type": "object", "properties": {"name": {"type": "string", "maxLength": 5},
+                                          "age": {"type": "integer"},
+                                          "tags": {"type": "array", "items": {"enum": ["a", 1, None]},
+                                                   "maxItems": 3}},
+         "required": ["name"], "additionalProperties": False},
+        {"$defs": {"node": {"type": "object", "properties": {
+            "v": {"type": "number"}, "kids": {"type": "array", "items": {"$ref": "#/$defs/node"}}}}},
+         "$ref": "#/$defs/node"},
+        {"anyOf": [{"type": "string", "minLength": 2}, {"type": ["boolean", "null"]},
+                   {"const": {"k": [1.5, "x"]}}]},
+        {"type": "array", "prefixItems": [{"type": "integer"}, {"type": "string"}], "items": False},
+        True,
+    ]
+    texts = ['{"name": "ab", "age": -12, "tags": ["a", null]}',
+             '{"v": 1.5e3, "kids": [{"kids": []}]}', '"hello"', '[1, "x"]', '\n {"a": [true]}']
+    out = []
+    for s, t in zip(schemas, texts):
+        out.append(b"\0" + json.dumps(s).encode() + b"\0" + t.encode())
+        out.append(b"\2" + json.dumps(s).encode() + b"\0" + t[:4].encode())
+    out.append(b"\1\0" + b'{"a": {"b": [1, 2, {"c": "\\u00e9"}]}}')
+    out.append(b"\3\0{")
+    return out
+
+
 def main():
     target, outdir = sys.argv[1], sys.argv[2]
     os.makedirs(outdir, exist_ok=True)

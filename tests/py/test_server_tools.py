@@ -104,3 +104,69 @@ def test_tool_results_turn_without_assistant_content(srv):
     st, _, t = srv.post("/tokenize", {"messages": msgs, "tools": TOOLS,
                                       "chat_template_kwargs": {"enable_thinking": False}})
     assert st == 200 and t["tokens"] == want
+
+
+# ---- tool_choice "required" / a named function: the answer is calls, by grammar ----------------
+
+# typed and enumerated parameters: every call's text is finite, so answers end on their own
+FORCED = [{
+    "type": "function",
+    "function": {"name": "get_weather", "parameters": {
+        "type": "object",
+        "properties": {"days": {"type": "integer"}, "metric": {"type": "boolean"},
+                       "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+                       "spots": {"type": "array", "items": {"type": "integer"}, "maxItems": 2}},
+        "required": ["days", "unit"]}},
+}, {"type": "function", "function": {"name": "now",
+                                     "parameters": {"type": "object", "properties": {}}}}]
+
+
+def check_calls(calls):
+    assert calls
+    for c in calls:
+        args = json.loads(c["function"]["arguments"])
+        assert c["function"]["name"] in ("get_weather", "now"), c
+        if c["function"]["name"] == "now":
+            assert args == {}
+        else:
+            assert isinstance(args["days"], int) and not isinstance(args["days"], bool)
+            assert args["unit"] in ("celsius", "fahrenheit")
+            assert isinstance(args.get("metric", True), bool)
+            assert all(isinstance(x, int) for x in args.get("spots", []))
+            assert set(args) <= {"days", "metric", "unit", "spots"}
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_tool_choice_required_answers_with_calls(srv, seed):
+    st, _, r = srv.post("/v1/chat/completions", {
+        "messages": [{"role": "user", "content": f"weather? {seed}"}], "tools": FORCED,
+        "tool_choice": "required", "max_tokens": 400, "temperature": 1.0, "seed": seed})
+    assert st == 200, r
+    ch = r["choices"][0]
+    assert ch["finish_reason"] == "tool_calls", ch
+    assert ch["message"]["content"] is None, ch
+    check_calls(ch["message"]["tool_calls"])
+
+
+def test_named_function_one_call_streamed(srv):
+    with srv.client() as c:
+        for seed in range(3):
+            chunks = list(c.chat.completions.create(
+                model="serve-tiny", messages=[{"role": "user", "content": "now?"}],
+                tools=FORCED, tool_choice={"type": "function", "function": {"name": "now"}},
+                parallel_tool_calls=False, max_tokens=200, temperature=1.0, seed=seed,
+                stream=True))
+            calls = [tc for ch in chunks if ch.choices and ch.choices[0].delta.tool_calls
+                     for tc in ch.choices[0].delta.tool_calls]
+            assert len(calls) == 1, calls
+            assert calls[0].function.name == "now" and json.loads(calls[0].function.arguments) == {}
+            assert chunks[-1].choices[0].finish_reason == "tool_calls" or \
+                chunks[-2].choices[0].finish_reason == "tool_calls"
+    st, _, r = srv.post("/v1/chat/completions", {
+        "messages": [{"role": "user", "content": "w"}], "tools": FORCED,
+        "tool_choice": {"type": "function", "function": {"name": "get_weather"}},
+        "parallel_tool_calls": False, "max_tokens": 300, "temperature": 0})
+    assert st == 200, r
+    calls = r["choices"][0]["message"]["tool_calls"]
+    assert len(calls) == 1 and calls[0]["function"]["name"] == "get_weather"
+    check_calls(calls)

@@ -216,6 +216,10 @@ static void test_validation(void) {
     CHECK(!strcmp(parse_code(C, BODY("{%s,\"top_logprobs\":21,\"logprobs\":true}", u)),
                   "invalid_value"));
     CHECK(!strcmp(parse_code(C, BODY("{%s,\"response_format\":{\"type\":\"json_object\"}}", u)),
+                  "ok"));
+    CHECK(!strcmp(parse_code(C, BODY("{%s,\"response_format\":{\"type\":\"json_schema\","
+                                     "\"json_schema\":{\"schema\":{\"minimum\":1}}}}",
+                                     u)),
                   "unsupported_feature"));
     /* the first failing check wins: the model before the sampling fields */
     CHECK(!strcmp(parse_code(C, BODY("{%s,\"temperature\":9,\"model\":\"zz\"}", u)),
