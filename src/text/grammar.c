@@ -178,8 +178,12 @@ void ts_grammar_free(ts_grammar *g) {
 /* How deep one expansion may recurse through rules without taking a byte: deeper means a left
  * recursion (or a rule that loops on nothing), which is cut off there instead of looping. */
 #define GM_MAX_EXPAND 256
-/* Stacks in one state at most; more would mean a pathologically ambiguous grammar. */
-#define GM_MAX_STACKS 4096
+/* Stacks in one state at most; more would mean a pathologically ambiguous grammar (an enum of
+ * 60,000 strings still fits: its values part ways after their first bytes). */
+#define GM_MAX_STACKS 65536
+/* Sets up to this size are checked for repeats stack by stack, larger ones by a hash of their
+ * top nodes, so that building a set stays linear in its size. */
+#define GM_LINEAR_MAX 32
 
 int32_t gm_new_node(ts_grammar_matcher *m, uint32_t pos, int32_t parent) {
     if (!grow((void **)&m->node, &m->cap_node, m->n_node + 1, sizeof *m->node)) {
@@ -198,11 +202,52 @@ static bool stack_equal(const ts_grammar_matcher *m, int32_t a, int32_t b) {
     return true;
 }
 
-/* Adds stack s to the set being built at buf[from, n_buf), unless an equal one is there. */
+/* Whether a stack with top node (pos, parent) is in the set being built, recording it when it
+ * is not; false out of memory (m->oom). */
+static bool seen_before(ts_grammar_matcher *m, uint32_t pos, int32_t parent) {
+    if (!m->seen) {
+        m->cap_seen = 2 * GM_MAX_STACKS;
+        m->seen = calloc((size_t)m->cap_seen, sizeof *m->seen);
+        if (!m->seen) {
+            m->oom = true;
+            return false;
+        }
+    }
+    size_t mask = (size_t)m->cap_seen - 1;
+    size_t at = ((size_t)pos * 0x9E3779B1u ^ (size_t)(uint32_t)parent * 0x85EBCA77u) & mask;
+    for (;; at = (at + 1) & mask) {
+        gm_seen *e = &m->seen[at];
+        if (e->gen != m->gen) { /* a stale entry is an empty slot */
+            *e = (gm_seen){pos, m->gen, parent};
+            return false;
+        }
+        if (e->pos == pos && e->parent == parent) return true;
+    }
+}
+
+static uint32_t key_pos(const ts_grammar_matcher *m, int32_t s) {
+    return s < 0 ? UINT32_MAX : m->node[s].pos;
+}
+
+/* Adds stack s to the set being built at buf[from, n_buf), unless an equal one is there: a small
+ * set compares whole stacks, a large one their top nodes (equal stacks with different nodes
+ * below are rare there, and cost only work). */
 static void emit(ts_grammar_matcher *m, int from, int32_t s) {
-    for (int i = from; i < m->n_buf; i++)
-        if (stack_equal(m, m->buf[i], s)) return;
-    if (m->n_buf - from >= GM_MAX_STACKS) {
+    int n = m->n_buf - from;
+    if (n < GM_LINEAR_MAX) {
+        for (int i = from; i < m->n_buf; i++)
+            if (stack_equal(m, m->buf[i], s)) return;
+    } else {
+        if (m->seen_gen != m->gen) { /* the set just grew large: its stacks so far */
+            m->seen_gen = m->gen;
+            for (int i = from; i < m->n_buf; i++) {
+                int32_t t = m->buf[i];
+                seen_before(m, key_pos(m, t), t < 0 ? -1 : m->node[t].parent);
+            }
+        }
+        if (seen_before(m, key_pos(m, s), s < 0 ? -1 : m->node[s].parent) || m->oom) return;
+    }
+    if (n >= GM_MAX_STACKS) {
         m->oom = m->overflow = true; /* not cut silently: the language would change */
         return;
     }
@@ -254,6 +299,10 @@ ts_status gm_spent(const ts_grammar_matcher *m) {
 
 int gm_advance(ts_grammar_matcher *m, int off, int n, uint8_t b) {
     int from = m->n_buf;
+    if (++m->gen == 0) { /* a new set: the hash of a large one starts empty */
+        if (m->seen) memset(m->seen, 0, (size_t)m->cap_seen * sizeof *m->seen);
+        m->gen = 1, m->seen_gen = 0;
+    }
     for (int i = 0; i < n; i++) {
         int32_t s = m->buf[off + i];
         if (s == GM_EMPTY) continue;
@@ -319,6 +368,7 @@ ts_status ts_grammar_matcher_create(const ts_grammar *g, const ts_grammar_vocab 
     if (!m) return ts_error(TS_ERR_NOMEM, "out of memory for a grammar matcher");
     m->g = g, m->v = v;
     m->compact_at = 4096;
+    m->gen = 1;
     /* the root rule's alternatives over the empty stack: once one is done, the text is */
     for (int a = g->alt_first[g->root]; a < g->alt_first[g->root + 1]; a++)
         expand(m, 0, g->alt_pos[a], GM_EMPTY, 0);
@@ -337,6 +387,7 @@ void ts_grammar_matcher_free(ts_grammar_matcher *m) {
     for (int i = 0; i < GM_MASK_CACHE; i++)
         free(m->cache[i].sig), free(m->cache[i].allowed);
     gm_dfa_free(m);
+    free(m->seen);
     free(m->node), free(m->buf), free(m->sig_tmp), free(m);
 }
 

@@ -34,6 +34,13 @@ typedef struct {
 } gm_node;
 #define GM_EMPTY (-1)
 
+/* A stack already in the set being built, by its top node's (pos, parent): a large set is
+ * checked for repeats through these (grammar.c, emit); gen tells this build's from stale ones. */
+typedef struct {
+    uint32_t pos, gen;
+    int32_t parent;
+} gm_seen;
+
 /* A mask remembered for a state (grammar_vocab.c). */
 typedef struct {
     uint64_t hash;
@@ -69,6 +76,9 @@ struct ts_grammar_matcher {
     int n_buf, cap_buf, n_cur;
     bool oom;      /* a step ran out of memory, or (overflow) of stacks: the matcher is spent */
     bool overflow; /* a state needed over GM_MAX_STACKS stacks (grammar.c) */
+    gm_seen *seen; /* made for the first large set */
+    int cap_seen;
+    uint32_t gen, seen_gen; /* the set build under way; the one seen[] holds */
     gm_mask_entry cache[GM_MASK_CACHE];
     uint64_t clock;
     int32_t *sig_tmp;
