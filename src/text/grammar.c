@@ -113,6 +113,68 @@ void ts_gbuild_literal(ts_gbuild *b, int alt, const char *s, size_t n) {
         ts_gbuild_range(b, alt, (uint8_t)s[i], (uint8_t)s[i]);
 }
 
+/* Left recursion: a rule that can reach itself through the first elements of its alternatives
+ * without reading a byte (only through rules that can match nothing). The matcher would expand
+ * it without end (it cuts such an expansion at a depth, which changes the language), so a
+ * grammar with one is refused. Found as a cycle of the "may start with" graph over rules. */
+int ts_gbuild_left_recursive(const ts_gbuild *b) {
+    int n = b->n_rules, found = -1;
+    bool *nullable = calloc((size_t)n + 1, sizeof *nullable);
+    int *head = malloc(((size_t)n + 1) * sizeof *head), *next = NULL, *to = NULL;
+    uint8_t *color = calloc((size_t)n + 1, 1);
+    int *stack = malloc(((size_t)n + 1) * sizeof *stack), *edge_at = NULL;
+    long n_edges = 0;
+    for (int a = 0; a < b->n_alt; a++)
+        n_edges += b->alt[a].n;
+    next = malloc(((size_t)n_edges + 1) * sizeof *next);
+    to = malloc(((size_t)n_edges + 1) * sizeof *to);
+    edge_at = malloc(((size_t)n + 1) * sizeof *edge_at);
+    if (!nullable || !head || !color || !stack || !next || !to || !edge_at) goto done;
+    for (bool changed = true; changed;) { /* which rules can match nothing */
+        changed = false;
+        for (int a = 0; a < b->n_alt; a++) {
+            const gb_alt *al = &b->alt[a];
+            if (nullable[al->rule]) continue;
+            bool all = true;
+            for (int i = 0; i < al->n && all; i++)
+                all = GE_KIND(al->e[i]) == GE_REF && nullable[GE_VAL(al->e[i])];
+            if (all) nullable[al->rule] = changed = true;
+        }
+    }
+    for (int r = 0; r < n; r++)
+        head[r] = -1;
+    int ne = 0;
+    for (int a = 0; a < b->n_alt; a++) { /* r -> s: s may come first in r */
+        const gb_alt *al = &b->alt[a];
+        for (int i = 0; i < al->n && GE_KIND(al->e[i]) == GE_REF; i++) {
+            int s = (int)GE_VAL(al->e[i]);
+            to[ne] = s, next[ne] = head[al->rule], head[al->rule] = ne++;
+            if (!nullable[s]) break;
+        }
+    }
+    for (int r0 = 0; r0 < n && found < 0; r0++) { /* depth first, iteratively: 1 open, 2 done */
+        if (color[r0]) continue;
+        int sp = 0;
+        stack[sp++] = r0, color[r0] = 1, edge_at[r0] = head[r0];
+        while (sp > 0 && found < 0) {
+            int r = stack[sp - 1], e = edge_at[r];
+            if (e < 0) {
+                color[r] = 2, sp--;
+                continue;
+            }
+            edge_at[r] = next[e];
+            int s = to[e];
+            if (color[s] == 1)
+                found = s;
+            else if (!color[s])
+                stack[sp++] = s, color[s] = 1, edge_at[s] = head[s];
+        }
+    }
+done:
+    free(nullable), free(head), free(next), free(to), free(color), free(stack), free(edge_at);
+    return found;
+}
+
 ts_status ts_gbuild_finish(ts_gbuild *b, int root, ts_grammar **out) {
     *out = NULL;
     if (b->too_big)
@@ -121,6 +183,12 @@ ts_status ts_gbuild_finish(ts_gbuild *b, int root, ts_grammar **out) {
     if (b->oom) return ts_error(TS_ERR_NOMEM, "out of memory building a grammar");
     if (root < 0 || root >= b->n_rules)
         return ts_error(TS_ERR_INVALID, "grammar start rule %d of %d", root, b->n_rules);
+    int lr = ts_gbuild_left_recursive(b);
+    if (lr >= 0)
+        return ts_error(TS_ERR_INVALID,
+                        "grammar rule %d is left-recursive (it can reach itself "
+                        "without reading a byte)",
+                        lr);
     ts_grammar *g = calloc(1, sizeof *g);
     if (!g) return ts_error(TS_ERR_NOMEM, "out of memory for a grammar");
     g->n_rules = b->n_rules, g->root = root, g->n_sets = b->n_sets;

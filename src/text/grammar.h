@@ -8,7 +8,8 @@
  * An empty alternative matches nothing (the rule is optional). Matching runs the grammar as a
  * nondeterministic pushdown automaton over bytes: the state is a set of stacks of positions
  * (grammar.c). Left recursion is not allowed (a rule whose expansion reaches itself without
- * consuming a byte); the matcher stops such an expansion at a fixed depth instead of looping. */
+ * consuming a byte): ts_gbuild_finish refuses it (the matcher would also stop such an
+ * expansion at a fixed depth rather than loop). */
 #ifndef TS_TEXT_GRAMMAR_H
 #define TS_TEXT_GRAMMAR_H
 
@@ -39,8 +40,12 @@ void ts_gbuild_range(ts_gbuild *b, int alt, uint8_t lo, uint8_t hi);
 void ts_gbuild_set(ts_gbuild *b, int alt, const uint64_t set[4]);
 /* The exact bytes s[0, n). */
 void ts_gbuild_literal(ts_gbuild *b, int alt, const char *s, size_t n);
+/* A rule that can reach itself without reading a byte (left recursion), or -1: the matcher
+ * cannot run such a grammar. -1 also when out of memory (finish then fails on it anyway). */
+int ts_gbuild_left_recursive(const ts_gbuild *b);
 /* The grammar with its start rule; fails (naming the limit) when the builder ran out of memory
- * or elements, or a rule has no alternative. b stays the caller's to free. */
+ * or elements, a rule has no alternative, or a rule is left-recursive. b stays the caller's to
+ * free. */
 ts_status ts_gbuild_finish(ts_gbuild *b, int root, ts_grammar **out);
 
 /* ---- byte-level matching (tests; the decoder goes through token ids) -------------------- */

@@ -1,6 +1,6 @@
 /* The grammar automaton (text/grammar.c) and grammars over tokens (text/grammar_vocab.c):
- * alternatives, optional and repeated rules, tail calls that keep stacks flat, the left-recursion
- * cut-off, and - with a real BPE vocabulary - that the trie walk's mask agrees token for token
+ * alternatives, optional and repeated rules, tail calls that keep stacks flat, left recursion
+ * refused, and - with a real BPE vocabulary - that the trie walk's mask agrees token for token
  * with running each token's bytes alone, in every state of a random walk through a grammar. */
 #include "testutil.h"
 #include "text/grammar_int.h"
@@ -78,8 +78,8 @@ static void test_repetition_stays_flat(void) {
     ts_grammar_free(g);
 }
 
-static void test_left_recursion_is_cut(void) {
-    /* r ::= r "a" | "b": no loop; the language is cut at a depth, "b" and "baa" still match */
+static void test_left_recursion_is_refused(void) {
+    /* r ::= r "a" | "b": the matcher could not expand it without end */
     ts_gbuild *b;
     CHECK(ts_gbuild_create(&b) == TS_OK);
     int r = ts_gbuild_rule(b);
@@ -87,11 +87,31 @@ static void test_left_recursion_is_cut(void) {
     ts_gbuild_ref(b, a, r);
     ts_gbuild_literal(b, a, "a", 1);
     lit_alt(b, r, "b");
-    ts_grammar *g;
-    CHECK(ts_gbuild_finish(b, r, &g) == TS_OK);
+    ts_grammar *g = NULL;
+    CHECK(ts_gbuild_finish(b, r, &g) == TS_ERR_INVALID && g == NULL);
+    CHECK(strstr(ts_last_error(), "left-recursive") != NULL);
     ts_gbuild_free(b);
-    CHECK(match(g, "b") && match(g, "baa") && !match(g, "ab"));
+    /* through a rule that can match nothing: x ::= y "x" ; y ::= "" | "(" | x */
+    CHECK(ts_gbuild_create(&b) == TS_OK);
+    int x = ts_gbuild_rule(b), y = ts_gbuild_rule(b);
+    a = ts_gbuild_alt(b, x);
+    ts_gbuild_ref(b, a, y);
+    ts_gbuild_literal(b, a, "x", 1);
+    ts_gbuild_alt(b, y);
+    lit_alt(b, y, "(");
+    ts_gbuild_ref(b, ts_gbuild_alt(b, y), x);
+    CHECK(ts_gbuild_left_recursive(b) >= 0);
+    ts_gbuild_free(b);
+    /* but not when a byte comes first: x ::= "(" x | "" is right recursion */
+    CHECK(ts_gbuild_create(&b) == TS_OK);
+    x = ts_gbuild_rule(b);
+    ts_gbuild_ref(b, lit_alt(b, x, "("), x);
+    ts_gbuild_alt(b, x);
+    CHECK(ts_gbuild_left_recursive(b) < 0);
+    CHECK(ts_gbuild_finish(b, x, &g) == TS_OK);
+    CHECK(match(g, "(((") && match(g, ""));
     ts_grammar_free(g);
+    ts_gbuild_free(b);
 }
 
 static void test_ambiguity_is_merged(void) {
@@ -291,7 +311,7 @@ static void test_tokens(void) {
 int main(void) {
     test_alternatives();
     test_repetition_stays_flat();
-    test_left_recursion_is_cut();
+    test_left_recursion_is_refused();
     test_ambiguity_is_merged();
     test_limits();
     test_tokens();
