@@ -17,6 +17,7 @@
 #include "text/json_schema_int.h"
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -228,6 +229,127 @@ int js_integer(js_ctx *c) {
         js_range(c, a, '1', '9');
         js_ref(c, a, more);
     }
+    return r;
+}
+
+/* ---- bounded integers -------------------------------------------------------------------- */
+
+/* exact[k] ::= [0-9]{k}: exact[k] ::= [0-9] exact[k-1], exact[0] ::= "". Shared by every
+ * bounded integer, since the free digits after the first differing one are all alike. */
+static int js_exact(js_ctx *c, int k) {
+    if (c->exact[0] < 0) {
+        uint64_t d[4] = {0};
+        js_set_add(d, '0', '9');
+        c->exact[0] = js_rule(c);
+        js_alt(c, c->exact[0]);
+        for (int j = 1; j < JS_INT_DIGITS; j++) {
+            int r = c->exact[j] = js_rule(c);
+            int a = js_alt(c, r);
+            ts_gbuild_set(c->b, a, d);
+            js_ref(c, a, c->exact[j - 1]);
+        }
+    }
+    return c->exact[k];
+}
+
+static bool js_all(const char *s, int n, char ch) {
+    for (int i = 0; i < n; i++)
+        if (s[i] != ch) return false;
+    return true;
+}
+
+static void js_span(js_ctx *c, int into, const char *x, const char *y, int n);
+
+static int js_span_rule(js_ctx *c, const char *x, const char *y, int n) {
+    int r = js_rule(c);
+    js_span(c, r, x, y, n);
+    return r;
+}
+
+/* Adds to `into` the n-digit strings from x to y (x <= y; for strings of one length the text
+ * order is the numeric one): the common prefix, then at the first differing digit x's digit
+ * followed by x's rest up to 9...9, the digits in between followed by any n-p-1 digits, and
+ * y's digit followed by 0...0 up to y's rest. A rest of all 0s (x) or all 9s (y) would cover
+ * every string after its digit, so that digit joins the middle range instead, which keeps
+ * e.g. 100..999 one alternative, [1-9][0-9][0-9]. */
+static void js_span(js_ctx *c, int into, const char *x, const char *y, int n) {
+    int p = 0;
+    while (p < n && x[p] == y[p])
+        p++;
+    if (p == n) {
+        ts_gbuild_literal(c->b, js_alt(c, into), x, (size_t)n);
+        return;
+    }
+    int r = into;
+    if (p > 0) { /* one alternative through the prefix, splitting after it */
+        int a = js_alt(c, into);
+        ts_gbuild_literal(c->b, a, x, (size_t)p);
+        r = js_rule(c);
+        js_ref(c, a, r);
+    }
+    int m = n - p - 1;
+    const char *xs = x + p + 1, *ys = y + p + 1;
+    char nines[JS_INT_DIGITS + 1], zeros[JS_INT_DIGITS + 1];
+    memset(nines, '9', sizeof nines); /* only the first m are read */
+    memset(zeros, '0', sizeof zeros);
+    bool x_low = js_all(xs, m, '0'), y_high = js_all(ys, m, '9');
+    int from = x[p] + !x_low, to = y[p] - !y_high;
+    if (!x_low) {
+        int a = js_alt(c, r);
+        js_range(c, a, x[p], x[p]);
+        js_ref(c, a, js_span_rule(c, xs, nines, m));
+    }
+    if (from <= to) {
+        int a = js_alt(c, r);
+        js_range(c, a, from, to);
+        if (m > 0) js_ref(c, a, js_exact(c, m));
+    }
+    if (!y_high) {
+        int a = js_alt(c, r);
+        js_range(c, a, y[p], y[p]);
+        js_ref(c, a, js_span_rule(c, zeros, ys, m));
+    }
+}
+
+static int js_ndigits(unsigned long long v) {
+    int n = 1;
+    while (v >= 10) {
+        v /= 10;
+        n++;
+    }
+    return n;
+}
+
+/* Adds to `into` the magnitudes a..b (a <= b <= JS_INT_MAX) written without leading zeros: one
+ * span per digit count, since only strings of one length compare as text. */
+static void js_magnitudes(js_ctx *c, int into, unsigned long long a, unsigned long long b) {
+    unsigned long long first = 1; /* 10^(L-1) */
+    for (int len = 1; len <= js_ndigits(b); len++, first *= 10) {
+        unsigned long long lo = len == 1 ? 0 : first, hi = first * 10 - 1;
+        if (lo < a) lo = a;
+        if (hi > b) hi = b;
+        if (lo > hi) continue;
+        char x[24], y[24];
+        snprintf(x, sizeof x, "%llu", lo);
+        snprintf(y, sizeof y, "%llu", hi);
+        js_span(c, into, x, y, len);
+    }
+}
+
+/* The canonical integers from lo to hi: no leading zeros, no "-0", no fraction or exponent. The
+ * negative ones are "-" then the magnitudes max(1, -hi)..-lo; the others the magnitudes
+ * max(0, lo)..hi. Negated in unsigned arithmetic, which cannot overflow. */
+int js_integer_range(js_ctx *c, long long lo, long long hi) {
+    int r = js_rule(c);
+    if (lo < 0) {
+        unsigned long long a = hi < 0 ? 0ULL - (unsigned long long)hi : 1;
+        int mag = js_rule(c);
+        js_magnitudes(c, mag, a, 0ULL - (unsigned long long)lo);
+        int alt = js_alt(c, r);
+        js_lit(c, alt, "-");
+        js_ref(c, alt, mag);
+    }
+    if (hi >= 0) js_magnitudes(c, r, lo > 0 ? (unsigned long long)lo : 0, (unsigned long long)hi);
     return r;
 }
 

@@ -8,12 +8,15 @@
  *
  *   kept      type, const, enum, properties, required, additionalProperties, items,
  *             prefixItems (and draft-7 array-form items + additionalItems), minItems, maxItems,
- *             minLength, maxLength, anyOf, oneOf (as anyOf), allOf of one schema, $ref into this
- *             document ("#", "#/$defs/x", any JSON pointer)
+ *             minLength, maxLength, minimum, maximum, exclusiveMinimum, exclusiveMaximum (on
+ *             integers: the range is written digit by digit), anyOf, oneOf (as anyOf), allOf of
+ *             one schema, $ref into this document ("#", "#/$defs/x", any JSON pointer)
  *   ignored   annotations (title, description, default, examples, format, $comment, ...), $defs
  *             and definitions (read only through $ref), and unknown keywords, as JSON Schema
  *             itself ignores them
- *   refused   the assertions we do not implement (pattern, minimum, uniqueItems, not, if, ...):
+ *   refused   the assertions we do not implement (pattern, multipleOf, uniqueItems, not, if,
+ *             ..., and the bounds where the type allows non-integral numbers, i.e. number or no
+ *             type: a range of decimals with fractions and exponents is not a simple grammar):
  *             TS_ERR_UNSUPPORTED naming the keyword and where it is, because silently dropping
  *             them would let the model write values the caller's validator then rejects
  *
@@ -24,6 +27,7 @@
 
 #include "text/json_schema_int.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,23 +65,25 @@ static const struct {
 };
 
 /* Assertions we do not implement: refused wherever they appear (even where they could not
- * apply, e.g. minimum beside type string), so what is accepted is simple to state. */
+ * apply, e.g. pattern beside type integer), so what is accepted is simple to state. */
 /* clang-format off */
 static const char *const js_refused[] = {
-    "pattern", "patternProperties", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
-    "multipleOf", "uniqueItems", "contains", "minContains", "maxContains", "minProperties",
-    "maxProperties", "propertyNames", "dependentRequired", "dependentSchemas", "dependencies",
-    "if", "then", "else", "not", "unevaluatedProperties", "unevaluatedItems", "$dynamicRef",
-    "$recursiveRef",
+    "pattern", "patternProperties", "multipleOf", "uniqueItems", "contains", "minContains",
+    "maxContains", "minProperties", "maxProperties", "propertyNames", "dependentRequired",
+    "dependentSchemas", "dependencies", "if", "then", "else", "not", "unevaluatedProperties",
+    "unevaluatedItems", "$dynamicRef", "$recursiveRef",
 };
 /* clang-format on */
 
 /* Keywords that constrain the value themselves (as opposed to the combinators $ref, anyOf,
  * oneOf, allOf, which delegate to other schemas). */
+/* clang-format off */
 static const char *const js_own[] = {
-    "type",  "const",       "enum",     "properties", "required",  "additionalProperties",
-    "items", "prefixItems", "minItems", "maxItems",   "minLength", "maxLength",
+    "type", "const", "enum", "properties", "required", "additionalProperties", "items",
+    "prefixItems", "minItems", "maxItems", "minLength", "maxLength", "minimum", "maximum",
+    "exclusiveMinimum", "exclusiveMaximum",
 };
+/* clang-format on */
 
 static ts_status js_compile(js_ctx *c, json_t *s, int into, int *n_alts);
 static ts_status js_sub(js_ctx *c, json_t *s, int *rule);
@@ -152,6 +158,91 @@ static ts_status js_bound(js_ctx *c, const json_t *s, const char *key, long dflt
     return TS_OK;
 }
 
+/* ---- integer bounds ---------------------------------------------------------------------- */
+
+/* The integers minimum / maximum / exclusiveMinimum / exclusiveMaximum allow: on says whether
+ * any is there, and empty that no integer is within them. lo..hi is in long long, not clamped
+ * to the integers the grammar writes, since const and enum values may be longer. */
+typedef struct {
+    bool on, empty;
+    long long lo, hi;
+} js_irange;
+
+/* A bound as the least (lower) or greatest integer it allows, rounding a non-integral bound
+ * inward; false when no long long is allowed. Floor and ceiling go through a truncation, which
+ * is exact for doubles inside long long's range (and no libm is needed). */
+static bool js_int_bound(const json_t *v, bool lower, bool exclusive, long long *out) {
+    if (json_is_integer(v)) {
+        long long n = json_integer_value(v);
+        if (exclusive && n == (lower ? LLONG_MAX : LLONG_MIN)) return false;
+        *out = !exclusive ? n : lower ? n + 1 : n - 1;
+        return true;
+    }
+    const double two63 = 9223372036854775808.0; /* exact; LLONG_MAX + 1 */
+    double x = json_real_value(v);
+    if (x >= two63 || x < -two63) { /* beyond long long: every one allowed or none */
+        if (lower == (x >= two63)) return false;
+        *out = lower ? LLONG_MIN : LLONG_MAX;
+        return true;
+    }
+    long long t = (long long)x; /* toward zero */
+    long long fl = t - ((double)t > x), ce = t + ((double)t < x);
+    if (lower) {
+        *out = exclusive ? fl + 1 : ce; /* fl < LLONG_MAX: doubles near 2^63 are integral */
+        return true;
+    }
+    if (exclusive && ce == LLONG_MIN) return false;
+    *out = exclusive ? ce - 1 : fl;
+    return true;
+}
+
+/* Reads the four bounds. They must be numbers; draft 4's boolean exclusiveMinimum /
+ * exclusiveMaximum (a flag on minimum / maximum) is refused rather than misread. Where the
+ * kinds allow non-integral numbers (type number, or no type) they are refused: only integer
+ * ranges are compiled. Beside types that are not numbers they are checked and ignored, as
+ * JSON Schema applies them to numbers only. */
+static ts_status js_int_bounds(js_ctx *c, const json_t *s, int kinds, js_irange *ir) {
+    static const char *const keys[] = {"minimum", "exclusiveMinimum", "maximum",
+                                       "exclusiveMaximum"};
+    const char *first = NULL;
+    *ir = (js_irange){.lo = LLONG_MIN, .hi = LLONG_MAX};
+    for (size_t i = 0; i < sizeof keys / sizeof *keys; i++) {
+        const json_t *v = json_object_get(s, keys[i]);
+        if (!v) continue;
+        bool exclusive = i % 2, lower = i < 2;
+        if (exclusive && json_is_boolean(v))
+            return ts_error(TS_ERR_UNSUPPORTED,
+                            "JSON Schema keyword '%s' at %s is a boolean (draft 4's form), which "
+                            "is not supported; give the bound itself as a number instead "
+                            "(\"%s\": N, draft 6 and later)",
+                            keys[i], js_where(c), keys[i]);
+        if (!json_is_number(v))
+            return ts_error(TS_ERR_INVALID, "JSON Schema keyword '%s' at %s must be a number",
+                            keys[i], js_where(c));
+        if (!first) first = keys[i];
+        long long b;
+        if (!js_int_bound(v, lower, exclusive, &b))
+            ir->empty = true;
+        else if (lower && b > ir->lo)
+            ir->lo = b;
+        else if (!lower && b < ir->hi)
+            ir->hi = b;
+    }
+    ir->on = first != NULL;
+    if (ir->lo > ir->hi) ir->empty = true;
+    if (ir->on && (kinds & JS_NUMBER))
+        return ts_error(TS_ERR_UNSUPPORTED,
+                        "JSON Schema keyword '%s' at %s is not supported on numbers: bounds are "
+                        "supported on integers only; make the type \"integer\" or remove it",
+                        first, js_where(c));
+    if (ir->empty && (kinds & JS_INTEGER))
+        return ts_error(TS_ERR_INVALID,
+                        "JSON Schema at %s allows no value: no integer is within its bounds "
+                        "(minimum, maximum, exclusiveMinimum, exclusiveMaximum); widen them",
+                        js_where(c));
+    return TS_OK;
+}
+
 /* ---- const and enum ---------------------------------------------------------------------- */
 
 static bool js_has_real(const json_t *v) {
@@ -207,9 +298,19 @@ static bool js_is_kind(const json_t *v, int kinds) {
     return false;
 }
 
-/* const and/or enum: each allowed value as a literal. Of the other keywords only `type` is
- * applied to them (a value of another type is dropped); the values are fixed texts anyway. */
-static ts_status js_literals(js_ctx *c, const json_t *s, int kinds, int into, int *n_alts) {
+/* Whether v, a value of the schema's kinds, is within the integer bounds: only numbers are
+ * bounded, and they are integers here (bounds beside type number were refused). */
+static bool js_in_range(const json_t *v, const js_irange *ir) {
+    if (!ir->on || !json_is_number(v)) return true;
+    long long n = json_is_integer(v) ? json_integer_value(v) : (long long)json_real_value(v);
+    return !ir->empty && n >= ir->lo && n <= ir->hi;
+}
+
+/* const and/or enum: each allowed value as a literal. Of the other keywords only `type` and
+ * the integer bounds are applied to them (a value outside is dropped); the values are fixed
+ * texts anyway. */
+static ts_status js_literals(js_ctx *c, const json_t *s, int kinds, const js_irange *ir, int into,
+                             int *n_alts) {
     const json_t *cst = json_object_get(s, "const"), *en = json_object_get(s, "enum");
     if (en && !json_is_array(en))
         return ts_error(TS_ERR_INVALID, "JSON Schema keyword 'enum' at %s must be an array",
@@ -222,7 +323,7 @@ static ts_status js_literals(js_ctx *c, const json_t *s, int kinds, int into, in
     size_t n = cst ? 1 : json_array_size(en);
     for (size_t i = 0; i < n; i++) {
         const json_t *v = cst ? cst : json_array_get(en, i);
-        if (!js_is_kind(v, kinds)) continue;
+        if (!js_is_kind(v, kinds) || !js_in_range(v, ir)) continue;
         if (cst && en) { /* both: the const must be one of the enum values */
             bool in = false;
             for (size_t j = 0; j < json_array_size(en) && !in; j++)
@@ -653,8 +754,10 @@ static ts_status js_own_kw(js_ctx *c, json_t *s, int into, int *n_alts) {
     int kinds;
     bool explicit;
     TS_TRY(js_type(c, s, &kinds, &explicit));
+    js_irange ir; /* before the kinds are narrowed: without `type` a bound may meet a number */
+    TS_TRY(js_int_bounds(c, s, kinds, &ir));
     if (json_object_get(s, "const") || json_object_get(s, "enum"))
-        return js_literals(c, s, kinds, into, n_alts);
+        return js_literals(c, s, kinds, &ir, into, n_alts);
     if (!explicit) {
         static const struct {
             const char *key;
@@ -682,7 +785,23 @@ static ts_status js_own_kw(js_ctx *c, json_t *s, int into, int *n_alts) {
     if (kinds & JS_ARRAY) TS_TRY(js_array(c, s, into, n_alts));
     if (kinds & JS_STRING) TS_TRY(js_string(c, s, into, n_alts));
     if (kinds & (JS_NUMBER | JS_INTEGER)) { /* number includes integer: one alternative */
-        js_ref(c, js_alt(c, into), kinds & JS_NUMBER ? js_number(c) : js_integer(c));
+        int r;
+        if (kinds & JS_NUMBER) {
+            r = js_number(c);
+        } else if (ir.on) { /* the grammar's integers have at most JS_INT_DIGITS digits */
+            long long lo = ir.lo > -JS_INT_MAX ? ir.lo : -JS_INT_MAX;
+            long long hi = ir.hi < JS_INT_MAX ? ir.hi : JS_INT_MAX;
+            if (lo > hi)
+                return ts_error(TS_ERR_INVALID,
+                                "JSON Schema at %s allows no value that can be generated: its "
+                                "bounds leave no integer of at most %d digits, the longest "
+                                "written here",
+                                js_where(c), JS_INT_DIGITS);
+            r = js_integer_range(c, lo, hi);
+        } else {
+            r = js_integer(c);
+        }
+        js_ref(c, js_alt(c, into), r);
         (*n_alts)++;
     }
     if (kinds & JS_BOOLEAN) {
@@ -796,6 +915,8 @@ static ts_status schema_value(ts_gbuild *b, const char *schema, size_t len, int 
     c.r_string = c.r_integer = c.r_number = c.r_bool = c.r_value = c.r_object = c.r_array = -1;
     for (int i = 0; i <= JS_DIGIT_CHAIN; i++)
         c.digits[i] = -1;
+    for (int i = 0; i < JS_INT_DIGITS; i++)
+        c.exact[i] = -1;
     ts_status st = TS_OK;
     if (!schema) {
         *value = js_object_any(&c); /* JSON mode: any object */

@@ -20,6 +20,9 @@
 #define JS_FRAC_DIGITS 16
 #define JS_EXP_DIGITS  2
 #define JS_DIGIT_CHAIN 15 /* the longest [0-9]{0,k} the above need */
+/* The largest magnitude of an integer of JS_INT_DIGITS digits: integer bounds are clamped to
+ * it, since the grammar writes no longer integer anyway. */
+#define JS_INT_MAX 9999999999999999LL
 
 /* A $ref target: the rule for its values, made before its schema is compiled. */
 typedef struct {
@@ -42,6 +45,7 @@ typedef struct {
     int r_strtail; /* any characters, then the closing quote */
     int r_string, r_integer, r_number, r_bool, r_value, r_object, r_array;
     int digits[JS_DIGIT_CHAIN + 1]; /* digits[k]: [0-9]{0,k} */
+    int exact[JS_INT_DIGITS];       /* exact[k]: [0-9]{k}, for bounded integers */
     int *strtail_n;                 /* strtail_n[k]: at most k characters, then the closing quote */
     int n_strtail_n, cap_strtail_n;
     int depth; /* js_compile recursion */
@@ -77,6 +81,8 @@ int js_array_any(js_ctx *c);
 int js_string_any(js_ctx *c);
 /* Integers have their own rule because type integer must not admit a fraction or exponent. */
 int js_integer(js_ctx *c);
+/* The canonical integers in [lo, hi] (-JS_INT_MAX <= lo <= hi <= JS_INT_MAX): a new rule. */
+int js_integer_range(js_ctx *c, long long lo, long long hi);
 /* Includes the integers, so a type list with both needs only this one. */
 int js_number(js_ctx *c);
 /* Shared by every boolean schema rather than two literals in each. */

@@ -4,7 +4,9 @@
 #include "testutil.h"
 #include "text/grammar.h"
 
+#include <limits.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <string.h>
 
 static ts_grammar *compile(const char *schema) {
@@ -290,12 +292,202 @@ static void test_strings_and_scalars(void) {
     expect("{\"type\":\"number\",\"minLength\":3}", LIST("1"), LIST("\"abc\""));
 }
 
+/* ---- integer bounds ---------------------------------------------------------------------- */
+
+#define INT_MAX16 9999999999999999LL /* the largest integer the grammar writes (16 digits) */
+
+/* One integer text against g: a mismatch is reported, the first few per grammar in full. */
+static void int_text(const ts_grammar *g, const char *schema, const char *text, bool want,
+                     int *bad) {
+    if (match(g, text) == want) return;
+    if ((*bad)++ < 5)
+        CHECKF(false, "schema %s should %s [%s]", schema, want ? "accept" : "reject", text);
+    else
+        tu_failures++;
+}
+
+static void int_value(const ts_grammar *g, const char *schema, long long v, long long lo,
+                      long long hi, int *bad) {
+    char t[32];
+    snprintf(t, sizeof t, "%lld", v);
+    int_text(g, schema, t, v >= lo && v <= hi, bad);
+}
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ULL;
+static uint64_t rng(void) { /* xorshift64: the same values on every run */
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return rng_state;
+}
+
+/* A value in [lo, hi]; the span fits in unsigned long long for bounds within ±INT_MAX16. */
+static long long rng_in(long long lo, long long hi) {
+    unsigned long long span = (unsigned long long)(hi - lo) + 1;
+    return lo + (long long)(rng() % span);
+}
+
+/* The schema's grammar accepts exactly the canonical integers in [lo, hi]: every integer in a
+ * window around the range when it is small, else around each end, and random values inside
+ * and outside; non-canonical spellings of values inside never. */
+static void int_range(const char *schema, long long lo, long long hi) {
+    ts_grammar *g = compile(schema);
+    if (!g) return;
+    int bad = 0;
+    if (hi - lo <= 2000) {
+        for (long long v = lo - 30; v <= hi + 30; v++)
+            int_value(g, schema, v, lo, hi, &bad);
+    } else {
+        for (long long d = -30; d <= 30; d++) {
+            int_value(g, schema, lo + d, lo, hi, &bad);
+            int_value(g, schema, hi + d, lo, hi, &bad);
+        }
+    }
+    for (int i = 0; i < 40; i++) {
+        int_value(g, schema, rng_in(lo, hi), lo, hi, &bad);
+        if (lo > -INT_MAX16) int_value(g, schema, rng_in(-INT_MAX16, lo - 1), lo, hi, &bad);
+        if (hi < INT_MAX16) int_value(g, schema, rng_in(hi + 1, INT_MAX16), lo, hi, &bad);
+    }
+    /* 17 digits: never, whatever the bounds */
+    int_text(g, schema, "10000000000000000", false, &bad);
+    int_text(g, schema, "-10000000000000000", false, &bad);
+    long long in[3] = {lo, hi, lo + (hi - lo) / 2};
+    for (int i = 0; i < 3; i++) {
+        long long v = in[i];
+        unsigned long long mag = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
+        const char *sign = v < 0 ? "-" : "";
+        char t[48];
+        snprintf(t, sizeof t, "%s0%llu", sign, mag); /* a leading zero */
+        int_text(g, schema, t, false, &bad);
+        snprintf(t, sizeof t, "%lld.0", v);
+        int_text(g, schema, t, false, &bad);
+        snprintf(t, sizeof t, "%lld.5", v);
+        int_text(g, schema, t, false, &bad);
+        snprintf(t, sizeof t, "%llde0", v);
+        int_text(g, schema, t, false, &bad);
+        snprintf(t, sizeof t, "%lldE1", v);
+        int_text(g, schema, t, false, &bad);
+        snprintf(t, sizeof t, "+%llu", mag);
+        int_text(g, schema, t, false, &bad);
+        snprintf(t, sizeof t, "%lld ", v); /* nothing may follow the value */
+        int_text(g, schema, t, false, &bad);
+        snprintf(t, sizeof t, "\"%lld\"", v);
+        int_text(g, schema, t, false, &bad);
+        snprintf(t, sizeof t, " %lld", v); /* leading whitespace, as for any root value */
+        int_text(g, schema, t, true, &bad);
+    }
+    static const char *const never[] = {"",     "-",   "-0",  "+0", "00", "-00",  "0.0",
+                                        "-0.0", "0e0", "--1", "1-", " ",  "null", "0x1"};
+    for (size_t i = 0; i < sizeof never / sizeof *never; i++)
+        int_text(g, schema, never[i], false, &bad);
+    ts_grammar_free(g);
+}
+
+/* minimum/maximum given as JSON integers; INT_MAX16 at either end stands for "absent". */
+static void int_bounds(long long lo, long long hi) {
+    char schema[160] = "{\"type\":\"integer\"";
+    if (lo > -INT_MAX16)
+        snprintf(schema + strlen(schema), sizeof schema - strlen(schema), ",\"minimum\":%lld", lo);
+    if (hi < INT_MAX16)
+        snprintf(schema + strlen(schema), sizeof schema - strlen(schema), ",\"maximum\":%lld", hi);
+    strcat(schema, "}");
+    int_range(schema, lo, hi);
+}
+
+static void test_integer_bounds(void) {
+    /* clang-format off */
+    static const long long ranges[][2] = {
+        {0, 0}, {0, 9}, {1, 10}, {7, 123}, {-5, 5}, {-123, -7}, {-10, 0}, {99, 100},
+        {1000, 1000}, {0, 1}, {-1, 0}, {-1, -1}, {9, 10}, {10, 99}, {-99, -10}, {100, 999},
+        {101, 998}, {-1001, 1001}, {190, 210}, {1999, 2001},
+        {5, INT_MAX16}, {-3, INT_MAX16}, {0, INT_MAX16}, {1, INT_MAX16}, /* min */
+        {-INT_MAX16, 42}, {-INT_MAX16, -1}, {-INT_MAX16, 0}, {-INT_MAX16, INT_MAX16 - 1}, /* max */
+        {123456789, 987654321}, {-987654321, -123456789}, {-5000000000000000, 5000000000000000},
+        {1000000000000000, INT_MAX16}, {INT_MAX16 - 10, INT_MAX16}, {-INT_MAX16, -INT_MAX16 + 10},
+        {1234567890123456, 1234567890123499},
+    };
+    /* clang-format on */
+    for (size_t i = 0; i < sizeof ranges / sizeof *ranges; i++)
+        int_bounds(ranges[i][0], ranges[i][1]);
+
+    /* every range between values where the digit count or a digit turns over */
+    static const long long ends[] = {-1001, -1000, -999, -550, -123, -101, -100, -99, -11,
+                                     -10,   -9,    -1,   0,    1,    9,    10,   11,  99,
+                                     100,   101,   123,  550,  999,  1000, 1001};
+    size_t n_ends = sizeof ends / sizeof *ends;
+    for (size_t i = 0; i < n_ends; i++)
+        for (size_t j = i; j < n_ends; j++)
+            int_bounds(ends[i], ends[j]);
+
+    /* random ranges of every digit count and sign */
+    for (int i = 0; i < 150; i++) {
+        long long v[2];
+        for (int k = 0; k < 2; k++) {
+            int digits = 1 + (int)(rng() % 16);
+            long long m = 1;
+            for (int d = 1; d < digits; d++)
+                m *= 10;
+            v[k] = rng_in(m == 1 ? 0 : m, m * 10 - 1 < INT_MAX16 ? m * 10 - 1 : INT_MAX16);
+            if (rng() % 2) v[k] = -v[k];
+        }
+        int_bounds(v[0] < v[1] ? v[0] : v[1], v[0] < v[1] ? v[1] : v[0]);
+    }
+
+    /* exclusive bounds, fractional bounds (rounded inward), both kinds of bound at once */
+    int_range("{\"type\":\"integer\",\"exclusiveMinimum\":3,\"maximum\":20}", 4, 20);
+    int_range("{\"type\":\"integer\",\"exclusiveMaximum\":10,\"minimum\":-10}", -10, 9);
+    int_range("{\"type\":\"integer\",\"exclusiveMinimum\":-3,\"exclusiveMaximum\":3}", -2, 2);
+    int_range("{\"type\":\"integer\",\"exclusiveMinimum\":0}", 1, INT_MAX16);
+    int_range("{\"type\":\"integer\",\"exclusiveMaximum\":0}", -INT_MAX16, -1);
+    int_range("{\"type\":\"integer\",\"minimum\":5,\"exclusiveMinimum\":3,\"maximum\":30}", 5, 30);
+    int_range("{\"type\":\"integer\",\"minimum\":2,\"exclusiveMinimum\":3,\"maximum\":30}", 4, 30);
+    int_range("{\"type\":\"integer\",\"maximum\":9,\"exclusiveMaximum\":9}", -INT_MAX16, 8);
+    int_range("{\"type\":\"integer\",\"minimum\":1.5,\"maximum\":2.5}", 2, 2);
+    int_range("{\"type\":\"integer\",\"minimum\":-1.5,\"maximum\":7.9}", -1, 7);
+    int_range("{\"type\":\"integer\",\"minimum\":-20.5,\"maximum\":-2.5}", -20, -3);
+    int_range("{\"type\":\"integer\",\"exclusiveMinimum\":2.5,\"exclusiveMaximum\":7.5}", 3, 7);
+    int_range("{\"type\":\"integer\",\"exclusiveMinimum\":-5.5,\"exclusiveMaximum\":-0.5}", -5, -1);
+    int_range("{\"type\":\"integer\",\"minimum\":3.0,\"exclusiveMaximum\":12.0}", 3, 11);
+    int_range("{\"type\":\"integer\",\"exclusiveMinimum\":-0.5,\"exclusiveMaximum\":99.5}", 0, 99);
+    int_range("{\"type\":\"integer\",\"minimum\":-0.0,\"maximum\":0.0}", 0, 0);
+    int_range("{\"type\":\"integer\",\"minimum\":1e2,\"maximum\":1.5e2}", 100, 150);
+    /* bounds beyond 16 digits: clamped */
+    int_range("{\"type\":\"integer\",\"maximum\":1e20}", -INT_MAX16, INT_MAX16);
+    int_range("{\"type\":\"integer\",\"minimum\":-1e20,\"maximum\":1e300}", -INT_MAX16, INT_MAX16);
+    int_range("{\"type\":\"integer\",\"minimum\":0,\"maximum\":1e20}", 0, INT_MAX16);
+    int_range("{\"type\":\"integer\",\"minimum\":-9223372036854775808,\"maximum\":"
+              "9223372036854775807}",
+              -INT_MAX16, INT_MAX16);
+    int_range("{\"type\":\"integer\",\"minimum\":9999999999999999}", INT_MAX16, INT_MAX16);
+    int_range("{\"type\":\"integer\",\"exclusiveMaximum\":-9999999999999998}", -INT_MAX16,
+              -INT_MAX16);
+
+    /* in context: a property (not the shared integer rule), items, a type list */
+    expect("{\"type\":\"object\",\"properties\":{\"n\":{\"type\":\"integer\",\"minimum\":1,"
+           "\"maximum\":12}},\"required\":[\"n\"]}",
+           LIST("{\"n\":12}", "{\"n\":1}", "{ \"n\" : 7 }"),
+           LIST("{\"n\":13}", "{\"n\":0}", "{\"n\":-1}", "{\"n\":012}", "{\"n\":1.0}", "{}"));
+    expect("{\"type\":\"array\",\"items\":{\"type\":\"integer\",\"minimum\":-2,\"maximum\":3}}",
+           LIST("[]", "[-2,3,0]", "[ 1 ]"), LIST("[4]", "[-3]", "[1,-0]"));
+    expect("{\"type\":[\"integer\",\"null\"],\"minimum\":10,\"maximum\":20}",
+           LIST("null", "10", "20"), LIST("9", "21", "\"10\""));
+    expect("{\"type\":[\"integer\",\"string\"],\"exclusiveMinimum\":3}",
+           LIST("\"x\"", "4", "\"2\""), LIST("3", "2"));
+    /* beside types that are not numbers: checked, then ignored, as JSON Schema does */
+    expect("{\"type\":\"string\",\"minimum\":5,\"maximum\":1}", LIST("\"a\""), LIST("7"));
+    /* const and enum: values outside the bounds are dropped (and are not held to 16 digits) */
+    expect("{\"type\":\"integer\",\"enum\":[1,5,10,7.0,\"x\"],\"minimum\":3,\"maximum\":8}",
+           LIST("5", "7.0"), LIST("1", "10", "\"x\""));
+    expect("{\"type\":\"integer\",\"enum\":[100000000000000000,-1],\"minimum\":0}",
+           LIST("100000000000000000"), LIST("-1", "0"));
+    refused("{\"type\":\"integer\",\"const\":2,\"minimum\":3}", TS_ERR_INVALID, "allows no value");
+}
+
 static void test_refusals(void) {
     /* clang-format off */
     static const char *const kw[] = {
-        "pattern", "patternProperties", "minimum", "maximum", "exclusiveMinimum",
-        "exclusiveMaximum", "multipleOf", "uniqueItems", "contains", "minContains", "maxContains",
-        "minProperties", "maxProperties", "propertyNames", "dependentRequired",
+        "pattern", "patternProperties", "multipleOf", "uniqueItems", "contains", "minContains",
+        "maxContains", "minProperties", "maxProperties", "propertyNames", "dependentRequired",
         "dependentSchemas", "dependencies", "if", "then", "else", "not", "unevaluatedProperties",
         "unevaluatedItems", "$dynamicRef", "$recursiveRef",
     };
@@ -309,6 +501,55 @@ static void test_refusals(void) {
         refused(schema, TS_ERR_UNSUPPORTED, want);
     }
     refused("{\"pattern\":\"^a\"}", TS_ERR_UNSUPPORTED, "'pattern' at the root");
+    /* bounds: on integers only; numbers (or no type, which admits them) are refused */
+    static const char *const bounds[] = {"minimum", "maximum", "exclusiveMinimum",
+                                         "exclusiveMaximum"};
+    for (size_t i = 0; i < sizeof bounds / sizeof *bounds; i++) {
+        char schema[256], want[64];
+        snprintf(schema, sizeof schema,
+                 "{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"number\",\"%s\":1}}}",
+                 bounds[i]);
+        snprintf(want, sizeof want, "'%s' at /properties/x", bounds[i]);
+        refused(schema, TS_ERR_UNSUPPORTED, want);
+        refused(schema, TS_ERR_UNSUPPORTED, "integers only");
+        snprintf(schema, sizeof schema, "{\"type\":[\"integer\",\"number\"],\"%s\":1}", bounds[i]);
+        refused(schema, TS_ERR_UNSUPPORTED, "integers only");
+        snprintf(schema, sizeof schema, "{\"%s\":1}", bounds[i]);
+        refused(schema, TS_ERR_UNSUPPORTED, "integers only");
+        snprintf(schema, sizeof schema, "{\"type\":\"integer\",\"%s\":\"5\"}", bounds[i]);
+        refused(schema, TS_ERR_INVALID, bounds[i]);
+        snprintf(schema, sizeof schema, "{\"type\":\"integer\",\"%s\":null}", bounds[i]);
+        refused(schema, TS_ERR_INVALID, bounds[i]);
+        snprintf(schema, sizeof schema, "{\"type\":\"string\",\"%s\":[1]}", bounds[i]);
+        refused(schema, TS_ERR_INVALID, bounds[i]);
+    }
+    refused("{\"type\":\"number\",\"minimum\":0,\"maximum\":1}", TS_ERR_UNSUPPORTED,
+            "'minimum' at the root");
+    refused("{\"enum\":[1,2],\"minimum\":2}", TS_ERR_UNSUPPORTED, "integers only");
+    refused("{\"type\":\"integer\",\"minimum\":\"5\"}", TS_ERR_INVALID,
+            "'minimum' at the root must be a number");
+    /* draft 4's boolean form: named, not misread */
+    refused("{\"type\":\"integer\",\"minimum\":0,\"exclusiveMinimum\":true}", TS_ERR_UNSUPPORTED,
+            "'exclusiveMinimum' at the root is a boolean");
+    refused("{\"type\":\"integer\",\"maximum\":9,\"exclusiveMaximum\":false}", TS_ERR_UNSUPPORTED,
+            "'exclusiveMaximum'");
+    refused("{\"type\":\"integer\",\"minimum\":true}", TS_ERR_INVALID, "'minimum'");
+    /* no integer left */
+    refused("{\"type\":\"integer\",\"minimum\":5,\"maximum\":4}", TS_ERR_INVALID,
+            "allows no value");
+    refused("{\"type\":\"integer\",\"minimum\":3.2,\"maximum\":3.8}", TS_ERR_INVALID,
+            "allows no value");
+    refused("{\"type\":\"integer\",\"exclusiveMinimum\":3,\"exclusiveMaximum\":4}", TS_ERR_INVALID,
+            "allows no value");
+    refused("{\"type\":\"integer\",\"exclusiveMinimum\":9223372036854775807}", TS_ERR_INVALID,
+            "allows no value");
+    refused("{\"type\":\"integer\",\"exclusiveMaximum\":-9223372036854775808}", TS_ERR_INVALID,
+            "allows no value");
+    refused("{\"type\":\"integer\",\"minimum\":1e300}", TS_ERR_INVALID, "allows no value");
+    refused("{\"type\":\"integer\",\"minimum\":1e20}", TS_ERR_INVALID, "allows no value");
+    /* integers exist there, but none of at most 16 digits */
+    refused("{\"type\":\"integer\",\"minimum\":1e18}", TS_ERR_INVALID, "16 digits");
+    refused("{\"type\":\"integer\",\"maximum\":-10000000000000000}", TS_ERR_INVALID, "16 digits");
     refused("{\"items\":{\"minimum\":0}}", TS_ERR_UNSUPPORTED, "'minimum' at /items");
     refused("{\"$defs\":{\"a\":{\"not\":{}}},\"$ref\":\"#/$defs/a\"}", TS_ERR_UNSUPPORTED,
             "'not' at /$defs/a");
@@ -375,6 +616,7 @@ int main(void) {
     test_combinators_and_refs();
     test_arrays();
     test_strings_and_scalars();
+    test_integer_bounds();
     test_refusals();
     return tu_report("test_json_schema");
 }
