@@ -275,6 +275,14 @@ typedef struct ts_grammar ts_grammar;
  * and ends with the value. Keywords that constrain values and are not implemented are refused
  * (TS_ERR_UNSUPPORTED naming the keyword and where it is); docs/API.md lists what is kept. */
 ts_status ts_grammar_from_json_schema(const char *schema, size_t len, ts_grammar **out);
+/* A grammar in GBNF, llama.cpp's notation (len bytes of text; docs/API.md says what is read);
+ * TS_ERR_INVALID naming the line and column of a mistake. */
+ts_status ts_grammar_from_gbnf(const char *text, size_t len, ts_grammar **out);
+/* Plain text that a regular expression matches whole (vLLM's guided_regex): the ECMA-262
+ * subset of JSON Schema's `pattern` (docs/API.md), every character written as itself. */
+ts_status ts_grammar_from_regex(const char *pattern, size_t len, ts_grammar **out);
+/* Exactly one of the n strings, as written (vLLM's guided_choice). */
+ts_status ts_grammar_from_choices(const char *const *choices, int n, ts_grammar **out);
 void ts_grammar_free(ts_grammar *g);
 
 /* A tokenizer's vocabulary as bytes, arranged for finding the tokens a grammar allows. Special

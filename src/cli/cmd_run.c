@@ -8,7 +8,7 @@
 
 int cmd_run(int argc, char **argv) {
     cli_engine_args ea = {.model_path = cli_default_model()};
-    const char *ids_arg = NULL, *prompt = NULL, *schema_path = NULL, *v;
+    const char *ids_arg = NULL, *prompt = NULL, *schema_path = NULL, *gbnf_path = NULL, *v;
     bool json_mode = false;
     long n_gen = 16;
     bool print_ids = false, special = false, ignore_eos = false;
@@ -33,6 +33,8 @@ int cmd_run(int argc, char **argv) {
             json_mode = true;
         } else if ((v = cli_opt_value(argc, argv, &i, NULL, "--json-schema"))) {
             schema_path = v;
+        } else if ((v = cli_opt_value(argc, argv, &i, NULL, "--grammar"))) {
+            gbnf_path = v;
         } else if (strcmp(argv[i], "--print-ids") == 0) {
             print_ids = true;
         } else {
@@ -44,15 +46,19 @@ int cmd_run(int argc, char **argv) {
     ts_tokenizer *tok = NULL;
     ts_detokenizer *detok = NULL;
     if (!!ids_arg == !!prompt) return cli_usage("run needs one of --ids 1,2,3 or -p TEXT");
-    if ((json_mode || schema_path) && !prompt)
-        return cli_usage("run: --json and --json-schema need -p TEXT (the tokenizer)");
+    if ((json_mode || schema_path || gbnf_path) && !prompt)
+        return cli_usage("run: --json, --json-schema and --grammar need -p TEXT (the tokenizer)");
+    if (json_mode + !!schema_path + !!gbnf_path > 1)
+        return cli_usage("run: one of --json, --json-schema, --grammar");
     ts_grammar *grammar = NULL;
-    if (json_mode || schema_path) {
+    if (json_mode || schema_path || gbnf_path) {
         char *text = NULL;
         size_t len = 0;
-        if (schema_path && !cli_read_file(schema_path, &text, &len))
-            return cli_usage("run: cannot read --json-schema '%s'", schema_path);
-        ts_status st = ts_grammar_from_json_schema(text, len, &grammar);
+        const char *path = schema_path ? schema_path : gbnf_path;
+        if (path && !cli_read_file(path, &text, &len))
+            return cli_usage("run: cannot read '%s'", path);
+        ts_status st = gbnf_path ? ts_grammar_from_gbnf(text, len, &grammar)
+                                 : ts_grammar_from_json_schema(text, len, &grammar);
         free(text);
         if (st != TS_OK) return cli_usage("run: %s", ts_last_error());
     }

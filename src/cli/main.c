@@ -12,7 +12,7 @@ static const struct {
     {"run", cmd_run,
      "run -m MODEL (--ids 1,2,3 | -p TEXT [--special]) -n N [--temp T] "
      "[--top-k K] [--top-p P] [--min-p P] [--seed S] [--threads K] [--print-ids] "
-     "[--ignore-eos] [--json | --json-schema FILE]"},
+     "[--ignore-eos] [--json | --json-schema FILE | --grammar FILE]"},
     {"chat", cmd_chat,
      "chat -m MODEL [--system TEXT] [--think] [-n MAX] [--temp T] [--top-k K] "
      "[--top-p P] [--min-p P] [--seed S] [--threads K]"},

@@ -409,6 +409,15 @@ static bool parse_logprobs(serve_request *r, const json_t *o, serve_error *e) {
     return true;
 }
 
+/* A grammar from text/ (st its status) as the request's constraint; a refusal is the
+ * client's error, said in its words. */
+static bool take_grammar(ts_status st, const char *param, serve_error *e) {
+    if (st == TS_OK) return true;
+    if (st == TS_ERR_NOMEM) return serve_fail(e, 500, "internal_error", NULL, "out of memory");
+    return serve_fail(e, 400, st == TS_ERR_UNSUPPORTED ? "unsupported_feature" : "invalid_value",
+                      param, "%s", ts_last_error());
+}
+
 /* The schema's grammar, or (schema NULL) any JSON object's; a schema the compiler refuses is
  * the client's error, said in its words. */
 static bool compile_grammar(serve_request *r, const json_t *schema, const char *param,
@@ -425,10 +434,7 @@ static bool compile_grammar(serve_request *r, const json_t *schema, const char *
     }
     ts_status st = ts_grammar_from_json_schema(text, text ? strlen(text) : 0, &r->grammar);
     free(text);
-    if (st == TS_OK) return true;
-    if (st == TS_ERR_NOMEM) return serve_fail(e, 500, "internal_error", NULL, "out of memory");
-    return serve_fail(e, 400, st == TS_ERR_UNSUPPORTED ? "unsupported_feature" : "invalid_value",
-                      param, "%s", ts_last_error());
+    return take_grammar(st, param, e);
 }
 
 /* response_format: text; json_object (any JSON object; with llama-server's "schema" beside the
@@ -465,8 +471,136 @@ static bool parse_response_format(serve_request *r, const json_t *o, serve_error
                            e);
 }
 
+/* vLLM's guided_choice: one of the strings, as written. */
+static bool choice_grammar(serve_request *r, const json_t *v, const char *param, serve_error *e) {
+    size_t n = json_is_array(v) ? json_array_size(v) : 0;
+    if (n == 0 || n > 4096)
+        return serve_fail(e, 400, "invalid_value", param,
+                          "'%s' must be a list of 1 to 4096 "
+                          "strings",
+                          param);
+    const char **c = malloc(n * sizeof *c);
+    if (!c) return serve_fail(e, 500, "internal_error", NULL, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        const json_t *s = json_array_get(v, i);
+        c[i] = json_is_string(s) ? json_string_value(s) : NULL;
+        if (!c[i] || !c[i][0]) {
+            free(c);
+            return serve_fail(e, 400, "invalid_value", param,
+                              "'%s' must be a list of non-empty "
+                              "strings",
+                              param);
+        }
+    }
+    ts_status st = ts_grammar_from_choices(c, (int)n, &r->grammar);
+    free(c);
+    return take_grammar(st, param, e);
+}
+
+/* A GBNF grammar given as a string. */
+static bool gbnf_grammar(serve_request *r, const json_t *v, const char *param, serve_error *e) {
+    if (!json_is_string(v))
+        return serve_fail(e, 400, "invalid_value", param,
+                          "'%s' must be a GBNF grammar (a "
+                          "string)",
+                          param);
+    return take_grammar(
+        ts_grammar_from_gbnf(json_string_value(v), json_string_length(v), &r->grammar), param, e);
+}
+
+/* Plain text a regular expression matches whole (vLLM's guided_regex). */
+static bool regex_grammar(serve_request *r, const json_t *v, const char *param, serve_error *e) {
+    if (!json_is_string(v))
+        return serve_fail(e, 400, "invalid_value", param,
+                          "'%s' must be a regular expression "
+                          "(a string)",
+                          param);
+    return take_grammar(
+        ts_grammar_from_regex(json_string_value(v), json_string_length(v), &r->grammar), param, e);
+}
+
+/* A JSON Schema given as an object, or (vLLM's guided_json may be) as its JSON text. */
+static bool schema_grammar(serve_request *r, const json_t *v, const char *param, serve_error *e) {
+    if (!json_is_string(v)) return compile_grammar(r, v, param, e);
+    json_error_t err;
+    json_t *schema = json_loads(json_string_value(v), JSON_REJECT_DUPLICATES, &err);
+    if (!schema)
+        return serve_fail(e, 400, "invalid_value", param, "'%s' is not a JSON Schema: %s", param,
+                          err.text);
+    bool ok = compile_grammar(r, schema, param, e);
+    json_decref(schema);
+    return ok;
+}
+
+/* What other servers call a constrained answer, so that their clients get one here too
+ * rather than an unconstrained answer: llama-server's json_schema (a schema) and grammar
+ * (GBNF); vLLM's guided_json (a schema), guided_choice (one of the strings), guided_grammar
+ * (GBNF), guided_regex (text the expression matches whole) and structured_outputs ({"json" |
+ * "choice" | "grammar" | "regex" | "json_object": ...}). One constraint a request: a second is
+ * refused, not picked. */
+static bool parse_other_constraints(serve_request *r, const json_t *o, serve_error *e) {
+    static const char *const names[] = {"json_schema",       "grammar",        "guided_json",
+                                        "guided_choice",     "guided_grammar", "guided_regex",
+                                        "structured_outputs"};
+    for (size_t k = 0; k < sizeof names / sizeof *names; k++) {
+        const char *f = names[k];
+        const json_t *v = field(o, f);
+        if (!v) continue;
+        if (r->grammar)
+            return serve_fail(e, 400, "invalid_value", f,
+                              "'%s' and another constraint "
+                              "(response_format, json_schema, grammar, guided_*) in one request",
+                              f);
+        bool ok;
+        if (strcmp(f, "json_schema") == 0 || strcmp(f, "guided_json") == 0) {
+            ok = schema_grammar(r, v, f, e);
+        } else if (strcmp(f, "grammar") == 0 || strcmp(f, "guided_grammar") == 0) {
+            ok = gbnf_grammar(r, v, f, e);
+        } else if (strcmp(f, "guided_choice") == 0) {
+            ok = choice_grammar(r, v, f, e);
+        } else if (strcmp(f, "guided_regex") == 0) {
+            ok = regex_grammar(r, v, f, e);
+        } else { /* structured_outputs: exactly one of its kinds */
+            const char *kind = NULL;
+            const json_t *kv = NULL;
+            size_t n_kinds = 0;
+            const char *key;
+            json_t *val;
+            if (!json_is_object(v))
+                return serve_fail(e, 400, "invalid_value", f, "'%s' must be an object", f);
+            json_object_foreach((json_t *)v, key, val) {
+                if (json_is_null(val) || strcmp(key, "disable_any_whitespace") == 0 ||
+                    strcmp(key, "disable_fallback") == 0 || strcmp(key, "whitespace_pattern") == 0)
+                    continue;
+                kind = key, kv = val, n_kinds++;
+            }
+            char param[64];
+            snprintf(param, sizeof param, "structured_outputs.%s", kind ? kind : "");
+            if (n_kinds != 1)
+                ok = serve_fail(e, 400, "invalid_value", f,
+                                "'structured_outputs' needs exactly "
+                                "one of json, choice, grammar, regex, json_object");
+            else if (strcmp(kind, "json") == 0)
+                ok = schema_grammar(r, kv, param, e);
+            else if (strcmp(kind, "choice") == 0)
+                ok = choice_grammar(r, kv, param, e);
+            else if (strcmp(kind, "grammar") == 0)
+                ok = gbnf_grammar(r, kv, param, e);
+            else if (strcmp(kind, "regex") == 0)
+                ok = regex_grammar(r, kv, param, e);
+            else if (strcmp(kind, "json_object") == 0 && json_is_true(kv))
+                ok = compile_grammar(r, NULL, param, e);
+            else
+                ok = serve_fail(e, 400, "unsupported_feature", param, "'%s' is not supported",
+                                param);
+        }
+        if (!ok) return false;
+    }
+    return true;
+}
+
 static bool parse_chat_extras(serve_request *r, const json_t *o, serve_error *e) {
-    if (!parse_response_format(r, o, e)) return false;
+    if (!parse_response_format(r, o, e) || !parse_other_constraints(r, o, e)) return false;
     const json_t *kw = field(o, "chat_template_kwargs");
     if (kw && !json_is_object(kw))
         return serve_fail(e, 400, "invalid_value", "chat_template_kwargs",
@@ -623,7 +757,8 @@ bool serve_request_parse(serve_api api, json_t *root, const char *const *model_i
                                                   "audio", "prediction", NULL};
         if (!refuse_unsupported(root, unsupported, e)) return false;
     } else {
-        if (!parse_response_format(r, root, e)) return false;
+        if (!parse_response_format(r, root, e) || !parse_other_constraints(r, root, e))
+            return false;
         static const char *const unsupported[] = {"suffix", "logit_bias", NULL};
         if (!refuse_unsupported(root, unsupported, e)) return false;
         bool echo = false;

@@ -9,12 +9,13 @@
  *   kept      type, const, enum, properties, required, additionalProperties, items,
  *             prefixItems (and draft-7 array-form items + additionalItems), minItems, maxItems,
  *             minLength, maxLength, minimum, maximum, exclusiveMinimum, exclusiveMaximum (on
- *             integers: the range is written digit by digit), anyOf, oneOf (as anyOf), allOf of
- *             one schema, $ref into this document ("#", "#/$defs/x", any JSON pointer)
+ *             integers: the range is written digit by digit), pattern (an ECMA-262 subset,
+ *             regex_grammar.c; not together with minLength / maxLength), anyOf, oneOf (as anyOf),
+ *             allOf of one schema, $ref into this document ("#", "#/$defs/x", any JSON pointer)
  *   ignored   annotations (title, description, default, examples, format, $comment, ...), $defs
  *             and definitions (read only through $ref), and unknown keywords, as JSON Schema
  *             itself ignores them
- *   refused   the assertions we do not implement (pattern, multipleOf, uniqueItems, not, if,
+ *   refused   the assertions we do not implement (multipleOf, uniqueItems, not, if,
  *             ..., and the bounds where the type allows non-integral numbers, i.e. number or no
  *             type: a range of decimals with fractions and exponents is not a simple grammar):
  *             TS_ERR_UNSUPPORTED naming the keyword and where it is, because silently dropping
@@ -26,6 +27,7 @@
 #include "text/json_schema.h"
 
 #include "text/json_schema_int.h"
+#include "text/regex_grammar.h"
 
 #include <limits.h>
 #include <stdio.h>
@@ -68,7 +70,7 @@ static const struct {
  * apply, e.g. pattern beside type integer), so what is accepted is simple to state. */
 /* clang-format off */
 static const char *const js_refused[] = {
-    "pattern", "patternProperties", "multipleOf", "uniqueItems", "contains", "minContains",
+    "patternProperties", "multipleOf", "uniqueItems", "contains", "minContains",
     "maxContains", "minProperties", "maxProperties", "propertyNames", "dependentRequired",
     "dependentSchemas", "dependencies", "if", "then", "else", "not", "unevaluatedProperties",
     "unevaluatedItems", "$dynamicRef", "$recursiveRef",
@@ -81,7 +83,7 @@ static const char *const js_refused[] = {
 static const char *const js_own[] = {
     "type", "const", "enum", "properties", "required", "additionalProperties", "items",
     "prefixItems", "minItems", "maxItems", "minLength", "maxLength", "minimum", "maximum",
-    "exclusiveMinimum", "exclusiveMaximum",
+    "exclusiveMinimum", "exclusiveMaximum", "pattern",
 };
 /* clang-format on */
 
@@ -708,7 +710,36 @@ static ts_status js_array(js_ctx *c, json_t *s, int into, int *n_alts) {
     return st;
 }
 
+/* A string matching `pattern` (regex_grammar.c: an ECMA-262 subset, searched for unless
+ * anchored). With minLength / maxLength too it would be the intersection of two languages,
+ * which the rules cannot say: refused. */
+static ts_status js_pattern(js_ctx *c, const json_t *s, const json_t *pat, int into, int *n_alts) {
+    if (!json_is_string(pat))
+        return ts_error(TS_ERR_INVALID, "JSON Schema at %s: 'pattern' must be a string",
+                        js_where(c));
+    if (json_object_get(s, "minLength") || json_object_get(s, "maxLength"))
+        return ts_error(TS_ERR_UNSUPPORTED,
+                        "JSON Schema at %s: 'pattern' together with minLength or maxLength is not "
+                        "supported; put the length into the pattern",
+                        js_where(c));
+    int content;
+    ts_status st = ts_regex_rule(c->b, json_string_value(pat), json_string_length(pat), &content);
+    if (st != TS_OK) {
+        char where[JS_PATH_MAX + 32];
+        snprintf(where, sizeof where, "JSON Schema at %s", js_where(c));
+        return ts_error_prefix(st, where);
+    }
+    int a = js_alt(c, into);
+    js_lit(c, a, "\"");
+    js_ref(c, a, content);
+    js_lit(c, a, "\"");
+    (*n_alts)++;
+    return TS_OK;
+}
+
 static ts_status js_string(js_ctx *c, json_t *s, int into, int *n_alts) {
+    const json_t *pat = json_object_get(s, "pattern");
+    if (pat) return js_pattern(c, s, pat, into, n_alts);
     long lo, hi;
     TS_TRY(js_bound(c, s, "minLength", 0, &lo));
     TS_TRY(js_bound(c, s, "maxLength", -1, &hi));
@@ -770,7 +801,8 @@ static ts_status js_own_kw(js_ctx *c, json_t *s, int into, int *n_alts) {
                        {"minItems", JS_ARRAY},
                        {"maxItems", JS_ARRAY},
                        {"minLength", JS_STRING},
-                       {"maxLength", JS_STRING}};
+                       {"maxLength", JS_STRING},
+                       {"pattern", JS_STRING}};
         kinds = 0;
         for (size_t i = 0; i < JS_COUNT(implies); i++)
             if (json_object_get(s, implies[i].key)) kinds |= implies[i].kind;

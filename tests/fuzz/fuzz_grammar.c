@@ -7,14 +7,17 @@
  *     that ts_grammar_matcher_allows allows, and taking an allowed token keeps the matcher
  *     alive.
  *
- * Input: byte 0 = flags (bit 0: JSON mode, no schema; bit 1: check the tokens), then the
- * schema, a NUL byte, then the text to feed (bytes). */
+ * Input: byte 0 = flags (bit 0: JSON mode, no schema; bit 1: check the tokens; bits 2-3: 1 =
+ * the "schema" is a GBNF grammar, 2 = a regular expression for plain text, 3 = a choice among
+ * the NUL-free lines of it - then only the matcher's own promises are checked, not JSON), then
+ * the schema, a NUL byte, then the text to feed (bytes). */
 #include "fuzz_util.h"
 #include "text/grammar.h"
 
 #include <jansson.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
@@ -58,7 +61,27 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     size_t text_len = nul ? n - schema_len - 1 : 0;
 
     ts_grammar *g = NULL;
-    ts_status st = ts_grammar_from_json_schema(flags & 1 ? NULL : body, schema_len, &g);
+    int kind = (flags >> 2) & 3;
+    ts_status st;
+    if (kind == 1) {
+        st = ts_grammar_from_gbnf(body, schema_len, &g);
+    } else if (kind == 2) {
+        st = ts_grammar_from_regex(body, schema_len, &g);
+    } else if (kind == 3) { /* lines as choices */
+        char *copy = malloc(schema_len + 1);
+        const char *lines[64];
+        int n_lines = 0;
+        if (!copy) return 0;
+        memcpy(copy, body, schema_len);
+        copy[schema_len] = 0;
+        for (char *line = strtok(copy, "\n"); line && n_lines < 64; line = strtok(NULL, "\n"))
+            lines[n_lines++] = line;
+        st = n_lines ? ts_grammar_from_choices(lines, n_lines, &g) : TS_ERR_INVALID;
+        if (st == TS_ERR_INVALID && !n_lines) ts_error(st, "no lines");
+        free(copy);
+    } else {
+        st = ts_grammar_from_json_schema(flags & 1 ? NULL : body, schema_len, &g);
+    }
     if (st != TS_OK) {
         FZ_ASSERT(g == NULL && ts_last_error()[0]);
         return 0;
@@ -72,7 +95,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     size_t taken = 0;
     while (taken < text_len && ts_grammar_matcher_accept_bytes(m, text + taken, 1))
         taken++;
-    if (taken == text_len && ts_grammar_matcher_can_end(m)) {
+    if (kind == 0 && taken == text_len && ts_grammar_matcher_can_end(m)) {
         size_t lead = 0;
         while (lead < taken && strchr(" \t\n", text[lead]) && text[lead])
             lead++;

@@ -203,6 +203,12 @@ def seeds_grammar():
         out.append(b"\0" + json.dumps(s).encode() + b"\0" + t.encode())
         out.append(b"\2" + json.dumps(s).encode() + b"\0" + t[:4].encode())
     out.append(b"\1\0" + b'{"a": {"b": [1, 2, {"c": "\\u00e9"}]}}')
+    gbnf = b'root ::= "[" ws (item ("," ws item)*)? "]"\nitem ::= [a-z\\u00e0-\\u00ff]+ | [0-9]{1,3}\nws ::= [ \\t\\n]*\n'
+    out.append(b"\4" + gbnf + b"\0[ab, 12]")
+    out.append(b"\6" + gbnf + b"\0[")
+    out.append(b"\x08" + rb"^(\+\d{1,3} )?\(?\d{3}\)?[ -]?\d{3}-\d{4}$" + b"\0+1 (555) 123-4567")
+    out.append(b"\x0a" + rb"[^a-z]+|(cat|dog)s?\.{2,}" + b"\0cats..")
+    out.append(b"\x0c" + b"yes\nno\nnot sure\0not")
     out.append(b"\3\0{")
     return out
 

@@ -151,3 +151,46 @@ def test_reasoning_is_free_and_content_follows(srv):
         free_reasoning += not reasoning.lstrip().startswith("{")
     assert with_content >= 2, with_content
     assert free_reasoning >= 30, free_reasoning  # gibberish, not JSON
+
+
+def test_other_servers_fields(srv):
+    """llama-server's json_schema and grammar (GBNF), vLLM's guided_json (object or text),
+    guided_choice, guided_grammar, guided_regex and structured_outputs constrain the answer the
+    same way."""
+    import re
+    for body in ({"json_schema": PERSON}, {"guided_json": PERSON},
+                 {"guided_json": json.dumps(PERSON)}, {"structured_outputs": {"json": PERSON}}):
+        st, _, r = srv.post("/v1/chat/completions",
+                            chat("x", max_tokens=300, temperature=1.0, seed=4, **body))
+        assert st == 200, r
+        assert r["choices"][0]["finish_reason"] == "stop", (body, r)
+        jsonschema.validate(json.loads(content_of(r)), PERSON)
+    zip_code = {"type": "object", "properties": {"zip": {"type": "string",
+                                                       "pattern": "^[0-9]{5}(-[0-9]{4})?$"}},
+                "required": ["zip"], "additionalProperties": False}
+    for seed in range(4):
+        st, _, r = srv.post("/v1/chat/completions",
+                            chat("zip?", max_tokens=100, temperature=1.0, seed=seed,
+                                 json_schema=zip_code))
+        assert st == 200 and r["choices"][0]["finish_reason"] == "stop", r
+        jsonschema.validate(json.loads(content_of(r)), zip_code)
+    gbnf = 'root ::= ("yes" | "no") " " [0-9]{1,3} ("!" | "")\n'
+    regex = "(yes|no) [0-9]{1,3}!?"
+    for body in ({"grammar": gbnf}, {"guided_grammar": gbnf},
+                 {"structured_outputs": {"grammar": gbnf}}, {"guided_regex": regex},
+                 {"structured_outputs": {"regex": regex}}):
+        for seed in range(3):
+            st, _, r = srv.post("/v1/completions", dict({"prompt": "Answer:", "max_tokens": 50,
+                                                         "temperature": 1.0, "seed": seed}, **body))
+            assert st == 200, r
+            assert re.fullmatch(r"(yes|no) [0-9]{1,3}!?", r["choices"][0]["text"]), r
+    choices = ["red", "green", "light blue"]
+    seen = set()
+    for seed in range(8):
+        for body in ({"guided_choice": choices}, {"structured_outputs": {"choice": choices}}):
+            st, _, r = srv.post("/v1/chat/completions",
+                                chat("colour?", max_tokens=20, temperature=1.5, seed=seed, **body))
+            assert st == 200, r
+            assert content_of(r) in choices and r["choices"][0]["finish_reason"] == "stop", r
+            seen.add(content_of(r))
+    assert len(seen) >= 2, seen  # the draw chooses, the grammar only restricts

@@ -486,7 +486,7 @@ static void test_integer_bounds(void) {
 static void test_refusals(void) {
     /* clang-format off */
     static const char *const kw[] = {
-        "pattern", "patternProperties", "multipleOf", "uniqueItems", "contains", "minContains",
+        "patternProperties", "multipleOf", "uniqueItems", "contains", "minContains",
         "maxContains", "minProperties", "maxProperties", "propertyNames", "dependentRequired",
         "dependentSchemas", "dependencies", "if", "then", "else", "not", "unevaluatedProperties",
         "unevaluatedItems", "$dynamicRef", "$recursiveRef",
@@ -500,7 +500,14 @@ static void test_refusals(void) {
         snprintf(want, sizeof want, "'%s' at /properties/zip", kw[i]);
         refused(schema, TS_ERR_UNSUPPORTED, want);
     }
-    refused("{\"pattern\":\"^a\"}", TS_ERR_UNSUPPORTED, "'pattern' at the root");
+    /* pattern: the regex subset's refusals name where they are */
+    refused("{\"type\":\"object\",\"properties\":{\"zip\":{\"type\":\"string\","
+            "\"pattern\":\"(?=a)\"}}}",
+            TS_ERR_UNSUPPORTED, "at /properties/zip: pattern:");
+    refused("{\"type\":\"string\",\"pattern\":\"^a+$\",\"maxLength\":3}", TS_ERR_UNSUPPORTED,
+            "together with minLength or maxLength");
+    refused("{\"type\":\"string\",\"pattern\":5}", TS_ERR_INVALID, "must be a string");
+    refused("{\"type\":\"string\",\"pattern\":\"(a\"}", TS_ERR_INVALID, "pattern:");
     /* bounds: on integers only; numbers (or no type, which admits them) are refused */
     static const char *const bounds[] = {"minimum", "maximum", "exclusiveMinimum",
                                          "exclusiveMaximum"};
@@ -608,7 +615,22 @@ static void test_refusals(void) {
     refused(big, TS_ERR_UNSUPPORTED, "optional properties");
 }
 
+/* pattern (regex_grammar.c has the regex subset's own tests): inside the quotes of a string
+ * property, searched for unless anchored, the type inferred from the keyword. */
+static void test_pattern(void) {
+    expect("{\"type\":\"object\",\"properties\":{\"zip\":{\"type\":\"string\","
+           "\"pattern\":\"^[0-9]{5}(-[0-9]{4})?$\"}},\"required\":[\"zip\"]}",
+           LIST("{\"zip\":\"12345\"}", "{\"zip\": \"12345-6789\"}"),
+           LIST("{\"zip\":\"1234\"}", "{\"zip\":\"12345-\"}", "{\"zip\":12345}",
+                "{\"zip\":\"a12345\"}"));
+    expect("{\"pattern\":\"ab\"}", LIST("\"ab\"", "\"xxaby\"", "\"\\\"ab\\n\""),
+           LIST("\"a b\"", "\"\"", "5"));
+    expect("{\"type\":[\"string\",\"null\"],\"pattern\":\"^(yes|no)$\"}",
+           LIST("\"yes\"", "\"no\"", "null"), LIST("\"maybe\"", "\"yesno\""));
+}
+
 int main(void) {
+    test_pattern();
     test_json_mode();
     test_optional_combinations();
     test_objects();
