@@ -672,11 +672,11 @@ static int compile_rep(rx *c, const rx_node *nd, bool nonempty, int k) {
 static int compile(rx *c, int id, int k) {
     if (c->cost > RX_MAX_COST) return k; /* counting pass: refused anyway */
     const rx_node *nd = &c->node[id];
-    const int *kid = c->kid + nd->off;
+    const int *kid = c->kid ? c->kid + nd->off : NULL; /* no lists at all: NULL + 0 is UB */
     int r;
     switch (nd->kind) {
     case RX_EMPTY: return k;
-    case RX_SET: emit_set(c, r = g_rule(c), c->iv + nd->off, nd->n, k); return r;
+    case RX_SET: emit_set(c, r = g_rule(c), c->iv ? c->iv + nd->off : NULL, nd->n, k); return r;
     case RX_CAT:
         for (int i = nd->n - 1; i >= 0; i--)
             k = compile(c, kid[i], k);
@@ -694,7 +694,7 @@ static int compile(rx *c, int id, int k) {
 static int compile_ne(rx *c, int id, int k) {
     if (c->cost > RX_MAX_COST) return k;
     const rx_node *nd = &c->node[id];
-    const int *kid = c->kid + nd->off;
+    const int *kid = c->kid ? c->kid + nd->off : NULL; /* no lists at all: NULL + 0 is UB */
     if (!nd->nullable) return compile(c, id, k);
     int r;
     switch (nd->kind) {
