@@ -12,7 +12,9 @@
  *             integers: the range is written digit by digit), pattern (an ECMA-262 subset,
  *             regex_grammar.c; not together with minLength / maxLength), anyOf, oneOf (as anyOf),
  *             allOf of one schema, $ref into this document ("#", "#/$defs/x", any JSON pointer)
- *   ignored   annotations (title, description, default, examples, format, $comment, ...), $defs
+ *   format    date, time, date-time, uuid, ipv4, hostname, email enforced on strings (as
+ *             patterns) unless beside pattern / minLength / maxLength; other formats ignored
+ *   ignored   annotations (title, description, default, examples, $comment, ...), $defs
  *             and definitions (read only through $ref), and unknown keywords, as JSON Schema
  *             itself ignores them
  *   refused   the assertions we do not implement (multipleOf, uniqueItems, not, if,
@@ -710,20 +712,48 @@ static ts_status js_array(js_ctx *c, json_t *s, int into, int *n_alts) {
     return st;
 }
 
-/* A string matching `pattern` (regex_grammar.c: an ECMA-262 subset, searched for unless
- * anchored). With minLength / maxLength too it would be the intersection of two languages,
- * which the rules cannot say: refused. */
-static ts_status js_pattern(js_ctx *c, const json_t *s, const json_t *pat, int into, int *n_alts) {
-    if (!json_is_string(pat))
-        return ts_error(TS_ERR_INVALID, "JSON Schema at %s: 'pattern' must be a string",
-                        js_where(c));
-    if (json_object_get(s, "minLength") || json_object_get(s, "maxLength"))
-        return ts_error(TS_ERR_UNSUPPORTED,
-                        "JSON Schema at %s: 'pattern' together with minLength or maxLength is not "
-                        "supported; put the length into the pattern",
-                        js_where(c));
+/* The `format`s enforced on strings, as anchored patterns: the ones OpenAI's structured
+ * outputs enforce that a regular grammar can say (JSON Schema 2020-12 leaves it to the
+ * implementation whether format asserts). Dates and times by their fields' ranges (Feb 31 is
+ * a date here; a calendar is not a grammar); email is the practical dot-atom@domain form.
+ * Other formats stay annotations. */
+/* clang-format off */
+#define JS_DATE "[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])"
+#define JS_TIME "([01][0-9]|2[0-3]):[0-5][0-9]:([0-5][0-9]|60)(\\.[0-9]{1,9})?" \
+                "([Zz]|[+-]([01][0-9]|2[0-3]):[0-5][0-9])"
+#define JS_OCTET "(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
+#define JS_LABEL "[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+static const struct {
+    const char *name, *pattern;
+} js_formats[] = {
+    {"date", "^" JS_DATE "$"},
+    {"time", "^" JS_TIME "$"},
+    {"date-time", "^" JS_DATE "[Tt]" JS_TIME "$"},
+    {"uuid", "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"},
+    {"ipv4", "^(" JS_OCTET "\\.){3}" JS_OCTET "$"},
+    {"hostname", "^" JS_LABEL "(\\." JS_LABEL ")*$"},
+    {"email", "^[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(\\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*@"
+              JS_LABEL "(\\." JS_LABEL ")+$"},
+};
+/* clang-format on */
+
+/* The pattern of an enforced format, or NULL (an annotation, or a format beside pattern,
+ * minLength or maxLength, where it stays one: the intersection is not a rule). */
+static const char *js_format_pattern(const json_t *s) {
+    const json_t *f = json_object_get(s, "format");
+    if (!json_is_string(f) || json_object_get(s, "pattern") || json_object_get(s, "minLength") ||
+        json_object_get(s, "maxLength"))
+        return NULL;
+    for (size_t i = 0; i < JS_COUNT(js_formats); i++)
+        if (!strcmp(json_string_value(f), js_formats[i].name)) return js_formats[i].pattern;
+    return NULL;
+}
+
+/* A string matching a regular expression (regex_grammar.c: an ECMA-262 subset, searched for
+ * unless anchored): `pattern`, or an enforced format's. */
+static ts_status js_regex_string(js_ctx *c, const char *re, size_t len, int into, int *n_alts) {
     int content;
-    ts_status st = ts_regex_rule(c->b, json_string_value(pat), json_string_length(pat), &content);
+    ts_status st = ts_regex_rule(c->b, re, len, &content);
     if (st != TS_OK) {
         char where[JS_PATH_MAX + 32];
         snprintf(where, sizeof where, "JSON Schema at %s", js_where(c));
@@ -737,9 +767,25 @@ static ts_status js_pattern(js_ctx *c, const json_t *s, const json_t *pat, int i
     return TS_OK;
 }
 
+/* `pattern`. With minLength / maxLength too it would be the intersection of two languages,
+ * which the rules cannot say: refused. */
+static ts_status js_pattern(js_ctx *c, const json_t *s, const json_t *pat, int into, int *n_alts) {
+    if (!json_is_string(pat))
+        return ts_error(TS_ERR_INVALID, "JSON Schema at %s: 'pattern' must be a string",
+                        js_where(c));
+    if (json_object_get(s, "minLength") || json_object_get(s, "maxLength"))
+        return ts_error(TS_ERR_UNSUPPORTED,
+                        "JSON Schema at %s: 'pattern' together with minLength or maxLength is not "
+                        "supported; put the length into the pattern",
+                        js_where(c));
+    return js_regex_string(c, json_string_value(pat), json_string_length(pat), into, n_alts);
+}
+
 static ts_status js_string(js_ctx *c, json_t *s, int into, int *n_alts) {
     const json_t *pat = json_object_get(s, "pattern");
     if (pat) return js_pattern(c, s, pat, into, n_alts);
+    const char *fmt = js_format_pattern(s);
+    if (fmt) return js_regex_string(c, fmt, strlen(fmt), into, n_alts);
     long lo, hi;
     TS_TRY(js_bound(c, s, "minLength", 0, &lo));
     TS_TRY(js_bound(c, s, "maxLength", -1, &hi));
@@ -909,7 +955,7 @@ static int js_shared(js_ctx *c, json_t *s) {
             return -1;
     }
     if (!type) return json_object_get(s, "type") ? -1 : js_value(c);
-    if (!strcmp(type, "string")) return js_string_any(c);
+    if (!strcmp(type, "string")) return js_format_pattern(s) ? -1 : js_string_any(c);
     if (!strcmp(type, "number")) return js_number(c);
     if (!strcmp(type, "integer")) return js_integer(c);
     if (!strcmp(type, "boolean")) return js_bool(c);

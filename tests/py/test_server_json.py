@@ -174,6 +174,15 @@ def test_other_servers_fields(srv):
                                  json_schema=zip_code))
         assert st == 200 and r["choices"][0]["finish_reason"] == "stop", r
         jsonschema.validate(json.loads(content_of(r)), zip_code)
+    ids = {"type": "object", "properties": {"id": {"type": "string", "format": "uuid"},
+                                            "host": {"type": "string", "format": "ipv4"}},
+           "required": ["id", "host"]}
+    for seed in range(3):
+        st, _, r = srv.post("/v1/chat/completions", chat("ids?", max_tokens=200, temperature=1.0,
+                                                         seed=seed, json_schema=ids))
+        assert st == 200 and r["choices"][0]["finish_reason"] == "stop", r
+        jsonschema.validate(json.loads(content_of(r)), ids,
+                            format_checker=jsonschema.FormatChecker())
     gbnf = 'root ::= ("yes" | "no") " " [0-9]{1,3} ("!" | "")\n'
     regex = "(yes|no) [0-9]{1,3}!?"
     for body in ({"grammar": gbnf}, {"guided_grammar": gbnf},

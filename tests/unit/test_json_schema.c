@@ -629,7 +629,36 @@ static void test_pattern(void) {
            LIST("\"yes\"", "\"no\"", "null"), LIST("\"maybe\"", "\"yesno\""));
 }
 
+/* format: the enforced ones as anchored patterns, inside objects too (not the shared plain
+ * string rule); unknown formats and formats beside length bounds stay annotations. */
+static void test_format(void) {
+    expect("{\"type\":\"string\",\"format\":\"date\"}", LIST("\"2024-02-29\"", "\"1999-12-31\""),
+           LIST("\"2024-13-01\"", "\"24-01-01\"", "\"2024-01-32\"", "\"x2024-01-01\""));
+    expect("{\"type\":\"object\",\"properties\":{\"at\":{\"type\":\"string\","
+           "\"format\":\"date-time\"}},\"required\":[\"at\"]}",
+           LIST("{\"at\":\"2024-05-06T07:08:09Z\"}", "{\"at\":\"2024-05-06T23:59:60.123+05:30\"}"),
+           LIST("{\"at\":\"2024-05-06 07:08:09Z\"}", "{\"at\":\"2024-05-06T24:00:00Z\"}",
+                "{\"at\":\"2024-05-06T07:08:09\"}"));
+    expect("{\"type\":\"string\",\"format\":\"time\"}", LIST("\"07:08:09-01:00\""),
+           LIST("\"7:08:09Z\""));
+    expect(
+        "{\"type\":\"string\",\"format\":\"uuid\"}",
+        LIST("\"123e4567-e89b-12d3-a456-426614174000\""),
+        LIST("\"123e4567e89b12d3a456426614174000\"", "\"123e4567-e89b-12d3-a456-42661417400g\""));
+    expect("{\"type\":\"string\",\"format\":\"ipv4\"}", LIST("\"192.168.0.255\"", "\"0.0.0.0\""),
+           LIST("\"256.1.1.1\"", "\"1.2.3\"", "\"01.2.3.4\""));
+    expect("{\"type\":\"string\",\"format\":\"email\"}",
+           LIST("\"a.b+c@example.co.uk\"", "\"x@y.io\""),
+           LIST("\"a@b\"", "\"@b.io\"", "\"a b@c.io\"", "\"a..b@c.io\""));
+    expect("{\"type\":\"string\",\"format\":\"hostname\"}", LIST("\"a-b.example\"", "\"x\""),
+           LIST("\"-a.example\"", "\"a_b\""));
+    expect("{\"type\":\"string\",\"format\":\"colour\"}", LIST("\"anything\""), LIST("1"));
+    expect("{\"type\":\"string\",\"format\":\"date\",\"maxLength\":3}", LIST("\"abc\""),
+           LIST("\"2024-01-01\""));
+}
+
 int main(void) {
+    test_format();
     test_pattern();
     test_json_mode();
     test_optional_combinations();
