@@ -140,6 +140,26 @@ def seeds_openai():
          "tool_choice": "auto", "parallel_tool_calls": False, "reasoning_effort": "none",
          "response_format": {"type": "text"}, "max_completion_tokens": 32, "n": 1},
     ]
+    person = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 9},
+                                               "age": {"type": "integer", "minimum": 0},
+                                               "zip": {"type": "string", "pattern": "^[0-9]{5}$"},
+                                               "at": {"type": "string", "format": "date"}},
+              "required": ["name"]}
+    tools = chats[2]["tools"]
+    chats += [
+        {"messages": [{"role": "user", "content": "json"}],
+         "response_format": {"type": "json_schema", "json_schema": {"name": "p", "schema": person,
+                                                                    "strict": True}}},
+        {"messages": [{"role": "user", "content": "json"}], "response_format": {"type": "json_object"}},
+        {"messages": [{"role": "user", "content": "g"}], "grammar": 'root ::= "a" [b-z]{1,3} | x\nx ::= "(" root ")"'},
+        {"messages": [{"role": "user", "content": "c"}], "guided_choice": ["yes", "no"]},
+        {"messages": [{"role": "user", "content": "r"}], "guided_regex": "(cat|dog)s?[0-9]{2}"},
+        {"messages": [{"role": "user", "content": "s"}], "structured_outputs": {"json": person}},
+        {"messages": [{"role": "user", "content": "t"}], "tools": tools, "tool_choice": "required",
+         "parallel_tool_calls": False},
+        {"messages": [{"role": "user", "content": "t"}], "tools": tools,
+         "tool_choice": {"type": "function", "function": {"name": "get"}}},
+    ]
     comps = [{"prompt": "Once upon a time", "max_tokens": 8, "logprobs": 2, "echo": False,
               "best_of": 1, "stop": "\n"},
              {"prompt": [1, 2, 3, 1000], "ignore_eos": True, "return_token_ids": True},
