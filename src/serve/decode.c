@@ -239,12 +239,10 @@ static bool constrained(const serve_lane *ln) { return ln->gm && ln->to.ch != SE
  * that needs it (~0.1 s for a 248k-token vocabulary). The think tags are not text: the text
  * output reads them as the reasoning's bounds, so the content may never hold one. */
 static ts_status grammar_start(serve_decoder *d, serve_lane *ln) {
-    if (!d->gvocab) {
-        int32_t tags[2] = {d->think_open, d->think_close};
-        TS_TRY(ts_grammar_vocab_create(d->o.tok, tags, 2, &d->gvocab));
-        d->gm_row = malloc((size_t)d->n_vocab * sizeof *d->gm_row);
-        if (!d->gm_row) return ts_error(TS_ERR_NOMEM, "out of memory for grammar masks");
-    }
+    if (!d->gm_row && !(d->gm_row = malloc((size_t)d->n_vocab * sizeof *d->gm_row)))
+        return ts_error(TS_ERR_NOMEM, "out of memory for grammar masks");
+    int32_t tags[2] = {d->think_open, d->think_close};
+    if (!d->gvocab) TS_TRY(ts_grammar_vocab_create(d->o.tok, tags, 2, &d->gvocab));
     return ts_grammar_matcher_create(ln->job->grammar, d->gvocab, &ln->gm);
 }
 
