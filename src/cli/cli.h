@@ -27,9 +27,10 @@ int cmd_quantize(int argc, char **argv);
 int cli_fail(const char *what);
 /* Prints a usage error and returns CLI_EXIT_USAGE. */
 int cli_usage(const char *fmt, ...);
-/* Reads a whole file (at most 16 MiB) into a malloc'd NUL-terminated buffer; false (errno set)
- * when it cannot. */
-bool cli_read_file(const char *path, char **text, size_t *len);
+/* Reads a whole file into a malloc'd NUL-terminated buffer; false when it cannot be opened or
+ * read, is longer than max bytes (the buffer stops doubling at max), or memory runs
+ * out. */
+bool cli_read_file(const char *path, size_t max, char **text, size_t *len);
 
 /* Option parsing: cli_opt_value returns the value of `--name VALUE` / `-n VALUE` at argv[*i]
  * (advancing *i), or NULL when argv[*i] is not that option. */

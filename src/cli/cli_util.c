@@ -85,14 +85,14 @@ double cli_now(void) {
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-bool cli_read_file(const char *path, char **text, size_t *len) {
+bool cli_read_file(const char *path, size_t max, char **text, size_t *len) {
     FILE *f = fopen(path, "rb");
     if (!f) return false;
     size_t cap = 4096, n = 0;
     char *buf = malloc(cap);
     while (buf) {
         if (n + 1 >= cap) {
-            char *p = cap < ((size_t)16 << 20) ? realloc(buf, cap * 2) : NULL;
+            char *p = cap < max ? realloc(buf, cap * 2) : NULL;
             if (!p) {
                 free(buf);
                 buf = NULL;

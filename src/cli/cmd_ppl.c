@@ -5,12 +5,13 @@
  * scored exactly once, with at least ctx - stride tokens of context (all of it in the first
  * window). Prints PPL, its standard error (delta method over the per-token negative
  * log-likelihoods) and the number of tokens scored. */
+#include "cli/common_model.h"
+
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include "cli/common_model.h"
 
 #define PPL_PIECE 64 /* tokens per forward call, bounding the logits buffer */
 
@@ -48,19 +49,12 @@ int cmd_ppl(int argc, char **argv) {
     if (!file || !*file || !ea.model_path) return cli_usage("ppl needs -m MODEL and -f FILE");
     /* a window's first token has no context inside it, so windows must overlap */
     if (stride >= ctx) return cli_usage("ppl: --stride %ld must be smaller than --ctx %ld", stride, ctx);
-    FILE *f = fopen(file, "rb");
-    if (!f) {
+    char *text;
+    size_t len;
+    if (!cli_read_file(file, SIZE_MAX / 4, &text, &len)) {
         fprintf(stderr, "tessera: ppl: cannot open %s\n", file);
         return CLI_EXIT_ERROR;
     }
-    size_t cap = 1 << 20, len = 0;
-    char *text = malloc(cap);
-    for (size_t r; text && (r = fread(text + len, 1, cap - len, f)) > 0;) {
-        len += r;
-        if (len == cap) text = realloc(text, cap *= 2);
-    }
-    fclose(f);
-    if (!text) return CLI_EXIT_ERROR;
     ts_tokenizer *tok;
     if (ts_tokenizer_open(ea.model_path, &tok) != TS_OK) {
         free(text);

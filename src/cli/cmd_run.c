@@ -55,7 +55,7 @@ int cmd_run(int argc, char **argv) {
         char *text = NULL;
         size_t len = 0;
         const char *path = schema_path ? schema_path : gbnf_path;
-        if (path && !cli_read_file(path, &text, &len))
+        if (path && !cli_read_file(path, (size_t)16 << 20, &text, &len))
             return cli_usage("run: cannot read '%s'", path);
         ts_status st = gbnf_path ? ts_grammar_from_gbnf(text, len, &grammar)
                                  : ts_grammar_from_json_schema(text, len, &grammar);

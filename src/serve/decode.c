@@ -256,16 +256,22 @@ static bool mask_first(const ts_sampler_params *sp) {
     return sp->temperature > 0 && (sp->top_k > 0 || sp->top_p < 1.0f || sp->min_p > 0);
 }
 
+/* A draw from a copy of the row with the tokens the lane's grammar refuses taken out (the row
+ * itself stays as the model gave it, for log-probabilities). */
+static ts_status masked_draw(serve_decoder *d, serve_lane *ln, const float *row, int32_t *tok) {
+    memcpy(d->gm_row, row, (size_t)d->n_vocab * sizeof *d->gm_row);
+    TS_TRY(ts_grammar_matcher_mask(ln->gm, d->gm_row, d->n_vocab));
+    *tok = ts_sampler_sample(ln->smp, d->gm_row);
+    return TS_OK;
+}
+
 /* A decode step whose logits came to the host (a lane in the batch is constrained): the lane's
  * token - the engine's draw, or for a constrained lane the draw its grammar allows - and its
  * log-probabilities, from the row the draw saw before any mask. */
 static ts_status host_rows_draw(serve_decoder *d, serve_lane *ln, const float *row, int32_t *tok,
                                 ts_logprobs *lp) {
-    if (constrained(ln) && (mask_first(&ln->job->sp) || !ts_grammar_matcher_allows(ln->gm, *tok))) {
-        memcpy(d->gm_row, row, (size_t)d->n_vocab * sizeof *d->gm_row);
-        TS_TRY(ts_grammar_matcher_mask(ln->gm, d->gm_row, d->n_vocab));
-        *tok = ts_sampler_sample(ln->smp, d->gm_row);
-    }
+    if (constrained(ln) && (mask_first(&ln->job->sp) || !ts_grammar_matcher_allows(ln->gm, *tok)))
+        TS_TRY(masked_draw(d, ln, row, tok));
     if (ln->want_lp) ts_sampler_logprobs(ln->smp, row, *tok, ln->n_top, lp);
     return TS_OK;
 }
@@ -465,16 +471,11 @@ static void lane_first_token(serve_decoder *d, serve_lane *ln, float *logits) {
     }
     apply_penalties(ln, logits);
     int32_t tok = -1;
-    if (constrained(ln)) {
-        memcpy(d->gm_row, logits, (size_t)d->n_vocab * sizeof *d->gm_row);
-        st = ts_grammar_matcher_mask(ln->gm, d->gm_row, d->n_vocab);
-        if (st != TS_OK) {
-            lane_end(d, ln, SERVE_FINISH_ERROR, st);
-            return;
-        }
-        tok = ts_sampler_sample(ln->smp, d->gm_row);
-    } else {
+    if (!constrained(ln))
         tok = ts_sampler_sample(ln->smp, logits);
+    else if ((st = masked_draw(d, ln, logits, &tok)) != TS_OK) {
+        lane_end(d, ln, SERVE_FINISH_ERROR, st);
+        return;
     }
     ts_logprobs tl;
     if (ln->want_lp) ts_sampler_logprobs(ln->smp, logits, tok, ln->n_top, &tl);

@@ -497,26 +497,22 @@ static bool choice_grammar(serve_request *r, const json_t *v, const char *param,
     return take_grammar(st, param, e);
 }
 
-/* A GBNF grammar given as a string. */
-static bool gbnf_grammar(serve_request *r, const json_t *v, const char *param, serve_error *e) {
+/* A grammar given as a string, made by `make` (what: the string's kind, for the message):
+ * GBNF, or a regular expression the whole answer matches (vLLM's guided_regex). */
+static bool text_grammar(serve_request *r, const json_t *v, const char *param, const char *what,
+                         ts_status (*make)(const char *, size_t, ts_grammar **), serve_error *e) {
     if (!json_is_string(v))
-        return serve_fail(e, 400, "invalid_value", param,
-                          "'%s' must be a GBNF grammar (a "
-                          "string)",
-                          param);
-    return take_grammar(
-        ts_grammar_from_gbnf(json_string_value(v), json_string_length(v), &r->grammar), param, e);
+        return serve_fail(e, 400, "invalid_value", param, "'%s' must be %s (a string)", param,
+                          what);
+    return take_grammar(make(json_string_value(v), json_string_length(v), &r->grammar), param, e);
 }
 
-/* Plain text a regular expression matches whole (vLLM's guided_regex). */
+static bool gbnf_grammar(serve_request *r, const json_t *v, const char *param, serve_error *e) {
+    return text_grammar(r, v, param, "a GBNF grammar", ts_grammar_from_gbnf, e);
+}
+
 static bool regex_grammar(serve_request *r, const json_t *v, const char *param, serve_error *e) {
-    if (!json_is_string(v))
-        return serve_fail(e, 400, "invalid_value", param,
-                          "'%s' must be a regular expression "
-                          "(a string)",
-                          param);
-    return take_grammar(
-        ts_grammar_from_regex(json_string_value(v), json_string_length(v), &r->grammar), param, e);
+    return text_grammar(r, v, param, "a regular expression", ts_grammar_from_regex, e);
 }
 
 /* A JSON Schema given as an object, or (vLLM's guided_json may be) as its JSON text. */

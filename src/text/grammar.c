@@ -175,6 +175,22 @@ done:
     return found;
 }
 
+int ts_gbuild_set_chain(ts_gbuild *b, const uint64_t set[4], int k, bool optional, int *ids) {
+    int prev = ts_gbuild_rule(b);
+    ts_gbuild_alt(b, prev);
+    if (ids) ids[0] = prev;
+    for (int j = 1; j <= k; j++) {
+        int r = ts_gbuild_rule(b);
+        if (optional) ts_gbuild_alt(b, r);
+        int a = ts_gbuild_alt(b, r);
+        ts_gbuild_set(b, a, set);
+        ts_gbuild_ref(b, a, prev);
+        prev = r;
+        if (ids) ids[j] = r;
+    }
+    return prev;
+}
+
 ts_status ts_gbuild_finish(ts_gbuild *b, int root, ts_grammar **out) {
     *out = NULL;
     if (b->too_big)

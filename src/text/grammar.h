@@ -40,6 +40,10 @@ void ts_gbuild_range(ts_gbuild *b, int alt, uint8_t lo, uint8_t hi);
 void ts_gbuild_set(ts_gbuild *b, int alt, const uint64_t set[4]);
 /* The exact bytes s[0, n). */
 void ts_gbuild_literal(ts_gbuild *b, int alt, const char *s, size_t n);
+/* A chain of k + 1 rules for up to k bytes of a set (optional) or exactly k: rule j is
+ * [set]{0,j} or [set]{j}, built as r_j ::= "" | set r_{j-1} (the "" only when optional), so
+ * a run stays a tail call. Returns rule k; ids, when not NULL, receives rules 0..k. */
+int ts_gbuild_set_chain(ts_gbuild *b, const uint64_t set[4], int k, bool optional, int *ids);
 /* A rule that can reach itself without reading a byte (left recursion), or -1: the matcher
  * cannot run such a grammar. -1 also when out of memory (finish then fails on it anyway). */
 int ts_gbuild_left_recursive(const ts_gbuild *b);

@@ -48,19 +48,7 @@ void js_never(js_ctx *c, int rule) {
 
 /* Rules for set{0,k}: ids[j] ::= "" | set ids[j-1], ids[0] ::= "". Returns ids[k]. */
 static int js_chain(js_ctx *c, const uint64_t set[4], int k, int *ids) {
-    int prev = js_rule(c);
-    js_alt(c, prev);
-    if (ids) ids[0] = prev;
-    for (int j = 1; j <= k; j++) {
-        int r = js_rule(c);
-        js_alt(c, r);
-        int a = js_alt(c, r);
-        ts_gbuild_set(c->b, a, set);
-        js_ref(c, a, prev);
-        prev = r;
-        if (ids) ids[j] = r;
-    }
-    return prev;
+    return ts_gbuild_set_chain(c->b, set, k, true, ids);
 }
 
 /* ---- shared rules ------------------------------------------------------------------------ */
@@ -240,14 +228,7 @@ static int js_exact(js_ctx *c, int k) {
     if (c->exact[0] < 0) {
         uint64_t d[4] = {0};
         js_set_add(d, '0', '9');
-        c->exact[0] = js_rule(c);
-        js_alt(c, c->exact[0]);
-        for (int j = 1; j < JS_INT_DIGITS; j++) {
-            int r = c->exact[j] = js_rule(c);
-            int a = js_alt(c, r);
-            ts_gbuild_set(c->b, a, d);
-            js_ref(c, a, c->exact[j - 1]);
-        }
+        ts_gbuild_set_chain(c->b, d, JS_INT_DIGITS - 1, false, c->exact);
     }
     return c->exact[k];
 }

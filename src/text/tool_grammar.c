@@ -24,22 +24,6 @@
 #define TG_LEAD_WS   8 /* [ \t\n]{0,8} before the first call (newlines after </think>) */
 #define TG_END_VALUE "\n</parameter>"
 
-/* [ \t\n]{0,k}: a chain of optional rules. */
-static int lead_ws(ts_gbuild *b, int k) {
-    int next = ts_gbuild_rule(b);
-    ts_gbuild_alt(b, next);
-    uint64_t ws[4] = {(1ull << ' ') | (1ull << '\t') | (1ull << '\n'), 0, 0, 0};
-    for (int i = 0; i < k; i++) {
-        int r = ts_gbuild_rule(b);
-        ts_gbuild_alt(b, r);
-        int a = ts_gbuild_alt(b, r);
-        ts_gbuild_set(b, a, ws);
-        ts_gbuild_ref(b, a, next);
-        next = r;
-    }
-    return next;
-}
-
 /* Free text up to and including the first "\n</parameter>": the states of a string matcher
  * (Knuth-Morris-Pratt) over that terminator, a rule each: R_k = "k bytes of the terminator
  * are matched; the rest of the value and the terminator follow". Returns R_0. */
@@ -237,7 +221,8 @@ ts_status ts_grammar_tool_calls(const char *tools_json, const char *only, bool p
     if (st == TS_OK) {
         /* root ::= lead call more ;  more ::= "" | "\n" call more (when parallel) */
         int root = ts_gbuild_rule(b), a = ts_gbuild_alt(b, root);
-        ts_gbuild_ref(b, a, lead_ws(b, TG_LEAD_WS));
+        uint64_t ws[4] = {(1ull << ' ') | (1ull << '\t') | (1ull << '\n'), 0, 0, 0};
+        ts_gbuild_ref(b, a, ts_gbuild_set_chain(b, ws, TG_LEAD_WS, true, NULL));
         ts_gbuild_ref(b, a, call);
         if (parallel) {
             int more = ts_gbuild_rule(b);
