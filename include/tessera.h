@@ -222,6 +222,28 @@ typedef struct {
 ts_status ts_chat_tokenize(const ts_tokenizer *tok, const ts_chat_message *msgs, int n,
                            const ts_chat_params *p, int32_t **ids, size_t *n_ids);
 
+/* ---- images ------------------------------------------------------------------------------ */
+/* An 8-bit RGB image: height rows top to bottom, width pixels each, 3 bytes a pixel. */
+typedef struct {
+    int width, height;
+    uint8_t *rgb;
+} ts_image;
+/* The largest image ts_image_decode takes (a small file can declare a huge one). */
+#define TS_IMAGE_MAX_SIDE 16384
+#define TS_IMAGE_MAX_PIXELS (32 * 1024 * 1024)
+/* Decodes a PNG, JPEG or WebP file held in memory (len bytes) into 8-bit RGB, as Hugging Face
+ * image processors see it (PIL's decoders, then convert_to_rgb): grey and palette images
+ * expanded, 16-bit samples reduced, an alpha channel composited over white. An EXIF
+ * orientation is not applied (PIL's decoding ignores it too). TS_ERR_FORMAT naming the fault
+ * for a damaged file, TS_ERR_UNSUPPORTED for another format, TS_ERR_RANGE for an image over the
+ * limits above, TS_ERR_INVALID for NULL arguments. */
+ts_status ts_image_decode(const void *data, size_t len, ts_image **out);
+/* An image resized to width x height with a bicubic filter (a = -0.5) widened by the scale
+ * factor when shrinking (antialiased), as PIL's Image.resize(BICUBIC) does, byte for byte.
+ * TS_ERR_INVALID for no image or a side under 1, TS_ERR_RANGE over the limits above. */
+ts_status ts_image_resize(const ts_image *src, int width, int height, ts_image **out);
+void ts_image_free(ts_image *img);
+
 /* ---- sampling --------------------------------------------------------------------------- */
 
 typedef struct {

@@ -146,6 +146,15 @@ def seeds_openai():
                                                "at": {"type": "string", "format": "date"}},
               "required": ["name"]}
     tools = chats[2]["tools"]
+    # images: a tiny PNG inline (a data: URL), and the forms refused
+    png = ("data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAIAAAACCAIAAAD91JpzAAAAFklEQVR4nGP4"
+           "z8DAwMDAxMDAwMDAAAANHQEDasKb6QAAAABJRU5ErkJggg==")
+    chats += [
+        {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": png}},
+                                                   {"type": "text", "text": "what?"}]}]},
+        {"messages": [{"role": "user", "content": [{"type": "image_url",
+                                                    "image_url": {"url": "data:image/png,x"}}]}]},
+    ]
     chats += [
         {"messages": [{"role": "user", "content": "json"}],
          "response_format": {"type": "json_schema", "json_schema": {"name": "p", "schema": person,
@@ -231,6 +240,14 @@ def seeds_grammar():
     out.append(b"\x0c" + b"yes\nno\nnot sure\0not")
     out.append(b"\3\0{")
     return out
+
+
+def seeds_image():
+    """The image fixtures themselves (PNG, JPEG, WebP; all a few KiB), and a few stubs."""
+    files = sorted(glob.glob(f"{FIX}/image/*.png") + glob.glob(f"{FIX}/image/*.jpg") +
+                   glob.glob(f"{FIX}/image/*.webp"))
+    out = [open(p, "rb").read() for p in files]
+    return [s for s in out if len(s) <= 8192] + [b"GIF89a", b"\x89PNG\r\n\x1a\n", b"\xff\xd8\xff\xd9"]
 
 
 def main():

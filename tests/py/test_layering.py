@@ -18,6 +18,7 @@ ALLOWED = {
     "engine": {"base", "format", "backend", "model", "text"},
     "serve": {"base", "text"},
     "cli": {"serve"},
+    "image": {"base"},
 }
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 

@@ -1,0 +1,42 @@
+/* What the image readers (image_png.c, image_jpeg.c, image_webp.c) share with image_decode.c:
+ * the size limits, the output allocation, and the composite over white.
+ *
+ * Each reader takes a whole file in memory whose magic bytes image_decode.c has already
+ * recognised, and produces an 8-bit RGB ts_image exactly as PIL plus Hugging Face's
+ * convert_to_rgb would (src/image/README.md). */
+#ifndef TS_IMAGE_INT_H
+#define TS_IMAGE_INT_H
+
+#include "tessera.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* TS_ERR_RANGE naming the format and the size when width x height is over TS_IMAGE_MAX_SIDE /
+ * TS_IMAGE_MAX_PIXELS; TS_ERR_FORMAT for a side of 0. Called with the size the file declares,
+ * before any pixel memory is allocated. */
+ts_status img_check_size(const char *format, uint64_t width, uint64_t height);
+
+/* A new width x height image (size already checked) with uninitialised pixels; the caller frees
+ * it with ts_image_free. TS_ERR_NOMEM. */
+ts_status img_alloc(int width, int height, ts_image **out);
+
+/* One 8-bit sample v with alpha a composited over opaque white, rounded as PIL's
+ * Image.alpha_composite(white, im) rounds (AlphaComposite.c, 7 extra bits of precision). With the
+ * background opaque, PIL's coefficients reduce exactly to coef1 = a * 128 (it computes
+ * a * 255 * 255 * 128 / (255 * 255)) and coef2 = (255 - a) * 128, and its division by 255 is
+ * (t + (t >> 8)) >> 8 after adding half. a == 0 gives white (PIL copies the background);
+ * a == 255 gives v. */
+static inline uint8_t img_over_white(unsigned v, unsigned a) {
+    if (a == 0) return 255;
+    uint32_t t = (v * a + 255u * (255u - a)) * 128u + (0x80u << 7);
+    return (uint8_t)((((t >> 8) + t) >> 8) >> 7);
+}
+
+/* The readers: data is the whole file (len bytes, len >= the format's magic). On success *out
+ * is a new image; on failure *out is untouched and the message names the format and the fault. */
+ts_status img_decode_png(const uint8_t *data, size_t len, ts_image **out);
+ts_status img_decode_jpeg(const uint8_t *data, size_t len, ts_image **out);
+ts_status img_decode_webp(const uint8_t *data, size_t len, ts_image **out);
+
+#endif

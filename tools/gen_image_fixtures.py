@@ -1,0 +1,291 @@
+#!/usr/bin/env python3
+"""Writes tests/fixtures/image/: small PNG, JPEG and WebP files, what PIL decodes them to after
+Hugging Face's convert-to-RGB rule (transformers.image_transforms.convert_to_rgb: grey and
+palette expanded, alpha composited over white), and PIL BICUBIC resizes of two of them, as raw
+RGB (.rgb: height rows of width pixels, 3 bytes each), with manifest.json saying what is what.
+tests/unit/test_image.c checks src/image/ against them byte for byte.
+
+Needs Pillow and numpy (torchvision and transformers optional: with them, the Qwen2-VL image
+processor's torchvision resize is measured against PIL's and the difference recorded).
+Deterministic: the pictures are drawn from a fixed seed, and the encoders run single-threaded.
+
+    python3 tools/gen_image_fixtures.py            # from the repository root
+"""
+import io
+import json
+import os
+import platform
+import shutil
+import struct
+import sys
+import zlib
+
+import numpy as np
+from PIL import Image, features
+
+OUT = "tests/fixtures/image"
+SEED = 20260514
+
+
+def picture(rng, w, h):
+    """A deterministic RGB test picture: gradients, a ring, hard edges and some noise, so both
+    smooth areas and sharp transitions (where bicubic overshoots and JPEG rings) are present."""
+    y, x = np.mgrid[0:h, 0:w].astype(np.float64)
+    r = 255 * x / max(w - 1, 1)
+    g = 255 * y / max(h - 1, 1)
+    b = 127.5 + 127.5 * np.sin((x + 2 * y) / 3.0)
+    ring = np.hypot(x - w / 2, y - h / 2)
+    img = np.stack([r, g, b], -1)
+    img[(ring > h / 5) & (ring < h / 3)] = [250, 20, 30]
+    img[: h // 4, w - w // 4:] = [0, 0, 0]
+    img[h - h // 5:, : w // 5] = [255, 255, 255]
+    img += rng.normal(0, 12, img.shape)
+    return np.clip(np.rint(img), 0, 255).astype(np.uint8)
+
+
+def alpha_plane(w, h):
+    """Alpha with every kind of value: 0, 255 and a ramp in between."""
+    y, x = np.mgrid[0:h, 0:w]
+    a = (x * 255 // max(w - 1, 1)).astype(np.uint8)
+    a[: h // 3] = 255
+    a[h - h // 4:, : w // 3] = 0
+    return a
+
+
+# ---- PNG files PIL does not write (16-bit colour, 2/4-bit, interlaced): written by hand ----
+
+def png_chunk(kind, data):
+    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+
+ADAM7 = [(0, 0, 8, 8), (4, 0, 8, 8), (0, 4, 4, 8), (2, 0, 4, 4), (0, 2, 2, 4), (1, 0, 2, 2),
+         (0, 1, 1, 2)]
+
+
+def pack_row(samples, depth):
+    """One scanline's bytes from its samples (integers), at depth 1/2/4/8/16 bits."""
+    if depth == 16:
+        return struct.pack(f">{len(samples)}H", *samples)
+    if depth == 8:
+        return bytes(samples)
+    per = 8 // depth
+    out = bytearray()
+    for i in range(0, len(samples), per):
+        byte = 0
+        for j, s in enumerate(samples[i:i + per]):
+            byte |= s << (8 - depth * (j + 1))
+        out.append(byte)
+    return bytes(out)
+
+
+def png_file(arr, depth, ctype, extra=b"", interlace=False):
+    """arr: (h, w, channels) integers at the given depth; filter type 0 on every row."""
+    h, w = arr.shape[:2]
+    flat = arr.reshape(h, w, -1)
+    raw = bytearray()
+    passes = ADAM7 if interlace else [(0, 0, 1, 1)]
+    for x0, y0, dx, dy in passes:
+        sub = flat[y0::dy, x0::dx]
+        if sub.size == 0:
+            continue
+        for row in sub:
+            raw += b"\0" + pack_row([int(v) for v in row.reshape(-1)], depth)
+    ihdr = struct.pack(">IIBBBBB", w, h, depth, ctype, 0, 0, 1 if interlace else 0)
+    return (b"\x89PNG\r\n\x1a\n" + png_chunk(b"IHDR", ihdr) + extra +
+            png_chunk(b"IDAT", zlib.compress(bytes(raw), 9)) + png_chunk(b"IEND", b""))
+
+
+def encoded(im, fmt, **kw):
+    buf = io.BytesIO()
+    im.save(buf, fmt, **kw)
+    return buf.getvalue()
+
+
+def sources(rng):
+    """(name, file bytes, what it is) for every decode fixture."""
+    pic = picture(rng, 64, 48)
+    small = picture(rng, 40, 30)
+    odd = picture(rng, 45, 31)
+    tiny = picture(rng, 24, 16)
+    a40 = alpha_plane(40, 30)
+    grey = (small.astype(np.uint16) @ np.array([77, 150, 29]) >> 8).astype(np.uint8)
+    out = []
+
+    out.append(("png_rgb.png", encoded(Image.fromarray(pic), "PNG"), "PNG RGB 8-bit"))
+    out.append(("png_rgba.png", encoded(Image.fromarray(np.dstack([small, a40]), "RGBA"), "PNG"),
+                "PNG RGBA 8-bit, partial alpha"))
+    out.append(("png_grey.png", encoded(Image.fromarray(grey, "L"), "PNG"), "PNG grey 8-bit"))
+    out.append(("png_la.png", encoded(Image.fromarray(np.dstack([grey, a40]), "LA"), "PNG"),
+                "PNG grey + alpha 8-bit"))
+    out.append(("png_rgb_trns.png",
+                encoded(Image.fromarray(small), "PNG", transparency=tuple(int(v) for v in small[0, 0])),
+                "PNG RGB with a tRNS colour"))
+    # palette: 16 colours, tRNS with several alpha levels and shorter than the palette
+    pal_idx = (np.arange(40 * 30).reshape(30, 40) * 7 // 11 % 16).astype(np.uint8)
+    pal_im = Image.fromarray(pal_idx, "P")
+    pal_im.putpalette([int(v) for v in tiny.reshape(-1, 3)[::24][:16].reshape(-1)])
+    out.append(("png_palette_trns.png",
+                encoded(pal_im, "PNG", transparency=bytes([0, 64, 128, 200, 255, 10]), bits=8),
+                "PNG palette 8-bit with a tRNS of 6 alphas"))
+    # 4-bit palette of 5 colours: index 15 lies past the palette (PIL reads it as black)
+    idx4 = (np.arange(24 * 16).reshape(16, 24) % 6).astype(np.uint8)
+    idx4[0, 0] = 15
+    plte = bytes([255, 0, 0, 0, 255, 0, 0, 0, 255, 10, 20, 30, 200, 200, 0])
+    out.append(("png_palette4.png",
+                png_file(idx4[..., None], 4, 3, png_chunk(b"PLTE", plte) + png_chunk(b"tRNS", b"\x00\x80")),
+                "PNG palette 4-bit, short tRNS, an index past the palette"))
+    # 2-bit grey with tRNS 2: PIL compares the raw tRNS value with the 0/85/170/255 samples, so
+    # nothing becomes transparent (a PIL quirk the decoder follows)
+    g2 = (np.arange(24 * 16).reshape(16, 24) // 5 % 4).astype(np.uint8)
+    out.append(("png_grey2_trns.png", png_file(g2[..., None], 2, 0, png_chunk(b"tRNS", b"\x00\x02")),
+                "PNG grey 2-bit with tRNS"))
+    # 16-bit: colour samples keep their high byte; grey (PIL mode I;16) is clipped to 255
+    rgb16 = tiny.astype(np.uint16) * 256 + rng.integers(0, 256, tiny.shape)
+    out.append(("png_rgb16_interlaced.png", png_file(rgb16, 16, 2, interlace=True),
+                "PNG RGB 16-bit, Adam7 interlaced"))
+    rgba16 = np.dstack([rgb16, alpha_plane(24, 16).astype(np.uint16) * 256 + 100])
+    out.append(("png_rgba16.png", png_file(rgba16, 16, 6), "PNG RGBA 16-bit"))
+    grey16 = (np.arange(24 * 16).reshape(16, 24) * 7 % 700).astype(np.uint16)
+    out.append(("png_grey16.png", png_file(grey16[..., None], 16, 0),
+                "PNG grey 16-bit (values 0-699: clipped at 255 by PIL)"))
+
+    out.append(("jpeg_baseline.jpg", encoded(Image.fromarray(odd), "JPEG", quality=88, subsampling=2),
+                "JPEG baseline 4:2:0, odd size"))
+    out.append(("jpeg_444.jpg", encoded(Image.fromarray(small), "JPEG", quality=92, subsampling=0),
+                "JPEG baseline 4:4:4"))
+    out.append(("jpeg_progressive.jpg",
+                encoded(Image.fromarray(pic), "JPEG", quality=80, subsampling=1, progressive=True),
+                "JPEG progressive 4:2:2"))
+    out.append(("jpeg_grey.jpg", encoded(Image.fromarray(grey, "L"), "JPEG", quality=85),
+                "JPEG grey"))
+    cmyk = Image.fromarray(small).convert("CMYK")
+    out.append(("jpeg_cmyk.jpg", encoded(cmyk, "JPEG", quality=90), "JPEG CMYK (Adobe, inverted)"))
+
+    out.append(("webp_lossy.webp", encoded(Image.fromarray(small), "WEBP", quality=80, method=4),
+                "WebP lossy"))
+    out.append(("webp_lossless_alpha.webp",
+                encoded(Image.fromarray(np.dstack([tiny, alpha_plane(24, 16)]), "RGBA"), "WEBP",
+                        lossless=True, method=4),
+                "WebP lossless with alpha"))
+    out.append(("webp_lossy_alpha.webp",
+                encoded(Image.fromarray(np.dstack([small, a40]), "RGBA"), "WEBP", quality=75,
+                        alpha_quality=100, method=4),
+                "WebP lossy with alpha"))
+    return out
+
+
+def hf_rgb(data):
+    """What a Hugging Face image processor sees: PIL's decode, then convert_to_rgb's rule
+    (written out here so transformers is not needed: alpha composited over opaque white with
+    PIL's alpha_composite, otherwise convert("RGB"))."""
+    im = Image.open(io.BytesIO(data))
+    im.load()
+    if "A" in im.getbands() or im.info.get("transparency") is not None:
+        bg = Image.new("RGBA", im.size, (255, 255, 255, 255))
+        rgb = Image.alpha_composite(bg, im.convert("RGBA")).convert("RGB")
+    else:
+        rgb = im.convert("RGB")
+    try:  # the rule above is transformers' own: check it against the installed one
+        from transformers.image_transforms import convert_to_rgb
+        ref = convert_to_rgb(Image.open(io.BytesIO(data)), return_numpy=True)
+        assert np.array_equal(np.asarray(rgb), ref), "convert_to_rgb disagrees"
+    except ImportError:
+        pass
+    return rgb, im.mode
+
+
+# (source fixture, sizes): down by non-integer factors, up, one axis at a time, both ways at once;
+# 150x31, 60x20 and 40x9 shrink the height by more than twice as many pixels as the width, so
+# Pillow 13 runs its vertical pass first (54x28 is the boundary: horizontal first)
+RESIZES = [
+    ("png_rgb.png", [(27, 19), (13, 7), (100, 75), (64, 20), (29, 48), (150, 31), (60, 20),
+                     (54, 28), (1, 1)]),
+    ("jpeg_baseline.jpg", [(17, 12), (90, 62), (45, 100), (7, 3), (44, 30), (40, 9)]),
+]
+
+
+def torchvision_check(src_rgb):
+    """The Qwen2-VL image processor's torchvision backend (bicubic, antialias) against PIL's
+    resize for one image, at the size its smart_resize picks; None without torchvision."""
+    try:
+        import torch
+        from transformers.image_utils import PILImageResampling, SizeDict
+        from transformers.models.qwen2_vl.image_processing_qwen2_vl import (
+            Qwen2VLImageProcessor, smart_resize)
+        import torchvision
+    except Exception as e:  # noqa: BLE001 - optional
+        print(f"torchvision check skipped: {e}", file=sys.stderr)
+        return None
+    proc = Qwen2VLImageProcessor()
+    h, w = src_rgb.shape[:2]
+    factor = proc.patch_size * proc.merge_size
+    min_px, max_px = factor * factor * 4, factor * factor * 64
+    th, tw = smart_resize(h, w, factor=factor, min_pixels=min_px, max_pixels=max_px)
+    t = torch.from_numpy(src_rgb.copy()).permute(2, 0, 1)[None].contiguous()
+    tv = proc.resize(t, size=SizeDict(shortest_edge=min_px, longest_edge=max_px),
+                     resample=PILImageResampling.BICUBIC, factor=factor)
+    tv = tv[0].permute(1, 2, 0).numpy().astype(np.int16)
+    pil = np.asarray(Image.fromarray(src_rgb).resize((tw, th), Image.BICUBIC)).astype(np.int16)
+    d = np.abs(tv - pil)
+    return dict(source="png_rgb.png", width=tw, height=th, max_abs_diff=int(d.max()),
+                values_differing=int((d > 0).sum()), values=int(d.size),
+                torchvision=torchvision.__version__, torch=torch.__version__)
+
+
+def main():
+    if not os.path.isdir("tests/fixtures"):
+        sys.exit("run from the repository root")
+    import PIL
+    if int(PIL.__version__.split(".")[0]) < 13:  # its resize pass order is what src/image follows
+        sys.exit(f"Pillow {PIL.__version__}: the fixtures are made with Pillow 13 or later")
+    if os.path.exists(OUT):
+        if os.listdir(OUT) and not os.path.exists(os.path.join(OUT, "VERSIONS.json")):
+            sys.exit(f"refusing to delete {OUT}: not a fixture directory (no VERSIONS.json)")
+        shutil.rmtree(OUT)
+    os.makedirs(OUT)
+    rng = np.random.default_rng(SEED)
+    manifest = {"decode": [], "resize": []}
+    decoded = {}
+    for name, data, what in sources(rng):
+        with open(os.path.join(OUT, name), "wb") as f:
+            f.write(data)
+        rgb, mode = hf_rgb(data)
+        arr = np.asarray(rgb)
+        decoded[name] = arr
+        raw = name.rsplit(".", 1)[0] + ".rgb"
+        with open(os.path.join(OUT, raw), "wb") as f:
+            f.write(arr.tobytes())
+        manifest["decode"].append(dict(file=name, rgb=raw, width=rgb.width, height=rgb.height,
+                                       pil_mode=mode, what=what))
+    for name, sizes in RESIZES:
+        src = decoded[name]
+        for w, h in sizes:
+            out = np.asarray(Image.fromarray(src).resize((w, h), Image.BICUBIC))
+            raw = f"resize_{name.rsplit('.', 1)[0]}_{w}x{h}.rgb"
+            with open(os.path.join(OUT, raw), "wb") as f:
+                f.write(out.tobytes())
+            manifest["resize"].append(dict(source=name, width=w, height=h, rgb=raw))
+    tv = torchvision_check(decoded["png_rgb.png"])
+    if tv:
+        manifest["torchvision_vs_pil"] = tv
+    with open(os.path.join(OUT, "manifest.json"), "w") as f:
+        json.dump(manifest, f, indent=1)
+        f.write("\n")
+    versions = dict(Pillow=PIL.__version__, numpy=np.__version__, python=platform.python_version(),
+                    libjpeg_turbo=features.version("libjpeg_turbo"), webp=features.version("webp"),
+                    zlib=features.version("zlib"), seed=SEED,
+                    command="python3 tools/gen_image_fixtures.py (run from the repository root)")
+    if tv:
+        versions.update(torchvision=tv["torchvision"], torch=tv["torch"])
+    with open(os.path.join(OUT, "VERSIONS.json"), "w") as f:
+        json.dump(versions, f, indent=1)
+        f.write("\n")
+    total = sum(os.path.getsize(os.path.join(OUT, p)) for p in os.listdir(OUT))
+    print(f"{OUT}: {len(os.listdir(OUT))} files, {total / 1024:.0f} KiB")
+    if tv:
+        print(f"torchvision vs PIL ({tv['width']}x{tv['height']}): max |diff| {tv['max_abs_diff']}, "
+              f"{tv['values_differing']} of {tv['values']} values differ")
+
+
+if __name__ == "__main__":
+    main()
