@@ -332,7 +332,31 @@ typedef struct {
     /* out[t, h*dv + d] = rmsnorm(x[t, h*dv:...])[d] * w[d] * silu(z[t, h*dv + d]) */
     void (*gated_rmsnorm)(ts_backend *be, const float *x, const float *z, int n_tok, int n_heads,
                           int dv, const float *w, float eps, float *out);
+
+    /* Optional, all four or none (NULL: the backend runs no vision tower and no multi-axis
+     * rotary positions; the engine then refuses images): the ops of an image encoder and of
+     * image positions in a decoder.
+     * rope_cs: rotate-half rotary with the angles given per token - for token t, pair (j, j +
+     * half) of each head rotated by cs[t][j] (cosine) and cs[t][half + j] (sine), j < half;
+     * cs has 2 * half floats a token (the model computes them: two-axis or MRoPE angles).
+     * layernorm: out[r, :] = (x[r, :] - mean) / sqrt(var + eps) * w + b (out may be x).
+     * bias_act: x[r, i] = act(x[r, i] + bias[i]) (bias NULL: none), act TS_ACT_*.
+     * attention_full: attention without a mask among n tokens, every query sees every key:
+     * q, k, v rows of n_heads * head_dim (head h at h * head_dim), q with stride ldq, k and v
+     * with stride ldkv (n_kv_heads must equal n_heads); out [n][n_heads * head_dim]. */
+    void (*rope_cs)(ts_backend *be, float *x, int64_t ldx, int n_tok, int n_heads,
+                    int64_t head_stride, int half, const float *cs);
+    void (*layernorm)(ts_backend *be, const float *x, int64_t ldx, int n_rows, int dim,
+                      const float *w, const float *b, float eps, float *out, int64_t ldo);
+    void (*bias_act)(ts_backend *be, float *x, int64_t ldx, int n_rows, int dim, const float *bias,
+                     int act);
+    void (*attention_full)(ts_backend *be, const float *q, int64_t ldq, const float *k,
+                           const float *v, int64_t ldkv, int n, const ts_attn_dims *dims,
+                           float *out, int64_t ldo);
 } ts_backend_ops;
+
+/* bias_act's activations */
+enum { TS_ACT_NONE, TS_ACT_GELU_TANH, TS_ACT_GELU_ERF };
 
 struct ts_backend {
     const ts_backend_ops *ops;

@@ -60,6 +60,10 @@ static const ts_backend_ops cpu_ops = {
     .gated_rmsnorm = cpu_op_gated_rmsnorm,
     .matmul_n = cpu_op_matmul_n,
     .matmul_glu = cpu_op_matmul_glu,
+    .rope_cs = cpu_op_rope_cs,
+    .layernorm = cpu_op_layernorm,
+    .bias_act = cpu_op_bias_act,
+    .attention_full = cpu_op_attention_full,
 };
 
 ts_status ts_backend_cpu_create(int n_threads, int isa, ts_backend **out) {

@@ -80,6 +80,15 @@ void cpu_op_copy_rows(ts_backend *be, float *dst, int64_t ldd, const float *src,
 void cpu_op_attention(ts_backend *be, const float *q, int64_t ldq, int64_t q_head_stride, int n,
                       int pos0, const float *k_cache, const float *v_cache,
                       const ts_attn_dims *dims, float *out, int64_t ldo);
+void cpu_op_attention_full(ts_backend *be, const float *q, int64_t ldq, const float *k,
+                           const float *v, int64_t ldkv, int n, const ts_attn_dims *dims,
+                           float *out, int64_t ldo);
+void cpu_op_rope_cs(ts_backend *be, float *x, int64_t ldx, int n_tok, int n_heads,
+                    int64_t head_stride, int half, const float *cs);
+void cpu_op_layernorm(ts_backend *be, const float *x, int64_t ldx, int n_rows, int dim,
+                      const float *w, const float *b, float eps, float *out, int64_t ldo);
+void cpu_op_bias_act(ts_backend *be, float *x, int64_t ldx, int n_rows, int dim, const float *bias,
+                     int act);
 void cpu_op_conv1d_silu(ts_backend *be, const float *x, int64_t ldx, int n, int C, int K,
                         const float *w, float *state, float *out, int64_t ldo);
 void cpu_op_gdn_gates(ts_backend *be, const float *a, int64_t lda, const float *b, int64_t ldb,

@@ -7,7 +7,8 @@
  * the row's output so far is rescaled by e^(m_old - m_new)), then O = corr * O + P V (gemm_nn).
  * So K and V rows are read once per item rather than once per query, no buffer grows with the
  * context, and the products run in the ISA's register-tiled kernels (ops_seq.h). Items are
- * dealt to the threads round-robin, which evens out the causal triangle. */
+ * dealt to the threads round-robin, which evens out the causal triangle. The same tiles
+ * serve attention without a mask (an image encoder's: every query sees all n keys). */
 #include "backend/cpu/cpu_int.h"
 #include "backend/cpu/ops_seq.h"
 
@@ -32,6 +33,8 @@ typedef struct {
     int pos_per_item;   /* bq: positions per item */
     int head_blocks;    /* ceil(group / gh) */
     int pos_blocks;     /* ceil(n / bq) */
+    int64_t ldkv;       /* row stride of the keys and values */
+    int n_keys;         /* > 0: no mask, every query sees keys 0..n_keys-1 (attention_full) */
 } attn_job;
 
 /* Per-thread tiles; static TLS rather than the stack, whose size the pool's threads do not
@@ -50,6 +53,7 @@ static float softmax_row(const attn_job *j, float *s, int nk, int p0, int qpos, 
                          float *l) {
     const ts_attn_dims *d = j->d;
     int lo = first_key(d, qpos) - p0, hi = qpos - p0 + 1; /* visible: [lo, hi) */
+    if (j->n_keys) lo = 0, hi = nk;
     if (lo < 0) lo = 0;
     if (hi > nk) hi = nk;
     if (lo >= hi) { /* nothing visible in this block */
@@ -83,7 +87,7 @@ static void attend_item(const attn_job *j, int kvh, int h0, int gh, int i0, int 
     const ts_attn_dims *d = j->d;
     const cpu_seq_kernels *K = j->kern;
     int hd = d->head_dim, R = gh * bq;
-    int64_t ldkv = (int64_t)d->n_kv_heads * hd;
+    int64_t ldkv = j->ldkv;
     float *Q = att_q, *O = att_o, *S = att_s;
     float m[ATT_MAX_ROWS], l[ATT_MAX_ROWS], corr[ATT_MAX_ROWS];
     for (int r = 0; r < R; r++) {
@@ -96,9 +100,10 @@ static void attend_item(const attn_job *j, int kvh, int h0, int gh, int i0, int 
         l[r] = 0.0f;
     }
     int qpos0 = j->pos0 + i0, qpos1 = j->pos0 + i0 + bq - 1;
+    int p_end = j->n_keys ? j->n_keys : qpos1 + 1; /* keys [first, p_end) */
     const float *kc = j->k_cache + (int64_t)kvh * hd, *vc = j->v_cache + (int64_t)kvh * hd;
-    for (int p0 = first_key(d, qpos0); p0 <= qpos1; p0 += ATT_BK) {
-        int nk = qpos1 + 1 - p0 < ATT_BK ? qpos1 + 1 - p0 : ATT_BK;
+    for (int p0 = j->n_keys ? 0 : first_key(d, qpos0); p0 < p_end; p0 += ATT_BK) {
+        int nk = p_end - p0 < ATT_BK ? p_end - p0 : ATT_BK;
         K->gemm_nt(R, nk, hd, Q, hd, kc + p0 * ldkv, ldkv, S, ATT_BK);
         for (int r = 0; r < R; r++)
             corr[r] = softmax_row(j, S + r * ATT_BK, nk, p0, j->pos0 + i0 + r / gh, &m[r], &l[r]);
@@ -131,41 +136,58 @@ static void attn_task(void *p, int ith, int nth) {
 
 static long ceil_div(long a, long b) { return (a + b - 1) / b; }
 
-void cpu_op_attention(ts_backend *be, const float *q, int64_t ldq, int64_t q_head_stride, int n,
-                      int pos0, const float *k_cache, const float *v_cache,
-                      const ts_attn_dims *dims, float *out, int64_t ldo) {
+/* Tiles the work (the whole group and as many positions as fill a tile, then smaller items
+ * until every thread has one - decode: one position, so the group is split) and runs it. */
+static void attention_run(ts_backend *be, const float *q, int64_t ldq, int64_t q_head_stride, int n,
+                          int pos0, const float *k, const float *v, int64_t ldkv, int n_keys,
+                          const ts_attn_dims *dims, float *out, int64_t ldo) {
     if (n <= 0) return;
     cpu_ctx *ctx = cpu_of(be);
     int group = dims->n_heads / dims->n_kv_heads, hd = dims->head_dim;
     int rows = ATT_TILE / hd < ATT_MAX_ROWS ? ATT_TILE / hd : ATT_MAX_ROWS;
-    /* the whole group and as many positions as fill the tile, then smaller items until every
-     * thread has one (decode: one position, so the group is split) */
     int gh = group < rows ? group : rows;
     int bq = rows / gh < n ? rows / gh : n;
     /* a decode step over a short context is less work than waking the threads */
-    bool one_thread = (double)dims->n_heads * n * (pos0 + n) * hd < 65536.0;
+    int keys = n_keys ? n_keys : pos0 + n;
+    bool one_thread = (double)dims->n_heads * n * keys * hd < 65536.0;
     int nth = one_thread ? 1 : ts_pool_size(ctx->pool);
     while (bq > 1 && dims->n_kv_heads * ceil_div(group, gh) * ceil_div(n, bq) < nth)
         bq = (bq + 1) / 2;
     while (gh > 1 && dims->n_kv_heads * ceil_div(group, gh) * ceil_div(n, bq) < nth)
         gh = (gh + 1) / 2;
-    attn_job j = {q,
-                  ldq,
-                  q_head_stride,
-                  n,
-                  pos0,
-                  k_cache,
-                  v_cache,
-                  dims,
-                  out,
-                  ldo,
-                  cpu_seq_pick(ctx->isa),
-                  gh,
-                  bq,
-                  (int)ceil_div(group, gh),
-                  (int)ceil_div(n, bq)};
+    attn_job j = {.q = q,
+                  .ldq = ldq,
+                  .q_head_stride = q_head_stride,
+                  .n = n,
+                  .pos0 = pos0,
+                  .k_cache = k,
+                  .v_cache = v,
+                  .d = dims,
+                  .out = out,
+                  .ldo = ldo,
+                  .kern = cpu_seq_pick(ctx->isa),
+                  .heads_per_item = gh,
+                  .pos_per_item = bq,
+                  .head_blocks = (int)ceil_div(group, gh),
+                  .pos_blocks = (int)ceil_div(n, bq),
+                  .ldkv = ldkv,
+                  .n_keys = n_keys};
     if (one_thread)
         attn_task(&j, 0, 1);
     else
         ts_pool_run(ctx->pool, attn_task, &j);
+}
+
+void cpu_op_attention(ts_backend *be, const float *q, int64_t ldq, int64_t q_head_stride, int n,
+                      int pos0, const float *k_cache, const float *v_cache,
+                      const ts_attn_dims *dims, float *out, int64_t ldo) {
+    attention_run(be, q, ldq, q_head_stride, n, pos0, k_cache, v_cache,
+                  (int64_t)dims->n_kv_heads * dims->head_dim, 0, dims, out, ldo);
+}
+
+/* The same tiles without the mask: keys and values are the n tokens' own rows. */
+void cpu_op_attention_full(ts_backend *be, const float *q, int64_t ldq, const float *k,
+                           const float *v, int64_t ldkv, int n, const ts_attn_dims *dims,
+                           float *out, int64_t ldo) {
+    attention_run(be, q, ldq, dims->head_dim, n, 0, k, v, ldkv, n, dims, out, ldo);
 }

@@ -1,0 +1,123 @@
+/* The CPU's ops for an image encoder and for image positions in a decoder (backend.h:
+ * rope_cs, layernorm, bias_act; attention_full is in ops_attention.c with the causal op it
+ * shares its tiles with). Rows are split over the thread pool. */
+#include "backend/cpu/cpu_int.h"
+#include "backend/cpu/ops_seq.h"
+
+typedef struct {
+    float *x;
+    int64_t ldx, head_stride;
+    int n_tok, n_heads, half;
+    const float *cs;
+} rope_cs_job;
+
+static void rope_cs_task(void *p, int ith, int nth) {
+    const rope_cs_job *j = p;
+    long lo, hi;
+    ts_split_range(j->n_tok, ith, nth, &lo, &hi);
+    for (long t = lo; t < hi; t++) {
+        const float *c = j->cs + t * 2 * j->half, *s = c + j->half;
+        for (int h = 0; h < j->n_heads; h++) {
+            float *v = j->x + t * j->ldx + h * j->head_stride;
+            for (int k = 0; k < j->half; k++) {
+                float x0 = v[k], x1 = v[k + j->half];
+                v[k] = x0 * c[k] - x1 * s[k];
+                v[k + j->half] = x1 * c[k] + x0 * s[k];
+            }
+        }
+    }
+}
+
+void cpu_op_rope_cs(ts_backend *be, float *x, int64_t ldx, int n_tok, int n_heads,
+                    int64_t head_stride, int half, const float *cs) {
+    rope_cs_job j = {x, ldx, head_stride, n_tok, n_heads, half, cs};
+    cpu_run_rows(be, rope_cs_task, &j, n_tok, 16);
+}
+
+typedef struct {
+    const float *x;
+    int64_t ldx;
+    int n_rows, dim;
+    const float *w, *b;
+    float eps;
+    float *out;
+    int64_t ldo;
+} layernorm_job;
+
+/* mean and variance in double (the reference computes them in fp32 over the row; the double
+ * sums keep our result within its rounding) */
+static void layernorm_task(void *p, int ith, int nth) {
+    const layernorm_job *j = p;
+    long lo, hi;
+    ts_split_range(j->n_rows, ith, nth, &lo, &hi);
+    for (long r = lo; r < hi; r++) {
+        const float *x = j->x + r * j->ldx;
+        float *o = j->out + r * j->ldo;
+        double s = 0;
+        for (int i = 0; i < j->dim; i++)
+            s += x[i];
+        double mean = s / j->dim, v = 0;
+        for (int i = 0; i < j->dim; i++)
+            v += ((double)x[i] - mean) * ((double)x[i] - mean);
+        float inv = (float)(1.0 / sqrt(v / j->dim + j->eps)), m = (float)mean;
+        for (int i = 0; i < j->dim; i++)
+            o[i] = (x[i] - m) * inv * j->w[i] + j->b[i];
+    }
+}
+
+void cpu_op_layernorm(ts_backend *be, const float *x, int64_t ldx, int n_rows, int dim,
+                      const float *w, const float *b, float eps, float *out, int64_t ldo) {
+    layernorm_job j = {x, ldx, n_rows, dim, w, b, eps, out, ldo};
+    cpu_run_rows(be, layernorm_task, &j, n_rows, 8);
+}
+
+typedef struct {
+    float *x;
+    int64_t ldx;
+    int n_rows, dim;
+    const float *bias;
+    int act;
+    const cpu_seq_kernels *k;
+} bias_act_job;
+
+enum { ACT_CHUNK = 256 };
+
+/* GELU with the tanh approximation as the decoders' gated MLPs compute it (ops_basic.c):
+ * x * e / (1 + e), e = exp(2u), u = sqrt(2/pi) (x + 0.044715 x^3), 2u clamped to [-80, 80]. */
+static void gelu_tanh_span(const cpu_seq_kernels *k, float *x, int n) {
+    float e[ACT_CHUNK];
+    for (int i0 = 0; i0 < n; i0 += ACT_CHUNK) {
+        int m = n - i0 < ACT_CHUNK ? n - i0 : ACT_CHUNK;
+        for (int i = 0; i < m; i++) {
+            float v = x[i0 + i];
+            float a = 2.0f * 0.7978845608028654f * (v + 0.044715f * v * v * v);
+            e[i] = a > 80.0f ? 80.0f : a < -80.0f ? -80.0f : a;
+        }
+        k->exp_sum(e, m);
+        for (int i = 0; i < m; i++)
+            x[i0 + i] *= e[i] / (1.0f + e[i]);
+    }
+}
+
+static void bias_act_task(void *p, int ith, int nth) {
+    const bias_act_job *j = p;
+    long lo, hi;
+    ts_split_range(j->n_rows, ith, nth, &lo, &hi);
+    for (long r = lo; r < hi; r++) {
+        float *x = j->x + r * j->ldx;
+        if (j->bias)
+            for (int i = 0; i < j->dim; i++)
+                x[i] += j->bias[i];
+        if (j->act == TS_ACT_GELU_TANH)
+            gelu_tanh_span(j->k, x, j->dim);
+        else if (j->act == TS_ACT_GELU_ERF) /* PyTorch's exact GELU: x/2 (1 + erf(x / sqrt 2)) */
+            for (int i = 0; i < j->dim; i++)
+                x[i] = 0.5f * x[i] * (1.0f + erff(x[i] * 0.70710678118654752f));
+    }
+}
+
+void cpu_op_bias_act(ts_backend *be, float *x, int64_t ldx, int n_rows, int dim, const float *bias,
+                     int act) {
+    bias_act_job j = {x, ldx, n_rows, dim, bias, act, cpu_seq_pick(cpu_of(be)->isa)};
+    cpu_run_rows(be, bias_act_task, &j, n_rows, 8);
+}
