@@ -99,6 +99,13 @@ typedef struct {
     const int32_t *pos;
     const int32_t *slot;
     const uint8_t *wants_logits; /* NULL = only the last token of the batch */
+    /* NULL, or per token NULL or n_embd floats (host memory) that stand in for the token's
+     * embedding: an image's tokens carry the vision encoder's output (ts_engine_encode_image) */
+    const float *const *embd;
+    /* NULL, or 3 per token: its rotary positions (time, height, width) in a model with
+     * multi-axis rotary positions (Qwen3.5's MRoPE); NULL = pos for all three. pos stays the
+     * token's place in the sequence (its cache row): after an image the two differ. */
+    const int32_t *rope_pos;
 } ts_batch;
 
 typedef struct ts_sampler ts_sampler; /* sampling, below */
@@ -202,9 +209,15 @@ typedef struct {
     const char *arguments_json; /* a JSON object (key order kept), or NULL for no arguments */
 } ts_tool_call;
 
+/* A piece of a message's content: text, or an image where text is NULL. */
+typedef struct {
+    const char *text;
+} ts_content_part;
 typedef struct {
     const char *role; /* "system", "user", "assistant" or "tool" */
-    const char *content;
+    const char *content;          /* NULL: the parts below, or no content */
+    const ts_content_part *parts; /* used when content is NULL */
+    int n_parts;
     const char *reasoning_content;  /* assistant only, may be NULL */
     const ts_tool_call *tool_calls; /* assistant only, may be NULL */
     int n_tool_calls;
@@ -214,6 +227,11 @@ typedef struct {
     bool add_generation_prompt;
     int enable_thinking;    /* -1 = the model's default, 0 = off, 1 = on */
     const char *tools_json; /* a JSON array of tool schemas (objects), or NULL */
+    /* the tokens each image of the conversation takes, in order (ts_image_plan.n_tokens): its
+     * one image token of the template becomes that many; n_images must be the number of
+     * image parts */
+    const int *image_tokens;
+    int n_images;
 } ts_chat_params;
 
 /* Renders a conversation with the model's chat format and tokenizes it: the template's own
@@ -243,6 +261,46 @@ ts_status ts_image_decode(const void *data, size_t len, ts_image **out);
  * TS_ERR_INVALID for no image or a side under 1, TS_ERR_RANGE over the limits above. */
 ts_status ts_image_resize(const ts_image *src, int width, int height, ts_image **out);
 void ts_image_free(ts_image *img);
+
+/* ---- vision: images in a prompt ---------------------------------------------------------- */
+/* How a model with a vision tower takes images: each image is resized to multiples of
+ * patch_size * merge_size pixels within [min_pixels, max_pixels] (aspect ratio kept), cut into
+ * patches, and enters the prompt as vision_start, one image_token per merge_size^2 patches,
+ * vision_end; the tower's output rows stand in for the image tokens' embeddings. */
+typedef struct {
+    int patch_size, merge_size;
+    int64_t min_pixels, max_pixels;
+    int32_t image_token, vision_start, vision_end;
+} ts_vision_info;
+/* Whether the model reads images (a vision tower was loaded); if so, fills *out (may be NULL). */
+bool ts_model_vision(const ts_model *model, ts_vision_info *out);
+/* One image's way into the model. */
+typedef struct {
+    int width, height;  /* the size it is resized to */
+    int grid_h, grid_w; /* patches */
+    int n_tokens;       /* image tokens in the prompt: grid_h * grid_w / merge_size^2 */
+} ts_image_plan;
+/* The plan for an image of width x height: Hugging Face's Qwen2-VL smart_resize (sides rounded
+ * to the nearest multiple, then scaled down or up into the pixel range). TS_ERR_RANGE for an
+ * aspect ratio over 200 or a side under 1. */
+ts_status ts_vision_plan(const ts_vision_info *v, int width, int height, ts_image_plan *out);
+/* The rotary positions of a prompt holding images (Qwen3.5's MRoPE, specs/models.md C.7): for
+ * each of the n tokens its (time, height, width) positions, 3 ints, into rope_pos; each run of
+ * image tokens is the next image of plans (n_images of them, in order; a run's length must be
+ * that image's n_tokens). *delta gets what every later token adds to its place in the sequence
+ * (its rotary positions are pos + delta): a decode step's rope_pos. TS_ERR_INVALID when the runs
+ * and the plans disagree. */
+ts_status ts_vision_rope_positions(const ts_vision_info *v, const int32_t *ids, int n,
+                                   const ts_image_plan *plans, int n_images, int32_t *rope_pos,
+                                   int32_t *delta);
+/* Runs the vision tower over an image (resized here to plan's size; plan NULL: the model's own
+ * plan for it, ts_vision_plan) and writes the plan's n_tokens rows of n_embd floats to out: the
+ * embeddings of its image tokens (ts_batch.embd). TS_ERR_UNSUPPORTED for a model without a
+ * vision tower, or a device that runs none (a GPU, for now: ts_engine_vision). */
+ts_status ts_engine_encode_image(ts_engine *engine, const ts_image *img, const ts_image_plan *plan,
+                                 float *out);
+/* Whether the engine takes images: its model has a vision tower and its device runs it. */
+bool ts_engine_vision(const ts_engine *engine);
 
 /* ---- sampling --------------------------------------------------------------------------- */
 

@@ -69,7 +69,7 @@ bool engine_ahead_fits(const ts_engine *e, const ts_batch *b) {
     const ts_ahead *a = &e->ahead;
     int n = b->n_tokens;
     if (a->off || n < 1 || n > e->n_batch || !b->tokens || !b->pos || !b->slot ||
-        (!b->wants_logits && n != 1))
+        (!b->wants_logits && n != 1) || b->embd || b->rope_pos)
         return false;
     for (int i = 0; i < n; i++) {
         int s = b->slot[i];

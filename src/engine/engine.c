@@ -153,6 +153,8 @@ ts_status engine_check_batch(ts_engine *e, const ts_batch *b) {
                             e->n_vocab);
         e->pending_len[s]++;
     }
+    if ((b->embd || b->rope_pos) && !ts_model_vision(e->model, NULL))
+        return ts_error(TS_ERR_UNSUPPORTED, "the model takes no images");
     return TS_OK;
 }
 
@@ -180,6 +182,8 @@ static ts_status forward(ts_engine *e, const ts_batch *b, float *logits, ts_fwd_
         ts_fwd_batch fb = o;
         fb.n_tokens = n, fb.tokens = b->tokens + start, fb.pos = b->pos + start;
         fb.slot = b->slot + start, fb.wants_logits = want, fb.slot_state = e->slot_state;
+        fb.embd = b->embd ? b->embd + start : NULL;
+        fb.rope_pos = b->rope_pos ? b->rope_pos + 3 * (size_t)start : NULL;
         ts_status st = e->model->arch->forward(e->rt, &fb, logits);
         if (st != TS_OK) return st;
         for (int i = 0; i < n; i++) e->slot_len[fb.slot[i]]++;

@@ -20,16 +20,20 @@ struct ts_hfconfig {
 };
 
 ts_status ts_hfconfig_load(const char *dir, ts_hfconfig **out) {
+    return ts_hfconfig_load_file(dir, "config.json", out);
+}
+
+ts_status ts_hfconfig_load_file(const char *dir, const char *name, ts_hfconfig **out) {
     *out = NULL;
     ts_hfconfig *c = calloc(1, sizeof *c);
-    size_t dl = strlen(dir);
-    if (c) c->path = malloc(dl + sizeof "/config.json");
+    size_t dl = strlen(dir), nl = strlen(name);
+    if (c) c->path = malloc(dl + nl + 2);
     if (!c || !c->path) {
         free(c);
-        return ts_error(TS_ERR_NOMEM, "%s/config.json: out of memory", dir);
+        return ts_error(TS_ERR_NOMEM, "%s/%s: out of memory", dir, name);
     }
     memcpy(c->path, dir, dl);
-    strcpy(c->path + dl, dl && dir[dl - 1] == '/' ? "config.json" : "/config.json");
+    snprintf(c->path + dl, nl + 2, "%s%s", dl && dir[dl - 1] == '/' ? "" : "/", name);
 
     char *buf;
     size_t len;
@@ -259,6 +263,26 @@ ts_status ts_hfconfig_int_array(const ts_hfconfig *c, const char *key, int64_t *
                             c->path, key, i, hfc_brief(x, got, sizeof got));
         }
         if ((int)i < cap) items[i] = (int64_t)json_integer_value(x);
+    }
+    *n = (int)json_array_size(v);
+    return TS_OK;
+}
+
+ts_status ts_hfconfig_float_array(const ts_hfconfig *c, const char *key, double *items, int cap,
+                                  int *n) {
+    *n = 0;
+    const json_t *v = hfc_find(c, key);
+    if (!v) return hfc_missing(c, key);
+    if (!json_is_array(v)) return hfc_wrong(c, key, "an array of numbers", v);
+    if (json_array_size(v) > INT32_MAX) return hfc_wrong(c, key, "a shorter array", v);
+    for (size_t i = 0; i < json_array_size(v); i++) {
+        const json_t *x = json_array_get(v, i);
+        if (!json_is_number(x)) {
+            char got[64];
+            return ts_error(TS_ERR_FORMAT, "%s: field '%s': item %zu: expected a number, got %s",
+                            c->path, key, i, hfc_brief(x, got, sizeof got));
+        }
+        if ((int)i < cap) items[i] = json_number_value(x);
     }
     *n = (int)json_array_size(v);
     return TS_OK;

@@ -22,6 +22,8 @@ typedef struct ts_hfconfig ts_hfconfig;
 
 /* Loads dir/config.json (at most 4 MiB; duplicate keys are refused). */
 ts_status ts_hfconfig_load(const char *dir, ts_hfconfig **out);
+/* The same for another JSON file of the directory (e.g. "preprocessor_config.json"). */
+ts_status ts_hfconfig_load_file(const char *dir, const char *name, ts_hfconfig **out);
 void ts_hfconfig_free(ts_hfconfig *c);
 
 /* ".../config.json", for the caller's own messages. */
@@ -59,5 +61,8 @@ ts_status ts_hfconfig_str_array(const ts_hfconfig *c, const char *key, const cha
  * array of one. Same filling rule as ts_hfconfig_str_array. */
 ts_status ts_hfconfig_int_array(const ts_hfconfig *c, const char *key, int64_t *items, int cap,
                                 int *n);
+/* Required array of numbers (e.g. "image_mean"), filled as ts_hfconfig_str_array. */
+ts_status ts_hfconfig_float_array(const ts_hfconfig *c, const char *key, double *items, int cap,
+                                  int *n);
 
 #endif

@@ -185,3 +185,7 @@ ts_status ts_synth_write(const char *arch, const char *preset, const char *dtype
         return ts_error(TS_ERR_INVALID, "unknown dtype '%s' (bf16, f16 or f32)", dtype);
     return a->synth(preset, dt, seed, dir);
 }
+
+bool ts_model_vision(const ts_model *m, ts_vision_info *out) {
+    return m->arch->vision && m->arch->vision(m, out);
+}

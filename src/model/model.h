@@ -45,6 +45,10 @@ typedef struct {
     const ts_sample_req *lp_req;
     ts_sample_res *lp_res;
     float *lp_chosen;
+    /* NULL, or per token NULL or n_embd host floats in place of its embedding (ts_batch.embd) */
+    const float *const *embd;
+    /* NULL, or 3 rotary positions per token (ts_batch.rope_pos) */
+    const int32_t *rope_pos;
 } ts_fwd_batch;
 
 typedef struct ts_arch ts_arch;
@@ -78,6 +82,12 @@ struct ts_arch {
     void (*runtime_free)(void *rt);
     /* Runs one batch (n_tokens <= n_batch); logits rows for wanted tokens go to logits (host). */
     ts_status (*forward)(void *rt, const ts_fwd_batch *b, float *logits);
+    /* Vision (NULL, or false from vision: the model takes no images; see tessera.h). */
+    bool (*vision)(const ts_model *m, ts_vision_info *out);
+    /* Encodes an image already resized to plan's size into plan->n_tokens rows of n_embd floats
+     * (host) on be. */
+    ts_status (*encode_image)(const ts_model *m, ts_backend *be, const ts_image *img,
+                              const ts_image_plan *plan, float *out);
     /* Writes a random checkpoint of a named size; NULL when not provided. */
     ts_status (*synth)(const char *preset, ts_dtype dtype, uint64_t seed, const char *dir);
 };

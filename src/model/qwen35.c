@@ -4,13 +4,15 @@
  * `text_config`), both tensor prefixes (`model.language_model.` and `model.`), `layer_types`
  * or `full_attention_interval`, and tied or untied output heads. Every tensor's shape is
  * checked before use; an error names the file and the tensor or field. */
+#include "model/qwen35.h"
+
+#include "model/layers.h"
+#include "model/qwen35_vision.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include "model/layers.h"
-#include "model/qwen35.h"
 
 static bool qwen35_matches_hf(const char *model_type) {
     return strcmp(model_type, "qwen3_5_text") == 0 || strcmp(model_type, "qwen3_5") == 0;
@@ -47,6 +49,28 @@ static ts_status read_layer_types(const ts_hfconfig *c, qwen35_hparams *h) {
     int64_t interval;
     TS_TRY(ts_hfconfig_int_opt(c, "full_attention_interval", 1, 1 << 20, 4, &interval));
     for (int i = 0; i < h->n_layers; i++) h->is_full[i] = (i + 1) % interval == 0;
+    return TS_OK;
+}
+
+/* MRoPE's split of the rotary frequency slots among time, height and width (used only when a
+ * prompt holds images: with text alone the three positions are equal). */
+static ts_status read_mrope(const ts_hfconfig *c, qwen35_hparams *h) {
+    h->mrope_section[0] = 11, h->mrope_section[1] = 11, h->mrope_section[2] = 10;
+    h->mrope_interleaved = true;
+    if (ts_hfconfig_has(c, "rope_parameters.mrope_section")) {
+        int64_t sec[3];
+        int n;
+        TS_TRY(ts_hfconfig_int_array(c, "rope_parameters.mrope_section", sec, 3, &n));
+        if (n != 3 || sec[0] < 0 || sec[1] < 0 || sec[2] < 0 || sec[0] + sec[1] + sec[2] > 4096)
+            return ts_error(TS_ERR_FORMAT,
+                            "%s: field 'rope_parameters.mrope_section': expected "
+                            "three counts",
+                            ts_hfconfig_path(c));
+        for (int i = 0; i < 3; i++)
+            h->mrope_section[i] = (int)sec[i];
+    }
+    TS_TRY(
+        ts_hfconfig_bool_opt(c, "rope_parameters.mrope_interleaved", true, &h->mrope_interleaved));
     return TS_OK;
 }
 
@@ -97,6 +121,7 @@ static ts_status read_hparams(const ts_hfconfig *c, qwen35_hparams *h) {
     h->rope_theta = (float)theta;
     h->rot_dim = (int)(h->head_dim * prf);
     h->rot_dim -= h->rot_dim % 2;
+    TS_TRY(read_mrope(c, h));
 
     if (h->n_head % h->n_kv_head)
         return ts_error(TS_ERR_FORMAT, "%s: num_attention_heads %d is not a multiple of "
@@ -251,6 +276,7 @@ static ts_status load_layer(loader *L, qwen35_model *q, int i, float **cur) {
 static void qwen35_unload(ts_model *m) {
     qwen35_model *q = m->impl;
     if (!q) return;
+    qwen35_vision_free(q->vision);
     for (int i = 0; i < q->n_owned; i++) {
         free((void *)q->owned[i]->data);
         free(q->owned[i]);
@@ -328,7 +354,24 @@ static ts_status qwen35_load_hf(ts_model *m) {
     snprintf(L.prefix, sizeof L.prefix, "%s",
              ts_st_find(m->st, "model.language_model.embed_tokens.weight") ? "model.language_model."
                                                                           : "model.");
-    return finish_load(m, q, &L);
+    TS_TRY(finish_load(m, q, &L));
+    st = qwen35_vision_load(m, q->hp.n_embd, &q->vision);
+    if (st != TS_OK) qwen35_unload(m);
+    return st;
+}
+
+static bool qwen35_vision_info(const ts_model *m, ts_vision_info *out) {
+    const qwen35_model *q = m->impl;
+    if (!q->vision) return false;
+    if (out) *out = q->vision->hp.info;
+    return true;
+}
+
+static ts_status qwen35_encode_image(const ts_model *m, ts_backend *be, const ts_image *img,
+                                     const ts_image_plan *plan, float *out) {
+    const qwen35_model *q = m->impl;
+    if (!q->vision) return ts_error(TS_ERR_UNSUPPORTED, "%s has no vision tower", m->path);
+    return qwen35_vision_encode(q->vision, be, img, plan, out);
 }
 
 static ts_status qwen35_load_gguf(ts_model *m) {
@@ -355,5 +398,7 @@ const ts_arch ts_arch_qwen35 = {
     .runtime_create = qwen35_runtime_create,
     .runtime_free = qwen35_runtime_free,
     .forward = qwen35_forward,
+    .vision = qwen35_vision_info,
+    .encode_image = qwen35_encode_image,
     .synth = qwen35_synth,
 };

@@ -7,6 +7,9 @@
 #include "model/model.h"
 
 #define QWEN35_MAX_LAYERS 256
+#define QWEN35_MAX_ROT    512 /* rotary dims: at most the head size (checked at load) */
+
+typedef struct qwen35_vision qwen35_vision;
 
 typedef struct {
     int n_vocab, n_embd, n_layers, n_ff;
@@ -14,6 +17,10 @@ typedef struct {
     bool attn_gate;                           /* q_proj also yields a sigmoid output gate */
     int lin_hk, lin_hv, lin_dk, lin_dv, conv_k; /* Gated DeltaNet */
     float rope_theta, eps;
+    /* MRoPE: frequency slots per axis (time, height, width) and whether they interleave
+     * (THWTHW...; else three runs); with text alone every axis is the token's place */
+    int mrope_section[3];
+    bool mrope_interleaved;
     int n_ctx_train;
     bool tied;
     bool is_full[QWEN35_MAX_LAYERS];
@@ -50,6 +57,7 @@ typedef struct {
     float *host_params; /* one allocation behind every float* above */
     ts_tensor *owned[QWEN35_MAX_OWNED];
     int n_owned;
+    qwen35_vision *vision; /* NULL: text only */
 } qwen35_model;
 
 /* Byte offsets of a layer's pieces inside one slot's state blob. */

@@ -29,6 +29,10 @@ typedef struct {
     int32_t *sel;           /* [n_batch] indices of tokens whose logits are wanted */
     ts_run *runs;           /* [n_batch] */
     ts_seq_run *sruns;      /* [n_batch] the runs with one layer's state buffers */
+    /* a batch with rotary positions of its own (images): each token's cosines and sines,
+     * [n_batch][rot_dim] on the backend and its host copy; NULL where the backend has no
+     * rope_cs */
+    float *rope_cs, *rope_cs_host;
 } qwen35_rt;
 
 void qwen35_state_layout(const qwen35_hparams *h, int n_ctx, qwen35_state_off *offs,
@@ -68,14 +72,14 @@ void qwen35_runtime_free(void *p) {
     qwen35_rt *rt = p;
     if (!rt) return;
     ts_backend *be = rt->be;
-    float *bufs[] = {rt->x,  rt->h,  rt->t1,   rt->t2,     rt->t3,     rt->t4,
-                     rt->t5, rt->t6, rt->g,    rt->beta,   rt->lh,     rt->logits,
-                     rt->params};
+    float *bufs[] = {rt->x,  rt->h, rt->t1,   rt->t2, rt->t3,     rt->t4,     rt->t5,
+                     rt->t6, rt->g, rt->beta, rt->lh, rt->logits, rt->params, rt->rope_cs};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) be->ops->free(be, bufs[i]);
     free(rt->sel);
     free(rt->runs);
     free(rt->sruns);
+    free(rt->rope_cs_host);
     free(rt);
 }
 
@@ -141,6 +145,14 @@ ts_status qwen35_runtime_create(const ts_model *m, ts_backend *be, int n_batch, 
         return ts_error(TS_ERR_NOMEM, "out of memory");
     }
     be->ops->upload(be, rt->params, q->host_params, np * sizeof(float));
+    if (be->ops->rope_cs && h->rot_dim > 0) {
+        rt->rope_cs = be->ops->alloc(be, nb * h->rot_dim * sizeof(float));
+        rt->rope_cs_host = malloc(nb * h->rot_dim * sizeof(float));
+        if (!rt->rope_cs || !rt->rope_cs_host) {
+            qwen35_runtime_free(rt);
+            return ts_error(TS_ERR_NOMEM, "out of memory");
+        }
+    }
     *out = rt;
     return TS_OK;
 }
@@ -228,10 +240,17 @@ static void full_attention(qwen35_rt *rt, int il, const ts_fwd_batch *b, const t
         sr[r] = (ts_seq_run){runs[r].start, runs[r].len, runs[r].pos0,
                              (float *)(st + rt->offs[il].kc), (float *)(st + rt->offs[il].vc)};
     }
-    /* a decode step: the backend's whole attention step where it has one */
-    if (!ts_attention_step(be, qg, qw, hstride, P(rt, ly->q_norm), k, P(rt, ly->k_norm), v, hp->eps,
-                           hp->rot_dim, hp->rope_theta, &dims, sr, nr,
-                           hp->attn_gate ? qg + hd : NULL, o, ow)) {
+    if (b->rope_pos) { /* the batch's own rotary angles (mrope_table) */
+        ts_qk_norm_rope(be, qg, qw, hstride, hp->n_head, P(rt, ly->q_norm), k, kvw, hp->n_kv_head,
+                        P(rt, ly->k_norm), n, hd, hp->eps, 0, b->pos, hp->rope_theta);
+        op->rope_cs(be, qg, qw, n, hp->n_head, hstride, hp->rot_dim / 2, rt->rope_cs);
+        op->rope_cs(be, k, kvw, n, hp->n_kv_head, hd, hp->rot_dim / 2, rt->rope_cs);
+        ts_attend_runs(be, qg, qw, hstride, k, v, &dims, sr, nr, o, ow);
+        if (hp->attn_gate) op->sigmoid_gate(be, o, ow, qg + hd, qw, n, hp->n_head, hd, hstride);
+    } else if (!ts_attention_step(be, qg, qw, hstride, P(rt, ly->q_norm), k, P(rt, ly->k_norm), v,
+                                  hp->eps, hp->rot_dim, hp->rope_theta, &dims, sr, nr,
+                                  hp->attn_gate ? qg + hd : NULL, o, ow)) {
+        /* (a decode step: the backend's whole attention step where it has one) */
         ts_qk_norm_rope(be, qg, qw, hstride, hp->n_head, P(rt, ly->q_norm), k, kvw, hp->n_kv_head,
                         P(rt, ly->k_norm), n, hd, hp->eps, hp->rot_dim, b->pos, hp->rope_theta);
         ts_attend_runs(be, qg, qw, hstride, k, v, &dims, sr, nr, o, ow);
@@ -247,6 +266,44 @@ static void mlp(qwen35_rt *rt, int il, int n, const ts_prenorm *pre) {
     int D = hp->n_embd, F = hp->n_ff;
     ts_matmul_glu(be, ly->gate, ly->up, rt->x, D, n, pre, false, rt->t1, rt->t2, F, rt->t4, F);
     ts_matmul_add(be, ly->down, rt->t4, F, n, rt->x, D, rt->h);
+}
+
+/* Which position a rotary frequency slot j takes (0 time, 1 height, 2 width): interleaved
+ * THWTHW... while each axis has slots left (Hugging Face writes the height slots j = 1, 4, ...
+ * below 3 * section[1] and the width slots j = 2, 5, ... below 3 * section[2] over time's), or
+ * three runs of section[0], section[1], section[2] slots. */
+static int mrope_axis(const qwen35_hparams *hp, int j) {
+    const int *s = hp->mrope_section;
+    if (hp->mrope_interleaved) {
+        if (j % 3 == 1 && j < 3 * s[1]) return 1;
+        if (j % 3 == 2 && j < 3 * s[2]) return 2;
+        return 0;
+    }
+    return j < s[0] ? 0 : j < s[0] + s[1] ? 1 : 2;
+}
+
+/* Each token's cosines and sines for its three positions, computed as the plain rope op does
+ * (fp32 inverse frequencies times an fp32 position), so that a token whose three positions are
+ * equal is rotated exactly as without them. */
+static void mrope_table(qwen35_rt *rt, const ts_fwd_batch *b) {
+    const qwen35_hparams *hp = &rt->q->hp;
+    int half = hp->rot_dim / 2;
+    float inv[QWEN35_MAX_ROT / 2];
+    int axis[QWEN35_MAX_ROT / 2];
+    for (int j = 0; j < half; j++) {
+        inv[j] = (float)(1.0 / pow((double)hp->rope_theta, (double)(2 * j) / hp->rot_dim));
+        axis[j] = mrope_axis(hp, j);
+    }
+    for (int t = 0; t < b->n_tokens; t++) {
+        float *c = rt->rope_cs_host + (size_t)t * hp->rot_dim, *s = c + half;
+        for (int j = 0; j < half; j++) {
+            float a = (float)b->rope_pos[3 * t + axis[j]] * inv[j];
+            c[j] = cosf(a);
+            s[j] = sinf(a);
+        }
+    }
+    rt->be->ops->upload(rt->be, rt->rope_cs, rt->rope_cs_host,
+                        (size_t)b->n_tokens * hp->rot_dim * sizeof(float));
 }
 
 ts_status qwen35_forward(void *p, const ts_fwd_batch *b, float *logits) {
@@ -265,10 +322,22 @@ ts_status qwen35_forward(void *p, const ts_fwd_batch *b, float *logits) {
             return ts_error(TS_ERR_RANGE, "position %d outside the context of %d", b->pos[i],
                             rt->n_ctx);
     }
+    if ((b->rope_pos || b->embd) && !rt->rope_cs)
+        return ts_error(TS_ERR_UNSUPPORTED, "the %s backend takes no image input (yet)",
+                        be->ops->name);
+    if (b->rope_pos)
+        for (int i = 0; i < 3 * n; i++)
+            if (b->rope_pos[i] < 0)
+                return ts_error(TS_ERR_RANGE, "rotary position %d is negative", b->rope_pos[i]);
     ts_run *runs = rt->runs;
     int nr = ts_batch_runs(b, runs);
 
     TS_TRY(ts_embed(be, q->embed, b, 1.0f, rt->x));
+    if (b->embd) /* an image's rows in place of its tokens' embeddings */
+        for (int i = 0; i < n; i++)
+            if (b->embd[i])
+                be->ops->upload(be, rt->x + (size_t)i * D, b->embd[i], (size_t)D * sizeof(float));
+    if (b->rope_pos) mrope_table(rt, b);
     /* The residual stream x: each block reads it through its input norm (a backend may fold the
      * norm into the matmul that reads it; else it goes to h first) and adds its output to it in
      * the last matmul's epilogue (or through h). */

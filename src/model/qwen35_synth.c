@@ -26,6 +26,19 @@ static const preset presets[] = {
     {"tiny", 4096, 64, 128, 4, 4, 2, 16, 2, 16},
 };
 
+/* The vision towers of the "-vl" presets (specs/models.md C.1; the published checkpoints are
+ * the composite form with one). The tiny one takes the small test tokenizer's vision ids. */
+typedef struct {
+    int depth, hidden, heads, n_ff, n_pos;
+    int32_t image, start, end;
+} vision_preset;
+
+static const vision_preset vision_presets[] = {
+    {12, 768, 12, 3072, 2304, 248056, 248053, 248054},
+    {24, 1024, 16, 4096, 2304, 248056, 248053, 248054},
+    {2, 32, 2, 64, 16, 1012, 1009, 1010},
+};
+
 static uint64_t rng_next(uint64_t *s) {
     *s ^= *s >> 12;
     *s ^= *s << 25;
@@ -39,6 +52,7 @@ static float rng_uniform(uint64_t *s) { /* [-1, 1) */
 typedef struct {
     ts_st_writer *w;
     ts_dtype dtype;
+    const vision_preset *vp; /* NULL: the text-only form */
     uint64_t rng;
     unsigned char *buf; /* one chunk of converted values */
     size_t buf_elems;
@@ -91,10 +105,13 @@ static ts_status walk(synth *s, const qwen35_hparams *h, bool data) {
             TS_TRY(ts_st_writer_add(s->w, nm, (f32) ? TS_DTYPE_F32 : s->dtype, 1, shp));           \
     } while (0)
     float sD = 1.0f / sqrtf((float)D);
-    T2("model.embed_tokens.weight", h->n_vocab, D, 0.05f);
-    T1("model.norm.weight", D, FILL_UNIFORM, 0.1f, false);
+    const char *pre = s->vp ? "model.language_model." : "model.";
+#define NM0(fmt) (snprintf(name, sizeof name, "%s" fmt, pre), name)
+    T2(NM0("embed_tokens.weight"), h->n_vocab, D, 0.05f);
+    T1(NM0("norm.weight"), D, FILL_UNIFORM, 0.1f, false);
+#undef NM0
     for (int i = 0; i < h->n_layers; i++) {
-#define NM(fmt) (snprintf(name, sizeof name, "model.layers.%d." fmt, i), name)
+#define NM(fmt) (snprintf(name, sizeof name, "%slayers.%d." fmt, pre, i), name)
         T1(NM("input_layernorm.weight"), D, FILL_UNIFORM, 0.1f, false);
         T1(NM("post_attention_layernorm.weight"), D, FILL_UNIFORM, 0.1f, false);
         T2(NM("mlp.gate_proj.weight"), h->n_ff, D, sD);
@@ -128,44 +145,108 @@ static ts_status walk(synth *s, const qwen35_hparams *h, bool data) {
         }
 #undef NM
     }
+    if (s->vp) { /* the vision tower (qwen35_vision.c) */
+        const vision_preset *v = s->vp;
+        int H = v->hidden, M = 4 * H;
+        float sH = 1.0f / sqrtf((float)H);
+        int64_t pshape[5] = {H, 3, 2, 16, 16};
+        if (data)
+            TS_TRY(emit(s, (int64_t)H * 1536, FILL_UNIFORM, 1.0f / sqrtf(1536.0f), false));
+        else
+            TS_TRY(ts_st_writer_add(s->w, "model.visual.patch_embed.proj.weight", s->dtype, 5,
+                                    pshape));
+        T1("model.visual.patch_embed.proj.bias", H, FILL_UNIFORM, 0.02f, false);
+        T2("model.visual.pos_embed.weight", v->n_pos, H, 0.5f);
+        for (int j = 0; j < v->depth; j++) {
+#define VN(fmt) (snprintf(name, sizeof name, "model.visual.blocks.%d." fmt, j), name)
+            T1(VN("norm1.weight"), H, FILL_CONST, 1.0f, false);
+            T1(VN("norm1.bias"), H, FILL_UNIFORM, 0.02f, false);
+            T1(VN("norm2.weight"), H, FILL_CONST, 1.0f, false);
+            T1(VN("norm2.bias"), H, FILL_UNIFORM, 0.02f, false);
+            T2(VN("attn.qkv.weight"), 3 * H, H, sH);
+            T1(VN("attn.qkv.bias"), 3 * H, FILL_UNIFORM, 0.02f, false);
+            T2(VN("attn.proj.weight"), H, H, sH);
+            T1(VN("attn.proj.bias"), H, FILL_UNIFORM, 0.02f, false);
+            T2(VN("mlp.linear_fc1.weight"), v->n_ff, H, sH);
+            T1(VN("mlp.linear_fc1.bias"), v->n_ff, FILL_UNIFORM, 0.02f, false);
+            T2(VN("mlp.linear_fc2.weight"), H, v->n_ff, 1.0f / sqrtf((float)v->n_ff));
+            T1(VN("mlp.linear_fc2.bias"), H, FILL_UNIFORM, 0.02f, false);
+#undef VN
+        }
+        T1("model.visual.merger.norm.weight", H, FILL_CONST, 1.0f, false);
+        T1("model.visual.merger.norm.bias", H, FILL_UNIFORM, 0.02f, false);
+        T2("model.visual.merger.linear_fc1.weight", M, M, 1.0f / sqrtf((float)M));
+        T1("model.visual.merger.linear_fc1.bias", M, FILL_UNIFORM, 0.02f, false);
+        T2("model.visual.merger.linear_fc2.weight", D, M, 1.0f / sqrtf((float)M));
+        T1("model.visual.merger.linear_fc2.bias", D, FILL_UNIFORM, 0.02f, false);
+    }
 #undef T1
 #undef T2
     return TS_OK;
 }
 
-static ts_status write_config(const char *dir, const qwen35_hparams *h, ts_dtype dtype) {
+static ts_status write_config(const char *dir, const qwen35_hparams *h, ts_dtype dtype,
+                              const vision_preset *vp) {
     char path[4096];
     snprintf(path, sizeof path, "%s/config.json", dir);
     FILE *f = fopen(path, "w");
     if (!f) return ts_error(TS_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
-    fprintf(f,
-            "{\n  \"architectures\": [\"Qwen3_5ForCausalLM\"],\n  \"model_type\": \"qwen3_5_text\",\n"
-            "  \"vocab_size\": %d,\n  \"hidden_size\": %d,\n  \"intermediate_size\": %d,\n"
-            "  \"num_hidden_layers\": %d,\n  \"num_attention_heads\": %d,\n"
-            "  \"num_key_value_heads\": %d,\n  \"head_dim\": %d,\n  \"attn_output_gate\": true,\n"
-            "  \"linear_num_key_heads\": %d,\n  \"linear_num_value_heads\": %d,\n"
-            "  \"linear_key_head_dim\": %d,\n  \"linear_value_head_dim\": %d,\n"
-            "  \"linear_conv_kernel_dim\": %d,\n  \"full_attention_interval\": 4,\n"
-            "  \"rms_norm_eps\": 1e-06,\n  \"max_position_embeddings\": %d,\n"
-            "  \"rope_parameters\": {\"rope_type\": \"default\", \"rope_theta\": 10000000, "
-            "\"partial_rotary_factor\": 0.25, \"mrope_section\": [11, 11, 10], "
-            "\"mrope_interleaved\": true},\n"
-            "  \"tie_word_embeddings\": true,\n  \"hidden_act\": \"silu\",\n"
-            "  \"eos_token_id\": 248044,\n  \"dtype\": \"%s\",\n"
-            "  \"tessera_synthetic\": true\n}\n",
-            h->n_vocab, h->n_embd, h->n_ff, h->n_layers, h->n_head, h->n_kv_head, h->head_dim,
-            h->lin_hk, h->lin_hv, h->lin_dk, h->lin_dv, h->conv_k, h->n_ctx_train,
-            dtype == TS_DTYPE_BF16 ? "bfloat16" : dtype == TS_DTYPE_F16 ? "float16" : "float32");
+    /* the composite form: the text model's fields in text_config, the tower's in vision_config */
+    if (vp)
+        fprintf(f,
+                "{\n  \"architectures\": [\"Qwen3_5ForConditionalGeneration\"],\n"
+                "  \"model_type\": \"qwen3_5\",\n  \"image_token_id\": %d,\n"
+                "  \"vision_start_token_id\": %d,\n  \"vision_end_token_id\": %d,\n"
+                "  \"tie_word_embeddings\": true,\n"
+                "  \"vision_config\": {\"model_type\": \"qwen3_5_vision\", \"depth\": %d, "
+                "\"hidden_size\": %d, \"num_heads\": %d, \"intermediate_size\": %d, "
+                "\"hidden_act\": \"gelu_pytorch_tanh\", \"patch_size\": 16, "
+                "\"temporal_patch_size\": 2, \"spatial_merge_size\": 2, \"in_channels\": 3, "
+                "\"num_position_embeddings\": %d, \"out_hidden_size\": %d},\n"
+                "  \"text_config\": ",
+                vp->image, vp->start, vp->end, vp->depth, vp->hidden, vp->heads, vp->n_ff,
+                vp->n_pos, h->n_embd);
+    fprintf(
+        f,
+        "{\n  \"architectures\": [\"Qwen3_5ForCausalLM\"],\n  \"model_type\": \"qwen3_5_text\",\n"
+        "  \"vocab_size\": %d,\n  \"hidden_size\": %d,\n  \"intermediate_size\": %d,\n"
+        "  \"num_hidden_layers\": %d,\n  \"num_attention_heads\": %d,\n"
+        "  \"num_key_value_heads\": %d,\n  \"head_dim\": %d,\n  \"attn_output_gate\": true,\n"
+        "  \"linear_num_key_heads\": %d,\n  \"linear_num_value_heads\": %d,\n"
+        "  \"linear_key_head_dim\": %d,\n  \"linear_value_head_dim\": %d,\n"
+        "  \"linear_conv_kernel_dim\": %d,\n  \"full_attention_interval\": 4,\n"
+        "  \"rms_norm_eps\": 1e-06,\n  \"max_position_embeddings\": %d,\n"
+        "  \"rope_parameters\": {\"rope_type\": \"default\", \"rope_theta\": 10000000, "
+        "\"partial_rotary_factor\": 0.25, \"mrope_section\": [11, 11, 10], "
+        "\"mrope_interleaved\": true},\n"
+        "  \"tie_word_embeddings\": true,\n  \"hidden_act\": \"silu\",\n"
+        "  \"eos_token_id\": 248044,\n  \"dtype\": \"%s\",\n"
+        "  \"tessera_synthetic\": true\n}\n%s",
+        h->n_vocab, h->n_embd, h->n_ff, h->n_layers, h->n_head, h->n_kv_head, h->head_dim,
+        h->lin_hk, h->lin_hv, h->lin_dk, h->lin_dv, h->conv_k, h->n_ctx_train,
+        dtype == TS_DTYPE_BF16  ? "bfloat16"
+        : dtype == TS_DTYPE_F16 ? "float16"
+                                : "float32",
+        vp ? "}\n" : "");
     if (fclose(f) != 0) return ts_error(TS_ERR_IO, "%s: write failed", path);
     return TS_OK;
 }
 
 ts_status qwen35_synth(const char *preset_name, ts_dtype dtype, uint64_t seed, const char *dir) {
+    /* "<size>-vl": the composite checkpoint, with the vision tower */
     const preset *p = NULL;
+    const vision_preset *vp = NULL;
+    size_t nl = strlen(preset_name);
+    bool vl = nl > 3 && strcmp(preset_name + nl - 3, "-vl") == 0;
     for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++)
-        if (strcmp(presets[i].name, preset_name) == 0) p = &presets[i];
+        if (strncmp(presets[i].name, preset_name, vl ? nl - 3 : nl) == 0 &&
+            strlen(presets[i].name) == (vl ? nl - 3 : nl))
+            p = &presets[i], vp = vl ? &vision_presets[i] : NULL;
     if (!p)
-        return ts_error(TS_ERR_INVALID, "unknown preset '%s' (known: 0.8b, 2b, tiny)", preset_name);
+        return ts_error(TS_ERR_INVALID,
+                        "unknown preset '%s' (known: 0.8b, 2b, tiny, and each "
+                        "with -vl for the vision tower)",
+                        preset_name);
     if (dtype != TS_DTYPE_BF16 && dtype != TS_DTYPE_F16 && dtype != TS_DTYPE_F32)
         return ts_error(TS_ERR_INVALID, "synth writes bf16, f16 or f32 weights");
     qwen35_hparams h = {
@@ -177,9 +258,10 @@ ts_status qwen35_synth(const char *preset_name, ts_dtype dtype, uint64_t seed, c
     for (int i = 0; i < h.n_layers; i++) h.is_full[i] = (i + 1) % 4 == 0;
     if (mkdir(dir, 0755) != 0 && errno != EEXIST)
         return ts_error(TS_ERR_IO, "%s: cannot create directory: %s", dir, strerror(errno));
-    TS_TRY(write_config(dir, &h, dtype));
+    TS_TRY(write_config(dir, &h, dtype, vp));
 
-    synth s = {.dtype = dtype, .rng = seed * 0x9E3779B97F4A7C15ULL + 1, .buf_elems = 1 << 20};
+    synth s = {
+        .dtype = dtype, .vp = vp, .rng = seed * 0x9E3779B97F4A7C15ULL + 1, .buf_elems = 1 << 20};
     s.buf = malloc(s.buf_elems * 4);
     if (!s.buf) return ts_error(TS_ERR_NOMEM, "out of memory");
     char path[4096];

@@ -442,18 +442,35 @@ ts_status ts_chat_tokenize(const ts_tokenizer *t, const ts_chat_message *msgs, i
     ts_chat_msg *cm = calloc((size_t)(n > 0 ? n : 1), sizeof *cm);
     if (!cm) return ts_error(TS_ERR_NOMEM, "out of memory");
     /* the public tool call and the renderer's have the same fields; copied, not cast */
-    int n_calls = 0;
-    for (int i = 0; i < n; i++)
+    int n_calls = 0, n_parts = 0;
+    for (int i = 0; i < n; i++) {
         if (msgs[i].n_tool_calls > 0) n_calls += msgs[i].n_tool_calls;
+        if (!msgs[i].content && msgs[i].n_parts > 0) n_parts += msgs[i].n_parts;
+    }
     ts_chat_tool_call *calls = calloc((size_t)(n_calls > 0 ? n_calls : 1), sizeof *calls);
-    if (!calls) {
+    ts_chat_part *parts = calloc((size_t)(n_parts > 0 ? n_parts : 1), sizeof *parts);
+    if (!calls || !parts) {
+        free(calls);
+        free(parts);
         free(cm);
         return ts_error(TS_ERR_NOMEM, "out of memory");
     }
     ts_status st = TS_OK;
+    for (int i = 0, c = 0; i < n && st == TS_OK; i++) { /* content as a list of parts */
+        if (msgs[i].content || msgs[i].n_parts <= 0) continue;
+        if (!msgs[i].parts) {
+            st = ts_error(TS_ERR_INVALID, "message %d: bad content part list", i);
+            break;
+        }
+        cm[i].parts = parts + c;
+        cm[i].n_parts = msgs[i].n_parts;
+        for (int k = 0; k < msgs[i].n_parts; k++, c++)
+            parts[c] = msgs[i].parts[k].text ? (ts_chat_part){TS_PART_TEXT, msgs[i].parts[k].text}
+                                             : (ts_chat_part){TS_PART_IMAGE, NULL};
+    }
     for (int i = 0, c = 0; i < n && st == TS_OK; i++) {
         st = role_of(msgs[i].role, i, &cm[i].role);
-        cm[i].content = msgs[i].content ? msgs[i].content : "";
+        cm[i].content = msgs[i].content ? msgs[i].content : cm[i].parts ? NULL : "";
         cm[i].reasoning_content = msgs[i].reasoning_content;
         if (msgs[i].n_tool_calls < 0 || (msgs[i].n_tool_calls > 0 && !msgs[i].tool_calls)) {
             st = ts_error(TS_ERR_INVALID, "message %d: bad tool call list", i);
@@ -479,6 +496,9 @@ ts_status ts_chat_tokenize(const ts_tokenizer *t, const ts_chat_message *msgs, i
         st = t->chat == TOK_CHAT_GEMMA ? ts_chat_render_gemma(cm, n, &o, &out)
                                        : ts_chat_render(cm, n, &o, &out);
     ts_ids v = {0};
+    int n_images = p ? p->n_images : 0, image = 0;
+    if (n_images < 0 || (n_images > 0 && !p->image_tokens))
+        st = ts_error(TS_ERR_INVALID, "bad image token counts");
     for (int s = 0; st == TS_OK && s < out.n_segs; s++) {
         const ts_chat_seg *seg = &out.segs[s];
         if (seg->kind == TS_CHAT_SEG_CONTROL) {
@@ -487,19 +507,40 @@ ts_status ts_chat_tokenize(const ts_tokenizer *t, const ts_chat_message *msgs, i
             memcpy(tok, out.text + seg->off, l);
             tok[l] = 0;
             int32_t id = tok_id(t, tok);
+            /* an image's one token of the template becomes the tokens its plan takes */
+            int copies = 1;
+            if (!strcmp(tok, "<|image_pad|>") || !strcmp(tok, "<start_of_image>")) {
+                if (image >= n_images || p->image_tokens[image] < 1) {
+                    st = ts_error(TS_ERR_INVALID,
+                                  "image %d of the conversation: no token count "
+                                  "given for it",
+                                  image);
+                    break;
+                }
+                if (!strcmp(tok, "<start_of_image>")) {
+                    st = ts_error(TS_ERR_UNSUPPORTED, "images in the Gemma chat format are not "
+                                                      "supported");
+                    break;
+                }
+                copies = p->image_tokens[image++];
+            }
             if (id < 0)
                 st = ts_error(TS_ERR_UNSUPPORTED,
                               "the tokenizer has no token '%s' that the chat "
                               "format needs",
                               tok);
-            else
+            for (int k = 0; st == TS_OK && k < copies; k++)
                 st = ts_ids_push(&v, id);
         } else {
             st = tok_encode(t, out.text + seg->off, seg->len, false, &v);
         }
     }
+    if (st == TS_OK && image != n_images)
+        st = ts_error(TS_ERR_INVALID, "%d image token counts given for %d image(s)", n_images,
+                      image);
     ts_chat_out_free(&out);
     free(calls);
+    free(parts);
     free(cm);
     if (st != TS_OK) {
         ts_ids_free(&v);

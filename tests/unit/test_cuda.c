@@ -2556,7 +2556,8 @@ static void test_engine_sample(void) {
         long early0 = ts_backend_cuda_early_waits(ea->be);
         for (int i = 0; i < steps; i++) {
             int32_t p = i;
-            ts_batch ba = {1, &ta, &p, &sl, NULL}, bb = {1, &tb, &p, &sl, NULL};
+            ts_batch ba = {1, &ta, &p, &sl, NULL, NULL, NULL},
+                     bb = {1, &tb, &p, &sl, NULL, NULL, NULL};
             CHECK(ts_engine_forward_sample(ea, &ba, &sa, &ta) == TS_OK);
             CHECK(ts_engine_forward(eb, &bb, lg) == TS_OK);
             tb = ts_sampler_sample(sb, lg);
@@ -2596,7 +2597,8 @@ static void test_engine_sample(void) {
         int diff = 0, ldiff = 0, steps = 8;
         for (int i = 0; i < steps; i++) {
             int32_t p = i, tb = ta;
-            ts_batch ba = {1, &ta, &p, &sl, NULL}, bb = {1, &tb, &p, &sl, NULL};
+            ts_batch ba = {1, &ta, &p, &sl, NULL, NULL, NULL},
+                     bb = {1, &tb, &p, &sl, NULL, NULL, NULL};
             CHECK(ts_engine_forward_sample_logits(ea, &ba, &sa, &ta, la) == TS_OK);
             CHECK(ts_engine_forward(eb, &bb, lg) == TS_OK);
             ts_sampler_adjust(sb, lg);
@@ -2636,7 +2638,8 @@ static void test_engine_sample(void) {
         for (int i = 0; i < steps; i++) {
             int32_t p = i, tb = ta;
             int n_top = adjusted ? (int[]){0, 5, 20}[i % 3] : (int[]){0, 5, 20, 1}[c % 4];
-            ts_batch ba = {1, &ta, &p, &sl, NULL}, bb = {1, &tb, &p, &sl, NULL};
+            ts_batch ba = {1, &ta, &p, &sl, NULL, NULL, NULL},
+                     bb = {1, &tb, &p, &sl, NULL, NULL, NULL};
             ts_logprobs got = {0}, want = {0};
             CHECK(ts_engine_forward_sample_logprobs(ea, &ba, &sa, n_top, &ta, &got) == TS_OK);
             CHECK(ts_engine_forward(eb, &bb, lg) == TS_OK);
@@ -2682,7 +2685,7 @@ static void test_engine_sample(void) {
     ts_sampler_params wp = {1.0f, 0, 1.0f, 0.0f, 1};
     CHECK(ts_sampler_create(&wp, 7, &wrong) == TS_OK);
     int32_t t = 3, p = 0, sl = 0, out = -1;
-    ts_batch bw = {1, &t, &p, &sl, NULL};
+    ts_batch bw = {1, &t, &p, &sl, NULL, NULL, NULL};
     if (ea) ts_engine_slot_clear(ea, 0);
     CHECK(!ea || ts_engine_forward_sample(ea, &bw, &wrong, &out) == TS_ERR_INVALID);
     ts_sampler_free(wrong);
@@ -2755,7 +2758,8 @@ static void test_engine_penalties_ahead(void) {
             ts_sampler_set_adjust(sa, cases[c].rep, l.adj, l.n);
             ts_sampler_set_adjust(sb, cases[c].rep, l.adj, l.n);
             int32_t p = i, tb = ta;
-            ts_batch ba = {1, &ta, &p, &sl, NULL}, bb = {1, &tb, &p, &sl, NULL};
+            ts_batch ba = {1, &ta, &p, &sl, NULL, NULL, NULL},
+                     bb = {1, &tb, &p, &sl, NULL, NULL, NULL};
             ts_logprobs got = {0}, want = {0};
             CHECK((n_top < 0 ? ts_engine_forward_sample(ea, &ba, &sa, &ta)
                              : ts_engine_forward_sample_logprobs(ea, &ba, &sa, n_top, &ta, &got)) ==
@@ -2812,7 +2816,7 @@ static bool decode_steps_at(ts_engine *e, int slot0, int B, int steps, float *lo
         ts_engine_slot_clear(e, slot0 + s), tok[s] = 3 + 5 * s + slot0, sl[s] = slot0 + s;
     for (int i = 0; i < steps; i++) {
         for (int s = 0; s < B; s++) pos[s] = i, want[s] = 1;
-        ts_batch b = {B, tok, pos, sl, want};
+        ts_batch b = {B, tok, pos, sl, want, NULL, NULL};
         float *lg = logits ? logits + (size_t)i * B * V : NULL;
         if ((lg ? ts_engine_forward(e, &b, lg) : ts_engine_forward_greedy(e, &b, chose)) != TS_OK) {
             fprintf(stderr, "forward: %s\n", ts_last_error());
@@ -2960,11 +2964,12 @@ static void test_forward_without_output_finishes(void) {
         ids[i] = (7 * i + 3) % (V ? V : 1), pos[i] = i, slot1[i] = 1;
     for (int rep = 0; e && a && b && rep < 3; rep++) {
         ts_engine_slot_clear(e, 0), ts_engine_slot_clear(e, 1);
-        ts_batch q = {n, ids, pos, slot0, none};
+        ts_batch q = {n, ids, pos, slot0, none, NULL, NULL};
         CHECK(ts_engine_forward(e, &q, NULL) == TS_OK);
         long left = ts_backend_cuda_queued_ops(e->be);
         CHECKF(left == 0, "a forward without output left %ld ops queued", left);
-        ts_batch next = {1, ids + n, pos + n, slot0, NULL}, whole = {n + 1, ids, pos, slot1, NULL};
+        ts_batch next = {1, ids + n, pos + n, slot0, NULL, NULL, NULL},
+                 whole = {n + 1, ids, pos, slot1, NULL, NULL, NULL};
         CHECK(ts_engine_forward(e, &next, a) == TS_OK);
         CHECK(ts_engine_forward(e, &whole, b) == TS_OK);
         double d = 0, r = 0;
@@ -3118,14 +3123,14 @@ static void test_multi_runs(const char *family) {
         uint8_t want[9] = {1, 1, 1, 1, 1, 1, 1, 1, 1};
         float *a = malloc((size_t)9 * V * 4), *b = malloc((size_t)9 * V * 4);
         for (int s = 0; s < 3; s++) ts_engine_slot_clear(ec, s), ts_engine_slot_clear(eg, s);
-        ts_batch bt = {9, tok, pos, sl, want};
+        ts_batch bt = {9, tok, pos, sl, want, NULL, NULL};
         CHECK(ts_engine_forward(ec, &bt, a) == TS_OK && ts_engine_forward(eg, &bt, b) == TS_OK);
         double worst = tu_rel_l2(b, a, 9L * V);
         int32_t len[3] = {1, 3, 5};
         for (int step = 0; step < 3; step++) {
             int32_t t3[3] = {20 + step, 30 + step, 40 + step}, s3[3] = {1, 2, 0}, p3[3];
             for (int i = 0; i < 3; i++) p3[i] = len[s3[i]]++;
-            ts_batch d = {3, t3, p3, s3, want};
+            ts_batch d = {3, t3, p3, s3, want, NULL, NULL};
             CHECK(ts_engine_forward(ec, &d, a) == TS_OK && ts_engine_forward(eg, &d, b) == TS_OK);
             double r = tu_rel_l2(b, a, 3L * V);
             worst = r > worst ? r : worst;
@@ -3178,7 +3183,7 @@ static float *run_prompt(ts_engine *e, const int32_t *ids, int n, int n_dec, int
     int32_t *pos = malloc((size_t)n * 4), *sl = malloc((size_t)n * 4);
     uint8_t *want = malloc((size_t)n);
     for (int i = 0; i < n; i++) pos[i] = i, sl[i] = 0, want[i] = 1;
-    ts_batch b = {n, ids, pos, sl, want};
+    ts_batch b = {n, ids, pos, sl, want, NULL, NULL};
     ts_engine_slot_clear(e, 0);
     bool ok = ts_engine_forward(e, &b, out) == TS_OK;
     for (int s = 0; ok && s < n_dec; s++) {
@@ -3189,7 +3194,7 @@ static float *run_prompt(ts_engine *e, const int32_t *ids, int n, int n_dec, int
         if (dec_ids[s] < 0) dec_ids[s] = best; /* the first engine picks, the second follows */
         int32_t tok = dec_ids[s], p = n + s, s0 = 0;
         uint8_t w1 = 1;
-        ts_batch d = {1, &tok, &p, &s0, &w1};
+        ts_batch d = {1, &tok, &p, &s0, &w1, NULL, NULL};
         ok = ts_engine_forward(e, &d, out + (size_t)(n + s) * V) == TS_OK;
     }
     if (!ok) {
@@ -3233,7 +3238,7 @@ static void test_wide_batch(void) {
             for (int step = 0; step < 3; step++) {
                 for (int s = 0; s < B; s++)
                     tok[s] = (3 + 7 * s + 11 * step) % V, pos[s] = step, sl[s] = s, want[s] = 1;
-                ts_batch bt = {B, tok, pos, sl, want};
+                ts_batch bt = {B, tok, pos, sl, want, NULL, NULL};
                 CHECK(ts_engine_forward(e[0], &bt, a) == TS_OK &&
                       ts_engine_forward(e[1], &bt, b) == TS_OK);
                 double r = tu_rel_l2(b, a, (long)B * V);
@@ -3779,7 +3784,7 @@ static bool ahead_run(ts_engine *e, int B, int steps, int swap, int clear, int32
     for (int i = 0; i < steps; i++) {
         for (int s = 0; s < B; s++)
             pos[s] = i;
-        ts_batch b = {B, tok, pos, sl, want};
+        ts_batch b = {B, tok, pos, sl, want, NULL, NULL};
         if (i == clear && ts_engine_slot_clear(e, B) != TS_OK) return false;
         if (ts_engine_forward_greedy(e, &b, ids + i * B) != TS_OK) return false;
         for (int s = 0; s < B; s++)
@@ -3787,7 +3792,7 @@ static bool ahead_run(ts_engine *e, int B, int steps, int swap, int clear, int32
     }
     for (int s = 0; s < B; s++) {
         int32_t p = steps, t = tok[s], sp = s;
-        ts_batch b = {1, &t, &p, &sp, NULL};
+        ts_batch b = {1, &t, &p, &sp, NULL, NULL, NULL};
         if (ts_engine_forward(e, &b, lg + (size_t)s * V) != TS_OK) return false;
     }
     return true;
@@ -3808,12 +3813,12 @@ static bool ahead_sampled_run(ts_engine *e, const ts_sampler_params *sp, bool pe
     bool ok = true;
     for (int i = 0; ok && i < steps; i++) {
         int32_t p = i;
-        ts_batch b = {1, &tok, &p, &s0, NULL};
+        ts_batch b = {1, &tok, &p, &s0, NULL, NULL, NULL};
         ok = ts_engine_forward_sample(e, &b, &smp, &ids[i]) == TS_OK;
         tok = i == swap ? (ids[i] + 1) % V : ids[i];
     }
     int32_t p = steps;
-    ts_batch b = {1, &tok, &p, &s0, NULL};
+    ts_batch b = {1, &tok, &p, &s0, NULL, NULL, NULL};
     ok = ok && ts_engine_forward(e, &b, lg) == TS_OK;
     ts_sampler_free(smp);
     return ok;
@@ -3873,7 +3878,7 @@ static void test_decode_ahead(void) {
             long held0 = ahead->ahead.launched_held;
             for (int i = 0; i < 8; i++) {
                 int32_t p = i, s0 = 0;
-                ts_batch b = {1, &tok, &p, &s0, NULL};
+                ts_batch b = {1, &tok, &p, &s0, NULL, NULL, NULL};
                 CHECK(ts_engine_forward_sample(ahead, &b, &smp, &ids[i]) == TS_OK);
                 tok = ids[i];
             }

@@ -35,7 +35,7 @@ static float *prefill_all(ts_engine *e, int slot, const int32_t *ids, int n) {
     int32_t *pos = malloc((size_t)n * 4), *sl = malloc((size_t)n * 4);
     uint8_t *want = malloc((size_t)n);
     for (int i = 0; i < n; i++) pos[i] = i, sl[i] = slot, want[i] = 1;
-    ts_batch b = {n, ids, pos, sl, want};
+    ts_batch b = {n, ids, pos, sl, want, NULL, NULL};
     ts_engine_slot_clear(e, slot);
     if (ts_engine_forward(e, &b, out) != TS_OK) {
         fprintf(stderr, "forward: %s\n", ts_last_error());
@@ -83,12 +83,12 @@ static void check_logits(const char *dir, const char *model, ts_engine *e, const
             int32_t *pos = malloc((size_t)half * 4), *sl = calloc((size_t)half, 4);
             for (int i = 0; i < half; i++) pos[i] = i;
             ts_engine_slot_clear(e, 0);
-            ts_batch b = {half, ids, pos, sl, NULL};
+            ts_batch b = {half, ids, pos, sl, NULL, NULL, NULL};
             CHECK(ts_engine_forward(e, &b, step) == TS_OK);
             double worst = tu_rel_l2(step, got + (size_t)(half - 1) * V, V);
             for (int t = half; t < n; t++) {
                 int32_t s0 = 0, pt = t;
-                ts_batch d = {1, &ids[t], &pt, &s0, NULL};
+                ts_batch d = {1, &ids[t], &pt, &s0, NULL, NULL, NULL};
                 CHECK(ts_engine_forward(e, &d, step) == TS_OK);
                 double r = tu_rel_l2(step, got + (size_t)t * V, V);
                 if (r > worst) worst = r;
@@ -118,7 +118,7 @@ static void check_greedy(const char *dir, const char *model, ts_engine *e, const
         int32_t *pos = malloc((size_t)np * 4), *sl = calloc((size_t)np, 4);
         for (int i = 0; i < np; i++) pos[i] = i;
         ts_engine_slot_clear(e, 0);
-        ts_batch b = {np, prompt, pos, sl, NULL};
+        ts_batch b = {np, prompt, pos, sl, NULL, NULL, NULL};
         CHECK(ts_engine_forward(e, &b, logits) == TS_OK);
         ts_sampler_params sp;
         ts_sampler_params_default(&sp);
@@ -134,7 +134,7 @@ static void check_greedy(const char *dir, const char *model, ts_engine *e, const
                 break;
             }
             int32_t p = np + k, s0 = 0;
-            ts_batch d = {1, &tok, &p, &s0, NULL};
+            ts_batch d = {1, &tok, &p, &s0, NULL, NULL, NULL};
             CHECK(ts_engine_forward(e, &d, logits) == TS_OK);
         }
         CHECK(same);
@@ -147,7 +147,7 @@ static void check_greedy(const char *dir, const char *model, ts_engine *e, const
                    model, label, g, k, tok, want[k]);
             if (tok != want[k]) break;
             int32_t p = np + k, s0 = 0;
-            ts_batch d = {1, &tok, &p, &s0, NULL};
+            ts_batch d = {1, &tok, &p, &s0, NULL, NULL, NULL};
             CHECK(ts_engine_forward_greedy(e, &d, &tok) == TS_OK);
         }
         /* the sampling forward draws what the sampler draws from the downloaded logits, from
@@ -162,7 +162,7 @@ static void check_greedy(const char *dir, const char *model, ts_engine *e, const
             seq[pass][0] = ts_sampler_sample(ts, logits);
             for (int k = 0; ts && k < 7; k++) {
                 int32_t p = np + k, s0 = 0;
-                ts_batch d = {1, &seq[pass][k], &p, &s0, NULL};
+                ts_batch d = {1, &seq[pass][k], &p, &s0, NULL, NULL, NULL};
                 if (pass == 0) {
                     CHECK(ts_engine_forward_sample(e, &d, &ts, &seq[pass][k + 1]) == TS_OK);
                 } else {
@@ -212,7 +212,8 @@ static void check_sample_batch(const char *model, ts_model *m) {
         for (int r = 0; r < 2; r++)
             CHECK(ts_engine_slot_copy(e, on_a[r], on_b[r]) == TS_OK);
         int32_t drawn[2] = {-1, -1};
-        ts_batch ba = {2, tok, pos, on_a, both}, bb = {2, tok, pos, on_b, both};
+        ts_batch ba = {2, tok, pos, on_a, both, NULL, NULL},
+                 bb = {2, tok, pos, on_b, both, NULL, NULL};
         ts_logprobs lp[2];
         if (step % 3 == 1)
             CHECK(ts_engine_forward_sample_logits(e, &ba, sa, drawn, la) == TS_OK);
@@ -245,8 +246,8 @@ static void check_sample_batch(const char *model, ts_model *m) {
     CHECKF(ldiff == 0, "%s: %d of 2 steps' adjusted logits differ from the step's", model, ldiff);
     CHECKF(lpdiff == 0, "%s: %d of 4 rows' log-probabilities differ from the step's", model,
            lpdiff);
-    CHECK(ts_engine_forward_sample_logits(e, &(ts_batch){1, tok, pos, on_a, NULL}, sa, tok,
-                                          NULL) == TS_ERR_INVALID);
+    CHECK(ts_engine_forward_sample_logits(e, &(ts_batch){1, tok, pos, on_a, NULL, NULL, NULL}, sa,
+                                          tok, NULL) == TS_ERR_INVALID);
     for (int r = 0; r < 2; r++) ts_sampler_free(sa[r]), ts_sampler_free(sb[r]);
     free(lg), free(la), free(adj);
     ts_engine_free(e);
@@ -284,7 +285,7 @@ static void check_multi_sequence(const char *dir, const char *model, ts_model *m
     float *out = malloc((size_t)n * V * sizeof *out);
     ts_engine_slot_clear(e, 1);
     ts_engine_slot_clear(e, 2);
-    ts_batch bt = {n, tok, pos, sl, want};
+    ts_batch bt = {n, tok, pos, sl, want, NULL, NULL};
     CHECK(ts_engine_forward(e, &bt, out) == TS_OK);
     double worst = 0;
     for (int i = 0; i < n; i++) {
@@ -296,7 +297,7 @@ static void check_multi_sequence(const char *dir, const char *model, ts_model *m
     CHECK(ts_engine_slot_len(e, 1) == nb && ts_engine_slot_len(e, 2) == na);
     /* a position that does not continue its slot is refused and changes nothing */
     int32_t t0 = a[0], p5 = 5, s2 = 2;
-    ts_batch bad = {1, &t0, &p5, &s2, NULL};
+    ts_batch bad = {1, &t0, &p5, &s2, NULL, NULL, NULL};
     CHECK(ts_engine_forward(e, &bad, out) == TS_ERR_INVALID);
     CHECK(ts_engine_slot_len(e, 2) == na);
     free(tok), free(pos), free(sl), free(want), free(which), free(out), free(ra), free(rb);

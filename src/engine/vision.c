@@ -1,0 +1,31 @@
+/* Images in a prompt: the vision tower run on the engine's backend (specs/models.md C.3-C.6).
+ * How an image is cut and where its tokens sit is image/vision_plan.c. */
+
+#include "engine/engine_int.h"
+
+bool ts_engine_vision(const ts_engine *e) {
+    const ts_backend_ops *op = e->be->ops;
+    return e->model->arch->encode_image && ts_model_vision(e->model, NULL) && op->rope_cs &&
+           op->layernorm && op->bias_act && op->attention_full;
+}
+
+ts_status ts_engine_encode_image(ts_engine *e, const ts_image *img, const ts_image_plan *p,
+                                 float *out) {
+    ts_vision_info vi;
+    if (!e->model->arch->encode_image || !ts_model_vision(e->model, &vi))
+        return ts_error(TS_ERR_UNSUPPORTED, "the model takes no images");
+    if (!img || !img->rgb || img->width < 1 || img->height < 1)
+        return ts_error(TS_ERR_INVALID, "no image");
+    ts_image_plan plan;
+    if (p)
+        plan = *p;
+    else
+        TS_TRY(ts_vision_plan(&vi, img->width, img->height, &plan));
+    engine_ahead_drop(e);
+    ts_image *sized = NULL;
+    if (plan.width != img->width || plan.height != img->height)
+        TS_TRY(ts_image_resize(img, plan.width, plan.height, &sized));
+    ts_status st = e->model->arch->encode_image(e->model, e->be, sized ? sized : img, &plan, out);
+    ts_image_free(sized);
+    return st;
+}

@@ -1,0 +1,456 @@
+/* Qwen3.5's vision tower: loading (`model.visual.*`, `vision_config`, the optional
+ * preprocessor_config.json) and the encoder's forward pass, written against the backend ops
+ * (specs/models.md C.3-C.6).
+ *
+ * An image, resized to its plan, is cut into patch x patch squares, enumerated 2x2 block by
+ * block (the four patches that the merger joins are consecutive); each patch is a vector of
+ * in_ch x temporal x patch x patch values (the still image is its own second frame), so the
+ * Conv3d patch embedding is one matmul. Learned positions are resampled bilinearly to the grid,
+ * attention is unmasked with two-axis rotary angles (row, column), and the merger turns each
+ * block of four rows into one row of the decoder's width. */
+#include "model/qwen35_vision.h"
+
+#include "model/layers.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define VIS_PREFIX "model.visual."
+
+static ts_status vcfg_int(const ts_hfconfig *c, const char *key, int64_t lo, int64_t hi,
+                          int64_t dflt, int *out) {
+    char k[128];
+    snprintf(k, sizeof k, "vision_config.%s", key);
+    int64_t v;
+    TS_TRY(dflt < 0 ? ts_hfconfig_int(c, k, lo, hi, &v)
+                    : ts_hfconfig_int_opt(c, k, lo, hi, dflt, &v));
+    *out = (int)v;
+    return TS_OK;
+}
+
+static ts_status read_vision_hp(const ts_hfconfig *c, int text_hidden, qwen35_vision_hp *h) {
+    const char *path = ts_hfconfig_path(c);
+    TS_TRY(vcfg_int(c, "depth", 1, 256, -1, &h->depth));
+    TS_TRY(vcfg_int(c, "hidden_size", 1, 1 << 14, -1, &h->hidden));
+    TS_TRY(vcfg_int(c, "num_heads", 1, 1024, -1, &h->n_heads));
+    TS_TRY(vcfg_int(c, "intermediate_size", 1, 1 << 18, -1, &h->n_ff));
+    TS_TRY(vcfg_int(c, "patch_size", 1, 1024, 16, &h->patch));
+    TS_TRY(vcfg_int(c, "temporal_patch_size", 1, 16, 2, &h->temporal));
+    TS_TRY(vcfg_int(c, "spatial_merge_size", 1, 16, 2, &h->merge));
+    TS_TRY(vcfg_int(c, "in_channels", 3, 3, 3, &h->in_ch));
+    int n_pos;
+    TS_TRY(vcfg_int(c, "num_position_embeddings", 1, 1 << 20, 2304, &n_pos));
+    TS_TRY(vcfg_int(c, "out_hidden_size", 1, 1 << 16, text_hidden, &h->out_hidden));
+    const char *act;
+    TS_TRY(ts_hfconfig_str_opt(c, "vision_config.hidden_act", "gelu_pytorch_tanh", &act));
+    if (strcmp(act, "gelu_pytorch_tanh") != 0)
+        return ts_error(TS_ERR_UNSUPPORTED,
+                        "%s: field 'vision_config.hidden_act': '%s' not "
+                        "supported (only 'gelu_pytorch_tanh')",
+                        path, act);
+    double theta = 10000.0;
+    if (ts_hfconfig_has(c, "vision_config.rope_parameters.rope_theta"))
+        TS_TRY(ts_hfconfig_float(c, "vision_config.rope_parameters.rope_theta", &theta));
+    h->rope_theta = (float)theta;
+    int side = (int)lround(sqrt((double)n_pos));
+    if (side * side != n_pos)
+        return ts_error(TS_ERR_FORMAT,
+                        "%s: field 'vision_config.num_position_embeddings': %d is "
+                        "not a square",
+                        path, n_pos);
+    h->grid_side = side;
+    if (h->hidden % h->n_heads || (h->hidden / h->n_heads) % 4)
+        return ts_error(TS_ERR_FORMAT,
+                        "%s: vision hidden_size %d over %d heads is not a head "
+                        "size divisible by 4",
+                        path, h->hidden, h->n_heads);
+    h->head_dim = h->hidden / h->n_heads;
+    if (h->head_dim > 512)
+        return ts_error(TS_ERR_UNSUPPORTED, "%s: vision head size %d above 512", path, h->head_dim);
+    if (h->out_hidden != text_hidden)
+        return ts_error(TS_ERR_FORMAT,
+                        "%s: vision out_hidden_size %d is not the text model's "
+                        "hidden_size %d",
+                        path, h->out_hidden, text_hidden);
+    int64_t id;
+    TS_TRY(ts_hfconfig_int_opt(c, "image_token_id", 0, INT32_MAX, 248056, &id));
+    h->info.image_token = (int32_t)id;
+    TS_TRY(ts_hfconfig_int_opt(c, "vision_start_token_id", 0, INT32_MAX, 248053, &id));
+    h->info.vision_start = (int32_t)id;
+    TS_TRY(ts_hfconfig_int_opt(c, "vision_end_token_id", 0, INT32_MAX, 248054, &id));
+    h->info.vision_end = (int32_t)id;
+    /* the processor's defaults (Qwen3.5's preprocessor_config.json; specs/models.md C.3) */
+    h->info.patch_size = h->patch;
+    h->info.merge_size = h->merge;
+    h->info.min_pixels = 65536;
+    h->info.max_pixels = 16777216;
+    for (int i = 0; i < 3; i++)
+        h->mean[i] = h->std[i] = 0.5f;
+    h->rescale = 1.0 / 255.0;
+    return TS_OK;
+}
+
+/* preprocessor_config.json beside config.json, when there is one: the pixel range (as
+ * size.shortest_edge / longest_edge, which are pixel counts, or the older min_pixels /
+ * max_pixels), mean and std; its patch and merge sizes must be the tower's. */
+static ts_status read_processor(const char *dir, qwen35_vision_hp *h) {
+    char probe[4096];
+    snprintf(probe, sizeof probe, "%s/preprocessor_config.json", dir);
+    FILE *f = fopen(probe, "rb");
+    if (!f) return TS_OK;
+    fclose(f);
+    ts_hfconfig *c;
+    TS_TRY(ts_hfconfig_load_file(dir, "preprocessor_config.json", &c));
+    ts_status st = TS_OK;
+    int64_t v;
+    const char *lo = ts_hfconfig_has(c, "size.shortest_edge") ? "size.shortest_edge" : "min_pixels";
+    const char *hi = ts_hfconfig_has(c, "size.longest_edge") ? "size.longest_edge" : "max_pixels";
+    st = ts_hfconfig_int_opt(c, lo, 1, INT64_C(1) << 40, h->info.min_pixels, &h->info.min_pixels);
+    if (st == TS_OK)
+        st = ts_hfconfig_int_opt(c, hi, 1, INT64_C(1) << 40, h->info.max_pixels,
+                                 &h->info.max_pixels);
+    const char *keys[2] = {"patch_size", "merge_size"};
+    int want[2] = {h->patch, h->merge};
+    for (int k = 0; st == TS_OK && k < 2; k++) {
+        st = ts_hfconfig_int_opt(c, keys[k], 1, 1024, want[k], &v);
+        if (st == TS_OK && v != want[k])
+            st = ts_error(TS_ERR_FORMAT, "%s: field '%s': %lld, but the vision tower's is %d",
+                          ts_hfconfig_path(c), keys[k], (long long)v, want[k]);
+    }
+    const char *arrays[2] = {"image_mean", "image_std"};
+    float *dst[2] = {h->mean, h->std};
+    for (int k = 0; st == TS_OK && k < 2; k++) {
+        if (!ts_hfconfig_has(c, arrays[k])) continue;
+        double a[3];
+        int n;
+        st = ts_hfconfig_float_array(c, arrays[k], a, 3, &n);
+        if (st == TS_OK && n != 3)
+            st = ts_error(TS_ERR_FORMAT, "%s: field '%s': %d values, expected 3",
+                          ts_hfconfig_path(c), arrays[k], n);
+        for (int i = 0; st == TS_OK && i < 3; i++) {
+            if (k == 1 && !(a[i] > 0))
+                st = ts_error(TS_ERR_FORMAT, "%s: field 'image_std': %g is not positive",
+                              ts_hfconfig_path(c), a[i]);
+            dst[k][i] = (float)a[i];
+        }
+    }
+    double rs = h->rescale;
+    if (st == TS_OK) st = ts_hfconfig_float_opt(c, "rescale_factor", rs, &rs);
+    if (st == TS_OK && !(rs > 0 && rs <= 1))
+        st = ts_error(TS_ERR_FORMAT, "%s: field 'rescale_factor': %g out of range",
+                      ts_hfconfig_path(c), rs);
+    h->rescale = rs;
+    if (st == TS_OK && h->info.min_pixels > h->info.max_pixels)
+        st = ts_error(TS_ERR_FORMAT, "%s: the pixel range [%lld, %lld] is empty",
+                      ts_hfconfig_path(c), (long long)h->info.min_pixels,
+                      (long long)h->info.max_pixels);
+    ts_hfconfig_free(c);
+    return st;
+}
+
+typedef struct {
+    const ts_model *m;
+    float *cur;
+    int64_t n_params;
+} vloader;
+
+static ts_status vmat(vloader *L, const char *tail, int64_t rows, int64_t cols,
+                      const ts_tensor **out) {
+    char name[256];
+    snprintf(name, sizeof name, VIS_PREFIX "%s", tail);
+    int64_t shape[2] = {rows, cols};
+    TS_TRY(ts_model_tensor(L->m, name, 2, shape, out));
+    TS_TRY(ts_check_matmul_dtype(L->m, name, *out));
+    L->n_params += rows * cols;
+    return TS_OK;
+}
+
+static ts_status vvec(vloader *L, const char *tail, int64_t n, float **out) {
+    char name[256];
+    snprintf(name, sizeof name, VIS_PREFIX "%s", tail);
+    int64_t shape[1] = {n};
+    const ts_tensor *t;
+    TS_TRY(ts_model_tensor(L->m, name, 1, shape, &t));
+    *out = L->cur;
+    L->cur += n;
+    L->n_params += n;
+    return ts_model_tensor_f32(L->m, name, n, *out);
+}
+
+static ts_status load_block(vloader *L, const qwen35_vision_hp *h, int j, qwen35_vblock *b) {
+    char t[128];
+    int H = h->hidden, F = h->n_ff;
+#define BLK(s) (snprintf(t, sizeof t, "blocks.%d.%s", j, s), t)
+    TS_TRY(vvec(L, BLK("norm1.weight"), H, &b->n1w));
+    TS_TRY(vvec(L, BLK("norm1.bias"), H, &b->n1b));
+    TS_TRY(vvec(L, BLK("norm2.weight"), H, &b->n2w));
+    TS_TRY(vvec(L, BLK("norm2.bias"), H, &b->n2b));
+    TS_TRY(vmat(L, BLK("attn.qkv.weight"), 3 * H, H, &b->qkv));
+    TS_TRY(vvec(L, BLK("attn.qkv.bias"), 3 * H, &b->qkv_b));
+    TS_TRY(vmat(L, BLK("attn.proj.weight"), H, H, &b->proj));
+    TS_TRY(vvec(L, BLK("attn.proj.bias"), H, &b->proj_b));
+    TS_TRY(vmat(L, BLK("mlp.linear_fc1.weight"), F, H, &b->fc1));
+    TS_TRY(vvec(L, BLK("mlp.linear_fc1.bias"), F, &b->fc1_b));
+    TS_TRY(vmat(L, BLK("mlp.linear_fc2.weight"), H, F, &b->fc2));
+    TS_TRY(vvec(L, BLK("mlp.linear_fc2.bias"), H, &b->fc2_b));
+#undef BLK
+    return TS_OK;
+}
+
+void qwen35_vision_free(qwen35_vision *v) {
+    if (!v) return;
+    free(v->blocks);
+    free(v->host);
+    free(v);
+}
+
+static ts_status load_weights(const ts_model *m, qwen35_vision *v) {
+    const qwen35_vision_hp *h = &v->hp;
+    int H = h->hidden, K = h->in_ch * h->temporal * h->patch * h->patch,
+        M = H * h->merge * h->merge;
+    int G = h->grid_side * h->grid_side;
+    /* patch bias, positions, per block four norm vectors and the qkv, proj, fc1, fc2 biases,
+     * the merger's norm and biases */
+    v->n_host = (size_t)H + (size_t)G * H + (size_t)h->depth * (9 * (size_t)H + h->n_ff) +
+                2 * (size_t)H + (size_t)M + (size_t)h->out_hidden;
+    v->host = malloc(v->n_host * sizeof(float));
+    v->blocks = calloc((size_t)h->depth, sizeof *v->blocks);
+    if (!v->host || !v->blocks) return ts_error(TS_ERR_NOMEM, "out of memory");
+    vloader L = {m, v->host, 0};
+    /* the Conv3d weight [H, in_ch, temporal, patch, patch] read as the matrix [H, K] */
+    const ts_tensor *pw;
+    int64_t shape[5] = {H, h->in_ch, h->temporal, h->patch, h->patch};
+    TS_TRY(ts_model_tensor(m, VIS_PREFIX "patch_embed.proj.weight", 5, shape, &pw));
+    v->patch_w = *pw;
+    v->patch_w.n_dims = 2;
+    v->patch_w.shape[0] = H;
+    v->patch_w.shape[1] = K;
+    for (int i = 2; i < TS_MAX_DIMS; i++)
+        v->patch_w.shape[i] = 1;
+    TS_TRY(ts_check_matmul_dtype(m, VIS_PREFIX "patch_embed.proj.weight", &v->patch_w));
+    L.n_params += (int64_t)H * K;
+    TS_TRY(vvec(&L, "patch_embed.proj.bias", H, &v->patch_b));
+    {
+        int64_t ps[2] = {G, H};
+        const ts_tensor *t;
+        TS_TRY(ts_model_tensor(m, VIS_PREFIX "pos_embed.weight", 2, ps, &t));
+        v->pos = L.cur;
+        L.cur += (size_t)G * H;
+        L.n_params += (int64_t)G * H;
+        TS_TRY(ts_model_tensor_f32(m, VIS_PREFIX "pos_embed.weight", (int64_t)G * H, v->pos));
+    }
+    for (int j = 0; j < h->depth; j++)
+        TS_TRY(load_block(&L, h, j, &v->blocks[j]));
+    TS_TRY(vvec(&L, "merger.norm.weight", H, &v->mnw));
+    TS_TRY(vvec(&L, "merger.norm.bias", H, &v->mnb));
+    TS_TRY(vmat(&L, "merger.linear_fc1.weight", M, M, &v->mfc1));
+    TS_TRY(vvec(&L, "merger.linear_fc1.bias", M, &v->mfc1_b));
+    TS_TRY(vmat(&L, "merger.linear_fc2.weight", h->out_hidden, M, &v->mfc2));
+    TS_TRY(vvec(&L, "merger.linear_fc2.bias", h->out_hidden, &v->mfc2_b));
+    v->n_params = L.n_params;
+    return TS_OK;
+}
+
+ts_status qwen35_vision_load(const ts_model *m, int text_hidden, qwen35_vision **out) {
+    *out = NULL;
+    if (!m->st || !m->cfg || !ts_hfconfig_has(m->cfg, "vision_config") ||
+        !ts_st_find(m->st, VIS_PREFIX "patch_embed.proj.weight"))
+        return TS_OK;
+    qwen35_vision *v = calloc(1, sizeof *v);
+    if (!v) return ts_error(TS_ERR_NOMEM, "out of memory");
+    ts_status st = read_vision_hp(m->cfg, text_hidden, &v->hp);
+    if (st == TS_OK) st = read_processor(m->path, &v->hp);
+    if (st == TS_OK) st = load_weights(m, v);
+    if (st != TS_OK) {
+        qwen35_vision_free(v);
+        return st;
+    }
+    *out = v;
+    return TS_OK;
+}
+
+/* ---- the encoder ------------------------------------------------------------------------- */
+
+/* The patch vectors (host), 2x2 block by block: patch n of block (br, bc), in-block (ir, ic)
+ * is grid row br*m + ir, column bc*m + ic; inside a vector (channel, frame, y, x). Pixels are
+ * rescaled to [0, 1] (the product in double, rounded to float) and normalised with the
+ * processor's mean and std in float: the arithmetic of Hugging Face's PIL-backend processor,
+ * bit for bit. */
+static void cut_patches(const qwen35_vision_hp *h, const ts_image *img, const ts_image_plan *p,
+                        float *dst) {
+    int P = h->patch, m = h->merge, K = h->in_ch * h->temporal * P * P;
+    int n = 0;
+    for (int br = 0; br < p->grid_h / m; br++)
+        for (int bc = 0; bc < p->grid_w / m; bc++)
+            for (int ir = 0; ir < m; ir++)
+                for (int ic = 0; ic < m; ic++, n++) {
+                    int y0 = (br * m + ir) * P, x0 = (bc * m + ic) * P;
+                    float *v = dst + (size_t)n * K;
+                    for (int c = 0; c < h->in_ch; c++)
+                        for (int t = 0; t < h->temporal; t++)
+                            for (int y = 0; y < P; y++)
+                                for (int x = 0; x < P; x++) {
+                                    uint8_t px =
+                                        img->rgb[((size_t)(y0 + y) * img->width + x0 + x) * 3 + c];
+                                    float r = (float)(px * h->rescale); /* as the processor */
+                                    *v++ = (r - h->mean[c]) / h->std[c];
+                                }
+                }
+}
+
+/* The patch's grid row and column, from its index in block order. */
+static void patch_rc(const qwen35_vision_hp *h, const ts_image_plan *p, int n, int *row, int *col) {
+    int m = h->merge, bw = p->grid_w / m;
+    int blk = n / (m * m), in = n % (m * m);
+    *row = blk / bw * m + in / m;
+    *col = blk % bw * m + in % m;
+}
+
+/* One axis of the bilinear resampling of the learned table (align_corners): the two taps and
+ * their weights, in fp32 as the reference computes them. */
+static void axis_taps(int index, int size, int side, int tap[2], float w[2]) {
+    float src = (float)index * (float)(side - 1) / (float)(size > 1 ? size - 1 : 1);
+    float f = floorf(src);
+    tap[0] = (int)f < side - 1 ? (int)f : side - 1;
+    tap[1] = (int)f + 1 < side - 1 ? (int)f + 1 : side - 1;
+    w[0] = fmaxf(1.0f - fabsf(src - f), 0.0f);
+    w[1] = fmaxf(1.0f - fabsf(src - f - 1.0f), 0.0f);
+}
+
+/* The learned positions resampled to the grid (host, [N][H]), and the rotary table: for head
+ * dimension pair j < hd/2, the angle is row * inv[j] for j < hd/4 and col * inv[j - hd/4]
+ * after, inv[k] = theta^(-2k / (hd/2)). */
+static void positions(const qwen35_vision *v, const ts_image_plan *p, float *pos, float *cs) {
+    const qwen35_vision_hp *h = &v->hp;
+    int H = h->hidden, N = p->grid_h * p->grid_w, half = h->head_dim / 2, q = half / 2;
+    float inv[256];
+    for (int k = 0; k < q; k++)
+        inv[k] = (float)(1.0 / pow((double)h->rope_theta, (double)(2 * k) / half));
+    for (int n = 0; n < N; n++) {
+        int row, col;
+        patch_rc(h, p, n, &row, &col);
+        int th[2], tw[2];
+        float wh[2], ww[2];
+        axis_taps(row, p->grid_h, h->grid_side, th, wh);
+        axis_taps(col, p->grid_w, h->grid_side, tw, ww);
+        float *o = pos + (size_t)n * H;
+        for (int i = 0; i < H; i++)
+            o[i] = 0.0f;
+        for (int a = 0; a < 2; a++)
+            for (int b = 0; b < 2; b++) {
+                float wt = wh[a] * ww[b];
+                const float *src = v->pos + (size_t)(th[a] * h->grid_side + tw[b]) * H;
+                for (int i = 0; i < H; i++)
+                    o[i] += src[i] * wt;
+            }
+        float *c = cs + (size_t)n * 2 * half, *s = c + half;
+        for (int j = 0; j < half; j++) {
+            float ang = (float)(j < q ? row : col) * inv[j < q ? j : j - q];
+            c[j] = cosf(ang);
+            s[j] = sinf(ang);
+        }
+    }
+}
+
+typedef struct {
+    ts_backend *be;
+    float *params, *patches, *x, *t, *qkv, *o, *ff, *cs, *m1, *y;
+} venc;
+
+static const float *VP(const qwen35_vision *v, const venc *e, const float *host) {
+    return e->params + (host - v->host);
+}
+
+static void venc_free(venc *e) {
+    float *bufs[] = {e->params, e->patches, e->x, e->t, e->qkv, e->o, e->ff, e->cs, e->m1, e->y};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        if (bufs[i]) e->be->ops->free(e->be, bufs[i]);
+}
+
+static void block_forward(const qwen35_vision *v, const venc *e, const qwen35_vblock *b, int N) {
+    const qwen35_vision_hp *h = &v->hp;
+    ts_backend *be = e->be;
+    const ts_backend_ops *op = be->ops;
+    int H = h->hidden, F = h->n_ff, hd = h->head_dim;
+    op->layernorm(be, e->x, H, N, H, VP(v, e, b->n1w), VP(v, e, b->n1b), 1e-6f, e->t, H);
+    op->matmul(be, b->qkv, e->t, H, N, e->qkv, 3 * H);
+    op->bias_act(be, e->qkv, 3 * H, N, 3 * H, VP(v, e, b->qkv_b), TS_ACT_NONE);
+    op->rope_cs(be, e->qkv, 3 * H, N, h->n_heads, hd, hd / 2, e->cs);
+    op->rope_cs(be, e->qkv + H, 3 * H, N, h->n_heads, hd, hd / 2, e->cs);
+    ts_attn_dims d = {h->n_heads, h->n_heads, hd, 1.0f / sqrtf((float)hd), 0, 0};
+    op->attention_full(be, e->qkv, 3 * H, e->qkv + H, e->qkv + 2 * H, 3 * H, N, &d, e->o, H);
+    op->matmul(be, b->proj, e->o, H, N, e->t, H);
+    op->bias_act(be, e->t, H, N, H, VP(v, e, b->proj_b), TS_ACT_NONE);
+    op->add(be, e->x, e->t, (int64_t)N * H);
+    op->layernorm(be, e->x, H, N, H, VP(v, e, b->n2w), VP(v, e, b->n2b), 1e-6f, e->t, H);
+    op->matmul(be, b->fc1, e->t, H, N, e->ff, F);
+    op->bias_act(be, e->ff, F, N, F, VP(v, e, b->fc1_b), TS_ACT_GELU_TANH);
+    op->matmul(be, b->fc2, e->ff, F, N, e->t, H);
+    op->bias_act(be, e->t, H, N, H, VP(v, e, b->fc2_b), TS_ACT_NONE);
+    op->add(be, e->x, e->t, (int64_t)N * H);
+}
+
+ts_status qwen35_vision_encode(const qwen35_vision *v, ts_backend *be, const ts_image *img,
+                               const ts_image_plan *plan, float *out) {
+    const qwen35_vision_hp *h = &v->hp;
+    const ts_backend_ops *op = be->ops;
+    if (!op->rope_cs || !op->layernorm || !op->bias_act || !op->attention_full)
+        return ts_error(TS_ERR_UNSUPPORTED, "the %s backend runs no vision tower", op->name);
+    int m = h->merge;
+    if (img->width != plan->width || img->height != plan->height ||
+        plan->grid_h * h->patch != plan->height || plan->grid_w * h->patch != plan->width ||
+        plan->grid_h % m || plan->grid_w % m || plan->grid_h < 1 || plan->grid_w < 1)
+        return ts_error(TS_ERR_INVALID, "image %dx%d does not fit its plan (%dx%d, grid %dx%d)",
+                        img->width, img->height, plan->width, plan->height, plan->grid_w,
+                        plan->grid_h);
+    int N = plan->grid_h * plan->grid_w, H = h->hidden, hd = h->head_dim;
+    int K = h->in_ch * h->temporal * h->patch * h->patch, M = H * m * m, T = N / (m * m);
+    size_t n = (size_t)N;
+    float *host_patches = malloc(n * K * sizeof(float));
+    float *host_pos = malloc(n * H * sizeof(float));
+    float *host_cs = malloc(n * hd * sizeof(float));
+    venc e = {.be = be};
+    struct {
+        float **p;
+        size_t n;
+    } plan_bufs[] = {{&e.params, v->n_host}, {&e.patches, n * K},
+                     {&e.x, n * H},          {&e.t, n * H},
+                     {&e.qkv, n * 3 * H},    {&e.o, n * H},
+                     {&e.ff, n * h->n_ff},   {&e.cs, n * hd},
+                     {&e.m1, (size_t)T * M}, {&e.y, (size_t)T * h->out_hidden}};
+    ts_status st = TS_OK;
+    if (!host_patches || !host_pos || !host_cs) st = ts_error(TS_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; st == TS_OK && i < sizeof plan_bufs / sizeof plan_bufs[0]; i++) {
+        *plan_bufs[i].p = op->alloc(be, plan_bufs[i].n * sizeof(float));
+        if (!*plan_bufs[i].p)
+            st = ts_error(TS_ERR_NOMEM, "out of memory for an image of %d patches", N);
+    }
+    if (st == TS_OK) {
+        cut_patches(h, img, plan, host_patches);
+        positions(v, plan, host_pos, host_cs);
+        op->upload(be, e.params, v->host, v->n_host * sizeof(float));
+        op->upload(be, e.patches, host_patches, n * K * sizeof(float));
+        op->upload(be, e.cs, host_cs, n * hd * sizeof(float));
+        op->upload(be, e.t, host_pos, n * H * sizeof(float));
+        /* patch embedding, plus the resampled learned positions */
+        op->matmul(be, &v->patch_w, e.patches, K, N, e.x, H);
+        op->bias_act(be, e.x, H, N, H, VP(v, &e, v->patch_b), TS_ACT_NONE);
+        op->add(be, e.x, e.t, (int64_t)N * H);
+        for (int j = 0; j < h->depth; j++)
+            block_forward(v, &e, &v->blocks[j], N);
+        /* the merger: a norm per patch, then each block's m*m rows as one row of M */
+        op->layernorm(be, e.x, H, N, H, VP(v, &e, v->mnw), VP(v, &e, v->mnb), 1e-6f, e.t, H);
+        op->matmul(be, v->mfc1, e.t, M, T, e.m1, M);
+        op->bias_act(be, e.m1, M, T, M, VP(v, &e, v->mfc1_b), TS_ACT_GELU_ERF);
+        op->matmul(be, v->mfc2, e.m1, M, T, e.y, h->out_hidden);
+        op->bias_act(be, e.y, h->out_hidden, T, h->out_hidden, VP(v, &e, v->mfc2_b), TS_ACT_NONE);
+        op->download(be, out, e.y, (size_t)T * h->out_hidden * sizeof(float));
+    }
+    venc_free(&e);
+    free(host_patches);
+    free(host_pos);
+    free(host_cs);
+    return st;
+}
