@@ -42,7 +42,7 @@ static bool fill_context(ts_engine *e, int s, const int32_t *ids, int32_t *pos, 
     if (ts_engine_slot_clear(e, s) != TS_OK) return false;
     if (depth <= 0) return true;
     for (int i = 0; i < depth; i++) pos[i] = i, slot[i] = s;
-    ts_batch b = {depth, ids, pos, slot, NULL};
+    ts_batch b = {depth, ids, pos, slot, NULL, NULL, NULL};
     return ts_engine_forward(e, &b, logits) == TS_OK;
 }
 
@@ -52,7 +52,7 @@ static double time_prefill(ts_engine *e, const int32_t *ids, int32_t *pos, int32
                            int depth, float *logits) {
     if (!fill_context(e, 0, ids, pos, slot, depth, logits)) return -1;
     for (int i = 0; i < n; i++) pos[i] = depth + i, slot[i] = 0;
-    ts_batch b = {n, ids + depth, pos, slot, NULL};
+    ts_batch b = {n, ids + depth, pos, slot, NULL, NULL, NULL};
     double t0 = cli_now();
     if (ts_engine_forward(e, &b, logits) != TS_OK) return -1;
     return cli_now() - t0;
@@ -74,7 +74,7 @@ static double time_decode(ts_engine *e, int n, int B, const int32_t *ids, int32_
     double t0 = cli_now();
     for (int i = 0; i < n; i++) {
         for (int s = 0; s < B; s++) pos[s] = depth + i;
-        ts_batch b = {B, tok, pos, slot, want};
+        ts_batch b = {B, tok, pos, slot, want, NULL, NULL};
         if ((samplers ? ts_engine_forward_sample(e, &b, samplers, tok)
                       : ts_engine_forward_greedy(e, &b, tok)) != TS_OK)
             return -1;

@@ -24,7 +24,7 @@ static ts_status prefill(chat_ctx *c, const int32_t *ids, int n, float *logits) 
         return TS_ERR_NOMEM;
     }
     for (int i = 0; i < n; i++) pos[i] = base + i;
-    ts_batch b = {n, ids, pos, slot, NULL};
+    ts_batch b = {n, ids, pos, slot, NULL, NULL, NULL};
     ts_status st = ts_engine_forward(c->engine, &b, logits);
     free(pos);
     free(slot);
@@ -167,7 +167,7 @@ int cmd_chat(int argc, char **argv) {
         }
         first = false;
         int room = n_ctx - ts_engine_slot_len(engine, 0) - 1;
-        cli_gen g = {engine, 0, sampler, tok, detok, true, true, NULL, NULL};
+        cli_gen g = {engine, 0, sampler, tok, detok, true, true, NULL, NULL, 0};
         cli_gen_result gr;
         if (cli_generate(&g, logits, ts_engine_slot_len(engine, 0),
                          (int)(max_new < room ? max_new : room), &gr) != TS_OK) {
@@ -176,7 +176,7 @@ int cmd_chat(int argc, char **argv) {
         }
         if (!gr.stopped_at_eog) { /* close the turn so the next one follows the format */
             int32_t p = ts_engine_slot_len(engine, 0), s0 = 0;
-            ts_batch b = {1, &c.im_end, &p, &s0, NULL};
+            ts_batch b = {1, &c.im_end, &p, &s0, NULL, NULL, NULL};
             if (p < n_ctx && ts_engine_forward(engine, &b, logits) != TS_OK) {
                 rc = cli_fail("decode");
                 break;

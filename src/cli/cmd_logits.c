@@ -46,7 +46,7 @@ int cmd_logits(int argc, char **argv) {
         pos[i] = i;
         want[i] = 1;
     }
-    ts_batch b = {n, ids, pos, slot, want};
+    ts_batch b = {n, ids, pos, slot, want, NULL, NULL};
     double t0 = cli_now();
     if (ts_engine_forward(engine, &b, logits) != TS_OK) {
         rc = cli_fail("forward failed");

@@ -99,7 +99,7 @@ int cmd_ppl(int argc, char **argv) {
                 slot[i] = 0;
                 want[i] = t < end && t >= prev_end && t >= 1;
             }
-            ts_batch b = {k, ids + p0, pos, slot, want};
+            ts_batch b = {k, ids + p0, pos, slot, want, NULL, NULL};
             if ((st = ts_engine_forward(e, &b, logits)) != TS_OK) break;
             for (int i = 0; i < k; i++) {
                 if (!want[i]) continue;

@@ -1,10 +1,11 @@
 /* tessera run: prefill a prompt, then decode N tokens one at a time with the sampler. */
+#include "cli/common_model.h"
+#include "cli/generate.h"
+#include "cli/images.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include "cli/common_model.h"
-#include "cli/generate.h"
 
 int cmd_run(int argc, char **argv) {
     cli_engine_args ea = {.model_path = cli_default_model()};
@@ -12,6 +13,7 @@ int cmd_run(int argc, char **argv) {
     bool json_mode = false;
     long n_gen = 16;
     bool print_ids = false, special = false, ignore_eos = false;
+    cli_images ci = {0};
     ts_sampler_params sp;
     ts_sampler_params_default(&sp);
     for (int i = 1; i < argc; i++) {
@@ -35,6 +37,9 @@ int cmd_run(int argc, char **argv) {
             schema_path = v;
         } else if ((v = cli_opt_value(argc, argv, &i, NULL, "--grammar"))) {
             gbnf_path = v;
+        } else if ((v = cli_opt_value(argc, argv, &i, NULL, "--image"))) {
+            if (ci.n == CLI_MAX_IMAGES) return cli_usage("run: at most %d images", CLI_MAX_IMAGES);
+            ci.path[ci.n++] = v;
         } else if (strcmp(argv[i], "--print-ids") == 0) {
             print_ids = true;
         } else {
@@ -62,8 +67,18 @@ int cmd_run(int argc, char **argv) {
         free(text);
         if (st != TS_OK) return cli_usage("run: %s", ts_last_error());
     }
-    if (ids_arg && !cli_parse_ids(ids_arg, &ids, &n_prompt))
+    if (ids_arg && !cli_parse_ids(ids_arg, &ids, &n_prompt)) {
+        ts_grammar_free(grammar);
         return cli_usage("run: --ids needs a comma-separated list of token ids");
+    }
+    /* images: planned first, since each takes the tokens its plan says */
+    int rc = ci.n ? cli_images_load(&ci, ea.model_path) : 0;
+    if (rc) {
+        free(ids);
+        cli_images_free(&ci);
+        ts_grammar_free(grammar);
+        return rc;
+    }
     if (prompt) {
         size_t n;
         if (!ea.model_path) return cli_usage("missing -m MODEL");
@@ -71,27 +86,35 @@ int cmd_run(int argc, char **argv) {
             ts_grammar_free(grammar);
             return cli_fail("cannot load tokenizer");
         }
-        if (ts_tokenize(tok, prompt, strlen(prompt), special, &ids, &n) != TS_OK) {
+        /* with images the prompt is one user turn of a chat: the images, then the text */
+        rc = ci.n ? cli_images_prompt(&ci, tok, prompt, &ids, &n)
+             : ts_tokenize(tok, prompt, strlen(prompt), special, &ids, &n) != TS_OK
+                 ? cli_fail("tokenize")
+                 : 0;
+        if (rc) {
             ts_tokenizer_free(tok);
             ts_grammar_free(grammar);
-            return cli_fail("tokenize");
+            cli_images_free(&ci);
+            return rc;
         }
         n_prompt = (int)n;
         if (n_prompt == 0) {
             free(ids);
             ts_tokenizer_free(tok);
             ts_grammar_free(grammar);
+            cli_images_free(&ci);
             return cli_usage("run: the prompt is empty");
         }
     }
     if (!ea.n_ctx) ea.n_ctx = n_prompt + (int)n_gen;
     ts_model *model;
     ts_engine *engine;
-    int rc = cli_open(&ea, &model, &engine);
+    rc = cli_open(&ea, &model, &engine);
     if (rc) {
         free(ids);
         ts_tokenizer_free(tok);
         ts_grammar_free(grammar);
+        cli_images_free(&ci);
         return rc;
     }
     ts_grammar_vocab *gvocab = NULL;
@@ -126,14 +149,20 @@ int cmd_run(int argc, char **argv) {
         goto done;
     }
     for (int i = 0; i < n_prompt; i++) pos[i] = i;
+    ts_batch pb = {n_prompt, ids, pos, slot, NULL, NULL, NULL};
+    if (ci.n) { /* the vision tower runs here, before the prompt's clock starts */
+        ts_model_info info;
+        ts_model_get_info(model, &info);
+        if ((rc = cli_images_bind(&ci, engine, info.n_embd, ids, n_prompt))) goto done;
+        pb.embd = ci.rows, pb.rope_pos = ci.rope;
+    }
     double t0 = cli_now();
-    ts_batch pb = {n_prompt, ids, pos, slot, NULL};
     if (ts_engine_forward(engine, &pb, logits) != TS_OK) {
         rc = cli_fail("prefill failed");
         goto done;
     }
     double t_prefill = cli_now() - t0;
-    cli_gen g = {engine, 0, sampler, tok, detok, tok && !ignore_eos, false, out, gm};
+    cli_gen g = {engine, 0, sampler, tok, detok, tok && !ignore_eos, false, out, gm, ci.delta};
     cli_gen_result gr;
     if (cli_generate(&g, logits, n_prompt, (int)n_gen, &gr) != TS_OK) {
         rc = cli_fail("decode failed");
@@ -151,6 +180,7 @@ int cmd_run(int argc, char **argv) {
             n_prompt, t_prefill * 1e3, n_prompt / t_prefill, n_out, t_decode * 1e3,
             n_out > 0 ? n_out / t_decode : 0.0, ts_engine_describe(engine));
 done:
+    cli_images_free(&ci);
     ts_grammar_matcher_free(gm);
     ts_grammar_vocab_free(gvocab);
     ts_grammar_free(grammar);

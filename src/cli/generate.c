@@ -41,8 +41,9 @@ ts_status cli_generate(const cli_gen *g, float *logits, int pos, int max_new, cl
         }
         bool last = k + 1 == max_new || (eog && g->stop_at_eog) || done;
         if (!last || g->feed_last) {
-            int32_t p = pos + k, s = g->slot, next = -1;
-            ts_batch b = {1, &tok, &p, &s, NULL};
+            int32_t p = pos + k, s = g->slot, next = -1, rp = p + g->rope_delta;
+            int32_t rope[3] = {rp, rp, rp};
+            ts_batch b = {1, &tok, &p, &s, NULL, NULL, g->rope_delta ? rope : NULL};
             ts_status st = last || g->gm
                                ? ts_engine_forward(g->engine, &b, logits)
                                : ts_engine_forward_sample(g->engine, &b, &g->sampler, &next);

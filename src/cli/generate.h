@@ -16,6 +16,8 @@ typedef struct {
     /* NULL, or the grammar every token must follow (drawn on the host from the masked
      * logits); the generation ends once its text is complete and nothing may follow */
     ts_grammar_matcher *gm;
+    /* rotary positions of a generated token: its place plus this (after an image; 0 = none) */
+    int32_t rope_delta;
 } cli_gen;
 
 typedef struct {
