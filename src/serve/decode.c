@@ -50,9 +50,12 @@ ts_status serve_decoder_init(serve_decoder *d, const serve_decoder_opts *o, serv
     d->b_lp = malloc(nl * sizeof *d->b_lp);
     d->b_in = malloc(nl * sizeof *d->b_in);
     d->b_piece = malloc(nl * sizeof *d->b_piece);
+    d->embd = malloc(chunk * sizeof *d->embd);
+    d->rope = malloc(3 * chunk * sizeof *d->rope);
+    d->b_rope = malloc(3 * nl * sizeof *d->b_rope);
     if (!d->lane || !d->logits || !d->tok || !d->pos || !d->slot || !d->want || !d->b_tok ||
         !d->b_pos || !d->b_slot || !d->b_drawn || !d->b_lane || !d->b_smp || !d->b_lp || !d->b_in ||
-        !d->b_piece)
+        !d->b_piece || !d->embd || !d->rope || !d->b_rope)
         return ts_error(TS_ERR_NOMEM, "out of memory for the decoder");
     for (int l = 0; l < d->o.n_lanes; l++)
         TS_TRY(lane_init(&d->lane[l], l, d->n_vocab, d->n_ctx));
@@ -71,6 +74,7 @@ void serve_decoder_free(serve_decoder *d) {
     free(d->lane), free(d->logits), free(d->tok), free(d->pos), free(d->slot), free(d->want);
     free(d->b_tok), free(d->b_pos), free(d->b_slot), free(d->b_drawn), free(d->b_lane);
     free(d->b_smp), free(d->b_lp), free(d->b_in), free(d->b_piece);
+    free(d->embd), free(d->rope), free(d->b_rope);
     memset(d, 0, sizeof *d);
 }
 
@@ -180,11 +184,16 @@ static void sleep_ms(int ms) {
  * - still starts there when it extends it (a continued completion, a chat turn whose template
  * renders the answer back as it was generated). Shorter than the prompt: its last token must
  * run for the logits. */
+/* The prompt as prefix reuse compares it: the ids, with image tokens as their keys. */
+static const int32_t *job_keys(const serve_job *j) {
+    return j->images.keys ? j->images.keys : j->ids;
+}
+
 static int held_prefix(const serve_decoder *d, const serve_lane *ln, const serve_job *j) {
     if (!ln->slot_known || d->o.cache->n == 0) return 0; /* --cache-mb 0: no prefix reuse */
     int held = ts_engine_slot_len(d->o.engine, ln->slot);
     if (held <= 0 || held > ln->n_seq || held >= j->n_ids) return 0;
-    return memcmp(ln->seq, j->ids, (size_t)held * sizeof *j->ids) == 0 ? held : 0;
+    return memcmp(ln->seq, job_keys(j), (size_t)held * sizeof *j->ids) == 0 ? held : 0;
 }
 
 int serve_decoder_pick_lane(serve_decoder *d, const serve_job *j) {
@@ -212,7 +221,7 @@ int serve_decoder_pick_lane(serve_decoder *d, const serve_job *j) {
  * prompt, comes with its logits that replace the prefill), or the held tokens already there -
  * or clears it; returns the tokens reused. */
 static int restore_prefix(serve_decoder *d, serve_lane *ln, const serve_job *j, int held) {
-    const serve_snapshot *s = serve_prefix_cache_find_prompt(d->o.cache, j->ids, j->n_ids);
+    const serve_snapshot *s = serve_prefix_cache_find_prompt(d->o.cache, job_keys(j), j->n_ids);
     if (s && s->len >= held) {
         if (ts_engine_slot_copy(d->o.engine, s->slot, ln->slot) == TS_OK) {
             if (s->len == j->n_ids)
@@ -227,6 +236,34 @@ static int restore_prefix(serve_decoder *d, serve_lane *ln, const serve_job *j, 
 }
 
 static void lane_end(serve_decoder *d, serve_lane *ln, serve_finish how, ts_status st);
+
+ts_status serve_decoder_encode_images(serve_decoder *d, serve_images *im) {
+    ts_engine *e = d->o.engine;
+    int n_embd = d->o.n_embd;
+    if (im->embd) return TS_OK;
+    float *embd = malloc((size_t)(im->n_rows > 0 ? im->n_rows : 1) * n_embd * sizeof *embd);
+    if (!embd) return ts_error(TS_ERR_NOMEM, "out of memory for the images' embeddings");
+    size_t at = 0;
+    for (int k = 0; k < im->n; k++) {
+        if (!im->img[k]) {
+            free(embd);
+            return ts_error(TS_ERR_INVALID, "image %d is gone", k);
+        }
+        ts_status st = ts_engine_encode_image(e, im->img[k], &im->plan[k], embd + at * n_embd);
+        if (st != TS_OK) {
+            free(embd);
+            return st;
+        }
+        at += (size_t)im->plan[k].n_tokens;
+    }
+    for (int k = 0; k < im->n; k++) {
+        ts_image_free(im->img[k]);
+        im->img[k] = NULL;
+    }
+    im->embd = embd;
+    return TS_OK;
+}
+
 static void lane_first_token(serve_decoder *d, serve_lane *ln, float *logits);
 
 /* ---- grammars (response_format) ---------------------------------------------------------- */
@@ -287,6 +324,7 @@ static ts_status host_rows_draw(serve_decoder *d, serve_lane *ln, const float *r
  * would evict this one) - and draws its first token. */
 static void prefill_lanes(serve_decoder *d) {
     int n = 0, n_in = 0, n_rows = 0;
+    bool any_images = false;
     uint64_t after = 0; /* lanes are taken in start order: `used` grows and is distinct */
     for (;;) {
         serve_lane *next = NULL; /* the oldest lane still prefilling that is not in yet */
@@ -301,17 +339,21 @@ static void prefill_lanes(serve_decoder *d) {
         if (n + piece > d->o.prefill_chunk) break;
         after = next->used;
         for (int i = 0; i < piece; i++) {
-            d->tok[n + i] = next->seq[next->prefill_at + i];
-            d->pos[n + i] = next->prefill_at + i;
+            int p = next->prefill_at + i;
+            d->tok[n + i] = serve_images_token(&next->job->images, next->seq[p]);
+            d->pos[n + i] = p;
             d->slot[n + i] = next->slot;
             d->want[n + i] = 0;
         }
+        any_images |= serve_images_rows(&next->job->images, next->prefill_at, piece, d->o.n_embd,
+                                        d->embd + n, d->rope + 3 * (size_t)n);
         if (piece == left) d->want[n + piece - 1] = 1, n_rows++;
         n += piece;
         d->b_in[n_in] = next, d->b_piece[n_in++] = piece;
     }
     if (n_in == 0) return;
-    ts_batch b = {n, d->tok, d->pos, d->slot, d->want};
+    ts_batch b = {n, d->tok, d->pos, d->slot, d->want, NULL, NULL};
+    if (any_images) b.embd = (const float *const *)d->embd, b.rope_pos = d->rope;
     ts_status st = ts_engine_forward(d->o.engine, &b, n_rows ? d->logits : NULL);
     if (d->o.metrics) serve_metrics_prefill_call(d->o.metrics);
     for (int i = 0, row = 0; i < n_in; i++) {
@@ -497,11 +539,21 @@ void serve_decoder_start(serve_decoder *d, int l, serve_job *j) {
     ln->answer_pending = false;
     ln->pending_snap = -1;
     int held = held_prefix(d, ln, j); /* before seq becomes the new prompt */
-    memcpy(ln->seq, j->ids, (size_t)j->n_ids * sizeof *j->ids);
+    memcpy(ln->seq, job_keys(j), (size_t)j->n_ids * sizeof *j->ids);
     ln->n_seq = j->n_ids;
     memset(ln->gen_count, 0, (size_t)d->n_vocab * sizeof *ln->gen_count);
 
     int start = restore_prefix(d, ln, j, held);
+    /* the images run through the vision tower only when their tokens must (a restored prefix
+     * that holds them needs none); this holds the worker for the tower's time */
+    if (start < j->n_ids && serve_images_needed_after(&j->images, start, j->n_ids)) {
+        ts_status st = serve_decoder_encode_images(d, &j->images);
+        if (st != TS_OK) {
+            ln->slot_known = false;
+            lane_end(d, ln, SERVE_FINISH_ERROR, st);
+            return;
+        }
+    }
     pthread_mutex_lock(&j->mu);
     j->prompt_tokens = j->n_ids;
     j->cached_tokens = start;
@@ -522,13 +574,17 @@ void serve_decoder_step(serve_decoder *d) {
     }
     prefill_lanes(d);
     int n = 0, n_top = -1;
-    bool any_constrained = false;
+    bool any_constrained = false, any_shift = false;
     for (int l = 0; l < d->o.n_lanes; l++) {
         serve_lane *ln = &d->lane[l];
         if (!ln->job || !ln->decoding) continue;
         any_constrained |= constrained(ln);
         d->b_tok[n] = ln->last;
         d->b_pos[n] = ln->n_seq - 1;
+        /* after an image a token's rotary positions are its place plus the images' shift */
+        int32_t rp = ln->n_seq - 1 + ln->job->images.delta;
+        d->b_rope[3 * n] = d->b_rope[3 * n + 1] = d->b_rope[3 * n + 2] = rp;
+        any_shift |= ln->job->images.delta != 0;
         d->b_slot[n] = ln->slot;
         d->b_smp[n] = ln->smp;
         d->b_lane[n] = l;
@@ -539,7 +595,7 @@ void serve_decoder_step(serve_decoder *d) {
     if (n == 0) return;
     if (d->o.step_delay_ms > 0) sleep_ms(d->o.step_delay_ms);
     double t0 = serve_now();
-    ts_batch b = {n, d->b_tok, d->b_pos, d->b_slot, d->want};
+    ts_batch b = {n, d->b_tok, d->b_pos, d->b_slot, d->want, NULL, any_shift ? d->b_rope : NULL};
     ts_status st;
     if (any_constrained) /* the rows come over: a draw the grammar refuses is redone here */
         st = ts_engine_forward_sample_logits(d->o.engine, &b, d->b_smp, d->b_drawn, d->logits);

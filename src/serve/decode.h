@@ -44,6 +44,7 @@ typedef struct {
     /* tokens a forward call of the idle worker's next-turn prefill, which yields to a new
      * request between two calls (serve_decoder_init caps it at prefill_chunk) */
     int next_turn_chunk;
+    int n_embd; /* the model's width: rows of an image's embeddings */
 } serve_decoder_opts;
 
 /* One working slot and the job running on it. */
@@ -104,8 +105,13 @@ typedef struct {
     float *gm_row;
     int32_t *tok, *pos, *slot;
     uint8_t *want; /* [prefill chunk] (the idle work's prefill uses pos, slot and want too) */
+    /* [prefill chunk] a prefill call's image rows (NULL for text) and [3 x chunk] rotary
+     * positions, given to the engine when a prompt of the call holds images */
+    const float **embd;
+    int32_t *rope;
     /* one decode step's batch, a row per running lane */
     int32_t *b_tok, *b_pos, *b_slot, *b_drawn;
+    int32_t *b_rope; /* [3 x n_lanes]: rotary positions when a job's images shift them */
     int *b_lane;
     ts_sampler **b_smp;
     ts_logprobs *b_lp;
@@ -118,6 +124,9 @@ ts_status serve_decoder_init(serve_decoder *d, const serve_decoder_opts *o, serv
 /* Ends nothing: the worker has ended every job first. Drops the idle work's references. */
 void serve_decoder_free(serve_decoder *d);
 
+/* Runs the vision tower over every image of im (the job's), into im->embd, and frees the
+ * decoded pictures. */
+ts_status serve_decoder_encode_images(serve_decoder *d, serve_images *im);
 /* The free lane for j: the one already holding the longest prefix of its prompt, else one
  * without idle work pending, the least recently used first; -1 when every lane is busy. */
 int serve_decoder_pick_lane(serve_decoder *d, const serve_job *j);

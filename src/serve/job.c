@@ -37,6 +37,7 @@ void serve_job_unref(serve_job *j) {
     free(j->lp);
     free(j->out_ids);
     ts_grammar_free(j->grammar);
+    serve_images_free(&j->images);
     if (j->req) serve_request_free(j->req);
     free(j->req);
     pthread_mutex_destroy(&j->mu);

@@ -6,12 +6,13 @@
 #ifndef TS_SERVE_JOB_H
 #define TS_SERVE_JOB_H
 
+#include "serve/images.h"
+#include "serve/stop.h"
+#include "serve/textout.h"
+
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
-
-#include "serve/stop.h"
-#include "serve/textout.h"
 
 #define SERVE_MAX_TOP_LOGPROBS 20
 
@@ -51,6 +52,9 @@ typedef struct serve_job {
     int top_logprobs;  /* -1 = no logprobs */
     bool parse_tools;  /* tool calls in the content become SERVE_CH_TOOL segments */
     ts_grammar *grammar; /* owned; NULL = free text; else the content must follow it */
+    /* the prompt's images (n 0: none): decoded and planned here, encoded by the worker when
+     * their tokens must run; their keys are what prefix reuse compares (serve/images.h) */
+    serve_images images;
     /* chat: the request, owned; after the answer the worker renders the next turn's prefix
      * from it (read-only on both sides) */
     struct serve_request *req;

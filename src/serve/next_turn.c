@@ -10,16 +10,19 @@
 /* Runs seq[from, to) through the lane's slot (which must hold exactly `from` tokens), in
  * chunks of `chunk` so that an interruption (stop, may be NULL) is seen between them. No logits:
  * this only builds state to keep. */
-static ts_status lane_prefill(serve_decoder *d, serve_lane *ln, serve_interrupt_fn stop, void *ctx,
-                              int chunk, int from, int to) {
+static ts_status lane_prefill(serve_decoder *d, serve_lane *ln, const serve_images *im,
+                              serve_interrupt_fn stop, void *ctx, int chunk, int from, int to) {
     for (int a = from; a < to;) {
         if (stop && stop(ctx)) return TS_ERR_CANCELLED;
         int n = to - a < chunk ? to - a : chunk;
-        for (int i = 0; i < n; i++)
-            d->pos[i] = a + i, d->slot[i] = ln->slot;
+        for (int i = 0; i < n; i++) /* seq holds image tokens as their keys */
+            d->tok[i] = serve_images_token(im, ln->seq[a + i]), d->pos[i] = a + i,
+            d->slot[i] = ln->slot;
         /* an explicit "no logits" list: without one the engine computes the last token's */
         memset(d->want, 0, (size_t)n);
-        ts_batch b = {n, ln->seq + a, d->pos, d->slot, d->want};
+        ts_batch b = {n, d->tok, d->pos, d->slot, d->want, NULL, NULL};
+        if (serve_images_rows(im, a, n, d->o.n_embd, d->embd, d->rope))
+            b.embd = (const float *const *)d->embd, b.rope_pos = d->rope;
         TS_TRY(ts_engine_forward(d->o.engine, &b, NULL));
         a += n;
     }
@@ -35,12 +38,12 @@ static void lane_snapshot(serve_decoder *d, serve_lane *ln, int len) {
 }
 
 /* After a raw completion: runs the answer's last token and keeps the state as a snapshot. */
-static void snapshot_answer(serve_decoder *d, serve_lane *ln) {
+static void snapshot_answer(serve_decoder *d, serve_lane *ln, const serve_job *j) {
     if (!ln->answer_pending || d->o.cache->n == 0) return;
     ln->answer_pending = false;
     int held = ts_engine_slot_len(d->o.engine, ln->slot);
     if (held != ln->n_seq - 1 || ln->n_seq > d->n_ctx) return;
-    if (lane_prefill(d, ln, NULL, NULL, d->o.prefill_chunk, held, ln->n_seq) != TS_OK) {
+    if (lane_prefill(d, ln, &j->images, NULL, NULL, d->o.prefill_chunk, held, ln->n_seq) != TS_OK) {
         ln->slot_known = false;
         return;
     }
@@ -83,7 +86,8 @@ static ts_status render_next_turn(serve_decoder *d, const serve_job *j, int32_t 
                                          .tool_calls = calls,
                                          .n_tool_calls = n_calls};
         m[r->n_msgs + 1] = (ts_chat_message){.role = n_calls ? "tool" : "user", .content = "x"};
-        ts_chat_params cp = {false, r->enable_thinking, r->tools_json};
+        ts_chat_params cp = {false, r->enable_thinking, r->tools_json, j->images.tokens,
+                             j->images.n};
         st = ts_chat_tokenize(d->o.tok, m, r->n_msgs + 2, &cp, ids, n);
     }
     *cut = -1;
@@ -101,14 +105,15 @@ static ts_status render_next_turn(serve_decoder *d, const serve_job *j, int32_t 
  * keeps it as a snapshot. Checks interrupt between small prefill chunks and gives up as soon as
  * it says so. *prefilled: the tokens run through the model. Returns true when the prefix is
  * held (already, or now). */
-static bool prepare_next_turn(serve_decoder *d, serve_lane *ln, const serve_job *j,
+static bool prepare_next_turn(serve_decoder *d, serve_lane *ln, serve_job *j,
                               serve_interrupt_fn interrupt, void *ctx, int *prefilled) {
     *prefilled = 0;
     if (!j->req || d->o.cache->n == 0 || d->turn_start < 0) return false;
     int32_t *ids = NULL;
     size_t n = 0;
     int cut = -1;
-    if (render_next_turn(d, j, &ids, &n, &cut) != TS_OK || cut <= 0 || cut >= d->n_ctx) {
+    if (render_next_turn(d, j, &ids, &n, &cut) != TS_OK || cut <= 0 || cut >= d->n_ctx ||
+        !serve_images_rekey(&j->images, ids, cut)) {
         free(ids);
         return false;
     }
@@ -136,7 +141,13 @@ static bool prepare_next_turn(serve_decoder *d, serve_lane *ln, const serve_job 
     memcpy(ln->seq, ids, (size_t)cut * sizeof *ids);
     ln->n_seq = cut;
     free(ids);
-    ts_status st = lane_prefill(d, ln, interrupt, ctx, d->o.next_turn_chunk, start, cut);
+    /* image tokens to run (their snapshot was evicted): the images' rows, encoded now if they
+     * never were */
+    ts_status st = TS_OK;
+    if (serve_images_needed_after(&j->images, start, cut < j->n_ids ? cut : j->n_ids))
+        st = serve_decoder_encode_images(d, &j->images);
+    if (st == TS_OK)
+        st = lane_prefill(d, ln, &j->images, interrupt, ctx, d->o.next_turn_chunk, start, cut);
     *prefilled = ts_engine_slot_len(d->o.engine, ln->slot) - start;
     if (st != TS_OK) {
         ln->slot_known = st == TS_ERR_CANCELLED; /* interrupted between chunks: still a prefix */
@@ -167,7 +178,7 @@ void serve_decoder_idle_work(serve_decoder *d, serve_interrupt_fn interrupt, voi
                 serve_metrics_next_turn(d->o.metrics, ready, n);
             }
         } else {
-            snapshot_answer(d, ln);
+            snapshot_answer(d, ln, j);
         }
         serve_job_unref(j);
     }

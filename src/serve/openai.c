@@ -1,5 +1,6 @@
 #include "serve/openai.h"
 
+#include "serve/base64.h"
 #include "text/json_schema.h"
 #include "text/utf8.h"
 
@@ -152,35 +153,102 @@ static void *own(serve_request *r, void *s) {
     return s;
 }
 
-/* content: a string, or a list of text parts (joined, as the template does). */
-static bool parse_content(serve_request *r, const json_t *c, int i, const char **out,
+/* An image part's data: URL, {"url": "data:<type>;base64,<data>"} (OpenAI's image_url), into
+ * the request's images. The server fetches nothing: other URLs are refused. */
+static bool parse_image(serve_request *r, const json_t *part, const char *param, serve_error *e) {
+    const json_t *iu = json_object_get(part, "image_url");
+    const json_t *url = json_is_object(iu) ? json_object_get(iu, "url") : NULL;
+    if (!json_is_string(url))
+        return serve_fail(e, 400, "invalid_value", param,
+                          "%s: an image_url part needs "
+                          "'image_url': {'url': ...}",
+                          param);
+    if (r->n_images == SERVE_MAX_IMAGES)
+        return serve_fail(e, 400, "invalid_value", param, "%s: at most %d images a request", param,
+                          SERVE_MAX_IMAGES);
+    const char *u = json_string_value(url);
+    const char *comma = strchr(u, ',');
+    if (strncmp(u, "data:", 5) != 0 || !comma)
+        return serve_fail(e, 400, "invalid_value", param,
+                          "%s: only data: URLs are read (the "
+                          "image inline, base64); the server fetches nothing",
+                          param);
+    size_t head = (size_t)(comma - u);
+    if (head < 7 || strncmp(comma - 7, ";base64", 7) != 0)
+        return serve_fail(e, 400, "invalid_value", param,
+                          "%s: the data: URL must be base64 "
+                          "(data:<type>;base64,<data>)",
+                          param);
+    serve_image_data *im = &r->images[r->n_images];
+    size_t n = json_string_length(url) - head - 1;
+    if (!serve_base64_decode(comma + 1, n, &im->data, &im->len)) {
+        if (im->len == SIZE_MAX) return serve_fail(e, 500, "internal_error", NULL, "out of memory");
+        return serve_fail(e, 400, "invalid_value", param, "%s: the image's base64 is malformed",
+                          param);
+    }
+    snprintf(im->param, sizeof im->param, "%s", param);
+    r->n_images++;
+    return true;
+}
+
+/* content: a string, or a list of parts: text parts only are joined (as the template does);
+ * with images, the text and image parts stay a list, in order. */
+static bool parse_content(serve_request *r, const json_t *c, int i, ts_chat_message *cm,
                           serve_error *e) {
     char param[48];
     snprintf(param, sizeof param, "messages[%d].content", i);
     if (json_is_string(c)) {
-        *out = json_string_value(c);
+        cm->content = json_string_value(c);
         return true;
     }
     if (!json_is_array(c))
         return serve_fail(e, 400, "invalid_value", param, "%s must be a string or a list of parts",
                           param);
     size_t total = 1, k;
+    int images = 0;
     const json_t *part;
     json_array_foreach(c, k, part) {
         const json_t *type = json_object_get(part, "type");
+        char pp[96];
+        snprintf(pp, sizeof pp, "%s[%zu]", param, k);
         if (!json_is_object(part) || !json_is_string(type))
-            return serve_fail(e, 400, "invalid_value", param, "%s[%zu] must be an object with a "
-                              "'type'", param, k);
+            return serve_fail(e, 400, "invalid_value", param,
+                              "%s must be an object with a "
+                              "'type'",
+                              pp);
         const char *t = json_string_value(type);
-        if (strcmp(t, "image_url") == 0 || strcmp(t, "input_audio") == 0 ||
-            strcmp(t, "video_url") == 0 || strcmp(t, "file") == 0)
-            return serve_fail(e, 400, "unsupported_feature", param, "%s[%zu]: '%s' parts are not "
-                              "supported by this model", param, k, t);
+        if (strcmp(t, "image_url") == 0) {
+            if (!parse_image(r, part, pp, e)) return false;
+            images++;
+            continue;
+        }
+        if (strcmp(t, "input_audio") == 0 || strcmp(t, "video_url") == 0 || strcmp(t, "file") == 0)
+            return serve_fail(e, 400, "unsupported_feature", param,
+                              "%s: '%s' parts are not "
+                              "supported",
+                              pp, t);
         const json_t *text = json_object_get(part, "text");
         if (strcmp(t, "text") != 0 || !json_is_string(text))
-            return serve_fail(e, 400, "invalid_value", param, "%s[%zu] must be a text part with "
-                              "a string 'text'", param, k);
+            return serve_fail(e, 400, "invalid_value", param,
+                              "%s must be a text part with "
+                              "a string 'text'",
+                              pp);
         total += json_string_length(text);
+    }
+    if (images) {
+        size_t np = json_array_size(c);
+        ts_content_part *parts = own(r, calloc(np, sizeof *parts));
+        if (!parts) return serve_fail(e, 500, "internal_error", NULL, "out of memory");
+        json_array_foreach(c, k, part) {
+            const json_t *text = json_object_get(part, "text");
+            parts[k].text = strcmp(json_string_value(json_object_get(part, "type")), "text") == 0
+                                ? json_string_value(text)
+                                : NULL;
+        }
+        cm->content = NULL;
+        cm->parts = parts;
+        cm->n_parts = (int)np;
+        return true;
     }
     char *s = malloc(total), *p = s;
     if (!s || !own(r, s)) return serve_fail(e, 500, "internal_error", NULL, "out of memory");
@@ -190,7 +258,7 @@ static bool parse_content(serve_request *r, const json_t *c, int i, const char *
         p += json_string_length(text);
     }
     *p = 0;
-    *out = s;
+    cm->content = s;
     return true;
 }
 
@@ -298,7 +366,7 @@ static bool parse_messages(serve_request *r, const json_t *root, serve_error *e)
                 return serve_fail(e, 400, "invalid_value", param, "%s is required", param);
             }
             cm->content = "";
-        } else if (!parse_content(r, c, (int)i, &cm->content, e)) {
+        } else if (!parse_content(r, c, (int)i, cm, e)) {
             return false;
         }
         const json_t *rc = field(msg, "reasoning_content");
@@ -770,6 +838,8 @@ bool serve_request_parse(serve_api api, json_t *root, const char *const *model_i
 }
 
 void serve_request_free(serve_request *r) {
+    for (int i = 0; i < r->n_images; i++)
+        free(r->images[i].data);
     for (int i = 0; i < r->n_owned; i++) free(r->owned[i]);
     free(r->owned);
     free(r->tools_json);

@@ -3,10 +3,11 @@
 #ifndef TS_SERVE_OPENAI_H
 #define TS_SERVE_OPENAI_H
 
+#include "serve/images.h"
+#include "tessera.h"
+
 #include <jansson.h>
 #include <stdbool.h>
-
-#include "tessera.h"
 
 #define SERVE_MAX_JSON_DEPTH 64
 
@@ -24,6 +25,14 @@ bool serve_fail(serve_error *e, int status, const char *code, const char *param,
 
 typedef enum { SERVE_API_CHAT, SERVE_API_COMPLETION } serve_api;
 
+/* Images a request carries (data: URLs, decoded from base64; the bytes are a PNG, JPEG or
+ * WebP file, read by preparation). At most SERVE_MAX_IMAGES a request. */
+typedef struct {
+    unsigned char *data; /* owned */
+    size_t len;
+    char param[96]; /* "messages[i].content[k]", for errors */
+} serve_image_data;
+
 typedef struct serve_request {
     serve_api api;
     json_t *root; /* owned; every string below is borrowed from it unless said otherwise */
@@ -40,6 +49,8 @@ typedef struct serve_request {
     /* chat */
     ts_chat_message *msgs;
     int n_msgs;
+    serve_image_data images[SERVE_MAX_IMAGES]; /* in the order the conversation holds them */
+    int n_images;
     void **owned; /* strings joined from content parts, tool call lists */
     int n_owned;
     char *tools_json; /* owned; NULL = no tools */

@@ -4,12 +4,29 @@
 #include <string.h>
 #include <time.h>
 
-static bool tokenize(const serve_runtime *rt, const serve_request *r, int32_t **ids, int *n,
-                     serve_error *e) {
+bool serve_read_images(const serve_runtime *rt, const serve_request *r, serve_images *im,
+                       serve_error *e) {
+    for (int k = 0; k < r->n_images; k++) {
+        const serve_image_data *d = &r->images[k];
+        if (!rt->vision)
+            return serve_fail(e, 400, "unsupported_feature", d->param, "%s: %s", d->param,
+                              rt->vision_model ? "images are not run on this device yet (the "
+                                                 "CPU runs them)"
+                                               : "this model takes no images");
+        if (serve_images_add(im, &rt->vinfo, rt->image_max_pixels, d->data, d->len) != TS_OK)
+            return serve_fail(e, 400, "invalid_value", d->param, "%s: %s", d->param,
+                              ts_last_error());
+    }
+    return true;
+}
+
+static bool tokenize(const serve_runtime *rt, const serve_request *r, serve_images *im,
+                     int32_t **ids, int *n, serve_error *e) {
     size_t nn = 0;
     *ids = NULL;
     if (r->api == SERVE_API_CHAT) {
-        ts_chat_params cp = {true, r->enable_thinking, r->tools_json};
+        if (!serve_read_images(rt, r, im, e)) return false;
+        ts_chat_params cp = {true, r->enable_thinking, r->tools_json, im->tokens, im->n};
         if (ts_chat_tokenize(rt->tok, r->msgs, r->n_msgs, &cp, ids, &nn) != TS_OK)
             return serve_fail(e, 400, "invalid_value", "messages", "%s", ts_last_error());
     } else if (r->prompt) {
@@ -31,6 +48,8 @@ static bool tokenize(const serve_runtime *rt, const serve_request *r, int32_t **
     if (nn == 0)
         return serve_fail(e, 400, "invalid_value", r->api == SERVE_API_CHAT ? "messages" : "prompt",
                           "the prompt is empty");
+    if (im->n && serve_images_bind(im, &rt->vinfo, *ids, *n) != TS_OK)
+        return serve_fail(e, 400, "invalid_value", "messages", "%s", ts_last_error());
     return true;
 }
 
@@ -76,7 +95,7 @@ static uint64_t random_seed(void) {
 bool serve_prepare(const serve_runtime *rt, const serve_request *r, int max_tokens_cap,
                    serve_job *j, serve_error *e) {
     int n = 0;
-    if (!tokenize(rt, r, &j->ids, &n, e)) return false;
+    if (!tokenize(rt, r, &j->images, &j->ids, &n, e)) return false;
     j->n_ids = n;
     const char *mt = r->api == SERVE_API_CHAT && !json_object_get(r->root, "max_tokens")
                          ? "max_completion_tokens"

@@ -14,6 +14,12 @@
 bool serve_prepare(const serve_runtime *rt, const serve_request *r, int max_tokens_cap,
                    serve_job *j, serve_error *e);
 
+/* The request's images, decoded and planned into im (before the chat is rendered: each takes
+ * the number of tokens its plan says); a 400 naming the part for a bad one, or for any image
+ * when the model (or its device) takes none. */
+bool serve_read_images(const serve_runtime *rt, const serve_request *r, serve_images *im,
+                       serve_error *e);
+
 /* Stop strings: null, a string, or a list of at most SERVE_MAX_STOPS non-empty strings. */
 bool serve_parse_stop(const json_t *stop, char **out, int *n, serve_error *e);
 

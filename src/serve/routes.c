@@ -238,13 +238,15 @@ static enum MHD_Result tokenize(serve_conn *cn, struct MHD_Connection *c, json_t
         serve_request req;
         json_incref(root);
         bool ok = serve_request_parse(SERVE_API_CHAT, root, s->model_ids, 0, &req, &e);
-        if (ok) {
-            ts_chat_params cp = {true, req.enable_thinking, req.tools_json};
+        serve_images im = {0}; /* images count the tokens their plans take */
+        if (ok && serve_read_images(rt, &req, &im, &e)) {
+            ts_chat_params cp = {true, req.enable_thinking, req.tools_json, im.tokens, im.n};
             if (ts_chat_tokenize(rt->tok, req.msgs, req.n_msgs, &cp, &ids, &n) != TS_OK)
                 serve_fail(&e, 400, "invalid_value", "messages", "%s", ts_last_error());
             else
                 e.status = 0;
         }
+        serve_images_free(&im);
         serve_request_free(&req);
     } else {
         serve_fail(&e, 400, "invalid_value", "content", "give 'content' (a string) or 'messages'");

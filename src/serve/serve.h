@@ -23,6 +23,7 @@ typedef struct {
     size_t cache_mb;     /* prefix snapshots; 0 = no prefix reuse */
     int drain_ms;        /* on SIGTERM: how long running jobs may take to finish */
     int prefill_chunk;   /* prompt tokens a forward call; 0 = by the device (worker.h) */
+    int64_t image_max_pixels; /* an image's pixels at most; 0 = SERVE_IMAGE_MAX_PIXELS */
     int step_delay_ms;   /* testing aid: sleep before every decode step */
     int load_delay_ms;   /* testing aid: sleep before loading the model */
 } serve_opts;

@@ -100,13 +100,13 @@ static ts_status warm_up(ts_engine *e, int chunk, int n_lanes) {
         }
         for (int i = 0; i < c; i++)
             pos[i] = at + i, slot[i] = 0;
-        ts_batch b = {c, ids, pos, slot, NULL};
+        ts_batch b = {c, ids, pos, slot, NULL, NULL, NULL};
         if (st == TS_OK) st = ts_engine_forward(e, &b, logits);
         at += c;
     }
     for (int k = 0; st == TS_OK && k < 3; k++) {
         int32_t p = at + k;
-        ts_batch b = {1, &tok, &p, slot, NULL};
+        ts_batch b = {1, &tok, &p, slot, NULL, NULL, NULL};
         st = ts_engine_forward_sample(e, &b, &smp, &tok);
     }
     /* a decode step of each number of lanes the server may run together (a batch of 2..n
@@ -123,7 +123,7 @@ static ts_status warm_up(ts_engine *e, int chunk, int n_lanes) {
     for (int m = 2; st == TS_OK && m <= n_lanes; m++) {
         for (int l = 0; l < m; l++)
             ids[l] = 0, pos[l] = ts_engine_slot_len(e, l);
-        ts_batch b = {m, ids, pos, slot, want};
+        ts_batch b = {m, ids, pos, slot, want, NULL, NULL};
         st = ts_engine_forward_sample(e, &b, smps, ids);
     }
     for (int l = 0; l < n_lanes; l++) {
@@ -185,7 +185,7 @@ static ts_status load(serve_worker *w) {
     TS_TRY(serve_prefix_cache_init(&w->cache, (int)n_snap, lanes, info.n_vocab));
     int next_turn = gpu ? SERVE_NEXT_TURN_CHUNK_GPU : SERVE_NEXT_TURN_CHUNK_CPU;
     serve_decoder_opts dopts = {w->engine,          w->tok, &w->cache, w->metrics, lanes,
-                                w->o.step_delay_ms, chunk,  next_turn};
+                                w->o.step_delay_ms, chunk,  next_turn, info.n_embd};
     TS_TRY(serve_decoder_init(&w->dec, &dopts, job_done, w));
     serve_runtime *rt = &w->rt;
     rt->tok = w->tok;
@@ -197,6 +197,10 @@ static ts_status load(serve_worker *w) {
     rt->n_snapshots = (int)n_snap;
     rt->n_parallel = lanes;
     rt->state_bytes = sb;
+    rt->vision_model = ts_model_vision(w->model, &rt->vinfo);
+    rt->vision = rt->vision_model && ts_engine_vision(w->engine);
+    rt->image_max_pixels =
+        w->o.image_max_pixels > 0 ? w->o.image_max_pixels : SERVE_IMAGE_MAX_PIXELS;
     snprintf(rt->describe, sizeof rt->describe, "%s", ts_engine_describe(w->engine));
     w->dec.think_open = rt->think_open;
     w->dec.think_close = rt->think_close;

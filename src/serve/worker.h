@@ -33,6 +33,9 @@ typedef struct {
      * milliseconds (its ops launched one by one) and 256-token chunks took twice the time of
      * one piece (bench/RESULTS.md). */
     int prefill_chunk;
+    /* images are resized to at most this many pixels (0: SERVE_IMAGE_MAX_PIXELS); the model's
+     * own limit still applies when lower */
+    int64_t image_max_pixels;
 } serve_worker_opts;
 
 /* Jobs run together by default. On 2 CPU cores 4 clients of the 0.8B get ~2.9x the tokens of
@@ -41,6 +44,11 @@ typedef struct {
  * tokens, recurrent state), allocated at start. */
 #define SERVE_PARALLEL_CPU 4
 #define SERVE_PARALLEL_GPU 16
+
+/* The default bound on an image's pixels: 1 MiB of pixels is 1024 tokens of Qwen3.5 (16-pixel
+ * patches merged 2x2), a few seconds of its vision tower on 2 CPU cores; the model's own
+ * processor allows 16 MiB (16384 tokens, quadratic attention in the tower). */
+#define SERVE_IMAGE_MAX_PIXELS (1 << 20)
 
 #define SERVE_PREFILL_CHUNK_CPU 256
 #define SERVE_PREFILL_CHUNK_GPU 2048
@@ -63,6 +71,11 @@ typedef struct {
     int n_snapshots;
     int n_parallel; /* lanes: jobs decoded together */
     size_t state_bytes;
+    /* images: whether the engine takes them, how the model cuts them, and the most pixels an
+     * image is given (--image-max-pixels, within the model's range) */
+    bool vision, vision_model; /* vision_model: the model has a tower (the device may not run it) */
+    ts_vision_info vinfo;
+    int64_t image_max_pixels;
     char describe[64];
 } serve_runtime;
 

@@ -86,7 +86,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     size_t n = 0;
     ts_status st;
     if (api == SERVE_API_CHAT) {
-        ts_chat_params cp = {true, r.enable_thinking, r.tools_json};
+        ts_chat_params cp = {true, r.enable_thinking, r.tools_json, NULL, 0};
         st = ts_chat_tokenize(tok, r.msgs, r.n_msgs, &cp, &tids, &n);
     } else if (r.prompt) {
         st = ts_tokenize(tok, r.prompt, strlen(r.prompt), true, &tids, &n);

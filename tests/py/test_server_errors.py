@@ -54,6 +54,11 @@ TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": 
     ({"messages": [{"role": "user"}]}, "invalid_value", "messages[0].content"),
     ({"messages": [{"role": "user", "content": 5}]}, "invalid_value", "messages[0].content"),
     ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]},
+     "invalid_value", "messages[0].content[0]"),
+    ({"messages": [{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}]}]},
+     "unsupported_feature", "messages[0].content[0]"),
+    ({"messages": [{"role": "user", "content": [{"type": "input_audio", "input_audio": {}}]}]},
      "unsupported_feature", "messages[0].content"),
     ({"messages": U, "stream": "yes"}, "invalid_value", "stream"),
     ({"messages": U, "temperature": 2.5}, "invalid_value", "temperature"),

@@ -1,0 +1,243 @@
+"""Images in chat requests: a data: URL image_url part reaches the model's vision tower (a tiny
+random Qwen3.5 with one, `tessera synth --preset tiny-vl`), takes the tokens its plan says,
+changes the answer, and is told apart from another image of the same size by prefix reuse
+(the image tokens are the same ids; the cache compares keys made from the pixels). A
+follow-up turn reuses the image's state and answers as a server without the cache does. Bad
+images are 400s that leave the server running."""
+import base64
+import os
+import shutil
+import struct
+import subprocess
+import time
+import zlib
+
+import pytest
+
+from server_util import Server, binary, fixtures, tiny_model
+
+TINY_VL_IMAGE_TOKENS = 1012
+
+
+def png(width, height, pixel):
+    """A PNG of 8-bit RGB pixels, pixel(x, y) -> (r, g, b): written here, no image library."""
+    rows = b"".join(b"\0" + bytes(v for x in range(width) for v in pixel(x, y))
+                    for y in range(height))
+
+    def chunk(kind, data):
+        return (struct.pack(">I", len(data)) + kind + data +
+                struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF))
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2,
+                                                               0, 0, 0)) +
+            chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
+
+
+def data_url(data, kind="image/png"):
+    return f"data:{kind};base64," + base64.b64encode(data).decode()
+
+
+STRIPES = png(64, 64, lambda x, y: (255 * (x // 8 % 2), 40, 200))
+DOTS = png(64, 64, lambda x, y: (30, 255 * ((x * y) % 7 == 0), 90))
+
+
+def tiny_vl_model():
+    """tiny-vl beside the other test models, with the small tokenizer (its vision ids are the
+    tower's)."""
+    base = os.path.dirname(tiny_model())
+    path = os.path.join(base, "serve-tiny-vl")
+    if not os.path.exists(os.path.join(path, "tokenizer.json")):
+        tmp = path + f".tmp{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        subprocess.run([binary(), "synth", "--preset", "tiny-vl", "-o", tmp], check=True,
+                       capture_output=True)
+        shutil.copy(os.path.join(fixtures(), "tokenizer", "small", "tokenizer.json"), tmp)
+        try:
+            os.rename(tmp, path)
+        except OSError:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return path
+
+
+@pytest.fixture(scope="module")
+def warm():
+    with Server(model=tiny_vl_model()) as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def cold():
+    with Server("--cache-mb", "0", model=tiny_vl_model()) as s:
+        yield s
+
+
+def ask(image, text="What is in the picture?", **kw):
+    body = {"messages": [{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": data_url(image)}},
+        {"type": "text", "text": text}]}],
+        "temperature": 0, "max_tokens": 8, "return_token_ids": True, "logprobs": True}
+    body.update(kw)
+    return body
+
+
+def test_image_takes_its_planned_tokens(warm):
+    # 64x64 is under the model's 65536-pixel minimum: scaled up to 256x256, 16x16 patches of
+    # 16 pixels, merged 2x2: 64 image tokens
+    st, _, r = warm.post("/v1/chat/completions", ask(STRIPES))
+    assert st == 200, r
+    st, _, t = warm.post("/v1/chat/completions", ask(STRIPES, text="x"))
+    st2, _, plain = warm.post("/v1/chat/completions", {
+        "messages": [{"role": "user", "content": "x"}], "temperature": 0, "max_tokens": 1})
+    # the image adds its 64 tokens and vision_start / vision_end
+    assert t["usage"]["prompt_tokens"] - plain["usage"]["prompt_tokens"] == 64 + 2
+
+
+def test_the_image_changes_the_answer(warm):
+    st, _, a = warm.post("/v1/chat/completions", ask(STRIPES))
+    st, _, b = warm.post("/v1/chat/completions", ask(DOTS))
+    la = a["choices"][0]["logprobs"]["content"][0]["logprob"]
+    lb = b["choices"][0]["logprobs"]["content"][0]["logprob"]
+    assert (a["choices"][0]["token_ids"], la) != (b["choices"][0]["token_ids"], lb)
+
+
+def test_cache_tells_images_of_one_size_apart(warm, cold):
+    """Two images of one size are the same token ids: a cache keyed by ids alone would answer
+    the second from the first one's state. Keyed by the pixels, the second reuses only the
+    text before its image, and answers as a server without the cache does."""
+    body_a = ask(STRIPES, text="describe")
+    body_b = ask(DOTS, text="describe")
+    st, _, a = warm.post("/v1/chat/completions", body_a)
+    assert st == 200
+    st, _, b = warm.post("/v1/chat/completions", body_b)
+    assert st == 200
+    cached = b["usage"]["prompt_tokens_details"]["cached_tokens"]
+    assert cached < 10, cached  # at most the turn's opening, never into the image
+    st, _, c = cold.post("/v1/chat/completions", body_b)
+    assert b["choices"][0]["token_ids"] == c["choices"][0]["token_ids"]
+    assert b["choices"][0]["logprobs"] == c["choices"][0]["logprobs"]
+    # and the first image again is restored whole
+    st, _, a2 = warm.post("/v1/chat/completions", body_a)
+    assert a2["usage"]["prompt_tokens_details"]["cached_tokens"] == a2["usage"]["prompt_tokens"]
+    assert a2["choices"][0]["token_ids"] == a["choices"][0]["token_ids"]
+
+
+def ready_turns(srv):
+    return srv.metrics()["tessera_next_turn_ready_total"]
+
+
+def test_follow_up_turn_reuses_the_image(warm, cold):
+    turn1 = ask(DOTS, text="first look")
+    warm.settle()
+    before = ready_turns(warm)
+    st, _, r1 = warm.post("/v1/chat/completions", turn1)
+    assert st == 200
+    # the next turn's prefix is prepared while the client reads the answer
+    deadline = time.time() + 10
+    while ready_turns(warm) == before and time.time() < deadline:
+        time.sleep(0.01)
+    assert ready_turns(warm) > before
+    msgs = turn1["messages"] + [
+        {"role": "assistant", "content": r1["choices"][0]["message"]["content"]},
+        {"role": "user", "content": "and now?"}]
+    body = dict(turn1, messages=msgs)
+    st, _, r2 = warm.post("/v1/chat/completions", body)
+    assert st == 200
+    assert r2["usage"]["prompt_tokens_details"]["cached_tokens"] > 64
+    st, _, c2 = cold.post("/v1/chat/completions", body)
+    assert r2["choices"][0]["token_ids"] == c2["choices"][0]["token_ids"]
+
+
+def test_two_images_in_order(warm, cold):
+    body = {"messages": [{"role": "user", "content": [
+        {"type": "text", "text": "compare"},
+        {"type": "image_url", "image_url": {"url": data_url(STRIPES)}},
+        {"type": "text", "text": "with"},
+        {"type": "image_url", "image_url": {"url": data_url(DOTS)}}]}],
+        "temperature": 0, "max_tokens": 6, "return_token_ids": True}
+    st, _, r = warm.post("/v1/chat/completions", body)
+    assert st == 200, r
+    swapped = {"messages": [{"role": "user", "content": [
+        body["messages"][0]["content"][i] for i in (0, 3, 2, 1)]}],
+        "temperature": 0, "max_tokens": 6, "return_token_ids": True}
+    st, _, s = cold.post("/v1/chat/completions", swapped)
+    st, _, c = cold.post("/v1/chat/completions", body)
+    assert r["choices"][0]["token_ids"] == c["choices"][0]["token_ids"]
+    assert r["usage"]["prompt_tokens"] == s["usage"]["prompt_tokens"]
+
+
+def test_streaming_with_an_image(warm):
+    client = warm.client()
+    body = ask(STRIPES)
+    stream = client.chat.completions.create(model="serve-tiny-vl", messages=body["messages"],
+                                            temperature=0,
+                                            max_tokens=8, stream=True)
+    text = "".join(ch.choices[0].delta.content or "" for ch in stream if ch.choices)
+    st, _, r = warm.post("/v1/chat/completions", ask(STRIPES))
+    assert text == r["choices"][0]["message"]["content"]
+
+
+def test_large_image_is_scaled_to_the_pixel_bound():
+    with Server("--image-max-pixels", "65536", model=tiny_vl_model()) as s:
+        big = png(600, 300, lambda x, y: (x % 256, y % 256, 7))
+        st, _, r = s.post("/v1/chat/completions", ask(big, text="x", max_tokens=1))
+        assert st == 200, r
+        st, _, plain = s.post("/v1/chat/completions", {
+            "messages": [{"role": "user", "content": "x"}], "temperature": 0, "max_tokens": 1})
+        n_image = r["usage"]["prompt_tokens"] - plain["usage"]["prompt_tokens"] - 2
+        # 600x300 within 65536 pixels: 352x160 -> 22x10 patches -> 55 tokens
+        assert n_image == 55, n_image
+
+
+BAD = [
+    (data_url(b"not an image at all"), "invalid_value"),
+    (data_url(STRIPES[:60]), "invalid_value"),  # truncated
+    ("data:image/png;base64,@@@@", "invalid_value"),
+    ("data:image/png,rawbytes", "invalid_value"),
+    ("https://example.com/cat.png", "invalid_value"),
+    (data_url(png(1, 300, lambda x, y: (0, 0, 0))), "invalid_value"),  # aspect ratio 300
+]
+
+
+@pytest.mark.parametrize("url,code", BAD)
+def test_bad_images_are_400(warm, url, code):
+    body = {"messages": [{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": url}}, {"type": "text", "text": "x"}]}],
+        "max_tokens": 1}
+    st, _, r = warm.post("/v1/chat/completions", body)
+    assert st == 400, r
+    assert r["error"]["code"] == code
+    assert r["error"]["param"] == "messages[0].content[0]"
+    st, _, ok = warm.post("/v1/chat/completions", ask(STRIPES, max_tokens=1))
+    assert st == 200
+
+
+def test_too_many_images(warm):
+    parts = [{"type": "image_url", "image_url": {"url": data_url(STRIPES)}}] * 17
+    st, _, r = warm.post("/v1/chat/completions",
+                         {"messages": [{"role": "user", "content": parts}], "max_tokens": 1})
+    assert st == 400 and r["error"]["code"] == "invalid_value"
+    assert "at most 16" in r["error"]["message"]
+
+
+def test_image_in_system_message_is_refused(warm):
+    body = {"messages": [{"role": "system", "content": [
+        {"type": "image_url", "image_url": {"url": data_url(STRIPES)}}]},
+        {"role": "user", "content": "x"}], "max_tokens": 1}
+    st, _, r = warm.post("/v1/chat/completions", body)
+    assert st == 400 and r["error"]["code"] == "invalid_value", r
+
+
+def test_text_model_refuses_images():
+    with Server() as s:
+        st, _, r = s.post("/v1/chat/completions", ask(STRIPES))
+        assert st == 400
+        assert r["error"]["code"] == "unsupported_feature"
+        assert "takes no images" in r["error"]["message"]
+
+
+def test_tokenize_counts_the_image(warm):
+    body = ask(STRIPES, text="x")
+    st, _, t = warm.post("/tokenize", {"messages": body["messages"]})
+    assert st == 200, t
+    assert t["tokens"].count(TINY_VL_IMAGE_TOKENS) == 64
+    st, _, r = warm.post("/v1/chat/completions", dict(body, max_tokens=1))
+    assert t["count"] == r["usage"]["prompt_tokens"]
