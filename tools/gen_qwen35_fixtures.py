@@ -224,8 +224,21 @@ def model_class(form):
     return Qwen3_5ForConditionalGeneration if form == "composite" else Qwen3_5ForCausalLM
 
 
+def closure_cell(fn, name):
+    for cell_name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
+        if cell_name == name:
+            return cell
+    raise RuntimeError(f"no closure variable {name} in {fn}")
+
+
 class CallCounter:
-    """Wraps the module-level kernel entry points to prove which code paths ran."""
+    """Counts the calls of the pure-torch gated-delta / conv functions of modeling_qwen3_5.
+
+    Each entry point is a fallback wrapper (inside a `kernels` Func module when that package is
+    installed) whose `implementation` must be the torch function itself (no FLA or
+    causal_conv1d package). The counter is put in that very place, so a count only grows when
+    the torch code runs: a hub kernel or package taking over would leave it at zero, and the
+    generator demands non-zero counts for prefill (chunked) and decode (recurrent)."""
 
     NAMES = ["torch_chunk_gated_delta_rule", "torch_recurrent_gated_delta_rule",
              "causal_conv1d_fn", "causal_conv1d_update"]
@@ -233,11 +246,13 @@ class CallCounter:
     def __init__(self):
         self.counts = {n: 0 for n in self.NAMES}
         for n in self.NAMES:
-            wrapped = getattr(mq, n)
-            impl = impl_of(wrapped)
-            if impl is not wrapped.__wrapped__:
-                raise RuntimeError(f"{n} resolves to a non-torch kernel: {impl}")
-            setattr(mq, n, self._make(n, wrapped))
+            entry = getattr(mq, n)
+            wrapped = closure_cell(type(entry).forward, "func").cell_contents \
+                if isinstance(entry, torch.nn.Module) else entry
+            cell = closure_cell(wrapped, "implementation")
+            if cell.cell_contents is not wrapped.__wrapped__:
+                raise RuntimeError(f"{n} resolves to a non-torch kernel: {cell.cell_contents}")
+            cell.cell_contents = self._make(n, cell.cell_contents)
 
     def _make(self, n, fn):
         def counted(*a, **k):
@@ -250,13 +265,6 @@ class CallCounter:
         for n in self.counts:
             self.counts[n] = 0
         return c
-
-
-def impl_of(wrapped):
-    for cell_name, cell in zip(wrapped.__code__.co_freevars, wrapped.__closure__ or ()):
-        if cell_name == "implementation":
-            return cell.cell_contents
-    raise RuntimeError("cannot find the kernel implementation closure")
 
 
 def load_reference(form, path):

@@ -37,11 +37,10 @@ from transformers import Qwen3_5Config, Qwen3_5ForConditionalGeneration
 from transformers.image_utils import OPENAI_CLIP_MEAN, OPENAI_CLIP_STD
 from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 from transformers.models.qwen2_vl.image_processing_qwen2_vl import Qwen2VLImageProcessor
-from transformers.models.qwen3_5 import modeling_qwen3_5 as mq
 
 sys.dont_write_bytecode = True  # keep tools/ free of __pycache__
 from fixture_common import fresh_fixture_dir, top2_gaps, write_ids  # noqa: E402
-from gen_qwen35_fixtures import (CONFIG_COMMON, load_reference, remember_f32,  # noqa: E402
+from gen_qwen35_fixtures import (CONFIG_COMMON, CallCounter, load_reference, remember_f32,  # noqa: E402
                                  to_save_dtype)
 
 SEED = 20260521
@@ -134,49 +133,6 @@ MODELS = [
 
 
 # ---------------------------------------------------------------- kernels
-
-def closure_cell(fn, name):
-    for cell_name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
-        if cell_name == name:
-            return cell
-    raise RuntimeError(f"no closure variable {name} in {fn}")
-
-
-class CallCounter:
-    """Counts the calls of the pure-torch gated-delta / conv functions of modeling_qwen3_5.
-
-    Each entry point is a fallback wrapper (inside a `kernels` Func module when that package is
-    installed) whose `implementation` must be the torch function itself (no FLA or
-    causal_conv1d package). The counter is put in that very place, so a count only grows when
-    the torch code runs: a hub kernel or package taking over would leave it at zero, and the
-    generator demands non-zero counts for prefill (chunked) and decode (recurrent)."""
-
-    NAMES = ["torch_chunk_gated_delta_rule", "torch_recurrent_gated_delta_rule",
-             "causal_conv1d_fn", "causal_conv1d_update"]
-
-    def __init__(self):
-        self.counts = {n: 0 for n in self.NAMES}
-        for n in self.NAMES:
-            entry = getattr(mq, n)
-            wrapped = closure_cell(type(entry).forward, "func").cell_contents \
-                if isinstance(entry, torch.nn.Module) else entry
-            cell = closure_cell(wrapped, "implementation")
-            if cell.cell_contents is not wrapped.__wrapped__:
-                raise RuntimeError(f"{n} resolves to a non-torch kernel: {cell.cell_contents}")
-            cell.cell_contents = self._make(n, cell.cell_contents)
-
-    def _make(self, n, fn):
-        def counted(*a, **k):
-            self.counts[n] += 1
-            return fn(*a, **k)
-        return counted
-
-    def take(self):
-        c = dict(self.counts)
-        for n in self.counts:
-            self.counts[n] = 0
-        return c
-
 
 # ---------------------------------------------------------------- pictures
 

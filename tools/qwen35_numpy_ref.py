@@ -59,7 +59,8 @@ def rope(x, pos, rot, theta):
     return out
 
 
-def attention(m, L, x):
+def attention(m, L, x, rotate=None):
+    """rotate(x, rot, theta): the rotary positions (default: RoPE at positions 0..T-1)."""
     c, w, p = m["cfg"], m["w"], m["prefix"] + f"layers.{L}.self_attn."
     T = x.shape[0]
     nh, nkv, d = c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"]
@@ -72,8 +73,10 @@ def attention(m, L, x):
     v = (x @ w[p + "v_proj.weight"].T).reshape(T, nkv, d)
     q = rms1p(q, w[p + "q_norm.weight"], eps)
     k = rms1p(k, w[p + "k_norm.weight"], eps)
-    pos = np.arange(T)
-    q, k = rope(q, pos, rot, rp["rope_theta"]), rope(k, pos, rot, rp["rope_theta"])
+    if rotate is None:
+        def rotate(y, r, theta):
+            return rope(y, np.arange(T), r, theta)
+    q, k = rotate(q, rot, rp["rope_theta"]), rotate(k, rot, rp["rope_theta"])
     out = np.zeros((T, nh, d))
     group = nh // nkv
     mask = np.triu(np.full((T, T), -np.inf), 1)

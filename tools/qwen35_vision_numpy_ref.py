@@ -241,32 +241,6 @@ def mrope(x, pos3, rot, theta):
     return out
 
 
-def attention_mrope(m, L, x, pos3):
-    c, w, p = m["tcfg"], m["w"], m["prefix"] + f"layers.{L}.self_attn."
-    T = x.shape[0]
-    nh, nkv, d = c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"]
-    eps = c["rms_norm_eps"]
-    rp = c["rope_parameters"]
-    rot = int(d * rp.get("partial_rotary_factor", 1.0))
-    qg = (x @ w[p + "q_proj.weight"].T).reshape(T, nh, 2 * d)
-    q, gate = qg[..., :d], qg[..., d:].reshape(T, nh * d)
-    k = (x @ w[p + "k_proj.weight"].T).reshape(T, nkv, d)
-    v = (x @ w[p + "v_proj.weight"].T).reshape(T, nkv, d)
-    q = text_ref.rms1p(q, w[p + "q_norm.weight"], eps)
-    k = text_ref.rms1p(k, w[p + "k_norm.weight"], eps)
-    q, k = mrope(q, pos3, rot, rp["rope_theta"]), mrope(k, pos3, rot, rp["rope_theta"])
-    out = np.zeros((T, nh, d))
-    group = nh // nkv
-    mask = np.triu(np.full((T, T), -np.inf), 1)
-    for h in range(nh):
-        s = q[:, h] @ k[:, h // group].T / np.sqrt(d) + mask
-        s = np.exp(s - s.max(-1, keepdims=True))
-        s /= s.sum(-1, keepdims=True)
-        out[:, h] = s @ v[:, h // group]
-    out = out.reshape(T, nh * d) * text_ref.sigmoid(gate)
-    return out @ w[p + "o_proj.weight"].T
-
-
 def mm_forward(m, ids, image_embeds, pos3):
     """Logits [n, V]: token embeddings with the image pad rows replaced, in order, by the
     concatenated merger outputs; decoder with MRoPE positions pos3 [3, n]."""
@@ -284,7 +258,7 @@ def mm_forward(m, ids, image_embeds, pos3):
         p = pre + f"layers.{L}."
         x = text_ref.rms1p(h, w[p + "input_layernorm.weight"], eps)
         h = h + (text_ref.deltanet(tm, L, x) if kind == "linear_attention"
-                 else attention_mrope(m, L, x, pos3))
+                 else text_ref.attention(tm, L, x, lambda y, r, th: mrope(y, pos3, r, th)))
         x = text_ref.rms1p(h, w[p + "post_attention_layernorm.weight"], eps)
         mg_, mu = x @ w[p + "mlp.gate_proj.weight"].T, x @ w[p + "mlp.up_proj.weight"].T
         h = h + (text_ref.silu(mg_) * mu) @ w[p + "mlp.down_proj.weight"].T

@@ -158,15 +158,8 @@ typedef struct {
  * 2u is clamped to [-80, 80], where the factor is 0 or 1 in fp32 anyway. */
 #define GELU_CHUNK 256
 
-/* o[i] = act(g[i]) * u[i] for i in [0, n); o may be g. */
-static void glu_span(const cpu_seq_kernels *k, bool gelu, const float *g, const float *u, float *o,
-                     int64_t n) {
-    if (!gelu) {
-        k->silu(g, o, (int)n);
-        for (int64_t i = 0; i < n; i++)
-            o[i] *= u[i];
-        return;
-    }
+void cpu_gelu_tanh_mul(const cpu_seq_kernels *k, const float *g, const float *u, float *o,
+                       int64_t n) {
     float e[GELU_CHUNK];
     for (int64_t i0 = 0; i0 < n; i0 += GELU_CHUNK) {
         int m = n - i0 < GELU_CHUNK ? (int)(n - i0) : GELU_CHUNK;
@@ -177,8 +170,20 @@ static void glu_span(const cpu_seq_kernels *k, bool gelu, const float *g, const 
         }
         k->exp_sum(e, m);
         for (int i = 0; i < m; i++)
-            o[i0 + i] = g[i0 + i] * (e[i] / (1.0f + e[i])) * u[i0 + i];
+            o[i0 + i] = g[i0 + i] * (e[i] / (1.0f + e[i])) * (u ? u[i0 + i] : 1.0f);
     }
+}
+
+/* o[i] = act(g[i]) * u[i] for i in [0, n); o may be g. */
+static void glu_span(const cpu_seq_kernels *k, bool gelu, const float *g, const float *u, float *o,
+                     int64_t n) {
+    if (gelu) {
+        cpu_gelu_tanh_mul(k, g, u, o, n);
+        return;
+    }
+    k->silu(g, o, (int)n);
+    for (int64_t i = 0; i < n; i++)
+        o[i] *= u[i];
 }
 
 /* columns [c0, c1) of every token's row (a glu_job; matmul_glu's pair) */

@@ -45,6 +45,11 @@ extern const cpu_seq_kernels cpu_seq_scalar, cpu_seq_avx2, cpu_seq_avx512;
 void cpu_gdn_step_cols_scalar(float *S, int dk, int dv, int c0, int c1, const float *q,
                               const float *k, const float *v, float decay, float beta, float *o);
 
+/* o[i] = gelu_tanh(g[i]) * (u ? u[i] : 1) for i < n through k's vector exp (ops_basic.c: the
+ * tanh-approximate GELU of the gated MLPs and of a vision tower); o may be g. */
+void cpu_gelu_tanh_mul(const cpu_seq_kernels *k, const float *g, const float *u, float *o,
+                       int64_t n);
+
 /* The set for isa, or the nearest lower one this CPU supports. */
 const cpu_seq_kernels *cpu_seq_pick(cpu_isa isa);
 

@@ -80,25 +80,6 @@ typedef struct {
     const cpu_seq_kernels *k;
 } bias_act_job;
 
-enum { ACT_CHUNK = 256 };
-
-/* GELU with the tanh approximation as the decoders' gated MLPs compute it (ops_basic.c):
- * x * e / (1 + e), e = exp(2u), u = sqrt(2/pi) (x + 0.044715 x^3), 2u clamped to [-80, 80]. */
-static void gelu_tanh_span(const cpu_seq_kernels *k, float *x, int n) {
-    float e[ACT_CHUNK];
-    for (int i0 = 0; i0 < n; i0 += ACT_CHUNK) {
-        int m = n - i0 < ACT_CHUNK ? n - i0 : ACT_CHUNK;
-        for (int i = 0; i < m; i++) {
-            float v = x[i0 + i];
-            float a = 2.0f * 0.7978845608028654f * (v + 0.044715f * v * v * v);
-            e[i] = a > 80.0f ? 80.0f : a < -80.0f ? -80.0f : a;
-        }
-        k->exp_sum(e, m);
-        for (int i = 0; i < m; i++)
-            x[i0 + i] *= e[i] / (1.0f + e[i]);
-    }
-}
-
 static void bias_act_task(void *p, int ith, int nth) {
     const bias_act_job *j = p;
     long lo, hi;
@@ -108,8 +89,8 @@ static void bias_act_task(void *p, int ith, int nth) {
         if (j->bias)
             for (int i = 0; i < j->dim; i++)
                 x[i] += j->bias[i];
-        if (j->act == TS_ACT_GELU_TANH)
-            gelu_tanh_span(j->k, x, j->dim);
+        if (j->act == TS_ACT_GELU_TANH) /* as the decoders' gated MLPs compute it */
+            cpu_gelu_tanh_mul(j->k, x, NULL, x, j->dim);
         else if (j->act == TS_ACT_GELU_ERF) /* PyTorch's exact GELU: x/2 (1 + erf(x / sqrt 2)) */
             for (int i = 0; i < j->dim; i++)
                 x[i] = 0.5f * x[i] * (1.0f + erff(x[i] * 0.70710678118654752f));
