@@ -237,31 +237,49 @@ static int restore_prefix(serve_decoder *d, serve_lane *ln, const serve_job *j, 
 
 static void lane_end(serve_decoder *d, serve_lane *ln, serve_finish how, ts_status st);
 
-ts_status serve_decoder_encode_images(serve_decoder *d, serve_images *im) {
-    ts_engine *e = d->o.engine;
+ts_status serve_decoder_encode_next(serve_decoder *d, serve_images *im) {
     int n_embd = d->o.n_embd;
-    if (im->embd) return TS_OK;
-    float *embd = malloc((size_t)(im->n_rows > 0 ? im->n_rows : 1) * n_embd * sizeof *embd);
-    if (!embd) return ts_error(TS_ERR_NOMEM, "out of memory for the images' embeddings");
+    if (im->n_encoded == im->n) return TS_OK;
+    if (!im->rows_buf) {
+        im->rows_buf = malloc((size_t)(im->n_rows > 0 ? im->n_rows : 1) * n_embd * sizeof(float));
+        if (!im->rows_buf) return ts_error(TS_ERR_NOMEM, "out of memory for the images' rows");
+    }
     size_t at = 0;
-    for (int k = 0; k < im->n; k++) {
-        if (!im->img[k]) {
-            free(embd);
-            return ts_error(TS_ERR_INVALID, "image %d is gone", k);
-        }
-        ts_status st = ts_engine_encode_image(e, im->img[k], &im->plan[k], embd + at * n_embd);
-        if (st != TS_OK) {
-            free(embd);
-            return st;
-        }
+    for (int k = 0; k < im->n_encoded; k++)
         at += (size_t)im->plan[k].n_tokens;
-    }
-    for (int k = 0; k < im->n; k++) {
-        ts_image_free(im->img[k]);
-        im->img[k] = NULL;
-    }
-    im->embd = embd;
+    int k = im->n_encoded;
+    if (!im->img[k]) return ts_error(TS_ERR_INVALID, "image %d is gone", k);
+    TS_TRY(
+        ts_engine_encode_image(d->o.engine, im->img[k], &im->plan[k], im->rows_buf + at * n_embd));
+    ts_image_free(im->img[k]); /* its rows are all that is needed now */
+    im->img[k] = NULL;
+    if (++im->n_encoded == im->n) im->embd = im->rows_buf;
     return TS_OK;
+}
+
+ts_status serve_decoder_encode_images(serve_decoder *d, serve_images *im) {
+    while (im->n_encoded < im->n)
+        TS_TRY(serve_decoder_encode_next(d, im));
+    return TS_OK;
+}
+
+/* One image of the oldest lane whose images still need the tower: one image a step, so the
+ * other lanes' decode steps go on between the images of a request (each image still holds
+ * them for its own time). */
+static void encode_step(serve_decoder *d) {
+    serve_lane *next = NULL;
+    for (int l = 0; l < d->o.n_lanes; l++) {
+        serve_lane *ln = &d->lane[l];
+        if (ln->job && ln->encoding && (!next || ln->used < next->used)) next = ln;
+    }
+    if (!next) return;
+    ts_status st = serve_decoder_encode_next(d, &next->job->images);
+    if (st != TS_OK) {
+        next->slot_known = false;
+        lane_end(d, next, SERVE_FINISH_ERROR, st);
+    } else if (next->job->images.n_encoded == next->job->images.n) {
+        next->encoding = false;
+    }
 }
 
 static void lane_first_token(serve_decoder *d, serve_lane *ln, float *logits);
@@ -330,7 +348,8 @@ static void prefill_lanes(serve_decoder *d) {
         serve_lane *next = NULL; /* the oldest lane still prefilling that is not in yet */
         for (int l = 0; l < d->o.n_lanes; l++) {
             serve_lane *ln = &d->lane[l];
-            if (ln->job && !ln->decoding && ln->used > after && (!next || ln->used < next->used))
+            if (ln->job && !ln->decoding && !ln->encoding && ln->used > after &&
+                (!next || ln->used < next->used))
                 next = ln;
         }
         if (!next) break;
@@ -545,15 +564,9 @@ void serve_decoder_start(serve_decoder *d, int l, serve_job *j) {
 
     int start = restore_prefix(d, ln, j, held);
     /* the images run through the vision tower only when their tokens must (a restored prefix
-     * that holds them needs none); this holds the worker for the tower's time */
-    if (start < j->n_ids && serve_images_needed_after(&j->images, start, j->n_ids)) {
-        ts_status st = serve_decoder_encode_images(d, &j->images);
-        if (st != TS_OK) {
-            ln->slot_known = false;
-            lane_end(d, ln, SERVE_FINISH_ERROR, st);
-            return;
-        }
-    }
+     * that holds them needs none): one image a step (encode_step), before the prompt's prefill */
+    ln->encoding = start < j->n_ids && serve_images_needed_after(&j->images, start, j->n_ids) &&
+                   j->images.n_encoded < j->images.n;
     pthread_mutex_lock(&j->mu);
     j->prompt_tokens = j->n_ids;
     j->cached_tokens = start;
@@ -572,6 +585,7 @@ void serve_decoder_step(serve_decoder *d) {
         if (ln->job && cancelled(ln->job)) /* a prompt's cancellation is seen between chunks */
             lane_end(d, ln, SERVE_FINISH_CANCELLED, TS_OK);
     }
+    encode_step(d);
     prefill_lanes(d);
     int n = 0, n_top = -1;
     bool any_constrained = false, any_shift = false;

@@ -75,6 +75,7 @@ typedef struct {
     int n_top;      /* alternatives the job wants (when want_lp) */
     int prefill_at; /* the next prompt token to run through the model */
     bool decoding;  /* the prompt is in and the first token out: in the decode steps */
+    bool encoding;  /* the job's images still need the vision tower (one a step) */
     int k;          /* tokens out */
     int32_t last;   /* the last token out: the next step's input */
 
@@ -124,8 +125,10 @@ ts_status serve_decoder_init(serve_decoder *d, const serve_decoder_opts *o, serv
 /* Ends nothing: the worker has ended every job first. Drops the idle work's references. */
 void serve_decoder_free(serve_decoder *d);
 
-/* Runs the vision tower over every image of im (the job's), into im->embd, and frees the
- * decoded pictures. */
+/* Runs the vision tower over the next image of im (the job's) not yet encoded, into its rows,
+ * and frees that picture; im->embd is set once all are. serve_decoder_encode_images: all that
+ * are left. */
+ts_status serve_decoder_encode_next(serve_decoder *d, serve_images *im);
 ts_status serve_decoder_encode_images(serve_decoder *d, serve_images *im);
 /* The free lane for j: the one already holding the longest prefix of its prompt, else one
  * without idle work pending, the least recently used first; -1 when every lane is busy. */

@@ -29,7 +29,9 @@ typedef struct {
     int *row;          /* [n_ids] the embedding row of an image token, else -1 */
     int n_ids;
     int n_rows;  /* image tokens in all */
-    float *embd; /* [n_rows][n_embd] once encoded (serve_decoder_encode_images); NULL before */
+    float *embd; /* [n_rows][n_embd] once every image is encoded (serve/decode.c); NULL before */
+    float *rows_buf; /* where the rows are written, image by image (embd once complete) */
+    int n_encoded;   /* images whose rows are in rows_buf */
 } serve_images;
 
 /* The key of token j of an image with pixel hash h. */
