@@ -12,7 +12,7 @@ static const struct {
     {"run", cmd_run,
      "run -m MODEL (--ids 1,2,3 | -p TEXT [--special]) -n N [--temp T] "
      "[--top-k K] [--top-p P] [--min-p P] [--seed S] [--threads K] [--print-ids] "
-     "[--ignore-eos] [--json | --json-schema FILE | --grammar FILE]"},
+     "[--ignore-eos] [--json | --json-schema FILE | --grammar FILE] [--image FILE ...]"},
     {"chat", cmd_chat,
      "chat -m MODEL [--system TEXT] [--think] [-n MAX] [--temp T] [--top-k K] "
      "[--top-p P] [--min-p P] [--seed S] [--threads K]"},
@@ -21,7 +21,7 @@ static const struct {
      "[--max-pending 32] [--parallel N (4 cpu, 16 cuda)] [--max-tokens-cap N] [--threads K] "
      "[--api-key KEY] "
      "[--alias NAME] [--cache-mb 1024] [--max-body-kb 4096] [--drain-ms 10000] "
-     "[--device cpu|cuda] [--prefill-chunk N]"},
+     "[--device cpu|cuda] [--prefill-chunk N] [--image-max-pixels N]"},
     {"ppl", cmd_ppl,
      "ppl -m MODEL -f FILE [--ctx 512] [--stride 256] [--max-tokens N] "
      "[--threads K]"},
@@ -36,7 +36,7 @@ static const struct {
      "quantize IN OUT.gguf --type q8_0|q4_0|q4_k_m|f16|bf16|f32 "
      "[--threads K]"},
     {"synth", cmd_synth,
-     "synth --arch qwen35 --preset 0.8b|2b -o DIR [--dtype bf16|f16|f32] "
+     "synth --arch qwen35 --preset 0.8b|2b|tiny[-vl] -o DIR [--dtype bf16|f16|f32] "
      "[--seed S]"},
 };
 
