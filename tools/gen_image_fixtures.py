@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Writes tests/fixtures/image/: small PNG, JPEG and WebP files, what PIL decodes them to after
 Hugging Face's convert-to-RGB rule (transformers.image_transforms.convert_to_rgb: grey and
-palette expanded, alpha composited over white), and PIL BICUBIC resizes of two of them, as raw
+palette expanded, alpha composited over white; a JPEG's EXIF orientation applied first, as
+transformers.image_utils.load_image applies it with ImageOps.exif_transpose), and PIL BICUBIC resizes of two of them, as raw
 RGB (.rgb: height rows of width pixels, 3 bytes each), with manifest.json saying what is what.
 tests/unit/test_image.c checks src/image/ against them byte for byte.
 
@@ -21,7 +22,7 @@ import sys
 import zlib
 
 import numpy as np
-from PIL import Image, features
+from PIL import Image, ImageOps, features
 
 OUT = "tests/fixtures/image"
 SEED = 20260514
@@ -171,7 +172,46 @@ def sources(rng):
                 encoded(Image.fromarray(np.dstack([small, a40]), "RGBA"), "WEBP", quality=75,
                         alpha_quality=100, method=4),
                 "WebP lossy with alpha"))
+
+    # EXIF orientation (transformers' load_image applies ImageOps.exif_transpose): 24x16, not
+    # square, so a wrong rotation changes the size or the bytes
+    for k in range(2, 9):
+        exif = Image.Exif()
+        exif[0x0112] = k
+        out.append((f"jpeg_exif_orient{k}.jpg",
+                    encoded(Image.fromarray(tiny), "JPEG", quality=90, exif=exif),
+                    f"JPEG with EXIF orientation {k}"))
+    # Pillow writes big-endian ("MM") EXIF; the same orientation 6 little-endian ("II"), with a
+    # second IFD0 entry before it
+    le = b"II*\0" + struct.pack("<IH", 8, 2) + struct.pack("<HHI4s", 0x010F, 2, 4, b"Cam\0") \
+        + struct.pack("<HHIHH", 0x0112, 3, 1, 6, 0) + struct.pack("<I", 0)
+    out.append(("jpeg_exif_orient6_le.jpg",
+                exif_replaced(encoded(Image.fromarray(tiny), "JPEG", quality=90, exif=exif),
+                              b"Exif\0\0" + le),
+                "JPEG with a little-endian EXIF block, orientation 6"))
+    out.append(("jpeg_exif_bad.jpg", exif_garbled(encoded(Image.fromarray(tiny), "JPEG",
+                                                          quality=90, exif=exif)),
+                "JPEG with a damaged EXIF block (IFD0 cut before its Orientation entry): "
+                "orientation 1"))
     return out
+
+
+def exif_replaced(jpg, body):
+    """jpg with its APP1 segment's contents replaced by body."""
+    at = jpg.index(b"\xff\xe1")
+    n = struct.unpack(">H", jpg[at + 2:at + 4])[0]
+    return jpg[:at + 2] + struct.pack(">H", len(body) + 2) + body + jpg[at + 2 + n:]
+
+
+def exif_garbled(jpg):
+    """jpg (with an APP1 Exif block whose IFD0 holds one entry, Orientation) with that block
+    cut inside the entry (the marker length adjusted, so the JPEG itself stays well-formed) and
+    a stray 0xFF byte: PIL reads no orientation from it."""
+    at = jpg.index(b"\xff\xe1")
+    n = struct.unpack(">H", jpg[at + 2:at + 4])[0]
+    body = jpg[at + 4:at + 2 + n]
+    assert body[:16] == b"Exif\0\0MM\0*\0\0\0\x08\0\x01" and body[16:18] == b"\x01\x12", body[:20]
+    return exif_replaced(jpg, body[:6 + 8 + 2 + 7] + b"\xff")
 
 
 def hf_rgb(data):
@@ -180,6 +220,8 @@ def hf_rgb(data):
     PIL's alpha_composite, otherwise convert("RGB"))."""
     im = Image.open(io.BytesIO(data))
     im.load()
+    # transformers.image_utils.load_image: every image it loads is made upright
+    im = ImageOps.exif_transpose(im)
     if "A" in im.getbands() or im.info.get("transparency") is not None:
         bg = Image.new("RGBA", im.size, (255, 255, 255, 255))
         rgb = Image.alpha_composite(bg, im.convert("RGBA")).convert("RGB")
@@ -187,8 +229,14 @@ def hf_rgb(data):
         rgb = im.convert("RGB")
     try:  # the rule above is transformers' own: check it against the installed one
         from transformers.image_transforms import convert_to_rgb
-        ref = convert_to_rgb(Image.open(io.BytesIO(data)), return_numpy=True)
+        ref = convert_to_rgb(ImageOps.exif_transpose(Image.open(io.BytesIO(data))),
+                             return_numpy=True)
         assert np.array_equal(np.asarray(rgb), ref), "convert_to_rgb disagrees"
+        if "A" not in im.getbands() and im.info.get("transparency") is None:  # load_image too
+            import base64
+            from transformers.image_utils import load_image
+            url = "data:image/x;base64," + base64.b64encode(data).decode()
+            assert np.array_equal(np.asarray(rgb), np.asarray(load_image(url))), "load_image"
     except ImportError:
         pass
     return rgb, im.mode
@@ -250,6 +298,9 @@ def main():
         with open(os.path.join(OUT, name), "wb") as f:
             f.write(data)
         rgb, mode = hf_rgb(data)
+        if name == "jpeg_exif_bad.jpg":
+            plain = Image.open(io.BytesIO(data)).convert("RGB")
+            assert np.array_equal(np.asarray(rgb), np.asarray(plain)), "damaged EXIF applied"
         arr = np.asarray(rgb)
         decoded[name] = arr
         raw = name.rsplit(".", 1)[0] + ".rgb"

@@ -1,5 +1,5 @@
 /* What the image readers (image_png.c, image_jpeg.c, image_webp.c) share with image_decode.c:
- * the size limits, the output allocation, and the composite over white.
+ * the size limits, the output allocation, the composite over white, and EXIF orientation.
  *
  * Each reader takes a whole file in memory whose magic bytes image_decode.c has already
  * recognised, and produces an 8-bit RGB ts_image exactly as PIL plus Hugging Face's
@@ -32,6 +32,15 @@ static inline uint8_t img_over_white(unsigned v, unsigned a) {
     uint32_t t = (v * a + 255u * (255u - a)) * 128u + (0x80u << 7);
     return (uint8_t)((((t >> 8) + t) >> 8) >> 7);
 }
+
+/* EXIF orientation (image_orient.c), as transformers' load_image applies it with PIL's
+ * ImageOps.exif_transpose. img_exif_orientation reads tag 0x0112 of IFD0 from an EXIF block
+ * (a TIFF header, "II" or "MM", optionally after "Exif\0\0"), len bytes, as PIL reads it; it
+ * never fails: an absent, malformed or out-of-range value is 1. img_apply_orientation transposes
+ * img in place as PIL's exif_transpose does for orientations 2..8 (5..8 swap width and height);
+ * anything else leaves it alone. TS_ERR_NOMEM. */
+int img_exif_orientation(const uint8_t *exif, size_t len);
+ts_status img_apply_orientation(ts_image *img, int orientation);
 
 /* The readers: data is the whole file (len bytes, len >= the format's magic). On success *out
  * is a new image; on failure *out is untouched and the message names the format and the fault. */

@@ -9,13 +9,19 @@
  * caller's jpeg_ctx). Its warnings about corrupt entropy data are ignored, as PIL ignores them,
  * except the one for running out of data: PIL refuses a file that ends before its last row
  * ("image file is truncated") where libjpeg would pad it with grey. A file that ends after its
- * last row (no EOI marker) is read, as PIL reads it: jpeg_finish_decompress is not called. */
+ * last row (no EOI marker) is read, as PIL reads it: jpeg_finish_decompress is not called.
+ *
+ * EXIF orientation: the APP1 "Exif\0\0" segments are kept (jpeg_save_markers) and joined as
+ * PIL's JpegImagePlugin joins them (the first whole, the others without their "Exif\0\0"); the
+ * decoded image is then transposed as transformers' load_image does with exif_transpose
+ * (image_orient.c). A damaged or absent EXIF block is orientation 1, never an error. */
 #include "base/status.h"
 #include "image/image_int.h"
 
 #include <setjmp.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* jpeglib.h wants FILE and size_t declared before it */
 #include <jerror.h>
@@ -85,10 +91,44 @@ static void jpeg_row_rgb(const uint8_t *in, int n, int w, uint8_t *out) {
     }
 }
 
+/* The orientation PIL's getexif finds in the saved APP1 "Exif\0\0" segments; 1 without one.
+ * Called after the last libjpeg call, so no longjmp can skip the free. */
+static int jpeg_orientation(j_decompress_ptr ci) {
+    jpeg_saved_marker_ptr first = NULL;
+    size_t total = 0, count = 0;
+    jpeg_saved_marker_ptr m;
+    for (m = ci->marker_list; m; m = m->next) {
+        if (m->marker != JPEG_APP0 + 1 || m->data_length < 6 || memcmp(m->data, "Exif\0\0", 6))
+            continue;
+        if (!count++) {
+            first = m;
+            total = m->data_length;
+        } else {
+            total += m->data_length - 6;
+        }
+    }
+    if (count == 0) return 1;
+    if (count == 1) return img_exif_orientation(first->data, first->data_length);
+    uint8_t *all = malloc(total);
+    if (!all) return img_exif_orientation(first->data, first->data_length);
+    size_t at = 0;
+    for (m = ci->marker_list; m; m = m->next) {
+        if (m->marker != JPEG_APP0 + 1 || m->data_length < 6 || memcmp(m->data, "Exif\0\0", 6))
+            continue;
+        size_t skip = at ? 6 : 0;
+        memcpy(all + at, m->data + skip, m->data_length - skip);
+        at += m->data_length - skip;
+    }
+    int o = img_exif_orientation(all, total);
+    free(all);
+    return o;
+}
+
 /* The decoding proper; a libjpeg error leaves it by longjmp (to jpeg_run), abandoning its frame. */
 static ts_status jpeg_body(jpeg_ctx *c, const uint8_t *data, size_t len) {
     j_decompress_ptr ci = &c->ci;
     jpeg_mem_src(ci, data, (unsigned long)len);
+    jpeg_save_markers(ci, JPEG_APP0 + 1, 0xFFFF);
     jpeg_read_header(ci, TRUE);
     if (ci->data_precision != 8)
         return ts_error(TS_ERR_UNSUPPORTED, "JPEG: %d-bit samples (8-bit JPEGs are read)",
@@ -120,7 +160,7 @@ static ts_status jpeg_body(jpeg_ctx *c, const uint8_t *data, size_t len) {
             return ts_error(TS_ERR_FORMAT, "JPEG: no data for row %zu", y);
         jpeg_row_rgb(c->row, n, w, c->img->rgb + y * (size_t)w * 3);
     }
-    return TS_OK;
+    return img_apply_orientation(c->img, jpeg_orientation(ci));
 }
 
 /* Kept apart from jpeg_body so that no local variable lives across the setjmp. */

@@ -1,7 +1,8 @@
 /* Images (src/image/): every fixture of tests/fixtures/image/ decodes to exactly the bytes PIL
  * + Hugging Face's convert_to_rgb give, resizes equal PIL's Image.resize(BICUBIC) byte for byte,
  * and hostile input is refused with the right status: empty and unknown data, every truncation
- * of a PNG, a JPEG and a WebP, headers declaring huge images, damaged bytes. Every buffer given
+ * of a PNG, a JPEG and a WebP, headers declaring huge images, damaged bytes; JPEG EXIF
+ * orientations 2..8 applied (and a damaged EXIF block read as none). Every buffer given
  * to ts_image_decode is an exact-size heap copy, so an ASan build catches a read past the end. */
 #include "tessera.h"
 #include "testutil.h"
@@ -336,6 +337,115 @@ static void test_damage(json_t *manifest) {
     }
 }
 
+/* ---- EXIF orientation ---------------------------------------------------------------------- */
+
+/* The orientation fixtures are all there (test_decode_fixtures compares their bytes), 5..8
+ * turned on their side. */
+static void test_exif_fixtures(json_t *manifest) {
+    json_t *list = json_object_get(manifest, "decode"), *e;
+    size_t i;
+    int seen = 0;
+    json_array_foreach(list, i, e) {
+        const char *file = json_string_value(json_object_get(e, "file"));
+        int w = (int)json_integer_value(json_object_get(e, "width"));
+        int h = (int)json_integer_value(json_object_get(e, "height"));
+        int k;
+        if (sscanf(file, "jpeg_exif_orient%d", &k) == 1) {
+            seen++;
+            CHECKF(k >= 5 ? w == 16 && h == 24 : w == 24 && h == 16, "%s: %dx%d", file, w, h);
+        } else if (strcmp(file, "jpeg_exif_bad.jpg") == 0) {
+            seen++;
+            CHECKF(w == 24 && h == 16, "%s: %dx%d", file, w, h);
+        }
+    }
+    CHECKF(seen == 9, "%d EXIF fixtures in the manifest, 9 expected", seen);
+}
+
+/* jpeg_exif_orient6.jpg (24x16, orientation 6) with its APP1 segment replaced by the first cut
+ * bytes of body (the marker length set to match), decoded: the JPEG stays well-formed, so
+ * whatever the EXIF block holds the result is an image, 16x24 or 24x16. Returns the width, or 0
+ * on failure. */
+static int exif_variant(const uint8_t *jpg, size_t n, size_t app1, const uint8_t *body,
+                        size_t cut) {
+    size_t old = (size_t)jpg[app1 + 2] << 8 | jpg[app1 + 3];
+    size_t rest = app1 + 2 + old, m = app1 + 4 + cut + (n - rest);
+    uint8_t *v = malloc(m);
+    memcpy(v, jpg, app1 + 2);
+    v[app1 + 2] = (uint8_t)((cut + 2) >> 8);
+    v[app1 + 3] = (uint8_t)(cut + 2);
+    memcpy(v + app1 + 4, body, cut);
+    memcpy(v + app1 + 4 + cut, jpg + rest, n - rest);
+    ts_image *img;
+    ts_status st = decode_copy(v, m, &img);
+    free(v);
+    CHECKF(st == TS_OK, "EXIF variant (cut %zu): %s", cut, ts_last_error());
+    if (st != TS_OK) return 0;
+    int w = img->width;
+    CHECKF((img->width == 16 && img->height == 24) || (img->width == 24 && img->height == 16),
+           "EXIF variant (cut %zu): %dx%d", cut, img->width, img->height);
+    ts_image_free(img);
+    return w;
+}
+
+/* A damaged EXIF block is orientation 1, never an error: every cut of it (the entry is whole
+ * from 28 bytes on: "Exif\0\0", 8 of TIFF header, 2 of count, 12 of entry), absurd offsets and
+ * counts, and random bytes. */
+static void test_exif_damage(void) {
+    size_t n;
+    uint8_t *jpg = read_file("jpeg_exif_orient6.jpg", &n);
+    CHECK(jpg != NULL);
+    if (!jpg) return;
+    size_t app1 = 2;
+    while (app1 + 4 < n && !(jpg[app1] == 0xFF && jpg[app1 + 1] == 0xE1))
+        app1 += 2 + ((size_t)jpg[app1 + 2] << 8 | jpg[app1 + 3]);
+    CHECK(app1 + 4 < n && jpg[app1] == 0xFF && jpg[app1 + 1] == 0xE1);
+    if (!(app1 + 4 < n && jpg[app1 + 1] == 0xE1)) {
+        free(jpg);
+        return;
+    }
+    size_t len = ((size_t)jpg[app1 + 2] << 8 | jpg[app1 + 3]) - 2;
+    uint8_t body[256];
+    CHECK(len >= 32 && len <= sizeof body);
+    if (len < 32 || len > sizeof body) {
+        free(jpg);
+        return;
+    }
+    memcpy(body, jpg + app1 + 4, len);
+    CHECK(memcmp(body, "Exif\0\0MM", 8) == 0);
+    for (size_t cut = 0; cut <= len; cut++) {
+        int w = exif_variant(jpg, n, app1, body, cut);
+        CHECKF(w == (cut >= 28 ? 16 : 24), "EXIF cut at %zu: width %d", cut, w);
+    }
+    /* IFD offset, entry count, the entry's type and count, all at their largest: only the
+     * entry count keeps the orientation (PIL reads entries until the block ends) */
+    static const size_t at[] = {10, 14, 18, 20};
+    static const size_t width[] = {4, 2, 2, 4};
+    for (int k = 0; k < 4; k++) {
+        uint8_t b[256];
+        memcpy(b, body, len);
+        memset(b + at[k], 0xFF, width[k]);
+        CHECKF(exif_variant(jpg, n, app1, b, len) == (k == 1 ? 16 : 24),
+               "EXIF field at %zu all ones", at[k]);
+    }
+    /* SHORT count 3: out of line, at an offset past the block */
+    uint8_t b[256];
+    memcpy(b, body, len);
+    b[23] = 3;
+    CHECK(exif_variant(jpg, n, app1, b, len) == 24);
+    /* little-endian header on big-endian data: offset 0x08000000, past the block */
+    memcpy(b + 6, "II*\0", 4);
+    CHECK(exif_variant(jpg, n, app1, b, len) == 24);
+    unsigned long long rng = 0xe81fULL;
+    for (int round = 0; round < 300; round++) {
+        memcpy(b, body, len);
+        int flips = 1 + (int)(tu_rng_next(&rng) % 4);
+        for (int f = 0; f < flips; f++)
+            b[tu_rng_next(&rng) % len] = (uint8_t)tu_rng_next(&rng);
+        exif_variant(jpg, n, app1, b, len);
+    }
+    free(jpg);
+}
+
 int main(void) {
     snprintf(fixdir, sizeof fixdir, "%s/image", tu_env("TS_FIXTURES", "tests/fixtures"));
     char path[1100];
@@ -358,6 +468,8 @@ int main(void) {
     test_truncations("webp_lossless_alpha.webp", true);
     test_headers();
     test_damage(manifest);
+    test_exif_fixtures(manifest);
+    test_exif_damage();
     json_decref(manifest);
     return tu_report("test_image");
 }
