@@ -46,17 +46,22 @@ def softplus(x):
     return np.where(x > 20.0, x, np.log1p(np.exp(np.minimum(x, 20.0))))
 
 
-def rope(x, pos, rot, theta):
-    """Rotate-half RoPE on the first `rot` dims of each head; x is [T, H, d]."""
-    half = rot // 2
-    inv = theta ** (-np.arange(half, dtype=np.float64) * 2.0 / rot)
-    ang = np.asarray(pos, dtype=np.float64)[:, None] * inv[None, :]
+def rotate_half(x, ang):
+    """Rotate-half rotation of the first 2 * half dims of each head by angles ang [T, half]
+    (pair (j, j + half) by ang[:, j]); x is [T, H, d]."""
+    half = ang.shape[1]
     c, s = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
-    a, b = x[..., :half], x[..., half:rot]
+    a, b = x[..., :half], x[..., half:2 * half]
     out = x.copy()
     out[..., :half] = a * c - b * s
-    out[..., half:rot] = b * c + a * s
+    out[..., half:2 * half] = b * c + a * s
     return out
+
+
+def rope(x, pos, rot, theta):
+    """Rotate-half RoPE on the first `rot` dims of each head; x is [T, H, d]."""
+    inv = theta ** (-np.arange(rot // 2, dtype=np.float64) * 2.0 / rot)
+    return rotate_half(x, np.asarray(pos, dtype=np.float64)[:, None] * inv[None, :])
 
 
 def attention(m, L, x, rotate=None):

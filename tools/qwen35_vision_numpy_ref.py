@@ -165,11 +165,9 @@ def vision_forward(m, pixels, grid, align_corners=True, swap_rope_axes=False,
     if swap_rope_axes:
         rows, cols = cols, rows
     ang = np.concatenate([rows[:, None] * inv[None], cols[:, None] * inv[None]], axis=1)  # [n, d/2]
-    cos, sin = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
 
     def rot(v):  # v [n, heads, d]
-        a, b = v[..., :d // 2], v[..., d // 2:]
-        return np.concatenate([a * cos - b * sin, b * cos + a * sin], axis=-1)
+        return text_ref.rotate_half(v, ang)
 
     # 4. pre-LN blocks, bidirectional attention over this image's patches
     for j in range(vc["depth"]):
@@ -233,12 +231,7 @@ def mrope(x, pos3, rot, theta):
     inv = theta ** (-np.arange(half, dtype=np.float64) * 2.0 / rot)
     sel = np.arange(half) % 3
     ang = np.asarray(pos3, dtype=np.float64)[sel, :].T * inv[None, :]  # [n, half]
-    c, s = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
-    a, b = x[..., :half], x[..., half:rot]
-    out = x.copy()
-    out[..., :half] = a * c - b * s
-    out[..., half:rot] = b * c + a * s
-    return out
+    return text_ref.rotate_half(x, ang)
 
 
 def mm_forward(m, ids, image_embeds, pos3):

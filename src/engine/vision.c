@@ -3,10 +3,14 @@
 
 #include "engine/engine_int.h"
 
+/* The backend ops a vision tower runs on (backend.h: all four or none). */
+static bool backend_runs_vision(const ts_backend_ops *op) {
+    return op->rope_cs && op->layernorm && op->bias_act && op->attention_full;
+}
+
 bool ts_engine_vision(const ts_engine *e) {
-    const ts_backend_ops *op = e->be->ops;
-    return e->model->arch->encode_image && ts_model_vision(e->model, NULL) && op->rope_cs &&
-           op->layernorm && op->bias_act && op->attention_full;
+    return e->model->arch->encode_image && ts_model_vision(e->model, NULL) &&
+           backend_runs_vision(e->be->ops);
 }
 
 ts_status ts_engine_encode_image(ts_engine *e, const ts_image *img, const ts_image_plan *p,
@@ -14,6 +18,9 @@ ts_status ts_engine_encode_image(ts_engine *e, const ts_image *img, const ts_ima
     ts_vision_info vi;
     if (!e->model->arch->encode_image || !ts_model_vision(e->model, &vi))
         return ts_error(TS_ERR_UNSUPPORTED, "the model takes no images");
+    if (!backend_runs_vision(e->be->ops))
+        return ts_error(TS_ERR_UNSUPPORTED, "the %s backend runs no vision tower",
+                        e->be->ops->name);
     if (!img || !img->rgb || img->width < 1 || img->height < 1)
         return ts_error(TS_ERR_INVALID, "no image");
     ts_image_plan plan;

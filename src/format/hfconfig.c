@@ -223,23 +223,36 @@ ts_status ts_hfconfig_str_opt(const ts_hfconfig *c, const char *key, const char 
     return hfc_str_of(c, key, v, out);
 }
 
+/* The typed array readers' shared part: v (key's value) must be an array whose every item
+ * passes ok; the error names the first item that does not (expected `item`). */
+static bool hfc_is_string(const json_t *x) { return json_is_string(x); }
+static bool hfc_is_integer(const json_t *x) { return json_is_integer(x); }
+static bool hfc_is_number(const json_t *x) { return json_is_number(x); }
+
+static ts_status hfc_items(const ts_hfconfig *c, const char *key, const json_t *v,
+                           const char *whole, bool (*ok)(const json_t *), const char *item) {
+    if (!json_is_array(v)) return hfc_wrong(c, key, whole, v);
+    if (json_array_size(v) > INT32_MAX) return hfc_wrong(c, key, "a shorter array", v);
+    for (size_t i = 0; i < json_array_size(v); i++) {
+        const json_t *x = json_array_get(v, i);
+        if (!ok(x)) {
+            char got[64];
+            return ts_error(TS_ERR_FORMAT, "%s: field '%s': item %zu: expected %s, got %s", c->path,
+                            key, i, item, hfc_brief(x, got, sizeof got));
+        }
+    }
+    return TS_OK;
+}
+
 ts_status ts_hfconfig_str_array(const ts_hfconfig *c, const char *key, const char **items, int cap,
                                 int *n) {
     *n = 0;
     const json_t *v = hfc_find(c, key);
     if (!v) return hfc_missing(c, key);
-    if (!json_is_array(v)) return hfc_wrong(c, key, "an array of strings", v);
-    if (json_array_size(v) > INT32_MAX) return hfc_wrong(c, key, "a shorter array", v);
-    for (size_t i = 0; i < json_array_size(v); i++) {
-        const json_t *s = json_array_get(v, i);
-        if (!json_is_string(s)) {
-            char got[64];
-            return ts_error(TS_ERR_FORMAT, "%s: field '%s': item %zu: expected a string, got %s",
-                            c->path, key, i, hfc_brief(s, got, sizeof got));
-        }
-        if ((int)i < cap) items[i] = json_string_value(s);
-    }
+    TS_TRY(hfc_items(c, key, v, "an array of strings", hfc_is_string, "a string"));
     *n = (int)json_array_size(v);
+    for (int i = 0; i < *n && i < cap; i++)
+        items[i] = json_string_value(json_array_get(v, i));
     return TS_OK;
 }
 
@@ -253,18 +266,11 @@ ts_status ts_hfconfig_int_array(const ts_hfconfig *c, const char *key, int64_t *
         *n = 1;
         return TS_OK;
     }
-    if (!json_is_array(v)) return hfc_wrong(c, key, "an integer or an array of integers", v);
-    if (json_array_size(v) > INT32_MAX) return hfc_wrong(c, key, "a shorter array", v);
-    for (size_t i = 0; i < json_array_size(v); i++) {
-        const json_t *x = json_array_get(v, i);
-        if (!json_is_integer(x)) {
-            char got[64];
-            return ts_error(TS_ERR_FORMAT, "%s: field '%s': item %zu: expected an integer, got %s",
-                            c->path, key, i, hfc_brief(x, got, sizeof got));
-        }
-        if ((int)i < cap) items[i] = (int64_t)json_integer_value(x);
-    }
+    TS_TRY(
+        hfc_items(c, key, v, "an integer or an array of integers", hfc_is_integer, "an integer"));
     *n = (int)json_array_size(v);
+    for (int i = 0; i < *n && i < cap; i++)
+        items[i] = (int64_t)json_integer_value(json_array_get(v, i));
     return TS_OK;
 }
 
@@ -273,17 +279,9 @@ ts_status ts_hfconfig_float_array(const ts_hfconfig *c, const char *key, double 
     *n = 0;
     const json_t *v = hfc_find(c, key);
     if (!v) return hfc_missing(c, key);
-    if (!json_is_array(v)) return hfc_wrong(c, key, "an array of numbers", v);
-    if (json_array_size(v) > INT32_MAX) return hfc_wrong(c, key, "a shorter array", v);
-    for (size_t i = 0; i < json_array_size(v); i++) {
-        const json_t *x = json_array_get(v, i);
-        if (!json_is_number(x)) {
-            char got[64];
-            return ts_error(TS_ERR_FORMAT, "%s: field '%s': item %zu: expected a number, got %s",
-                            c->path, key, i, hfc_brief(x, got, sizeof got));
-        }
-        if ((int)i < cap) items[i] = json_number_value(x);
-    }
+    TS_TRY(hfc_items(c, key, v, "an array of numbers", hfc_is_number, "a number"));
     *n = (int)json_array_size(v);
+    for (int i = 0; i < *n && i < cap; i++)
+        items[i] = json_number_value(json_array_get(v, i));
     return TS_OK;
 }

@@ -178,17 +178,17 @@ static void sleep_ms(int ms) {
     nanosleep(&ts, NULL);
 }
 
+/* The prompt as prefix reuse compares it: the ids, with image tokens as their keys. */
+static const int32_t *job_keys(const serve_job *j) {
+    return j->images.keys ? j->images.keys : j->ids;
+}
+
 /* How much of the new prompt the lane's slot already holds: seq[0, slot_len) of the lane's
  * previous job (its prompt and answer, or the prefix prepared for the next turn). A follow-up
  * that was already waiting when that job ended - before its state could be kept as a snapshot
  * - still starts there when it extends it (a continued completion, a chat turn whose template
  * renders the answer back as it was generated). Shorter than the prompt: its last token must
  * run for the logits. */
-/* The prompt as prefix reuse compares it: the ids, with image tokens as their keys. */
-static const int32_t *job_keys(const serve_job *j) {
-    return j->images.keys ? j->images.keys : j->ids;
-}
-
 static int held_prefix(const serve_decoder *d, const serve_lane *ln, const serve_job *j) {
     if (!ln->slot_known || d->o.cache->n == 0) return 0; /* --cache-mb 0: no prefix reuse */
     int held = ts_engine_slot_len(d->o.engine, ln->slot);
@@ -240,20 +240,19 @@ static void lane_end(serve_decoder *d, serve_lane *ln, serve_finish how, ts_stat
 ts_status serve_decoder_encode_next(serve_decoder *d, serve_images *im) {
     int n_embd = d->o.n_embd;
     if (im->n_encoded == im->n) return TS_OK;
-    if (!im->rows_buf) {
-        im->rows_buf = malloc((size_t)(im->n_rows > 0 ? im->n_rows : 1) * n_embd * sizeof(float));
-        if (!im->rows_buf) return ts_error(TS_ERR_NOMEM, "out of memory for the images' rows");
+    if (!im->embd) {
+        im->embd = malloc((size_t)(im->n_rows > 0 ? im->n_rows : 1) * n_embd * sizeof(float));
+        if (!im->embd) return ts_error(TS_ERR_NOMEM, "out of memory for the images' rows");
     }
     size_t at = 0;
     for (int k = 0; k < im->n_encoded; k++)
         at += (size_t)im->plan[k].n_tokens;
     int k = im->n_encoded;
     if (!im->img[k]) return ts_error(TS_ERR_INVALID, "image %d is gone", k);
-    TS_TRY(
-        ts_engine_encode_image(d->o.engine, im->img[k], &im->plan[k], im->rows_buf + at * n_embd));
+    TS_TRY(ts_engine_encode_image(d->o.engine, im->img[k], &im->plan[k], im->embd + at * n_embd));
     ts_image_free(im->img[k]); /* its rows are all that is needed now */
     im->img[k] = NULL;
-    if (++im->n_encoded == im->n) im->embd = im->rows_buf;
+    im->n_encoded++;
     return TS_OK;
 }
 

@@ -125,9 +125,8 @@ ts_status serve_decoder_init(serve_decoder *d, const serve_decoder_opts *o, serv
 /* Ends nothing: the worker has ended every job first. Drops the idle work's references. */
 void serve_decoder_free(serve_decoder *d);
 
-/* Runs the vision tower over the next image of im (the job's) not yet encoded, into its rows,
- * and frees that picture; im->embd is set once all are. serve_decoder_encode_images: all that
- * are left. */
+/* Runs the vision tower over the next image of im (the job's) not yet encoded, into its rows
+ * of im->embd, and frees that picture; serve_decoder_encode_images: every one left. */
 ts_status serve_decoder_encode_next(serve_decoder *d, serve_images *im);
 ts_status serve_decoder_encode_images(serve_decoder *d, serve_images *im);
 /* The free lane for j: the one already holding the longest prefix of its prompt, else one

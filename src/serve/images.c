@@ -112,6 +112,6 @@ void serve_images_free(serve_images *im) {
     free(im->keys);
     free(im->rope_pos);
     free(im->row);
-    free(im->rows_buf); /* embd is rows_buf once complete */
+    free(im->embd);
     memset(im, 0, sizeof *im);
 }

@@ -29,9 +29,10 @@ typedef struct {
     int *row;          /* [n_ids] the embedding row of an image token, else -1 */
     int n_ids;
     int n_rows;  /* image tokens in all */
-    float *embd; /* [n_rows][n_embd] once every image is encoded (serve/decode.c); NULL before */
-    float *rows_buf; /* where the rows are written, image by image (embd once complete) */
-    int n_encoded;   /* images whose rows are in rows_buf */
+    /* [n_rows][n_embd] the images' rows, written image by image (serve/decode.c): the first
+     * n_encoded images' are in; NULL before the first */
+    float *embd;
+    int n_encoded;
 } serve_images;
 
 /* The key of token j of an image with pixel hash h. */

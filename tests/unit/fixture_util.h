@@ -1,4 +1,5 @@
-/* Reading the Hugging Face reference fixtures (tests/fixtures/qwen35/<model>/ref/). */
+/* Reading the Hugging Face reference fixtures (tests/fixtures/qwen35/<model>/ref/), and test
+ * files in general. */
 #ifndef TS_FIXTURE_UTIL_H
 #define TS_FIXTURE_UTIL_H
 
@@ -7,6 +8,21 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* A whole file into a malloc'd buffer (one byte more than *n, for callers that terminate it);
+ * NULL when it cannot be opened. */
+static inline unsigned char *fx_read_file(const char *path, size_t *n) {
+    *n = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long sz = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    unsigned char *b = malloc(sz > 0 ? (size_t)sz + 1 : 1);
+    *n = fread(b, 1, sz > 0 ? (size_t)sz : 0, f);
+    fclose(f);
+    return b;
+}
 
 /* Reads whitespace-separated ints from line `line` (0-based) of a text file. */
 static inline int fx_read_ids(const char *path, int line, int32_t **ids, int *n) {

@@ -3,6 +3,7 @@
  * every truncation of a valid file, and random single-byte mutations that must never crash.
  * Buffers handed to ts_gguf_open_buffer are exact-size heap copies, so an ASan build catches any
  * read past the end. */
+#include "fixture_util.h"
 #include "format/gguf.h"
 #include "testutil.h"
 
@@ -22,18 +23,6 @@ static const char *tmp_path(const char *name) {
     char *p = buf[k++ % 8];
     snprintf(p, sizeof buf[0], "%s/%s", tmpdir, name);
     return p;
-}
-
-static unsigned char *read_all(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long sz = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    unsigned char *b = malloc((size_t)sz + 1);
-    *n = fread(b, 1, (size_t)sz, f);
-    fclose(f);
-    return b;
 }
 
 static bool has(const char *msg, const char *frag) { return !frag || strstr(msg, frag) != NULL; }
@@ -502,7 +491,7 @@ static void test_round_trip(uint32_t alignment) {
     rewrite(g, p2);
     ts_gguf_close(g);
     size_t n1, n2;
-    unsigned char *b1 = read_all(p1, &n1), *b2 = read_all(p2, &n2);
+    unsigned char *b1 = fx_read_file(p1, &n1), *b2 = fx_read_file(p2, &n2);
     CHECKF(b1 && b2 && n1 == n2 && memcmp(b1, b2, n1) == 0, "rewrite of %s differs", p1);
     /* The file ends at an alignment boundary (the last tensor is padded too). */
     CHECK(n1 % alignment == 0);
@@ -566,7 +555,7 @@ static void test_writer_errors(void) {
     CHECK(ts_gguf_writer_begin(w, p) == TS_OK && ts_gguf_writer_end(w) == TS_OK);
     ts_gguf_writer_free(w);
     size_t n;
-    unsigned char *b = read_all(p, &n);
+    unsigned char *b = fx_read_file(p, &n);
     CHECK(n == 32); /* header padded to the alignment */
     free(b);
     ts_gguf *g;
@@ -969,7 +958,7 @@ static void exercise(const unsigned char *data, size_t n, int *opened) {
 
 static void test_truncations(void) {
     size_t n;
-    unsigned char *full = read_all(tmp_path("b.gguf"), &n);
+    unsigned char *full = fx_read_file(tmp_path("b.gguf"), &n);
     CHECK(full != NULL);
     if (!full) return;
     ts_gguf *g;
@@ -1005,7 +994,7 @@ static void test_truncations(void) {
 
 static void test_mutations(int rounds) {
     size_t n;
-    unsigned char *full = read_all(tmp_path("a.gguf"), &n);
+    unsigned char *full = fx_read_file(tmp_path("a.gguf"), &n);
     CHECK(full != NULL);
     if (!full) return;
     ts_gguf *g;

@@ -4,6 +4,7 @@
  * of a PNG, a JPEG and a WebP, headers declaring huge images, damaged bytes; JPEG EXIF
  * orientations 2..8 applied (and a damaged EXIF block read as none). Every buffer given
  * to ts_image_decode is an exact-size heap copy, so an ASan build catches a read past the end. */
+#include "fixture_util.h"
 #include "tessera.h"
 #include "testutil.h"
 
@@ -19,15 +20,7 @@ static char fixdir[1024];
 static uint8_t *read_file(const char *name, size_t *n) {
     char path[1400];
     snprintf(path, sizeof path, "%s/%s", fixdir, name);
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long sz = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    uint8_t *b = malloc(sz > 0 ? (size_t)sz : 1);
-    *n = fread(b, 1, (size_t)sz, f);
-    fclose(f);
-    return b;
+    return fx_read_file(path, n);
 }
 
 /* Decodes an exact-size heap copy of the first n bytes of data. */

@@ -1,5 +1,6 @@
 /* safetensors: writer -> reader round trip, sharded sets, and a corpus of corrupt files built
  * byte by byte, each of which must be refused with its own precise message. */
+#include "fixture_util.h"
 #include "format/safetensors.h"
 #include "testutil.h"
 
@@ -61,18 +62,6 @@ static void write_raw_len(const char *path, uint64_t hlen, const char *hdr, size
 
 static void write_raw(const char *path, const char *hdr, size_t dlen) {
     write_raw_len(path, strlen(hdr), hdr, dlen);
-}
-
-static unsigned char *read_all(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long sz = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    unsigned char *b = malloc((size_t)sz + 1);
-    *n = fread(b, 1, (size_t)sz, f);
-    fclose(f);
-    return b;
 }
 
 /* Opening must fail with code and a message holding the path and every fragment. */
@@ -186,7 +175,7 @@ static void test_round_trip(void) {
                "temp file left behind");
 
         size_t n;
-        unsigned char *raw = read_all(path, &n);
+        unsigned char *raw = fx_read_file(path, &n);
         CHECK(raw && n >= 8);
         uint64_t hlen = 0;
         for (int i = 7; i >= 0; i--)
@@ -504,7 +493,7 @@ static void test_corrupt_files(void) {
 static void test_truncations(void) {
     const char *src = path_in(tmpdir, "rt.safetensors");
     size_t n;
-    unsigned char *raw = read_all(src, &n);
+    unsigned char *raw = fx_read_file(src, &n);
     CHECK(raw != NULL);
     if (!raw) return;
     const char *p = path_in(tmpdir, "trunc.safetensors");

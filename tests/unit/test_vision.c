@@ -40,18 +40,6 @@ static char *path_of(const char *dir, const char *fmt, int k) {
     return p;
 }
 
-static unsigned char *read_all(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    unsigned char *b = malloc((size_t)n + 1);
-    *len = fread(b, 1, (size_t)n, f);
-    fclose(f);
-    return b;
-}
-
 static double rel_err(const float *a, const float *ref, long n) {
     double e = 0, d = 0;
     for (long i = 0; i < n; i++)
@@ -80,7 +68,7 @@ static void check_images(vcase *c) {
         int nt = gh * gw / (M * M);
         ts_image_plan want = {gw * P, gh * P, gh, gw, nt};
         size_t len;
-        unsigned char *rgb = read_all(path_of(c->dir, "ref/image_%d.resized.rgb", k), &len);
+        unsigned char *rgb = fx_read_file(path_of(c->dir, "ref/image_%d.resized.rgb", k), &len);
         float *ref = fx_read_floats(path_of(c->dir, "ref/image_%d.embeds", k), (long)nt * D);
         CHECKF(rgb && len == (size_t)want.width * want.height * 3 && ref, "%s image %d fixture",
                c->dir, k);
@@ -91,7 +79,7 @@ static void check_images(vcase *c) {
         double err = rel_err(out, ref, (long)nt * D);
         CHECKF(err < 1e-5, "%s image %d: tower vs HF: %.3g", c->dir, k, err);
         /* the whole way from the file */
-        unsigned char *png = read_all(path_of(c->dir, "../images/image_%d.png", k), &len);
+        unsigned char *png = fx_read_file(path_of(c->dir, "../images/image_%d.png", k), &len);
         ts_image *dec = NULL;
         CHECK(png && ts_image_decode(png, len, &dec) == TS_OK);
         if (dec) {
