@@ -298,7 +298,8 @@ ts_status ts_vision_rope_positions(const ts_vision_info *v, const int32_t *ids, 
 /* Runs the vision tower over an image (resized here to plan's size; plan NULL: the model's own
  * plan for it, ts_vision_plan) and writes the plan's n_tokens rows of n_embd floats to out: the
  * embeddings of its image tokens (ts_batch.embd). TS_ERR_UNSUPPORTED for a model without a
- * vision tower, or a device that runs none (a GPU, for now: ts_engine_vision). */
+ * vision tower or a backend that runs none (ts_engine_vision), TS_ERR_RANGE where the output is
+ * not finite (a device that failed). */
 ts_status ts_engine_encode_image(ts_engine *engine, const ts_image *img, const ts_image_plan *plan,
                                  float *out);
 /* Whether the engine takes images: its model has a vision tower and its device runs it. */

@@ -3,6 +3,8 @@
 
 #include "engine/engine_int.h"
 
+#include <math.h>
+
 /* The backend ops a vision tower runs on (backend.h: all four or none). */
 static bool backend_runs_vision(const ts_backend_ops *op) {
     return op->rope_cs && op->layernorm && op->bias_act && op->attention_full;
@@ -34,5 +36,14 @@ ts_status ts_engine_encode_image(ts_engine *e, const ts_image *img, const ts_ima
         TS_TRY(ts_image_resize(img, plan.width, plan.height, &sized));
     ts_status st = e->model->arch->encode_image(e->model, e->be, sized ? sized : img, &plan, out);
     ts_image_free(sized);
+    if (st == TS_OK) { /* a failed device gives NaN (it says why on stderr): never rows of it */
+        ts_model_info mi;
+        ts_model_get_info(e->model, &mi);
+        size_t n = (size_t)plan.n_tokens * mi.n_embd;
+        for (size_t i = 0; i < n; i++)
+            if (!isfinite(out[i]))
+                return ts_error(TS_ERR_RANGE, "the vision tower's output is not finite (row %zu)",
+                                i / mi.n_embd);
+    }
     return st;
 }

@@ -334,9 +334,15 @@ ts_status qwen35_forward(void *p, const ts_fwd_batch *b, float *logits) {
 
     TS_TRY(ts_embed(be, q->embed, b, 1.0f, rt->x));
     if (b->embd) /* an image's rows in place of its tokens' embeddings */
-        for (int i = 0; i < n; i++)
+        for (int i = 0, run; i < n; i += run) {
+            /* rows that lie one after another on the host go up in one copy (a GPU's copies
+             * cost microseconds each; an image has up to thousands of rows) */
+            for (run = 1; b->embd[i] && i + run < n && b->embd[i + run] == b->embd[i] + run * D;)
+                run++;
             if (b->embd[i])
-                be->ops->upload(be, rt->x + (size_t)i * D, b->embd[i], (size_t)D * sizeof(float));
+                be->ops->upload(be, rt->x + (size_t)i * D, b->embd[i],
+                                (size_t)run * D * sizeof(float));
+        }
     if (b->rope_pos) mrope_table(rt, b);
     /* The residual stream x: each block reads it through its input norm (a backend may fold the
      * norm into the matmul that reads it; else it goes to h first) and adds its output to it in

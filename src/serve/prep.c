@@ -10,8 +10,7 @@ bool serve_read_images(const serve_runtime *rt, const serve_request *r, serve_im
         const serve_image_data *d = &r->images[k];
         if (!rt->vision)
             return serve_fail(e, 400, "unsupported_feature", d->param, "%s: %s", d->param,
-                              rt->vision_model ? "images are not run on this device yet (the "
-                                                 "CPU runs them)"
+                              rt->vision_model ? "this device runs no vision tower"
                                                : "this model takes no images");
         if (serve_images_add(im, &rt->vinfo, rt->image_max_pixels, d->data, d->len) != TS_OK)
             return serve_fail(e, 400, "invalid_value", d->param, "%s: %s", d->param,

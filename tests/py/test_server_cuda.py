@@ -49,9 +49,9 @@ def requests_for(srv):
     return out
 
 
-def serve_cuda(env, *args):
+def serve_cuda(env, *args, model=None):
     try:
-        return Server("--device", "cuda", *args, env=env)
+        return Server("--device", "cuda", *args, env=env, model=model)
     except RuntimeError as e:
         pytest.skip(f"no CUDA server: {str(e).splitlines()[-1] if str(e) else e}")
 
@@ -132,3 +132,43 @@ def test_requests_decode_together_on_the_gpu():
             assert top[0] - top[1] < 0.05, (b, k, top)
     for b, t in zip(sampled, together[len(greedy):]):
         assert t is not None and t["finish_reason"] in ("length", "stop")
+
+
+def test_images_on_the_gpu(tmp_path):
+    """A request with two images on the GPU: the tower runs there (no 400), the answer is the
+    one `tessera run --device cuda` gives for the same turn, and its log-probabilities are the
+    CPU server's within bf16-level noise up to the first near tie."""
+    import subprocess
+
+    from server_util import binary
+    from test_server_vision import DOTS, STRIPES, data_url, tiny_vl_model
+
+    (tmp_path / "a.png").write_bytes(STRIPES)
+    (tmp_path / "b.png").write_bytes(DOTS)
+    body = {"messages": [{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": data_url(STRIPES)}},
+        {"type": "image_url", "image_url": {"url": data_url(DOTS)}},
+        {"type": "text", "text": "compare them"}]}],
+        "temperature": 0, "max_tokens": 6, "return_token_ids": True, "ignore_eos": True,
+        "logprobs": True, "top_logprobs": 2}
+    answers = []
+    for gpu in (True, False):
+        with (serve_cuda({}, model=tiny_vl_model()) if gpu else
+              Server(model=tiny_vl_model())) as srv:
+            status, _, r = srv.post("/v1/chat/completions", body)
+            assert status == 200, r
+            answers.append(r["choices"][0])
+    out = subprocess.run([binary(), "run", "-m", tiny_vl_model(), "--device", "cuda",
+                          "--image", str(tmp_path / "a.png"), "--image", str(tmp_path / "b.png"),
+                          "-p", "compare them", "-n", "6", "--print-ids", "--ignore-eos"],
+                         capture_output=True, check=True, text=True)
+    gpu, cpu = answers
+    assert [int(t) for t in out.stdout.split()] == gpu["token_ids"]
+    ig, ic = gpu["token_ids"], cpu["token_ids"]
+    k = next((i for i in range(len(ig)) if ig[i] != ic[i]), len(ig))
+    lg = [t["logprob"] for t in gpu["logprobs"]["content"]]
+    lc = [t["logprob"] for t in cpu["logprobs"]["content"]]
+    assert all(abs(x - y) < 0.05 for x, y in zip(lg[:k], lc[:k])), (lg, lc)
+    if k < len(ic):
+        top = [t["logprob"] for t in cpu["logprobs"]["content"][k]["top_logprobs"]]
+        assert top[0] - top[1] < 0.05, (k, top)

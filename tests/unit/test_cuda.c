@@ -383,6 +383,76 @@ static void test_attention(void) {
     }
 }
 
+/* The image encoder's ops (backend.h's optional four) against the CPU's, on strided rows. */
+static void test_vision_ops(void) {
+    const ts_backend_ops *g = gpu->ops;
+    CHECKF(g->rope_cs && g->layernorm && g->bias_act && g->attention_full,
+           "the CUDA backend lacks a vision op");
+    if (!g->rope_cs || !g->layernorm || !g->bias_act || !g->attention_full) return;
+    { /* rope_cs: heads with a gap after their rotated dims (a gate half, a partial rotary) */
+        int n = 37, nh = 3, half = 12;
+        int64_t hs = 2 * half + 8, ldx = nh * hs + 5;
+        size_t nx = (size_t)n * ldx, ncs = (size_t)n * 2 * half;
+        float *x = rnd(nx, 1.0f), *cs = rnd(ncs, 1.0f), *dx = dev(x, nx), *dcs = dev(cs, ncs);
+        cpu->ops->rope_cs(cpu, x, ldx, n, nh, hs, half, cs);
+        g->rope_cs(gpu, dx, ldx, n, nh, hs, half, dcs);
+        cmp("rope_cs", dx, x, nx, FP32_TOL);
+        g->free(gpu, dx), g->free(gpu, dcs), free(x), free(cs);
+    }
+    /* layernorm: rows far from zero mean (the variance about the mean), into another buffer
+     * and in place */
+    for (int in_place = 0; in_place < 2; in_place++) {
+        int rows = 19, dim = 1152;
+        int64_t ldx = dim + 10, ldo = in_place ? ldx : dim + 3;
+        size_t nx = (size_t)rows * ldx, no = (size_t)rows * ldo;
+        float *x = rnd(nx, 1.0f), *w = rnd((size_t)dim, 1.0f), *b = rnd((size_t)dim, 1.0f);
+        for (size_t i = 0; i < nx; i++)
+            x[i] += 3.0f;
+        float *o = in_place ? x : rnd(no, 1.0f);
+        float *dx = dev(x, nx), *dw = dev(w, (size_t)dim), *db = dev(b, (size_t)dim);
+        float *dout = in_place ? dx : dev(o, no);
+        cpu->ops->layernorm(cpu, x, ldx, rows, dim, w, b, 1e-6f, o, ldo);
+        g->layernorm(gpu, dx, ldx, rows, dim, dw, db, 1e-6f, dout, ldo);
+        cmp(in_place ? "layernorm in place" : "layernorm", dout, o, no, FP32_TOL);
+        if (!in_place) g->free(gpu, dout), free(o);
+        g->free(gpu, dx), g->free(gpu, dw), g->free(gpu, db), free(x), free(w), free(b);
+    }
+    /* bias_act: each activation, with and without a bias; the columns past dim untouched */
+    for (int act = TS_ACT_NONE; act <= TS_ACT_GELU_ERF; act++)
+        for (int with_bias = 0; with_bias < 2; with_bias++) {
+            int rows = 23, dim = 200;
+            int64_t ldx = 213;
+            size_t nx = (size_t)rows * ldx;
+            float *x = rnd(nx, 3.0f), *bias = rnd((size_t)dim, 1.0f);
+            float *dx = dev(x, nx), *dbias = dev(bias, (size_t)dim);
+            cpu->ops->bias_act(cpu, x, ldx, rows, dim, with_bias ? bias : NULL, act);
+            g->bias_act(gpu, dx, ldx, rows, dim, with_bias ? dbias : NULL, act);
+            char what[64];
+            snprintf(what, sizeof what, "bias_act %d%s", act, with_bias ? " with bias" : "");
+            cmp(what, dx, x, nx, FP32_TOL);
+            g->free(gpu, dx), g->free(gpu, dbias), free(x), free(bias);
+        }
+    /* attention_full on a tower's fused rows [q | k | v] (3 * heads * dims a token): fewer
+     * tokens than a tile, a partial last tile, several tiles, the head sizes of the lanes'
+     * three register widths */
+    struct {
+        int nh, hd, n;
+    } cases[] = {{2, 16, 5}, {3, 64, 33}, {12, 64, 300}, {4, 128, 97}, {2, 256, 70}, {4, 40, 64}};
+    for (size_t ci = 0; ci < sizeof cases / sizeof *cases; ci++) {
+        int nh = cases[ci].nh, hd = cases[ci].hd, n = cases[ci].n, H = nh * hd;
+        size_t nqkv = (size_t)n * 3 * H, no = (size_t)n * H;
+        float *qkv = rnd(nqkv, 1.0f), *o = calloc(no, sizeof *o);
+        float *dqkv = dev(qkv, nqkv), *dout = dev(o, no);
+        ts_attn_dims d = {nh, nh, hd, 1.0f / sqrtf((float)hd), 0, 0};
+        cpu->ops->attention_full(cpu, qkv, 3 * H, qkv + H, qkv + 2 * H, 3 * H, n, &d, o, H);
+        g->attention_full(gpu, dqkv, 3 * H, dqkv + H, dqkv + 2 * H, 3 * H, n, &d, dout, H);
+        char what[64];
+        snprintf(what, sizeof what, "attention_full case %zu", ci);
+        cmp(what, dout, o, no, FP32_TOL);
+        g->free(gpu, dqkv), g->free(gpu, dout), free(qkv), free(o);
+    }
+}
+
 static void test_conv_gates(void) {
     int C = 300;
     int64_t ldx = 310;
@@ -3970,6 +4040,7 @@ int main(void) {
     if (section("rows")) test_rows_ops();
     if (section("elementwise")) test_elementwise(), test_fused();
     if (section("attention")) test_attention();
+    if (section("vision")) test_vision_ops();
     if (section("conv")) test_conv_gates();
     if (section("gdn")) {
         test_gdn(2, 4, 128, 128, quick);

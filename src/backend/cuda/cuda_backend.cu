@@ -156,6 +156,10 @@ static ts_backend_ops make_ops(void) {
     o.conv1d_silu_runs = cuda_op_conv1d_silu_runs;
     o.gdn_runs = cuda_op_gdn_runs;
     o.attention_runs = cuda_op_attention_runs;
+    o.rope_cs = cuda_op_rope_cs;
+    o.layernorm = cuda_op_layernorm;
+    o.bias_act = cuda_op_bias_act;
+    o.attention_full = cuda_op_attention_full;
     return o;
 }
 

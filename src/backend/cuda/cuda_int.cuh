@@ -691,6 +691,16 @@ void cuda_op_gdn_runs(ts_backend *be, const float *q, const float *k, int64_t ld
 void cuda_op_attention_runs(ts_backend *be, const float *q, int64_t ldq, int64_t q_head_stride,
                             const float *k, const float *v, const ts_attn_dims *dims,
                             const ts_seq_run *runs, int nr, float *out, int64_t ldo);
+/* the image encoder's ops (cuda_ops_vision.cu; attention_full in cuda_ops_seq.cu) */
+void cuda_op_rope_cs(ts_backend *be, float *x, int64_t ldx, int n_tok, int n_heads,
+                     int64_t head_stride, int half, const float *cs);
+void cuda_op_layernorm(ts_backend *be, const float *x, int64_t ldx, int n_rows, int dim,
+                       const float *w, const float *b, float eps, float *out, int64_t ldo);
+void cuda_op_bias_act(ts_backend *be, float *x, int64_t ldx, int n_rows, int dim, const float *bias,
+                      int act);
+void cuda_op_attention_full(ts_backend *be, const float *q, int64_t ldq, const float *k,
+                            const float *v, int64_t ldkv, int n, const ts_attn_dims *dims,
+                            float *out, int64_t ldo);
 void cuda_op_matmul_n(ts_backend *be, const ts_tensor *const *W, int nw, const float *x,
                       int64_t ldx, int n, const ts_prenorm *pre, float *const *y,
                       const int64_t *ldy);

@@ -333,9 +333,9 @@ __device__ static inline void at_stage(float *Ks, float *Vs, const float *kc, co
 
 template <int NPL>
 __global__ static void k_attention_tiled(const float *q, int64_t ldq, int64_t q_head_stride, int n,
-                                         int pos0, const float *kc, const float *vc,
-                                         ts_attn_dims d, float *out, int64_t ldo,
-                                         const ts_seq_run *runs, int n_tiles) {
+                                         int pos0, const float *kc, const float *vc, ts_attn_dims d,
+                                         float *out, int64_t ldo, const ts_seq_run *runs,
+                                         int n_tiles, int64_t ldkv, int n_keys) {
     cuda_pdl_entry();
     extern __shared__ float4 at_smem[];
     int hd = d.head_dim, ks = hd + 4, tile_floats = AT_K * ks + AT_K * hd;
@@ -350,9 +350,10 @@ __global__ static void k_attention_tiled(const float *q, int64_t ldq, int64_t q_
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, rb = warp * 4;
     int nq = min(AT_Q, n - i0);
     int kvh = h / (d.n_heads / d.n_kv_heads);
-    int64_t ldkv = (int64_t)d.n_kv_heads * hd;
-    int qlast = pos0 + i0 + nq - 1, kbeg = 0;
-    if (d.window > 0 && pos0 + i0 - d.window + 1 > 0) kbeg = pos0 + i0 - d.window + 1;
+    if (!ldkv) ldkv = (int64_t)d.n_kv_heads * hd;
+    bool full = n_keys > 0; /* attention_full: every query sees keys 0..n_keys-1 */
+    int qlast = full ? n_keys - 1 : pos0 + i0 + nq - 1, kbeg = 0;
+    if (!full && d.window > 0 && pos0 + i0 - d.window + 1 > 0) kbeg = pos0 + i0 - d.window + 1;
     at_stage(buf, buf + AT_K * ks, kc, vc, ldkv, kvh, hd, kbeg, min(AT_K, qlast - kbeg + 1));
     for (int idx = threadIdx.x; idx < AT_Q * hd; idx += blockDim.x) {
         int r = idx / hd, ch = idx % hd;
@@ -363,7 +364,8 @@ __global__ static void k_attention_tiled(const float *q, int64_t ldq, int64_t q_
 #pragma unroll
     for (int r = 0; r < 4; r++) {
         m[r] = -FLT_MAX, l[r] = 0.0f;
-        qpos[r] = rb + r < nq ? pos0 + i0 + rb + r : -1; /* -1: no such query, no key */
+        /* -1: no such query, no key; a full query's position is the last key's */
+        qpos[r] = rb + r >= nq ? -1 : full ? n_keys - 1 : pos0 + i0 + rb + r;
 #pragma unroll
         for (int j = 0; j < NPL; j++) acc[r][j] = 0.0f;
     }
@@ -393,7 +395,8 @@ __global__ static void k_attention_tiled(const float *q, int64_t ldq, int64_t q_
         float p[4];
 #pragma unroll
         for (int r = 0; r < 4; r++) {
-            bool valid = lane < nk && kp <= qpos[r] && (d.window <= 0 || kp > qpos[r] - d.window);
+            bool valid =
+                lane < nk && kp <= qpos[r] && (full || d.window <= 0 || kp > qpos[r] - d.window);
             float sr = attn_logit(s[r], d);
             float mt = valid ? sr : -FLT_MAX;
             for (int off = 16; off > 0; off >>= 1)
@@ -439,17 +442,22 @@ __global__ static void k_attention_tiled(const float *q, int64_t ldq, int64_t q_
  * dims in steps of 4, caches 16-byte aligned for cp.async (kc, vc; NULL for the runs form, whose
  * caches are the engine's, aligned like every slot of them), the shared memory granted
  * (TESSERA_CUDA_ATTN_TILE=0: never). */
-static bool attention_tiled(cuda_ctx *c, int n, int hd, const float *kc, const float *vc) {
-    if (!c->attn_tile || n < AT_Q || hd > 256 || hd % 4 || ((uintptr_t)kc | (uintptr_t)vc) % 16)
-        return false;
+static bool attention_tiled_smem_granted(cuda_ctx *c) {
     if (!c->attn_tile_opted) {
         const void *k[] = {(const void *)k_attention_tiled<2>, (const void *)k_attention_tiled<4>,
                            (const void *)k_attention_tiled<8>};
-        if (!cuda_allow_smem(c, k, 3, (int)attention_tiled_smem(256))) {
-            c->attn_tile = false;
-            return false;
-        }
+        if (!cuda_allow_smem(c, k, 3, (int)attention_tiled_smem(256))) return false;
         c->attn_tile_opted = true;
+    }
+    return true;
+}
+
+static bool attention_tiled(cuda_ctx *c, int n, int hd, const float *kc, const float *vc) {
+    if (!c->attn_tile || n < AT_Q || hd > 256 || hd % 4 || ((uintptr_t)kc | (uintptr_t)vc) % 16)
+        return false;
+    if (!attention_tiled_smem_granted(c)) {
+        c->attn_tile = false;
+        return false;
     }
     return true;
 }
@@ -500,7 +508,7 @@ static void attention_launch(cuda_ctx *c, const float *q, int64_t ldq, int64_t q
         with_lanes_dims(hd, [&](auto npl) {
             cuda_launch(c, "attention_tiled", k_attention_tiled<decltype(npl)::value>, grid,
                         32 * ATTN_WARPS, attention_tiled_smem(hd), q, ldq, q_head_stride, n, pos0,
-                        kc, vc, *dims, out, ldo, runs, tiles);
+                        kc, vc, *dims, out, ldo, runs, tiles, (int64_t)0, 0);
         });
         return;
     }
@@ -548,6 +556,35 @@ void cuda_op_attention(ts_backend *be, const float *q, int64_t ldq, int64_t q_he
     }
     attention_launch(c, q, ldq, q_head_stride, n, pos0, k_cache, v_cache, dims, out, ldo, NULL, 1,
                      pos0 + n, NULL);
+}
+
+/* Attention without a mask among n tokens (an image encoder's): the tiled kernel with every
+ * query at the last key's position, k and v rows ldkv apart. Its shapes: heads of up to 256 dims
+ * in steps of 4, as many KV heads as query heads, rows 16-byte aligned for cp.async - what
+ * vision towers have; anything else is an error, not a silent fallback. */
+void cuda_op_attention_full(ts_backend *be, const float *q, int64_t ldq, const float *k,
+                            const float *v, int64_t ldkv, int n, const ts_attn_dims *dims,
+                            float *out, int64_t ldo) {
+    cuda_ctx *c = cuda_of(be);
+    if (n <= 0) return;
+    int hd = dims->head_dim;
+    if (hd < 4 || hd > 256 || hd % 4 || ldkv % 4 || ((uintptr_t)k | (uintptr_t)v) % 16 ||
+        dims->n_kv_heads != dims->n_heads) {
+        cuda_check(c, cudaErrorInvalidValue,
+                   "attention_full: heads of 4-256 dims in steps of 4, rows 16-byte aligned");
+        return;
+    }
+    if (!attention_tiled_smem_granted(c)) {
+        cuda_check(c, cudaErrorInvalidValue, "attention_full: shared memory not granted");
+        return;
+    }
+    int tiles = (n + AT_Q - 1) / AT_Q;
+    dim3 grid((unsigned)((int64_t)dims->n_heads * tiles), 1);
+    with_lanes_dims(hd, [&](auto npl) {
+        cuda_launch(c, "attention_full", k_attention_tiled<decltype(npl)::value>, grid,
+                    32 * ATTN_WARPS, attention_tiled_smem(hd), q, ldq, (int64_t)hd, n, 0, k, v,
+                    *dims, out, ldo, (const ts_seq_run *)NULL, tiles, ldkv, n);
+    });
 }
 
 /* Output t of channel c: the K taps over [state ; x] (tau < 0 reads the state), then SiLU. */
