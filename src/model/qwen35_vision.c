@@ -282,6 +282,14 @@ static void cut_patches(const qwen35_vision_hp *h, const ts_image *img, const ts
                         float *dst) {
     int P = h->patch, m = h->merge, K = h->in_ch * h->temporal * P * P;
     int n = 0;
+    /* a byte has 256 values: each channel's normalised value of each, made once (the same
+     * arithmetic per pixel would cost more than the rest of the host's work on an image) */
+    float lut[3][256];
+    for (int c = 0; c < h->in_ch; c++)
+        for (int px = 0; px < 256; px++) {
+            float r = (float)(px * h->rescale); /* as the processor */
+            lut[c][px] = (r - h->mean[c]) / h->std[c];
+        }
     for (int br = 0; br < p->grid_h / m; br++)
         for (int bc = 0; bc < p->grid_w / m; bc++)
             for (int ir = 0; ir < m; ir++)
@@ -291,12 +299,9 @@ static void cut_patches(const qwen35_vision_hp *h, const ts_image *img, const ts
                     for (int c = 0; c < h->in_ch; c++)
                         for (int t = 0; t < h->temporal; t++)
                             for (int y = 0; y < P; y++)
-                                for (int x = 0; x < P; x++) {
-                                    uint8_t px =
-                                        img->rgb[((size_t)(y0 + y) * img->width + x0 + x) * 3 + c];
-                                    float r = (float)(px * h->rescale); /* as the processor */
-                                    *v++ = (r - h->mean[c]) / h->std[c];
-                                }
+                                for (int x = 0; x < P; x++)
+                                    *v++ = lut[c][img->rgb[((size_t)(y0 + y) * img->width + x0 +
+                                                            x) * 3 + c]];
                 }
 }
 
