@@ -33,6 +33,11 @@ typedef struct {
      * [n_batch][rot_dim] on the backend and its host copy; NULL where the backend has no
      * rope_cs */
     float *rope_cs, *rope_cs_host;
+    /* this forward's rotary positions: the batch's pos, or one a token where its three MRoPE
+     * positions are equal (rope_one, host); mrope: they are not, rope_cs rotates */
+    const int32_t *rpos;
+    int32_t *rope_one;
+    bool mrope;
 } qwen35_rt;
 
 void qwen35_state_layout(const qwen35_hparams *h, int n_ctx, qwen35_state_off *offs,
@@ -80,6 +85,7 @@ void qwen35_runtime_free(void *p) {
     free(rt->runs);
     free(rt->sruns);
     free(rt->rope_cs_host);
+    free(rt->rope_one);
     free(rt);
 }
 
@@ -148,7 +154,8 @@ ts_status qwen35_runtime_create(const ts_model *m, ts_backend *be, int n_batch, 
     if (be->ops->rope_cs && h->rot_dim > 0) {
         rt->rope_cs = be->ops->alloc(be, nb * h->rot_dim * sizeof(float));
         rt->rope_cs_host = malloc(nb * h->rot_dim * sizeof(float));
-        if (!rt->rope_cs || !rt->rope_cs_host) {
+        rt->rope_one = malloc(nb * sizeof *rt->rope_one);
+        if (!rt->rope_cs || !rt->rope_cs_host || !rt->rope_one) {
             qwen35_runtime_free(rt);
             return ts_error(TS_ERR_NOMEM, "out of memory");
         }
@@ -240,19 +247,21 @@ static void full_attention(qwen35_rt *rt, int il, const ts_fwd_batch *b, const t
         sr[r] = (ts_seq_run){runs[r].start, runs[r].len, runs[r].pos0,
                              (float *)(st + rt->offs[il].kc), (float *)(st + rt->offs[il].vc)};
     }
-    if (b->rope_pos) { /* the batch's own rotary angles (mrope_table) */
+    if (rt->mrope) { /* the batch's own rotary angles (mrope_table) */
         ts_qk_norm_rope(be, qg, qw, hstride, hp->n_head, P(rt, ly->q_norm), k, kvw, hp->n_kv_head,
                         P(rt, ly->k_norm), n, hd, hp->eps, 0, b->pos, hp->rope_theta);
         op->rope_cs(be, qg, qw, n, hp->n_head, hstride, hp->rot_dim / 2, rt->rope_cs);
         op->rope_cs(be, k, kvw, n, hp->n_kv_head, hd, hp->rot_dim / 2, rt->rope_cs);
         ts_attend_runs(be, qg, qw, hstride, k, v, &dims, sr, nr, o, ow);
         if (hp->attn_gate) op->sigmoid_gate(be, o, ow, qg + hd, qw, n, hp->n_head, hd, hstride);
-    } else if (!ts_attention_step(be, qg, qw, hstride, P(rt, ly->q_norm), k, P(rt, ly->k_norm), v,
+    } else if (b->rope_pos ||
+               !ts_attention_step(be, qg, qw, hstride, P(rt, ly->q_norm), k, P(rt, ly->k_norm), v,
                                   hp->eps, hp->rot_dim, hp->rope_theta, &dims, sr, nr,
                                   hp->attn_gate ? qg + hd : NULL, o, ow)) {
-        /* (a decode step: the backend's whole attention step where it has one) */
+        /* (a decode step: the backend's whole attention step where it has one - it rotates at
+         * the cache row, so not for text after an image, whose rotary positions run ahead) */
         ts_qk_norm_rope(be, qg, qw, hstride, hp->n_head, P(rt, ly->q_norm), k, kvw, hp->n_kv_head,
-                        P(rt, ly->k_norm), n, hd, hp->eps, hp->rot_dim, b->pos, hp->rope_theta);
+                        P(rt, ly->k_norm), n, hd, hp->eps, hp->rot_dim, rt->rpos, hp->rope_theta);
         ts_attend_runs(be, qg, qw, hstride, k, v, &dims, sr, nr, o, ow);
         if (hp->attn_gate) op->sigmoid_gate(be, o, ow, qg + hd, qw, n, hp->n_head, hd, hstride);
     }
@@ -343,7 +352,21 @@ ts_status qwen35_forward(void *p, const ts_fwd_batch *b, float *logits) {
                 be->ops->upload(be, rt->x + (size_t)i * D, b->embd[i],
                                 (size_t)run * D * sizeof(float));
         }
-    if (b->rope_pos) mrope_table(rt, b);
+    /* a token whose three positions are equal (text, also after an image) is rotated as the
+     * plain rope op does at that one position (mrope_table's angles are the rope op's): a batch
+     * of such tokens takes qk_norm_rope with those positions, no table and no rope_cs */
+    rt->rpos = b->pos, rt->mrope = false;
+    if (b->rope_pos) {
+        for (int i = 0; i < n && !rt->mrope; i++) {
+            const int32_t *r3 = b->rope_pos + 3 * i;
+            rt->mrope = r3[1] != r3[0] || r3[2] != r3[0];
+            rt->rope_one[i] = r3[0];
+        }
+        if (rt->mrope)
+            mrope_table(rt, b);
+        else
+            rt->rpos = rt->rope_one;
+    }
     /* The residual stream x: each block reads it through its input norm (a backend may fold the
      * norm into the matmul that reads it; else it goes to h first) and adds its output to it in
      * the last matmul's epilogue (or through h). */
