@@ -384,7 +384,7 @@ static void test_attention(void) {
 }
 
 /* The image encoder's ops (backend.h's optional four) against the CPU's, on strided rows. */
-static void test_vision_ops(void) {
+static void test_vision_ops(bool quick) {
     const ts_backend_ops *g = gpu->ops;
     CHECKF(g->rope_cs && g->layernorm && g->bias_act && g->attention_full,
            "the CUDA backend lacks a vision op");
@@ -434,16 +434,19 @@ static void test_vision_ops(void) {
         }
     /* attention_full on a tower's fused rows [q | k | v] (3 * heads * dims a token): fewer
      * tokens than a tile, a partial last tile, several tiles, the head sizes of the lanes'
-     * three register widths */
+     * three register widths, a softcap, and the 4096 patches of a 1024x1024 image's tokens */
     struct {
         int nh, hd, n;
-    } cases[] = {{2, 16, 5}, {3, 64, 33}, {12, 64, 300}, {4, 128, 97}, {2, 256, 70}, {4, 40, 64}};
+        float softcap;
+    } cases[] = {{2, 16, 5, 0},   {3, 64, 33, 0}, {12, 64, 300, 0},    {4, 128, 97, 0},
+                 {2, 256, 70, 0}, {4, 40, 64, 0}, {4, 64, 257, 20.0f}, {2, 64, 4096, 0}};
     for (size_t ci = 0; ci < sizeof cases / sizeof *cases; ci++) {
         int nh = cases[ci].nh, hd = cases[ci].hd, n = cases[ci].n, H = nh * hd;
+        if (quick && n > 1000) continue;
         size_t nqkv = (size_t)n * 3 * H, no = (size_t)n * H;
         float *qkv = rnd(nqkv, 1.0f), *o = calloc(no, sizeof *o);
         float *dqkv = dev(qkv, nqkv), *dout = dev(o, no);
-        ts_attn_dims d = {nh, nh, hd, 1.0f / sqrtf((float)hd), 0, 0};
+        ts_attn_dims d = {nh, nh, hd, 1.0f / sqrtf((float)hd), 0, cases[ci].softcap};
         cpu->ops->attention_full(cpu, qkv, 3 * H, qkv + H, qkv + 2 * H, 3 * H, n, &d, o, H);
         g->attention_full(gpu, dqkv, 3 * H, dqkv + H, dqkv + 2 * H, 3 * H, n, &d, dout, H);
         char what[64];
@@ -4040,7 +4043,7 @@ int main(void) {
     if (section("rows")) test_rows_ops();
     if (section("elementwise")) test_elementwise(), test_fused();
     if (section("attention")) test_attention();
-    if (section("vision")) test_vision_ops();
+    if (section("vision")) test_vision_ops(quick);
     if (section("conv")) test_conv_gates();
     if (section("gdn")) {
         test_gdn(2, 4, 128, 128, quick);
