@@ -141,16 +141,9 @@ def test_images_on_the_gpu(tmp_path):
     import subprocess
 
     from server_util import binary
-    from test_server_vision import DOTS, STRIPES, data_url, tiny_vl_model
+    from test_server_vision import tiny_vl_model, two_images_turn
 
-    (tmp_path / "a.png").write_bytes(STRIPES)
-    (tmp_path / "b.png").write_bytes(DOTS)
-    body = {"messages": [{"role": "user", "content": [
-        {"type": "image_url", "image_url": {"url": data_url(STRIPES)}},
-        {"type": "image_url", "image_url": {"url": data_url(DOTS)}},
-        {"type": "text", "text": "compare them"}]}],
-        "temperature": 0, "max_tokens": 6, "return_token_ids": True, "ignore_eos": True,
-        "logprobs": True, "top_logprobs": 2}
+    body, cli = two_images_turn(tmp_path, logprobs=True, top_logprobs=2)
     answers = []
     for gpu in (True, False):
         with (serve_cuda({}, model=tiny_vl_model()) if gpu else
@@ -158,10 +151,8 @@ def test_images_on_the_gpu(tmp_path):
             status, _, r = srv.post("/v1/chat/completions", body)
             assert status == 200, r
             answers.append(r["choices"][0])
-    out = subprocess.run([binary(), "run", "-m", tiny_vl_model(), "--device", "cuda",
-                          "--image", str(tmp_path / "a.png"), "--image", str(tmp_path / "b.png"),
-                          "-p", "compare them", "-n", "6", "--print-ids", "--ignore-eos"],
-                         capture_output=True, check=True, text=True)
+    out = subprocess.run([binary(), *cli, "--device", "cuda"], capture_output=True, check=True,
+                         text=True)
     gpu, cpu = answers
     assert [int(t) for t in out.stdout.split()] == gpu["token_ids"]
     ig, ic = gpu["token_ids"], cpu["token_ids"]

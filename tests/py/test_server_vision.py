@@ -243,21 +243,28 @@ def test_tokenize_counts_the_image(warm):
     assert t["count"] == r["usage"]["prompt_tokens"]
 
 
-def test_two_images_as_the_cli_reads_them(warm, tmp_path):
-    """The server encodes a request's images one a step (other lanes decode between them) into
-    one buffer of rows: its answer is the one `tessera run` gives for the same turn, which
-    encodes them in one go."""
+def two_images_turn(tmp_path, **extra):
+    """One chat turn with the two test images and a question, greedy for 6 tokens: its request
+    body, and the arguments that give `tessera run` the same turn (the images as files)."""
     (tmp_path / "a.png").write_bytes(STRIPES)
     (tmp_path / "b.png").write_bytes(DOTS)
     body = {"messages": [{"role": "user", "content": [
         {"type": "image_url", "image_url": {"url": data_url(STRIPES)}},
         {"type": "image_url", "image_url": {"url": data_url(DOTS)}},
         {"type": "text", "text": "compare them"}]}],
-        "temperature": 0, "max_tokens": 6, "return_token_ids": True, "ignore_eos": True}
+        "temperature": 0, "max_tokens": 6, "return_token_ids": True, "ignore_eos": True, **extra}
+    cli = ["run", "-m", tiny_vl_model(), "--image", str(tmp_path / "a.png"), "--image",
+           str(tmp_path / "b.png"), "-p", "compare them", "-n", "6", "--print-ids", "--ignore-eos"]
+    return body, cli
+
+
+def test_two_images_as_the_cli_reads_them(warm, tmp_path):
+    """The server encodes a request's images one a step (other lanes decode between them) into
+    one buffer of rows: its answer is the one `tessera run` gives for the same turn, which
+    encodes them in one go."""
+    body, cli = two_images_turn(tmp_path)
     st, _, r = warm.post("/v1/chat/completions", body)
     assert st == 200, r
-    out = subprocess.run([binary(), "run", "-m", tiny_vl_model(), "--image", str(tmp_path / "a.png"),
-                          "--image", str(tmp_path / "b.png"), "-p", "compare them", "-n", "6",
-                          "--print-ids", "--ignore-eos", "--threads", "1"],
-                         capture_output=True, check=True, text=True)
+    out = subprocess.run([binary(), *cli, "--threads", "1"], capture_output=True, check=True,
+                         text=True)
     assert [int(t) for t in out.stdout.split()] == r["choices"][0]["token_ids"]
