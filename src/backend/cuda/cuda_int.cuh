@@ -399,6 +399,8 @@ __device__ static inline float cuda_warp_sum(float s) { return cuda_lanes_sum<32
 /* Row kernels run a block of ROW_THREADS per row. Sum of squares of a row in double, reduced
  * over the block; every thread gets the total. */
 #define ROW_THREADS 256
+/* Elementwise kernels run blocks of EW_THREADS, a thread an element. */
+#define EW_THREADS 256
 /* The block's sums of its threads' partial sums s[j] for N rows at once (s[j] becomes row j's),
  * each in a fixed order (warps' shuffles, then the warps in turn), in one pair of barriers:
  * row_sumsq's second half, for kernels that hold their rows' values in registers. */

@@ -11,8 +11,6 @@ extern "C" {
 #include "backend/cpu/matmul.h"
 }
 
-#define EW_THREADS 256
-
 /* o = rmsnorm(xr) * w over one row, by the whole block: one definition for the three norm
  * kernels below, so that they round alike. */
 __device__ static inline void row_rmsnorm(const float *xr, int dim, const float *w, float eps,

@@ -452,9 +452,14 @@ static bool attention_tiled_smem_granted(cuda_ctx *c) {
     return true;
 }
 
+/* The heads and rows the tiled kernel takes: up to 256 dims in steps of 4, key and value rows
+ * 16-byte aligned for cp.async. */
+static bool attention_tiled_shape(int hd, const float *kc, const float *vc) {
+    return hd > 0 && hd <= 256 && hd % 4 == 0 && ((uintptr_t)kc | (uintptr_t)vc) % 16 == 0;
+}
+
 static bool attention_tiled(cuda_ctx *c, int n, int hd, const float *kc, const float *vc) {
-    if (!c->attn_tile || n < AT_Q || hd > 256 || hd % 4 || ((uintptr_t)kc | (uintptr_t)vc) % 16)
-        return false;
+    if (!c->attn_tile || n < AT_Q || !attention_tiled_shape(hd, kc, vc)) return false;
     if (!attention_tiled_smem_granted(c)) {
         c->attn_tile = false;
         return false;
@@ -568,8 +573,7 @@ void cuda_op_attention_full(ts_backend *be, const float *q, int64_t ldq, const f
     cuda_ctx *c = cuda_of(be);
     if (n <= 0) return;
     int hd = dims->head_dim;
-    if (hd < 4 || hd > 256 || hd % 4 || ldkv % 4 || ((uintptr_t)k | (uintptr_t)v) % 16 ||
-        dims->n_kv_heads != dims->n_heads) {
+    if (!attention_tiled_shape(hd, k, v) || ldkv % 4 || dims->n_kv_heads != dims->n_heads) {
         cuda_check(c, cudaErrorInvalidValue,
                    "attention_full: heads of 4-256 dims in steps of 4, rows 16-byte aligned");
         return;

@@ -6,8 +6,6 @@
 
 #include <math.h>
 
-#define EW_THREADS 256
-
 /* A block per token, a thread per (head, pair): pair (k, k + half) of each head rotated by the
  * token's cosine cs[k] and sine cs[half + k]. */
 __global__ static void k_rope_cs(float *x, int64_t ldx, int n_heads, int64_t head_stride, int half,
