@@ -1,34 +1,92 @@
 /* tessera chat: an interactive multi-turn chat in the terminal. Tokens stream as they come;
  * the conversation's state stays in the engine between turns, so each turn prefills only its
- * own tokens; tokens/s is shown after each answer. Commands: /reset, /exit (or end of input). */
+ * own tokens; tokens/s is shown after each answer. Commands: /image FILE (attaches an image to
+ * the next message, with a model that takes images), /reset, /exit (or end of input). */
+#include "cli/common_model.h"
+#include "cli/generate.h"
+#include "cli/images.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include "cli/common_model.h"
-#include "cli/generate.h"
 
 typedef struct {
     ts_engine *engine;
     const ts_tokenizer *tok;
     int32_t im_end, newline;
+    bool vision; /* the engine takes images */
+    int n_embd;
+    cli_images ci; /* the images the next message carries; ci.vinfo: the model's */
+    char *paths[CLI_MAX_IMAGES];
+    /* the rotary positions of the slot's next token: its place plus delta (Qwen3.5's MRoPE
+     * after an image: an image of r x c merged tokens advances them by max(r, c), not r * c) */
+    int32_t delta;
 } chat_ctx;
 
-/* Prefills ids on slot 0 after what it holds; logits of the last one land in logits. */
-static ts_status prefill(chat_ctx *c, const int32_t *ids, int n, float *logits) {
+/* Prefills ids on slot 0 after what it holds; logits of the last one land in logits. rows and
+ * rope: the images' rows and every token's rotary positions (cli_images_bind), or NULL: then
+ * rotary positions are the places plus c->delta. */
+static ts_status prefill(chat_ctx *c, const int32_t *ids, int n, const float *const *rows,
+                         const int32_t *rope, float *logits) {
     int base = ts_engine_slot_len(c->engine, 0);
     int32_t *pos = malloc((size_t)n * sizeof *pos), *slot = calloc((size_t)n, sizeof *slot);
-    if (!pos || !slot) {
+    int32_t *own = !rope && c->delta ? malloc((size_t)n * 3 * sizeof *own) : NULL;
+    if (!pos || !slot || (!rope && c->delta && !own)) {
         free(pos);
         free(slot);
+        free(own);
         return TS_ERR_NOMEM;
     }
     for (int i = 0; i < n; i++) pos[i] = base + i;
-    ts_batch b = {n, ids, pos, slot, NULL, NULL, NULL};
+    for (int i = 0; own && i < 3 * n; i++)
+        own[i] = base + i / 3 + c->delta;
+    ts_batch b = {n, ids, pos, slot, NULL, rows, rope ? rope : own};
     ts_status st = ts_engine_forward(c->engine, &b, logits);
     free(pos);
     free(slot);
+    free(own);
     return st;
+}
+
+/* Drops the images not yet sent. */
+static void drop_images(chat_ctx *c) {
+    for (int k = 0; k < CLI_MAX_IMAGES; k++) {
+        free(c->paths[k]);
+        c->paths[k] = NULL;
+        c->ci.path[k] = NULL;
+    }
+    cli_images_free(&c->ci);
+}
+
+/* /image FILE: reads and plans the image for the next message. Returns false (after saying
+ * why) when it cannot be taken. */
+static bool attach_image(chat_ctx *c, const char *path) {
+    if (!c->vision) {
+        printf("(this model takes no images here: it has no vision tower, or its device runs "
+               "none)\n");
+        return false;
+    }
+    if (!*path) {
+        printf("(usage: /image FILE)\n");
+        return false;
+    }
+    if (c->ci.n == CLI_MAX_IMAGES) {
+        printf("(at most %d images a message)\n", CLI_MAX_IMAGES);
+        return false;
+    }
+    int k = c->ci.n;
+    c->paths[k] = strdup(path);
+    c->ci.path[k] = c->paths[k];
+    if (!c->paths[k] || cli_images_read(&c->ci, k) != 0) {
+        free(c->paths[k]);
+        c->paths[k] = NULL;
+        c->ci.path[k] = NULL;
+        return false;
+    }
+    c->ci.n++;
+    printf("(image %s: %dx%d, %d tokens; it goes with your next message)\n", path,
+           c->ci.img[k]->width, c->ci.img[k]->height, c->ci.tokens[k]);
+    return true;
 }
 
 /* The id of text when it is one token (a BOS the tokenizer adds is not counted), else -1. */
@@ -44,7 +102,8 @@ static int32_t single_token(const ts_tokenizer *tok, const char *text, int32_t b
 
 int cmd_chat(int argc, char **argv) {
     cli_engine_args ea = {.model_path = cli_default_model()};
-    const char *system = NULL, *v;
+    const char *system = NULL, *v, *image_args[CLI_MAX_IMAGES];
+    int n_image_args = 0;
     long max_new = 512;
     int thinking = -1;
     ts_sampler_params sp;
@@ -63,6 +122,10 @@ int cmd_chat(int argc, char **argv) {
             thinking = 1;
         } else if (strcmp(argv[i], "--no-think") == 0) {
             thinking = 0;
+        } else if ((v = cli_opt_value(argc, argv, &i, NULL, "--image"))) {
+            if (n_image_args == CLI_MAX_IMAGES)
+                return cli_usage("chat: at most %d images", CLI_MAX_IMAGES);
+            image_args[n_image_args++] = v;
         } else if ((v = cli_opt_value(argc, argv, &i, "-n", "--n-predict"))) {
             if (!cli_parse_int(v, 1, 1 << 20, &max_new)) return cli_usage("bad -n '%s'", v);
         } else {
@@ -92,7 +155,17 @@ int cmd_chat(int argc, char **argv) {
     }
     int32_t close_id = single_token(tok, "<end_of_turn>", bos);
     if (close_id < 0) close_id = single_token(tok, "<|im_end|>", bos);
-    chat_ctx c = {engine, tok, close_id, single_token(tok, "\n", bos)};
+    chat_ctx c = {.engine = engine,
+                  .tok = tok,
+                  .im_end = close_id,
+                  .newline = single_token(tok, "\n", bos),
+                  .vision = ts_engine_vision(engine) && ts_model_vision(model, NULL)};
+    if (c.vision) {
+        ts_model_info mi;
+        ts_model_get_info(model, &mi);
+        ts_model_vision(model, &c.ci.vinfo);
+        c.n_embd = mi.n_embd;
+    }
     int V = ts_engine_n_vocab(engine), n_ctx = ts_engine_n_ctx(engine);
     float *logits = malloc((size_t)V * sizeof *logits);
     ts_sampler *sampler = NULL;
@@ -109,8 +182,14 @@ int cmd_chat(int argc, char **argv) {
         rc = cli_fail("chat");
         goto done;
     }
-    printf("tessera chat (%s, context %d). /reset starts over, /exit quits.\n",
-           ts_engine_describe(engine), n_ctx);
+    printf("tessera chat (%s, context %d). %s/reset starts over, /exit quits.\n",
+           ts_engine_describe(engine), n_ctx,
+           c.vision ? "/image FILE attaches an image to your next message, " : "");
+    for (int k = 0; k < n_image_args; k++)
+        if (!attach_image(&c, image_args[k])) {
+            rc = CLI_EXIT_USAGE;
+            goto done;
+        }
     bool first = true;
     for (;;) {
         printf("> ");
@@ -122,8 +201,16 @@ int cmd_chat(int argc, char **argv) {
         if (strcmp(line, "/exit") == 0) break;
         if (strcmp(line, "/reset") == 0) {
             ts_engine_slot_clear(engine, 0);
-            first = true;
-            printf("(conversation cleared)\n");
+            first = true, c.delta = 0;
+            printf("(conversation cleared%s)\n", c.ci.n ? "; the images not yet sent dropped" : "");
+            drop_images(&c);
+            continue;
+        }
+        if (strncmp(line, "/image", 6) == 0 && (line[6] == ' ' || line[6] == 0)) {
+            const char *path = line + 6;
+            while (*path == ' ')
+                path++;
+            attach_image(&c, path);
             continue;
         }
         /* the new turn: the whole first turn, later only "\n" + this user turn, since the
@@ -131,8 +218,18 @@ int cmd_chat(int argc, char **argv) {
         ts_chat_message msgs[2];
         int nm = 0;
         if (first && system) msgs[nm++] = (ts_chat_message){.role = "system", .content = system};
-        msgs[nm++] = (ts_chat_message){.role = "user", .content = line};
-        ts_chat_params cp = {.add_generation_prompt = true, .enable_thinking = thinking};
+        /* the attached images, then the text, as `tessera run --image` lays out a turn */
+        ts_content_part parts[CLI_MAX_IMAGES + 1];
+        for (int k = 0; k < c.ci.n; k++)
+            parts[k].text = NULL;
+        parts[c.ci.n].text = line;
+        msgs[nm++] = c.ci.n
+                         ? (ts_chat_message){.role = "user", .parts = parts, .n_parts = c.ci.n + 1}
+                         : (ts_chat_message){.role = "user", .content = line};
+        ts_chat_params cp = {.add_generation_prompt = true,
+                             .enable_thinking = thinking,
+                             .image_tokens = c.ci.tokens,
+                             .n_images = c.ci.n};
         int32_t *ids;
         size_t n;
         if (ts_chat_tokenize(tok, msgs, nm, &cp, &ids, &n) != TS_OK) {
@@ -150,24 +247,44 @@ int cmd_chat(int argc, char **argv) {
         nt += (int)(n - skip);
         free(ids);
         if (ts_engine_slot_len(engine, 0) + nt + 1 >= n_ctx) {
-            printf("(the conversation is longer than the context of %d tokens; starting over)\n",
-                   n_ctx);
+            if (first)
+                printf("(this message is %d tokens, more than the context of %d can answer%s)\n",
+                       nt, n_ctx, c.ci.n ? "; its images are dropped" : "");
+            else
+                printf("(the conversation is longer than the context of %d tokens; starting "
+                       "over%s)\n",
+                       n_ctx, c.ci.n ? "; attach the images again" : "");
             ts_engine_slot_clear(engine, 0);
             free(turn);
-            first = true;
+            drop_images(&c);
+            first = true, c.delta = 0;
             continue;
         }
+        /* the images' rows and the turn's rotary positions, after the slot's last one */
+        const float *const *rows = NULL;
+        const int32_t *rope = NULL;
+        if (c.ci.n) {
+            int at = ts_engine_slot_len(engine, 0) + c.delta;
+            if (cli_images_bind(&c.ci, engine, c.n_embd, turn, nt, at) != 0) {
+                free(turn);
+                drop_images(&c); /* the slot is as it was: the message is not sent */
+                continue;
+            }
+            rows = c.ci.rows, rope = c.ci.rope;
+        }
         double t0 = cli_now();
-        ts_status st = prefill(&c, turn, nt, logits);
+        ts_status st = prefill(&c, turn, nt, rows, rope, logits);
         double t_prefill = cli_now() - t0;
         free(turn);
+        if (c.ci.n) c.delta += c.ci.delta;
+        drop_images(&c);
         if (st != TS_OK) {
             rc = cli_fail("prefill");
             break;
         }
         first = false;
         int room = n_ctx - ts_engine_slot_len(engine, 0) - 1;
-        cli_gen g = {engine, 0, sampler, tok, detok, true, true, NULL, NULL, 0};
+        cli_gen g = {engine, 0, sampler, tok, detok, true, true, NULL, NULL, c.delta};
         cli_gen_result gr;
         if (cli_generate(&g, logits, ts_engine_slot_len(engine, 0),
                          (int)(max_new < room ? max_new : room), &gr) != TS_OK) {
@@ -175,9 +292,8 @@ int cmd_chat(int argc, char **argv) {
             break;
         }
         if (!gr.stopped_at_eog) { /* close the turn so the next one follows the format */
-            int32_t p = ts_engine_slot_len(engine, 0), s0 = 0;
-            ts_batch b = {1, &c.im_end, &p, &s0, NULL, NULL, NULL};
-            if (p < n_ctx && ts_engine_forward(engine, &b, logits) != TS_OK) {
+            if (ts_engine_slot_len(engine, 0) < n_ctx &&
+                prefill(&c, &c.im_end, 1, NULL, NULL, logits) != TS_OK) {
                 rc = cli_fail("decode");
                 break;
             }
@@ -186,6 +302,7 @@ int cmd_chat(int argc, char **argv) {
                gr.seconds > 0 ? gr.n_generated / gr.seconds : 0.0, nt, t_prefill * 1e3);
     }
 done:
+    drop_images(&c);
     free(line);
     free(logits);
     ts_detokenizer_free(detok);

@@ -153,7 +153,7 @@ int cmd_run(int argc, char **argv) {
     if (ci.n) { /* the vision tower runs here, before the prompt's clock starts */
         ts_model_info info;
         ts_model_get_info(model, &info);
-        if ((rc = cli_images_bind(&ci, engine, info.n_embd, ids, n_prompt))) goto done;
+        if ((rc = cli_images_bind(&ci, engine, info.n_embd, ids, n_prompt, 0))) goto done;
         pb.embd = ci.rows, pb.rope_pos = ci.rope;
     }
     double t0 = cli_now();

@@ -3,6 +3,27 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+int cli_images_read(cli_images *ci, int k) {
+    char *data;
+    size_t len;
+    if (!cli_read_file(ci->path[k], (size_t)256 << 20, &data, &len)) {
+        fprintf(stderr, "tessera: cannot read '%s'\n", ci->path[k]);
+        return CLI_EXIT_USAGE;
+    }
+    ts_status st = ts_image_decode(data, len, &ci->img[k]);
+    free(data);
+    if (st == TS_OK)
+        st = ts_vision_plan(&ci->vinfo, ci->img[k]->width, ci->img[k]->height, &ci->plan[k]);
+    if (st != TS_OK) {
+        fprintf(stderr, "tessera: %s: %s\n", ci->path[k], ts_last_error());
+        ts_image_free(ci->img[k]);
+        ci->img[k] = NULL;
+        return CLI_EXIT_ERROR;
+    }
+    ci->tokens[k] = ci->plan[k].n_tokens;
+    return 0;
+}
+
 int cli_images_load(cli_images *ci, const char *model_path) {
     ts_model *m;
     if (!model_path) return cli_usage("missing -m MODEL");
@@ -11,19 +32,8 @@ int cli_images_load(cli_images *ci, const char *model_path) {
     ts_model_close(m);
     if (!vision) return cli_usage("--image: the model %s takes no images", model_path);
     for (int k = 0; k < ci->n; k++) {
-        char *data;
-        size_t len;
-        if (!cli_read_file(ci->path[k], (size_t)256 << 20, &data, &len))
-            return cli_usage("cannot read '%s'", ci->path[k]);
-        ts_status st = ts_image_decode(data, len, &ci->img[k]);
-        free(data);
-        if (st == TS_OK)
-            st = ts_vision_plan(&ci->vinfo, ci->img[k]->width, ci->img[k]->height, &ci->plan[k]);
-        if (st != TS_OK) {
-            fprintf(stderr, "tessera: %s: %s\n", ci->path[k], ts_last_error());
-            return CLI_EXIT_ERROR;
-        }
-        ci->tokens[k] = ci->plan[k].n_tokens;
+        int rc = cli_images_read(ci, k);
+        if (rc) return rc;
     }
     return 0;
 }
@@ -43,7 +53,8 @@ int cli_images_prompt(const cli_images *ci, const ts_tokenizer *tok, const char 
     return 0;
 }
 
-int cli_images_bind(cli_images *ci, ts_engine *e, int n_embd, const int32_t *ids, int n) {
+int cli_images_bind(cli_images *ci, ts_engine *e, int n_embd, const int32_t *ids, int n,
+                    int32_t at) {
     size_t rows = 0;
     for (int k = 0; k < ci->n; k++)
         rows += (size_t)ci->plan[k].n_tokens;
@@ -54,12 +65,14 @@ int cli_images_bind(cli_images *ci, ts_engine *e, int n_embd, const int32_t *ids
     if (ts_vision_rope_positions(&ci->vinfo, ids, n, ci->plan, ci->n, ci->rope, &ci->delta) !=
         TS_OK)
         return cli_fail("--image");
-    size_t at = 0;
+    for (int i = 0; i < 3 * n; i++) /* the positions continue what the slot holds */
+        ci->rope[i] += at;
+    size_t row = 0;
     double t0 = cli_now();
     for (int k = 0; k < ci->n; k++) {
-        if (ts_engine_encode_image(e, ci->img[k], &ci->plan[k], ci->embd + at * n_embd) != TS_OK)
+        if (ts_engine_encode_image(e, ci->img[k], &ci->plan[k], ci->embd + row * n_embd) != TS_OK)
             return cli_fail(ci->path[k]);
-        at += (size_t)ci->plan[k].n_tokens;
+        row += (size_t)ci->plan[k].n_tokens;
     }
     for (int i = 0, r = 0; i < n; i++)
         if (ids[i] == ci->vinfo.image_token) ci->rows[i] = ci->embd + (size_t)r++ * n_embd;
@@ -74,4 +87,6 @@ void cli_images_free(cli_images *ci) {
     free(ci->embd);
     free(ci->rows);
     free(ci->rope);
+    ci->n = 0;
+    ci->embd = NULL, ci->rows = NULL, ci->rope = NULL;
 }

@@ -14,7 +14,7 @@ static const struct {
      "[--top-k K] [--top-p P] [--min-p P] [--seed S] [--threads K] [--print-ids] "
      "[--ignore-eos] [--json | --json-schema FILE | --grammar FILE] [--image FILE ...]"},
     {"chat", cmd_chat,
-     "chat -m MODEL [--system TEXT] [--think] [-n MAX] [--temp T] [--top-k K] "
+     "chat -m MODEL [--system TEXT] [--think] [-n MAX] [--image FILE ...] [--temp T] [--top-k K] "
      "[--top-p P] [--min-p P] [--seed S] [--threads K]"},
     {"serve", cmd_serve,
      "serve -m MODEL [--host 127.0.0.1] [--port 8080] [--ctx N] "
