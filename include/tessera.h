@@ -251,12 +251,13 @@ typedef struct {
 #define TS_IMAGE_MAX_PIXELS (32 * 1024 * 1024)
 /* Decodes a PNG, JPEG or WebP file held in memory (len bytes) into 8-bit RGB, as Hugging Face
  * image processors see it (PIL's decoders, then convert_to_rgb): grey and palette images
- * expanded, 16-bit samples reduced, an alpha channel composited over white. A JPEG's EXIF
- * orientation is applied (rotated/mirrored upright, width and height swapped for 5..8), as
- * transformers' load_image does with PIL's exif_transpose; a damaged EXIF block is ignored, not
- * an error (PNG and WebP EXIF are not read). TS_ERR_FORMAT naming the fault
- * for a damaged file, TS_ERR_UNSUPPORTED for another format, TS_ERR_RANGE for an image over the
- * limits above, TS_ERR_INVALID for NULL arguments. */
+ * expanded, 16-bit samples reduced, an alpha channel composited over white. The orientation is
+ * applied (rotated/mirrored upright, width and height swapped for 5..8) as transformers'
+ * load_image does with PIL's exif_transpose: the EXIF Orientation (JPEG APP1, PNG eXIf or text
+ * chunks, WebP EXIF chunk), else XMP's tiff:Orientation; damaged metadata is ignored, never an
+ * error (src/image/README.md). TS_ERR_FORMAT naming the fault for a damaged file,
+ * TS_ERR_UNSUPPORTED for another format, TS_ERR_RANGE for an image over the limits above,
+ * TS_ERR_INVALID for NULL arguments. */
 ts_status ts_image_decode(const void *data, size_t len, ts_image **out);
 /* An image resized to width x height with a bicubic filter (a = -0.5) widened by the scale
  * factor when shrinking (antialiased), as PIL's Image.resize(BICUBIC) does, byte for byte.

@@ -39,9 +39,9 @@ TOKENIZER="$BPE src/text/spm.c src/text/tokenizer.c src/text/chat.c src/text/cha
 GRAMMAR="src/text/grammar.c src/text/grammar_vocab.c src/text/json_grammar.c
          src/text/json_schema.c src/text/tool_grammar.c src/text/gbnf.c src/text/regex_grammar.c
          src/text/utf8_ranges.c"
-LIBS="$(pkg-config --libs jansson libpcre2-8 libutf8proc libpng libjpeg libwebp) -lpthread -lm"
+LIBS="$(pkg-config --libs jansson libpcre2-8 libutf8proc libpng libjpeg libwebp libwebpdemux zlib) -lpthread -lm"
 FLAGS="-std=c11 -D_GNU_SOURCE -g -O1 -fno-omit-frame-pointer -Iinclude -Isrc -Wall -Wextra
-       -DTS_SOURCE_DIR=\"$PWD\" $(pkg-config --cflags jansson libpcre2-8 libutf8proc libpng libjpeg libwebp)"
+       -DTS_SOURCE_DIR=\"$PWD\" $(pkg-config --cflags jansson libpcre2-8 libutf8proc libpng libjpeg libwebp libwebpdemux zlib)"
 SAN="-fsanitize=address,undefined -fno-sanitize-recover=undefined"
 
 # What each target links, its dictionary and its input cap (small inputs keep the rate high;

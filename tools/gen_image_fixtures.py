@@ -1,13 +1,17 @@
 #!/usr/bin/env python3
 """Writes tests/fixtures/image/: small PNG, JPEG and WebP files, what PIL decodes them to after
 Hugging Face's convert-to-RGB rule (transformers.image_transforms.convert_to_rgb: grey and
-palette expanded, alpha composited over white; a JPEG's EXIF orientation applied first, as
-transformers.image_utils.load_image applies it with ImageOps.exif_transpose), and PIL BICUBIC resizes of two of them, as raw
-RGB (.rgb: height rows of width pixels, 3 bytes each), with manifest.json saying what is what.
-tests/unit/test_image.c checks src/image/ against them byte for byte.
+palette expanded, alpha composited over white; the orientation applied first, as
+transformers.image_utils.load_image applies it with ImageOps.exif_transpose: EXIF in a JPEG's APP1,
+a PNG's eXIf / tEXt / zTXt / iTXt or a WebP's EXIF chunk, else XMP's tiff:Orientation), and PIL
+BICUBIC resizes of two of them, as raw RGB (.rgb: height rows of width pixels, 3 bytes each), with
+manifest.json saying what is what (the orientation fixtures also say which orientation PIL
+applied: the script checks that it did). tests/unit/test_image.c checks src/image/ against them
+byte for byte.
 
 Needs Pillow and numpy (torchvision and transformers optional: with them, the Qwen2-VL image
-processor's torchvision resize is measured against PIL's and the difference recorded).
+processor's torchvision resize is measured against PIL's and the difference recorded; without
+torchvision the measurement already in manifest.json and VERSIONS.json is kept).
 Deterministic: the pictures are drawn from a fixed seed, and the encoders run single-threaded.
 
     python3 tools/gen_image_fixtures.py            # from the repository root
@@ -193,6 +197,158 @@ def sources(rng):
                                                           quality=90, exif=exif)),
                 "JPEG with a damaged EXIF block (IFD0 cut before its Orientation entry): "
                 "orientation 1"))
+    out += orientation_sources(tiny)
+    return out
+
+
+# ---- orientation from other places than a JPEG's EXIF: (name, bytes, what, orientation PIL
+# applies); all 24x16, so a wrong rotation changes the size or the bytes ----
+
+def exif_tiff(k=None, make=False):
+    """An EXIF block as Pillow writes it (b"Exif\0\0" + big-endian TIFF): IFD0 with an
+    Orientation k (None: none) and, with make, a Make entry."""
+    e = Image.Exif()
+    if make:
+        e[0x010F] = "Cam"
+    if k is not None:
+        e[0x0112] = k
+    return e.tobytes()
+
+
+def xmp_packet(k, element=False):
+    """An XMP packet with tiff:Orientation k, as an attribute (Adobe's usual form) or an
+    element; both are what PIL's getexif searches for."""
+    orient = (f"<tiff:Orientation>{k}</tiff:Orientation>" if element
+              else f'tiff:Orientation="{k}"')
+    desc = (f'<rdf:Description rdf:about="" xmlns:tiff="http://ns.adobe.com/tiff/1.0/">{orient}'
+            "</rdf:Description>" if element else
+            f'<rdf:Description rdf:about="" xmlns:tiff="http://ns.adobe.com/tiff/1.0/" {orient}/>')
+    return ('<?xpacket begin="\ufeff" id="W5M0MpCehiHzreSzNTczkc9d"?>'
+            '<x:xmpmeta xmlns:x="adobe:ns:meta/"><rdf:RDF '
+            'xmlns:rdf="http://www.w3.org/1999/02/22-rdf-syntax-ns#">'
+            f"{desc}</rdf:RDF></x:xmpmeta><?xpacket end=\"w\"?>").encode()
+
+
+def raw_profile(block):
+    """ImageMagick's "Raw profile type exif" text: a blank line, the type, the length, then the
+    block in hex, 72 digits a line."""
+    h = block.hex()
+    return (f"\nexif\n{len(block):8}\n" +
+            "\n".join(h[i:i + 72] for i in range(0, len(h), 72)) + "\n").encode()
+
+
+def text_chunk(kind, key, value, compress=False):
+    """A tEXt, zTXt or iTXt chunk (iTXt: compressed or not, no language)."""
+    if kind == b"tEXt":
+        return png_chunk(kind, key + b"\0" + value)
+    if kind == b"zTXt":
+        return png_chunk(kind, key + b"\0\0" + zlib.compress(value, 9))
+    body = zlib.compress(value, 9) if compress else value
+    return png_chunk(kind, key + b"\0" + bytes([int(compress), 0]) + b"\0\0" + body)
+
+
+def png_with(png, before=b"", after=b""):
+    """png (as Pillow writes it: one IDAT, IEND last) with chunks put before its first IDAT and
+    after its last one."""
+    at = png.index(b"IDAT") - 4
+    end = len(png) - 12
+    assert png[end + 4:end + 8] == b"IEND"
+    return png[:at] + before + png[at:end] + after + png[end:]
+
+
+def webp_chunk(kind, data):
+    return kind + struct.pack("<I", len(data)) + data + b"\0" * (len(data) & 1)
+
+
+def webp_with(webp, chunks=b"", clear_flags=0):
+    """webp (an extended file) with chunks appended and VP8X flags cleared, sizes fixed."""
+    assert webp[12:16] == b"VP8X"
+    body = bytearray(webp[12:] + chunks)
+    body[8] &= ~clear_flags & 0xFF
+    return b"RIFF" + struct.pack("<I", len(body) + 4) + b"WEBP" + bytes(body)
+
+
+def jpeg_app1(jpg, body):
+    """jpg with an APP1 segment holding body put right after its SOI."""
+    return jpg[:2] + b"\xff\xe1" + struct.pack(">H", len(body) + 2) + body + jpg[2:]
+
+
+def orientation_sources(tiny):
+    im = Image.fromarray(tiny)
+    png = encoded(im, "PNG")
+    xmp_ns = b"http://ns.adobe.com/xap/1.0/\0"
+    out = []
+
+    def add(name, data, what, k):
+        out.append((name, data, what, k))
+
+    # PNG: eXIf (Pillow writes it before the image data), wherever it is, the last one wins
+    add("png_exif_orient6.png", encoded(im, "PNG", exif=exif_tiff(6)), "PNG eXIf orientation 6", 6)
+    add("png_exif_after_idat.png",
+        png_with(png, png_chunk(b"eXIf", exif_tiff(3)[6:]), png_chunk(b"eXIf", exif_tiff(8)[6:])),
+        "PNG eXIf 3 before the image data, eXIf 8 after it (the last wins)", 8)
+    add("png_text_exif.png",
+        png_with(png, png_chunk(b"eXIf", exif_tiff(3)[6:]),
+                 text_chunk(b"tEXt", b"exif", exif_tiff(5)[6:])),
+        "PNG eXIf 3, then a tEXt keyed exif (raw TIFF) holding 5 (also info['exif']: it wins)", 5)
+    add("png_rawprofile_ztxt.png",
+        png_with(png, text_chunk(b"zTXt", b"Raw profile type exif", raw_profile(exif_tiff(7)))),
+        "PNG zTXt 'Raw profile type exif' (ImageMagick's hex) orientation 7", 7)
+    add("png_exif_vs_rawprofile.png",
+        png_with(png, png_chunk(b"eXIf", exif_tiff(2)[6:]),
+                 text_chunk(b"tEXt", b"Raw profile type exif", raw_profile(exif_tiff(4)))),
+        "PNG eXIf 2, a later tEXt raw profile 4 (read only without info['exif']): 2", 2)
+    add("png_xmp_itxt.png",
+        png_with(png, text_chunk(b"iTXt", b"XML:com.adobe.xmp", xmp_packet(6, element=True),
+                                 compress=True)),
+        "PNG compressed iTXt XMP <tiff:Orientation>6</tiff:Orientation>, no EXIF", 6)
+    add("png_exif_noorient_xmp.png",
+        png_with(png, png_chunk(b"eXIf", exif_tiff(None, make=True)[6:]),
+                 text_chunk(b"tEXt", b"XML:com.adobe.xmp", xmp_packet(8))),
+        "PNG eXIf without an Orientation (a Make only), tEXt XMP tiff:Orientation=\"8\": 8", 8)
+    add("png_exif1_xmp.png",
+        png_with(png, png_chunk(b"eXIf", exif_tiff(1)[6:]),
+                 text_chunk(b"iTXt", b"XML:com.adobe.xmp", xmp_packet(6))),
+        "PNG eXIf orientation 1 and iTXt XMP 6: the XMP is not read, 1", 1)
+    bad = bytearray(text_chunk(b"zTXt", b"Raw profile type exif", raw_profile(exif_tiff(3))))
+    bad[8 + 23:8 + 27] = b"\xff\xff\xff\xff"  # zlib header and all: after IDAT, no CRC check
+    add("png_ztxt_bad.png",
+        png_with(png, text_chunk(b"tEXt", b"Raw profile type exif", raw_profile(exif_tiff(4))),
+                 bytes(bad) + text_chunk(b"iTXt", b"XML:com.adobe.xmp", xmp_packet(2))),
+        "PNG raw profile 4, then (after the image data) a zTXt raw profile with corrupt zlib "
+        "(PIL: an empty text, so no EXIF) and iTXt XMP 2: 2", 2)
+
+    # WebP: the demuxer's first EXIF / XMP chunk, stored only when VP8X's flag says so
+    add("webp_lossy_exif3.webp",
+        encoded(im, "WEBP", quality=80, method=4, exif=exif_tiff(3)), "WebP lossy, EXIF 3", 3)
+    add("webp_lossless_exif8.webp",
+        encoded(im, "WEBP", lossless=True, method=4, exif=exif_tiff(8)),
+        "WebP lossless, EXIF 8", 8)
+    add("webp_xmp6.webp", encoded(im, "WEBP", quality=80, method=4, xmp=xmp_packet(6)),
+        "WebP lossy, XMP tiff:Orientation=\"6\" only", 6)
+    lossy6 = encoded(im, "WEBP", quality=80, method=4, exif=exif_tiff(6))
+    add("webp_exif_two.webp", webp_with(lossy6, webp_chunk(b"EXIF", exif_tiff(3)[6:])),
+        "WebP with two EXIF chunks, 6 then 3: the first wins", 6)
+    add("webp_exif_noflag.webp", webp_with(lossy6, clear_flags=0x08),
+        "WebP with an EXIF chunk (6) but VP8X's EXIF flag clear: not read, 1", 1)
+
+    # JPEG: XMP in APP1 when the EXIF stores no Orientation; the last XMP segment wins
+    add("jpeg_xmp6.jpg", encoded(im, "JPEG", quality=90, xmp=xmp_packet(6, element=True)),
+        "JPEG with XMP <tiff:Orientation>6</tiff:Orientation> only", 6)
+    add("jpeg_exif1_xmp6.jpg", encoded(im, "JPEG", quality=90, exif=exif_tiff(1),
+                                       xmp=xmp_packet(6)),
+        "JPEG with EXIF orientation 1 and XMP 6: the XMP is not read, 1", 1)
+    add("jpeg_exif_noorient_xmp8.jpg",
+        encoded(im, "JPEG", quality=90, exif=exif_tiff(None, make=True), xmp=xmp_packet(8)),
+        "JPEG with EXIF without an Orientation (a Make only) and XMP 8: 8", 8)
+    add("jpeg_exif_notiff_xmp6.jpg",
+        exif_replaced(encoded(im, "JPEG", quality=90, exif=exif_tiff(6), xmp=xmp_packet(6)),
+                      b"Exif\0\0" + b"not a TIFF header"),
+        "JPEG whose EXIF block is not TIFF, with XMP 6: PIL's failed EXIF read at open keeps an "
+        "empty Exif, XMP unsearched: 1", 1)
+    add("jpeg_xmp_two.jpg",
+        jpeg_app1(encoded(im, "JPEG", quality=90, xmp=xmp_packet(6)), xmp_ns + xmp_packet(3)),
+        "JPEG with two XMP segments, 3 then 6: the last wins", 6)
     return out
 
 
@@ -280,12 +436,34 @@ def torchvision_check(src_rgb):
                 torchvision=torchvision.__version__, torch=torch.__version__)
 
 
+# exif_transpose's transposes, by orientation (1: none)
+TRANSPOSE = {1: lambda im: im.copy()} | {
+    k: (lambda m: lambda im: im.transpose(m))(m) for k, m in {
+        2: Image.Transpose.FLIP_LEFT_RIGHT, 3: Image.Transpose.ROTATE_180,
+        4: Image.Transpose.FLIP_TOP_BOTTOM, 5: Image.Transpose.TRANSPOSE,
+        6: Image.Transpose.ROTATE_270, 7: Image.Transpose.TRANSVERSE,
+        8: Image.Transpose.ROTATE_90}.items()}
+
+
+def previous_torchvision():
+    """The torchvision measurement of the fixtures being replaced (manifest entry, VERSIONS.json),
+    or (None, {})."""
+    try:
+        with open(os.path.join(OUT, "manifest.json")) as f:
+            tv = json.load(f).get("torchvision_vs_pil")
+        with open(os.path.join(OUT, "VERSIONS.json")) as f:
+            return tv, json.load(f)
+    except (OSError, ValueError):
+        return None, {}
+
+
 def main():
     if not os.path.isdir("tests/fixtures"):
         sys.exit("run from the repository root")
     import PIL
     if int(PIL.__version__.split(".")[0]) < 13:  # its resize pass order is what src/image follows
         sys.exit(f"Pillow {PIL.__version__}: the fixtures are made with Pillow 13 or later")
+    old_tv, old_versions = previous_torchvision()
     if os.path.exists(OUT):
         if os.listdir(OUT) and not os.path.exists(os.path.join(OUT, "VERSIONS.json")):
             sys.exit(f"refusing to delete {OUT}: not a fixture directory (no VERSIONS.json)")
@@ -294,13 +472,16 @@ def main():
     rng = np.random.default_rng(SEED)
     manifest = {"decode": [], "resize": []}
     decoded = {}
-    for name, data, what in sources(rng):
+    for name, data, what, *orient in sources(rng):
         with open(os.path.join(OUT, name), "wb") as f:
             f.write(data)
         rgb, mode = hf_rgb(data)
         if name == "jpeg_exif_bad.jpg":
             plain = Image.open(io.BytesIO(data)).convert("RGB")
             assert np.array_equal(np.asarray(rgb), np.asarray(plain)), "damaged EXIF applied"
+        if orient:  # PIL applied the orientation the fixture is meant to exercise
+            plain = Image.open(io.BytesIO(data)).convert("RGB")
+            assert np.array_equal(np.asarray(rgb), np.asarray(TRANSPOSE[orient[0]](plain))), name
         arr = np.asarray(rgb)
         decoded[name] = arr
         raw = name.rsplit(".", 1)[0] + ".rgb"
@@ -308,6 +489,8 @@ def main():
             f.write(arr.tobytes())
         manifest["decode"].append(dict(file=name, rgb=raw, width=rgb.width, height=rgb.height,
                                        pil_mode=mode, what=what))
+        if orient:
+            manifest["decode"][-1]["orientation"] = orient[0]
     for name, sizes in RESIZES:
         src = decoded[name]
         for w, h in sizes:
@@ -319,6 +502,8 @@ def main():
     tv = torchvision_check(decoded["png_rgb.png"])
     if tv:
         manifest["torchvision_vs_pil"] = tv
+    elif old_tv:  # measured on a machine with torchvision: keep it
+        manifest["torchvision_vs_pil"] = old_tv
     with open(os.path.join(OUT, "manifest.json"), "w") as f:
         json.dump(manifest, f, indent=1)
         f.write("\n")
@@ -328,6 +513,8 @@ def main():
                     command="python3 tools/gen_image_fixtures.py (run from the repository root)")
     if tv:
         versions.update(torchvision=tv["torchvision"], torch=tv["torch"])
+    elif old_tv:
+        versions.update({k: old_versions[k] for k in ("torchvision", "torch") if k in old_versions})
     with open(os.path.join(OUT, "VERSIONS.json"), "w") as f:
         json.dump(versions, f, indent=1)
         f.write("\n")

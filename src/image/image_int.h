@@ -33,14 +33,33 @@ static inline uint8_t img_over_white(unsigned v, unsigned a) {
     return (uint8_t)((((t >> 8) + t) >> 8) >> 7);
 }
 
-/* EXIF orientation (image_orient.c), as transformers' load_image applies it with PIL's
- * ImageOps.exif_transpose. img_exif_orientation reads tag 0x0112 of IFD0 from an EXIF block
- * (a TIFF header, "II" or "MM", optionally after "Exif\0\0"), len bytes, as PIL reads it; it
- * never fails: an absent, malformed or out-of-range value is 1. img_apply_orientation transposes
- * img in place as PIL's exif_transpose does for orientations 2..8 (5..8 swap width and height);
- * anything else leaves it alone. TS_ERR_NOMEM. */
+/* Orientation (image_orient.c), as transformers' load_image applies it with PIL's
+ * ImageOps.exif_transpose, which takes Image.getexif()'s Orientation: the EXIF block's tag
+ * 0x0112 when the block stores one, else the digit of an XMP "tiff:Orientation" (which file
+ * chunks hold the EXIF block and the XMP packet is each reader's business).
+ *
+ * img_exif_orientation reads tag 0x0112 of IFD0 from an EXIF block as PIL's Exif.load reads
+ * the bytes a file's info["exif"] holds (a TIFF header, optionally after one or two
+ * "Exif\0\0"), len bytes. It never fails; it returns IMG_EXIF_ABSENT when the block stores no
+ * Orientation (empty, an IFD cut before it, ...: PIL then looks at the XMP), 1..8 when it stores
+ * one (1 also for any value that does not transpose: the XMP is then ignored), and
+ * IMG_EXIF_UNREADABLE when PIL's Exif.load raises (a header that is not TIFF; what that means
+ * depends on the container). img_xmp_orientation returns the digit of the first match of PIL's
+ * regex tiff:Orientation(="|>)([0-9]) in an XMP packet, or -1. img_orientation puts the two
+ * together as getexif does: exif (img_exif_orientation's result, IMG_EXIF_UNREADABLE already
+ * resolved by the caller) if stored, else the XMP digit, else 1. img_apply_orientation
+ * transposes img in place as exif_transpose does for orientations 2..8 (5..8 swap width and
+ * height); anything else leaves it alone. TS_ERR_NOMEM. */
+enum { IMG_EXIF_UNREADABLE = -1, IMG_EXIF_ABSENT = 0 };
 int img_exif_orientation(const uint8_t *exif, size_t len);
+int img_xmp_orientation(const uint8_t *xmp, size_t len);
+int img_orientation(int exif, const uint8_t *xmp, size_t xmp_len);
 ts_status img_apply_orientation(ts_image *img, int orientation);
+
+/* The orientation exif_transpose applies to a PNG file (data, len bytes: the whole file), from
+ * its eXIf / tEXt / zTXt / iTXt chunks as PIL's PngImagePlugin reads them (image_png_meta.c).
+ * Never fails: unreadable metadata is no orientation (1). */
+int img_png_orientation(const uint8_t *data, size_t len);
 
 /* The readers: data is the whole file (len bytes, len >= the format's magic). On success *out
  * is a new image; on failure *out is untouched and the message names the format and the fault. */

@@ -11,14 +11,20 @@
  * ("image file is truncated") where libjpeg would pad it with grey. A file that ends after its
  * last row (no EOI marker) is read, as PIL reads it: jpeg_finish_decompress is not called.
  *
- * EXIF orientation: the APP1 "Exif\0\0" segments are kept (jpeg_save_markers) and joined as
- * PIL's JpegImagePlugin joins them (the first whole, the others without their "Exif\0\0"); the
- * decoded image is then transposed as transformers' load_image does with exif_transpose
- * (image_orient.c). A damaged or absent EXIF block is orientation 1, never an error. */
+ * Orientation: the APP1 segments are kept (jpeg_save_markers) and read as PIL's JpegImagePlugin
+ * reads those before the first scan: the "Exif\0\0" ones joined (the first whole, the others
+ * without their "Exif\0\0"), and the last "http://ns.adobe.com/xap/1.0/\0" one as the XMP
+ * packet; the decoded image is then transposed as transformers' load_image does with
+ * exif_transpose (image_orient.c): the EXIF Orientation, else the XMP tiff:Orientation. An EXIF
+ * block whose header is not TIFF is orientation 1 without the XMP: PIL reads the EXIF while it
+ * opens the file (for the resolution) and, when that raises, keeps an empty Exif that getexif
+ * then returns as it is, XMP unsearched (where the JFIF header gives a resolution PIL skips that
+ * read, and exif_transpose raises instead). Never an error. */
 #include "base/status.h"
 #include "image/image_int.h"
 
 #include <setjmp.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,7 +43,8 @@ typedef struct {
     struct jpeg_progress_mgr progress;
     jmp_buf jump;
     char msg[JMSG_LENGTH_MAX];
-    uint8_t *row;  /* one decoded row, output_components bytes a pixel */
+    uint8_t *row;    /* one decoded row, output_components bytes a pixel */
+    int orientation; /* what exif_transpose applies (jpeg_orientation) */
     ts_image *img; /* the output, freed by the caller on failure */
 } jpeg_ctx;
 
@@ -91,30 +98,20 @@ static void jpeg_row_rgb(const uint8_t *in, int n, int w, uint8_t *out) {
     }
 }
 
-/* The orientation PIL's getexif finds in the saved APP1 "Exif\0\0" segments; 1 without one.
- * Called after the last libjpeg call, so no longjmp can skip the free. */
-static int jpeg_orientation(j_decompress_ptr ci) {
-    jpeg_saved_marker_ptr first = NULL;
-    size_t total = 0, count = 0;
-    jpeg_saved_marker_ptr m;
-    for (m = ci->marker_list; m; m = m->next) {
-        if (m->marker != JPEG_APP0 + 1 || m->data_length < 6 || memcmp(m->data, "Exif\0\0", 6))
-            continue;
-        if (!count++) {
-            first = m;
-            total = m->data_length;
-        } else {
-            total += m->data_length - 6;
-        }
-    }
-    if (count == 0) return 1;
-    if (count == 1) return img_exif_orientation(first->data, first->data_length);
+static bool is_exif(jpeg_saved_marker_ptr m) {
+    return m->marker == JPEG_APP0 + 1 && m->data_length >= 6 && !memcmp(m->data, "Exif\0\0", 6);
+}
+
+/* The Orientation of the joined EXIF segments m (count of them, total bytes when joined). */
+static int jpeg_exif(jpeg_saved_marker_ptr m, size_t count, size_t total) {
+    while (!is_exif(m))
+        m = m->next;
+    if (count == 1) return img_exif_orientation(m->data, m->data_length);
     uint8_t *all = malloc(total);
-    if (!all) return img_exif_orientation(first->data, first->data_length);
+    if (!all) return img_exif_orientation(m->data, m->data_length);
     size_t at = 0;
-    for (m = ci->marker_list; m; m = m->next) {
-        if (m->marker != JPEG_APP0 + 1 || m->data_length < 6 || memcmp(m->data, "Exif\0\0", 6))
-            continue;
+    for (; m; m = m->next) {
+        if (!is_exif(m)) continue;
         size_t skip = at ? 6 : 0;
         memcpy(all + at, m->data + skip, m->data_length - skip);
         at += m->data_length - skip;
@@ -124,12 +121,34 @@ static int jpeg_orientation(j_decompress_ptr ci) {
     return o;
 }
 
+/* The orientation exif_transpose finds in the saved APP1 segments (see the top of the file).
+ * Called right after jpeg_read_header, so the list holds the markers before the first scan, as
+ * PIL's; it calls nothing of libjpeg, so no longjmp can skip the free. */
+static int jpeg_orientation(j_decompress_ptr ci) {
+    static const char xmp_ns[] = "http://ns.adobe.com/xap/1.0/"; /* and its NUL */
+    const uint8_t *xmp = NULL;
+    size_t xmp_len = 0, count = 0, total = 0;
+    for (jpeg_saved_marker_ptr m = ci->marker_list; m; m = m->next) {
+        if (is_exif(m)) {
+            total += count++ ? m->data_length - 6 : m->data_length;
+        } else if (m->marker == JPEG_APP0 + 1 && m->data_length >= sizeof xmp_ns &&
+                   !memcmp(m->data, xmp_ns, sizeof xmp_ns)) {
+            xmp = m->data + sizeof xmp_ns; /* the last one wins, as in PIL's info["xmp"] */
+            xmp_len = m->data_length - sizeof xmp_ns;
+        }
+    }
+    int exif = count ? jpeg_exif(ci->marker_list, count, total) : IMG_EXIF_ABSENT;
+    if (exif == IMG_EXIF_UNREADABLE) return 1;
+    return img_orientation(exif, xmp, xmp_len);
+}
+
 /* The decoding proper; a libjpeg error leaves it by longjmp (to jpeg_run), abandoning its frame. */
 static ts_status jpeg_body(jpeg_ctx *c, const uint8_t *data, size_t len) {
     j_decompress_ptr ci = &c->ci;
     jpeg_mem_src(ci, data, (unsigned long)len);
     jpeg_save_markers(ci, JPEG_APP0 + 1, 0xFFFF);
     jpeg_read_header(ci, TRUE);
+    c->orientation = jpeg_orientation(ci);
     if (ci->data_precision != 8)
         return ts_error(TS_ERR_UNSUPPORTED, "JPEG: %d-bit samples (8-bit JPEGs are read)",
                         ci->data_precision);
@@ -160,7 +179,7 @@ static ts_status jpeg_body(jpeg_ctx *c, const uint8_t *data, size_t len) {
             return ts_error(TS_ERR_FORMAT, "JPEG: no data for row %zu", y);
         jpeg_row_rgb(c->row, n, w, c->img->rgb + y * (size_t)w * 3);
     }
-    return img_apply_orientation(c->img, jpeg_orientation(ci));
+    return img_apply_orientation(c->img, c->orientation);
 }
 
 /* Kept apart from jpeg_body so that no local variable lives across the setjmp. */

@@ -8,7 +8,9 @@
  *     raw value against the 8-bit sample (so a 2-bit image's tRNS 2 never matches its 170s);
  *   - palette indices past the palette are black (PIL pads its palette with zeros);
  *   - alpha, from a channel or tRNS, is composited over white (img_over_white).
- * No gamma, ICC or sBIT handling: PIL applies none when it decodes.
+ * No gamma, ICC or sBIT handling: PIL applies none when it decodes. The orientation that
+ * transformers' load_image applies (exif_transpose: eXIf, text chunks holding EXIF or XMP) is
+ * read from the file's chunks by image_png_meta.c, and applied to the decoded image.
  * libpng reports errors through a callback that must not return: it longjmps back to png_run,
  * whose state all lives in the caller's png_ctx, so nothing local is used after the jump. */
 #include "base/status.h"
@@ -197,6 +199,7 @@ ts_status img_decode_png(const uint8_t *data, size_t len, ts_image **out) {
     ts_status st = png_run(&c);
     png_destroy_read_struct(&c.png, &c.info, NULL);
     free(c.raw);
+    if (st == TS_OK) st = img_apply_orientation(c.img, img_png_orientation(data, len));
     if (st != TS_OK) {
         ts_image_free(c.img);
         return st;

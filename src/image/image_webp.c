@@ -1,12 +1,21 @@
 /* WebP with libwebp: decoded to straight (not premultiplied) RGBA with the decoder's default
  * options (fancy upsampling of the chroma, no dithering), which is what PIL's WebPAnimDecoder
- * gives for a still image; alpha is then composited over white. Animated files are refused:
- * their frames need libwebpdemux, and a single image is what a prompt holds. */
+ * gives for a still image; alpha is then composited over white. Animated files are refused: a
+ * single image is what a prompt holds.
+ *
+ * Orientation (transformers' load_image applies exif_transpose): PIL takes info["exif"] and
+ * info["xmp"] from libwebp's demuxer, WebPDemuxGetChunk(..., 1, ...) of "EXIF" and "XMP ": the
+ * first such chunk, which the demuxer stores only in an extended (VP8X) file whose header flags
+ * say it has one, and an empty one is not set. We ask the same demuxer, then read them as
+ * image_orient.c reads an EXIF block and an XMP packet. A file the demuxer refuses (PIL cannot
+ * open it) and an EXIF block whose header is not TIFF (PIL's exif_transpose raises) are read as
+ * having no EXIF; never an error. */
 #include "base/status.h"
 #include "image/image_int.h"
 
 #include <stdlib.h>
 #include <webp/decode.h>
+#include <webp/demux.h>
 
 static ts_status webp_status(VP8StatusCode s) {
     switch (s) {
@@ -16,6 +25,26 @@ static ts_status webp_status(VP8StatusCode s) {
     case VP8_STATUS_OUT_OF_MEMORY: return ts_error(TS_ERR_NOMEM, "WebP: out of memory");
     default: return ts_error(TS_ERR_FORMAT, "WebP: damaged data (libwebp status %d)", (int)s);
     }
+}
+
+/* The orientation exif_transpose applies (see the top of the file). */
+static int webp_orientation(const uint8_t *data, size_t len) {
+    WebPData wd = {data, len};
+    WebPDemuxer *dmux = WebPDemux(&wd);
+    if (!dmux) return 1;
+    WebPChunkIterator it;
+    int exif = IMG_EXIF_ABSENT;
+    if (WebPDemuxGetChunk(dmux, "EXIF", 1, &it)) {
+        exif = img_exif_orientation(it.chunk.bytes, it.chunk.size);
+        WebPDemuxReleaseChunkIterator(&it);
+    }
+    if (exif == IMG_EXIF_UNREADABLE) exif = IMG_EXIF_ABSENT;
+    WebPChunkIterator xmp = {0}; /* no chunk: no bytes */
+    if (exif == IMG_EXIF_ABSENT) WebPDemuxGetChunk(dmux, "XMP ", 1, &xmp);
+    int o = img_orientation(exif, xmp.chunk.bytes, xmp.chunk.size);
+    WebPDemuxReleaseChunkIterator(&xmp);
+    WebPDemuxDelete(dmux);
+    return o;
 }
 
 ts_status img_decode_webp(const uint8_t *data, size_t len, ts_image **out) {
@@ -37,9 +66,10 @@ ts_status img_decode_webp(const uint8_t *data, size_t len, ts_image **out) {
     cfg.output.u.RGBA.size = stride * (size_t)h;
     s = WebPDecode(data, len, &cfg);
     WebPFreeDecBuffer(&cfg.output); /* frees nothing of ours: the memory is external */
-    ts_status st = s == VP8_STATUS_OK ? img_alloc(w, h, out) : webp_status(s);
+    ts_image *img = NULL;
+    ts_status st = s == VP8_STATUS_OK ? img_alloc(w, h, &img) : webp_status(s);
     if (st == TS_OK) {
-        uint8_t *o = (*out)->rgb;
+        uint8_t *o = img->rgb;
         for (size_t i = 0, n = (size_t)w * (size_t)h; i < n; i++) {
             const uint8_t *p = rgba + 4 * i;
             for (int k = 0; k < 3; k++)
@@ -47,5 +77,10 @@ ts_status img_decode_webp(const uint8_t *data, size_t len, ts_image **out) {
         }
     }
     free(rgba);
+    if (st == TS_OK) st = img_apply_orientation(img, webp_orientation(data, len));
+    if (st == TS_OK)
+        *out = img;
+    else
+        ts_image_free(img);
     return st;
 }

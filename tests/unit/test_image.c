@@ -2,8 +2,11 @@
  * + Hugging Face's convert_to_rgb give, resizes equal PIL's Image.resize(BICUBIC) byte for byte,
  * and hostile input is refused with the right status: empty and unknown data, every truncation
  * of a PNG, a JPEG and a WebP, headers declaring huge images, damaged bytes; JPEG EXIF
- * orientations 2..8 applied (and a damaged EXIF block read as none). Every buffer given
- * to ts_image_decode is an exact-size heap copy, so an ASan build catches a read past the end. */
+ * orientations 2..8 applied (and a damaged EXIF block read as none); the orientation of PNG
+ * (eXIf, text chunks), WebP (EXIF, XMP chunks) and XMP in all three as exif_transpose takes it,
+ * and hostile metadata (cut and huge chunk lengths, bad CRCs, corrupt or oversized zlib, bad hex,
+ * bad UTF-8) never failing a decode. Every buffer given to ts_image_decode is an exact-size heap
+ * copy, so an ASan build catches a read past the end. */
 #include "fixture_util.h"
 #include "tessera.h"
 #include "testutil.h"
@@ -14,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <zlib.h>
 
 static char fixdir[1024];
 
@@ -439,6 +443,445 @@ static void test_exif_damage(void) {
     free(jpg);
 }
 
+/* ---- orientation from PNG / WebP metadata and XMP ------------------------------------------ */
+
+/* The orientation fixtures (manifest entries with an "orientation": which one PIL applied) are
+ * all there, from a 24x16 picture, 5..8 turned on their side. test_decode_fixtures compares
+ * their bytes. */
+static void test_orientation_fixtures(json_t *manifest) {
+    json_t *list = json_object_get(manifest, "decode"), *e;
+    size_t i;
+    int seen = 0, png = 0, webp = 0, jpeg = 0;
+    json_array_foreach(list, i, e) {
+        json_t *o = json_object_get(e, "orientation");
+        if (!o) continue;
+        const char *file = json_string_value(json_object_get(e, "file"));
+        int k = (int)json_integer_value(o);
+        int w = (int)json_integer_value(json_object_get(e, "width"));
+        int h = (int)json_integer_value(json_object_get(e, "height"));
+        seen++;
+        png += strstr(file, ".png") != NULL;
+        webp += strstr(file, ".webp") != NULL;
+        jpeg += strstr(file, ".jpg") != NULL;
+        CHECKF(k >= 5 && k <= 8 ? w == 16 && h == 24 : w == 24 && h == 16, "%s: %dx%d", file, w, h);
+    }
+    CHECKF(seen == 19 && png == 9 && webp == 5 && jpeg == 5,
+           "%d orientation fixtures (%d PNG, %d WebP, %d JPEG), 19 (9, 5, 5) expected", seen, png,
+           webp, jpeg);
+}
+
+/* A growing byte buffer. */
+typedef struct {
+    uint8_t *p;
+    size_t n, cap;
+} bytes;
+
+static void put(bytes *b, const void *d, size_t n) {
+    if (b->n + n > b->cap) {
+        b->cap = (b->n + n) * 2 + 64;
+        b->p = realloc(b->p, b->cap);
+    }
+    if (n) memcpy(b->p + b->n, d, n);
+    b->n += n;
+}
+
+static void put_be32_to(bytes *b, uint32_t v) {
+    uint8_t q[4] = {(uint8_t)(v >> 24), (uint8_t)(v >> 16), (uint8_t)(v >> 8), (uint8_t)v};
+    put(b, q, 4);
+}
+
+/* A PNG chunk, its CRC flipped with bad_crc; len may differ from n (a lying length). */
+static void put_chunk_len(bytes *b, const char *type, const void *d, size_t n, uint32_t len,
+                          bool bad_crc) {
+    put_be32_to(b, len);
+    size_t at = b->n;
+    put(b, type, 4);
+    put(b, d, n);
+    put_be32_to(b, crc32_of(b->p + at, 4 + n) ^ (bad_crc ? 1u : 0u));
+}
+
+static void put_chunk(bytes *b, const char *type, const void *d, size_t n) {
+    put_chunk_len(b, type, d, n, (uint32_t)n, false);
+}
+
+/* A tEXt, zTXt or iTXt (uncompressed) chunk: key, then v (n bytes), zTXt's deflated. */
+static void put_text(bytes *b, const char *type, const char *key, const void *v, size_t n) {
+    bytes c = {0};
+    put(&c, key, strlen(key) + 1);
+    if (!strcmp(type, "zTXt")) {
+        uLongf zn = compressBound(n);
+        uint8_t *z = malloc(zn);
+        CHECK(compress2(z, &zn, v, n, 9) == Z_OK);
+        put(&c, "\0", 1);
+        put(&c, z, zn);
+        free(z);
+    } else {
+        if (!strcmp(type, "iTXt")) put(&c, "\0\0\0\0", 4); /* not compressed, no language */
+        put(&c, v, n);
+    }
+    put_chunk(b, type, c.p, c.n);
+    free(c.p);
+}
+
+/* A big-endian EXIF TIFF block whose IFD0 holds Orientation k (26 bytes). */
+static size_t tiff_orient(uint8_t *t, int k) {
+    static const uint8_t tiff[26] = {'M', 'M', 0, '*', 0, 0, 0, 8, 0, 1, 0x01, 0x12, 0,
+                                     3,   0,   0, 0,   1, 0, 0, 0, 0, 0, 0,    0,    0};
+    memcpy(t, tiff, sizeof tiff);
+    t[19] = (uint8_t)k;
+    return sizeof tiff;
+}
+
+/* ImageMagick's "Raw profile type exif" text for Orientation k, then pad. */
+static void put_raw_profile(bytes *b, int k, const char *pad) {
+    uint8_t t[26];
+    size_t n = tiff_orient(t, k);
+    char head[32];
+    snprintf(head, sizeof head, "\nexif\n%8zu\n", n);
+    put(b, head, strlen(head));
+    for (size_t i = 0; i < n; i++) {
+        char hx[3];
+        snprintf(hx, sizeof hx, "%02x", t[i]);
+        put(b, hx, 2);
+    }
+    put(b, pad, strlen(pad));
+}
+
+static const char *xmp_attr(int k) {
+    static char x[96];
+    snprintf(x, sizeof x, "<rdf:Description tiff:Orientation=\"%d\"/>", k);
+    return x;
+}
+
+/* png (24x16, one IDAT) with `before` put before its IDAT and `after` after it; cut > 0 ends the
+ * file there instead of with IEND. Decoded: it must be an image, and its width (16 when turned
+ * on its side) is returned; 0 on failure. */
+static int png_variant(const uint8_t *png, size_t n, const bytes *before, const bytes *after,
+                       size_t cut, const char *what) {
+    size_t idat = 8;
+    while (idat + 8 < n && memcmp(png + idat + 4, "IDAT", 4))
+        idat += 12 + ((size_t)png[idat] << 24 | (size_t)png[idat + 1] << 16 |
+                      (size_t)png[idat + 2] << 8 | png[idat + 3]);
+    bytes f = {0};
+    put(&f, png, idat);
+    put(&f, before->p, before->n);
+    put(&f, png + idat, n - 12 - idat);
+    put(&f, after->p, after->n);
+    if (cut)
+        f.n = cut < f.n ? cut : f.n;
+    else
+        put(&f, png + n - 12, 12);
+    ts_image *img;
+    ts_status st = decode_copy(f.p, f.n, &img);
+    free(f.p);
+    CHECKF(st == TS_OK, "%s: %s", what, ts_last_error());
+    if (st != TS_OK) return 0;
+    int w = img->width;
+    CHECKF((w == 16 && img->height == 24) || (w == 24 && img->height == 16), "%s: %dx%d", what,
+           img->width, img->height);
+    ts_image_free(img);
+    return w;
+}
+
+/* A chunk with key "Raw profile type exif" / "XML:com.adobe.xmp" holding v (n bytes). */
+static void put_raw(bytes *b, const char *type, const void *v, size_t n) {
+    put_text(b, type, "Raw profile type exif", v, n);
+}
+static void put_xmp(bytes *b, const char *type, int k) {
+    put_text(b, type, "XML:com.adobe.xmp", xmp_attr(k), strlen(xmp_attr(k)));
+}
+
+/* Hostile PNG metadata: every case decodes; the orientation is Pillow's where it reads the file
+ * (checked once against Pillow 13.0.0), and ours (src/image/README.md) where it raises. */
+static void test_png_meta_hostile(void) {
+    size_t n;
+    uint8_t *png = read_file("png_palette4.png", &n);
+    CHECK(png && n > 60 && memcmp(png + n - 8, "IEND", 4) == 0);
+    if (!png) return;
+    uint8_t t6[32], t3[32];
+    size_t tn = tiff_orient(t6, 6);
+    tiff_orient(t3, 3);
+    bytes none = {0}, a = {0}, b = {0}, v = {0};
+    /* a: chunks before the image data, b: after it */
+#define CASE(want, what)                                                                           \
+    do {                                                                                           \
+        int w_ = png_variant(png, n, &a, &b, 0, what);                                             \
+        CHECKF(w_ == (want), "%s: width %d, want %d", what, w_, want);                             \
+        a.n = b.n = v.n = 0;                                                                       \
+    } while (0)
+
+    put_chunk(&a, "eXIf", t6, tn);
+    CASE(16, "eXIf 6");
+    put_chunk_len(&a, "eXIf", t6, tn, (uint32_t)tn, true);
+    CASE(24, "eXIf 6 with a bad CRC before the image data (libpng drops it; PIL refuses)");
+    put_chunk_len(&b, "eXIf", t6, tn, (uint32_t)tn, true);
+    CASE(16, "eXIf 6 with a bad CRC after the image data (PIL does not check it)");
+
+    /* lying lengths after the image data end the walk; what came before stays */
+    put_chunk(&a, "eXIf", t6, tn);
+    put_chunk_len(&b, "tEXt", "k\0v", 3, 0xFFFFFFFFu, false);
+    put_chunk(&b, "eXIf", t3, tn);
+    CASE(16, "eXIf 6, a chunk declaring 4 GiB, eXIf 3");
+    put_chunk_len(&b, "eXIf", t6, tn, 0x7FFFFFF0u, false);
+    CASE(24, "eXIf 6 declaring 2 GiB");
+    put_chunk(&b, "a-b!", "x", 1);
+    put_chunk(&b, "eXIf", t6, tn);
+    CASE(24, "a chunk type that is not four word characters (PIL's is_cid), eXIf 6");
+    /* the file ending inside the chunk (no IEND): not read; inside its CRC: read */
+    put_chunk(&b, "eXIf", t6, tn);
+    size_t whole = n - 12 + b.n;
+    CHECK(png_variant(png, n, &none, &b, whole - 6, "eXIf cut in its data") == 24);
+    CHECK(png_variant(png, n, &none, &b, whole - 2, "eXIf cut in its CRC") == 16);
+    b.n = 0;
+
+    /* corrupt zlib: a zTXt's text is empty (so the raw profile holds no EXIF), an iTXt is not
+     * read; a zTXt of compression method 1, or inflating past 1 MiB, is not read (PIL raises) */
+    static const uint8_t bad_zlib[] = {0x78, 0x9c, 0xff, 0xff, 0xff, 0xff, 1, 2, 3};
+    put_raw_profile(&v, 6, "\n");
+    put_raw(&a, "tEXt", v.p, v.n);
+    bytes z = {0};
+    put(&z, "Raw profile type exif\0\0", 23);
+    put(&z, bad_zlib, sizeof bad_zlib);
+    put_chunk(&b, "zTXt", z.p, z.n);
+    CASE(24, "raw profile 6, then a zTXt raw profile of corrupt zlib");
+    z.n = 0;
+    put(&z, "XML:com.adobe.xmp\0\1\0\0\0", 22); /* compressed, no language */
+    put(&z, bad_zlib, sizeof bad_zlib);
+    put_chunk(&a, "iTXt", z.p, z.n);
+    put_xmp(&b, "tEXt", 8);
+    put_chunk(&b, "iTXt", z.p, z.n);
+    CASE(16, "tEXt XMP 8 between two iTXt XMP of corrupt zlib");
+    put_raw_profile(&v, 6, "\n");
+    put_raw(&a, "tEXt", v.p, v.n);
+    v.n = 0;
+    put_raw_profile(&v, 3, "");
+    for (int i = 0; i < 1100000 / 16; i++)
+        put(&v, "              \n ", 16);
+    put_raw(&b, "zTXt", v.p, v.n);
+    CASE(16, "raw profile 6, then a zTXt raw profile 3 inflating past 1 MiB");
+    put_raw_profile(&v, 6, "\n");
+    put_raw(&a, "tEXt", v.p, v.n);
+    put_chunk(&b, "zTXt", "Raw profile type exif\0\1x", 24);
+    CASE(16, "raw profile 6, then a zTXt of compression method 1");
+    /* past the file's budget of inflated bytes, zTXt is not inflated: 19 raw profiles 6 of
+     * 900 kB (the budget runs out in the 19th), then one of 3 */
+    put_raw_profile(&v, 6, "");
+    for (int i = 0; i < 900000 / 16; i++)
+        put(&v, "              \n ", 16);
+    z.n = 0;
+    put_raw(&z, "zTXt", v.p, v.n);
+    for (int i = 0; i < 19; i++)
+        put(&b, z.p, z.n);
+    v.n = 0;
+    put_raw_profile(&v, 3, "\n");
+    put_raw(&b, "zTXt", v.p, v.n);
+    CASE(16, "20 zTXt raw profiles of 900 kB: the last one past the budget");
+
+    /* hex that bytes.fromhex refuses, or a block too short for a TIFF header (PIL raises): no
+     * EXIF, so the XMP is searched */
+    static const char *bad_hex[] = {"\nexif\n 2\n4d4",      "\nexif\n 2\n4d 4d",
+                                    "\nexif\n 2\n4 d",      "\nexif\n 2\nzz",
+                                    "\nexif\n 2\n\xc3\xa9", "\nexif\n 2\n4d\x1c"};
+    for (size_t i = 0; i < sizeof bad_hex / sizeof bad_hex[0]; i++) {
+        put_raw(&a, "tEXt", bad_hex[i], strlen(bad_hex[i]));
+        put_xmp(&a, "tEXt", 8);
+        CASE(16, bad_hex[i]);
+    }
+    /* whitespace between pairs, and a newline inside one (the join removes it), are fine */
+    put(&v, "\nexif\n      26\n", 15);
+    for (size_t i = 0; i < tn; i++) {
+        char hx[8];
+        snprintf(hx, sizeof hx, i == 3 ? "%x\n%x" : "%x%x \r\t\v\f", t6[i] >> 4, t6[i] & 15);
+        put(&v, hx, strlen(hx));
+    }
+    put_raw(&a, "iTXt", v.p, v.n);
+    CASE(16, "raw profile with whitespace");
+    put_raw(&a, "tEXt", "\nexif\n", 6); /* fewer than 3 lines: an empty EXIF */
+    put_xmp(&a, "iTXt", 7);
+    CASE(16, "raw profile of 2 lines, iTXt XMP 7");
+
+    /* EXIF headers: one PIL reads as classic TIFF without entries; not TIFF (PIL raises) */
+    put_chunk(&a, "eXIf", "MM\0+\0\0\0\x08\0\0", 10);
+    put_xmp(&a, "tEXt", 8);
+    CASE(16, "eXIf MM\\0+ without entries, XMP 8");
+    put_chunk(&a, "eXIf", "hello, world", 12);
+    put_xmp(&a, "tEXt", 7);
+    CASE(16, "eXIf not TIFF, XMP 7");
+    put(&v, "Exif\0\0Exif\0\0", 12);
+    put(&v, t6, tn);
+    put_chunk(&a, "eXIf", v.p, v.n);
+    CASE(24, "eXIf with two Exif\\0\\0 before its TIFF (three with PIL's)");
+    put(&v, "Exif\0\0", 6);
+    put(&v, t6, tn);
+    put_chunk(&a, "eXIf", v.p, v.n);
+    CASE(16, "eXIf with one Exif\\0\\0 before its TIFF");
+    put_text(&a, "zTXt", "exif", t6, tn);
+    CASE(24, "a zTXt keyed exif (a str to PIL)");
+    put_text(&a, "tEXt", "exif", t6, tn);
+    put_text(&a, "zTXt", "exif", t6, tn);
+    put_xmp(&a, "tEXt", 5);
+    CASE(16, "tEXt exif 6, then a zTXt keyed exif, XMP 5");
+
+    /* an iTXt XMP with invalid UTF-8 sets info["xmp"] only, which is read */
+    put(&v, xmp_attr(5), strlen(xmp_attr(5)));
+    put(&v, "\xed\xa0\x80", 3); /* a surrogate */
+    put_text(&a, "iTXt", "XML:com.adobe.xmp", v.p, v.n);
+    CASE(16, "iTXt XMP 5 with invalid UTF-8");
+    put_text(&a, "iTXt", "XML:com.adobe.xmp", v.p, 0);
+    put_text(&a, "tEXt", "XML:com.adobe.xmp", "nothing", 7);
+    put_xmp(&b, "zTXt", 6);
+    CASE(16, "XMP: empty iTXt, tEXt without an orientation, zTXt 6 (the last wins)");
+    put_xmp(&a, "tEXt", 6);
+    put_text(&b, "tEXt", "XML:com.adobe.xmp", "nothing", 7);
+    CASE(24, "XMP: tEXt 6, then a tEXt without an orientation (the last wins)");
+
+    /* malformed text chunks: no NUL, an empty key, short iTXt headers, an unknown method */
+    static const struct {
+        const char *type, *data;
+        size_t len;
+    } odd[] = {{"tEXt", "exif", 4},
+               {"tEXt", "\0exif", 5},
+               {"zTXt", "exif", 4},
+               {"zTXt", "exif\0", 5},
+               {"zTXt", "exif\0\0", 6},
+               {"iTXt", "exif", 4},
+               {"iTXt", "exif\0\1", 6},
+               {"iTXt", "exif\0\0\0x", 8},
+               {"iTXt", "XML:com.adobe.xmp\0\1\1\0\0x", 23}};
+    for (size_t i = 0; i < sizeof odd / sizeof odd[0]; i++) {
+        put_chunk(&a, odd[i].type, odd[i].data, odd[i].len);
+        put_xmp(&b, "tEXt", 6);
+        /* a zTXt keyed exif is a str to PIL: we read no EXIF, so the XMP */
+        CASE(16, odd[i].type);
+    }
+    /* every cut of the metadata after the image data: an image */
+    put_chunk(&b, "eXIf", t6, tn);
+    put_xmp(&b, "zTXt", 8);
+    for (size_t cut = n - 12; cut < n - 12 + b.n; cut++)
+        png_variant(png, n, &none, &b, cut, "metadata cut");
+#undef CASE
+    free(a.p);
+    free(b.p);
+    free(v.p);
+    free(z.p);
+    free(png);
+}
+
+/* Decodes data (n bytes); returns the width (0 on failure, which it must not be). */
+static int decoded_width(const uint8_t *data, size_t n, const char *what) {
+    ts_image *img;
+    ts_status st = decode_copy(data, n, &img);
+    CHECKF(st == TS_OK, "%s: %s", what, ts_last_error());
+    if (st != TS_OK) return 0;
+    int w = img->width;
+    ts_image_free(img);
+    return w;
+}
+
+static uint32_t le32(const uint8_t *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+/* Hostile WebP metadata: an EXIF chunk running past the RIFF (the demuxer refuses the file: no
+ * orientation), an EXIF header that is not TIFF, every cut of the file in its EXIF chunk. */
+static void test_webp_meta_hostile(void) {
+    size_t n;
+    uint8_t *webp = read_file("webp_lossy_exif3.webp", &n);
+    CHECK(webp && n > 30 && memcmp(webp + 12, "VP8X", 4) == 0);
+    if (!webp) return;
+    size_t at = 30;
+    while (at + 8 <= n && memcmp(webp + at, "EXIF", 4))
+        at += 8 + le32(webp + at + 4) + (le32(webp + at + 4) & 1);
+    CHECK(at + 8 <= n && decoded_width(webp, n, "webp_lossy_exif3.webp") == 24);
+    if (at + 8 <= n) {
+        uint8_t *m = malloc(n);
+        memcpy(m, webp, n);
+        m[at + 5] = 0xF0; /* size + 61440 */
+        CHECK(decoded_width(m, n, "EXIF past the RIFF") == 24);
+        memcpy(m, webp, n);
+        m[at + 8] ^= 0x20; /* "MM" -> "mM" */
+        CHECK(decoded_width(m, n, "EXIF not TIFF") == 24);
+        for (size_t cut = at; cut < n; cut++) {
+            ts_image *img;
+            ts_status st = decode_copy(webp, cut, &img);
+            CHECKF(st == TS_OK || st == TS_ERR_FORMAT, "WebP cut at %zu: %d", cut, st);
+            ts_image_free(st == TS_OK ? img : NULL);
+        }
+        free(m);
+    }
+    free(webp);
+}
+
+/* XMP in a JPEG (jpeg_exif_bad.jpg: 24x16, an EXIF block storing no Orientation) with an APP1
+ * segment holding payload put first: PIL's regex tiff:Orientation(="|>)([0-9]), case and all.
+ * And only the segments before the first scan count. */
+static void test_jpeg_xmp(void) {
+    size_t n;
+    uint8_t *jpg = read_file("jpeg_exif_bad.jpg", &n);
+    CHECK(jpg != NULL);
+    if (!jpg) return;
+    static const struct {
+        const char *payload;
+        int width;
+    } cases[] = {
+        {"http://ns.adobe.com/xap/1.0/\0<x tiff:Orientation=\"6\"/>", 16},
+        {"http://ns.adobe.com/xap/1.0/\0<tiff:Orientation>8</tiff:Orientation>", 16},
+        {"http://ns.adobe.com/xap/1.0/\0tiff:Orientation>5", 16},
+        {"http://ns.adobe.com/xap/1.0/\0tiff:Orientation=\"x\" tiff:Orientation>7", 16},
+        {"http://ns.adobe.com/xap/1.0/\0tiff:Orientation=\"", 24},
+        {"http://ns.adobe.com/xap/1.0/\0tiff:Orientation>", 24},
+        {"http://ns.adobe.com/xap/1.0/\0tiff:Orientation='6'", 24},
+        {"http://ns.adobe.com/xap/1.0/\0TIFF:Orientation=\"6\"", 24},
+        {"http://ns.adobe.com/xap/1.0/\0tiff:Orientation=\"0\" tiff:Orientation=\"6\"", 24},
+        {"http://ns.adobe.com/xap/1.0/\0tiff:Orientation=\"9\"", 24},
+        {"http://ns.adobe.com/xap/1.0/\0", 24},
+        {"http://ns.adobe.com/xap/1.0/ tiff:Orientation=\"6\"", 24}, /* no NUL: not XMP */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const char *p = cases[i].payload;
+        size_t len = strlen(p); /* the namespace's NUL, then the packet */
+        if (len == 28) len = 29 + strlen(p + 29);
+        bytes f = {0};
+        put(&f, jpg, 2);
+        uint8_t seg[4] = {0xFF, 0xE1, (uint8_t)((len + 2) >> 8), (uint8_t)(len + 2)};
+        put(&f, seg, 4);
+        put(&f, p, len);
+        put(&f, jpg + 2, n - 2);
+        int w = decoded_width(f.p, f.n, p + (len > 29 ? 29 : 0));
+        CHECKF(w == cases[i].width, "XMP case %zu: width %d, want %d", i, w, cases[i].width);
+        free(f.p);
+    }
+    free(jpg);
+    /* an Exif segment between the scans of a progressive JPEG: not read (PIL stops at the first
+     * SOS; libjpeg would save it too) */
+    jpg = read_file("jpeg_progressive.jpg", &n);
+    size_t sos = 0, second = 0;
+    for (size_t i = 2; jpg && i + 1 < n && !second; i++) {
+        if (jpg[i] != 0xFF || jpg[i + 1] != 0xDA) continue;
+        if (sos)
+            second = i;
+        else
+            sos = i;
+    }
+    CHECK(second > 0);
+    if (second) {
+        uint8_t seg[4 + 6 + 32] = {0xFF, 0xE1, 0, 2 + 6 + 26, 'E', 'x', 'i', 'f', 0, 0};
+        tiff_orient(seg + 10, 6);
+        bytes f = {0};
+        put(&f, jpg, second);
+        put(&f, seg, 4 + 6 + 26);
+        put(&f, jpg + second, n - second);
+        CHECK(decoded_width(f.p, f.n, "Exif between scans") == 64);
+        f.n = 0;
+        put(&f, jpg, 2);
+        put(&f, seg, 4 + 6 + 26);
+        put(&f, jpg + 2, n - 2);
+        CHECK(decoded_width(f.p, f.n, "Exif before the first scan") == 48);
+        free(f.p);
+    }
+    free(jpg);
+}
+
 int main(void) {
     snprintf(fixdir, sizeof fixdir, "%s/image", tu_env("TS_FIXTURES", "tests/fixtures"));
     char path[1100];
@@ -463,6 +906,10 @@ int main(void) {
     test_damage(manifest);
     test_exif_fixtures(manifest);
     test_exif_damage();
+    test_orientation_fixtures(manifest);
+    test_png_meta_hostile();
+    test_webp_meta_hostile();
+    test_jpeg_xmp();
     json_decref(manifest);
     return tu_report("test_image");
 }
