@@ -150,7 +150,11 @@ static inflate_result meta_inflate(png_meta *m, const uint8_t *z, size_t n, uint
                                    size_t *len) {
     size_t cap = PNG_TEXT_MAX < m->budget ? PNG_TEXT_MAX : m->budget;
     if (cap == 0) return INFLATE_REFUSED;
-    uint8_t *buf = malloc(cap);
+    /* the buffer grows with what comes out (a few times the input to start): a small chunk
+     * must not cost a megabyte of memory */
+    size_t size = n < cap / 8 ? 8 * n + 64 : cap;
+    size = size < cap ? size : cap;
+    uint8_t *buf = malloc(size);
     if (!buf) return INFLATE_REFUSED;
     z_stream s = {0};
     if (inflateInit(&s) != Z_OK) {
@@ -160,10 +164,25 @@ static inflate_result meta_inflate(png_meta *m, const uint8_t *z, size_t n, uint
     s.next_in = (Bytef *)z;
     s.avail_in = (uInt)n; /* a chunk is under 2^31 bytes */
     s.next_out = buf;
-    s.avail_out = (uInt)cap;
-    int rc = inflate(&s, Z_SYNC_FLUSH);
-    size_t got = cap - s.avail_out;
-    bool full_with_input_left = s.avail_out == 0 && s.avail_in > 0;
+    s.avail_out = (uInt)size;
+    int rc;
+    for (;;) {
+        rc = inflate(&s, Z_SYNC_FLUSH);
+        if (rc != Z_OK || s.avail_out > 0 || size == cap) break;
+        size_t grown = 2 * size < cap ? 2 * size : cap;
+        uint8_t *nb = realloc(buf, grown);
+        if (!nb) {
+            inflateEnd(&s);
+            free(buf);
+            return INFLATE_REFUSED;
+        }
+        buf = nb;
+        s.next_out = buf + size;
+        s.avail_out = (uInt)(grown - size);
+        size = grown;
+    }
+    size_t got = size - s.avail_out;
+    bool full_with_input_left = got == cap && s.avail_in > 0;
     inflateEnd(&s);
     m->budget -= got;
     inflate_result r = rc == Z_STREAM_END                ? INFLATE_OK
