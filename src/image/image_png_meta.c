@@ -48,6 +48,8 @@ typedef struct {
     int xmp_text;  /* info["XML:com.adobe.xmp"] */
     int xmp;       /* info["xmp"] */
     size_t budget; /* inflated bytes left (PNG_INFLATE_BUDGET) */
+    uint8_t *buf;  /* meta_inflate's output, reused chunk after chunk (freed at the end) */
+    size_t buf_size;
     long frames;   /* acTL's frame count, -1 without one (PIL's im_n_frames = None) */
     bool bbox;     /* an fcTL came before the image data (PIL's info["bbox"]) */
 } png_meta;
@@ -150,38 +152,35 @@ static inflate_result meta_inflate(png_meta *m, const uint8_t *z, size_t n, uint
                                    size_t *len) {
     size_t cap = PNG_TEXT_MAX < m->budget ? PNG_TEXT_MAX : m->budget;
     if (cap == 0) return INFLATE_REFUSED;
-    /* the buffer grows with what comes out (a few times the input to start): a small chunk
-     * must not cost a megabyte of memory */
-    size_t size = n < cap / 8 ? 8 * n + 64 : cap;
-    size = size < cap ? size : cap;
-    uint8_t *buf = malloc(size);
-    if (!buf) return INFLATE_REFUSED;
     z_stream s = {0};
-    if (inflateInit(&s) != Z_OK) {
-        free(buf);
-        return INFLATE_REFUSED;
-    }
+    if (inflateInit(&s) != Z_OK) return INFLATE_REFUSED;
     s.next_in = (Bytef *)z;
     s.avail_in = (uInt)n; /* a chunk is under 2^31 bytes */
-    s.next_out = buf;
-    s.avail_out = (uInt)size;
-    int rc;
+    size_t got = 0;
+    int rc = Z_OK;
+    /* one buffer for the file's chunks, grown with what comes out (from a few times the
+     * input): a small chunk must not cost a megabyte, nor many chunks many allocations */
     for (;;) {
-        rc = inflate(&s, Z_SYNC_FLUSH);
-        if (rc != Z_OK || s.avail_out > 0 || size == cap) break;
-        size_t grown = 2 * size < cap ? 2 * size : cap;
-        uint8_t *nb = realloc(buf, grown);
-        if (!nb) {
-            inflateEnd(&s);
-            free(buf);
-            return INFLATE_REFUSED;
+        size_t room = m->buf_size < cap ? m->buf_size : cap;
+        if (got == room) {
+            size_t want = got ? 2 * got : 8 * n + 64;
+            want = want < cap ? want : cap;
+            if (want > m->buf_size) {
+                uint8_t *nb = realloc(m->buf, want);
+                if (!nb) {
+                    inflateEnd(&s);
+                    return INFLATE_REFUSED;
+                }
+                m->buf = nb, m->buf_size = want;
+            }
+            room = want;
         }
-        buf = nb;
-        s.next_out = buf + size;
-        s.avail_out = (uInt)(grown - size);
-        size = grown;
+        s.next_out = m->buf + got;
+        s.avail_out = (uInt)(room - got);
+        rc = inflate(&s, Z_SYNC_FLUSH);
+        got = room - s.avail_out;
+        if (rc != Z_OK || s.avail_out > 0 || got == cap) break;
     }
-    size_t got = size - s.avail_out;
     bool full_with_input_left = got == cap && s.avail_in > 0;
     inflateEnd(&s);
     m->budget -= got;
@@ -189,11 +188,8 @@ static inflate_result meta_inflate(png_meta *m, const uint8_t *z, size_t n, uint
                        : rc != Z_OK && rc != Z_BUF_ERROR ? INFLATE_CORRUPT
                        : full_with_input_left            ? INFLATE_REFUSED
                                                          : INFLATE_OK;
-    if (r != INFLATE_OK) {
-        free(buf);
-        return r;
-    }
-    *out = buf;
+    if (r != INFLATE_OK) return r;
+    *out = m->buf;
     *len = got;
     return INFLATE_OK;
 }
@@ -240,7 +236,6 @@ static void chunk_ztext(png_meta *m, const uint8_t *d, size_t n) {
     inflate_result r = vlen ? meta_inflate(m, v + 1, vlen - 1, &text, &len) : INFLATE_OK;
     if (r == INFLATE_REFUSED) return;
     meta_set(m, key, true, text, r == INFLATE_OK ? len : 0);
-    free(text);
 }
 
 /* PngStream.chunk_iTXt: key, compression flag and method, language and translated key, text
@@ -270,7 +265,6 @@ static void chunk_itext(png_meta *m, const uint8_t *d, size_t n) {
     if (utf8_ok(lang, (size_t)(z1 - lang)) && utf8_ok(z1 + 1, (size_t)(z2 - z1 - 1)) &&
         utf8_ok(v, vlen))
         meta_set(m, key, true, v, vlen);
-    free(text);
 }
 
 /* PngStream.chunk_eXIf: info["exif"] = b"Exif\0\0" + data. Exif.load strips up to two such
@@ -370,6 +364,7 @@ int img_png_orientation(const uint8_t *data, size_t len) {
     if (len < 8) return 1;
     size_t idat = walk_header(&m, data, len);
     if (idat) walk_tail(&m, data, len, idat);
+    free(m.buf);
     int exif = m.exif != META_UNSET ? m.exif : m.raw != META_UNSET ? m.raw : IMG_EXIF_ABSENT;
     if (exif == IMG_EXIF_UNREADABLE) exif = IMG_EXIF_ABSENT; /* PIL raises: we search the XMP */
     if (exif != IMG_EXIF_ABSENT) return exif;
