@@ -196,6 +196,11 @@ ts_status img_decode_png(const uint8_t *data, size_t len, ts_image **out) {
         png_destroy_read_struct(c.png ? &c.png : NULL, NULL, NULL);
         return ts_error(TS_ERR_NOMEM, "PNG: cannot create the decoder");
     }
+    /* libpng would read these ancillary chunks whole into memory of the size they declare (an
+     * iTXt of 3 bytes may say 2 GB); the pixels need none of them and image_png_meta.c reads
+     * the text and EXIF ones from the file's bytes, so libpng skips them unread */
+    static const png_byte skipped[] = "tEXt\0zTXt\0iTXt\0eXIf\0iCCP\0sPLT";
+    png_set_keep_unknown_chunks(c.png, PNG_HANDLE_CHUNK_NEVER, skipped, (int)(sizeof skipped / 5));
     ts_status st = png_run(&c);
     png_destroy_read_struct(&c.png, &c.info, NULL);
     free(c.raw);

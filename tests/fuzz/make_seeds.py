@@ -7,6 +7,7 @@ import json
 import os
 import struct
 import sys
+import zlib
 
 FIX = "tests/fixtures"
 TOKENIZER = f"{FIX}/tokenizer/small/tokenizer.json"
@@ -247,7 +248,20 @@ def seeds_image():
     files = sorted(glob.glob(f"{FIX}/image/*.png") + glob.glob(f"{FIX}/image/*.jpg") +
                    glob.glob(f"{FIX}/image/*.webp"))
     out = [open(p, "rb").read() for p in files]
-    return [s for s in out if len(s) <= 8192] + [b"GIF89a", b"\x89PNG\r\n\x1a\n", b"\xff\xd8\xff\xd9"]
+    return [s for s in out if len(s) <= 8192] + [b"GIF89a", b"\x89PNG\r\n\x1a\n", b"\xff\xd8\xff\xd9",
+                                                 huge_chunk_png()]
+
+
+def huge_chunk_png():
+    """A 24x16 PNG header, then an iTXt chunk that declares 2^31 - 16 bytes and holds 8: read
+    whole by libpng it is a 2 GB allocation (past libFuzzer's malloc limit)."""
+    def chunk(kind, data, length=None):
+        n = len(data) if length is None else length
+        return (struct.pack(">I", n) + kind + data +
+                struct.pack(">I", zlib.crc32(kind + data) & 0xffffffff))
+    ihdr = struct.pack(">IIBBBBB", 24, 16, 8, 2, 0, 0, 0)
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) +
+            chunk(b"iTXt", b"XML:com.adobe.xmp\0\0\0\0\0x", 0x7ffffff0))
 
 
 def main():
