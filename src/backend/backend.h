@@ -66,9 +66,11 @@ typedef struct {
 
 /* One run of a batch for the *_runs ops: tokens [start, start + len) of the batch at positions
  * pos0 .. pos0 + len - 1 of one sequence, and that sequence's state buffers for the op (conv:
- * a = conv state; gdn: a = recurrent state; attention: a = K cache, b = V cache). */
+ * a = conv state; gdn: a = recurrent state; attention: a = K cache, b = V cache). rope_shift
+ * (attention_step): the tokens' rotary positions are their positions plus it - the text after
+ * an image in Qwen3.5's MRoPE, whose three positions are equal; 0 otherwise. */
 typedef struct {
-    int start, len, pos0;
+    int start, len, pos0, rope_shift;
     float *a, *b;
 } ts_seq_run;
 

@@ -24,6 +24,8 @@ ts_status engine_ahead_init(ts_engine *e) {
     size_t n = (size_t)e->n_batch;
     a->pos = malloc(n * sizeof *a->pos);
     a->slot = malloc(n * sizeof *a->slot);
+    a->shift = malloc(n * sizeof *a->shift);
+    a->rope3 = malloc(3 * n * sizeof *a->rope3);
     a->want = malloc(n);
     a->ids[0] = malloc(n * sizeof *a->ids[0]);
     a->ids[1] = malloc(n * sizeof *a->ids[1]);
@@ -42,8 +44,8 @@ ts_status engine_ahead_init(ts_engine *e) {
             a->lp_res[h][i] = (ts_sample_res){-1, 0, a->lp_logit + at, a->lp_tok + at, 0};
         }
     }
-    if (!a->pos || !a->slot || !a->want || !a->ids[0] || !a->ids[1] || !a->req || !a->req_now ||
-        !lp_ok)
+    if (!a->pos || !a->slot || !a->shift || !a->rope3 || !a->want || !a->ids[0] || !a->ids[1] ||
+        !a->req || !a->req_now || !lp_ok)
         return ts_error(TS_ERR_NOMEM, "out of memory");
     memset(a->want, 1, n);
     a->lp_top = -1;
@@ -52,7 +54,8 @@ ts_status engine_ahead_init(ts_engine *e) {
 
 void engine_ahead_free(ts_engine *e) {
     ts_ahead *a = &e->ahead;
-    free(a->pos), free(a->slot), free(a->want), free(a->ids[0]), free(a->ids[1]);
+    free(a->pos), free(a->slot), free(a->shift), free(a->rope3), free(a->want), free(a->ids[0]),
+        free(a->ids[1]);
     free(a->req), free(a->req_now);
     free(a->lp_req), free(a->lp_logit), free(a->lp_tok);
     for (int h = 0; h < 2; h++)
@@ -65,12 +68,21 @@ void engine_ahead_drop(ts_engine *e) {
     e->ahead.held = false;
 }
 
+/* Token i's rotary position minus its position. */
+static int32_t rope_shift(const ts_batch *b, int i) {
+    return b->rope_pos ? b->rope_pos[3 * i] - b->pos[i] : 0;
+}
+
 bool engine_ahead_fits(const ts_engine *e, const ts_batch *b) {
     const ts_ahead *a = &e->ahead;
     int n = b->n_tokens;
     if (a->off || n < 1 || n > e->n_batch || !b->tokens || !b->pos || !b->slot ||
-        (!b->wants_logits && n != 1) || b->embd || b->rope_pos)
+        (!b->wants_logits && n != 1) || b->embd)
         return false;
+    for (int i = 0; b->rope_pos && i < n; i++) {
+        const int32_t *r3 = b->rope_pos + 3 * i;
+        if (r3[1] != r3[0] || r3[2] != r3[0]) return false;
+    }
     for (int i = 0; i < n; i++) {
         int s = b->slot[i];
         /* a slot's first token here continues it; a second one of the same slot would not */
@@ -98,7 +110,8 @@ static bool is_held_step(const ts_ahead *a, const ts_batch *b, ts_sampler *const
     if (!a->held || a->n != b->n_tokens || a->sampled != (samplers != NULL) || a->lp_top != n_top)
         return false;
     for (int i = 0; i < a->n; i++) {
-        if (b->slot[i] != a->slot[i] || b->pos[i] != a->pos[i] || b->tokens[i] != a->ids[a->cur][i])
+        if (b->slot[i] != a->slot[i] || b->pos[i] != a->pos[i] ||
+            b->tokens[i] != a->ids[a->cur][i] || rope_shift(b, i) != a->shift[i])
             return false;
         if (samplers) {
             ts_sample_req next = ts_sampler_peek(samplers[i]);
@@ -147,7 +160,7 @@ ts_status engine_ahead_step(ts_engine *e, const ts_batch *b, ts_sampler *const *
         engine_ahead_drop(e);
         ts_fwd_batch fb =
             held_batch(e, n, b->pos, b->slot, samplers ? a->req_now : NULL, !a->cur, lp);
-        fb.tokens = b->tokens;
+        fb.tokens = b->tokens, fb.rope_pos = b->rope_pos;
         st = e->model->arch->forward(e->rt, &fb, NULL);
         if (st != TS_OK) { /* nothing of it runs */
             op->step_drop(e->be);
@@ -162,10 +175,14 @@ ts_status engine_ahead_step(ts_engine *e, const ts_batch *b, ts_sampler *const *
     for (int i = 0; i < n; i++)
         e->slot_len[b->slot[i]]++;
     /* the step after it, held until the next call: the same slots one position on */
-    bool room = true;
+    bool room = true, shifted = false;
     for (int i = 0; i < n; i++) {
         a->slot[i] = b->slot[i];
         a->pos[i] = b->pos[i] + 1;
+        a->shift[i] = rope_shift(b, i);
+        for (int k = 0; k < 3; k++)
+            a->rope3[3 * i + k] = a->pos[i] + a->shift[i];
+        shifted = shifted || a->shift[i];
         room = room && a->pos[i] < e->n_ctx;
     }
     if (room) {
@@ -175,6 +192,7 @@ ts_status engine_ahead_step(ts_engine *e, const ts_batch *b, ts_sampler *const *
         a->lp_top = n_top;
         ts_fwd_batch fb = held_batch(e, n, a->pos, a->slot, samplers ? a->req : NULL, !a->cur, lp);
         fb.fed = true;
+        if (shifted) fb.rope_pos = a->rope3;
         st = e->model->arch->forward(e->rt, &fb, NULL);
         a->held = st == TS_OK && op->step_seal(e->be);
         a->n = n;

@@ -14,6 +14,9 @@ typedef struct {
     bool held; /* a step is held on the backend: n tokens, slots slot[], positions pos[] */
     int n;
     int32_t *pos, *slot; /* [n_batch] */
+    /* [n_batch] the held step's rotary shifts (a token's rotary position minus its position:
+     * text after an image in Qwen3.5; ts_batch.rope_pos) and [3 * n_batch] its positions so */
+    int32_t *shift, *rope3;
     uint8_t *want;       /* [n_batch] ones */
     /* [n_batch] each: the held argmax ids of the step launched last (ids[cur]) and of the
      * step held after it (ids[!cur]), which that step was fed */
@@ -62,7 +65,8 @@ void engine_ahead_free(ts_engine *e);
 /* Forgets the held step, if any (before anything else uses the backend). */
 void engine_ahead_drop(ts_engine *e);
 /* Whether b is a decode step that can go ahead: one token for each of its slots, each
- * wanting its output, within a piece of the batch. */
+ * wanting its output, within a piece of the batch; no embedding rows, and rotary positions
+ * (if any) the same three a token (so one shift a token, which the held step keeps). */
 bool engine_ahead_fits(const ts_engine *e, const ts_batch *b);
 /* ts_engine_forward_greedy (samplers NULL) or ts_engine_forward_sample (draws that end on the
  * device: the backend's sample_held_fits) for such a batch, holding the step after it; with

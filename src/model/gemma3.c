@@ -455,8 +455,11 @@ static void attention(gemma3_rt *rt, int il, const ts_fwd_batch *b, const ts_run
     ts_seq_run *sr = rt->sruns;
     for (int r = 0; r < nr; r++) {
         char *st = (char *)b->slot_state[runs[r].slot] + 2 * kvb * (size_t)il;
-        sr[r] = (ts_seq_run){runs[r].start, runs[r].len, runs[r].pos0, (float *)st,
-                             (float *)(st + kvb)};
+        sr[r] = (ts_seq_run){.start = runs[r].start,
+                             .len = runs[r].len,
+                             .pos0 = runs[r].pos0,
+                             .a = (float *)st,
+                             .b = (float *)(st + kvb)};
     }
     /* a decode step: the backend's whole attention step where it has one */
     if (!ts_attention_step(be, rt->q, qw, hd, P(rt, ly->q_norm), rt->k, P(rt, ly->k_norm), rt->v,

@@ -190,8 +190,11 @@ static void linear_attention(qwen35_rt *rt, int il, const ts_fwd_batch *b, const
     ts_seq_run *sr = rt->sruns;
     for (int r = 0; r < nr; r++) { /* a: the conv state; b: the recurrent state */
         char *st = b->slot_state[runs[r].slot];
-        sr[r] = (ts_seq_run){runs[r].start, runs[r].len, runs[r].pos0,
-                             (float *)(st + rt->offs[il].conv), (float *)(st + rt->offs[il].rec)};
+        sr[r] = (ts_seq_run){.start = runs[r].start,
+                             .len = runs[r].len,
+                             .pos0 = runs[r].pos0,
+                             .a = (float *)(st + rt->offs[il].conv),
+                             .b = (float *)(st + rt->offs[il].rec)};
     }
     /* the causal conv; then q and k to their own buffers so each head is a row, L2-normalised,
      * q scaled by dk^-1/2; the gates */
@@ -244,8 +247,13 @@ static void full_attention(qwen35_rt *rt, int il, const ts_fwd_batch *b, const t
     ts_seq_run *sr = rt->sruns;
     for (int r = 0; r < nr; r++) {
         char *st = b->slot_state[runs[r].slot];
-        sr[r] = (ts_seq_run){runs[r].start, runs[r].len, runs[r].pos0,
-                             (float *)(st + rt->offs[il].kc), (float *)(st + rt->offs[il].vc)};
+        /* a run of one token (the fused step's) rotates at its own place plus the shift */
+        sr[r] = (ts_seq_run){.start = runs[r].start,
+                             .len = runs[r].len,
+                             .pos0 = runs[r].pos0,
+                             .rope_shift = rt->rpos[runs[r].start] - runs[r].pos0,
+                             .a = (float *)(st + rt->offs[il].kc),
+                             .b = (float *)(st + rt->offs[il].vc)};
     }
     if (rt->mrope) { /* the batch's own rotary angles (mrope_table) */
         ts_qk_norm_rope(be, qg, qw, hstride, hp->n_head, P(rt, ly->q_norm), k, kvw, hp->n_kv_head,
@@ -254,12 +262,10 @@ static void full_attention(qwen35_rt *rt, int il, const ts_fwd_batch *b, const t
         op->rope_cs(be, k, kvw, n, hp->n_kv_head, hd, hp->rot_dim / 2, rt->rope_cs);
         ts_attend_runs(be, qg, qw, hstride, k, v, &dims, sr, nr, o, ow);
         if (hp->attn_gate) op->sigmoid_gate(be, o, ow, qg + hd, qw, n, hp->n_head, hd, hstride);
-    } else if (b->rope_pos ||
-               !ts_attention_step(be, qg, qw, hstride, P(rt, ly->q_norm), k, P(rt, ly->k_norm), v,
+    } else if (!ts_attention_step(be, qg, qw, hstride, P(rt, ly->q_norm), k, P(rt, ly->k_norm), v,
                                   hp->eps, hp->rot_dim, hp->rope_theta, &dims, sr, nr,
                                   hp->attn_gate ? qg + hd : NULL, o, ow)) {
-        /* (a decode step: the backend's whole attention step where it has one - it rotates at
-         * the cache row, so not for text after an image, whose rotary positions run ahead) */
+        /* (a decode step: the backend's whole attention step where it has one) */
         ts_qk_norm_rope(be, qg, qw, hstride, hp->n_head, P(rt, ly->q_norm), k, kvw, hp->n_kv_head,
                         P(rt, ly->k_norm), n, hd, hp->eps, hp->rot_dim, rt->rpos, hp->rope_theta);
         ts_attend_runs(be, qg, qw, hstride, k, v, &dims, sr, nr, o, ow);
@@ -353,8 +359,8 @@ ts_status qwen35_forward(void *p, const ts_fwd_batch *b, float *logits) {
                                 (size_t)run * D * sizeof(float));
         }
     /* a token whose three positions are equal (text, also after an image) is rotated as the
-     * plain rope op does at that one position (mrope_table's angles are the rope op's): a batch
-     * of such tokens takes qk_norm_rope with those positions, no table and no rope_cs */
+     * plain rope does at that one position (mrope_table's angles are the rope op's): a batch of
+     * such tokens takes the plain and fused paths, a decode step after an image included */
     rt->rpos = b->pos, rt->mrope = false;
     if (b->rope_pos) {
         for (int i = 0; i < n && !rt->mrope; i++) {

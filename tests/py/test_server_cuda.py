@@ -163,3 +163,48 @@ def test_images_on_the_gpu(tmp_path):
     if k < len(ic):
         top = [t["logprob"] for t in cpu["logprobs"]["content"][k]["top_logprobs"]]
         assert top[0] - top[1] < 0.05, (k, top)
+
+
+def test_image_and_text_lanes_decode_together_on_the_gpu(tmp_path):
+    """Lanes after images decode in one step with a text lane (`--parallel 3`): each lane's
+    text runs from its cache row by its own rotary shift (the images' delta; 0 for the text),
+    which the fused attention step takes per sequence. Each answer must be the one it gets
+    alone until a near tie, with the same log-probabilities up to there."""
+    import threading
+
+    from test_server_vision import tiny_vl_model, two_images_turn
+
+    img, _ = two_images_turn(tmp_path, max_tokens=24, logprobs=True, top_logprobs=2)
+    one = dict(img, messages=[{"role": "user", "content": [img["messages"][0]["content"][0],
+                                                           {"type": "text", "text": "what?"}]}])
+    text = {"messages": [{"role": "user", "content": "Tell me about the sea."}],
+            "temperature": 0, "max_tokens": 24, "return_token_ids": True, "ignore_eos": True,
+            "logprobs": True, "top_logprobs": 2}
+    bodies = [img, one, text]
+    with serve_cuda({}, "--parallel", "3", model=tiny_vl_model()) as srv:
+        def ask(body):
+            status, _, r = srv.post("/v1/chat/completions", body)
+            assert status == 200, r
+            return r["choices"][0]
+
+        alone = [ask(b) for b in bodies]
+        together = [None] * len(bodies)
+
+        def go(i):
+            together[i] = ask(bodies[i])
+
+        threads = [threading.Thread(target=go, args=(i,)) for i in range(len(bodies))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+    for b, a, t in zip(bodies, alone, together):
+        assert t is not None and len(t["token_ids"]) == 24
+        ia, it = a["token_ids"], t["token_ids"]
+        k = next((i for i in range(len(ia)) if ia[i] != it[i]), len(ia))
+        la = [x["logprob"] for x in a["logprobs"]["content"]]
+        lt = [x["logprob"] for x in t["logprobs"]["content"]]
+        assert all(abs(x - y) < 0.05 for x, y in zip(la[:k], lt[:k])), (k, la, lt)
+        if k < len(ia):
+            top = [x["logprob"] for x in a["logprobs"]["content"][k]["top_logprobs"]]
+            assert top[0] - top[1] < 0.05, (k, top)

@@ -269,7 +269,7 @@ static void test_fused(void) {
             if (i == 3) free(host(d3, 1)); /* the uploads (gpu's queue) done before be128's op */
             float *qn = base + (size_t)n * ldo, *kn = qn + nq, *g = kn + nq, *beta = g + ng;
             for (int r = 0, start = 0; r < nr; start += lens[ci][r++])
-                sri[r] = (ts_seq_run){start, lens[ci][r], 7, beta + ng + (size_t)r * nst, NULL};
+                sri[r] = (ts_seq_run){start, lens[ci][r], 7, 0, beta + ng + (size_t)r * nst, NULL};
             const float *a0 = i == 0 ? ab : dab;
             ts_gdn_prep_args pa = {n,  Hk, dk, Hv, 1e-6f, 0.125f, a0, a0 + Hv, ldab,
                                    i == 0 ? nea : dnea, i == 0 ? dtb : ddtb, qn, kn, g, beta};
@@ -596,7 +596,7 @@ static void test_gdn_runs(int Hk, int Hv, int dk, int dvv) {
             int n = sets[si][r];
             S[r] = rnd(ns, 0.3f); /* a state carried from earlier tokens */
             dS[r] = dev(S[r], ns);
-            runs[r] = (ts_seq_run){start, n, 0, dS[r], NULL};
+            runs[r] = (ts_seq_run){start, n, 0, 0, dS[r], NULL};
             cpu->ops->gdn(cpu, in.q + start * ldqk, in.k + start * ldqk, ldqk, in.v + start * ldv,
                           ldv, in.g + start * Hv, in.beta + start * Hv, n, &d, S[r],
                           o + (size_t)start * Hv * dvv, false);
@@ -653,7 +653,7 @@ static void test_conv_gdn_step(void) {
             ts_gdn_prep_args pa = {1,  H,      dk,  H,    1e-6f, 1.0f / sqrtf((float)dk),
                                    at, at + H, H,   dnea, ddtb,  qn,
                                    kn, g,      beta};
-            ts_seq_run sr0 = {0, 1, t, dcs[0], drs[0]}, sr = {0, 1, t, dcs[1], drs[1]};
+            ts_seq_run sr0 = {0, 1, t, 0, dcs[0], drs[0]}, sr = {0, 1, t, 0, dcs[1], drs[1]};
             bool on = false;
             long n_kept = ts_backend_cuda_gdn_keep_launches(gpu, NULL);
             CHECKF(ts_conv_gdn_step(gpu, xt, C, K, dw, &sr0, 1, &pa, &d, &gn, dout[0]),
@@ -689,7 +689,7 @@ static void test_conv_gdn_step(void) {
                                 H, dnea, ddtb, qn, kn,    g,      beta};
         ts_gdn_prep_args pgq = {1, 1,    dk,   2,  1e-6f, 0.125f, dab, dab + H,
                                 H, dnea, ddtb, qn, kn,    g,      beta};
-        ts_seq_run r2[1] = {{0, 1, 3, dcs[0], drs[0]}}, rlong = {0, 2, 3, dcs[0], drs[0]};
+        ts_seq_run r2[1] = {{0, 1, 3, 0, dcs[0], drs[0]}}, rlong = {0, 2, 3, 0, dcs[0], drs[0]};
         CHECK(!ts_conv_gdn_step(gpu, dx, 3 * H * 64, K, dw, r2, 1, &p64, &d64, &gn, dout[0]));
         CHECK(!ts_conv_gdn_step(gpu, dx, 4 * dk, K, dw, r2, 1, &pgq, &dgq, &gn, dout[0]));
         ts_gdn_prep_args p2 = {2, H,    dk,   H,  1e-6f, 0.125f, dab, dab + H,
@@ -741,8 +741,8 @@ static void test_conv_gdn_step_runs(void) {
             ts_gated_norm gn = {zt, dgw, 1e-6f};
             for (int i = 0; i < 3; i++)
                 for (int r = 0; r < nr; r++)
-                    sr[i * nr + r] = (ts_seq_run){nr == 5 ? order5[r] : r, 1, t, dcs[i] + r * nst,
-                                                  drs[i] + r * nrec};
+                    sr[i * nr + r] = (ts_seq_run){
+                        nr == 5 ? order5[r] : r, 1, t, 0, dcs[i] + r * nst, drs[i] + r * nrec};
             CHECKF(ts_conv_gdn_step(gpu, xt, C, K, dw, sr, nr, &pa, &d, &gn, dout[0]),
                    "conv_gdn_step (K %d, %d runs): the device refused the batch", K, nr);
             for (int r = 0; r < nr; r++) {
@@ -794,14 +794,17 @@ static void test_conv_gdn_step_runs(void) {
  * for bit - the output and both caches: Qwen's heads (q and its gate 2 hd apart, a quarter of
  * the dims rotated, four q heads a kv head) with and without the gate, at the first position,
  * a short context and one long enough for the key split and its merge; packed heads of 128
- * fully rotated; a run of two tokens refused. */
+ * fully rotated; rotary positions shifted from the cache row (text after an image), ahead and
+ * behind; a run of two tokens refused. */
 static void test_attention_step(void) {
     struct {
         int nh, nkv, hd, qhs, rot, pos;
         bool gate;
-    } cs[] = {{8, 2, 256, 512, 64, 0, true},     {8, 2, 256, 512, 64, 37, true},
-              {8, 2, 256, 512, 64, 3000, true},  {8, 2, 256, 512, 64, 37, false},
-              {4, 1, 128, 128, 128, 700, false}, {4, 1, 128, 128, 128, 5, false}};
+        int shift;
+    } cs[] = {{8, 2, 256, 512, 64, 0, true, 0},     {8, 2, 256, 512, 64, 37, true, 0},
+              {8, 2, 256, 512, 64, 3000, true, 0},  {8, 2, 256, 512, 64, 37, false, 0},
+              {4, 1, 128, 128, 128, 700, false, 0}, {4, 1, 128, 128, 128, 5, false, 0},
+              {8, 2, 256, 512, 64, 37, true, -30},  {4, 1, 128, 128, 128, 700, false, 411}};
     for (size_t ci = 0; ci < sizeof cs / sizeof *cs; ci++) {
         int nh = cs[ci].nh, nkv = cs[ci].nkv, hd = cs[ci].hd, qhs = cs[ci].qhs, pos = cs[ci].pos;
         int kvw = nkv * hd, ow = nh * hd;
@@ -815,14 +818,14 @@ static void test_attention_step(void) {
         ts_attn_dims d = {nh, nkv, hd, 1.0f / sqrtf((float)hd), 0, 0};
         ts_seq_run sr[2];
         for (int i = 0; i < 2; i++)
-            sr[i] = (ts_seq_run){0, 1, pos, dc[i], dc[i] + nc};
+            sr[i] = (ts_seq_run){0, 1, pos, cs[ci].shift, dc[i], dc[i] + nc};
         ts_backend *plain = without(offsetof(ts_backend_ops, attention_step));
         float eps = 1e-6f, theta = 10000000.0f;
         CHECKF(ts_attention_step(gpu, dq[0], (int64_t)nq, qhs, dwq, dk_[0], dwk, dv, eps,
                                  cs[ci].rot, theta, &d, &sr[0], 1, cs[ci].gate ? dq[0] + hd : NULL,
                                  dout[0], ow),
                "attention_step (case %zu) refused", ci);
-        int32_t p32 = pos;
+        int32_t p32 = pos + cs[ci].shift;
         ts_qk_norm_rope(plain, dq[1], (int64_t)nq, qhs, nh, dwq, dk_[1], kvw, nkv, dwk, 1, hd, eps,
                         cs[ci].rot, &p32, theta);
         ts_attend_runs(plain, dq[1], (int64_t)nq, qhs, dk_[1], dv, &d, &sr[1], 1, dout[1], ow);
@@ -834,7 +837,7 @@ static void test_attention_step(void) {
         snprintf(what, sizeof what, "attention_step (case %zu) caches", ci);
         same_bits(what, dc[0], dc[1], 2 * nc);
         /* a run of two tokens refused by the device and by the model layer's helper */
-        ts_seq_run two = {0, 2, pos, dc[0], dc[0] + nc};
+        ts_seq_run two = {0, 2, pos, 0, dc[0], dc[0] + nc};
         CHECK(!gpu->ops->attention_step(gpu, dq[0], (int64_t)nq, qhs, dwq, dk_[0], dwk, dv, eps,
                                         cs[ci].rot, theta, &d, &two, 1, NULL, dout[0], ow));
         CHECK(!ts_attention_step(gpu, dq[0], (int64_t)nq, qhs, dwq, dk_[0], dwk, dv, eps,
@@ -852,17 +855,20 @@ static void test_attention_step(void) {
  * the output and every run's caches: Qwen's heads with the gate, runs whose rows are in another
  * order than their caches, one at the first position, with one long enough for the key split
  * and its merge (which then applies the gate) and without (the kernel applies it); packed heads
- * of 128 without the gate, and with a sliding window of 32 keys (Gemma 3's local layers). */
+ * of 128 without the gate, and with a sliding window of 32 keys (Gemma 3's local layers); runs
+ * each with its own rotary shift (text after an image), ahead, behind and none. */
 static void test_attention_step_runs(void) {
     struct {
         int nh, nkv, hd, qhs, rot, nr;
         bool gate;
         int pos[5], row[5];
         int window;
-    } cs[] = {{8, 2, 256, 512, 64, 5, true, {0, 37, 300, 3000, 5}, {3, 0, 2, 4, 1}, 0},
-              {8, 2, 256, 512, 64, 4, true, {0, 37, 100, 5}, {2, 0, 3, 1}, 0},
-              {4, 1, 128, 128, 128, 3, false, {700, 5, 64}, {1, 2, 0}, 0},
-              {4, 1, 128, 128, 128, 3, false, {700, 5, 64}, {1, 2, 0}, 32}};
+        int shift[5]; /* each run's rotary shift (text after an image) */
+    } cs[] = {{8, 2, 256, 512, 64, 5, true, {0, 37, 300, 3000, 5}, {3, 0, 2, 4, 1}, 0, {0}},
+              {8, 2, 256, 512, 64, 4, true, {0, 37, 100, 5}, {2, 0, 3, 1}, 0, {0}},
+              {4, 1, 128, 128, 128, 3, false, {700, 5, 64}, {1, 2, 0}, 0, {0}},
+              {4, 1, 128, 128, 128, 3, false, {700, 5, 64}, {1, 2, 0}, 32, {0}},
+              {8, 2, 256, 512, 64, 4, true, {0, 37, 100, 5}, {2, 0, 3, 1}, 0, {9, -37, 0, 250}}};
     for (size_t ci = 0; ci < sizeof cs / sizeof *cs; ci++) {
         int nh = cs[ci].nh, nkv = cs[ci].nkv, hd = cs[ci].hd, qhs = cs[ci].qhs, nr = cs[ci].nr;
         int kvw = nkv * hd, ow = nh * hd;
@@ -880,11 +886,11 @@ static void test_attention_step_runs(void) {
         for (int r = 0; r < nr; r++) {
             nc[r] = (size_t)(cs[ci].pos[r] + 1) * kvw;
             cache[r] = rnd(2 * nc[r], 1.0f);
-            pos_of_row[cs[ci].row[r]] = cs[ci].pos[r];
+            pos_of_row[cs[ci].row[r]] = cs[ci].pos[r] + cs[ci].shift[r];
             for (int i = 0; i < 2; i++) {
                 dc[i][r] = dev(cache[r], 2 * nc[r]);
-                sr[i][r] =
-                    (ts_seq_run){cs[ci].row[r], 1, cs[ci].pos[r], dc[i][r], dc[i][r] + nc[r]};
+                sr[i][r] = (ts_seq_run){cs[ci].row[r],   1,        cs[ci].pos[r],
+                                        cs[ci].shift[r], dc[i][r], dc[i][r] + nc[r]};
             }
         }
         ts_attn_dims d = {nh, nkv, hd, 1.0f / sqrtf((float)hd), cs[ci].window, 0};
@@ -942,7 +948,7 @@ static void test_attention_runs_case(int nr, const int lens[3], const int pos0[3
                (size_t)lens[r] * kvw * 4);
         cpu->ops->attention(cpu, q + start * ldq, ldq, 2 * hd, lens[r], pos0[r], kc[r], vc[r], &d,
                             o + (size_t)start * nh * hd, nh * hd);
-        runs[r] = (ts_seq_run){start, lens[r], pos0[r], dkc[r], dvc[r]};
+        runs[r] = (ts_seq_run){start, lens[r], pos0[r], 0, dkc[r], dvc[r]};
         start += lens[r];
     }
     gpu->ops->attention_runs(gpu, dq, ldq, 2 * hd, dkn, dvn, &d, runs, nr, dout, nh * hd);
@@ -972,7 +978,7 @@ static void test_attention_one_seq_steps(void) {
     float *dout = dev(o, (size_t)steps * ldq);
     ts_attn_dims d = {nh, nkv, hd, 1.0f / sqrtf((float)hd), 0, 0};
     for (int i = 0; i < steps; i++) { /* queued one after another: no download between */
-        ts_seq_run r = {0, 1, p0 + i, dkc, dvc};
+        ts_seq_run r = {0, 1, p0 + i, 0, dkc, dvc};
         gpu->ops->attention_runs(gpu, dq + i * ldq, ldq, hd, dkn + (size_t)i * kvw,
                                  dvn + (size_t)i * kvw, &d, &r, 1, dout + i * ldq, ldq);
     }
@@ -1003,7 +1009,7 @@ static void test_kv_store_long_run(void) {
         float *zero = calloc((size_t)(n + 1) * kvw, 4);
         float *dkc = dev(zero, (size_t)(n + 1) * kvw), *dvc = dev(zero, (size_t)(n + 1) * kvw);
         float *dkc2 = dev(zero, (size_t)(n + 1) * kvw), *dvc2 = dev(zero, (size_t)(n + 1) * kvw);
-        ts_seq_run runs[2] = {{0, n - 1, 1, dkc, dvc}, {n - 1, 1, 0, dkc2, dvc2}};
+        ts_seq_run runs[2] = {{0, n - 1, 1, 0, dkc, dvc}, {n - 1, 1, 0, 0, dkc2, dvc2}};
         if (nr == 1) runs[0].len = n;
         gpu->ops->attention_runs(gpu, dq, hd, hd, dkn, dvn, &d, runs, nr, dout, hd);
         float *got = host(dvc, (size_t)(n + 1) * kvw);
@@ -3897,6 +3903,94 @@ static bool ahead_sampled_run(ts_engine *e, const ts_sampler_params *sp, bool pe
     return ok;
 }
 
+/* The index of x's largest value (the first of equals). */
+static int32_t argmax_of(const float *x, int n) {
+    int32_t b = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[b]) b = i;
+    return b;
+}
+
+/* Decode steps after an image (Qwen3.5's MRoPE: a text token's three rotary positions are equal
+ * and run `shift` from its cache row - behind it after an image, whose rows advance the
+ * positions by less than their number): on the GPU they take the fused attention step with the
+ * run's rope shift and are decoded ahead; their tokens and logits must be the CPU's, whose path
+ * rotates by the positions given. Rotary attention sees only differences of positions, so a
+ * prompt shifted throughout is no test: the prompt's first rows are unshifted (an image's
+ * place), the rest and the decode steps shifted. What a kernel ignoring the shift would give -
+ * the CPU's first step with the shift left out - is checked to differ from the right logits, so
+ * that the comparison can see it. */
+static void test_ahead_rope_shift(void) {
+    const char *fx = tu_env("TS_FIXTURES", "tests/fixtures");
+    char path[4096];
+    snprintf(path, sizeof path, "%s/qwen35_vision/tiny_v_f32", fx);
+    ts_model *m = NULL;
+    CHECKF(ts_model_open(path, &m) == TS_OK, "%s: %s", path, ts_last_error());
+    if (!m) return;
+    ts_engine *g = make_engine_dev(m, 1, TS_DEVICE_CUDA), *c = make_engine_dev(m, 2, TS_DEVICE_CPU);
+    CHECK(g && c);
+    int V = g && c ? ts_engine_n_vocab(g) : 0;
+    enum { N = 9, FROM = 4, STEPS = 12 };
+    const int shifts[3] = {-3, 23, 0};
+    float *lc = malloc((size_t)V * sizeof *lc), *lg = malloc((size_t)V * sizeof *lg);
+    float *lw = malloc((size_t)V * sizeof *lw);
+    for (int si = 0; g && c && si < 3; si++) {
+        int shift = shifts[si];
+        int32_t ids[N], pos[N], slot[N] = {0}, slot1[N], rope[3 * N];
+        for (int i = 0; i < N; i++) {
+            ids[i] = 5 + 37 * i % 400, pos[i] = i, slot1[i] = 1;
+            rope[3 * i] = rope[3 * i + 1] = rope[3 * i + 2] = i + (i >= FROM ? shift : 0);
+        }
+        int32_t tg = -1, tc = -1, same = 0;
+        long held0 = g->ahead.launched_held;
+        ts_batch pb = {N, ids, pos, slot, NULL, NULL, rope};
+        CHECK(ts_engine_slot_clear(g, 0) == TS_OK && ts_engine_slot_clear(c, 0) == TS_OK);
+        CHECK(ts_engine_forward_greedy(g, &pb, &tg) == TS_OK);
+        CHECK(ts_engine_forward(c, &pb, lc) == TS_OK);
+        tc = argmax_of(lc, V);
+        if (shift) { /* slot 1: the first step with the shift left out */
+            ts_batch pw = {N, ids, pos, slot1, NULL, NULL, rope};
+            int32_t p = N, s = 1;
+            ts_batch dw = {1, &tc, &p, &s, NULL, NULL, NULL};
+            CHECK(ts_engine_slot_clear(c, 1) == TS_OK && ts_engine_forward(c, &pw, lw) == TS_OK &&
+                  ts_engine_forward(c, &dw, lw) == TS_OK);
+        }
+        double rel = -1.0;
+        for (int k = 0; k < STEPS && tg == tc; k++, same++) {
+            int32_t p = N + k, s = 0, r3[3] = {p + shift, p + shift, p + shift};
+            ts_batch d = {1, &tg, &p, &s, NULL, NULL, r3};
+            ts_batch dc = {1, &tc, &p, &s, NULL, NULL, r3};
+            if (k == STEPS - 1) { /* the last step's logits, on both */
+                CHECK(ts_engine_forward(g, &d, lg) == TS_OK);
+                tg = argmax_of(lg, V);
+            } else {
+                CHECK(ts_engine_forward_greedy(g, &d, &tg) == TS_OK);
+            }
+            CHECK(ts_engine_forward(c, &dc, lc) == TS_OK);
+            tc = argmax_of(lc, V);
+            if (k == 0 && shift) {
+                double seen = tu_rel_l2(lw, lc, V);
+                CHECKF(seen > 1e-3, "shift %d: leaving it out changes the logits by only %.3g",
+                       shift, seen);
+            }
+        }
+        if (same == STEPS) rel = tu_rel_l2(lg, lc, V);
+        long held = g->ahead.launched_held - held0;
+        printf("  rope shift %d: %d greedy steps equal, %ld decoded ahead, last logits vs cpu "
+               "%.3g\n",
+               shift, same, held, rel);
+        CHECKF(same == STEPS, "shift %d: the GPU's greedy tokens left the CPU's at step %d", shift,
+               same);
+        CHECKF(same < STEPS || rel <= LOGIT_TOL, "shift %d: last step's logits vs the CPU's %.3g",
+               shift, rel);
+        CHECKF(held >= STEPS - 3, "shift %d: %ld of %d steps decoded ahead", shift, held, STEPS);
+    }
+    free(lc), free(lg), free(lw);
+    if (g) ts_engine_free(g);
+    if (c) ts_engine_free(c);
+    ts_model_close(m);
+}
+
 /* Decoding ahead through the engine: the same ids and the same state (the next logits, bit for
  * bit) as the engine without it (TESSERA_DECODE_AHEAD=0), with held steps launched, a token the
  * caller changed and a slot cleared between steps (each drops the held step: had it run, the
@@ -4089,7 +4183,9 @@ int main(void) {
     }
     if (section("graph"))
         test_graph_decode(), test_engine_sample(), test_forward_without_output_finishes();
-    if (section("ahead")) test_fed_rows(), test_decode_ahead(), test_engine_penalties_ahead();
+    if (section("ahead"))
+        test_fed_rows(), test_decode_ahead(), test_engine_penalties_ahead(),
+            test_ahead_rope_shift();
     if (section("upload")) test_upload_under_copy_load();
     if (section("runs")) {
         test_multi_runs("qwen35");

@@ -338,8 +338,9 @@ extern "C" long ts_backend_cuda_gemv_x8_staged_launches(const ts_backend *be) {
 
 extern "C" bool ts_backend_cuda_args_pack_clean(void) {
     static float w[1];
-    bool run = cuda_packs_clean<ts_seq_run>(
-        [](ts_seq_run &r) { r.start = 3, r.len = 1, r.pos0 = 7, r.a = w, r.b = NULL; });
+    bool run = cuda_packs_clean<ts_seq_run>([](ts_seq_run &r) {
+        r.start = 3, r.len = 1, r.pos0 = 7, r.rope_shift = 2, r.a = w, r.b = NULL;
+    });
     bool norm =
         cuda_packs_clean<ts_gated_norm>([](ts_gated_norm &g) { g.z = g.w = w, g.eps = 1e-6f; });
     return run && norm && cuda_gemv_norm_packs_clean();

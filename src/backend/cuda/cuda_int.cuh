@@ -18,13 +18,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The backend's structs with padding that kernels take by value, packed field by field
- * (cq_pack_fields): ts_seq_run has 4 bytes after pos0, ts_gated_norm 4 after eps. The sizes
- * are checked so that a field added later is not left out. */
+/* The backend's structs that kernels take by value, packed field by field (cq_pack_fields), so
+ * that no padding byte reaches the arguments: ts_gated_norm has 4 after eps (ts_seq_run has
+ * none since rope_shift filled its hole; it stays listed). The sizes are checked so that a
+ * field added later is not left out. */
 static_assert(sizeof(ts_seq_run) == 32 && sizeof(ts_gated_norm) == 24, "cq_pack lists every field");
 template <> inline void cq_pack<ts_seq_run>(cq_op *op, const ts_seq_run &v) {
-    cq_pack_fields(op, v, &ts_seq_run::start, &ts_seq_run::len, &ts_seq_run::pos0, &ts_seq_run::a,
-                   &ts_seq_run::b);
+    cq_pack_fields(op, v, &ts_seq_run::start, &ts_seq_run::len, &ts_seq_run::pos0,
+                   &ts_seq_run::rope_shift, &ts_seq_run::a, &ts_seq_run::b);
 }
 template <> inline void cq_pack<ts_gated_norm>(cq_op *op, const ts_gated_norm &v) {
     cq_pack_fields(op, v, &ts_gated_norm::z, &ts_gated_norm::w, &ts_gated_norm::eps);

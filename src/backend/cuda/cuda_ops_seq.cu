@@ -48,6 +48,7 @@ typedef struct {
     const float *wq, *wk, *k, *v;
     float eps, theta;
     int rot_dim;
+    int rope_shift; /* rotary position - cache row (ts_seq_run.rope_shift; per run in runs) */
     const float *gate;
 } attn_step_in;
 
@@ -128,7 +129,7 @@ attention_query(const float *q, int64_t ldq, int64_t q_head_stride, int n, int p
         q += r.start * ldq, out += r.start * ldo, pos0 = r.pos0, kc = r.a, vc = r.b;
         if constexpr (STEP) { /* the run's new key and value rows, its gates (q's rows) */
             int64_t kvw = (int64_t)d.n_kv_heads * d.head_dim;
-            st.k += r.start * kvw, st.v += r.start * kvw;
+            st.k += r.start * kvw, st.v += r.start * kvw, st.rope_shift = r.rope_shift;
             if (st.gate) st.gate += r.start * ldq;
         }
     }
@@ -152,7 +153,7 @@ attention_query(const float *q, int64_t ldq, int64_t q_head_stride, int n, int p
     }
     float *sq = sm_acc + ATTN_WARPS * hd, *sk = sq + hd;
     if constexpr (STEP) {
-        attn_step_qk(qr, st.k + off, hd, qpos, st, sq, sk);
+        attn_step_qk(qr, st.k + off, hd, qpos + st.rope_shift, st, sq, sk);
         qr = sq;
         if (h % (d.n_heads / d.n_kv_heads) == 0 && blockIdx.z == 0)
             for (int ch = threadIdx.x; ch < hd; ch += blockDim.x) {
@@ -1303,7 +1304,7 @@ bool cuda_op_attention_step(ts_backend *be, const float *q, int64_t ldq, int64_t
         if (runs[r].len != 1) return false;
         max_keys = runs[r].pos0 + 1 > max_keys ? runs[r].pos0 + 1 : max_keys;
     }
-    attn_step_in st = {wq, wk, k, v, eps, theta, rot_dim, gate};
+    attn_step_in st = {wq, wk, k, v, eps, theta, rot_dim, runs[0].rope_shift, gate};
     if (nr > 1) { /* many sequences: the run table gives each its rows, caches and position */
         const ts_seq_run *dr = (const ts_seq_run *)cuda_table(c, runs, (size_t)nr * sizeof *runs);
         if (!dr) return true; /* recorded as failed */
