@@ -194,3 +194,13 @@ def chat(content, **kw):
     body = {"messages": [{"role": "user", "content": content}], "temperature": 0}
     body.update(kw)
     return body
+
+
+def at_once(fn, n, timeout=120):
+    """Calls fn(0) .. fn(n - 1), each from its own thread, every thread started before any is
+    joined (requests in flight together)."""
+    threads = [threading.Thread(target=fn, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout)

@@ -9,7 +9,7 @@ import socket
 import threading
 import time
 
-from server_util import Server, chat
+from server_util import Server, at_once, chat
 
 STEP_MS = 40
 
@@ -45,11 +45,7 @@ def run_together(srv, bodies, stagger=0.0):
         time.sleep(stagger * i)
         out[i] = complete(srv, bodies[i])
 
-    threads = [threading.Thread(target=go, args=(i,)) for i in range(len(bodies))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
+    at_once(go, len(bodies))
     return out
 
 

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from server_util import Server, chat
+from server_util import Server, at_once, chat
 
 LONG = {"max_tokens": 48}
 
@@ -46,6 +46,24 @@ def requests_for(srv):
             for ch in json.loads(line[6:])["choices"]:
                 text += ch["delta"].get("content") or ""
     out.append((text, None, None))
+    return out
+
+
+def answers(srv, path, bodies, together):
+    """The first choice of each body's request on srv, one after another, or (together) all
+    at once from threads."""
+    out = [None] * len(bodies)
+
+    def go(i):
+        status, _, r = srv.post(path, bodies[i])
+        assert status == 200, r
+        out[i] = r["choices"][0]
+
+    if not together:
+        for i in range(len(bodies)):
+            go(i)
+        return out
+    at_once(go, len(bodies))
     return out
 
 
@@ -91,8 +109,6 @@ def test_requests_decode_together_on_the_gpu():
     same request alone in the last bits: each greedy answer must be the one it gets alone
     until the two meet a near tie (the alone run's two best log-probabilities within 0.05),
     with the same log-probabilities up to there; sampled ones must complete."""
-    import threading
-
     greedy = [{"prompt": p, "max_tokens": n, "temperature": 0, "logprobs": 2,
                "return_token_ids": True, **extra}
               for p, n, extra in (("The sea is", 40, {}), ("Once upon a time " * 8, 23, {}),
@@ -102,23 +118,8 @@ def test_requests_decode_together_on_the_gpu():
     sampled = [{"prompt": "Say something.", "max_tokens": 30, "temperature": 0.8, "seed": s,
                 "top_k": 40} for s in range(3)]
     with serve_cuda({}, "--parallel", "4") as srv:
-        def ask(body):
-            status, _, r = srv.post("/v1/completions", body)
-            assert status == 200, r
-            return r["choices"][0]
-
-        alone = [ask(b) for b in greedy]
-        together = [None] * (len(greedy) + len(sampled))
-        bodies = greedy + sampled
-
-        def go(i):
-            together[i] = ask(bodies[i])
-
-        threads = [threading.Thread(target=go, args=(i,)) for i in range(len(bodies))]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(120)
+        alone = answers(srv, "/v1/completions", greedy, False)
+        together = answers(srv, "/v1/completions", greedy + sampled, True)
         m = srv.metrics()
         assert m["tessera_running"] == 0 and m["tessera_queue_depth"] == 0
     for b, a, t in zip(greedy, alone, together):
@@ -170,8 +171,6 @@ def test_image_and_text_lanes_decode_together_on_the_gpu(tmp_path):
     text runs from its cache row by its own rotary shift (the images' delta; 0 for the text),
     which the fused attention step takes per sequence. Each answer must be the one it gets
     alone until a near tie, with the same log-probabilities up to there."""
-    import threading
-
     from test_server_vision import tiny_vl_model, two_images_turn
 
     img, _ = two_images_turn(tmp_path, max_tokens=24, logprobs=True, top_logprobs=2)
@@ -182,22 +181,8 @@ def test_image_and_text_lanes_decode_together_on_the_gpu(tmp_path):
             "logprobs": True, "top_logprobs": 2}
     bodies = [img, one, text]
     with serve_cuda({}, "--parallel", "3", model=tiny_vl_model()) as srv:
-        def ask(body):
-            status, _, r = srv.post("/v1/chat/completions", body)
-            assert status == 200, r
-            return r["choices"][0]
-
-        alone = [ask(b) for b in bodies]
-        together = [None] * len(bodies)
-
-        def go(i):
-            together[i] = ask(bodies[i])
-
-        threads = [threading.Thread(target=go, args=(i,)) for i in range(len(bodies))]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(120)
+        alone = answers(srv, "/v1/chat/completions", bodies, False)
+        together = answers(srv, "/v1/chat/completions", bodies, True)
     for b, a, t in zip(bodies, alone, together):
         assert t is not None and len(t["token_ids"]) == 24
         ia, it = a["token_ids"], t["token_ids"]

@@ -8,7 +8,7 @@ import socket
 import threading
 import time
 
-from server_util import Server, chat
+from server_util import Server, at_once, chat
 
 STEP_MS = 40
 
@@ -56,11 +56,7 @@ def test_admission_cap_exact():
             st, hd, body = s.post("/v1/chat/completions", chat("hi", max_tokens=15))
             results[i] = (st, hd, body, time.perf_counter() - t0)
 
-        threads = [threading.Thread(target=go, args=(i,)) for i in range(n)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(60)
+        at_once(go, n, 60)
         ok = [r for r in results if r[0] == 200]
         busy = [r for r in results if r[0] == 503]
         assert len(ok) == 3 and len(busy) == 7, [r[0] for r in results]
