@@ -170,26 +170,29 @@ def test_image_and_text_lanes_decode_together_on_the_gpu(tmp_path):
     """Lanes after images decode in one step with a text lane (`--parallel 3`): each lane's
     text runs from its cache row by its own rotary shift (the images' delta; 0 for the text),
     which the fused attention step takes per sequence. Each answer must be the one it gets
-    alone until a near tie, with the same log-probabilities up to there."""
+    alone until a near tie, with the same log-probabilities up to there. The model is fp32: a
+    batch's sums differ from one sequence's by ~1e-6 here, and a lane given another lane's
+    shift by ~1e-2 (the random model's two best tokens are often within 0.05, so the
+    tolerance that bf16 needs would let that pass)."""
     from test_server_vision import tiny_vl_model, two_images_turn
 
-    img, _ = two_images_turn(tmp_path, max_tokens=24, logprobs=True, top_logprobs=2)
+    img, _ = two_images_turn(tmp_path, max_tokens=64, logprobs=True, top_logprobs=2)
     one = dict(img, messages=[{"role": "user", "content": [img["messages"][0]["content"][0],
                                                            {"type": "text", "text": "what?"}]}])
     text = {"messages": [{"role": "user", "content": "Tell me about the sea."}],
-            "temperature": 0, "max_tokens": 24, "return_token_ids": True, "ignore_eos": True,
+            "temperature": 0, "max_tokens": 200, "return_token_ids": True, "ignore_eos": True,
             "logprobs": True, "top_logprobs": 2}
     bodies = [img, one, text]
     with serve_cuda({}, "--parallel", "3", model=tiny_vl_model()) as srv:
         alone = answers(srv, "/v1/chat/completions", bodies, False)
         together = answers(srv, "/v1/chat/completions", bodies, True)
     for b, a, t in zip(bodies, alone, together):
-        assert t is not None and len(t["token_ids"]) == 24
+        assert t is not None and len(t["token_ids"]) == b["max_tokens"]
         ia, it = a["token_ids"], t["token_ids"]
         k = next((i for i in range(len(ia)) if ia[i] != it[i]), len(ia))
         la = [x["logprob"] for x in a["logprobs"]["content"]]
         lt = [x["logprob"] for x in t["logprobs"]["content"]]
-        assert all(abs(x - y) < 0.05 for x, y in zip(la[:k], lt[:k])), (k, la, lt)
+        assert all(abs(x - y) < 1e-3 for x, y in zip(la[:k], lt[:k])), (k, la, lt)
         if k < len(ia):
             top = [x["logprob"] for x in a["logprobs"]["content"][k]["top_logprobs"]]
-            assert top[0] - top[1] < 0.05, (k, top)
+            assert top[0] - top[1] < 1e-3, (k, top)
