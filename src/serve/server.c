@@ -88,9 +88,13 @@ int serve_run(const serve_opts *opts) {
             const serve_runtime *rt = serve_worker_runtime(s->worker);
             fprintf(stderr,
                     "tessera: ready: context %d, %s, %d requests at once, %d prefix snapshots of "
-                    "%.1f MiB\n",
+                    "%.1f MiB",
                     rt->n_ctx, rt->describe, rt->n_parallel, rt->n_snapshots,
                     rt->state_bytes / 1048576.0);
+            if (rt->warm_ms > 0)
+                fprintf(stderr, "; warmed up in %.0f ms%s", rt->warm_ms,
+                        rt->warmed_vision ? " (the vision tower too)" : "");
+            fprintf(stderr, "\n");
             announced = true;
         }
     }

@@ -136,6 +136,31 @@ static ts_status warm_up(ts_engine *e, int chunk, int n_lanes) {
     return st;
 }
 
+/* The vision tower's first image on a GPU pays once for what later ones do not - its weights'
+ * upload, its kernels' loading, its GEMMs' algorithms: ~70 ms of the 0.8B's tower on an H100,
+ * for an image of any size (bench/RESULTS.md) - so one image of the smallest size the model
+ * takes (a grey square) goes through it before the server says it is ready. */
+static ts_status warm_up_vision(ts_engine *e, const ts_model *m) {
+    ts_vision_info vi;
+    ts_model_info mi;
+    if (!ts_model_vision(m, &vi)) return TS_OK;
+    ts_model_get_info(m, &mi);
+    int side = 1;
+    while ((int64_t)side * side < vi.min_pixels)
+        side++;
+    ts_image_plan plan;
+    TS_TRY(ts_vision_plan(&vi, side, side, &plan));
+    ts_image img = {plan.width, plan.height, malloc((size_t)plan.width * plan.height * 3)};
+    float *rows = malloc((size_t)plan.n_tokens * mi.n_embd * sizeof *rows);
+    ts_status st = img.rgb && rows ? TS_OK : ts_error(TS_ERR_NOMEM, "out of memory");
+    if (st == TS_OK) {
+        memset(img.rgb, 128, (size_t)plan.width * plan.height * 3);
+        st = ts_engine_encode_image(e, &img, &plan, rows);
+    }
+    free(img.rgb), free(rows);
+    return st;
+}
+
 static void job_done(void *ctx, serve_job *j, serve_finish how, const char *err);
 
 /* Builds the runtime on this thread: tokenizer, model (through the factory), engine with one
@@ -181,7 +206,15 @@ static ts_status load(serve_worker *w) {
                             "--parallel, --ctx and --cache-mb set these)",
                         why, lanes, n_snap, (double)sb / 1048576.0);
     }
-    if (gpu) TS_TRY(warm_up(w->engine, chunk, lanes));
+    if (gpu) {
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        TS_TRY(warm_up(w->engine, chunk, lanes));
+        w->rt.warmed_vision = ts_engine_vision(w->engine);
+        if (w->rt.warmed_vision) TS_TRY(warm_up_vision(w->engine, w->model));
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        w->rt.warm_ms = (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6;
+    }
     TS_TRY(serve_prefix_cache_init(&w->cache, (int)n_snap, lanes, info.n_vocab));
     int next_turn = gpu ? SERVE_NEXT_TURN_CHUNK_GPU : SERVE_NEXT_TURN_CHUNK_CPU;
     serve_decoder_opts dopts = {w->engine,          w->tok, &w->cache, w->metrics, lanes,

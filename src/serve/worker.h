@@ -77,6 +77,10 @@ typedef struct {
     ts_vision_info vinfo;
     int64_t image_max_pixels;
     char describe[64];
+    /* a GPU's warm-up before ready (worker.c, warm_up): how long, and whether it ran the vision
+     * tower too */
+    double warm_ms;
+    bool warmed_vision;
 } serve_runtime;
 
 typedef struct serve_worker serve_worker;

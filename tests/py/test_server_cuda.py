@@ -4,6 +4,7 @@ follow-up turn that reuses the conversation's prefix, and a stream. Decoding ahe
 caller has seen the token (engine/ahead.c); a stop, a second turn or another request must drop
 the held step without a trace. Skipped where the binary has no CUDA or there is no device."""
 import json
+import re
 
 import pytest
 
@@ -196,3 +197,27 @@ def test_image_and_text_lanes_decode_together_on_the_gpu(tmp_path):
         if k < len(ia):
             top = [x["logprob"] for x in a["logprobs"]["content"][k]["top_logprobs"]]
             assert top[0] - top[1] < 1e-3, (k, top)
+
+
+def test_the_warm_up_runs_the_vision_tower():
+    """On a GPU the server warms up before it says it is ready; with a model that reads images
+    the warm-up puts an image through the tower too, so that the first request with an image
+    does not pay for its first use (worker.c, warm_up_vision)."""
+    import time
+
+    from test_server_vision import tiny_vl_model
+
+    def ready_line(srv):  # /health answers before the main thread prints the line
+        for _ in range(100):
+            m = re.search(r"tessera: ready: .*\n", srv.stderr())
+            if m:
+                return m.group(0)
+            time.sleep(0.05)
+        return srv.stderr()
+
+    with serve_cuda({}, model=tiny_vl_model()) as srv:
+        line = ready_line(srv)
+    assert re.search(r"; warmed up in \d+ ms \(the vision tower too\)\n", line), line
+    with serve_cuda({}) as srv:
+        line = ready_line(srv)
+    assert re.search(r"; warmed up in \d+ ms\n", line), line
