@@ -102,6 +102,14 @@ typedef struct {
     double total;
 } ts_sample_res;
 
+/* An image's cut into patches for ts_backend_ops.vision_patches: the image's size in pixels,
+ * the patch side, the merge side (patches go merge x merge block by block) and the frames of
+ * the still image (its repeats along the patch embedding's time axis). */
+typedef struct {
+    int width, height;
+    int patch, merge, temporal;
+} ts_patch_dims;
+
 typedef struct {
     const char *name;
     /* Frees the backend and its context. */
@@ -335,7 +343,7 @@ typedef struct {
     void (*gated_rmsnorm)(ts_backend *be, const float *x, const float *z, int n_tok, int n_heads,
                           int dv, const float *w, float eps, float *out);
 
-    /* Optional, all four or none (NULL: the backend runs no vision tower and no multi-axis
+    /* Optional, all six or none (NULL: the backend runs no vision tower and no multi-axis
      * rotary positions; the engine then refuses images): the ops of an image encoder and of
      * image positions in a decoder.
      * rope_cs: rotate-half rotary with the angles given per token - for token t, pair (j, j +
@@ -345,7 +353,16 @@ typedef struct {
      * bias_act: x[r, i] = act(x[r, i] + bias[i]) (bias NULL: none), act TS_ACT_*.
      * attention_full: attention without a mask among n tokens, every query sees every key:
      * q, k, v rows of n_heads * head_dim (head h at h * head_dim), q with stride ldq, k and v
-     * with stride ldkv (n_kv_heads must equal n_heads); out [n][n_heads * head_dim]. */
+     * with stride ldkv (n_kv_heads must equal n_heads); out [n][n_heads * head_dim].
+     * vision_patches: the rows of an image's patch embedding - patch n (vision_grid.h's order)
+     * is, channel by channel and frame by frame (the still image repeated temporal times), its
+     * patch x patch pixels row by row, byte b of channel c given as lut[c * 256 + b]; rgb is the
+     * image's bytes on the device (height rows of width RGB pixels, both multiples of patch *
+     * merge), out [n_patches][3 * temporal * patch * patch].
+     * vision_positions: a learned table [side * side][dim] resampled to a grid_h x grid_w grid
+     * (vision_grid.h's taps): patch n's row is the sum, from zero, of its four taps' rows times
+     * their weights (row tap a, column tap b, in the order a then b), each product and sum
+     * rounded to fp32 - out [grid_h * grid_w][dim]. */
     void (*rope_cs)(ts_backend *be, float *x, int64_t ldx, int n_tok, int n_heads,
                     int64_t head_stride, int half, const float *cs);
     void (*layernorm)(ts_backend *be, const float *x, int64_t ldx, int n_rows, int dim,
@@ -355,6 +372,10 @@ typedef struct {
     void (*attention_full)(ts_backend *be, const float *q, int64_t ldq, const float *k,
                            const float *v, int64_t ldkv, int n, const ts_attn_dims *dims,
                            float *out, int64_t ldo);
+    void (*vision_patches)(ts_backend *be, const uint8_t *rgb, const ts_patch_dims *d,
+                           const float *lut, float *out);
+    void (*vision_positions)(ts_backend *be, const float *table, int side, int dim, int grid_h,
+                             int grid_w, int merge, float *out);
 } ts_backend_ops;
 
 /* bias_act's activations */

@@ -5,9 +5,10 @@
 
 #include <math.h>
 
-/* The backend ops a vision tower runs on (backend.h: all four or none). */
+/* The backend ops a vision tower runs on (backend.h: all six or none). */
 static bool backend_runs_vision(const ts_backend_ops *op) {
-    return op->rope_cs && op->layernorm && op->bias_act && op->attention_full;
+    return op->rope_cs && op->layernorm && op->bias_act && op->attention_full &&
+           op->vision_patches && op->vision_positions;
 }
 
 bool ts_engine_vision(const ts_engine *e) {

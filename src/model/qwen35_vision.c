@@ -10,6 +10,7 @@
  * block of four rows into one row of the decoder's width. */
 #include "model/qwen35_vision.h"
 
+#include "backend/vision_grid.h"
 #include "model/layers.h"
 
 #include <math.h>
@@ -273,83 +274,29 @@ ts_status qwen35_vision_load(const ts_model *m, int text_hidden, qwen35_vision *
 
 /* ---- the encoder ------------------------------------------------------------------------- */
 
-/* The patch vectors (host), 2x2 block by block: patch n of block (br, bc), in-block (ir, ic)
- * is grid row br*m + ir, column bc*m + ic; inside a vector (channel, frame, y, x). Pixels are
+/* Each channel's normalised value of each byte ([3][256], for the backend's vision_patches):
  * rescaled to [0, 1] (the product in double, rounded to float) and normalised with the
- * processor's mean and std in float: the arithmetic of Hugging Face's PIL-backend processor,
+ * processor's mean and std in float - the arithmetic of Hugging Face's PIL-backend processor,
  * bit for bit. */
-static void cut_patches(const qwen35_vision_hp *h, const ts_image *img, const ts_image_plan *p,
-                        float *dst) {
-    int P = h->patch, m = h->merge, K = h->in_ch * h->temporal * P * P;
-    int n = 0;
-    /* a byte has 256 values: each channel's normalised value of each, made once (the same
-     * arithmetic per pixel would cost more than the rest of the host's work on an image) */
-    float lut[3][256];
-    for (int c = 0; c < h->in_ch; c++)
+static void patch_lut(const qwen35_vision_hp *h, float *lut) {
+    for (int c = 0; c < 3; c++)
         for (int px = 0; px < 256; px++) {
             float r = (float)(px * h->rescale); /* as the processor */
-            lut[c][px] = (r - h->mean[c]) / h->std[c];
+            lut[c * 256 + px] = (r - h->mean[c]) / h->std[c];
         }
-    for (int br = 0; br < p->grid_h / m; br++)
-        for (int bc = 0; bc < p->grid_w / m; bc++)
-            for (int ir = 0; ir < m; ir++)
-                for (int ic = 0; ic < m; ic++, n++) {
-                    int y0 = (br * m + ir) * P, x0 = (bc * m + ic) * P;
-                    float *v = dst + (size_t)n * K;
-                    for (int c = 0; c < h->in_ch; c++)
-                        for (int t = 0; t < h->temporal; t++)
-                            for (int y = 0; y < P; y++)
-                                for (int x = 0; x < P; x++)
-                                    *v++ = lut[c][img->rgb[((size_t)(y0 + y) * img->width + x0 +
-                                                            x) * 3 + c]];
-                }
 }
 
-/* The patch's grid row and column, from its index in block order. */
-static void patch_rc(const qwen35_vision_hp *h, const ts_image_plan *p, int n, int *row, int *col) {
-    int m = h->merge, bw = p->grid_w / m;
-    int blk = n / (m * m), in = n % (m * m);
-    *row = blk / bw * m + in / m;
-    *col = blk % bw * m + in % m;
-}
-
-/* One axis of the bilinear resampling of the learned table (align_corners): the two taps and
- * their weights, in fp32 as the reference computes them. */
-static void axis_taps(int index, int size, int side, int tap[2], float w[2]) {
-    float src = (float)index * (float)(side - 1) / (float)(size > 1 ? size - 1 : 1);
-    float f = floorf(src);
-    tap[0] = (int)f < side - 1 ? (int)f : side - 1;
-    tap[1] = (int)f + 1 < side - 1 ? (int)f + 1 : side - 1;
-    w[0] = fmaxf(1.0f - fabsf(src - f), 0.0f);
-    w[1] = fmaxf(1.0f - fabsf(src - f - 1.0f), 0.0f);
-}
-
-/* The learned positions resampled to the grid (host, [N][H]), and the rotary table: for head
- * dimension pair j < hd/2, the angle is row * inv[j] for j < hd/4 and col * inv[j - hd/4]
- * after, inv[k] = theta^(-2k / (hd/2)). */
-static void positions(const qwen35_vision *v, const ts_image_plan *p, float *pos, float *cs) {
-    const qwen35_vision_hp *h = &v->hp;
-    int H = h->hidden, N = p->grid_h * p->grid_w, half = h->head_dim / 2, q = half / 2;
+/* The rotary table (host): for patch n (backend/vision_grid.h's order) and head dimension pair
+ * j < hd/2, the angle is row * inv[j] for j < hd/4 and col * inv[j - hd/4] after, inv[k] =
+ * theta^(-2k / (hd/2)). */
+static void rope_table(const qwen35_vision_hp *h, const ts_image_plan *p, float *cs) {
+    int N = p->grid_h * p->grid_w, half = h->head_dim / 2, q = half / 2;
     float inv[256];
     for (int k = 0; k < q; k++)
         inv[k] = (float)(1.0 / pow((double)h->rope_theta, (double)(2 * k) / half));
     for (int n = 0; n < N; n++) {
         int row, col;
-        patch_rc(h, p, n, &row, &col);
-        int th[2], tw[2];
-        float wh[2], ww[2];
-        axis_taps(row, p->grid_h, h->grid_side, th, wh);
-        axis_taps(col, p->grid_w, h->grid_side, tw, ww);
-        float *o = pos + (size_t)n * H;
-        for (int i = 0; i < H; i++)
-            o[i] = 0.0f;
-        for (int a = 0; a < 2; a++)
-            for (int b = 0; b < 2; b++) {
-                float wt = wh[a] * ww[b];
-                const float *src = v->pos + (size_t)(th[a] * h->grid_side + tw[b]) * H;
-                for (int i = 0; i < H; i++)
-                    o[i] += src[i] * wt;
-            }
+        ts_grid_patch_rc(n, p->grid_w, h->merge, &row, &col);
         float *c = cs + (size_t)n * 2 * half, *s = c + half;
         for (int j = 0; j < half; j++) {
             float ang = (float)(j < q ? row : col) * inv[j < q ? j : j - q];
@@ -361,7 +308,8 @@ static void positions(const qwen35_vision *v, const ts_image_plan *p, float *pos
 
 typedef struct {
     ts_backend *be;
-    float *params, *patches, *x, *t, *qkv, *o, *ff, *cs, *m1, *y;
+    float *params, *patches, *x, *t, *qkv, *o, *ff, *cs, *m1, *y, *lut;
+    uint8_t *rgb;
 } venc;
 
 static const float *VP(const qwen35_vision *v, const venc *e, const float *host) {
@@ -369,7 +317,8 @@ static const float *VP(const qwen35_vision *v, const venc *e, const float *host)
 }
 
 static void venc_free(venc *e) {
-    float *bufs[] = {e->params, e->patches, e->x, e->t, e->qkv, e->o, e->ff, e->cs, e->m1, e->y};
+    void *bufs[] = {e->params, e->patches, e->x,  e->t, e->qkv, e->o,
+                    e->ff,     e->cs,      e->m1, e->y, e->lut, e->rgb};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) e->be->ops->free(e->be, bufs[i]);
 }
@@ -410,9 +359,8 @@ ts_status qwen35_vision_encode(const qwen35_vision *v, ts_backend *be, const ts_
                         plan->grid_h);
     int N = plan->grid_h * plan->grid_w, H = h->hidden, hd = h->head_dim;
     int K = h->in_ch * h->temporal * h->patch * h->patch, M = H * m * m, T = N / (m * m);
-    size_t n = (size_t)N;
-    float *host_patches = malloc(n * K * sizeof(float));
-    float *host_pos = malloc(n * H * sizeof(float));
+    size_t n = (size_t)N, n_rgb = (size_t)img->width * img->height * 3;
+    float host_lut[3 * 256];
     float *host_cs = malloc(n * hd * sizeof(float));
     venc e = {.be = be};
     struct {
@@ -422,21 +370,30 @@ ts_status qwen35_vision_encode(const qwen35_vision *v, ts_backend *be, const ts_
                      {&e.x, n * H},          {&e.t, n * H},
                      {&e.qkv, n * 3 * H},    {&e.o, n * H},
                      {&e.ff, n * h->n_ff},   {&e.cs, n * hd},
-                     {&e.m1, (size_t)T * M}, {&e.y, (size_t)T * h->out_hidden}};
+                     {&e.m1, (size_t)T * M}, {&e.y, (size_t)T * h->out_hidden},
+                     {&e.lut, 3 * 256}};
     ts_status st = TS_OK;
-    if (!host_patches || !host_pos || !host_cs) st = ts_error(TS_ERR_NOMEM, "out of memory");
+    if (!host_cs) st = ts_error(TS_ERR_NOMEM, "out of memory");
     for (size_t i = 0; st == TS_OK && i < sizeof plan_bufs / sizeof plan_bufs[0]; i++) {
         *plan_bufs[i].p = op->alloc(be, plan_bufs[i].n * sizeof(float));
         if (!*plan_bufs[i].p)
             st = ts_error(TS_ERR_NOMEM, "out of memory for an image of %d patches", N);
     }
+    if (st == TS_OK && !(e.rgb = op->alloc(be, n_rgb)))
+        st = ts_error(TS_ERR_NOMEM, "out of memory for an image of %d patches", N);
     if (st == TS_OK) {
-        cut_patches(h, img, plan, host_patches);
-        positions(v, plan, host_pos, host_cs);
+        /* the image's bytes go up (a quarter of its patches' floats), and the backend cuts the
+         * patches and resamples the learned positions where they are used */
+        patch_lut(h, host_lut);
+        rope_table(h, plan, host_cs);
         op->upload(be, e.params, v->host, v->n_host * sizeof(float));
-        op->upload(be, e.patches, host_patches, n * K * sizeof(float));
+        op->upload(be, e.rgb, img->rgb, n_rgb);
+        op->upload(be, e.lut, host_lut, sizeof host_lut);
         op->upload(be, e.cs, host_cs, n * hd * sizeof(float));
-        op->upload(be, e.t, host_pos, n * H * sizeof(float));
+        ts_patch_dims pd = {img->width, img->height, h->patch, m, h->temporal};
+        op->vision_patches(be, e.rgb, &pd, e.lut, e.patches);
+        op->vision_positions(be, VP(v, &e, v->pos), h->grid_side, H, plan->grid_h, plan->grid_w, m,
+                             e.t);
         /* patch embedding, plus the resampled learned positions */
         op->matmul(be, &v->patch_w, e.patches, K, N, e.x, H);
         op->bias_act(be, e.x, H, N, H, VP(v, &e, v->patch_b), TS_ACT_NONE);
@@ -452,8 +409,6 @@ ts_status qwen35_vision_encode(const qwen35_vision *v, ts_backend *be, const ts_
         op->download(be, out, e.y, (size_t)T * h->out_hidden * sizeof(float));
     }
     venc_free(&e);
-    free(host_patches);
-    free(host_pos);
     free(host_cs);
     return st;
 }

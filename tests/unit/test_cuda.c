@@ -384,11 +384,79 @@ static void test_attention(void) {
 }
 
 /* The image encoder's ops (backend.h's optional four) against the CPU's, on strided rows. */
+/* A device array equal to n floats of the host's, bit for bit. */
+static void same_as_host(const char *what, const float *d, const float *ref, size_t n) {
+    float *got = host(d, n);
+    size_t i = 0;
+    while (i < n && memcmp(&got[i], &ref[i], sizeof *got) == 0)
+        i++;
+    CHECKF(i == n, "%s: element %zu is %.9g, the CPU's %.9g", what, i, i < n ? got[i] : 0.0,
+           i < n ? ref[i] : 0.0);
+    free(got);
+}
+
+/* vision_patches and vision_positions against the CPU's, bit for bit (table lookups, and
+ * products and sums rounded one by one): Qwen3.5's patches of 16 in 2x2 blocks of two frames,
+ * the tiny fixtures' of 4, an image wider than tall and one taller; learned tables resampled to
+ * grids from 2x2 to a 1024x1024 image's 64x64, with the real tower's 48x48 table of 768 and a
+ * tiny one. */
+static void test_vision_input_ops(bool quick) {
+    const ts_backend_ops *g = gpu->ops;
+    struct {
+        int w, h, patch, merge, temporal;
+    } pc[] = {{64, 96, 16, 2, 2}, {96, 32, 16, 2, 2}, {24, 40, 4, 2, 2}, {1024, 1024, 16, 2, 2}};
+    for (size_t ci = 0; ci < sizeof pc / sizeof *pc; ci++) {
+        if (quick && pc[ci].w > 512) continue;
+        ts_patch_dims d = {pc[ci].w, pc[ci].h, pc[ci].patch, pc[ci].merge, pc[ci].temporal};
+        size_t nb = (size_t)d.width * d.height * 3,
+               np = (size_t)(d.width / d.patch) * (d.height / d.patch),
+               K = 3 * (size_t)d.temporal * d.patch * d.patch;
+        uint8_t *rgb = malloc(nb);
+        for (size_t i = 0; i < nb; i++)
+            rgb[i] = (uint8_t)(i * 2654435761u >> 13);
+        float *lut = rnd(3 * 256, 2.0f), *want = malloc(np * K * sizeof *want);
+        uint8_t *drgb = g->alloc(gpu, nb);
+        g->upload(gpu, drgb, rgb, nb);
+        float *dlut = dev(lut, 3 * 256), *dout = g->alloc(gpu, np * K * sizeof(float));
+        cpu->ops->vision_patches(cpu, rgb, &d, lut, want);
+        g->vision_patches(gpu, drgb, &d, dlut, dout);
+        char what[64];
+        snprintf(what, sizeof what, "vision_patches %dx%d patch %d", d.width, d.height, d.patch);
+        same_as_host(what, dout, want, np * K);
+        g->free(gpu, drgb), g->free(gpu, dlut), g->free(gpu, dout);
+        free(rgb), free(lut), free(want);
+    }
+    struct {
+        int side, dim, gh, gw, merge;
+    } qc[] = {{48, 768, 64, 64, 2},
+              {48, 768, 6, 40, 2},
+              {48, 768, 2, 2, 2},
+              {4, 32, 10, 6, 2},
+              {4, 32, 2, 18, 2}};
+    for (size_t ci = 0; ci < sizeof qc / sizeof *qc; ci++) {
+        if (quick && qc[ci].gh * qc[ci].gw > 1000) continue;
+        int side = qc[ci].side, dim = qc[ci].dim, n = qc[ci].gh * qc[ci].gw;
+        size_t nt = (size_t)side * side * dim, no = (size_t)n * dim;
+        float *table = rnd(nt, 1.0f), *want = malloc(no * sizeof *want);
+        float *dtable = dev(table, nt), *dout = g->alloc(gpu, no * sizeof(float));
+        cpu->ops->vision_positions(cpu, table, side, dim, qc[ci].gh, qc[ci].gw, qc[ci].merge, want);
+        g->vision_positions(gpu, dtable, side, dim, qc[ci].gh, qc[ci].gw, qc[ci].merge, dout);
+        char what[64];
+        snprintf(what, sizeof what, "vision_positions %dx%d of %d", qc[ci].gh, qc[ci].gw, side);
+        same_as_host(what, dout, want, no);
+        g->free(gpu, dtable), g->free(gpu, dout), free(table), free(want);
+    }
+}
+
 static void test_vision_ops(bool quick) {
     const ts_backend_ops *g = gpu->ops;
-    CHECKF(g->rope_cs && g->layernorm && g->bias_act && g->attention_full,
+    CHECKF(g->rope_cs && g->layernorm && g->bias_act && g->attention_full && g->vision_patches &&
+               g->vision_positions,
            "the CUDA backend lacks a vision op");
-    if (!g->rope_cs || !g->layernorm || !g->bias_act || !g->attention_full) return;
+    if (!g->rope_cs || !g->layernorm || !g->bias_act || !g->attention_full || !g->vision_patches ||
+        !g->vision_positions)
+        return;
+    test_vision_input_ops(quick);
     { /* rope_cs: heads with a gap after their rotated dims (a gate half, a partial rotary) */
         int n = 37, nh = 3, half = 12;
         int64_t hs = 2 * half + 8, ldx = nh * hs + 5;

@@ -64,6 +64,8 @@ static const ts_backend_ops cpu_ops = {
     .layernorm = cpu_op_layernorm,
     .bias_act = cpu_op_bias_act,
     .attention_full = cpu_op_attention_full,
+    .vision_patches = cpu_op_vision_patches,
+    .vision_positions = cpu_op_vision_positions,
 };
 
 ts_status ts_backend_cpu_create(int n_threads, int isa, ts_backend **out) {

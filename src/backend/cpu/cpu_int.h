@@ -89,6 +89,10 @@ void cpu_op_layernorm(ts_backend *be, const float *x, int64_t ldx, int n_rows, i
                       const float *w, const float *b, float eps, float *out, int64_t ldo);
 void cpu_op_bias_act(ts_backend *be, float *x, int64_t ldx, int n_rows, int dim, const float *bias,
                      int act);
+void cpu_op_vision_patches(ts_backend *be, const uint8_t *rgb, const ts_patch_dims *d,
+                           const float *lut, float *out);
+void cpu_op_vision_positions(ts_backend *be, const float *table, int side, int dim, int grid_h,
+                             int grid_w, int merge, float *out);
 void cpu_op_conv1d_silu(ts_backend *be, const float *x, int64_t ldx, int n, int C, int K,
                         const float *w, float *state, float *out, int64_t ldo);
 void cpu_op_gdn_gates(ts_backend *be, const float *a, int64_t lda, const float *b, int64_t ldb,

@@ -1,8 +1,10 @@
 /* The CPU's ops for an image encoder and for image positions in a decoder (backend.h:
- * rope_cs, layernorm, bias_act; attention_full is in ops_attention.c with the causal op it
- * shares its tiles with). Rows are split over the thread pool. */
+ * rope_cs, layernorm, bias_act, vision_patches, vision_positions; attention_full is in
+ * ops_attention.c with the causal op it shares its tiles with). Rows are split over the thread
+ * pool. */
 #include "backend/cpu/cpu_int.h"
 #include "backend/cpu/ops_seq.h"
+#include "backend/vision_grid.h"
 
 typedef struct {
     float *x;
@@ -101,4 +103,74 @@ void cpu_op_bias_act(ts_backend *be, float *x, int64_t ldx, int n_rows, int dim,
                      int act) {
     bias_act_job j = {x, ldx, n_rows, dim, bias, act, cpu_seq_pick(cpu_of(be)->isa)};
     cpu_run_rows(be, bias_act_task, &j, n_rows, 8);
+}
+
+typedef struct {
+    const uint8_t *rgb;
+    ts_patch_dims d;
+    const float *lut;
+    float *out;
+} patches_job;
+
+/* The patches of [lo, hi): each byte looked up in its channel's table (the same arithmetic per
+ * pixel would cost more than the rest of the host's work on an image) */
+static void patches_task(void *p, int ith, int nth) {
+    const patches_job *j = p;
+    const ts_patch_dims *d = &j->d;
+    int P = d->patch, grid_w = d->width / P, K = 3 * d->temporal * P * P;
+    long lo, hi;
+    ts_split_range((long)(d->height / P) * grid_w, ith, nth, &lo, &hi);
+    for (long n = lo; n < hi; n++) {
+        int row, col;
+        ts_grid_patch_rc((int)n, grid_w, d->merge, &row, &col);
+        float *v = j->out + n * K;
+        for (int c = 0; c < 3; c++)
+            for (int t = 0; t < d->temporal; t++)
+                for (int y = 0; y < P; y++) {
+                    const uint8_t *px = j->rgb + ((size_t)(row * P + y) * d->width + col * P) * 3;
+                    for (int x = 0; x < P; x++)
+                        *v++ = j->lut[c * 256 + px[3 * x + c]];
+                }
+    }
+}
+
+void cpu_op_vision_patches(ts_backend *be, const uint8_t *rgb, const ts_patch_dims *d,
+                           const float *lut, float *out) {
+    patches_job j = {rgb, *d, lut, out};
+    cpu_run_rows(be, patches_task, &j, (d->height / d->patch) * (d->width / d->patch), 64);
+}
+
+typedef struct {
+    const float *table;
+    int side, dim, grid_h, grid_w, merge;
+    float *out;
+} positions_job;
+
+static void positions_task(void *p, int ith, int nth) {
+    const positions_job *j = p;
+    long lo, hi;
+    ts_split_range((long)j->grid_h * j->grid_w, ith, nth, &lo, &hi);
+    for (long n = lo; n < hi; n++) {
+        int row, col, th[2], tw[2];
+        float wh[2], ww[2];
+        ts_grid_patch_rc((int)n, j->grid_w, j->merge, &row, &col);
+        ts_grid_taps(row, j->grid_h, j->side, th, wh);
+        ts_grid_taps(col, j->grid_w, j->side, tw, ww);
+        float *o = j->out + n * j->dim;
+        for (int i = 0; i < j->dim; i++)
+            o[i] = 0.0f;
+        for (int a = 0; a < 2; a++)
+            for (int b = 0; b < 2; b++) {
+                float wt = wh[a] * ww[b];
+                const float *src = j->table + (size_t)(th[a] * j->side + tw[b]) * j->dim;
+                for (int i = 0; i < j->dim; i++)
+                    o[i] += src[i] * wt;
+            }
+    }
+}
+
+void cpu_op_vision_positions(ts_backend *be, const float *table, int side, int dim, int grid_h,
+                             int grid_w, int merge, float *out) {
+    positions_job j = {table, side, dim, grid_h, grid_w, merge, out};
+    cpu_run_rows(be, positions_task, &j, grid_h * grid_w, 32);
 }

@@ -160,6 +160,8 @@ static ts_backend_ops make_ops(void) {
     o.layernorm = cuda_op_layernorm;
     o.bias_act = cuda_op_bias_act;
     o.attention_full = cuda_op_attention_full;
+    o.vision_patches = cuda_op_vision_patches;
+    o.vision_positions = cuda_op_vision_positions;
     return o;
 }
 

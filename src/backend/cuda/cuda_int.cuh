@@ -701,6 +701,10 @@ void cuda_op_layernorm(ts_backend *be, const float *x, int64_t ldx, int n_rows, 
                        const float *w, const float *b, float eps, float *out, int64_t ldo);
 void cuda_op_bias_act(ts_backend *be, float *x, int64_t ldx, int n_rows, int dim, const float *bias,
                       int act);
+void cuda_op_vision_patches(ts_backend *be, const uint8_t *rgb, const ts_patch_dims *d,
+                            const float *lut, float *out);
+void cuda_op_vision_positions(ts_backend *be, const float *table, int side, int dim, int grid_h,
+                              int grid_w, int merge, float *out);
 void cuda_op_attention_full(ts_backend *be, const float *q, int64_t ldq, const float *k,
                             const float *v, int64_t ldkv, int n, const ts_attn_dims *dims,
                             float *out, int64_t ldo);

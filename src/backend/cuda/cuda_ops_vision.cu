@@ -1,8 +1,10 @@
 /* The ops of an image encoder and of image positions in a decoder (backend.h): rope_cs,
- * layernorm and bias_act here; attention_full is in cuda_ops_seq.cu, beside the tiled prompt
- * kernel it runs. Each mirrors the CPU reference (backend/cpu/ops_vision.c) in fp32 with its
- * order of operations; the layernorm's mean and variance are summed in double as there. */
+ * layernorm, bias_act, vision_patches and vision_positions here; attention_full is in
+ * cuda_ops_seq.cu, beside the tiled prompt kernel it runs. Each mirrors the CPU reference
+ * (backend/cpu/ops_vision.c) in fp32 with its order of operations; the layernorm's mean and
+ * variance are summed in double as there. */
 #include "backend/cuda/cuda_int.cuh"
+#include "backend/vision_grid.h"
 
 #include <math.h>
 
@@ -84,4 +86,61 @@ void cuda_op_bias_act(ts_backend *be, float *x, int64_t ldx, int n_rows, int dim
     if (total <= 0 || (!bias && act == TS_ACT_NONE)) return;
     cuda_launch(c, "bias_act", k_bias_act, cuda_blocks(total, EW_THREADS), EW_THREADS, 0, x, ldx,
                 n_rows, dim, bias, act);
+}
+
+/* A block per patch, a thread per element of its row in turn: element ((c * temporal + t) * P
+ * + y) * P + x is pixel (y, x) of the patch, channel c, looked up in the channel's table. */
+__global__ static void k_vision_patches(const uint8_t *rgb, ts_patch_dims d, const float *lut,
+                                        float *out) {
+    cuda_pdl_entry();
+    int n = (int)blockIdx.x, P = d.patch, PP = P * P, K = 3 * d.temporal * PP, row, col;
+    ts_grid_patch_rc(n, d.width / P, d.merge, &row, &col);
+    float *o = out + (int64_t)n * K;
+    for (int i = threadIdx.x; i < K; i += blockDim.x) {
+        int ch = i / (d.temporal * PP), y = i % PP / P, x = i % P;
+        o[i] = lut[ch * 256 + rgb[((int64_t)(row * P + y) * d.width + col * P + x) * 3 + ch]];
+    }
+}
+
+void cuda_op_vision_patches(ts_backend *be, const uint8_t *rgb, const ts_patch_dims *d,
+                            const float *lut, float *out) {
+    cuda_ctx *c = cuda_of(be);
+    int n = (d->height / d->patch) * (d->width / d->patch);
+    if (n <= 0) return;
+    cuda_launch(c, "vision_patches", k_vision_patches, (unsigned)n, 256, 0, rgb, *d, lut, out);
+}
+
+/* A block per patch, a thread per column in turn: the four taps' rows times their weights,
+ * summed from zero in the CPU's order, each product and sum rounded (no fused multiply-add,
+ * so the bits are the CPU's). */
+__global__ static void k_vision_positions(const float *table, int side, int dim, int grid_h,
+                                          int grid_w, int merge, float *out) {
+    cuda_pdl_entry();
+    int n = (int)blockIdx.x, row, col, th[2], tw[2];
+    float wh[2], ww[2];
+    ts_grid_patch_rc(n, grid_w, merge, &row, &col);
+    ts_grid_taps(row, grid_h, side, th, wh);
+    ts_grid_taps(col, grid_w, side, tw, ww);
+    const float *src[4];
+    float wt[4];
+    for (int a = 0; a < 2; a++)
+        for (int b = 0; b < 2; b++) {
+            src[2 * a + b] = table + (int64_t)(th[a] * side + tw[b]) * dim;
+            wt[2 * a + b] = __fmul_rn(wh[a], ww[b]);
+        }
+    float *o = out + (int64_t)n * dim;
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) {
+        float acc = 0.0f;
+        for (int k = 0; k < 4; k++)
+            acc = __fadd_rn(acc, __fmul_rn(src[k][i], wt[k]));
+        o[i] = acc;
+    }
+}
+
+void cuda_op_vision_positions(ts_backend *be, const float *table, int side, int dim, int grid_h,
+                              int grid_w, int merge, float *out) {
+    cuda_ctx *c = cuda_of(be);
+    if (grid_h <= 0 || grid_w <= 0 || dim <= 0) return;
+    cuda_launch(c, "vision_positions", k_vision_positions, (unsigned)(grid_h * grid_w), 256, 0,
+                table, side, dim, grid_h, grid_w, merge, out);
 }
