@@ -38,7 +38,8 @@ bool serve_base64_decode(const char *s, size_t n, unsigned char **out, size_t *l
     const unsigned char *u = (const unsigned char *)s;
     size_t o = 0, pad = 0;
     uint32_t acc = 0;
-    int bits = 0, chars = 0;
+    int bits = 0;
+    size_t chars = 0; /* alphabet characters: a body may hold more than INT_MAX */
     for (size_t i = 0; i < n;) {
         /* four characters of the alphabet at a group's start make three bytes at once (an
          * image's data: URL is megabytes of nothing else) */
@@ -74,7 +75,7 @@ bool serve_base64_decode(const char *s, size_t n, unsigned char **out, size_t *l
     }
     /* a last group of 1 character cannot be, 2 or 3 carry 1 or 2 bytes; padding completes the
      * group to 4 and no further */
-    int rest = chars % 4;
+    int rest = (int)(chars % 4);
     if (rest == 1 || (pad && (size_t)rest + pad != 4) || pad > 2) {
         free(buf);
         return false;
