@@ -329,7 +329,8 @@ typedef struct {
      * one token each (run r's token at row runs[r].start of q (ldq), of k and v (n_kv_heads x
      * head_dim a row), of gate (ldq) and of out (ldo); its caches runs[r].a, .b, its position
      * runs[r].pos0): qk_norm_rope on the q row (heads q_head_stride apart; q itself is not
-     * written) and the new k row (wq, wk, eps, rot_dim, theta as qk_norm_rope's), the normed and
+     * written) and the new k row (wq, wk, eps, rot_dim, theta as qk_norm_rope's, at position
+     * pos0 + rope_shift; the row stored at pos0), the normed and
      * rotated k and the v row stored in the run's caches, attention_runs for the one query, then
      * out *= sigmoid(gate) where gate is not NULL (q's layout: head h's at h * q_head_stride).
      * False, with nothing done, where the backend does not take these shapes: the model then

@@ -93,7 +93,8 @@ void ts_conv_gdn_prep(ts_backend *be, const float *x, int64_t ldx, int C, int K,
  * (run r's row runs[r].start of x and out; conv state sr[r].a, recurrent state sr[r].b) -
  * conv_gdn_step; else ts_conv_gdn_prep and ts_gdn_runs.
  * ts_attention_step: attention's, after the projections, for nr runs of one token each (run r's
- * row runs[r].start of q and gate (ldq), k, v and out (ldo); caches sr[r].a, .b) -
+ * row runs[r].start of q and gate (ldq), k, v and out (ldo); caches sr[r].a, .b; rotated at
+ * sr[r].pos0 + sr[r].rope_shift) -
  * attention_step; else ts_qk_norm_rope, ts_attend_runs and sigmoid_gate. */
 bool ts_conv_gdn_step(ts_backend *be, const float *x, int C, int K, const float *w,
                       const ts_seq_run *sr, int nr, const ts_gdn_prep_args *p, const ts_gdn_dims *d,
