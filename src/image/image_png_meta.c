@@ -24,6 +24,7 @@
  * EXIF is taken as storing no Orientation, so the XMP is searched. Past PNG_INFLATE_BUDGET
  * inflated bytes in the whole file, further compressed chunks are ignored, so that a file cannot
  * make us inflate a megabyte per kilobyte of it over and over. */
+#include "base/utf8.h"
 #include "image/image_int.h"
 
 #include <stdbool.h>
@@ -108,38 +109,6 @@ static int raw_profile_orientation(const uint8_t *t, size_t n) {
     int o = bad || half >= 0 ? IMG_EXIF_UNREADABLE : img_exif_orientation(out, len);
     free(out);
     return o;
-}
-
-/* Python's strict UTF-8 decoding succeeds (no overlong forms, surrogates or code points past
- * U+10FFFF). */
-static bool utf8_ok(const uint8_t *s, size_t n) {
-    for (size_t i = 0; i < n;) {
-        uint8_t c = s[i];
-        size_t more;
-        uint8_t lo = 0x80, hi = 0xBF; /* the allowed range of the second byte */
-        if (c < 0x80) {
-            i++;
-            continue;
-        } else if (c >= 0xC2 && c <= 0xDF) {
-            more = 1;
-        } else if (c >= 0xE0 && c <= 0xEF) {
-            more = 2;
-            if (c == 0xE0) lo = 0xA0;
-            if (c == 0xED) hi = 0x9F;
-        } else if (c >= 0xF0 && c <= 0xF4) {
-            more = 3;
-            if (c == 0xF0) lo = 0x90;
-            if (c == 0xF4) hi = 0x8F;
-        } else {
-            return false;
-        }
-        if (n - i <= more) return false;
-        if (s[i + 1] < lo || s[i + 1] > hi) return false;
-        for (size_t k = 2; k <= more; k++)
-            if (s[i + k] < 0x80 || s[i + k] > 0xBF) return false;
-        i += more + 1;
-    }
-    return true;
 }
 
 typedef enum { INFLATE_OK, INFLATE_CORRUPT, INFLATE_REFUSED } inflate_result;
@@ -262,8 +231,10 @@ static void chunk_itext(png_meta *m, const uint8_t *d, size_t n) {
         v = text;
     }
     if (key == KEY_XMP) m->xmp = vlen ? img_xmp_orientation(v, vlen) : META_UNSET;
-    if (utf8_ok(lang, (size_t)(z1 - lang)) && utf8_ok(z1 + 1, (size_t)(z2 - z1 - 1)) &&
-        utf8_ok(v, vlen))
+    /* Python's strict UTF-8 decoding of the three */
+    if (ts_utf8_valid((const char *)lang, (size_t)(z1 - lang)) &&
+        ts_utf8_valid((const char *)z1 + 1, (size_t)(z2 - z1 - 1)) &&
+        ts_utf8_valid((const char *)v, vlen))
         meta_set(m, key, true, v, vlen);
 }
 

@@ -1,4 +1,5 @@
-/* UTF-8 helpers, a growable byte buffer, and the incremental detokenizer.
+/* UTF-8 text: the invalid-input policy over base/utf8.h's code points, a growable byte buffer,
+ * and the incremental detokenizer.
  *
  * Invalid input policy (used by the tokenizers and by every decode path): each *maximal
  * subpart* of an ill-formed sequence becomes one U+FFFD. A maximal subpart is the longest
@@ -9,6 +10,7 @@
 #ifndef TS_TEXT_UTF8_H
 #define TS_TEXT_UTF8_H
 
+#include "base/utf8.h"
 #include "tessera.h"
 
 #include <stdbool.h>
@@ -16,24 +18,6 @@
 #include <stdint.h>
 
 #define TS_UTF8_REPLACEMENT "\xEF\xBF\xBD" /* U+FFFD */
-
-typedef enum {
-    TS_UTF8_CHAR,      /* a whole, valid character */
-    TS_UTF8_INVALID,   /* an ill-formed maximal subpart (becomes one U+FFFD) */
-    TS_UTF8_TRUNCATED, /* the input ends inside a sequence that could still become valid */
-} ts_utf8_kind;
-
-/* Classifies the bytes at s[0..n), n >= 1. *len gets the bytes consumed: the character's
- * length, the maximal subpart's length, or n when truncated. *cp gets the code point for
- * TS_UTF8_CHAR (U+FFFD otherwise). */
-ts_utf8_kind ts_utf8_next(const char *s, size_t n, uint32_t *cp, size_t *len);
-
-/* True when s[0..n) is entirely well-formed UTF-8. */
-bool ts_utf8_valid(const char *s, size_t n);
-
-/* Writes cp (<= 0x10FFFF, not a surrogate) as UTF-8 into out; returns the length (1-4), or 0
- * for an invalid code point. */
-size_t ts_utf8_encode(uint32_t cp, char out[4]);
 
 /* ---- growable byte buffer ------------------------------------------------------------------ */
 
