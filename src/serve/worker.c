@@ -1,14 +1,15 @@
 #include "serve/worker.h"
 
+#include "base/clock.h"
+#include "base/status.h"
+#include "serve/decode.h"
+#include "serve/prefix_cache.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-#include "base/status.h"
-#include "serve/decode.h"
-#include "serve/prefix_cache.h"
 
 #define SERVE_MAX_SNAPSHOTS 64
 /* Idle work after an answer (a chat's next-turn prefix, a completion's answer state) waits this
@@ -207,13 +208,11 @@ static ts_status load(serve_worker *w) {
                         why, lanes, n_snap, (double)sb / 1048576.0);
     }
     if (gpu) {
-        struct timespec t0, t1;
-        clock_gettime(CLOCK_MONOTONIC, &t0);
+        double t0 = ts_now_s();
         TS_TRY(warm_up(w->engine, chunk, lanes));
         w->rt.warmed_vision = ts_engine_vision(w->engine);
         if (w->rt.warmed_vision) TS_TRY(warm_up_vision(w->engine, w->model));
-        clock_gettime(CLOCK_MONOTONIC, &t1);
-        w->rt.warm_ms = (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6;
+        w->rt.warm_ms = (ts_now_s() - t0) * 1e3;
     }
     TS_TRY(serve_prefix_cache_init(&w->cache, (int)n_snap, lanes, info.n_vocab));
     int next_turn = gpu ? SERVE_NEXT_TURN_CHUNK_GPU : SERVE_NEXT_TURN_CHUNK_CPU;

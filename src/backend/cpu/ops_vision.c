@@ -112,8 +112,8 @@ typedef struct {
     float *out;
 } patches_job;
 
-/* The patches of [lo, hi): each byte looked up in its channel's table (the same arithmetic per
- * pixel would cost more than the rest of the host's work on an image) */
+/* The patches of [lo, hi): each byte looked up in its channel's table (the processor's
+ * arithmetic, done once a byte value by the model) */
 static void patches_task(void *p, int ith, int nth) {
     const patches_job *j = p;
     const ts_patch_dims *d = &j->d;
