@@ -29,20 +29,10 @@ static bool has(const char *msg, const char *frag) { return !frag || strstr(msg,
 
 /* ---- a byte builder for hostile files ------------------------------------------------------ */
 
-typedef struct {
-    unsigned char *b;
-    size_t n, cap;
-} buf;
+typedef tu_bytes buf;
 
-static void b_raw(buf *b, const void *p, size_t n) {
-    if (b->n + n > b->cap) {
-        b->cap = (b->n + n) * 2 + 64;
-        b->b = realloc(b->b, b->cap);
-        if (!b->b) exit(2);
-    }
-    if (n) memcpy(b->b + b->n, p, n);
-    b->n += n;
-}
+static void b_raw(buf *b, const void *p, size_t n) { tu_put(b, p, n); }
+
 static void b_le(buf *b, uint64_t v, int size) {
     unsigned char x[8];
     for (int i = 0; i < size; i++)
@@ -98,7 +88,7 @@ static void expect_refused(const char *what, buf *b, ts_status code, const char 
                            const char *f2) {
     ts_gguf *g = NULL;
     unsigned char *copy;
-    ts_status rc = open_copy(b->b, b->n, "hostile.gguf", &g, &copy);
+    ts_status rc = open_copy(b->p, b->n, "hostile.gguf", &g, &copy);
     const char *msg = rc == TS_OK ? "opened" : ts_last_error();
     CHECKF(rc == code, "%s: status %s, expected %s (%s)", what, ts_status_name(rc),
            ts_status_name(code), msg);
@@ -108,13 +98,13 @@ static void expect_refused(const char *what, buf *b, ts_status code, const char 
     CHECK(rc == TS_OK || g == NULL);
     ts_gguf_close(g);
     free(copy);
-    free(b->b);
-    b->b = NULL;
+    free(b->p);
+    b->p = NULL;
 }
 
 static ts_gguf *expect_ok(const char *what, buf *b, unsigned char **copy) {
     ts_gguf *g = NULL;
-    ts_status rc = open_copy(b->b, b->n, "ok.gguf", &g, copy);
+    ts_status rc = open_copy(b->p, b->n, "ok.gguf", &g, copy);
     CHECKF(rc == TS_OK, "%s: refused: %s", what, ts_last_error());
     return g;
 }
@@ -593,7 +583,7 @@ static void test_hostile(void) {
     b.n = 10;
     expect_refused("short", &b, TS_ERR_FORMAT, "10 bytes", "24-byte GGUF header");
     b = b_header(3, 0, 0);
-    b.b[3] = 'X';
+    b.p[3] = 'X';
     expect_refused("magic", &b, TS_ERR_FORMAT, "not a GGUF file", "47 47 55 58");
     b = b_header(1, 0, 0);
     expect_refused("v1", &b, TS_ERR_UNSUPPORTED, "version 1", NULL);
@@ -609,7 +599,7 @@ static void test_hostile(void) {
     CHECK(g && ts_gguf_version(g) == 2);
     ts_gguf_close(g);
     free(copy);
-    free(b.b);
+    free(b.p);
 
     b = b_header(3, 0, 1ull << 40);
     expect_refused("kv count", &b, TS_ERR_FORMAT, "1099511627776 keys", "cannot fit");
@@ -745,7 +735,7 @@ static void test_hostile(void) {
     CHECK(g && ts_gguf_alignment(g) == 64 && ts_gguf_data_offset(g) % 64 == 0);
     ts_gguf_close(g);
     free(copy);
-    free(b.b);
+    free(b.p);
     uint32_t bad_aligns[] = {0, 48, 1u << 21};
     for (int i = 0; i < 3; i++) {
         b = b_header(3, 0, 1);
@@ -767,7 +757,7 @@ static void test_hostile(void) {
     CHECK(g && ts_gguf_alignment(g) == 16);
     ts_gguf_close(g);
     free(copy);
-    free(b.b);
+    free(b.p);
 
     /* Tensor infos. */
     b = b_header(3, 1, 0);
@@ -852,7 +842,7 @@ static void test_hostile(void) {
     g = expect_ok("unordered, adjacent", &b, &copy);
     ts_gguf_close(g);
     free(copy);
-    free(b.b);
+    free(b.p);
     uint64_t ne0[2] = {0, 16};
     b = b_header(3, 1, 0);
     b_tensor(&b, "empty", 2, ne0, 0, 0);
@@ -867,7 +857,7 @@ static void test_hostile(void) {
           t->shape[1] == 0);
     ts_gguf_close(g);
     free(copy);
-    free(b.b);
+    free(b.p);
     b = b_header(3, 1, 0);
     b_tensor(&b, "scalar", 0, NULL, 0, 0);
     b_pad(&b, 32);
@@ -876,7 +866,7 @@ static void test_hostile(void) {
     CHECK(g && ts_gguf_tensor(g, "scalar", &t) == TS_OK && t->n_dims == 0 && t->nbytes == 4);
     ts_gguf_close(g);
     free(copy);
-    free(b.b);
+    free(b.p);
     b = b_header(3, 1, 1);
     b_kv_u32(&b, "x", 1);
     b_tensor(&b, "q", 1, ne16, 0, 0);
@@ -885,12 +875,12 @@ static void test_hostile(void) {
 
     /* A hostile file on disk: messages carry its path. */
     b = b_header(3, 0, 0);
-    b.b[0] = 'g';
+    b.p[0] = 'g';
     const char *p = tmp_path("bad.gguf");
     FILE *f = fopen(p, "wb");
-    fwrite(b.b, 1, b.n, f);
+    fwrite(b.p, 1, b.n, f);
     fclose(f);
-    free(b.b);
+    free(b.p);
     CHECK(ts_gguf_open(p, &g) == TS_ERR_FORMAT && has(ts_last_error(), p) && g == NULL);
 }
 
@@ -902,9 +892,9 @@ static void test_meta_cap(void) {
     b_u32(&b, TS_GGUF_STR);
     b_u64(&b, (uint64_t)130 << 20);
     FILE *f = fopen(p, "wb");
-    fwrite(b.b, 1, b.n, f);
+    fwrite(b.p, 1, b.n, f);
     fclose(f);
-    free(b.b);
+    free(b.p);
     CHECK(truncate(p, (off_t)140 << 20) == 0);
     ts_gguf *g;
     ts_status rc = ts_gguf_open(p, &g);

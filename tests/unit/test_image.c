@@ -470,54 +470,39 @@ static void test_orientation_fixtures(json_t *manifest) {
            webp, jpeg);
 }
 
-/* A growing byte buffer. */
-typedef struct {
-    uint8_t *p;
-    size_t n, cap;
-} bytes;
-
-static void put(bytes *b, const void *d, size_t n) {
-    if (b->n + n > b->cap) {
-        b->cap = (b->n + n) * 2 + 64;
-        b->p = realloc(b->p, b->cap);
-    }
-    if (n) memcpy(b->p + b->n, d, n);
-    b->n += n;
-}
-
-static void put_be32_to(bytes *b, uint32_t v) {
+static void put_be32_to(tu_bytes *b, uint32_t v) {
     uint8_t q[4] = {(uint8_t)(v >> 24), (uint8_t)(v >> 16), (uint8_t)(v >> 8), (uint8_t)v};
-    put(b, q, 4);
+    tu_put(b, q, 4);
 }
 
 /* A PNG chunk, its CRC flipped with bad_crc; len may differ from n (a lying length). */
-static void put_chunk_len(bytes *b, const char *type, const void *d, size_t n, uint32_t len,
+static void put_chunk_len(tu_bytes *b, const char *type, const void *d, size_t n, uint32_t len,
                           bool bad_crc) {
     put_be32_to(b, len);
     size_t at = b->n;
-    put(b, type, 4);
-    put(b, d, n);
+    tu_put(b, type, 4);
+    tu_put(b, d, n);
     put_be32_to(b, crc32_of(b->p + at, 4 + n) ^ (bad_crc ? 1u : 0u));
 }
 
-static void put_chunk(bytes *b, const char *type, const void *d, size_t n) {
+static void put_chunk(tu_bytes *b, const char *type, const void *d, size_t n) {
     put_chunk_len(b, type, d, n, (uint32_t)n, false);
 }
 
 /* A tEXt, zTXt or iTXt (uncompressed) chunk: key, then v (n bytes), zTXt's deflated. */
-static void put_text(bytes *b, const char *type, const char *key, const void *v, size_t n) {
-    bytes c = {0};
-    put(&c, key, strlen(key) + 1);
+static void put_text(tu_bytes *b, const char *type, const char *key, const void *v, size_t n) {
+    tu_bytes c = {0};
+    tu_put(&c, key, strlen(key) + 1);
     if (!strcmp(type, "zTXt")) {
         uLongf zn = compressBound(n);
         uint8_t *z = malloc(zn);
         CHECK(compress2(z, &zn, v, n, 9) == Z_OK);
-        put(&c, "\0", 1);
-        put(&c, z, zn);
+        tu_put(&c, "\0", 1);
+        tu_put(&c, z, zn);
         free(z);
     } else {
-        if (!strcmp(type, "iTXt")) put(&c, "\0\0\0\0", 4); /* not compressed, no language */
-        put(&c, v, n);
+        if (!strcmp(type, "iTXt")) tu_put(&c, "\0\0\0\0", 4); /* not compressed, no language */
+        tu_put(&c, v, n);
     }
     put_chunk(b, type, c.p, c.n);
     free(c.p);
@@ -533,18 +518,18 @@ static size_t tiff_orient(uint8_t *t, int k) {
 }
 
 /* ImageMagick's "Raw profile type exif" text for Orientation k, then pad. */
-static void put_raw_profile(bytes *b, int k, const char *pad) {
+static void put_raw_profile(tu_bytes *b, int k, const char *pad) {
     uint8_t t[26];
     size_t n = tiff_orient(t, k);
     char head[32];
     snprintf(head, sizeof head, "\nexif\n%8zu\n", n);
-    put(b, head, strlen(head));
+    tu_put(b, head, strlen(head));
     for (size_t i = 0; i < n; i++) {
         char hx[3];
         snprintf(hx, sizeof hx, "%02x", t[i]);
-        put(b, hx, 2);
+        tu_put(b, hx, 2);
     }
-    put(b, pad, strlen(pad));
+    tu_put(b, pad, strlen(pad));
 }
 
 static const char *xmp_attr(int k) {
@@ -556,21 +541,21 @@ static const char *xmp_attr(int k) {
 /* png (24x16, one IDAT) with `before` put before its IDAT and `after` after it; cut > 0 ends the
  * file there instead of with IEND. Decoded: it must be an image, and its width (16 when turned
  * on its side) is returned; 0 on failure. */
-static int png_variant(const uint8_t *png, size_t n, const bytes *before, const bytes *after,
+static int png_variant(const uint8_t *png, size_t n, const tu_bytes *before, const tu_bytes *after,
                        size_t cut, const char *what) {
     size_t idat = 8;
     while (idat + 8 < n && memcmp(png + idat + 4, "IDAT", 4))
         idat += 12 + ((size_t)png[idat] << 24 | (size_t)png[idat + 1] << 16 |
                       (size_t)png[idat + 2] << 8 | png[idat + 3]);
-    bytes f = {0};
-    put(&f, png, idat);
-    put(&f, before->p, before->n);
-    put(&f, png + idat, n - 12 - idat);
-    put(&f, after->p, after->n);
+    tu_bytes f = {0};
+    tu_put(&f, png, idat);
+    tu_put(&f, before->p, before->n);
+    tu_put(&f, png + idat, n - 12 - idat);
+    tu_put(&f, after->p, after->n);
     if (cut)
         f.n = cut < f.n ? cut : f.n;
     else
-        put(&f, png + n - 12, 12);
+        tu_put(&f, png + n - 12, 12);
     ts_image *img;
     ts_status st = decode_copy(f.p, f.n, &img);
     free(f.p);
@@ -584,10 +569,10 @@ static int png_variant(const uint8_t *png, size_t n, const bytes *before, const 
 }
 
 /* A chunk with key "Raw profile type exif" / "XML:com.adobe.xmp" holding v (n bytes). */
-static void put_raw(bytes *b, const char *type, const void *v, size_t n) {
+static void put_raw(tu_bytes *b, const char *type, const void *v, size_t n) {
     put_text(b, type, "Raw profile type exif", v, n);
 }
-static void put_xmp(bytes *b, const char *type, int k) {
+static void put_xmp(tu_bytes *b, const char *type, int k) {
     put_text(b, type, "XML:com.adobe.xmp", xmp_attr(k), strlen(xmp_attr(k)));
 }
 
@@ -601,7 +586,7 @@ static void test_png_meta_hostile(void) {
     uint8_t t6[32], t3[32];
     size_t tn = tiff_orient(t6, 6);
     tiff_orient(t3, 3);
-    bytes none = {0}, a = {0}, b = {0}, v = {0};
+    tu_bytes none = {0}, a = {0}, b = {0}, v = {0};
     /* a: chunks before the image data, b: after it */
 #define CASE(want, what)                                                                           \
     do {                                                                                           \
@@ -639,14 +624,14 @@ static void test_png_meta_hostile(void) {
     static const uint8_t bad_zlib[] = {0x78, 0x9c, 0xff, 0xff, 0xff, 0xff, 1, 2, 3};
     put_raw_profile(&v, 6, "\n");
     put_raw(&a, "tEXt", v.p, v.n);
-    bytes z = {0};
-    put(&z, "Raw profile type exif\0\0", 23);
-    put(&z, bad_zlib, sizeof bad_zlib);
+    tu_bytes z = {0};
+    tu_put(&z, "Raw profile type exif\0\0", 23);
+    tu_put(&z, bad_zlib, sizeof bad_zlib);
     put_chunk(&b, "zTXt", z.p, z.n);
     CASE(24, "raw profile 6, then a zTXt raw profile of corrupt zlib");
     z.n = 0;
-    put(&z, "XML:com.adobe.xmp\0\1\0\0\0", 22); /* compressed, no language */
-    put(&z, bad_zlib, sizeof bad_zlib);
+    tu_put(&z, "XML:com.adobe.xmp\0\1\0\0\0", 22); /* compressed, no language */
+    tu_put(&z, bad_zlib, sizeof bad_zlib);
     put_chunk(&a, "iTXt", z.p, z.n);
     put_xmp(&b, "tEXt", 8);
     put_chunk(&b, "iTXt", z.p, z.n);
@@ -656,7 +641,7 @@ static void test_png_meta_hostile(void) {
     v.n = 0;
     put_raw_profile(&v, 3, "");
     for (int i = 0; i < 1100000 / 16; i++)
-        put(&v, "              \n ", 16);
+        tu_put(&v, "              \n ", 16);
     put_raw(&b, "zTXt", v.p, v.n);
     CASE(16, "raw profile 6, then a zTXt raw profile 3 inflating past 1 MiB");
     put_raw_profile(&v, 6, "\n");
@@ -667,11 +652,11 @@ static void test_png_meta_hostile(void) {
      * 900 kB (the budget runs out in the 19th), then one of 3 */
     put_raw_profile(&v, 6, "");
     for (int i = 0; i < 900000 / 16; i++)
-        put(&v, "              \n ", 16);
+        tu_put(&v, "              \n ", 16);
     z.n = 0;
     put_raw(&z, "zTXt", v.p, v.n);
     for (int i = 0; i < 19; i++)
-        put(&b, z.p, z.n);
+        tu_put(&b, z.p, z.n);
     v.n = 0;
     put_raw_profile(&v, 3, "\n");
     put_raw(&b, "zTXt", v.p, v.n);
@@ -688,11 +673,11 @@ static void test_png_meta_hostile(void) {
         CASE(16, bad_hex[i]);
     }
     /* whitespace between pairs, and a newline inside one (the join removes it), are fine */
-    put(&v, "\nexif\n      26\n", 15);
+    tu_put(&v, "\nexif\n      26\n", 15);
     for (size_t i = 0; i < tn; i++) {
         char hx[8];
         snprintf(hx, sizeof hx, i == 3 ? "%x\n%x" : "%x%x \r\t\v\f", t6[i] >> 4, t6[i] & 15);
-        put(&v, hx, strlen(hx));
+        tu_put(&v, hx, strlen(hx));
     }
     put_raw(&a, "iTXt", v.p, v.n);
     CASE(16, "raw profile with whitespace");
@@ -707,12 +692,12 @@ static void test_png_meta_hostile(void) {
     put_chunk(&a, "eXIf", "hello, world", 12);
     put_xmp(&a, "tEXt", 7);
     CASE(16, "eXIf not TIFF, XMP 7");
-    put(&v, "Exif\0\0Exif\0\0", 12);
-    put(&v, t6, tn);
+    tu_put(&v, "Exif\0\0Exif\0\0", 12);
+    tu_put(&v, t6, tn);
     put_chunk(&a, "eXIf", v.p, v.n);
     CASE(24, "eXIf with two Exif\\0\\0 before its TIFF (three with PIL's)");
-    put(&v, "Exif\0\0", 6);
-    put(&v, t6, tn);
+    tu_put(&v, "Exif\0\0", 6);
+    tu_put(&v, t6, tn);
     put_chunk(&a, "eXIf", v.p, v.n);
     CASE(16, "eXIf with one Exif\\0\\0 before its TIFF");
     put_text(&a, "zTXt", "exif", t6, tn);
@@ -723,8 +708,8 @@ static void test_png_meta_hostile(void) {
     CASE(16, "tEXt exif 6, then a zTXt keyed exif, XMP 5");
 
     /* an iTXt XMP with invalid UTF-8 sets info["xmp"] only, which is read */
-    put(&v, xmp_attr(5), strlen(xmp_attr(5)));
-    put(&v, "\xed\xa0\x80", 3); /* a surrogate */
+    tu_put(&v, xmp_attr(5), strlen(xmp_attr(5)));
+    tu_put(&v, "\xed\xa0\x80", 3); /* a surrogate */
     put_text(&a, "iTXt", "XML:com.adobe.xmp", v.p, v.n);
     CASE(16, "iTXt XMP 5 with invalid UTF-8");
     put_text(&a, "iTXt", "XML:com.adobe.xmp", v.p, 0);
@@ -841,12 +826,12 @@ static void test_jpeg_xmp(void) {
         const char *p = cases[i].payload;
         size_t len = strlen(p); /* the namespace's NUL, then the packet */
         if (len == 28) len = 29 + strlen(p + 29);
-        bytes f = {0};
-        put(&f, jpg, 2);
+        tu_bytes f = {0};
+        tu_put(&f, jpg, 2);
         uint8_t seg[4] = {0xFF, 0xE1, (uint8_t)((len + 2) >> 8), (uint8_t)(len + 2)};
-        put(&f, seg, 4);
-        put(&f, p, len);
-        put(&f, jpg + 2, n - 2);
+        tu_put(&f, seg, 4);
+        tu_put(&f, p, len);
+        tu_put(&f, jpg + 2, n - 2);
         int w = decoded_width(f.p, f.n, p + (len > 29 ? 29 : 0));
         CHECKF(w == cases[i].width, "XMP case %zu: width %d, want %d", i, w, cases[i].width);
         free(f.p);
@@ -867,15 +852,15 @@ static void test_jpeg_xmp(void) {
     if (second) {
         uint8_t seg[4 + 6 + 32] = {0xFF, 0xE1, 0, 2 + 6 + 26, 'E', 'x', 'i', 'f', 0, 0};
         tiff_orient(seg + 10, 6);
-        bytes f = {0};
-        put(&f, jpg, second);
-        put(&f, seg, 4 + 6 + 26);
-        put(&f, jpg + second, n - second);
+        tu_bytes f = {0};
+        tu_put(&f, jpg, second);
+        tu_put(&f, seg, 4 + 6 + 26);
+        tu_put(&f, jpg + second, n - second);
         CHECK(decoded_width(f.p, f.n, "Exif between scans") == 64);
         f.n = 0;
-        put(&f, jpg, 2);
-        put(&f, seg, 4 + 6 + 26);
-        put(&f, jpg + 2, n - 2);
+        tu_put(&f, jpg, 2);
+        tu_put(&f, seg, 4 + 6 + 26);
+        tu_put(&f, jpg + 2, n - 2);
         CHECK(decoded_width(f.p, f.n, "Exif before the first scan") == 48);
         free(f.p);
     }

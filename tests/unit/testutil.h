@@ -8,6 +8,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 static int tu_failures;
 
@@ -28,6 +29,22 @@ static int tu_failures;
             tu_failures++;                                                                         \
         }                                                                                          \
     } while (0)
+
+/* A growing byte buffer for building files in tests ({0} to start; the caller frees p). */
+typedef struct {
+    unsigned char *p;
+    size_t n, cap;
+} tu_bytes;
+
+static inline void tu_put(tu_bytes *b, const void *d, size_t n) {
+    if (b->n + n > b->cap) {
+        b->cap = (b->n + n) * 2 + 64;
+        b->p = realloc(b->p, b->cap);
+        if (!b->p) exit(2);
+    }
+    if (n) memcpy(b->p + b->n, d, n);
+    b->n += n;
+}
 
 static inline const char *tu_env(const char *name, const char *dflt) {
     const char *v = getenv(name);
