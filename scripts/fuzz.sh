@@ -29,7 +29,7 @@ if [ -z "$CC" ]; then
 fi
 ALL="gguf safetensors hfconfig bpe_load bpe_encode openai toolcall textout grammar image"
 
-BASE="src/base/status.c src/base/mmapfile.c src/base/tensor.c"
+BASE="src/base/status.c src/base/mmapfile.c src/base/tensor.c src/base/utf8.c"
 GGUF="src/format/gguf_read.c src/format/gguf_meta.c"
 BPE="src/text/bpe.c src/text/bpe_load.c src/text/utf8.c"
 # The public tokenizer (ts_tokenizer_open, ts_chat_tokenize) and everything it reads.
