@@ -11,6 +11,7 @@
  * the "schema" is a GBNF grammar, 2 = a regular expression for plain text, 3 = a choice among
  * the NUL-free lines of it - then only the matcher's own promises are checked, not JSON), then
  * the schema, a NUL byte, then the text to feed (bytes). */
+#include "base/status.h"
 #include "fuzz_util.h"
 #include "text/grammar.h"
 
