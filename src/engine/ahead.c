@@ -24,7 +24,6 @@ ts_status engine_ahead_init(ts_engine *e) {
     size_t n = (size_t)e->n_batch;
     a->pos = malloc(n * sizeof *a->pos);
     a->slot = malloc(n * sizeof *a->slot);
-    a->shift = malloc(n * sizeof *a->shift);
     a->rope3 = malloc(3 * n * sizeof *a->rope3);
     a->want = malloc(n);
     a->ids[0] = malloc(n * sizeof *a->ids[0]);
@@ -44,8 +43,8 @@ ts_status engine_ahead_init(ts_engine *e) {
             a->lp_res[h][i] = (ts_sample_res){-1, 0, a->lp_logit + at, a->lp_tok + at, 0};
         }
     }
-    if (!a->pos || !a->slot || !a->shift || !a->rope3 || !a->want || !a->ids[0] || !a->ids[1] ||
-        !a->req || !a->req_now || !lp_ok)
+    if (!a->pos || !a->slot || !a->rope3 || !a->want || !a->ids[0] || !a->ids[1] || !a->req ||
+        !a->req_now || !lp_ok)
         return ts_error(TS_ERR_NOMEM, "out of memory");
     memset(a->want, 1, n);
     a->lp_top = -1;
@@ -54,8 +53,7 @@ ts_status engine_ahead_init(ts_engine *e) {
 
 void engine_ahead_free(ts_engine *e) {
     ts_ahead *a = &e->ahead;
-    free(a->pos), free(a->slot), free(a->shift), free(a->rope3), free(a->want), free(a->ids[0]),
-        free(a->ids[1]);
+    free(a->pos), free(a->slot), free(a->rope3), free(a->want), free(a->ids[0]), free(a->ids[1]);
     free(a->req), free(a->req_now);
     free(a->lp_req), free(a->lp_logit), free(a->lp_tok);
     for (int h = 0; h < 2; h++)
@@ -111,7 +109,7 @@ static bool is_held_step(const ts_ahead *a, const ts_batch *b, ts_sampler *const
         return false;
     for (int i = 0; i < a->n; i++) {
         if (b->slot[i] != a->slot[i] || b->pos[i] != a->pos[i] ||
-            b->tokens[i] != a->ids[a->cur][i] || rope_shift(b, i) != a->shift[i])
+            b->tokens[i] != a->ids[a->cur][i] || rope_shift(b, i) != a->rope3[3 * i] - a->pos[i])
             return false;
         if (samplers) {
             ts_sample_req next = ts_sampler_peek(samplers[i]);
@@ -179,10 +177,10 @@ ts_status engine_ahead_step(ts_engine *e, const ts_batch *b, ts_sampler *const *
     for (int i = 0; i < n; i++) {
         a->slot[i] = b->slot[i];
         a->pos[i] = b->pos[i] + 1;
-        a->shift[i] = rope_shift(b, i);
+        int32_t s = rope_shift(b, i);
         for (int k = 0; k < 3; k++)
-            a->rope3[3 * i + k] = a->pos[i] + a->shift[i];
-        shifted = shifted || a->shift[i];
+            a->rope3[3 * i + k] = a->pos[i] + s;
+        shifted = shifted || s;
         room = room && a->pos[i] < e->n_ctx;
     }
     if (room) {

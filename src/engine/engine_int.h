@@ -14,9 +14,9 @@ typedef struct {
     bool held; /* a step is held on the backend: n tokens, slots slot[], positions pos[] */
     int n;
     int32_t *pos, *slot; /* [n_batch] */
-    /* [n_batch] the held step's rotary shifts (a token's rotary position minus its position:
-     * text after an image in Qwen3.5; ts_batch.rope_pos) and [3 * n_batch] its positions so */
-    int32_t *shift, *rope3;
+    /* [3 * n_batch] the held step's rotary positions (ts_batch.rope_pos): each token's position
+     * plus its shift, three times (text after an image in Qwen3.5) */
+    int32_t *rope3;
     uint8_t *want;       /* [n_batch] ones */
     /* [n_batch] each: the held argmax ids of the step launched last (ids[cur]) and of the
      * step held after it (ids[!cur]), which that step was fed */

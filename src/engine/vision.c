@@ -35,7 +35,7 @@ ts_status ts_engine_encode_image(ts_engine *e, const ts_image *img, const ts_ima
     ts_image *sized = NULL;
     if (plan.width != img->width || plan.height != img->height)
         TS_TRY(ts_image_resize(img, plan.width, plan.height, &sized));
-    ts_status st = e->model->arch->encode_image(e->model, e->be, sized ? sized : img, &plan, out);
+    ts_status st = e->model->arch->encode_image(e->rt, sized ? sized : img, &plan, out);
     ts_image_free(sized);
     if (st == TS_OK) { /* a failed device gives NaN (it says why on stderr): never rows of it */
         ts_model_info mi;

@@ -85,9 +85,9 @@ struct ts_arch {
     /* Vision (NULL, or false from vision: the model takes no images; see tessera.h). */
     bool (*vision)(const ts_model *m, ts_vision_info *out);
     /* Encodes an image already resized to plan's size into plan->n_tokens rows of n_embd floats
-     * (host) on be. */
-    ts_status (*encode_image)(const ts_model *m, ts_backend *be, const ts_image *img,
-                              const ts_image_plan *plan, float *out);
+     * (host) on the runtime's backend; the runtime may keep the tower's parameters and working
+     * buffers there for the next image. */
+    ts_status (*encode_image)(void *rt, const ts_image *img, const ts_image_plan *plan, float *out);
     /* Writes a random checkpoint of a named size; NULL when not provided. */
     ts_status (*synth)(const char *preset, ts_dtype dtype, uint64_t seed, const char *dir);
 };

@@ -367,13 +367,6 @@ static bool qwen35_vision_info(const ts_model *m, ts_vision_info *out) {
     return true;
 }
 
-static ts_status qwen35_encode_image(const ts_model *m, ts_backend *be, const ts_image *img,
-                                     const ts_image_plan *plan, float *out) {
-    const qwen35_model *q = m->impl;
-    if (!q->vision) return ts_error(TS_ERR_UNSUPPORTED, "%s has no vision tower", m->path);
-    return qwen35_vision_encode(q->vision, be, img, plan, out);
-}
-
 static ts_status qwen35_load_gguf(ts_model *m) {
     qwen35_model *q = calloc(1, sizeof *q);
     if (!q) return ts_error(TS_ERR_NOMEM, "out of memory");

@@ -4,12 +4,13 @@
  * token), while the sequence-mixing parts (conv, gated delta rule, attention) walk the batch's
  * runs: maximal stretches of consecutive tokens of one sequence. Runs of one token use the
  * recurrent form of the delta rule, longer runs the chunked form. */
+#include "model/layers.h"
+#include "model/qwen35.h"
+#include "model/qwen35_vision.h"
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include "model/layers.h"
-#include "model/qwen35.h"
 
 /* Logits are computed for at most this many tokens at a time, so the scratch for them stays
  * small even for a vocabulary of 250k. */
@@ -38,6 +39,7 @@ typedef struct {
     const int32_t *rpos;
     int32_t *rope_one;
     bool mrope;
+    qwen35_venc *venc; /* the vision tower's workspace on be (NULL until the first image) */
 } qwen35_rt;
 
 void qwen35_state_layout(const qwen35_hparams *h, int n_ctx, qwen35_state_off *offs,
@@ -86,7 +88,14 @@ void qwen35_runtime_free(void *p) {
     free(rt->sruns);
     free(rt->rope_cs_host);
     free(rt->rope_one);
+    qwen35_venc_free(rt->venc);
     free(rt);
+}
+
+ts_status qwen35_encode_image(void *p, const ts_image *img, const ts_image_plan *plan, float *out) {
+    qwen35_rt *rt = p;
+    if (!rt->q->vision) return ts_error(TS_ERR_UNSUPPORTED, "the model has no vision tower");
+    return qwen35_vision_encode(rt->q->vision, rt->be, &rt->venc, img, plan, out);
 }
 
 ts_status qwen35_runtime_create(const ts_model *m, ts_backend *be, int n_batch, int n_ctx,

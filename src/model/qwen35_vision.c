@@ -306,24 +306,105 @@ static void rope_table(const qwen35_vision_hp *h, const ts_image_plan *p, float 
     }
 }
 
-typedef struct {
+struct qwen35_venc {
     ts_backend *be;
-    float *params, *patches, *x, *t, *qkv, *o, *ff, *cs, *m1, *y, *lut;
+    float *params, *lut; /* kept from the first image on: the host block's copy, patch_lut */
+    int cap;             /* patches the working buffers below hold (0: none) */
+    float *patches, *x, *t, *qkv, *o, *ff, *cs, *m1, *y;
     uint8_t *rgb;
-} venc;
+};
 
-static const float *VP(const qwen35_vision *v, const venc *e, const float *host) {
+static const float *VP(const qwen35_vision *v, const qwen35_venc *e, const float *host) {
     return e->params + (host - v->host);
 }
 
-static void venc_free(venc *e) {
-    void *bufs[] = {e->params, e->patches, e->x,  e->t, e->qkv, e->o,
-                    e->ff,     e->cs,      e->m1, e->y, e->lut, e->rgb};
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
-        if (bufs[i]) e->be->ops->free(e->be, bufs[i]);
+/* The working buffers for N patches, in the order venc_fit allocates them: floats each, and
+ * the image's bytes (3 a pixel, patch x patch pixels a patch). */
+#define VENC_BUFS 9
+static void venc_sizes(const qwen35_vision_hp *h, size_t N, size_t n[VENC_BUFS], size_t *rgb) {
+    size_t H = (size_t)h->hidden, M = H * h->merge * h->merge, T = N / (h->merge * h->merge);
+    size_t K = (size_t)h->in_ch * h->temporal * h->patch * h->patch;
+    size_t sz[VENC_BUFS] = {N * K,       N * H,           N * H, N * 3 * H,        N * H,
+                            N * h->n_ff, N * h->head_dim, T * M, T * h->out_hidden};
+    memcpy(n, sz, sizeof sz);
+    *rgb = N * h->patch * h->patch * 3;
 }
 
-static void block_forward(const qwen35_vision *v, const venc *e, const qwen35_vblock *b, int N) {
+static float **venc_bufs(qwen35_venc *e, int i) {
+    float **b[VENC_BUFS] = {&e->patches, &e->x,  &e->t,  &e->qkv, &e->o,
+                            &e->ff,      &e->cs, &e->m1, &e->y};
+    return b[i];
+}
+
+static size_t venc_bytes(const qwen35_vision_hp *h, size_t N) {
+    size_t n[VENC_BUFS], total;
+    venc_sizes(h, N, n, &total);
+    for (int i = 0; i < VENC_BUFS; i++)
+        total += n[i] * sizeof(float);
+    return total;
+}
+
+static void venc_release(qwen35_venc *e) {
+    for (int i = 0; i < VENC_BUFS; i++) {
+        float **b = venc_bufs(e, i);
+        if (*b) e->be->ops->free(e->be, *b);
+        *b = NULL;
+    }
+    if (e->rgb) e->be->ops->free(e->be, e->rgb);
+    e->rgb = NULL;
+    e->cap = 0;
+}
+
+void qwen35_venc_free(qwen35_venc *e) {
+    if (!e) return;
+    venc_release(e);
+    if (e->params) e->be->ops->free(e->be, e->params);
+    if (e->lut) e->be->ops->free(e->be, e->lut);
+    free(e);
+}
+
+/* The workspace on be, with the parameters up and buffers for N patches. */
+static ts_status venc_fit(const qwen35_vision *v, ts_backend *be, qwen35_venc **ws, int N) {
+    const ts_backend_ops *op = be->ops;
+    qwen35_venc *e = *ws;
+    if (e && e->be != be)
+        return ts_error(TS_ERR_INVALID, "the tower's workspace is another backend's");
+    if (!e) {
+        if (!(e = calloc(1, sizeof *e))) return ts_error(TS_ERR_NOMEM, "out of memory");
+        e->be = be;
+        *ws = e;
+    }
+    if (!e->params) {
+        float host_lut[3 * 256];
+        e->params = op->alloc(be, v->n_host * sizeof(float));
+        e->lut = op->alloc(be, sizeof host_lut);
+        if (!e->params || !e->lut) {
+            if (e->params) op->free(be, e->params);
+            if (e->lut) op->free(be, e->lut);
+            e->params = e->lut = NULL;
+            return ts_error(TS_ERR_NOMEM, "out of memory for the vision tower's parameters");
+        }
+        patch_lut(&v->hp, host_lut);
+        op->upload(be, e->params, v->host, v->n_host * sizeof(float));
+        op->upload(be, e->lut, host_lut, sizeof host_lut);
+    }
+    if (e->cap >= N) return TS_OK;
+    venc_release(e);
+    size_t n[VENC_BUFS], n_rgb;
+    venc_sizes(&v->hp, (size_t)N, n, &n_rgb);
+    bool ok = (e->rgb = op->alloc(be, n_rgb)) != NULL;
+    for (int i = 0; ok && i < VENC_BUFS; i++)
+        ok = (*venc_bufs(e, i) = op->alloc(be, n[i] * sizeof(float))) != NULL;
+    if (!ok) {
+        venc_release(e);
+        return ts_error(TS_ERR_NOMEM, "out of memory for an image of %d patches", N);
+    }
+    e->cap = N;
+    return TS_OK;
+}
+
+static void block_forward(const qwen35_vision *v, const qwen35_venc *e, const qwen35_vblock *b,
+                          int N) {
     const qwen35_vision_hp *h = &v->hp;
     ts_backend *be = e->be;
     const ts_backend_ops *op = be->ops;
@@ -346,8 +427,8 @@ static void block_forward(const qwen35_vision *v, const venc *e, const qwen35_vb
     op->add(be, e->x, e->t, (int64_t)N * H);
 }
 
-ts_status qwen35_vision_encode(const qwen35_vision *v, ts_backend *be, const ts_image *img,
-                               const ts_image_plan *plan, float *out) {
+ts_status qwen35_vision_encode(const qwen35_vision *v, ts_backend *be, qwen35_venc **ws,
+                               const ts_image *img, const ts_image_plan *plan, float *out) {
     const qwen35_vision_hp *h = &v->hp;
     const ts_backend_ops *op = be->ops; /* with the vision ops: the engine checks */
     int m = h->merge;
@@ -360,55 +441,37 @@ ts_status qwen35_vision_encode(const qwen35_vision *v, ts_backend *be, const ts_
     int N = plan->grid_h * plan->grid_w, H = h->hidden, hd = h->head_dim;
     int K = h->in_ch * h->temporal * h->patch * h->patch, M = H * m * m, T = N / (m * m);
     size_t n = (size_t)N, n_rgb = (size_t)img->width * img->height * 3;
-    float host_lut[3 * 256];
     float *host_cs = malloc(n * hd * sizeof(float));
-    venc e = {.be = be};
-    struct {
-        float **p;
-        size_t n;
-    } plan_bufs[] = {{&e.params, v->n_host}, {&e.patches, n * K},
-                     {&e.x, n * H},          {&e.t, n * H},
-                     {&e.qkv, n * 3 * H},    {&e.o, n * H},
-                     {&e.ff, n * h->n_ff},   {&e.cs, n * hd},
-                     {&e.m1, (size_t)T * M}, {&e.y, (size_t)T * h->out_hidden},
-                     {&e.lut, 3 * 256}};
-    ts_status st = TS_OK;
-    if (!host_cs) st = ts_error(TS_ERR_NOMEM, "out of memory");
-    for (size_t i = 0; st == TS_OK && i < sizeof plan_bufs / sizeof plan_bufs[0]; i++) {
-        *plan_bufs[i].p = op->alloc(be, plan_bufs[i].n * sizeof(float));
-        if (!*plan_bufs[i].p)
-            st = ts_error(TS_ERR_NOMEM, "out of memory for an image of %d patches", N);
+    if (!host_cs) return ts_error(TS_ERR_NOMEM, "out of memory");
+    ts_status st = venc_fit(v, be, ws, N);
+    if (st != TS_OK) {
+        free(host_cs);
+        return st;
     }
-    if (st == TS_OK && !(e.rgb = op->alloc(be, n_rgb)))
-        st = ts_error(TS_ERR_NOMEM, "out of memory for an image of %d patches", N);
-    if (st == TS_OK) {
-        /* the image's bytes go up (a quarter of its patches' floats), and the backend cuts the
-         * patches and resamples the learned positions where they are used */
-        patch_lut(h, host_lut);
-        rope_table(h, plan, host_cs);
-        op->upload(be, e.params, v->host, v->n_host * sizeof(float));
-        op->upload(be, e.rgb, img->rgb, n_rgb);
-        op->upload(be, e.lut, host_lut, sizeof host_lut);
-        op->upload(be, e.cs, host_cs, n * hd * sizeof(float));
-        ts_patch_dims pd = {img->width, img->height, h->patch, m, h->temporal};
-        op->vision_patches(be, e.rgb, &pd, e.lut, e.patches);
-        op->vision_positions(be, VP(v, &e, v->pos), h->grid_side, H, plan->grid_h, plan->grid_w, m,
-                             e.t);
-        /* patch embedding, plus the resampled learned positions */
-        op->matmul(be, &v->patch_w, e.patches, K, N, e.x, H);
-        op->bias_act(be, e.x, H, N, H, VP(v, &e, v->patch_b), TS_ACT_NONE);
-        op->add(be, e.x, e.t, (int64_t)N * H);
-        for (int j = 0; j < h->depth; j++)
-            block_forward(v, &e, &v->blocks[j], N);
-        /* the merger: a norm per patch, then each block's m*m rows as one row of M */
-        op->layernorm(be, e.x, H, N, H, VP(v, &e, v->mnw), VP(v, &e, v->mnb), 1e-6f, e.t, H);
-        op->matmul(be, v->mfc1, e.t, M, T, e.m1, M);
-        op->bias_act(be, e.m1, M, T, M, VP(v, &e, v->mfc1_b), TS_ACT_GELU_ERF);
-        op->matmul(be, v->mfc2, e.m1, M, T, e.y, h->out_hidden);
-        op->bias_act(be, e.y, h->out_hidden, T, h->out_hidden, VP(v, &e, v->mfc2_b), TS_ACT_NONE);
-        op->download(be, out, e.y, (size_t)T * h->out_hidden * sizeof(float));
-    }
-    venc_free(&e);
+    qwen35_venc *e = *ws;
+    /* the image's bytes go up (a quarter of its patches' floats), and the backend cuts the
+     * patches and resamples the learned positions where they are used */
+    rope_table(h, plan, host_cs);
+    op->upload(be, e->rgb, img->rgb, n_rgb);
+    op->upload(be, e->cs, host_cs, n * hd * sizeof(float));
+    ts_patch_dims pd = {img->width, img->height, h->patch, m, h->temporal};
+    op->vision_patches(be, e->rgb, &pd, e->lut, e->patches);
+    op->vision_positions(be, VP(v, e, v->pos), h->grid_side, H, plan->grid_h, plan->grid_w, m,
+                         e->t);
+    /* patch embedding, plus the resampled learned positions */
+    op->matmul(be, &v->patch_w, e->patches, K, N, e->x, H);
+    op->bias_act(be, e->x, H, N, H, VP(v, e, v->patch_b), TS_ACT_NONE);
+    op->add(be, e->x, e->t, (int64_t)N * H);
+    for (int j = 0; j < h->depth; j++)
+        block_forward(v, e, &v->blocks[j], N);
+    /* the merger: a norm per patch, then each block's m*m rows as one row of M */
+    op->layernorm(be, e->x, H, N, H, VP(v, e, v->mnw), VP(v, e, v->mnb), 1e-6f, e->t, H);
+    op->matmul(be, v->mfc1, e->t, M, T, e->m1, M);
+    op->bias_act(be, e->m1, M, T, M, VP(v, e, v->mfc1_b), TS_ACT_GELU_ERF);
+    op->matmul(be, v->mfc2, e->m1, M, T, e->y, h->out_hidden);
+    op->bias_act(be, e->y, h->out_hidden, T, h->out_hidden, VP(v, e, v->mfc2_b), TS_ACT_NONE);
+    op->download(be, out, e->y, (size_t)T * h->out_hidden * sizeof(float));
+    if (venc_bytes(h, (size_t)e->cap) > QWEN35_VENC_KEEP) venc_release(e);
     free(host_cs);
-    return st;
+    return TS_OK;
 }

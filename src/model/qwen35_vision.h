@@ -39,9 +39,20 @@ struct qwen35_vision {
  * decoder's width, which the merger must produce. */
 ts_status qwen35_vision_load(const ts_model *m, int text_hidden, qwen35_vision **out);
 void qwen35_vision_free(qwen35_vision *v);
+/* The encoder's place on one backend: the tower's small parameters (uploaded at the first image
+ * and kept: ~7 MB for the 0.8B's tower, most of it the learned position table) and the working
+ * buffers of the largest image so far, kept while they stay under QWEN35_VENC_KEEP bytes (a
+ * 1024x1024 image's are ~170 MB) and freed after an image that needs more. A device backend
+ * otherwise paid its allocations, frees and the parameters' upload on every image: ~2 of a
+ * 256x256 image's ~5 ms on a GPU. Owned by the text model's runtime (one a backend). */
+typedef struct qwen35_venc qwen35_venc;
+#define QWEN35_VENC_KEEP ((size_t)256 << 20)
+void qwen35_venc_free(qwen35_venc *ws);
+
 /* Encodes an image already resized to plan's size into plan->n_tokens rows of out_hidden
- * floats (host memory), on be (which must have the vision ops of backend.h). */
-ts_status qwen35_vision_encode(const qwen35_vision *v, ts_backend *be, const ts_image *img,
-                               const ts_image_plan *plan, float *out);
+ * floats (host memory), on be (which must have the vision ops of backend.h). *ws: the
+ * workspace on be (NULL: made here, and kept in *ws for the next image). */
+ts_status qwen35_vision_encode(const qwen35_vision *v, ts_backend *be, qwen35_venc **ws,
+                               const ts_image *img, const ts_image_plan *plan, float *out);
 
 #endif

@@ -3,6 +3,8 @@
  * - the vision tower on the processor's resized pixels gives HF's merger output;
  * - the whole way from the PNG file (decode, smart_resize, PIL's bicubic, patches) gives the
  *   same plan and the same rows;
+ * - every image encoded again, in the other order, gives the same bits (the engine keeps the
+ *   tower's workspace between images);
  * - the MRoPE positions of each multimodal prompt are HF's, exactly;
  * - the prompt's logits at every position are HF's (relative error, and every argmax), in one
  *   piece and in chunks that cut through an image;
@@ -112,6 +114,20 @@ static void check_images(vcase *c) {
         free(ref);
     }
     CHECKF(c->n_img >= 3, "%s: %d images", c->dir, c->n_img);
+    /* The engine keeps the tower's workspace from image to image (sized for the largest so
+     * far): every image again, last to first, gives the bits it gave the first time. */
+    for (int k = c->n_img - 1; k >= 0; k--) {
+        const ts_image_plan *p = &c->plan[k];
+        size_t n = (size_t)p->n_tokens * c->info.n_embd, len;
+        unsigned char *rgb = fx_read_file(path_of(c->dir, "ref/image_%d.resized.rgb", k), &len);
+        float *again = malloc(n * sizeof *again);
+        ts_image img = {p->width, p->height, rgb};
+        CHECK(rgb && ts_engine_encode_image(c->e, &img, p, again) == TS_OK);
+        CHECKF(!memcmp(again, c->rows[k], n * sizeof *again), "%s image %d: other bits again",
+               c->dir, k);
+        free(again);
+        free(rgb);
+    }
 }
 
 /* the prompt's image rows (in order) and its rotary positions */
