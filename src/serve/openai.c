@@ -1,6 +1,7 @@
 #include "serve/openai.h"
 
 #include "serve/base64.h"
+#include "serve/json_load.h"
 #include "text/json_schema.h"
 #include "text/utf8.h"
 
@@ -46,34 +47,16 @@ char *serve_error_json(const serve_error *e) {
     return s;
 }
 
-/* Nesting depth of a JSON text, counted outside strings; bounds the parser's recursion. */
-static int json_depth(const char *s, size_t n) {
-    int depth = 0, max = 0;
-    bool in_str = false;
-    for (size_t i = 0; i < n; i++) {
-        char c = s[i];
-        if (in_str) {
-            if (c == '\\') i++;
-            else if (c == '"') in_str = false;
-        } else if (c == '"') {
-            in_str = true;
-        } else if (c == '[' || c == '{') {
-            if (++depth > max) max = depth;
-        } else if (c == ']' || c == '}') {
-            depth--;
-        }
-    }
-    return max;
-}
-
 bool serve_json_parse(const char *body, size_t len, json_t **root, serve_error *e) {
     *root = NULL;
     if (len == 0) return serve_fail(e, 400, "invalid_request_body", NULL, "the body is empty");
-    if (json_depth(body, len) > SERVE_MAX_JSON_DEPTH)
-        return serve_fail(e, 400, "invalid_request_body", NULL,
-                          "JSON nested deeper than %d levels", SERVE_MAX_JSON_DEPTH);
     json_error_t je;
-    json_t *v = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
+    bool too_deep;
+    json_t *v =
+        serve_json_load(body, len, SERVE_JSON_LONG, SERVE_MAX_JSON_DEPTH, &too_deep, &je, NULL);
+    if (too_deep)
+        return serve_fail(e, 400, "invalid_request_body", NULL, "JSON nested deeper than %d levels",
+                          SERVE_MAX_JSON_DEPTH);
     if (!v)
         return serve_fail(e, 400, "invalid_request_body", NULL, "invalid JSON at byte %d: %s",
                           je.position, je.text);

@@ -6,8 +6,14 @@
  * that can be written out (serve_error_json); a NULL envelope turns into a 500 "out of memory"
  * in http.c, so it is checked here.
  *
- * Input: byte 0 = flags (bit 0: completions instead of chat), then the body. */
+ * Before all that, the body parsed with its long strings cut out (serve/json_load.c, at a
+ * threshold of 1-8 bytes so that short inputs take that way) must give jansson's value or
+ * jansson's error.
+ *
+ * Input: byte 0 = flags (bit 0: completions instead of chat, bits 1-3: the threshold), then
+ * the body. */
 #include "fuzz_util.h"
+#include "serve/json_load.h"
 #include "serve/openai.h"
 #include "serve/prep.h"
 #include "text/utf8.h"
@@ -57,6 +63,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     static const char *const ids[] = {"tessera", "qwen", NULL};
     serve_error e;
     json_t *root;
+    {
+        const char *body = (const char *)data + 1;
+        json_error_t e1, e2;
+        bool deep;
+        json_t *a = serve_json_load(body, size - 1, 1 + (data[0] >> 1 & 7), SERVE_MAX_JSON_DEPTH,
+                                    &deep, &e1, NULL);
+        json_t *b = deep ? NULL : json_loadb(body, size - 1, JSON_REJECT_DUPLICATES, &e2);
+        FZ_ASSERT(deep || (a && b && json_equal(a, b)) ||
+                  (!a && !b && e1.position == e2.position && !strcmp(e1.text, e2.text)));
+        json_decref(a);
+        json_decref(b);
+    }
     if (!serve_json_parse((const char *)data + 1, size - 1, &root, &e)) {
         check_error(&e);
         return 0;
