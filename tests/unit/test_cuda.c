@@ -502,12 +502,15 @@ static void test_vision_ops(bool quick) {
         }
     /* attention_full on a tower's fused rows [q | k | v] (3 * heads * dims a token): fewer
      * tokens than a tile, a partial last tile, several tiles, the head sizes of the lanes'
-     * three register widths, a softcap, and the 4096 patches of a 1024x1024 image's tokens */
+     * three register widths, a softcap, and the 4096 patches of a 1024x1024 image's tokens;
+     * heads of 64 dims without a softcap take the tensor cores (cuda_attn_tc.cu: fewer tokens
+     * than a warp's 16 rows, query and key tiles cut short) */
     struct {
         int nh, hd, n;
         float softcap;
     } cases[] = {{2, 16, 5, 0},   {3, 64, 33, 0}, {12, 64, 300, 0},    {4, 128, 97, 0},
-                 {2, 256, 70, 0}, {4, 40, 64, 0}, {4, 64, 257, 20.0f}, {2, 64, 4096, 0}};
+                 {2, 256, 70, 0}, {4, 40, 64, 0}, {4, 64, 257, 20.0f}, {2, 64, 4096, 0},
+                 {2, 64, 5, 0},   {1, 64, 130, 0}};
     for (size_t ci = 0; ci < sizeof cases / sizeof *cases; ci++) {
         int nh = cases[ci].nh, hd = cases[ci].hd, n = cases[ci].n, H = nh * hd;
         if (quick && n > 1000) continue;

@@ -146,6 +146,9 @@ typedef struct cuda_ctx_s {
     bool qprefill_bf16;
     /* whether the tiled attention kernels may use their dynamic shared memory */
     bool attn_tile_opted;
+    /* an image encoder's attention on the tensor cores (cuda_attn_tc.cu; TESSERA_CUDA_ATTN_TC=0:
+     * the fp32 tiled kernel), and whether its shared memory was granted */
+    bool attn_tc, attn_tc_opted;
     /* ... and the tensor-core GEMM's ring kernels theirs */
     bool skinny_ring_opted;
     /* the recurrent delta rule's 128 x 128 heads through its kernel with a constant row stride
@@ -729,6 +732,11 @@ bool cuda_l2_keep(cuda_ctx *c, bool on);
 bool cuda_op_conv_gdn_step(ts_backend *be, const float *x, int C, int K, const float *w,
                            const ts_seq_run *runs, int nr, const ts_gdn_prep_args *p,
                            const ts_gdn_dims *dims, const ts_gated_norm *gn, float *out);
+/* attention_full for heads of 64 dims on the tensor cores (cuda_attn_tc.cu); false where it
+ * does not take the shapes (the caller's fp32 kernel then does). */
+bool cuda_attention_full_tc(cuda_ctx *c, const float *q, int64_t ldq, const float *k,
+                            const float *v, int64_t ldkv, int n, const ts_attn_dims *d, float *out,
+                            int64_t ldo);
 /* Many sequences' delta-rule decode step (cuda_gdn_step_runs.cu): conv_gdn_step's nr > 1 runs
  * of one token for H heads of d_k = d_v = 128, one v-head a k-head (the caller checks those);
  * false where it does not take them (TESSERA_CUDA_GDN_STEP_RUNS=0, C or K). */

@@ -572,7 +572,7 @@ void cuda_op_attention_full(ts_backend *be, const float *q, int64_t ldq, const f
                             const float *v, int64_t ldkv, int n, const ts_attn_dims *dims,
                             float *out, int64_t ldo) {
     cuda_ctx *c = cuda_of(be);
-    if (n <= 0) return;
+    if (n <= 0 || cuda_attention_full_tc(c, q, ldq, k, v, ldkv, n, dims, out, ldo)) return;
     int hd = dims->head_dim;
     if (!attention_tiled_shape(hd, k, v) || ldkv % 4 || dims->n_kv_heads != dims->n_heads) {
         cuda_check(c, cudaErrorInvalidValue,
