@@ -347,40 +347,83 @@ static void test_fused(void) {
     }
 }
 
+/* attention against the CPU's. Prompts of 32 queries or more with heads of 64, 128 or 256
+ * dims take the tensor-core kernel (cuda_attn_mma.cu, bf16x3: within MMA_TOL); a second backend
+ * made with TESSERA_CUDA_ATTN_MMA=0 runs every case through the fp32 kernels (FP32_TOL). */
+#define MMA_TOL 3e-5
 static void test_attention(void) {
     struct {
         int nh, nkv, hd, n, pos0, window;
         float softcap;
-    } cases[] = {{4, 2, 64, 9, 0, 0, 0},       {8, 1, 256, 1, 70, 0, 0},
-                 {4, 4, 128, 13, 20, 16, 50.0f}, {2, 1, 96, 1, 99, 32, 0},
+    } cases[] = {{4, 2, 64, 9, 0, 0, 0},
+                 {8, 1, 256, 1, 70, 0, 0},
+                 {4, 4, 128, 13, 20, 16, 50.0f},
+                 {2, 1, 96, 1, 99, 32, 0},
                  /* long contexts: every warp of the block gets many keys */
-                 {8, 2, 256, 1, 700, 0, 0},      {16, 2, 128, 3, 300, 0, 0},
-                 {4, 1, 64, 2, 600, 128, 0},     {2, 2, 512, 1, 90, 0, 0},
+                 {8, 2, 256, 1, 700, 0, 0},
+                 {16, 2, 128, 3, 300, 0, 0},
+                 {4, 1, 64, 2, 600, 128, 0},
+                 {2, 2, 512, 1, 90, 0, 0},
                  {2, 1, 32, 1, 3, 0, 0}, /* fewer keys than warps */
                  /* prompts of 32 queries or more: the tiled kernel (a partial last tile,
                   * three tiles after a prefix, a window with softcap, 96 dims); 512 dims fall
                   * back to the kernel above */
-                 {8, 2, 256, 40, 0, 0, 0},       {4, 2, 64, 70, 10, 0, 0},
-                 {4, 1, 128, 50, 100, 32, 30.0f}, {4, 4, 96, 33, 5, 0, 0},
-                 {2, 1, 512, 40, 0, 0, 0}};
-    for (size_t ci = 0; ci < sizeof cases / sizeof *cases; ci++) {
+                 {8, 2, 256, 40, 0, 0, 0},
+                 {4, 2, 64, 70, 10, 0, 0},
+                 {4, 1, 128, 50, 100, 32, 30.0f},
+                 {4, 4, 96, 33, 5, 0, 0},
+                 {2, 1, 512, 40, 0, 0, 0},
+                 /* the tensor-core kernel: many key tiles and partial query groups, after a
+                  * prefix, Gemma's 512-key window over a prefix longer than it, a window
+                  * shorter than the prompt (each query group starts at its own tile) with a
+                  * soft cap, as many KV heads as heads */
+                 {8, 2, 256, 300, 0, 0, 0},
+                 {4, 1, 256, 100, 1000, 0, 0},
+                 {4, 1, 256, 200, 600, 512, 0},
+                 {4, 2, 128, 90, 37, 20, 30.0f},
+                 {2, 2, 64, 65, 3, 0, 0}};
+    ts_backend *fp32 = gpu_with("TESSERA_CUDA_ATTN_MMA", "0", NULL, NULL);
+    for (size_t ci = 0; ci < sizeof cases / sizeof *cases && fp32; ci++) {
         int nh = cases[ci].nh, nkv = cases[ci].nkv, hd = cases[ci].hd, n = cases[ci].n;
         int ctx = cases[ci].pos0 + n, kvw = nkv * hd;
         int64_t ldq = (int64_t)nh * hd * 2; /* q rows with a gate half, as Qwen3.5 has */
         size_t nq = (size_t)n * ldq, nkvs = (size_t)ctx * kvw, no = (size_t)n * nh * hd;
         float *q = rnd(nq, 1.0f), *k = rnd(nkvs, 1.0f), *v = rnd(nkvs, 1.0f), *o = calloc(no, 4);
         float *dq = dev(q, nq), *dk = dev(k, nkvs), *dv = dev(v, nkvs), *dout = dev(o, no);
+        float *f[4] = {0}; /* the same on the fp32 backend: q, k, v, out */
+        const float *hs[4] = {q, k, v, o};
+        size_t ns[4] = {nq, nkvs, nkvs, no};
+        for (int i = 0; i < 4; i++) {
+            f[i] = fp32->ops->alloc(fp32, ns[i] * 4);
+            fp32->ops->upload(fp32, f[i], hs[i], ns[i] * 4);
+        }
         ts_attn_dims d = {nh, nkv, hd, 1.0f / sqrtf((float)hd), cases[ci].window,
                           cases[ci].softcap};
         cpu->ops->attention(cpu, q, ldq, 2 * hd, n, cases[ci].pos0, k, v, &d, o, nh * hd);
         gpu->ops->attention(gpu, dq, ldq, 2 * hd, n, cases[ci].pos0, dk, dv, &d, dout, nh * hd);
-        char what[64];
-        snprintf(what, sizeof what, "attention case %zu", ci);
-        cmp(what, dout, o, no, FP32_TOL);
+        fp32->ops->attention(fp32, f[0], ldq, 2 * hd, n, cases[ci].pos0, f[1], f[2], &d, f[3],
+                             nh * hd);
+        bool mma = n >= 32 && (hd == 64 || hd == 128 || hd == 256);
+        float *got = host(dout, no), *got2 = malloc(no * 4);
+        fp32->ops->download(fp32, got2, f[3], no * 4);
+        double rel = tu_rel_l2(got, o, (long)no), rel2 = tu_rel_l2(got2, o, (long)no);
+        CHECKF(rel <= (mma ? MMA_TOL : FP32_TOL), "attention case %zu%s: rel L2 %.3g", ci,
+               mma ? " (tensor cores)" : "", rel);
+        if (mma) printf("  attention case %zu (tensor cores): rel L2 %.3g\n", ci, rel);
+        CHECKF(rel2 <= FP32_TOL, "attention case %zu (fp32 kernels): rel L2 %.3g", ci, rel2);
+        /* the tensor cores' sums are not the fp32 kernels': equal bits would mean that the
+         * case never reached the kernel it is there for */
+        if (mma)
+            CHECKF(memcmp(got, got2, no * 4) != 0,
+                   "attention case %zu: the tensor-core kernel not taken", ci);
+        free(got), free(got2);
         gpu->ops->free(gpu, dq), gpu->ops->free(gpu, dk), gpu->ops->free(gpu, dv);
         gpu->ops->free(gpu, dout);
+        for (int i = 0; i < 4; i++)
+            fp32->ops->free(fp32, f[i]);
         free(q), free(k), free(v), free(o);
     }
+    if (fp32) ts_backend_free(fp32);
 }
 
 /* The image encoder's ops (backend.h's optional four) against the CPU's, on strided rows. */
@@ -994,8 +1037,8 @@ static void test_attention_step_runs(void) {
 /* attention_runs over long contexts (the keys split over blocks, then merged) and short ones,
  * several sequences per launch, against the CPU's attention run by run. */
 /* attention_runs over nr (1 to 3) runs against the CPU's attention run by run. */
-static void test_attention_runs_case(int nr, const int lens[3], const int pos0[3],
-                                     const char *what) {
+static void test_attention_runs_case(int nr, const int lens[3], const int pos0[3], const char *what,
+                                     double tol) {
     int nh = 8, nkv = 2, hd = 256, kvw = nkv * hd;
     int64_t ldq = (int64_t)nh * hd * 2;
     int total = 0;
@@ -1023,7 +1066,7 @@ static void test_attention_runs_case(int nr, const int lens[3], const int pos0[3
         start += lens[r];
     }
     gpu->ops->attention_runs(gpu, dq, ldq, 2 * hd, dkn, dvn, &d, runs, nr, dout, nh * hd);
-    cmp(what, dout, o, (size_t)total * nh * hd, FP32_TOL);
+    cmp(what, dout, o, (size_t)total * nh * hd, tol);
     for (int r = 0; r < nr; r++) {
         gpu->ops->free(gpu, dkc[r]), gpu->ops->free(gpu, dvc[r]);
         free(kc[r]), free(vc[r]);
@@ -1099,15 +1142,16 @@ static void test_kv_store_long_run(void) {
 
 static void test_attention_runs(void) {
     test_attention_runs_case(3, (int[]){1, 3, 1}, (int[]){1500, 40, 700},
-                             "attention_runs, long contexts");
-    /* a prompt of 70 queries beside a decode token and a shorter prompt: the tiled kernel */
-    test_attention_runs_case(3, (int[]){40, 1, 70}, (int[]){0, 700, 20},
-                             "attention_runs, prompts");
+                             "attention_runs, long contexts", FP32_TOL);
+    /* a prompt of 70 queries beside a decode token and a shorter prompt: the tensor-core
+     * kernel run by run, the decode token's run too */
+    test_attention_runs_case(3, (int[]){40, 1, 70}, (int[]){0, 700, 20}, "attention_runs, prompts",
+                             MMA_TOL);
     /* one sequence (decode of one stream, and a prompt): no run table */
     test_attention_runs_case(1, (int[]){1, 0, 0}, (int[]){1500, 0, 0},
-                             "attention_runs, one sequence's decode token");
+                             "attention_runs, one sequence's decode token", FP32_TOL);
     test_attention_runs_case(1, (int[]){70, 0, 0}, (int[]){20, 0, 0},
-                             "attention_runs, one sequence's prompt");
+                             "attention_runs, one sequence's prompt", MMA_TOL);
     test_attention_one_seq_steps();
     test_kv_store_long_run();
 }

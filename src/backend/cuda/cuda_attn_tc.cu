@@ -3,9 +3,9 @@
  * block on a 1024x1024 image's 4096 patches (12 heads) on an H100 - 40 of the tower's ~48 ms -
  * at ~15 TFLOP/s of fp32 arithmetic; this one ~2.6 ms (bench/RESULTS.md). It is bound by
  * latency, not by the tensor cores (Nsight Compute: 2 warps a scheduler, 6 cycles an
- * instruction, half of it the wait on the previous mma of the same accumulator);
- * bench/wip_attn_tc_chains.patch, not yet run, splits each chain of three into two and puts
- * the four 16-wide blocks' chains side by side.
+ * instruction, half of it the wait on the previous mma of the same accumulator) - yet not by
+ * those chains: split in two and the four 16-wide blocks' chains side by side, the kernel was
+ * no faster (2607 -> 2678 us a block on an H100; bench/RESULTS.md).
  *
  * The products go through TF32 mma (wmma m16n16k8) as three: each operand split into a TF32
  * high part and the TF32 rounding of its remainder, and hi*lo + lo*hi + hi*hi summed in fp32

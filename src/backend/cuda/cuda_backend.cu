@@ -199,6 +199,7 @@ extern "C" ts_status ts_backend_cuda_create(int device, ts_backend **out) {
     c->skinny = !cuda_env_off("TESSERA_CUDA_SKINNY");
     c->attn_split = !cuda_env_off("TESSERA_CUDA_ATTN_SPLIT");
     c->attn_tc = !cuda_env_off("TESSERA_CUDA_ATTN_TC");
+    c->attn_mma = !cuda_env_off("TESSERA_CUDA_ATTN_MMA");
     c->fold_norm = !cuda_env_off("TESSERA_CUDA_FOLD_NORM");
     c->split_fused = !cuda_env_off("TESSERA_CUDA_SPLIT_FUSED");
     c->attn_tile = !cuda_env_off("TESSERA_CUDA_ATTN_TILE");

@@ -32,23 +32,9 @@
  * does not care about the order of k. */
 #include "backend/cuda/cuda_dequant.cuh"
 #include "backend/cuda/cuda_gemm_skinny.cuh"
+#include "backend/cuda/cuda_mma.cuh"
 
 #include <cuda_bf16.h>
-
-template <bool BF>
-__device__ static inline void mma16816(float *c, uint32_t a0, uint32_t a1, uint32_t a2,
-                                       uint32_t a3, uint32_t b0, uint32_t b1) {
-    if (BF)
-        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
-                     "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-    else
-        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, "
-                     "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
 
 /* Elements [e, e + 8) of a weight row as an mma operand: 16-bit weights as stored, every other
  * type decoded (cuda_dequant.cuh) and rounded to bf16 - dequantize-to-BF16 tiles. */

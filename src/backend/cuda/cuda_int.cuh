@@ -149,6 +149,10 @@ typedef struct cuda_ctx_s {
     /* an image encoder's attention on the tensor cores (cuda_attn_tc.cu; TESSERA_CUDA_ATTN_TC=0:
      * the fp32 tiled kernel), and whether its shared memory was granted */
     bool attn_tc, attn_tc_opted;
+    /* prompt attention on the tensor cores (cuda_attn_mma.cu; TESSERA_CUDA_ATTN_MMA=0: the
+     * fp32 tiled kernel) */
+    bool attn_mma;
+    bool attn_mma_opted; /* whether its kernels' shared memory was allowed */
     /* ... and the tensor-core GEMM's ring kernels theirs */
     bool skinny_ring_opted;
     /* the recurrent delta rule's 128 x 128 heads through its kernel with a constant row stride
@@ -189,9 +193,9 @@ typedef struct cuda_ctx_s {
     bool failed;
     /* growable device scratch: 0 converted activations and 1 weights for GEMM, 2 argmax keys,
      * 3 attention's partial softmaxes, 4 the chunked delta rule's per-chunk factors, 5 sampling,
-     * 6 sampling's logit adjustments */
-    void *scratch[7];
-    size_t scratch_bytes[7];
+     * 6 sampling's logit adjustments, 7 the prompt attention's bf16 operands */
+    void *scratch[8];
+    size_t scratch_bytes[8];
     struct cuda_weight_cache *weights;
     /* device buffers freed so far (cuda_free_dev): graphs compare it (cuda_queue.cu) */
     unsigned long frees;
@@ -489,7 +493,7 @@ void cuda_gemm_lt(cuda_ctx *c, cudaStream_t s, const void *W, cudaDataType wt, i
 void cuda_gemm_lt_free(cuda_ctx *c);
 /* cudaFree, counted in c->frees. */
 void cuda_free_dev(cuda_ctx *c, void *p);
-/* A device scratch buffer of at least bytes (slot 0 .. 6), grown as needed; NULL on failure.
+/* A device scratch buffer of at least bytes (slot 0 .. 7), grown as needed; NULL on failure.
  * Contents are not kept across calls. */
 void *cuda_scratch(cuda_ctx *c, int slot, size_t bytes);
 /* Where an op about to write n rows of cols fp32 values may also write their bf16 split for the
@@ -732,6 +736,24 @@ bool cuda_l2_keep(cuda_ctx *c, bool on);
 bool cuda_op_conv_gdn_step(ts_backend *be, const float *x, int C, int K, const float *w,
                            const ts_seq_run *runs, int nr, const ts_gdn_prep_args *p,
                            const ts_gdn_dims *dims, const ts_gated_norm *gn, float *out);
+/* A query-key dot product as the softmax sees it: scaled, then soft-capped where the model
+ * has a cap (softcap > 0). One definition for every attention kernel. */
+__device__ static inline float attn_logit(float qk, const ts_attn_dims &d) {
+    float s = qk * d.scale;
+    return d.softcap > 0 ? d.softcap * tanhf(s / d.softcap) : s;
+}
+
+/* One sequence's prompt attention (n >= 32 queries at pos0 over its caches) on the tensor
+ * cores, bf16x3 (cuda_attn_mma.cu); false where it does not take the shape (heads of 64, 128
+ * or 256 dims) or TESSERA_CUDA_ATTN_MMA=0, and the caller's kernels run instead. */
+bool cuda_attention_mma(cuda_ctx *c, const float *q, int64_t ldq, int64_t qhs, int n, int pos0,
+                        const float *kc, const float *vc, const ts_attn_dims *d, float *out,
+                        int64_t ldo);
+/* The same for several sequences' runs (host table; caches a and b, K/V rows stored), where
+ * the longest has 32 queries or more. */
+bool cuda_attention_mma_runs(cuda_ctx *c, const float *q, int64_t ldq, int64_t qhs,
+                             const ts_seq_run *runs, int nr, const ts_attn_dims *d, float *out,
+                             int64_t ldo);
 /* attention_full for heads of 64 dims on the tensor cores (cuda_attn_tc.cu); false where it
  * does not take the shapes (the caller's fp32 kernel then does). */
 bool cuda_attention_full_tc(cuda_ctx *c, const float *q, int64_t ldq, const float *k,

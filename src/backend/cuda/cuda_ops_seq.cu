@@ -23,13 +23,6 @@ namespace cg = cooperative_groups;
 #define ATTN_WARPS   8
 #define MAX_HEAD_DIM 512
 
-/* A query-key dot product as the softmax sees it: scaled, then soft-capped where the model
- * has a cap (softcap > 0). One definition for the per-query and the tiled kernels. */
-__device__ static inline float attn_logit(float qk, const ts_attn_dims &d) {
-    float s = qk * d.scale;
-    return d.softcap > 0 ? d.softcap * tanhf(s / d.softcap) : s;
-}
-
 /* Partial softmaxes of key splits: for each (run, query, head, split) the running max m, the sum
  * l and the unnormalised accumulator acc[head_dim]. n = 1: no split, the kernel writes out. */
 typedef struct {
@@ -508,6 +501,9 @@ static void attention_launch(cuda_ctx *c, const float *q, int64_t ldq, int64_t q
                              float *out, int64_t ldo, const ts_seq_run *runs, int nr, int max_keys,
                              const int32_t *pos_dev, const attn_step_in *st = NULL) {
     int hd = dims->head_dim;
+    if (!st && !runs &&
+        cuda_attention_mma(c, q, ldq, q_head_stride, n, pos0, kc, vc, dims, out, ldo))
+        return;
     if (!st && attention_tiled(c, n, hd, kc, vc)) {
         int tiles = (n + AT_Q - 1) / AT_Q;
         dim3 grid((unsigned)((int64_t)dims->n_heads * tiles), (unsigned)nr);
@@ -1226,6 +1222,7 @@ void cuda_op_attention_runs(ts_backend *be, const float *q, int64_t ldq, int64_t
     int kvw = dims->n_kv_heads * hd;
     dim3 sgrid(cuda_blocks(kvw, 256), kv_store_rows(maxlen), (unsigned)nr);
     cuda_launch(c, "kv_store", k_kv_store, sgrid, 256, 0, k, v, kvw, dr);
+    if (cuda_attention_mma_runs(c, q, ldq, q_head_stride, runs, nr, dims, out, ldo)) return;
     attention_launch(c, q, ldq, q_head_stride, maxlen, 0, NULL, NULL, dims, out, ldo, dr, nr,
                      max_keys, NULL);
 }

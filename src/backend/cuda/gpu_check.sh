@@ -54,6 +54,11 @@ for preset in ${GPU_CHECK_PRESETS:-0.8b}; do
             --parallel $P 2>&1 |
             tee -a $OUT/bench.log | grep -E "\| (pp|tg)|bandwidth|first token|rror"
         [ $preset = 0.8b ] || continue
+        [ $t = bf16 ] && for mm in 0 1; do # a long prompt: prompt attention fp32 / tensor cores
+            echo "-- pp8192, TESSERA_CUDA_ATTN_MMA=$mm"
+            TESSERA_CUDA_ATTN_MMA=$mm timeout 120 $B/tessera bench -m $F --device cuda -p 8192 \
+                -n 1 -r ${GPU_CHECK_REPS:-3} --no-bandwidth 2>&1 | grep -E "\| pp|first token|rror"
+        done
         echo "-- graphs off: tg"
         TESSERA_CUDA_GRAPHS=0 timeout 120 $B/tessera bench -m $F --device cuda -p 0 -n 128 -r 1 \
             --no-bandwidth 2>&1 | grep -E "\| tg|rror"
