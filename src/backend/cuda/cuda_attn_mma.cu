@@ -323,25 +323,3 @@ bool cuda_attention_mma(cuda_ctx *c, const float *q, int64_t ldq, int64_t qhs, i
     if (buf) am_run(c, q, ldq, qhs, n, pos0, kc, vc, d, out, ldo, buf);
     return true; /* without buf the failure is recorded: the call fails as a whole */
 }
-
-/* Several sequences' runs: a split and a kernel each, one after the other in one scratch
- * buffer (each kernel waits for its predecessor, so a run's split never overwrites operands
- * still read), where the longest run has AM_MIN queries or more. */
-bool cuda_attention_mma_runs(cuda_ctx *c, const float *q, int64_t ldq, int64_t qhs,
-                             const ts_seq_run *runs, int nr, const ts_attn_dims *d, float *out,
-                             int64_t ldo) {
-    int maxlen = 0;
-    size_t bytes = 0;
-    for (int r = 0; r < nr; r++) {
-        size_t b = am_shape_of(d, runs[r].len, runs[r].pos0).bytes;
-        maxlen = runs[r].len > maxlen ? runs[r].len : maxlen;
-        bytes = b > bytes ? b : bytes;
-    }
-    if (maxlen < AM_MIN || bytes > AM_SCRATCH_MAX || !am_takes(c, d)) return false;
-    uint4 *buf = (uint4 *)cuda_scratch(c, 7, bytes);
-    for (int r = 0; buf && r < nr; r++)
-        if (runs[r].len > 0)
-            am_run(c, q + runs[r].start * ldq, ldq, qhs, runs[r].len, runs[r].pos0, runs[r].a,
-                   runs[r].b, d, out + runs[r].start * ldo, ldo, buf);
-    return true;
-}

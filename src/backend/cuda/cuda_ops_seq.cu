@@ -1222,7 +1222,6 @@ void cuda_op_attention_runs(ts_backend *be, const float *q, int64_t ldq, int64_t
     int kvw = dims->n_kv_heads * hd;
     dim3 sgrid(cuda_blocks(kvw, 256), kv_store_rows(maxlen), (unsigned)nr);
     cuda_launch(c, "kv_store", k_kv_store, sgrid, 256, 0, k, v, kvw, dr);
-    if (cuda_attention_mma_runs(c, q, ldq, q_head_stride, runs, nr, dims, out, ldo)) return;
     attention_launch(c, q, ldq, q_head_stride, maxlen, 0, NULL, NULL, dims, out, ldo, dr, nr,
                      max_keys, NULL);
 }
