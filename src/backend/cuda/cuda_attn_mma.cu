@@ -32,8 +32,9 @@
 #define AM_WARPS 4  /* 16-query groups a block, at most (fewer where the grid would be short) */
 #define AM_MIN   32 /* fewer queries take the other kernels */
 /* The most scratch the split operands may take: every key a call sees is split, so a chunk of
- * a very long context would ask for ~4 KB a key (the 0.8B's heads); past this the fp32 tiled
- * kernel, which needs none, takes the call (the 0.8B: up to ~130k keys) */
+ * a very long context would ask for ~4 KB a key (the 0.8B's heads); past this - or where the
+ * device has not the memory - the fp32 tiled kernel, which needs none, takes the call (the
+ * 0.8B: up to ~130k keys) */
 #define AM_SCRATCH_MAX ((size_t)512 << 20)
 
 /* (x0, x1) as bf16 pairs: hi their rounding, lo that of the remainders */
@@ -319,7 +320,9 @@ bool cuda_attention_mma(cuda_ctx *c, const float *q, int64_t ldq, int64_t qhs, i
                         int64_t ldo) {
     size_t bytes = am_shape_of(d, n, pos0).bytes;
     if (n < AM_MIN || bytes > AM_SCRATCH_MAX || !am_takes(c, d)) return false;
-    uint4 *buf = (uint4 *)cuda_scratch(c, 7, bytes);
-    if (buf) am_run(c, q, ldq, qhs, n, pos0, kc, vc, d, out, ldo, buf);
-    return true; /* without buf the failure is recorded: the call fails as a whole */
+    /* short of device memory for the split operands, the fp32 kernel (which needs none) */
+    uint4 *buf = (uint4 *)cuda_scratch_try(c, 7, bytes);
+    if (!buf) return false;
+    am_run(c, q, ldq, qhs, n, pos0, kc, vc, d, out, ldo, buf);
+    return true;
 }

@@ -43,7 +43,8 @@ void cuda_free_dev(cuda_ctx *c, void *p) {
     c->frees++;
 }
 
-void *cuda_scratch(cuda_ctx *c, int slot, size_t bytes) {
+/* fatal: a failed allocation is the backend's failure (cuda_check); else only NULL */
+static void *scratch_get(cuda_ctx *c, int slot, size_t bytes, bool fatal) {
     void **p = &c->scratch[slot];
     size_t *have = &c->scratch_bytes[slot];
     if (*have >= bytes && *p) return *p;
@@ -55,9 +56,23 @@ void *cuda_scratch(cuda_ctx *c, int slot, size_t bytes) {
         *have = 0;
     }
     size_t n = bytes < 4096 ? 4096 : bytes + bytes / 4;
-    if (!cuda_check(c, cudaMalloc(p, n), "scratch alloc")) return NULL;
+    cudaError_t err = cudaMalloc(p, n);
+    if (err != cudaSuccess) {
+        *p = NULL;
+        if (fatal) cuda_check(c, err, "scratch alloc");
+        cudaGetLastError(); /* an allocation's failure is not sticky */
+        return NULL;
+    }
     *have = n;
     return *p;
+}
+
+void *cuda_scratch(cuda_ctx *c, int slot, size_t bytes) {
+    return scratch_get(c, slot, bytes, true);
+}
+
+void *cuda_scratch_try(cuda_ctx *c, int slot, size_t bytes) {
+    return scratch_get(c, slot, bytes, false);
 }
 
 static void *cu_alloc(ts_backend *be, size_t bytes) {

@@ -496,6 +496,9 @@ void cuda_free_dev(cuda_ctx *c, void *p);
 /* A device scratch buffer of at least bytes (slot 0 .. 7), grown as needed; NULL on failure.
  * Contents are not kept across calls. */
 void *cuda_scratch(cuda_ctx *c, int slot, size_t bytes);
+/* The same where the caller has another way: NULL without the backend's failure when the
+ * device has not the memory. */
+void *cuda_scratch_try(cuda_ctx *c, int slot, size_t bytes);
 /* Where an op about to write n rows of cols fp32 values may also write their bf16 split for the
  * matmul that reads them next (split_bf16_store's layout, in scratch slot 0), saving that
  * matmul's own split kernel: NULL where the tensor-core GEMM would not take n tokens. After the
