@@ -44,20 +44,22 @@ static float *rnd(size_t n, float scale) {
     return v;
 }
 
-/* A device buffer holding a copy of host floats. */
-static float *dev(const float *h, size_t n) {
-    float *d = gpu->ops->alloc(gpu, n * sizeof *d);
-    gpu->ops->upload(gpu, d, h, n * sizeof *d);
+/* A device buffer of backend be holding a copy of host floats. */
+static float *dev_of(ts_backend *be, const float *h, size_t n) {
+    float *d = be->ops->alloc(be, n * sizeof *d);
+    be->ops->upload(be, d, h, n * sizeof *d);
     return d;
 }
+static float *dev(const float *h, size_t n) { return dev_of(gpu, h, n); }
 
-/* Downloads n floats of a device buffer into a new host array (poisoned first). */
-static float *host(const float *d, size_t n) {
+/* n floats of a device buffer of backend be, as a new host array (poisoned first). */
+static float *host_of(ts_backend *be, const float *d, size_t n) {
     float *h = malloc(n * sizeof *h);
     for (size_t i = 0; i < n; i++) h[i] = NAN;
-    gpu->ops->download(gpu, h, d, n * sizeof *h);
+    be->ops->download(be, h, d, n * sizeof *h);
     return h;
 }
+static float *host(const float *d, size_t n) { return host_of(gpu, d, n); }
 
 static void cmp(const char *what, const float *d, const float *ref, size_t n, double tol) {
     float *got = host(d, n);
@@ -390,13 +392,9 @@ static void test_attention(void) {
         size_t nq = (size_t)n * ldq, nkvs = (size_t)ctx * kvw, no = (size_t)n * nh * hd;
         float *q = rnd(nq, 1.0f), *k = rnd(nkvs, 1.0f), *v = rnd(nkvs, 1.0f), *o = calloc(no, 4);
         float *dq = dev(q, nq), *dk = dev(k, nkvs), *dv = dev(v, nkvs), *dout = dev(o, no);
-        float *f[4] = {0}; /* the same on the fp32 backend: q, k, v, out */
-        const float *hs[4] = {q, k, v, o};
-        size_t ns[4] = {nq, nkvs, nkvs, no};
-        for (int i = 0; i < 4; i++) {
-            f[i] = fp32->ops->alloc(fp32, ns[i] * 4);
-            fp32->ops->upload(fp32, f[i], hs[i], ns[i] * 4);
-        }
+        /* the same on the fp32 backend: q, k, v, out */
+        float *f[4] = {dev_of(fp32, q, nq), dev_of(fp32, k, nkvs), dev_of(fp32, v, nkvs),
+                       dev_of(fp32, o, no)};
         ts_attn_dims d = {nh, nkv, hd, 1.0f / sqrtf((float)hd), cases[ci].window,
                           cases[ci].softcap};
         cpu->ops->attention(cpu, q, ldq, 2 * hd, n, cases[ci].pos0, k, v, &d, o, nh * hd);
@@ -404,8 +402,7 @@ static void test_attention(void) {
         fp32->ops->attention(fp32, f[0], ldq, 2 * hd, n, cases[ci].pos0, f[1], f[2], &d, f[3],
                              nh * hd);
         bool mma = n >= 32 && (hd == 64 || hd == 128 || hd == 256);
-        float *got = host(dout, no), *got2 = malloc(no * 4);
-        fp32->ops->download(fp32, got2, f[3], no * 4);
+        float *got = host(dout, no), *got2 = host_of(fp32, f[3], no);
         double rel = tu_rel_l2(got, o, (long)no), rel2 = tu_rel_l2(got2, o, (long)no);
         CHECKF(rel <= (mma ? MMA_TOL : FP32_TOL), "attention case %zu%s: rel L2 %.3g", ci,
                mma ? " (tensor cores)" : "", rel);
@@ -1472,15 +1469,6 @@ static void test_matmul_glu(void) {
         kept_extra((void *)Wg.data), kept_extra((void *)Wu.data);
         free(fg), free(fu);
     }
-}
-
-/* n floats of a device buffer of backend be, as a new host array. */
-static float *host_of(ts_backend *be, const float *d, size_t n) {
-    float *h = malloc(n * sizeof *h);
-    for (size_t i = 0; i < n; i++)
-        h[i] = NAN;
-    be->ops->download(be, h, d, n * sizeof *h);
-    return h;
 }
 
 /* A case of the tensor-core GEMM tests: nw weights (one, or two in one launch) of rs[j] x cols
