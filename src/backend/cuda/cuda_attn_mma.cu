@@ -26,7 +26,7 @@
 #include "backend/cuda/cuda_mma.cuh"
 
 #include <cuda_bf16.h>
-#include <float.h>
+#include <math.h> /* INFINITY */
 
 #define AM_KT    32 /* keys a tile */
 #define AM_WARPS 4  /* 16-query groups a block, at most (fewer where the grid would be short) */
