@@ -41,6 +41,10 @@ static bool tag_name(const char *s, size_t n, const char *tag, const char **name
     *len = i - t;
     trim(name, len);
     *used = i + 1;
+    /* a control character (a NUL of a byte token, say) makes no name: JSON would carry it as
+     * an escape that many readers refuse */
+    for (size_t k = 0; k < *len; k++)
+        if ((unsigned char)(*name)[k] < 0x20 || (*name)[k] == 0x7f) return false;
     return *len > 0;
 }
 

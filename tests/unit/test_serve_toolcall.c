@@ -47,6 +47,9 @@ static void test_parse(void) {
                 "</function>",
                 NULL));
     CHECK(parse("<function=f\ng>\n</function>", NULL));
+    /* control characters in a function's or a parameter's name */
+    CHECK(parse("<function=f\x01g>\n</function>", NULL));
+    CHECK(parse("<function=f>\n<parameter=a\x7f>\n1\n</parameter>\n</function>", NULL));
 }
 
 typedef struct {
