@@ -2,14 +2,6 @@
  * fixture model through the engine with device CUDA against device CPU and against the
  * reference logits. Prints "skipped: ..." and passes where there is no CUDA device or the
  * build has no CUDA. */
-#include <math.h>
-#include <signal.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/wait.h>
-#include <time.h>
-#include <unistd.h>
-
 #include "backend/backend.h"
 #include "backend/cpu/quant.h"
 #include "backend/cuda/cuda_backend.h"
@@ -18,8 +10,17 @@
 #include "engine/sampler_int.h"
 #include "fixture_util.h"
 #include "model/layers.h"
-#include "testutil.h"
 #include "tessera.h"
+#include "testutil.h"
+
+#include <limits.h>
+#include <math.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
 
 #ifdef TESSERA_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -1034,24 +1035,56 @@ static void test_attention_step_runs(void) {
 /* attention_runs over long contexts (the keys split over blocks, then merged) and short ones,
  * several sequences per launch, against the CPU's attention run by run. */
 /* attention_runs over nr (1 to 3) runs against the CPU's attention run by run. */
-static void test_attention_runs_case(int nr, const int lens[3], const int pos0[3], const char *what,
-                                     double tol) {
+/* attention_runs over nr sequences' runs on backend be (the K/V caches' new rows stored by the
+ * op); out gets its output on the host. Runs of skip_from queries or more are given as runs of
+ * none (their output left as out has it). */
+static void attention_runs_on(ts_backend *be, int nr, const int lens[3], const int pos0[3],
+                              int skip_from, const float *q, const float *knew, const float *vnew,
+                              float *const kc[3], float *const vc[3], const ts_attn_dims *d,
+                              float *out) {
+    int nh = d->n_heads, hd = d->head_dim, kvw = d->n_kv_heads * hd, total = 0;
+    int64_t ldq = (int64_t)nh * hd * 2;
+    for (int r = 0; r < nr; r++)
+        total += lens[r];
+    float *dq = dev_of(be, q, (size_t)total * ldq), *dkn = dev_of(be, knew, (size_t)total * kvw),
+          *dvn = dev_of(be, vnew, (size_t)total * kvw), *dkc[3], *dvc[3];
+    float *dout = dev_of(be, out, (size_t)total * nh * hd);
+    ts_seq_run runs[3];
+    for (int r = 0, start = 0; r < nr; start += lens[r], r++) {
+        size_t cap = (size_t)(pos0[r] + lens[r]) * kvw;
+        dkc[r] = dev_of(be, kc[r], cap), dvc[r] = dev_of(be, vc[r], cap);
+        runs[r] =
+            (ts_seq_run){start, lens[r] < skip_from ? lens[r] : 0, pos0[r], 0, dkc[r], dvc[r]};
+    }
+    be->ops->attention_runs(be, dq, ldq, 2 * hd, dkn, dvn, d, runs, nr, dout, nh * hd);
+    float *got = host_of(be, dout, (size_t)total * nh * hd);
+    memcpy(out, got, (size_t)total * nh * hd * sizeof *out);
+    free(got);
+    for (int r = 0; r < nr; r++)
+        be->ops->free(be, dkc[r]), be->ops->free(be, dvc[r]);
+    be->ops->free(be, dq), be->ops->free(be, dkn), be->ops->free(be, dvn), be->ops->free(be, dout);
+}
+
+/* attention_runs against the CPU's, on the default backend and on fp32 (made with
+ * TESSERA_CUDA_ATTN_MMA=0). On the default backend runs of 32 queries or more take the
+ * tensor-core kernel (within MMA_TOL; their bits differ from fp32's), the others the fp32
+ * kernels in one launch: their bits those of fp32 given them alone (the others as runs of no
+ * queries). */
+static void test_attention_runs_case(ts_backend *fp32, int nr, const int lens[3], const int pos0[3],
+                                     const char *what) {
     int nh = 8, nkv = 2, hd = 256, kvw = nkv * hd;
     int64_t ldq = (int64_t)nh * hd * 2;
     int total = 0;
     for (int r = 0; r < nr; r++) total += lens[r];
+    size_t no = (size_t)total * nh * hd;
     float *q = rnd((size_t)total * ldq, 1.0f), *knew = rnd((size_t)total * kvw, 1.0f),
-          *vnew = rnd((size_t)total * kvw, 1.0f), *o = calloc((size_t)total * nh * hd, 4);
-    float *dq = dev(q, (size_t)total * ldq), *dkn = dev(knew, (size_t)total * kvw),
-          *dvn = dev(vnew, (size_t)total * kvw), *dout = dev(o, (size_t)total * nh * hd);
-    float *kc[3], *vc[3], *dkc[3], *dvc[3];
-    ts_seq_run runs[3];
+          *vnew = rnd((size_t)total * kvw, 1.0f), *o = calloc(no, 4), *got = calloc(no, 4),
+          *got2 = calloc(no, 4), *got3 = calloc(no, 4);
+    float *kc[3], *vc[3];
     ts_attn_dims d = {nh, nkv, hd, 1.0f / sqrtf((float)hd), 0, 0};
-    int start = 0;
-    for (int r = 0; r < nr; r++) {
+    for (int r = 0, start = 0; r < nr; start += lens[r], r++) {
         size_t cap = (size_t)(pos0[r] + lens[r]) * kvw;
         kc[r] = rnd(cap, 1.0f), vc[r] = rnd(cap, 1.0f);
-        dkc[r] = dev(kc[r], cap), dvc[r] = dev(vc[r], cap);
         /* the CPU reference reads the new rows from its cache: store them there first */
         memcpy(kc[r] + (size_t)pos0[r] * kvw, knew + (size_t)start * kvw,
                (size_t)lens[r] * kvw * 4);
@@ -1059,18 +1092,28 @@ static void test_attention_runs_case(int nr, const int lens[3], const int pos0[3
                (size_t)lens[r] * kvw * 4);
         cpu->ops->attention(cpu, q + start * ldq, ldq, 2 * hd, lens[r], pos0[r], kc[r], vc[r], &d,
                             o + (size_t)start * nh * hd, nh * hd);
-        runs[r] = (ts_seq_run){start, lens[r], pos0[r], 0, dkc[r], dvc[r]};
-        start += lens[r];
     }
-    gpu->ops->attention_runs(gpu, dq, ldq, 2 * hd, dkn, dvn, &d, runs, nr, dout, nh * hd);
-    cmp(what, dout, o, (size_t)total * nh * hd, tol);
-    for (int r = 0; r < nr; r++) {
-        gpu->ops->free(gpu, dkc[r]), gpu->ops->free(gpu, dvc[r]);
+    attention_runs_on(gpu, nr, lens, pos0, INT_MAX, q, knew, vnew, kc, vc, &d, got);
+    attention_runs_on(fp32, nr, lens, pos0, INT_MAX, q, knew, vnew, kc, vc, &d, got2);
+    attention_runs_on(fp32, nr, lens, pos0, 32, q, knew, vnew, kc, vc, &d, got3);
+    for (int r = 0, start = 0; r < nr; start += lens[r], r++) {
+        size_t at = (size_t)start * nh * hd, len = (size_t)lens[r] * nh * hd;
+        bool mma = lens[r] >= 32;
+        double rel = tu_rel_l2(got + at, o + at, (long)len),
+               rel2 = tu_rel_l2(got2 + at, o + at, (long)len);
+        CHECKF(rel <= (mma ? MMA_TOL : FP32_TOL), "%s, run %d (%d queries): rel L2 %.3g", what, r,
+               lens[r], rel);
+        CHECKF(rel2 <= FP32_TOL, "%s, run %d (fp32 kernels): rel L2 %.3g", what, r, rel2);
+        if (mma)
+            CHECKF(memcmp(got + at, got2 + at, len * 4) != 0,
+                   "%s, run %d (%d queries): the tensor-core kernel not taken", what, r, lens[r]);
+        else
+            CHECKF(memcmp(got + at, got3 + at, len * 4) == 0,
+                   "%s, run %d (%d queries): not the fp32 kernels' bits", what, r, lens[r]);
+    }
+    for (int r = 0; r < nr; r++)
         free(kc[r]), free(vc[r]);
-    }
-    gpu->ops->free(gpu, dq), gpu->ops->free(gpu, dkn), gpu->ops->free(gpu, dvn);
-    gpu->ops->free(gpu, dout);
-    free(q), free(knew), free(vnew), free(o);
+    free(q), free(knew), free(vnew), free(o), free(got), free(got2), free(got3);
 }
 
 /* One sequence's decode steps through attention_runs, several in one submission: the
@@ -1138,18 +1181,25 @@ static void test_kv_store_long_run(void) {
 }
 
 static void test_attention_runs(void) {
-    test_attention_runs_case(3, (int[]){1, 3, 1}, (int[]){1500, 40, 700},
-                             "attention_runs, long contexts", FP32_TOL);
-    /* a prompt of 70 queries beside a decode token and a shorter prompt: the tiled kernel
-     * (batches do not take the tensor-core kernel yet) */
-    test_attention_runs_case(3, (int[]){40, 1, 70}, (int[]){0, 700, 20}, "attention_runs, prompts",
-                             FP32_TOL);
-    /* one sequence (decode of one stream, and a prompt - the tensor-core kernel): no run
-     * table */
-    test_attention_runs_case(1, (int[]){1, 0, 0}, (int[]){1500, 0, 0},
-                             "attention_runs, one sequence's decode token", FP32_TOL);
-    test_attention_runs_case(1, (int[]){70, 0, 0}, (int[]){20, 0, 0},
-                             "attention_runs, one sequence's prompt", MMA_TOL);
+    ts_backend *fp32 = gpu_with("TESSERA_CUDA_ATTN_MMA", "0", NULL, NULL);
+    if (fp32) {
+        test_attention_runs_case(fp32, 3, (int[]){1, 3, 1}, (int[]){1500, 40, 700},
+                                 "attention_runs, long contexts");
+        /* prompts of 40 and 70 queries (the tensor-core kernel, run by run) beside a decode
+         * token (the fp32 kernels') */
+        test_attention_runs_case(fp32, 3, (int[]){40, 1, 70}, (int[]){0, 700, 20},
+                                 "attention_runs, prompts");
+        /* a prompt of 31 queries (just short of the tensor cores) beside one of 32 */
+        test_attention_runs_case(fp32, 2, (int[]){31, 32, 0}, (int[]){5, 300, 0},
+                                 "attention_runs, prompts at the threshold");
+        /* one sequence (decode of one stream, and a prompt - the tensor-core kernel): no run
+         * table */
+        test_attention_runs_case(fp32, 1, (int[]){1, 0, 0}, (int[]){1500, 0, 0},
+                                 "attention_runs, one sequence's decode token");
+        test_attention_runs_case(fp32, 1, (int[]){70, 0, 0}, (int[]){20, 0, 0},
+                                 "attention_runs, one sequence's prompt");
+        ts_backend_free(fp32);
+    }
     test_attention_one_seq_steps();
     test_kv_store_long_run();
 }

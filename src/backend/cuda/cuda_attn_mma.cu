@@ -1,6 +1,7 @@
 /* Attention for prompts on the tensor cores: one sequence's queries over its KV cache, causal,
  * with ts_attn_dims' sliding window and soft cap, heads of 64, 128 or 256 dims (Qwen3.5's and
- * Gemma 3's are 256). The fp32 tiled kernel (cuda_ops_seq.cu) does ~7 TFLOP/s of fp32
+ * Gemma 3's are 256); in a batch of several sequences, each run of CUDA_ATTN_MMA_MIN queries or
+ * more in turn. The fp32 tiled kernel (cuda_ops_seq.cu) does ~7 TFLOP/s of fp32
  * arithmetic: fine for a 512-token prompt (0.15 ms a layer of the 0.8B), but its work grows with
  * the square of the prompt, and at a few thousand tokens attention becomes most of a prefill.
  *
@@ -30,7 +31,6 @@
 
 #define AM_KT    32 /* keys a tile */
 #define AM_WARPS 4  /* 16-query groups a block, at most (fewer where the grid would be short) */
-#define AM_MIN   32 /* fewer queries take the other kernels */
 /* The most scratch the split operands may take: every key a call sees is split, so a chunk of
  * a very long context would ask for ~4 KB a key (the 0.8B's heads); past this - or where the
  * device has not the memory - the fp32 tiled kernel, which needs none, takes the call (the
@@ -46,6 +46,19 @@ __device__ static inline void am_split(float x0, float x1, uint32_t &hi, uint32_
     lo = *(uint32_t *)&l;
 }
 
+/* Fragment entry e, ((head * groups + g) * (D / 16) + c) * 32 + lane, by its parts: the lane,
+ * its group of four (gr) and place in it (t), the 16-wide column c, the group and the head */
+typedef struct {
+    int lane, gr, t, c, g, h;
+} am_entry;
+__device__ static inline am_entry am_entry_of(int64_t e, int C, int groups) {
+    am_entry x;
+    x.lane = (int)(e & 31), x.gr = x.lane >> 2, x.t = x.lane & 3;
+    int64_t f = e >> 5;
+    x.c = (int)(f % C), x.g = (int)(f / C % groups), x.h = (int)(f / C / groups);
+    return x;
+}
+
 /* The queries of every head as A fragments (16 queries x 16 dims), rows past n zero: entry
  * ((h * ng + g) * (D / 16) + c) * 32 + lane of hi and of lo. */
 template <int D>
@@ -55,11 +68,9 @@ __global__ static void k_am_split_q(const float *q, int64_t ldq, int64_t qhs, in
     constexpr int C = D / 16;
     int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (e >= (int64_t)n_heads * ng * C * 32) return;
-    int lane = (int)(e & 31), gr = lane >> 2, t = lane & 3;
-    int64_t f = e >> 5;
-    int c = (int)(f % C), g = (int)(f / C % ng), h = (int)(f / C / ng);
-    int r0 = g * 16 + gr, r1 = r0 + 8, col = c * 16 + 2 * t;
-    const float *qh = q + (int64_t)h * qhs + col;
+    am_entry x = am_entry_of(e, C, ng);
+    int r0 = x.g * 16 + x.gr, r1 = r0 + 8;
+    const float *qh = q + (int64_t)x.h * qhs + x.c * 16 + 2 * x.t;
     auto at = [&](int r, int dc) { return r < n ? qh[(int64_t)r * ldq + dc] : 0.0f; };
     uint32_t a[4], b[4];
     am_split(at(r0, 0), at(r0, 1), a[0], b[0]);
@@ -82,12 +93,10 @@ __global__ static void k_am_split_kv(const float *kc, const float *vc, int64_t l
     constexpr int C = D / 16;
     int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (e >= (int64_t)n_kv * nkg * C * 32) return;
-    int lane = (int)(e & 31), gr = lane >> 2, t = lane & 3;
-    int64_t f = e >> 5;
-    int c = (int)(f % C), g = (int)(f / C % nkg), kvh = (int)(f / C / nkg);
-    int key0 = kmin + g * 16;
+    am_entry x = am_entry_of(e, C, nkg);
+    int key0 = kmin + x.g * 16, c = x.c, gr = x.gr, t = x.t;
     auto at = [&](const float *m, int key, int dim) {
-        return key < kmax ? m[(int64_t)key * ldkv + (int64_t)kvh * D + dim] : 0.0f;
+        return key < kmax ? m[(int64_t)key * ldkv + (int64_t)x.h * D + dim] : 0.0f;
     };
     uint32_t h[4], l[4];
     for (int nt = 0; nt < 2; nt++) { /* K: key 16g + 8nt + gr, dims 2t, 2t + 1 and 8 on */
@@ -305,8 +314,7 @@ static void am_launch(cuda_ctx *c, const float *q, int64_t ldq, int64_t qhs, int
 
 static void am_run(cuda_ctx *c, const float *q, int64_t ldq, int64_t qhs, int n, int pos0,
                    const float *kc, const float *vc, const ts_attn_dims *d, float *out, int64_t ldo,
-                   uint4 *buf) {
-    am_shape sh = am_shape_of(d, n, pos0);
+                   am_shape sh, uint4 *buf) {
     if (d->head_dim == 64)
         am_launch<64>(c, q, ldq, qhs, n, pos0, kc, vc, d, out, ldo, sh, buf);
     else if (d->head_dim == 128)
@@ -318,11 +326,37 @@ static void am_run(cuda_ctx *c, const float *q, int64_t ldq, int64_t qhs, int n,
 bool cuda_attention_mma(cuda_ctx *c, const float *q, int64_t ldq, int64_t qhs, int n, int pos0,
                         const float *kc, const float *vc, const ts_attn_dims *d, float *out,
                         int64_t ldo) {
-    size_t bytes = am_shape_of(d, n, pos0).bytes;
-    if (n < AM_MIN || bytes > AM_SCRATCH_MAX || !am_takes(c, d)) return false;
+    am_shape sh = am_shape_of(d, n, pos0);
+    if (n < CUDA_ATTN_MMA_MIN || sh.bytes > AM_SCRATCH_MAX || !am_takes(c, d)) return false;
     /* short of device memory for the split operands, the fp32 kernel (which needs none) */
-    uint4 *buf = (uint4 *)cuda_scratch_try(c, 7, bytes);
+    uint4 *buf = (uint4 *)cuda_scratch_try(c, 7, sh.bytes);
     if (!buf) return false;
-    am_run(c, q, ldq, qhs, n, pos0, kc, vc, d, out, ldo, buf);
+    am_run(c, q, ldq, qhs, n, pos0, kc, vc, d, out, ldo, sh, buf);
     return true;
+}
+
+/* Several sequences' runs: each of CUDA_ATTN_MMA_MIN queries or more a split and a kernel, one
+ * after the other in one scratch buffer (each kernel waits for its predecessor, so a run's
+ * split never overwrites operands still read). The shorter runs are left to the caller. */
+int cuda_attention_mma_runs(cuda_ctx *c, const float *q, int64_t ldq, int64_t qhs,
+                            const ts_seq_run *runs, int nr, const ts_attn_dims *d, float *out,
+                            int64_t ldo) {
+    int taken = 0;
+    size_t bytes = 0;
+    for (int r = 0; r < nr; r++) {
+        if (runs[r].len < CUDA_ATTN_MMA_MIN) continue;
+        size_t b = am_shape_of(d, runs[r].len, runs[r].pos0).bytes;
+        bytes = b > bytes ? b : bytes;
+        taken++;
+    }
+    if (!taken || bytes > AM_SCRATCH_MAX || !am_takes(c, d)) return 0;
+    uint4 *buf = (uint4 *)cuda_scratch_try(c, 7, bytes);
+    if (!buf) return 0;
+    for (int r = 0; r < nr; r++) {
+        const ts_seq_run *u = &runs[r];
+        if (u->len >= CUDA_ATTN_MMA_MIN)
+            am_run(c, q + u->start * ldq, ldq, qhs, u->len, u->pos0, u->a, u->b, d,
+                   out + u->start * ldo, ldo, am_shape_of(d, u->len, u->pos0), buf);
+    }
+    return taken;
 }

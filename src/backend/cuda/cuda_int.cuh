@@ -752,6 +752,14 @@ __device__ static inline float attn_logit(float qk, const ts_attn_dims &d) {
 bool cuda_attention_mma(cuda_ctx *c, const float *q, int64_t ldq, int64_t qhs, int n, int pos0,
                         const float *kc, const float *vc, const ts_attn_dims *d, float *out,
                         int64_t ldo);
+/* Prompts of fewer queries take the fp32 kernels */
+#define CUDA_ATTN_MMA_MIN 32
+/* The same for several sequences' runs (host table; caches a and b, K/V rows stored): those of
+ * CUDA_ATTN_MMA_MIN queries or more, run by run; the number taken (0 where the kernel does not
+ * take the heads or the scratch is short). The caller's kernels take the others. */
+int cuda_attention_mma_runs(cuda_ctx *c, const float *q, int64_t ldq, int64_t qhs,
+                            const ts_seq_run *runs, int nr, const ts_attn_dims *d, float *out,
+                            int64_t ldo);
 /* attention_full for heads of 64 dims on the tensor cores (cuda_attn_tc.cu); false where it
  * does not take the shapes (the caller's fp32 kernel then does). */
 bool cuda_attention_full_tc(cuda_ctx *c, const float *q, int64_t ldq, const float *k,

@@ -1190,6 +1190,17 @@ static const int32_t *cuda_kv_pos(cuda_ctx *c, int pos0) {
     return c->kv_pos_at;
 }
 
+/* The longest of nr runs and the most keys a query of theirs sees (runs of no queries left
+ * out: their position is no key of anyone's) */
+static void runs_extent(const ts_seq_run *runs, int nr, int *maxlen, int *max_keys) {
+    *maxlen = *max_keys = 0;
+    for (int r = 0; r < nr; r++) {
+        if (runs[r].len <= 0) continue;
+        *maxlen = runs[r].len > *maxlen ? runs[r].len : *maxlen;
+        *max_keys = runs[r].pos0 + runs[r].len > *max_keys ? runs[r].pos0 + runs[r].len : *max_keys;
+    }
+}
+
 void cuda_op_attention_runs(ts_backend *be, const float *q, int64_t ldq, int64_t q_head_stride,
                             const float *k, const float *v, const ts_attn_dims *dims,
                             const ts_seq_run *runs, int nr, float *out, int64_t ldo) {
@@ -1212,18 +1223,32 @@ void cuda_op_attention_runs(ts_backend *be, const float *q, int64_t ldq, int64_t
                          out + s * ldo, ldo, NULL, 1, r->pos0 + r->len, pd);
         return;
     }
-    int maxlen = 0, max_keys = 0;
-    for (int r = 0; r < nr; r++) {
-        maxlen = runs[r].len > maxlen ? runs[r].len : maxlen;
-        max_keys = runs[r].pos0 + runs[r].len > max_keys ? runs[r].pos0 + runs[r].len : max_keys;
-    }
+    int maxlen, max_keys;
+    runs_extent(runs, nr, &maxlen, &max_keys);
     const ts_seq_run *dr = (const ts_seq_run *)cuda_table(c, runs, (size_t)nr * sizeof *runs);
     if (!dr || maxlen <= 0) return;
     int kvw = dims->n_kv_heads * hd;
     dim3 sgrid(cuda_blocks(kvw, 256), kv_store_rows(maxlen), (unsigned)nr);
     cuda_launch(c, "kv_store", k_kv_store, sgrid, 256, 0, k, v, kvw, dr);
-    attention_launch(c, q, ldq, q_head_stride, maxlen, 0, NULL, NULL, dims, out, ldo, dr, nr,
-                     max_keys, NULL);
+    /* prompts of CUDA_ATTN_MMA_MIN queries or more on the tensor cores, run by run; the rest
+     * (decode tokens, short prompts) in one launch of the fp32 kernels, over a table with the
+     * runs taken left out (length 0) */
+    ts_seq_run *rest = NULL;
+    int taken = 0;
+    if (maxlen >= CUDA_ATTN_MMA_MIN && (rest = (ts_seq_run *)malloc((size_t)nr * sizeof *rest)))
+        taken = cuda_attention_mma_runs(c, q, ldq, q_head_stride, runs, nr, dims, out, ldo);
+    if (taken) {
+        for (int r = 0; r < nr; r++) {
+            rest[r] = runs[r];
+            if (runs[r].len >= CUDA_ATTN_MMA_MIN) rest[r].len = 0;
+        }
+        runs_extent(rest, nr, &maxlen, &max_keys);
+        dr = maxlen > 0 ? (const ts_seq_run *)cuda_table(c, rest, (size_t)nr * sizeof *rest) : NULL;
+    }
+    free(rest);
+    if (dr && maxlen > 0)
+        attention_launch(c, q, ldq, q_head_stride, maxlen, 0, NULL, NULL, dims, out, ldo, dr, nr,
+                         max_keys, NULL);
 }
 
 /* The set-aside is made when single-sequence steps start and given back (its lines reset to
