@@ -1032,9 +1032,6 @@ static void test_attention_step_runs(void) {
     }
 }
 
-/* attention_runs over long contexts (the keys split over blocks, then merged) and short ones,
- * several sequences per launch, against the CPU's attention run by run. */
-/* attention_runs over nr (1 to 3) runs against the CPU's attention run by run. */
 /* attention_runs over nr sequences' runs on backend be (the K/V caches' new rows stored by the
  * op); out gets its output on the host. Runs of skip_from queries or more are given as runs of
  * none (their output left as out has it). */
