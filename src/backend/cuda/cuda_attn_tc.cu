@@ -63,6 +63,29 @@ __device__ static inline void mma3(frag_c &c, const A &ah, const A &al, const B 
     wmma::mma_sync(c, ah, bh, c);
 }
 
+/* A warp's NT blocks of 16 columns of A B into dst (row stride ldd), A given as its K/8 split
+ * fragments a k-step each and B as its split tiles hi and lo (row stride TC_LD), whose fragment
+ * for column block nt and k-step kc starts nt * nt_at + kc * kc_at floats in: S = Q K^T (K's
+ * rows as B's columns) and P V are the same loop over other strides. */
+template <class FragB, int NT, int KC>
+__device__ static inline void mma3_tiles(const frag_a *ah, const frag_a *al, const float *bh,
+                                         const float *bl, int nt_at, int kc_at, float *dst,
+                                         int ldd) {
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) {
+        frag_c acc;
+        wmma::fill_fragment(acc, 0.0f);
+#pragma unroll
+        for (int kc = 0; kc < KC; kc++) {
+            FragB h, l;
+            wmma::load_matrix_sync(h, bh + nt * nt_at + kc * kc_at, TC_LD);
+            wmma::load_matrix_sync(l, bl + nt * nt_at + kc * kc_at, TC_LD);
+            mma3(acc, ah[kc], al[kc], h, l);
+        }
+        wmma::store_matrix_sync(dst + nt * 16, acc, ldd, wmma::mem_row_major);
+    }
+}
+
 __global__ static void __launch_bounds__(32 * TC_WARPS)
     k_attention_full_tc(const float *q, int64_t ldq, const float *k, const float *v, int64_t ldkv,
                         int n, int n_heads, float scale, float *out, int64_t ldo) {
@@ -125,19 +148,7 @@ __global__ static void __launch_bounds__(32 * TC_WARPS)
         }
         __syncthreads();
         /* the warp's scores S = Q K^T: K's rows read as the columns of B */
-#pragma unroll
-        for (int nt = 0; nt < TC_K / 16; nt++) {
-            frag_c s;
-            wmma::fill_fragment(s, 0.0f);
-#pragma unroll
-            for (int kc = 0; kc < TC_D / 8; kc++) {
-                frag_bt bh, bl;
-                wmma::load_matrix_sync(bh, Ks + nt * 16 * TC_LD + kc * 8, TC_LD);
-                wmma::load_matrix_sync(bl, Kl + nt * 16 * TC_LD + kc * 8, TC_LD);
-                mma3(s, qh[kc], ql[kc], bh, bl);
-            }
-            wmma::store_matrix_sync(Ss + nt * 16, s, TC_SLD, wmma::mem_row_major);
-        }
+        mma3_tiles<frag_bt, TC_K / 16, TC_D / 8>(qh, ql, Ks, Kl, 16 * TC_LD, 8, Ss, TC_SLD);
         __syncwarp();
         /* the online softmax: a lane pair a row, 32 keys a lane; weights over the scores */
         int kb = t * TC_K + half * 32;
@@ -167,19 +178,7 @@ __global__ static void __launch_bounds__(32 * TC_WARPS)
             wmma::load_matrix_sync(ph[kc], Ss + kc * 8, TC_SLD);
             tf32_split(ph[kc], pl[kc]);
         }
-#pragma unroll
-        for (int nt = 0; nt < TC_D / 16; nt++) {
-            frag_c acc;
-            wmma::fill_fragment(acc, 0.0f);
-#pragma unroll
-            for (int kc = 0; kc < TC_K / 8; kc++) {
-                frag_b vh16, vl16;
-                wmma::load_matrix_sync(vh16, Vs + kc * 8 * TC_LD + nt * 16, TC_LD);
-                wmma::load_matrix_sync(vl16, Vl + kc * 8 * TC_LD + nt * 16, TC_LD);
-                mma3(acc, ph[kc], pl[kc], vh16, vl16);
-            }
-            wmma::store_matrix_sync(Os + nt * 16, acc, TC_LD, wmma::mem_row_major);
-        }
+        mma3_tiles<frag_b, TC_D / 16, TC_K / 8>(ph, pl, Vs, Vl, 16, 8 * TC_LD, Os, TC_LD);
         __syncwarp();
         const float *orow = Os + row * TC_LD + half * (TC_D / 2);
 #pragma unroll
