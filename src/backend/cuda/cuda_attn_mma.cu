@@ -337,10 +337,11 @@ bool cuda_attention_mma(cuda_ctx *c, const float *q, int64_t ldq, int64_t qhs, i
 
 /* Several sequences' runs: each of CUDA_ATTN_MMA_MIN queries or more a split and a kernel, one
  * after the other in one scratch buffer (each kernel waits for its predecessor, so a run's
- * split never overwrites operands still read). The shorter runs are left to the caller. */
+ * split never overwrites operands still read). Where it takes any, rest (nr entries) gets the
+ * runs with those taken as runs of none, for the caller's kernels. */
 int cuda_attention_mma_runs(cuda_ctx *c, const float *q, int64_t ldq, int64_t qhs,
                             const ts_seq_run *runs, int nr, const ts_attn_dims *d, float *out,
-                            int64_t ldo) {
+                            int64_t ldo, ts_seq_run *rest) {
     int taken = 0;
     size_t bytes = 0;
     for (int r = 0; r < nr; r++) {
@@ -354,9 +355,11 @@ int cuda_attention_mma_runs(cuda_ctx *c, const float *q, int64_t ldq, int64_t qh
     if (!buf) return 0;
     for (int r = 0; r < nr; r++) {
         const ts_seq_run *u = &runs[r];
-        if (u->len >= CUDA_ATTN_MMA_MIN)
-            am_run(c, q + u->start * ldq, ldq, qhs, u->len, u->pos0, u->a, u->b, d,
-                   out + u->start * ldo, ldo, am_shape_of(d, u->len, u->pos0), buf);
+        rest[r] = *u;
+        if (u->len < CUDA_ATTN_MMA_MIN) continue;
+        am_run(c, q + u->start * ldq, ldq, qhs, u->len, u->pos0, u->a, u->b, d,
+               out + u->start * ldo, ldo, am_shape_of(d, u->len, u->pos0), buf);
+        rest[r].len = 0;
     }
     return taken;
 }

@@ -756,10 +756,11 @@ bool cuda_attention_mma(cuda_ctx *c, const float *q, int64_t ldq, int64_t qhs, i
 #define CUDA_ATTN_MMA_MIN 32
 /* The same for several sequences' runs (host table; caches a and b, K/V rows stored): those of
  * CUDA_ATTN_MMA_MIN queries or more, run by run; the number taken (0 where the kernel does not
- * take the heads or the scratch is short). The caller's kernels take the others. */
+ * take the heads or the scratch is short). Where it takes any, rest (nr entries, host) gets the
+ * runs with those taken as runs of none: the ones the caller's kernels must still do. */
 int cuda_attention_mma_runs(cuda_ctx *c, const float *q, int64_t ldq, int64_t qhs,
                             const ts_seq_run *runs, int nr, const ts_attn_dims *d, float *out,
-                            int64_t ldo);
+                            int64_t ldo, ts_seq_run *rest);
 /* attention_full for heads of 64 dims on the tensor cores (cuda_attn_tc.cu); false where it
  * does not take the shapes (the caller's fp32 kernel then does). */
 bool cuda_attention_full_tc(cuda_ctx *c, const float *q, int64_t ldq, const float *k,

@@ -1232,16 +1232,10 @@ void cuda_op_attention_runs(ts_backend *be, const float *q, int64_t ldq, int64_t
     cuda_launch(c, "kv_store", k_kv_store, sgrid, 256, 0, k, v, kvw, dr);
     /* prompts of CUDA_ATTN_MMA_MIN queries or more on the tensor cores, run by run; the rest
      * (decode tokens, short prompts) in one launch of the fp32 kernels, over a table with the
-     * runs taken left out (length 0) */
+     * runs taken left out (length 0); a batch of decode tokens alone allocates nothing */
     ts_seq_run *rest = NULL;
-    int taken = 0;
-    if (maxlen >= CUDA_ATTN_MMA_MIN && (rest = (ts_seq_run *)malloc((size_t)nr * sizeof *rest)))
-        taken = cuda_attention_mma_runs(c, q, ldq, q_head_stride, runs, nr, dims, out, ldo);
-    if (taken) {
-        for (int r = 0; r < nr; r++) {
-            rest[r] = runs[r];
-            if (runs[r].len >= CUDA_ATTN_MMA_MIN) rest[r].len = 0;
-        }
+    if (maxlen >= CUDA_ATTN_MMA_MIN && (rest = (ts_seq_run *)malloc((size_t)nr * sizeof *rest)) &&
+        cuda_attention_mma_runs(c, q, ldq, q_head_stride, runs, nr, dims, out, ldo, rest)) {
         runs_extent(rest, nr, &maxlen, &max_keys);
         dr = maxlen > 0 ? (const ts_seq_run *)cuda_table(c, rest, (size_t)nr * sizeof *rest) : NULL;
     }
