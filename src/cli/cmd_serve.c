@@ -57,6 +57,9 @@ int cmd_serve(int argc, char **argv) {
         INT_OPT("--cache-mb", 0, 1 << 20, o.cache_mb)
         INT_OPT("--max-body-kb", 1, 1 << 20, body_kb)
         INT_OPT("--drain-ms", 0, 3600 * 1000, o.drain_ms)
+        INT_OPT("--idle-timeout", 1, 3600, o.idle_timeout_s)
+        INT_OPT("--send-timeout", 1, 86400, o.send_timeout_s)
+        INT_OPT("--max-connections", 1, 65536, o.max_connections)
         INT_OPT("--prefill-chunk", 1, 65536, o.prefill_chunk)
         INT_OPT("--image-max-pixels", 1024, TS_IMAGE_MAX_PIXELS, image_px)
         /* testing aids: slow decode (cancellation tests) and slow loading (503 model_loading) */

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 
 static const struct {
@@ -49,6 +50,13 @@ enum MHD_Result serve_send_json(serve_conn *cn, struct MHD_Connection *c, int st
 
 enum MHD_Result serve_send_error(serve_conn *cn, struct MHD_Connection *c, const serve_error *e) {
     return serve_send_json(cn, c, e->status, serve_error_json(e));
+}
+
+/* libmicrohttpd counts a timeout from the last byte moved, and setting one over none starts the
+ * count again. */
+void serve_timeout_restart(serve_server *s, struct MHD_Connection *c) {
+    MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
+    MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)s->o.send_timeout_s);
 }
 
 bool serve_client_gone(struct MHD_Connection *c) {
@@ -180,20 +188,53 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
                    "bytes", s->o.max_body);
         return serve_send_error(cn, c, &e);
     }
-    return strcmp(method, "POST") == 0 ? serve_route_post(cn, c) : serve_route_get(cn, c);
+    /* The answer's bytes get the send timeout, counted from when it is queued (while a job
+     * runs the handler blocks here, and no timeout is looked at: the job watches its client). */
+    enum MHD_Result r =
+        strcmp(method, "POST") == 0 ? serve_route_post(cn, c) : serve_route_get(cn, c);
+    serve_timeout_restart(s, c);
+    return r;
 }
 
 static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
                       enum MHD_RequestTerminationCode toe) {
-    (void)c;
     (void)toe;
     serve_server *s = cls;
     serve_conn *cn = *con_cls;
+    /* a kept-alive connection waits for its next request under the idle timeout again */
+    if (c)
+        MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)s->o.idle_timeout_s);
     if (!cn) return;
     if (cn->status) serve_metrics_request(&s->metrics, cn->route, cn->status);
     ts_strbuf_free(&cn->body);
     free(cn);
     *con_cls = NULL;
+}
+
+/* Files the process keeps open besides its connections' sockets: the standard streams, the
+ * listening socket, the daemon's wake-up pipe, a model's files, a GPU driver's devices. */
+#define FD_RESERVE 64
+
+/* The connection limit the open-file limit can hold: the soft limit is raised towards the hard
+ * one as far as want connections need; past what it allows, fewer connections. Without it
+ * accept() would fail with EMFILE once the files ran out, and new clients would wait unserved
+ * in the listening queue instead of being refused at once. */
+static unsigned connection_limit(int want) {
+    struct rlimit rl;
+    rlim_t need = (rlim_t)want + FD_RESERVE;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= need)
+        return (unsigned)want;
+    struct rlimit up = {rl.rlim_max != RLIM_INFINITY && rl.rlim_max < need ? rl.rlim_max : need,
+                        rl.rlim_max};
+    if (setrlimit(RLIMIT_NOFILE, &up) == 0) rl.rlim_cur = up.rlim_cur;
+    if (rl.rlim_cur >= need) return (unsigned)want;
+    unsigned cap = rl.rlim_cur > 2 * FD_RESERVE ? (unsigned)(rl.rlim_cur - FD_RESERVE)
+                                                : (unsigned)(rl.rlim_cur / 2);
+    fprintf(stderr,
+            "tessera: serve: at most %u connections, not %d (the open-file limit is "
+            "%llu; raise it with ulimit -n)\n",
+            cap, want, (unsigned long long)rl.rlim_cur);
+    return cap;
 }
 
 struct MHD_Daemon *serve_http_start(serve_server *s, unsigned *port) {
@@ -212,10 +253,13 @@ struct MHD_Daemon *serve_http_start(serve_server *s, unsigned *port) {
     if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
     struct MHD_Daemon *d = MHD_start_daemon(
         flags, (uint16_t)s->o.port, NULL, NULL, handler, s, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
-        MHD_OPTION_NOTIFY_COMPLETED, completed, s, MHD_OPTION_CONNECTION_LIMIT, (unsigned)1024,
+        MHD_OPTION_NOTIFY_COMPLETED, completed, s, MHD_OPTION_CONNECTION_LIMIT,
+        connection_limit(s->o.max_connections),
         /* request line + headers must fit in this per-connection pool: the header cap */
-        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 * 1024), MHD_OPTION_CONNECTION_TIMEOUT,
-        (unsigned)600, MHD_OPTION_END);
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 * 1024),
+        /* until a request is in (its answer then gets the send timeout, and completed() sets
+         * this one back): a client that opens connections and sends nothing holds none long */
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)s->o.idle_timeout_s, MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!d) {
         fprintf(stderr, "tessera: serve: cannot listen on %s:%d\n", s->o.host, s->o.port);

@@ -50,6 +50,8 @@ struct MHD_Daemon *serve_http_start(serve_server *s, unsigned *port);
 /* ---- used by the route handlers (routes.c) ---- */
 enum MHD_Result serve_send_json(serve_conn *cn, struct MHD_Connection *c, int status, char *json);
 enum MHD_Result serve_send_error(serve_conn *cn, struct MHD_Connection *c, const serve_error *e);
+/* Starts the count of the send timeout again: a stream's chunk that waited on generation. */
+void serve_timeout_restart(serve_server *s, struct MHD_Connection *c);
 /* True when the client closed its end of the connection. */
 bool serve_client_gone(struct MHD_Connection *c);
 

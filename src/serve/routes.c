@@ -87,6 +87,9 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
         ts_status st = format_new(s);
         pthread_mutex_unlock(&j->mu);
         if (st != TS_OK) return MHD_CONTENT_READER_END_WITH_ERROR;
+        /* the send timeout counts the client's silence from when there is something to send,
+         * not across a long wait for the first token */
+        if (s->out.len) serve_timeout_restart(s->srv, s->conn);
         if (s->out.len == 0 && serve_client_gone(s->conn)) {
             atomic_store(&j->cancel, true);
             return MHD_CONTENT_READER_END_WITH_ERROR;

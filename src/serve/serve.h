@@ -20,6 +20,12 @@ typedef struct {
     const char *api_key; /* NULL = no key required */
     const char *alias;   /* model id; NULL = the model directory's name */
     size_t max_body;     /* bytes */
+    int idle_timeout_s;  /* a connection that sends nothing for this long while a request is
+                          * expected (before it, or within its headers or body) is closed */
+    int send_timeout_s;  /* a client that takes no byte of its answer for this long is dropped
+                          * (the time the answer is being made does not count) */
+    int max_connections; /* open connections at most (lowered to what the process's file
+                          * limit allows); one more is closed at once */
     size_t cache_mb;     /* prefix snapshots; 0 = no prefix reuse */
     int drain_ms;        /* on SIGTERM: how long running jobs may take to finish */
     int prefill_chunk;   /* prompt tokens a forward call; 0 = by the device (worker.h) */

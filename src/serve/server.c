@@ -15,6 +15,9 @@ void serve_opts_default(serve_opts *o) {
                       .port = 8080,
                       .max_pending = 32,
                       .max_body = 4u << 20,
+                      .idle_timeout_s = 30,
+                      .send_timeout_s = 600,
+                      .max_connections = 1024,
                       .cache_mb = 1024,
                       .drain_ms = 10000};
 }

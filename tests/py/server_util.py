@@ -9,6 +9,7 @@ import http.client
 import json
 import os
 import re
+import resource
 import shutil
 import signal
 import socket
@@ -60,14 +61,22 @@ def tiny_model():
 class Server:
     """`tessera serve` on 127.0.0.1 and a free port (--port 0; the port is read from stderr)."""
 
-    def __init__(self, *args, model=None, wait_ready=True, env=None):
+    def __init__(self, *args, model=None, wait_ready=True, env=None, files=None):
+        """files: (soft, hard) open-file limit for the server process (hard capped at ours)."""
         self.model = model or tiny_model()
         cmd = [binary(), "serve", "-m", self.model, "--port", "0", "--threads", "1", *args]
         self.log = tempfile.TemporaryFile()
         e = dict(os.environ)
         e.pop("TESSERA_API_KEY", None)
         e.update(env or {})
-        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.PIPE, env=e)
+        limit = None
+        if files:
+            hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+            if hard != resource.RLIM_INFINITY:
+                files = (min(files[0], hard), min(files[1], hard))
+            limit = lambda: resource.setrlimit(resource.RLIMIT_NOFILE, files)
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.PIPE, env=e,
+                                     preexec_fn=limit)
         self.port = None
         self._lines = []
         deadline = time.time() + 30

@@ -1,0 +1,169 @@
+"""Connections: one that sends nothing while a request is expected is closed after
+--idle-timeout, so idle connections cannot hold the server's --max-connections; past the limit a
+connection is refused at once; the time an answer takes to make does not count against either
+timeout, and --send-timeout counts from when there is something to send."""
+import http.client
+import json
+import re
+import socket
+import time
+
+from server_util import Server, chat
+
+
+def closed_within(sock, seconds):
+    """True when the server closes sock (EOF or reset) within seconds."""
+    sock.settimeout(seconds)
+    try:
+        while sock.recv(4096):
+            pass
+        return True
+    except ConnectionResetError:
+        return True
+    except socket.timeout:
+        return False
+
+
+def health(port):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        c.request("GET", "/health")
+        r = c.getresponse()
+        r.read()
+        return r.status
+    finally:
+        c.close()
+
+
+def test_silent_connection_closed_after_idle_timeout():
+    with Server("--idle-timeout", "1") as s:
+        # nothing at all, a request line without its headers, headers without the body
+        partial = [b"", b"GET /health HTTP/1.1\r\n",
+                   b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
+                   b"\r\nContent-Length: 100\r\n\r\n{\"prompt\""]
+        socks = [socket.create_connection(("127.0.0.1", s.port)) for _ in partial]
+        t0 = time.time()
+        for c, data in zip(socks, partial):
+            c.sendall(data)
+        for c in socks:
+            assert closed_within(c, 10)
+            c.close()
+        assert time.time() - t0 < 8
+        # a kept-alive connection waits for its next request under the same timeout
+        c = http.client.HTTPConnection("127.0.0.1", s.port, timeout=10)
+        c.request("GET", "/health")
+        r = c.getresponse()
+        assert r.status == 200 and not r.will_close
+        r.read()
+        assert closed_within(c.sock, 10)
+        c.close()
+
+
+def test_idle_connections_do_not_lock_out_clients():
+    with Server("--idle-timeout", "1", "--max-connections", "8") as s:
+        idle = [socket.create_connection(("127.0.0.1", s.port)) for _ in range(8)]
+        for c in idle:
+            c.sendall(b"GET /health HTTP/1.1\r\n")
+        time.sleep(0.2)
+        # the limit is reached: refused at once, not left waiting
+        t0 = time.time()
+        try:
+            refused = health(s.port) != 200
+        except (ConnectionError, http.client.RemoteDisconnected):
+            refused = True
+        assert refused and time.time() - t0 < 5
+        # the idle ones are closed after the timeout; then clients are served again
+        for c in idle:
+            assert closed_within(c, 10)
+            c.close()
+        assert health(s.port) == 200
+
+
+def test_slow_answers_outlive_both_timeouts():
+    # each decode step takes 1.2 s, longer than either timeout: making the answer must not count
+    with Server("--idle-timeout", "1", "--send-timeout", "1", "--debug-step-delay-ms", "1200",
+                "--parallel", "1") as s:
+        status, _, body = s.post("/v1/chat/completions",
+                                 chat("hi", max_tokens=3, ignore_eos=True), timeout=60)
+        assert status == 200, body
+        assert body["usage"]["completion_tokens"] == 3
+        # streamed: each chunk waits a step; the send timeout counts from when it is ready
+        c = http.client.HTTPConnection("127.0.0.1", s.port, timeout=60)
+        c.request("POST", "/v1/chat/completions",
+                  json.dumps(chat("hi", max_tokens=3, ignore_eos=True, stream=True)),
+                  {"Content-Type": "application/json"})
+        r = c.getresponse()
+        assert r.status == 200
+        data = r.read().decode()  # raises IncompleteRead if the stream is cut
+        c.close()
+        events = [ln[6:] for ln in data.splitlines() if ln.startswith("data: ")]
+        assert events[-1] == "[DONE]"
+        tokens = sum(1 for e in events[:-1]
+                     if json.loads(e)["choices"] and json.loads(e)["choices"][0]["delta"].get("content"))
+        assert tokens >= 1
+        assert json.loads(events[-2])["choices"][0]["finish_reason"] == "length"
+
+
+def slow_read(port, stall):
+    """POSTs a /tokenize whose answer (~19 MB) is larger than the socket buffers, reads nothing
+    for stall seconds, then reads on: returns (body bytes received, Content-Length)."""
+    body = json.dumps({"content": "hello world " * 1_000_000}).encode()
+    c = socket.create_connection(("127.0.0.1", port))
+    c.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+    c.sendall(b"POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              b"Content-Length: %d\r\n\r\n" % len(body) + body)
+    time.sleep(stall)
+    c.settimeout(30)
+    out = b""
+    while b"\r\n\r\n" not in out:
+        out += c.recv(65536)
+    head, got = out.split(b"\r\n\r\n", 1)
+    length = int(re.search(rb"content-length: *(\d+)", head, re.I).group(1))
+    try:
+        while len(got) < length:
+            chunk = c.recv(1 << 20)
+            if not chunk:
+                break
+            got += chunk
+    except ConnectionResetError:
+        pass
+    c.close()
+    return len(got), length
+
+
+def test_a_slow_reader_is_held_to_the_send_timeout():
+    with Server("--idle-timeout", "1", "--max-body-kb", "32768") as s:
+        got, length = slow_read(s.port, 3)  # under the send timeout: the whole answer
+        assert got == length > 16 << 20
+    with Server("--idle-timeout", "1", "--send-timeout", "1", "--max-body-kb", "32768") as s:
+        got, length = slow_read(s.port, 3)  # past it: dropped
+        assert got < length
+
+
+def test_connections_within_the_open_file_limit():
+    # a soft limit too low for --max-connections is raised towards the hard one
+    with Server("--max-connections", "200", files=(128, 4096)) as s:
+        idle = [socket.create_connection(("127.0.0.1", s.port)) for _ in range(150)]
+        for c in idle:
+            c.sendall(b"GET /health HTTP/1.1\r\n")
+        assert health(s.port) == 200
+        for c in idle:
+            c.close()
+    # a hard limit too low: fewer connections, said at start, and past them refused at once
+    # (not left waiting unaccepted once the process is out of files)
+    with Server("--max-connections", "200", files=(128, 128)) as s:
+        assert "at most 64 connections" in s.stderr()
+        idle = [socket.create_connection(("127.0.0.1", s.port)) for _ in range(64)]
+        for c in idle:
+            c.sendall(b"GET /health HTTP/1.1\r\n")
+        time.sleep(0.2)
+        t0 = time.time()
+        try:
+            refused = health(s.port) != 200
+        except (ConnectionError, http.client.RemoteDisconnected):
+            refused = True
+        assert refused and time.time() - t0 < 5
+        for c in idle:
+            c.close()
+        time.sleep(0.2)
+        assert health(s.port) == 200
