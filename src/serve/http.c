@@ -3,12 +3,15 @@
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <poll.h>
+#include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <time.h>
 
 static const struct {
     const char *path;
@@ -211,6 +214,37 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
     *con_cls = NULL;
 }
 
+/* libmicrohttpd's messages (mostly a connection that closed halfway through a request), at
+ * most LOG_BURST every LOG_WINDOW_S seconds: clients that come and go cannot flood the log.
+ * What was left out is counted in the next message that gets through. */
+#define LOG_BURST    10
+#define LOG_WINDOW_S 10
+
+static void mhd_log(void *cls, const char *fmt, va_list ap) {
+    (void)cls;
+    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    static time_t window;
+    static int shown;
+    static long dropped;
+    time_t now = time(NULL);
+    pthread_mutex_lock(&mu);
+    if (now - window >= LOG_WINDOW_S) window = now, shown = 0;
+    bool show = shown < LOG_BURST;
+    long before = 0;
+    if (show) {
+        shown++;
+        before = dropped;
+        dropped = 0;
+    } else {
+        dropped++;
+    }
+    pthread_mutex_unlock(&mu);
+    if (!show) return;
+    if (before)
+        fprintf(stderr, "tessera: serve: %ld more libmicrohttpd messages not shown\n", before);
+    vfprintf(stderr, fmt, ap);
+}
+
 /* Files the process keeps open besides its connections' sockets: the standard streams, the
  * listening socket, the daemon's wake-up pipe, a model's files, a GPU driver's devices. */
 #define FD_RESERVE 64
@@ -259,7 +293,8 @@ struct MHD_Daemon *serve_http_start(serve_server *s, unsigned *port) {
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 * 1024),
         /* until a request is in (its answer then gets the send timeout, and completed() sets
          * this one back): a client that opens connections and sends nothing holds none long */
-        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)s->o.idle_timeout_s, MHD_OPTION_END);
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)s->o.idle_timeout_s, MHD_OPTION_EXTERNAL_LOGGER,
+        mhd_log, NULL, MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!d) {
         fprintf(stderr, "tessera: serve: cannot listen on %s:%d\n", s->o.host, s->o.port);

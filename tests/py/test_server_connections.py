@@ -167,3 +167,16 @@ def test_connections_within_the_open_file_limit():
             c.close()
         time.sleep(0.2)
         assert health(s.port) == 200
+
+
+def test_clients_that_leave_halfway_do_not_flood_the_log():
+    with Server() as s:
+        before = len(s.stderr().splitlines())
+        for _ in range(60):  # each is one libmicrohttpd message
+            c = socket.create_connection(("127.0.0.1", s.port))
+            c.sendall(b"GET /health HTTP/1.1\r\n")
+            c.close()
+        assert health(s.port) == 200
+        time.sleep(0.3)
+        lines = s.stderr().splitlines()[before:]
+        assert 1 <= len(lines) <= 10, lines
