@@ -3,13 +3,14 @@
 #ifndef TS_SERVE_HTTP_H
 #define TS_SERVE_HTTP_H
 
-#include <microhttpd.h>
-#include <stdatomic.h>
-
+#include "serve/budget.h"
 #include "serve/metrics.h"
 #include "serve/openai.h"
 #include "serve/serve.h"
 #include "serve/worker.h"
+
+#include <microhttpd.h>
+#include <stdatomic.h>
 
 enum {
     ROUTE_CHAT,
@@ -32,7 +33,13 @@ typedef struct {
     long long started;
     atomic_bool shutting_down;
     atomic_int open_jobs; /* generation requests whose response is not finished */
+    /* the bodies being parsed and prepared, in bytes (SERVE_PREP_BODIES times the body cap):
+     * a body's JSON tree takes up to ~75 times its bytes, so many large bodies parsed at once
+     * could take more memory than the machine has */
+    serve_budget prep;
 } serve_server;
+
+#define SERVE_PREP_BODIES 4
 
 /* Per-request state (MHD's con_cls). */
 typedef struct {
@@ -43,6 +50,7 @@ typedef struct {
     size_t received;
     bool too_large;
     int status;
+    size_t prep_held; /* bytes of the server's prep budget this request holds */
 } serve_conn;
 
 struct MHD_Daemon *serve_http_start(serve_server *s, unsigned *port);

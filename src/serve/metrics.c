@@ -83,6 +83,7 @@ void serve_metrics_event(serve_metrics *m, int what) {
     if (what == 1) m->cancelled++;
     if (what == 2) m->cancelled_queued++;
     if (what == 3) m->errors++;
+    if (what == 4) m->prep_waits++;
     pthread_mutex_unlock(&m->mu);
 }
 
@@ -158,6 +159,10 @@ ts_status serve_metrics_render(serve_metrics *src, ts_strbuf *o) {
                    m.cancelled_queued));
     TS_TRY(counter(o, "tessera_job_errors_total", "Jobs that failed inside the engine.",
                    m.errors));
+    TS_TRY(counter(o, "tessera_prep_waits_total",
+                   "Request bodies that waited for others to be parsed and prepared first "
+                   "(the memory bodies being prepared may take together is bounded).",
+                   m.prep_waits));
     TS_TRY(counter(o, "tessera_next_turn_ready_total",
                    "Chat answers whose next turn's prefix was prefilled and kept (idle worker).",
                    m.next_turn_ready));

@@ -25,7 +25,7 @@ typedef struct {
     uint64_t requests[SERVE_METRICS_ROUTES][SERVE_METRICS_STATUSES];
     uint64_t prompt_tokens, completion_tokens, cached_tokens, prefill_tokens;
     uint64_t prefill_calls; /* forward calls that ran a request's prompt tokens */
-    uint64_t rejected, cancelled, cancelled_queued, errors;
+    uint64_t rejected, cancelled, cancelled_queued, errors, prep_waits;
     uint64_t next_turn_ready, next_turn_abandoned, next_turn_tokens;
     int queued, running;
     serve_hist ttft, token_latency;
@@ -44,7 +44,8 @@ void serve_metrics_ttft(serve_metrics *m, double seconds);
 void serve_metrics_prefill_call(serve_metrics *m);
 void serve_metrics_token_latency(serve_metrics *m, double seconds);
 void serve_metrics_gauges(serve_metrics *m, int queued, int running);
-/* what: 0 rejected (busy), 1 cancelled while running, 2 cancelled while queued, 3 error */
+/* what: 0 rejected (busy), 1 cancelled while running, 2 cancelled while queued, 3 error,
+ * 4 a body that waited for the prep budget */
 void serve_metrics_event(serve_metrics *m, int what);
 /* The worker prepared (or gave up preparing, for a waiting request) the state a chat's next
  * turn starts from; prefilled: tokens it ran through the model for that. */

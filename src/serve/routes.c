@@ -2,6 +2,9 @@
  * metrics. */
 #include <stdio.h>
 #include <stdlib.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <string.h>
 
 #include "base/status.h"
@@ -10,6 +13,10 @@
 #include "serve/respond.h"
 
 #define WAIT_SLICE_MS 20
+/* After a body this large, the memory its JSON tree took goes back to the system: glibc keeps
+ * a thread's freed memory in that thread's arena, so without it every arena would keep the
+ * largest tree parsed in it. */
+#define PREP_TRIM_BYTES (1u << 20)
 
 /* ---- generation ------------------------------------------------------------------------- */
 
@@ -165,6 +172,37 @@ static enum MHD_Result finish_blocking(serve_conn *cn, struct MHD_Connection *c,
     return ret;
 }
 
+/* A request's share of the prep budget, given back once its job is admitted or refused (the
+ * job then holds what it needs: token ids, and for a chat the request, within --max-pending). */
+static void prep_done(serve_conn *cn) {
+    if (!cn->prep_held) return;
+    serve_budget_give(&cn->srv->prep, cn->prep_held);
+#ifdef __GLIBC__
+    if (cn->prep_held >= PREP_TRIM_BYTES) malloc_trim(0);
+#endif
+    cn->prep_held = 0;
+}
+
+/* Takes the body's bytes of the prep budget, waiting while other bodies hold it; false with an
+ * answer to send (e) or none (the client left). */
+static bool prep_take(serve_conn *cn, struct MHD_Connection *c, serve_error *e) {
+    serve_server *s = cn->srv;
+    size_t n = cn->body.len;
+    bool waited = false;
+    while (!serve_budget_try(&s->prep, n)) {
+        waited = true;
+        if (serve_client_gone(c)) return false;
+        if (atomic_load(&s->shutting_down)) {
+            shutdown_error(e);
+            return false;
+        }
+        serve_budget_wait(&s->prep, WAIT_SLICE_MS);
+    }
+    if (waited) serve_metrics_event(&s->metrics, 4);
+    cn->prep_held = n;
+    return true;
+}
+
 static enum MHD_Result generate(serve_conn *cn, struct MHD_Connection *c, serve_api api,
                                 json_t *root) {
     serve_server *s = cn->srv;
@@ -200,6 +238,7 @@ static enum MHD_Result generate(serve_conn *cn, struct MHD_Connection *c, serve_
     if (!ok) {
         serve_request_free(&req);
         serve_job_unref(j);
+        prep_done(cn);
         return serve_send_error(cn, c, &e);
     }
     serve_resp resp;
@@ -212,6 +251,7 @@ static enum MHD_Result generate(serve_conn *cn, struct MHD_Connection *c, serve_
                      ? s->model_ids[1]
                      : s->model_ids[0];
     serve_request_free(&req);
+    prep_done(cn);
     atomic_fetch_add(&s->open_jobs, 1);
     return stream ? start_stream(cn, c, j, &resp, include_usage) : finish_blocking(cn, c, j, &resp);
 }
@@ -315,17 +355,23 @@ static enum MHD_Result detokenize(serve_conn *cn, struct MHD_Connection *c, json
 }
 
 enum MHD_Result serve_route_post(serve_conn *cn, struct MHD_Connection *c) {
-    serve_error e;
+    serve_error e = {0};
     json_t *root;
-    if (!serve_json_parse(cn->body.data, cn->body.len, &root, &e))
-        return serve_send_error(cn, c, &e);
-    ts_strbuf_free(&cn->body);
-    switch (cn->route) {
-    case ROUTE_CHAT: return generate(cn, c, SERVE_API_CHAT, root);
-    case ROUTE_COMPLETIONS: return generate(cn, c, SERVE_API_COMPLETION, root);
-    case ROUTE_TOKENIZE: return tokenize(cn, c, root);
-    default: return detokenize(cn, c, root);
+    if (!prep_take(cn, c, &e)) return e.status ? serve_send_error(cn, c, &e) : MHD_NO;
+    enum MHD_Result r;
+    if (!serve_json_parse(cn->body.data, cn->body.len, &root, &e)) {
+        r = serve_send_error(cn, c, &e);
+    } else {
+        ts_strbuf_free(&cn->body);
+        switch (cn->route) {
+        case ROUTE_CHAT: r = generate(cn, c, SERVE_API_CHAT, root); break;
+        case ROUTE_COMPLETIONS: r = generate(cn, c, SERVE_API_COMPLETION, root); break;
+        case ROUTE_TOKENIZE: r = tokenize(cn, c, root); break;
+        default: r = detokenize(cn, c, root); break;
+        }
     }
+    prep_done(cn); /* generate() gave it back already; tokenize and the rest here */
+    return r;
 }
 
 /* ---- GET routes ------------------------------------------------------------------------- */

@@ -44,6 +44,7 @@ int serve_run(const serve_opts *opts) {
     atomic_init(&s->shutting_down, false);
     atomic_init(&s->open_jobs, 0);
     serve_metrics_init(&s->metrics);
+    serve_budget_init(&s->prep, SERVE_PREP_BODIES * opts->max_body);
 
     /* every thread started from here on inherits the mask; only sigtimedwait below sees them */
     sigset_t set;
@@ -118,6 +119,7 @@ out:
     if (s->daemon) MHD_stop_daemon(s->daemon);
     serve_worker_free(s->worker);
     serve_metrics_free(&s->metrics);
+    serve_budget_free(&s->prep);
     free(s);
     return rc;
 }

@@ -5,6 +5,7 @@ timeout, and --send-timeout counts from when there is something to send."""
 import http.client
 import json
 import re
+import select
 import socket
 import time
 
@@ -106,12 +107,14 @@ def test_slow_answers_outlive_both_timeouts():
 
 def slow_read(port, stall):
     """POSTs a /tokenize whose answer (~19 MB) is larger than the socket buffers, reads nothing
-    for stall seconds, then reads on: returns (body bytes received, Content-Length)."""
+    for stall seconds once the answer has begun to arrive, then reads on: returns (body bytes
+    received, Content-Length)."""
     body = json.dumps({"content": "hello world " * 1_000_000}).encode()
     c = socket.create_connection(("127.0.0.1", port))
     c.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
     c.sendall(b"POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
               b"Content-Length: %d\r\n\r\n" % len(body) + body)
+    select.select([c], [], [], 120)  # the answer is made (a sanitized build takes seconds)
     time.sleep(stall)
     c.settimeout(30)
     out = b""
