@@ -105,6 +105,23 @@ static int find_route(const char *url) {
     return ROUTE_UNKNOWN;
 }
 
+/* 503 for a body that does not fit beside the others held as received. */
+static enum MHD_Result send_too_many(serve_conn *cn, struct MHD_Connection *c) {
+    serve_server *s = cn->srv;
+    serve_error e;
+    serve_metrics_event(&s->metrics, 0);
+    serve_fail(&e, 503, "server_busy", NULL,
+               "the server holds %zu bytes of request bodies "
+               "already; retry later",
+               s->recv.cap);
+    return serve_send_error(cn, c, &e);
+}
+
+void serve_recv_done(serve_conn *cn) {
+    serve_budget_give(&cn->srv->recv, cn->recv_held);
+    cn->recv_held = 0;
+}
+
 /* Everything decided from the request line and headers, in the documented order:
  * route, method, API key, loading, content type, declared body size. */
 static enum MHD_Result check_headers(serve_conn *cn, struct MHD_Connection *c, const char *url,
@@ -146,6 +163,8 @@ static enum MHD_Result check_headers(serve_conn *cn, struct MHD_Connection *c, c
                            s->o.max_body);
                 return serve_send_error(cn, c, &e);
             }
+            if (!serve_budget_try(&s->recv, (size_t)n)) return send_too_many(cn, c);
+            cn->recv_held = (size_t)n;
         }
     }
     *done = false;
@@ -174,9 +193,17 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         /* a body without Content-Length (chunked) is bounded while it streams in; past twice
          * the cap the connection is dropped rather than read to its end */
         cn->received += *upload_size;
-        if (cn->received > s->o.max_body) {
-            cn->too_large = true;
+        /* a chunked body takes its receive budget as it comes */
+        if (!cn->too_large && !cn->too_many && cn->received > cn->recv_held) {
+            if (serve_budget_try(&s->recv, cn->received - cn->recv_held))
+                cn->recv_held = cn->received;
+            else
+                cn->too_many = true;
+        }
+        if (cn->received > s->o.max_body || cn->too_many) {
+            cn->too_large = cn->received > s->o.max_body;
             ts_strbuf_free(&cn->body);
+            serve_recv_done(cn);
             if (cn->received > 2 * s->o.max_body + (1u << 20)) return MHD_NO;
         } else if (ts_strbuf_append(&cn->body, upload, *upload_size) != TS_OK) {
             return MHD_NO;
@@ -185,6 +212,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         return MHD_YES;
     }
     cn->phase = 2;
+    if (cn->too_many && !cn->too_large) return send_too_many(cn, c);
     if (cn->too_large) {
         serve_error e;
         serve_fail(&e, 413, "request_body_too_large", NULL, "the body is over the limit of %zu "
@@ -210,6 +238,7 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
     if (!cn) return;
     if (cn->status) serve_metrics_request(&s->metrics, cn->route, cn->status);
     ts_strbuf_free(&cn->body);
+    serve_recv_done(cn);
     free(cn);
     *con_cls = NULL;
 }

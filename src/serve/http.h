@@ -37,9 +37,13 @@ typedef struct {
      * a body's JSON tree takes up to ~75 times its bytes, so many large bodies parsed at once
      * could take more memory than the machine has */
     serve_budget prep;
+    /* the bodies held in memory as received, in bytes (SERVE_RECV_BODIES times the body cap):
+     * one that does not fit is refused at once (503) */
+    serve_budget recv;
 } serve_server;
 
 #define SERVE_PREP_BODIES 4
+#define SERVE_RECV_BODIES 64
 
 /* Per-request state (MHD's con_cls). */
 typedef struct {
@@ -49,7 +53,9 @@ typedef struct {
     ts_strbuf body;
     size_t received;
     bool too_large;
+    bool too_many; /* its body did not fit the receive budget */
     int status;
+    size_t recv_held; /* bytes of the server's receive budget this request holds */
     size_t prep_held; /* bytes of the server's prep budget this request holds */
 } serve_conn;
 
@@ -58,6 +64,8 @@ struct MHD_Daemon *serve_http_start(serve_server *s, unsigned *port);
 /* ---- used by the route handlers (routes.c) ---- */
 enum MHD_Result serve_send_json(serve_conn *cn, struct MHD_Connection *c, int status, char *json);
 enum MHD_Result serve_send_error(serve_conn *cn, struct MHD_Connection *c, const serve_error *e);
+/* The body is parsed (or will never be): its bytes go back to the receive budget. */
+void serve_recv_done(serve_conn *cn);
 /* Starts the count of the send timeout again: a stream's chunk that waited on generation. */
 void serve_timeout_restart(serve_server *s, struct MHD_Connection *c);
 /* True when the client closed its end of the connection. */

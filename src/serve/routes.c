@@ -363,6 +363,7 @@ enum MHD_Result serve_route_post(serve_conn *cn, struct MHD_Connection *c) {
         r = serve_send_error(cn, c, &e);
     } else {
         ts_strbuf_free(&cn->body);
+        serve_recv_done(cn);
         switch (cn->route) {
         case ROUTE_CHAT: r = generate(cn, c, SERVE_API_CHAT, root); break;
         case ROUTE_COMPLETIONS: r = generate(cn, c, SERVE_API_COMPLETION, root); break;

@@ -45,6 +45,7 @@ int serve_run(const serve_opts *opts) {
     atomic_init(&s->open_jobs, 0);
     serve_metrics_init(&s->metrics);
     serve_budget_init(&s->prep, SERVE_PREP_BODIES * opts->max_body);
+    serve_budget_init(&s->recv, SERVE_RECV_BODIES * opts->max_body);
 
     /* every thread started from here on inherits the mask; only sigtimedwait below sees them */
     sigset_t set;
@@ -120,6 +121,7 @@ out:
     serve_worker_free(s->worker);
     serve_metrics_free(&s->metrics);
     serve_budget_free(&s->prep);
+    serve_budget_free(&s->recv);
     free(s);
     return rc;
 }

@@ -1,10 +1,13 @@
 """Memory under many large bodies at once: a body's JSON tree takes up to ~75 times its bytes,
 so the bodies being parsed and prepared together are bounded (4 times --max-body-kb); the
 others wait their turn (counted in tessera_prep_waits_total), and each answer is the one it
-would get alone."""
+would get alone. The bodies held as received are bounded too (64 times --max-body-kb): one
+that does not fit is refused at once."""
 import http.client
 import os
+import socket
 import threading
+import time
 
 from server_util import Server
 
@@ -45,3 +48,43 @@ def test_large_bodies_at_once_are_parsed_a_few_at_a_time():
         if not os.environ.get("TS_SERVER_BIN"):
             grown = peak_rss_mb(s.proc.pid) - before
             assert grown < 800, f"peak RSS grew {grown:.0f} MB"
+
+
+def start_body(port, length):
+    """A POST whose headers declare length bytes of body, and 10 of them sent."""
+    c = socket.create_connection(("127.0.0.1", port))
+    c.sendall(b"POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              b"Content-Length: %d\r\n\r\n{\"content\"" % length)
+    return c
+
+
+def test_bodies_held_as_received_are_bounded():
+    # --max-body-kb 1024: bodies being received hold at most 64 MiB between them
+    mib = 1 << 20
+    with Server("--max-body-kb", "1024") as s:
+        held = [start_body(s.port, mib) for _ in range(64)]
+        time.sleep(1)
+        late = start_body(s.port, mib)  # refused at once, before its body
+        late.settimeout(10)
+        answer = late.recv(4096)
+        assert answer.startswith(b"HTTP/1.1 503") and b"server_busy" in answer, answer[:200]
+        late.close()
+        # a chunked body is counted as it arrives: refused when it does not fit
+        c = socket.create_connection(("127.0.0.1", s.port))
+        c.settimeout(10)
+        c.sendall(b"POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Transfer-Encoding: chunked\r\n\r\n")
+        piece = b"a" * 65536
+        for _ in range(4):
+            c.sendall(b"%x\r\n%s\r\n" % (len(piece), piece))
+        c.sendall(b"0\r\n\r\n")
+        assert c.recv(4096).startswith(b"HTTP/1.1 503")
+        c.close()
+        # one leaves: its bytes are given back, and a whole body fits again
+        held.pop().close()
+        time.sleep(1)
+        status, _, _ = s.request("POST", "/tokenize", {"content": "x" * (mib - 100)})
+        assert status == 200
+        for c in held:
+            c.close()
+        assert s.metrics()["tessera_rejected_total"] == 2
