@@ -72,6 +72,11 @@ bool serve_json_parse(const char *body, size_t len, json_t **root, serve_error *
 bool serve_request_parse(serve_api api, json_t *root, const char *const *model_ids,
                          int max_tokens_cap, serve_request *r, serve_error *e);
 void serve_request_free(serve_request *r);
+/* What a chat's job keeps of its request after preparation: the messages' strings are copied
+ * into one block the request owns, and the JSON tree (up to ~75 times the body, whatever
+ * fields it carried) and the images' bytes are freed. Afterwards only msgs, tools_json,
+ * enable_thinking and the scalar fields are valid. */
+ts_status serve_request_detach(serve_request *r);
 
 /* The error envelope as a malloc'd JSON string. */
 char *serve_error_json(const serve_error *e);

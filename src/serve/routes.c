@@ -214,6 +214,11 @@ static enum MHD_Result generate(serve_conn *cn, struct MHD_Connection *c, serve_
     if (ok && serve_job_create(&j) != TS_OK)
         ok = serve_fail(&e, 500, "internal_error", NULL, "out of memory");
     if (ok) ok = serve_prepare(rt, &req, s->o.max_tokens_cap, j, &e);
+    /* the name the answer gives the model: the one the request used (the request's own string
+     * does not outlive it) */
+    const char *model = req.model && s->model_ids[1] && strcmp(req.model, s->model_ids[1]) == 0
+                            ? s->model_ids[1]
+                            : s->model_ids[0];
     if (ok) { /* the answer's grammar goes with the job */
         j->grammar = req.grammar;
         req.grammar = NULL;
@@ -227,6 +232,9 @@ static enum MHD_Result generate(serve_conn *cn, struct MHD_Connection *c, serve_
         } else {
             *j->req = req;
             memset(&req, 0, sizeof req);
+            /* what is kept for the next turn: the messages, not the JSON tree they came in */
+            if (serve_request_detach(j->req) != TS_OK)
+                ok = serve_fail(&e, 500, "internal_error", NULL, "out of memory");
         }
     }
     const serve_request *rq = j && j->req ? j->req : &req;
@@ -242,14 +250,9 @@ static enum MHD_Result generate(serve_conn *cn, struct MHD_Connection *c, serve_
         return serve_send_error(cn, c, &e);
     }
     serve_resp resp;
-    serve_resp_init(&resp, api, rq->model ? rq->model : s->model_ids[0], rq->top_logprobs >= 0,
-                    rt->tok);
+    serve_resp_init(&resp, api, model, rq->top_logprobs >= 0, rt->tok);
     resp.token_ids = rq->return_token_ids;
     bool stream = rq->stream, include_usage = rq->include_usage;
-    /* the response's model name points into the request; keep a copy that outlives it */
-    resp.model = rq->model && strcmp(rq->model, s->model_ids[1] ? s->model_ids[1] : "") == 0
-                     ? s->model_ids[1]
-                     : s->model_ids[0];
     serve_request_free(&req);
     prep_done(cn);
     atomic_fetch_add(&s->open_jobs, 1);

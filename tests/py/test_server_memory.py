@@ -88,3 +88,43 @@ def test_bodies_held_as_received_are_bounded():
         for c in held:
             c.close()
         assert s.metrics()["tessera_rejected_total"] == 2
+
+
+def rss_mb(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def test_a_running_chat_keeps_its_messages_not_its_body():
+    # each body carries ~1.8 MB of fields the server ignores (~135 MB as a JSON tree); a chat's
+    # job keeps its messages for the next turn, not the tree they came in
+    junk = "[" + ",".join(["{}"] * 600_000) + "]"
+    body = ('{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 30, '
+            '"ignore_eos": true, "metadata": ' + junk + "}").encode()
+    with Server("--max-pending", "8", "--parallel", "8", "--debug-step-delay-ms", "200") as s:
+        before = rss_mb(s.proc.pid)
+        answers = []
+
+        def send():
+            c = http.client.HTTPConnection("127.0.0.1", s.port, timeout=300)
+            c.request("POST", "/v1/chat/completions", body, {"Content-Type": "application/json"})
+            r = c.getresponse()
+            answers.append((r.status, r.read()))
+            c.close()
+
+        threads = [threading.Thread(target=send) for _ in range(8)]
+        for t in threads:
+            t.start()
+        deadline = time.time() + 60
+        while s.metrics().get("tessera_running", 0) < 8 and time.time() < deadline:
+            time.sleep(0.05)
+        running = rss_mb(s.proc.pid) - before
+        for t in threads:
+            t.join()
+        assert [a[0] for a in answers] == [200] * 8, answers[0][1][:200]
+        if not os.environ.get("TS_SERVER_BIN"):
+            # eight trees kept would be ~1.1 GB
+            assert running < 400, f"RSS grew {running:.0f} MB with 8 chats running"
