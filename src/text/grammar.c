@@ -286,9 +286,18 @@ static bool stack_equal(const ts_grammar_matcher *m, int32_t a, int32_t b) {
     return true;
 }
 
-/* Whether a stack with top node (pos, parent) is in the set being built, recording it when it
- * is not; false out of memory (m->oom). */
-static bool seen_before(ts_grammar_matcher *m, uint32_t pos, int32_t parent) {
+/* A hash of stack s's positions, top to bottom: equal stacks built from different nodes (each
+ * expansion makes its own) hash alike. */
+static uint64_t stack_hash(const ts_grammar_matcher *m, int32_t s) {
+    uint64_t h = 0x9E3779B97F4A7C15ull;
+    for (; s >= 0; s = m->node[s].parent)
+        h = (h ^ m->node[s].pos) * 0x100000001B3ull;
+    return h ^ (h >> 29);
+}
+
+/* Whether a stack equal to s is in the set being built, recording s when none is; false out of
+ * memory (m->oom). */
+static bool seen_before(ts_grammar_matcher *m, int32_t s) {
     if (!m->seen) {
         m->cap_seen = 2 * GM_MAX_STACKS;
         m->seen = calloc((size_t)m->cap_seen, sizeof *m->seen);
@@ -297,25 +306,22 @@ static bool seen_before(ts_grammar_matcher *m, uint32_t pos, int32_t parent) {
             return false;
         }
     }
+    uint64_t h = stack_hash(m, s);
     size_t mask = (size_t)m->cap_seen - 1;
-    size_t at = ((size_t)pos * 0x9E3779B1u ^ (size_t)(uint32_t)parent * 0x85EBCA77u) & mask;
-    for (;; at = (at + 1) & mask) {
+    for (size_t at = (size_t)h & mask;; at = (at + 1) & mask) {
         gm_seen *e = &m->seen[at];
         if (e->gen != m->gen) { /* a stale entry is an empty slot */
-            *e = (gm_seen){pos, m->gen, parent};
+            *e = (gm_seen){h, s, m->gen};
             return false;
         }
-        if (e->pos == pos && e->parent == parent) return true;
+        if (e->hash == h && stack_equal(m, e->stack, s)) return true;
     }
 }
 
-static uint32_t key_pos(const ts_grammar_matcher *m, int32_t s) {
-    return s < 0 ? UINT32_MAX : m->node[s].pos;
-}
-
 /* Adds stack s to the set being built at buf[from, n_buf), unless an equal one is there: a small
- * set compares whole stacks, a large one their top nodes (equal stacks with different nodes
- * below are rare there, and cost only work). */
+ * set compares stack by stack, a large one through a hash of each stack. Equal stacks must
+ * merge however they were built: a sequence of optional items reaches each position along many
+ * paths, and unmerged repeats multiply at every byte (40 of "[a-z]?" then hung a request). */
 static void emit(ts_grammar_matcher *m, int from, int32_t s) {
     int n = m->n_buf - from;
     if (n < GM_LINEAR_MAX) {
@@ -324,12 +330,10 @@ static void emit(ts_grammar_matcher *m, int from, int32_t s) {
     } else {
         if (m->seen_gen != m->gen) { /* the set just grew large: its stacks so far */
             m->seen_gen = m->gen;
-            for (int i = from; i < m->n_buf; i++) {
-                int32_t t = m->buf[i];
-                seen_before(m, key_pos(m, t), t < 0 ? -1 : m->node[t].parent);
-            }
+            for (int i = from; i < m->n_buf; i++)
+                seen_before(m, m->buf[i]);
         }
-        if (seen_before(m, key_pos(m, s), s < 0 ? -1 : m->node[s].parent) || m->oom) return;
+        if (seen_before(m, s) || m->oom) return;
     }
     if (n >= GM_MAX_STACKS) {
         m->oom = m->overflow = true; /* not cut silently: the language would change */
@@ -346,7 +350,7 @@ static void emit(ts_grammar_matcher *m, int from, int32_t s) {
  * is a byte set, adding them to the set being built from buf[from]. */
 static void expand(ts_grammar_matcher *m, int from, uint32_t pos, int32_t parent, int depth) {
     const ts_grammar *g = m->g;
-    if (depth > GM_MAX_EXPAND) return;
+    if (depth > GM_MAX_EXPAND || m->oom) return; /* spent: nothing more to build */
     for (;;) {
         uint32_t e = g->elem[pos];
         switch (GE_KIND(e)) {
@@ -364,7 +368,7 @@ static void expand(ts_grammar_matcher *m, int from, uint32_t pos, int32_t parent
             int r = (int)GE_VAL(e);
             uint32_t k = GE_KIND(g->elem[pos + 1]);
             int32_t ret = k == GE_END || k == GE_ALT ? parent : gm_new_node(m, pos + 1, parent);
-            for (int a = g->alt_first[r]; a < g->alt_first[r + 1]; a++)
+            for (int a = g->alt_first[r]; a < g->alt_first[r + 1] && !m->oom; a++)
                 expand(m, from, g->alt_pos[a], ret, depth + 1);
             return;
         }

@@ -34,11 +34,13 @@ typedef struct {
 } gm_node;
 #define GM_EMPTY (-1)
 
-/* A stack already in the set being built, by its top node's (pos, parent): a large set is
- * checked for repeats through these (grammar.c, emit); gen tells this build's from stale ones. */
+/* A stack already in the set being built, by a hash of its positions top to bottom: a large
+ * set is checked for repeats through these (grammar.c, emit); gen tells this build's from stale
+ * ones. */
 typedef struct {
-    uint32_t pos, gen;
-    int32_t parent;
+    uint64_t hash;
+    int32_t stack;
+    uint32_t gen;
 } gm_seen;
 
 /* A mask remembered for a state (grammar_vocab.c). */

@@ -203,3 +203,18 @@ def test_other_servers_fields(srv):
             assert content_of(r) in choices and r["choices"][0]["finish_reason"] == "stop", r
             seen.add(content_of(r))
     assert len(seen) >= 2, seen  # the draw chooses, the grammar only restricts
+
+
+def test_a_long_run_of_optional_items_answers_promptly(srv):
+    """80 optional letters: each position is reached along many paths, and the matcher's
+    stacks must merge however they were built (unmerged, 40 such items hung the worker)."""
+    import re
+    import time
+    gbnf = "root ::= " + " ".join(["[a-z]?"] * 80) + "\n"
+    t0 = time.time()
+    for seed in range(2):
+        st, _, r = srv.post("/v1/completions", {"prompt": "x", "max_tokens": 24, "temperature": 1.0,
+                                                "seed": seed, "grammar": gbnf}, timeout=120)
+        assert st == 200, r
+        assert re.fullmatch(r"[a-z]{0,80}", r["choices"][0]["text"]), r
+    assert time.time() - t0 < 30

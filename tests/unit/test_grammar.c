@@ -136,6 +136,70 @@ static void test_ambiguity_is_merged(void) {
     ts_grammar_free(g);
 }
 
+/* root ::= o o ... o (60 of them);  o ::= "" | [a-z]. After k letters the state is one stack
+ * for each o a letter may still match (60 - k) and the empty one. Each position is reached
+ * along many paths, with stacks made of different nodes: past 32 stacks (where repeats are
+ * found by hash) they were not merged and multiplied at every byte - 40 such items hung a
+ * request. */
+static void test_optional_runs_stay_linear(void) {
+    enum { N = 60 };
+    ts_gbuild *b;
+    CHECK(ts_gbuild_create(&b) == TS_OK);
+    int root = ts_gbuild_rule(b), o = ts_gbuild_rule(b);
+    int a = ts_gbuild_alt(b, root);
+    for (int i = 0; i < N; i++)
+        ts_gbuild_ref(b, a, o);
+    ts_gbuild_alt(b, o);
+    ts_gbuild_range(b, ts_gbuild_alt(b, o), 'a', 'z');
+    ts_grammar *g;
+    CHECK(ts_gbuild_finish(b, root, &g) == TS_OK);
+    ts_gbuild_free(b);
+    ts_grammar_matcher *m;
+    CHECK(ts_grammar_matcher_create(g, NULL, &m) == TS_OK);
+    CHECKF(m->n_cur == N + 1, "%d stacks at the start", m->n_cur);
+    for (int k = 1; k <= N; k++) {
+        CHECK(ts_grammar_matcher_accept_bytes(m, "q", 1));
+        if (m->n_cur != N - k + 1) {
+            CHECKF(m->n_cur == N - k + 1, "%d stacks after %d letters", m->n_cur, k);
+            break;
+        }
+    }
+    CHECK(ts_grammar_matcher_done(m));
+    ts_grammar_matcher_free(m);
+    ts_grammar_free(g);
+}
+
+/* s1 ::= s2 "a" | s2 "b";  s2 ::= s3 "a" | s3 "b"; ... s40 ::= "x": 2^40 different stacks at
+ * the start. Refused once over the limit - and at once: the expansion stops there instead of
+ * walking every path that remains. */
+static void test_overflow_stops_at_once(void) {
+    enum { N = 40 };
+    ts_gbuild *b;
+    CHECK(ts_gbuild_create(&b) == TS_OK);
+    int r[N];
+    for (int i = 0; i < N; i++)
+        r[i] = ts_gbuild_rule(b);
+    for (int i = 0; i + 1 < N; i++)
+        for (int k = 0; k < 2; k++) {
+            int a = ts_gbuild_alt(b, r[i]);
+            ts_gbuild_ref(b, a, r[i + 1]);
+            ts_gbuild_literal(b, a, k ? "b" : "a", 1);
+        }
+    ts_gbuild_literal(b, ts_gbuild_alt(b, r[N - 1]), "x", 1);
+    ts_grammar *g;
+    CHECK(ts_gbuild_finish(b, r[0], &g) == TS_OK);
+    ts_gbuild_free(b);
+    ts_grammar_matcher *m = NULL;
+    double t0 = ts_now_s();
+    ts_status st = ts_grammar_matcher_create(g, NULL, &m);
+    double took = ts_now_s() - t0;
+    CHECKF(st == TS_ERR_UNSUPPORTED && strstr(ts_last_error(), "ambiguous"), "%d: %s", (int)st,
+           ts_last_error());
+    CHECKF(took < 5.0, "%.1f s to refuse it", took);
+    ts_grammar_matcher_free(m);
+    ts_grammar_free(g);
+}
+
 static void test_limits(void) {
     ts_gbuild *b;
     CHECK(ts_gbuild_create(&b) == TS_OK);
@@ -313,6 +377,8 @@ int main(void) {
     test_repetition_stays_flat();
     test_left_recursion_is_refused();
     test_ambiguity_is_merged();
+    test_optional_runs_stay_linear();
+    test_overflow_stops_at_once();
     test_limits();
     test_tokens();
     return tu_report("test_grammar");
