@@ -1,9 +1,21 @@
 #include "serve/images.h"
 
 #include "base/status.h"
+#include "serve/budget.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* Images decoded at once in this process: a small file can declare up to TS_IMAGE_MAX_PIXELS
+ * (a 5000x5000 PNG of one colour is 84 KB, and ~100 MB once decoded), so the decodes, not the
+ * bodies, are what would take the memory. The others wait their turn (a decode takes at most
+ * about a second). */
+#define DECODES_AT_ONCE 2
+
+static serve_budget decodes;
+static pthread_once_t decodes_once = PTHREAD_ONCE_INIT;
+static void decodes_init(void) { serve_budget_init(&decodes, DECODES_AT_ONCE); }
 
 static uint64_t mix64(uint64_t z) {
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
@@ -37,16 +49,30 @@ ts_status serve_images_add(serve_images *im, const ts_vision_info *v, int64_t ma
     ts_vision_info vi = *v;
     if (max_pixels > 0 && max_pixels < vi.max_pixels) vi.max_pixels = max_pixels;
     if (vi.min_pixels > vi.max_pixels) vi.min_pixels = vi.max_pixels;
-    ts_image *img;
-    TS_TRY(ts_image_decode(data, len, &img));
-    ts_status st = ts_vision_plan(&vi, img->width, img->height, &im->plan[im->n]);
+    pthread_once(&decodes_once, decodes_init);
+    while (!serve_budget_try(&decodes, 1))
+        serve_budget_wait(&decodes, 20);
+    ts_image *img = NULL, *sized = NULL;
+    ts_image_plan *plan = &im->plan[im->n];
+    ts_status st = ts_image_decode(data, len, &img);
+    if (st == TS_OK) st = ts_vision_plan(&vi, img->width, img->height, plan);
+    if (st == TS_OK) im->hash[im->n] = image_hash(img); /* of the file's own pixels */
+    /* the job keeps the image at the size the tower takes (the engine's own resize to the
+     * plan's size, done here): a full-size one would be held until the worker encodes it */
+    if (st == TS_OK && (plan->width != img->width || plan->height != img->height)) {
+        st = ts_image_resize(img, plan->width, plan->height, &sized);
+        if (st == TS_OK) {
+            ts_image_free(img);
+            img = sized;
+        }
+    }
+    serve_budget_give(&decodes, 1);
     if (st != TS_OK) {
         ts_image_free(img);
         return st;
     }
     im->img[im->n] = img;
     im->tokens[im->n] = im->plan[im->n].n_tokens;
-    im->hash[im->n] = image_hash(img);
     im->image_token = v->image_token;
     im->n++;
     return TS_OK;

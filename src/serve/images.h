@@ -17,7 +17,7 @@
 
 typedef struct {
     int n;
-    ts_image *img[SERVE_MAX_IMAGES]; /* decoded; freed once encoded */
+    ts_image *img[SERVE_MAX_IMAGES]; /* decoded at the plan's size; freed once encoded */
     ts_image_plan plan[SERVE_MAX_IMAGES];
     int tokens[SERVE_MAX_IMAGES]; /* plan[k].n_tokens, for ts_chat_params */
     uint64_t hash[SERVE_MAX_IMAGES];
