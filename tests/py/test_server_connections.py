@@ -25,6 +25,25 @@ def closed_within(sock, seconds):
         return False
 
 
+def open_idle(port, n):
+    """n connections that sent a request line and nothing more."""
+    idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(n)]
+    for c in idle:
+        c.sendall(b"GET /health HTTP/1.1\r\n")
+    time.sleep(0.2)
+    return idle
+
+
+def refused_at_once(port):
+    """True when a new request is turned away (connection closed, or not a 200) within 5 s."""
+    t0 = time.time()
+    try:
+        refused = health(port) != 200
+    except (ConnectionError, http.client.RemoteDisconnected):
+        refused = True
+    return refused and time.time() - t0 < 5
+
+
 def health(port):
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
     try:
@@ -62,17 +81,8 @@ def test_silent_connection_closed_after_idle_timeout():
 
 def test_idle_connections_do_not_lock_out_clients():
     with Server("--idle-timeout", "1", "--max-connections", "8") as s:
-        idle = [socket.create_connection(("127.0.0.1", s.port)) for _ in range(8)]
-        for c in idle:
-            c.sendall(b"GET /health HTTP/1.1\r\n")
-        time.sleep(0.2)
-        # the limit is reached: refused at once, not left waiting
-        t0 = time.time()
-        try:
-            refused = health(s.port) != 200
-        except (ConnectionError, http.client.RemoteDisconnected):
-            refused = True
-        assert refused and time.time() - t0 < 5
+        idle = open_idle(s.port, 8)
+        assert refused_at_once(s.port)  # the limit is reached: not left waiting
         # the idle ones are closed after the timeout; then clients are served again
         for c in idle:
             assert closed_within(c, 10)
@@ -146,9 +156,7 @@ def test_a_slow_reader_is_held_to_the_send_timeout():
 def test_connections_within_the_open_file_limit():
     # a soft limit too low for --max-connections is raised towards the hard one
     with Server("--max-connections", "200", files=(128, 4096)) as s:
-        idle = [socket.create_connection(("127.0.0.1", s.port)) for _ in range(150)]
-        for c in idle:
-            c.sendall(b"GET /health HTTP/1.1\r\n")
+        idle = open_idle(s.port, 150)
         assert health(s.port) == 200
         for c in idle:
             c.close()
@@ -156,16 +164,8 @@ def test_connections_within_the_open_file_limit():
     # (not left waiting unaccepted once the process is out of files)
     with Server("--max-connections", "200", files=(128, 128)) as s:
         assert "at most 64 connections" in s.stderr()
-        idle = [socket.create_connection(("127.0.0.1", s.port)) for _ in range(64)]
-        for c in idle:
-            c.sendall(b"GET /health HTTP/1.1\r\n")
-        time.sleep(0.2)
-        t0 = time.time()
-        try:
-            refused = health(s.port) != 200
-        except (ConnectionError, http.client.RemoteDisconnected):
-            refused = True
-        assert refused and time.time() - t0 < 5
+        idle = open_idle(s.port, 64)
+        assert refused_at_once(s.port)
         for c in idle:
             c.close()
         time.sleep(0.2)

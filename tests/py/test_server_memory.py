@@ -12,33 +12,43 @@ import time
 from server_util import Server
 
 
-def peak_rss_mb(pid):
+def status_mb(pid, key):
+    """A memory figure of /proc/PID/status (VmHWM: the peak, VmRSS: now) in MB."""
     with open(f"/proc/{pid}/status") as f:
         for line in f:
-            if line.startswith("VmHWM:"):
+            if line.startswith(key + ":"):
                 return int(line.split()[1]) / 1024
     return 0.0
+
+
+def send_at_once(port, path, body, n, meanwhile=None):
+    """POSTs body n times at once; meanwhile() runs while they are out. Returns [(status,
+    data)]."""
+    answers = []
+
+    def send():
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
+        c.request("POST", path, body, {"Content-Type": "application/json"})
+        r = c.getresponse()
+        answers.append((r.status, r.read()))
+        c.close()
+
+    threads = [threading.Thread(target=send) for _ in range(n)]
+    for t in threads:
+        t.start()
+    if meanwhile:
+        meanwhile()
+    for t in threads:
+        t.join()
+    return answers
 
 
 def test_large_bodies_at_once_are_parsed_a_few_at_a_time():
     # 2M token ids: 4 MB of JSON, ~90 MB as a tree; past the context, so each answer is a 400
     body = ("{\"prompt\": [" + ",".join(["1"] * 2_000_000) + "], \"max_tokens\": 1}").encode()
     with Server("--max-pending", "4") as s:
-        before = peak_rss_mb(s.proc.pid)
-        answers = []
-
-        def send():
-            c = http.client.HTTPConnection("127.0.0.1", s.port, timeout=300)
-            c.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
-            r = c.getresponse()
-            answers.append((r.status, r.read()))
-            c.close()
-
-        threads = [threading.Thread(target=send) for _ in range(16)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        before = status_mb(s.proc.pid, "VmHWM")
+        answers = send_at_once(s.port, "/v1/completions", body, 16)
         assert len(answers) == 16
         for status, data in answers:
             assert status == 400 and b"context_length_exceeded" in data, data[:200]
@@ -46,7 +56,7 @@ def test_large_bodies_at_once_are_parsed_a_few_at_a_time():
         # 16 trees at once took ~1.4 GB; four at a time ~0.4 GB (a sanitizer's allocator keeps
         # freed memory aside, so its figure says nothing)
         if not os.environ.get("TS_SERVER_BIN"):
-            grown = peak_rss_mb(s.proc.pid) - before
+            grown = status_mb(s.proc.pid, "VmHWM") - before
             assert grown < 800, f"peak RSS grew {grown:.0f} MB"
 
 
@@ -90,14 +100,6 @@ def test_bodies_held_as_received_are_bounded():
         assert s.metrics()["tessera_rejected_total"] == 2
 
 
-def rss_mb(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return 0.0
-
-
 def test_a_running_chat_keeps_its_messages_not_its_body():
     # each body carries ~1.8 MB of fields the server ignores (~135 MB as a JSON tree); a chat's
     # job keeps its messages for the next turn, not the tree they came in
@@ -105,25 +107,17 @@ def test_a_running_chat_keeps_its_messages_not_its_body():
     body = ('{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 30, '
             '"ignore_eos": true, "metadata": ' + junk + "}").encode()
     with Server("--max-pending", "8", "--parallel", "8", "--debug-step-delay-ms", "200") as s:
-        before = rss_mb(s.proc.pid)
-        answers = []
+        before = status_mb(s.proc.pid, "VmRSS")
+        grown = []
 
-        def send():
-            c = http.client.HTTPConnection("127.0.0.1", s.port, timeout=300)
-            c.request("POST", "/v1/chat/completions", body, {"Content-Type": "application/json"})
-            r = c.getresponse()
-            answers.append((r.status, r.read()))
-            c.close()
+        def when_all_run():
+            deadline = time.time() + 60
+            while s.metrics().get("tessera_running", 0) < 8 and time.time() < deadline:
+                time.sleep(0.05)
+            grown.append(status_mb(s.proc.pid, "VmRSS") - before)
 
-        threads = [threading.Thread(target=send) for _ in range(8)]
-        for t in threads:
-            t.start()
-        deadline = time.time() + 60
-        while s.metrics().get("tessera_running", 0) < 8 and time.time() < deadline:
-            time.sleep(0.05)
-        running = rss_mb(s.proc.pid) - before
-        for t in threads:
-            t.join()
+        answers = send_at_once(s.port, "/v1/chat/completions", body, 8, when_all_run)
+        running = grown[0]
         assert [a[0] for a in answers] == [200] * 8, answers[0][1][:200]
         if not os.environ.get("TS_SERVER_BIN"):
             # eight trees kept would be ~1.1 GB
