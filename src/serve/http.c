@@ -257,7 +257,10 @@ static void mhd_log(void *cls, const char *fmt, va_list ap) {
     static long dropped;
     time_t now = time(NULL);
     pthread_mutex_lock(&mu);
-    if (now - window >= LOG_WINDOW_S) window = now, shown = 0;
+    if (now - window >= LOG_WINDOW_S) { /* a new window */
+        window = now;
+        shown = 0;
+    }
     bool show = shown < LOG_BURST;
     long before = 0;
     if (show) {
