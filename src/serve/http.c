@@ -105,7 +105,8 @@ static int find_route(const char *url) {
     return ROUTE_UNKNOWN;
 }
 
-/* 503 for a body that does not fit beside the others held as received. */
+/* 503 for a body that did not fit beside the others held as received (its bytes read and
+ * dropped). */
 static enum MHD_Result send_too_many(serve_conn *cn, struct MHD_Connection *c) {
     serve_server *s = cn->srv;
     serve_error e;
@@ -163,8 +164,6 @@ static enum MHD_Result check_headers(serve_conn *cn, struct MHD_Connection *c, c
                            s->o.max_body);
                 return serve_send_error(cn, c, &e);
             }
-            if (!serve_budget_try(&s->recv, (size_t)n)) return send_too_many(cn, c);
-            cn->recv_held = (size_t)n;
         }
     }
     *done = false;
@@ -193,7 +192,8 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         /* a body without Content-Length (chunked) is bounded while it streams in; past twice
          * the cap the connection is dropped rather than read to its end */
         cn->received += *upload_size;
-        /* a chunked body takes its receive budget as it comes */
+        /* the body takes its receive budget as its bytes come (not as declared: connections
+         * that declare large bodies and send nothing must not hold the budget) */
         if (!cn->too_large && !cn->too_many && cn->received > cn->recv_held) {
             if (serve_budget_try(&s->recv, cn->received - cn->recv_held))
                 cn->recv_held = cn->received;

@@ -37,8 +37,8 @@ typedef struct {
      * a body's JSON tree takes up to ~75 times its bytes, so many large bodies parsed at once
      * could take more memory than the machine has */
     serve_budget prep;
-    /* the bodies held in memory as received, in bytes (SERVE_RECV_BODIES times the body cap):
-     * one that does not fit is refused at once (503) */
+    /* the bodies held in memory as received, in bytes that arrived (SERVE_RECV_BODIES times
+     * the body cap): one whose bytes stop fitting is dropped and answered 503 */
     serve_budget recv;
 } serve_server;
 
