@@ -1,14 +1,10 @@
 #include "serve/budget.h"
 
-#include <time.h>
+#include "base/clock.h"
 
 void serve_budget_init(serve_budget *b, size_t cap) {
     pthread_mutex_init(&b->mu, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&b->cv, &ca);
-    pthread_condattr_destroy(&ca);
+    ts_cond_init_monotonic(&b->cv);
     b->used = 0;
     b->cap = cap;
 }
@@ -35,10 +31,7 @@ void serve_budget_give(serve_budget *b, size_t n) {
 
 void serve_budget_wait(serve_budget *b, int ms) {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    ts.tv_nsec += (long)ms * 1000000L;
-    ts.tv_sec += ts.tv_nsec / 1000000000L;
-    ts.tv_nsec %= 1000000000L;
+    ts_deadline_in_ms(&ts, ms);
     pthread_mutex_lock(&b->mu);
     pthread_cond_timedwait(&b->cv, &b->mu, &ts);
     pthread_mutex_unlock(&b->mu);

@@ -12,12 +12,8 @@ double serve_now(void) { return ts_now_s(); }
 ts_status serve_job_create(serve_job **out) {
     serve_job *j = calloc(1, sizeof *j);
     if (!j) return ts_error(TS_ERR_NOMEM, "out of memory");
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_mutex_init(&j->mu, NULL);
-    pthread_cond_init(&j->cv, &ca);
-    pthread_condattr_destroy(&ca);
+    ts_cond_init_monotonic(&j->cv);
     atomic_init(&j->cancel, false);
     atomic_init(&j->refs, 1);
     j->top_logprobs = -1;
@@ -48,9 +44,6 @@ void serve_job_unref(serve_job *j) {
 void serve_job_wait_locked(serve_job *j, int n_seg, int n_lp, int timeout_ms) {
     if (j->finish != SERVE_RUNNING || j->n_seg > n_seg || j->n_lp > n_lp) return;
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    ts.tv_nsec += (long)timeout_ms * 1000000L;
-    ts.tv_sec += ts.tv_nsec / 1000000000L;
-    ts.tv_nsec %= 1000000000L;
+    ts_deadline_in_ms(&ts, timeout_ms);
     pthread_cond_timedwait(&j->cv, &j->mu, &ts);
 }

@@ -250,11 +250,9 @@ static bool worker_interrupted(void *ctx) {
 }
 
 /* Waits up to SERVE_IDLE_GRACE_MS for a request (or shutdown); true when one came. */
-static void deadline_in(struct timespec *ts, int ms);
-
 static bool request_soon(serve_worker *w) {
     struct timespec dl;
-    deadline_in(&dl, SERVE_IDLE_GRACE_MS);
+    ts_deadline_in_ms(&dl, SERVE_IDLE_GRACE_MS);
     pthread_mutex_lock(&w->mu);
     while (w->q_len == 0 && !w->stop && w->accepting)
         if (pthread_cond_timedwait(&w->cv, &w->mu, &dl) == ETIMEDOUT) break;
@@ -379,12 +377,8 @@ ts_status serve_worker_start(const serve_worker_opts *o, serve_metrics *m, serve
         free(w->queue), free(w->running), free(w);
         return ts_error(TS_ERR_NOMEM, "out of memory");
     }
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_mutex_init(&w->mu, NULL);
-    pthread_cond_init(&w->cv, &ca);
-    pthread_condattr_destroy(&ca);
+    ts_cond_init_monotonic(&w->cv);
     w->accepting = true;
     w->state = SERVE_LOADING;
     if (pthread_create(&w->thread, NULL, worker_main, w) != 0) {
@@ -433,20 +427,10 @@ int serve_worker_active(serve_worker *w) {
     return n;
 }
 
-static void deadline_in(struct timespec *ts, int ms) {
-    clock_gettime(CLOCK_MONOTONIC, ts);
-    ts->tv_sec += ms / 1000;
-    ts->tv_nsec += (long)(ms % 1000) * 1000000L;
-    if (ts->tv_nsec >= 1000000000L) {
-        ts->tv_sec++;
-        ts->tv_nsec -= 1000000000L;
-    }
-}
-
 /* Waits (mu held) until no job is admitted or the deadline passes. */
 static void wait_idle(serve_worker *w, int ms) {
     struct timespec dl;
-    deadline_in(&dl, ms);
+    ts_deadline_in_ms(&dl, ms);
     while (w->active > 0)
         if (pthread_cond_timedwait(&w->cv, &w->mu, &dl) == ETIMEDOUT) break;
 }
