@@ -821,50 +821,44 @@ bool serve_request_parse(serve_api api, json_t *root, const char *const *model_i
     return true;
 }
 
-/* Copies s to *at and moves *at past it (with its NUL); NULL stays NULL. */
-static const char *copy_to(char **at, const char *s) {
-    if (!s) return NULL;
-    size_t n = strlen(s) + 1;
-    char *d = memcpy(*at, s, n);
-    *at += n;
-    return d;
+/* Calls f on the address of each string the messages borrow from the JSON tree (NULL ones
+ * included): content, reasoning, the text parts' and the tool calls' strings. The part and
+ * call arrays are the request's own, so their strings can be re-pointed. */
+static void each_message_string(serve_request *r, void (*f)(const char **, void *), void *arg) {
+    for (int i = 0; i < r->n_msgs; i++) {
+        ts_chat_message *m = &r->msgs[i];
+        f(&m->content, arg);
+        f(&m->reasoning_content, arg);
+        ts_content_part *parts = (ts_content_part *)m->parts;
+        for (int k = 0; k < m->n_parts; k++)
+            f(&parts[k].text, arg);
+        ts_tool_call *calls = (ts_tool_call *)m->tool_calls;
+        for (int k = 0; k < m->n_tool_calls; k++) {
+            f(&calls[k].name, arg);
+            f(&calls[k].arguments_json, arg);
+        }
+    }
+}
+
+static void count_string(const char **s, void *bytes) {
+    if (*s) *(size_t *)bytes += strlen(*s) + 1;
+}
+
+/* Copies *s to *at (a char ** cursor) and points *s there. */
+static void copy_string(const char **s, void *at) {
+    if (!*s) return;
+    char **cur = at;
+    size_t n = strlen(*s) + 1;
+    *s = memcpy(*cur, *s, n);
+    *cur += n;
 }
 
 ts_status serve_request_detach(serve_request *r) {
-    size_t bytes = 0;
-    for (int pass = 0; pass < 2; pass++) {
-        char *block = NULL, *at = NULL;
-        if (pass == 1) {
-            block = at = own(r, malloc(bytes ? bytes : 1));
-            if (!block) return ts_error(TS_ERR_NOMEM, "out of memory");
-        }
-        for (int i = 0; i < r->n_msgs; i++) {
-            ts_chat_message *m = &r->msgs[i];
-            const char *s[] = {m->content, m->reasoning_content};
-            for (int k = 0; k < 2; k++)
-                if (pass == 0 && s[k]) bytes += strlen(s[k]) + 1;
-            if (pass == 1) {
-                m->content = copy_to(&at, m->content);
-                m->reasoning_content = copy_to(&at, m->reasoning_content);
-            }
-            /* parts and tool calls are arrays the request owns already: their strings move */
-            ts_content_part *parts = (ts_content_part *)m->parts;
-            for (int k = 0; k < m->n_parts; k++) {
-                if (pass == 0 && parts[k].text) bytes += strlen(parts[k].text) + 1;
-                if (pass == 1) parts[k].text = copy_to(&at, parts[k].text);
-            }
-            ts_tool_call *calls = (ts_tool_call *)m->tool_calls;
-            for (int k = 0; k < m->n_tool_calls; k++) {
-                if (pass == 0) {
-                    bytes += strlen(calls[k].name) + 1;
-                    if (calls[k].arguments_json) bytes += strlen(calls[k].arguments_json) + 1;
-                } else {
-                    calls[k].name = copy_to(&at, calls[k].name);
-                    calls[k].arguments_json = copy_to(&at, calls[k].arguments_json);
-                }
-            }
-        }
-    }
+    size_t bytes = 1; /* never malloc(0) */
+    each_message_string(r, count_string, &bytes);
+    char *at = own(r, malloc(bytes));
+    if (!at) return ts_error(TS_ERR_NOMEM, "out of memory");
+    each_message_string(r, copy_string, &at);
     for (int i = 0; i < r->n_images; i++) {
         free(r->images[i].data);
         r->images[i].data = NULL;
