@@ -322,21 +322,26 @@ void ts_sampler_free(ts_sampler *s);
 /* Picks the next token from a row of n_vocab logits. Deterministic for a given seed and
  * sequence of calls. */
 int32_t ts_sampler_sample(ts_sampler *s, const float *logits);
-/* A change to one token's logit before a draw: l = (l > 0 ? l / rep : l * rep) - sub, rep being
- * the sampler's repetition penalty (ts_sampler_set_adjust); the server's repetition, frequency
- * and presence penalties take this form. */
+/* A change to one token's logit before a draw: v = l + bias; then the repetition penalty,
+ * v = v > 0 ? v / rep : v * rep, where rep is a positive finite number other than 1 (else
+ * none); then l = v - sub. The server's logit_bias is the bias, its repetition penalty the rep
+ * of the tokens already in the prompt or the answer, its frequency and presence penalties the
+ * sub (the order of llama.cpp's and vLLM's samplers: the bias before the penalties). */
 typedef struct {
     int32_t id;
-    float sub;
+    float bias, rep, sub;
 } ts_logit_adjust;
+
+/* Applies the n entries of adj to a row of n_vocab logits, in order; entries whose id is
+ * outside the row are skipped. The host's and the devices' draws apply them with these float
+ * operations. */
+void ts_logit_adjust_apply(const ts_logit_adjust *adj, int n, float *logits, int n_vocab);
 
 /* Logit adjustments for the draws of ts_engine_forward_sample that follow (applied to the step's
  * logits where they are, before temperature), until set again: the n entries of adj (distinct
- * ids; the array is read at each draw, so it must stay valid and may grow between draws), with
- * repetition penalty rep (1: none; not a positive finite number: none either); entries whose id
- * is outside the vocabulary are skipped. n = 0 removes them. ts_sampler_sample never applies
- * them: its caller owns the logits. */
-void ts_sampler_set_adjust(ts_sampler *s, float rep, const ts_logit_adjust *adj, int n);
+ * ids; the array is read at each draw, so it must stay valid and may grow between draws).
+ * n = 0 removes them. ts_sampler_sample never applies them: its caller owns the logits. */
+void ts_sampler_set_adjust(ts_sampler *s, const ts_logit_adjust *adj, int n);
 
 /* log(sum_i exp(logits[i])) over a row of n_vocab logits (NaN entries left out), for
  * log-probabilities: the CPU's vector exp in float, within ~1e-6 of a float64 sum. */

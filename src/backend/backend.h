@@ -83,7 +83,6 @@ typedef struct {
     float temperature, top_p, min_p;
     int top_k;
     double u;
-    float rep;
     int n_adjust;
     const ts_logit_adjust *adjust;
     int list;

@@ -26,7 +26,6 @@ struct ts_sampler {
     int32_t *pid; /* [n_vocab]: their token ids */
     const cpu_seq_kernels *k; /* the CPU's vector exp */
     /* ts_sampler_set_adjust's: the caller's array */
-    float rep;
     const ts_logit_adjust *adj;
     int n_adj;
 };
@@ -53,7 +52,6 @@ ts_status ts_sampler_create(const ts_sampler_params *p, int n_vocab, ts_sampler 
         return ts_error(TS_ERR_NOMEM, "out of memory");
     }
     s->k = cpu_seq_pick(cpu_isa_best());
-    s->rep = 1.0f;
     s->p = *p;
     s->n_vocab = n_vocab;
     s->rng = p->seed;
@@ -366,24 +364,27 @@ bool ts_sampler_logprobs_list(ts_sampler *s, const ts_sample_res *res, float cho
 
 int ts_sampler_n_vocab(const ts_sampler *s) { return s->n_vocab; }
 
-void ts_sampler_set_adjust(ts_sampler *s, float rep, const ts_logit_adjust *adj, int n) {
-    s->rep = rep > 0.0f && isfinite(rep) ? rep : 1.0f; /* a division by 0 or NaN: none */
+void ts_sampler_set_adjust(ts_sampler *s, const ts_logit_adjust *adj, int n) {
     s->adj = n > 0 ? adj : NULL;
     s->n_adj = n > 0 ? n : 0;
 }
 
-void ts_sampler_adjust(const ts_sampler *s, float *logits) {
-    for (int i = 0; i < s->n_adj; i++) {
-        int32_t id = s->adj[i].id;
-        if (id < 0 || id >= s->n_vocab) continue;
-        float *l = &logits[id];
-        if (s->rep != 1.0f) *l = *l > 0 ? *l / s->rep : *l * s->rep;
-        *l -= s->adj[i].sub;
+void ts_logit_adjust_apply(const ts_logit_adjust *adj, int n, float *logits, int n_vocab) {
+    for (int i = 0; i < n; i++) {
+        const ts_logit_adjust a = adj[i];
+        if (a.id < 0 || a.id >= n_vocab) continue;
+        float v = logits[a.id] + a.bias;
+        if (a.rep != 1.0f && a.rep > 0.0f && isfinite(a.rep)) v = v > 0 ? v / a.rep : v * a.rep;
+        logits[a.id] = v - a.sub;
     }
 }
 
+void ts_sampler_adjust(const ts_sampler *s, float *logits) {
+    ts_logit_adjust_apply(s->adj, s->n_adj, logits, s->n_vocab);
+}
+
 ts_sample_req ts_sampler_request(ts_sampler *s) {
-    ts_sample_req r = {0.0f, 1.0f, 0.0f, 0, 0.0, s->rep, s->n_adj, s->adj, 0};
+    ts_sample_req r = {0.0f, 1.0f, 0.0f, 0, 0.0, s->n_adj, s->adj, 0};
     if (ts_sampler_is_greedy(s)) return r;
     r.temperature = s->p.temperature, r.top_p = s->p.top_p, r.min_p = s->p.min_p;
     r.top_k = s->p.top_k < s->n_vocab ? s->p.top_k : 0;
@@ -397,7 +398,7 @@ ts_sample_req ts_sampler_peek(const ts_sampler *s) {
 }
 
 ts_sample_req ts_sampler_logprob_request(int n_top) {
-    ts_sample_req r = {1.0f, 1.0f, 0.0f, n_top > 1 ? n_top : 1, 0.0, 1.0f, 0, NULL, 1};
+    ts_sample_req r = {1.0f, 1.0f, 0.0f, n_top > 1 ? n_top : 1, 0.0, 0, NULL, 1};
     return r;
 }
 

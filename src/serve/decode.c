@@ -105,39 +105,41 @@ static bool has_penalties(const serve_job *j) {
            j->presence_penalty != 0.0f;
 }
 
-/* The penalties are kept as a list of logit adjustments (ts_logit_adjust), one per token they
- * touch: with a repetition penalty every token of the prompt and the answer, else the answer's.
- * A draw in the forward hands the list to the sampler (ts_sampler_set_adjust); the first token,
- * drawn here from the prompt's logits, gets it applied here, with the same float operations. */
+/* The request's logit_bias and its penalties are kept as a list of logit adjustments
+ * (ts_logit_adjust), one per token they touch: the biased tokens; with a repetition penalty
+ * every token of the prompt and the answer, else with the other penalties the answer's. A draw
+ * in the forward hands the list to the sampler (ts_sampler_set_adjust); the first token, drawn
+ * here from the prompt's logits, gets it applied here (ts_logit_adjust_apply, the same float
+ * operations). */
 
-/* The penalties on the logits a draw on the host reads. */
-static void apply_penalties(const serve_lane *ln, float *logits) {
-    float rep = ln->job->repetition_penalty;
-    for (int i = 0; i < ln->n_adj; i++) {
-        float *l = &logits[ln->adj[i].id];
-        if (rep != 1.0f) *l = *l > 0 ? *l / rep : *l * rep;
-        *l -= ln->adj[i].sub;
-    }
-}
-
-/* Sets token t's adjustment: its frequency and presence terms once it is in the answer. */
+/* Token t is in the prompt or the answer: the repetition penalty applies to it, and its
+ * frequency and presence terms once it is in the answer. A biased token keeps its bias. */
 static void adjust_token(serve_lane *ln, int32_t t) {
     const serve_job *j = ln->job;
     float sub = ln->gen_count[t]
                     ? j->frequency_penalty * (float)ln->gen_count[t] + j->presence_penalty
                     : 0.0f;
-    if (ln->adj_at[t] < 0) ln->adj_at[t] = ln->n_adj++;
-    ln->adj[ln->adj_at[t]] = (ts_logit_adjust){t, sub};
+    if (ln->adj_at[t] < 0) {
+        ln->adj_at[t] = ln->n_adj++;
+        ln->adj[ln->adj_at[t]] = (ts_logit_adjust){t, 0.0f, 1.0f, 0.0f};
+    }
+    ts_logit_adjust *a = &ln->adj[ln->adj_at[t]];
+    a->rep = j->repetition_penalty;
+    a->sub = sub;
 }
 
-/* The list of a new job: every token of the prompt when the repetition penalty applies (answer
- * tokens join as they come); empty without penalties. */
+/* The list of a new job: its biased tokens, then every token of the prompt when the repetition
+ * penalty applies (answer tokens join as they come). */
 static void adjust_reset(serve_lane *ln) {
     const serve_job *j = ln->job;
     for (int i = 0; i < ln->n_adj; i++)
         ln->adj_at[ln->adj[i].id] = -1;
     ln->n_adj = 0;
-    if (has_penalties(j) && j->repetition_penalty != 1.0f)
+    for (int i = 0; i < j->n_bias; i++) { /* distinct ids in the vocabulary (preparation) */
+        ln->adj_at[j->bias[i].id] = ln->n_adj;
+        ln->adj[ln->n_adj++] = j->bias[i];
+    }
+    if (j->repetition_penalty != 1.0f)
         for (int i = 0; i < j->n_ids; i++)
             adjust_token(ln, j->ids[i]);
 }
@@ -451,8 +453,8 @@ static void lane_token(serve_decoder *d, serve_lane *ln, int32_t tok, const ts_l
     ln->seq[ln->n_seq++] = tok;
     ln->gen_count[tok]++;
     if (ln->penalised) {
-        adjust_token(ln, tok);
-        ts_sampler_set_adjust(ln->smp, j->repetition_penalty, ln->adj, ln->n_adj);
+        if (has_penalties(j)) adjust_token(ln, tok);
+        ts_sampler_set_adjust(ln->smp, ln->adj, ln->n_adj);
     }
     ln->answer_pending = true;
     ts_status st = TS_OK;
@@ -513,7 +515,7 @@ static void lane_first_token(serve_decoder *d, serve_lane *ln, float *logits) {
      * log-probabilities those are computed there too (a short list comes back), so the tokens
      * drawn do not depend on whether they were asked for. */
     ln->want_lp = j->top_logprobs >= 0;
-    ln->penalised = has_penalties(j);
+    ln->penalised = has_penalties(j) || j->n_bias > 0;
     ln->n_top = j->top_logprobs < TS_MAX_TOP_LOGPROBS ? j->top_logprobs : TS_MAX_TOP_LOGPROBS;
     ln->k = 0;
     adjust_reset(ln);
@@ -529,7 +531,7 @@ static void lane_first_token(serve_decoder *d, serve_lane *ln, float *logits) {
         lane_end(d, ln, SERVE_FINISH_ERROR, st);
         return;
     }
-    apply_penalties(ln, logits);
+    ts_logit_adjust_apply(ln->adj, ln->n_adj, logits, d->n_vocab);
     int32_t tok = -1;
     if (!constrained(ln))
         tok = ts_sampler_sample(ln->smp, logits);

@@ -27,6 +27,7 @@ void serve_job_ref(serve_job *j) { atomic_fetch_add(&j->refs, 1); }
 void serve_job_unref(serve_job *j) {
     if (!j || atomic_fetch_sub(&j->refs, 1) != 1) return;
     free(j->ids);
+    free(j->bias);
     for (int i = 0; i < j->n_stops; i++) free(j->stops[i]);
     ts_strbuf_free(&j->text);
     free(j->seg);

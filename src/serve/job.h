@@ -45,6 +45,8 @@ typedef struct serve_job {
     int max_tokens;
     ts_sampler_params sp;
     float presence_penalty, frequency_penalty, repetition_penalty;
+    ts_logit_adjust *bias; /* owned: the request's logit_bias, distinct ids in the vocabulary */
+    int n_bias;
     char *stops[SERVE_MAX_STOPS]; /* owned */
     int n_stops;
     bool in_think;     /* the prompt ends inside <think> */

@@ -397,6 +397,45 @@ static bool parse_prompt(serve_request *r, const json_t *root, serve_error *e) {
     return true;
 }
 
+static int by_id(const void *a, const void *b) {
+    int32_t x = ((const ts_logit_adjust *)a)->id, y = ((const ts_logit_adjust *)b)->id;
+    return (x > y) - (x < y);
+}
+
+/* logit_bias: {"token id": bias in [-100, 100]} (OpenAI), each id at most once; the ids are
+ * checked against the vocabulary by preparation. Kept sorted by id. */
+static bool parse_logit_bias(serve_request *r, const json_t *o, serve_error *e) {
+    const json_t *lb = field(o, "logit_bias");
+    if (!lb) return true;
+    if (!json_is_object(lb))
+        return serve_fail(e, 400, "invalid_value", "logit_bias",
+                          "'logit_bias' must be an object of token ids and biases");
+    size_t n = json_object_size(lb);
+    if (!n) return true;
+    r->logit_bias = malloc(n * sizeof *r->logit_bias);
+    if (!r->logit_bias) return serve_fail(e, 500, "internal_error", NULL, "out of memory");
+    const char *key;
+    const json_t *v;
+    json_object_foreach((json_t *)lb, key, v) {
+        size_t len = strspn(key, "0123456789");
+        if (len == 0 || key[len] || len > 9)
+            return serve_fail(e, 400, "invalid_value", "logit_bias",
+                              "logit_bias: '%.40s' is not a token id (a decimal number)", key);
+        double b = json_is_number(v) ? json_number_value(v) : NAN;
+        if (!(b >= -100 && b <= 100))
+            return serve_fail(e, 400, "invalid_value", "logit_bias",
+                              "logit_bias['%s'] must be a number in [-100, 100]", key);
+        r->logit_bias[r->n_logit_bias++] =
+            (ts_logit_adjust){(int32_t)atol(key), (float)b, 1.0f, 0.0f};
+    }
+    qsort(r->logit_bias, n, sizeof *r->logit_bias, by_id);
+    for (size_t i = 1; i < n; i++)
+        if (r->logit_bias[i].id == r->logit_bias[i - 1].id)
+            return serve_fail(e, 400, "invalid_value", "logit_bias",
+                              "logit_bias names token %d more than once", r->logit_bias[i].id);
+    return true;
+}
+
 static bool parse_sampling(serve_request *r, const json_t *o, int max_tokens_cap, serve_error *e) {
     long long x = -1, y = -1;
     const char *mt = r->api == SERVE_API_CHAT ? "max_completion_tokens" : "max_tokens";
@@ -440,7 +479,7 @@ static bool parse_sampling(serve_request *r, const json_t *o, int max_tokens_cap
     d = 1;
     if (!get_num(o, "repetition_penalty", 0, 2, true, &d, e)) return false;
     r->repetition_penalty = (float)d;
-    return true;
+    return parse_logit_bias(r, o, e);
 }
 
 static bool parse_logprobs(serve_request *r, const json_t *o, serve_error *e) {
@@ -801,13 +840,13 @@ bool serve_request_parse(serve_api api, json_t *root, const char *const *model_i
     if (api == SERVE_API_CHAT) {
         if (!parse_chat_extras(r, root, e)) return false;
         if (!parse_tools(r, root, e)) return false;
-        static const char *const unsupported[] = {"functions", "function_call", "logit_bias",
-                                                  "audio", "prediction", NULL};
+        static const char *const unsupported[] = {"functions", "function_call", "audio",
+                                                  "prediction", NULL};
         if (!refuse_unsupported(root, unsupported, e)) return false;
     } else {
         if (!parse_response_format(r, root, e) || !parse_other_constraints(r, root, e))
             return false;
-        static const char *const unsupported[] = {"suffix", "logit_bias", NULL};
+        static const char *const unsupported[] = {"suffix", NULL};
         if (!refuse_unsupported(root, unsupported, e)) return false;
         bool echo = false;
         if (!get_bool(root, "echo", &echo, e)) return false;
@@ -880,6 +919,7 @@ void serve_request_free(serve_request *r) {
     ts_grammar_free(r->grammar);
     free(r->msgs);
     free(r->prompt_ids);
+    free(r->logit_bias);
     json_decref(r->root);
     memset(r, 0, sizeof *r);
 }

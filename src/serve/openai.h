@@ -42,6 +42,8 @@ typedef struct serve_request {
     ts_sampler_params sp;
     bool has_seed;
     float presence_penalty, frequency_penalty, repetition_penalty;
+    ts_logit_adjust *logit_bias; /* owned; logit_bias sorted by id, the bias field alone set */
+    int n_logit_bias;
     int top_logprobs; /* -1 = no logprobs */
     int enable_thinking;
     bool ignore_eos;

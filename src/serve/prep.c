@@ -94,6 +94,11 @@ static uint64_t random_seed(void) {
 bool serve_prepare(const serve_runtime *rt, const serve_request *r, int max_tokens_cap,
                    serve_job *j, serve_error *e) {
     int n = 0;
+    int32_t top_id = r->n_logit_bias ? r->logit_bias[r->n_logit_bias - 1].id : -1; /* sorted */
+    if (top_id >= rt->n_vocab)
+        return serve_fail(e, 400, "invalid_value", "logit_bias",
+                          "logit_bias: token id %d is not in the vocabulary of %d", top_id,
+                          rt->n_vocab);
     if (!tokenize(rt, r, &j->images, &j->ids, &n, e)) return false;
     j->n_ids = n;
     const char *mt = r->api == SERVE_API_CHAT && !json_object_get(r->root, "max_tokens")
@@ -125,6 +130,12 @@ bool serve_prepare(const serve_runtime *rt, const serve_request *r, int max_toke
     j->presence_penalty = r->presence_penalty;
     j->frequency_penalty = r->frequency_penalty;
     j->repetition_penalty = r->repetition_penalty;
+    if (r->n_logit_bias) {
+        j->bias = malloc((size_t)r->n_logit_bias * sizeof *j->bias);
+        if (!j->bias) return serve_fail(e, 500, "internal_error", NULL, "out of memory");
+        memcpy(j->bias, r->logit_bias, (size_t)r->n_logit_bias * sizeof *j->bias);
+        j->n_bias = r->n_logit_bias;
+    }
     j->top_logprobs = r->top_logprobs;
     j->ignore_eos = r->ignore_eos;
     /* thinking is open when the prompt's last <think> is after its last </think> */

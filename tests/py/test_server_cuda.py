@@ -1,6 +1,7 @@
 """The server on a GPU (`--device cuda`) answers the same with and without decoding ahead
-(TESSERA_DECODE_AHEAD=0): greedy and seeded sampled chats, penalised ones, a stop string, a
-follow-up turn that reuses the conversation's prefix, and a stream. Decoding ahead queues each next step before the
+(TESSERA_DECODE_AHEAD=0): greedy and seeded sampled chats, penalised and biased ones, a stop
+string, a follow-up turn that reuses the conversation's prefix, and a stream. Decoding ahead
+queues each next step before the
 caller has seen the token (engine/ahead.c); a stop, a second turn or another request must drop
 the held step without a trace. Skipped where the binary has no CUDA or there is no device."""
 import json
@@ -33,6 +34,9 @@ def requests_for(srv):
              presence_penalty=0.5, **LONG))
     ask(chat("Tell me about the sea.", temperature=0.8, top_k=40, repetition_penalty=1.1,
              seed=10, **LONG))
+    # logit_bias: entries of the same list, held steps get them at their launch too
+    ask(chat("Tell me about the sea.", temperature=0.8, seed=11, repetition_penalty=1.2,
+             logit_bias={str(t): 2.0 for t in range(100, 140)}, **LONG))
     ask({"messages": [{"role": "user", "content": "Tell me about the sea."},
                       {"role": "assistant", "content": first},
                       {"role": "user", "content": "And the sky?"}],
@@ -83,6 +87,16 @@ def test_decoding_ahead_answers_the_same():
     for off, on in zip(*answers):
         assert off == on
     assert answers[1][3][1] == "stop"  # the stop string was met mid-way
+
+
+def test_logit_bias_on_the_gpu():
+    """logit_bias applied by the device's draws (test_server_logit_bias.py's checks)."""
+    from test_server_logit_bias import (check_ban_holds_through_the_answer,
+                                        check_bias_moves_the_first_token)
+
+    with serve_cuda({}) as srv:
+        check_bias_moves_the_first_token(srv)
+        check_ban_holds_through_the_answer(srv)
 
 
 def test_gpu_prefills_a_long_prompt_in_one_call():

@@ -152,7 +152,14 @@ TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": 
      "unsupported_feature", "messages[1].function_call"),
     ({"messages": U + [{"role": "tool", "content": "r", "tool_call_id": 5}]}, "invalid_value",
      "messages[1].tool_call_id"),
-    ({"messages": U, "logit_bias": {"1": 2}}, "unsupported_feature", "logit_bias"),
+    ({"messages": U, "logit_bias": [[1, 2]]}, "invalid_value", "logit_bias"),
+    ({"messages": U, "logit_bias": {"a1": 2}}, "invalid_value", "logit_bias"),
+    ({"messages": U, "logit_bias": {"-1": 2}}, "invalid_value", "logit_bias"),
+    ({"messages": U, "logit_bias": {"1": 101}}, "invalid_value", "logit_bias"),
+    ({"messages": U, "logit_bias": {"1": "2"}}, "invalid_value", "logit_bias"),
+    ({"messages": U, "logit_bias": {"1": 2, "01": 3}}, "invalid_value", "logit_bias"),
+    ({"messages": U, "logit_bias": {"999999": 2}}, "invalid_value", "logit_bias"),
+    ({"messages": U, "audio": {"voice": "alloy"}}, "unsupported_feature", "audio"),
     ({"messages": U, "stop": ["a", "b", "c", "d", "e"]}, "invalid_stop", "stop"),
     ({"messages": U, "stop": 5}, "invalid_stop", "stop"),
     ({"messages": U, "stop": [""]}, "invalid_stop", "stop"),
@@ -174,6 +181,8 @@ def test_400(srv, body, code, param):
     ({"prompt": "x", "echo": True}, "unsupported_feature"),
     ({"prompt": "x", "logprobs": 21}, "invalid_value"),
     ({"prompt": "x", "suffix": "y"}, "unsupported_feature"),
+    ({"prompt": "x", "logit_bias": {"5": -101}}, "invalid_value"),
+    ({"prompt": [1, 2], "logit_bias": {"999999": 1}}, "invalid_value"),
 ])
 def test_400_completions(srv, body, code):
     expect(srv, 400, code, "POST", "/v1/completions", body)
@@ -199,6 +208,16 @@ def test_validation_order(srv):
            {"messages": [], "temperature": 9}, param="messages")
     expect(srv, 400, "invalid_value", "POST", "/v1/chat/completions",
            {"messages": U, "temperature": 9, "top_p": 9}, param="temperature")
+    # logit_bias after repetition_penalty, before logprobs; its ids against the vocabulary
+    # before the prompt is read
+    expect(srv, 400, "invalid_value", "POST", "/v1/chat/completions",
+           {"messages": U, "repetition_penalty": 9, "logit_bias": {"x": 1}},
+           param="repetition_penalty")
+    expect(srv, 400, "invalid_value", "POST", "/v1/chat/completions",
+           {"messages": U, "logit_bias": {"x": 1}, "top_logprobs": 5}, param="logit_bias")
+    expect(srv, 400, "invalid_value", "POST", "/v1/chat/completions",
+           {"messages": [{"role": "user", "content": "w " * 5000}],
+            "logit_bias": {"999999": 1}}, param="logit_bias")
     # context before stop parsing
     expect(srv, 400, "context_length_exceeded", "POST", "/v1/chat/completions",
            {"messages": [{"role": "user", "content": "w " * 5000}], "stop": 5})

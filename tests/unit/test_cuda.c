@@ -2446,23 +2446,18 @@ static void test_sample_plain_rows(void) {
     free(x);
 }
 
-/* With n_adj adjustments (penalties), the device sampler gets them (ts_sampler_set_adjust) and
- * applies them to its copy of the row, which is uploaded again before each draw; the host side
- * and the truth see the row with the adjustments applied here. */
+/* With n_adj adjustments (logit biases, penalties), the device sampler gets them
+ * (ts_sampler_set_adjust) and applies them to its copy of the row, which is uploaded again
+ * before each draw; the host side and the truth see the row with the adjustments applied here. */
 static int sample_row_case(const float *x0, int V, const ts_sampler_params *sp, int draws,
-                           int *longest, int *agree, float rep, const ts_logit_adjust *adj,
-                           int n_adj) {
+                           int *longest, int *agree, const ts_logit_adjust *adj, int n_adj) {
     float *dx = dev(x0, (size_t)V);
     float *x = malloc((size_t)V * sizeof *x);
     memcpy(x, x0, (size_t)V * sizeof *x);
-    for (int i = 0; i < n_adj; i++) {
-        float *l = &x[adj[i].id];
-        if (rep != 1.0f) *l = *l > 0 ? *l / rep : *l * rep;
-        *l -= adj[i].sub;
-    }
+    ts_logit_adjust_apply(adj, n_adj, x, V);
     ts_sampler *hs = NULL, *ds = NULL;
     CHECK(ts_sampler_create(sp, V, &hs) == TS_OK && ts_sampler_create(sp, V, &ds) == TS_OK);
-    if (ds) ts_sampler_set_adjust(ds, rep, adj, n_adj);
+    if (ds) ts_sampler_set_adjust(ds, adj, n_adj);
     float *lg = malloc((size_t)V * sizeof *lg);
     int32_t *tk = malloc((size_t)V * sizeof *tk);
     uint8_t *in_list = calloc((size_t)V, 1), *reach = calloc((size_t)V, 1);
@@ -2562,15 +2557,13 @@ static void test_sample_logprobs(bool quick) {
                 row[(r * 7 + 1) % V] = NAN, row[V / 2] = -INFINITY, row[V - 1] = NAN;
                 if (shape == 0) row[(V / 5 + r) % V] = 14.0f;
             }
-            for (int i = 0; i < 64; i++)
+            for (int i = 0; i < 64; i++) /* biases, penalties, both */
                 adj[i] = (ts_logit_adjust){(int32_t)(((int64_t)i * 7919 + V / 5) % V),
-                                           0.5f * (float)(i % 3)};
+                                           i % 4 ? 0.0f : 1.5f - 0.75f * (float)(i % 8),
+                                           i % 4 == 1 ? 1.0f : 1.2f, 0.5f * (float)(i % 3)};
             float *xa = malloc((size_t)R * V * sizeof *xa); /* row 1 adjusted, as the device */
             memcpy(xa, x, (size_t)R * V * sizeof *xa);
-            for (int i = 0; i < 64; i++) {
-                float *l = &xa[(size_t)V + adj[i].id];
-                *l = (*l > 0 ? *l / 1.2f : *l * 1.2f) - adj[i].sub;
-            }
+            ts_logit_adjust_apply(adj, 64, xa + V, V);
             float *dx = dev(x, (size_t)R * V), *dy = dev(x, (size_t)R * V);
             ts_sampler *sa[R], *sb[R];
             ts_sample_req ra[R], rb[R], lq[R];
@@ -2581,8 +2574,8 @@ static void test_sample_logprobs(bool quick) {
                 sa[r] = sb[r] = NULL;
                 CHECK(ts_sampler_create(&ps[r], V, &sa[r]) == TS_OK &&
                       ts_sampler_create(&ps[r], V, &sb[r]) == TS_OK);
-                if (r == 1) ts_sampler_set_adjust(sa[r], 1.2f, adj, 64);
-                if (r == 1) ts_sampler_set_adjust(sb[r], 1.2f, adj, 64);
+                if (r == 1) ts_sampler_set_adjust(sa[r], adj, 64);
+                if (r == 1) ts_sampler_set_adjust(sb[r], adj, 64);
                 ra[r] = ts_sampler_request(sa[r]), rb[r] = ts_sampler_request(sb[r]);
                 lq[r] = ts_sampler_logprob_request(tops[(r + si + shape) % 3]);
                 oa[r] = (ts_sample_res){-1, 0, NULL, NULL, 0};
@@ -2628,7 +2621,7 @@ static void test_sample_logprobs(bool quick) {
         ts_sampler *s = NULL;
         CHECK(ts_sampler_create(&ps[1], V, &s) == TS_OK);
         if (s) {
-            ts_sampler_set_adjust(s, 1.2f, adj, 64);
+            ts_sampler_set_adjust(s, adj, 64);
             ts_sample_req rq = ts_sampler_request(s), lq = ts_sampler_logprob_request(5);
             ts_sample_res o = {-1, 0, NULL, NULL, 0}, l = {-1, 0, NULL, NULL, 0};
             float ch = 0;
@@ -2664,7 +2657,7 @@ static void test_sample(bool quick) {
                  * sorts the list) */
                 bool slow = shape == 1 && ps[pi].top_p < 1.0f && ps[pi].top_k == 0;
                 int longest = 0, agree = 0, draws = quick ? 2 : slow ? 6 : 40;
-                int bad = sample_row_case(x, V, &ps[pi], draws, &longest, &agree, 1.0f, NULL, 0);
+                int bad = sample_row_case(x, V, &ps[pi], draws, &longest, &agree, NULL, 0);
                 CHECKF(bad == 0, "V=%d %s params %d: %d of %d device draws wrong%s", V,
                        shape ? "flat" : "peaked", pi, bad % 1000000, draws,
                        bad >= 1000000 ? ", and every draw was the same token" : "");
@@ -2676,7 +2669,8 @@ static void test_sample(bool quick) {
             free(x);
         }
     /* penalties as adjustments: 300 tokens (the favourite among them) with repetition penalty
-     * 1.3, half of them with a frequency / presence term, applied on the device */
+     * 1.3 but every fifth, half of them with a frequency / presence term, every seventh with a
+     * logit bias, applied on the device */
     {
         ts_logit_adjust adj[300];
         for (int si = 0; si < 3; si += 2) {
@@ -2685,11 +2679,13 @@ static void test_sample(bool quick) {
             x[V / 5] = 14.0f;
             for (int i = 0; i < 300; i++)
                 adj[i] = (ts_logit_adjust){(int32_t)((V / 5 + (int64_t)i * 7919) % V),
+                                           i % 7 ? 0.0f : 2.0f - 0.5f * (float)(i % 9),
+                                           i % 5 ? 1.3f : 1.0f,
                                            i % 2 ? 0.0f : 0.25f + 0.5f * (float)(i % 5)};
             for (int pi = 0; pi < 10; pi++) {
                 if (pi == 3 || pi == 5 || pi >= 8) continue; /* covered above */
                 int longest = 0, agree = 0, draws = quick ? 2 : 30;
-                int bad = sample_row_case(x, V, &ps[pi], draws, &longest, &agree, 1.3f, adj, 300);
+                int bad = sample_row_case(x, V, &ps[pi], draws, &longest, &agree, adj, 300);
                 CHECKF(bad == 0, "V=%d with adjustments, params %d: %d of %d device draws wrong",
                        V, pi, bad % 1000000, draws);
             }
@@ -2732,10 +2728,10 @@ static void test_sample(bool quick) {
 /* ts_engine_forward_sample on the GPU: the tokens of 24 decode steps, drawn on the device inside
  * the replayed step, must be those the host sampler draws from the logits that
  * ts_engine_forward of a second engine downloads, from the same seed. */
-/* Two samplers of the same parameters p over V tokens, adjusting the logits alike: repetition
- * penalty pen and the 40 entries of adj (which the samplers read at each draw: the caller's
- * array, filled here), entry i token (mul * i) % V less step * (i % mod). False (both freed)
- * where either cannot be made. */
+/* Two samplers of the same parameters p over V tokens, adjusting the logits alike by the 40
+ * entries of adj (which the samplers read at each draw: the caller's array, filled here), entry
+ * i token (mul * i) % V with repetition penalty pen, less step * (i % mod), every fifth biased
+ * by step * (i % 3) first. False (both freed) where either cannot be made. */
 static bool adjusted_pair(const ts_sampler_params *p, int V, int mul, float step, int mod,
                           float pen, ts_logit_adjust adj[40], ts_sampler **sa, ts_sampler **sb) {
     *sa = *sb = NULL;
@@ -2746,9 +2742,10 @@ static bool adjusted_pair(const ts_sampler_params *p, int V, int mul, float step
         return false;
     }
     for (int i = 0; i < 40; i++)
-        adj[i] = (ts_logit_adjust){(mul * i) % V, step * (float)(i % mod)};
-    ts_sampler_set_adjust(*sa, pen, adj, 40);
-    ts_sampler_set_adjust(*sb, pen, adj, 40);
+        adj[i] = (ts_logit_adjust){(mul * i) % V, i % 5 ? 0.0f : step * (float)(i % 3), pen,
+                                   step * (float)(i % mod)};
+    ts_sampler_set_adjust(*sa, adj, 40);
+    ts_sampler_set_adjust(*sb, adj, 40);
     return true;
 }
 
@@ -2924,20 +2921,28 @@ static void test_engine_sample(void) {
     ts_model_close(m);
 }
 
-/* A penalty list kept as the server keeps one (serve/decode.c): with a repetition penalty every
- * token of the prompt, then each drawn token; its entry's sub the frequency penalty times its
- * count in the answer plus the presence penalty. */
+/* A penalty list kept as the server keeps one (serve/decode.c): two biased tokens, then with a
+ * repetition penalty every token of the prompt, then each drawn token; its entry's sub the
+ * frequency penalty times its count in the answer plus the presence penalty. */
 typedef struct {
     ts_logit_adjust *adj;
     int *at, *count, n;
-    float freq, pres;
+    float rep, freq, pres;
 } pen_list;
 
 static void pen_token(pen_list *l, int32_t t, bool drawn) {
     if (drawn) l->count[t]++;
-    if (l->at[t] < 0) l->at[t] = l->n++;
-    float sub = l->count[t] ? l->freq * (float)l->count[t] + l->pres : 0.0f;
-    l->adj[l->at[t]] = (ts_logit_adjust){t, sub};
+    if (l->at[t] < 0) {
+        l->at[t] = l->n++;
+        l->adj[l->at[t]] = (ts_logit_adjust){t, 0.0f, 1.0f, 0.0f};
+    }
+    l->adj[l->at[t]].rep = l->rep;
+    l->adj[l->at[t]].sub = l->count[t] ? l->freq * (float)l->count[t] + l->pres : 0.0f;
+}
+
+static void pen_bias(pen_list *l, int32_t t, float bias) {
+    l->at[t] = l->n++;
+    l->adj[l->at[t]] = (ts_logit_adjust){t, bias, 1.0f, 0.0f};
 }
 
 /* Penalised draws decoded ahead: the held step is given the penalty list as it is at its launch
@@ -2973,10 +2978,12 @@ static void test_engine_penalties_ahead(void) {
                       malloc((size_t)V * sizeof(int)),
                       calloc((size_t)V, sizeof(int)),
                       0,
+                      cases[c].rep,
                       cases[c].freq,
                       cases[c].pres};
         for (int t = 0; t < V; t++)
             l.at[t] = -1;
+        pen_bias(&l, 9 % V, 2.0f), pen_bias(&l, 4 % V, -1.5f);
         for (int i = 0; i < cases[c].prompt; i++)
             pen_token(&l, (int32_t)((i * 37 + 5) % V), false);
         float *lg = malloc((size_t)V * sizeof *lg);
@@ -2985,8 +2992,8 @@ static void test_engine_penalties_ahead(void) {
         int diff = 0, lpdiff = 0, n_top = cases[c].n_top;
         const long held0 = ea->ahead.launched_held;
         for (int i = 0; i < steps; i++) {
-            ts_sampler_set_adjust(sa, cases[c].rep, l.adj, l.n);
-            ts_sampler_set_adjust(sb, cases[c].rep, l.adj, l.n);
+            ts_sampler_set_adjust(sa, l.adj, l.n);
+            ts_sampler_set_adjust(sb, l.adj, l.n);
             int32_t p = i, tb = ta;
             ts_batch ba = {1, &ta, &p, &sl, NULL, NULL, NULL},
                      bb = {1, &tb, &p, &sl, NULL, NULL, NULL};
@@ -4033,11 +4040,11 @@ static bool ahead_run(ts_engine *e, int B, int steps, int swap, int clear, int32
  * forward's logits. */
 static bool ahead_sampled_run(ts_engine *e, const ts_sampler_params *sp, bool penalty, int steps,
                               int swap, int32_t *ids, float *lg) {
-    static const ts_logit_adjust adj[1] = {{5, 0.5f}};
+    static const ts_logit_adjust adj[1] = {{5, 0.0f, 1.3f, 0.5f}};
     int V = ts_engine_n_vocab(e);
     ts_sampler *smp = NULL;
     if (ts_sampler_create(sp, V, &smp) != TS_OK) return false;
-    if (penalty) ts_sampler_set_adjust(smp, 1.3f, adj, 1);
+    if (penalty) ts_sampler_set_adjust(smp, adj, 1);
     ts_engine_slot_clear(e, 0);
     int32_t tok = 3, s0 = 0;
     bool ok = true;

@@ -204,10 +204,12 @@ static void check_sample_batch(const char *model, ts_model *m) {
     float *lg = malloc((size_t)2 * V * sizeof *lg), *la = malloc((size_t)2 * V * sizeof *la);
     int diff = 0, ldiff = 0, lpdiff = 0;
     for (int r = 0; r < 2; r++) ts_engine_slot_clear(e, on_a[r]);
-    /* row 1 with penalties as adjustments on every token, which the reference applies by hand */
+    /* row 1 with penalties (and every fourth token a bias) as adjustments on every token, which
+     * the reference applies by hand */
     ts_logit_adjust *adj = malloc((size_t)V * sizeof *adj);
-    for (int i = 0; i < V; i++) adj[i] = (ts_logit_adjust){i, 0.7f * (float)(i % 3)};
-    if (sa[1]) ts_sampler_set_adjust(sa[1], 1.2f, adj, V);
+    for (int i = 0; i < V; i++)
+        adj[i] = (ts_logit_adjust){i, i % 4 ? 0.0f : 0.5f, 1.2f, 0.7f * (float)(i % 3)};
+    if (sa[1]) ts_sampler_set_adjust(sa[1], adj, V);
     for (int step = 0; sa[0] && sa[1] && sb[0] && sb[1] && step < 6; step++) {
         for (int r = 0; r < 2; r++)
             CHECK(ts_engine_slot_copy(e, on_a[r], on_b[r]) == TS_OK);
@@ -223,8 +225,8 @@ static void check_sample_batch(const char *model, ts_model *m) {
             CHECK(ts_engine_forward_sample(e, &ba, sa, drawn) == TS_OK);
         CHECK(ts_engine_forward(e, &bb, lg) == TS_OK);
         for (int i = 0; i < V; i++) {
-            float *l = &lg[(size_t)V + adj[i].id];
-            *l = (*l > 0 ? *l / 1.2f : *l * 1.2f) - adj[i].sub;
+            float *l = &lg[(size_t)V + adj[i].id], v = *l + adj[i].bias;
+            *l = (v > 0 ? v / 1.2f : v * 1.2f) - adj[i].sub;
         }
         if (step % 3 == 1) ldiff += memcmp(la, lg, (size_t)2 * V * sizeof *la) != 0;
         for (int r = 0; step % 3 == 2 && r < 2; r++) {

@@ -352,25 +352,41 @@ int main(void) {
         }
     }
 
-    /* logit adjustments (penalties): the formula on listed ids, out-of-range ids skipped, a
-     * repetition penalty that is not a positive finite number taken as none, n 0 removes them */
+    /* logit adjustments (logit_bias, penalties): the bias added first, then the entry's
+     * repetition penalty (one that is not a positive finite number taken as none), then sub;
+     * out-of-range ids skipped; n 0 removes them */
     {
         ts_sampler *as = make(1.0f, 0, 1.0f, 0.0f, 1);
-        const ts_logit_adjust adj[4] = {{3, 0.5f}, {13, 0.0f}, {-1, 9.0f}, {V, 9.0f}};
         float row[V], want[V];
         for (int rep_i = 0; as && rep_i < 4; rep_i++) {
             float rep = (float[]){1.5f, 1.0f, 0.0f, NAN}[rep_i];
             float eff = rep_i < 2 ? rep : 1.0f;
+            const ts_logit_adjust adj[6] = {{3, 0.0f, rep, 0.5f},   {13, 0.0f, rep, 0.0f},
+                                            {5, -2.5f, 1.0f, 0.0f}, {7, 4.0f, rep, 0.25f},
+                                            {-1, 9.0f, rep, 9.0f},  {V, 9.0f, rep, 9.0f}};
             memcpy(row, logits, sizeof row), memcpy(want, logits, sizeof want);
             want[3] = (want[3] > 0 ? want[3] / eff : want[3] * eff) - 0.5f;
             want[13] = want[13] > 0 ? want[13] / eff : want[13] * eff;
-            ts_sampler_set_adjust(as, rep, adj, 4);
+            want[5] = want[5] - 2.5f;
+            float b7 = want[7] + 4.0f;
+            want[7] = (b7 > 0 ? b7 / eff : b7 * eff) - 0.25f;
+            ts_sampler_set_adjust(as, adj, 6);
             ts_sampler_adjust(as, row);
             CHECKF(memcmp(row, want, sizeof row) == 0, "adjustments with rep %g", rep);
+            memcpy(row, logits, sizeof row);
+            ts_logit_adjust_apply(adj, 6, row, V);
+            CHECKF(memcmp(row, want, sizeof row) == 0, "ts_logit_adjust_apply with rep %g", rep);
+            if (rep_i == 0) { /* a bias moves the greedy draw */
+                const ts_logit_adjust up = {2, 100.0f, 1.0f, 0.0f};
+                memcpy(row, logits, sizeof row);
+                ts_logit_adjust_apply(&up, 1, row, V);
+                CHECK(ts_sampler_sample(as, row) == 2);
+            }
         }
         if (as) {
+            const ts_logit_adjust adj[1] = {{3, 1.0f, 1.5f, 0.5f}};
             memcpy(row, logits, sizeof row);
-            ts_sampler_set_adjust(as, 1.5f, adj, 0);
+            ts_sampler_set_adjust(as, adj, 0);
             ts_sampler_adjust(as, row);
             CHECK(memcmp(row, logits, sizeof row) == 0);
         }

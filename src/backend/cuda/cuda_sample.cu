@@ -69,11 +69,9 @@ __global__ static void k_smp_zero(uint4 *p, size_t n) {
 /* A row's share of the adjustments (ts_logit_adjust) uploaded for a call. */
 typedef struct {
     int off, n;
-    float rep;
-    int pad;
 } smp_adj_row;
 
-/* The adjustments, in place: the same float operations as ts_sampler_adjust on the host. */
+/* The adjustments, in place: the same float operations as ts_logit_adjust_apply on the host. */
 __global__ static void k_smp_adjust(float *x, int64_t ldx, int n_cols, const smp_adj_row *rows,
                                     const ts_logit_adjust *adj) {
     cuda_pdl_entry();
@@ -82,9 +80,10 @@ __global__ static void k_smp_adjust(float *x, int64_t ldx, int n_cols, const smp
         const ts_logit_adjust a = adj[h.off + i];
         if (a.id < 0 || a.id >= n_cols) continue;
         float *l = x + blockIdx.y * ldx + a.id;
-        float v = *l;
-        if (h.rep != 1.0f) v = v > 0 ? v / h.rep : v * h.rep;
-        *l = v - a.sub;
+        float v = __fadd_rn(*l, a.bias);
+        if (a.rep != 1.0f && a.rep > 0.0f && isfinite(a.rep))
+            v = v > 0 ? __fdiv_rn(v, a.rep) : __fmul_rn(v, a.rep);
+        *l = __fsub_rn(v, a.sub);
     }
 }
 
@@ -100,7 +99,7 @@ static size_t smp_adj_pack(const ts_sample_req *req, int n_rows, int n_cols,
     int off = 0;
     for (int r = 0; r < n_rows; r++) {
         int n = smp_adj_count(&req[r], n_cols);
-        rows[r] = (smp_adj_row){off, n, req[r].rep, 0};
+        rows[r] = (smp_adj_row){off, n};
         if (n) memcpy(entries + off, req[r].adjust, (size_t)n * sizeof *entries);
         off += n;
     }
