@@ -372,6 +372,8 @@ ts_status ts_grammar_from_gbnf(const char *text, size_t len, ts_grammar **out);
 ts_status ts_grammar_from_regex(const char *pattern, size_t len, ts_grammar **out);
 /* Exactly one of the n strings, as written (vLLM's guided_choice). */
 ts_status ts_grammar_from_choices(const char *const *choices, int n, ts_grammar **out);
+/* A copy of g that lives on its own (each of a request's n answers owns one). */
+ts_status ts_grammar_copy(const ts_grammar *g, ts_grammar **out);
 void ts_grammar_free(ts_grammar *g);
 
 /* A tokenizer's vocabulary as bytes, arranged for finding the tokens a grammar allows. Special

@@ -198,7 +198,22 @@ static int held_prefix(const serve_decoder *d, const serve_lane *ln, const serve
     return memcmp(ln->seq, job_keys(j), (size_t)held * sizeof *j->ids) == 0 ? held : 0;
 }
 
+/* Whether a lane is prefilling j's prompt now: j then waits for that prompt's snapshot (kept
+ * as the other's first token comes out) instead of prefilling it again - the n choices of one
+ * request prefill their prompt once. Not without snapshots (--cache-mb 0). */
+static bool same_prompt_prefilling(const serve_decoder *d, const serve_job *j) {
+    if (d->o.cache->n == 0) return false;
+    for (int l = 0; l < d->o.n_lanes; l++) {
+        const serve_job *o = d->lane[l].job;
+        if (o && !d->lane[l].decoding && o->n_ids == j->n_ids &&
+            memcmp(job_keys(o), job_keys(j), (size_t)j->n_ids * sizeof *j->ids) == 0)
+            return true;
+    }
+    return false;
+}
+
 int serve_decoder_pick_lane(serve_decoder *d, const serve_job *j) {
+    if (same_prompt_prefilling(d, j)) return -1;
     int best = -1, best_held = -1;
     for (int l = 0; l < d->o.n_lanes; l++) {
         const serve_lane *ln = &d->lane[l];

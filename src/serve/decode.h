@@ -130,7 +130,8 @@ void serve_decoder_free(serve_decoder *d);
 ts_status serve_decoder_encode_next(serve_decoder *d, serve_images *im);
 ts_status serve_decoder_encode_images(serve_decoder *d, serve_images *im);
 /* The free lane for j: the one already holding the longest prefix of its prompt, else one
- * without idle work pending, the least recently used first; -1 when every lane is busy. */
+ * without idle work pending, the least recently used first; -1 when every lane is busy, or
+ * while another lane prefills j's very prompt (j then starts from its snapshot). */
 int serve_decoder_pick_lane(serve_decoder *d, const serve_job *j);
 /* Starts j on lane l (from serve_decoder_pick_lane): the prefix restore, and when that was the
  * whole prompt (restored with its logits), the first token; the job may end here (then done()

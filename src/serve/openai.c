@@ -364,36 +364,55 @@ static bool parse_messages(serve_request *r, const json_t *root, serve_error *e)
     return true;
 }
 
+/* One prompt: a string, or a list of token ids (p, at param). */
+static bool parse_one_prompt(serve_prompt *out, const json_t *p, const char *param,
+                             serve_error *e) {
+    if (json_is_string(p)) {
+        out->text = json_string_value(p);
+        return true;
+    }
+    size_t n = json_array_size(p), i;
+    const json_t *v;
+    json_array_foreach(p, i, v) {
+        if (!json_is_integer(v) || json_integer_value(v) < 0 ||
+            json_integer_value(v) > INT32_MAX)
+            return serve_fail(e, 400, "invalid_value", "prompt", "%s[%zu] must be a token id",
+                              param, i);
+    }
+    out->ids = malloc((n ? n : 1) * sizeof *out->ids);
+    if (!out->ids) return serve_fail(e, 500, "internal_error", NULL, "out of memory");
+    json_array_foreach(p, i, v) out->ids[i] = (int32_t)json_integer_value(v);
+    out->n_ids = (int)n;
+    return true;
+}
+
+/* prompt: a string, a list of token ids, or a list of those (several prompts, each answered
+ * by its own n choices, as OpenAI's legacy completions and vLLM do). */
 static bool parse_prompt(serve_request *r, const json_t *root, serve_error *e) {
     const json_t *p = json_object_get(root, "prompt");
     if (!p || json_is_null(p))
         return serve_fail(e, 400, "invalid_value", "prompt", "'prompt' is required");
-    if (json_is_array(p) && json_array_size(p) == 1 &&
-        (json_is_string(json_array_get(p, 0)) || json_is_array(json_array_get(p, 0))))
-        p = json_array_get(p, 0);
-    if (json_is_string(p)) {
-        r->prompt = json_string_value(p);
-        return true;
-    }
-    if (!json_is_array(p))
+    bool several = json_is_array(p) && json_array_size(p) > 0 &&
+                   (json_is_string(json_array_get(p, 0)) || json_is_array(json_array_get(p, 0)));
+    if (!json_is_string(p) && !json_is_array(p))
         return serve_fail(e, 400, "invalid_value", "prompt",
-                          "'prompt' must be a string, a list of token ids, or a list of one of "
-                          "those");
-    size_t n = json_array_size(p), i;
-    const json_t *v;
-    json_array_foreach(p, i, v) {
-        if (json_is_string(v) || json_is_array(v))
-            return serve_fail(e, 400, "unsupported_feature", "prompt",
-                              "several prompts in one request are not supported");
-        if (!json_is_integer(v) || json_integer_value(v) < 0 ||
-            json_integer_value(v) > INT32_MAX)
-            return serve_fail(e, 400, "invalid_value", "prompt", "prompt[%zu] must be a token id",
-                              i);
+                          "'prompt' must be a string, a list of token ids, or a list of those");
+    size_t n = several ? json_array_size(p) : 1;
+    if (n > SERVE_MAX_PROMPTS)
+        return serve_fail(e, 400, "invalid_value", "prompt",
+                          "at most %d prompts in one request, not %zu", SERVE_MAX_PROMPTS, n);
+    r->prompts = calloc(n, sizeof *r->prompts);
+    if (!r->prompts) return serve_fail(e, 500, "internal_error", NULL, "out of memory");
+    r->n_prompts = (int)n;
+    for (size_t i = 0; i < n; i++) {
+        const json_t *one = several ? json_array_get(p, i) : p;
+        char param[32];
+        snprintf(param, sizeof param, several ? "prompt[%zu]" : "prompt", i);
+        if (several && !json_is_string(one) && !json_is_array(one))
+            return serve_fail(e, 400, "invalid_value", "prompt",
+                              "%s must be a string or a list of token ids", param);
+        if (!parse_one_prompt(&r->prompts[i], one, param, e)) return false;
     }
-    r->prompt_ids = malloc((n ? n : 1) * sizeof *r->prompt_ids);
-    if (!r->prompt_ids) return serve_fail(e, 500, "internal_error", NULL, "out of memory");
-    json_array_foreach(p, i, v) r->prompt_ids[i] = (int32_t)json_integer_value(v);
-    r->n_prompt_ids = (int)n;
     return true;
 }
 
@@ -805,6 +824,7 @@ bool serve_request_parse(serve_api api, json_t *root, const char *const *model_i
     r->api = api;
     r->root = root;
     r->max_tokens = -1;
+    r->n = 1;
     r->top_logprobs = -1;
     r->enable_thinking = -1;
     ts_sampler_params_default(&r->sp);
@@ -832,9 +852,8 @@ bool serve_request_parse(serve_api api, json_t *root, const char *const *model_i
     if (!parse_sampling(r, root, max_tokens_cap, e)) return false;
     if (!parse_logprobs(r, root, e)) return false;
     long long n = 1;
-    if (!get_int(root, "n", 1, 128, &n, e)) return false;
-    if (n != 1)
-        return serve_fail(e, 400, "unsupported_feature", "n", "only n = 1 is supported");
+    if (!get_int(root, "n", 1, SERVE_MAX_N, &n, e)) return false;
+    r->n = (int)n;
     if (!get_bool(root, "ignore_eos", &r->ignore_eos, e)) return false;
     if (!get_bool(root, "return_token_ids", &r->return_token_ids, e)) return false;
     if (api == SERVE_API_CHAT) {
@@ -905,7 +924,7 @@ ts_status serve_request_detach(serve_request *r) {
     r->n_images = 0;
     json_decref(r->root);
     r->root = NULL;
-    r->model = r->prompt = NULL;
+    r->model = NULL;
     r->stop = NULL;
     return TS_OK;
 }
@@ -918,7 +937,9 @@ void serve_request_free(serve_request *r) {
     free(r->tools_json);
     ts_grammar_free(r->grammar);
     free(r->msgs);
-    free(r->prompt_ids);
+    for (int i = 0; i < r->n_prompts; i++)
+        free(r->prompts[i].ids);
+    free(r->prompts);
     free(r->logit_bias);
     json_decref(r->root);
     memset(r, 0, sizeof *r);

@@ -33,6 +33,17 @@ typedef struct {
     char param[96]; /* "messages[i].content[k]", for errors */
 } serve_image_data;
 
+/* One prompt of a completion request: text (borrowed) or token ids (owned). */
+typedef struct {
+    const char *text;
+    int32_t *ids;
+    int n_ids;
+} serve_prompt;
+
+/* The most prompts one completion request may carry, and the most choices (n) a prompt. */
+#define SERVE_MAX_PROMPTS 128
+#define SERVE_MAX_N       128
+
 typedef struct serve_request {
     serve_api api;
     json_t *root; /* owned; every string below is borrowed from it unless said otherwise */
@@ -58,10 +69,10 @@ typedef struct serve_request {
     char *tools_json; /* owned; NULL = no tools */
     bool parse_tools; /* tools offered and tool_choice is not "none" */
     ts_grammar *grammar; /* owned; the answer's content must follow it (response_format) */
-    /* completions: text, or token ids */
-    const char *prompt;
-    int32_t *prompt_ids; /* owned */
-    int n_prompt_ids;
+    /* completions: one prompt or several (each answered by n choices) */
+    serve_prompt *prompts; /* owned */
+    int n_prompts;
+    int n;              /* choices a prompt (sampled independently; choice c's seed is seed + c) */
     const json_t *stop; /* validated later, by preparation */
 } serve_request;
 

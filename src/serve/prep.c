@@ -1,5 +1,6 @@
 #include "serve/prep.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -19,8 +20,18 @@ bool serve_read_images(const serve_runtime *rt, const serve_request *r, serve_im
     return true;
 }
 
-static bool tokenize(const serve_runtime *rt, const serve_request *r, serve_images *im,
+/* "prompt i: " for messages about one prompt of several; "" otherwise. */
+static const char *which_prompt(const serve_request *r, int prompt, char at[24]) {
+    at[0] = 0;
+    if (r->api == SERVE_API_COMPLETION && r->n_prompts > 1) snprintf(at, 24, "prompt %d: ", prompt);
+    return at;
+}
+
+static bool tokenize(const serve_runtime *rt, const serve_request *r, int prompt, serve_images *im,
                      int32_t **ids, int *n, serve_error *e) {
+    const serve_prompt *p = r->api == SERVE_API_CHAT ? NULL : &r->prompts[prompt];
+    char at[24];
+    which_prompt(r, prompt, at);
     size_t nn = 0;
     *ids = NULL;
     if (r->api == SERVE_API_CHAT) {
@@ -28,25 +39,27 @@ static bool tokenize(const serve_runtime *rt, const serve_request *r, serve_imag
         ts_chat_params cp = {true, r->enable_thinking, r->tools_json, im->tokens, im->n};
         if (ts_chat_tokenize(rt->tok, r->msgs, r->n_msgs, &cp, ids, &nn) != TS_OK)
             return serve_fail(e, 400, "invalid_value", "messages", "%s", ts_last_error());
-    } else if (r->prompt) {
+    } else if (p->text) {
         /* a raw prompt may spell control tokens on purpose (llama-server and vLLM do too) */
-        if (ts_tokenize(rt->tok, r->prompt, strlen(r->prompt), true, ids, &nn) != TS_OK)
-            return serve_fail(e, 400, "invalid_value", "prompt", "%s", ts_last_error());
+        if (ts_tokenize(rt->tok, p->text, strlen(p->text), true, ids, &nn) != TS_OK)
+            return serve_fail(e, 400, "invalid_value", "prompt", "%s%s", at, ts_last_error());
     } else {
-        for (int i = 0; i < r->n_prompt_ids; i++)
-            if (r->prompt_ids[i] >= rt->n_vocab)
-                return serve_fail(e, 400, "invalid_value", "prompt", "prompt[%d]: token id %d is "
-                                  "not in the vocabulary of %d", i, r->prompt_ids[i], rt->n_vocab);
-        nn = (size_t)r->n_prompt_ids;
+        for (int i = 0; i < p->n_ids; i++)
+            if (p->ids[i] >= rt->n_vocab)
+                return serve_fail(e, 400, "invalid_value", "prompt",
+                                  "%sprompt[%d]: token id %d "
+                                  "is not in the vocabulary of %d",
+                                  at, i, p->ids[i], rt->n_vocab);
+        nn = (size_t)p->n_ids;
         *ids = malloc((nn ? nn : 1) * sizeof **ids);
         if (!*ids) return serve_fail(e, 500, "internal_error", NULL, "out of memory");
-        memcpy(*ids, r->prompt_ids, nn * sizeof **ids);
+        memcpy(*ids, p->ids, nn * sizeof **ids);
     }
     if (nn > (size_t)INT32_MAX / 2) nn = (size_t)INT32_MAX / 2; /* caught by the context check */
     *n = (int)nn;
     if (nn == 0)
         return serve_fail(e, 400, "invalid_value", r->api == SERVE_API_CHAT ? "messages" : "prompt",
-                          "the prompt is empty");
+                          "%sthe prompt is empty", at);
     if (im->n && serve_images_bind(im, &rt->vinfo, *ids, *n) != TS_OK)
         return serve_fail(e, 400, "invalid_value", "messages", "%s", ts_last_error());
     return true;
@@ -91,15 +104,16 @@ static uint64_t random_seed(void) {
     return z ^ (z >> 31);
 }
 
-bool serve_prepare(const serve_runtime *rt, const serve_request *r, int max_tokens_cap,
-                   serve_job *j, serve_error *e) {
+bool serve_prepare(const serve_runtime *rt, const serve_request *r, int prompt, int choice,
+                   int max_tokens_cap, serve_job *j, serve_error *e) {
     int n = 0;
+    char at[24];
     int32_t top_id = r->n_logit_bias ? r->logit_bias[r->n_logit_bias - 1].id : -1; /* sorted */
     if (top_id >= rt->n_vocab)
         return serve_fail(e, 400, "invalid_value", "logit_bias",
                           "logit_bias: token id %d is not in the vocabulary of %d", top_id,
                           rt->n_vocab);
-    if (!tokenize(rt, r, &j->images, &j->ids, &n, e)) return false;
+    if (!tokenize(rt, r, prompt, &j->images, &j->ids, &n, e)) return false;
     j->n_ids = n;
     const char *mt = r->api == SERVE_API_CHAT && !json_object_get(r->root, "max_tokens")
                          ? "max_completion_tokens"
@@ -107,17 +121,20 @@ bool serve_prepare(const serve_runtime *rt, const serve_request *r, int max_toke
     if (r->max_tokens >= 0) {
         if ((long long)n + r->max_tokens > rt->n_ctx)
             return serve_fail(e, 400, "context_length_exceeded", mt,
-                              "this model's maximum context length is %d tokens, but %d tokens "
+                              "%sthis model's maximum context length is %d tokens, but %d tokens "
                               "were requested (%d in the prompt, %d for the completion); "
-                              "shorten the prompt or lower %s", rt->n_ctx, n + r->max_tokens, n,
+                              "shorten the prompt or lower %s",
+                              which_prompt(r, prompt, at), rt->n_ctx, n + r->max_tokens, n,
                               r->max_tokens, mt);
         j->max_tokens = r->max_tokens;
     } else {
         if (n >= rt->n_ctx)
-            return serve_fail(e, 400, "context_length_exceeded", r->api == SERVE_API_CHAT
-                              ? "messages" : "prompt", "this model's maximum context length is "
+            return serve_fail(e, 400, "context_length_exceeded",
+                              r->api == SERVE_API_CHAT ? "messages" : "prompt",
+                              "%sthis model's maximum context length is "
                               "%d tokens, but the prompt has %d tokens and leaves no room for "
-                              "a completion", rt->n_ctx, n);
+                              "a completion",
+                              which_prompt(r, prompt, at), rt->n_ctx, n);
         /* OpenAI's default for completions is 16; a chat answer may use the rest */
         int room = rt->n_ctx - n;
         j->max_tokens = r->api == SERVE_API_COMPLETION ? (room < 16 ? room : 16) : room;
@@ -126,7 +143,7 @@ bool serve_prepare(const serve_runtime *rt, const serve_request *r, int max_toke
     if (!serve_parse_stop(r->stop, j->stops, &j->n_stops, e)) return false;
 
     j->sp = r->sp;
-    if (!r->has_seed) j->sp.seed = random_seed();
+    j->sp.seed = r->has_seed ? r->sp.seed + (uint64_t)choice : random_seed();
     j->presence_penalty = r->presence_penalty;
     j->frequency_penalty = r->frequency_penalty;
     j->repetition_penalty = r->repetition_penalty;

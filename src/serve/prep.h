@@ -9,10 +9,12 @@
 #include "serve/openai.h"
 #include "serve/worker.h"
 
-/* Fills the job's input from the request. max_tokens_cap (0 = none) bounds the default
+/* Fills the job's input from the request: the answer to its prompt number `prompt` (0 for a
+ * chat; completions may carry several), choice `choice` of the request's n (its seed, when the
+ * request gives one, is seed + choice). max_tokens_cap (0 = none) bounds the default
  * max_tokens of a chat request. */
-bool serve_prepare(const serve_runtime *rt, const serve_request *r, int max_tokens_cap,
-                   serve_job *j, serve_error *e);
+bool serve_prepare(const serve_runtime *rt, const serve_request *r, int prompt, int choice,
+                   int max_tokens_cap, serve_job *j, serve_error *e);
 
 /* The request's images, decoded and planned into im (before the chat is rendered: each takes
  * the number of tokens its plan says); a 400 naming the part for a bad one, or for any image

@@ -50,11 +50,18 @@ static json_t *tool_call_json(const serve_resp *r, int index, const char *s, siz
     return out;
 }
 
-static json_t *usage_json(const serve_job *j) {
-    return json_pack("{s:i, s:i, s:i, s:{s:i}}", "prompt_tokens", j->prompt_tokens,
-                     "completion_tokens", j->completion_tokens, "total_tokens",
-                     j->prompt_tokens + j->completion_tokens, "prompt_tokens_details",
-                     "cached_tokens", j->cached_tokens);
+/* The usage of a request's jobs: each prompt's tokens once (its first choice's), the answers'
+ * tokens all. */
+static json_t *usage_json(serve_job *const *jobs, int n, int per_prompt) {
+    long long prompt = 0, cached = 0, completion = 0;
+    for (int i = 0; i < n; i++) {
+        if (i % per_prompt == 0) prompt += jobs[i]->prompt_tokens, cached += jobs[i]->cached_tokens;
+        completion += jobs[i]->completion_tokens;
+    }
+    return json_pack("{s:I, s:I, s:I, s:{s:I}}", "prompt_tokens", (json_int_t)prompt,
+                     "completion_tokens", (json_int_t)completion, "total_tokens",
+                     (json_int_t)(prompt + completion), "prompt_tokens_details", "cached_tokens",
+                     (json_int_t)cached);
 }
 
 /* The token's text (lossy UTF-8 for JSON) and its raw bytes. */
@@ -109,7 +116,8 @@ static json_t *logprobs_json(const serve_resp *r, const serve_logprob *lp, int n
                      tops);
 }
 
-char *serve_resp_full(const serve_resp *r, const serve_job *j) {
+/* Job j's choice of a non-streaming response, at index. */
+static json_t *choice_json(const serve_resp *r, const serve_job *j, int index) {
     ts_strbuf text[2] = {{0}, {0}};
     json_t *calls = json_array();
     for (int i = 0; i < j->n_seg; i++) {
@@ -131,10 +139,10 @@ char *serve_resp_full(const serve_resp *r, const serve_job *j) {
         if (text[1].len) json_object_set_new(msg, "reasoning_content",
                                              json_stringn(text[1].data, text[1].len));
         if (json_array_size(calls)) json_object_set(msg, "tool_calls", calls);
-        choice = json_pack("{s:i, s:o, s:o, s:s}", "index", 0, "message", msg, "logprobs", lp,
+        choice = json_pack("{s:i, s:o, s:o, s:s}", "index", index, "message", msg, "logprobs", lp,
                            "finish_reason", finish_reason(j));
     } else {
-        choice = json_pack("{s:i, s:s%, s:o, s:s}", "index", 0, "text",
+        choice = json_pack("{s:i, s:s%, s:o, s:s}", "index", index, "text",
                            text[0].data ? text[0].data : "", text[0].len, "logprobs", lp,
                            "finish_reason", serve_finish_name(j->finish));
     }
@@ -144,15 +152,22 @@ char *serve_resp_full(const serve_resp *r, const serve_job *j) {
             json_array_append_new(ids, json_integer(j->out_ids[i]));
         json_object_set_new(choice, "token_ids", ids);
     }
-    json_t *root = json_pack("{s:s, s:s, s:I, s:s, s:[o], s:o}", "id", r->id, "object",
-                             r->api == SERVE_API_CHAT ? "chat.completion" : "text_completion",
-                             "created", (json_int_t)r->created, "model", r->model, "choices", choice, "usage",
-                             usage_json(j));
-    char *s = root ? json_dumps(root, JSON_COMPACT) : NULL;
-    json_decref(root);
     json_decref(calls);
     ts_strbuf_free(&text[0]);
     ts_strbuf_free(&text[1]);
+    return choice;
+}
+
+char *serve_resp_full(const serve_resp *r, serve_job *const *jobs, int n, int per_prompt) {
+    json_t *choices = json_array();
+    for (int i = 0; i < n; i++)
+        json_array_append_new(choices, choice_json(r, jobs[i], i));
+    json_t *root = json_pack("{s:s, s:s, s:I, s:s, s:o, s:o}", "id", r->id, "object",
+                             r->api == SERVE_API_CHAT ? "chat.completion" : "text_completion",
+                             "created", (json_int_t)r->created, "model", r->model, "choices",
+                             choices, "usage", usage_json(jobs, n, per_prompt));
+    char *s = root ? json_dumps(root, JSON_COMPACT) : NULL;
+    json_decref(root);
     return s;
 }
 
@@ -173,52 +188,56 @@ static json_t *chunk(const serve_resp *r, json_t *choice) {
                      "created", (json_int_t)r->created, "model", r->model, "choices", choice);
 }
 
-ts_status serve_resp_chunk_role(const serve_resp *r, ts_strbuf *out) {
+ts_status serve_resp_chunk_role(const serve_resp *r, int index, ts_strbuf *out) {
     if (r->api != SERVE_API_CHAT) return TS_OK;
-    return emit(out, chunk(r, json_pack("{s:i, s:{s:s, s:s}, s:n, s:n}", "index", 0, "delta",
-                                        "role", "assistant", "content", "", "logprobs",
-                                        "finish_reason")));
+    return emit(out,
+                chunk(r, json_pack("{s:i, s:{s:s, s:s}, s:n, s:n}", "index", index, "delta", "role",
+                                   "assistant", "content", "", "logprobs", "finish_reason")));
 }
 
-ts_status serve_resp_chunk_text(const serve_resp *r, serve_channel ch, const char *s, size_t n,
-                                const serve_logprob *lp, int n_lp, ts_strbuf *out) {
+ts_status serve_resp_chunk_text(const serve_resp *r, int index, serve_channel ch, const char *s,
+                                size_t n, const serve_logprob *lp, int n_lp, ts_strbuf *out) {
     json_t *lpj = r->logprobs && n_lp ? logprobs_json(r, lp, n_lp) : json_null();
     json_t *choice;
     if (r->api == SERVE_API_CHAT)
-        choice = json_pack("{s:i, s:{s:s%}, s:o, s:n}", "index", 0, "delta",
+        choice = json_pack("{s:i, s:{s:s%}, s:o, s:n}", "index", index, "delta",
                            ch == SERVE_CH_REASONING ? "reasoning_content" : "content", s, n,
                            "logprobs", lpj, "finish_reason");
     else
-        choice = json_pack("{s:i, s:s%, s:o, s:n}", "index", 0, "text", s, n, "logprobs", lpj,
+        choice = json_pack("{s:i, s:s%, s:o, s:n}", "index", index, "text", s, n, "logprobs", lpj,
                            "finish_reason");
     return emit(out, chunk(r, choice));
 }
 
-ts_status serve_resp_chunk_tool(const serve_resp *r, int index, const char *s, size_t n,
+ts_status serve_resp_chunk_tool(const serve_resp *r, int index, int call, const char *s, size_t n,
                                 const serve_logprob *lp, int n_lp, ts_strbuf *out) {
     json_t *lpj = r->logprobs && n_lp ? logprobs_json(r, lp, n_lp) : json_null();
-    json_t *choice = json_pack("{s:i, s:{s:[o]}, s:o, s:n}", "index", 0, "delta", "tool_calls",
-                               tool_call_json(r, index, s, n), "logprobs", lpj, "finish_reason");
+    json_t *choice = json_pack("{s:i, s:{s:[o]}, s:o, s:n}", "index", index, "delta", "tool_calls",
+                               tool_call_json(r, call, s, n), "logprobs", lpj, "finish_reason");
     return emit(out, chunk(r, choice));
 }
 
-ts_status serve_resp_chunk_end(const serve_resp *r, const serve_job *j, bool include_usage,
-                               const serve_logprob *lp, int n_lp, ts_strbuf *out) {
+ts_status serve_resp_chunk_finish(const serve_resp *r, int index, const serve_job *j,
+                                  const serve_logprob *lp, int n_lp, ts_strbuf *out) {
     json_t *lpj = r->logprobs && n_lp ? logprobs_json(r, lp, n_lp) : json_null();
     json_t *choice;
     if (r->api == SERVE_API_CHAT)
-        choice = json_pack("{s:i, s:{}, s:o, s:s}", "index", 0, "delta", "logprobs", lpj,
+        choice = json_pack("{s:i, s:{}, s:o, s:s}", "index", index, "delta", "logprobs", lpj,
                            "finish_reason", finish_reason(j));
     else
-        choice = json_pack("{s:i, s:s, s:o, s:s}", "index", 0, "text", "", "logprobs", lpj,
+        choice = json_pack("{s:i, s:s, s:o, s:s}", "index", index, "text", "", "logprobs", lpj,
                            "finish_reason", serve_finish_name(j->finish));
-    TS_TRY(emit(out, chunk(r, choice)));
+    return emit(out, chunk(r, choice));
+}
+
+ts_status serve_resp_chunk_done(const serve_resp *r, serve_job *const *jobs, int n, int per_prompt,
+                                bool include_usage, ts_strbuf *out) {
     if (include_usage) {
-        json_t *u = json_pack("{s:s, s:s, s:I, s:s, s:[], s:o}", "id", r->id, "object",
-                              r->api == SERVE_API_CHAT ? "chat.completion.chunk"
-                                                       : "text_completion",
-                              "created", (json_int_t)r->created, "model", r->model, "choices", "usage",
-                              usage_json(j));
+        json_t *u =
+            json_pack("{s:s, s:s, s:I, s:s, s:[], s:o}", "id", r->id, "object",
+                      r->api == SERVE_API_CHAT ? "chat.completion.chunk" : "text_completion",
+                      "created", (json_int_t)r->created, "model", r->model, "choices", "usage",
+                      usage_json(jobs, n, per_prompt));
         TS_TRY(emit(out, u));
     }
     return ts_strbuf_append(out, "data: [DONE]\n\n", 14);

@@ -21,20 +21,26 @@ typedef struct {
 void serve_resp_init(serve_resp *r, serve_api api, const char *model, bool logprobs,
                      const ts_tokenizer *tok);
 
-/* The whole non-streaming response (job finished, caller holds its mutex). */
-char *serve_resp_full(const serve_resp *r, const serve_job *j);
+/* The whole non-streaming response: one choice a job, choice i job i (all finished, the caller
+ * holds their mutexes). per_prompt: the choices of one prompt (n), whose prompt the usage
+ * counts once. */
+char *serve_resp_full(const serve_resp *r, serve_job *const *jobs, int n, int per_prompt);
 
-/* Stream pieces, each "data: {...}\n\n" appended to out. */
-ts_status serve_resp_chunk_role(const serve_resp *r, ts_strbuf *out);
+/* Stream pieces, each "data: {...}\n\n" appended to out; index: the choice. */
+ts_status serve_resp_chunk_role(const serve_resp *r, int index, ts_strbuf *out);
 /* A delta of one channel; lp/n_lp: the logprobs that go with it (may be 0). */
-ts_status serve_resp_chunk_text(const serve_resp *r, serve_channel ch, const char *s, size_t n,
+ts_status serve_resp_chunk_text(const serve_resp *r, int index, serve_channel ch, const char *s,
+                                size_t n, const serve_logprob *lp, int n_lp, ts_strbuf *out);
+/* A delta with one complete tool call (call: its place among the answer's calls). */
+ts_status serve_resp_chunk_tool(const serve_resp *r, int index, int call, const char *s, size_t n,
                                 const serve_logprob *lp, int n_lp, ts_strbuf *out);
-/* A delta with one complete tool call (index: its place among the answer's calls). */
-ts_status serve_resp_chunk_tool(const serve_resp *r, int index, const char *s, size_t n,
-                                const serve_logprob *lp, int n_lp, ts_strbuf *out);
-/* Final chunk (empty delta + finish_reason), then the usage chunk when asked, then [DONE]. */
-ts_status serve_resp_chunk_end(const serve_resp *r, const serve_job *j, bool include_usage,
-                               const serve_logprob *lp, int n_lp, ts_strbuf *out);
+/* A choice's final chunk (empty delta + finish_reason). */
+ts_status serve_resp_chunk_finish(const serve_resp *r, int index, const serve_job *j,
+                                  const serve_logprob *lp, int n_lp, ts_strbuf *out);
+/* After every choice's final chunk: the usage chunk when asked (as serve_resp_full's), then
+ * [DONE]. */
+ts_status serve_resp_chunk_done(const serve_resp *r, serve_job *const *jobs, int n, int per_prompt,
+                                bool include_usage, ts_strbuf *out);
 /* An error event after the stream started, then [DONE]. */
 ts_status serve_resp_chunk_error(const serve_error *e, ts_strbuf *out);
 

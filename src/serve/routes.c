@@ -20,16 +20,41 @@
 
 /* ---- generation ------------------------------------------------------------------------- */
 
+/* The jobs of one request: n choices for each of its prompts (a completion may carry several),
+ * choice i job i, prompt i / n. The HTTP side holds a reference to each. */
+typedef struct {
+    serve_job **job;
+    int n, per_prompt;
+} serve_choices;
+
+static void choices_cancel(const serve_choices *cs) {
+    for (int i = 0; i < cs->n; i++)
+        atomic_store(&cs->job[i]->cancel, true);
+}
+
+static void choices_free(serve_choices *cs) {
+    for (int i = 0; i < cs->n; i++)
+        serve_job_unref(cs->job[i]);
+    free(cs->job);
+    cs->job = NULL, cs->n = 0;
+}
+
+/* What a stream has sent of one choice. */
+typedef struct {
+    int n_seg, n_lp; /* job output already formatted */
+    int n_tool;      /* tool calls sent */
+    bool done;       /* its final chunk is out */
+} serve_stream_choice;
+
 typedef struct {
     serve_server *srv;
     struct MHD_Connection *conn;
-    serve_job *job;
+    serve_choices cs;
+    serve_stream_choice *at; /* [cs.n] */
     serve_resp resp;
     bool include_usage;
-    int phase; /* 0 role chunk, 1 deltas, 2 all formatted */
-    int n_seg, n_lp;      /* job output already formatted */
-    int n_tool;           /* tool calls sent */
-    ts_strbuf out;        /* formatted, not yet handed to MHD */
+    int phase;     /* 0 role chunks, 1 deltas, 2 all formatted */
+    ts_strbuf out; /* formatted, not yet handed to MHD */
     size_t out_off;
 } serve_stream;
 
@@ -37,37 +62,80 @@ static void shutdown_error(serve_error *e) {
     serve_fail(e, 503, "server_shutting_down", NULL, "the server is shutting down");
 }
 
-/* Formats the job's new output (job mutex held). */
-static ts_status format_new(serve_stream *s) {
-    serve_job *j = s->job;
+/* The error a job that did not finish (cancelled or failed) answers with. */
+static void job_error(const serve_job *j, serve_error *e) {
+    if (j->finish == SERVE_FINISH_CANCELLED)
+        shutdown_error(e);
+    else
+        serve_fail(e, 500, "internal_error", NULL, "generation failed: %s", j->error);
+}
+
+/* Formats choice i's new output (its job's mutex held); a choice that failed ends the stream
+ * with its error (phase 2). */
+static ts_status format_new(serve_stream *s, int i) {
+    serve_job *j = s->cs.job[i];
+    serve_stream_choice *c = &s->at[i];
     int lp_end = j->n_lp;
-    while (s->n_seg < j->n_seg) {
+    while (c->n_seg < j->n_seg) {
         /* merge consecutive segments of one channel into one delta */
-        serve_channel ch = j->seg[s->n_seg].ch;
-        size_t off = j->seg[s->n_seg].off, len = 0;
+        serve_channel ch = j->seg[c->n_seg].ch;
+        size_t off = j->seg[c->n_seg].off, len = 0;
         if (ch == SERVE_CH_TOOL) { /* one chunk per call */
-            TS_TRY(serve_resp_chunk_tool(&s->resp, s->n_tool++, j->text.data + off,
-                                         j->seg[s->n_seg++].len, j->lp + s->n_lp,
-                                         lp_end - s->n_lp, &s->out));
-            s->n_lp = lp_end;
+            TS_TRY(serve_resp_chunk_tool(&s->resp, i, c->n_tool++, j->text.data + off,
+                                         j->seg[c->n_seg++].len, j->lp + c->n_lp, lp_end - c->n_lp,
+                                         &s->out));
+            c->n_lp = lp_end;
             continue;
         }
-        while (s->n_seg < j->n_seg && j->seg[s->n_seg].ch == ch) len += j->seg[s->n_seg++].len;
-        TS_TRY(serve_resp_chunk_text(&s->resp, ch, j->text.data + off, len, j->lp + s->n_lp,
-                                     lp_end - s->n_lp, &s->out));
-        s->n_lp = lp_end;
+        while (c->n_seg < j->n_seg && j->seg[c->n_seg].ch == ch)
+            len += j->seg[c->n_seg++].len;
+        TS_TRY(serve_resp_chunk_text(&s->resp, i, ch, j->text.data + off, len, j->lp + c->n_lp,
+                                     lp_end - c->n_lp, &s->out));
+        c->n_lp = lp_end;
     }
     if (j->finish == SERVE_RUNNING) return TS_OK;
-    s->phase = 2;
+    c->done = true;
     if (j->finish == SERVE_FINISH_STOP || j->finish == SERVE_FINISH_LENGTH)
-        return serve_resp_chunk_end(&s->resp, j, s->include_usage, j->lp + s->n_lp,
-                                    lp_end - s->n_lp, &s->out);
+        return serve_resp_chunk_finish(&s->resp, i, j, j->lp + c->n_lp, lp_end - c->n_lp, &s->out);
+    s->phase = 2;
     serve_error e;
-    if (j->finish == SERVE_FINISH_CANCELLED)
-        shutdown_error(&e);
-    else
-        serve_fail(&e, 500, "internal_error", NULL, "generation failed: %s", j->error);
+    job_error(j, &e);
     return serve_resp_chunk_error(&e, &s->out);
+}
+
+/* Waits for new output of the first choice still running (the choices of a request decode in
+ * the same steps), then formats every choice's. */
+static ts_status stream_poll(serve_stream *s) {
+    int w = 0;
+    while (w < s->cs.n && s->at[w].done)
+        w++;
+    serve_job *j = s->cs.job[w];
+    pthread_mutex_lock(&j->mu);
+    serve_job_wait_locked(j, s->at[w].n_seg, s->at[w].n_lp, WAIT_SLICE_MS);
+    pthread_mutex_unlock(&j->mu);
+    bool all_done = true;
+    for (int i = 0; i < s->cs.n && s->phase == 1; i++) {
+        if (s->at[i].done) continue;
+        j = s->cs.job[i];
+        pthread_mutex_lock(&j->mu);
+        ts_status st = format_new(s, i);
+        pthread_mutex_unlock(&j->mu);
+        if (st != TS_OK) return st;
+        all_done &= s->at[i].done;
+    }
+    if (s->phase == 2) { /* a choice failed: the others have no reader left */
+        choices_cancel(&s->cs);
+        return TS_OK;
+    }
+    if (!all_done) return TS_OK;
+    s->phase = 2;
+    for (int i = 0; i < s->cs.n; i++)
+        pthread_mutex_lock(&s->cs.job[i]->mu);
+    ts_status st = serve_resp_chunk_done(&s->resp, s->cs.job, s->cs.n, s->cs.per_prompt,
+                                         s->include_usage, &s->out);
+    for (int i = 0; i < s->cs.n; i++)
+        pthread_mutex_unlock(&s->cs.job[i]->mu);
+    return st;
 }
 
 static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
@@ -84,21 +152,17 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
         if (s->phase == 2) return MHD_CONTENT_READER_END_OF_STREAM;
         if (s->phase == 0) {
             s->phase = 1;
-            if (serve_resp_chunk_role(&s->resp, &s->out) != TS_OK)
-                return MHD_CONTENT_READER_END_WITH_ERROR;
+            for (int i = 0; i < s->cs.n; i++)
+                if (serve_resp_chunk_role(&s->resp, i, &s->out) != TS_OK)
+                    return MHD_CONTENT_READER_END_WITH_ERROR;
             continue;
         }
-        serve_job *j = s->job;
-        pthread_mutex_lock(&j->mu);
-        serve_job_wait_locked(j, s->n_seg, s->n_lp, WAIT_SLICE_MS);
-        ts_status st = format_new(s);
-        pthread_mutex_unlock(&j->mu);
-        if (st != TS_OK) return MHD_CONTENT_READER_END_WITH_ERROR;
+        if (stream_poll(s) != TS_OK) return MHD_CONTENT_READER_END_WITH_ERROR;
         /* the send timeout counts the client's silence from when there is something to send,
          * not across a long wait for the first token */
         if (s->out.len) serve_timeout_restart(s->srv, s->conn);
         if (s->out.len == 0 && serve_client_gone(s->conn)) {
-            atomic_store(&j->cancel, true);
+            choices_cancel(&s->cs);
             return MHD_CONTENT_READER_END_WITH_ERROR;
         }
     }
@@ -107,23 +171,27 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
 static void stream_free(void *cls) {
     serve_stream *s = cls;
     /* the connection is gone (finished or not): a job still running has no reader left */
-    atomic_store(&s->job->cancel, true);
-    serve_job_unref(s->job);
+    choices_cancel(&s->cs);
+    choices_free(&s->cs);
     atomic_fetch_sub(&s->srv->open_jobs, 1);
     ts_strbuf_free(&s->out);
+    free(s->at);
     free(s);
 }
 
-static enum MHD_Result start_stream(serve_conn *cn, struct MHD_Connection *c, serve_job *j,
+static enum MHD_Result start_stream(serve_conn *cn, struct MHD_Connection *c, serve_choices *cs,
                                     const serve_resp *resp, bool include_usage) {
     serve_stream *s = calloc(1, sizeof *s);
-    if (!s) {
-        atomic_store(&j->cancel, true);
-        serve_job_unref(j);
+    serve_stream_choice *at = calloc((size_t)cs->n, sizeof *at);
+    if (!s || !at) {
+        choices_cancel(cs);
+        choices_free(cs);
         atomic_fetch_sub(&cn->srv->open_jobs, 1);
+        free(s), free(at);
         return MHD_NO;
     }
-    *s = (serve_stream){cn->srv, c, j, *resp, include_usage, 0, 0, 0, 0, {0}, 0};
+    *s = (serve_stream){cn->srv, c, *cs, at, *resp, include_usage, 0, {0}, 0};
+    *cs = (serve_choices){0};
     struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024,
                                                                stream_read, s, stream_free);
     if (!r) {
@@ -139,35 +207,43 @@ static enum MHD_Result start_stream(serve_conn *cn, struct MHD_Connection *c, se
     return ret;
 }
 
-/* Waits for a non-streaming job, watching for the client leaving. */
-static enum MHD_Result finish_blocking(serve_conn *cn, struct MHD_Connection *c, serve_job *j,
+/* Waits for every choice of a non-streaming request, watching for the client leaving. */
+static enum MHD_Result finish_blocking(serve_conn *cn, struct MHD_Connection *c, serve_choices *cs,
                                        const serve_resp *resp) {
-    pthread_mutex_lock(&j->mu);
-    while (j->finish == SERVE_RUNNING) {
-        serve_job_wait_locked(j, j->n_seg, j->n_lp, WAIT_SLICE_MS);
-        if (j->finish == SERVE_RUNNING && serve_client_gone(c)) {
-            atomic_store(&j->cancel, true);
-            pthread_mutex_unlock(&j->mu);
-            serve_job_unref(j);
-            atomic_fetch_sub(&cn->srv->open_jobs, 1);
-            return MHD_NO; /* nobody to answer */
+    const serve_job *failed = NULL;
+    for (int i = 0; i < cs->n; i++) {
+        serve_job *j = cs->job[i];
+        pthread_mutex_lock(&j->mu);
+        while (j->finish == SERVE_RUNNING) {
+            serve_job_wait_locked(j, j->n_seg, j->n_lp, WAIT_SLICE_MS);
+            if (j->finish == SERVE_RUNNING && serve_client_gone(c)) {
+                pthread_mutex_unlock(&j->mu);
+                choices_cancel(cs);
+                choices_free(cs);
+                atomic_fetch_sub(&cn->srv->open_jobs, 1);
+                return MHD_NO; /* nobody to answer */
+            }
         }
+        if (!failed && j->finish != SERVE_FINISH_STOP && j->finish != SERVE_FINISH_LENGTH) {
+            failed = j;
+            choices_cancel(cs); /* the answer is an error: the other choices are not needed */
+        }
+        pthread_mutex_unlock(&j->mu);
     }
     enum MHD_Result ret;
-    if (j->finish == SERVE_FINISH_STOP || j->finish == SERVE_FINISH_LENGTH) {
-        char *body = serve_resp_full(resp, j);
-        pthread_mutex_unlock(&j->mu);
+    if (!failed) {
+        for (int i = 0; i < cs->n; i++)
+            pthread_mutex_lock(&cs->job[i]->mu);
+        char *body = serve_resp_full(resp, cs->job, cs->n, cs->per_prompt);
+        for (int i = 0; i < cs->n; i++)
+            pthread_mutex_unlock(&cs->job[i]->mu);
         ret = serve_send_json(cn, c, 200, body);
     } else {
         serve_error e;
-        if (j->finish == SERVE_FINISH_CANCELLED)
-            shutdown_error(&e);
-        else
-            serve_fail(&e, 500, "internal_error", NULL, "generation failed: %s", j->error);
-        pthread_mutex_unlock(&j->mu);
+        job_error(failed, &e);
         ret = serve_send_error(cn, c, &e);
     }
-    serve_job_unref(j);
+    choices_free(cs);
     atomic_fetch_sub(&cn->srv->open_jobs, 1);
     return ret;
 }
@@ -203,49 +279,70 @@ static bool prep_take(serve_conn *cn, struct MHD_Connection *c, serve_error *e) 
     return true;
 }
 
+/* The request's jobs, prepared: choice c of prompt p is job p * n + c. Each owns its inputs
+ * (the grammar copied for all but the first); a chat's first choice owns the request, from
+ * which the worker renders the next turn's prefix (a conversation goes on from one answer). */
+static bool prepare_choices(serve_server *s, const serve_runtime *rt, serve_request *req,
+                            serve_choices *cs, serve_error *e) {
+    int n_prompts = req->api == SERVE_API_CHAT ? 1 : req->n_prompts;
+    int n = n_prompts * req->n;
+    if (n > s->o.max_pending)
+        return serve_fail(e, 400, "invalid_value", req->n > 1 ? "n" : "prompt",
+                          "%d answers (%d prompts x n = %d) are more than this server admits at "
+                          "once (--max-pending %d)",
+                          n, n_prompts, req->n, s->o.max_pending);
+    cs->job = calloc((size_t)n, sizeof *cs->job);
+    if (!cs->job) return serve_fail(e, 500, "internal_error", NULL, "out of memory");
+    cs->per_prompt = req->n;
+    for (int i = 0; i < n; i++) {
+        if (serve_job_create(&cs->job[i]) != TS_OK)
+            return serve_fail(e, 500, "internal_error", NULL, "out of memory");
+        cs->n++;
+        serve_job *j = cs->job[i];
+        if (!serve_prepare(rt, req, i / req->n, i % req->n, s->o.max_tokens_cap, j, e))
+            return false;
+        if (req->grammar && i > 0 && ts_grammar_copy(req->grammar, &j->grammar) != TS_OK)
+            return serve_fail(e, 500, "internal_error", NULL, "out of memory");
+    }
+    cs->job[0]->grammar = req->grammar; /* the answer's grammar goes with the job */
+    req->grammar = NULL;
+    if (req->api == SERVE_API_CHAT) {
+        /* the job owns the request from here on (read-only on both sides; freed with it) */
+        serve_job *j = cs->job[0];
+        if (!(j->req = malloc(sizeof *j->req)))
+            return serve_fail(e, 500, "internal_error", NULL, "out of memory");
+        *j->req = *req;
+        memset(req, 0, sizeof *req);
+        /* what is kept for the next turn: the messages, not the JSON tree they came in */
+        if (serve_request_detach(j->req) != TS_OK)
+            return serve_fail(e, 500, "internal_error", NULL, "out of memory");
+    }
+    return true;
+}
+
 static enum MHD_Result generate(serve_conn *cn, struct MHD_Connection *c, serve_api api,
                                 json_t *root) {
     serve_server *s = cn->srv;
     const serve_runtime *rt = serve_worker_runtime(s->worker);
     serve_request req;
     serve_error e;
-    serve_job *j = NULL;
+    serve_choices cs = {0};
     bool ok = serve_request_parse(api, root, s->model_ids, s->o.max_tokens_cap, &req, &e);
-    if (ok && serve_job_create(&j) != TS_OK)
-        ok = serve_fail(&e, 500, "internal_error", NULL, "out of memory");
-    if (ok) ok = serve_prepare(rt, &req, s->o.max_tokens_cap, j, &e);
     /* the name the answer gives the model: the one the request used (the request's own string
      * does not outlive it) */
     const char *model = req.model && s->model_ids[1] && strcmp(req.model, s->model_ids[1]) == 0
                             ? s->model_ids[1]
                             : s->model_ids[0];
-    if (ok) { /* the answer's grammar goes with the job */
-        j->grammar = req.grammar;
-        req.grammar = NULL;
-    }
-    if (ok && api == SERVE_API_CHAT) {
-        /* the worker renders the next turn's prefix from the conversation: the job owns the
-         * request from here on (read-only on both sides; freed with the job) */
-        j->req = malloc(sizeof *j->req);
-        if (!j->req) {
-            ok = serve_fail(&e, 500, "internal_error", NULL, "out of memory");
-        } else {
-            *j->req = req;
-            memset(&req, 0, sizeof req);
-            /* what is kept for the next turn: the messages, not the JSON tree they came in */
-            if (serve_request_detach(j->req) != TS_OK)
-                ok = serve_fail(&e, 500, "internal_error", NULL, "out of memory");
-        }
-    }
-    const serve_request *rq = j && j->req ? j->req : &req;
-    if (ok && serve_worker_submit(s->worker, j) != TS_OK) {
+    if (ok) ok = prepare_choices(s, rt, &req, &cs, &e);
+    const serve_request *rq = cs.n && cs.job[0]->req ? cs.job[0]->req : &req;
+    if (ok && serve_worker_submit(s->worker, cs.job, cs.n) != TS_OK) {
         serve_metrics_event(&s->metrics, 0);
         ok = serve_fail(&e, 503, "server_busy", NULL, "the server is busy (%d requests admitted); "
                         "retry later", s->o.max_pending);
     }
     if (!ok) {
         serve_request_free(&req);
-        serve_job_unref(j);
+        choices_free(&cs);
         prep_done(cn);
         return serve_send_error(cn, c, &e);
     }
@@ -256,7 +353,8 @@ static enum MHD_Result generate(serve_conn *cn, struct MHD_Connection *c, serve_
     serve_request_free(&req);
     prep_done(cn);
     atomic_fetch_add(&s->open_jobs, 1);
-    return stream ? start_stream(cn, c, j, &resp, include_usage) : finish_blocking(cn, c, j, &resp);
+    return stream ? start_stream(cn, c, &cs, &resp, include_usage)
+                  : finish_blocking(cn, c, &cs, &resp);
 }
 
 /* ---- tokenize / detokenize ---------------------------------------------------------------- */

@@ -403,17 +403,20 @@ const serve_runtime *serve_worker_runtime(serve_worker *w) {
     return serve_worker_state(w) == SERVE_READY ? &w->rt : NULL;
 }
 
-ts_status serve_worker_submit(serve_worker *w, serve_job *j) {
+ts_status serve_worker_submit(serve_worker *w, serve_job *const *jobs, int n) {
     pthread_mutex_lock(&w->mu);
-    if (!w->accepting || w->state != SERVE_READY || w->active >= w->o.max_pending) {
+    if (!w->accepting || w->state != SERVE_READY || n > w->o.max_pending - w->active) {
         pthread_mutex_unlock(&w->mu);
         return TS_ERR_BUSY;
     }
-    serve_job_ref(j);
-    j->t_submit = serve_now();
-    w->queue[(w->q_head + w->q_len) % w->o.max_pending] = j;
-    w->q_len++;
-    w->active++;
+    double now = serve_now();
+    for (int i = 0; i < n; i++) {
+        serve_job_ref(jobs[i]);
+        jobs[i]->t_submit = now;
+        w->queue[(w->q_head + w->q_len) % w->o.max_pending] = jobs[i];
+        w->q_len++;
+        w->active++;
+    }
     publish_gauges(w);
     pthread_cond_broadcast(&w->cv);
     pthread_mutex_unlock(&w->mu);

@@ -92,9 +92,9 @@ const char *serve_worker_error(serve_worker *w);
 /* NULL while loading. */
 const serve_runtime *serve_worker_runtime(serve_worker *w);
 
-/* Admits the job (taking a reference) or refuses it at once with TS_ERR_BUSY (over the cap or
- * shutting down). */
-ts_status serve_worker_submit(serve_worker *w, serve_job *j);
+/* Admits the n jobs together (taking a reference to each: the choices of one request) or
+ * refuses them all at once with TS_ERR_BUSY (over the cap or shutting down). */
+ts_status serve_worker_submit(serve_worker *w, serve_job *const *jobs, int n);
 /* Queued + running jobs. */
 int serve_worker_active(serve_worker *w);
 

@@ -257,6 +257,29 @@ void ts_grammar_free(ts_grammar *g) {
     free(g->elem), free(g->alt_first), free(g->alt_pos), free(g->set), free(g);
 }
 
+static void *dup_bytes(const void *p, size_t n) {
+    void *q = malloc(n ? n : 1);
+    if (q && n) memcpy(q, p, n);
+    return q;
+}
+
+ts_status ts_grammar_copy(const ts_grammar *g, ts_grammar **out) {
+    *out = NULL;
+    ts_grammar *c = calloc(1, sizeof *c);
+    if (!c) return ts_error(TS_ERR_NOMEM, "out of memory for a grammar");
+    *c = *g;
+    c->elem = dup_bytes(g->elem, (size_t)g->n_elem * sizeof *g->elem);
+    c->alt_first = dup_bytes(g->alt_first, ((size_t)g->n_rules + 1) * sizeof *g->alt_first);
+    c->alt_pos = dup_bytes(g->alt_pos, (size_t)g->alt_first[g->n_rules] * sizeof *g->alt_pos);
+    c->set = dup_bytes(g->set, (size_t)g->n_sets * sizeof *g->set);
+    if (!c->elem || !c->alt_first || !c->alt_pos || !c->set) {
+        ts_grammar_free(c);
+        return ts_error(TS_ERR_NOMEM, "out of memory for a grammar");
+    }
+    *out = c;
+    return TS_OK;
+}
+
 /* ---- the automaton ---------------------------------------------------------------------- */
 
 /* How deep one expansion may recurse through rules without taking a byte: deeper means a left

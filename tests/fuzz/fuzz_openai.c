@@ -100,23 +100,28 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         for (int i = 0; i < n_stops; i++)
             free(stops[i]);
     }
-    int32_t *tids = NULL;
-    size_t n = 0;
-    ts_status st;
-    if (api == SERVE_API_CHAT) {
-        ts_chat_params cp = {true, r.enable_thinking, r.tools_json, NULL, 0};
-        st = ts_chat_tokenize(tok, r.msgs, r.n_msgs, &cp, &tids, &n);
-    } else if (r.prompt) {
-        st = ts_tokenize(tok, r.prompt, strlen(r.prompt), true, &tids, &n);
-    } else {
-        st = TS_OK;
+    FZ_ASSERT(r.n >= 1 && r.n <= SERVE_MAX_N);
+    FZ_ASSERT(api == SERVE_API_CHAT || (r.n_prompts >= 1 && r.n_prompts <= SERVE_MAX_PROMPTS));
+    for (int p = 0; p < (api == SERVE_API_CHAT ? 1 : r.n_prompts); p++) {
+        int32_t *tids = NULL;
+        size_t n = 0;
+        ts_status st = TS_OK;
+        if (api == SERVE_API_CHAT) {
+            ts_chat_params cp = {true, r.enable_thinking, r.tools_json, NULL, 0};
+            st = ts_chat_tokenize(tok, r.msgs, r.n_msgs, &cp, &tids, &n);
+        } else if (r.prompts[p].text) {
+            st = ts_tokenize(tok, r.prompts[p].text, strlen(r.prompts[p].text), true, &tids, &n);
+        } else {
+            for (int i = 0; i < r.prompts[p].n_ids; i++)
+                FZ_ASSERT(r.prompts[p].ids[i] >= 0);
+        }
+        if (st == TS_OK)
+            for (size_t i = 0; i < n; i++)
+                FZ_ASSERT(tids[i] >= 0 && tids[i] < ts_tokenizer_vocab_size(tok));
+        else
+            FZ_ASSERT(ts_last_error()[0]);
+        free(tids);
     }
-    if (st == TS_OK)
-        for (size_t i = 0; i < n; i++)
-            FZ_ASSERT(tids[i] >= 0 && tids[i] < ts_tokenizer_vocab_size(tok));
-    else
-        FZ_ASSERT(ts_last_error()[0]);
-    free(tids);
     serve_request_free(&r);
     return 0;
 }

@@ -79,7 +79,8 @@ TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": 
     ({"messages": U, "max_tokens": 1001}, "invalid_value", "max_tokens"),
     ({"messages": U, "logprobs": True, "top_logprobs": 21}, "invalid_value", "top_logprobs"),
     ({"messages": U, "top_logprobs": 2}, "invalid_value", "top_logprobs"),
-    ({"messages": U, "n": 2}, "unsupported_feature", "n"),
+    ({"messages": U, "n": 129}, "invalid_value", "n"),
+    ({"messages": U, "n": 33}, "invalid_value", "n"),  # more than --max-pending (32) at once
     ({"messages": U, "n": 0}, "invalid_value", "n"),
     ({"messages": U, "response_format": {"type": "xml"}}, "invalid_value", "response_format"),
     ({"messages": U, "response_format": {"type": "json_schema"}}, "invalid_value",
@@ -174,7 +175,12 @@ def test_400(srv, body, code, param):
 @pytest.mark.parametrize("body,code", [
     ({}, "invalid_value"),
     ({"prompt": 5}, "invalid_value"),
-    ({"prompt": ["a", "b"]}, "unsupported_feature"),
+    ({"prompt": ["a", 5]}, "invalid_value"),
+    ({"prompt": ["a", [1, -2]]}, "invalid_value"),
+    ({"prompt": ["a", [1, 999999]]}, "invalid_value"),
+    ({"prompt": ["a", ""]}, "invalid_value"),
+    ({"prompt": ["a"] * 129}, "invalid_value"),
+    ({"prompt": ["a"] * 11, "n": 3}, "invalid_value"),  # 33 answers: over --max-pending
     ({"prompt": [1, -2]}, "invalid_value"),
     ({"prompt": [1, 999999]}, "invalid_value"),
     ({"prompt": ""}, "invalid_value"),

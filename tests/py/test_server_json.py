@@ -218,3 +218,15 @@ def test_a_long_run_of_optional_items_answers_promptly(srv):
         assert st == 200, r
         assert re.fullmatch(r"[a-z]{0,80}", r["choices"][0]["text"]), r
     assert time.time() - t0 < 30
+
+
+def test_every_choice_follows_the_schema(srv):
+    """n choices: each its own copy of the grammar, each answer valid."""
+    st, _, r = srv.post("/v1/chat/completions",
+                        chat("who? n", max_tokens=300, response_format=FORMAT, n=3,
+                             temperature=1.0, seed=21))
+    assert st == 200, r
+    assert len(r["choices"]) == 3
+    for c in r["choices"]:
+        assert c["finish_reason"] == "stop", c
+        jsonschema.validate(json.loads(c["message"]["content"]), PERSON)

@@ -212,7 +212,8 @@ static void test_validation(void) {
     CHECK(!strcmp(parse_code(C, BODY("{%s,\"max_tokens\":101}", u)), "invalid_value"));
     CHECK(!strcmp(parse_code(C, BODY("{%s,\"max_tokens\":5,\"max_completion_tokens\":6}", u)),
                   "invalid_value"));
-    CHECK(!strcmp(parse_code(C, BODY("{%s,\"n\":2}", u)), "unsupported_feature"));
+    CHECK(!strcmp(parse_code(C, BODY("{%s,\"n\":2}", u)), "ok"));
+    CHECK(!strcmp(parse_code(C, BODY("{%s,\"n\":129}", u)), "invalid_value"));
     CHECK(!strcmp(parse_code(C, BODY("{%s,\"top_logprobs\":21,\"logprobs\":true}", u)),
                   "invalid_value"));
     CHECK(!strcmp(parse_code(C, BODY("{%s,\"response_format\":{\"type\":\"json_object\"}}", u)),
@@ -225,7 +226,10 @@ static void test_validation(void) {
     CHECK(!strcmp(parse_code(C, BODY("{%s,\"temperature\":9,\"model\":\"zz\"}", u)),
                   "model_not_found"));
     CHECK(!strcmp(parse_code(P, "{\"prompt\":[1,2,3]}"), "ok"));
-    CHECK(!strcmp(parse_code(P, "{\"prompt\":[\"a\",\"b\"]}"), "unsupported_feature"));
+    CHECK(!strcmp(parse_code(P, "{\"prompt\":[\"a\",\"b\"]}"), "ok"));
+    CHECK(!strcmp(parse_code(P, "{\"prompt\":[\"a\",[1,2]]}"), "ok"));
+    CHECK(!strcmp(parse_code(P, "{\"prompt\":[\"a\",5]}"), "invalid_value"));
+    CHECK(!strcmp(parse_code(P, "{\"prompt\":[[1],[-1]]}"), "invalid_value"));
     CHECK(!strcmp(parse_code(P, "{\"prompt\":{}}"), "invalid_value"));
 #undef BODY
 }

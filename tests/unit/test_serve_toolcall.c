@@ -190,7 +190,7 @@ static void test_response(void) {
     j->finish = SERVE_FINISH_STOP;
     serve_resp r;
     serve_resp_init(&r, SERVE_API_CHAT, "m", false, NULL);
-    char *body = serve_resp_full(&r, j);
+    char *body = serve_resp_full(&r, &j, 1, 1);
     json_t *v = json_loads(body, 0, NULL);
     json_t *c = json_array_get(json_object_get(v, "choices"), 0);
     json_t *msg = json_object_get(c, "message"), *calls = json_object_get(msg, "tool_calls");
@@ -209,11 +209,13 @@ static void test_response(void) {
     free(body);
 
     ts_strbuf out = {0};
-    CHECK(serve_resp_chunk_tool(&r, 1, j->text.data + j->seg[2].off, j->seg[2].len, NULL, 0,
+    CHECK(serve_resp_chunk_tool(&r, 2, 1, j->text.data + j->seg[2].off, j->seg[2].len, NULL, 0,
                                 &out) == TS_OK);
     CHECK(out.len > 8 && !memcmp(out.data, "data: ", 6));
     v = json_loadb(out.data + 6, out.len - 6, 0, NULL);
-    json_t *d = json_object_get(json_array_get(json_object_get(v, "choices"), 0), "delta");
+    json_t *ch = json_array_get(json_object_get(v, "choices"), 0); /* choice 2's second call */
+    CHECK(json_integer_value(json_object_get(ch, "index")) == 2);
+    json_t *d = json_object_get(ch, "delta");
     json_t *t = json_array_get(json_object_get(d, "tool_calls"), 0);
     CHECK(json_integer_value(json_object_get(t, "index")) == 1);
     CHECK(!strcmp(json_string_value(json_object_get(json_object_get(t, "function"), "name")), "b"));
@@ -223,7 +225,7 @@ static void test_response(void) {
     /* no calls: content is "" (not null) and the finish reason is the plain one */
     j->finish = SERVE_FINISH_LENGTH;
     j->n_seg = 1;
-    body = serve_resp_full(&r, j);
+    body = serve_resp_full(&r, &j, 1, 1);
     CHECK(strstr(body, "\"finish_reason\":\"length\"") && !strstr(body, "tool_calls"));
     CHECK(strstr(body, "\"content\":\"\""));
     free(body);
