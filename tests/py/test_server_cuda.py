@@ -99,6 +99,32 @@ def test_logit_bias_on_the_gpu():
         check_ban_holds_through_the_answer(srv)
 
 
+def test_choices_decode_together_on_the_gpu():
+    """n choices on the GPU (`--parallel 4`): decoded in the same batched steps, greedy
+    choices equal, sampled ones each of its own seed, and a stream of them whole."""
+    with serve_cuda({}, "--parallel", "4") as srv:
+        status, _, g = srv.post("/v1/chat/completions",
+                                chat("Tell me about the sea.", max_tokens=40, n=3,
+                                     ignore_eos=True))
+        assert status == 200, g
+        assert len({c["message"]["content"] for c in g["choices"]}) == 1
+        body = chat("Tell me about the sea.", max_tokens=40, n=4, temperature=1.0, seed=5,
+                    ignore_eos=True, return_token_ids=True)
+        status, _, r = srv.post("/v1/chat/completions", body)
+        assert status == 200, r
+        assert [len(c["token_ids"]) for c in r["choices"]] == [40] * 4
+        assert len({tuple(c["token_ids"]) for c in r["choices"]}) == 4
+        assert r["usage"]["completion_tokens"] == 160
+        status, _, data = srv.request("POST", "/v1/chat/completions", dict(body, stream=True))
+        assert status == 200
+        ends = [json.loads(line[6:])["choices"][0]["index"]
+                for line in data.decode().splitlines()
+                if line.startswith("data: {") and '"finish_reason":"length"' in line]
+        assert sorted(ends) == [0, 1, 2, 3]
+        m = srv.metrics()
+        assert m["tessera_running"] == 0 and m["tessera_queue_depth"] == 0
+
+
 def test_gpu_prefills_a_long_prompt_in_one_call():
     """On a GPU a prompt goes in chunks of 2048 tokens (one forward call for this one; a
     CPU server takes 256): the same tokens as in chunks of 256."""
