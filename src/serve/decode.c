@@ -447,7 +447,7 @@ static void lane_end(serve_decoder *d, serve_lane *ln, serve_finish how, ts_stat
     flush_snapshot(d, ln); /* when the job never stepped */
     ln->job = NULL;
     ln->decoding = false;
-    if (how == SERVE_FINISH_STOP || how == SERVE_FINISH_LENGTH) {
+    if ((how == SERVE_FINISH_STOP || how == SERVE_FINISH_LENGTH) && !j->no_idle_work) {
         ln->ended = j; /* keeps the reference for the idle work */
         ln->ended_at = ++d->clock;
     } else {

@@ -53,6 +53,9 @@ typedef struct serve_job {
     bool ignore_eos;
     int top_logprobs;  /* -1 = no logprobs */
     bool parse_tools;  /* tool calls in the content become SERVE_CH_TOOL segments */
+    /* a request's later choice (n > 1): the idle work keeps no state after it - a conversation
+     * goes on from the first choice, and the others' snapshots would evict useful ones */
+    bool no_idle_work;
     ts_grammar *grammar; /* owned; NULL = free text; else the content must follow it */
     /* the prompt's images (n 0: none): decoded and planned here, encoded by the worker when
      * their tokens must run; their keys are what prefix reuse compares (serve/images.h) */

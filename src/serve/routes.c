@@ -281,7 +281,8 @@ static bool prep_take(serve_conn *cn, struct MHD_Connection *c, serve_error *e) 
 
 /* The request's jobs, prepared: choice c of prompt p is job p * n + c. Each owns its inputs
  * (the grammar copied for all but the first); a chat's first choice owns the request, from
- * which the worker renders the next turn's prefix (a conversation goes on from one answer). */
+ * which the worker renders the next turn's prefix (a conversation goes on from one answer),
+ * and the later choices of a prompt leave no state behind (no_idle_work). */
 static bool prepare_choices(serve_server *s, const serve_runtime *rt, serve_request *req,
                             serve_choices *cs, serve_error *e) {
     int n_prompts = req->api == SERVE_API_CHAT ? 1 : req->n_prompts;
@@ -301,6 +302,7 @@ static bool prepare_choices(serve_server *s, const serve_runtime *rt, serve_requ
         serve_job *j = cs->job[i];
         if (!serve_prepare(rt, req, i / req->n, i % req->n, s->o.max_tokens_cap, j, e))
             return false;
+        j->no_idle_work = i % req->n > 0;
         if (req->grammar && i > 0 && ts_grammar_copy(req->grammar, &j->grammar) != TS_OK)
             return serve_fail(e, 500, "internal_error", NULL, "out of memory");
     }

@@ -3,6 +3,7 @@ completion request. Choice c of a prompt is sampled as a request of its own with
 the choices' prompt is prefilled once; they are admitted all together or refused all
 together; a client that leaves cancels every one."""
 import json
+import re
 import socket
 import threading
 import time
@@ -139,3 +140,30 @@ def test_a_client_that_leaves_cancels_every_choice():
         sock.close()
         assert wait_for(lambda: srv.metrics()["tessera_cancelled_total"] == 5, 5)
         assert wait_for(lambda: srv.metrics()["tessera_running"] == 0, 5)
+
+
+def test_later_choices_keep_no_state_that_would_evict_a_conversation():
+    """After an answer the idle worker keeps a state to reuse: a chat's next-turn prefix, or a
+    completion's answer. Only a request's first choice of a prompt does: with each of n
+    choices keeping one, a request of four choices would evict another conversation's
+    prepared turn from four snapshots."""
+    with Server("--cache-mb", "5", "--parallel", "4") as srv:  # four snapshots of the tiny model
+        assert wait_for(lambda: "4 prefix snapshots" in srv.stderr(), 5), srv.stderr()
+
+        def turns():
+            m = srv.metrics()
+            return m["tessera_next_turn_ready_total"] + m["tessera_next_turn_abandoned_total"]
+
+        first = chat("Tell me about the sea.", max_tokens=8)
+        a = one(srv, "/v1/chat/completions", first)
+        assert wait_for(lambda: turns() == 1, 10)
+        one(srv, "/v1/chat/completions", chat("Something else entirely, please.", max_tokens=8,
+                                               n=4, temperature=1.0, seed=1))
+        assert wait_for(lambda: turns() == 2, 10)
+        time.sleep(0.3)  # the idle work after it
+        follow = {"messages": first["messages"] + [
+            {"role": "assistant", "content": a["choices"][0]["message"]["content"]},
+            {"role": "user", "content": "And the sky?"}], "temperature": 0, "max_tokens": 4}
+        r = one(srv, "/v1/chat/completions", follow)
+        cached = r["usage"]["prompt_tokens_details"]["cached_tokens"]
+        assert cached >= a["usage"]["prompt_tokens"], (cached, a["usage"])

@@ -172,8 +172,18 @@ def test_connections_within_the_open_file_limit():
         assert health(s.port) == 200
 
 
+def wait_for_text(s, text, timeout=5):
+    """Whether the server's stderr holds text within timeout seconds (it is read by a thread:
+    a line may come after the server answers)."""
+    deadline = time.time() + timeout
+    while text not in s.stderr() and time.time() < deadline:
+        time.sleep(0.02)
+    return text in s.stderr()
+
+
 def test_clients_that_leave_halfway_do_not_flood_the_log():
     with Server() as s:
+        assert wait_for_text(s, "ready:")
         before = len(s.stderr().splitlines())
         for _ in range(60):  # each is one libmicrohttpd message
             c = socket.create_connection(("127.0.0.1", s.port))
@@ -183,3 +193,11 @@ def test_clients_that_leave_halfway_do_not_flood_the_log():
         time.sleep(0.3)
         lines = s.stderr().splitlines()[before:]
         assert 1 <= len(lines) <= 10, lines
+
+
+def test_start_up_prints_only_our_own_lines():
+    """libmicrohttpd's messages go through the server's logger from the first (its option
+    must come first, or the library prints a complaint with its own)."""
+    with Server() as s:
+        assert wait_for_text(s, "ready:")
+        assert all(line.startswith("tessera: ") for line in s.stderr().splitlines()), s.stderr()
