@@ -50,12 +50,13 @@ ts_status serve_decoder_init(serve_decoder *d, const serve_decoder_opts *o, serv
     d->b_lp = malloc(nl * sizeof *d->b_lp);
     d->b_in = malloc(nl * sizeof *d->b_in);
     d->b_piece = malloc(nl * sizeof *d->b_piece);
+    d->b_row = malloc(nl * sizeof *d->b_row);
     d->embd = malloc(chunk * sizeof *d->embd);
     d->rope = malloc(3 * chunk * sizeof *d->rope);
     d->b_rope = malloc(3 * nl * sizeof *d->b_rope);
     if (!d->lane || !d->logits || !d->tok || !d->pos || !d->slot || !d->want || !d->b_tok ||
         !d->b_pos || !d->b_slot || !d->b_drawn || !d->b_lane || !d->b_smp || !d->b_lp || !d->b_in ||
-        !d->b_piece || !d->embd || !d->rope || !d->b_rope)
+        !d->b_piece || !d->b_row || !d->embd || !d->rope || !d->b_rope)
         return ts_error(TS_ERR_NOMEM, "out of memory for the decoder");
     for (int l = 0; l < d->o.n_lanes; l++)
         TS_TRY(lane_init(&d->lane[l], l, d->n_vocab, d->n_ctx));
@@ -73,7 +74,9 @@ void serve_decoder_free(serve_decoder *d) {
     free(d->gm_row);
     free(d->lane), free(d->logits), free(d->tok), free(d->pos), free(d->slot), free(d->want);
     free(d->b_tok), free(d->b_pos), free(d->b_slot), free(d->b_drawn), free(d->b_lane);
-    free(d->b_smp), free(d->b_lp), free(d->b_in), free(d->b_piece);
+    free(d->b_smp), free(d->b_lp), free(d->b_in), free(d->b_piece), free(d->b_row);
+    free(d->echo_rows);
+    ts_sampler_free(d->echo_smp);
     free(d->embd), free(d->rope), free(d->b_rope);
     memset(d, 0, sizeof *d);
 }
@@ -347,6 +350,37 @@ static ts_status host_rows_draw(serve_decoder *d, serve_lane *ln, const float *r
     return TS_OK;
 }
 
+/* The rows and sampler of echoes with logprobs, made for the first one; false without memory. */
+static bool echo_start(serve_decoder *d) {
+    if (!d->echo_rows)
+        d->echo_rows =
+            malloc(((size_t)SERVE_ECHO_ROWS + d->o.n_lanes) * d->n_vocab * sizeof *d->echo_rows);
+    ts_sampler_params sp;
+    ts_sampler_params_default(&sp);
+    if (!d->echo_smp && ts_sampler_create(&sp, d->n_vocab, &d->echo_smp) != TS_OK)
+        d->echo_smp = NULL;
+    return d->echo_rows && d->echo_smp;
+}
+
+/* An echo's prompt scored: the rows of its piece of the prompt (a row a token, from its
+ * prefill_at on) give each next prompt token's log-probability and the job's alternatives;
+ * once the prompt is whole the job may send them (prompt_lp_done). */
+static void echo_logprobs(serve_decoder *d, serve_lane *ln, const float *rows, int piece) {
+    serve_job *j = ln->job;
+    int n_top = j->top_logprobs < TS_MAX_TOP_LOGPROBS ? j->top_logprobs : TS_MAX_TOP_LOGPROBS;
+    for (int k = 0; k < piece; k++) {
+        int p = ln->prefill_at + k + 1; /* the token row k predicts */
+        if (p >= j->n_ids) break;
+        ts_logprobs tl;
+        ts_sampler_logprobs(d->echo_smp, rows + (size_t)k * d->n_vocab, j->ids[p], n_top, &tl);
+        to_job_logprob(j->ids[p], &tl, n_top, &j->prompt_lp[p]);
+    }
+    if (ln->prefill_at + piece < j->n_ids) return;
+    pthread_mutex_lock(&j->mu);
+    j->prompt_lp_done = true;
+    pthread_mutex_unlock(&j->mu);
+}
+
 /* Runs the next chunk of the prompts still to prefill, in one forward call: the oldest lane's
  * next chunk (at most --prefill-chunk tokens), and with it the next chunks of the lanes after it
  * while the call stays within a chunk - short prompts that arrived together go in together.
@@ -358,7 +392,7 @@ static ts_status host_rows_draw(serve_decoder *d, serve_lane *ln, const float *r
  * would evict this one) - and draws its first token. */
 static void prefill_lanes(serve_decoder *d) {
     int n = 0, n_in = 0, n_rows = 0;
-    bool any_images = false;
+    bool any_images = false, any_echo = false;
     uint64_t after = 0; /* lanes are taken in start order: `used` grows and is distinct */
     for (;;) {
         serve_lane *next = NULL; /* the oldest lane still prefilling that is not in yet */
@@ -369,29 +403,42 @@ static void prefill_lanes(serve_decoder *d) {
                 next = ln;
         }
         if (!next) break;
+        bool echo = next->job->prompt_lp != NULL; /* a row for each of its tokens */
+        if (echo && any_echo) break; /* one a call: the rows are SERVE_ECHO_ROWS + lanes */
+        if (echo && !echo_start(d)) {
+            lane_end(d, next, SERVE_FINISH_ERROR, ts_error(TS_ERR_NOMEM, "out of memory"));
+            continue;
+        }
         int left = next->job->n_ids - next->prefill_at;
         int piece = left < d->o.prefill_chunk ? left : d->o.prefill_chunk;
+        if (echo && piece > SERVE_ECHO_ROWS) piece = SERVE_ECHO_ROWS;
         if (n + piece > d->o.prefill_chunk) break;
+        any_echo |= echo;
         after = next->used;
         for (int i = 0; i < piece; i++) {
             int p = next->prefill_at + i;
             d->tok[n + i] = serve_images_token(&next->job->images, next->seq[p]);
             d->pos[n + i] = p;
             d->slot[n + i] = next->slot;
-            d->want[n + i] = 0;
+            d->want[n + i] = echo;
         }
         any_images |= serve_images_rows(&next->job->images, next->prefill_at, piece, d->o.n_embd,
                                         d->embd + n, d->rope + 3 * (size_t)n);
-        if (piece == left) d->want[n + piece - 1] = 1, n_rows++;
+        d->b_row[n_in] = n_rows;
+        if (echo)
+            n_rows += piece;
+        else if (piece == left)
+            d->want[n + piece - 1] = 1, n_rows++;
         n += piece;
         d->b_in[n_in] = next, d->b_piece[n_in++] = piece;
     }
     if (n_in == 0) return;
     ts_batch b = {n, d->tok, d->pos, d->slot, d->want, NULL, NULL};
     if (any_images) b.embd = (const float *const *)d->embd, b.rope_pos = d->rope;
-    ts_status st = ts_engine_forward(d->o.engine, &b, n_rows ? d->logits : NULL);
+    float *rows = any_echo ? d->echo_rows : d->logits;
+    ts_status st = ts_engine_forward(d->o.engine, &b, n_rows ? rows : NULL);
     if (d->o.metrics) serve_metrics_prefill_call(d->o.metrics);
-    for (int i = 0, row = 0; i < n_in; i++) {
+    for (int i = 0; i < n_in; i++) {
         serve_lane *ln = d->b_in[i];
         serve_job *j = ln->job;
         if (st != TS_OK) {
@@ -399,9 +446,11 @@ static void prefill_lanes(serve_decoder *d) {
             lane_end(d, ln, SERVE_FINISH_ERROR, st);
             continue;
         }
+        float *row = rows + (size_t)d->b_row[i] * d->n_vocab;
+        if (j->prompt_lp) echo_logprobs(d, ln, row, d->b_piece[i]);
         ln->prefill_at += d->b_piece[i];
         if (ln->prefill_at < j->n_ids) continue;
-        float *logits = d->logits + (size_t)row++ * d->n_vocab;
+        float *logits = j->prompt_lp ? row + (size_t)(d->b_piece[i] - 1) * d->n_vocab : row;
         ln->pending_snap = serve_prefix_cache_store(d->o.cache, ln->seq, j->n_ids, logits);
         serve_metrics_tokens(d->o.metrics, j->n_ids, j->cached_tokens,
                              j->n_ids - j->cached_tokens, 0);
@@ -578,7 +627,12 @@ void serve_decoder_start(serve_decoder *d, int l, serve_job *j) {
     ln->n_seq = j->n_ids;
     memset(ln->gen_count, 0, (size_t)d->n_vocab * sizeof *ln->gen_count);
 
-    int start = restore_prefix(d, ln, j, held);
+    /* an echo with logprobs runs its whole prompt: every token's row is wanted */
+    int start = 0;
+    if (j->prompt_lp)
+        ts_engine_slot_clear(d->o.engine, ln->slot);
+    else
+        start = restore_prefix(d, ln, j, held);
     /* the images run through the vision tower only when their tokens must (a restored prefix
      * that holds them needs none): one image a step (encode_step), before the prompt's prefill */
     ln->encoding = start < j->n_ids && serve_images_needed_after(&j->images, start, j->n_ids) &&

@@ -89,6 +89,9 @@ typedef struct {
  * and, for SERVE_FINISH_ERROR, a message. Called once a job, on the worker thread. */
 typedef void (*serve_job_done_fn)(void *ctx, serve_job *j, serve_finish how, const char *err);
 
+/* The most prompt tokens of an echo with logprobs in one prefill call (a logits row each). */
+#define SERVE_ECHO_ROWS 64
+
 typedef struct {
     serve_decoder_opts o;
     int32_t think_open, think_close, turn_start;
@@ -118,6 +121,12 @@ typedef struct {
     ts_logprobs *b_lp;
     serve_lane **b_in; /* the lanes of one prefill call */
     int *b_piece;      /* and the tokens each puts in */
+    int *b_row;        /* and its first logits row */
+    /* an echo with logprobs (a completion's prompt scored token by token) takes a row for each
+     * token it puts in: [SERVE_ECHO_ROWS + n_lanes] rows, made for the first such job, and a
+     * sampler that computes log-probabilities from them */
+    float *echo_rows;
+    ts_sampler *echo_smp;
 } serve_decoder;
 
 ts_status serve_decoder_init(serve_decoder *d, const serve_decoder_opts *o, serve_job_done_fn done,

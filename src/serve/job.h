@@ -53,6 +53,13 @@ typedef struct serve_job {
     bool ignore_eos;
     int top_logprobs;  /* -1 = no logprobs */
     bool parse_tools;  /* tool calls in the content become SERVE_CH_TOOL segments */
+    /* echo (completions): the prompt's text, sent before the answer's (owned; NULL without) */
+    char *echo_text;
+    size_t echo_len;
+    /* echo with logprobs: the prompt's tokens' log-probabilities, entry i token i's given those
+     * before it (entry 0 has none), written by the worker as the prompt is prefilled (whole
+     * once prompt_lp_done, under mu); NULL otherwise */
+    serve_logprob *prompt_lp;
     /* a request's later choice (n > 1): the idle work keeps no state after it - a conversation
      * goes on from the first choice, and the others' snapshots would evict useful ones */
     bool no_idle_work;
@@ -79,6 +86,7 @@ typedef struct serve_job {
     char error[256];
     int prompt_tokens, cached_tokens, completion_tokens;
     bool started; /* the worker dequeued it */
+    bool prompt_lp_done;
     double t_submit, t_first_token, t_done;
 
     atomic_int refs;

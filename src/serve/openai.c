@@ -458,7 +458,10 @@ static bool parse_logit_bias(serve_request *r, const json_t *o, serve_error *e) 
 static bool parse_sampling(serve_request *r, const json_t *o, int max_tokens_cap, serve_error *e) {
     long long x = -1, y = -1;
     const char *mt = r->api == SERVE_API_CHAT ? "max_completion_tokens" : "max_tokens";
-    if (!get_int(o, "max_tokens", 1, INT32_MAX, &x, e)) return false;
+    /* a completion that echoes its prompt may ask for no answer: its prompt's log-probabilities
+     * (how evaluation harnesses score a text) */
+    bool echo = r->api == SERVE_API_COMPLETION && json_is_true(json_object_get(o, "echo"));
+    if (!get_int(o, "max_tokens", echo ? 0 : 1, INT32_MAX, &x, e)) return false;
     if (r->api == SERVE_API_CHAT) {
         if (!get_int(o, "max_completion_tokens", 1, INT32_MAX, &y, e)) return false;
         if (x >= 0 && y >= 0 && x != y)
@@ -867,9 +870,7 @@ bool serve_request_parse(serve_api api, json_t *root, const char *const *model_i
             return false;
         static const char *const unsupported[] = {"suffix", NULL};
         if (!refuse_unsupported(root, unsupported, e)) return false;
-        bool echo = false;
-        if (!get_bool(root, "echo", &echo, e)) return false;
-        if (echo) return serve_fail(e, 400, "unsupported_feature", "echo", "'echo' is not supported");
+        if (!get_bool(root, "echo", &r->echo, e)) return false;
         long long best_of = 1;
         if (!get_int(root, "best_of", 1, 128, &best_of, e)) return false;
         if (best_of != 1)

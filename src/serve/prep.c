@@ -104,6 +104,33 @@ static uint64_t random_seed(void) {
     return z ^ (z >> 31);
 }
 
+/* The text of a prompt of token ids, as the answer's text would show them: a token the
+ * tokenizer cannot decode (a model's vocabulary may be larger) shows nothing. False without
+ * memory. */
+static bool echo_ids_text(const serve_runtime *rt, serve_job *j) {
+    if (ts_detokenize(rt->tok, j->ids, (size_t)j->n_ids, false, &j->echo_text, &j->echo_len) ==
+        TS_OK)
+        return j->echo_text != NULL;
+    ts_strbuf b = {0};
+    for (int i = 0; i < j->n_ids; i++) {
+        char *t = NULL;
+        size_t len = 0;
+        if (ts_detokenize(rt->tok, &j->ids[i], 1, false, &t, &len) == TS_OK &&
+            ts_strbuf_append(&b, t, len) != TS_OK) {
+            free(t);
+            ts_strbuf_free(&b);
+            return false;
+        }
+        free(t);
+    }
+    if (ts_strbuf_append(&b, "", 0) != TS_OK || !b.data) { /* NUL-terminated, never NULL */
+        ts_strbuf_free(&b);
+        return false;
+    }
+    j->echo_text = b.data, j->echo_len = b.len;
+    return true;
+}
+
 bool serve_prepare(const serve_runtime *rt, const serve_request *r, int prompt, int choice,
                    int max_tokens_cap, serve_job *j, serve_error *e) {
     int n = 0;
@@ -163,5 +190,18 @@ bool serve_prepare(const serve_runtime *rt, const serve_request *r, int prompt, 
     }
     j->in_think = rt->think_open >= 0 && last_open > last_close;
     j->parse_tools = r->parse_tools;
+    if (r->api == SERVE_API_COMPLETION && r->echo) { /* the prompt's text as the client gets it */
+        const serve_prompt *p = &r->prompts[prompt];
+        if (p->text) {
+            j->echo_len = strlen(p->text);
+            j->echo_text = malloc(j->echo_len + 1);
+            if (j->echo_text) memcpy(j->echo_text, p->text, j->echo_len + 1);
+        } else if (!echo_ids_text(rt, j)) {
+            j->echo_text = NULL;
+        }
+        if (!j->echo_text) return serve_fail(e, 500, "internal_error", NULL, "out of memory");
+        if (r->top_logprobs >= 0 && !(j->prompt_lp = calloc((size_t)n, sizeof *j->prompt_lp)))
+            return serve_fail(e, 500, "internal_error", NULL, "out of memory");
+    }
     return true;
 }

@@ -80,6 +80,42 @@ static void token_text(const serve_resp *r, int32_t id, json_t **str, json_t **b
     free(t);
 }
 
+/* One token's entries of a completion's logprobs; lp NULL: the prompt's first token, which
+ * has none (null, as OpenAI and vLLM give it), of id first. */
+static void completion_logprob(const serve_resp *r, const serve_logprob *lp, int32_t first,
+                               json_t *tokens, json_t *lps, json_t *tops) {
+    json_t *s;
+    token_text(r, lp ? lp->id : first, &s, NULL);
+    json_array_append_new(tokens, s);
+    if (!lp) {
+        json_array_append_new(lps, json_null());
+        json_array_append_new(tops, json_null());
+        return;
+    }
+    json_t *top = json_object();
+    json_array_append_new(lps, json_real(lp->logprob));
+    for (int k = 0; k < lp->n_top; k++) {
+        json_t *ts;
+        token_text(r, lp->top_id[k], &ts, NULL);
+        json_object_set_new(top, json_string_value(ts), json_real(lp->top_lp[k]));
+        json_decref(ts);
+    }
+    json_array_append_new(tops, top);
+}
+
+/* A completion's logprobs: the echoed prompt's n_prompt tokens (its first with none), then the
+ * answer's n. */
+static json_t *completion_logprobs(const serve_resp *r, const serve_job *echo, int n_prompt,
+                                   const serve_logprob *lp, int n) {
+    json_t *tokens = json_array(), *lps = json_array(), *tops = json_array();
+    for (int i = 0; i < n_prompt; i++)
+        completion_logprob(r, i ? &echo->prompt_lp[i] : NULL, echo->ids[0], tokens, lps, tops);
+    for (int i = 0; i < n; i++)
+        completion_logprob(r, &lp[i], 0, tokens, lps, tops);
+    return json_pack("{s:o, s:o, s:o}", "tokens", tokens, "token_logprobs", lps, "top_logprobs",
+                     tops);
+}
+
 static json_t *logprobs_json(const serve_resp *r, const serve_logprob *lp, int n) {
     if (r->api == SERVE_API_CHAT) {
         json_t *content = json_array();
@@ -98,22 +134,7 @@ static json_t *logprobs_json(const serve_resp *r, const serve_logprob *lp, int n
         }
         return json_pack("{s:o}", "content", content);
     }
-    json_t *tokens = json_array(), *lps = json_array(), *tops = json_array();
-    for (int i = 0; i < n; i++) {
-        json_t *s, *top = json_object();
-        token_text(r, lp[i].id, &s, NULL);
-        json_array_append_new(tokens, s);
-        json_array_append_new(lps, json_real(lp[i].logprob));
-        for (int k = 0; k < lp[i].n_top; k++) {
-            json_t *ts;
-            token_text(r, lp[i].top_id[k], &ts, NULL);
-            json_object_set_new(top, json_string_value(ts), json_real(lp[i].top_lp[k]));
-            json_decref(ts);
-        }
-        json_array_append_new(tops, top);
-    }
-    return json_pack("{s:o, s:o, s:o}", "tokens", tokens, "token_logprobs", lps, "top_logprobs",
-                     tops);
+    return completion_logprobs(r, NULL, 0, lp, n);
 }
 
 /* Job j's choice of a non-streaming response, at index. */
@@ -128,7 +149,9 @@ static json_t *choice_json(const serve_resp *r, const serve_job *j, int index) {
         else
             ts_strbuf_append(&text[j->seg[i].ch], p, j->seg[i].len);
     }
-    json_t *lp = r->logprobs ? logprobs_json(r, j->lp, j->n_lp) : json_null();
+    json_t *lp = !r->logprobs   ? json_null()
+                 : j->prompt_lp ? completion_logprobs(r, j, j->n_ids, j->lp, j->n_lp)
+                                : logprobs_json(r, j->lp, j->n_lp);
     json_t *choice;
     if (r->api == SERVE_API_CHAT) {
         /* OpenAI: content is null when the answer is only tool calls */
@@ -142,9 +165,13 @@ static json_t *choice_json(const serve_resp *r, const serve_job *j, int index) {
         choice = json_pack("{s:i, s:o, s:o, s:s}", "index", index, "message", msg, "logprobs", lp,
                            "finish_reason", finish_reason(j));
     } else {
-        choice = json_pack("{s:i, s:s%, s:o, s:s}", "index", index, "text",
-                           text[0].data ? text[0].data : "", text[0].len, "logprobs", lp,
-                           "finish_reason", serve_finish_name(j->finish));
+        ts_strbuf all = {0}; /* echo: the prompt's text first */
+        ts_utf8_append_lossy(&all, j->echo_text ? j->echo_text : "", j->echo_len);
+        ts_strbuf_append(&all, text[0].data ? text[0].data : "", text[0].len);
+        choice =
+            json_pack("{s:i, s:s%, s:o, s:s}", "index", index, "text", all.data ? all.data : "",
+                      all.len, "logprobs", lp, "finish_reason", serve_finish_name(j->finish));
+        ts_strbuf_free(&all);
     }
     if (r->token_ids && choice) {
         json_t *ids = json_array();
@@ -206,6 +233,19 @@ ts_status serve_resp_chunk_text(const serve_resp *r, int index, serve_channel ch
     else
         choice = json_pack("{s:i, s:s%, s:o, s:n}", "index", index, "text", s, n, "logprobs", lpj,
                            "finish_reason");
+    return emit(out, chunk(r, choice));
+}
+
+ts_status serve_resp_chunk_echo(const serve_resp *r, int index, const serve_job *j,
+                                ts_strbuf *out) {
+    json_t *lpj =
+        r->logprobs && j->prompt_lp ? completion_logprobs(r, j, j->n_ids, NULL, 0) : json_null();
+    ts_strbuf text = {0};
+    ts_utf8_append_lossy(&text, j->echo_text, j->echo_len);
+    json_t *choice =
+        json_pack("{s:i, s:s%, s:o, s:n}", "index", index, "text", text.data ? text.data : "",
+                  text.len, "logprobs", lpj, "finish_reason");
+    ts_strbuf_free(&text);
     return emit(out, chunk(r, choice));
 }
 

@@ -31,6 +31,8 @@ ts_status serve_resp_chunk_role(const serve_resp *r, int index, ts_strbuf *out);
 /* A delta of one channel; lp/n_lp: the logprobs that go with it (may be 0). */
 ts_status serve_resp_chunk_text(const serve_resp *r, int index, serve_channel ch, const char *s,
                                 size_t n, const serve_logprob *lp, int n_lp, ts_strbuf *out);
+/* A completion's echo: its prompt's text, with logprobs the prompt tokens' (the first null). */
+ts_status serve_resp_chunk_echo(const serve_resp *r, int index, const serve_job *j, ts_strbuf *out);
 /* A delta with one complete tool call (call: its place among the answer's calls). */
 ts_status serve_resp_chunk_tool(const serve_resp *r, int index, int call, const char *s, size_t n,
                                 const serve_logprob *lp, int n_lp, ts_strbuf *out);

@@ -43,6 +43,7 @@ static void choices_free(serve_choices *cs) {
 typedef struct {
     int n_seg, n_lp; /* job output already formatted */
     int n_tool;      /* tool calls sent */
+    bool echoed;     /* its echo (the prompt's text) is out, or it has none */
     bool done;       /* its final chunk is out */
 } serve_stream_choice;
 
@@ -76,6 +77,13 @@ static ts_status format_new(serve_stream *s, int i) {
     serve_job *j = s->cs.job[i];
     serve_stream_choice *c = &s->at[i];
     int lp_end = j->n_lp;
+    if (!c->echoed && j->echo_text && j->finish != SERVE_FINISH_CANCELLED &&
+        j->finish != SERVE_FINISH_ERROR) {
+        /* the prompt's text first; with logprobs once the prompt is scored */
+        if (j->prompt_lp && !j->prompt_lp_done && j->finish == SERVE_RUNNING) return TS_OK;
+        TS_TRY(serve_resp_chunk_echo(&s->resp, i, j, &s->out));
+    }
+    c->echoed = true;
     while (c->n_seg < j->n_seg) {
         /* merge consecutive segments of one channel into one delta */
         serve_channel ch = j->seg[c->n_seg].ch;

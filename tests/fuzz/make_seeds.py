@@ -175,7 +175,8 @@ def seeds_openai():
               "best_of": 1, "stop": "\n"},
              {"prompt": [1, 2, 3, 1000], "ignore_eos": True, "return_token_ids": True},
              {"prompt": [[5, 6]]}, {"prompt": ["one"]},
-             {"prompt": ["one", [7, 8], "three"], "n": 2, "seed": 4}]
+             {"prompt": ["one", [7, 8], "three"], "n": 2, "seed": 4},
+             {"prompt": "scored", "echo": True, "max_tokens": 0, "logprobs": 1}]
     out = [b"\0" + json.dumps(c).encode() for c in chats]
     out += [b"\1" + json.dumps(c).encode() for c in comps]
     return out

@@ -125,6 +125,15 @@ def test_choices_decode_together_on_the_gpu():
         assert m["tessera_running"] == 0 and m["tessera_queue_depth"] == 0
 
 
+def test_echo_scores_on_the_gpu():
+    """A prompt scored by echo (its rows from the GPU's prefill) against the log-probabilities
+    its tokens got when the GPU drew them (test_server_echo.py's check)."""
+    from test_server_echo import check_prompt_scores_match_the_answers
+
+    with serve_cuda({}) as srv:
+        check_prompt_scores_match_the_answers(srv, 2e-3)
+
+
 def test_gpu_prefills_a_long_prompt_in_one_call():
     """On a GPU a prompt goes in chunks of 2048 tokens (one forward call for this one; a
     CPU server takes 256): the same tokens as in chunks of 256."""
