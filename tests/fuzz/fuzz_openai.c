@@ -85,7 +85,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         serve_request_free(&r);
         return 0;
     }
-    FZ_ASSERT(r.max_tokens == -1 || (r.max_tokens >= 1 && r.max_tokens <= 4096));
+    /* 0 only for a completion that echoes its prompt (its log-probabilities, no answer) */
+    FZ_ASSERT(r.max_tokens == -1 || (r.max_tokens >= 1 && r.max_tokens <= 4096) ||
+              (r.max_tokens == 0 && api == SERVE_API_COMPLETION && r.echo));
     FZ_ASSERT(r.top_logprobs >= -1 && r.top_logprobs <= 20);
     char *stops[SERVE_MAX_STOPS];
     int n_stops = 0;
