@@ -53,7 +53,8 @@ typedef struct serve_job {
     bool ignore_eos;
     int top_logprobs;  /* -1 = no logprobs */
     bool parse_tools;  /* tool calls in the content become SERVE_CH_TOOL segments */
-    /* echo (completions): the prompt's text, sent before the answer's (owned; NULL without) */
+    /* echo (completions): the prompt's text, valid UTF-8, sent before the answer's (owned;
+     * NULL without) */
     char *echo_text;
     size_t echo_len;
     /* echo with logprobs: the prompt's tokens' log-probabilities, entry i token i's given those

@@ -104,26 +104,32 @@ static uint64_t random_seed(void) {
     return z ^ (z >> 31);
 }
 
-/* The text of a prompt of token ids, as the answer's text would show them: a token the
- * tokenizer cannot decode (a model's vocabulary may be larger) shows nothing. False without
- * memory. */
-static bool echo_ids_text(const serve_runtime *rt, serve_job *j) {
-    if (ts_detokenize(rt->tok, j->ids, (size_t)j->n_ids, false, &j->echo_text, &j->echo_len) ==
-        TS_OK)
-        return j->echo_text != NULL;
-    ts_strbuf b = {0};
-    for (int i = 0; i < j->n_ids; i++) {
-        char *t = NULL;
-        size_t len = 0;
-        if (ts_detokenize(rt->tok, &j->ids[i], 1, false, &t, &len) == TS_OK &&
-            ts_strbuf_append(&b, t, len) != TS_OK) {
+/* An echo's text, made valid UTF-8 here once (ill-formed bytes as U+FFFD, as the answer's
+ * text shows them): the prompt's text, or for token ids their text - a token the tokenizer
+ * cannot decode (a model's vocabulary may be larger) shows nothing. False without memory. */
+static bool echo_text(const serve_runtime *rt, const serve_prompt *p, serve_job *j) {
+    ts_strbuf raw = {0}, b = {0};
+    ts_status st = TS_OK;
+    char *whole = NULL;
+    size_t n = 0;
+    if (p->text) {
+        st = ts_strbuf_append(&raw, p->text, strlen(p->text));
+    } else if (ts_detokenize(rt->tok, j->ids, (size_t)j->n_ids, false, &whole, &n) == TS_OK) {
+        st = ts_strbuf_append(&raw, whole, n);
+    } else { /* a token it cannot decode: the others, one by one */
+        for (int i = 0; i < j->n_ids && st == TS_OK; i++) {
+            char *t = NULL;
+            size_t len = 0;
+            if (ts_detokenize(rt->tok, &j->ids[i], 1, false, &t, &len) == TS_OK)
+                st = ts_strbuf_append(&raw, t, len);
             free(t);
-            ts_strbuf_free(&b);
-            return false;
         }
-        free(t);
     }
-    if (ts_strbuf_append(&b, "", 0) != TS_OK || !b.data) { /* NUL-terminated, never NULL */
+    if (st == TS_OK) st = ts_utf8_append_lossy(&b, raw.data ? raw.data : "", raw.len);
+    if (st == TS_OK) st = ts_strbuf_append(&b, "", 0); /* never NULL */
+    ts_strbuf_free(&raw);
+    free(whole);
+    if (st != TS_OK) {
         ts_strbuf_free(&b);
         return false;
     }
@@ -191,15 +197,8 @@ bool serve_prepare(const serve_runtime *rt, const serve_request *r, int prompt, 
     j->in_think = rt->think_open >= 0 && last_open > last_close;
     j->parse_tools = r->parse_tools;
     if (r->api == SERVE_API_COMPLETION && r->echo) { /* the prompt's text as the client gets it */
-        const serve_prompt *p = &r->prompts[prompt];
-        if (p->text) {
-            j->echo_len = strlen(p->text);
-            j->echo_text = malloc(j->echo_len + 1);
-            if (j->echo_text) memcpy(j->echo_text, p->text, j->echo_len + 1);
-        } else if (!echo_ids_text(rt, j)) {
-            j->echo_text = NULL;
-        }
-        if (!j->echo_text) return serve_fail(e, 500, "internal_error", NULL, "out of memory");
+        if (!echo_text(rt, &r->prompts[prompt], j))
+            return serve_fail(e, 500, "internal_error", NULL, "out of memory");
         if (r->top_logprobs >= 0 && !(j->prompt_lp = calloc((size_t)n, sizeof *j->prompt_lp)))
             return serve_fail(e, 500, "internal_error", NULL, "out of memory");
     }

@@ -141,6 +141,7 @@ static json_t *logprobs_json(const serve_resp *r, const serve_logprob *lp, int n
 static json_t *choice_json(const serve_resp *r, const serve_job *j, int index) {
     ts_strbuf text[2] = {{0}, {0}};
     json_t *calls = json_array();
+    if (j->echo_text) ts_strbuf_append(&text[0], j->echo_text, j->echo_len); /* a completion's */
     for (int i = 0; i < j->n_seg; i++) {
         const char *p = j->text.data + j->seg[i].off;
         if (j->seg[i].ch == SERVE_CH_TOOL)
@@ -165,13 +166,9 @@ static json_t *choice_json(const serve_resp *r, const serve_job *j, int index) {
         choice = json_pack("{s:i, s:o, s:o, s:s}", "index", index, "message", msg, "logprobs", lp,
                            "finish_reason", finish_reason(j));
     } else {
-        ts_strbuf all = {0}; /* echo: the prompt's text first */
-        ts_utf8_append_lossy(&all, j->echo_text ? j->echo_text : "", j->echo_len);
-        ts_strbuf_append(&all, text[0].data ? text[0].data : "", text[0].len);
-        choice =
-            json_pack("{s:i, s:s%, s:o, s:s}", "index", index, "text", all.data ? all.data : "",
-                      all.len, "logprobs", lp, "finish_reason", serve_finish_name(j->finish));
-        ts_strbuf_free(&all);
+        choice = json_pack("{s:i, s:s%, s:o, s:s}", "index", index, "text",
+                           text[0].data ? text[0].data : "", text[0].len, "logprobs", lp,
+                           "finish_reason", serve_finish_name(j->finish));
     }
     if (r->token_ids && choice) {
         json_t *ids = json_array();
@@ -240,12 +237,8 @@ ts_status serve_resp_chunk_echo(const serve_resp *r, int index, const serve_job 
                                 ts_strbuf *out) {
     json_t *lpj =
         r->logprobs && j->prompt_lp ? completion_logprobs(r, j, j->n_ids, NULL, 0) : json_null();
-    ts_strbuf text = {0};
-    ts_utf8_append_lossy(&text, j->echo_text, j->echo_len);
-    json_t *choice =
-        json_pack("{s:i, s:s%, s:o, s:n}", "index", index, "text", text.data ? text.data : "",
-                  text.len, "logprobs", lpj, "finish_reason");
-    ts_strbuf_free(&text);
+    json_t *choice = json_pack("{s:i, s:s%, s:o, s:n}", "index", index, "text", j->echo_text,
+                               j->echo_len, "logprobs", lpj, "finish_reason");
     return emit(out, chunk(r, choice));
 }
 
