@@ -59,6 +59,7 @@ int cmd_serve(int argc, char **argv) {
         INT_OPT("--drain-ms", 0, 3600 * 1000, o.drain_ms)
         INT_OPT("--idle-timeout", 1, 3600, o.idle_timeout_s)
         INT_OPT("--send-timeout", 1, 86400, o.send_timeout_s)
+        INT_OPT("--request-timeout", 0, 86400, o.request_timeout_s)
         INT_OPT("--max-connections", 1, 65536, o.max_connections)
         INT_OPT("--prefill-chunk", 1, 65536, o.prefill_chunk)
         INT_OPT("--image-max-pixels", 1024, TS_IMAGE_MAX_PIXELS, image_px)

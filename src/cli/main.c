@@ -21,7 +21,7 @@ static const struct {
      "[--max-pending 32] [--parallel N (4 cpu, 16 cuda)] [--max-tokens-cap N] [--threads K] "
      "[--api-key KEY] "
      "[--alias NAME] [--cache-mb 1024] [--max-body-kb 4096] [--drain-ms 10000] "
-     "[--idle-timeout 30] [--send-timeout 600] [--max-connections 1024] "
+     "[--idle-timeout 30] [--send-timeout 600] [--request-timeout 60] [--max-connections 1024] "
      "[--device cpu|cuda] [--prefill-chunk N] [--image-max-pixels N]"},
     {"ppl", cmd_ppl,
      "ppl -m MODEL -f FILE [--ctx 512] [--stride 256] [--max-tokens N] "

@@ -170,6 +170,28 @@ static enum MHD_Result check_headers(serve_conn *cn, struct MHD_Connection *c, c
     return MHD_YES;
 }
 
+/* The connection's request deadline (serve/deadline.h), NULL when it has none. */
+static serve_deadline *conn_deadline(struct MHD_Connection *c) {
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci ? ci->socket_context : NULL;
+}
+
+/* A connection opens (its first request is expected from now) or closes; libmicrohttpd calls
+ * the closing before it closes the socket. */
+static void connection_event(void *cls, struct MHD_Connection *c, void **socket_context,
+                             enum MHD_ConnectionNotificationCode code) {
+    serve_server *s = cls;
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        *socket_context = ci ? serve_deadline_open(&s->deadlines, ci->connect_fd) : NULL;
+    } else if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
+        serve_deadline_close(&s->deadlines, *socket_context);
+        *socket_context = NULL;
+    }
+}
+
 static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *url,
                                const char *method, const char *version, const char *upload,
                                size_t *upload_size, void **con_cls) {
@@ -189,6 +211,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
     }
     if (cn->phase != 1) return MHD_YES; /* a response is already queued: ignore the body */
     if (*upload_size) {
+        serve_deadline_body(&s->deadlines, conn_deadline(c), *upload_size);
         /* a body without Content-Length (chunked) is bounded while it streams in; past twice
          * the cap the connection is dropped rather than read to its end */
         cn->received += *upload_size;
@@ -212,6 +235,8 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         return MHD_YES;
     }
     cn->phase = 2;
+    /* the whole request is in: the time its answer takes is not its client's */
+    serve_deadline_disarm(&s->deadlines, conn_deadline(c));
     if (cn->too_many && !cn->too_large) return send_too_many(cn, c);
     if (cn->too_large) {
         serve_error e;
@@ -232,9 +257,12 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
     (void)toe;
     serve_server *s = cls;
     serve_conn *cn = *con_cls;
-    /* a kept-alive connection waits for its next request under the idle timeout again */
-    if (c)
+    /* a kept-alive connection waits for its next request under the idle timeout and a new
+     * deadline */
+    if (c) {
         MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)s->o.idle_timeout_s);
+        serve_deadline_arm(&s->deadlines, conn_deadline(c));
+    }
     if (!cn) return;
     if (cn->status) serve_metrics_request(&s->metrics, cn->route, cn->status);
     ts_strbuf_free(&cn->body);
@@ -321,7 +349,8 @@ struct MHD_Daemon *serve_http_start(serve_server *s, unsigned *port) {
     struct MHD_Daemon *d = MHD_start_daemon(
         flags, (uint16_t)s->o.port, NULL, NULL, handler, s, MHD_OPTION_EXTERNAL_LOGGER, mhd_log,
         NULL, MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_NOTIFY_COMPLETED, completed, s,
-        MHD_OPTION_CONNECTION_LIMIT, connection_limit(s->o.max_connections),
+        MHD_OPTION_NOTIFY_CONNECTION, connection_event, s, MHD_OPTION_CONNECTION_LIMIT,
+        connection_limit(s->o.max_connections),
         /* request line + headers must fit in this per-connection pool: the header cap */
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 * 1024),
         /* until a request is in (its answer then gets the send timeout, and completed() sets

@@ -4,6 +4,7 @@
 #define TS_SERVE_HTTP_H
 
 #include "serve/budget.h"
+#include "serve/deadline.h"
 #include "serve/metrics.h"
 #include "serve/openai.h"
 #include "serve/serve.h"
@@ -40,6 +41,8 @@ typedef struct {
     /* the bodies held in memory as received, in bytes that arrived (SERVE_RECV_BODIES times
      * the body cap): one whose bytes stop fitting is dropped and answered 503 */
     serve_budget recv;
+    /* each connection's request must arrive within --request-timeout */
+    serve_deadlines deadlines;
 } serve_server;
 
 #define SERVE_PREP_BODIES 4

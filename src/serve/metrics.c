@@ -84,6 +84,7 @@ void serve_metrics_event(serve_metrics *m, int what) {
     if (what == 2) m->cancelled_queued++;
     if (what == 3) m->errors++;
     if (what == 4) m->prep_waits++;
+    if (what == 5) m->late_requests++;
     pthread_mutex_unlock(&m->mu);
 }
 
@@ -163,6 +164,10 @@ ts_status serve_metrics_render(serve_metrics *src, ts_strbuf *o) {
                    "Request bodies that waited for others to be parsed and prepared first "
                    "(the memory bodies being prepared may take together is bounded).",
                    m.prep_waits));
+    TS_TRY(counter(o, "tessera_late_requests_total",
+                   "Connections closed because a request had not arrived whole within "
+                   "--request-timeout.",
+                   m.late_requests));
     TS_TRY(counter(o, "tessera_next_turn_ready_total",
                    "Chat answers whose next turn's prefix was prefilled and kept (idle worker).",
                    m.next_turn_ready));

@@ -26,6 +26,7 @@ typedef struct {
     uint64_t prompt_tokens, completion_tokens, cached_tokens, prefill_tokens;
     uint64_t prefill_calls; /* forward calls that ran a request's prompt tokens */
     uint64_t rejected, cancelled, cancelled_queued, errors, prep_waits;
+    uint64_t late_requests; /* connections closed by their request's deadline */
     uint64_t next_turn_ready, next_turn_abandoned, next_turn_tokens;
     int queued, running;
     serve_hist ttft, token_latency;
@@ -45,7 +46,7 @@ void serve_metrics_prefill_call(serve_metrics *m);
 void serve_metrics_token_latency(serve_metrics *m, double seconds);
 void serve_metrics_gauges(serve_metrics *m, int queued, int running);
 /* what: 0 rejected (busy), 1 cancelled while running, 2 cancelled while queued, 3 error,
- * 4 a body that waited for the prep budget */
+ * 4 a body that waited for the prep budget, 5 a connection closed by its request's deadline */
 void serve_metrics_event(serve_metrics *m, int what);
 /* The worker prepared (or gave up preparing, for a waiting request) the state a chat's next
  * turn starts from; prefilled: tokens it ran through the model for that. */

@@ -24,6 +24,8 @@ typedef struct {
                           * expected (before it, or within its headers or body) is closed */
     int send_timeout_s;  /* a client that takes no byte of its answer for this long is dropped
                           * (the time the answer is being made does not count) */
+    int request_timeout_s; /* a request's headers and body must arrive within this (plus a second
+                            * a SERVE_DEADLINE_RATE bytes of body), however they trickle; 0 off */
     int max_connections; /* open connections at most (lowered to what the process's file
                           * limit allows); one more is closed at once */
     size_t cache_mb;     /* prefix snapshots; 0 = no prefix reuse */

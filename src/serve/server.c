@@ -17,6 +17,7 @@ void serve_opts_default(serve_opts *o) {
                       .max_body = 4u << 20,
                       .idle_timeout_s = 30,
                       .send_timeout_s = 600,
+                      .request_timeout_s = 60,
                       .max_connections = 1024,
                       .cache_mb = 1024,
                       .drain_ms = 10000};
@@ -60,12 +61,19 @@ int serve_run(const serve_opts *opts) {
                             opts->cache_mb << 20, opts->step_delay_ms,   opts->load_delay_ms,
                             opts->prefill_chunk,  opts->image_max_pixels};
     int rc = 0;
+    bool deadlines_on = false;
     if (serve_worker_start(&wo, &s->metrics, &s->worker) != TS_OK) {
         fprintf(stderr, "tessera: serve: %s\n", ts_last_error());
         rc = 2;
         goto out;
     }
     unsigned port = 0;
+    deadlines_on = true;
+    if (!serve_deadlines_start(&s->deadlines, opts->request_timeout_s, &s->metrics)) {
+        fprintf(stderr, "tessera: serve: cannot start the request deadlines' thread\n");
+        rc = 2;
+        goto out;
+    }
     s->daemon = serve_http_start(s, &port);
     if (!s->daemon) {
         rc = 2;
@@ -118,6 +126,7 @@ int serve_run(const serve_opts *opts) {
     }
 out:
     if (s->daemon) MHD_stop_daemon(s->daemon);
+    if (deadlines_on) serve_deadlines_stop(&s->deadlines); /* after the daemon's connections */
     serve_worker_free(s->worker);
     serve_metrics_free(&s->metrics);
     serve_budget_free(&s->prep);

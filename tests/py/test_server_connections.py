@@ -55,6 +55,21 @@ def health(port):
         c.close()
 
 
+def served_soon(port, seconds=3):
+    """True when a request is answered 200 within seconds (the server's count of open
+    connections drops a moment after a closed one's end)."""
+    deadline = time.time() + seconds
+    while True:
+        try:
+            if health(port) == 200:
+                return True
+        except (ConnectionError, http.client.RemoteDisconnected):
+            pass
+        if time.time() > deadline:
+            return False
+        time.sleep(0.05)
+
+
 def test_silent_connection_closed_after_idle_timeout():
     with Server("--idle-timeout", "1") as s:
         # nothing at all, a request line without its headers, headers without the body
@@ -87,7 +102,7 @@ def test_idle_connections_do_not_lock_out_clients():
         for c in idle:
             assert closed_within(c, 10)
             c.close()
-        assert health(s.port) == 200
+        assert served_soon(s.port)
 
 
 def test_slow_answers_outlive_both_timeouts():
@@ -201,3 +216,104 @@ def test_start_up_prints_only_our_own_lines():
     with Server() as s:
         assert wait_for_text(s, "ready:")
         assert all(line.startswith("tessera: ") for line in s.stderr().splitlines()), s.stderr()
+
+
+def trickle(sock, data, every, seconds):
+    """Sends data a byte at a time, one every `every` seconds, for at most `seconds`: returns the
+    seconds until the server closed the connection, or None if it never did."""
+    t0 = time.time()
+    for b in data:
+        if time.time() - t0 > seconds:
+            return None
+        try:
+            sock.sendall(bytes([b]))
+        except (BrokenPipeError, ConnectionResetError):
+            return time.time() - t0
+        r, _, _ = select.select([sock], [], [], every)
+        if r:
+            try:
+                if not sock.recv(4096):
+                    return time.time() - t0
+            except ConnectionResetError:
+                return time.time() - t0
+    return None
+
+
+HEADERS = (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+           b"Content-Length: 64\r\n" + b"X-Padding: " + b"a" * 400 + b"\r\n\r\n")
+
+
+def test_a_request_that_trickles_in_is_closed_at_its_deadline():
+    # a byte every 0.3 s never lets the idle timeout (1 s) fire; the request timeout (2 s)
+    # counts the request's whole time, in its headers or in its body
+    with Server("--idle-timeout", "1", "--request-timeout", "2") as s:
+        for data in (HEADERS, HEADERS + b"{" * 64):
+            start = len(HEADERS) - 2 if len(data) > len(HEADERS) else 0
+            c = socket.create_connection(("127.0.0.1", s.port))
+            c.sendall(data[:start])
+            took = trickle(c, data[start:], 0.3, 8)
+            c.close()
+            assert took is not None and 1.8 < took < 4, took
+        assert s.metrics()["tessera_late_requests_total"] == 2
+        assert health(s.port) == 200
+    # and without it (0 turns it off) the same client holds its connection
+    with Server("--idle-timeout", "1", "--request-timeout", "0") as s:
+        c = socket.create_connection(("127.0.0.1", s.port))
+        assert trickle(c, HEADERS, 0.3, 4) is None
+        c.close()
+
+
+def test_trickled_connections_do_not_lock_out_clients():
+    with Server("--idle-timeout", "1", "--request-timeout", "2", "--max-connections", "8") as s:
+        socks = [socket.create_connection(("127.0.0.1", s.port)) for _ in range(8)]
+        open_ = set(range(8))
+        t0 = time.time()
+        checked = False
+        while open_ and time.time() - t0 < 6:  # a byte each every 0.2 s: none silent for 1 s
+            for i in list(open_):
+                try:
+                    socks[i].sendall(b"G")
+                except (BrokenPipeError, ConnectionResetError):
+                    open_.discard(i)
+            r, _, _ = select.select([socks[i] for i in open_], [], [], 0.2)
+            for c in r:
+                try:
+                    gone = not c.recv(4096)
+                except ConnectionResetError:
+                    gone = True
+                if gone:
+                    open_.discard(socks.index(c))
+            if not checked and time.time() - t0 > 1:
+                assert refused_at_once(s.port)  # all of them held: the limit is reached
+                checked = True
+        assert not open_, "trickling connections still open after 6 s"
+        assert time.time() - t0 > 1.8
+        for c in socks:
+            c.close()
+        assert served_soon(s.port)
+
+
+def test_a_steady_body_and_a_long_answer_are_not_cut():
+    with Server("--request-timeout", "1", "--debug-step-delay-ms", "400", "--parallel", "1") as s:
+        # a 48 KiB body sent over ~2 s, past the 1 s but at more than 16 KiB a second
+        body = json.dumps({"prompt": "hi", "max_tokens": 1,
+                           "user": "x" * (48 << 10)}).encode()
+        c = socket.create_connection(("127.0.0.1", s.port))
+        c.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
+                  b"\r\nContent-Length: %d\r\n\r\n" % len(body))
+        for i in range(0, len(body), 8 << 10):
+            c.sendall(body[i:i + (8 << 10)])
+            time.sleep(0.33)
+        c.settimeout(30)
+        assert c.recv(64).startswith(b"HTTP/1.1 200")
+        c.close()
+        # an answer that takes ~2 s to make (5 steps) on a kept-alive connection, twice
+        k = http.client.HTTPConnection("127.0.0.1", s.port, timeout=60)
+        for _ in range(2):
+            k.request("POST", "/v1/completions",
+                      json.dumps({"prompt": "hi", "max_tokens": 5, "ignore_eos": True}),
+                      {"Content-Type": "application/json"})
+            r = k.getresponse()
+            assert r.status == 200 and json.loads(r.read())["usage"]["completion_tokens"] == 5
+        k.close()
+        assert s.metrics()["tessera_late_requests_total"] == 0
