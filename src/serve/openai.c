@@ -856,7 +856,7 @@ bool serve_request_parse(serve_api api, json_t *root, const char *const *model_i
     if (!parse_logprobs(r, root, e)) return false;
     long long n = 1;
     if (!get_int(root, "n", 1, SERVE_MAX_N, &n, e)) return false;
-    r->n = (int)n;
+    r->n = r->best_of = (int)n;
     if (!get_bool(root, "ignore_eos", &r->ignore_eos, e)) return false;
     if (!get_bool(root, "return_token_ids", &r->return_token_ids, e)) return false;
     if (api == SERVE_API_CHAT) {
@@ -871,10 +871,16 @@ bool serve_request_parse(serve_api api, json_t *root, const char *const *model_i
         static const char *const unsupported[] = {"suffix", NULL};
         if (!refuse_unsupported(root, unsupported, e)) return false;
         if (!get_bool(root, "echo", &r->echo, e)) return false;
-        long long best_of = 1;
-        if (!get_int(root, "best_of", 1, 128, &best_of, e)) return false;
-        if (best_of != 1)
-            return serve_fail(e, 400, "unsupported_feature", "best_of", "only best_of = 1 is supported");
+        long long best_of = r->n;
+        if (!get_int(root, "best_of", 1, SERVE_MAX_N, &best_of, e)) return false;
+        if (best_of < r->n)
+            return serve_fail(e, 400, "invalid_value", "best_of",
+                              "best_of (%lld) must be at least n (%d)", best_of, r->n);
+        if (best_of > r->n && r->stream)
+            return serve_fail(e, 400, "invalid_value", "best_of",
+                              "best_of larger than n cannot be streamed (which answers are "
+                              "the best is known only once all are made)");
+        r->best_of = (int)best_of;
     }
     r->stop = field(root, "stop");
     return true;

@@ -73,6 +73,8 @@ typedef struct serve_request {
     serve_prompt *prompts; /* owned */
     int n_prompts;
     int n;              /* choices a prompt (sampled independently; choice c's seed is seed + c) */
+    int best_of; /* answers made a prompt (>= n): the n of highest mean log-probability a token
+                  * are returned */
     bool echo; /* the answer's text starts with the prompt's (with logprobs, its tokens') */
     const json_t *stop; /* validated later, by preparation */
 } serve_request;

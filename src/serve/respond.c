@@ -50,14 +50,20 @@ static json_t *tool_call_json(const serve_resp *r, int index, const char *s, siz
     return out;
 }
 
-/* The usage of a request's jobs: each prompt's tokens once (its first choice's), the answers'
- * tokens all. */
+/* The usage of a request's jobs: each prompt's tokens once, the answers' tokens all. A prompt's
+ * cached tokens are its answers' fewest: the one that prefilled it (the others start from its
+ * state), whatever order best_of put them in. */
 static json_t *usage_json(serve_job *const *jobs, int n, int per_prompt) {
     long long prompt = 0, cached = 0, completion = 0;
-    for (int i = 0; i < n; i++) {
-        if (i % per_prompt == 0) prompt += jobs[i]->prompt_tokens, cached += jobs[i]->cached_tokens;
-        completion += jobs[i]->completion_tokens;
+    for (int i = 0; i < n; i += per_prompt) {
+        int fewest = jobs[i]->cached_tokens;
+        for (int k = 1; k < per_prompt; k++)
+            if (jobs[i + k]->cached_tokens < fewest) fewest = jobs[i + k]->cached_tokens;
+        prompt += jobs[i]->prompt_tokens;
+        cached += fewest;
     }
+    for (int i = 0; i < n; i++)
+        completion += jobs[i]->completion_tokens;
     return json_pack("{s:I, s:I, s:I, s:{s:I}}", "prompt_tokens", (json_int_t)prompt,
                      "completion_tokens", (json_int_t)completion, "total_tokens",
                      (json_int_t)(prompt + completion), "prompt_tokens_details", "cached_tokens",
@@ -182,10 +188,12 @@ static json_t *choice_json(const serve_resp *r, const serve_job *j, int index) {
     return choice;
 }
 
-char *serve_resp_full(const serve_resp *r, serve_job *const *jobs, int n, int per_prompt) {
+char *serve_resp_full(const serve_resp *r, serve_job *const *jobs, int n, int per_prompt,
+                      int keep) {
     json_t *choices = json_array();
-    for (int i = 0; i < n; i++)
-        json_array_append_new(choices, choice_json(r, jobs[i], i));
+    for (int p = 0; p < n / per_prompt; p++)
+        for (int k = 0; k < keep; k++)
+            json_array_append_new(choices, choice_json(r, jobs[p * per_prompt + k], p * keep + k));
     json_t *root = json_pack("{s:s, s:s, s:I, s:s, s:o, s:o}", "id", r->id, "object",
                              r->api == SERVE_API_CHAT ? "chat.completion" : "text_completion",
                              "created", (json_int_t)r->created, "model", r->model, "choices",

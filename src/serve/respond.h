@@ -21,10 +21,11 @@ typedef struct {
 void serve_resp_init(serve_resp *r, serve_api api, const char *model, bool logprobs,
                      const ts_tokenizer *tok);
 
-/* The whole non-streaming response: one choice a job, choice i job i (all finished, the caller
- * holds their mutexes). per_prompt: the choices of one prompt (n), whose prompt the usage
- * counts once. */
-char *serve_resp_full(const serve_resp *r, serve_job *const *jobs, int n, int per_prompt);
+/* The whole non-streaming response from n jobs (all finished, the caller holds their mutexes),
+ * per_prompt of them a prompt (whose prompt the usage counts once). Of each prompt's jobs the
+ * first keep are its choices: choice p * keep + k is job p * per_prompt + k. The usage counts
+ * every job's answer. */
+char *serve_resp_full(const serve_resp *r, serve_job *const *jobs, int n, int per_prompt, int keep);
 
 /* Stream pieces, each "data: {...}\n\n" appended to out; index: the choice. */
 ts_status serve_resp_chunk_role(const serve_resp *r, int index, ts_strbuf *out);

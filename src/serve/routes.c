@@ -20,11 +20,12 @@
 
 /* ---- generation ------------------------------------------------------------------------- */
 
-/* The jobs of one request: n choices for each of its prompts (a completion may carry several),
- * choice i job i, prompt i / n. The HTTP side holds a reference to each. */
+/* The jobs of one request: per_prompt answers for each of its prompts (a completion may carry
+ * several), prompt i / per_prompt; of each prompt's answers the keep best are its choices
+ * (best_of; without it all are, in order). The HTTP side holds a reference to each. */
 typedef struct {
     serve_job **job;
-    int n, per_prompt;
+    int n, per_prompt, keep;
 } serve_choices;
 
 static void choices_cancel(const serve_choices *cs) {
@@ -215,6 +216,38 @@ static enum MHD_Result start_stream(serve_conn *cn, struct MHD_Connection *c, se
     return ret;
 }
 
+/* An answer's mean log-probability a token (best_of's measure, OpenAI's "highest log
+ * probability per token"); an answer of no tokens scores 0. */
+static double answer_score(const serve_job *j) {
+    double sum = 0;
+    for (int i = 0; i < j->n_lp; i++)
+        sum += j->lp[i].logprob;
+    return j->n_lp ? sum / j->n_lp : 0;
+}
+
+/* best_of: orders each prompt's answers best first (ties keep their order), so that its first
+ * keep are its choices. */
+static void rank_best(serve_choices *cs) {
+    int per = cs->per_prompt;
+    double score[SERVE_MAX_N];
+    for (int p = 0; p < cs->n / per; p++) {
+        serve_job **g = cs->job + p * per;
+        for (int i = 0; i < per; i++)
+            score[i] = answer_score(g[i]);
+        for (int i = 1; i < per; i++) { /* insertion sort: stable */
+            serve_job *j = g[i];
+            double s = score[i];
+            int k = i;
+            for (; k > 0 && score[k - 1] < s; k--) {
+                g[k] = g[k - 1];
+                score[k] = score[k - 1];
+            }
+            g[k] = j;
+            score[k] = s;
+        }
+    }
+}
+
 /* Waits for every choice of a non-streaming request, watching for the client leaving. */
 static enum MHD_Result finish_blocking(serve_conn *cn, struct MHD_Connection *c, serve_choices *cs,
                                        const serve_resp *resp) {
@@ -242,7 +275,8 @@ static enum MHD_Result finish_blocking(serve_conn *cn, struct MHD_Connection *c,
     if (!failed) {
         for (int i = 0; i < cs->n; i++)
             pthread_mutex_lock(&cs->job[i]->mu);
-        char *body = serve_resp_full(resp, cs->job, cs->n, cs->per_prompt);
+        if (cs->keep < cs->per_prompt) rank_best(cs);
+        char *body = serve_resp_full(resp, cs->job, cs->n, cs->per_prompt, cs->keep);
         for (int i = 0; i < cs->n; i++)
             pthread_mutex_unlock(&cs->job[i]->mu);
         ret = serve_send_json(cn, c, 200, body);
@@ -294,23 +328,28 @@ static bool prep_take(serve_conn *cn, struct MHD_Connection *c, serve_error *e) 
 static bool prepare_choices(serve_server *s, const serve_runtime *rt, serve_request *req,
                             serve_choices *cs, serve_error *e) {
     int n_prompts = req->api == SERVE_API_CHAT ? 1 : req->n_prompts;
-    int n = n_prompts * req->n;
+    int per = req->best_of, n = n_prompts * per;
     if (n > s->o.max_pending)
-        return serve_fail(e, 400, "invalid_value", req->n > 1 ? "n" : "prompt",
-                          "%d answers (%d prompts x n = %d) are more than this server admits at "
+        return serve_fail(e, 400, "invalid_value",
+                          per > req->n ? "best_of"
+                          : req->n > 1 ? "n"
+                                       : "prompt",
+                          "%d answers (%d prompts x %s = %d) are more than this server admits at "
                           "once (--max-pending %d)",
-                          n, n_prompts, req->n, s->o.max_pending);
+                          n, n_prompts, per > req->n ? "best_of" : "n", per, s->o.max_pending);
     cs->job = calloc((size_t)n, sizeof *cs->job);
     if (!cs->job) return serve_fail(e, 500, "internal_error", NULL, "out of memory");
-    cs->per_prompt = req->n;
+    cs->per_prompt = per;
+    cs->keep = req->n;
     for (int i = 0; i < n; i++) {
         if (serve_job_create(&cs->job[i]) != TS_OK)
             return serve_fail(e, 500, "internal_error", NULL, "out of memory");
         cs->n++;
         serve_job *j = cs->job[i];
-        if (!serve_prepare(rt, req, i / req->n, i % req->n, s->o.max_tokens_cap, j, e))
-            return false;
-        j->no_idle_work = i % req->n > 0;
+        if (!serve_prepare(rt, req, i / per, i % per, s->o.max_tokens_cap, j, e)) return false;
+        j->no_idle_work = i % per > 0;
+        /* best_of ranks the answers by their tokens' log-probabilities: each records them */
+        if (per > req->n && j->top_logprobs < 0) j->top_logprobs = 0;
         if (req->grammar && i > 0 && ts_grammar_copy(req->grammar, &j->grammar) != TS_OK)
             return serve_fail(e, 500, "internal_error", NULL, "out of memory");
     }

@@ -103,6 +103,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             free(stops[i]);
     }
     FZ_ASSERT(r.n >= 1 && r.n <= SERVE_MAX_N);
+    /* best_of: at least n, equal to it on a chat or a stream */
+    FZ_ASSERT(r.best_of >= r.n && r.best_of <= SERVE_MAX_N);
+    FZ_ASSERT(r.best_of == r.n || (api == SERVE_API_COMPLETION && !r.stream));
     FZ_ASSERT(api == SERVE_API_CHAT || (r.n_prompts >= 1 && r.n_prompts <= SERVE_MAX_PROMPTS));
     for (int p = 0; p < (api == SERVE_API_CHAT ? 1 : r.n_prompts); p++) {
         int32_t *tids = NULL;

@@ -188,6 +188,10 @@ def test_400(srv, body, code, param):
     ({"prompt": "x", "max_tokens": 0}, "invalid_value"),
     ({"prompt": "x", "logprobs": 21}, "invalid_value"),
     ({"prompt": "x", "suffix": "y"}, "unsupported_feature"),
+    ({"prompt": "x", "n": 3, "best_of": 2}, "invalid_value"),  # fewer answers made than returned
+    ({"prompt": "x", "best_of": 2, "stream": True}, "invalid_value"),  # best known only at the end
+    ({"prompt": "x", "best_of": 129}, "invalid_value"),
+    ({"prompt": ["a"] * 3, "best_of": 11}, "invalid_value"),  # 33 answers: over --max-pending
     ({"prompt": "x", "logit_bias": {"5": -101}}, "invalid_value"),
     ({"prompt": [1, 2], "logit_bias": {"999999": 1}}, "invalid_value"),
 ])

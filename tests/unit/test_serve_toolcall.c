@@ -190,7 +190,7 @@ static void test_response(void) {
     j->finish = SERVE_FINISH_STOP;
     serve_resp r;
     serve_resp_init(&r, SERVE_API_CHAT, "m", false, NULL);
-    char *body = serve_resp_full(&r, &j, 1, 1);
+    char *body = serve_resp_full(&r, &j, 1, 1, 1);
     json_t *v = json_loads(body, 0, NULL);
     json_t *c = json_array_get(json_object_get(v, "choices"), 0);
     json_t *msg = json_object_get(c, "message"), *calls = json_object_get(msg, "tool_calls");
@@ -225,7 +225,7 @@ static void test_response(void) {
     /* no calls: content is "" (not null) and the finish reason is the plain one */
     j->finish = SERVE_FINISH_LENGTH;
     j->n_seg = 1;
-    body = serve_resp_full(&r, &j, 1, 1);
+    body = serve_resp_full(&r, &j, 1, 1, 1);
     CHECK(strstr(body, "\"finish_reason\":\"length\"") && !strstr(body, "tool_calls"));
     CHECK(strstr(body, "\"content\":\"\""));
     free(body);
