@@ -61,6 +61,7 @@ int cmd_serve(int argc, char **argv) {
         INT_OPT("--send-timeout", 1, 86400, o.send_timeout_s)
         INT_OPT("--request-timeout", 0, 86400, o.request_timeout_s)
         INT_OPT("--max-connections", 1, 65536, o.max_connections)
+        INT_OPT("--max-connections-per-ip", 0, 65536, o.max_connections_per_ip)
         INT_OPT("--prefill-chunk", 1, 65536, o.prefill_chunk)
         INT_OPT("--image-max-pixels", 1024, TS_IMAGE_MAX_PIXELS, image_px)
         /* testing aids: slow decode (cancellation tests) and slow loading (503 model_loading) */

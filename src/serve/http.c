@@ -351,6 +351,9 @@ struct MHD_Daemon *serve_http_start(serve_server *s, unsigned *port) {
         NULL, MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_NOTIFY_COMPLETED, completed, s,
         MHD_OPTION_NOTIFY_CONNECTION, connection_event, s, MHD_OPTION_CONNECTION_LIMIT,
         connection_limit(s->o.max_connections),
+        /* one client (address) cannot take every connection; 0 = no limit (behind a proxy
+         * every connection comes from its address) */
+        MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)s->o.max_connections_per_ip,
         /* request line + headers must fit in this per-connection pool: the header cap */
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 * 1024),
         /* until a request is in (its answer then gets the send timeout, and completed() sets

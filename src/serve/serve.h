@@ -28,6 +28,7 @@ typedef struct {
                             * a SERVE_DEADLINE_RATE bytes of body), however they trickle; 0 off */
     int max_connections; /* open connections at most (lowered to what the process's file
                           * limit allows); one more is closed at once */
+    int max_connections_per_ip; /* open connections from one address at most; 0 = no limit */
     size_t cache_mb;     /* prefix snapshots; 0 = no prefix reuse */
     int drain_ms;        /* on SIGTERM: how long running jobs may take to finish */
     int prefill_chunk;   /* prompt tokens a forward call; 0 = by the device (worker.h) */

@@ -317,3 +317,18 @@ def test_a_steady_body_and_a_long_answer_are_not_cut():
             assert r.status == 200 and json.loads(r.read())["usage"]["completion_tokens"] == 5
         k.close()
         assert s.metrics()["tessera_late_requests_total"] == 0
+
+
+def test_one_address_cannot_take_every_connection():
+    with Server("--max-connections-per-ip", "4") as s:
+        held = open_idle(s.port, 4)
+        assert refused_at_once(s.port)  # a fifth from the same address
+        held.pop().close()
+        assert served_soon(s.port)
+        for c in held:
+            c.close()
+    with Server() as s:  # no limit by default (behind a proxy all come from one address)
+        held = open_idle(s.port, 8)
+        assert health(s.port) == 200
+        for c in held:
+            c.close()
