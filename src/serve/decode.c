@@ -2,6 +2,7 @@
 
 #include "base/status.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,6 +61,13 @@ ts_status serve_decoder_init(serve_decoder *d, const serve_decoder_opts *o, serv
         return ts_error(TS_ERR_NOMEM, "out of memory for the decoder");
     for (int l = 0; l < d->o.n_lanes; l++)
         TS_TRY(lane_init(&d->lane[l], l, d->n_vocab, d->n_ctx));
+    for (int32_t id = 0; d->o.tok && id < d->n_vocab; id++) {
+        if (!ts_tokenizer_is_eog(d->o.tok, id)) continue;
+        int32_t *p = realloc(d->eog, (size_t)(d->n_eog + 1) * sizeof *p);
+        if (!p) return ts_error(TS_ERR_NOMEM, "out of memory for the decoder");
+        d->eog = p;
+        d->eog[d->n_eog++] = id;
+    }
     return TS_OK;
 }
 
@@ -78,6 +86,7 @@ void serve_decoder_free(serve_decoder *d) {
     free(d->echo_rows);
     ts_sampler_free(d->echo_smp);
     free(d->embd), free(d->rope), free(d->b_rope);
+    free(d->eog);
     memset(d, 0, sizeof *d);
 }
 
@@ -115,6 +124,15 @@ static bool has_penalties(const serve_job *j) {
  * here from the prompt's logits, gets it applied here (ts_logit_adjust_apply, the same float
  * operations). */
 
+/* Token t's entry in the list, made (adjusting nothing) when it has none. */
+static ts_logit_adjust *adjust_entry(serve_lane *ln, int32_t t) {
+    if (ln->adj_at[t] < 0) {
+        ln->adj_at[t] = ln->n_adj++;
+        ln->adj[ln->adj_at[t]] = (ts_logit_adjust){t, 0.0f, 1.0f, 0.0f};
+    }
+    return &ln->adj[ln->adj_at[t]];
+}
+
 /* Token t is in the prompt or the answer: the repetition penalty applies to it, and its
  * frequency and presence terms once it is in the answer. A biased token keeps its bias. */
 static void adjust_token(serve_lane *ln, int32_t t) {
@@ -122,18 +140,39 @@ static void adjust_token(serve_lane *ln, int32_t t) {
     float sub = ln->gen_count[t]
                     ? j->frequency_penalty * (float)ln->gen_count[t] + j->presence_penalty
                     : 0.0f;
-    if (ln->adj_at[t] < 0) {
-        ln->adj_at[t] = ln->n_adj++;
-        ln->adj[ln->adj_at[t]] = (ts_logit_adjust){t, 0.0f, 1.0f, 0.0f};
-    }
-    ts_logit_adjust *a = &ln->adj[ln->adj_at[t]];
+    ts_logit_adjust *a = adjust_entry(ln, t);
     a->rep = j->repetition_penalty;
     a->sub = sub;
 }
 
+static bool is_stop_id(const serve_job *j, int32_t t) {
+    for (int i = 0; i < j->n_stop_ids; i++)
+        if (j->stop_ids[i] == t) return true;
+    return false;
+}
+
+static int by_adjust_id(const void *a, const void *b) {
+    int32_t x = ((const ts_logit_adjust *)a)->id, y = ((const ts_logit_adjust *)b)->id;
+    return (x > y) - (x < y);
+}
+
+/* min_tokens: the tokens that would end the answer - end-of-generation ones (unless ignore_eos)
+ * and stop_token_ids - get a bias of minus infinity while the answer is shorter (ban), then
+ * the request's own bias back. */
+static void adjust_min_tokens(const serve_decoder *d, serve_lane *ln, bool ban) {
+    const serve_job *j = ln->job;
+    for (int k = 0; k < d->n_eog + j->n_stop_ids; k++) {
+        int32_t t = k < d->n_eog ? d->eog[k] : j->stop_ids[k - d->n_eog];
+        if (k < d->n_eog && j->ignore_eos) continue;
+        ts_logit_adjust key = {t, 0, 1, 0}, *own = NULL;
+        if (j->n_bias) own = bsearch(&key, j->bias, (size_t)j->n_bias, sizeof key, by_adjust_id);
+        adjust_entry(ln, t)->bias = ban ? -INFINITY : own ? own->bias : 0.0f;
+    }
+}
+
 /* The list of a new job: its biased tokens, then every token of the prompt when the repetition
  * penalty applies (answer tokens join as they come). */
-static void adjust_reset(serve_lane *ln) {
+static void adjust_reset(const serve_decoder *d, serve_lane *ln) {
     const serve_job *j = ln->job;
     for (int i = 0; i < ln->n_adj; i++)
         ln->adj_at[ln->adj[i].id] = -1;
@@ -145,6 +184,7 @@ static void adjust_reset(serve_lane *ln) {
     if (j->repetition_penalty != 1.0f)
         for (int i = 0; i < j->n_ids; i++)
             adjust_token(ln, j->ids[i]);
+    if (j->min_tokens > 0) adjust_min_tokens(d, ln, true);
 }
 
 /* A token's log-probabilities as the job keeps them: the job's n_top best of those the step
@@ -516,6 +556,13 @@ static void lane_token(serve_decoder *d, serve_lane *ln, int32_t tok, const ts_l
     if (ln->want_lp) to_job_logprob(tok, tl, ln->n_top, &lp);
     ln->seq[ln->n_seq++] = tok;
     ln->gen_count[tok]++;
+    /* min_tokens reached: the next draw may end the answer, and this token's text is where
+     * stop strings start to be looked for */
+    bool min_reached = j->min_tokens > 0 && k + 1 == j->min_tokens;
+    if (min_reached) {
+        adjust_min_tokens(d, ln, false);
+        serve_textout_start_stops(&ln->to, j->stops, j->n_stops);
+    }
     if (ln->penalised) {
         if (has_penalties(j)) adjust_token(ln, tok);
         ts_sampler_set_adjust(ln->smp, ln->adj, ln->n_adj);
@@ -548,6 +595,8 @@ static void lane_token(serve_decoder *d, serve_lane *ln, int32_t tok, const ts_l
          * the answer is done (as at an end-of-generation token) */
         if (st == TS_OK && gm_on) st = ts_grammar_matcher_accept(ln->gm, tok);
         if (st == TS_OK && gm_on && ts_grammar_matcher_done(ln->gm)) stopped = true;
+        /* a stop token's text is part of the answer (vLLM's rule; special ones have none) */
+        if (st == TS_OK && k + 1 > j->min_tokens && is_stop_id(j, tok)) stopped = true;
     }
     if (st == TS_OK && ln->want_lp) st = push_logprob(j, &lp);
     wake(j);
@@ -565,8 +614,9 @@ static void lane_token(serve_decoder *d, serve_lane *ln, int32_t tok, const ts_l
  * drawn here from the prompt's logits (the later ones are drawn in the decode steps). */
 static void lane_first_token(serve_decoder *d, serve_lane *ln, float *logits) {
     serve_job *j = ln->job;
-    serve_textout_init(&ln->to, d->think_open, d->think_close, j->in_think, j->stops, j->n_stops,
-                       sink, j);
+    /* before min_tokens no stop string is looked for (serve_textout_start_stops then) */
+    serve_textout_init(&ln->to, d->think_open, d->think_close, j->in_think, j->stops,
+                       j->min_tokens > 0 ? 0 : j->n_stops, sink, j);
     if (j->parse_tools) serve_textout_enable_tools(&ln->to);
     ts_status st = ts_sampler_create(&j->sp, d->n_vocab, &ln->smp);
     if (st == TS_OK) st = ts_detokenizer_create(d->o.tok, true, &ln->dt);
@@ -579,10 +629,10 @@ static void lane_first_token(serve_decoder *d, serve_lane *ln, float *logits) {
      * log-probabilities those are computed there too (a short list comes back), so the tokens
      * drawn do not depend on whether they were asked for. */
     ln->want_lp = j->top_logprobs >= 0;
-    ln->penalised = has_penalties(j) || j->n_bias > 0;
+    ln->penalised = has_penalties(j) || j->n_bias > 0 || j->min_tokens > 0;
     ln->n_top = j->top_logprobs < TS_MAX_TOP_LOGPROBS ? j->top_logprobs : TS_MAX_TOP_LOGPROBS;
     ln->k = 0;
-    adjust_reset(ln);
+    adjust_reset(d, ln);
     if (j->max_tokens < 1) {
         lane_end(d, ln, SERVE_FINISH_LENGTH, TS_OK);
         return;

@@ -127,6 +127,8 @@ typedef struct {
      * sampler that computes log-probabilities from them */
     float *echo_rows;
     ts_sampler *echo_smp;
+    int32_t *eog; /* the vocabulary's end-of-generation tokens (min_tokens bans them) */
+    int n_eog;
 } serve_decoder;
 
 ts_status serve_decoder_init(serve_decoder *d, const serve_decoder_opts *o, serve_job_done_fn done,

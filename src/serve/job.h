@@ -49,6 +49,11 @@ typedef struct serve_job {
     int n_bias;
     char *stops[SERVE_MAX_STOPS]; /* owned */
     int n_stops;
+    int32_t *stop_ids; /* owned: tokens that end the answer (vLLM's stop_token_ids) */
+    int n_stop_ids;
+    /* the answer's first min_tokens tokens cannot end it: end-of-generation tokens (unless
+     * ignore_eos) and stop_ids are banned from the draws, stop strings not yet matched */
+    int min_tokens;
     bool in_think;     /* the prompt ends inside <think> */
     bool ignore_eos;
     int top_logprobs;  /* -1 = no logprobs */

@@ -455,6 +455,29 @@ static bool parse_logit_bias(serve_request *r, const json_t *o, serve_error *e) 
     return true;
 }
 
+/* stop_token_ids: a list of token ids (checked against the vocabulary by preparation). */
+static bool parse_stop_ids(serve_request *r, const json_t *o, serve_error *e) {
+    const json_t *a = field(o, "stop_token_ids");
+    if (!a) return true;
+    if (!json_is_array(a) || json_array_size(a) > SERVE_MAX_STOP_IDS)
+        return serve_fail(e, 400, "invalid_value", "stop_token_ids",
+                          "'stop_token_ids' must be a list of at most %d token ids",
+                          SERVE_MAX_STOP_IDS);
+    size_t n = json_array_size(a);
+    if (!n) return true;
+    if (!(r->stop_ids = malloc(n * sizeof *r->stop_ids)))
+        return serve_fail(e, 500, "internal_error", NULL, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        const json_t *v = json_array_get(a, i);
+        json_int_t id = json_is_integer(v) ? json_integer_value(v) : -1;
+        if (id < 0 || id > INT32_MAX)
+            return serve_fail(e, 400, "invalid_value", "stop_token_ids",
+                              "stop_token_ids[%zu] is not a token id", i);
+        r->stop_ids[r->n_stop_ids++] = (int32_t)id;
+    }
+    return true;
+}
+
 static bool parse_sampling(serve_request *r, const json_t *o, int max_tokens_cap, serve_error *e) {
     long long x = -1, y = -1;
     const char *mt = r->api == SERVE_API_CHAT ? "max_completion_tokens" : "max_tokens";
@@ -859,6 +882,10 @@ bool serve_request_parse(serve_api api, json_t *root, const char *const *model_i
     r->n = r->best_of = (int)n;
     if (!get_bool(root, "ignore_eos", &r->ignore_eos, e)) return false;
     if (!get_bool(root, "return_token_ids", &r->return_token_ids, e)) return false;
+    long long min_tokens = 0;
+    if (!get_int(root, "min_tokens", 0, INT32_MAX, &min_tokens, e)) return false;
+    r->min_tokens = (int)min_tokens;
+    if (!parse_stop_ids(r, root, e)) return false;
     if (api == SERVE_API_CHAT) {
         if (!parse_chat_extras(r, root, e)) return false;
         if (!parse_tools(r, root, e)) return false;
@@ -948,6 +975,7 @@ void serve_request_free(serve_request *r) {
         free(r->prompts[i].ids);
     free(r->prompts);
     free(r->logit_bias);
+    free(r->stop_ids);
     json_decref(r->root);
     memset(r, 0, sizeof *r);
 }

@@ -40,6 +40,9 @@ typedef struct {
     int n_ids;
 } serve_prompt;
 
+/* The most token ids stop_token_ids may list. */
+#define SERVE_MAX_STOP_IDS 64
+
 /* The most prompts one completion request may carry, and the most choices (n) a prompt. */
 #define SERVE_MAX_PROMPTS 128
 #define SERVE_MAX_N       128
@@ -59,6 +62,11 @@ typedef struct serve_request {
     int enable_thinking;
     bool ignore_eos;
     bool return_token_ids; /* vLLM's extension: the prompt's and the answer's ids */
+    /* vLLM's extensions: the answer's first min_tokens tokens cannot end it (end-of-generation
+     * tokens and stop_token_ids banned, stop strings not matched); stop_token_ids end it */
+    int min_tokens;
+    int32_t *stop_ids; /* owned */
+    int n_stop_ids;
     /* chat */
     ts_chat_message *msgs;
     int n_msgs;

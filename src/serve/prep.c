@@ -174,6 +174,27 @@ bool serve_prepare(const serve_runtime *rt, const serve_request *r, int prompt, 
         if (max_tokens_cap > 0 && j->max_tokens > max_tokens_cap) j->max_tokens = max_tokens_cap;
     }
     if (!serve_parse_stop(r->stop, j->stops, &j->n_stops, e)) return false;
+    for (int i = 0; i < r->n_stop_ids; i++)
+        if (r->stop_ids[i] >= rt->n_vocab)
+            return serve_fail(e, 400, "invalid_value", "stop_token_ids",
+                              "stop_token_ids: token id %d is not in the vocabulary of %d",
+                              r->stop_ids[i], rt->n_vocab);
+    if (r->min_tokens > j->max_tokens)
+        return serve_fail(e, 400, "invalid_value", "min_tokens",
+                          "min_tokens (%d) is more than the answer may have (max_tokens %d)",
+                          r->min_tokens, j->max_tokens);
+    /* a grammar may allow nothing but its end, which min_tokens would ban */
+    if (r->min_tokens > 0 && r->grammar)
+        return serve_fail(e, 400, "unsupported_feature", "min_tokens",
+                          "min_tokens cannot be combined with a response format, a grammar or "
+                          "forced tool calls");
+    if (r->n_stop_ids) {
+        if (!(j->stop_ids = malloc((size_t)r->n_stop_ids * sizeof *j->stop_ids)))
+            return serve_fail(e, 500, "internal_error", NULL, "out of memory");
+        memcpy(j->stop_ids, r->stop_ids, (size_t)r->n_stop_ids * sizeof *j->stop_ids);
+        j->n_stop_ids = r->n_stop_ids;
+    }
+    j->min_tokens = r->min_tokens;
 
     j->sp = r->sp;
     j->sp.seed = r->has_seed ? r->sp.seed + (uint64_t)choice : random_seed();

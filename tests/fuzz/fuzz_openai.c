@@ -89,6 +89,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     FZ_ASSERT(r.max_tokens == -1 || (r.max_tokens >= 1 && r.max_tokens <= 4096) ||
               (r.max_tokens == 0 && api == SERVE_API_COMPLETION && r.echo));
     FZ_ASSERT(r.top_logprobs >= -1 && r.top_logprobs <= 20);
+    FZ_ASSERT(r.min_tokens >= 0 && r.n_stop_ids >= 0 && r.n_stop_ids <= SERVE_MAX_STOP_IDS);
+    for (int i = 0; i < r.n_stop_ids; i++)
+        FZ_ASSERT(r.stop_ids[i] >= 0);
     char *stops[SERVE_MAX_STOPS];
     int n_stops = 0;
     if (serve_parse_stop(r.stop, stops, &n_stops, &e)) {

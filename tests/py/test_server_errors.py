@@ -161,6 +161,15 @@ TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": 
     ({"messages": U, "logit_bias": {"1": 2, "01": 3}}, "invalid_value", "logit_bias"),
     ({"messages": U, "logit_bias": {"999999": 2}}, "invalid_value", "logit_bias"),
     ({"messages": U, "audio": {"voice": "alloy"}}, "unsupported_feature", "audio"),
+    ({"messages": U, "min_tokens": -1}, "invalid_value", "min_tokens"),
+    ({"messages": U, "min_tokens": 5, "max_tokens": 4}, "invalid_value", "min_tokens"),
+    ({"messages": U, "min_tokens": 1, "response_format": {"type": "json_object"}},
+     "unsupported_feature", "min_tokens"),
+    ({"messages": U, "stop_token_ids": 5}, "invalid_value", "stop_token_ids"),
+    ({"messages": U, "stop_token_ids": [1, -1]}, "invalid_value", "stop_token_ids"),
+    ({"messages": U, "stop_token_ids": [1, "2"]}, "invalid_value", "stop_token_ids"),
+    ({"messages": U, "stop_token_ids": [999999]}, "invalid_value", "stop_token_ids"),
+    ({"messages": U, "stop_token_ids": list(range(65))}, "invalid_value", "stop_token_ids"),
     ({"messages": U, "stop": ["a", "b", "c", "d", "e"]}, "invalid_stop", "stop"),
     ({"messages": U, "stop": 5}, "invalid_stop", "stop"),
     ({"messages": U, "stop": [""]}, "invalid_stop", "stop"),
@@ -229,6 +238,19 @@ def test_validation_order(srv):
     expect(srv, 400, "invalid_value", "POST", "/v1/chat/completions",
            {"messages": [{"role": "user", "content": "w " * 5000}],
             "logit_bias": {"999999": 1}}, param="logit_bias")
+    # min_tokens and stop_token_ids after return_token_ids, before response_format; their
+    # checks against the answer's length and the vocabulary after the stop strings'
+    expect(srv, 400, "invalid_value", "POST", "/v1/chat/completions",
+           {"messages": U, "return_token_ids": 1, "min_tokens": -1}, param="return_token_ids")
+    expect(srv, 400, "invalid_value", "POST", "/v1/chat/completions",
+           {"messages": U, "min_tokens": -1, "stop_token_ids": 5}, param="min_tokens")
+    expect(srv, 400, "invalid_value", "POST", "/v1/chat/completions",
+           {"messages": U, "stop_token_ids": 5, "response_format": 5}, param="stop_token_ids")
+    expect(srv, 400, "invalid_stop", "POST", "/v1/chat/completions",
+           {"messages": U, "stop": 5, "stop_token_ids": [999999]})
+    expect(srv, 400, "invalid_value", "POST", "/v1/chat/completions",
+           {"messages": U, "stop_token_ids": [999999], "min_tokens": 9, "max_tokens": 1},
+           param="stop_token_ids")
     # context before stop parsing
     expect(srv, 400, "context_length_exceeded", "POST", "/v1/chat/completions",
            {"messages": [{"role": "user", "content": "w " * 5000}], "stop": 5})
