@@ -37,6 +37,10 @@ def requests_for(srv):
     # logit_bias: entries of the same list, held steps get them at their launch too
     ask(chat("Tell me about the sea.", temperature=0.8, seed=11, repetition_penalty=1.2,
              logit_bias={str(t): 2.0 for t in range(100, 140)}, **LONG))
+    # min_tokens: its bans are entries of the list too, lifted mid-answer under a held step
+    _, _, t = srv.post("/tokenize", {"content": "<|im_end|>"})
+    ask(chat("Tell me about the sea.", temperature=0.8, seed=12, min_tokens=12,
+             logit_bias={str(t["tokens"][0]): 4.0}, stop_token_ids=[100, 101], **LONG))
     ask({"messages": [{"role": "user", "content": "Tell me about the sea."},
                       {"role": "assistant", "content": first},
                       {"role": "user", "content": "And the sky?"}],
@@ -97,6 +101,17 @@ def test_logit_bias_on_the_gpu():
     with serve_cuda({}) as srv:
         check_bias_moves_the_first_token(srv)
         check_ban_holds_through_the_answer(srv)
+
+
+def test_best_of_and_min_tokens_on_the_gpu():
+    """best_of ranks the device's answers by their log-probabilities; min_tokens' bans hold
+    in the device's draws (test_server_best_of.py's and test_server_min_tokens.py's checks)."""
+    from test_server_best_of import check_best_of
+    from test_server_min_tokens import check_min_tokens_bans_the_end
+
+    with serve_cuda({}) as srv:
+        check_best_of(srv)
+        check_min_tokens_bans_the_end(srv)
 
 
 def test_choices_decode_together_on_the_gpu():

@@ -40,22 +40,27 @@ def test_a_stop_token_ends_the_answer_with_its_text():
 
 def test_min_tokens_bans_the_end_of_generation():
     with Server() as srv:
-        _, _, t = srv.post("/tokenize", {"content": "<|endoftext|>"})
-        eos = t["tokens"][0]
-        # a bias that makes the end of generation the only likely draw: the answer ends at once
-        c, u = complete(srv, max_tokens=20, logit_bias={str(eos): 100})
-        assert c["finish_reason"] == "stop" and u["completion_tokens"] <= 1
-        # ... but not before min_tokens, and then at once; sampled or greedy
-        for temp in (0, 1.0):
-            c, u = complete(srv, max_tokens=20, logit_bias={str(eos): 100}, min_tokens=6,
-                            temperature=temp, seed=3, logprobs=1)
-            assert c["finish_reason"] == "stop", c
-            assert u["completion_tokens"] == 7 and eos not in c["token_ids"][:6]
-            assert all(lp > -1e30 for lp in c["logprobs"]["token_logprobs"])
-        # ignore_eos: not banned, not an end
-        c, u = complete(srv, max_tokens=8, logit_bias={str(eos): 100}, min_tokens=6,
-                        ignore_eos=True)
-        assert c["finish_reason"] == "length" and c["token_ids"][0] == eos
+        check_min_tokens_bans_the_end(srv)
+
+
+def check_min_tokens_bans_the_end(srv):
+    """(also run on the GPU: test_server_cuda.py)"""
+    _, _, t = srv.post("/tokenize", {"content": "<|endoftext|>"})
+    eos = t["tokens"][0]
+    # a bias that makes the end of generation the only likely draw: the answer ends at once
+    c, u = complete(srv, max_tokens=20, logit_bias={str(eos): 100})
+    assert c["finish_reason"] == "stop" and u["completion_tokens"] <= 1
+    # ... but not before min_tokens, and then at once; sampled or greedy
+    for temp, lp in ((0, None), (1.0, None), (1.0, 1)):
+        c, u = complete(srv, max_tokens=20, logit_bias={str(eos): 100}, min_tokens=6,
+                        temperature=temp, seed=3, logprobs=lp)
+        assert c["finish_reason"] == "stop", c
+        assert u["completion_tokens"] == 7 and eos not in c["token_ids"][:6]
+        assert lp is None or all(x > -1e30 for x in c["logprobs"]["token_logprobs"])
+    # ignore_eos: not banned, not an end
+    c, u = complete(srv, max_tokens=8, logit_bias={str(eos): 100}, min_tokens=6,
+                    ignore_eos=True)
+    assert c["finish_reason"] == "length" and c["token_ids"][0] == eos
 
 
 def test_min_tokens_holds_stop_tokens_and_stop_strings_back():
