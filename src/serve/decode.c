@@ -618,6 +618,7 @@ static void lane_first_token(serve_decoder *d, serve_lane *ln, float *logits) {
     serve_textout_init(&ln->to, d->think_open, d->think_close, j->in_think, j->stops,
                        j->min_tokens > 0 ? 0 : j->n_stops, sink, j);
     if (j->parse_tools) serve_textout_enable_tools(&ln->to);
+    if (j->keep_stop) serve_textout_keep_stops(&ln->to);
     ts_status st = ts_sampler_create(&j->sp, d->n_vocab, &ln->smp);
     if (st == TS_OK) st = ts_detokenizer_create(d->o.tok, true, &ln->dt);
     if (st != TS_OK) {

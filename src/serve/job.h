@@ -49,6 +49,7 @@ typedef struct serve_job {
     int n_bias;
     char *stops[SERVE_MAX_STOPS]; /* owned */
     int n_stops;
+    bool keep_stop;    /* a stop string that ends the answer is part of it */
     int32_t *stop_ids; /* owned: tokens that end the answer (vLLM's stop_token_ids) */
     int n_stop_ids;
     /* the answer's first min_tokens tokens cannot end it: end-of-generation tokens (unless

@@ -886,6 +886,7 @@ bool serve_request_parse(serve_api api, json_t *root, const char *const *model_i
     if (!get_int(root, "min_tokens", 0, INT32_MAX, &min_tokens, e)) return false;
     r->min_tokens = (int)min_tokens;
     if (!parse_stop_ids(r, root, e)) return false;
+    if (!get_bool(root, "include_stop_str_in_output", &r->include_stop, e)) return false;
     if (api == SERVE_API_CHAT) {
         if (!parse_chat_extras(r, root, e)) return false;
         if (!parse_tools(r, root, e)) return false;

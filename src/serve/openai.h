@@ -65,6 +65,7 @@ typedef struct serve_request {
     /* vLLM's extensions: the answer's first min_tokens tokens cannot end it (end-of-generation
      * tokens and stop_token_ids banned, stop strings not matched); stop_token_ids end it */
     int min_tokens;
+    bool include_stop; /* include_stop_str_in_output: a stop string that ends it is shown */
     int32_t *stop_ids; /* owned */
     int n_stop_ids;
     /* chat */

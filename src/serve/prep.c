@@ -195,6 +195,7 @@ bool serve_prepare(const serve_runtime *rt, const serve_request *r, int prompt, 
         j->n_stop_ids = r->n_stop_ids;
     }
     j->min_tokens = r->min_tokens;
+    j->keep_stop = r->include_stop;
 
     j->sp = r->sp;
     j->sp.seed = r->has_seed ? r->sp.seed + (uint64_t)choice : random_seed();

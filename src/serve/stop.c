@@ -36,14 +36,15 @@ bool serve_stop_push(serve_stop *m, const char *text, size_t len, ts_strbuf *out
     }
     if ((*st = ts_strbuf_append(&m->held, text, len)) != TS_OK) return false;
     const char *h = m->held.data;
-    size_t n = m->held.len, first = (size_t)-1;
-    /* the earliest occurrence of any stop wins, so the shown text is as short as possible */
+    size_t n = m->held.len, first = (size_t)-1, stop_len = 0;
+    /* the earliest occurrence of any stop wins, so the shown text is as short as possible
+     * (of two at the same place, the first listed) */
     for (int k = 0; k < m->n_stops; k++) {
         const char *p = memmem(h, n, m->stops[k], m->stop_len[k]);
-        if (p && (size_t)(p - h) < first) first = (size_t)(p - h);
+        if (p && (size_t)(p - h) < first) first = (size_t)(p - h), stop_len = m->stop_len[k];
     }
     if (first != (size_t)-1) {
-        *st = ts_strbuf_append(out, h, first);
+        *st = ts_strbuf_append(out, h, first + (m->keep ? stop_len : 0));
         m->held.len = 0;
         return true;
     }

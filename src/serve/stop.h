@@ -18,6 +18,7 @@ typedef struct {
     char *stops[SERVE_MAX_STOPS]; /* borrowed, NUL-terminated, non-empty */
     size_t stop_len[SERVE_MAX_STOPS];
     int n_stops;
+    bool keep;      /* a stop that completes is shown (vLLM's include_stop_str_in_output) */
     ts_strbuf held; /* undecided text */
 } serve_stop;
 
@@ -26,8 +27,8 @@ void serve_stop_init(serve_stop *m, char *const *stops, int n_stops);
 void serve_stop_free(serve_stop *m);
 
 /* Feeds text; appends the text that is now decided and not part of a stop to out. Returns
- * true when a stop string completed (everything before it has been appended; the matcher
- * must not be fed again). */
+ * true when a stop string completed (everything before it has been appended, and the stop
+ * itself when keep is set; the matcher must not be fed again). */
 bool serve_stop_push(serve_stop *m, const char *text, size_t len, ts_strbuf *out, ts_status *st);
 
 /* Releases the held-back text (the generation ended for another reason). */

@@ -92,7 +92,11 @@ ts_status serve_textout_token(serve_textout *t, int32_t id, const char *text, si
 
 ts_status serve_textout_finish(serve_textout *t) { return release_held(t); }
 
+void serve_textout_keep_stops(serve_textout *t) { t->stop.keep = true; }
+
 void serve_textout_start_stops(serve_textout *t, char *const *stops, int n_stops) {
+    bool keep = t->stop.keep;
     serve_stop_free(&t->stop); /* without stops it held nothing back */
     serve_stop_init(&t->stop, stops, n_stops);
+    t->stop.keep = keep;
 }

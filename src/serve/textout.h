@@ -42,6 +42,8 @@ void serve_textout_enable_tools(serve_textout *t);
  * *stopped is set when a stop string completed. */
 ts_status serve_textout_token(serve_textout *t, int32_t id, const char *text, size_t len,
                               bool *stopped);
+/* A stop string that completes is shown, not dropped (vLLM's include_stop_str_in_output). */
+void serve_textout_keep_stops(serve_textout *t);
 /* Stop strings are matched from the next token's text on (none were before: min_tokens). */
 void serve_textout_start_stops(serve_textout *t, char *const *stops, int n_stops);
 /* The generation ended without a stop string: releases what was held back. */

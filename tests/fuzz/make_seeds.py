@@ -175,7 +175,8 @@ def seeds_openai():
               "best_of": 1, "stop": "\n"},
              {"prompt": [1, 2, 3, 1000], "ignore_eos": True, "return_token_ids": True},
              {"prompt": ["a", "b"], "n": 2, "best_of": 3, "logprobs": 0},
-             {"prompt": "x", "min_tokens": 3, "stop_token_ids": [5, 1000], "max_tokens": 4},
+             {"prompt": "x", "min_tokens": 3, "stop_token_ids": [5, 1000], "max_tokens": 4,
+              "include_stop_str_in_output": True, "stop": ["a", "bc"]},
              {"prompt": [[5, 6]]}, {"prompt": ["one"]},
              {"prompt": ["one", [7, 8], "three"], "n": 2, "seed": 4},
              {"prompt": "scored", "echo": True, "max_tokens": 0, "logprobs": 1}]

@@ -105,9 +105,9 @@ def test_logit_bias_on_the_gpu():
 
 def test_best_of_and_min_tokens_on_the_gpu():
     """best_of ranks the device's answers by their log-probabilities; min_tokens' bans hold
-    in the device's draws (test_server_best_of.py's and test_server_min_tokens.py's checks)."""
+    in the device's draws (test_server_best_of.py's and test_server_stop_controls.py's checks)."""
     from test_server_best_of import check_best_of
-    from test_server_min_tokens import check_min_tokens_bans_the_end
+    from test_server_stop_controls import check_min_tokens_bans_the_end
 
     with serve_cuda({}) as srv:
         check_best_of(srv)

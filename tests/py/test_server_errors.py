@@ -166,6 +166,8 @@ TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": 
     ({"messages": U, "min_tokens": 1, "response_format": {"type": "json_object"}},
      "unsupported_feature", "min_tokens"),
     ({"messages": U, "stop_token_ids": 5}, "invalid_value", "stop_token_ids"),
+    ({"messages": U, "include_stop_str_in_output": "yes"}, "invalid_value",
+     "include_stop_str_in_output"),
     ({"messages": U, "stop_token_ids": [1, -1]}, "invalid_value", "stop_token_ids"),
     ({"messages": U, "stop_token_ids": [1, "2"]}, "invalid_value", "stop_token_ids"),
     ({"messages": U, "stop_token_ids": [999999]}, "invalid_value", "stop_token_ids"),

@@ -64,6 +64,16 @@ static void test_stop(void) {
     CHECKF(out.len == 5, "'x' was part of 'xyz': '%.*s'", (int)out.len, out.data);
     serve_stop_free(&m);
     ts_strbuf_free(&out);
+    /* keep (include_stop_str_in_output): the stop that completes is shown, what follows it in
+     * the same piece is not; the earliest wins as without it */
+    out = (ts_strbuf){0};
+    serve_stop_init(&m, stops, 2);
+    m.keep = true;
+    CHECK(!serve_stop_push(&m, "ab xy", 5, &out, &st));
+    CHECK(serve_stop_push(&m, "zEND tail", 9, &out, &st));
+    CHECKF(out.len == 6 && memcmp(out.data, "ab xyz", 6) == 0, "'%.*s'", (int)out.len, out.data);
+    serve_stop_free(&m);
+    ts_strbuf_free(&out);
 }
 
 /* ---- reasoning / content splitter ---- */

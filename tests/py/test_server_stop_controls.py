@@ -1,6 +1,9 @@
-"""vLLM's stop_token_ids and min_tokens, on both routes: a stop token ends the answer (its
-text, when it has any, kept); the answer's first min_tokens tokens cannot end it - end-of-
-generation tokens and stop tokens are banned from those draws, stop strings not looked for."""
+"""vLLM's stop controls, on both routes: stop_token_ids end the answer (a stop token's text, when
+it has any, kept); the answer's first min_tokens tokens cannot end it - end-of-generation tokens
+and stop tokens are banned from those draws, stop strings not looked for;
+include_stop_str_in_output shows the stop string that ended the answer."""
+import json
+
 from server_util import Server
 
 PROMPT = "Once upon a time"
@@ -85,3 +88,42 @@ def test_min_tokens_holds_stop_tokens_and_stop_strings_back():
         assert u["completion_tokens"] >= 12
         assert late["text"].startswith(text[:text.index(stop) + len(stop)])
         assert text.startswith(late["text"])
+
+
+def test_include_stop_str_in_output():
+    with Server() as srv:
+        for route in ("/v1/completions", "/v1/chat/completions"):
+            body = {"temperature": 0, "max_tokens": 30, "ignore_eos": True}
+            if route == "/v1/completions":
+                body["prompt"] = PROMPT
+            else:
+                body["messages"] = [{"role": "user", "content": PROMPT}]
+            status, _, data = srv.request("POST", route, body)
+            text = answer_text(data, False)
+            stop = next(text[i:i + 2] for i in range(1, len(text) - 1)
+                        if text[i:i + 2].strip() and len(text[i:i + 2].encode()) == 2)
+            cut = text.index(stop)
+            answers = []
+            for keep in (False, True):
+                for stream in (False, True):
+                    b = dict(body, stop=stop, include_stop_str_in_output=keep, stream=stream)
+                    status, _, data = srv.request("POST", route, b)
+                    assert status == 200, data
+                    answers.append(answer_text(data, stream))
+            # min_tokens 1: stop strings are looked for from the first token on, still shown
+            status, _, data = srv.request("POST", route, dict(
+                body, stop=stop, include_stop_str_in_output=True, min_tokens=1))
+            answers.append(answer_text(data, False))
+            assert answers == [text[:cut]] * 2 + [text[:cut] + stop] * 3, (route, stop)
+
+
+def answer_text(data, stream):
+    if not stream:
+        c = json.loads(data)["choices"][0]
+        return c["text"] if "text" in c else c["message"]["content"]
+    out = ""
+    for line in data.decode().splitlines():
+        if line.startswith("data: {"):
+            for c in json.loads(line[6:])["choices"]:
+                out += c.get("text") or (c.get("delta") or {}).get("content") or ""
+    return out
