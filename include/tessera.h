@@ -232,6 +232,9 @@ typedef struct {
      * image parts */
     const int *image_tokens;
     int n_images;
+    /* the final message is left open for the answer to continue it (transformers'
+     * continue_final_message, rendered as it renders it); needs add_generation_prompt false */
+    bool continue_final;
 } ts_chat_params;
 
 /* Renders a conversation with the model's chat format and tokenizes it: the template's own

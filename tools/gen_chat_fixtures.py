@@ -116,9 +116,11 @@ def txt(t):
     return {"type": "text", "text": t}
 
 
-def case(name, messages, template="4b", gen=True, thinking=None, tools=None, vision_id=False):
+def case(name, messages, template="4b", gen=True, thinking=None, tools=None, vision_id=False,
+         cont=False):
     return {"name": name, "template": template, "messages": messages, "add_generation_prompt": gen,
-            "enable_thinking": thinking, "add_vision_id": vision_id, "tools_json": tools}
+            "enable_thinking": thinking, "add_vision_id": vision_id, "tools_json": tools,
+            "continue_final_message": cont}
 
 
 def cases():
@@ -235,6 +237,30 @@ def cases():
     c.append(case("unicode_text", [SYS, u("Grüße! 你好，世界 🌍🚀 e\u0301 नमस्ते"), a("¡Hola! Ωμέγα"),
                                     u("日本語で答えて")]))
     c.append(case("crlf_and_blank_lines", [u("line1\r\nline2\n\n\nline3")], thinking=False))
+    # continue_final_message: the final message left open (cut where transformers' tag lands)
+    c.append(case("continue_assistant", [SYS, u("Name a fruit."), a("Sure: the ")], template="0.8b",
+                  gen=False, cont=True))
+    c.append(case("continue_assistant_reasoning_field",
+                  [u("2+2?"), a("It is", reasoning_content="add them")], gen=False, cont=True))
+    c.append(case("continue_assistant_trailing_space_trimmed", [u("q"), a("  partial answer \n ")],
+                  template="0.8b", gen=False, cont=True))
+    c.append(case("continue_assistant_empty", [u("q"), a("")], gen=False, cont=True))
+    c.append(case("continue_assistant_with_tool_call", [
+        u("Weather?"), a("Let me look", tool_calls=[tc("get_weather", '{"city": "Paris"}')])],
+        tools=tools_text, gen=False, cont=True))
+    c.append(case("continue_assistant_after_tool", [
+        u("Weather?"), a("", tool_calls=[tc("get_weather", agent_args)]), tool("21"),
+        a("It is 21")], tools=tools_text, gen=False, cont=True))
+    c.append(case("continue_user", [SYS, u("Complete: the capital of France is")], gen=False,
+                  cont=True))
+    c.append(case("continue_user_parts", [{"role": "user", "content": [txt("Look "), img(),
+                                                                       txt(" and say ")]}],
+                  gen=False, cont=True))
+    c.append(case("continue_tool_result", [u("go"), a("", tool_calls=[tc("f", '{"x": 1}')]),
+                                           tool("partial result")], gen=False, cont=True))
+    c.append(case("error_continue_with_generation_prompt", [u("q"), a("x")], cont=True))
+    c.append(case("error_continue_inline_think_moved", [u("q"), a("<think>r</think>It")],
+                  gen=False, cont=True))
     # errors the template raises
     c.append(case("error_no_messages", []))
     c.append(case("error_system_not_first", [u("Hi"), SYS, u("again")]))
@@ -269,6 +295,8 @@ def to_hf(msgs):
 
 def template_kwargs(cs):
     kw = {"add_generation_prompt": cs["add_generation_prompt"]}
+    if cs["continue_final_message"]:
+        kw["continue_final_message"] = True
     if cs["enable_thinking"] is not None:
         kw["enable_thinking"] = cs["enable_thinking"]
     if cs["add_vision_id"]:
@@ -344,6 +372,8 @@ def main():
         tok = toks[cs["template"]]
         rec = {k: cs[k] for k in ("name", "template", "add_generation_prompt", "enable_thinking",
                                   "add_vision_id", "tools_json")}
+        if cs["continue_final_message"]:
+            rec["continue_final_message"] = True
         rec["messages"] = copy.deepcopy(cs["messages"])
         for m in rec["messages"]:
             for t in m.get("tool_calls", []):

@@ -12,6 +12,11 @@ Segments (control token vs text) come from a second rendering in which the templ
 control tokens are replaced by private-use markers, so user text that spells a control token
 stays text.
 
+Cases marked "continue" leave the final message open: their text is transformers' own
+render_jinja_template(continue_final_message=True); their segments are the marked rendering of
+the same tagged conversation cut at the tag by transformers' rule, checked to join into that
+text.
+
     python3 tools/gen_gemma_chat_fixtures.py [--gguf PATH] [OUT]
 """
 
@@ -142,7 +147,47 @@ CASES = [
     ("error_assistant_first", [A("a"), U("b")], True),
     ("error_system_second", [U("a"), A("b"), S("c")], True),
     ("error_two_systems", [S("a"), S("b"), U("c")], True),
+    ("continue_model_turn", [U("Name a fruit."), A("Sure: the ")], False, "continue"),
+    ("continue_model_turn_system", [S("Be brief."), U("q"), A("  partial \n")], False, "continue"),
+    ("continue_user_turn", [U("Complete: the capital of France is")], False, "continue"),
+    ("continue_parts", [{"role": "user", "content": [
+        {"type": "text", "text": "Look "}, {"type": "image"}, {"type": "text", "text": " and "}]}],
+     False, "continue"),
 ]
+
+TAG = "CONTINUE_FINAL_MESSAGE_TAG "  # transformers' continue_final_message_tag
+
+
+def hf_continued(template, messages):
+    from transformers.utils import chat_template_utils as ctu
+    out, _ = ctu.render_jinja_template(conversations=[messages], chat_template=template,
+                                       add_generation_prompt=False, continue_final_message=True,
+                                       bos_token="<bos>")
+    return out[0]
+
+
+def continued_segments(template, messages):
+    """The marked rendering of the conversation with the tag on its final text, cut where
+    transformers cuts (at the tag; before the whitespace it left when the tag was trimmed)."""
+    import copy
+    msgs = copy.deepcopy(messages)
+    last = msgs[-1]
+    if isinstance(last["content"], str):
+        last["content"] += TAG
+    else:
+        next(p for p in reversed(last["content"]) if p["type"] == "text")["text"] += TAG
+    segs = segments(template, msgs, False)
+    text = "".join(s[1] for s in segs)
+    at = text.rindex(TAG.strip())
+    if text[at:at + len(TAG)] != TAG:
+        at = len(text[:at].rstrip())
+    out, pos = [], 0
+    for kind, s in segs:
+        if pos >= at:
+            break
+        out.append([kind, s[:at - pos]])
+        pos += len(s)
+    return out
 
 
 def main():
@@ -162,8 +207,15 @@ def main():
             print(f"{args.gguf} has no tokenizer.chat_template; using the HF template",
                   file=sys.stderr)
     cases = []
-    for name, messages, gen in CASES:
+    for name, messages, gen, *cont in CASES:
         case = {"name": name, "add_generation_prompt": gen, "messages": messages}
+        if cont:
+            case["continue_final_message"] = True
+            case["expected"] = hf_continued(template, messages)
+            case["segments"] = continued_segments(template, messages)
+            assert "".join(s[1] for s in case["segments"]) == case["expected"], name
+            cases.append(case)
+            continue
         try:
             case["expected"] = render(template, messages, gen, "<bos>")
             case["segments"] = segments(template, messages, gen)

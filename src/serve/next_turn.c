@@ -86,8 +86,8 @@ static ts_status render_next_turn(serve_decoder *d, const serve_job *j, int32_t 
                                          .tool_calls = calls,
                                          .n_tool_calls = n_calls};
         m[r->n_msgs + 1] = (ts_chat_message){.role = n_calls ? "tool" : "user", .content = "x"};
-        ts_chat_params cp = {false, r->enable_thinking, r->tools_json, j->images.tokens,
-                             j->images.n};
+        ts_chat_params cp = {
+            false, r->enable_thinking, r->tools_json, j->images.tokens, j->images.n, false};
         st = ts_chat_tokenize(d->o.tok, m, r->n_msgs + 2, &cp, ids, n);
     }
     *cut = -1;
@@ -109,6 +109,9 @@ static bool prepare_next_turn(serve_decoder *d, serve_lane *ln, serve_job *j,
                               serve_interrupt_fn interrupt, void *ctx, int *prefilled) {
     *prefilled = 0;
     if (!j->req || d->o.cache->n == 0 || d->turn_start < 0) return false;
+    /* a prompt without the usual generation prompt, or one that continued its last message:
+     * the next request's prefix cannot be told from it */
+    if (!j->req->add_generation_prompt || j->req->continue_final) return false;
     int32_t *ids = NULL;
     size_t n = 0;
     int cut = -1;

@@ -757,6 +757,15 @@ static bool parse_chat_extras(serve_request *r, const json_t *o, serve_error *e)
         }
         if (field(kw, "enable_thinking")) r->enable_thinking = on;
     }
+    /* vLLM's: continue the final message (as transformers renders it), or no generation
+     * prompt; the latter defaults to the opposite of the former */
+    if (!get_bool(o, "continue_final_message", &r->continue_final, e)) return false;
+    r->add_generation_prompt = !r->continue_final;
+    if (!get_bool(o, "add_generation_prompt", &r->add_generation_prompt, e)) return false;
+    if (r->add_generation_prompt && r->continue_final)
+        return serve_fail(e, 400, "invalid_value", "add_generation_prompt",
+                          "continue_final_message and add_generation_prompt cannot both be true: "
+                          "the one continues the final message, the other starts a new one");
     return true;
 }
 
@@ -851,6 +860,7 @@ bool serve_request_parse(serve_api api, json_t *root, const char *const *model_i
     r->root = root;
     r->max_tokens = -1;
     r->n = 1;
+    r->add_generation_prompt = true;
     r->top_logprobs = -1;
     r->enable_thinking = -1;
     ts_sampler_params_default(&r->sp);

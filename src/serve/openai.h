@@ -60,6 +60,9 @@ typedef struct serve_request {
     int n_logit_bias;
     int top_logprobs; /* -1 = no logprobs */
     int enable_thinking;
+    /* chat (vLLM's fields): the prompt ends with the assistant's turn opened (true unless
+     * continue_final), or continues the final message as transformers renders it */
+    bool add_generation_prompt, continue_final;
     bool ignore_eos;
     bool return_token_ids; /* vLLM's extension: the prompt's and the answer's ids */
     /* vLLM's extensions: the answer's first min_tokens tokens cannot end it (end-of-generation

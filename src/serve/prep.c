@@ -36,7 +36,9 @@ static bool tokenize(const serve_runtime *rt, const serve_request *r, int prompt
     *ids = NULL;
     if (r->api == SERVE_API_CHAT) {
         if (!serve_read_images(rt, r, im, e)) return false;
-        ts_chat_params cp = {true, r->enable_thinking, r->tools_json, im->tokens, im->n};
+        ts_chat_params cp = {
+            r->add_generation_prompt, r->enable_thinking, r->tools_json, im->tokens, im->n,
+            r->continue_final};
         if (ts_chat_tokenize(rt->tok, r->msgs, r->n_msgs, &cp, ids, &nn) != TS_OK)
             return serve_fail(e, 400, "invalid_value", "messages", "%s", ts_last_error());
     } else if (p->text) {

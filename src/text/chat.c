@@ -85,8 +85,7 @@ static int utf8_valid(const char *str) {
     return 1;
 }
 
-/* Python's str.isspace() (Jinja's trim is str.strip()). */
-static int py_space(unsigned cp) {
+bool ts_chat_py_space(uint32_t cp) {
     return (cp >= 0x09 && cp <= 0x0D) || (cp >= 0x1C && cp <= 0x20) || cp == 0x85 || cp == 0xA0 ||
            cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 ||
            cp == 0x202F || cp == 0x205F || cp == 0x3000;
@@ -97,7 +96,7 @@ static int py_space(unsigned cp) {
 static size_t space_at(const unsigned char *s, size_t avail) {
     unsigned c = s[0], cp;
     size_t n;
-    if (c < 0x80) return py_space(c) ? 1 : 0;
+    if (c < 0x80) return ts_chat_py_space(c) ? 1 : 0;
     if (c >= 0xC2 && c <= 0xDF)
         n = 2, cp = c & 0x1F;
     else if (c >= 0xE0 && c <= 0xEF)
@@ -109,7 +108,7 @@ static size_t space_at(const unsigned char *s, size_t avail) {
         if ((s[i] & 0xC0) != 0x80) return 0;
         cp = (cp << 6) | (s[i] & 0x3Fu);
     }
-    return py_space(cp) ? n : 0;
+    return ts_chat_py_space(cp) ? n : 0;
 }
 
 /* Narrows [*b, *e) of s by Python whitespace on both ends. */
@@ -454,6 +453,7 @@ ts_status ts_chat_render(const ts_chat_msg *msgs, int n, const ts_chat_opts *o, 
     *out = (ts_chat_out){0};
     if (n < 0 || (n > 0 && !msgs) || !o)
         return ts_error(TS_ERR_INVALID, "chat: bad arguments (n = %d)", n);
+    if (o->continue_final) return ts_chat_render_continued(ts_chat_render, msgs, n, o, out);
     if (o->enable_thinking < -1 || o->enable_thinking > 1)
         return ts_error(TS_ERR_INVALID, "chat: enable_thinking must be -1, 0 or 1, not %d",
                         o->enable_thinking);

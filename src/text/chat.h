@@ -16,6 +16,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 typedef enum { TS_ROLE_SYSTEM, TS_ROLE_USER, TS_ROLE_ASSISTANT, TS_ROLE_TOOL } ts_chat_role;
 typedef enum { TS_PART_TEXT, TS_PART_IMAGE, TS_PART_VIDEO } ts_chat_part_kind;
@@ -48,6 +49,9 @@ typedef struct {
     bool thinking_default;  /* the per-size default: false for 0.8B/2B, true for >= 4B */
     bool add_vision_id;     /* prefix media with "Picture N: " / "Video N: " (template variable) */
     const char *tools_json; /* JSON array of tool schemas (objects), or NULL; "[]" = no tools */
+    /* transformers' continue_final_message: the final message is left open for the answer to
+     * continue (chat_continue.c); needs add_generation_prompt false */
+    bool continue_final;
 } ts_chat_opts;
 
 typedef enum { TS_CHAT_SEG_TEXT, TS_CHAT_SEG_CONTROL } ts_chat_seg_kind;
@@ -88,8 +92,24 @@ void ts_chat_out_free(ts_chat_out *out);
  * trimmed}<end_of_turn>\n`, a first system message folded into the first user turn as
  * "{system}\n\n{user}", roles alternating (TS_ERR_INVALID otherwise, as the template raises),
  * generation prompt `<start_of_turn>model\n`. CONTROL segments: `<bos>`, `<start_of_turn>`,
- * `<end_of_turn>`, `<start_of_image>`. Only add_generation_prompt is read from o. */
+ * `<end_of_turn>`, `<start_of_image>`. Only add_generation_prompt and continue_final are read
+ * from o. */
 ts_status ts_chat_render_gemma(const ts_chat_msg *msgs, int n, const ts_chat_opts *o,
                                ts_chat_out *out);
+
+/* Python's str.isspace() for one code point (Jinja's trim filter is str.strip()). */
+bool ts_chat_py_space(uint32_t cp);
+
+/* A renderer (ts_chat_render, ts_chat_render_gemma) with opts->continue_final set: renders as
+ * transformers' apply_chat_template(continue_final_message=True) does - the final message's
+ * content (its last text part) gets a tag appended, the conversation is rendered without a
+ * generation prompt, and the output is cut where the tag's last occurrence starts (where the
+ * template trimmed the tag's trailing space, trailing whitespace before it goes too). Errors
+ * as transformers': a generation prompt asked for too, no content to continue, the final
+ * message's text not found as given in the rendering (the template changed it). */
+typedef ts_status (*ts_chat_render_fn)(const ts_chat_msg *msgs, int n, const ts_chat_opts *o,
+                                       ts_chat_out *out);
+ts_status ts_chat_render_continued(ts_chat_render_fn render, const ts_chat_msg *msgs, int n,
+                                   const ts_chat_opts *o, ts_chat_out *out);
 
 #endif

@@ -47,13 +47,6 @@ static ts_status gemma_control(gemma_out *g, const char *tok) {
     return gemma_put(g, TS_CHAT_SEG_CONTROL, tok, strlen(tok));
 }
 
-/* Python's str.isspace() (Jinja's trim filter is str.strip()). */
-static bool gemma_py_space(uint32_t cp) {
-    return (cp >= 0x09 && cp <= 0x0D) || (cp >= 0x1C && cp <= 0x20) || cp == 0x85 || cp == 0xA0 ||
-           cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 ||
-           cp == 0x202F || cp == 0x205F || cp == 0x3000;
-}
-
 /* Appends s (valid UTF-8) with Python whitespace stripped from both ends. */
 static ts_status gemma_trimmed(gemma_out *g, const char *s) {
     size_t n = strlen(s), b = 0, e = 0, i = 0;
@@ -62,7 +55,7 @@ static ts_status gemma_trimmed(gemma_out *g, const char *s) {
         uint32_t cp;
         size_t len;
         ts_utf8_next(s + i, n - i, &cp, &len);
-        if (!gemma_py_space(cp)) {
+        if (!ts_chat_py_space(cp)) {
             if (!seen) b = i;
             seen = true;
             e = i + len;
@@ -152,6 +145,7 @@ ts_status ts_chat_render_gemma(const ts_chat_msg *msgs, int n, const ts_chat_opt
     if (n == 0) return ts_error(TS_ERR_INVALID, "chat: No messages provided.");
     for (int i = 0; i < n; i++)
         TS_TRY(gemma_check(&msgs[i], i));
+    if (o->continue_final) return ts_chat_render_continued(ts_chat_render_gemma, msgs, n, o, out);
     gemma_out g = {0};
     ts_status st = ts_strbuf_append(&g.text, "", 0);
     if (st == TS_OK) st = gemma_render(msgs, n, o, &g);

@@ -488,6 +488,7 @@ ts_status ts_chat_tokenize(const ts_tokenizer *t, const ts_chat_message *msgs, i
     o.enable_thinking = p ? p->enable_thinking : -1;
     o.tools_json = p ? p->tools_json : NULL;
     o.thinking_default = t->thinking_default;
+    o.continue_final = p && p->continue_final;
     ts_chat_out out = {0};
     if (st == TS_OK && t->chat == TOK_CHAT_NONE)
         st = ts_error(TS_ERR_UNSUPPORTED, "this tokenizer's chat format is not known (neither "

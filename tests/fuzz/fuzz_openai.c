@@ -115,7 +115,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         size_t n = 0;
         ts_status st = TS_OK;
         if (api == SERVE_API_CHAT) {
-            ts_chat_params cp = {true, r.enable_thinking, r.tools_json, NULL, 0};
+            ts_chat_params cp = {r.add_generation_prompt, r.enable_thinking, r.tools_json, NULL, 0,
+                                 r.continue_final};
             st = ts_chat_tokenize(tok, r.msgs, r.n_msgs, &cp, &tids, &n);
         } else if (r.prompts[p].text) {
             st = ts_tokenize(tok, r.prompts[p].text, strlen(r.prompts[p].text), true, &tids, &n);

@@ -168,6 +168,8 @@ def seeds_openai():
         {"messages": [{"role": "user", "content": "s"}], "structured_outputs": {"json": person}},
         {"messages": [{"role": "user", "content": "t"}], "tools": tools, "tool_choice": "required",
          "parallel_tool_calls": False},
+        {"messages": [{"role": "user", "content": "t"}, {"role": "assistant", "content": "a "}],
+         "continue_final_message": True, "add_generation_prompt": False},
         {"messages": [{"role": "user", "content": "t"}], "tools": tools,
          "tool_choice": {"type": "function", "function": {"name": "get"}}},
     ]

@@ -191,6 +191,7 @@ static void run_case(const json_t *c, int *n_pass, int *n_seg) {
     o.thinking_default = !strcmp(jstr(c, "template"), "4b");
     o.add_vision_id = json_is_true(json_object_get(c, "add_vision_id"));
     o.tools_json = jstr(c, "tools_json");
+    o.continue_final = json_is_true(json_object_get(c, "continue_final_message"));
 
     ts_chat_out out;
     ts_status st = ts_chat_render(cm.msgs, n, &o, &out);

@@ -41,6 +41,7 @@ static int run_case(const json_t *c) {
     ts_chat_opts o;
     ts_chat_opts_default(&o);
     o.add_generation_prompt = json_is_true(json_object_get(c, "add_generation_prompt"));
+    o.continue_final = json_is_true(json_object_get(c, "continue_final_message"));
     ts_chat_out out;
     ts_status st = ts_chat_render_gemma(m, n, &o, &out);
     int ok;
