@@ -33,7 +33,7 @@ BASE="src/base/status.c src/base/mmapfile.c src/base/tensor.c src/base/utf8.c"
 GGUF="src/format/gguf_read.c src/format/gguf_meta.c"
 BPE="src/text/bpe.c src/text/bpe_load.c src/text/utf8.c"
 # The public tokenizer (ts_tokenizer_open, ts_chat_tokenize) and everything it reads.
-TOKENIZER="$BPE src/text/spm.c src/text/tokenizer.c src/text/chat.c src/text/chat_gemma.c
+TOKENIZER="$BPE src/text/spm.c src/text/tokenizer.c src/text/chat.c src/text/chat_gemma.c src/text/chat_continue.c
            src/text/chat_json.c $GGUF"
 # Grammars: the automaton, JSON Schema, tool calls.
 GRAMMAR="src/text/grammar.c src/text/grammar_vocab.c src/text/json_grammar.c
