@@ -591,12 +591,20 @@ static void lane_token(serve_decoder *d, serve_lane *ln, int32_t tok, const ts_l
         size_t len = 0;
         if (ts_detokenizer_push(ln->dt, tok, &text, &len) != TS_OK) len = 0;
         st = serve_textout_token(&ln->to, tok, text, len, &stopped);
+        bool by_string = stopped;
         /* the grammar takes the token; once its text is complete and nothing may follow,
          * the answer is done (as at an end-of-generation token) */
         if (st == TS_OK && gm_on) st = ts_grammar_matcher_accept(ln->gm, tok);
         if (st == TS_OK && gm_on && ts_grammar_matcher_done(ln->gm)) stopped = true;
         /* a stop token's text is part of the answer (vLLM's rule; special ones have none) */
-        if (st == TS_OK && k + 1 > j->min_tokens && is_stop_id(j, tok)) stopped = true;
+        bool by_token = !stopped && st == TS_OK && k + 1 > j->min_tokens && is_stop_id(j, tok);
+        if (by_string || by_token) {
+            pthread_mutex_lock(&j->mu);
+            if (by_string) j->stop_str = ln->to.stop.hit;
+            if (by_token) j->stop_token = tok;
+            pthread_mutex_unlock(&j->mu);
+        }
+        stopped |= by_token;
     }
     if (st == TS_OK && ln->want_lp) st = push_logprob(j, &lp);
     wake(j);

@@ -18,6 +18,7 @@ ts_status serve_job_create(serve_job **out) {
     atomic_init(&j->refs, 1);
     j->top_logprobs = -1;
     j->repetition_penalty = 1.0f;
+    j->stop_str = j->stop_token = -1;
     *out = j;
     return TS_OK;
 }

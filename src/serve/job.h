@@ -90,6 +90,10 @@ typedef struct serve_job {
     int32_t *out_ids; /* generated ids, [completion_tokens] */
     int cap_ids;
     serve_finish finish;
+    /* what ended an answer that stopped (vLLM's stop_reason): the index of its stop string,
+     * or the stop_token_ids entry drawn; -1 for neither (an end-of-generation token, ...) */
+    int stop_str;
+    int32_t stop_token;
     char error[256];
     int prompt_tokens, cached_tokens, completion_tokens;
     bool started; /* the worker dequeued it */

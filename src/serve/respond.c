@@ -29,6 +29,14 @@ void serve_resp_init(serve_resp *r, serve_api api, const char *model, bool logpr
 }
 
 /* "tool_calls" when the answer ended after the model called tools. */
+/* vLLM's stop_reason: the stop string or stop token id that ended the answer, else null. */
+static json_t *stop_reason(const serve_job *j) {
+    if (j->finish != SERVE_FINISH_STOP) return json_null();
+    if (j->stop_str >= 0 && j->stop_str < j->n_stops) return json_string(j->stops[j->stop_str]);
+    if (j->stop_token >= 0) return json_integer(j->stop_token);
+    return json_null();
+}
+
 static const char *finish_reason(const serve_job *j) {
     if (j->finish == SERVE_FINISH_STOP)
         for (int i = 0; i < j->n_seg; i++)
@@ -176,6 +184,7 @@ static json_t *choice_json(const serve_resp *r, const serve_job *j, int index) {
                            text[0].data ? text[0].data : "", text[0].len, "logprobs", lp,
                            "finish_reason", serve_finish_name(j->finish));
     }
+    if (choice) json_object_set_new(choice, "stop_reason", stop_reason(j));
     if (r->token_ids && choice) {
         json_t *ids = json_array();
         for (int i = 0; i < j->completion_tokens; i++)
@@ -268,6 +277,7 @@ ts_status serve_resp_chunk_finish(const serve_resp *r, int index, const serve_jo
     else
         choice = json_pack("{s:i, s:s, s:o, s:s}", "index", index, "text", "", "logprobs", lpj,
                            "finish_reason", serve_finish_name(j->finish));
+    if (choice) json_object_set_new(choice, "stop_reason", stop_reason(j));
     return emit(out, chunk(r, choice));
 }
 

@@ -6,6 +6,7 @@
 
 void serve_stop_init(serve_stop *m, char *const *stops, int n_stops) {
     memset(m, 0, sizeof *m);
+    m->hit = -1;
     for (int i = 0; i < n_stops && i < SERVE_MAX_STOPS; i++) {
         m->stops[m->n_stops] = stops[i];
         m->stop_len[m->n_stops++] = strlen(stops[i]);
@@ -41,7 +42,8 @@ bool serve_stop_push(serve_stop *m, const char *text, size_t len, ts_strbuf *out
      * (of two at the same place, the first listed) */
     for (int k = 0; k < m->n_stops; k++) {
         const char *p = memmem(h, n, m->stops[k], m->stop_len[k]);
-        if (p && (size_t)(p - h) < first) first = (size_t)(p - h), stop_len = m->stop_len[k];
+        if (p && (size_t)(p - h) < first)
+            first = (size_t)(p - h), stop_len = m->stop_len[k], m->hit = k;
     }
     if (first != (size_t)-1) {
         *st = ts_strbuf_append(out, h, first + (m->keep ? stop_len : 0));

@@ -19,6 +19,7 @@ typedef struct {
     size_t stop_len[SERVE_MAX_STOPS];
     int n_stops;
     bool keep;      /* a stop that completes is shown (vLLM's include_stop_str_in_output) */
+    int hit;        /* the stop that completed (its index), -1 before */
     ts_strbuf held; /* undecided text */
 } serve_stop;
 

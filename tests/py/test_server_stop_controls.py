@@ -24,6 +24,8 @@ def test_a_stop_token_ends_the_answer_with_its_text():
         k = next(i for i in range(3, 20) if ids[i] not in ids[:i])  # a first occurrence
         c, u = complete(srv, max_tokens=20, ignore_eos=True, stop_token_ids=[ids[k]])
         assert c["token_ids"] == ids[:k + 1] and c["finish_reason"] == "stop"
+        assert c["stop_reason"] == ids[k]  # vLLM's: what stopped it
+        assert full["stop_reason"] is None  # the length
         same, _ = complete(srv, max_tokens=k + 1, ignore_eos=True)
         assert c["text"] == same["text"]  # the stop token's text is kept
         assert u["completion_tokens"] == k + 1
@@ -39,6 +41,7 @@ def test_a_stop_token_ends_the_answer_with_its_text():
             "stop_token_ids": [ids[k]]})
         assert r["choices"][0]["token_ids"] == ids[:k + 1]
         assert r["choices"][0]["finish_reason"] == "stop"
+        assert r["choices"][0]["stop_reason"] == ids[k]
 
 
 def test_min_tokens_bans_the_end_of_generation():
@@ -53,6 +56,7 @@ def check_min_tokens_bans_the_end(srv):
     # a bias that makes the end of generation the only likely draw: the answer ends at once
     c, u = complete(srv, max_tokens=20, logit_bias={str(eos): 100})
     assert c["finish_reason"] == "stop" and u["completion_tokens"] <= 1
+    assert c["stop_reason"] is None  # the end of generation is no stop of the request's
     # ... but not before min_tokens, and then at once; sampled or greedy
     for temp, lp in ((0, None), (1.0, None), (1.0, 1)):
         c, u = complete(srv, max_tokens=20, logit_bias={str(eos): 100}, min_tokens=6,
@@ -82,8 +86,9 @@ def test_min_tokens_holds_stop_tokens_and_stop_strings_back():
         text = full["text"]
         stop = next(text[i:i + 2] for i in range(1, len(text) - 1)
                     if text[i:i + 2].strip() and len(text[i:i + 2].encode()) == 2)
-        early, _ = complete(srv, max_tokens=30, ignore_eos=True, stop=stop)
+        early, _ = complete(srv, max_tokens=30, ignore_eos=True, stop=["\u00ff", stop])
         assert early["text"] == text[:text.index(stop)]
+        assert early["stop_reason"] == stop
         late, u = complete(srv, max_tokens=30, ignore_eos=True, stop=stop, min_tokens=12)
         assert u["completion_tokens"] >= 12
         assert late["text"].startswith(text[:text.index(stop) + len(stop)])
@@ -127,3 +132,16 @@ def answer_text(data, stream):
             for c in json.loads(line[6:])["choices"]:
                 out += c.get("text") or (c.get("delta") or {}).get("content") or ""
     return out
+
+
+def test_stop_reason_in_the_stream():
+    with Server() as srv:
+        full, _ = complete(srv, max_tokens=20, ignore_eos=True)
+        ids = full["token_ids"]
+        k = next(i for i in range(3, 20) if ids[i] not in ids[:i])
+        status, _, data = srv.request("POST", "/v1/completions", {
+            "prompt": PROMPT, "temperature": 0, "max_tokens": 20, "ignore_eos": True,
+            "stop_token_ids": [ids[k]], "stream": True})
+        finals = [json.loads(line[6:])["choices"][0] for line in data.decode().splitlines()
+                  if line.startswith("data: {") and '"finish_reason":"stop"' in line]
+        assert len(finals) == 1 and finals[0]["stop_reason"] == ids[k]
