@@ -36,6 +36,10 @@ int cmd_serve(int argc, char **argv) {
             o.alias = v;
             continue;
         }
+        if ((v = cli_opt_value(argc, argv, &i, NULL, "--cors-origins"))) {
+            o.cors_origins = v;
+            continue;
+        }
         if ((v = cli_opt_value(argc, argv, &i, NULL, "--device"))) {
             if (strcmp(v, "cpu") == 0)
                 o.device = TS_DEVICE_CPU;

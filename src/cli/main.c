@@ -22,7 +22,7 @@ static const struct {
      "[--api-key KEY] "
      "[--alias NAME] [--cache-mb 1024] [--max-body-kb 4096] [--drain-ms 10000] "
      "[--idle-timeout 30] [--send-timeout 600] [--request-timeout 60] [--max-connections 1024] "
-     "[--max-connections-per-ip N] "
+     "[--max-connections-per-ip N] [--cors-origins '*'|LIST|''] "
      "[--device cpu|cuda] [--prefill-chunk N] [--image-max-pixels N]"},
     {"ppl", cmd_ppl,
      "ppl -m MODEL -f FILE [--ctx 512] [--stride 256] [--max-tokens N] "

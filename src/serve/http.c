@@ -26,6 +26,61 @@ static const struct {
     [ROUTE_DETOKENIZE] = {"/detokenize", "POST"},
 };
 
+/* The origin a web page must have for the browser to hand it this response (CORS), or NULL:
+ * "*" for any, else the request's Origin when --cors-origins lists it. */
+static const char *allowed_origin(serve_server *s, struct MHD_Connection *c) {
+    const char *list = s->o.cors_origins;
+    if (!list || !*list) return NULL;
+    if (strcmp(list, "*") == 0) return "*";
+    const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
+    if (!origin || !*origin) return NULL;
+    size_t n = strlen(origin);
+    for (const char *p = list; *p;) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        while (len && *p == ' ')
+            p++, len--;
+        while (len && p[len - 1] == ' ')
+            len--;
+        if (len == n && strncasecmp(p, origin, n) == 0) return origin;
+        if (!end) break;
+        p = end + 1;
+    }
+    return NULL;
+}
+
+void serve_cors(serve_conn *cn, struct MHD_Connection *c, struct MHD_Response *r) {
+    serve_server *s = cn->srv;
+    const char *origin = allowed_origin(s, c);
+    if (origin) MHD_add_response_header(r, "Access-Control-Allow-Origin", origin);
+    /* a listed origin is echoed: caches must keep the answers of different origins apart */
+    if (s->o.cors_origins && *s->o.cors_origins && strcmp(s->o.cors_origins, "*") != 0)
+        MHD_add_response_header(r, "Vary", "Origin");
+}
+
+/* A CORS preflight (OPTIONS): which method and headers a page may send to the route. It comes
+ * before the API key check - browsers send no credentials with it. */
+static enum MHD_Result send_preflight(serve_conn *cn, struct MHD_Connection *c) {
+    struct MHD_Response *r = MHD_create_response_from_buffer(0, "", MHD_RESPMEM_PERSISTENT);
+    if (!r) return MHD_NO;
+    char allow[32];
+    snprintf(allow, sizeof allow, "%s, OPTIONS", routes[cn->route].method);
+    MHD_add_response_header(r, "Allow", allow);
+    if (allowed_origin(cn->srv, c)) {
+        const char *asked =
+            MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Access-Control-Request-Headers");
+        MHD_add_response_header(r, "Access-Control-Allow-Methods", allow);
+        MHD_add_response_header(r, "Access-Control-Allow-Headers",
+                                asked && *asked ? asked : "Authorization, Content-Type");
+        MHD_add_response_header(r, "Access-Control-Max-Age", "600");
+    }
+    serve_cors(cn, c, r);
+    cn->status = 204;
+    enum MHD_Result ret = MHD_queue_response(c, 204, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
 enum MHD_Result serve_send_json(serve_conn *cn, struct MHD_Connection *c, int status,
                                 char *json) {
     if (!json) {
@@ -45,6 +100,7 @@ enum MHD_Result serve_send_json(serve_conn *cn, struct MHD_Connection *c, int st
     if (status == 503) MHD_add_response_header(r, "Retry-After", "1");
     if (status == 405) MHD_add_response_header(r, "Allow", routes[cn->route].method);
     if (status == 401) MHD_add_response_header(r, "WWW-Authenticate", "Bearer");
+    serve_cors(cn, c, r);
     cn->status = status;
     enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, r);
     MHD_destroy_response(r);
@@ -124,7 +180,7 @@ void serve_recv_done(serve_conn *cn) {
 }
 
 /* Everything decided from the request line and headers, in the documented order:
- * route, method, API key, loading, content type, declared body size. */
+ * route, a CORS preflight, method, API key, loading, content type, declared body size. */
 static enum MHD_Result check_headers(serve_conn *cn, struct MHD_Connection *c, const char *url,
                                      const char *method, bool *done) {
     serve_server *s = cn->srv;
@@ -134,6 +190,7 @@ static enum MHD_Result check_headers(serve_conn *cn, struct MHD_Connection *c, c
         serve_fail(&e, 404, "not_found", NULL, "no route %.100s %.200s", method, url);
         return serve_send_error(cn, c, &e);
     }
+    if (strcmp(method, "OPTIONS") == 0) return send_preflight(cn, c);
     if (strcmp(method, routes[cn->route].method) != 0) {
         serve_fail(&e, 405, "method_not_allowed", NULL, "%.200s takes %s, not %.20s",
                    routes[cn->route].path, routes[cn->route].method, method);

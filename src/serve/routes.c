@@ -210,6 +210,7 @@ static enum MHD_Result start_stream(serve_conn *cn, struct MHD_Connection *c, se
     MHD_add_response_header(r, "Content-Type", "text/event-stream");
     MHD_add_response_header(r, "Cache-Control", "no-cache");
     MHD_add_response_header(r, "X-Accel-Buffering", "no");
+    serve_cors(cn, c, r);
     cn->status = 200;
     enum MHD_Result ret = MHD_queue_response(c, 200, r);
     MHD_destroy_response(r);
@@ -545,6 +546,7 @@ enum MHD_Result serve_route_get(serve_conn *cn, struct MHD_Connection *c) {
             return MHD_NO;
         }
         MHD_add_response_header(r, "Content-Type", "text/plain; version=0.0.4");
+        serve_cors(cn, c, r);
         cn->status = 200;
         enum MHD_Result ret = MHD_queue_response(c, 200, r);
         MHD_destroy_response(r);

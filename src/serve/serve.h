@@ -19,6 +19,9 @@ typedef struct {
     ts_device device; /* where the model runs (TS_DEVICE_CUDA needs a CUDA build and a GPU) */
     const char *api_key; /* NULL = no key required */
     const char *alias;   /* model id; NULL = the model directory's name */
+    /* CORS: "*" (the default) lets any web page read the answers, a comma-separated list of
+     * origins only those, "" none (no CORS headers) */
+    const char *cors_origins;
     size_t max_body;     /* bytes */
     int idle_timeout_s;  /* a connection that sends nothing for this long while a request is
                           * expected (before it, or within its headers or body) is closed */

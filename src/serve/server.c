@@ -12,6 +12,7 @@
 
 void serve_opts_default(serve_opts *o) {
     *o = (serve_opts){.host = "127.0.0.1",
+                      .cors_origins = "*",
                       .port = 8080,
                       .max_pending = 32,
                       .max_body = 4u << 20,
