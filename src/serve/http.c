@@ -49,13 +49,18 @@ static const char *allowed_origin(serve_server *s, struct MHD_Connection *c) {
     return NULL;
 }
 
-void serve_cors(serve_conn *cn, struct MHD_Connection *c, struct MHD_Response *r) {
+enum MHD_Result serve_queue(serve_conn *cn, struct MHD_Connection *c, int status,
+                            struct MHD_Response *r) {
     serve_server *s = cn->srv;
     const char *origin = allowed_origin(s, c);
     if (origin) MHD_add_response_header(r, "Access-Control-Allow-Origin", origin);
     /* a listed origin is echoed: caches must keep the answers of different origins apart */
     if (s->o.cors_origins && *s->o.cors_origins && strcmp(s->o.cors_origins, "*") != 0)
         MHD_add_response_header(r, "Vary", "Origin");
+    cn->status = status;
+    enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, r);
+    MHD_destroy_response(r);
+    return ret;
 }
 
 /* A CORS preflight (OPTIONS): which method and headers a page may send to the route. It comes
@@ -74,11 +79,7 @@ static enum MHD_Result send_preflight(serve_conn *cn, struct MHD_Connection *c) 
                                 asked && *asked ? asked : "Authorization, Content-Type");
         MHD_add_response_header(r, "Access-Control-Max-Age", "600");
     }
-    serve_cors(cn, c, r);
-    cn->status = 204;
-    enum MHD_Result ret = MHD_queue_response(c, 204, r);
-    MHD_destroy_response(r);
-    return ret;
+    return serve_queue(cn, c, 204, r);
 }
 
 enum MHD_Result serve_send_json(serve_conn *cn, struct MHD_Connection *c, int status,
@@ -100,11 +101,7 @@ enum MHD_Result serve_send_json(serve_conn *cn, struct MHD_Connection *c, int st
     if (status == 503) MHD_add_response_header(r, "Retry-After", "1");
     if (status == 405) MHD_add_response_header(r, "Allow", routes[cn->route].method);
     if (status == 401) MHD_add_response_header(r, "WWW-Authenticate", "Bearer");
-    serve_cors(cn, c, r);
-    cn->status = status;
-    enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, r);
-    MHD_destroy_response(r);
-    return ret;
+    return serve_queue(cn, c, status, r);
 }
 
 enum MHD_Result serve_send_error(serve_conn *cn, struct MHD_Connection *c, const serve_error *e) {

@@ -67,8 +67,10 @@ struct MHD_Daemon *serve_http_start(serve_server *s, unsigned *port);
 /* ---- used by the route handlers (routes.c) ---- */
 enum MHD_Result serve_send_json(serve_conn *cn, struct MHD_Connection *c, int status, char *json);
 enum MHD_Result serve_send_error(serve_conn *cn, struct MHD_Connection *c, const serve_error *e);
-/* The CORS headers every response carries (--cors-origins). */
-void serve_cors(serve_conn *cn, struct MHD_Connection *c, struct MHD_Response *r);
+/* Queues response r (status) on the connection and lets go of it; every answer goes through
+ * here, so each carries the CORS headers (--cors-origins) and is counted by its status. */
+enum MHD_Result serve_queue(serve_conn *cn, struct MHD_Connection *c, int status,
+                            struct MHD_Response *r);
 /* The body is parsed (or will never be): its bytes go back to the receive budget. */
 void serve_recv_done(serve_conn *cn);
 /* Starts the count of the send timeout again: a stream's chunk that waited on generation. */

@@ -210,11 +210,7 @@ static enum MHD_Result start_stream(serve_conn *cn, struct MHD_Connection *c, se
     MHD_add_response_header(r, "Content-Type", "text/event-stream");
     MHD_add_response_header(r, "Cache-Control", "no-cache");
     MHD_add_response_header(r, "X-Accel-Buffering", "no");
-    serve_cors(cn, c, r);
-    cn->status = 200;
-    enum MHD_Result ret = MHD_queue_response(c, 200, r);
-    MHD_destroy_response(r);
-    return ret;
+    return serve_queue(cn, c, 200, r);
 }
 
 /* An answer's mean log-probability a token (best_of's measure, OpenAI's "highest log
@@ -546,11 +542,7 @@ enum MHD_Result serve_route_get(serve_conn *cn, struct MHD_Connection *c) {
             return MHD_NO;
         }
         MHD_add_response_header(r, "Content-Type", "text/plain; version=0.0.4");
-        serve_cors(cn, c, r);
-        cn->status = 200;
-        enum MHD_Result ret = MHD_queue_response(c, 200, r);
-        MHD_destroy_response(r);
-        return ret;
+        return serve_queue(cn, c, 200, r);
     }
     const serve_runtime *rt = serve_worker_runtime(s->worker);
     json_t *out = json_pack("{s:s, s:[{s:s, s:s, s:I, s:s, s:i}]}", "object", "list", "data", "id",
