@@ -151,22 +151,18 @@ static bool is_stop_id(const serve_job *j, int32_t t) {
     return false;
 }
 
-static int by_adjust_id(const void *a, const void *b) {
-    int32_t x = ((const ts_logit_adjust *)a)->id, y = ((const ts_logit_adjust *)b)->id;
-    return (x > y) - (x < y);
-}
-
 /* min_tokens: the tokens that would end the answer - end-of-generation ones (unless ignore_eos)
  * and stop_token_ids - get a bias of minus infinity while the answer is shorter (ban), then
- * the request's own bias back. */
+ * the request's own bias back (a logit_bias token's entry is at its place in j->bias: the
+ * list starts with them, adjust_reset). */
 static void adjust_min_tokens(const serve_decoder *d, serve_lane *ln, bool ban) {
     const serve_job *j = ln->job;
     for (int k = 0; k < d->n_eog + j->n_stop_ids; k++) {
         int32_t t = k < d->n_eog ? d->eog[k] : j->stop_ids[k - d->n_eog];
         if (k < d->n_eog && j->ignore_eos) continue;
-        ts_logit_adjust key = {t, 0, 1, 0}, *own = NULL;
-        if (j->n_bias) own = bsearch(&key, j->bias, (size_t)j->n_bias, sizeof key, by_adjust_id);
-        adjust_entry(ln, t)->bias = ban ? -INFINITY : own ? own->bias : 0.0f;
+        int at = ln->adj_at[t];
+        float own = at >= 0 && at < j->n_bias ? j->bias[at].bias : 0.0f;
+        adjust_entry(ln, t)->bias = ban ? -INFINITY : own;
     }
 }
 
