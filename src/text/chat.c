@@ -111,8 +111,7 @@ static size_t space_at(const unsigned char *s, size_t avail) {
     return ts_chat_py_space(cp) ? n : 0;
 }
 
-/* Narrows [*b, *e) of s by Python whitespace on both ends. */
-static void py_strip(const char *str, size_t *b, size_t *e) {
+void ts_chat_py_strip(const char *str, size_t *b, size_t *e) {
     const unsigned char *s = (const unsigned char *)str;
     size_t k;
     while (*b < *e && (k = space_at(s + *b, *e - *b)) > 0)
@@ -127,8 +126,7 @@ static void py_strip(const char *str, size_t *b, size_t *e) {
     }
 }
 
-/* Last occurrence of pat in s[b, e), or (size_t)-1. */
-static size_t rfind(const char *s, size_t b, size_t e, const char *pat) {
+size_t ts_chat_rfind(const char *s, size_t b, size_t e, const char *pat) {
     size_t m = strlen(pat);
     for (size_t i = e; i >= b + m; i--)
         if (memcmp(s + i - m, pat, m) == 0) return i - m;
@@ -240,7 +238,7 @@ static ts_status put_assistant(chat_ctx *cx, const ts_chat_msg *m, int idx, int 
     chat_buf *b = &cx->out;
     const char *c = cx->content.p;
     size_t cb = 0, ce = cx->content.len;
-    py_strip(c, &cb, &ce);
+    ts_chat_py_strip(c, &cb, &ce);
     const char *r = "";
     size_t rb = 0, re = 0;
     if (m->reasoning_content) {
@@ -253,13 +251,13 @@ static ts_status put_assistant(chat_ctx *cx, const ts_chat_msg *m, int idx, int 
         r = c;
         rb = cb;
         re = find(c, cb, ce, "</think>");
-        size_t open = rfind(r, rb, re, "<think>");
+        size_t open = ts_chat_rfind(r, rb, re, "<think>");
         if (open != (size_t)-1) rb = open + strlen("<think>");
-        cb = rfind(c, cb, ce, "</think>") + strlen("</think>");
+        cb = ts_chat_rfind(c, cb, ce, "</think>") + strlen("</think>");
         while (cb < ce && c[cb] == '\n')
             cb++;
     }
-    py_strip(r, &rb, &re);
+    ts_chat_py_strip(r, &rb, &re);
 
     if (after_query) {
         TS_TRY(put_lit(b, "<|im_start|>assistant\n<think>\n"));
@@ -324,7 +322,7 @@ static ts_status put_system(chat_ctx *cx, const ts_chat_msg *msgs, const json_t 
     if (has_system) {
         TS_TRY(render_content(cx, &msgs[0], 0, 0, 1));
         ce = cx->content.len;
-        py_strip(cx->content.p, &cb, &ce);
+        ts_chat_py_strip(cx->content.p, &cb, &ce);
     }
     if (tools && json_array_size(tools) > 0) {
         TS_TRY(put_lit(b, chat_tools_head));
@@ -356,7 +354,7 @@ static ts_status last_query(chat_ctx *cx, const ts_chat_msg *msgs, int n, int *o
         TS_TRY(render_content(cx, &msgs[i], i, 0, 0));
         size_t b = 0, e = cx->content.len;
         const char *s = cx->content.p;
-        py_strip(s, &b, &e);
+        ts_chat_py_strip(s, &b, &e);
         int wrapped = e - b >= sizeof open - 1 && memcmp(s + b, open, sizeof open - 1) == 0 &&
                       e - b >= sizeof close - 1 &&
                       memcmp(s + e - (sizeof close - 1), close, sizeof close - 1) == 0;
@@ -374,7 +372,7 @@ static ts_status put_messages(chat_ctx *cx, const ts_chat_msg *msgs, int n, int 
         const ts_chat_msg *m = &msgs[i];
         TS_TRY(render_content(cx, m, i, 1, 0));
         size_t cb = 0, ce = cx->content.len;
-        py_strip(cx->content.p, &cb, &ce);
+        ts_chat_py_strip(cx->content.p, &cb, &ce);
         switch (m->role) {
         case TS_ROLE_SYSTEM:
             if (i != 0)

@@ -99,6 +99,11 @@ ts_status ts_chat_render_gemma(const ts_chat_msg *msgs, int n, const ts_chat_opt
 
 /* Python's str.isspace() for one code point (Jinja's trim filter is str.strip()). */
 bool ts_chat_py_space(uint32_t cp);
+/* Narrows [*b, *e) of str by Python whitespace on both ends (str.strip()); bytes that are not
+ * valid UTF-8 (and the renderer's markers) are not whitespace. */
+void ts_chat_py_strip(const char *str, size_t *b, size_t *e);
+/* The last occurrence of pat in s[b, e), or (size_t)-1. */
+size_t ts_chat_rfind(const char *s, size_t b, size_t e, const char *pat);
 
 /* A renderer (ts_chat_render, ts_chat_render_gemma) with opts->continue_final set: renders as
  * transformers' apply_chat_template(continue_final_message=True) does - the final message's

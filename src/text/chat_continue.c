@@ -4,7 +4,6 @@
  * there. Doing the same here, rather than leaving out a format's end of turn, keeps the result
  * identical to transformers' for any template rule applied to the text (trimming, the split of
  * inline reasoning) and for any role of the final message. */
-#include "base/utf8.h"
 #include "text/chat.h"
 
 #include <stdlib.h>
@@ -12,40 +11,8 @@
 
 /* transformers' continue_final_message_tag, spelled the same: its trailing space tells whether
  * the template trimmed the text. */
-static const char TAG[] = "CONTINUE_FINAL_MESSAGE_TAG ";
-#define TAG_WORD_LEN (sizeof TAG - 2) /* without the trailing space */
-
-/* The byte length of the Python whitespace character ending at s[e) (begin at b), else 0. */
-static size_t space_before(const char *s, size_t b, size_t e) {
-    size_t j = e;
-    for (int back = 0; j > b && back < 4; back++) {
-        j--;
-        if (((unsigned char)s[j] & 0xC0) != 0x80) break;
-    }
-    uint32_t cp;
-    size_t len;
-    if (j == e || ts_utf8_next(s + j, e - j, &cp, &len) != TS_UTF8_CHAR || j + len != e) return 0;
-    return ts_chat_py_space(cp) ? len : 0;
-}
-
-/* [*b, *e) of s narrowed by Python whitespace on both ends (str.strip()). */
-static void strip(const char *s, size_t *b, size_t *e) {
-    size_t k;
-    while (*b < *e) {
-        uint32_t cp;
-        if (ts_utf8_next(s + *b, *e - *b, &cp, &k) != TS_UTF8_CHAR || !ts_chat_py_space(cp)) break;
-        *b += k;
-    }
-    while ((k = space_before(s, *b, *e)) > 0)
-        *e -= k;
-}
-
-/* The last occurrence of pat[0, m) in s[0, n), or (size_t)-1. */
-static size_t rfind(const char *s, size_t n, const char *pat, size_t m) {
-    for (size_t i = n; i >= m; i--)
-        if (memcmp(s + i - m, pat, m) == 0) return i - m;
-    return (size_t)-1;
-}
+#define TAG_WORD "CONTINUE_FINAL_MESSAGE_TAG"
+static const char TAG[] = TAG_WORD " ";
 
 /* Cuts out at byte `at`: the text ends there, the segments after it go and the one across it
  * is shortened. */
@@ -99,19 +66,20 @@ ts_status ts_chat_render_continued(ts_chat_render_fn render, const ts_chat_msg *
     }
     if (st == TS_OK) {
         size_t b = 0, e = tlen;
-        strip(text, &b, &e);
-        size_t at = rfind(out->text, out->len, TAG, TAG_WORD_LEN);
-        bool found = at != (size_t)-1 &&
-                     (e == b || rfind(out->text, out->len, text + b, e - b) != (size_t)-1);
+        ts_chat_py_strip(text, &b, &e);
+        size_t at = ts_chat_rfind(out->text, 0, out->len, TAG_WORD);
+        bool found =
+            at != (size_t)-1 && (e == b || memmem(out->text, out->len, text + b, e - b) != NULL);
         if (!found) {
             st = ts_error(TS_ERR_INVALID, "chat: continue_final_message is set but the final "
                                           "message does not appear in the chat after applying "
                                           "the chat template (the template changed it)");
         } else {
-            size_t sp;
-            if (at + sizeof TAG - 1 > out->len || out->text[at + TAG_WORD_LEN] != ' ')
-                while ((sp = space_before(out->text, 0, at)) > 0) /* the template trimmed it */
-                    at -= sp;
+            if (at + sizeof TAG - 1 > out->len || out->text[at + sizeof TAG - 2] != ' ') {
+                size_t lead = 0; /* the template trimmed it: str.rstrip() before the tag */
+                ts_chat_py_strip(out->text, &lead, &at);
+                if (lead == at) at = 0;
+            }
             cut(out, at);
         }
     }
