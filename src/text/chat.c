@@ -85,7 +85,8 @@ static int utf8_valid(const char *str) {
     return 1;
 }
 
-bool ts_chat_py_space(uint32_t cp) {
+/* Python's str.isspace() (Jinja's trim is str.strip()). */
+static bool py_space(uint32_t cp) {
     return (cp >= 0x09 && cp <= 0x0D) || (cp >= 0x1C && cp <= 0x20) || cp == 0x85 || cp == 0xA0 ||
            cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 ||
            cp == 0x202F || cp == 0x205F || cp == 0x3000;
@@ -96,7 +97,7 @@ bool ts_chat_py_space(uint32_t cp) {
 static size_t space_at(const unsigned char *s, size_t avail) {
     unsigned c = s[0], cp;
     size_t n;
-    if (c < 0x80) return ts_chat_py_space(c) ? 1 : 0;
+    if (c < 0x80) return py_space(c) ? 1 : 0;
     if (c >= 0xC2 && c <= 0xDF)
         n = 2, cp = c & 0x1F;
     else if (c >= 0xE0 && c <= 0xEF)
@@ -108,7 +109,7 @@ static size_t space_at(const unsigned char *s, size_t avail) {
         if ((s[i] & 0xC0) != 0x80) return 0;
         cp = (cp << 6) | (s[i] & 0x3Fu);
     }
-    return ts_chat_py_space(cp) ? n : 0;
+    return py_space(cp) ? n : 0;
 }
 
 void ts_chat_py_strip(const char *str, size_t *b, size_t *e) {

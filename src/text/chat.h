@@ -16,7 +16,6 @@
 
 #include <stdbool.h>
 #include <stddef.h>
-#include <stdint.h>
 
 typedef enum { TS_ROLE_SYSTEM, TS_ROLE_USER, TS_ROLE_ASSISTANT, TS_ROLE_TOOL } ts_chat_role;
 typedef enum { TS_PART_TEXT, TS_PART_IMAGE, TS_PART_VIDEO } ts_chat_part_kind;
@@ -97,8 +96,6 @@ void ts_chat_out_free(ts_chat_out *out);
 ts_status ts_chat_render_gemma(const ts_chat_msg *msgs, int n, const ts_chat_opts *o,
                                ts_chat_out *out);
 
-/* Python's str.isspace() for one code point (Jinja's trim filter is str.strip()). */
-bool ts_chat_py_space(uint32_t cp);
 /* Narrows [*b, *e) of str by Python whitespace on both ends (str.strip()); bytes that are not
  * valid UTF-8 (and the renderer's markers) are not whitespace. */
 void ts_chat_py_strip(const char *str, size_t *b, size_t *e);

@@ -49,20 +49,9 @@ static ts_status gemma_control(gemma_out *g, const char *tok) {
 
 /* Appends s (valid UTF-8) with Python whitespace stripped from both ends. */
 static ts_status gemma_trimmed(gemma_out *g, const char *s) {
-    size_t n = strlen(s), b = 0, e = 0, i = 0;
-    bool seen = false;
-    while (i < n) {
-        uint32_t cp;
-        size_t len;
-        ts_utf8_next(s + i, n - i, &cp, &len);
-        if (!ts_chat_py_space(cp)) {
-            if (!seen) b = i;
-            seen = true;
-            e = i + len;
-        }
-        i += len;
-    }
-    return seen ? gemma_put(g, TS_CHAT_SEG_TEXT, s + b, e - b) : TS_OK;
+    size_t b = 0, e = strlen(s);
+    ts_chat_py_strip(s, &b, &e);
+    return e > b ? gemma_put(g, TS_CHAT_SEG_TEXT, s + b, e - b) : TS_OK;
 }
 
 static ts_status gemma_check(const ts_chat_msg *m, int i) {
