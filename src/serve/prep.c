@@ -27,6 +27,12 @@ static const char *which_prompt(const serve_request *r, int prompt, char at[24])
     return at;
 }
 
+ts_chat_params serve_chat_params(const serve_request *r, const serve_images *im) {
+    return (ts_chat_params){
+        r->add_generation_prompt, r->enable_thinking, r->tools_json, im->tokens, im->n,
+        r->continue_final};
+}
+
 static bool tokenize(const serve_runtime *rt, const serve_request *r, int prompt, serve_images *im,
                      int32_t **ids, int *n, serve_error *e) {
     const serve_prompt *p = r->api == SERVE_API_CHAT ? NULL : &r->prompts[prompt];
@@ -36,9 +42,7 @@ static bool tokenize(const serve_runtime *rt, const serve_request *r, int prompt
     *ids = NULL;
     if (r->api == SERVE_API_CHAT) {
         if (!serve_read_images(rt, r, im, e)) return false;
-        ts_chat_params cp = {
-            r->add_generation_prompt, r->enable_thinking, r->tools_json, im->tokens, im->n,
-            r->continue_final};
+        ts_chat_params cp = serve_chat_params(r, im);
         if (ts_chat_tokenize(rt->tok, r->msgs, r->n_msgs, &cp, ids, &nn) != TS_OK)
             return serve_fail(e, 400, "invalid_value", "messages", "%s", ts_last_error());
     } else if (p->text) {

@@ -22,6 +22,10 @@ bool serve_prepare(const serve_runtime *rt, const serve_request *r, int prompt, 
 bool serve_read_images(const serve_runtime *rt, const serve_request *r, serve_images *im,
                        serve_error *e);
 
+/* How the request's chat is rendered (generation prompt, thinking, tools, continuing the final
+ * message), with its images' token counts: for its prompt and for /tokenize alike. */
+ts_chat_params serve_chat_params(const serve_request *r, const serve_images *im);
+
 /* Stop strings: null, a string, or a list of at most SERVE_MAX_STOPS non-empty strings. */
 bool serve_parse_stop(const json_t *stop, char **out, int *n, serve_error *e);
 

@@ -430,9 +430,7 @@ static enum MHD_Result tokenize(serve_conn *cn, struct MHD_Connection *c, json_t
         bool ok = serve_request_parse(SERVE_API_CHAT, root, s->model_ids, 0, &req, &e);
         serve_images im = {0}; /* images count the tokens their plans take */
         if (ok && serve_read_images(rt, &req, &im, &e)) {
-            ts_chat_params cp = {
-                req.add_generation_prompt, req.enable_thinking, req.tools_json, im.tokens, im.n,
-                req.continue_final};
+            ts_chat_params cp = serve_chat_params(&req, &im);
             if (ts_chat_tokenize(rt->tok, req.msgs, req.n_msgs, &cp, &ids, &n) != TS_OK)
                 serve_fail(&e, 400, "invalid_value", "messages", "%s", ts_last_error());
             else
