@@ -136,6 +136,12 @@ class Server:
         status, hd, data = self.request("POST", path, body, **kw)
         return status, hd, json.loads(data) if data else None
 
+    def post_ok(self, path, body):
+        """POSTs body and returns the answer's JSON, asserting a 200."""
+        status, _, r = self.post(path, body)
+        assert status == 200, r
+        return r
+
     def metrics(self):
         _, _, data = self.request("GET", "/metrics")
         out = {}

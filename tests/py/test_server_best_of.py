@@ -9,12 +9,6 @@ from server_util import Server
 PROMPTS = ["Once upon a time", [5, 6, 7, 8, 9]]
 
 
-def one(srv, body):
-    status, _, r = srv.post("/v1/completions", body)
-    assert status == 200, r
-    return r
-
-
 def mean_lp(choice):
     lps = choice["logprobs"]["token_logprobs"]
     return sum(lps) / len(lps)
@@ -29,11 +23,11 @@ def check_best_of(srv):
     """On a server that has seen none of PROMPTS (also run on the GPU: test_server_cuda.py)."""
     body = {"prompt": PROMPTS, "max_tokens": 8, "temperature": 1.0, "seed": 5,
             "return_token_ids": True}
-    r = one(srv, dict(body, n=2, best_of=5))
+    r = srv.post_ok("/v1/completions", dict(body, n=2, best_of=5))
     # a new server: nothing of the prompts was cached, whichever answer now comes first
     # (the later ones start from the state of the one that prefilled)
     assert r["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
-    every = one(srv, dict(body, n=5, logprobs=0))  # the candidates, in the order made
+    every = srv.post_ok("/v1/completions", dict(body, n=5, logprobs=0))  # the candidates, in the order made
     assert [c["index"] for c in r["choices"]] == [0, 1, 2, 3]
     reordered = False
     for p in range(len(PROMPTS)):
@@ -51,7 +45,7 @@ def check_best_of(srv):
     assert r["usage"]["prompt_tokens"] == every["usage"]["prompt_tokens"]
     assert r["usage"]["completion_tokens"] == every["usage"]["completion_tokens"]
     # with logprobs asked for, the chosen answer's own
-    r = one(srv, dict(body, prompt=PROMPTS[0], n=1, best_of=5, logprobs=2))
+    r = srv.post_ok("/v1/completions", dict(body, prompt=PROMPTS[0], n=1, best_of=5, logprobs=2))
     best = max(every["choices"][:5], key=mean_lp)
     # (equal on the CPU; a GPU's sums differ in the last bits with the batch's make-up)
     assert r["choices"][0]["token_ids"] == best["token_ids"]
@@ -64,8 +58,8 @@ def test_best_of_equal_to_n_changes_nothing_and_may_stream():
     with Server() as srv:
         body = {"prompt": PROMPTS[0], "max_tokens": 6, "temperature": 1.0, "seed": 9, "n": 3,
                 "return_token_ids": True}
-        plain = one(srv, body)
-        same = one(srv, dict(body, best_of=3))
+        plain = srv.post_ok("/v1/completions", body)
+        same = srv.post_ok("/v1/completions", dict(body, best_of=3))
         assert [c["token_ids"] for c in same["choices"]] == \
             [c["token_ids"] for c in plain["choices"]]
         status, _, data = srv.request("POST", "/v1/completions", dict(body, best_of=3,

@@ -14,18 +14,12 @@ from test_server_load import STEP_MS, open_stream, read_events, wait_for
 MSG = "Tell me a story about a cat."
 
 
-def one(srv, path, body):
-    status, _, r = srv.post(path, body)
-    assert status == 200, r
-    return r
-
-
 def test_chat_n_choices_are_the_seeded_single_answers():
     with Server() as srv:
         body = chat(MSG, temperature=1.0, seed=7, max_tokens=12, return_token_ids=True)
-        r = one(srv, "/v1/chat/completions", dict(body, n=3))
+        r = srv.post_ok("/v1/chat/completions", dict(body, n=3))
         assert [c["index"] for c in r["choices"]] == [0, 1, 2]
-        alone = [one(srv, "/v1/chat/completions", dict(body, seed=7 + c)) for c in range(3)]
+        alone = [srv.post_ok("/v1/chat/completions", dict(body, seed=7 + c)) for c in range(3)]
         for c in range(3):
             assert r["choices"][c]["token_ids"] == alone[c]["choices"][0]["token_ids"]
             assert r["choices"][c]["message"] == alone[c]["choices"][0]["message"]
@@ -36,7 +30,7 @@ def test_chat_n_choices_are_the_seeded_single_answers():
         assert r["usage"]["completion_tokens"] == sum(
             a["usage"]["completion_tokens"] for a in alone)
         # greedy: n equal answers
-        g = one(srv, "/v1/chat/completions", chat(MSG, max_tokens=10, n=2))
+        g = srv.post_ok("/v1/chat/completions", chat(MSG, max_tokens=10, n=2))
         assert g["choices"][0]["message"] == g["choices"][1]["message"]
 
 
@@ -45,7 +39,7 @@ def test_choices_prefill_their_prompt_once():
         body = {"prompt": "The quick brown fox jumps over the lazy dog. " * 20, "max_tokens": 4,
                 "temperature": 1.0, "seed": 1}
         m0 = srv.metrics()["tessera_prefill_tokens_total"]
-        r = one(srv, "/v1/completions", dict(body, n=4))
+        r = srv.post_ok("/v1/completions", dict(body, n=4))
         n = r["usage"]["prompt_tokens"]
         assert len(r["choices"]) == 4
         # the first choice prefills the prompt; the others start from its snapshot
@@ -57,12 +51,12 @@ def test_several_prompts_times_n():
         prompts = ["Once upon a time", [5, 6, 7, 8, 9]]
         body = {"prompt": prompts, "n": 2, "max_tokens": 6, "temperature": 0.9, "seed": 3,
                 "return_token_ids": True}
-        r = one(srv, "/v1/completions", body)
+        r = srv.post_ok("/v1/completions", body)
         assert [c["index"] for c in r["choices"]] == [0, 1, 2, 3]
         usage_prompt = 0
         for p, prompt in enumerate(prompts):
             for c in range(2):
-                a = one(srv, "/v1/completions", dict(body, prompt=prompt, n=1, seed=3 + c))
+                a = srv.post_ok("/v1/completions", dict(body, prompt=prompt, n=1, seed=3 + c))
                 assert r["choices"][2 * p + c]["token_ids"] == a["choices"][0]["token_ids"]
                 assert r["choices"][2 * p + c]["text"] == a["choices"][0]["text"]
             usage_prompt += a["usage"]["prompt_tokens"]
@@ -75,7 +69,7 @@ def test_several_prompts_times_n():
 def test_stream_of_choices_matches_the_whole_answer():
     with Server() as srv:
         body = chat(MSG, temperature=1.0, seed=11, max_tokens=16, n=3)
-        whole = one(srv, "/v1/chat/completions", body)
+        whole = srv.post_ok("/v1/chat/completions", body)
         status, _, data = srv.request("POST", "/v1/chat/completions",
                                       dict(body, stream=True,
                                            stream_options={"include_usage": True}))
@@ -155,15 +149,15 @@ def test_later_choices_keep_no_state_that_would_evict_a_conversation():
             return m["tessera_next_turn_ready_total"] + m["tessera_next_turn_abandoned_total"]
 
         first = chat("Tell me about the sea.", max_tokens=8)
-        a = one(srv, "/v1/chat/completions", first)
+        a = srv.post_ok("/v1/chat/completions", first)
         assert wait_for(lambda: turns() == 1, 10)
-        one(srv, "/v1/chat/completions", chat("Something else entirely, please.", max_tokens=8,
+        srv.post_ok("/v1/chat/completions", chat("Something else entirely, please.", max_tokens=8,
                                                n=4, temperature=1.0, seed=1))
         assert wait_for(lambda: turns() == 2, 10)
         time.sleep(0.3)  # the idle work after it
         follow = {"messages": first["messages"] + [
             {"role": "assistant", "content": a["choices"][0]["message"]["content"]},
             {"role": "user", "content": "And the sky?"}], "temperature": 0, "max_tokens": 4}
-        r = one(srv, "/v1/chat/completions", follow)
+        r = srv.post_ok("/v1/chat/completions", follow)
         cached = r["usage"]["prompt_tokens_details"]["cached_tokens"]
         assert cached >= a["usage"]["prompt_tokens"], (cached, a["usage"])

@@ -10,44 +10,38 @@ MSGS = [{"role": "user", "content": "Name a fruit."},
         {"role": "assistant", "content": "Sure: the "}]
 
 
-def post(srv, path, body):
-    status, _, r = srv.post(path, body)
-    assert status == 200, r
-    return r
-
-
 def test_the_answer_continues_the_final_message():
     with Server() as srv:
         body = {"messages": MSGS, "continue_final_message": True, "add_generation_prompt": False}
-        ids = post(srv, "/tokenize", body)["tokens"]
-        end = post(srv, "/tokenize", {"content": "<|im_end|>"})["tokens"][0]
-        tail = post(srv, "/tokenize", {"content": "Sure: the"})["tokens"]
+        ids = srv.post_ok("/tokenize", body)["tokens"]
+        end = srv.post_ok("/tokenize", {"content": "<|im_end|>"})["tokens"][0]
+        tail = srv.post_ok("/tokenize", {"content": "Sure: the"})["tokens"]
         assert ids[-len(tail):] == tail and end not in ids[-len(tail) - 3:]
         # add_generation_prompt false is implied by continue_final_message
-        assert post(srv, "/tokenize", {"messages": MSGS, "continue_final_message": True})[
+        assert srv.post_ok("/tokenize", {"messages": MSGS, "continue_final_message": True})[
             "tokens"] == ids
-        chat = post(srv, "/v1/chat/completions", dict(
+        chat = srv.post_ok("/v1/chat/completions", dict(
             body, max_tokens=12, temperature=0, ignore_eos=True, return_token_ids=True))
         assert chat["usage"]["prompt_tokens"] == len(ids)
         # the same prompt's ids as a raw completion: the same answer
-        raw = post(srv, "/v1/completions", {"prompt": ids, "max_tokens": 12, "temperature": 0,
+        raw = srv.post_ok("/v1/completions", {"prompt": ids, "max_tokens": 12, "temperature": 0,
                                            "ignore_eos": True, "return_token_ids": True})
         assert chat["choices"][0]["token_ids"] == raw["choices"][0]["token_ids"]
         # without it the model starts a new turn: another prompt
-        plain = post(srv, "/tokenize", {"messages": MSGS})["tokens"]
+        plain = srv.post_ok("/tokenize", {"messages": MSGS})["tokens"]
         assert plain[:len(ids) - len(tail)] == ids[:-len(tail)] and plain != ids
 
 
 def test_no_generation_prompt():
     with Server() as srv:
         msgs = [{"role": "user", "content": "Hi"}]
-        with_prompt = post(srv, "/tokenize", {"messages": msgs})["tokens"]
-        without = post(srv, "/tokenize", {"messages": msgs, "add_generation_prompt": False})[
+        with_prompt = srv.post_ok("/tokenize", {"messages": msgs})["tokens"]
+        without = srv.post_ok("/tokenize", {"messages": msgs, "add_generation_prompt": False})[
             "tokens"]
-        start = post(srv, "/tokenize", {"content": "<|im_start|>"})["tokens"][0]
+        start = srv.post_ok("/tokenize", {"content": "<|im_start|>"})["tokens"][0]
         assert with_prompt[:len(without)] == without
         assert with_prompt[len(without)] == start and start not in with_prompt[len(without) + 1:]
-        r = post(srv, "/v1/chat/completions", {"messages": msgs, "add_generation_prompt": False,
+        r = srv.post_ok("/v1/chat/completions", {"messages": msgs, "add_generation_prompt": False,
                                                "max_tokens": 3, "ignore_eos": True})
         assert r["usage"]["prompt_tokens"] == len(without)
 
@@ -55,13 +49,13 @@ def test_no_generation_prompt():
 def test_no_next_turn_is_prepared_from_a_continued_message():
     with Server() as srv:
         m0 = srv.metrics()["tessera_next_turn_ready_total"]
-        post(srv, "/v1/chat/completions", {"messages": MSGS, "continue_final_message": True,
+        srv.post_ok("/v1/chat/completions", {"messages": MSGS, "continue_final_message": True,
                                            "max_tokens": 4})
         time.sleep(0.5)
         srv.settle()
         assert srv.metrics()["tessera_next_turn_ready_total"] == m0
         # a usual chat answer does get its next turn prepared (the check above can fail)
-        post(srv, "/v1/chat/completions", {"messages": MSGS[:1], "max_tokens": 4})
+        srv.post_ok("/v1/chat/completions", {"messages": MSGS[:1], "max_tokens": 4})
         time.sleep(0.5)
         srv.settle()
         assert srv.metrics()["tessera_next_turn_ready_total"] == m0 + 1
@@ -72,7 +66,7 @@ def test_an_empty_final_message_is_continued():
     # the assistant's content itself
     with Server() as srv:
         for content in (None, ""):
-            r = post(srv, "/v1/chat/completions", {
+            r = srv.post_ok("/v1/chat/completions", {
                 "messages": MSGS[:1] + [{"role": "assistant", "content": content}],
                 "continue_final_message": True, "max_tokens": 2, "ignore_eos": True})
             assert r["usage"]["completion_tokens"] == 2
