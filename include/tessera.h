@@ -159,6 +159,17 @@ ts_status ts_engine_slot_clear(ts_engine *engine, int slot);
 int ts_engine_slot_len(const ts_engine *engine, int slot);
 /* Copies the whole state of slot src into slot dst (snapshot / restore). */
 ts_status ts_engine_slot_copy(ts_engine *engine, int src, int dst);
+/* Taking tokens back (speculative decoding: tokens guessed ahead, run through the model, and
+ * some found wrong). ts_engine_slot_mark remembers the slot's state at its present length;
+ * ts_engine_slot_rewind then shortens the slot to len tokens, the mark's length <= len <= its
+ * length, and sets *got to the length it holds: len where the model keeps its state per
+ * position (attention: the rows past len are no longer read), else the mark's (a linear-
+ * attention layer's state sums up every token, so it goes back to the mark's copy) - the
+ * caller runs the tokens from *got to len again. A mark copies only that summed-up state (none
+ * for an attention-only model); clearing or copying into the slot forgets it, and rewinding
+ * keeps it. Without a mark a model with such state cannot rewind (TS_ERR_INVALID). */
+ts_status ts_engine_slot_mark(ts_engine *engine, int slot);
+ts_status ts_engine_slot_rewind(ts_engine *engine, int slot, int len, int *got);
 /* Bytes of sequence state one slot holds for n_ctx tokens (KV cache + recurrent state): what a
  * snapshot costs, to size a prefix cache before creating the engine. */
 size_t ts_model_state_bytes(const ts_model *model, int n_ctx);

@@ -27,11 +27,16 @@ void ts_engine_free(ts_engine *e) {
     if (e->slot_state)
         for (int i = 0; i < e->n_slots; i++)
             if (e->slot_state[i]) e->be->ops->free(e->be, e->slot_state[i]);
+    if (e->mark_state)
+        for (int i = 0; i < e->n_slots; i++)
+            if (e->mark_state[i]) e->be->ops->free(e->be, e->mark_state[i]);
     if (e->rt) e->model->arch->runtime_free(e->rt);
     ts_backend_free(e->be);
     free(e->slot_state);
     free(e->slot_len);
     free(e->pending_len);
+    free(e->mark_state);
+    free(e->mark_len);
     free(e->want_scratch);
     free(e->sample_buf);
     free(e->sample_req);
@@ -73,8 +78,14 @@ ts_status ts_engine_create(ts_model *model, const ts_engine_opts *opts, ts_engin
         e->slot_len = calloc((size_t)o.n_slots, sizeof *e->slot_len);
         e->pending_len = calloc((size_t)o.n_slots, sizeof *e->pending_len);
         e->want_scratch = calloc((size_t)o.n_batch, 1);
-        if (!e->slot_state || !e->slot_len || !e->pending_len || !e->want_scratch)
+        e->seq_bytes = model->arch->seq_state_bytes ? model->arch->seq_state_bytes(model) : 0;
+        e->mark_state = calloc((size_t)o.n_slots, sizeof *e->mark_state);
+        e->mark_len = malloc((size_t)o.n_slots * sizeof *e->mark_len);
+        if (!e->slot_state || !e->slot_len || !e->pending_len || !e->want_scratch ||
+            !e->mark_state || !e->mark_len)
             st = ts_error(TS_ERR_NOMEM, "out of memory");
+        for (int i = 0; st == TS_OK && i < o.n_slots; i++)
+            e->mark_len[i] = -1;
     }
     if (st == TS_OK) st = engine_ahead_init(e);
     for (int i = 0; st == TS_OK && i < o.n_slots; i++) {
@@ -114,6 +125,7 @@ ts_status ts_engine_slot_clear(ts_engine *e, int slot) {
     /* KV rows past the length are never read, but conv and recurrent state must be zero */
     e->be->ops->zero(e->be, e->slot_state[slot], e->state_bytes);
     e->slot_len[slot] = 0;
+    e->mark_len[slot] = -1;
     return TS_OK;
 }
 
@@ -128,7 +140,48 @@ ts_status ts_engine_slot_copy(ts_engine *e, int src, int dst) {
     if (src != dst) {
         e->be->ops->copy(e->be, e->slot_state[dst], e->slot_state[src], e->state_bytes);
         e->slot_len[dst] = e->slot_len[src];
+        e->mark_len[dst] = -1;
     }
+    return TS_OK;
+}
+
+ts_status ts_engine_slot_mark(ts_engine *e, int slot) {
+    TS_TRY(check_slot(e, slot));
+    /* at the mark's length the slot is in the mark's state: a mark again copies nothing (the
+     * state only moves on by a forward, which moves the length, or a rewind back to it) */
+    if (e->mark_len[slot] == e->slot_len[slot]) return TS_OK;
+    engine_ahead_drop(e);
+    if (e->seq_bytes) {
+        if (!e->mark_state[slot] && !(e->mark_state[slot] = e->be->ops->alloc(e->be, e->seq_bytes)))
+            return ts_error(TS_ERR_NOMEM, "out of memory for a mark of slot %d (%zu KiB)", slot,
+                            e->seq_bytes >> 10);
+        e->be->ops->copy(e->be, e->mark_state[slot], e->slot_state[slot], e->seq_bytes);
+    }
+    e->mark_len[slot] = e->slot_len[slot];
+    return TS_OK;
+}
+
+ts_status ts_engine_slot_rewind(ts_engine *e, int slot, int len, int *got) {
+    TS_TRY(check_slot(e, slot));
+    int mark = e->mark_len[slot];
+    if (len > e->slot_len[slot] || len < 0)
+        return ts_error(TS_ERR_INVALID, "slot %d holds %d tokens: cannot rewind to %d", slot,
+                        e->slot_len[slot], len);
+    if (e->seq_bytes && (mark < 0 || len < mark))
+        return ts_error(TS_ERR_INVALID, "slot %d: no mark at or before %d tokens to rewind to",
+                        slot, len);
+    if (len == e->slot_len[slot]) {
+        *got = len;
+        return TS_OK;
+    }
+    engine_ahead_drop(e);
+    if (e->seq_bytes) { /* the summed-up state goes back to the mark's */
+        e->be->ops->copy(e->be, e->slot_state[slot], e->mark_state[slot], e->seq_bytes);
+        len = mark;
+    }
+    e->slot_len[slot] = len;
+    if (mark > len) e->mark_len[slot] = -1; /* an attention-only slot cut before its mark */
+    *got = len;
     return TS_OK;
 }
 

@@ -46,6 +46,11 @@ struct ts_engine {
     void **slot_state; /* [n_slots] state blobs, allocated at creation */
     int *slot_len;     /* tokens held per slot */
     int *pending_len;  /* scratch: per-slot length while checking a batch */
+    /* marks (ts_engine_slot_mark): the first seq_bytes of a slot's state at mark_len[slot]
+     * tokens (-1: no mark), in a buffer made at the slot's first mark */
+    size_t seq_bytes;
+    void **mark_state;
+    int *mark_len;
     char desc[64];
     uint8_t *want_scratch; /* [n_batch]: "last token only" when a batch gives no flags */
     /* ts_engine_forward_sample's host side, grown to the most rows asked for so far */

@@ -76,6 +76,11 @@ struct ts_arch {
     void (*unload)(ts_model *m);
     /* Bytes of one sequence's state (KV cache, conv and recurrent state) for n_ctx tokens. */
     size_t (*state_bytes)(const ts_model *m, int n_ctx);
+    /* Bytes at the start of that state that sum up the whole sequence so far (conv and
+     * recurrent state), as opposed to rows kept per position (a KV cache, which a shorter
+     * sequence simply stops reading): what a mark must save for a rewind (ts_engine_slot_mark).
+     * NULL: none, the state is all per-position rows. */
+    size_t (*seq_state_bytes)(const ts_model *m);
     /* Scratch buffers and device copies of small parameters for batches of up to n_batch tokens. */
     ts_status (*runtime_create)(const ts_model *m, ts_backend *be, int n_batch, int n_ctx,
                                 void **rt);

@@ -388,6 +388,7 @@ const ts_arch ts_arch_qwen35 = {
     .load_gguf = qwen35_load_gguf,
     .unload = qwen35_unload,
     .state_bytes = qwen35_state_bytes,
+    .seq_state_bytes = qwen35_seq_state_bytes,
     .runtime_create = qwen35_runtime_create,
     .runtime_free = qwen35_runtime_free,
     .forward = qwen35_forward,

@@ -66,10 +66,11 @@ typedef struct {
     size_t kc, vc;      /* full layers */
 } qwen35_state_off;
 
-void qwen35_state_layout(const qwen35_hparams *h, int n_ctx, qwen35_state_off *offs,
-                         size_t *total);
+void qwen35_state_layout(const qwen35_hparams *h, int n_ctx, qwen35_state_off *offs, size_t *total,
+                         size_t *seq_total);
 
 size_t qwen35_state_bytes(const ts_model *m, int n_ctx);
+size_t qwen35_seq_state_bytes(const ts_model *m);
 ts_status qwen35_runtime_create(const ts_model *m, ts_backend *be, int n_batch, int n_ctx,
                                 void **rt);
 void qwen35_runtime_free(void *rt);

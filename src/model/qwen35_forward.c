@@ -42,25 +42,31 @@ typedef struct {
     qwen35_venc *venc; /* the vision tower's workspace on be (NULL until the first image) */
 } qwen35_rt;
 
-void qwen35_state_layout(const qwen35_hparams *h, int n_ctx, qwen35_state_off *offs,
-                         size_t *total) {
+/* A sequence's state: first every linear-attention layer's conv and recurrent state (what the
+ * whole sequence so far sums up to: the prefix ts_engine_slot_mark saves, qwen35_seq_state_bytes),
+ * then every full-attention layer's K and V rows, one per position (a rewind just stops reading
+ * the rows past it). */
+void qwen35_state_layout(const qwen35_hparams *h, int n_ctx, qwen35_state_off *offs, size_t *total,
+                         size_t *seq_total) {
     size_t off = 0;
     size_t conv = (size_t)(h->conv_k - 1) * qwen35_conv_dim(h) * sizeof(float);
     size_t rec = (size_t)h->lin_hv * h->lin_dk * h->lin_dv * sizeof(float);
     size_t kv = (size_t)n_ctx * h->n_kv_head * h->head_dim * sizeof(float);
     for (int i = 0; i < h->n_layers; i++) {
         memset(&offs[i], 0, sizeof offs[i]);
-        if (h->is_full[i]) {
-            offs[i].kc = off;
-            off += kv;
-            offs[i].vc = off;
-            off += kv;
-        } else {
-            offs[i].conv = off;
-            off += conv;
-            offs[i].rec = off;
-            off += rec;
-        }
+        if (h->is_full[i]) continue;
+        offs[i].conv = off;
+        off += conv;
+        offs[i].rec = off;
+        off += rec;
+    }
+    if (seq_total) *seq_total = off;
+    for (int i = 0; i < h->n_layers; i++) {
+        if (!h->is_full[i]) continue;
+        offs[i].kc = off;
+        off += kv;
+        offs[i].vc = off;
+        off += kv;
     }
     *total = off;
 }
@@ -69,8 +75,16 @@ size_t qwen35_state_bytes(const ts_model *m, int n_ctx) {
     const qwen35_model *q = m->impl;
     qwen35_state_off offs[QWEN35_MAX_LAYERS];
     size_t total;
-    qwen35_state_layout(&q->hp, n_ctx, offs, &total);
+    qwen35_state_layout(&q->hp, n_ctx, offs, &total, NULL);
     return total;
+}
+
+size_t qwen35_seq_state_bytes(const ts_model *m) {
+    const qwen35_model *q = m->impl;
+    qwen35_state_off offs[QWEN35_MAX_LAYERS];
+    size_t total, seq;
+    qwen35_state_layout(&q->hp, 1, offs, &total, &seq);
+    return seq;
 }
 
 static size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
@@ -110,7 +124,7 @@ ts_status qwen35_runtime_create(const ts_model *m, ts_backend *be, int n_batch, 
     rt->n_batch = n_batch;
     rt->n_ctx = n_ctx;
     size_t total;
-    qwen35_state_layout(h, n_ctx, rt->offs, &total);
+    qwen35_state_layout(h, n_ctx, rt->offs, &total, NULL);
 
     size_t nb = (size_t)n_batch;
     size_t qg = (size_t)h->n_head * h->head_dim * (h->attn_gate ? 2 : 1);

@@ -307,6 +307,77 @@ static void check_multi_sequence(const char *dir, const char *model, ts_model *m
     ts_engine_free(e);
 }
 
+/* Taking tokens back (ts_engine_slot_mark / ts_engine_slot_rewind), as speculative decoding
+ * does: after a mark, two rounds of the prompt's next tokens with wrong ones after them, each
+ * rewound to just after the right ones, then the rest of the prompt: every row of logits as in
+ * one prefill. An attention-only model (expect_exact) rewinds to the length asked; one with
+ * linear-attention layers to its mark, the tokens between run again. */
+static void check_rewind(const char *dir, const char *model, ts_model *m, bool expect_exact) {
+    char path[8192];
+    int32_t *a;
+    int na;
+    snprintf(path, sizeof path, "%s/%s/ref/prompt_1.ids", dir, model);
+    if (fx_read_ids(path, 0, &a, &na) != 0) return;
+    CHECK(na >= 10);
+    ts_engine *e = make_engine(m, TS_ISA_AUTO, 2, 64);
+    CHECK(e != NULL);
+    if (!e || na < 10) {
+        free(a);
+        ts_engine_free(e);
+        return;
+    }
+    int V = ts_engine_n_vocab(e);
+    float *ref = prefill_all(e, 0, a, na);
+    float *rows = malloc((size_t)na * V * sizeof *rows);
+    int32_t tok[16], pos[16], sl[16];
+    uint8_t want[16];
+    int h = na - 8, len = h;
+    ts_engine_slot_clear(e, 1);
+    for (int i = 0; i < h; i++) { /* the prompt's head, token by token (no rows: a[i] in tok) */
+        pos[0] = i, sl[0] = 1, want[0] = 0;
+        CHECK(ts_engine_forward(e, &(ts_batch){1, &a[i], pos, sl, want, NULL, NULL}, NULL) ==
+              TS_OK);
+    }
+    double worst = 0;
+    for (int round = 0; round < 2; round++) {
+        CHECK(ts_engine_slot_mark(e, 1) == TS_OK);
+        /* the tokens the slot still lacks up to len, two right ones, then three wrong ones */
+        int n = 0, from = ts_engine_slot_len(e, 1);
+        for (int p = from; p < len + 2; p++, n++)
+            tok[n] = a[p], pos[n] = p, sl[n] = 1, want[n] = p >= len;
+        for (int w = 0; w < 3; w++, n++)
+            tok[n] = (a[len + 2 + w] + 7 + w) % V, pos[n] = len + 2 + w, sl[n] = 1, want[n] = 1;
+        CHECK(ts_engine_forward(e, &(ts_batch){n, tok, pos, sl, want, NULL, NULL}, rows) == TS_OK);
+        for (int r = 0; r < 2; r++) { /* the right tokens' rows are the prefill's */
+            double d = tu_rel_l2(rows + (size_t)r * V, ref + (size_t)(len + r) * V, V);
+            if (d > worst) worst = d;
+        }
+        int got = -1;
+        CHECK(ts_engine_slot_rewind(e, 1, len + 2, &got) == TS_OK);
+        CHECKF(got == (expect_exact ? len + 2 : h), "%s: rewound to %d of %d (mark %d)", model, got,
+               len + 2, h);
+        CHECK(ts_engine_slot_len(e, 1) == got);
+        len += 2;
+    }
+    int n = 0;
+    for (int p = ts_engine_slot_len(e, 1); p < na; p++, n++)
+        tok[n] = a[p], pos[n] = p, sl[n] = 1, want[n] = 1;
+    CHECK(ts_engine_forward(e, &(ts_batch){n, tok, pos, sl, want, NULL, NULL}, rows) == TS_OK);
+    for (int r = 0; r < n; r++) {
+        double d = tu_rel_l2(rows + (size_t)r * V, ref + (size_t)(na - n + r) * V, V);
+        if (d > worst) worst = d;
+    }
+    CHECKF(worst <= 5e-5, "%s: rows after rewinds vs one prefill: rel %.3g", model, worst);
+    int got = -1;
+    CHECK(ts_engine_slot_rewind(e, 1, na + 1, &got) == TS_ERR_INVALID);
+    CHECK(ts_engine_slot_rewind(e, 1, na, &got) == TS_OK && got == na);
+    /* a copy into the slot forgets its mark: only an attention-only model rewinds without one */
+    CHECK(ts_engine_slot_copy(e, 0, 1) == TS_OK);
+    CHECK((ts_engine_slot_rewind(e, 1, na - 1, &got) == TS_OK) == expect_exact);
+    free(ref), free(rows), free(a);
+    ts_engine_free(e);
+}
+
 /* The same weights with an alternative form of config.json (config.<form>.json beside the
  * real one: older RoPE keys, a layer pattern instead of layer_types, ...) give the same logits. */
 static void check_config_forms(const char *dir, const char *model) {
@@ -351,7 +422,7 @@ static void check_config_forms(const char *dir, const char *model) {
     free(ids);
 }
 
-static void check_family(const char *family, int min_models) {
+static void check_family(const char *family, int min_models, bool attention_only) {
     char dir[1024];
     snprintf(dir, sizeof dir, "%s/%s", tu_env("TS_FIXTURES", "tests/fixtures"), family);
     char *models[MAX_MODELS];
@@ -376,6 +447,7 @@ static void check_family(const char *family, int min_models) {
                 ts_engine_free(e);
             }
             check_multi_sequence(dir, models[i], m);
+            check_rewind(dir, models[i], m, attention_only);
             check_sample_batch(models[i], m);
             check_config_forms(dir, models[i]);
             ts_model_close(m);
@@ -386,7 +458,7 @@ static void check_family(const char *family, int min_models) {
 }
 
 int main(void) {
-    check_family("qwen35", 3);
-    check_family("gemma3", 3);
+    check_family("qwen35", 3, false);
+    check_family("gemma3", 3, true);
     return tu_report("test_hf_parity");
 }
