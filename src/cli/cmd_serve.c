@@ -20,6 +20,10 @@ int cmd_serve(int argc, char **argv) {
         field = x;                                                                                 \
         continue;                                                                                  \
     }
+        if (strcmp(argv[i], "--draft-lookup") == 0) {
+            o.draft_lookup = true;
+            continue;
+        }
         if ((v = cli_opt_value(argc, argv, &i, "-m", "--model"))) {
             o.model_path = v;
             continue;
@@ -67,6 +71,7 @@ int cmd_serve(int argc, char **argv) {
         INT_OPT("--max-connections", 1, 65536, o.max_connections)
         INT_OPT("--max-connections-per-ip", 0, 65536, o.max_connections_per_ip)
         INT_OPT("--prefill-chunk", 1, 65536, o.prefill_chunk)
+        INT_OPT("--draft-max", 0, 64, o.draft_max)
         INT_OPT("--image-max-pixels", 1024, TS_IMAGE_MAX_PIXELS, image_px)
         /* testing aids: slow decode (cancellation tests) and slow loading (503 model_loading) */
         INT_OPT("--debug-step-delay-ms", 0, 60000, o.step_delay_ms)

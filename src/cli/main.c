@@ -23,7 +23,8 @@ static const struct {
      "[--alias NAME] [--cache-mb 1024] [--max-body-kb 4096] [--drain-ms 10000] "
      "[--idle-timeout 30] [--send-timeout 600] [--request-timeout 60] [--max-connections 1024] "
      "[--max-connections-per-ip N] [--cors-origins '*'|LIST|''] "
-     "[--device cpu|cuda] [--prefill-chunk N] [--image-max-pixels N]"},
+     "[--device cpu|cuda] [--prefill-chunk N] [--image-max-pixels N] [--draft-max 8] "
+     "[--draft-lookup]"},
     {"ppl", cmd_ppl,
      "ppl -m MODEL -f FILE [--ctx 512] [--stride 256] [--max-tokens N] "
      "[--threads K]"},

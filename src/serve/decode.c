@@ -1,6 +1,7 @@
 #include "serve/decode.h"
 
 #include "base/status.h"
+#include "serve/decode_int.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -8,14 +9,15 @@
 #include <string.h>
 #include <time.h>
 
-static ts_status lane_init(serve_lane *ln, int slot, int n_vocab, int n_ctx) {
+static ts_status lane_init(serve_lane *ln, int slot, int n_vocab, int n_ctx, int draft_max) {
     ln->slot = slot;
     ln->pending_snap = -1;
     ln->seq = malloc((size_t)n_ctx * sizeof *ln->seq);
     ln->gen_count = calloc((size_t)n_vocab, sizeof *ln->gen_count);
     ln->adj = malloc((size_t)n_vocab * sizeof *ln->adj);
     ln->adj_at = malloc((size_t)n_vocab * sizeof *ln->adj_at);
-    if (!ln->seq || !ln->gen_count || !ln->adj || !ln->adj_at)
+    ln->draft = malloc((size_t)(draft_max > 0 ? draft_max : 1) * sizeof *ln->draft);
+    if (!ln->seq || !ln->gen_count || !ln->adj || !ln->adj_at || !ln->draft)
         return ts_error(TS_ERR_NOMEM, "out of memory for the decoder's lanes");
     for (int t = 0; t < n_vocab; t++)
         ln->adj_at[t] = -1;
@@ -60,7 +62,8 @@ ts_status serve_decoder_init(serve_decoder *d, const serve_decoder_opts *o, serv
         !d->b_piece || !d->b_row || !d->embd || !d->rope || !d->b_rope)
         return ts_error(TS_ERR_NOMEM, "out of memory for the decoder");
     for (int l = 0; l < d->o.n_lanes; l++)
-        TS_TRY(lane_init(&d->lane[l], l, d->n_vocab, d->n_ctx));
+        TS_TRY(lane_init(&d->lane[l], l, d->n_vocab, d->n_ctx, d->o.draft_max));
+    if (d->o.draft_max > 0) TS_TRY(serve_spec_init(d));
     for (int32_t id = 0; d->o.tok && id < d->n_vocab; id++) {
         if (!ts_tokenizer_is_eog(d->o.tok, id)) continue;
         int32_t *p = realloc(d->eog, (size_t)(d->n_eog + 1) * sizeof *p);
@@ -75,7 +78,7 @@ void serve_decoder_free(serve_decoder *d) {
     for (int l = 0; d->lane && l < d->o.n_lanes; l++) {
         serve_lane *ln = &d->lane[l];
         if (ln->ended) serve_job_unref(ln->ended);
-        free(ln->seq), free(ln->gen_count), free(ln->adj), free(ln->adj_at);
+        free(ln->seq), free(ln->gen_count), free(ln->adj), free(ln->adj_at), free(ln->draft);
         ts_grammar_matcher_free(ln->gm);
     }
     ts_grammar_vocab_free(d->gvocab);
@@ -87,6 +90,7 @@ void serve_decoder_free(serve_decoder *d) {
     ts_sampler_free(d->echo_smp);
     free(d->embd), free(d->rope), free(d->b_rope);
     free(d->eog);
+    serve_spec_free(d);
     memset(d, 0, sizeof *d);
 }
 
@@ -291,8 +295,6 @@ static int restore_prefix(serve_decoder *d, serve_lane *ln, const serve_job *j, 
     return 0;
 }
 
-static void lane_end(serve_decoder *d, serve_lane *ln, serve_finish how, ts_status st);
-
 ts_status serve_decoder_encode_next(serve_decoder *d, serve_images *im) {
     int n_embd = d->o.n_embd;
     if (im->n_encoded == im->n) return TS_OK;
@@ -331,7 +333,7 @@ static void encode_step(serve_decoder *d) {
     ts_status st = serve_decoder_encode_next(d, &next->job->images);
     if (st != TS_OK) {
         next->slot_known = false;
-        lane_end(d, next, SERVE_FINISH_ERROR, st);
+        serve_lane_end(d, next, SERVE_FINISH_ERROR, st);
     } else if (next->job->images.n_encoded == next->job->images.n) {
         next->encoding = false;
     }
@@ -343,7 +345,9 @@ static void lane_first_token(serve_decoder *d, serve_lane *ln, float *logits);
 
 /* Whether the lane's next draw is constrained: it has a grammar and is in the content (the
  * reasoning of a thinking model is free; the answer after it follows the grammar). */
-static bool constrained(const serve_lane *ln) { return ln->gm && ln->to.ch != SERVE_CH_REASONING; }
+bool serve_lane_constrained(const serve_lane *ln) {
+    return ln->gm && ln->to.ch != SERVE_CH_REASONING;
+}
 
 /* The lane's matcher, and the decoder's vocabulary for grammars when this is the first job
  * that needs it (~0.1 s for a 248k-token vocabulary). The think tags are not text: the text
@@ -380,10 +384,18 @@ static ts_status masked_draw(serve_decoder *d, serve_lane *ln, const float *row,
  * log-probabilities, from the row the draw saw before any mask. */
 static ts_status host_rows_draw(serve_decoder *d, serve_lane *ln, const float *row, int32_t *tok,
                                 ts_logprobs *lp) {
-    if (constrained(ln) && (mask_first(&ln->job->sp) || !ts_grammar_matcher_allows(ln->gm, *tok)))
+    if (serve_lane_constrained(ln) &&
+        (mask_first(&ln->job->sp) || !ts_grammar_matcher_allows(ln->gm, *tok)))
         TS_TRY(masked_draw(d, ln, row, tok));
     if (ln->want_lp) ts_sampler_logprobs(ln->smp, row, *tok, ln->n_top, lp);
     return TS_OK;
+}
+
+ts_status serve_lane_draw_row(serve_decoder *d, serve_lane *ln, float *row, int32_t *tok,
+                              ts_logprobs *lp) {
+    ts_logit_adjust_apply(ln->adj, ln->n_adj, row, d->n_vocab);
+    *tok = ts_sampler_sample(ln->smp, row);
+    return host_rows_draw(d, ln, row, tok, lp);
 }
 
 /* The rows and sampler of echoes with logprobs, made for the first one; false without memory. */
@@ -442,7 +454,7 @@ static void prefill_lanes(serve_decoder *d) {
         bool echo = next->job->prompt_lp != NULL; /* a row for each of its tokens */
         if (echo && any_echo) break; /* one a call: the rows are SERVE_ECHO_ROWS + lanes */
         if (echo && !echo_start(d)) {
-            lane_end(d, next, SERVE_FINISH_ERROR, ts_error(TS_ERR_NOMEM, "out of memory"));
+            serve_lane_end(d, next, SERVE_FINISH_ERROR, ts_error(TS_ERR_NOMEM, "out of memory"));
             continue;
         }
         int left = next->job->n_ids - next->prefill_at;
@@ -479,7 +491,7 @@ static void prefill_lanes(serve_decoder *d) {
         serve_job *j = ln->job;
         if (st != TS_OK) {
             ln->slot_known = false;
-            lane_end(d, ln, SERVE_FINISH_ERROR, st);
+            serve_lane_end(d, ln, SERVE_FINISH_ERROR, st);
             continue;
         }
         float *row = rows + (size_t)d->b_row[i] * d->n_vocab;
@@ -504,7 +516,7 @@ static void flush_snapshot(serve_decoder *d, serve_lane *ln) {
 
 /* Ends the lane's job: the text still held back, its sampler and detokenizer freed, the job's
  * terminal state reported. st: the error that ended it, for SERVE_FINISH_ERROR. */
-static void lane_end(serve_decoder *d, serve_lane *ln, serve_finish how, ts_status st) {
+void serve_lane_end(serve_decoder *d, serve_lane *ln, serve_finish how, ts_status st) {
     serve_job *j = ln->job;
     if (how == SERVE_FINISH_LENGTH && ln->dt) {
         const char *text = NULL;
@@ -544,10 +556,10 @@ static void lane_end(serve_decoder *d, serve_lane *ln, serve_finish how, ts_stat
 
 /* Hands the lane's job its next token (drawn with log-probabilities tl when it wants them)
  * and ends the job when the token ends it. */
-static void lane_token(serve_decoder *d, serve_lane *ln, int32_t tok, const ts_logprobs *tl) {
+void serve_lane_token(serve_decoder *d, serve_lane *ln, int32_t tok, const ts_logprobs *tl) {
     serve_job *j = ln->job;
     int k = ln->k;
-    bool gm_on = constrained(ln); /* the token was drawn under the grammar */
+    bool gm_on = serve_lane_constrained(ln); /* the token was drawn under the grammar */
     serve_logprob lp;
     if (ln->want_lp) to_job_logprob(tok, tl, ln->n_top, &lp);
     ln->seq[ln->n_seq++] = tok;
@@ -607,11 +619,11 @@ static void lane_token(serve_decoder *d, serve_lane *ln, int32_t tok, const ts_l
     ln->k = k + 1;
     ln->last = tok;
     if (st != TS_OK)
-        lane_end(d, ln, SERVE_FINISH_ERROR, st);
+        serve_lane_end(d, ln, SERVE_FINISH_ERROR, st);
     else if (stopped)
-        lane_end(d, ln, SERVE_FINISH_STOP, TS_OK);
+        serve_lane_end(d, ln, SERVE_FINISH_STOP, TS_OK);
     else if (ln->k >= j->max_tokens || ln->n_seq >= d->n_ctx) /* length */
-        lane_end(d, ln, SERVE_FINISH_LENGTH, TS_OK);
+        serve_lane_end(d, ln, SERVE_FINISH_LENGTH, TS_OK);
 }
 
 /* After the prompt: the job's sampler, detokenizer and text output, and its first token,
@@ -626,7 +638,7 @@ static void lane_first_token(serve_decoder *d, serve_lane *ln, float *logits) {
     ts_status st = ts_sampler_create(&j->sp, d->n_vocab, &ln->smp);
     if (st == TS_OK) st = ts_detokenizer_create(d->o.tok, true, &ln->dt);
     if (st != TS_OK) {
-        lane_end(d, ln, SERVE_FINISH_ERROR, st);
+        serve_lane_end(d, ln, SERVE_FINISH_ERROR, st);
         return;
     }
     /* Each decode step draws its token where the logits are (on a GPU: a token id comes back,
@@ -639,29 +651,30 @@ static void lane_first_token(serve_decoder *d, serve_lane *ln, float *logits) {
     ln->k = 0;
     adjust_reset(d, ln);
     if (j->max_tokens < 1) {
-        lane_end(d, ln, SERVE_FINISH_LENGTH, TS_OK);
+        serve_lane_end(d, ln, SERVE_FINISH_LENGTH, TS_OK);
         return;
     }
     if (cancelled(j)) {
-        lane_end(d, ln, SERVE_FINISH_CANCELLED, TS_OK);
+        serve_lane_end(d, ln, SERVE_FINISH_CANCELLED, TS_OK);
         return;
     }
     if (j->grammar && (st = grammar_start(d, ln)) != TS_OK) {
-        lane_end(d, ln, SERVE_FINISH_ERROR, st);
+        serve_lane_end(d, ln, SERVE_FINISH_ERROR, st);
         return;
     }
     ts_logit_adjust_apply(ln->adj, ln->n_adj, logits, d->n_vocab);
     int32_t tok = -1;
-    if (!constrained(ln))
+    if (!serve_lane_constrained(ln))
         tok = ts_sampler_sample(ln->smp, logits);
     else if ((st = masked_draw(d, ln, logits, &tok)) != TS_OK) {
-        lane_end(d, ln, SERVE_FINISH_ERROR, st);
+        serve_lane_end(d, ln, SERVE_FINISH_ERROR, st);
         return;
     }
     ts_logprobs tl;
     if (ln->want_lp) ts_sampler_logprobs(ln->smp, logits, tok, ln->n_top, &tl);
     ln->decoding = true;
-    lane_token(d, ln, tok, &tl);
+    serve_spec_start(d, ln);
+    serve_lane_token(d, ln, tok, &tl);
     flush_snapshot(d, ln); /* the first token is out: now the prompt's state is kept */
 }
 
@@ -708,16 +721,17 @@ void serve_decoder_step(serve_decoder *d) {
     for (int l = 0; l < d->o.n_lanes; l++) {
         serve_lane *ln = &d->lane[l];
         if (ln->job && cancelled(ln->job)) /* a prompt's cancellation is seen between chunks */
-            lane_end(d, ln, SERVE_FINISH_CANCELLED, TS_OK);
+            serve_lane_end(d, ln, SERVE_FINISH_CANCELLED, TS_OK);
     }
     encode_step(d);
     prefill_lanes(d);
+    if (d->o.draft_max > 0 && serve_spec_step(d)) return;
     int n = 0, n_top = -1;
     bool any_constrained = false, any_shift = false;
     for (int l = 0; l < d->o.n_lanes; l++) {
         serve_lane *ln = &d->lane[l];
         if (!ln->job || !ln->decoding) continue;
-        any_constrained |= constrained(ln);
+        any_constrained |= serve_lane_constrained(ln);
         d->b_tok[n] = ln->last;
         d->b_pos[n] = ln->n_seq - 1;
         /* after an image a token's rotary positions are its place plus the images' shift */
@@ -744,6 +758,7 @@ void serve_decoder_step(serve_decoder *d) {
     else
         st = ts_engine_forward_sample(d->o.engine, &b, d->b_smp, d->b_drawn);
     double dt = serve_now() - t0;
+    serve_metrics_decode_call(d->o.metrics, 0, 0);
     for (int i = 0; i < n; i++) {
         serve_lane *ln = &d->lane[d->b_lane[i]];
         serve_metrics_token_latency(d->o.metrics, dt);
@@ -753,11 +768,11 @@ void serve_decoder_step(serve_decoder *d) {
                                  &d->b_lp[i]);
         if (st != TS_OK) {
             ln->slot_known = false;
-            lane_end(d, ln, SERVE_FINISH_ERROR, st);
+            serve_lane_end(d, ln, SERVE_FINISH_ERROR, st);
         } else if (lst != TS_OK) {
-            lane_end(d, ln, SERVE_FINISH_ERROR, lst);
+            serve_lane_end(d, ln, SERVE_FINISH_ERROR, lst);
         } else {
-            lane_token(d, ln, d->b_drawn[i], &d->b_lp[i]);
+            serve_lane_token(d, ln, d->b_drawn[i], &d->b_lp[i]);
         }
     }
 }

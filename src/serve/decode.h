@@ -29,6 +29,7 @@
 #ifndef TS_SERVE_DECODE_H
 #define TS_SERVE_DECODE_H
 
+#include "serve/draft.h"
 #include "serve/job.h"
 #include "serve/metrics.h"
 #include "serve/prefix_cache.h"
@@ -45,6 +46,10 @@ typedef struct {
      * request between two calls (serve_decoder_init caps it at prefill_chunk) */
     int next_turn_chunk;
     int n_embd; /* the model's width: rows of an image's embeddings */
+    /* speculative decoding (speculate.c): the most tokens a lane guesses a step (0: none),
+     * and whether it guesses by prompt lookup too (else only from a request's prediction) */
+    int draft_max;
+    bool draft_lookup;
 } serve_decoder_opts;
 
 /* One working slot and the job running on it. */
@@ -78,6 +83,11 @@ typedef struct {
     bool encoding;  /* the job's images still need the vision tower (one a step) */
     int k;          /* tokens out */
     int32_t last;   /* the last token out: the next step's input */
+    /* speculative decoding: where the guesses come from, and this step's (n_draft of them in
+     * draft[draft_max]), its first token and first row in the step's batch */
+    serve_draft guess;
+    int32_t *draft;
+    int n_draft, b_first, b_row;
 
     /* a job that ended (stop or length) whose idle work - its next turn's prefix, or its
      * answer's state - has not run yet: a reference, NULL when none */
@@ -129,6 +139,12 @@ typedef struct {
     ts_sampler *echo_smp;
     int32_t *eog; /* the vocabulary's end-of-generation tokens (min_tokens bans them) */
     int n_eog;
+    /* a speculative step's batch (speculate.c), [n_lanes x serve_spec_lane_tokens] each, its
+     * greedy ids a row, and its rows of logits ([n_lanes x (draft_max + 1)] x n_vocab, made for
+     * the first step that needs them) */
+    int32_t *s_tok, *s_pos, *s_slot, *s_rope, *s_ids;
+    uint8_t *s_want;
+    float *s_rows;
 } serve_decoder;
 
 ts_status serve_decoder_init(serve_decoder *d, const serve_decoder_opts *o, serve_job_done_fn done,

@@ -30,6 +30,7 @@ void serve_job_unref(serve_job *j) {
     free(j->ids);
     free(j->bias);
     free(j->stop_ids);
+    free(j->pred_ids);
     free(j->echo_text);
     free(j->prompt_lp);
     for (int i = 0; i < j->n_stops; i++) free(j->stops[i]);

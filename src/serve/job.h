@@ -71,6 +71,10 @@ typedef struct serve_job {
      * goes on from the first choice, and the others' snapshots would evict useful ones */
     bool no_idle_work;
     ts_grammar *grammar; /* owned; NULL = free text; else the content must follow it */
+    /* the request's prediction (OpenAI's Predicted Outputs) as tokens, owned, that the decoder
+     * guesses the answer from (serve/speculate.c); NULL without */
+    int32_t *pred_ids;
+    int n_pred;
     /* the prompt's images (n 0: none): decoded and planned here, encoded by the worker when
      * their tokens must run; their keys are what prefix reuse compares (serve/images.h) */
     serve_images images;
@@ -96,6 +100,9 @@ typedef struct serve_job {
     int32_t stop_token;
     char error[256];
     int prompt_tokens, cached_tokens, completion_tokens;
+    /* tokens guessed ahead (speculative decoding) that the model drew as guessed (accepted),
+     * and that it did not or that came after the answer's end (rejected) */
+    int draft_accepted, draft_rejected;
     bool started; /* the worker dequeued it */
     bool prompt_lp_done;
     double t_submit, t_first_token, t_done;

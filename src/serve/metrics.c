@@ -50,6 +50,15 @@ void serve_metrics_prefill_call(serve_metrics *m) {
     pthread_mutex_unlock(&m->mu);
 }
 
+void serve_metrics_decode_call(serve_metrics *m, int drafted, int accepted) {
+    if (!m) return;
+    pthread_mutex_lock(&m->mu);
+    m->decode_calls++;
+    m->draft_tokens += (uint64_t)drafted;
+    m->draft_accepted += (uint64_t)accepted;
+    pthread_mutex_unlock(&m->mu);
+}
+
 static void hist_add(serve_hist *h, double v) {
     int b = 0;
     while (b < SERVE_HIST_BUCKETS && v > bounds[b]) b++;
@@ -150,6 +159,17 @@ ts_status serve_metrics_render(serve_metrics *src, ts_strbuf *o) {
                    m.prefill_calls));
     TS_TRY(counter(o, "tessera_completion_tokens_total", "Generated tokens.",
                    m.completion_tokens));
+    TS_TRY(counter(o, "tessera_decode_calls_total",
+                   "Forward calls of decode steps (each gives every running answer one token or, "
+                   "with speculative decoding, several).",
+                   m.decode_calls));
+    TS_TRY(counter(o, "tessera_draft_tokens_total",
+                   "Tokens guessed ahead and checked by a decode step (speculative decoding: "
+                   "from a request's prediction, or by prompt lookup).",
+                   m.draft_tokens));
+    TS_TRY(counter(o, "tessera_draft_accepted_total",
+                   "Guessed tokens the model drew as guessed (each saved a decode step).",
+                   m.draft_accepted));
     TS_TRY(counter(o, "tessera_rejected_total", "Requests refused with 503 server_busy.",
                    m.rejected));
     TS_TRY(counter(o, "tessera_cancelled_total",

@@ -27,6 +27,8 @@ typedef struct {
     uint64_t prefill_calls; /* forward calls that ran a request's prompt tokens */
     uint64_t rejected, cancelled, cancelled_queued, errors, prep_waits;
     uint64_t late_requests; /* connections closed by their request's deadline */
+    uint64_t decode_calls;  /* forward calls of decode steps */
+    uint64_t draft_tokens, draft_accepted; /* speculative decoding's guesses, and the right ones */
     uint64_t next_turn_ready, next_turn_abandoned, next_turn_tokens;
     int queued, running;
     serve_hist ttft, token_latency;
@@ -44,6 +46,9 @@ void serve_metrics_ttft(serve_metrics *m, double seconds);
 /* One forward call of a request's prompt (a chunk of its prefill). */
 void serve_metrics_prefill_call(serve_metrics *m);
 void serve_metrics_token_latency(serve_metrics *m, double seconds);
+/* One forward call of a decode step, which checked `drafted` guessed tokens (speculative
+ * decoding) of which `accepted` were right. */
+void serve_metrics_decode_call(serve_metrics *m, int drafted, int accepted);
 void serve_metrics_gauges(serve_metrics *m, int queued, int running);
 /* what: 0 rejected (busy), 1 cancelled while running, 2 cancelled while queued, 3 error,
  * 4 a body that waited for the prep budget, 5 a connection closed by its request's deadline */

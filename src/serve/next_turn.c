@@ -41,8 +41,10 @@ static void lane_snapshot(serve_decoder *d, serve_lane *ln, int len) {
 static void snapshot_answer(serve_decoder *d, serve_lane *ln, const serve_job *j) {
     if (!ln->answer_pending || d->o.cache->n == 0) return;
     ln->answer_pending = false;
+    /* the slot holds the answer but its last token - or less, after speculative decoding
+     * took guesses back to a mark (speculate.c): the rest runs here */
     int held = ts_engine_slot_len(d->o.engine, ln->slot);
-    if (held != ln->n_seq - 1 || ln->n_seq > d->n_ctx) return;
+    if (!ln->slot_known || held > ln->n_seq - 1 || ln->n_seq > d->n_ctx) return;
     if (lane_prefill(d, ln, &j->images, NULL, NULL, d->o.prefill_chunk, held, ln->n_seq) != TS_OK) {
         ln->slot_known = false;
         return;

@@ -853,6 +853,47 @@ static bool parse_tools(serve_request *r, const json_t *o, serve_error *e) {
     return true;
 }
 
+/* OpenAI's Predicted Outputs: {"type": "content", "content": text or a list of text parts},
+ * the answer the client expects (most of a file it asks to have edited): the decoder guesses
+ * from it (speculative decoding, serve/speculate.c); the answer is the model's either way. */
+static bool parse_prediction(serve_request *r, const json_t *o, serve_error *e) {
+    const json_t *p = field(o, "prediction");
+    if (!p) return true;
+    const json_t *type = json_object_get(p, "type"), *c = json_object_get(p, "content");
+    if (!json_is_object(p) || !json_is_string(type) ||
+        strcmp(json_string_value(type), "content") != 0)
+        return serve_fail(e, 400, "invalid_value", "prediction",
+                          "'prediction' must be an object with \"type\": \"content\"");
+    if (json_is_string(c)) {
+        r->prediction = json_string_value(c);
+        return true;
+    }
+    size_t total = 1, k;
+    const json_t *part;
+    if (!json_is_array(c))
+        return serve_fail(e, 400, "invalid_value", "prediction.content",
+                          "prediction.content must be a string or a list of text parts");
+    json_array_foreach(c, k, part) {
+        const json_t *t = json_object_get(part, "type"), *text = json_object_get(part, "text");
+        if (!json_is_string(t) || strcmp(json_string_value(t), "text") != 0 ||
+            !json_is_string(text))
+            return serve_fail(e, 400, "invalid_value", "prediction.content",
+                              "prediction.content[%zu] must be a text part with a string 'text'",
+                              k);
+        total += json_string_length(text);
+    }
+    char *s = malloc(total), *at = s;
+    if (!s || !own(r, s)) return serve_fail(e, 500, "internal_error", NULL, "out of memory");
+    json_array_foreach(c, k, part) {
+        const json_t *text = json_object_get(part, "text");
+        memcpy(at, json_string_value(text), json_string_length(text));
+        at += json_string_length(text);
+    }
+    *at = 0;
+    r->prediction = s;
+    return true;
+}
+
 bool serve_request_parse(serve_api api, json_t *root, const char *const *model_ids,
                          int max_tokens_cap, serve_request *r, serve_error *e) {
     memset(r, 0, sizeof *r);
@@ -897,11 +938,11 @@ bool serve_request_parse(serve_api api, json_t *root, const char *const *model_i
     r->min_tokens = (int)min_tokens;
     if (!parse_stop_ids(r, root, e)) return false;
     if (!get_bool(root, "include_stop_str_in_output", &r->include_stop, e)) return false;
+    if (!parse_prediction(r, root, e)) return false;
     if (api == SERVE_API_CHAT) {
         if (!parse_chat_extras(r, root, e)) return false;
         if (!parse_tools(r, root, e)) return false;
-        static const char *const unsupported[] = {"functions", "function_call", "audio",
-                                                  "prediction", NULL};
+        static const char *const unsupported[] = {"functions", "function_call", "audio", NULL};
         if (!refuse_unsupported(root, unsupported, e)) return false;
     } else {
         if (!parse_response_format(r, root, e) || !parse_other_constraints(r, root, e))
@@ -971,6 +1012,7 @@ ts_status serve_request_detach(serve_request *r) {
     r->root = NULL;
     r->model = NULL;
     r->stop = NULL;
+    r->prediction = NULL; /* tokenized by preparation */
     return TS_OK;
 }
 

@@ -89,6 +89,8 @@ typedef struct serve_request {
                   * are returned */
     bool echo; /* the answer's text starts with the prompt's (with logprobs, its tokens') */
     const json_t *stop; /* validated later, by preparation */
+    /* prediction's text (OpenAI's Predicted Outputs), tokenized by preparation; NULL without */
+    const char *prediction;
 } serve_request;
 
 /* Parses a body: rejects invalid JSON, duplicate keys, nesting deeper than

@@ -202,6 +202,14 @@ bool serve_prepare(const serve_runtime *rt, const serve_request *r, int prompt, 
     }
     j->min_tokens = r->min_tokens;
     j->keep_stop = r->include_stop;
+    if (r->prediction) { /* text as the answer would be: control tokens are not spelled */
+        size_t np = 0;
+        if (ts_tokenize(rt->tok, r->prediction, strlen(r->prediction), false, &j->pred_ids, &np) !=
+            TS_OK)
+            return serve_fail(e, 400, "invalid_value", "prediction", "prediction: %s",
+                              ts_last_error());
+        j->n_pred = (int)np;
+    }
 
     j->sp = r->sp;
     j->sp.seed = r->has_seed ? r->sp.seed + (uint64_t)choice : random_seed();

@@ -70,12 +70,26 @@ static json_t *usage_json(serve_job *const *jobs, int n, int per_prompt) {
         prompt += jobs[i]->prompt_tokens;
         cached += fewest;
     }
-    for (int i = 0; i < n; i++)
+    long long accepted = 0, rejected = 0;
+    bool guessed = false; /* a prediction, or guesses by prompt lookup */
+    for (int i = 0; i < n; i++) {
         completion += jobs[i]->completion_tokens;
-    return json_pack("{s:I, s:I, s:I, s:{s:I}}", "prompt_tokens", (json_int_t)prompt,
-                     "completion_tokens", (json_int_t)completion, "total_tokens",
-                     (json_int_t)(prompt + completion), "prompt_tokens_details", "cached_tokens",
-                     (json_int_t)cached);
+        accepted += jobs[i]->draft_accepted;
+        rejected += jobs[i]->draft_rejected;
+        guessed |= jobs[i]->pred_ids != NULL || jobs[i]->draft_accepted + jobs[i]->draft_rejected;
+    }
+    json_t *u = json_pack("{s:I, s:I, s:I, s:{s:I}}", "prompt_tokens", (json_int_t)prompt,
+                          "completion_tokens", (json_int_t)completion, "total_tokens",
+                          (json_int_t)(prompt + completion), "prompt_tokens_details",
+                          "cached_tokens", (json_int_t)cached);
+    /* OpenAI's counts of Predicted Outputs: guessed tokens the answer took, and those it did
+     * not (the guesses are part of no answer's count) */
+    if (u && guessed)
+        json_object_set_new(u, "completion_tokens_details",
+                            json_pack("{s:I, s:I}", "accepted_prediction_tokens",
+                                      (json_int_t)accepted, "rejected_prediction_tokens",
+                                      (json_int_t)rejected));
+    return u;
 }
 
 /* The token's text (lossy UTF-8 for JSON) and its raw bytes. */

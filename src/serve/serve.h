@@ -3,9 +3,10 @@
 #ifndef TS_SERVE_SERVE_H
 #define TS_SERVE_SERVE_H
 
-#include <stddef.h>
-
 #include "tessera.h"
+
+#include <stdbool.h>
+#include <stddef.h>
 
 typedef struct {
     const char *model_path;
@@ -36,6 +37,10 @@ typedef struct {
     int drain_ms;        /* on SIGTERM: how long running jobs may take to finish */
     int prefill_chunk;   /* prompt tokens a forward call; 0 = by the device (worker.h) */
     int64_t image_max_pixels; /* an image's pixels at most; 0 = SERVE_IMAGE_MAX_PIXELS */
+    /* speculative decoding: tokens guessed a step at most (0: none), from a request's
+     * prediction and, with draft_lookup, by prompt lookup (serve/speculate.c) */
+    int draft_max;
+    bool draft_lookup;
     int step_delay_ms;   /* testing aid: sleep before every decode step */
     int load_delay_ms;   /* testing aid: sleep before loading the model */
 } serve_opts;

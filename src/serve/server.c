@@ -21,6 +21,7 @@ void serve_opts_default(serve_opts *o) {
                       .request_timeout_s = 60,
                       .max_connections = 1024,
                       .cache_mb = 1024,
+                      .draft_max = 8,
                       .drain_ms = 10000};
 }
 
@@ -57,10 +58,11 @@ int serve_run(const serve_opts *opts) {
     pthread_sigmask(SIG_BLOCK, &set, NULL);
     signal(SIGPIPE, SIG_IGN);
 
-    serve_worker_opts wo = {opts->model_path,     opts->n_ctx,           opts->n_threads,
-                            opts->device,         opts->max_pending,     opts->n_parallel,
-                            opts->cache_mb << 20, opts->step_delay_ms,   opts->load_delay_ms,
-                            opts->prefill_chunk,  opts->image_max_pixels};
+    serve_worker_opts wo = {
+        opts->model_path,    opts->n_ctx,         opts->n_threads,        opts->device,
+        opts->max_pending,   opts->n_parallel,    opts->cache_mb << 20,   opts->step_delay_ms,
+        opts->load_delay_ms, opts->prefill_chunk, opts->image_max_pixels, opts->draft_max,
+        opts->draft_lookup};
     int rc = 0;
     bool deadlines_on = false;
     if (serve_worker_start(&wo, &s->metrics, &s->worker) != TS_OK) {

@@ -216,8 +216,9 @@ static ts_status load(serve_worker *w) {
     }
     TS_TRY(serve_prefix_cache_init(&w->cache, (int)n_snap, lanes, info.n_vocab));
     int next_turn = gpu ? SERVE_NEXT_TURN_CHUNK_GPU : SERVE_NEXT_TURN_CHUNK_CPU;
-    serve_decoder_opts dopts = {w->engine,          w->tok, &w->cache, w->metrics, lanes,
-                                w->o.step_delay_ms, chunk,  next_turn, info.n_embd};
+    serve_decoder_opts dopts = {w->engine,          w->tok, &w->cache, w->metrics,  lanes,
+                                w->o.step_delay_ms, chunk,  next_turn, info.n_embd, w->o.draft_max,
+                                w->o.draft_lookup};
     TS_TRY(serve_decoder_init(&w->dec, &dopts, job_done, w));
     serve_runtime *rt = &w->rt;
     rt->tok = w->tok;

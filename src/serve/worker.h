@@ -36,6 +36,8 @@ typedef struct {
     /* images are resized to at most this many pixels (0: SERVE_IMAGE_MAX_PIXELS); the model's
      * own limit still applies when lower */
     int64_t image_max_pixels;
+    int draft_max;     /* speculative decoding (serve/speculate.c): guesses a step, 0 none */
+    bool draft_lookup; /* guesses by prompt lookup too */
 } serve_worker_opts;
 
 /* Jobs run together by default. On 2 CPU cores 4 clients of the 0.8B get ~2.9x the tokens of

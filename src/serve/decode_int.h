@@ -1,0 +1,35 @@
+/* The decoder's internals that its files share (decode.c, speculate.c). Worker thread only. */
+#ifndef TS_SERVE_DECODE_INT_H
+#define TS_SERVE_DECODE_INT_H
+
+#include "serve/decode.h"
+
+/* decode.c */
+/* Ends the lane's job (how; st: the error, for SERVE_FINISH_ERROR) and reports it (done()). */
+void serve_lane_end(serve_decoder *d, serve_lane *ln, serve_finish how, ts_status st);
+/* Hands the lane's job its next token (with its log-probabilities tl when it wants them); the
+ * job may end on it (then ln->job is NULL). */
+void serve_lane_token(serve_decoder *d, serve_lane *ln, int32_t tok, const ts_logprobs *tl);
+/* Whether the lane's next draw is constrained by its grammar. */
+bool serve_lane_constrained(const serve_lane *ln);
+/* The lane's next token drawn on the host from the model's row (raw logits; the lane's
+ * adjustments are applied to it in place): the same draw, from the same generator, as a decode
+ * step makes where the logits are, the grammar's mask included, and its log-probabilities
+ * when the job wants them. */
+ts_status serve_lane_draw_row(serve_decoder *d, serve_lane *ln, float *row, int32_t *tok,
+                              ts_logprobs *lp);
+
+/* speculate.c */
+/* Tokens one lane may put in a speculative step: those to run again after a rewind to its
+ * mark (at most draft_max + 1), its last token and its guesses. */
+int serve_spec_lane_tokens(const serve_decoder *d);
+/* The step's batch arrays (with draft_max > 0), and their release. */
+ts_status serve_spec_init(serve_decoder *d);
+void serve_spec_free(serve_decoder *d);
+/* The lane's job starts decoding: where its guesses come from. */
+void serve_spec_start(serve_decoder *d, serve_lane *ln);
+/* The decode step when some lane guesses tokens or has tokens to run again; false (nothing
+ * done) when none has: the plain step then runs. */
+bool serve_spec_step(serve_decoder *d);
+
+#endif

@@ -1,0 +1,181 @@
+/* Speculative decoding: a lane that can guess its next tokens (serve/draft.h: from the
+ * request's prediction, or by prompt lookup) puts them in the decode step after its last token,
+ * and the one forward call gives a row of logits for each. The lane then draws its tokens from
+ * those rows in order, exactly as the plain steps would - the same draw, from the same
+ * generator, with the adjustments, grammar and log-probabilities of each token in turn - and
+ * goes on to the next row only while the token drawn is the one guessed (the row after a guess
+ * was computed with that guess as its input). So the answer is the one decoding without guesses
+ * gives; a right guess saves a step, a wrong one costs the rows that were not used.
+ *
+ * The slot then holds the guesses that were not drawn; it is rewound to the answer
+ * (ts_engine_slot_rewind, from the mark taken before the step): an attention-only model just
+ * stops reading those rows, a model with linear-attention layers goes back to its mark and the
+ * tokens from there run again in the lane's next step, ahead of its last token. */
+#include "base/status.h"
+#include "serve/decode_int.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+int serve_spec_lane_tokens(const serve_decoder *d) { return 2 * d->o.draft_max + 2; }
+
+ts_status serve_spec_init(serve_decoder *d) {
+    size_t n = (size_t)d->o.n_lanes * (size_t)serve_spec_lane_tokens(d);
+    d->s_tok = malloc(n * sizeof *d->s_tok);
+    d->s_pos = malloc(n * sizeof *d->s_pos);
+    d->s_slot = malloc(n * sizeof *d->s_slot);
+    d->s_rope = malloc(3 * n * sizeof *d->s_rope);
+    d->s_ids = malloc(n * sizeof *d->s_ids);
+    d->s_want = malloc(n);
+    if (!d->s_tok || !d->s_pos || !d->s_slot || !d->s_rope || !d->s_ids || !d->s_want)
+        return ts_error(TS_ERR_NOMEM, "out of memory for speculative decoding");
+    return TS_OK;
+}
+
+void serve_spec_free(serve_decoder *d) {
+    free(d->s_tok), free(d->s_pos), free(d->s_slot), free(d->s_rope), free(d->s_ids);
+    free(d->s_want), free(d->s_rows);
+}
+
+void serve_spec_start(serve_decoder *d, serve_lane *ln) {
+    const serve_job *j = ln->job;
+    ln->guess = (serve_draft){j->pred_ids, j->n_pred, 0, d->o.draft_lookup};
+    ln->n_draft = 0;
+}
+
+static int min_i(int a, int b) { return a < b ? a : b; }
+
+/* The lane's guesses for this step into ln->draft: as many as the answer may still take after
+ * the step's first token (max_tokens, the context) and the step's share allow. */
+static int lane_guess(serve_decoder *d, serve_lane *ln, int redo) {
+    const serve_job *j = ln->job;
+    if (!ln->guess.pred && !ln->guess.lookup) return 0;
+    int max = min_i(d->o.draft_max, j->max_tokens - ln->k - 1);
+    max = min_i(max, d->n_ctx - ln->n_seq);
+    max = min_i(max, serve_spec_lane_tokens(d) - redo - 1);
+    int k = serve_draft_guess(&ln->guess, ln->seq, ln->n_seq, ln->k, max, ln->draft);
+    for (int i = 0; i < k; i++) /* the prompt's image tokens are keys, not ids */
+        if (ln->draft[i] < 0 || ln->draft[i] >= d->n_vocab) return i;
+    return k;
+}
+
+/* A lane whose draws the engine's argmax gives: greedy, nothing that adjusts or masks the
+ * logits, no log-probabilities. A step of only such lanes keeps its logits where they are. */
+static bool plain_greedy(const serve_lane *ln) {
+    return ln->job->sp.temperature <= 0.0f && !ln->penalised && !ln->gm && !ln->want_lp;
+}
+
+/* Adds `delta` accepted and `rej` rejected guesses to the job's counts (read with its usage
+ * once it ended, so they must be right before the token that ends it is handed over). */
+static void count_guesses(serve_job *j, int acc, int rej) {
+    pthread_mutex_lock(&j->mu);
+    j->draft_accepted += acc;
+    j->draft_rejected += rej;
+    pthread_mutex_unlock(&j->mu);
+}
+
+/* Draws the lane's tokens from its rows of the step (ids for a greedy step, else logits), the
+ * first from its last token's row, each next one while the token drawn was the guess; returns
+ * how many guesses were drawn. Each token's latency is its share of the step's dt. */
+static int lane_draws(serve_decoder *d, serve_lane *ln, bool greedy, double dt) {
+    serve_job *j = ln->job;
+    int k = ln->n_draft, right_ones = 0, out = 0;
+    for (int r = 0; r <= k; r++) {
+        int32_t tok;
+        ts_logprobs tl = {0};
+        if (greedy) {
+            tok = d->s_ids[ln->b_row + r];
+        } else {
+            float *row = d->s_rows + (size_t)(ln->b_row + r) * d->n_vocab;
+            ts_status st = serve_lane_draw_row(d, ln, row, &tok, &tl);
+            if (st != TS_OK) {
+                count_guesses(j, 0, k - r);
+                serve_lane_end(d, ln, SERVE_FINISH_ERROR, st);
+                break;
+            }
+        }
+        bool right = r < k && tok == ln->draft[r];
+        right_ones += right;
+        out++;
+        /* counted as if the answer ended on this token: the guesses after it unused */
+        if (r < k) count_guesses(j, right, right ? k - r - 1 : k - r);
+        serve_lane_token(d, ln, tok, &tl);
+        if (ln->job != j || !right) break;
+        count_guesses(j, 0, -(k - r - 1)); /* it goes on */
+    }
+    for (int i = 0; i < out; i++)
+        serve_metrics_token_latency(d->o.metrics, dt / out);
+    return right_ones;
+}
+
+/* After the lane's draws: its slot holds the answer but its last token (and nothing after):
+ * the guesses not drawn are taken back. */
+static void lane_rewind(serve_decoder *d, serve_lane *ln) {
+    int keep = ln->n_seq - 1, got = 0;
+    if (!ln->slot_known || ts_engine_slot_len(d->o.engine, ln->slot) <= keep) return;
+    ts_status st = ts_engine_slot_rewind(d->o.engine, ln->slot, keep, &got);
+    if (st == TS_OK) return;
+    ln->slot_known = false;
+    if (ln->job) serve_lane_end(d, ln, SERVE_FINISH_ERROR, st);
+}
+
+bool serve_spec_step(serve_decoder *d) {
+    ts_engine *e = d->o.engine;
+    bool any = false, greedy = true, any_shift = false;
+    int n = 0, rows = 0;
+    for (int l = 0; l < d->o.n_lanes; l++) {
+        serve_lane *ln = &d->lane[l];
+        ln->n_draft = 0;
+        if (!ln->job || !ln->decoding) continue;
+        int from = ts_engine_slot_len(e, ln->slot), redo = ln->n_seq - 1 - from;
+        int k = lane_guess(d, ln, redo);
+        if (k > 0 && ts_engine_slot_mark(e, ln->slot) != TS_OK) k = 0; /* no memory: no guess */
+        ln->n_draft = k;
+        any |= k > 0 || redo > 0;
+        greedy &= plain_greedy(ln);
+        ln->b_first = n, ln->b_row = rows;
+        int shift = ln->job->images.delta; /* rotary positions after an image */
+        any_shift |= shift != 0;
+        for (int p = from; p < ln->n_seq + k; p++, n++) {
+            int32_t t = p < ln->n_seq - 1    ? serve_images_token(&ln->job->images, ln->seq[p])
+                        : p == ln->n_seq - 1 ? ln->last
+                                             : ln->draft[p - ln->n_seq];
+            d->s_tok[n] = t, d->s_pos[n] = p, d->s_slot[n] = ln->slot;
+            d->s_want[n] = p >= ln->n_seq - 1;
+            d->s_rope[3 * n] = d->s_rope[3 * n + 1] = d->s_rope[3 * n + 2] = p + shift;
+        }
+        rows += k + 1;
+    }
+    if (!any) return false;
+    if (!greedy && !d->s_rows) {
+        size_t nr = (size_t)d->o.n_lanes * (size_t)(d->o.draft_max + 1);
+        d->s_rows = malloc(nr * (size_t)d->n_vocab * sizeof *d->s_rows);
+    }
+    ts_batch b = {n, d->s_tok, d->s_pos, d->s_slot, d->s_want, NULL, any_shift ? d->s_rope : NULL};
+    if (d->o.step_delay_ms > 0) {
+        struct timespec ts = {d->o.step_delay_ms / 1000, (d->o.step_delay_ms % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    double t0 = serve_now();
+    ts_status st = greedy      ? ts_engine_forward_greedy(e, &b, d->s_ids)
+                   : d->s_rows ? ts_engine_forward(e, &b, d->s_rows)
+                               : ts_error(TS_ERR_NOMEM, "out of memory for the step's logits");
+    double dt = serve_now() - t0;
+    int drafted = 0, accepted = 0;
+    for (int l = 0; l < d->o.n_lanes; l++) {
+        serve_lane *ln = &d->lane[l];
+        if (!ln->job || !ln->decoding) continue;
+        drafted += ln->n_draft;
+        if (st != TS_OK) {
+            count_guesses(ln->job, 0, ln->n_draft);
+            ln->slot_known = false;
+            serve_lane_end(d, ln, SERVE_FINISH_ERROR, st);
+            continue;
+        }
+        accepted += lane_draws(d, ln, greedy, dt);
+        lane_rewind(d, ln);
+    }
+    serve_metrics_decode_call(d->o.metrics, drafted, accepted);
+    return true;
+}
