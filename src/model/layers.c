@@ -102,7 +102,7 @@ void ts_gdn_runs(ts_backend *be, const float *q, const float *k, int64_t ldqk, c
         size_t s0 = (size_t)sr[r].start;
         be->ops->gdn(be, q + s0 * ldqk, k + s0 * ldqk, ldqk, v + s0 * ldv, ldv, g + s0 * Hv,
                      beta + s0 * Hv, sr[r].len, d, sr[r].a, out + s0 * Hv * d->d_v,
-                     sr[r].len > 1);
+                     sr[r].len > TS_GDN_RECURRENT_MAX);
     }
     if (gn) {
         int n = sr[nr - 1].start + sr[nr - 1].len;

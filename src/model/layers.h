@@ -49,6 +49,12 @@ ts_status ts_embed(ts_backend *be, const ts_tensor *W, const ts_fwd_batch *b, fl
  * caches, then attends. */
 void ts_conv_runs(ts_backend *be, const float *x, int64_t ldx, int C, int K, const float *w,
                   const ts_seq_run *sr, int nr, float *out, int64_t ldo);
+/* Runs of up to this many tokens take the delta rule token by token (the recurrent form),
+ * longer ones the chunked form: a run of a few tokens - speculative decoding's guesses checked
+ * in one step - then gives each token the bits single-token steps give it (the chunked form
+ * sums in another order), and for so few tokens the two cost about the same on the CPU (the
+ * 0.8B: bench/RESULTS.md). */
+#define TS_GDN_RECURRENT_MAX 16
 void ts_gdn_runs(ts_backend *be, const float *q, const float *k, int64_t ldqk, const float *v,
                  int64_t ldv, const float *g, const float *beta, const ts_gdn_dims *d,
                  const ts_seq_run *sr, int nr, const ts_gated_norm *gn, float *out);

@@ -2,8 +2,9 @@
  *
  * The batch is processed layer by layer for all its tokens at once (the matmuls see every
  * token), while the sequence-mixing parts (conv, gated delta rule, attention) walk the batch's
- * runs: maximal stretches of consecutive tokens of one sequence. Runs of one token use the
- * recurrent form of the delta rule, longer runs the chunked form. */
+ * runs: maximal stretches of consecutive tokens of one sequence. Runs of up to
+ * TS_GDN_RECURRENT_MAX tokens use the recurrent form of the delta rule, longer runs the chunked
+ * form (layers.h). */
 #include "model/layers.h"
 #include "model/qwen35.h"
 #include "model/qwen35_vision.h"

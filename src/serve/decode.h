@@ -88,6 +88,11 @@ typedef struct {
     serve_draft guess;
     int32_t *draft;
     int n_draft, b_first, b_row;
+    /* how many it may guess now (halved to what was right after a miss, doubled after a step
+     * of only right guesses), steps it sits out before guessing again, and the steps in a row
+     * whose first guess was wrong (each doubles the next wait): a wrong guess costs a row of
+     * compute, which on a CPU is not free (speculate.c) */
+    int draft_cap, draft_wait, draft_misses;
 
     /* a job that ended (stop or length) whose idle work - its next turn's prefix, or its
      * answer's state - has not run yet: a reference, NULL when none */

@@ -94,7 +94,7 @@ def test_a_wrong_prediction_changes_nothing_but_the_count(srv, plain):
             {"type": "text", "text": text[:half].replace("\0", "")},
             {"type": "text", "text": text[half:].replace("\0", "")}]}})
     assert r["choices"][0]["message"]["content"] == text
-    assert r["usage"]["completion_tokens_details"]["accepted_prediction_tokens"] >= 15
+    assert r["usage"]["completion_tokens_details"]["accepted_prediction_tokens"] >= 8
 
 
 SAMPLED = [

@@ -15,9 +15,10 @@
 #include <float.h>
 
 enum {
-    ATT_BK = 64,         /* keys per block */
-    ATT_TILE = 64 * 256, /* floats of a Q or O tile: 64 rows at head size 256 */
-    ATT_MAX_ROWS = 128,  /* rows per tile at small head sizes (bounds the score tile) */
+    ATT_BK = 64,           /* keys per block */
+    ATT_TILE = 64 * 256,   /* floats of a Q or O tile: 64 rows at head size 256 */
+    ATT_MAX_ROWS = 128,    /* rows per tile at small head sizes (bounds the score tile) */
+    ATT_STEPWISE_MAX = 16, /* runs up to this many tokens are tiled as single-token steps */
 };
 
 typedef struct {
@@ -147,6 +148,12 @@ static void attention_run(ts_backend *be, const float *q, int64_t ldq, int64_t q
     int rows = ATT_TILE / hd < ATT_MAX_ROWS ? ATT_TILE / hd : ATT_MAX_ROWS;
     int gh = group < rows ? group : rows;
     int bq = rows / gh < n ? rows / gh : n;
+    /* A run of a few tokens (speculative decoding's guesses checked in one step) goes a
+     * position an item, as single-token steps go: each row's keys then come in the same blocks
+     * and its sums in the same order, so its output is a decode step's to the bit (a block of
+     * several positions ends at the last one's key, and a key's place in the kernels' 4-wide
+     * tiles moves with it). The answer with guesses is then the one without. */
+    if (!n_keys && n <= ATT_STEPWISE_MAX) bq = 1;
     /* a decode step over a short context is less work than waking the threads */
     int keys = n_keys ? n_keys : pos0 + n;
     bool one_thread = (double)dims->n_heads * n * keys * hd < 65536.0;
