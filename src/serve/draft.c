@@ -18,10 +18,6 @@ static int copy_from(const int32_t *src, int n_src, int at, int max, int32_t *ou
 
 static int from_prediction(serve_draft *g, const int32_t *seq, int n, int n_answer, int max,
                            int32_t *out) {
-    if (n_answer == 0) {
-        g->pred_at = 0;
-        return copy_from(g->pred, g->n_pred, 0, max, out);
-    }
     /* a run of the answer's own tokens (one is enough: the prediction is the answer's draft,
      * so the place matters more than the run's length) */
     for (int len = min_i(SERVE_DRAFT_NGRAM, n_answer); len >= 1; len--) {

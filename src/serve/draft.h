@@ -22,10 +22,11 @@ typedef struct {
 } serve_draft;
 
 /* Up to max tokens that may follow seq[0, n), whose last n_answer tokens are the answer so far,
- * into out; returns how many. From the prediction: its start while the answer is empty, else
- * what follows the longest run of the answer's last tokens found in it (the first place at or
- * after the last guess's, else the last before it). Then, with lookup, what follows the most
- * recent earlier occurrence in seq of its last tokens (at least SERVE_DRAFT_LOOKUP_MIN). */
+ * into out; returns how many. From the prediction: what follows the longest run of the
+ * answer's last tokens found in it (the first place at or after the last guess's, else the
+ * last before it; an answer whose first token is the prediction's goes on from there). Then,
+ * with lookup, what follows the most recent earlier occurrence in seq of its last tokens (at
+ * least SERVE_DRAFT_LOOKUP_MIN). */
 int serve_draft_guess(serve_draft *g, const int32_t *seq, int n, int n_answer, int max,
                       int32_t *out);
 

@@ -172,6 +172,8 @@ def seeds_openai():
          "continue_final_message": True, "add_generation_prompt": False},
         {"messages": [{"role": "user", "content": "t"}], "tools": tools,
          "tool_choice": {"type": "function", "function": {"name": "get"}}},
+        {"messages": [{"role": "user", "content": "edit"}],
+         "prediction": {"type": "content", "content": [{"type": "text", "text": "a b"}]}},
     ]
     comps = [{"prompt": "Once upon a time", "max_tokens": 8, "logprobs": 2, "echo": False,
               "best_of": 1, "stop": "\n"},
@@ -181,7 +183,8 @@ def seeds_openai():
               "include_stop_str_in_output": True, "stop": ["a", "bc"]},
              {"prompt": [[5, 6]]}, {"prompt": ["one"]},
              {"prompt": ["one", [7, 8], "three"], "n": 2, "seed": 4},
-             {"prompt": "scored", "echo": True, "max_tokens": 0, "logprobs": 1}]
+             {"prompt": "scored", "echo": True, "max_tokens": 0, "logprobs": 1},
+             {"prompt": "x", "prediction": {"type": "content", "content": "x y z"}}]
     out = [b"\0" + json.dumps(c).encode() for c in chats]
     out += [b"\1" + json.dumps(c).encode() for c in comps]
     return out

@@ -114,6 +114,23 @@ def test_best_of_and_min_tokens_on_the_gpu():
         check_min_tokens_bans_the_end(srv)
 
 
+def test_speculative_decoding_on_the_gpu():
+    """Guesses checked in the GPU's batched forward and drawn on the host answer as the GPU's
+    own decode steps do, greedy and sampled, with a grammar, stops and several choices; a right
+    prediction saves a step a right guess (test_server_speculate.py's checks)."""
+    import test_server_speculate as sp
+
+    with serve_cuda({}, "--cache-mb", "0") as srv, \
+            serve_cuda({}, "--cache-mb", "0", "--draft-max", "0") as plain:
+        sp.test_a_right_prediction_gives_the_same_answer_in_fewer_steps(srv, plain)
+        sp.test_a_wrong_prediction_changes_nothing_but_the_count(srv, plain)
+        for kw in sp.SAMPLED:
+            sp.test_draws_are_the_ones_without_guesses(srv, plain, kw)
+        sp.test_several_choices_and_a_stream(srv, plain)
+        sp.test_the_answer_ends_where_it_would(srv, plain)
+        sp.test_a_grammar_constrains_the_guessed_tokens_too(srv, plain)
+
+
 def test_choices_decode_together_on_the_gpu():
     """n choices on the GPU (`--parallel 4`): decoded in the same batched steps, greedy
     choices equal, sampled ones each of its own seed, and a stream of them whole."""

@@ -3443,6 +3443,52 @@ static float *run_prompt(ts_engine *e, const int32_t *ids, int n, int n_dec, int
     return out;
 }
 
+/* Marks and rewinds on the device (speculative decoding's wrong guesses taken back): 20 tokens,
+ * a mark, two right tokens and three wrong ones in one step, a rewind to after the right ones
+ * (Gemma 3: to there; Qwen3.5: to the mark, its linear-attention state copied back), the
+ * tokens after that again and one more: that last row as a CPU prefill of the 23 tokens. */
+static void test_rewind_on_the_gpu(const char *family, const char *model, bool exact) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s/%s", tu_env("TS_FIXTURES", "tests/fixtures"), family, model);
+    ts_model *m = NULL;
+    if (ts_model_open(path, &m) != TS_OK) {
+        CHECKF(0, "%s: %s", path, ts_last_error());
+        return;
+    }
+    ts_engine *g = make_engine_dev(m, 2, TS_DEVICE_CUDA), *c = make_engine_dev(m, 1, TS_DEVICE_CPU);
+    if (g && c) {
+        int V = ts_engine_n_vocab(g), h = 20;
+        int32_t a[32], pos[32], sl[32];
+        uint8_t want[32];
+        for (int i = 0; i < 32; i++)
+            a[i] = (3 + 7 * i) % V, pos[i] = i, sl[i] = 1, want[i] = 0;
+        float *rows = malloc(8 * (size_t)V * sizeof *rows), *ref = malloc((size_t)V * 4);
+        CHECK(ts_engine_forward(g, &(ts_batch){h, a, pos, sl, want, NULL, NULL}, NULL) == TS_OK);
+        CHECK(ts_engine_slot_mark(g, 1) == TS_OK);
+        int32_t t[5] = {a[h], a[h + 1], (a[h + 2] + 5) % V, 1, 2};
+        uint8_t w5[5] = {1, 1, 1, 1, 1};
+        CHECK(ts_engine_forward(g, &(ts_batch){5, t, pos + h, sl, w5, NULL, NULL}, rows) == TS_OK);
+        int got = -1;
+        CHECK(ts_engine_slot_rewind(g, 1, h + 2, &got) == TS_OK);
+        CHECKF(got == (exact ? h + 2 : h), "%s/%s: rewound to %d", family, model, got);
+        int n = h + 3 - got;
+        for (int i = 0; i < n; i++)
+            want[got + i] = i == n - 1;
+        CHECK(ts_engine_forward(g, &(ts_batch){n, a + got, pos + got, sl, want + got, NULL, NULL},
+                                rows) == TS_OK);
+        int32_t s0[32] = {0};
+        CHECK(ts_engine_forward(c, &(ts_batch){h + 3, a, pos, s0, NULL, NULL, NULL}, ref) == TS_OK);
+        double r = tu_rel_l2(rows, ref, V);
+        CHECKF(r <= 1e-3, "%s/%s: after a rewind on the gpu vs a cpu prefill: rel %.3g", family,
+               model, r);
+        printf("  %s/%s: rewound to %d, then cuda vs cpu %.2e\n", family, model, got, r);
+        free(rows), free(ref);
+    }
+    if (g) ts_engine_free(g);
+    if (c) ts_engine_free(c);
+    ts_model_close(m);
+}
+
 /* 40 sequences a step - the tensor-core GEMM's widest token groups, on a compute capability 9.0
  * device its wgmma form (cuda_gemm_wg.cu) for the 64-column-wide 16-bit weights - against the
  * CPU, the Qwen3.5 BF16 fixtures: a token each from fresh slots, then two more joint steps. */
@@ -4349,6 +4395,8 @@ int main(void) {
         test_multi_runs("qwen35");
         test_multi_runs("gemma3");
         test_wide_batch();
+        test_rewind_on_the_gpu("qwen35", "tiny_a_f32_tied_explicit", false);
+        test_rewind_on_the_gpu("gemma3", "tiny_a_f32_tied_mqa_w16_pat3", true);
     }
     ts_backend_free(cpu);
     ts_backend_free(gpu);

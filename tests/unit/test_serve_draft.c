@@ -1,7 +1,7 @@
-/* serve/draft.c: the guesses of speculative decoding - a prediction's start for an empty
- * answer, its place found again after the answer left it (an edit), the place after the last
- * guess preferred among repeats; prompt lookup's most recent occurrence, never from one token;
- * max and the sequence's end bound every guess. */
+/* serve/draft.c: the guesses of speculative decoding - the prediction's rest after an answer's
+ * first token that is its first, its place found again after the answer left it (an edit), the
+ * place after the last guess preferred among repeats; prompt lookup's most recent occurrence,
+ * never from one token; max and the sequence's end bound every guess. */
 #include "serve/draft.h"
 #include "testutil.h"
 
@@ -21,9 +21,9 @@ int main(void) {
     /* prediction: 10 11 12 13 14 15 10 11 20 21 */
     const int32_t pred[] = {10, 11, 12, 13, 14, 15, 10, 11, 20, 21};
     serve_draft g = {pred, 10, 0, false};
-    int32_t seq[32] = {1, 2, 3};                                    /* the prompt: 1 2 3 */
-    CHECK(guess(&g, seq, 3, 0, 4, out) == 4 && same(out, pred, 4)); /* the start */
-    seq[3] = 10, seq[4] = 11;                                       /* the answer took 10 11 */
+    int32_t seq[32] = {1, 2, 3, 10}; /* the prompt: 1 2 3; the answer's first token: 10 */
+    CHECK(guess(&g, seq, 4, 1, 4, out) == 4 && same(out, pred + 1, 4));
+    seq[4] = 11; /* the answer took 10 11 */
     CHECK(guess(&g, seq, 5, 2, 3, out) == 3 && same(out, (int32_t[]){12, 13, 14}, 3));
     CHECK(g.pred_at == 2);
     /* the answer leaves the prediction (99), then comes back to it (14): what follows 14 */
@@ -48,7 +48,7 @@ int main(void) {
     seq[13] = 77;
     CHECK(guess(&g, seq, 14, 11, 8, out) == 0);
     /* max 0: nothing, and nothing written */
-    CHECK(guess(&g, seq, 3, 0, 0, out) == 0 && out[0] == -1);
+    CHECK(guess(&g, seq, 4, 1, 0, out) == 0 && out[0] == -1);
 
     /* prompt lookup: 5 6 7 8 9 | 5 6 7 -> 8 9 5 6 (the tokens after the earlier 5 6 7) */
     serve_draft l = {NULL, 0, 0, true};
