@@ -145,8 +145,7 @@ typedef struct {
     int32_t *eog; /* the vocabulary's end-of-generation tokens (min_tokens bans them) */
     int n_eog;
     /* a speculative step's batch (speculate.c), [n_lanes x serve_spec_lane_tokens] each, its
-     * greedy ids a row, and its rows of logits ([n_lanes x (draft_max + 1)] x n_vocab, made for
-     * the first step that needs them) */
+     * greedy ids a row, and its rows of logits ([n_lanes x (draft_max + 1)] x n_vocab) */
     int32_t *s_tok, *s_pos, *s_slot, *s_rope, *s_ids;
     uint8_t *s_want;
     float *s_rows;

@@ -39,9 +39,11 @@ static int from_prediction(serve_draft *g, const int32_t *seq, int n, int n_answ
 }
 
 static int from_sequence(const int32_t *seq, int n, int max, int32_t *out) {
+    int32_t last = seq[n - 1]; /* compared first: most places end otherwise */
     for (int len = min_i(SERVE_DRAFT_NGRAM, n - 1); len >= SERVE_DRAFT_LOOKUP_MIN; len--)
         for (int e = n - 1; e >= len; e--) /* the most recent earlier occurrence */
-            if (same_run(seq, e, seq, n, len)) return copy_from(seq, n, e, max, out);
+            if (seq[e - 1] == last && same_run(seq, e, seq, n, len))
+                return copy_from(seq, n, e, max, out);
     return 0;
 }
 

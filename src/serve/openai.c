@@ -177,6 +177,22 @@ static bool parse_image(serve_request *r, const json_t *part, const char *param,
 
 /* content: a string, or a list of parts: text parts only are joined (as the template does);
  * with images, the text and image parts stay a list, in order. */
+/* The text parts of a list (checked: each has a string "text"), joined into a string the
+ * request owns (total: their bytes and the terminator); NULL without memory. */
+static const char *join_text(serve_request *r, const json_t *parts, size_t total) {
+    char *s = malloc(total), *at = s;
+    if (!s || !own(r, s)) return NULL;
+    size_t k;
+    const json_t *part;
+    json_array_foreach(parts, k, part) {
+        const json_t *text = json_object_get(part, "text");
+        memcpy(at, json_string_value(text), json_string_length(text));
+        at += json_string_length(text);
+    }
+    *at = 0;
+    return s;
+}
+
 static bool parse_content(serve_request *r, const json_t *c, int i, ts_chat_message *cm,
                           serve_error *e) {
     char param[48];
@@ -234,16 +250,8 @@ static bool parse_content(serve_request *r, const json_t *c, int i, ts_chat_mess
         cm->n_parts = (int)np;
         return true;
     }
-    char *s = malloc(total), *p = s;
-    if (!s || !own(r, s)) return serve_fail(e, 500, "internal_error", NULL, "out of memory");
-    json_array_foreach(c, k, part) {
-        const json_t *text = json_object_get(part, "text");
-        memcpy(p, json_string_value(text), json_string_length(text));
-        p += json_string_length(text);
-    }
-    *p = 0;
-    cm->content = s;
-    return true;
+    cm->content = join_text(r, c, total);
+    return cm->content ? true : serve_fail(e, 500, "internal_error", NULL, "out of memory");
 }
 
 /* An assistant message's tool_calls: [{id, type: "function", function: {name, arguments}}],
@@ -882,16 +890,8 @@ static bool parse_prediction(serve_request *r, const json_t *o, serve_error *e) 
                               k);
         total += json_string_length(text);
     }
-    char *s = malloc(total), *at = s;
-    if (!s || !own(r, s)) return serve_fail(e, 500, "internal_error", NULL, "out of memory");
-    json_array_foreach(c, k, part) {
-        const json_t *text = json_object_get(part, "text");
-        memcpy(at, json_string_value(text), json_string_length(text));
-        at += json_string_length(text);
-    }
-    *at = 0;
-    r->prediction = s;
-    return true;
+    r->prediction = join_text(r, c, total);
+    return r->prediction ? true : serve_fail(e, 500, "internal_error", NULL, "out of memory");
 }
 
 bool serve_request_parse(serve_api api, json_t *root, const char *const *model_ids,

@@ -28,8 +28,15 @@ ts_status serve_spec_init(serve_decoder *d) {
     d->s_rope = malloc(3 * n * sizeof *d->s_rope);
     d->s_ids = malloc(n * sizeof *d->s_ids);
     d->s_want = malloc(n);
-    if (!d->s_tok || !d->s_pos || !d->s_slot || !d->s_rope || !d->s_ids || !d->s_want)
-        return ts_error(TS_ERR_NOMEM, "out of memory for speculative decoding");
+    /* a row of logits for every lane's last token and guesses (pages are taken as rows are
+     * written: a greedy step's rows stay on the device) */
+    size_t rows = (size_t)d->o.n_lanes * (size_t)(d->o.draft_max + 1);
+    d->s_rows = malloc(rows * (size_t)d->n_vocab * sizeof *d->s_rows);
+    if (!d->s_tok || !d->s_pos || !d->s_slot || !d->s_rope || !d->s_ids || !d->s_want || !d->s_rows)
+        return ts_error(TS_ERR_NOMEM,
+                        "out of memory for speculative decoding's rows (%zu of %d floats): "
+                        "lower --draft-max or --parallel",
+                        rows, d->n_vocab);
     return TS_OK;
 }
 
@@ -174,19 +181,14 @@ bool serve_spec_step(serve_decoder *d) {
         rows += k + 1;
     }
     if (!any) return false;
-    if (!greedy && !d->s_rows) {
-        size_t nr = (size_t)d->o.n_lanes * (size_t)(d->o.draft_max + 1);
-        d->s_rows = malloc(nr * (size_t)d->n_vocab * sizeof *d->s_rows);
-    }
     ts_batch b = {n, d->s_tok, d->s_pos, d->s_slot, d->s_want, NULL, any_shift ? d->s_rope : NULL};
     if (d->o.step_delay_ms > 0) {
         struct timespec ts = {d->o.step_delay_ms / 1000, (d->o.step_delay_ms % 1000) * 1000000L};
         nanosleep(&ts, NULL);
     }
     double t0 = serve_now();
-    ts_status st = greedy      ? ts_engine_forward_greedy(e, &b, d->s_ids)
-                   : d->s_rows ? ts_engine_forward(e, &b, d->s_rows)
-                               : ts_error(TS_ERR_NOMEM, "out of memory for the step's logits");
+    ts_status st =
+        greedy ? ts_engine_forward_greedy(e, &b, d->s_ids) : ts_engine_forward(e, &b, d->s_rows);
     double dt = serve_now() - t0;
     int drafted = 0, accepted = 0;
     for (int l = 0; l < d->o.n_lanes; l++) {

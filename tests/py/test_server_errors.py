@@ -168,6 +168,9 @@ TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": 
     ({"messages": U, "stop_token_ids": 5}, "invalid_value", "stop_token_ids"),
     ({"messages": U, "include_stop_str_in_output": "yes"}, "invalid_value",
      "include_stop_str_in_output"),
+    ({"messages": U, "prediction": "text"}, "invalid_value", "prediction"),
+    ({"messages": U, "prediction": {"type": "content", "content": [{"type": "text"}]}},
+     "invalid_value", "prediction.content"),
     ({"messages": U, "stop_token_ids": [1, -1]}, "invalid_value", "stop_token_ids"),
     ({"messages": U, "stop_token_ids": [1, "2"]}, "invalid_value", "stop_token_ids"),
     ({"messages": U, "stop_token_ids": [999999]}, "invalid_value", "stop_token_ids"),
@@ -248,6 +251,12 @@ def test_validation_order(srv):
            {"messages": U, "min_tokens": -1, "stop_token_ids": 5}, param="min_tokens")
     expect(srv, 400, "invalid_value", "POST", "/v1/chat/completions",
            {"messages": U, "stop_token_ids": 5, "response_format": 5}, param="stop_token_ids")
+    # prediction after include_stop_str_in_output, before response_format
+    expect(srv, 400, "invalid_value", "POST", "/v1/chat/completions",
+           {"messages": U, "include_stop_str_in_output": 1, "prediction": 5},
+           param="include_stop_str_in_output")
+    expect(srv, 400, "invalid_value", "POST", "/v1/chat/completions",
+           {"messages": U, "prediction": 5, "response_format": 5}, param="prediction")
     expect(srv, 400, "invalid_stop", "POST", "/v1/chat/completions",
            {"messages": U, "stop": 5, "stop_token_ids": [999999]})
     expect(srv, 400, "invalid_value", "POST", "/v1/chat/completions",
