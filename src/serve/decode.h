@@ -84,13 +84,13 @@ typedef struct {
     int k;          /* tokens out */
     int32_t last;   /* the last token out: the next step's input */
     /* speculative decoding: where the guesses come from, and this step's (n_draft of them in
-     * draft[draft_max]), its first token and first row in the step's batch */
+     * draft[draft_max]) and its first row of the step's logits */
     serve_draft guess;
     int32_t *draft;
-    int n_draft, b_first, b_row;
-    /* how many it may guess now (halved to what was right after a miss, doubled after a step
-     * of only right guesses), steps it sits out before guessing again, and the steps in a row
-     * whose first guess was wrong (each doubles the next wait): a wrong guess costs a row of
+    int n_draft, b_row;
+    /* how many it may guess now (what was right and one more after a miss, twice as many after
+     * a step of only right guesses), steps it sits out before guessing again, and the steps in a
+     * row whose first guess was wrong (each doubles the next wait): a wrong guess costs a row of
      * compute, which on a CPU is not free (speculate.c) */
     int draft_cap, draft_wait, draft_misses;
 

@@ -167,7 +167,7 @@ bool serve_spec_step(serve_decoder *d) {
         ln->n_draft = k;
         any |= k > 0 || redo > 0;
         greedy &= plain_greedy(ln);
-        ln->b_first = n, ln->b_row = rows;
+        ln->b_row = rows;
         int shift = ln->job->images.delta; /* rotary positions after an image */
         any_shift |= shift != 0;
         for (int p = from; p < ln->n_seq + k; p++, n++) {
