@@ -218,7 +218,9 @@ static void wake(serve_job *j) {
     pthread_mutex_unlock(&j->mu);
 }
 
-static void sleep_ms(int ms) {
+void serve_decoder_step_delay(const serve_decoder *d) {
+    int ms = d->o.step_delay_ms;
+    if (ms <= 0) return;
     struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
     nanosleep(&ts, NULL);
 }
@@ -746,7 +748,7 @@ void serve_decoder_step(serve_decoder *d) {
         n++;
     }
     if (n == 0) return;
-    if (d->o.step_delay_ms > 0) sleep_ms(d->o.step_delay_ms);
+    serve_decoder_step_delay(d);
     double t0 = serve_now();
     ts_batch b = {n, d->b_tok, d->b_pos, d->b_slot, d->want, NULL, any_shift ? d->b_rope : NULL};
     ts_status st;

@@ -18,6 +18,8 @@ bool serve_lane_constrained(const serve_lane *ln);
  * when the job wants them. */
 ts_status serve_lane_draw_row(serve_decoder *d, serve_lane *ln, float *row, int32_t *tok,
                               ts_logprobs *lp);
+/* The testing aid --debug-step-delay-ms: a sleep before a decode step's forward. */
+void serve_decoder_step_delay(const serve_decoder *d);
 
 /* speculate.c */
 /* Tokens one lane may put in a speculative step: those to run again after a rewind to its

@@ -16,7 +16,6 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 int serve_spec_lane_tokens(const serve_decoder *d) { return 2 * d->o.draft_max + 2; }
 
@@ -79,8 +78,9 @@ static bool plain_greedy(const serve_lane *ln) {
     return ln->job->sp.temperature <= 0.0f && !ln->penalised && !ln->gm && !ln->want_lp;
 }
 
-/* Adds `delta` accepted and `rej` rejected guesses to the job's counts (read with its usage
- * once it ended, so they must be right before the token that ends it is handed over). */
+/* Adds acc accepted and rej rejected guesses to the job's counts. They are read with its usage
+ * once it ended, so they must be right before the token that ends it is handed over: a step's
+ * guesses are all counted rejected when they are made, and each one drawn moves over. */
 static void count_guesses(serve_job *j, int acc, int rej) {
     pthread_mutex_lock(&j->mu);
     j->draft_accepted += acc;
@@ -103,7 +103,6 @@ static int lane_draws(serve_decoder *d, serve_lane *ln, bool greedy, double dt) 
             float *row = d->s_rows + (size_t)(ln->b_row + r) * d->n_vocab;
             ts_status st = serve_lane_draw_row(d, ln, row, &tok, &tl);
             if (st != TS_OK) {
-                count_guesses(j, 0, k - r);
                 serve_lane_end(d, ln, SERVE_FINISH_ERROR, st);
                 break;
             }
@@ -111,11 +110,9 @@ static int lane_draws(serve_decoder *d, serve_lane *ln, bool greedy, double dt) 
         bool right = r < k && tok == ln->draft[r];
         right_ones += right;
         out++;
-        /* counted as if the answer ended on this token: the guesses after it unused */
-        if (r < k) count_guesses(j, right, right ? k - r - 1 : k - r);
+        if (right) count_guesses(j, 1, -1);
         serve_lane_token(d, ln, tok, &tl);
         if (ln->job != j || !right) break;
-        count_guesses(j, 0, -(k - r - 1)); /* it goes on */
     }
     for (int i = 0; i < out; i++)
         serve_metrics_token_latency(d->o.metrics, dt / out);
@@ -165,6 +162,7 @@ bool serve_spec_step(serve_decoder *d) {
         int k = lane_guess(d, ln, redo);
         if (k > 0 && ts_engine_slot_mark(e, ln->slot) != TS_OK) k = 0; /* no memory: no guess */
         ln->n_draft = k;
+        if (k > 0) count_guesses(ln->job, 0, k);
         any |= k > 0 || redo > 0;
         greedy &= plain_greedy(ln);
         ln->b_row = rows;
@@ -182,10 +180,7 @@ bool serve_spec_step(serve_decoder *d) {
     }
     if (!any) return false;
     ts_batch b = {n, d->s_tok, d->s_pos, d->s_slot, d->s_want, NULL, any_shift ? d->s_rope : NULL};
-    if (d->o.step_delay_ms > 0) {
-        struct timespec ts = {d->o.step_delay_ms / 1000, (d->o.step_delay_ms % 1000) * 1000000L};
-        nanosleep(&ts, NULL);
-    }
+    serve_decoder_step_delay(d);
     double t0 = serve_now();
     ts_status st =
         greedy ? ts_engine_forward_greedy(e, &b, d->s_ids) : ts_engine_forward(e, &b, d->s_rows);
@@ -196,7 +191,6 @@ bool serve_spec_step(serve_decoder *d) {
         if (!ln->job || !ln->decoding) continue;
         drafted += ln->n_draft;
         if (st != TS_OK) {
-            count_guesses(ln->job, 0, ln->n_draft);
             ln->slot_known = false;
             serve_lane_end(d, ln, SERVE_FINISH_ERROR, st);
             continue;
