@@ -206,6 +206,25 @@ ts_status ts_detokenize(const ts_tokenizer *tok, const int32_t *ids, size_t n, b
  * GGUF's eos/eot ids). */
 bool ts_tokenizer_is_eog(const ts_tokenizer *tok, int32_t id);
 
+/* Fill in the middle: the vocabulary's frame tokens (-1 where absent), from a GGUF's
+ * tokenizer.ggml.fim_{pre,suf,mid,pad,rep,sep}_token_id or else by their Qwen spelling
+ * (<|fim_prefix|>, <|fim_suffix|>, <|fim_middle|>, <|fim_pad|>, <|repo_name|>, <|file_sep|>).
+ * pad, repo and file_sep end a middle: a model trained on repositories writes them where the
+ * hole is filled. */
+typedef struct {
+    int32_t prefix, suffix, middle, pad, repo, file_sep;
+} ts_fim_tokens;
+/* False where the vocabulary lacks the prefix, suffix or middle token (Gemma 3). */
+bool ts_tokenizer_fim(const ts_tokenizer *tok, ts_fim_tokens *out);
+/* The prompt of a fill-in-the-middle completion in the prefix-suffix-middle order Qwen's coder
+ * models were trained on: [BOS where the tokenizer adds one] <|fim_prefix|> prefix
+ * <|fim_suffix|> suffix <|fim_middle|>. The prefix is text, or ids taken as they are
+ * (prefix_ids not NULL); texts are encoded as ts_tokenize does without parse_special (a
+ * control token's spelling is text). TS_ERR_UNSUPPORTED without the frame tokens. */
+ts_status ts_tokenize_fim(const ts_tokenizer *tok, const char *prefix, size_t prefix_len,
+                          const int32_t *prefix_ids, size_t n_prefix_ids, const char *suffix,
+                          size_t suffix_len, int32_t **ids, size_t *n_ids);
+
 /* Streaming: feed ids one at a time, get back only whole UTF-8 characters. */
 typedef struct ts_detokenizer ts_detokenizer;
 ts_status ts_detokenizer_create(const ts_tokenizer *tok, bool skip_special, ts_detokenizer **out);

@@ -149,9 +149,9 @@ static void adjust_token(serve_lane *ln, int32_t t) {
     a->sub = sub;
 }
 
-static bool is_stop_id(const serve_job *j, int32_t t) {
-    for (int i = 0; i < j->n_stop_ids; i++)
-        if (j->stop_ids[i] == t) return true;
+static bool in_ids(const int32_t *ids, int n, int32_t t) {
+    for (int i = 0; i < n; i++)
+        if (ids[i] == t) return true;
     return false;
 }
 
@@ -161,8 +161,11 @@ static bool is_stop_id(const serve_job *j, int32_t t) {
  * list starts with them, adjust_reset). */
 static void adjust_min_tokens(const serve_decoder *d, serve_lane *ln, bool ban) {
     const serve_job *j = ln->job;
-    for (int k = 0; k < d->n_eog + j->n_stop_ids; k++) {
-        int32_t t = k < d->n_eog ? d->eog[k] : j->stop_ids[k - d->n_eog];
+    int n_ends = d->n_eog + j->n_end_ids; /* the end ids are none with ignore_eos */
+    for (int k = 0; k < n_ends + j->n_stop_ids; k++) {
+        int32_t t = k < d->n_eog ? d->eog[k]
+                    : k < n_ends ? j->end_ids[k - d->n_eog]
+                                 : j->stop_ids[k - n_ends];
         if (k < d->n_eog && j->ignore_eos) continue;
         int at = ln->adj_at[t];
         float own = at >= 0 && at < j->n_bias ? j->bias[at].bias : 0.0f;
@@ -594,7 +597,8 @@ void serve_lane_token(serve_decoder *d, serve_lane *ln, int32_t tok, const ts_lo
     pthread_mutex_unlock(&j->mu);
     if (k == 0) serve_metrics_ttft(d->o.metrics, j->t_first_token - j->t_submit);
     bool stopped = false;
-    if (!j->ignore_eos && ts_tokenizer_is_eog(d->o.tok, tok)) {
+    if (!j->ignore_eos &&
+        (ts_tokenizer_is_eog(d->o.tok, tok) || in_ids(j->end_ids, j->n_end_ids, tok))) {
         stopped = true;
     } else if (st == TS_OK) {
         const char *text = NULL;
@@ -607,7 +611,8 @@ void serve_lane_token(serve_decoder *d, serve_lane *ln, int32_t tok, const ts_lo
         if (st == TS_OK && gm_on) st = ts_grammar_matcher_accept(ln->gm, tok);
         if (st == TS_OK && gm_on && ts_grammar_matcher_done(ln->gm)) stopped = true;
         /* a stop token's text is part of the answer (vLLM's rule; special ones have none) */
-        bool by_token = !stopped && st == TS_OK && k + 1 > j->min_tokens && is_stop_id(j, tok);
+        bool by_token = !stopped && st == TS_OK && k + 1 > j->min_tokens &&
+                        in_ids(j->stop_ids, j->n_stop_ids, tok);
         if (by_string || by_token) {
             pthread_mutex_lock(&j->mu);
             if (by_string) j->stop_str = ln->to.stop.hit;

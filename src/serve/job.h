@@ -52,6 +52,10 @@ typedef struct serve_job {
     bool keep_stop;    /* a stop string that ends the answer is part of it */
     int32_t *stop_ids; /* owned: tokens that end the answer (vLLM's stop_token_ids) */
     int n_stop_ids;
+    /* tokens that end the answer as end-of-generation ones do (their text not shown; none with
+     * ignore_eos): a fill in the middle's <|fim_pad|>, <|repo_name|>, <|file_sep|> */
+    int32_t end_ids[3];
+    int n_end_ids;
     /* the answer's first min_tokens tokens cannot end it: end-of-generation tokens (unless
      * ignore_eos) and stop_ids are banned from the draws, stop strings not yet matched */
     int min_tokens;

@@ -947,9 +947,15 @@ bool serve_request_parse(serve_api api, json_t *root, const char *const *model_i
     } else {
         if (!parse_response_format(r, root, e) || !parse_other_constraints(r, root, e))
             return false;
-        static const char *const unsupported[] = {"suffix", NULL};
-        if (!refuse_unsupported(root, unsupported, e)) return false;
+        const json_t *suffix = field(root, "suffix");
+        if (suffix && !json_is_string(suffix))
+            return serve_fail(e, 400, "invalid_value", "suffix", "'suffix' must be a string");
+        r->suffix = suffix ? json_string_value(suffix) : NULL;
         if (!get_bool(root, "echo", &r->echo, e)) return false;
+        if (r->echo && r->suffix)
+            return serve_fail(e, 400, "invalid_value", "echo",
+                              "echo cannot be combined with suffix (the answer fills a hole "
+                              "between the prompt and the suffix)");
         long long best_of = r->n;
         if (!get_int(root, "best_of", 1, SERVE_MAX_N, &best_of, e)) return false;
         if (best_of < r->n)

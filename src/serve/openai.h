@@ -88,6 +88,8 @@ typedef struct serve_request {
     int best_of; /* answers made a prompt (>= n): the n of highest mean log-probability a token
                   * are returned */
     bool echo; /* the answer's text starts with the prompt's (with logprobs, its tokens') */
+    /* fill in the middle: the text after the hole the prompt ends at; NULL without */
+    const char *suffix;
     const json_t *stop; /* validated later, by preparation */
     /* prediction's text (OpenAI's Predicted Outputs), tokenized by preparation; NULL without */
     const char *prediction;

@@ -45,6 +45,20 @@ static bool tokenize(const serve_runtime *rt, const serve_request *r, int prompt
         ts_chat_params cp = serve_chat_params(r, im);
         if (ts_chat_tokenize(rt->tok, r->msgs, r->n_msgs, &cp, ids, &nn) != TS_OK)
             return serve_fail(e, 400, "invalid_value", "messages", "%s", ts_last_error());
+    } else if (r->suffix) { /* the prompt is the text before a hole, the suffix after it */
+        for (int i = 0; !p->text && i < p->n_ids; i++)
+            if (p->ids[i] >= rt->n_vocab)
+                return serve_fail(e, 400, "invalid_value", "prompt",
+                                  "%sprompt[%d]: token id %d is not in the vocabulary of %d", at, i,
+                                  p->ids[i], rt->n_vocab);
+        ts_status st = ts_tokenize_fim(rt->tok, p->text, p->text ? strlen(p->text) : 0,
+                                       p->text ? NULL : p->ids, p->text ? 0 : (size_t)p->n_ids,
+                                       r->suffix, strlen(r->suffix), ids, &nn);
+        if (st == TS_ERR_UNSUPPORTED)
+            return serve_fail(e, 400, "unsupported_feature", "suffix", "suffix: %s",
+                              ts_last_error());
+        if (st != TS_OK)
+            return serve_fail(e, 400, "invalid_value", "suffix", "%s%s", at, ts_last_error());
     } else if (p->text) {
         /* a raw prompt may spell control tokens on purpose (llama-server and vLLM do too) */
         if (ts_tokenize(rt->tok, p->text, strlen(p->text), true, ids, &nn) != TS_OK)
@@ -53,9 +67,8 @@ static bool tokenize(const serve_runtime *rt, const serve_request *r, int prompt
         for (int i = 0; i < p->n_ids; i++)
             if (p->ids[i] >= rt->n_vocab)
                 return serve_fail(e, 400, "invalid_value", "prompt",
-                                  "%sprompt[%d]: token id %d "
-                                  "is not in the vocabulary of %d",
-                                  at, i, p->ids[i], rt->n_vocab);
+                                  "%sprompt[%d]: token id %d is not in the vocabulary of %d", at, i,
+                                  p->ids[i], rt->n_vocab);
         nn = (size_t)p->n_ids;
         *ids = malloc((nn ? nn : 1) * sizeof **ids);
         if (!*ids) return serve_fail(e, 500, "internal_error", NULL, "out of memory");
@@ -143,6 +156,17 @@ static bool echo_text(const serve_runtime *rt, const serve_prompt *p, serve_job 
     return true;
 }
 
+/* A fill in the middle (unless ignore_eos) also ends where a model trained on repositories
+ * ends a middle: <|fim_pad|>, <|repo_name|>, <|file_sep|> (llama.cpp ends every answer there). */
+static void end_ids(const serve_runtime *rt, const serve_request *r, serve_job *j) {
+    ts_fim_tokens f;
+    if (!r->suffix || r->ignore_eos || !ts_tokenizer_fim(rt->tok, &f)) return;
+    int32_t all[3] = {f.pad, f.repo, f.file_sep};
+    for (int i = 0; i < 3; i++)
+        if (all[i] >= 0 && !ts_tokenizer_is_eog(rt->tok, all[i]))
+            j->end_ids[j->n_end_ids++] = all[i];
+}
+
 bool serve_prepare(const serve_runtime *rt, const serve_request *r, int prompt, int choice,
                    int max_tokens_cap, serve_job *j, serve_error *e) {
     int n = 0;
@@ -200,6 +224,7 @@ bool serve_prepare(const serve_runtime *rt, const serve_request *r, int prompt, 
         memcpy(j->stop_ids, r->stop_ids, (size_t)r->n_stop_ids * sizeof *j->stop_ids);
         j->n_stop_ids = r->n_stop_ids;
     }
+    end_ids(rt, r, j);
     j->min_tokens = r->min_tokens;
     j->keep_stop = r->include_stop;
     if (r->prediction) { /* text as the answer would be: control tokens are not spelled */

@@ -31,6 +31,7 @@ struct ts_tokenizer {
     bool add_bos;
     tok_chat chat;
     bool thinking_default; /* the chat template's default for enable_thinking */
+    ts_fim_tokens fim;
 };
 
 struct ts_detokenizer {
@@ -64,6 +65,31 @@ static void add_eog(ts_tokenizer *t, int32_t id) {
     for (int i = 0; i < t->n_eog; i++)
         if (t->eog[i] == id) return;
     t->eog[t->n_eog++] = id;
+}
+
+/* A GGUF's fill-in-the-middle ids; the spelled ones (tok_fim_by_content) fill the rest. */
+static ts_status gguf_fim(ts_tokenizer *t, const ts_gguf *g) {
+    static const char *const keys[] = {
+        "tokenizer.ggml.fim_pre_token_id", "tokenizer.ggml.fim_suf_token_id",
+        "tokenizer.ggml.fim_mid_token_id", "tokenizer.ggml.fim_pad_token_id",
+        "tokenizer.ggml.fim_rep_token_id", "tokenizer.ggml.fim_sep_token_id"};
+    int32_t *slot[] = {&t->fim.prefix, &t->fim.suffix, &t->fim.middle,
+                       &t->fim.pad,    &t->fim.repo,   &t->fim.file_sep};
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+        uint32_t id;
+        TS_TRY(ts_gguf_get_u32_opt(g, keys[i], UINT32_MAX, &id));
+        if (id < (uint32_t)ts_tokenizer_vocab_size(t)) *slot[i] = (int32_t)id;
+    }
+    return TS_OK;
+}
+
+static void fim_by_content(ts_tokenizer *t) {
+    static const char *const names[] = {"<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>",
+                                        "<|fim_pad|>",    "<|repo_name|>",  "<|file_sep|>"};
+    int32_t *slot[] = {&t->fim.prefix, &t->fim.suffix, &t->fim.middle,
+                       &t->fim.pad,    &t->fim.repo,   &t->fim.file_sep};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (*slot[i] < 0) *slot[i] = tok_id(t, names[i]);
 }
 
 /* The end-of-generation tokens the chat formats know, by content. */
@@ -280,6 +306,7 @@ static ts_status open_gguf(ts_tokenizer *t, const char *file) {
         t->add_bos = add_bos && t->bos >= 0;
         add_eog(t, eos < (uint32_t)nv ? (int32_t)eos : -1);
         add_eog(t, eot < (uint32_t)nv ? (int32_t)eot : -1);
+        st = gguf_fim(t, g);
         /* The family's chat format: Gemma's when its turn token exists, else ChatML's. */
         if (strstr(tmpl, "<start_of_turn>") || tok_id(t, "<start_of_turn>") >= 0)
             t->chat = TOK_CHAT_GEMMA;
@@ -315,6 +342,7 @@ ts_status ts_tokenizer_open(const char *path, ts_tokenizer **out) {
     ts_tokenizer *t = calloc(1, sizeof *t);
     if (!t) return ts_error(TS_ERR_NOMEM, "out of memory");
     t->bos = -1;
+    t->fim = (ts_fim_tokens){-1, -1, -1, -1, -1, -1};
     ts_status st;
     if (gguf) {
         st = open_gguf(t, file);
@@ -330,6 +358,7 @@ ts_status ts_tokenizer_open(const char *path, ts_tokenizer **out) {
         return st;
     }
     add_eog_by_content(t);
+    fim_by_content(t);
     *out = t;
     return TS_OK;
 }
@@ -378,6 +407,40 @@ ts_status ts_tokenize(const ts_tokenizer *t, const char *text, size_t len, bool 
     *ids = v.data ? v.data : calloc(1, sizeof(int32_t));
     *n_ids = v.len;
     return *ids ? TS_OK : ts_error(TS_ERR_NOMEM, "out of memory");
+}
+
+bool ts_tokenizer_fim(const ts_tokenizer *t, ts_fim_tokens *out) {
+    *out = t->fim;
+    return t->fim.prefix >= 0 && t->fim.suffix >= 0 && t->fim.middle >= 0;
+}
+
+ts_status ts_tokenize_fim(const ts_tokenizer *t, const char *prefix, size_t prefix_len,
+                          const int32_t *prefix_ids, size_t n_prefix_ids, const char *suffix,
+                          size_t suffix_len, int32_t **ids, size_t *n_ids) {
+    *ids = NULL;
+    *n_ids = 0;
+    ts_fim_tokens f;
+    if (!ts_tokenizer_fim(t, &f))
+        return ts_error(TS_ERR_UNSUPPORTED, "this model's vocabulary has no fill-in-the-middle "
+                                            "tokens");
+    ts_ids v = {0};
+    ts_status st = t->add_bos ? ts_ids_push(&v, t->bos) : TS_OK;
+    if (st == TS_OK) st = ts_ids_push(&v, f.prefix);
+    if (prefix_ids)
+        for (size_t i = 0; i < n_prefix_ids && st == TS_OK; i++)
+            st = ts_ids_push(&v, prefix_ids[i]);
+    else if (st == TS_OK)
+        st = tok_encode(t, prefix, prefix_len, false, &v);
+    if (st == TS_OK) st = ts_ids_push(&v, f.suffix);
+    if (st == TS_OK) st = tok_encode(t, suffix, suffix_len, false, &v);
+    if (st == TS_OK) st = ts_ids_push(&v, f.middle);
+    if (st != TS_OK) {
+        ts_ids_free(&v);
+        return st;
+    }
+    *ids = v.data;
+    *n_ids = v.len;
+    return TS_OK;
 }
 
 ts_status ts_detokenize(const ts_tokenizer *t, const int32_t *ids, size_t n, bool skip_special,

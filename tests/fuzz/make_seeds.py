@@ -184,7 +184,8 @@ def seeds_openai():
              {"prompt": [[5, 6]]}, {"prompt": ["one"]},
              {"prompt": ["one", [7, 8], "three"], "n": 2, "seed": 4},
              {"prompt": "scored", "echo": True, "max_tokens": 0, "logprobs": 1},
-             {"prompt": "x", "prediction": {"type": "content", "content": "x y z"}}]
+             {"prompt": "x", "prediction": {"type": "content", "content": "x y z"}},
+             {"prompt": "def f(", "suffix": "):\n    pass", "max_tokens": 4}]
     out = [b"\0" + json.dumps(c).encode() for c in chats]
     out += [b"\1" + json.dumps(c).encode() for c in comps]
     return out

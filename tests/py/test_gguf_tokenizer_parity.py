@@ -155,7 +155,7 @@ def _qwen35_json():
     return path
 
 
-def _write_gguf(tok_json, path, pre):
+def _write_gguf(tok_json, path, pre, extra_u32=None):
     gguf = pytest.importorskip("gguf", reason="pip install gguf")
     d = json.load(open(tok_json, encoding="utf-8"))
     vocab = d["model"]["vocab"]
@@ -179,6 +179,8 @@ def _write_gguf(tok_json, path, pre):
     w.add_token_merges(merges)
     w.add_eos_token_id(added_id(added, "<|im_end|>"))
     w.add_add_bos_token(False)
+    for key, value in (extra_u32 or {}).items():
+        w.add_uint32(key, value)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -219,3 +221,27 @@ def test_unknown_pre_refused(tmp_path):
     proc = subprocess.run([tool("tok_dump"), "info", path], capture_output=True)
     assert proc.returncode != 0
     assert b"no-such-pre" in proc.stderr and b"tokenizer.ggml.pre" in proc.stderr
+
+
+def test_fill_in_the_middle_tokens(tmp_path):
+    """The frame tokens: a GGUF's tokenizer.ggml.fim_*_token_id where it gives them, else the
+    Qwen spellings; none in Gemma 3's vocabulary."""
+    small = os.path.join(fixtures_dir(), "tokenizer", "small", "tokenizer.json")
+    by_content = [1016, 1018, 1017, 1019, 1020, 1021]
+    info = json.loads(run([tool("tok_dump"), "info", small]))
+    assert info["fim"] and info["fim_ids"] == by_content
+    plain = str(tmp_path / "plain.gguf")
+    _write_gguf(small, plain, "qwen35")
+    info = json.loads(run([tool("tok_dump"), "info", plain]))
+    assert info["fim"] and info["fim_ids"] == by_content
+    keyed = str(tmp_path / "keyed.gguf")
+    _write_gguf(small, keyed, "qwen35", {"tokenizer.ggml.fim_pre_token_id": 1030,
+                                         "tokenizer.ggml.fim_sep_token_id": 1031,
+                                         "tokenizer.ggml.fim_mid_token_id": 999999})
+    info = json.loads(run([tool("tok_dump"), "info", keyed]))
+    assert info["fim_ids"] == [1030, 1018, 1017, 1019, 1020, 1031]  # an id past it: by content
+
+
+def test_gemma_has_no_fill_in_the_middle(gemma_gguf):
+    info = json.loads(run([tool("tok_dump"), "info", gemma_gguf]))
+    assert not info["fim"] and info["fim_ids"] == [-1] * 6

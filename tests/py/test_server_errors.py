@@ -201,7 +201,8 @@ def test_400(srv, body, code, param):
     ({"prompt": "x", "echo": 1}, "invalid_value"),
     ({"prompt": "x", "max_tokens": 0}, "invalid_value"),
     ({"prompt": "x", "logprobs": 21}, "invalid_value"),
-    ({"prompt": "x", "suffix": "y"}, "unsupported_feature"),
+    ({"prompt": "x", "suffix": 5}, "invalid_value"),
+    ({"prompt": "x", "suffix": "y", "echo": True}, "invalid_value"),  # no prompt to echo
     ({"prompt": "x", "n": 3, "best_of": 2}, "invalid_value"),  # fewer answers made than returned
     ({"prompt": "x", "best_of": 2, "stream": True}, "invalid_value"),  # best known only at the end
     ({"prompt": "x", "best_of": 129}, "invalid_value"),

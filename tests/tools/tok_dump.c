@@ -15,7 +15,8 @@
  *       Encodes the whole file as one string N times on one thread; prints a JSON line with
  *       bytes, tokens, best wall seconds and MB/s.
  *   ts_tok_dump info TOKENIZER
- *       Prints vocab size, the ids of the empty string and the load time. */
+ *       Prints vocab size, the ids of the empty string, the fill-in-the-middle tokens (prefix,
+ *       suffix, middle, pad, repo, file_sep; -1 absent) and the load time. */
 #include "tessera.h"
 
 #include <stdio.h>
@@ -203,7 +204,12 @@ int main(int argc, char **argv) {
         printf("{\"vocab_size\": %d, \"empty\": [", ts_tokenizer_vocab_size(t));
         for (size_t k = 0; k < n; k++)
             printf(k ? ", %d" : "%d", (int)ids[k]);
-        printf("], \"load_s\": %.3f}\n", load);
+        ts_fim_tokens f;
+        bool fim = ts_tokenizer_fim(t, &f);
+        printf("], \"fim\": %s, \"fim_ids\": [%d, %d, %d, %d, %d, %d]", fim ? "true" : "false",
+               (int)f.prefix, (int)f.suffix, (int)f.middle, (int)f.pad, (int)f.repo,
+               (int)f.file_sep);
+        printf(", \"load_s\": %.3f}\n", load);
         free(ids);
     } else {
         rc = 2;
