@@ -24,6 +24,7 @@ static const struct {
     [ROUTE_METRICS] = {"/metrics", "GET"},
     [ROUTE_TOKENIZE] = {"/tokenize", "POST"},
     [ROUTE_DETOKENIZE] = {"/detokenize", "POST"},
+    [ROUTE_RESPONSES] = {"/v1/responses", "POST"},
 };
 
 /* The origin a web page must have for the browser to hand it this response (CORS), or NULL:

@@ -26,6 +26,8 @@ void serve_resp_init(serve_resp *r, serve_api api, const char *model, bool logpr
     r->logprobs = logprobs;
     r->token_ids = false;
     r->tok = tok;
+    r->settings = NULL;
+    r->think_open = r->think_close = -1;
 }
 
 /* "tool_calls" when the answer ended after the model called tools. */
@@ -144,24 +146,27 @@ static json_t *completion_logprobs(const serve_resp *r, const serve_job *echo, i
                      tops);
 }
 
-static json_t *logprobs_json(const serve_resp *r, const serve_logprob *lp, int n) {
-    if (r->api == SERVE_API_CHAT) {
-        json_t *content = json_array();
-        for (int i = 0; i < n; i++) {
-            json_t *s, *b, *top = json_array();
-            for (int k = 0; k < lp[i].n_top; k++) {
-                json_t *ts, *tb;
-                token_text(r, lp[i].top_id[k], &ts, &tb);
-                json_array_append_new(top, json_pack("{s:o, s:f, s:o}", "token", ts, "logprob",
-                                                     (double)lp[i].top_lp[k], "bytes", tb));
-            }
-            token_text(r, lp[i].id, &s, &b);
-            json_array_append_new(content, json_pack("{s:o, s:f, s:o, s:o}", "token", s, "logprob",
-                                                     (double)lp[i].logprob, "bytes", b,
-                                                     "top_logprobs", top));
+json_t *serve_resp_logprob_list(const serve_resp *r, const serve_logprob *lp, int n) {
+    json_t *content = json_array();
+    for (int i = 0; i < n; i++) {
+        json_t *s, *b, *top = json_array();
+        for (int k = 0; k < lp[i].n_top; k++) {
+            json_t *ts, *tb;
+            token_text(r, lp[i].top_id[k], &ts, &tb);
+            json_array_append_new(top, json_pack("{s:o, s:f, s:o}", "token", ts, "logprob",
+                                                 (double)lp[i].top_lp[k], "bytes", tb));
         }
-        return json_pack("{s:o}", "content", content);
+        token_text(r, lp[i].id, &s, &b);
+        json_array_append_new(content,
+                              json_pack("{s:o, s:f, s:o, s:o}", "token", s, "logprob",
+                                        (double)lp[i].logprob, "bytes", b, "top_logprobs", top));
     }
+    return content;
+}
+
+static json_t *logprobs_json(const serve_resp *r, const serve_logprob *lp, int n) {
+    if (r->api == SERVE_API_CHAT)
+        return json_pack("{s:o}", "content", serve_resp_logprob_list(r, lp, n));
     return completion_logprobs(r, NULL, 0, lp, n);
 }
 

@@ -16,6 +16,10 @@ typedef struct {
     bool logprobs;
     bool token_ids;
     const ts_tokenizer *tok;
+    /* the Responses API (serve/responses.h): its request's settings the answer echoes (owned;
+     * NULL for chat and completions), and the thinking's tags, whose span it counts */
+    json_t *settings;
+    int32_t think_open, think_close;
 } serve_resp;
 
 void serve_resp_init(serve_resp *r, serve_api api, const char *model, bool logprobs,
@@ -48,5 +52,8 @@ ts_status serve_resp_chunk_done(const serve_resp *r, serve_job *const *jobs, int
 ts_status serve_resp_chunk_error(const serve_error *e, ts_strbuf *out);
 
 const char *serve_finish_name(serve_finish f);
+
+/* Chat's log-probability entries ({token, logprob, bytes, top_logprobs}) of n tokens, a list. */
+json_t *serve_resp_logprob_list(const serve_resp *r, const serve_logprob *lp, int n);
 
 #endif

@@ -5,12 +5,13 @@
 #ifdef __GLIBC__
 #include <malloc.h>
 #endif
-#include <string.h>
-
 #include "base/status.h"
 #include "serve/http.h"
 #include "serve/prep.h"
 #include "serve/respond.h"
+#include "serve/responses.h"
+
+#include <string.h>
 
 #define WAIT_SLICE_MS 20
 /* After a body this large, the memory its JSON tree took goes back to the system: glibc keeps
@@ -54,6 +55,7 @@ typedef struct {
     serve_choices cs;
     serve_stream_choice *at; /* [cs.n] */
     serve_resp resp;
+    serve_rsp_stream rs; /* the Responses API's (resp.settings set) */
     bool include_usage;
     int phase;     /* 0 role chunks, 1 deltas, 2 all formatted */
     ts_strbuf out; /* formatted, not yet handed to MHD */
@@ -90,26 +92,38 @@ static ts_status format_new(serve_stream *s, int i) {
         serve_channel ch = j->seg[c->n_seg].ch;
         size_t off = j->seg[c->n_seg].off, len = 0;
         if (ch == SERVE_CH_TOOL) { /* one chunk per call */
-            TS_TRY(serve_resp_chunk_tool(&s->resp, i, c->n_tool++, j->text.data + off,
-                                         j->seg[c->n_seg++].len, j->lp + c->n_lp, lp_end - c->n_lp,
-                                         &s->out));
+            TS_TRY(s->resp.settings
+                       ? serve_rsp_stream_tool(&s->resp, &s->rs, c->n_tool++, j->text.data + off,
+                                               j->seg[c->n_seg++].len, j->lp + c->n_lp,
+                                               lp_end - c->n_lp, &s->out)
+                       : serve_resp_chunk_tool(&s->resp, i, c->n_tool++, j->text.data + off,
+                                               j->seg[c->n_seg++].len, j->lp + c->n_lp,
+                                               lp_end - c->n_lp, &s->out));
             c->n_lp = lp_end;
             continue;
         }
         while (c->n_seg < j->n_seg && j->seg[c->n_seg].ch == ch)
             len += j->seg[c->n_seg++].len;
-        TS_TRY(serve_resp_chunk_text(&s->resp, i, ch, j->text.data + off, len, j->lp + c->n_lp,
-                                     lp_end - c->n_lp, &s->out));
+        TS_TRY(s->resp.settings
+                   ? serve_rsp_stream_text(&s->resp, &s->rs, ch, j->text.data + off, len,
+                                           j->lp + c->n_lp, lp_end - c->n_lp, &s->out)
+                   : serve_resp_chunk_text(&s->resp, i, ch, j->text.data + off, len,
+                                           j->lp + c->n_lp, lp_end - c->n_lp, &s->out));
         c->n_lp = lp_end;
     }
     if (j->finish == SERVE_RUNNING) return TS_OK;
     c->done = true;
-    if (j->finish == SERVE_FINISH_STOP || j->finish == SERVE_FINISH_LENGTH)
+    bool ok = j->finish == SERVE_FINISH_STOP || j->finish == SERVE_FINISH_LENGTH;
+    if (ok && s->resp.settings)
+        return serve_rsp_stream_finish(&s->resp, &s->rs, j, j->lp + c->n_lp, lp_end - c->n_lp,
+                                       &s->out);
+    if (ok)
         return serve_resp_chunk_finish(&s->resp, i, j, j->lp + c->n_lp, lp_end - c->n_lp, &s->out);
     s->phase = 2;
     serve_error e;
     job_error(j, &e);
-    return serve_resp_chunk_error(&e, &s->out);
+    return s->resp.settings ? serve_rsp_stream_error(&s->resp, &s->rs, &e, &s->out)
+                            : serve_resp_chunk_error(&e, &s->out);
 }
 
 /* Waits for new output of the first choice still running (the choices of a request decode in
@@ -138,6 +152,7 @@ static ts_status stream_poll(serve_stream *s) {
     }
     if (!all_done) return TS_OK;
     s->phase = 2;
+    if (s->resp.settings) return TS_OK; /* its final event went with the answer's end */
     for (int i = 0; i < s->cs.n; i++)
         pthread_mutex_lock(&s->cs.job[i]->mu);
     ts_status st = serve_resp_chunk_done(&s->resp, s->cs.job, s->cs.n, s->cs.per_prompt,
@@ -161,7 +176,9 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
         if (s->phase == 2) return MHD_CONTENT_READER_END_OF_STREAM;
         if (s->phase == 0) {
             s->phase = 1;
-            for (int i = 0; i < s->cs.n; i++)
+            if (s->resp.settings && serve_rsp_stream_start(&s->resp, &s->rs, &s->out) != TS_OK)
+                return MHD_CONTENT_READER_END_WITH_ERROR;
+            for (int i = 0; i < s->cs.n && !s->resp.settings; i++)
                 if (serve_resp_chunk_role(&s->resp, i, &s->out) != TS_OK)
                     return MHD_CONTENT_READER_END_WITH_ERROR;
             continue;
@@ -184,6 +201,8 @@ static void stream_free(void *cls) {
     choices_free(&s->cs);
     atomic_fetch_sub(&s->srv->open_jobs, 1);
     ts_strbuf_free(&s->out);
+    serve_rsp_stream_free(&s->rs);
+    json_decref(s->resp.settings);
     free(s->at);
     free(s);
 }
@@ -197,9 +216,10 @@ static enum MHD_Result start_stream(serve_conn *cn, struct MHD_Connection *c, se
         choices_free(cs);
         atomic_fetch_sub(&cn->srv->open_jobs, 1);
         free(s), free(at);
+        json_decref(resp->settings);
         return MHD_NO;
     }
-    *s = (serve_stream){cn->srv, c, *cs, at, *resp, include_usage, 0, {0}, 0};
+    *s = (serve_stream){cn->srv, c, *cs, at, *resp, {0}, include_usage, 0, {0}, 0};
     *cs = (serve_choices){0};
     struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024,
                                                                stream_read, s, stream_free);
@@ -273,7 +293,9 @@ static enum MHD_Result finish_blocking(serve_conn *cn, struct MHD_Connection *c,
         for (int i = 0; i < cs->n; i++)
             pthread_mutex_lock(&cs->job[i]->mu);
         if (cs->keep < cs->per_prompt) rank_best(cs);
-        char *body = serve_resp_full(resp, cs->job, cs->n, cs->per_prompt, cs->keep);
+        char *body = resp->settings
+                         ? serve_rsp_full(resp, cs->job[0])
+                         : serve_resp_full(resp, cs->job, cs->n, cs->per_prompt, cs->keep);
         for (int i = 0; i < cs->n; i++)
             pthread_mutex_unlock(&cs->job[i]->mu);
         ret = serve_send_json(cn, c, 200, body);
@@ -366,14 +388,25 @@ static bool prepare_choices(serve_server *s, const serve_runtime *rt, serve_requ
     return true;
 }
 
+/* A chat or completion request, or a Responses API one (read as the chat request it means). */
 static enum MHD_Result generate(serve_conn *cn, struct MHD_Connection *c, serve_api api,
-                                json_t *root) {
+                                json_t *root, bool responses) {
     serve_server *s = cn->srv;
     const serve_runtime *rt = serve_worker_runtime(s->worker);
     serve_request req;
+    memset(&req, 0, sizeof req);
     serve_error e;
     serve_choices cs = {0};
-    bool ok = serve_request_parse(api, root, s->model_ids, s->o.max_tokens_cap, &req, &e);
+    serve_rsp_map map = {0};
+    json_t *settings = NULL;
+    bool ok = true;
+    if (responses) {
+        json_t *chat = NULL;
+        ok = serve_rsp_request(root, &chat, &map, &settings, &e);
+        json_decref(root);
+        root = chat;
+    }
+    if (ok) ok = serve_request_parse(api, root, s->model_ids, s->o.max_tokens_cap, &req, &e);
     /* the name the answer gives the model: the one the request used (the request's own string
      * does not outlive it) */
     const char *model = req.model && s->model_ids[1] && strcmp(req.model, s->model_ids[1]) == 0
@@ -386,7 +419,10 @@ static enum MHD_Result generate(serve_conn *cn, struct MHD_Connection *c, serve_
         ok = serve_fail(&e, 503, "server_busy", NULL, "the server is busy (%d requests admitted); "
                         "retry later", s->o.max_pending);
     }
+    if (!ok && responses) serve_rsp_error(&map, &e);
+    serve_rsp_map_free(&map);
     if (!ok) {
+        json_decref(settings);
         serve_request_free(&req);
         choices_free(&cs);
         prep_done(cn);
@@ -395,12 +431,21 @@ static enum MHD_Result generate(serve_conn *cn, struct MHD_Connection *c, serve_
     serve_resp resp;
     serve_resp_init(&resp, api, model, rq->top_logprobs >= 0, rt->tok);
     resp.token_ids = rq->return_token_ids;
+    if (responses) {
+        char id[sizeof resp.id];
+        snprintf(id, sizeof id, "resp_%s", strchr(resp.id, '-') + 1);
+        memcpy(resp.id, id, sizeof id);
+        resp.settings = settings;
+        resp.think_open = rt->think_open, resp.think_close = rt->think_close;
+    }
     bool stream = rq->stream, include_usage = rq->include_usage;
     serve_request_free(&req);
     prep_done(cn);
     atomic_fetch_add(&s->open_jobs, 1);
-    return stream ? start_stream(cn, c, &cs, &resp, include_usage)
-                  : finish_blocking(cn, c, &cs, &resp);
+    if (stream) return start_stream(cn, c, &cs, &resp, include_usage); /* owns the settings */
+    enum MHD_Result r = finish_blocking(cn, c, &cs, &resp);
+    json_decref(settings);
+    return r;
 }
 
 /* ---- tokenize / detokenize ---------------------------------------------------------------- */
@@ -512,8 +557,9 @@ enum MHD_Result serve_route_post(serve_conn *cn, struct MHD_Connection *c) {
         ts_strbuf_free(&cn->body);
         serve_recv_done(cn);
         switch (cn->route) {
-        case ROUTE_CHAT: r = generate(cn, c, SERVE_API_CHAT, root); break;
-        case ROUTE_COMPLETIONS: r = generate(cn, c, SERVE_API_COMPLETION, root); break;
+        case ROUTE_CHAT: r = generate(cn, c, SERVE_API_CHAT, root, false); break;
+        case ROUTE_COMPLETIONS: r = generate(cn, c, SERVE_API_COMPLETION, root, false); break;
+        case ROUTE_RESPONSES: r = generate(cn, c, SERVE_API_CHAT, root, true); break;
         case ROUTE_TOKENIZE: r = tokenize(cn, c, root); break;
         default: r = detokenize(cn, c, root); break;
         }

@@ -10,12 +10,17 @@
  * threshold of 1-8 bytes so that short inputs take that way) must give jansson's value or
  * jansson's error.
  *
- * Input: byte 0 = flags (bit 0: completions instead of chat, bits 1-3: the threshold), then
- * the body. */
+ * With bit 4 of byte 0 the body is a Responses API request (serve/responses.h): read as the
+ * chat request it means, and chat's refusals renamed into its fields, which must stay
+ * writable envelopes too.
+ *
+ * Input: byte 0 = flags (bit 0: completions instead of chat, bits 1-3: the threshold, bit 4:
+ * the Responses API), then the body. */
 #include "fuzz_util.h"
 #include "serve/json_load.h"
 #include "serve/openai.h"
 #include "serve/prep.h"
+#include "serve/responses.h"
 #include "text/utf8.h"
 
 #include <jansson.h>
@@ -59,7 +64,8 @@ static void check_error(const serve_error *e) {
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1) return 0;
-    serve_api api = data[0] & 1 ? SERVE_API_COMPLETION : SERVE_API_CHAT;
+    bool responses = data[0] & 16;
+    serve_api api = data[0] & 1 && !responses ? SERVE_API_COMPLETION : SERVE_API_CHAT;
     static const char *const ids[] = {"tessera", "qwen", NULL};
     serve_error e;
     json_t *root;
@@ -79,12 +85,27 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         check_error(&e);
         return 0;
     }
+    serve_rsp_map map = {0};
+    if (responses) {
+        json_t *chat = NULL, *settings = NULL;
+        bool ok = serve_rsp_request(root, &chat, &map, &settings, &e);
+        json_decref(root);
+        json_decref(settings);
+        if (!ok) {
+            check_error(&e);
+            return 0;
+        }
+        root = chat;
+    }
     serve_request r;
     if (!serve_request_parse(api, root, ids, 4096, &r, &e)) {
+        if (responses) serve_rsp_error(&map, &e);
+        serve_rsp_map_free(&map);
         check_error(&e);
         serve_request_free(&r);
         return 0;
     }
+    serve_rsp_map_free(&map);
     /* 0 only for a completion that echoes its prompt (its log-probabilities, no answer) */
     FZ_ASSERT(r.max_tokens == -1 || (r.max_tokens >= 1 && r.max_tokens <= 4096) ||
               (r.max_tokens == 0 && api == SERVE_API_COMPLETION && r.echo));

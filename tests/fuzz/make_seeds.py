@@ -186,7 +186,21 @@ def seeds_openai():
              {"prompt": "scored", "echo": True, "max_tokens": 0, "logprobs": 1},
              {"prompt": "x", "prediction": {"type": "content", "content": "x y z"}},
              {"prompt": "def f(", "suffix": "):\n    pass", "max_tokens": 4}]
+    resps = [{"input": "hi", "instructions": "be brief", "max_output_tokens": 8,
+              "text": {"format": {"type": "json_schema", "name": "x",
+                                  "schema": {"type": "object"}}}},
+             {"input": [{"role": "user", "content": [{"type": "input_text", "text": "a"}]},
+                        {"type": "reasoning", "summary": [{"type": "summary_text", "text": "t"}]},
+                        {"type": "message", "role": "assistant",
+                         "content": [{"type": "output_text", "text": "b"}]},
+                        {"type": "function_call", "call_id": "c", "name": "f",
+                         "arguments": "{}"},
+                        {"type": "function_call_output", "call_id": "c", "output": "r"}],
+              "tools": [{"type": "function", "name": "f", "parameters": {"type": "object"}}],
+              "tool_choice": {"type": "function", "name": "f"}, "reasoning": {"effort": "low"},
+              "include": ["message.output_text.logprobs"], "top_logprobs": 2}]
     out = [b"\0" + json.dumps(c).encode() for c in chats]
+    out += [b"\x10" + json.dumps(c).encode() for c in resps]
     out += [b"\1" + json.dumps(c).encode() for c in comps]
     return out
 

@@ -1,0 +1,295 @@
+/* The Responses API's answers: the response object, and its stream of typed events. A job's
+ * output segments become output items in order: consecutive reasoning text one reasoning
+ * item, consecutive content one message, each tool call a function_call item; the item at
+ * output index k is named <kind>_<the response's hex>_<k> in the stream and in the object
+ * alike. */
+#include "serve/responses.h"
+
+#include "base/status.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void serve_rsp_stream_free(serve_rsp_stream *s) {
+    ts_strbuf_free(&s->text);
+    json_decref(s->lps);
+    s->lps = NULL;
+}
+
+static const char *hex_of(const serve_resp *r) {
+    const char *h = strchr(r->id, '_');
+    return h ? h + 1 : r->id;
+}
+
+static json_t *item_id(const serve_resp *r, const char *kind, int k) {
+    char id[96];
+    snprintf(id, sizeof id, "%s_%s_%d", kind, hex_of(r), k);
+    return json_string(id);
+}
+
+/* Tokens inside the thinking (its tags included), from the answer's ids. */
+static int reasoning_tokens(const serve_resp *r, const serve_job *j) {
+    bool in = j->in_think;
+    int n = 0;
+    for (int i = 0; i < j->completion_tokens; i++) {
+        int32_t id = j->out_ids[i];
+        if (id == r->think_open) in = true;
+        n += in;
+        if (id == r->think_close) in = false;
+    }
+    return n;
+}
+
+static json_t *usage(const serve_resp *r, const serve_job *j) {
+    return json_pack("{s:i, s:{s:i}, s:i, s:{s:i}, s:i}", "input_tokens", j->prompt_tokens,
+                     "input_tokens_details", "cached_tokens", j->cached_tokens, "output_tokens",
+                     j->completion_tokens, "output_tokens_details", "reasoning_tokens",
+                     reasoning_tokens(r, j), "total_tokens",
+                     j->prompt_tokens + j->completion_tokens);
+}
+
+static json_t *text_part(serve_channel ch, const char *s, size_t n, json_t *lps) {
+    if (ch == SERVE_CH_REASONING)
+        return json_pack("{s:s, s:s%}", "type", "reasoning_text", "text", s ? s : "", n);
+    json_t *p =
+        json_pack("{s:s, s:s%, s:[]}", "type", "output_text", "text", s ? s : "", n, "annotations");
+    if (p && lps) json_object_set(p, "logprobs", lps);
+    return p;
+}
+
+/* An item of text, whole (content: its parts) or just opened (content []). */
+static json_t *text_item(const serve_resp *r, serve_channel ch, int k, json_t *part,
+                         const char *status) {
+    json_t *content = part ? json_pack("[o]", part) : json_array();
+    if (ch == SERVE_CH_REASONING)
+        return json_pack("{s:s, s:o, s:[], s:o}", "type", "reasoning", "id", item_id(r, "rs", k),
+                         "summary", "content", content);
+    return json_pack("{s:s, s:o, s:s, s:s, s:o}", "type", "message", "id", item_id(r, "msg", k),
+                     "status", status, "role", "assistant", "content", content);
+}
+
+/* A tool call's item from its segment's JSON {"name", "arguments"}; arguments "" while open. */
+static json_t *call_item(const serve_resp *r, int k, const char *s, size_t n, bool whole) {
+    json_t *c = json_loadb(s, n, 0, NULL);
+    json_t *it = json_pack("{s:s, s:o, s:o, s:O?, s:O?, s:s}", "type", "function_call", "id",
+                           item_id(r, "fc", k), "call_id", item_id(r, "call", k), "name",
+                           json_object_get(c, "name"), "arguments",
+                           whole ? json_object_get(c, "arguments") : NULL, "status",
+                           whole ? "completed" : "in_progress");
+    if (it && !whole) json_object_set_new(it, "arguments", json_string(""));
+    json_decref(c);
+    return it;
+}
+
+/* The response object; output NULL: none yet (a stream's first events). */
+static json_t *response_json(const serve_resp *r, const char *status, json_t *output,
+                             const serve_job *j) {
+    json_t *o = json_pack("{s:s, s:s, s:I, s:s, s:n, s:n, s:s, s:o, s:o}", "id", r->id, "object",
+                          "response", "created_at", (json_int_t)r->created, "status", status,
+                          "error", "incomplete_details", "model", r->model, "output",
+                          output ? output : json_array(), "usage", j ? usage(r, j) : json_null());
+    if (!o) return NULL;
+    if (r->settings) json_object_update(o, r->settings);
+    if (j && j->finish == SERVE_FINISH_LENGTH)
+        json_object_set_new(o, "incomplete_details",
+                            json_pack("{s:s}", "reason", "max_output_tokens"));
+    return o;
+}
+
+static const char *job_status(const serve_job *j) {
+    return j->finish == SERVE_FINISH_LENGTH ? "incomplete" : "completed";
+}
+
+/* The output items of a finished job. */
+static json_t *output_json(const serve_resp *r, const serve_job *j) {
+    json_t *out = json_array();
+    int last_msg = -1; /* the answer's log-probabilities go with its last message */
+    for (int i = 0, k = 0; i < j->n_seg; k++) {
+        if (j->seg[i].ch == SERVE_CH_CONTENT) last_msg = k;
+        if (j->seg[i].ch == SERVE_CH_TOOL) {
+            i++;
+            continue;
+        }
+        serve_channel ch = j->seg[i].ch;
+        while (i < j->n_seg && j->seg[i].ch == ch)
+            i++;
+    }
+    for (int i = 0, k = 0; i < j->n_seg; k++) {
+        serve_channel ch = j->seg[i].ch;
+        if (ch == SERVE_CH_TOOL) {
+            json_array_append_new(
+                out, call_item(r, k, j->text.data + j->seg[i].off, j->seg[i].len, true));
+            i++;
+            continue;
+        }
+        size_t off = j->seg[i].off, len = 0;
+        while (i < j->n_seg && j->seg[i].ch == ch) /* consecutive segments are adjacent text */
+            len += j->seg[i++].len;
+        json_t *lps =
+            r->logprobs && k == last_msg ? serve_resp_logprob_list(r, j->lp, j->n_lp) : NULL;
+        json_array_append_new(
+            out, text_item(r, ch, k, text_part(ch, j->text.data + off, len, lps), job_status(j)));
+        json_decref(lps);
+    }
+    return out;
+}
+
+char *serve_rsp_full(const serve_resp *r, const serve_job *j) {
+    json_t *o = response_json(r, job_status(j), output_json(r, j), j);
+    char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    return s;
+}
+
+/* ---- the stream ----------------------------------------------------------------------- */
+
+static ts_status event(serve_rsp_stream *s, const char *type, json_t *v, ts_strbuf *out) {
+    if (!v) return TS_ERR_NOMEM;
+    json_object_set_new(v, "type", json_string(type));
+    json_object_set_new(v, "sequence_number", json_integer(s->seq++));
+    char *d = json_dumps(v, JSON_COMPACT);
+    json_decref(v);
+    if (!d) return TS_ERR_NOMEM;
+    ts_status st = ts_strbuf_append(out, "event: ", 7);
+    if (st == TS_OK) st = ts_strbuf_append(out, type, strlen(type));
+    if (st == TS_OK) st = ts_strbuf_append(out, "\ndata: ", 7);
+    if (st == TS_OK) st = ts_strbuf_append(out, d, strlen(d));
+    if (st == TS_OK) st = ts_strbuf_append(out, "\n\n", 2);
+    free(d);
+    return st;
+}
+
+ts_status serve_rsp_stream_start(const serve_resp *r, serve_rsp_stream *s, ts_strbuf *out) {
+    s->open = -1;
+    if (r->logprobs && !(s->lps = json_array())) return TS_ERR_NOMEM;
+    TS_TRY(event(s, "response.created",
+                 json_pack("{s:o}", "response", response_json(r, "in_progress", NULL, NULL)), out));
+    return event(s, "response.in_progress",
+                 json_pack("{s:o}", "response", response_json(r, "in_progress", NULL, NULL)), out);
+}
+
+/* Keeps the step's log-probabilities (they go with the message's text). */
+static void hold_lps(const serve_resp *r, serve_rsp_stream *s, const serve_logprob *lp, int n) {
+    if (!s->lps || !n) return;
+    json_t *more = serve_resp_logprob_list(r, lp, n);
+    json_array_extend(s->lps, more);
+    json_decref(more);
+}
+
+/* The log-probabilities not yet sent, as a list. */
+static json_t *take_lps(serve_rsp_stream *s) {
+    json_t *l = json_array();
+    for (size_t i = (size_t)s->lp_held; s->lps && i < json_array_size(s->lps); i++)
+        json_array_append(l, json_array_get(s->lps, i));
+    s->lp_held = s->lps ? (int)json_array_size(s->lps) : 0;
+    return l;
+}
+
+static ts_status close_item(const serve_resp *r, serve_rsp_stream *s, const char *status,
+                            ts_strbuf *out) {
+    if (s->open < 0) return TS_OK;
+    serve_channel ch = (serve_channel)s->open;
+    int k = s->n_items - 1;
+    const char *text = s->text.data ? s->text.data : "";
+    bool msg = ch == SERVE_CH_CONTENT;
+    json_t *lps = msg && s->lps ? s->lps : NULL;
+    json_t *done = json_pack("{s:o, s:i, s:i, s:s%}", "item_id", item_id(r, msg ? "msg" : "rs", k),
+                             "output_index", k, "content_index", 0, "text", text, s->text.len);
+    if (done && lps) json_object_set(done, "logprobs", lps);
+    if (msg) json_decref(take_lps(s)); /* all of them go with the done event */
+    TS_TRY(event(s, msg ? "response.output_text.done" : "response.reasoning_text.done", done, out));
+    TS_TRY(event(s, "response.content_part.done",
+                 json_pack("{s:o, s:i, s:i, s:o}", "item_id", item_id(r, msg ? "msg" : "rs", k),
+                           "output_index", k, "content_index", 0, "part",
+                           text_part(ch, text, s->text.len, lps)),
+                 out));
+    TS_TRY(event(s, "response.output_item.done",
+                 json_pack("{s:i, s:o}", "output_index", k, "item",
+                           text_item(r, ch, k, text_part(ch, text, s->text.len, lps), status)),
+                 out));
+    s->open = -1;
+    s->text.len = 0;
+    return TS_OK;
+}
+
+ts_status serve_rsp_stream_text(const serve_resp *r, serve_rsp_stream *s, serve_channel ch,
+                                const char *text, size_t n, const serve_logprob *lp, int n_lp,
+                                ts_strbuf *out) {
+    hold_lps(r, s, lp, n_lp);
+    bool msg = ch == SERVE_CH_CONTENT;
+    if (s->open != (int)ch) {
+        TS_TRY(close_item(r, s, "completed", out));
+        int k = s->n_items++;
+        s->open = (int)ch;
+        TS_TRY(event(s, "response.output_item.added",
+                     json_pack("{s:i, s:o}", "output_index", k, "item",
+                               text_item(r, ch, k, NULL, "in_progress")),
+                     out));
+        TS_TRY(event(s, "response.content_part.added",
+                     json_pack("{s:o, s:i, s:i, s:o}", "item_id", item_id(r, msg ? "msg" : "rs", k),
+                               "output_index", k, "content_index", 0, "part",
+                               text_part(ch, "", 0, NULL)),
+                     out));
+    }
+    int k = s->n_items - 1;
+    TS_TRY(ts_strbuf_append(&s->text, text, n));
+    json_t *d = json_pack("{s:o, s:i, s:i, s:s%}", "item_id", item_id(r, msg ? "msg" : "rs", k),
+                          "output_index", k, "content_index", 0, "delta", text, n);
+    if (d && msg && s->lps) json_object_set_new(d, "logprobs", take_lps(s));
+    return event(s, msg ? "response.output_text.delta" : "response.reasoning_text.delta", d, out);
+}
+
+ts_status serve_rsp_stream_tool(const serve_resp *r, serve_rsp_stream *s, int call,
+                                const char *text, size_t n, const serve_logprob *lp, int n_lp,
+                                ts_strbuf *out) {
+    (void)call;
+    hold_lps(r, s, lp, n_lp);
+    TS_TRY(close_item(r, s, "completed", out));
+    int k = s->n_items++;
+    json_t *whole = call_item(r, k, text, n, true);
+    if (!whole) return TS_ERR_NOMEM;
+    json_t *args = json_object_get(whole, "arguments");
+    ts_status st = event(
+        s, "response.output_item.added",
+        json_pack("{s:i, s:o}", "output_index", k, "item", call_item(r, k, text, n, false)), out);
+    if (st == TS_OK)
+        st = event(s, "response.function_call_arguments.delta",
+                   json_pack("{s:o, s:i, s:O}", "item_id", item_id(r, "fc", k), "output_index", k,
+                             "delta", args),
+                   out);
+    if (st == TS_OK)
+        st =
+            event(s, "response.function_call_arguments.done",
+                  json_pack("{s:o, s:i, s:O?, s:O}", "item_id", item_id(r, "fc", k), "output_index",
+                            k, "name", json_object_get(whole, "name"), "arguments", args),
+                  out);
+    if (st == TS_OK)
+        st = event(s, "response.output_item.done",
+                   json_pack("{s:i, s:O}", "output_index", k, "item", whole), out);
+    json_decref(whole);
+    return st;
+}
+
+ts_status serve_rsp_stream_finish(const serve_resp *r, serve_rsp_stream *s, const serve_job *j,
+                                  const serve_logprob *lp, int n_lp, ts_strbuf *out) {
+    hold_lps(r, s, lp, n_lp);
+    const char *status = job_status(j);
+    TS_TRY(close_item(r, s, status, out));
+    return event(s, j->finish == SERVE_FINISH_LENGTH ? "response.incomplete" : "response.completed",
+                 json_pack("{s:o}", "response", response_json(r, status, output_json(r, j), j)),
+                 out);
+}
+
+ts_status serve_rsp_stream_error(const serve_resp *r, serve_rsp_stream *s, const serve_error *e,
+                                 ts_strbuf *out) {
+    TS_TRY(event(s, "error",
+                 json_pack("{s:s, s:s, s:s?}", "code", e->code, "message", e->message, "param",
+                           e->param[0] ? e->param : NULL),
+                 out));
+    json_t *resp = response_json(r, "failed", NULL, NULL);
+    if (resp)
+        json_object_set_new(resp, "error",
+                            json_pack("{s:s, s:s}", "code", e->code, "message", e->message));
+    return event(s, "response.failed", json_pack("{s:o}", "response", resp), out);
+}

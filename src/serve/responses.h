@@ -1,0 +1,70 @@
+/* OpenAI's Responses API (POST /v1/responses), stateless: a request is read as the chat
+ * request it means (responses_request.c) and runs as one; its answer is rendered as a response
+ * object and, streaming, as the API's typed events (responses.c). docs/API.md, "The Responses
+ * API". */
+#ifndef TS_SERVE_RESPONSES_H
+#define TS_SERVE_RESPONSES_H
+
+#include "serve/job.h"
+#include "serve/openai.h"
+#include "serve/respond.h"
+
+#include <jansson.h>
+
+/* Where the chat request's messages came from, so that a chat check's param names the field
+ * the client sent: message i is input item item[i] (-1: the instructions), and its tool call k
+ * is input item call[call_at[i] + k]. */
+typedef struct {
+    int *item, *call_at, *call;
+    bool *tool_output; /* message i is a function_call_output item's */
+    int n_msgs, n_calls;
+} serve_rsp_map;
+
+void serve_rsp_map_free(serve_rsp_map *m);
+
+/* The chat request body a Responses request body means (*chat, new), the map of its messages,
+ * and the request's settings the answer echoes (*settings, new: instructions, max_output_tokens,
+ * temperature, top_p, tools, tool_choice, parallel_tool_calls, text, reasoning, truncation,
+ * store, metadata). False with e set for a request the translation refuses (the Responses
+ * fields' own checks); the chat checks come after, on *chat. */
+bool serve_rsp_request(const json_t *body, json_t **chat, serve_rsp_map *map, json_t **settings,
+                       serve_error *e);
+
+/* Rewrites a chat check's param and message into the Responses request's names
+ * (messages[i] -> input[j] or instructions, max_completion_tokens -> max_output_tokens,
+ * response_format -> text.format, reasoning_effort -> reasoning.effort, tools[i].function ->
+ * tools[i], tool_choice.function -> tool_choice). */
+void serve_rsp_error(const serve_rsp_map *map, serve_error *e);
+
+/* What a stream has sent: the events' count and the output item open now. */
+typedef struct {
+    int seq;        /* the next event's sequence_number */
+    int n_items;    /* output items opened */
+    int open;       /* the channel of the item open now (SERVE_CH_*), -1 none */
+    ts_strbuf text; /* the open item's text so far */
+    json_t *lps;    /* the answer's log-probabilities sent so far (a list), NULL without */
+    int lp_held;    /* of them, those not yet sent with an output_text delta */
+} serve_rsp_stream;
+
+void serve_rsp_stream_free(serve_rsp_stream *s);
+
+/* The whole response object for job j (finished, its mutex held) as a JSON string. */
+char *serve_rsp_full(const serve_resp *r, const serve_job *j);
+
+/* Stream events appended to out ("event: TYPE\ndata: {...}\n\n"). */
+ts_status serve_rsp_stream_start(const serve_resp *r, serve_rsp_stream *s, ts_strbuf *out);
+ts_status serve_rsp_stream_text(const serve_resp *r, serve_rsp_stream *s, serve_channel ch,
+                                const char *text, size_t n, const serve_logprob *lp, int n_lp,
+                                ts_strbuf *out);
+ts_status serve_rsp_stream_tool(const serve_resp *r, serve_rsp_stream *s, int call,
+                                const char *text, size_t n, const serve_logprob *lp, int n_lp,
+                                ts_strbuf *out);
+/* After the job's last output: the open item closed, then response.completed (or
+ * response.incomplete) with the whole response. */
+ts_status serve_rsp_stream_finish(const serve_resp *r, serve_rsp_stream *s, const serve_job *j,
+                                  const serve_logprob *lp, int n_lp, ts_strbuf *out);
+/* A failure after the stream started: an error event, then response.failed. */
+ts_status serve_rsp_stream_error(const serve_resp *r, serve_rsp_stream *s, const serve_error *e,
+                                 ts_strbuf *out);
+
+#endif
