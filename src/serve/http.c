@@ -25,6 +25,7 @@ static const struct {
     [ROUTE_TOKENIZE] = {"/tokenize", "POST"},
     [ROUTE_DETOKENIZE] = {"/detokenize", "POST"},
     [ROUTE_RESPONSES] = {"/v1/responses", "POST"},
+    [ROUTE_MODEL] = {"/v1/models/{id}", "GET"},
 };
 
 /* The origin a web page must have for the browser to hand it this response (CORS), or NULL:
@@ -156,6 +157,8 @@ static bool json_content_type(struct MHD_Connection *c) {
 static int find_route(const char *url) {
     for (int i = 0; i < ROUTE_UNKNOWN; i++)
         if (strcmp(url, routes[i].path) == 0) return i;
+    /* a model's id may hold slashes (an alias "org/name"): the rest of the path is the id */
+    if (strncmp(url, "/v1/models/", 11) == 0 && url[11]) return ROUTE_MODEL;
     return ROUTE_UNKNOWN;
 }
 
@@ -258,6 +261,8 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         if (!cn) return MHD_NO;
         cn->srv = s;
         cn->route = find_route(url);
+        if (cn->route == ROUTE_MODEL && strlen(url + 11) < sizeof cn->model_asked)
+            strcpy(cn->model_asked, url + 11);
         *con_cls = cn;
         bool done;
         enum MHD_Result r = check_headers(cn, c, url, method, &done);

@@ -22,6 +22,7 @@ enum {
     ROUTE_TOKENIZE,
     ROUTE_DETOKENIZE,
     ROUTE_RESPONSES,
+    ROUTE_MODEL, /* GET /v1/models/{id} */
     ROUTE_UNKNOWN
 };
 
@@ -58,6 +59,7 @@ typedef struct {
     size_t received;
     bool too_large;
     bool too_many; /* its body did not fit the receive budget */
+    char model_asked[256]; /* ROUTE_MODEL: the id in the path ("" when longer than this) */
     int status;
     size_t recv_held; /* bytes of the server's receive budget this request holds */
     size_t prep_held; /* bytes of the server's prep budget this request holds */

@@ -6,9 +6,16 @@
 #include <stdio.h>
 #include <string.h>
 
-const char *const serve_metrics_route_names[SERVE_METRICS_ROUTES] = {
-    "/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/metrics", "/tokenize",
-    "/detokenize",          "/v1/responses",   "other"};
+const char *const serve_metrics_route_names[SERVE_METRICS_ROUTES] = {"/v1/chat/completions",
+                                                                     "/v1/completions",
+                                                                     "/v1/models",
+                                                                     "/health",
+                                                                     "/metrics",
+                                                                     "/tokenize",
+                                                                     "/detokenize",
+                                                                     "/v1/responses",
+                                                                     "/v1/models/{id}",
+                                                                     "other"};
 
 static const int status_codes[SERVE_METRICS_STATUSES] = {200, 400, 401, 404, 405,
                                                          413, 415, 500, 503, 0};

@@ -570,6 +570,11 @@ enum MHD_Result serve_route_post(serve_conn *cn, struct MHD_Connection *c) {
 
 /* ---- GET routes ------------------------------------------------------------------------- */
 
+static json_t *model_json(const serve_server *s, const serve_runtime *rt, const char *id) {
+    return json_pack("{s:s, s:s, s:I, s:s, s:i}", "id", id, "object", "model", "created",
+                     (json_int_t)s->started, "owned_by", "tessera", "context_length", rt->n_ctx);
+}
+
 enum MHD_Result serve_route_get(serve_conn *cn, struct MHD_Connection *c) {
     serve_server *s = cn->srv;
     if (cn->route == ROUTE_HEALTH) return serve_send_json(cn, c, 200, strdup("{\"status\":\"ok\"}"));
@@ -589,9 +594,23 @@ enum MHD_Result serve_route_get(serve_conn *cn, struct MHD_Connection *c) {
         return serve_queue(cn, c, 200, r);
     }
     const serve_runtime *rt = serve_worker_runtime(s->worker);
-    json_t *out = json_pack("{s:s, s:[{s:s, s:s, s:I, s:s, s:i}]}", "object", "list", "data", "id",
-                            s->model_ids[0], "object", "model", "created", (json_int_t)s->started,
-                            "owned_by", "tessera", "context_length", rt->n_ctx);
+    json_t *out;
+    if (cn->route == ROUTE_MODEL) { /* OpenAI's retrieve: the model, by a name it answers to */
+        const char *id = NULL;
+        for (int i = 0; s->model_ids[i]; i++)
+            if (strcmp(cn->model_asked, s->model_ids[i]) == 0) id = s->model_ids[i];
+        if (!id) {
+            serve_error e;
+            serve_fail(&e, 404, "model_not_found", "model",
+                       "the model '%.100s' does not exist; this server runs '%s'", cn->model_asked,
+                       s->model_ids[0]);
+            return serve_send_error(cn, c, &e);
+        }
+        out = model_json(s, rt, id);
+    } else {
+        out =
+            json_pack("{s:s, s:[o]}", "object", "list", "data", model_json(s, rt, s->model_ids[0]));
+    }
     char *body = out ? json_dumps(out, JSON_COMPACT) : NULL;
     json_decref(out);
     return serve_send_json(cn, c, 200, body);

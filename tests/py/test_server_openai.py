@@ -1,5 +1,7 @@
 """The server through the official openai client: chat (plain and streaming), completions,
 models, stop strings, usage, seeds, logprobs and reasoning_content."""
+import json
+
 import pytest
 
 from server_util import Server
@@ -22,6 +24,26 @@ def test_models(client):
     models = client.models.list().data
     assert [m.id for m in models] == ["tiny-test"]
     assert models[0].model_extra["context_length"] == 4096
+
+
+def test_model_retrieve(client, srv):
+    """GET /v1/models/{id} (the SDK's models.retrieve) by either name the model answers to;
+    another name is a 404 model_not_found, the server serving on."""
+    m = client.models.retrieve("tiny-test")
+    assert m.id == "tiny-test" and m.object == "model" and m.model_extra["context_length"] == 4096
+    assert client.models.retrieve("serve-tiny").id == "serve-tiny"  # the directory's name
+    import openai
+    with pytest.raises(openai.NotFoundError):
+        client.models.retrieve("gpt-4")
+    status, _, e = srv.request("GET", "/v1/models/org/other")
+    assert status == 404 and json.loads(e)["error"]["code"] == "model_not_found"
+    status, _, e = srv.request("GET", "/v1/models/" + "x" * 300)  # longer than any id
+    assert status == 404 and json.loads(e)["error"]["code"] == "model_not_found"
+    status, _, e = srv.request("POST", "/v1/models/tiny-test", {})
+    assert status == 405
+    with Server("--alias", "org/tiny") as s:  # an id with a slash is the rest of the path
+        status, _, body = s.request("GET", "/v1/models/org/tiny")
+        assert status == 200 and json.loads(body)["id"] == "org/tiny"
 
 
 def test_chat_non_streaming(client):
