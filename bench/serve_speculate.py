@@ -5,6 +5,7 @@ guesses cost).
 
     python3 bench/serve_speculate.py --model MODEL [--bin build/tessera] [--reps 3]
         [--data ../shared/data/wikitext-2/wiki.test.raw] [--device cpu|cuda] [--json]
+        [--max-tokens 256] [--temperature 0]
 
 Three servers: `plain` (--draft-max 0), `pred` (the default: guesses from a request's
 prediction only) and `lookup` (--draft-lookup). Four tasks, each a greedy chat answer of up
@@ -13,7 +14,8 @@ the prediction (OpenAI's Predicted Outputs: an editor sending the file it asks t
 `quote` - the same paragraph to repeat, no prediction (only prompt lookup guesses); `story` - a
 story about a robot (nothing to copy: lookup's guesses are wrong); `own` - that story with the
 plain server's own answer as the prediction (right as far as its text tokenizes back the same:
-with a random model this is the one task where guesses are right). Decode speed is the answer's
+with a random model this is the one task where guesses are right); `wrong` - the story with an
+unrelated paragraph as the prediction (guesses made and refused: their cost). Decode speed is the answer's
 tokens after the first over the time after the first (streamed); the paragraphs are the first
 of WikiText-2's test set long enough. The answers of every server are compared with `plain`'s:
 at temperature 0 they are the same tokens (up to float rounding where the batched check of
@@ -81,6 +83,7 @@ def tasks(par, own=None):
         "quote": ([{"role": "user", "content":
                     "Repeat the following text exactly. Write nothing else.\n\n" + par}], None),
         "story": (story, None),
+        "wrong": (story, par),
     }
 
 
@@ -93,6 +96,8 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--max-tokens", type=int, default=256)
+    ap.add_argument("--temperature", type=float, default=0.0,
+                    help="sampled answers (seeded: the same draws on every server)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     os.environ["TS_SERVER_BIN"] = a.bin
@@ -103,7 +108,7 @@ def main():
     servers = {name: server_util.Server("--cache-mb", "0", "--threads", str(os.cpu_count()),
                                         "--device", a.device, *flags, model=a.model)
                for name, flags in configs.items()}
-    names = ("edit", "quote", "story", "own")
+    names = ("edit", "quote", "story", "own", "wrong")
     rates = {(n, t): [] for n in configs for t in names}
     counts = {k: [0, 0] for k in rates}
     answers = {}
@@ -111,14 +116,15 @@ def main():
         # "own": the story with the plain server's own answer as the prediction - the right
         # answer, as far as its text tokenizes back the same: what the check of guesses costs
         msgs = tasks("")["story"][0]
-        own = stream(servers["plain"].port, {"messages": msgs, "temperature": 0,
-                                              "max_tokens": a.max_tokens})[2]
+        own = stream(servers["plain"].port, {"messages": msgs, "temperature": a.temperature,
+                                              "max_tokens": a.max_tokens, "seed": 1000})[2]
         for i, par in enumerate(pars):
             for task, (msgs, pred) in tasks(par, own).items():
                 order = list(servers.items())
                 for name, srv in order[i % 3:] + order[:i % 3]:  # each goes first in turn
                     time.sleep(0.3)  # the last one's threads gone to sleep
-                    body = {"messages": msgs, "temperature": 0, "max_tokens": a.max_tokens}
+                    body = {"messages": msgs, "temperature": a.temperature,
+                            "max_tokens": a.max_tokens, "seed": 1000 + i}
                     if pred and name != "plain":
                         body["prediction"] = {"type": "content", "content": pred}
                     _, after, text, usage = stream(srv.port, body)
