@@ -529,14 +529,16 @@ static void rename_in(const serve_rsp_map *map, const char *in, char *out, size_
         int i, k;
         char tail[32];
         /* messages[i].tool_calls[k] -> the function_call item; messages[i] -> its item */
-        if (sscanf(p, "messages[%d].tool_calls[%d]", &i, &k) == 2 && i >= 0 && i < map->n_msgs &&
-            k >= 0 && map->call_at[i] + k < map->n_calls) {
+        int used = 0; /* %n is set only once the whole pattern matched (a message may quote
+                       * the client's text, which may look like one) */
+        if (sscanf(p, "messages[%d].tool_calls[%d]%n", &i, &k, &used) == 2 && used && i >= 0 &&
+            i < map->n_msgs && k >= 0 && map->call_at[i] + k < map->n_calls) {
             snprintf(tail, sizeof tail, "input[%d]", map->call[map->call_at[i] + k]);
             put(out, cap, &len, tail, strlen(tail));
-            p = strchr(strchr(p, ']') + 1, ']') + 1;
+            p += used;
             continue;
         }
-        int used = 0;
+        used = 0;
         if (sscanf(p, "messages[%d]%n", &i, &used) == 1 && used && i >= 0 && i < map->n_msgs) {
             if (map->item[i] < 0)
                 snprintf(tail, sizeof tail, "instructions");

@@ -855,3 +855,18 @@ def follow_up(srv):
     assert cached > 0
     assert cached >= r1["usage"]["input_tokens"] - 16, (cached, r1["usage"])
     assert cached < r2["usage"]["input_tokens"]
+
+
+@pytest.mark.parametrize("role", ["messages[1].tool_calls[0", "messages[1].tool_calls[0]",
+                                  "messages[99]", "messages[1].tool_calls[7]"])
+def test_client_text_quoted_in_an_error_is_not_a_name_to_rename(srv, role):
+    """Chat's refusals quote the client's text (here an unknown role), which the renaming
+    into the Responses fields scans too: text that looks like a chat name - half of one, or
+    one naming a message or call that does not exist - is renamed or left, never read past."""
+    status, _, e = srv.post("/v1/responses", {"input": [
+        {"role": "user", "content": "a"},
+        {"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"},
+        {"role": role, "content": "x"}]})
+    assert status == 400 and e["error"]["code"] == "invalid_role", e
+    assert e["error"]["param"] == "input[2].role"
+    assert srv.post("/v1/responses", {"input": "x", "max_output_tokens": 1})[0] == 200
