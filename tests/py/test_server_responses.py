@@ -870,3 +870,41 @@ def test_client_text_quoted_in_an_error_is_not_a_name_to_rename(srv, role):
     assert status == 400 and e["error"]["code"] == "invalid_role", e
     assert e["error"]["param"] == "input[2].role"
     assert srv.post("/v1/responses", {"input": "x", "max_output_tokens": 1})[0] == 200
+
+
+def test_a_stream_cut_by_shutdown_ends_failed():
+    """A failure after the stream started (here the drain deadline of a SIGTERM passing) is an
+    `error` event and then `response.failed` carrying the error - no `[DONE]`, no
+    `response.completed` - and the server still exits 0."""
+    import signal
+    s = Server("--debug-step-delay-ms", "20", "--drain-ms", "300")
+    try:
+        holder = {}
+
+        def read():
+            holder["r"] = s.request("POST", "/v1/responses",
+                                    {"input": "x", "max_output_tokens": 3000, "stream": True},
+                                    timeout=30)
+
+        import threading
+        t = threading.Thread(target=read)
+        t.start()
+        time.sleep(1.0)  # decoding, some deltas out
+        s.proc.send_signal(signal.SIGTERM)
+        t.join(30)
+        st, _, data = holder["r"]
+        assert st == 200
+        blocks = [b for b in data.decode().split("\n\n") if b.strip()]
+        types = [b.split("\n")[0][len("event: "):] for b in blocks]
+        assert types[0] == "response.created" and "response.completed" not in types
+        assert types[-2:] == ["error", "response.failed"], types[-3:]
+        err = json.loads(blocks[-2].split("\n", 1)[1][len("data: "):])
+        failed = json.loads(blocks[-1].split("\n", 1)[1][len("data: "):])
+        assert err["code"] == "server_shutting_down"
+        assert failed["response"]["status"] == "failed"
+        assert failed["response"]["error"]["code"] == "server_shutting_down"
+        seq = [json.loads(b.split("\n", 1)[1][len("data: "):])["sequence_number"] for b in blocks]
+        assert seq == list(range(len(blocks)))
+        assert s.proc.wait(10) == 0
+    finally:
+        s.stop()
