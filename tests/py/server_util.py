@@ -160,6 +160,21 @@ class Server:
                                     {"prompt": "x", "max_tokens": 1, "temperature": 0})
         assert status == 200
 
+    def next_turns(self):
+        """Chat answers whose next-turn preparation ended (kept or given up)."""
+        m = self.metrics()
+        return m["tessera_next_turn_ready_total"] + m["tessera_next_turn_abandoned_total"]
+
+    def wait_next_turn(self, before, timeout=10):
+        """Waits until a next turn more than `before` has been prepared: a client reading the
+        answer gives the idle worker this time, and a test that needs the state waits for it."""
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if self.next_turns() > before:
+                return
+            time.sleep(0.01)
+        raise AssertionError("the next turn was never prepared:\n" + self.stderr()[-2000:])
+
     def client(self, api_key="none"):
         import openai
         return openai.OpenAI(base_url=self.base + "/v1", api_key=api_key, max_retries=0)

@@ -23,7 +23,7 @@ def converse(srv, turns=QUESTIONS, max_tokens=24, wait=False):
         srv.settle()
     for q in turns:
         msgs.append({"role": "user", "content": q})
-        before = prepared(srv)
+        before = srv.next_turns()
         r = client.chat.completions.create(model="serve-tiny", messages=msgs, temperature=0,
                                            max_tokens=max_tokens, logprobs=True)
         text = r.choices[0].message.content
@@ -31,7 +31,7 @@ def converse(srv, turns=QUESTIONS, max_tokens=24, wait=False):
         out.append((text, toks, r.usage))
         msgs.append({"role": "assistant", "content": text})
         if wait:
-            wait_prepared(srv, before)
+            srv.wait_next_turn(before)
     return out
 
 
@@ -188,9 +188,9 @@ def test_follow_up_ttft_drops(warm, cold):
     msgs = [{"role": "system", "content": long_system}, {"role": "user", "content": "Hi"}]
     c = warm.client()
     warm.settle()
-    before = prepared(warm)
+    before = warm.next_turns()
     r = c.chat.completions.create(model="serve-tiny", messages=msgs, temperature=0, max_tokens=8)
-    wait_prepared(warm, before)  # the client reads the answer
+    warm.wait_next_turn(before)  # the client reads the answer
     follow = msgs + [{"role": "assistant", "content": r.choices[0].message.content},
                      {"role": "user", "content": "Tell me more."}]
     warm_t = min(ttft(warm, follow + [{"role": "user", "content": f"#{i}"}]) for i in range(3))
@@ -199,21 +199,6 @@ def test_follow_up_ttft_drops(warm, cold):
 
 
 # ---- the next turn's prefix: the answer is reused too ------------------------------------
-
-def prepared(srv):
-    """Chat answers whose next-turn preparation ended (kept or given up)."""
-    m = srv.metrics()
-    return m["tessera_next_turn_ready_total"] + m["tessera_next_turn_abandoned_total"]
-
-
-def wait_prepared(srv, before, timeout=10):
-    # a client reading the answer gives the idle worker this time; the test waits for it
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if prepared(srv) > before:
-            return
-        time.sleep(0.01)
-    raise AssertionError("the next turn was never prepared:\n" + srv.stderr()[-2000:])
 
 
 def im_start(srv):
@@ -234,7 +219,7 @@ def test_follow_up_prefills_only_the_new_turn(warm, cold, think):
     for turn, q in enumerate(QUESTIONS):
         msgs.append({"role": "user", "content": f"{q} (think={think})"})
         body = dict(messages=msgs, temperature=0, max_tokens=12, return_token_ids=True, **extra)
-        before = prepared(warm)
+        before = warm.next_turns()
         st, _, r = warm.post("/v1/chat/completions", body)
         assert st == 200, r
         st, _, c = cold.post("/v1/chat/completions", body)
@@ -247,7 +232,7 @@ def test_follow_up_prefills_only_the_new_turn(warm, cold, think):
         if turn > 0:
             # everything before "<|im_start|>user" of the new question came from a snapshot
             assert r["usage"]["prompt_tokens_details"]["cached_tokens"] == turns[-2], (turn, turns)
-        wait_prepared(warm, before)
+        warm.wait_next_turn(before)
         m = r["choices"][0]["message"]
         a = {"role": "assistant", "content": m["content"]}
         if m.get("reasoning_content"):
@@ -278,7 +263,7 @@ def test_next_turn_yields_to_a_waiting_request():
         t1.join()
         t2.join()
         assert done == [200, 200]
-        wait_prepared(s, 1)
+        s.wait_next_turn(1)
         m = s.metrics()
         assert m["tessera_next_turn_abandoned_total"] >= 1
         assert m["tessera_next_turn_ready_total"] <= 1

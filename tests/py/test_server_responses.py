@@ -816,19 +816,6 @@ def test_serves_after_refusals(srv):
 
 # ---- 11. prefix reuse -------------------------------------------------------------------------
 
-def prepared(srv):
-    m = srv.metrics()
-    return m["tessera_next_turn_ready_total"] + m["tessera_next_turn_abandoned_total"]
-
-
-def wait_prepared(srv, before, timeout=10):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if prepared(srv) > before:
-            return
-        time.sleep(0.01)
-    raise AssertionError("the next turn was never prepared:\n" + srv.stderr()[-2000:])
-
 
 def test_follow_up_reuses_the_prefix():
     """Stateless, but a follow-up that sends the conversation back (turn 1, its answer as an
@@ -842,11 +829,11 @@ def test_follow_up_reuses_the_prefix():
 def follow_up(srv):
     instructions = "You are a helpful assistant. " + "Remember these facts carefully. " * 40
     q1 = user("What is the capital of France?")
-    before = prepared(srv)
+    before = srv.next_turns()
     r1 = responses(srv, greedy(instructions=instructions, input=q1, max_output_tokens=12))
     assert r1["usage"]["input_tokens_details"]["cached_tokens"] < r1["usage"]["input_tokens"]
     answer = text_of(r1).replace("\x00", "")
-    wait_prepared(srv, before)
+    srv.wait_next_turn(before)
     inp = q1 + [{"type": "message", "role": "assistant",
                  "content": [{"type": "output_text", "text": answer, "annotations": []}]},
                 {"role": "user", "content": "And of Italy?"}]
