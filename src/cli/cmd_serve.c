@@ -63,6 +63,7 @@ int cmd_serve(int argc, char **argv) {
         INT_OPT("--threads", 1, 1024, o.n_threads)
         INT_OPT("-t", 1, 1024, o.n_threads)
         INT_OPT("--cache-mb", 0, 1 << 20, o.cache_mb)
+        INT_OPT("--responses-store-mb", 0, 1 << 20, o.responses_store_mb)
         INT_OPT("--max-body-kb", 1, 1 << 20, body_kb)
         INT_OPT("--drain-ms", 0, 3600 * 1000, o.drain_ms)
         INT_OPT("--idle-timeout", 1, 3600, o.idle_timeout_s)

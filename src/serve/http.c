@@ -26,6 +26,7 @@ static const struct {
     [ROUTE_DETOKENIZE] = {"/detokenize", "POST"},
     [ROUTE_RESPONSES] = {"/v1/responses", "POST"},
     [ROUTE_MODEL] = {"/v1/models/{id}", "GET"},
+    [ROUTE_RESPONSE] = {"/v1/responses/{id}", "GET"},
 };
 
 /* The origin a web page must have for the browser to hand it this response (CORS), or NULL:
@@ -159,6 +160,7 @@ static int find_route(const char *url) {
         if (strcmp(url, routes[i].path) == 0) return i;
     /* a model's id may hold slashes (an alias "org/name"): the rest of the path is the id */
     if (strncmp(url, "/v1/models/", 11) == 0 && url[11]) return ROUTE_MODEL;
+    if (strncmp(url, "/v1/responses/", 14) == 0 && url[14]) return ROUTE_RESPONSE;
     return ROUTE_UNKNOWN;
 }
 
@@ -261,8 +263,10 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         if (!cn) return MHD_NO;
         cn->srv = s;
         cn->route = find_route(url);
-        if (cn->route == ROUTE_MODEL && strlen(url + 11) < sizeof cn->model_asked)
-            strcpy(cn->model_asked, url + 11);
+        const char *id = cn->route == ROUTE_MODEL ? url + 11 : url + 14;
+        if ((cn->route == ROUTE_MODEL || cn->route == ROUTE_RESPONSE) &&
+            strlen(id) < sizeof cn->model_asked)
+            strcpy(cn->model_asked, id);
         *con_cls = cn;
         bool done;
         enum MHD_Result r = check_headers(cn, c, url, method, &done);

@@ -7,6 +7,7 @@
 #include "serve/deadline.h"
 #include "serve/metrics.h"
 #include "serve/openai.h"
+#include "serve/responses_store.h"
 #include "serve/serve.h"
 #include "serve/worker.h"
 
@@ -22,7 +23,8 @@ enum {
     ROUTE_TOKENIZE,
     ROUTE_DETOKENIZE,
     ROUTE_RESPONSES,
-    ROUTE_MODEL, /* GET /v1/models/{id} */
+    ROUTE_MODEL,    /* GET /v1/models/{id} */
+    ROUTE_RESPONSE, /* GET /v1/responses/{id} */
     ROUTE_UNKNOWN
 };
 
@@ -45,6 +47,7 @@ typedef struct {
     serve_budget recv;
     /* each connection's request must arrive within --request-timeout */
     serve_deadlines deadlines;
+    serve_rsp_store *rsp_store; /* the Responses API's stored responses */
 } serve_server;
 
 #define SERVE_PREP_BODIES 4
@@ -59,7 +62,8 @@ typedef struct {
     size_t received;
     bool too_large;
     bool too_many; /* its body did not fit the receive budget */
-    char model_asked[256]; /* ROUTE_MODEL: the id in the path ("" when longer than this) */
+    /* ROUTE_MODEL, ROUTE_RESPONSE: the id in the path ("" when longer than this) */
+    char model_asked[256];
     int status;
     size_t recv_held; /* bytes of the server's receive budget this request holds */
     size_t prep_held; /* bytes of the server's prep budget this request holds */

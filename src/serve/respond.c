@@ -26,7 +26,8 @@ void serve_resp_init(serve_resp *r, serve_api api, const char *model, bool logpr
     r->logprobs = logprobs;
     r->token_ids = false;
     r->tok = tok;
-    r->settings = NULL;
+    r->settings = r->conversation = NULL;
+    r->store = NULL;
     r->think_open = r->think_close = -1;
 }
 

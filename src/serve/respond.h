@@ -20,6 +20,9 @@ typedef struct {
      * NULL for chat and completions), and the thinking's tags, whose span it counts */
     json_t *settings;
     int32_t think_open, think_close;
+    /* the conversation to keep with the answer (owned; NULL: not stored) and the store */
+    json_t *conversation;
+    struct serve_rsp_store *store;
 } serve_resp;
 
 void serve_resp_init(serve_resp *r, serve_api api, const char *model, bool logprobs,

@@ -135,10 +135,53 @@ static json_t *output_json(const serve_resp *r, const serve_job *j) {
     return out;
 }
 
+json_t *serve_rsp_answer_message(const serve_resp *r, const serve_job *j) {
+    ts_strbuf text[2] = {{0}, {0}}; /* content, reasoning */
+    json_t *calls = json_array();
+    for (int i = 0, k = 0; i < j->n_seg; k++) {
+        serve_channel ch = j->seg[i].ch;
+        if (ch == SERVE_CH_TOOL) {
+            json_t *it = call_item(r, k, j->text.data + j->seg[i].off, j->seg[i].len, true);
+            json_array_append_new(calls,
+                                  json_pack("{s:O, s:s, s:{s:O, s:O}}", "id",
+                                            json_object_get(it, "call_id"), "type", "function",
+                                            "function", "name", json_object_get(it, "name"),
+                                            "arguments", json_object_get(it, "arguments")));
+            json_decref(it);
+            i++;
+            continue;
+        }
+        for (; i < j->n_seg && j->seg[i].ch == ch; i++)
+            ts_strbuf_append(&text[ch == SERVE_CH_REASONING], j->text.data + j->seg[i].off,
+                             j->seg[i].len);
+    }
+    json_t *m = json_pack("{s:s, s:o}", "role", "assistant", "content",
+                          text[0].len || !json_array_size(calls)
+                              ? json_stringn(text[0].data ? text[0].data : "", text[0].len)
+                              : json_null());
+    if (m && text[1].len)
+        json_object_set_new(m, "reasoning_content", json_stringn(text[1].data, text[1].len));
+    if (m && json_array_size(calls)) json_object_set(m, "tool_calls", calls);
+    json_decref(calls);
+    ts_strbuf_free(&text[0]);
+    ts_strbuf_free(&text[1]);
+    return m;
+}
+
+/* Keeps a stored request's conversation, its answer appended, with the response object. */
+static void keep(const serve_resp *r, const serve_job *j, const char *object) {
+    if (!r->conversation || !r->store || !object) return;
+    json_t *conv = json_copy(r->conversation); /* the same messages, one more */
+    if (conv && json_array_append_new(conv, serve_rsp_answer_message(r, j)) == 0)
+        serve_rsp_store_put(r->store, r->id, conv, object);
+    json_decref(conv);
+}
+
 char *serve_rsp_full(const serve_resp *r, const serve_job *j) {
     json_t *o = response_json(r, job_status(j), output_json(r, j), j);
     char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
     json_decref(o);
+    keep(r, j, s);
     return s;
 }
 
@@ -276,9 +319,12 @@ ts_status serve_rsp_stream_finish(const serve_resp *r, serve_rsp_stream *s, cons
     hold_lps(r, s, lp, n_lp);
     const char *status = job_status(j);
     TS_TRY(close_item(r, s, status, out));
+    json_t *o = response_json(r, status, output_json(r, j), j);
+    char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    keep(r, j, text);
+    free(text);
     return event(s, j->finish == SERVE_FINISH_LENGTH ? "response.incomplete" : "response.completed",
-                 json_pack("{s:o}", "response", response_json(r, status, output_json(r, j), j)),
-                 out);
+                 json_pack("{s:o}", "response", o), out);
 }
 
 ts_status serve_rsp_stream_error(const serve_resp *r, serve_rsp_stream *s, const serve_error *e,

@@ -8,12 +8,13 @@
 #include "serve/job.h"
 #include "serve/openai.h"
 #include "serve/respond.h"
+#include "serve/responses_store.h"
 
 #include <jansson.h>
 
 /* Where the chat request's messages came from, so that a chat check's param names the field
- * the client sent: message i is input item item[i] (-1: the instructions), and its tool call k
- * is input item call[call_at[i] + k]. */
+ * the client sent: message i is input item item[i] (-1: the instructions, -2: the previous
+ * response's conversation), and its tool call k is input item call[call_at[i] + k]. */
 typedef struct {
     int *item, *call_at, *call;
     bool *tool_output; /* message i is a function_call_output item's */
@@ -22,13 +23,27 @@ typedef struct {
 
 void serve_rsp_map_free(serve_rsp_map *m);
 
-/* The chat request body a Responses request body means (*chat, new), the map of its messages,
- * and the request's settings the answer echoes (*settings, new: instructions, max_output_tokens,
- * temperature, top_p, tools, tool_choice, parallel_tool_calls, text, reasoning, truncation,
- * store, metadata). False with e set for a request the translation refuses (the Responses
- * fields' own checks); the chat checks come after, on *chat. */
-bool serve_rsp_request(const json_t *body, json_t **chat, serve_rsp_map *map, json_t **settings,
+/* A Responses request read: the chat request body it means, the map of its messages, the
+ * request's settings the answer echoes (instructions, max_output_tokens, temperature, top_p,
+ * tools, tool_choice, parallel_tool_calls, text, reasoning, truncation, store, metadata,
+ * previous_response_id), and - when it is to be stored - its conversation (the messages but
+ * the instructions' system message) for the store to keep with the answer. */
+typedef struct {
+    json_t *chat, *settings, *conversation; /* owned; conversation NULL: not stored */
+    serve_rsp_map map;
+} serve_rsp_read;
+
+void serve_rsp_read_free(serve_rsp_read *rd);
+
+/* Reads a Responses request body; a previous_response_id is looked up in store (NULL: none
+ * kept) and its conversation goes first. False with e set for a request the translation
+ * refuses (the Responses fields' own checks); the chat checks come after, on rd->chat. */
+bool serve_rsp_request(const json_t *body, serve_rsp_store *store, serve_rsp_read *rd,
                        serve_error *e);
+
+/* The answer of job j as the conversation's next chat message (the assistant's text, its
+ * reasoning, its tool calls with the call ids the response gave them). */
+json_t *serve_rsp_answer_message(const serve_resp *r, const serve_job *j);
 
 /* Rewrites a chat check's param and message into the Responses request's names
  * (messages[i] -> input[j] or instructions, max_completion_tokens -> max_output_tokens,
@@ -48,7 +63,8 @@ typedef struct {
 
 void serve_rsp_stream_free(serve_rsp_stream *s);
 
-/* The whole response object for job j (finished, its mutex held) as a JSON string. */
+/* The whole response object for job j (finished, its mutex held) as a JSON string; kept in
+ * the store with its conversation when the request is stored. */
 char *serve_rsp_full(const serve_resp *r, const serve_job *j);
 
 /* Stream events appended to out ("event: TYPE\ndata: {...}\n\n"). */

@@ -348,15 +348,16 @@ static bool text_field(const json_t *text, json_t *chat, serve_error *e) {
     return json_object_set_new(chat, "response_format", rf) == 0 || oom(e);
 }
 
-/* The Responses fields a stateless server that never truncates cannot honour. */
+/* The Responses fields a server that keeps only responses, and never truncates, cannot
+ * honour. */
 static bool refused(const json_t *body, serve_error *e) {
-    static const char *const stored[] = {"previous_response_id", "conversation", "prompt",
-                                         "max_tool_calls"};
+    static const char *const stored[] = {"conversation", "prompt", "max_tool_calls"};
     for (size_t i = 0; i < sizeof stored / sizeof stored[0]; i++)
         if (field(body, stored[i]))
             return !serve_fail(e, 400, "unsupported_feature", stored[i],
-                               "'%s' is not supported: this server stores no responses, "
-                               "conversations or prompts; send the whole conversation as input",
+                               "'%s' is not supported: this server keeps no conversations or "
+                               "prompts (send the conversation as input, or name a stored "
+                               "response as previous_response_id)",
                                stored[i]);
     if (json_is_true(field(body, "background")))
         return !serve_fail(e, 400, "unsupported_feature", "background",
@@ -388,7 +389,7 @@ static bool wants_logprobs(const json_t *body, bool *on, serve_error *e) {
     return true;
 }
 
-static json_t *settings_of(const json_t *body) {
+static json_t *settings_of(const json_t *body, bool stored) {
     json_t *s = json_object();
     struct {
         const char *key;
@@ -412,15 +413,48 @@ static json_t *settings_of(const json_t *body) {
             json_object_set_new(s, echo[i].key, echo[i].dflt);
     }
     json_object_set_new(s, "truncation", json_string("disabled"));
-    json_object_set_new(s, "store", json_false());
-    json_object_set_new(s, "previous_response_id", json_null());
+    json_object_set_new(s, "store", json_boolean(stored));
+    const json_t *prev = field(body, "previous_response_id");
+    json_object_set(s, "previous_response_id", prev ? (json_t *)prev : json_null());
     return s;
 }
 
-bool serve_rsp_request(const json_t *body, json_t **chat, serve_rsp_map *map, json_t **settings,
+/* The conversation a previous_response_id names, first (a copy: the request's own turns may
+ * join its last message, and the store's is shared). */
+static bool previous(builder *b, const json_t *body, serve_rsp_store *store, serve_error *e) {
+    const json_t *prev = field(body, "previous_response_id");
+    if (!prev) return true;
+    if (!json_is_string(prev))
+        return serve_fail(e, 400, "invalid_value", "previous_response_id",
+                          "'previous_response_id' must be a string");
+    json_t *kept = store ? serve_rsp_store_messages(store, json_string_value(prev)) : NULL;
+    if (!kept)
+        return serve_fail(e, 400, "previous_response_not_found", "previous_response_id",
+                          "Previous response with id '%.100s' not found (kept are the latest "
+                          "responses stored, up to --responses-store-mb, until a restart)",
+                          json_string_value(prev));
+    size_t i;
+    json_t *m;
+    bool ok = true;
+    json_array_foreach(kept, i, m) {
+        if (ok) ok = push_msg(b, json_deep_copy(m), -2, false, e);
+    }
+    json_decref(kept);
+    return ok;
+}
+
+void serve_rsp_read_free(serve_rsp_read *rd) {
+    json_decref(rd->chat);
+    json_decref(rd->settings);
+    json_decref(rd->conversation);
+    serve_rsp_map_free(&rd->map);
+    *rd = (serve_rsp_read){0};
+}
+
+bool serve_rsp_request(const json_t *body, serve_rsp_store *store, serve_rsp_read *rd,
                        serve_error *e) {
-    *chat = NULL, *settings = NULL;
-    *map = (serve_rsp_map){0};
+    *rd = (serve_rsp_read){0};
+    serve_rsp_map *map = &rd->map;
     if (refused(body, e)) return false;
     const json_t *input = field(body, "input"), *instr = field(body, "instructions");
     if (!input)
@@ -451,6 +485,9 @@ bool serve_rsp_request(const json_t *body, json_t **chat, serve_rsp_map *map, js
     if (ok && instr)
         ok =
             push_msg(&b, json_pack("{s:s, s:O}", "role", "system", "content", instr), -1, false, e);
+    /* a previous response's instructions are not carried over (OpenAI's rule): its
+     * conversation was kept without them */
+    if (ok) ok = previous(&b, body, store, e);
     if (ok && json_is_string(input))
         ok = push_msg(&b, json_pack("{s:s, s:O}", "role", "user", "content", input), 0, false, e);
     else if (ok)
@@ -490,15 +527,24 @@ bool serve_rsp_request(const json_t *body, json_t **chat, serve_rsp_map *map, js
     if (ok && (v = field(body, "tools"))) ok = tools_field(v, c, e);
     if (ok && (v = field(body, "tool_choice"))) ok = tool_choice_field(v, c, e);
     if (ok && (v = field(body, "text"))) ok = text_field(v, c, e);
+    const json_t *st = field(body, "store");
+    if (ok && st && !json_is_boolean(st))
+        ok = serve_fail(e, 400, "invalid_value", "store", "'store' must be a boolean");
+    bool stored = !st || json_is_true(st); /* OpenAI's default: stored */
+    if (ok && stored) {                    /* what is kept: the messages after the instructions' */
+        rd->conversation = json_array();
+        for (size_t i = instr ? 1 : 0; rd->conversation && i < json_array_size(b.msgs); i++)
+            json_array_append(rd->conversation, json_array_get(b.msgs, i));
+        if (!rd->conversation) ok = oom(e);
+    }
     free(b.reasoning);
     json_decref(b.msgs);
+    rd->chat = c;
     if (!ok) {
-        json_decref(c);
-        serve_rsp_map_free(map);
+        serve_rsp_read_free(rd);
         return false;
     }
-    *chat = c;
-    *settings = settings_of(body);
+    rd->settings = settings_of(body, stored);
     return true;
 }
 
@@ -532,7 +578,7 @@ static void rename_in(const serve_rsp_map *map, const char *in, char *out, size_
         int used = 0; /* %n is set only once the whole pattern matched (a message may quote
                        * the client's text, which may look like one) */
         if (sscanf(p, "messages[%d].tool_calls[%d]%n", &i, &k, &used) == 2 && used && i >= 0 &&
-            i < map->n_msgs && k >= 0 && map->call_at[i] + k < map->n_calls) {
+            i < map->n_msgs && map->item[i] != -2 && k >= 0 && map->call_at[i] + k < map->n_calls) {
             snprintf(tail, sizeof tail, "input[%d]", map->call[map->call_at[i] + k]);
             put(out, cap, &len, tail, strlen(tail));
             p += used;
@@ -540,7 +586,9 @@ static void rename_in(const serve_rsp_map *map, const char *in, char *out, size_
         }
         used = 0;
         if (sscanf(p, "messages[%d]%n", &i, &used) == 1 && used && i >= 0 && i < map->n_msgs) {
-            if (map->item[i] < 0)
+            if (map->item[i] == -2)
+                snprintf(tail, sizeof tail, "previous_response_id");
+            else if (map->item[i] < 0)
                 snprintf(tail, sizeof tail, "instructions");
             else
                 snprintf(tail, sizeof tail, "input[%d]", map->item[i]);

@@ -203,6 +203,7 @@ static void stream_free(void *cls) {
     ts_strbuf_free(&s->out);
     serve_rsp_stream_free(&s->rs);
     json_decref(s->resp.settings);
+    json_decref(s->resp.conversation);
     free(s->at);
     free(s);
 }
@@ -217,6 +218,7 @@ static enum MHD_Result start_stream(serve_conn *cn, struct MHD_Connection *c, se
         atomic_fetch_sub(&cn->srv->open_jobs, 1);
         free(s), free(at);
         json_decref(resp->settings);
+        json_decref(resp->conversation);
         return MHD_NO;
     }
     *s = (serve_stream){cn->srv, c, *cs, at, *resp, {0}, include_usage, 0, {0}, 0};
@@ -397,14 +399,13 @@ static enum MHD_Result generate(serve_conn *cn, struct MHD_Connection *c, serve_
     memset(&req, 0, sizeof req);
     serve_error e;
     serve_choices cs = {0};
-    serve_rsp_map map = {0};
-    json_t *settings = NULL;
+    serve_rsp_read rd = {0};
     bool ok = true;
     if (responses) {
-        json_t *chat = NULL;
-        ok = serve_rsp_request(root, &chat, &map, &settings, &e);
+        ok = serve_rsp_request(root, s->rsp_store, &rd, &e);
         json_decref(root);
-        root = chat;
+        root = rd.chat; /* the parse takes it over */
+        rd.chat = NULL;
     }
     if (ok) ok = serve_request_parse(api, root, s->model_ids, s->o.max_tokens_cap, &req, &e);
     /* the name the answer gives the model: the one the request used (the request's own string
@@ -419,10 +420,10 @@ static enum MHD_Result generate(serve_conn *cn, struct MHD_Connection *c, serve_
         ok = serve_fail(&e, 503, "server_busy", NULL, "the server is busy (%d requests admitted); "
                         "retry later", s->o.max_pending);
     }
-    if (!ok && responses) serve_rsp_error(&map, &e);
-    serve_rsp_map_free(&map);
+    if (!ok && responses) serve_rsp_error(&rd.map, &e);
+    serve_rsp_map_free(&rd.map);
     if (!ok) {
-        json_decref(settings);
+        serve_rsp_read_free(&rd);
         serve_request_free(&req);
         choices_free(&cs);
         prep_done(cn);
@@ -435,16 +436,19 @@ static enum MHD_Result generate(serve_conn *cn, struct MHD_Connection *c, serve_
         char id[sizeof resp.id];
         snprintf(id, sizeof id, "resp_%s", strchr(resp.id, '-') + 1);
         memcpy(resp.id, id, sizeof id);
-        resp.settings = settings;
+        resp.settings = rd.settings, resp.conversation = rd.conversation;
+        resp.store = s->rsp_store;
+        rd.settings = rd.conversation = NULL; /* the answer's now */
         resp.think_open = rt->think_open, resp.think_close = rt->think_close;
     }
     bool stream = rq->stream, include_usage = rq->include_usage;
     serve_request_free(&req);
     prep_done(cn);
     atomic_fetch_add(&s->open_jobs, 1);
-    if (stream) return start_stream(cn, c, &cs, &resp, include_usage); /* owns the settings */
+    if (stream) return start_stream(cn, c, &cs, &resp, include_usage); /* owns resp's JSON */
     enum MHD_Result r = finish_blocking(cn, c, &cs, &resp);
-    json_decref(settings);
+    json_decref(resp.settings);
+    json_decref(resp.conversation);
     return r;
 }
 
@@ -592,6 +596,16 @@ enum MHD_Result serve_route_get(serve_conn *cn, struct MHD_Connection *c) {
         }
         MHD_add_response_header(r, "Content-Type", "text/plain; version=0.0.4");
         return serve_queue(cn, c, 200, r);
+    }
+    if (cn->route == ROUTE_RESPONSE) { /* a stored response, as it was answered */
+        char *o = cn->model_asked[0] ? serve_rsp_store_object(s->rsp_store, cn->model_asked) : NULL;
+        if (o) return serve_send_json(cn, c, 200, o);
+        serve_error e;
+        serve_fail(&e, 404, "not_found", NULL,
+                   "Response with id '%.100s' not found (kept are the latest responses stored, "
+                   "up to --responses-store-mb, until a restart)",
+                   cn->model_asked);
+        return serve_send_error(cn, c, &e);
     }
     const serve_runtime *rt = serve_worker_runtime(s->worker);
     json_t *out;

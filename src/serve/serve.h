@@ -34,6 +34,7 @@ typedef struct {
                           * limit allows); one more is closed at once */
     int max_connections_per_ip; /* open connections from one address at most; 0 = no limit */
     size_t cache_mb;     /* prefix snapshots; 0 = no prefix reuse */
+    size_t responses_store_mb; /* the Responses API's stored responses; 0 = none kept */
     int drain_ms;        /* on SIGTERM: how long running jobs may take to finish */
     int prefill_chunk;   /* prompt tokens a forward call; 0 = by the device (worker.h) */
     int64_t image_max_pixels; /* an image's pixels at most; 0 = SERVE_IMAGE_MAX_PIXELS */

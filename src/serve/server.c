@@ -21,6 +21,7 @@ void serve_opts_default(serve_opts *o) {
                       .request_timeout_s = 60,
                       .max_connections = 1024,
                       .cache_mb = 1024,
+                      .responses_store_mb = 64,
                       .draft_max = 8,
                       .drain_ms = 10000};
 }
@@ -49,6 +50,10 @@ int serve_run(const serve_opts *opts) {
     serve_metrics_init(&s->metrics);
     serve_budget_init(&s->prep, SERVE_PREP_BODIES * opts->max_body);
     serve_budget_init(&s->recv, SERVE_RECV_BODIES * opts->max_body);
+    if (serve_rsp_store_create(opts->responses_store_mb << 20, &s->rsp_store) != TS_OK) {
+        free(s);
+        return 2;
+    }
 
     /* every thread started from here on inherits the mask; only sigtimedwait below sees them */
     sigset_t set;
@@ -134,6 +139,7 @@ out:
     serve_metrics_free(&s->metrics);
     serve_budget_free(&s->prep);
     serve_budget_free(&s->recv);
+    serve_rsp_store_free(s->rsp_store);
     free(s);
     return rc;
 }

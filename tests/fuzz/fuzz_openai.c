@@ -36,6 +36,7 @@ void ts_sampler_params_default(ts_sampler_params *p) {
 }
 
 static ts_tokenizer *tok;
+static serve_rsp_store *store;
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc, (void)argv;
@@ -43,6 +44,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
         fprintf(stderr, "fuzz_openai: %s\n", ts_last_error());
         abort();
     }
+    if (serve_rsp_store_create(1 << 20, &store) != TS_OK) abort();
     return 0;
 }
 
@@ -87,15 +89,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     serve_rsp_map map = {0};
     if (responses) {
-        json_t *chat = NULL, *settings = NULL;
-        bool ok = serve_rsp_request(root, &chat, &map, &settings, &e);
+        serve_rsp_read rd;
+        bool ok = serve_rsp_request(root, store, &rd, &e);
         json_decref(root);
-        json_decref(settings);
         if (!ok) {
             check_error(&e);
             return 0;
         }
-        root = chat;
+        root = rd.chat, rd.chat = NULL;
+        map = rd.map, rd.map = (serve_rsp_map){0};
+        /* what a stored answer leaves behind: a conversation a later body may name */
+        if (rd.conversation) serve_rsp_store_put(store, "resp_1", rd.conversation, "{}");
+        serve_rsp_read_free(&rd);
     }
     serve_request r;
     if (!serve_request_parse(api, root, ids, 4096, &r, &e)) {

@@ -198,7 +198,9 @@ def seeds_openai():
                         {"type": "function_call_output", "call_id": "c", "output": "r"}],
               "tools": [{"type": "function", "name": "f", "parameters": {"type": "object"}}],
               "tool_choice": {"type": "function", "name": "f"}, "reasoning": {"effort": "low"},
-              "include": ["message.output_text.logprobs"], "top_logprobs": 2}]
+              "include": ["message.output_text.logprobs"], "top_logprobs": 2},
+             {"input": [{"type": "function_call_output", "call_id": "c", "output": "r"}],
+              "previous_response_id": "resp_1", "store": False}]
     out = [b"\0" + json.dumps(c).encode() for c in chats]
     out += [b"\x10" + json.dumps(c).encode() for c in resps]
     out += [b"\1" + json.dumps(c).encode() for c in comps]

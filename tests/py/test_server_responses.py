@@ -116,7 +116,7 @@ def check_shape(r):
     assert isinstance(r["created_at"], int) and not isinstance(r["created_at"], bool)
     assert r["created_at"] > 1_600_000_000
     assert r["model"] == MODEL
-    assert r["store"] is False
+    assert isinstance(r["store"], bool)
     assert r["error"] is None
     assert r["truncation"] == "disabled"
     ids = [o["id"] for o in r["output"]]
@@ -189,12 +189,12 @@ def test_response_ids_are_unique(srv):
 
 def test_settings_are_echoed_and_ignored_fields_accepted(srv):
     """The request's settings come back in the response; the fields the route accepts and ignores
-    (`store`, `metadata`, `user`, ...) change nothing, and `store` is answered false."""
+    (`metadata`, `user`, ...) change nothing; `store` (stored by default) is answered."""
     base = greedy(input="Hello there", max_output_tokens=6, instructions="Be kind.",
                   top_p=1, tools=RESP_TOOLS, tool_choice="none", parallel_tool_calls=False,
                   text={"format": {"type": "text"}})
     r = responses(srv, base)
-    r2 = responses(srv, dict(base, store=True, metadata={"k": "v"}, user="u1",
+    r2 = responses(srv, dict(base, store=False, metadata={"k": "v"}, user="u1",
                              safety_identifier="s", prompt_cache_key="p", service_tier="auto",
                              stream_options={"include_obfuscation": False},
                              reasoning={"summary": "auto"}))
@@ -208,7 +208,7 @@ def test_settings_are_echoed_and_ignored_fields_accepted(srv):
         assert [t["name"] for t in x["tools"]] == ["get_weather", "now"]
         assert x["tool_choice"] == "none"
         assert x["text"]["format"]["type"] == "text"
-    assert r2["store"] is False
+    assert r["store"] is True and r2["store"] is False
     assert r2["metadata"] == {"k": "v"}
     assert text_of(r2) == text_of(r)
     assert r2["usage"]["input_tokens"] == r["usage"]["input_tokens"]
@@ -754,7 +754,10 @@ REFUSED = [
         {"type": "input_text", "text": "x"}, {"type": "input_file", "file_id": "f"}]}]},
      "unsupported_feature", starts("input[0]")),
     ("previous_response_id", dict(GOOD, previous_response_id="resp_123"),
-     "unsupported_feature", "previous_response_id"),
+     "previous_response_not_found", "previous_response_id"),
+    ("previous_response_id_type", dict(GOOD, previous_response_id=5), "invalid_value",
+     "previous_response_id"),
+    ("store_type", dict(GOOD, store="yes"), "invalid_value", "store"),
     ("conversation", dict(GOOD, conversation="conv_1"), "unsupported_feature", "conversation"),
     ("background", dict(GOOD, background=True), "unsupported_feature", "background"),
     ("truncation_auto", dict(GOOD, truncation="auto"), "unsupported_feature", "truncation"),
@@ -895,3 +898,89 @@ def test_a_stream_cut_by_shutdown_ends_failed():
         assert s.proc.wait(10) == 0
     finally:
         s.stop()
+
+
+# ---- stored responses: previous_response_id, GET /v1/responses/{id} ----------------------------
+
+def test_previous_response_id_is_the_conversation_sent_whole(srv):
+    """A stored response named as previous_response_id is its conversation and its answer
+    sent again: the same prompt (input tokens) and answer as the whole conversation as input.
+    The previous instructions are not carried over (OpenAI's rule): the follow-up gives its own."""
+    first = responses(srv, greedy(input="Tell me about cats.", instructions="Be brief.",
+                                  max_output_tokens=10))
+    assert first["store"] is True
+    follow = responses(srv, greedy(input="And dogs?", previous_response_id=first["id"],
+                                   instructions="Be brief.", max_output_tokens=10))
+    assert follow["previous_response_id"] == first["id"]
+    whole = responses(srv, greedy(instructions="Be brief.", max_output_tokens=10, input=[
+        {"role": "user", "content": "Tell me about cats."},
+        {"role": "assistant", "content": [{"type": "output_text", "text": text_of(first)}]},
+        {"role": "user", "content": "And dogs?"}]))
+    assert text_of(follow) == text_of(whole)
+    assert follow["usage"]["input_tokens"] == whole["usage"]["input_tokens"]
+    bare = responses(srv, greedy(input="And dogs?", previous_response_id=first["id"],
+                                 max_output_tokens=10))
+    assert bare["usage"]["input_tokens"] < follow["usage"]["input_tokens"]  # no instructions
+    # a chain: the follow-up is stored too, with everything before it
+    third = responses(srv, greedy(input="Thanks.", previous_response_id=follow["id"],
+                                  instructions="Be brief.", max_output_tokens=4))
+    assert third["usage"]["input_tokens"] > follow["usage"]["input_tokens"]
+
+
+def test_tool_results_after_a_stored_response(srv):
+    """The tool results for a stored response's calls go in alone: its calls, with the
+    call_ids it gave them, are part of its conversation."""
+    q = user("What is the weather in three days, and the time?")
+    first = responses(srv, dict(input=q, tools=RESP_TOOLS, tool_choice="required",
+                                temperature=0, max_output_tokens=300))
+    calls = items(first, "function_call")
+    assert calls
+    outs = [{"type": "function_call_output", "call_id": fc["call_id"], "output": "sunny"}
+            for fc in calls]
+    chained = responses(srv, greedy(input=outs, previous_response_id=first["id"],
+                                    tools=RESP_TOOLS, max_output_tokens=12))
+    whole = responses(srv, greedy(input=q + calls + outs, tools=RESP_TOOLS, max_output_tokens=12))
+    assert text_of(chained) == text_of(whole)
+    assert chained["usage"]["input_tokens"] == whole["usage"]["input_tokens"]
+
+
+def test_store_false_keeps_nothing(srv):
+    r = responses(srv, greedy(input="x", max_output_tokens=2, store=False))
+    assert r["store"] is False
+    status, _, e = srv.request("GET", "/v1/responses/" + r["id"])
+    assert status == 404 and json.loads(e)["error"]["code"] == "not_found"
+    status, _, e = srv.post("/v1/responses", {"input": "y", "previous_response_id": r["id"]})
+    assert status == 400 and e["error"]["code"] == "previous_response_not_found", e
+    assert e["error"]["param"] == "previous_response_id"
+
+
+def test_get_returns_the_answer_as_given(srv):
+    """GET /v1/responses/{id}: the stored response object, the very one the answer was - whether
+    it was answered whole or streamed."""
+    r = responses(srv, greedy(input="Hello", max_output_tokens=5))
+    status, _, body = srv.request("GET", "/v1/responses/" + r["id"])
+    assert status == 200 and json.loads(body) == r
+    events = sse(srv, greedy(input="Hello", max_output_tokens=5))
+    final = events[-1][1]["response"]
+    status, _, body = srv.request("GET", "/v1/responses/" + final["id"])
+    assert status == 200 and json.loads(body) == final
+    status, _, _ = srv.request("GET", "/v1/responses/resp_" + "0" * 400)  # longer than any id
+    assert status == 404
+
+
+def test_the_store_keeps_the_latest_within_its_bound():
+    """--responses-store-mb bounds the store: the oldest responses go first; 0 keeps none."""
+    with Server("--responses-store-mb", "1") as s:
+        # the response object echoes metadata, so each one kept holds ~20 KB of it
+        meta = {"note": "x" * 20000}
+        ids = [responses(s, {"input": f"{k}", "max_output_tokens": 1, "metadata": meta})["id"]
+               for k in range(64)]  # ~1.3 MB in all
+        assert s.request("GET", "/v1/responses/" + ids[0])[0] == 404
+        assert s.request("GET", "/v1/responses/" + ids[-1])[0] == 200
+        status, _, e = s.post("/v1/responses", {"input": "x", "previous_response_id": ids[0]})
+        assert status == 400 and e["error"]["code"] == "previous_response_not_found"
+        assert responses(s, {"input": "x", "previous_response_id": ids[-1],
+                             "max_output_tokens": 1})["status"] in ("completed", "incomplete")
+    with Server("--responses-store-mb", "0") as s:
+        r = responses(s, {"input": "x", "max_output_tokens": 1})
+        assert s.request("GET", "/v1/responses/" + r["id"])[0] == 404
