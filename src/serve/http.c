@@ -263,10 +263,10 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         if (!cn) return MHD_NO;
         cn->srv = s;
         cn->route = find_route(url);
-        const char *id = cn->route == ROUTE_MODEL ? url + 11 : url + 14;
-        if ((cn->route == ROUTE_MODEL || cn->route == ROUTE_RESPONSE) &&
-            strlen(id) < sizeof cn->model_asked)
-            strcpy(cn->model_asked, id);
+        if (cn->route == ROUTE_MODEL || cn->route == ROUTE_RESPONSE) { /* the id in the path */
+            const char *id = url + (cn->route == ROUTE_MODEL ? 11 : 14);
+            if (strlen(id) < sizeof cn->model_asked) strcpy(cn->model_asked, id);
+        }
         *con_cls = cn;
         bool done;
         enum MHD_Result r = check_headers(cn, c, url, method, &done);

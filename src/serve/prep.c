@@ -40,17 +40,17 @@ static bool tokenize(const serve_runtime *rt, const serve_request *r, int prompt
     which_prompt(r, prompt, at);
     size_t nn = 0;
     *ids = NULL;
+    for (int i = 0; p && !p->text && i < p->n_ids; i++) /* a prompt of ids, framed or not */
+        if (p->ids[i] >= rt->n_vocab)
+            return serve_fail(e, 400, "invalid_value", "prompt",
+                              "%sprompt[%d]: token id %d is not in the vocabulary of %d", at, i,
+                              p->ids[i], rt->n_vocab);
     if (r->api == SERVE_API_CHAT) {
         if (!serve_read_images(rt, r, im, e)) return false;
         ts_chat_params cp = serve_chat_params(r, im);
         if (ts_chat_tokenize(rt->tok, r->msgs, r->n_msgs, &cp, ids, &nn) != TS_OK)
             return serve_fail(e, 400, "invalid_value", "messages", "%s", ts_last_error());
     } else if (r->suffix) { /* the prompt is the text before a hole, the suffix after it */
-        for (int i = 0; !p->text && i < p->n_ids; i++)
-            if (p->ids[i] >= rt->n_vocab)
-                return serve_fail(e, 400, "invalid_value", "prompt",
-                                  "%sprompt[%d]: token id %d is not in the vocabulary of %d", at, i,
-                                  p->ids[i], rt->n_vocab);
         ts_status st = ts_tokenize_fim(rt->tok, p->text, p->text ? strlen(p->text) : 0,
                                        p->text ? NULL : p->ids, p->text ? 0 : (size_t)p->n_ids,
                                        r->suffix, strlen(r->suffix), ids, &nn);
@@ -64,11 +64,6 @@ static bool tokenize(const serve_runtime *rt, const serve_request *r, int prompt
         if (ts_tokenize(rt->tok, p->text, strlen(p->text), true, ids, &nn) != TS_OK)
             return serve_fail(e, 400, "invalid_value", "prompt", "%s%s", at, ts_last_error());
     } else {
-        for (int i = 0; i < p->n_ids; i++)
-            if (p->ids[i] >= rt->n_vocab)
-                return serve_fail(e, 400, "invalid_value", "prompt",
-                                  "%sprompt[%d]: token id %d is not in the vocabulary of %d", at, i,
-                                  p->ids[i], rt->n_vocab);
         nn = (size_t)p->n_ids;
         *ids = malloc((nn ? nn : 1) * sizeof **ids);
         if (!*ids) return serve_fail(e, 500, "internal_error", NULL, "out of memory");

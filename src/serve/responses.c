@@ -101,31 +101,31 @@ static const char *job_status(const serve_job *j) {
     return j->finish == SERVE_FINISH_LENGTH ? "incomplete" : "completed";
 }
 
+/* The output item that starts at segment i of job j: its text (a tool call is one segment; the
+ * consecutive segments of a text channel are adjacent text) and the segment after it. */
+static int item_end(const serve_job *j, int i, size_t *off, size_t *len) {
+    serve_channel ch = j->seg[i].ch;
+    *off = j->seg[i].off, *len = 0;
+    do
+        *len += j->seg[i++].len;
+    while (ch != SERVE_CH_TOOL && i < j->n_seg && j->seg[i].ch == ch);
+    return i;
+}
+
 /* The output items of a finished job. */
 static json_t *output_json(const serve_resp *r, const serve_job *j) {
     json_t *out = json_array();
     int last_msg = -1; /* the answer's log-probabilities go with its last message */
-    for (int i = 0, k = 0; i < j->n_seg; k++) {
+    size_t off, len;
+    for (int i = 0, k = 0; i < j->n_seg; i = item_end(j, i, &off, &len), k++)
         if (j->seg[i].ch == SERVE_CH_CONTENT) last_msg = k;
-        if (j->seg[i].ch == SERVE_CH_TOOL) {
-            i++;
-            continue;
-        }
+    for (int i = 0, next, k = 0; i < j->n_seg; i = next, k++) {
         serve_channel ch = j->seg[i].ch;
-        while (i < j->n_seg && j->seg[i].ch == ch)
-            i++;
-    }
-    for (int i = 0, k = 0; i < j->n_seg; k++) {
-        serve_channel ch = j->seg[i].ch;
+        next = item_end(j, i, &off, &len);
         if (ch == SERVE_CH_TOOL) {
-            json_array_append_new(
-                out, call_item(r, k, j->text.data + j->seg[i].off, j->seg[i].len, true));
-            i++;
+            json_array_append_new(out, call_item(r, k, j->text.data + off, len, true));
             continue;
         }
-        size_t off = j->seg[i].off, len = 0;
-        while (i < j->n_seg && j->seg[i].ch == ch) /* consecutive segments are adjacent text */
-            len += j->seg[i++].len;
         json_t *lps =
             r->logprobs && k == last_msg ? serve_resp_logprob_list(r, j->lp, j->n_lp) : NULL;
         json_array_append_new(
@@ -138,22 +138,20 @@ static json_t *output_json(const serve_resp *r, const serve_job *j) {
 json_t *serve_rsp_answer_message(const serve_resp *r, const serve_job *j) {
     ts_strbuf text[2] = {{0}, {0}}; /* content, reasoning */
     json_t *calls = json_array();
-    for (int i = 0, k = 0; i < j->n_seg; k++) {
+    size_t off, len;
+    for (int i = 0, next, k = 0; i < j->n_seg; i = next, k++) {
         serve_channel ch = j->seg[i].ch;
-        if (ch == SERVE_CH_TOOL) {
-            json_t *it = call_item(r, k, j->text.data + j->seg[i].off, j->seg[i].len, true);
-            json_array_append_new(calls,
-                                  json_pack("{s:O, s:s, s:{s:O, s:O}}", "id",
-                                            json_object_get(it, "call_id"), "type", "function",
-                                            "function", "name", json_object_get(it, "name"),
-                                            "arguments", json_object_get(it, "arguments")));
-            json_decref(it);
-            i++;
+        next = item_end(j, i, &off, &len);
+        if (ch != SERVE_CH_TOOL) {
+            ts_strbuf_append(&text[ch == SERVE_CH_REASONING], j->text.data + off, len);
             continue;
         }
-        for (; i < j->n_seg && j->seg[i].ch == ch; i++)
-            ts_strbuf_append(&text[ch == SERVE_CH_REASONING], j->text.data + j->seg[i].off,
-                             j->seg[i].len);
+        json_t *it = call_item(r, k, j->text.data + off, len, true);
+        json_array_append_new(calls, json_pack("{s:O, s:s, s:{s:O, s:O}}", "id",
+                                               json_object_get(it, "call_id"), "type", "function",
+                                               "function", "name", json_object_get(it, "name"),
+                                               "arguments", json_object_get(it, "arguments")));
+        json_decref(it);
     }
     json_t *m = json_pack("{s:s, s:o}", "role", "assistant", "content",
                           text[0].len || !json_array_size(calls)

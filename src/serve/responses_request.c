@@ -427,8 +427,8 @@ static bool previous(builder *b, const json_t *body, serve_rsp_store *store, ser
     if (!json_is_string(prev))
         return serve_fail(e, 400, "invalid_value", "previous_response_id",
                           "'previous_response_id' must be a string");
-    json_t *kept = store ? serve_rsp_store_messages(store, json_string_value(prev)) : NULL;
-    if (!kept)
+    json_t *kept = NULL;
+    if (!store || !serve_rsp_store_get(store, json_string_value(prev), &kept, NULL))
         return serve_fail(e, 400, "previous_response_not_found", "previous_response_id",
                           "Previous response with id '%.100s' not found (kept are the latest "
                           "responses stored, up to --responses-store-mb, until a restart)",

@@ -95,18 +95,11 @@ static entry *find(serve_rsp_store *s, const char *id) {
     return NULL;
 }
 
-json_t *serve_rsp_store_messages(serve_rsp_store *s, const char *id) {
+bool serve_rsp_store_get(serve_rsp_store *s, const char *id, json_t **messages, char **object) {
     pthread_mutex_lock(&s->mu);
     entry *e = find(s, id);
-    json_t *m = e ? json_incref(e->messages) : NULL;
+    if (e && messages) *messages = json_incref(e->messages);
+    if (e && object) *object = strdup(e->object);
     pthread_mutex_unlock(&s->mu);
-    return m;
-}
-
-char *serve_rsp_store_object(serve_rsp_store *s, const char *id) {
-    pthread_mutex_lock(&s->mu);
-    entry *e = find(s, id);
-    char *o = e ? strdup(e->object) : NULL;
-    pthread_mutex_unlock(&s->mu);
-    return o;
+    return e != NULL;
 }

@@ -9,6 +9,7 @@
 #include "tessera.h"
 
 #include <jansson.h>
+#include <stdbool.h>
 #include <stddef.h>
 
 typedef struct serve_rsp_store serve_rsp_store;
@@ -20,9 +21,8 @@ void serve_rsp_store_free(serve_rsp_store *s);
 /* Keeps response id: its conversation (a list of chat messages; a reference is taken) and its
  * object's JSON text (copied). One larger than the whole store is not kept. */
 void serve_rsp_store_put(serve_rsp_store *s, const char *id, json_t *messages, const char *object);
-/* A new reference to the conversation of response id; NULL when it is not kept. */
-json_t *serve_rsp_store_messages(serve_rsp_store *s, const char *id);
-/* A malloc'd copy of response id's object; NULL when it is not kept. */
-char *serve_rsp_store_object(serve_rsp_store *s, const char *id);
+/* Whether response id is kept; then, for each output not NULL, a new reference to its
+ * conversation and a malloc'd copy of its object (NULL without memory). */
+bool serve_rsp_store_get(serve_rsp_store *s, const char *id, json_t **messages, char **object);
 
 #endif

@@ -421,7 +421,6 @@ static enum MHD_Result generate(serve_conn *cn, struct MHD_Connection *c, serve_
                         "retry later", s->o.max_pending);
     }
     if (!ok && responses) serve_rsp_error(&rd.map, &e);
-    serve_rsp_map_free(&rd.map);
     if (!ok) {
         serve_rsp_read_free(&rd);
         serve_request_free(&req);
@@ -441,6 +440,7 @@ static enum MHD_Result generate(serve_conn *cn, struct MHD_Connection *c, serve_
         rd.settings = rd.conversation = NULL; /* the answer's now */
         resp.think_open = rt->think_open, resp.think_close = rt->think_close;
     }
+    serve_rsp_read_free(&rd); /* what is left of it: the map */
     bool stream = rq->stream, include_usage = rq->include_usage;
     serve_request_free(&req);
     prep_done(cn);
@@ -598,8 +598,9 @@ enum MHD_Result serve_route_get(serve_conn *cn, struct MHD_Connection *c) {
         return serve_queue(cn, c, 200, r);
     }
     if (cn->route == ROUTE_RESPONSE) { /* a stored response, as it was answered */
-        char *o = cn->model_asked[0] ? serve_rsp_store_object(s->rsp_store, cn->model_asked) : NULL;
-        if (o) return serve_send_json(cn, c, 200, o);
+        char *o = NULL;
+        if (cn->model_asked[0] && serve_rsp_store_get(s->rsp_store, cn->model_asked, NULL, &o))
+            return serve_send_json(cn, c, 200, o); /* NULL o: a 500 "out of memory" */
         serve_error e;
         serve_fail(&e, 404, "not_found", NULL,
                    "Response with id '%.100s' not found (kept are the latest responses stored, "

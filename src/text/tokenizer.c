@@ -67,29 +67,41 @@ static void add_eog(ts_tokenizer *t, int32_t id) {
     t->eog[t->n_eog++] = id;
 }
 
-/* A GGUF's fill-in-the-middle ids; the spelled ones (tok_fim_by_content) fill the rest. */
+/* The fill-in-the-middle tokens: each one's GGUF key and Qwen spelling, in ts_fim_tokens'
+ * order (FIM_SLOTS of them). */
+#define FIM_SLOTS 6
+static const struct {
+    const char *key, *name;
+} fim_tokens[FIM_SLOTS] = {{"tokenizer.ggml.fim_pre_token_id", "<|fim_prefix|>"},
+                           {"tokenizer.ggml.fim_suf_token_id", "<|fim_suffix|>"},
+                           {"tokenizer.ggml.fim_mid_token_id", "<|fim_middle|>"},
+                           {"tokenizer.ggml.fim_pad_token_id", "<|fim_pad|>"},
+                           {"tokenizer.ggml.fim_rep_token_id", "<|repo_name|>"},
+                           {"tokenizer.ggml.fim_sep_token_id", "<|file_sep|>"}};
+
+static void fim_slots(ts_tokenizer *t, int32_t *slot[FIM_SLOTS]) {
+    int32_t *all[FIM_SLOTS] = {&t->fim.prefix, &t->fim.suffix, &t->fim.middle,
+                               &t->fim.pad,    &t->fim.repo,   &t->fim.file_sep};
+    memcpy(slot, all, sizeof all);
+}
+
+/* A GGUF's fill-in-the-middle ids; the spelled ones (fim_by_content) fill the rest. */
 static ts_status gguf_fim(ts_tokenizer *t, const ts_gguf *g) {
-    static const char *const keys[] = {
-        "tokenizer.ggml.fim_pre_token_id", "tokenizer.ggml.fim_suf_token_id",
-        "tokenizer.ggml.fim_mid_token_id", "tokenizer.ggml.fim_pad_token_id",
-        "tokenizer.ggml.fim_rep_token_id", "tokenizer.ggml.fim_sep_token_id"};
-    int32_t *slot[] = {&t->fim.prefix, &t->fim.suffix, &t->fim.middle,
-                       &t->fim.pad,    &t->fim.repo,   &t->fim.file_sep};
-    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+    int32_t *slot[FIM_SLOTS];
+    fim_slots(t, slot);
+    for (int i = 0; i < FIM_SLOTS; i++) {
         uint32_t id;
-        TS_TRY(ts_gguf_get_u32_opt(g, keys[i], UINT32_MAX, &id));
+        TS_TRY(ts_gguf_get_u32_opt(g, fim_tokens[i].key, UINT32_MAX, &id));
         if (id < (uint32_t)ts_tokenizer_vocab_size(t)) *slot[i] = (int32_t)id;
     }
     return TS_OK;
 }
 
 static void fim_by_content(ts_tokenizer *t) {
-    static const char *const names[] = {"<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>",
-                                        "<|fim_pad|>",    "<|repo_name|>",  "<|file_sep|>"};
-    int32_t *slot[] = {&t->fim.prefix, &t->fim.suffix, &t->fim.middle,
-                       &t->fim.pad,    &t->fim.repo,   &t->fim.file_sep};
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
-        if (*slot[i] < 0) *slot[i] = tok_id(t, names[i]);
+    int32_t *slot[FIM_SLOTS];
+    fim_slots(t, slot);
+    for (int i = 0; i < FIM_SLOTS; i++)
+        if (*slot[i] < 0) *slot[i] = tok_id(t, fim_tokens[i].name);
 }
 
 /* The end-of-generation tokens the chat formats know, by content. */
