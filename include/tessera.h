@@ -114,6 +114,11 @@ typedef struct ts_sampler ts_sampler; /* sampling, below */
  * wanted, in batch order, to logits (may be NULL when none are wanted). On every device the
  * work is done when it returns, with or without logits. */
 ts_status ts_engine_forward(ts_engine *engine, const ts_batch *batch, float *logits);
+/* The same forward, but for each token whose logits are wanted its final hidden state is
+ * written instead, n_embd floats (ts_model_info) in batch order: the output of the final norm,
+ * which the output head would turn into logits (the head does not run). What an embedding of
+ * the text is pooled from. */
+ts_status ts_engine_forward_hidden(ts_engine *engine, const ts_batch *batch, float *hidden);
 /* The same forward, but for each token whose logits are wanted only the id of its largest
  * logit is written to ids (greedy decoding; the first id on ties). On a GPU the logits then
  * never leave the device. */

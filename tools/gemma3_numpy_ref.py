@@ -16,7 +16,7 @@ import os
 import sys
 
 import numpy as np
-from safetensors import safe_open
+from qwen35_numpy_ref import read_safetensors
 
 
 def resolve_config(cfg):
@@ -68,11 +68,7 @@ def load(model_dir, config_name="config.json", embed_scale=None):
     """embed_scale: None = sqrt(hidden_size) in float64; otherwise the given value."""
     with open(os.path.join(model_dir, config_name)) as f:
         c = resolve_config(json.load(f))
-    w = {}
-    # torch is only used to read BF16, which numpy cannot represent.
-    with safe_open(os.path.join(model_dir, "model.safetensors"), "pt") as f:
-        for k in f.keys():
-            w[k] = f.get_tensor(k).double().numpy()
+    w = read_safetensors(os.path.join(model_dir, "model.safetensors"))
     if c["tied"] and "lm_head.weight" in w:
         raise ValueError("tied model carries lm_head.weight")
     if not c["tied"] and "lm_head.weight" not in w:
@@ -149,9 +145,14 @@ def embed(m, ids):
     return m["w"]["model.embed_tokens.weight"][np.asarray(ids)] * m["cfg"]["embed_scale"]
 
 
+def final_norm(m, h):
+    """The output head's input: what embeddings are pooled from."""
+    return rms1p(h, m["w"]["model.norm.weight"], m["cfg"]["eps"])
+
+
 def head(m, h):
     c, w = m["cfg"], m["w"]
-    h = rms1p(h, w["model.norm.weight"], c["eps"])
+    h = final_norm(m, h)
     logits = h @ w.get("lm_head.weight", w["model.embed_tokens.weight"]).T
     cap = c["final_softcap"]
     if cap is not None:
@@ -161,6 +162,11 @@ def head(m, h):
 
 def forward(m, ids):
     """Logits [T, vocab] for every position, whole sequence at once."""
+    return head(m, body(m, ids))
+
+
+def body(m, ids):
+    """The residual stream after the last layer [T, hidden], whole sequence at once."""
     c, w = m["cfg"], m["w"]
     T = len(ids)
     h = embed(m, ids)
@@ -172,7 +178,7 @@ def forward(m, ids):
         a = attend(m, q, k, v, window_bias(m, L, T)) @ w[p + "self_attn.o_proj.weight"].T
         h = h + rms1p(a, w[p + "post_attention_layernorm.weight"], c["eps"])
         h = mlp_block(m, L, h)
-    return head(m, h)
+    return h
 
 
 def decode(m, ids):

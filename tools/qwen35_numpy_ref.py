@@ -14,7 +14,6 @@ import os
 import sys
 
 import numpy as np
-from safetensors import safe_open
 
 
 def load(model_dir):
@@ -22,12 +21,27 @@ def load(model_dir):
         cfg = json.load(f)
     tcfg = cfg.get("text_config", cfg)
     prefix = "model.language_model." if "text_config" in cfg else "model."
+    return dict(cfg=tcfg, prefix=prefix, w=read_safetensors(os.path.join(model_dir, "model.safetensors")))
+
+
+def read_safetensors(path):
+    """Every tensor of a safetensors file as float64, by its header alone (numpy has no BF16:
+    its bits are the top half of a float32's)."""
+    kinds = {"F32": "<f4", "F16": "<f2", "F64": "<f8", "BF16": "<u2"}
+    with open(path, "rb") as f:
+        n = int.from_bytes(f.read(8), "little")
+        header = json.loads(f.read(n))
+        data = f.read()
     w = {}
-    # torch is only used to read BF16, which numpy cannot represent.
-    with safe_open(os.path.join(model_dir, "model.safetensors"), "pt") as f:
-        for k in f.keys():
-            w[k] = f.get_tensor(k).double().numpy()
-    return dict(cfg=tcfg, prefix=prefix, w=w)
+    for name, t in header.items():
+        if name == "__metadata__":
+            continue
+        a, b = t["data_offsets"]
+        x = np.frombuffer(data[a:b], dtype=kinds[t["dtype"]])
+        if t["dtype"] == "BF16":
+            x = (x.astype(np.uint32) << 16).view(np.float32)
+        w[name] = x.astype(np.float64).reshape(t["shape"])
+    return w
 
 
 def rms1p(x, w, eps):
@@ -132,21 +146,35 @@ def deltanet(m, L, x):
     return y.reshape(T, hv * dv) @ w[p + "out_proj.weight"].T
 
 
-def forward(m, ids):
+def layer_types(c):
+    """The layers' kinds: listed, or every full_attention_interval-th layer full attention."""
+    if "layer_types" in c:
+        return c["layer_types"]
+    k = c["full_attention_interval"]
+    return ["full_attention" if (L + 1) % k == 0 else "linear_attention"
+            for L in range(c["num_hidden_layers"])]
+
+
+def hidden(m, ids):
+    """The final norm's output for each token: the output head's input."""
     c, w, pre = m["cfg"], m["w"], m["prefix"]
     eps = c["rms_norm_eps"]
     emb = w[pre + "embed_tokens.weight"]
     h = emb[np.asarray(ids)]
-    for L, kind in enumerate(c["layer_types"]):
+    for L, kind in enumerate(layer_types(c)):
         p = pre + f"layers.{L}."
         x = rms1p(h, w[p + "input_layernorm.weight"], eps)
         h = h + (deltanet(m, L, x) if kind == "linear_attention" else attention(m, L, x))
         x = rms1p(h, w[p + "post_attention_layernorm.weight"], eps)
         mg, mu = x @ w[p + "mlp.gate_proj.weight"].T, x @ w[p + "mlp.up_proj.weight"].T
         h = h + (silu(mg) * mu) @ w[p + "mlp.down_proj.weight"].T
-    h = rms1p(h, w[pre + "norm.weight"], eps)
-    head = w.get("lm_head.weight", emb)
-    return h @ head.T
+    return rms1p(h, w[pre + "norm.weight"], eps)
+
+
+def forward(m, ids):
+    w, pre = m["w"], m["prefix"]
+    head = w.get("lm_head.weight", w[pre + "embed_tokens.weight"])
+    return hidden(m, ids) @ head.T
 
 
 def main():

@@ -1,4 +1,5 @@
-/* tessera logits: one prefill of the given ids; every position's logits to a file. */
+/* tessera logits: one prefill of the given ids; every position's logits to a file, or with
+ * --hidden its final hidden state (the output head's input, what embeddings are pooled from). */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -10,6 +11,7 @@
 int cmd_logits(int argc, char **argv) {
     cli_engine_args ea = {.model_path = cli_default_model()};
     const char *ids_arg = NULL, *out_path = NULL, *v;
+    bool hidden = false;
     for (int i = 1; i < argc; i++) {
         int r = cli_engine_opt(argc, argv, &i, &ea);
         if (r < 0) return CLI_EXIT_USAGE;
@@ -18,6 +20,8 @@ int cmd_logits(int argc, char **argv) {
             ids_arg = v;
         else if ((v = cli_opt_value(argc, argv, &i, "-o", "--output")))
             out_path = v;
+        else if (strcmp(argv[i], "--hidden") == 0)
+            hidden = true;
         else
             return cli_usage("logits: unknown option '%s'", argv[i]);
     }
@@ -33,7 +37,9 @@ int cmd_logits(int argc, char **argv) {
         free(ids);
         return rc;
     }
-    int V = ts_engine_n_vocab(engine);
+    ts_model_info info;
+    ts_model_get_info(model, &info);
+    int V = hidden ? info.n_embd : ts_engine_n_vocab(engine);
     int32_t *pos = malloc((size_t)n * sizeof *pos), *slot = calloc((size_t)n, sizeof *slot);
     uint8_t *want = malloc((size_t)n);
     float *logits = malloc((size_t)n * V * sizeof(float));
@@ -48,7 +54,8 @@ int cmd_logits(int argc, char **argv) {
     }
     ts_batch b = {n, ids, pos, slot, want, NULL, NULL};
     double t0 = cli_now();
-    if (ts_engine_forward(engine, &b, logits) != TS_OK) {
+    if ((hidden ? ts_engine_forward_hidden(engine, &b, logits)
+                : ts_engine_forward(engine, &b, logits)) != TS_OK) {
         rc = cli_fail("forward failed");
         goto done;
     }
@@ -74,9 +81,9 @@ int cmd_logits(int argc, char **argv) {
         if (last[j] > last[best]) best = j;
         sumsq += (double)last[j] * last[j];
     }
-    printf("tokens %d, vocab %d, %.1f ms (%s); last position: argmax %d (%.4f), rms %.4f%s%s\n",
-           n, V, dt * 1e3, ts_engine_describe(engine), best, last[best], sqrt(sumsq / V),
-           out_path ? ", written to " : "", out_path ? out_path : "");
+    printf("tokens %d, %s %d, %.1f ms (%s); last position: argmax %d (%.4f), rms %.4f%s%s\n", n,
+           hidden ? "width" : "vocab", V, dt * 1e3, ts_engine_describe(engine), best, last[best],
+           sqrt(sumsq / V), out_path ? ", written to " : "", out_path ? out_path : "");
 done:
     free(ids);
     free(pos);

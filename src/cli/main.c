@@ -31,7 +31,7 @@ static const struct {
      "[--threads K]"},
     {"tokenize", cmd_tokenize, "tokenize -m MODEL [--special] TEXT"},
     {"detokenize", cmd_detokenize, "detokenize -m MODEL [--skip-special] ID..."},
-    {"logits", cmd_logits, "logits -m MODEL --ids 1,2,3 [-o FILE] [--threads K]"},
+    {"logits", cmd_logits, "logits -m MODEL --ids 1,2,3 [-o FILE] [--hidden] [--threads K]"},
     {"bench", cmd_bench,
      "bench -m MODEL [-p 512] [-n 128] [-r REPS] [-d DEPTH] "
      "[--parallel 1,8,32] [--temp T] [--top-k K] [--top-p P] [--min-p P] [--seed S] "

@@ -69,6 +69,7 @@ ts_status ts_engine_create(ts_model *model, const ts_engine_opts *opts, ts_engin
     e->n_ctx = o.n_ctx;
     e->n_batch = o.n_batch;
     e->n_vocab = model->info.n_vocab;
+    e->n_embd = model->info.n_embd;
     ts_status st = o.device == TS_DEVICE_CUDA ? ts_backend_cuda_create(0, &e->be)
                                               : ts_backend_cpu_create(o.n_threads, isa, &e->be);
     if (st == TS_OK) st = model->arch->runtime_create(model, e->be, o.n_batch, o.n_ctx, &e->rt);
@@ -230,7 +231,7 @@ static ts_status forward(ts_engine *e, const ts_batch *b, float *logits, ts_fwd_
         }
         int produced = 0;
         for (int i = 0; i < n; i++) produced += want[i] != 0;
-        if (produced && !logits && !o.argmax && !o.sample)
+        if (produced && !logits && !o.argmax && !o.sample && !o.hidden)
             return ts_error(TS_ERR_INVALID, "logits wanted but no buffer");
         ts_fwd_batch fb = o;
         fb.n_tokens = n, fb.tokens = b->tokens + start, fb.pos = b->pos + start;
@@ -242,6 +243,7 @@ static ts_status forward(ts_engine *e, const ts_batch *b, float *logits, ts_fwd_
         for (int i = 0; i < n; i++) e->slot_len[fb.slot[i]]++;
         if (logits) logits += (size_t)produced * e->n_vocab;
         if (o.argmax) o.argmax += produced;
+        if (o.hidden) o.hidden += (size_t)produced * e->n_embd;
         if (o.sample) o.sample += produced, o.sample_res += produced;
         if (o.lp_req) o.lp_req += produced, o.lp_res += produced, o.lp_chosen += produced;
     }
@@ -250,12 +252,18 @@ static ts_status forward(ts_engine *e, const ts_batch *b, float *logits, ts_fwd_
      * that needs a result, so a caller that checks for a cancellation or a new request between
      * chunks (the server) checked nothing - it queued every chunk at once, and the request it
      * meant to let in waited behind all of them (bench/RESULTS.md). */
-    if (!logits && !o.argmax && !o.sample && e->be->ops->finish) e->be->ops->finish(e->be);
+    if (!logits && !o.argmax && !o.sample && !o.hidden && e->be->ops->finish)
+        e->be->ops->finish(e->be);
     return TS_OK;
 }
 
 ts_status ts_engine_forward(ts_engine *e, const ts_batch *b, float *logits) {
     return forward(e, b, logits, (ts_fwd_batch){0});
+}
+
+ts_status ts_engine_forward_hidden(ts_engine *e, const ts_batch *b, float *hidden) {
+    if (!hidden) return ts_error(TS_ERR_INVALID, "hidden states wanted but no buffer");
+    return forward(e, b, NULL, (ts_fwd_batch){.hidden = hidden});
 }
 
 ts_status ts_engine_forward_greedy(ts_engine *e, const ts_batch *b, int32_t *ids) {

@@ -41,7 +41,7 @@ struct ts_engine {
     ts_model *model;
     ts_backend *be;
     void *rt; /* the model's runtime (scratch, device parameters) */
-    int n_slots, n_ctx, n_batch, n_vocab;
+    int n_slots, n_ctx, n_batch, n_vocab, n_embd;
     size_t state_bytes;
     void **slot_state; /* [n_slots] state blobs, allocated at creation */
     int *slot_len;     /* tokens held per slot */

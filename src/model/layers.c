@@ -27,6 +27,10 @@ void ts_output_logits(ts_backend *be, const ts_output_head *oh, const ts_fwd_bat
             op->rmsnorm(be, x + (size_t)sel[s0 + i] * D, D, run, D, oh->final_norm, oh->eps,
                         lh + (size_t)i * D, D);
         }
+        if (b->hidden) { /* embeddings: the head's input is the answer */
+            op->download(be, b->hidden + (size_t)s0 * D, lh, (size_t)k * D * sizeof(float));
+            continue;
+        }
         op->matmul(be, oh->head, lh, D, k, lg, oh->n_vocab);
         if (oh->softcap > 0) op->softcap(be, lg, (int64_t)k * oh->n_vocab, oh->softcap);
         if (b->sample && b->held && b->lp_req) { /* engine/ahead.c: draws that end on the */

@@ -45,6 +45,10 @@ typedef struct {
     const ts_sample_req *lp_req;
     ts_sample_res *lp_res;
     float *lp_chosen;
+    /* NULL: as above. Else, for each wanted token, its final hidden state - the final norm's
+     * output, the output head's input: n_embd host floats - and no logits at all
+     * (ts_engine_forward_hidden: embeddings) */
+    float *hidden;
     /* NULL, or per token NULL or n_embd host floats in place of its embedding (ts_batch.embd) */
     const float *const *embd;
     /* NULL, or 3 rotary positions per token (ts_batch.rope_pos) */
