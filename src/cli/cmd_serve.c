@@ -53,6 +53,13 @@ int cmd_serve(int argc, char **argv) {
                 return cli_usage("bad --device '%s' (cpu or cuda)", v);
             continue;
         }
+        if ((v = cli_opt_value(argc, argv, &i, NULL, "--pooling"))) {
+            if (strcmp(v, "last") == 0 || strcmp(v, "mean") == 0)
+                o.pool_mean = strcmp(v, "mean") == 0;
+            else
+                return cli_usage("bad --pooling '%s' (last or mean)", v);
+            continue;
+        }
         INT_OPT("--port", 0, 65535, o.port)
         INT_OPT("--ctx", 1, 1 << 24, o.n_ctx)
         INT_OPT("-c", 1, 1 << 24, o.n_ctx)

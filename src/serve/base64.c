@@ -84,3 +84,21 @@ bool serve_base64_decode(const char *s, size_t n, unsigned char **out, size_t *l
     *len = o;
     return true;
 }
+
+void serve_base64_encode(const void *data, size_t n, char *out) {
+    static const char ALPHA[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    const uint8_t *b = data;
+    size_t i = 0;
+    for (; i + 3 <= n; i += 3) {
+        uint32_t v = (uint32_t)b[i] << 16 | (uint32_t)b[i + 1] << 8 | b[i + 2];
+        *out++ = ALPHA[v >> 18], *out++ = ALPHA[v >> 12 & 63];
+        *out++ = ALPHA[v >> 6 & 63], *out++ = ALPHA[v & 63];
+    }
+    if (i < n) { /* one or two bytes left: padded to four characters */
+        uint32_t v = (uint32_t)b[i] << 16 | (i + 1 < n ? (uint32_t)b[i + 1] << 8 : 0);
+        *out++ = ALPHA[v >> 18], *out++ = ALPHA[v >> 12 & 63];
+        *out++ = i + 1 < n ? ALPHA[v >> 6 & 63] : '=';
+        *out++ = '=';
+    }
+    *out = 0;
+}

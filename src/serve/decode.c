@@ -79,6 +79,7 @@ void serve_decoder_free(serve_decoder *d) {
         serve_lane *ln = &d->lane[l];
         if (ln->ended) serve_job_unref(ln->ended);
         free(ln->seq), free(ln->gen_count), free(ln->adj), free(ln->adj_at), free(ln->draft);
+        free(ln->pool_sum);
         ts_grammar_matcher_free(ln->gm);
     }
     ts_grammar_vocab_free(d->gvocab);
@@ -86,7 +87,7 @@ void serve_decoder_free(serve_decoder *d) {
     free(d->lane), free(d->logits), free(d->tok), free(d->pos), free(d->slot), free(d->want);
     free(d->b_tok), free(d->b_pos), free(d->b_slot), free(d->b_drawn), free(d->b_lane);
     free(d->b_smp), free(d->b_lp), free(d->b_in), free(d->b_piece), free(d->b_row);
-    free(d->echo_rows);
+    free(d->echo_rows), free(d->hidden);
     ts_sampler_free(d->echo_smp);
     free(d->embd), free(d->rope), free(d->b_rope);
     free(d->eog);
@@ -250,10 +251,10 @@ static int held_prefix(const serve_decoder *d, const serve_lane *ln, const serve
  * as the other's first token comes out) instead of prefilling it again - the n choices of one
  * request prefill their prompt once. Not without snapshots (--cache-mb 0). */
 static bool same_prompt_prefilling(const serve_decoder *d, const serve_job *j) {
-    if (d->o.cache->n == 0) return false;
+    if (d->o.cache->n == 0 || j->pool) return false; /* embeddings keep no snapshot */
     for (int l = 0; l < d->o.n_lanes; l++) {
         const serve_job *o = d->lane[l].job;
-        if (o && !d->lane[l].decoding && o->n_ids == j->n_ids &&
+        if (o && !o->pool && !d->lane[l].decoding && o->n_ids == j->n_ids &&
             memcmp(job_keys(o), job_keys(j), (size_t)j->n_ids * sizeof *j->ids) == 0)
             return true;
     }
@@ -451,7 +452,7 @@ static void prefill_lanes(serve_decoder *d) {
         serve_lane *next = NULL; /* the oldest lane still prefilling that is not in yet */
         for (int l = 0; l < d->o.n_lanes; l++) {
             serve_lane *ln = &d->lane[l];
-            if (ln->job && !ln->decoding && !ln->encoding && ln->used > after &&
+            if (ln->job && !ln->job->pool && !ln->decoding && !ln->encoding && ln->used > after &&
                 (!next || ln->used < next->used))
                 next = ln;
         }
@@ -697,6 +698,10 @@ void serve_decoder_start(serve_decoder *d, int l, serve_job *j) {
     ln->used = ++d->clock;
     ln->answer_pending = false;
     ln->pending_snap = -1;
+    if (j->pool) {
+        serve_embed_start(d, ln);
+        return;
+    }
     int held = held_prefix(d, ln, j); /* before seq becomes the new prompt */
     memcpy(ln->seq, job_keys(j), (size_t)j->n_ids * sizeof *j->ids);
     ln->n_seq = j->n_ids;
@@ -732,6 +737,7 @@ void serve_decoder_step(serve_decoder *d) {
     }
     encode_step(d);
     prefill_lanes(d);
+    serve_embed_step(d);
     if (d->o.draft_max > 0 && serve_spec_step(d)) return;
     int n = 0, n_top = -1;
     bool any_constrained = false, any_shift = false;

@@ -94,6 +94,11 @@ typedef struct {
      * compute, which on a CPU is not free (speculate.c) */
     int draft_cap, draft_wait, draft_misses;
 
+    /* an embedding job (embed_lane.c): the input running, and its tokens' hidden states summed
+     * so far (mean pooling; [n_embd], made with the lane's first such job) */
+    int input;
+    double *pool_sum;
+
     /* a job that ended (stop or length) whose idle work - its next turn's prefix, or its
      * answer's state - has not run yet: a reference, NULL when none */
     serve_job *ended;
@@ -149,6 +154,9 @@ typedef struct {
     int32_t *s_tok, *s_pos, *s_slot, *s_rope, *s_ids;
     uint8_t *s_want;
     float *s_rows;
+    /* [prefill chunk x n_embd] an embedding call's hidden states (embed_lane.c), made for the
+     * first embedding job */
+    float *hidden;
 } serve_decoder;
 
 ts_status serve_decoder_init(serve_decoder *d, const serve_decoder_opts *o, serve_job_done_fn done,

@@ -1,4 +1,5 @@
-/* The decoder's internals that its files share (decode.c, speculate.c). Worker thread only. */
+/* The decoder's internals that its files share (decode.c, speculate.c, embed_lane.c). Worker thread
+ * only. */
 #ifndef TS_SERVE_DECODE_INT_H
 #define TS_SERVE_DECODE_INT_H
 
@@ -33,5 +34,14 @@ void serve_spec_start(serve_decoder *d, serve_lane *ln);
 /* The decode step when some lane guesses tokens or has tokens to run again; false (nothing
  * done) when none has: the plain step then runs. */
 bool serve_spec_step(serve_decoder *d);
+
+/* embed_lane.c */
+/* Starts embedding job j on lane ln (serve_decoder_start for a job with pool set): its first
+ * input from an empty slot; the lane keeps no prefix for later jobs. */
+void serve_embed_start(serve_decoder *d, serve_lane *ln);
+/* One forward call over the next chunk of every embedding lane's running input (a chunk of
+ * their own: its outputs are hidden states, not logits); an input that is in is pooled into
+ * its job's embedding, and a job whose inputs are all in ends. Part of serve_decoder_step. */
+void serve_embed_step(serve_decoder *d);
 
 #endif

@@ -27,6 +27,7 @@ static const struct {
     [ROUTE_RESPONSES] = {"/v1/responses", "POST"},
     [ROUTE_MODEL] = {"/v1/models/{id}", "GET"},
     [ROUTE_RESPONSE] = {"/v1/responses/{id}", "GET"},
+    [ROUTE_EMBEDDINGS] = {"/v1/embeddings", "POST"},
 };
 
 /* The origin a web page must have for the browser to hand it this response (CORS), or NULL:

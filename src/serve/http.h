@@ -25,6 +25,7 @@ enum {
     ROUTE_RESPONSES,
     ROUTE_MODEL,    /* GET /v1/models/{id} */
     ROUTE_RESPONSE, /* GET /v1/responses/{id} */
+    ROUTE_EMBEDDINGS,
     ROUTE_UNKNOWN
 };
 

@@ -33,6 +33,8 @@ void serve_job_unref(serve_job *j) {
     free(j->pred_ids);
     free(j->echo_text);
     free(j->prompt_lp);
+    free(j->input_at);
+    free(j->embedding);
     for (int i = 0; i < j->n_stops; i++) free(j->stops[i]);
     ts_strbuf_free(&j->text);
     free(j->seg);

@@ -24,6 +24,13 @@ typedef enum {
     SERVE_FINISH_ERROR,
 } serve_finish;
 
+/* How an embedding job pools the final hidden states of an input's tokens (--pooling) */
+typedef enum {
+    SERVE_POOL_NONE = 0, /* not an embedding job: an answer */
+    SERVE_POOL_LAST,     /* the last token's: the only one that has seen the whole input */
+    SERVE_POOL_MEAN,     /* the mean over the input's tokens */
+} serve_pool;
+
 typedef struct {
     int32_t id;
     float logprob;
@@ -82,6 +89,14 @@ typedef struct serve_job {
     /* the prompt's images (n 0: none): decoded and planned here, encoded by the worker when
      * their tokens must run; their keys are what prefix reuse compares (serve/images.h) */
     serve_images images;
+    /* an embedding (POST /v1/embeddings) instead of an answer: ids holds n_inputs inputs one
+     * after another, input i at [input_at[i], input_at[i + 1]); each runs from an empty slot
+     * and its tokens' final hidden states are pooled into embedding[i * n_embd ...], scaled to
+     * unit length; written by the worker before the job ends. SERVE_POOL_NONE: an answer. */
+    serve_pool pool;
+    int n_inputs;
+    int *input_at;    /* owned, [n_inputs + 1] */
+    float *embedding; /* owned, [n_inputs * n_embd] */
     /* chat: the request, owned; after the answer the worker renders the next turn's prefix
      * from it (read-only on both sides) */
     struct serve_request *req;

@@ -373,10 +373,11 @@ static bool parse_messages(serve_request *r, const json_t *root, serve_error *e)
 }
 
 /* One prompt: a string, or a list of token ids (p, at param). */
-static bool parse_one_prompt(serve_prompt *out, const json_t *p, const char *param,
-                             serve_error *e) {
+static bool parse_one_prompt(serve_prompt *out, const json_t *p, const char *name,
+                             const char *param, serve_error *e) {
     if (json_is_string(p)) {
         out->text = json_string_value(p);
+        out->text_len = json_string_length(p);
         return true;
     }
     size_t n = json_array_size(p), i;
@@ -384,8 +385,8 @@ static bool parse_one_prompt(serve_prompt *out, const json_t *p, const char *par
     json_array_foreach(p, i, v) {
         if (!json_is_integer(v) || json_integer_value(v) < 0 ||
             json_integer_value(v) > INT32_MAX)
-            return serve_fail(e, 400, "invalid_value", "prompt", "%s[%zu] must be a token id",
-                              param, i);
+            return serve_fail(e, 400, "invalid_value", name, "%s[%zu] must be a token id", param,
+                              i);
     }
     out->ids = malloc((n ? n : 1) * sizeof *out->ids);
     if (!out->ids) return serve_fail(e, 500, "internal_error", NULL, "out of memory");
@@ -394,34 +395,46 @@ static bool parse_one_prompt(serve_prompt *out, const json_t *p, const char *par
     return true;
 }
 
-/* prompt: a string, a list of token ids, or a list of those (several prompts, each answered
- * by its own n choices, as OpenAI's legacy completions and vLLM do). */
-static bool parse_prompt(serve_request *r, const json_t *root, serve_error *e) {
-    const json_t *p = json_object_get(root, "prompt");
+bool serve_parse_prompts(const json_t *root, const char *name, int max, serve_prompt **out,
+                         int *n_out, serve_error *e) {
+    *out = NULL, *n_out = 0;
+    const json_t *p = json_object_get(root, name);
     if (!p || json_is_null(p))
-        return serve_fail(e, 400, "invalid_value", "prompt", "'prompt' is required");
+        return serve_fail(e, 400, "invalid_value", name, "'%s' is required", name);
     bool several = json_is_array(p) && json_array_size(p) > 0 &&
                    (json_is_string(json_array_get(p, 0)) || json_is_array(json_array_get(p, 0)));
     if (!json_is_string(p) && !json_is_array(p))
-        return serve_fail(e, 400, "invalid_value", "prompt",
-                          "'prompt' must be a string, a list of token ids, or a list of those");
+        return serve_fail(e, 400, "invalid_value", name,
+                          "'%s' must be a string, a list of token ids, or a list of those", name);
     size_t n = several ? json_array_size(p) : 1;
-    if (n > SERVE_MAX_PROMPTS)
-        return serve_fail(e, 400, "invalid_value", "prompt",
-                          "at most %d prompts in one request, not %zu", SERVE_MAX_PROMPTS, n);
-    r->prompts = calloc(n, sizeof *r->prompts);
-    if (!r->prompts) return serve_fail(e, 500, "internal_error", NULL, "out of memory");
-    r->n_prompts = (int)n;
+    if (n > (size_t)max)
+        return serve_fail(e, 400, "invalid_value", name, "at most %d %ss in one request, not %zu",
+                          max, name, n);
+    *out = calloc(n, sizeof **out);
+    if (!*out) return serve_fail(e, 500, "internal_error", NULL, "out of memory");
+    *n_out = (int)n;
     for (size_t i = 0; i < n; i++) {
         const json_t *one = several ? json_array_get(p, i) : p;
-        char param[32];
-        snprintf(param, sizeof param, several ? "prompt[%zu]" : "prompt", i);
+        char param[48];
+        snprintf(param, sizeof param, several ? "%s[%zu]" : "%s", name, i);
         if (several && !json_is_string(one) && !json_is_array(one))
-            return serve_fail(e, 400, "invalid_value", "prompt",
+            return serve_fail(e, 400, "invalid_value", name,
                               "%s must be a string or a list of token ids", param);
-        if (!parse_one_prompt(&r->prompts[i], one, param, e)) return false;
+        if (!parse_one_prompt(&(*out)[i], one, name, param, e)) return false;
     }
     return true;
+}
+
+void serve_prompts_free(serve_prompt *p, int n) {
+    for (int i = 0; p && i < n; i++)
+        free(p[i].ids);
+    free(p);
+}
+
+/* prompt: a string, a list of token ids, or a list of those (several prompts, each answered
+ * by its own n choices, as OpenAI's legacy completions and vLLM do). */
+static bool parse_prompt(serve_request *r, const json_t *root, serve_error *e) {
+    return serve_parse_prompts(root, "prompt", SERVE_MAX_PROMPTS, &r->prompts, &r->n_prompts, e);
 }
 
 static int by_id(const void *a, const void *b) {
@@ -894,6 +907,24 @@ static bool parse_prediction(serve_request *r, const json_t *o, serve_error *e) 
     return r->prediction ? true : serve_fail(e, 500, "internal_error", NULL, "out of memory");
 }
 
+bool serve_check_model(const json_t *root, const char *const *model_ids, const char **model,
+                       serve_error *e) {
+    *model = NULL;
+    const json_t *m = field(root, "model");
+    if (!m) return true;
+    if (!json_is_string(m))
+        return serve_fail(e, 400, "invalid_value", "model", "'model' must be a string");
+    bool known = false;
+    for (int i = 0; model_ids[i]; i++)
+        known |= strcmp(model_ids[i], json_string_value(m)) == 0;
+    if (!known)
+        return serve_fail(e, 404, "model_not_found", "model",
+                          "the model '%.100s' does not exist; this server runs '%s'",
+                          json_string_value(m), model_ids[0]);
+    *model = json_string_value(m);
+    return true;
+}
+
 bool serve_request_parse(serve_api api, json_t *root, const char *const *model_ids,
                          int max_tokens_cap, serve_request *r, serve_error *e) {
     memset(r, 0, sizeof *r);
@@ -905,17 +936,7 @@ bool serve_request_parse(serve_api api, json_t *root, const char *const *model_i
     r->top_logprobs = -1;
     r->enable_thinking = -1;
     ts_sampler_params_default(&r->sp);
-    const json_t *m = field(root, "model");
-    if (m) {
-        if (!json_is_string(m))
-            return serve_fail(e, 400, "invalid_value", "model", "'model' must be a string");
-        bool known = false;
-        for (int i = 0; model_ids[i]; i++) known |= strcmp(model_ids[i], json_string_value(m)) == 0;
-        if (!known)
-            return serve_fail(e, 404, "model_not_found", "model", "the model '%.100s' does not "
-                              "exist; this server runs '%s'", json_string_value(m), model_ids[0]);
-        r->model = json_string_value(m);
-    }
+    if (!serve_check_model(root, model_ids, &r->model, e)) return false;
     if (api == SERVE_API_CHAT ? !parse_messages(r, root, e) : !parse_prompt(r, root, e))
         return false;
     if (!get_bool(root, "stream", &r->stream, e)) return false;
@@ -1030,9 +1051,7 @@ void serve_request_free(serve_request *r) {
     free(r->tools_json);
     ts_grammar_free(r->grammar);
     free(r->msgs);
-    for (int i = 0; i < r->n_prompts; i++)
-        free(r->prompts[i].ids);
-    free(r->prompts);
+    serve_prompts_free(r->prompts, r->n_prompts);
     free(r->logit_bias);
     free(r->stop_ids);
     json_decref(r->root);

@@ -36,9 +36,22 @@ typedef struct {
 /* One prompt of a completion request: text (borrowed) or token ids (owned). */
 typedef struct {
     const char *text;
+    size_t text_len; /* JSON strings may hold NUL characters */
     int32_t *ids;
     int n_ids;
 } serve_prompt;
+
+/* The request's "model", when given, is one of model_ids (NULL-terminated), else 404
+ * model_not_found; *model the name given (borrowed from root), NULL without. */
+bool serve_check_model(const json_t *root, const char *const *model_ids, const char **model,
+                       serve_error *e);
+
+/* Field name of root as prompts: a string, a list of token ids, or a list of up to max of
+ * those (completions' prompt, embeddings' input); errors name the field. *out owned (free with
+ * serve_prompts_free, also after a failure). */
+bool serve_parse_prompts(const json_t *root, const char *name, int max, serve_prompt **out, int *n,
+                         serve_error *e);
+void serve_prompts_free(serve_prompt *p, int n);
 
 /* The most token ids stop_token_ids may list. */
 #define SERVE_MAX_STOP_IDS 64

@@ -1,11 +1,12 @@
-/* The route handlers: generation (streaming and not), tokenize/detokenize, models, health,
- * metrics. */
+/* The route handlers: generation (streaming and not), embeddings, tokenize/detokenize, models,
+ * health, metrics. */
 #include <stdio.h>
 #include <stdlib.h>
 #ifdef __GLIBC__
 #include <malloc.h>
 #endif
 #include "base/status.h"
+#include "serve/embeddings.h"
 #include "serve/http.h"
 #include "serve/prep.h"
 #include "serve/respond.h"
@@ -452,6 +453,73 @@ static enum MHD_Result generate(serve_conn *cn, struct MHD_Connection *c, serve_
     return r;
 }
 
+/* ---- embeddings --------------------------------------------------------------------------- */
+
+/* POST /v1/embeddings: the inputs' jobs admitted together (or refused at once, as a request's
+ * choices are), waited for while the client stays, answered in one piece. */
+static enum MHD_Result embeddings(serve_conn *cn, struct MHD_Connection *c, json_t *root) {
+    serve_server *s = cn->srv;
+    const serve_runtime *rt = serve_worker_runtime(s->worker);
+    serve_embed_request req;
+    serve_error e;
+    serve_choices cs = {0};
+    int lanes = rt->n_parallel < s->o.max_pending ? rt->n_parallel : s->o.max_pending;
+    bool ok = serve_embed_parse(root, s->model_ids, rt, &req, &e) &&
+              serve_embed_jobs(rt, &req, s->o.pool_mean ? SERVE_POOL_MEAN : SERVE_POOL_LAST, lanes,
+                               &cs.job, &cs.n, &e);
+    const char *model = req.model && s->model_ids[1] && strcmp(req.model, s->model_ids[1]) == 0
+                            ? s->model_ids[1]
+                            : s->model_ids[0];
+    bool base64 = req.base64;
+    serve_embed_request_free(&req);
+    prep_done(cn); /* the jobs hold their token ids: the body and its tree are gone */
+    if (ok && serve_worker_submit(s->worker, cs.job, cs.n) != TS_OK) {
+        serve_metrics_event(&s->metrics, 0);
+        ok = serve_fail(&e, 503, "server_busy", NULL,
+                        "the server is busy (%d requests admitted); "
+                        "retry later",
+                        s->o.max_pending);
+    }
+    if (!ok) {
+        choices_free(&cs);
+        return serve_send_error(cn, c, &e);
+    }
+    atomic_fetch_add(&s->open_jobs, 1);
+    const serve_job *failed = NULL;
+    for (int i = 0; i < cs.n; i++) {
+        serve_job *j = cs.job[i];
+        pthread_mutex_lock(&j->mu);
+        while (j->finish == SERVE_RUNNING) {
+            serve_job_wait_locked(j, j->n_seg, j->n_lp, WAIT_SLICE_MS);
+            if (j->finish == SERVE_RUNNING && serve_client_gone(c)) {
+                pthread_mutex_unlock(&j->mu);
+                choices_cancel(&cs);
+                choices_free(&cs);
+                atomic_fetch_sub(&s->open_jobs, 1);
+                return MHD_NO; /* nobody to answer */
+            }
+        }
+        if (!failed && j->finish != SERVE_FINISH_STOP) {
+            failed = j;
+            choices_cancel(&cs); /* the answer is an error: the other inputs are not needed */
+        }
+        pthread_mutex_unlock(&j->mu);
+    }
+    enum MHD_Result r;
+    if (failed) {
+        job_error(failed, &e);
+        r = serve_send_error(cn, c, &e);
+    } else {
+        char *body = serve_embed_answer(cs.job, cs.n, rt->n_embd, model, base64);
+        r = body ? serve_send_json(cn, c, 200, body)
+                 : (serve_fail(&e, 500, "internal_error", NULL, "out of memory"),
+                    serve_send_error(cn, c, &e));
+    }
+    choices_free(&cs);
+    atomic_fetch_sub(&s->open_jobs, 1);
+    return r;
+}
+
 /* ---- tokenize / detokenize ---------------------------------------------------------------- */
 
 static enum MHD_Result tokenize(serve_conn *cn, struct MHD_Connection *c, json_t *root) {
@@ -565,6 +633,7 @@ enum MHD_Result serve_route_post(serve_conn *cn, struct MHD_Connection *c) {
         case ROUTE_COMPLETIONS: r = generate(cn, c, SERVE_API_COMPLETION, root, false); break;
         case ROUTE_RESPONSES: r = generate(cn, c, SERVE_API_CHAT, root, true); break;
         case ROUTE_TOKENIZE: r = tokenize(cn, c, root); break;
+        case ROUTE_EMBEDDINGS: r = embeddings(cn, c, root); break;
         default: r = detokenize(cn, c, root); break;
         }
     }

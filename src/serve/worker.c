@@ -224,6 +224,7 @@ static ts_status load(serve_worker *w) {
     rt->tok = w->tok;
     rt->n_ctx = n_ctx;
     rt->n_vocab = info.n_vocab;
+    rt->n_embd = info.n_embd;
     rt->think_open = single_token(w->tok, "<think>");
     rt->think_close = single_token(w->tok, "</think>");
     rt->turn_start = single_token(w->tok, "<|im_start|>");

@@ -24,7 +24,7 @@ typedef struct {
     int max_pending;   /* queued + running */
     int n_parallel;    /* jobs decoded together; 0 = SERVE_PARALLEL_CPU or _GPU by device */
     size_t cache_bytes; /* memory for prefix snapshots; 0 = no prefix reuse */
-    int step_delay_ms; /* testing aid: sleep before each decode step */
+    int step_delay_ms;  /* testing aid: sleep before each decode step and embedding call */
     int load_delay_ms; /* testing aid: sleep before loading */
     /* Prompt tokens a forward call takes (a prompt is prefilled in chunks of this many, and a
      * cancellation is seen between them); 0: SERVE_PREFILL_CHUNK_CPU on the CPU, where a chunk
@@ -69,6 +69,7 @@ typedef struct {
     const ts_tokenizer *tok;
     int n_ctx;
     int n_vocab;
+    int n_embd;                                  /* the model's width: an embedding's length */
     int32_t think_open, think_close, turn_start; /* token ids, -1 when absent */
     int n_snapshots;
     int n_parallel; /* lanes: jobs decoded together */

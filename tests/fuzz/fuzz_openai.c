@@ -14,9 +14,14 @@
  * chat request it means, and chat's refusals renamed into its fields, which must stay
  * writable envelopes too.
  *
+ * With bit 5 it is an embeddings request (serve/embeddings.h): read, its inputs tokenized and
+ * checked and shared out over jobs - every input once, in order, each within the context - and
+ * the answer to those jobs written and read back as JSON.
+ *
  * Input: byte 0 = flags (bit 0: completions instead of chat, bits 1-3: the threshold, bit 4:
- * the Responses API), then the body. */
+ * the Responses API, bit 5: embeddings), then the body. */
 #include "fuzz_util.h"
+#include "serve/embeddings.h"
 #include "serve/json_load.h"
 #include "serve/openai.h"
 #include "serve/prep.h"
@@ -64,6 +69,52 @@ static void check_error(const serve_error *e) {
     free(s);
 }
 
+/* An embeddings body, read and made into jobs as the server does (root taken over). */
+static void embeddings(json_t *root, const char *const *ids) {
+    serve_runtime rt = {.tok = tok,
+                        .n_ctx = 64,
+                        .n_vocab = ts_tokenizer_vocab_size(tok),
+                        .n_embd = 4,
+                        .n_parallel = 3};
+    serve_embed_request r;
+    serve_error e;
+    serve_job **jobs = NULL;
+    int n = 0;
+    if (!serve_embed_parse(root, ids, &rt, &r, &e) ||
+        !serve_embed_jobs(&rt, &r, SERVE_POOL_LAST, 3, &jobs, &n, &e)) {
+        check_error(&e);
+    } else {
+        FZ_ASSERT(n >= 1 && n <= 3 && n <= r.n_inputs);
+        int inputs = 0, tokens = 0;
+        for (int g = 0; g < n; g++) {
+            serve_job *j = jobs[g];
+            FZ_ASSERT(j->n_inputs >= 1 && j->input_at[0] == 0 &&
+                      j->input_at[j->n_inputs] == j->n_ids);
+            for (int i = 0; i < j->n_inputs; i++) {
+                int len = j->input_at[i + 1] - j->input_at[i];
+                FZ_ASSERT(len >= 1 && len <= rt.n_ctx);
+            }
+            for (int i = 0; i < j->n_ids; i++)
+                FZ_ASSERT(j->ids[i] >= 0 && j->ids[i] < rt.n_vocab);
+            for (int i = 0; i < j->n_inputs * rt.n_embd; i++)
+                j->embedding[i] = 0.5f;
+            inputs += j->n_inputs, tokens += j->n_ids;
+        }
+        FZ_ASSERT(inputs == r.n_inputs);
+        char *body = serve_embed_answer(jobs, n, rt.n_embd, "tessera", r.base64);
+        json_t *v = body ? json_loads(body, 0, NULL) : NULL;
+        FZ_ASSERT(v && (int)json_array_size(json_object_get(v, "data")) == inputs);
+        FZ_ASSERT(json_integer_value(
+                      json_object_get(json_object_get(v, "usage"), "prompt_tokens")) == tokens);
+        json_decref(v);
+        free(body);
+    }
+    for (int g = 0; g < n; g++)
+        serve_job_unref(jobs[g]);
+    free(jobs);
+    serve_embed_request_free(&r);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1) return 0;
     bool responses = data[0] & 16;
@@ -85,6 +136,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     if (!serve_json_parse((const char *)data + 1, size - 1, &root, &e)) {
         check_error(&e);
+        return 0;
+    }
+    if (data[0] & 32) {
+        embeddings(root, ids);
         return 0;
     }
     serve_rsp_map map = {0};

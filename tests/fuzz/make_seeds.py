@@ -204,6 +204,11 @@ def seeds_openai():
     out = [b"\0" + json.dumps(c).encode() for c in chats]
     out += [b"\x10" + json.dumps(c).encode() for c in resps]
     out += [b"\1" + json.dumps(c).encode() for c in comps]
+    embeds = [{"input": "Hello, world!"},
+              {"input": ["a", "bc", TEXTS[1]], "encoding_format": "base64", "model": "qwen"},
+              {"input": [[1, 2, 3], [4], [5, 6]], "encoding_format": "float", "dimensions": 4},
+              {"input": [1, 2, 3], "user": "u"}]
+    out += [b"\x20" + json.dumps(c).encode() for c in embeds]
     return out
 
 

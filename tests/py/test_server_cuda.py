@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from server_util import Server, at_once, chat
+from server_util import Server, at_once, chat, tiny_model
 
 LONG = {"max_tokens": 48}
 
@@ -129,6 +129,24 @@ def test_speculative_decoding_on_the_gpu():
         sp.test_several_choices_and_a_stream(srv, plain)
         sp.test_the_answer_ends_where_it_would(srv, plain)
         sp.test_a_grammar_constrains_the_guessed_tokens_too(srv, plain)
+
+
+def test_embeddings_on_the_gpu():
+    """POST /v1/embeddings on the device: the numpy reference's vectors within issue 7's bf16
+    tolerance, last and mean pooling, several inputs on the lanes together and a long one in
+    chunks, beside a chat whose answer they do not change (test_server_embeddings.py's checks)."""
+    import test_server_embeddings as te
+
+    model = te.ref.load(tiny_model())
+    for pooling in ("last", "mean"):
+        with serve_cuda({}, "--pooling", pooling, "--prefill-chunk", "32") as srv:
+            texts = [f"{te.TEXTS[i % 3]} number {i}" for i in range(20)]
+            texts.append(" ".join(te.TEXTS * 4))  # over 32 tokens: in chunks
+            r = srv.post_ok("/v1/embeddings", {"input": texts})
+            for t, v in zip(texts, te.vectors(r)):
+                te.close(v, te.want(model, te.ids_of(srv, t), mean=pooling == "mean"), 1e-2)
+            if pooling == "last":
+                te.check_embeddings_beside_a_chat(srv, model, 1e-2)
 
 
 def test_choices_decode_together_on_the_gpu():

@@ -1,7 +1,8 @@
 /* serve/base64.c: the decoder of data: URLs' images, against an encoder written here - random
  * bytes of every length up to 300 and one of 3 MB, with and without their padding, wrapped by
  * whitespace at random places; a character outside the alphabet anywhere, data after the
- * padding and lengths no encoder produces refused. */
+ * padding and lengths no encoder produces refused. And the encoder of embeddings sent as
+ * base64, against the one written here, and against RFC 4648's examples. */
 #include "serve/base64.h"
 #include "testutil.h"
 
@@ -68,8 +69,10 @@ static void test_round_trips(void) {
         for (int rep = 0; rep < 4; rep++) {
             for (size_t i = 0; i < n; i++)
                 b[i] = (unsigned char)next();
-            char *s = encode(b, n);
+            char *s = encode(b, n), mine[SERVE_BASE64_LEN(300) + 1];
             CHECKF(decodes_to(s, b, n), "length %zu: '%s'", n, s);
+            serve_base64_encode(b, n, mine);
+            CHECKF(strcmp(mine, s) == 0, "length %zu encoded '%s', not '%s'", n, mine, s);
             char *bare = strdup(s), *eq = strchr(bare, '=');
             if (eq) *eq = 0; /* the padding left out */
             CHECKF(decodes_to(bare, b, n), "length %zu without padding", n);
@@ -105,6 +108,17 @@ static void test_edges(void) {
         CHECKF(refused(bad[i], strlen(bad[i])), "'%s' taken", bad[i]);
 }
 
+static void test_encoder_rfc4648(void) {
+    const char *in[] = {"", "f", "fo", "foo", "foob", "fooba", "foobar"};
+    const char *out[] = {"", "Zg==", "Zm8=", "Zm9v", "Zm9vYg==", "Zm9vYmE=", "Zm9vYmFy"};
+    for (int i = 0; i < 7; i++) {
+        char got[16];
+        serve_base64_encode(in[i], strlen(in[i]), got);
+        CHECKF(strcmp(got, out[i]) == 0, "'%s' encoded '%s'", in[i], got);
+        CHECK(strlen(got) == SERVE_BASE64_LEN(strlen(in[i])));
+    }
+}
+
 static void test_large(void) {
     size_t n = 3u << 20;
     unsigned char *b = malloc(n);
@@ -120,6 +134,7 @@ static void test_large(void) {
 int main(void) {
     test_round_trips();
     test_edges();
+    test_encoder_rfc4648();
     test_large();
     return tu_report("test_serve_base64");
 }
