@@ -338,8 +338,7 @@ static void encode_step(serve_decoder *d) {
     if (!next) return;
     ts_status st = serve_decoder_encode_next(d, &next->job->images);
     if (st != TS_OK) {
-        next->slot_known = false;
-        serve_lane_end(d, next, SERVE_FINISH_ERROR, st);
+        serve_lane_fail(d, next, st);
     } else if (next->job->images.n_encoded == next->job->images.n) {
         next->encoding = false;
     }
@@ -496,8 +495,7 @@ static void prefill_lanes(serve_decoder *d) {
         serve_lane *ln = d->b_in[i];
         serve_job *j = ln->job;
         if (st != TS_OK) {
-            ln->slot_known = false;
-            serve_lane_end(d, ln, SERVE_FINISH_ERROR, st);
+            serve_lane_fail(d, ln, st);
             continue;
         }
         float *row = rows + (size_t)d->b_row[i] * d->n_vocab;
@@ -558,6 +556,11 @@ void serve_lane_end(serve_decoder *d, serve_lane *ln, serve_finish how, ts_statu
     }
     d->done(d->done_ctx, j, how, err[0] ? err : NULL);
     if (!ln->ended) serve_job_unref(j);
+}
+
+void serve_lane_fail(serve_decoder *d, serve_lane *ln, ts_status st) {
+    ln->slot_known = false;
+    serve_lane_end(d, ln, SERVE_FINISH_ERROR, st);
 }
 
 /* Hands the lane's job its next token (drawn with log-probabilities tl when it wants them)
@@ -780,8 +783,7 @@ void serve_decoder_step(serve_decoder *d) {
             lst = host_rows_draw(d, ln, d->logits + (size_t)i * d->n_vocab, &d->b_drawn[i],
                                  &d->b_lp[i]);
         if (st != TS_OK) {
-            ln->slot_known = false;
-            serve_lane_end(d, ln, SERVE_FINISH_ERROR, st);
+            serve_lane_fail(d, ln, st);
         } else if (lst != TS_OK) {
             serve_lane_end(d, ln, SERVE_FINISH_ERROR, lst);
         } else {

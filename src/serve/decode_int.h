@@ -8,6 +8,9 @@
 /* decode.c */
 /* Ends the lane's job (how; st: the error, for SERVE_FINISH_ERROR) and reports it (done()). */
 void serve_lane_end(serve_decoder *d, serve_lane *ln, serve_finish how, ts_status st);
+/* A forward or a state change of the lane's slot failed: what the slot holds is no longer
+ * known (no prefix is taken from it), and the lane's job ends with st. */
+void serve_lane_fail(serve_decoder *d, serve_lane *ln, ts_status st);
 /* Hands the lane's job its next token (with its log-probabilities tl when it wants them); the
  * job may end on it (then ln->job is NULL). */
 void serve_lane_token(serve_decoder *d, serve_lane *ln, int32_t tok, const ts_logprobs *tl);

@@ -120,8 +120,7 @@ void serve_embed_step(serve_decoder *d) {
         serve_lane *ln = d->b_in[i];
         serve_job *j = ln->job;
         if (st != TS_OK) {
-            ln->slot_known = false;
-            serve_lane_end(d, ln, SERVE_FINISH_ERROR, st);
+            serve_lane_fail(d, ln, st);
             continue;
         }
         int piece = d->b_piece[i];

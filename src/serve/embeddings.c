@@ -5,7 +5,6 @@
 #include "text/utf8.h"
 
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -138,53 +137,47 @@ bool serve_embed_jobs(const serve_runtime *rt, const serve_embed_request *r, ser
     return ok;
 }
 
-/* Appends printf output to b; false when out of memory. */
-static bool put(ts_strbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static bool put(ts_strbuf *b, const char *fmt, ...) {
-    char tmp[128];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-    va_end(ap);
-    return n >= 0 && (size_t)n < sizeof tmp && ts_strbuf_append(b, tmp, (size_t)n) == TS_OK;
+/* One vector: 9 significant digits give back the same float32; or base64 of its float32
+ * bytes (little-endian, as OpenAI's clients decode it) into enc's room. */
+static ts_status put_vector(ts_strbuf *b, const float *v, int n, char *enc) {
+    if (enc) {
+        serve_base64_encode(v, (size_t)n * sizeof(float), enc);
+        return ts_strbuf_printf(b, "\"%s\"", enc);
+    }
+    TS_TRY(ts_strbuf_append(b, "[", 1));
+    for (int k = 0; k < n; k++)
+        TS_TRY(ts_strbuf_printf(b, k ? ",%.9g" : "%.9g", (double)v[k]));
+    return ts_strbuf_append(b, "]", 1);
 }
 
 char *serve_embed_answer(serve_job *const *jobs, int n, int n_embd, const char *model,
                          bool base64) {
     ts_strbuf b = {0};
-    bool ok = put(&b, "{\"object\":\"list\",\"data\":[");
-    size_t b64 = SERVE_BASE64_LEN((size_t)n_embd * sizeof(float));
-    char *enc = base64 ? malloc(b64 + 1) : NULL;
-    ok = ok && (!base64 || enc);
-    int index = 0, tokens = 0;
-    for (int g = 0; ok && g < n; g++) {
-        const serve_job *j = jobs[g];
-        tokens += j->n_ids;
-        for (int i = 0; ok && i < j->n_inputs; i++, index++) {
-            const float *v = j->embedding + (size_t)i * n_embd;
-            ok =
-                put(&b, "%s{\"object\":\"embedding\",\"index\":%d,\"embedding\":", index ? "," : "",
-                    index);
-            if (ok && base64) { /* float32 little-endian, as OpenAI's clients decode it */
-                serve_base64_encode(v, (size_t)n_embd * sizeof(float), enc);
-                ok = put(&b, "\"") && ts_strbuf_append(&b, enc, b64) == TS_OK && put(&b, "\"}");
-                continue;
-            }
-            ok = ok && put(&b, "[");
-            /* 9 significant digits give back the same float32 */
-            for (int k = 0; ok && k < n_embd; k++)
-                ok = put(&b, k ? ",%.9g" : "%.9g", (double)v[k]);
-            ok = ok && put(&b, "]}");
-        }
-    }
-    free(enc);
+    char *enc = base64 ? malloc(SERVE_BASE64_LEN((size_t)n_embd * sizeof(float)) + 1) : NULL;
     json_t *m = json_string(model);
     char *mj = m ? json_dumps(m, JSON_ENCODE_ANY) : NULL;
     json_decref(m);
-    ok = ok && mj && put(&b, "],\"model\":") && ts_strbuf_append(&b, mj, strlen(mj)) == TS_OK &&
-         put(&b, ",\"usage\":{\"prompt_tokens\":%d,\"total_tokens\":%d}}", tokens, tokens);
+    ts_status st = (base64 && !enc) || !mj ? TS_ERR_NOMEM : TS_OK;
+    if (st == TS_OK) st = ts_strbuf_printf(&b, "{\"object\":\"list\",\"data\":[");
+    int index = 0, tokens = 0;
+    for (int g = 0; st == TS_OK && g < n; g++) {
+        const serve_job *j = jobs[g];
+        tokens += j->n_ids;
+        for (int i = 0; st == TS_OK && i < j->n_inputs; i++, index++) {
+            st = ts_strbuf_printf(&b, "%s{\"object\":\"embedding\",\"index\":%d,\"embedding\":",
+                                  index ? "," : "", index);
+            if (st == TS_OK) st = put_vector(&b, j->embedding + (size_t)i * n_embd, n_embd, enc);
+            if (st == TS_OK) st = ts_strbuf_append(&b, "}", 1);
+        }
+    }
+    if (st == TS_OK)
+        st = ts_strbuf_printf(&b,
+                              "],\"model\":%s,\"usage\":{\"prompt_tokens\":%d,"
+                              "\"total_tokens\":%d}}",
+                              mj, tokens, tokens);
+    free(enc);
     free(mj);
-    if (!ok) {
+    if (st != TS_OK) {
         ts_strbuf_free(&b);
         return NULL;
     }

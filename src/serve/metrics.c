@@ -2,7 +2,6 @@
 
 #include "base/status.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -114,48 +113,39 @@ void serve_metrics_next_turn(serve_metrics *m, bool ready, int prefilled) {
     pthread_mutex_unlock(&m->mu);
 }
 
-static ts_status put(ts_strbuf *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static ts_status put(ts_strbuf *o, const char *fmt, ...) {
-    char line[256];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(line, sizeof line, fmt, ap);
-    va_end(ap);
-    if (n < 0) return TS_ERR_INVALID;
-    return ts_strbuf_append(o, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
-}
-
 static ts_status put_hist(ts_strbuf *o, const char *name, const char *help, const serve_hist *h) {
-    TS_TRY(put(o, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name));
+    TS_TRY(ts_strbuf_printf(o, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name));
     uint64_t cum = 0;
     for (int b = 0; b < SERVE_HIST_BUCKETS; b++) {
         cum += h->count[b];
-        TS_TRY(put(o, "%s_bucket{le=\"%g\"} %llu\n", name, bounds[b], (unsigned long long)cum));
+        TS_TRY(ts_strbuf_printf(o, "%s_bucket{le=\"%g\"} %llu\n", name, bounds[b],
+                                (unsigned long long)cum));
     }
     cum += h->count[SERVE_HIST_BUCKETS];
-    TS_TRY(put(o, "%s_bucket{le=\"+Inf\"} %llu\n", name, (unsigned long long)cum));
-    TS_TRY(put(o, "%s_sum %.9g\n%s_count %llu\n", name, h->sum, name, (unsigned long long)h->n));
+    TS_TRY(ts_strbuf_printf(o, "%s_bucket{le=\"+Inf\"} %llu\n", name, (unsigned long long)cum));
+    TS_TRY(ts_strbuf_printf(o, "%s_sum %.9g\n%s_count %llu\n", name, h->sum, name,
+                            (unsigned long long)h->n));
     return TS_OK;
 }
 
 static ts_status counter(ts_strbuf *o, const char *name, const char *help, uint64_t v) {
-    return put(o, "# HELP %s %s\n# TYPE %s counter\n%s %llu\n", name, help, name, name,
-               (unsigned long long)v);
+    return ts_strbuf_printf(o, "# HELP %s %s\n# TYPE %s counter\n%s %llu\n", name, help, name, name,
+                            (unsigned long long)v);
 }
 
 ts_status serve_metrics_render(serve_metrics *src, ts_strbuf *o) {
     pthread_mutex_lock(&src->mu);
     serve_metrics m = *src; /* a consistent copy; render without the lock */
     pthread_mutex_unlock(&src->mu);
-    TS_TRY(put(o, "# HELP tessera_requests_total HTTP requests by route and status.\n"
-                  "# TYPE tessera_requests_total counter\n"));
+    TS_TRY(ts_strbuf_printf(o, "# HELP tessera_requests_total HTTP requests by route and status.\n"
+                               "# TYPE tessera_requests_total counter\n"));
     for (int r = 0; r < SERVE_METRICS_ROUTES; r++)
         for (int s = 0; s < SERVE_METRICS_STATUSES; s++)
             if (m.requests[r][s])
-                TS_TRY(put(o, "tessera_requests_total{route=\"%s\",status=\"%s%d\"} %llu\n",
-                           serve_metrics_route_names[r], status_codes[s] ? "" : "other",
-                           status_codes[s] ? status_codes[s] : 0,
-                           (unsigned long long)m.requests[r][s]));
+                TS_TRY(ts_strbuf_printf(
+                    o, "tessera_requests_total{route=\"%s\",status=\"%s%d\"} %llu\n",
+                    serve_metrics_route_names[r], status_codes[s] ? "" : "other",
+                    status_codes[s] ? status_codes[s] : 0, (unsigned long long)m.requests[r][s]));
     TS_TRY(counter(o, "tessera_prompt_tokens_total", "Prompt tokens of admitted requests.",
                    m.prompt_tokens));
     TS_TRY(counter(o, "tessera_prompt_tokens_cached_total",
@@ -205,10 +195,15 @@ ts_status serve_metrics_render(serve_metrics *src, ts_strbuf *o) {
                    m.next_turn_abandoned));
     TS_TRY(counter(o, "tessera_next_turn_prefill_tokens_total",
                    "Tokens run through the model to prepare next turns.", m.next_turn_tokens));
-    TS_TRY(put(o, "# HELP tessera_queue_depth Admitted jobs waiting for a free lane.\n"
-                  "# TYPE tessera_queue_depth gauge\ntessera_queue_depth %d\n", m.queued));
-    TS_TRY(put(o, "# HELP tessera_running Jobs the worker is running (at most --parallel).\n"
-                  "# TYPE tessera_running gauge\ntessera_running %d\n", m.running));
+    TS_TRY(ts_strbuf_printf(o,
+                            "# HELP tessera_queue_depth Admitted jobs waiting for a free lane.\n"
+                            "# TYPE tessera_queue_depth gauge\ntessera_queue_depth %d\n",
+                            m.queued));
+    TS_TRY(
+        ts_strbuf_printf(o,
+                         "# HELP tessera_running Jobs the worker is running (at most --parallel).\n"
+                         "# TYPE tessera_running gauge\ntessera_running %d\n",
+                         m.running));
     TS_TRY(put_hist(o, "tessera_ttft_seconds", "Time from admission to the first token.",
                     &m.ttft));
     TS_TRY(put_hist(o, "tessera_token_latency_seconds", "Time per decoded token.",

@@ -146,8 +146,10 @@ static void lane_rewind(serve_decoder *d, serve_lane *ln) {
     if (!ln->slot_known || ts_engine_slot_len(d->o.engine, ln->slot) <= keep) return;
     ts_status st = ts_engine_slot_rewind(d->o.engine, ln->slot, keep, &got);
     if (st == TS_OK) return;
-    ln->slot_known = false;
-    if (ln->job) serve_lane_end(d, ln, SERVE_FINISH_ERROR, st);
+    if (ln->job)
+        serve_lane_fail(d, ln, st);
+    else
+        ln->slot_known = false;
 }
 
 bool serve_spec_step(serve_decoder *d) {
@@ -191,8 +193,7 @@ bool serve_spec_step(serve_decoder *d) {
         if (!ln->job || !ln->decoding) continue;
         drafted += ln->n_draft;
         if (st != TS_OK) {
-            ln->slot_known = false;
-            serve_lane_end(d, ln, SERVE_FINISH_ERROR, st);
+            serve_lane_fail(d, ln, st);
             continue;
         }
         int right = lane_draws(d, ln, greedy, dt);

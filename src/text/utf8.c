@@ -2,6 +2,8 @@
 
 #include "base/status.h"
 
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -27,6 +29,20 @@ ts_status ts_strbuf_append(ts_strbuf *b, const char *s, size_t n) {
     if (n) memcpy(b->data + b->len, s, n);
     b->len += n;
     b->data[b->len] = '\0';
+    return TS_OK;
+}
+
+ts_status ts_strbuf_printf(ts_strbuf *b, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (n < 0) return ts_error(TS_ERR_INVALID, "bad format '%s'", fmt);
+    TS_TRY(ts_strbuf_reserve(b, (size_t)n));
+    va_start(ap, fmt);
+    vsnprintf(b->data + b->len, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    b->len += (size_t)n;
     return TS_OK;
 }
 

@@ -31,6 +31,9 @@ typedef struct {
 
 ts_status ts_strbuf_reserve(ts_strbuf *b, size_t extra);
 ts_status ts_strbuf_append(ts_strbuf *b, const char *s, size_t n);
+/* Appends printf's output, whole (however long). */
+ts_status ts_strbuf_printf(ts_strbuf *b, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 void ts_strbuf_free(ts_strbuf *b);
 
 /* Appends s[0..n) to out with the invalid-input policy above applied. */
