@@ -26,7 +26,7 @@ static const struct {
     [ROUTE_DETOKENIZE] = {"/detokenize", "POST"},
     [ROUTE_RESPONSES] = {"/v1/responses", "POST"},
     [ROUTE_MODEL] = {"/v1/models/{id}", "GET"},
-    [ROUTE_RESPONSE] = {"/v1/responses/{id}", "GET"},
+    [ROUTE_RESPONSE] = {"/v1/responses/{id}", "GET, DELETE"},
     [ROUTE_EMBEDDINGS] = {"/v1/embeddings", "POST"},
 };
 
@@ -72,7 +72,7 @@ enum MHD_Result serve_queue(serve_conn *cn, struct MHD_Connection *c, int status
 static enum MHD_Result send_preflight(serve_conn *cn, struct MHD_Connection *c) {
     struct MHD_Response *r = MHD_create_response_from_buffer(0, "", MHD_RESPMEM_PERSISTENT);
     if (!r) return MHD_NO;
-    char allow[32];
+    char allow[48];
     snprintf(allow, sizeof allow, "%s, OPTIONS", routes[cn->route].method);
     MHD_add_response_header(r, "Allow", allow);
     if (allowed_origin(cn->srv, c)) {
@@ -156,6 +156,15 @@ static bool json_content_type(struct MHD_Connection *c) {
            (ct[n] == 0 || ct[n] == ';' || ct[n] == ' ');
 }
 
+/* Whether the route takes the method (its list: "GET" or "GET, DELETE"). */
+static bool route_takes(int route, const char *method) {
+    const char *list = routes[route].method;
+    size_t n = strlen(method);
+    for (const char *p = list; (p = strstr(p, method)); p += n)
+        if ((p == list || p[-1] == ' ') && (p[n] == 0 || p[n] == ',')) return true;
+    return false;
+}
+
 static int find_route(const char *url) {
     for (int i = 0; i < ROUTE_UNKNOWN; i++)
         if (strcmp(url, routes[i].path) == 0) return i;
@@ -195,7 +204,7 @@ static enum MHD_Result check_headers(serve_conn *cn, struct MHD_Connection *c, c
         return serve_send_error(cn, c, &e);
     }
     if (strcmp(method, "OPTIONS") == 0) return send_preflight(cn, c);
-    if (strcmp(method, routes[cn->route].method) != 0) {
+    if (!route_takes(cn->route, method)) {
         serve_fail(&e, 405, "method_not_allowed", NULL, "%.200s takes %s, not %.20s",
                    routes[cn->route].path, routes[cn->route].method, method);
         return serve_send_error(cn, c, &e);
@@ -268,6 +277,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
             const char *id = url + (cn->route == ROUTE_MODEL ? 11 : 14);
             if (strlen(id) < sizeof cn->model_asked) strcpy(cn->model_asked, id);
         }
+        cn->del = strcmp(method, "DELETE") == 0;
         *con_cls = cn;
         bool done;
         enum MHD_Result r = check_headers(cn, c, url, method, &done);

@@ -58,6 +58,7 @@ typedef struct {
 typedef struct {
     serve_server *srv;
     int route;
+    bool del;  /* the method is DELETE (ROUTE_RESPONSE); GET otherwise, unless a body comes */
     int phase; /* 0 headers seen, 1 receiving the body */
     ts_strbuf body;
     size_t received;
@@ -87,6 +88,7 @@ void serve_timeout_restart(serve_server *s, struct MHD_Connection *c);
 bool serve_client_gone(struct MHD_Connection *c);
 
 enum MHD_Result serve_route_post(serve_conn *cn, struct MHD_Connection *c);
+/* GET routes, and DELETE (cn->del) for the one that takes it */
 enum MHD_Result serve_route_get(serve_conn *cn, struct MHD_Connection *c);
 
 #endif

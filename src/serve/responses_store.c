@@ -103,3 +103,16 @@ bool serve_rsp_store_get(serve_rsp_store *s, const char *id, json_t **messages, 
     pthread_mutex_unlock(&s->mu);
     return e != NULL;
 }
+
+bool serve_rsp_store_delete(serve_rsp_store *s, const char *id) {
+    pthread_mutex_lock(&s->mu);
+    entry *e = find(s, id);
+    if (e) {
+        s->bytes -= e->bytes;
+        entry_free(e);
+        memmove(e, e + 1, (size_t)(s->e + s->n - (e + 1)) * sizeof *e);
+        s->n--;
+    }
+    pthread_mutex_unlock(&s->mu);
+    return e != NULL;
+}

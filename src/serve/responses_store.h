@@ -25,4 +25,7 @@ void serve_rsp_store_put(serve_rsp_store *s, const char *id, json_t *messages, c
  * conversation and a malloc'd copy of its object (NULL without memory). */
 bool serve_rsp_store_get(serve_rsp_store *s, const char *id, json_t **messages, char **object);
 
+/* Forgets response id; false when it was not kept. */
+bool serve_rsp_store_delete(serve_rsp_store *s, const char *id);
+
 #endif

@@ -648,6 +648,28 @@ static json_t *model_json(const serve_server *s, const serve_runtime *rt, const 
                      (json_int_t)s->started, "owned_by", "tessera", "context_length", rt->n_ctx);
 }
 
+/* GET /v1/responses/{id}: a stored response, as it was answered; DELETE: forgotten, answered
+ * with OpenAI's deletion object. 404 for one not kept. */
+static enum MHD_Result stored_response(serve_conn *cn, struct MHD_Connection *c) {
+    serve_server *s = cn->srv;
+    const char *id = cn->model_asked;
+    if (id[0] && cn->del && serve_rsp_store_delete(s->rsp_store, id)) {
+        json_t *out = json_pack("{s:s, s:s, s:b}", "id", id, "object", "response", "deleted", 1);
+        char *body = out ? json_dumps(out, JSON_COMPACT) : NULL;
+        json_decref(out);
+        return serve_send_json(cn, c, 200, body); /* NULL body: a 500 "out of memory" */
+    }
+    char *o = NULL;
+    if (id[0] && !cn->del && serve_rsp_store_get(s->rsp_store, id, NULL, &o))
+        return serve_send_json(cn, c, 200, o);
+    serve_error e;
+    serve_fail(&e, 404, "not_found", NULL,
+               "Response with id '%.100s' not found (kept are the latest responses stored, up "
+               "to --responses-store-mb, until a restart or a deletion)",
+               id);
+    return serve_send_error(cn, c, &e);
+}
+
 enum MHD_Result serve_route_get(serve_conn *cn, struct MHD_Connection *c) {
     serve_server *s = cn->srv;
     if (cn->route == ROUTE_HEALTH) return serve_send_json(cn, c, 200, strdup("{\"status\":\"ok\"}"));
@@ -666,17 +688,7 @@ enum MHD_Result serve_route_get(serve_conn *cn, struct MHD_Connection *c) {
         MHD_add_response_header(r, "Content-Type", "text/plain; version=0.0.4");
         return serve_queue(cn, c, 200, r);
     }
-    if (cn->route == ROUTE_RESPONSE) { /* a stored response, as it was answered */
-        char *o = NULL;
-        if (cn->model_asked[0] && serve_rsp_store_get(s->rsp_store, cn->model_asked, NULL, &o))
-            return serve_send_json(cn, c, 200, o); /* NULL o: a 500 "out of memory" */
-        serve_error e;
-        serve_fail(&e, 404, "not_found", NULL,
-                   "Response with id '%.100s' not found (kept are the latest responses stored, "
-                   "up to --responses-store-mb, until a restart)",
-                   cn->model_asked);
-        return serve_send_error(cn, c, &e);
-    }
+    if (cn->route == ROUTE_RESPONSE) return stored_response(cn, c);
     const serve_runtime *rt = serve_worker_runtime(s->worker);
     json_t *out;
     if (cn->route == ROUTE_MODEL) { /* OpenAI's retrieve: the model, by a name it answers to */

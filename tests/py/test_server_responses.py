@@ -900,7 +900,7 @@ def test_a_stream_cut_by_shutdown_ends_failed():
         s.stop()
 
 
-# ---- stored responses: previous_response_id, GET /v1/responses/{id} ----------------------------
+# ---- stored responses: previous_response_id, GET and DELETE /v1/responses/{id} -----------------
 
 def test_previous_response_id_is_the_conversation_sent_whole(srv):
     """A stored response named as previous_response_id is its conversation and its answer
@@ -966,6 +966,35 @@ def test_get_returns_the_answer_as_given(srv):
     assert status == 200 and json.loads(body) == final
     status, _, _ = srv.request("GET", "/v1/responses/resp_" + "0" * 400)  # longer than any id
     assert status == 404
+
+
+def test_delete_forgets_a_stored_response(srv):
+    """DELETE /v1/responses/{id}: OpenAI's deletion object; then it is gone for GET, DELETE and
+    previous_response_id alike, and the store's other responses stay. Another method on the
+    route -> 405 naming both it takes."""
+    a = responses(srv, greedy(input="Hello", max_output_tokens=3))
+    b = responses(srv, greedy(input="Hi", max_output_tokens=3))
+    status, _, body = srv.request("DELETE", "/v1/responses/" + a["id"])
+    assert status == 200 and json.loads(body) == {"id": a["id"], "object": "response",
+                                                   "deleted": True}
+    status, _, e = srv.request("GET", "/v1/responses/" + a["id"])
+    assert status == 404 and json.loads(e)["error"]["code"] == "not_found"
+    status, _, e = srv.request("DELETE", "/v1/responses/" + a["id"])
+    assert status == 404 and json.loads(e)["error"]["code"] == "not_found"
+    status, _, e = srv.post("/v1/responses", {"input": "y", "previous_response_id": a["id"]})
+    assert status == 400 and e["error"]["code"] == "previous_response_not_found", e
+    status, _, body = srv.request("GET", "/v1/responses/" + b["id"])
+    assert status == 200 and json.loads(body) == b
+    follow = responses(srv, greedy(input="And?", previous_response_id=b["id"],
+                                   max_output_tokens=2))
+    assert follow["previous_response_id"] == b["id"]
+    status, hd, _ = srv.request("PUT", "/v1/responses/" + b["id"], body={})
+    assert status == 405 and hd["allow"] == "GET, DELETE"
+    status, _, _ = srv.request("DELETE", "/v1/responses")
+    assert status == 405
+    # the OpenAI client's delete (it expects no body it must read)
+    srv.client().responses.delete(b["id"])
+    assert srv.request("GET", "/v1/responses/" + b["id"])[0] == 404
 
 
 def test_the_store_keeps_the_latest_within_its_bound():
