@@ -229,6 +229,26 @@ bool ts_tokenizer_fim(const ts_tokenizer *tok, ts_fim_tokens *out);
 ts_status ts_tokenize_fim(const ts_tokenizer *tok, const char *prefix, size_t prefix_len,
                           const int32_t *prefix_ids, size_t n_prefix_ids, const char *suffix,
                           size_t suffix_len, int32_t **ids, size_t *n_ids);
+/* The same frame with a repository's other files before it and the middle's start after it
+ * (llama-server's /infill): the repo-level pattern of Qwen2.5-Coder where the vocabulary has
+ * <|repo_name|> and <|file_sep|> -
+ *   [BOS] <|repo_name|> repo "\n" (<|file_sep|> name "\n" text)... <|file_sep|> file "\n"
+ *   <|fim_prefix|> prefix <|fim_suffix|> suffix <|fim_middle|> middle
+ * (the repository line and the current file's only where files are given), else the files'
+ * texts each after a "\n\n--- snippet ---\n\n" line. All texts without special parsing. */
+typedef struct {
+    const char *name, *text;
+    size_t name_len, text_len;
+} ts_fim_file;
+typedef struct {
+    const char *prefix, *suffix, *middle; /* NULL = "" */
+    size_t prefix_len, suffix_len, middle_len;
+    const ts_fim_file *files;
+    int n_files;
+    const char *repo, *file; /* the repository's and the current file's names ("" allowed) */
+} ts_fim_frame;
+ts_status ts_tokenize_fim_frame(const ts_tokenizer *tok, const ts_fim_frame *f, int32_t **ids,
+                                size_t *n_ids);
 
 /* Streaming: feed ids one at a time, get back only whole UTF-8 characters. */
 typedef struct ts_detokenizer ts_detokenizer;

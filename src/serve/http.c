@@ -28,6 +28,7 @@ static const struct {
     [ROUTE_MODEL] = {"/v1/models/{id}", "GET"},
     [ROUTE_RESPONSE] = {"/v1/responses/{id}", "GET, DELETE"},
     [ROUTE_EMBEDDINGS] = {"/v1/embeddings", "POST"},
+    [ROUTE_INFILL] = {"/infill", "POST"},
 };
 
 /* The origin a web page must have for the browser to hand it this response (CORS), or NULL:

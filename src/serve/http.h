@@ -26,6 +26,7 @@ enum {
     ROUTE_MODEL,    /* GET /v1/models/{id} */
     ROUTE_RESPONSE, /* GET /v1/responses/{id} */
     ROUTE_EMBEDDINGS,
+    ROUTE_INFILL,
     ROUTE_UNKNOWN
 };
 

@@ -16,6 +16,7 @@ const char *const serve_metrics_route_names[SERVE_METRICS_ROUTES] = {"/v1/chat/c
                                                                      "/v1/models/{id}",
                                                                      "/v1/responses/{id}",
                                                                      "/v1/embeddings",
+                                                                     "/infill",
                                                                      "other"};
 
 static const int status_codes[SERVE_METRICS_STATUSES] = {200, 400, 401, 404, 405,

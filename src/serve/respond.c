@@ -28,6 +28,7 @@ void serve_resp_init(serve_resp *r, serve_api api, const char *model, bool logpr
     r->tok = tok;
     r->settings = r->conversation = NULL;
     r->store = NULL;
+    r->infill = false;
     r->think_open = r->think_close = -1;
 }
 
@@ -232,7 +233,7 @@ char *serve_resp_full(const serve_resp *r, serve_job *const *jobs, int n, int pe
     return s;
 }
 
-static ts_status emit(ts_strbuf *out, json_t *v) {
+ts_status serve_sse_data(ts_strbuf *out, json_t *v) {
     char *s = v ? json_dumps(v, JSON_COMPACT) : NULL;
     json_decref(v);
     if (!s) return TS_ERR_NOMEM;
@@ -251,9 +252,9 @@ static json_t *chunk(const serve_resp *r, json_t *choice) {
 
 ts_status serve_resp_chunk_role(const serve_resp *r, int index, ts_strbuf *out) {
     if (r->api != SERVE_API_CHAT) return TS_OK;
-    return emit(out,
-                chunk(r, json_pack("{s:i, s:{s:s, s:s}, s:n, s:n}", "index", index, "delta", "role",
-                                   "assistant", "content", "", "logprobs", "finish_reason")));
+    return serve_sse_data(
+        out, chunk(r, json_pack("{s:i, s:{s:s, s:s}, s:n, s:n}", "index", index, "delta", "role",
+                                "assistant", "content", "", "logprobs", "finish_reason")));
 }
 
 ts_status serve_resp_chunk_text(const serve_resp *r, int index, serve_channel ch, const char *s,
@@ -267,7 +268,7 @@ ts_status serve_resp_chunk_text(const serve_resp *r, int index, serve_channel ch
     else
         choice = json_pack("{s:i, s:s%, s:o, s:n}", "index", index, "text", s, n, "logprobs", lpj,
                            "finish_reason");
-    return emit(out, chunk(r, choice));
+    return serve_sse_data(out, chunk(r, choice));
 }
 
 ts_status serve_resp_chunk_echo(const serve_resp *r, int index, const serve_job *j,
@@ -276,7 +277,7 @@ ts_status serve_resp_chunk_echo(const serve_resp *r, int index, const serve_job 
         r->logprobs && j->prompt_lp ? completion_logprobs(r, j, j->n_ids, NULL, 0) : json_null();
     json_t *choice = json_pack("{s:i, s:s%, s:o, s:n}", "index", index, "text", j->echo_text,
                                j->echo_len, "logprobs", lpj, "finish_reason");
-    return emit(out, chunk(r, choice));
+    return serve_sse_data(out, chunk(r, choice));
 }
 
 ts_status serve_resp_chunk_tool(const serve_resp *r, int index, int call, const char *s, size_t n,
@@ -284,7 +285,7 @@ ts_status serve_resp_chunk_tool(const serve_resp *r, int index, int call, const 
     json_t *lpj = r->logprobs && n_lp ? logprobs_json(r, lp, n_lp) : json_null();
     json_t *choice = json_pack("{s:i, s:{s:[o]}, s:o, s:n}", "index", index, "delta", "tool_calls",
                                tool_call_json(r, call, s, n), "logprobs", lpj, "finish_reason");
-    return emit(out, chunk(r, choice));
+    return serve_sse_data(out, chunk(r, choice));
 }
 
 ts_status serve_resp_chunk_finish(const serve_resp *r, int index, const serve_job *j,
@@ -298,7 +299,7 @@ ts_status serve_resp_chunk_finish(const serve_resp *r, int index, const serve_jo
         choice = json_pack("{s:i, s:s, s:o, s:s}", "index", index, "text", "", "logprobs", lpj,
                            "finish_reason", serve_finish_name(j->finish));
     if (choice) json_object_set_new(choice, "stop_reason", stop_reason(j));
-    return emit(out, chunk(r, choice));
+    return serve_sse_data(out, chunk(r, choice));
 }
 
 ts_status serve_resp_chunk_done(const serve_resp *r, serve_job *const *jobs, int n, int per_prompt,
@@ -309,7 +310,7 @@ ts_status serve_resp_chunk_done(const serve_resp *r, serve_job *const *jobs, int
                       r->api == SERVE_API_CHAT ? "chat.completion.chunk" : "text_completion",
                       "created", (json_int_t)r->created, "model", r->model, "choices", "usage",
                       usage_json(jobs, n, per_prompt));
-        TS_TRY(emit(out, u));
+        TS_TRY(serve_sse_data(out, u));
     }
     return ts_strbuf_append(out, "data: [DONE]\n\n", 14);
 }

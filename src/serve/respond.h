@@ -23,6 +23,7 @@ typedef struct {
     /* the conversation to keep with the answer (owned; NULL: not stored) and the store */
     json_t *conversation;
     struct serve_rsp_store *store;
+    bool infill; /* llama-server's /infill (serve/infill.h): its own answer's shape */
 } serve_resp;
 
 void serve_resp_init(serve_resp *r, serve_api api, const char *model, bool logprobs,
@@ -55,6 +56,9 @@ ts_status serve_resp_chunk_done(const serve_resp *r, serve_job *const *jobs, int
 ts_status serve_resp_chunk_error(const serve_error *e, ts_strbuf *out);
 
 const char *serve_finish_name(serve_finish f);
+
+/* "data: " v "\n\n" appended to out (v's reference taken; NULL: out of memory). */
+ts_status serve_sse_data(ts_strbuf *out, json_t *v);
 
 /* Chat's log-probability entries ({token, logprob, bytes, top_logprobs}) of n tokens, a list. */
 json_t *serve_resp_logprob_list(const serve_resp *r, const serve_logprob *lp, int n);

@@ -8,6 +8,7 @@
 #include "base/status.h"
 #include "serve/embeddings.h"
 #include "serve/http.h"
+#include "serve/infill.h"
 #include "serve/prep.h"
 #include "serve/respond.h"
 #include "serve/responses.h"
@@ -105,6 +106,10 @@ static ts_status format_new(serve_stream *s, int i) {
         }
         while (c->n_seg < j->n_seg && j->seg[c->n_seg].ch == ch)
             len += j->seg[c->n_seg++].len;
+        if (s->resp.infill) { /* a completion's text is all content */
+            TS_TRY(serve_infill_chunk_text(j->text.data + off, len, &s->out));
+            continue;
+        }
         TS_TRY(s->resp.settings
                    ? serve_rsp_stream_text(&s->resp, &s->rs, ch, j->text.data + off, len,
                                            j->lp + c->n_lp, lp_end - c->n_lp, &s->out)
@@ -115,6 +120,7 @@ static ts_status format_new(serve_stream *s, int i) {
     if (j->finish == SERVE_RUNNING) return TS_OK;
     c->done = true;
     bool ok = j->finish == SERVE_FINISH_STOP || j->finish == SERVE_FINISH_LENGTH;
+    if (ok && s->resp.infill) return serve_infill_chunk_finish(&s->resp, j, &s->out);
     if (ok && s->resp.settings)
         return serve_rsp_stream_finish(&s->resp, &s->rs, j, j->lp + c->n_lp, lp_end - c->n_lp,
                                        &s->out);
@@ -123,6 +129,7 @@ static ts_status format_new(serve_stream *s, int i) {
     s->phase = 2;
     serve_error e;
     job_error(j, &e);
+    if (s->resp.infill) return serve_infill_chunk_error(&e, &s->out);
     return s->resp.settings ? serve_rsp_stream_error(&s->resp, &s->rs, &e, &s->out)
                             : serve_resp_chunk_error(&e, &s->out);
 }
@@ -153,7 +160,8 @@ static ts_status stream_poll(serve_stream *s) {
     }
     if (!all_done) return TS_OK;
     s->phase = 2;
-    if (s->resp.settings) return TS_OK; /* its final event went with the answer's end */
+    /* the Responses API's final event, and /infill's, went with the answer's end */
+    if (s->resp.settings || s->resp.infill) return TS_OK;
     for (int i = 0; i < s->cs.n; i++)
         pthread_mutex_lock(&s->cs.job[i]->mu);
     ts_status st = serve_resp_chunk_done(&s->resp, s->cs.job, s->cs.n, s->cs.per_prompt,
@@ -179,7 +187,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
             s->phase = 1;
             if (s->resp.settings && serve_rsp_stream_start(&s->resp, &s->rs, &s->out) != TS_OK)
                 return MHD_CONTENT_READER_END_WITH_ERROR;
-            for (int i = 0; i < s->cs.n && !s->resp.settings; i++)
+            for (int i = 0; i < s->cs.n && !s->resp.settings && !s->resp.infill; i++)
                 if (serve_resp_chunk_role(&s->resp, i, &s->out) != TS_OK)
                     return MHD_CONTENT_READER_END_WITH_ERROR;
             continue;
@@ -296,8 +304,9 @@ static enum MHD_Result finish_blocking(serve_conn *cn, struct MHD_Connection *c,
         for (int i = 0; i < cs->n; i++)
             pthread_mutex_lock(&cs->job[i]->mu);
         if (cs->keep < cs->per_prompt) rank_best(cs);
-        char *body = resp->settings
-                         ? serve_rsp_full(resp, cs->job[0])
+        char *body = resp->settings ? serve_rsp_full(resp, cs->job[0])
+                     : resp->infill
+                         ? serve_infill_full(resp, cs->job[0])
                          : serve_resp_full(resp, cs->job, cs->n, cs->per_prompt, cs->keep);
         for (int i = 0; i < cs->n; i++)
             pthread_mutex_unlock(&cs->job[i]->mu);
@@ -391,9 +400,15 @@ static bool prepare_choices(serve_server *s, const serve_runtime *rt, serve_requ
     return true;
 }
 
-/* A chat or completion request, or a Responses API one (read as the chat request it means). */
+/* The shape a generation request came in: OpenAI's chat or completions, the Responses API
+ * (read as the chat request it means), llama-server's /infill (read as the completion it
+ * means). */
+typedef enum { WIRE_OPENAI, WIRE_RESPONSES, WIRE_INFILL } serve_wire;
+
+/* A generation request of any wire shape. */
 static enum MHD_Result generate(serve_conn *cn, struct MHD_Connection *c, serve_api api,
-                                json_t *root, bool responses) {
+                                json_t *root, serve_wire wire) {
+    bool responses = wire == WIRE_RESPONSES, infill = wire == WIRE_INFILL;
     serve_server *s = cn->srv;
     const serve_runtime *rt = serve_worker_runtime(s->worker);
     serve_request req;
@@ -407,6 +422,12 @@ static enum MHD_Result generate(serve_conn *cn, struct MHD_Connection *c, serve_
         json_decref(root);
         root = rd.chat; /* the parse takes it over */
         rd.chat = NULL;
+    } else if (infill) {
+        json_t *body = serve_infill_request(root, rt, &e);
+        json_decref(root);
+        root = body;
+        ok = body != NULL;
+        infill = ok; /* from here on the completion's checks, named as /infill names them */
     }
     if (ok) ok = serve_request_parse(api, root, s->model_ids, s->o.max_tokens_cap, &req, &e);
     /* the name the answer gives the model: the one the request used (the request's own string
@@ -422,6 +443,7 @@ static enum MHD_Result generate(serve_conn *cn, struct MHD_Connection *c, serve_
                         "retry later", s->o.max_pending);
     }
     if (!ok && responses) serve_rsp_error(&rd.map, &e);
+    if (!ok && infill) serve_infill_error(&e);
     if (!ok) {
         serve_rsp_read_free(&rd);
         serve_request_free(&req);
@@ -441,6 +463,7 @@ static enum MHD_Result generate(serve_conn *cn, struct MHD_Connection *c, serve_
         rd.settings = rd.conversation = NULL; /* the answer's now */
         resp.think_open = rt->think_open, resp.think_close = rt->think_close;
     }
+    resp.infill = wire == WIRE_INFILL;
     serve_rsp_read_free(&rd); /* what is left of it: the map */
     bool stream = rq->stream, include_usage = rq->include_usage;
     serve_request_free(&req);
@@ -629,9 +652,10 @@ enum MHD_Result serve_route_post(serve_conn *cn, struct MHD_Connection *c) {
         ts_strbuf_free(&cn->body);
         serve_recv_done(cn);
         switch (cn->route) {
-        case ROUTE_CHAT: r = generate(cn, c, SERVE_API_CHAT, root, false); break;
-        case ROUTE_COMPLETIONS: r = generate(cn, c, SERVE_API_COMPLETION, root, false); break;
-        case ROUTE_RESPONSES: r = generate(cn, c, SERVE_API_CHAT, root, true); break;
+        case ROUTE_CHAT: r = generate(cn, c, SERVE_API_CHAT, root, WIRE_OPENAI); break;
+        case ROUTE_COMPLETIONS: r = generate(cn, c, SERVE_API_COMPLETION, root, WIRE_OPENAI); break;
+        case ROUTE_RESPONSES: r = generate(cn, c, SERVE_API_CHAT, root, WIRE_RESPONSES); break;
+        case ROUTE_INFILL: r = generate(cn, c, SERVE_API_COMPLETION, root, WIRE_INFILL); break;
         case ROUTE_TOKENIZE: r = tokenize(cn, c, root); break;
         case ROUTE_EMBEDDINGS: r = embeddings(cn, c, root); break;
         default: r = detokenize(cn, c, root); break;

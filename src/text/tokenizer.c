@@ -426,33 +426,94 @@ bool ts_tokenizer_fim(const ts_tokenizer *t, ts_fim_tokens *out) {
     return t->fim.prefix >= 0 && t->fim.suffix >= 0 && t->fim.middle >= 0;
 }
 
+/* Appends text to v, encoded without special parsing (NULL: nothing). */
+static ts_status encode_text(const ts_tokenizer *t, const char *s, size_t n, ts_ids *v) {
+    return s && n ? tok_encode(t, s, n, false, v) : TS_OK;
+}
+
+/* Appends a and b's concatenation (a line of a name and its newline), encoded as one text. */
+static ts_status encode_two(const ts_tokenizer *t, const char *a, size_t na, const char *b,
+                            size_t nb, ts_ids *v) {
+    char *s = malloc(na + nb + 1);
+    if (!s) return ts_error(TS_ERR_NOMEM, "out of memory");
+    memcpy(s, a, na);
+    memcpy(s + na, b, nb);
+    ts_status st = encode_text(t, s, na + nb, v);
+    free(s);
+    return st;
+}
+
+/* The fill-in-the-middle frame of f (ts_tokenize_fim_frame), the prefix as ids where
+ * prefix_ids is not NULL. */
+static ts_status fim_frame(const ts_tokenizer *t, const ts_fim_frame *f, const int32_t *prefix_ids,
+                           size_t n_prefix_ids, ts_ids *v) {
+    ts_fim_tokens k;
+    if (!ts_tokenizer_fim(t, &k))
+        return ts_error(TS_ERR_UNSUPPORTED, "this model's vocabulary has no fill-in-the-middle "
+                                            "tokens");
+    ts_status st = t->add_bos ? ts_ids_push(v, t->bos) : TS_OK;
+    bool repo = k.repo >= 0 && k.file_sep >= 0, files = f->n_files > 0;
+    if (st == TS_OK && repo && files) {
+        st = ts_ids_push(v, k.repo);
+        const char *name = f->repo ? f->repo : "";
+        if (st == TS_OK) st = encode_two(t, name, strlen(name), "\n", 1, v);
+    }
+    static const char snippet[] = "\n\n--- snippet ---\n\n";
+    for (int i = 0; i < f->n_files && st == TS_OK; i++) {
+        const ts_fim_file *x = &f->files[i];
+        if (repo) {
+            st = ts_ids_push(v, k.file_sep);
+            if (st == TS_OK) st = encode_two(t, x->name ? x->name : "", x->name_len, "\n", 1, v);
+        } else {
+            st = encode_text(t, snippet, sizeof snippet - 1, v);
+        }
+        if (st == TS_OK) st = encode_text(t, x->text, x->text_len, v);
+    }
+    if (st == TS_OK && repo && files) {
+        st = ts_ids_push(v, k.file_sep);
+        const char *name = f->file ? f->file : "";
+        if (st == TS_OK) st = encode_two(t, name, strlen(name), "\n", 1, v);
+    }
+    if (st == TS_OK) st = ts_ids_push(v, k.prefix);
+    if (prefix_ids)
+        for (size_t i = 0; i < n_prefix_ids && st == TS_OK; i++)
+            st = ts_ids_push(v, prefix_ids[i]);
+    else if (st == TS_OK)
+        st = encode_text(t, f->prefix, f->prefix_len, v);
+    if (st == TS_OK) st = ts_ids_push(v, k.suffix);
+    if (st == TS_OK) st = encode_text(t, f->suffix, f->suffix_len, v);
+    if (st == TS_OK) st = ts_ids_push(v, k.middle);
+    if (st == TS_OK) st = encode_text(t, f->middle, f->middle_len, v);
+    return st;
+}
+
+static ts_status fim_done(ts_status st, ts_ids *v, int32_t **ids, size_t *n_ids) {
+    if (st != TS_OK) {
+        ts_ids_free(v);
+        return st;
+    }
+    *ids = v->data;
+    *n_ids = v->len;
+    return TS_OK;
+}
+
 ts_status ts_tokenize_fim(const ts_tokenizer *t, const char *prefix, size_t prefix_len,
                           const int32_t *prefix_ids, size_t n_prefix_ids, const char *suffix,
                           size_t suffix_len, int32_t **ids, size_t *n_ids) {
     *ids = NULL;
     *n_ids = 0;
-    ts_fim_tokens f;
-    if (!ts_tokenizer_fim(t, &f))
-        return ts_error(TS_ERR_UNSUPPORTED, "this model's vocabulary has no fill-in-the-middle "
-                                            "tokens");
+    ts_fim_frame f = {
+        .prefix = prefix, .prefix_len = prefix_len, .suffix = suffix, .suffix_len = suffix_len};
     ts_ids v = {0};
-    ts_status st = t->add_bos ? ts_ids_push(&v, t->bos) : TS_OK;
-    if (st == TS_OK) st = ts_ids_push(&v, f.prefix);
-    if (prefix_ids)
-        for (size_t i = 0; i < n_prefix_ids && st == TS_OK; i++)
-            st = ts_ids_push(&v, prefix_ids[i]);
-    else if (st == TS_OK)
-        st = tok_encode(t, prefix, prefix_len, false, &v);
-    if (st == TS_OK) st = ts_ids_push(&v, f.suffix);
-    if (st == TS_OK) st = tok_encode(t, suffix, suffix_len, false, &v);
-    if (st == TS_OK) st = ts_ids_push(&v, f.middle);
-    if (st != TS_OK) {
-        ts_ids_free(&v);
-        return st;
-    }
-    *ids = v.data;
-    *n_ids = v.len;
-    return TS_OK;
+    return fim_done(fim_frame(t, &f, prefix_ids, n_prefix_ids, &v), &v, ids, n_ids);
+}
+
+ts_status ts_tokenize_fim_frame(const ts_tokenizer *t, const ts_fim_frame *f, int32_t **ids,
+                                size_t *n_ids) {
+    *ids = NULL;
+    *n_ids = 0;
+    ts_ids v = {0};
+    return fim_done(fim_frame(t, f, NULL, 0, &v), &v, ids, n_ids);
 }
 
 ts_status ts_detokenize(const ts_tokenizer *t, const int32_t *ids, size_t n, bool skip_special,

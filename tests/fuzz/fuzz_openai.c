@@ -18,10 +18,14 @@
  * checked and shared out over jobs - every input once, in order, each within the context - and
  * the answer to those jobs written and read back as JSON.
  *
+ * With bit 6 it is llama-server's /infill (serve/infill.h): framed into the completion it
+ * means, whose refusals are renamed into the /infill fields.
+ *
  * Input: byte 0 = flags (bit 0: completions instead of chat, bits 1-3: the threshold, bit 4:
- * the Responses API, bit 5: embeddings), then the body. */
+ * the Responses API, bit 5: embeddings, bit 6: /infill), then the body. */
 #include "fuzz_util.h"
 #include "serve/embeddings.h"
+#include "serve/infill.h"
 #include "serve/json_load.h"
 #include "serve/openai.h"
 #include "serve/prep.h"
@@ -142,6 +146,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         embeddings(root, ids);
         return 0;
     }
+    bool infill = data[0] & 64 && !responses;
+    if (infill) {
+        serve_runtime rt = {.tok = tok, .n_ctx = 64, .n_vocab = ts_tokenizer_vocab_size(tok)};
+        json_t *b = serve_infill_request(root, &rt, &e);
+        json_decref(root);
+        if (!b) {
+            check_error(&e);
+            return 0;
+        }
+        root = b, api = SERVE_API_COMPLETION;
+    }
     serve_rsp_map map = {0};
     if (responses) {
         serve_rsp_read rd;
@@ -160,6 +175,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     serve_request r;
     if (!serve_request_parse(api, root, ids, 4096, &r, &e)) {
         if (responses) serve_rsp_error(&map, &e);
+        if (infill) serve_infill_error(&e);
         serve_rsp_map_free(&map);
         check_error(&e);
         serve_request_free(&r);

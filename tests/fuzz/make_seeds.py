@@ -209,6 +209,12 @@ def seeds_openai():
               {"input": [[1, 2, 3], [4], [5, 6]], "encoding_format": "float", "dimensions": 4},
               {"input": [1, 2, 3], "user": "u"}]
     out += [b"\x20" + json.dumps(c).encode() for c in embeds]
+    infills = [{"input_prefix": "def f(", "input_suffix": "):\n    pass\n", "n_predict": 8},
+               {"input_prefix": "x", "input_extra": [{"filename": "a.py", "text": "y = 1\n"},
+                                                     {"text": "z"}],
+                "prompt": "ret", "n_predict": -1, "repeat_penalty": 1.1, "stop": ["\n"],
+                "stream": True, "temperature": 0.2, "top_k": 40}]
+    out += [b"\x41" + json.dumps(c).encode() for c in infills]
     return out
 
 

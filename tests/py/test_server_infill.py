@@ -1,0 +1,172 @@
+"""llama-server's /infill: a code editor's fill in the middle with the project's other files.
+
+The prefix, suffix, extra files and the middle's start are framed in the repo-level pattern
+(<|repo_name|>myproject\\n, <|file_sep|>name\\n text for each file, <|file_sep|>filename\\n,
+then <|fim_prefix|> prefix <|fim_suffix|> suffix <|fim_middle|> start) and run as the
+completion of that frame: the checks compare an /infill request with /v1/completions given the
+frame as token ids (built here from /tokenize), answer for answer, then llama-server's answer
+shape (content, stop_type, tokens_*, timings), the stream (content pieces, then the whole
+object; no [DONE]), the renamed fields (n_predict, repeat_penalty) and the refusals. The ids
+of the small Qwen tokenizer's frame tokens are test_server_fim.py's."""
+import json
+import shutil
+
+import pytest
+
+from server_util import Server, tiny_model
+from test_server_fim import MID, PRE, REPO, SEP, SUF, TEXT_ONLY, ids_of
+
+PREFIX, SUFFIX = "def add(a, b):\n    ", "\n\nprint(add(1, 2))\n"
+EXTRA = [{"filename": "util.py", "text": "def sub(a, b):\n    return a - b\n"},
+         {"filename": "README.md", "text": "# math\n"}]
+
+
+@pytest.fixture(scope="module")
+def srv():
+    with Server("--ctx", "512") as s:
+        yield s
+
+
+def frame(srv, prefix, suffix, extra=(), start=""):
+    ids = []
+    if extra:
+        ids += [REPO] + ids_of(srv, "myproject\n")
+        for f in extra:
+            ids += [SEP] + ids_of(srv, f.get("filename", "tmp") + "\n") + ids_of(srv, f["text"])
+        ids += [SEP] + ids_of(srv, "filename\n")
+    ids += [PRE] + ids_of(srv, prefix) + [SUF] + ids_of(srv, suffix) + [MID]
+    return ids + (ids_of(srv, start) if start else [])
+
+
+def infill(srv, body):
+    status, _, r = srv.post("/infill", body)
+    assert status == 200, r
+    return r
+
+
+def completion(srv, prompt, **kw):
+    status, _, r = srv.post("/v1/completions", dict(prompt=prompt, **kw))
+    assert status == 200, r
+    return r
+
+
+def test_the_answer_is_the_frames_completion(srv):
+    body = {"input_prefix": PREFIX, "input_suffix": SUFFIX, "input_extra": EXTRA,
+            "prompt": "return", "n_predict": 12, "temperature": 0, "logit_bias": TEXT_ONLY}
+    r = infill(srv, body)
+    ids = frame(srv, PREFIX, SUFFIX, EXTRA, "return")
+    c = completion(srv, ids, max_tokens=12, temperature=0, logit_bias=TEXT_ONLY)
+    assert r["content"] == c["choices"][0]["text"]
+    assert r["tokens_predicted"] == c["usage"]["completion_tokens"] == 12
+    assert r["tokens_evaluated"] == len(ids)
+    assert r["stop"] is True and r["stop_type"] == "limit" and r["stopping_word"] == ""
+    assert r["model"] == "serve-tiny" and r["truncated"] is False
+    assert r["has_new_line"] == ("\n" in r["content"])
+    t = r["timings"]
+    assert t["predicted_n"] == 12 and t["prompt_n"] == len(ids) - r["tokens_cached"]
+    assert min(t["prompt_ms"], t["predicted_ms"], t["predicted_per_second"]) >= 0
+    # without extra files or a start: the frame of a completion's suffix
+    r = infill(srv, {"input_prefix": PREFIX, "input_suffix": SUFFIX, "n_predict": 6,
+                     "temperature": 0, "logit_bias": TEXT_ONLY})
+    c = completion(srv, PREFIX, suffix=SUFFIX, max_tokens=6, temperature=0, logit_bias=TEXT_ONLY)
+    assert r["content"] == c["choices"][0]["text"]
+    assert r["tokens_evaluated"] == c["usage"]["prompt_tokens"]
+    # the same request again: its prompt comes back from the snapshot
+    again = infill(srv, {"input_prefix": PREFIX, "input_suffix": SUFFIX, "n_predict": 6,
+                         "temperature": 0, "logit_bias": TEXT_ONLY})
+    assert again["content"] == r["content"] and again["tokens_cached"] > 0
+
+
+def test_the_stream_is_pieces_then_the_whole(srv):
+    body = {"input_prefix": PREFIX, "input_suffix": SUFFIX, "input_extra": EXTRA[:1],
+            "n_predict": 16, "temperature": 0, "logit_bias": TEXT_ONLY}
+    whole = infill(srv, body)
+    status, hd, data = srv.request("POST", "/infill", dict(body, stream=True))
+    assert status == 200 and hd["content-type"].startswith("text/event-stream")
+    lines = [ln for ln in data.decode().split("\n\n") if ln]
+    assert all(ln.startswith("data: {") for ln in lines), lines[-1]  # no [DONE]
+    events = [json.loads(ln[6:]) for ln in lines]
+    assert all(e["stop"] is False for e in events[:-1]) and events[-1]["stop"] is True
+    assert "".join(e["content"] for e in events) == whole["content"]
+    last = events[-1]
+    assert last["content"] == "" and last["tokens_predicted"] == 16
+    assert last["stop_type"] == "limit"
+
+
+def test_stop_words_end_of_generation_and_the_renamed_fields(srv):
+    base = {"input_prefix": PREFIX, "input_suffix": SUFFIX, "temperature": 0,
+            "logit_bias": TEXT_ONLY}
+    free = infill(srv, dict(base, n_predict=24))
+    word = free["content"][3:5]
+    assert len(word) == 2
+    r = infill(srv, dict(base, n_predict=24, stop=[word]))
+    assert r["stop_type"] == "word" and r["stopping_word"] == word
+    assert free["content"].startswith(r["content"]) and word not in r["content"]
+    # the end of generation drawn first: nothing, "eos"
+    status, _, t = srv.post("/tokenize", {"content": "<|endoftext|>"})
+    eos = t["tokens"][0]
+    r = infill(srv, dict(base, n_predict=8, logit_bias=dict(TEXT_ONLY, **{str(eos): 100})))
+    assert r["stop_type"] == "eos" and r["content"] == "" and r["tokens_predicted"] == 1
+    # repeat_penalty is the completion's repetition_penalty; n_predict -1 runs to the cap
+    ids = frame(srv, PREFIX, SUFFIX)
+    r = infill(srv, dict(base, n_predict=20, repeat_penalty=1.5))
+    c = completion(srv, ids, max_tokens=20, temperature=0, logit_bias=TEXT_ONLY,
+                   repetition_penalty=1.5)
+    assert r["content"] == c["choices"][0]["text"]
+    with Server("--max-tokens-cap", "5") as s:
+        r = infill(s, dict(base, n_predict=-1))
+        assert r["tokens_predicted"] == 5 and r["stop_type"] == "limit"
+
+
+def error(srv, body):
+    status, _, r = srv.post("/infill", body)
+    return status, r["error"]["code"], r["error"]["param"], r["error"]["message"]
+
+
+def test_refusals(srv):
+    assert error(srv, {"input_prefix": 5})[:3] == (400, "invalid_value", "input_prefix")
+    assert error(srv, {"input_suffix": ["x"]})[:3] == (400, "invalid_value", "input_suffix")
+    assert error(srv, {"prompt": 1})[:3] == (400, "invalid_value", "prompt")
+    assert error(srv, {"input_extra": "x"})[:3] == (400, "invalid_value", "input_extra")
+    s, c, p, m = error(srv, {"input_extra": [{"filename": "a", "text": "b"}, {"filename": "c"}]})
+    assert (s, c, p) == (400, "invalid_value", "input_extra") and "input_extra[1]" in m
+    assert error(srv, {"input_extra": [{"text": 3}]})[2] == "input_extra"
+    assert error(srv, {"input_prefix": "x", "n": 2})[:3] == (400, "invalid_value", "n")
+    assert error(srv, {"input_prefix": "x", "best_of": 3})[2] == "best_of"
+    s, c, p, m = error(srv, {"input_prefix": "x", "n_predict": 0})
+    assert (s, p) == (400, "n_predict") and "'n_predict'" in m and "max_tokens" not in m
+    assert error(srv, {"input_prefix": "x", "repeat_penalty": -1})[2] == "repeat_penalty"
+    assert error(srv, {"input_prefix": "x", "n_predict": 4, "max_tokens": 5})[2] == "n_predict"
+    s, c, p, m = error(srv, {"input_prefix": "word " * 600})
+    assert (s, c, p) == (400, "context_length_exceeded", "input_prefix")
+    assert error(srv, {"model": "gpt-4", "input_prefix": "x"})[:3] == (
+        404, "model_not_found", "model")
+    assert infill(srv, {"input_prefix": "x", "n_predict": 1})["tokens_predicted"] == 1
+
+
+def test_a_vocabulary_without_repository_tokens(tmp_path):
+    """The frame tokens but not <|repo_name|> / <|file_sep|>: each file's text after a snippet
+    line, then the frame (llama-server's fallback); none at all: refused, naming input_prefix."""
+    model = tmp_path / "no-repo"
+    shutil.copytree(tiny_model(), model)
+    tok = json.load(open(model / "tokenizer.json", encoding="utf-8"))
+    for t in tok["added_tokens"]:
+        t["content"] = t["content"].replace("repo_name", "xepo").replace("file_sep", "xile")
+    json.dump(tok, open(model / "tokenizer.json", "w", encoding="utf-8"))
+    with Server(model=str(model)) as s:
+        r = infill(s, {"input_prefix": "a", "input_extra": EXTRA[:1], "n_predict": 1})
+        snippet = ids_of(s, "\n\n--- snippet ---\n\n") + ids_of(s, EXTRA[0]["text"])
+        assert r["tokens_evaluated"] == len(snippet + [PRE] + ids_of(s, "a") + [SUF, MID])
+    for t in tok["added_tokens"]:
+        t["content"] = t["content"].replace("fim", "xim")
+    json.dump(tok, open(model / "tokenizer.json", "w", encoding="utf-8"))
+    with Server(model=str(model)) as s:
+        s_, c, p, m = error(s, {"input_prefix": "a"})
+        assert (s_, c, p) == (400, "unsupported_feature", "input_prefix")
+
+
+def test_metrics_count_the_route(srv):
+    key = 'tessera_requests_total{route="/infill",status="200"}'
+    before = srv.metrics().get(key, 0)
+    infill(srv, {"input_prefix": "x", "n_predict": 1})
+    assert srv.metrics()[key] == before + 1
