@@ -29,6 +29,7 @@ static const struct {
     [ROUTE_RESPONSE] = {"/v1/responses/{id}", "GET, DELETE"},
     [ROUTE_EMBEDDINGS] = {"/v1/embeddings", "POST"},
     [ROUTE_INFILL] = {"/infill", "POST"},
+    [ROUTE_RESPONSE_ITEMS] = {"/v1/responses/{id}/input_items", "GET"},
 };
 
 /* The origin a web page must have for the browser to hand it this response (CORS), or NULL:
@@ -171,6 +172,10 @@ static int find_route(const char *url) {
         if (strcmp(url, routes[i].path) == 0) return i;
     /* a model's id may hold slashes (an alias "org/name"): the rest of the path is the id */
     if (strncmp(url, "/v1/models/", 11) == 0 && url[11]) return ROUTE_MODEL;
+    static const char items[] = "/input_items";
+    size_t n = strlen(url), k = sizeof items - 1;
+    if (strncmp(url, "/v1/responses/", 14) == 0 && n > 14 + k && !strcmp(url + n - k, items))
+        return ROUTE_RESPONSE_ITEMS;
     if (strncmp(url, "/v1/responses/", 14) == 0 && url[14]) return ROUTE_RESPONSE;
     return ROUTE_UNKNOWN;
 }
@@ -274,9 +279,12 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         if (!cn) return MHD_NO;
         cn->srv = s;
         cn->route = find_route(url);
-        if (cn->route == ROUTE_MODEL || cn->route == ROUTE_RESPONSE) { /* the id in the path */
+        if (cn->route == ROUTE_MODEL || cn->route == ROUTE_RESPONSE ||
+            cn->route == ROUTE_RESPONSE_ITEMS) { /* the id in the path */
             const char *id = url + (cn->route == ROUTE_MODEL ? 11 : 14);
-            if (strlen(id) < sizeof cn->model_asked) strcpy(cn->model_asked, id);
+            size_t n =
+                strlen(id) - (cn->route == ROUTE_RESPONSE_ITEMS ? strlen("/input_items") : 0);
+            if (n < sizeof cn->model_asked) memcpy(cn->model_asked, id, n), cn->model_asked[n] = 0;
         }
         cn->del = strcmp(method, "DELETE") == 0;
         *con_cls = cn;

@@ -27,6 +27,7 @@ enum {
     ROUTE_RESPONSE, /* GET /v1/responses/{id} */
     ROUTE_EMBEDDINGS,
     ROUTE_INFILL,
+    ROUTE_RESPONSE_ITEMS, /* GET /v1/responses/{id}/input_items */
     ROUTE_UNKNOWN
 };
 
@@ -65,7 +66,8 @@ typedef struct {
     size_t received;
     bool too_large;
     bool too_many; /* its body did not fit the receive budget */
-    /* ROUTE_MODEL, ROUTE_RESPONSE: the id in the path ("" when longer than this) */
+    /* ROUTE_MODEL, ROUTE_RESPONSE, ROUTE_RESPONSE_ITEMS: the id in the path ("" when longer
+     * than this) */
     char model_asked[256];
     int status;
     size_t recv_held; /* bytes of the server's receive budget this request holds */

@@ -5,19 +5,21 @@
 #include <stdio.h>
 #include <string.h>
 
-const char *const serve_metrics_route_names[SERVE_METRICS_ROUTES] = {"/v1/chat/completions",
-                                                                     "/v1/completions",
-                                                                     "/v1/models",
-                                                                     "/health",
-                                                                     "/metrics",
-                                                                     "/tokenize",
-                                                                     "/detokenize",
-                                                                     "/v1/responses",
-                                                                     "/v1/models/{id}",
-                                                                     "/v1/responses/{id}",
-                                                                     "/v1/embeddings",
-                                                                     "/infill",
-                                                                     "other"};
+const char *const serve_metrics_route_names[SERVE_METRICS_ROUTES] = {
+    "/v1/chat/completions",
+    "/v1/completions",
+    "/v1/models",
+    "/health",
+    "/metrics",
+    "/tokenize",
+    "/detokenize",
+    "/v1/responses",
+    "/v1/models/{id}",
+    "/v1/responses/{id}",
+    "/v1/embeddings",
+    "/infill",
+    "/v1/responses/{id}/input_items",
+    "other"};
 
 static const int status_codes[SERVE_METRICS_STATUSES] = {200, 400, 401, 404, 405,
                                                          413, 415, 500, 503, 0};

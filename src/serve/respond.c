@@ -26,7 +26,7 @@ void serve_resp_init(serve_resp *r, serve_api api, const char *model, bool logpr
     r->logprobs = logprobs;
     r->token_ids = false;
     r->tok = tok;
-    r->settings = r->conversation = NULL;
+    r->settings = r->conversation = r->input = NULL;
     r->store = NULL;
     r->infill = false;
     r->think_open = r->think_close = -1;

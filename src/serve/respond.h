@@ -20,8 +20,9 @@ typedef struct {
      * NULL for chat and completions), and the thinking's tags, whose span it counts */
     json_t *settings;
     int32_t think_open, think_close;
-    /* the conversation to keep with the answer (owned; NULL: not stored) and the store */
-    json_t *conversation;
+    /* the conversation to keep with the answer (owned; NULL: not stored), the request's input
+     * items to keep with it (owned), and the store */
+    json_t *conversation, *input;
     struct serve_rsp_store *store;
     bool infill; /* llama-server's /infill (serve/infill.h): its own answer's shape */
 } serve_resp;

@@ -166,13 +166,31 @@ json_t *serve_rsp_answer_message(const serve_resp *r, const serve_job *j) {
     return m;
 }
 
-/* Keeps a stored request's conversation, its answer appended, with the response object. */
+/* The listed input items' ids where the client gave none: the response's, then the item's
+ * place ("item_<hex>_<i>" for response "resp_<hex>"), each unique within the response. */
+static void item_ids(const serve_resp *r, json_t *items) {
+    const char *hex = strchr(r->id, '_') ? strchr(r->id, '_') + 1 : r->id;
+    size_t i;
+    json_t *it;
+    json_array_foreach(items, i, it) {
+        if (json_is_string(json_object_get(it, "id"))) continue;
+        char id[96];
+        snprintf(id, sizeof id, "item_%s_%zu", hex, i);
+        json_object_set_new(it, "id", json_string(id));
+    }
+}
+
+/* Keeps a stored request's conversation, its answer appended, and its input items with the
+ * response object. */
 static void keep(const serve_resp *r, const serve_job *j, const char *object) {
     if (!r->conversation || !r->store || !object) return;
     json_t *conv = json_copy(r->conversation); /* the same messages, one more */
+    json_t *input = r->input ? json_deep_copy(r->input) : NULL;
+    if (input) item_ids(r, input);
     if (conv && json_array_append_new(conv, serve_rsp_answer_message(r, j)) == 0)
-        serve_rsp_store_put(r->store, r->id, conv, object);
+        serve_rsp_store_put(r->store, r->id, conv, input, object);
     json_decref(conv);
+    json_decref(input);
 }
 
 char *serve_rsp_full(const serve_resp *r, const serve_job *j) {

@@ -30,6 +30,7 @@ void serve_rsp_map_free(serve_rsp_map *m);
  * the instructions' system message) for the store to keep with the answer. */
 typedef struct {
     json_t *chat, *settings, *conversation; /* owned; conversation NULL: not stored */
+    json_t *input; /* owned, with the conversation: the input as its listed items */
     serve_rsp_map map;
 } serve_rsp_read;
 

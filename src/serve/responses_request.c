@@ -447,8 +447,33 @@ void serve_rsp_read_free(serve_rsp_read *rd) {
     json_decref(rd->chat);
     json_decref(rd->settings);
     json_decref(rd->conversation);
+    json_decref(rd->input);
     serve_rsp_map_free(&rd->map);
     *rd = (serve_rsp_read){0};
+}
+
+/* The request's input as the items GET /v1/responses/{id}/input_items lists (its ids given
+ * when it is stored, serve_rsp_items_ids): a string is one user message; a message's text
+ * content becomes its one part (input_text, output_text for the assistant's), and an item
+ * without a type is a message. The input has been read whole (every item checked). */
+static json_t *listed_items(const json_t *input) {
+    if (json_is_string(input))
+        return json_pack("[{s:s, s:s, s:[{s:s, s:O}]}]", "type", "message", "role", "user",
+                         "content", "type", "input_text", "text", input);
+    json_t *out = json_deep_copy(input), *it;
+    size_t i;
+    json_array_foreach(out, i, it) {
+        const json_t *type = json_object_get(it, "type");
+        if (type && strcmp(json_string_value(type), "message") != 0) continue;
+        json_object_set_new(it, "type", json_string("message"));
+        const json_t *c = json_object_get(it, "content"), *role = json_object_get(it, "role");
+        bool out_text = json_is_string(role) && !strcmp(json_string_value(role), "assistant");
+        if (json_is_string(c))
+            json_object_set_new(it, "content",
+                                json_pack("[{s:s, s:O}]", "type",
+                                          out_text ? "output_text" : "input_text", "text", c));
+    }
+    return out;
 }
 
 bool serve_rsp_request(const json_t *body, serve_rsp_store *store, serve_rsp_read *rd,
@@ -535,7 +560,8 @@ bool serve_rsp_request(const json_t *body, serve_rsp_store *store, serve_rsp_rea
         rd->conversation = json_array();
         for (size_t i = instr ? 1 : 0; rd->conversation && i < json_array_size(b.msgs); i++)
             json_array_append(rd->conversation, json_array_get(b.msgs, i));
-        if (!rd->conversation) ok = oom(e);
+        rd->input = listed_items(input);
+        if (!rd->conversation || !rd->input) ok = oom(e);
     }
     free(b.reasoning);
     json_decref(b.msgs);

@@ -11,7 +11,7 @@
 
 typedef struct {
     char *id;
-    json_t *messages;
+    json_t *messages, *input;
     char *object;
     size_t bytes;
 } entry;
@@ -35,6 +35,7 @@ ts_status serve_rsp_store_create(size_t max_bytes, serve_rsp_store **out) {
 static void entry_free(entry *e) {
     free(e->id);
     json_decref(e->messages);
+    json_decref(e->input);
     free(e->object);
 }
 
@@ -49,17 +50,19 @@ void serve_rsp_store_free(serve_rsp_store *s) {
 
 /* The bytes an entry holds, about: its texts as JSON (a parsed tree takes a few times more,
  * which the bound's documentation says). */
-static size_t entry_bytes(json_t *messages, const char *object, const char *id) {
-    char *m = json_dumps(messages, JSON_COMPACT);
-    size_t n = (m ? strlen(m) : 0) + strlen(object) + strlen(id) + 64;
-    free(m);
+static size_t entry_bytes(json_t *messages, json_t *input, const char *object, const char *id) {
+    char *m = json_dumps(messages, JSON_COMPACT),
+         *i = input ? json_dumps(input, JSON_COMPACT) : NULL;
+    size_t n = (m ? strlen(m) : 0) + (i ? strlen(i) : 0) + strlen(object) + strlen(id) + 64;
+    free(m), free(i);
     return n;
 }
 
-void serve_rsp_store_put(serve_rsp_store *s, const char *id, json_t *messages, const char *object) {
-    size_t bytes = entry_bytes(messages, object, id);
+void serve_rsp_store_put(serve_rsp_store *s, const char *id, json_t *messages, json_t *input,
+                         const char *object) {
+    size_t bytes = entry_bytes(messages, input, object, id);
     if (bytes > s->max_bytes) return;
-    entry e = {strdup(id), json_incref(messages), strdup(object), bytes};
+    entry e = {strdup(id), json_incref(messages), json_incref(input), strdup(object), bytes};
     if (!e.id || !e.object) {
         entry_free(&e);
         return;
@@ -113,6 +116,14 @@ bool serve_rsp_store_delete(serve_rsp_store *s, const char *id) {
         memmove(e, e + 1, (size_t)(s->e + s->n - (e + 1)) * sizeof *e);
         s->n--;
     }
+    pthread_mutex_unlock(&s->mu);
+    return e != NULL;
+}
+
+bool serve_rsp_store_input(serve_rsp_store *s, const char *id, json_t **input) {
+    pthread_mutex_lock(&s->mu);
+    entry *e = find(s, id);
+    *input = e ? json_incref(e->input) : NULL;
     pthread_mutex_unlock(&s->mu);
     return e != NULL;
 }

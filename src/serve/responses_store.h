@@ -18,13 +18,17 @@ typedef struct serve_rsp_store serve_rsp_store;
 ts_status serve_rsp_store_create(size_t max_bytes, serve_rsp_store **out);
 void serve_rsp_store_free(serve_rsp_store *s);
 
-/* Keeps response id: its conversation (a list of chat messages; a reference is taken) and its
- * object's JSON text (copied). One larger than the whole store is not kept. */
-void serve_rsp_store_put(serve_rsp_store *s, const char *id, json_t *messages, const char *object);
+/* Keeps response id: its conversation (a list of chat messages; a reference is taken), its
+ * request's input items (a list with their ids; a reference; NULL: none) and its object's JSON
+ * text (copied). One larger than the whole store is not kept. */
+void serve_rsp_store_put(serve_rsp_store *s, const char *id, json_t *messages, json_t *input,
+                         const char *object);
 /* Whether response id is kept; then, for each output not NULL, a new reference to its
  * conversation and a malloc'd copy of its object (NULL without memory). */
 bool serve_rsp_store_get(serve_rsp_store *s, const char *id, json_t **messages, char **object);
 
+/* Whether response id is kept; then a new reference to its input items (NULL: none). */
+bool serve_rsp_store_input(serve_rsp_store *s, const char *id, json_t **input);
 /* Forgets response id; false when it was not kept. */
 bool serve_rsp_store_delete(serve_rsp_store *s, const char *id);
 

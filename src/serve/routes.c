@@ -213,6 +213,7 @@ static void stream_free(void *cls) {
     serve_rsp_stream_free(&s->rs);
     json_decref(s->resp.settings);
     json_decref(s->resp.conversation);
+    json_decref(s->resp.input);
     free(s->at);
     free(s);
 }
@@ -228,6 +229,7 @@ static enum MHD_Result start_stream(serve_conn *cn, struct MHD_Connection *c, se
         free(s), free(at);
         json_decref(resp->settings);
         json_decref(resp->conversation);
+        json_decref(resp->input);
         return MHD_NO;
     }
     *s = (serve_stream){cn->srv, c, *cs, at, *resp, {0}, include_usage, 0, {0}, 0};
@@ -458,9 +460,9 @@ static enum MHD_Result generate(serve_conn *cn, struct MHD_Connection *c, serve_
         char id[sizeof resp.id];
         snprintf(id, sizeof id, "resp_%s", strchr(resp.id, '-') + 1);
         memcpy(resp.id, id, sizeof id);
-        resp.settings = rd.settings, resp.conversation = rd.conversation;
+        resp.settings = rd.settings, resp.conversation = rd.conversation, resp.input = rd.input;
         resp.store = s->rsp_store;
-        rd.settings = rd.conversation = NULL; /* the answer's now */
+        rd.settings = rd.conversation = rd.input = NULL; /* the answer's now */
         resp.think_open = rt->think_open, resp.think_close = rt->think_close;
     }
     resp.infill = wire == WIRE_INFILL;
@@ -473,6 +475,7 @@ static enum MHD_Result generate(serve_conn *cn, struct MHD_Connection *c, serve_
     enum MHD_Result r = finish_blocking(cn, c, &cs, &resp);
     json_decref(resp.settings);
     json_decref(resp.conversation);
+    json_decref(resp.input);
     return r;
 }
 
@@ -694,6 +697,66 @@ static enum MHD_Result stored_response(serve_conn *cn, struct MHD_Connection *c)
     return serve_send_error(cn, c, &e);
 }
 
+/* A query argument of the request as an integer in [lo, hi] (dflt when absent); false for one
+ * that is not. */
+static bool query_int(struct MHD_Connection *c, const char *name, long lo, long hi, long dflt,
+                      long *out) {
+    const char *v = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, name);
+    char *end;
+    *out = v ? strtol(v, &end, 10) : dflt;
+    return !v || (*v && !*end && *out >= lo && *out <= hi);
+}
+
+/* GET /v1/responses/{id}/input_items: the stored response's input items, a page of them:
+ * limit (1-100, default 20), order (desc, the default: the last item first; or asc), after /
+ * before (an item id: the page starts after it, or ends before it, in that order). */
+static enum MHD_Result input_items(serve_conn *cn, struct MHD_Connection *c) {
+    serve_server *s = cn->srv;
+    serve_error e;
+    json_t *items = NULL;
+    long limit;
+    const char *order = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "order");
+    const char *after = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "after");
+    const char *before = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "before");
+    if (!query_int(c, "limit", 1, 100, 20, &limit))
+        serve_fail(&e, 400, "invalid_value", "limit", "'limit' must be an integer in [1, 100]");
+    else if (order && strcmp(order, "asc") != 0 && strcmp(order, "desc") != 0)
+        serve_fail(&e, 400, "invalid_value", "order", "'order' must be 'asc' or 'desc'");
+    else if (!cn->model_asked[0] || !serve_rsp_store_input(s->rsp_store, cn->model_asked, &items))
+        serve_fail(&e, 404, "not_found", NULL, "Response with id '%.100s' not found",
+                   cn->model_asked);
+    else
+        e.status = 0;
+    if (e.status) return serve_send_error(cn, c, &e);
+    bool asc = order && !strcmp(order, "asc");
+    long n = (long)json_array_size(items), from = after ? -1 : 0, to = before ? -1 : n;
+    for (long k = 0; k < n; k++) { /* in the page's order */
+        json_t *it = json_array_get(items, asc ? k : n - 1 - k);
+        const char *id = json_string_value(json_object_get(it, "id"));
+        if (after && id && !strcmp(id, after)) from = k + 1;
+        if (before && id && !strcmp(id, before)) to = k;
+    }
+    if (from < 0 || to < 0) {
+        json_decref(items);
+        serve_fail(&e, 400, "invalid_value", from < 0 ? "after" : "before",
+                   "'%s' names no input item of this response", from < 0 ? "after" : "before");
+        return serve_send_error(cn, c, &e);
+    }
+    json_t *data = json_array();
+    for (long k = from; k < to && k - from < limit; k++)
+        json_array_append(data, json_array_get(items, asc ? k : n - 1 - k));
+    long got = (long)json_array_size(data);
+    const json_t *first = json_object_get(json_array_get(data, 0), "id");
+    const json_t *last = json_object_get(json_array_get(data, (size_t)(got ? got - 1 : 0)), "id");
+    json_t *out =
+        json_pack("{s:s, s:o, s:O?, s:O?, s:b}", "object", "list", "data", data, "first_id",
+                  got ? first : NULL, "last_id", got ? last : NULL, "has_more", from + got < to);
+    json_decref(items);
+    char *body = out ? json_dumps(out, JSON_COMPACT) : NULL;
+    json_decref(out);
+    return serve_send_json(cn, c, 200, body);
+}
+
 enum MHD_Result serve_route_get(serve_conn *cn, struct MHD_Connection *c) {
     serve_server *s = cn->srv;
     if (cn->route == ROUTE_HEALTH) return serve_send_json(cn, c, 200, strdup("{\"status\":\"ok\"}"));
@@ -713,6 +776,7 @@ enum MHD_Result serve_route_get(serve_conn *cn, struct MHD_Connection *c) {
         return serve_queue(cn, c, 200, r);
     }
     if (cn->route == ROUTE_RESPONSE) return stored_response(cn, c);
+    if (cn->route == ROUTE_RESPONSE_ITEMS) return input_items(cn, c);
     const serve_runtime *rt = serve_worker_runtime(s->worker);
     json_t *out;
     if (cn->route == ROUTE_MODEL) { /* OpenAI's retrieve: the model, by a name it answers to */

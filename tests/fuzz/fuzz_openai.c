@@ -169,7 +169,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         root = rd.chat, rd.chat = NULL;
         map = rd.map, rd.map = (serve_rsp_map){0};
         /* what a stored answer leaves behind: a conversation a later body may name */
-        if (rd.conversation) serve_rsp_store_put(store, "resp_1", rd.conversation, "{}");
+        if (rd.conversation) serve_rsp_store_put(store, "resp_1", rd.conversation, rd.input, "{}");
         serve_rsp_read_free(&rd);
     }
     serve_request r;

@@ -997,6 +997,67 @@ def test_delete_forgets_a_stored_response(srv):
     assert srv.request("GET", "/v1/responses/" + b["id"])[0] == 404
 
 
+def test_input_items_list_the_requests_input(srv):
+    """GET /v1/responses/{id}/input_items: the request's own input as items (a string is one
+    user message; text content becomes its part), with the client's ids or ones given here,
+    the last first unless order=asc, in pages (limit, after, before, has_more); a follow-up's
+    are its own input only; refusals; the OpenAI client's paging."""
+    def page(rid, q=""):
+        status, _, body = srv.request("GET", f"/v1/responses/{rid}/input_items{q}")
+        return status, json.loads(body)
+
+    r = responses(srv, greedy(input="Hello", max_output_tokens=2))
+    status, p = page(r["id"])
+    assert status == 200 and p["object"] == "list" and p["has_more"] is False
+    (item,) = p["data"]
+    assert item["type"] == "message" and item["role"] == "user"
+    assert item["content"] == [{"type": "input_text", "text": "Hello"}]
+    assert p["first_id"] == p["last_id"] == item["id"]
+    calls = [{"type": "function_call", "call_id": "c1", "name": "get_time", "arguments": "{}"},
+             {"type": "function_call_output", "call_id": "c1", "output": "noon"}]
+    given = [{"role": "user", "content": "What time is it?"}, *calls,
+             {"role": "assistant", "content": "It is noon."},
+             {"type": "message", "role": "user", "id": "mine",
+              "content": [{"type": "input_text", "text": "Thanks"}]}]
+    r = responses(srv, greedy(input=given, tools=RESP_TOOLS, max_output_tokens=2))
+    status, p = page(r["id"], "?order=asc")
+    assert status == 200 and len(p["data"]) == 5
+    assert [d.get("type") for d in p["data"]] == ["message", "function_call",
+                                                  "function_call_output", "message", "message"]
+    assert p["data"][3]["content"] == [{"type": "output_text", "text": "It is noon."}]
+    assert p["data"][4]["id"] == "mine" and p["data"][1]["call_id"] == "c1"
+    ids = [d["id"] for d in p["data"]]
+    assert len(set(ids)) == 5
+    status, d = page(r["id"])
+    assert [x["id"] for x in d["data"]] == ids[::-1]  # desc: the last first
+    status, a = page(r["id"], "?order=asc&limit=2")
+    assert [x["id"] for x in a["data"]] == ids[:2] and a["has_more"] is True
+    status, b = page(r["id"], f"?order=asc&limit=2&after={a['last_id']}")
+    assert [x["id"] for x in b["data"]] == ids[2:4] and b["has_more"] is True
+    status, c = page(r["id"], f"?order=asc&after={ids[3]}&limit=2")
+    assert [x["id"] for x in c["data"]] == ids[4:] and c["has_more"] is False
+    status, c = page(r["id"], f"?order=asc&before={ids[2]}")
+    assert [x["id"] for x in c["data"]] == ids[:2]
+    # a follow-up lists its own input, not the conversation before it
+    f = responses(srv, greedy(input="And tomorrow?", previous_response_id=r["id"],
+                              tools=RESP_TOOLS, max_output_tokens=2))
+    status, p = page(f["id"])
+    assert [x["content"][0]["text"] for x in p["data"]] == ["And tomorrow?"]
+    # refusals
+    for q, param in (("?limit=0", "limit"), ("?limit=101", "limit"), ("?limit=x", "limit"),
+                     ("?order=up", "order"), ("?after=nope", "after"), ("?before=nope", "before")):
+        status, e = page(r["id"], q)
+        assert status == 400 and e["error"]["param"] == param, (q, e)
+    kept_not = responses(srv, greedy(input="x", max_output_tokens=1, store=False))
+    assert page(kept_not["id"])[0] == 404
+    assert srv.request("DELETE", "/v1/responses/" + f["id"])[0] == 200
+    assert page(f["id"])[0] == 404
+    assert page("resp_" + "0" * 400)[0] == 404
+    # the OpenAI client walks the pages by itself
+    got = [x.id for x in srv.client().responses.input_items.list(r["id"], limit=2, order="asc")]
+    assert got == ids
+
+
 def test_the_store_keeps_the_latest_within_its_bound():
     """--responses-store-mb bounds the store: the oldest responses go first; 0 keeps none."""
     with Server("--responses-store-mb", "1") as s:
