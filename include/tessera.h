@@ -247,8 +247,10 @@ typedef struct {
     int n_files;
     const char *repo, *file; /* the repository's and the current file's names ("" allowed) */
 } ts_fim_frame;
+/* n_context (not NULL): the frame's tokens before <|fim_prefix|> (the BOS and the files'
+ * lines), which requests about the same files share. */
 ts_status ts_tokenize_fim_frame(const ts_tokenizer *tok, const ts_fim_frame *f, int32_t **ids,
-                                size_t *n_ids);
+                                size_t *n_ids, size_t *n_context);
 
 /* Streaming: feed ids one at a time, get back only whole UTF-8 characters. */
 typedef struct ts_detokenizer ts_detokenizer;

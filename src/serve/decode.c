@@ -434,12 +434,21 @@ static void echo_logprobs(serve_decoder *d, serve_lane *ln, const float *rows, i
     pthread_mutex_unlock(&j->mu);
 }
 
+/* The lane's prompt is in up to its job's keep_at (an /infill's files): that state is kept as
+ * a snapshot at once, for the next requests that start with the same tokens. */
+static void keep_part(serve_decoder *d, serve_lane *ln) {
+    int s = serve_prefix_cache_store(d->o.cache, ln->seq, ln->job->keep_at, NULL);
+    if (s >= 0 && ts_engine_slot_copy(d->o.engine, ln->slot, s) != TS_OK)
+        serve_prefix_cache_drop(d->o.cache, s);
+}
+
 /* Runs the next chunk of the prompts still to prefill, in one forward call: the oldest lane's
  * next chunk (at most --prefill-chunk tokens), and with it the next chunks of the lanes after it
  * while the call stays within a chunk - short prompts that arrived together go in together.
  * Each lane's prompt is cut into the chunks it would be cut into alone. A prompt goes in
  * chunks only so that cancellation is seen and the other lanes' answers go on between them:
- * every extra forward call is one more pass over the weights. A lane whose prompt is in:
+ * every extra forward call is one more pass over the weights (a job's keep_at ends a piece
+ * too: that state is worth a pass). A lane whose prompt is in:
  * reserves the snapshot of the whole prompt with its logits row - the state itself is copied
  * once the first token is out (flush_snapshot, before any other lane can take a snapshot that
  * would evict this one) - and draws its first token. */
@@ -465,6 +474,8 @@ static void prefill_lanes(serve_decoder *d) {
         int left = next->job->n_ids - next->prefill_at;
         int piece = left < d->o.prefill_chunk ? left : d->o.prefill_chunk;
         if (echo && piece > SERVE_ECHO_ROWS) piece = SERVE_ECHO_ROWS;
+        int keep = next->job->keep_at - next->prefill_at; /* a snapshot's end: a piece ends there */
+        if (keep > 0 && piece > keep) piece = keep;
         if (n + piece > d->o.prefill_chunk) break;
         any_echo |= echo;
         after = next->used;
@@ -501,6 +512,7 @@ static void prefill_lanes(serve_decoder *d) {
         float *row = rows + (size_t)d->b_row[i] * d->n_vocab;
         if (j->prompt_lp) echo_logprobs(d, ln, row, d->b_piece[i]);
         ln->prefill_at += d->b_piece[i];
+        if (ln->prefill_at == j->keep_at) keep_part(d, ln);
         if (ln->prefill_at < j->n_ids) continue;
         float *logits = j->prompt_lp ? row + (size_t)(d->b_piece[i] - 1) * d->n_vocab : row;
         ln->pending_snap = serve_prefix_cache_store(d->o.cache, ln->seq, j->n_ids, logits);

@@ -67,12 +67,14 @@ static bool rename_field(json_t *b, const char *from, const char *to, serve_erro
     return true;
 }
 
-json_t *serve_infill_request(const json_t *body, const serve_runtime *rt, serve_error *e) {
+json_t *serve_infill_request(const json_t *body, const serve_runtime *rt, int *keep_at,
+                             serve_error *e) {
     ts_fim_frame f = {.repo = INFILL_REPO, .file = INFILL_FILE};
     ts_fim_file *files = NULL;
     int32_t *ids = NULL;
-    size_t n = 0;
+    size_t n = 0, n_context = 0;
     json_t *out = NULL;
+    *keep_at = 0;
     bool ok = text_field(body, "input_prefix", &f.prefix, &f.prefix_len, e) &&
               text_field(body, "input_suffix", &f.suffix, &f.suffix_len, e) &&
               extra_files(body, &files, &f.n_files, e) &&
@@ -86,7 +88,8 @@ json_t *serve_infill_request(const json_t *body, const serve_runtime *rt, serve_
                             k);
     }
     if (ok) {
-        ts_status st = ts_tokenize_fim_frame(rt->tok, &f, &ids, &n);
+        ts_status st = ts_tokenize_fim_frame(rt->tok, &f, &ids, &n, &n_context);
+        if (f.n_files > 0 && n_context < (size_t)INT32_MAX) *keep_at = (int)n_context;
         if (st == TS_ERR_UNSUPPORTED)
             ok = serve_fail(e, 400, "unsupported_feature", "input_prefix", "/infill: %s",
                             ts_last_error());

@@ -16,9 +16,12 @@
 
 /* The completion request body an /infill body means: its prompt the frame's token ids, its
  * generation fields under the completion's names (n_predict -> max_tokens, repeat_penalty ->
- * repetition_penalty; the others as they are). NULL with e set for an /infill field's refusal;
+ * repetition_penalty; the others as they are). *keep_at: the frame's tokens before the
+ * prefix - the project's files, which an editor's next requests share - where there are
+ * files, else 0 (serve_job.keep_at). NULL with e set for an /infill field's refusal;
  * the completion's checks come after, on the body returned (owned by the caller). */
-json_t *serve_infill_request(const json_t *body, const serve_runtime *rt, serve_error *e);
+json_t *serve_infill_request(const json_t *body, const serve_runtime *rt, int *keep_at,
+                             serve_error *e);
 
 /* A completion check's param renamed back into the /infill request's names. */
 void serve_infill_error(serve_error *e);

@@ -86,6 +86,10 @@ typedef struct serve_job {
      * guesses the answer from (serve/speculate.c); NULL without */
     int32_t *pred_ids;
     int n_pred;
+    /* /infill: the prompt's first keep_at tokens (the project's files) are kept as a snapshot
+     * once they are in - the editor's next requests about the same files start from it - so
+     * the prompt goes in in two pieces at least; 0: none (serve/infill.h) */
+    int keep_at;
     /* the prompt's images (n 0: none): decoded and planned here, encoded by the worker when
      * their tokens must run; their keys are what prefix reuse compares (serve/images.h) */
     serve_images images;

@@ -411,6 +411,7 @@ typedef enum { WIRE_OPENAI, WIRE_RESPONSES, WIRE_INFILL } serve_wire;
 static enum MHD_Result generate(serve_conn *cn, struct MHD_Connection *c, serve_api api,
                                 json_t *root, serve_wire wire) {
     bool responses = wire == WIRE_RESPONSES, infill = wire == WIRE_INFILL;
+    int keep_at = 0; /* /infill: the frame's files part (serve_job.keep_at) */
     serve_server *s = cn->srv;
     const serve_runtime *rt = serve_worker_runtime(s->worker);
     serve_request req;
@@ -425,7 +426,7 @@ static enum MHD_Result generate(serve_conn *cn, struct MHD_Connection *c, serve_
         root = rd.chat; /* the parse takes it over */
         rd.chat = NULL;
     } else if (infill) {
-        json_t *body = serve_infill_request(root, rt, &e);
+        json_t *body = serve_infill_request(root, rt, &keep_at, &e);
         json_decref(root);
         root = body;
         ok = body != NULL;
@@ -438,6 +439,7 @@ static enum MHD_Result generate(serve_conn *cn, struct MHD_Connection *c, serve_
                             ? s->model_ids[1]
                             : s->model_ids[0];
     if (ok) ok = prepare_choices(s, rt, &req, &cs, &e);
+    if (ok && keep_at > 0 && keep_at < cs.job[0]->n_ids) cs.job[0]->keep_at = keep_at;
     const serve_request *rq = cs.n && cs.job[0]->req ? cs.job[0]->req : &req;
     if (ok && serve_worker_submit(s->worker, cs.job, cs.n) != TS_OK) {
         serve_metrics_event(&s->metrics, 0);

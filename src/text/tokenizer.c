@@ -446,7 +446,7 @@ static ts_status encode_two(const ts_tokenizer *t, const char *a, size_t na, con
 /* The fill-in-the-middle frame of f (ts_tokenize_fim_frame), the prefix as ids where
  * prefix_ids is not NULL. */
 static ts_status fim_frame(const ts_tokenizer *t, const ts_fim_frame *f, const int32_t *prefix_ids,
-                           size_t n_prefix_ids, ts_ids *v) {
+                           size_t n_prefix_ids, ts_ids *v, size_t *n_context) {
     ts_fim_tokens k;
     if (!ts_tokenizer_fim(t, &k))
         return ts_error(TS_ERR_UNSUPPORTED, "this model's vocabulary has no fill-in-the-middle "
@@ -474,6 +474,7 @@ static ts_status fim_frame(const ts_tokenizer *t, const ts_fim_frame *f, const i
         const char *name = f->file ? f->file : "";
         if (st == TS_OK) st = encode_two(t, name, strlen(name), "\n", 1, v);
     }
+    if (n_context) *n_context = v->len;
     if (st == TS_OK) st = ts_ids_push(v, k.prefix);
     if (prefix_ids)
         for (size_t i = 0; i < n_prefix_ids && st == TS_OK; i++)
@@ -505,15 +506,15 @@ ts_status ts_tokenize_fim(const ts_tokenizer *t, const char *prefix, size_t pref
     ts_fim_frame f = {
         .prefix = prefix, .prefix_len = prefix_len, .suffix = suffix, .suffix_len = suffix_len};
     ts_ids v = {0};
-    return fim_done(fim_frame(t, &f, prefix_ids, n_prefix_ids, &v), &v, ids, n_ids);
+    return fim_done(fim_frame(t, &f, prefix_ids, n_prefix_ids, &v, NULL), &v, ids, n_ids);
 }
 
 ts_status ts_tokenize_fim_frame(const ts_tokenizer *t, const ts_fim_frame *f, int32_t **ids,
-                                size_t *n_ids) {
+                                size_t *n_ids, size_t *n_context) {
     *ids = NULL;
     *n_ids = 0;
     ts_ids v = {0};
-    return fim_done(fim_frame(t, f, NULL, 0, &v), &v, ids, n_ids);
+    return fim_done(fim_frame(t, f, NULL, 0, &v, n_context), &v, ids, n_ids);
 }
 
 ts_status ts_detokenize(const ts_tokenizer *t, const int32_t *ids, size_t n, bool skip_special,

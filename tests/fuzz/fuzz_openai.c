@@ -149,7 +149,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     bool infill = data[0] & 64 && !responses;
     if (infill) {
         serve_runtime rt = {.tok = tok, .n_ctx = 64, .n_vocab = ts_tokenizer_vocab_size(tok)};
-        json_t *b = serve_infill_request(root, &rt, &e);
+        int keep_at;
+        json_t *b = serve_infill_request(root, &rt, &keep_at, &e);
         json_decref(root);
         if (!b) {
             check_error(&e);

@@ -118,6 +118,28 @@ def test_stop_words_end_of_generation_and_the_renamed_fields(srv):
         assert r["tokens_predicted"] == 5 and r["stop_type"] == "limit"
 
 
+def test_the_next_request_about_the_same_files_starts_from_them():
+    """An editor sends the same files with each keystroke's prefix: the frame's files part is
+    kept as a snapshot once it is in, and the next request prefills only its own part - with
+    the answer a server without snapshots gives (--cache-mb 0)."""
+    files = [{"filename": f"m{k}.py", "text": f"def f{k}(x):\n    return x * {k}\n" * 4}
+             for k in range(3)]
+    bodies = [{"input_prefix": p, "input_suffix": SUFFIX, "input_extra": files,
+               "n_predict": 6, "temperature": 0, "logit_bias": TEXT_ONLY}
+              for p in ("def add(a, b):\n    ", "def mul(a, b):\n    return", "x = f1(")]
+    with Server() as s, Server("--cache-mb", "0") as plain:
+        ctx = len(frame(s, "", "", files)) - len(frame(s, "", ""))  # the files' lines
+        for k, body in enumerate(bodies):
+            before = s.metrics()["tessera_prefill_tokens_total"]
+            r, p = infill(s, body), infill(plain, body)
+            assert r["content"] == p["content"]
+            assert r["tokens_evaluated"] == p["tokens_evaluated"]
+            assert p["tokens_cached"] == 0
+            assert r["tokens_cached"] == (ctx if k else 0)
+            prefilled = s.metrics()["tessera_prefill_tokens_total"] - before
+            assert prefilled == r["tokens_evaluated"] - r["tokens_cached"]
+
+
 def error(srv, body):
     status, _, r = srv.post("/infill", body)
     return status, r["error"]["code"], r["error"]["param"], r["error"]["message"]
