@@ -434,6 +434,17 @@ static void echo_logprobs(serve_decoder *d, serve_lane *ln, const float *rows, i
     pthread_mutex_unlock(&j->mu);
 }
 
+serve_lane *serve_lane_prefilling(serve_decoder *d, uint64_t after, bool embedding) {
+    serve_lane *next = NULL;
+    for (int l = 0; l < d->o.n_lanes; l++) {
+        serve_lane *ln = &d->lane[l];
+        if (ln->job && (ln->job->pool != SERVE_POOL_NONE) == embedding && !ln->decoding &&
+            !ln->encoding && ln->used > after && (!next || ln->used < next->used))
+            next = ln;
+    }
+    return next;
+}
+
 /* The lane's prompt is in up to its job's keep_at (an /infill's files): that state is kept as
  * a snapshot at once, for the next requests that start with the same tokens. */
 static void keep_part(serve_decoder *d, serve_lane *ln) {
@@ -457,13 +468,7 @@ static void prefill_lanes(serve_decoder *d) {
     bool any_images = false, any_echo = false;
     uint64_t after = 0; /* lanes are taken in start order: `used` grows and is distinct */
     for (;;) {
-        serve_lane *next = NULL; /* the oldest lane still prefilling that is not in yet */
-        for (int l = 0; l < d->o.n_lanes; l++) {
-            serve_lane *ln = &d->lane[l];
-            if (ln->job && !ln->job->pool && !ln->decoding && !ln->encoding && ln->used > after &&
-                (!next || ln->used < next->used))
-                next = ln;
-        }
+        serve_lane *next = serve_lane_prefilling(d, after, false);
         if (!next) break;
         bool echo = next->job->prompt_lp != NULL; /* a row for each of its tokens */
         if (echo && any_echo) break; /* one a call: the rows are SERVE_ECHO_ROWS + lanes */

@@ -8,6 +8,10 @@
 /* decode.c */
 /* Ends the lane's job (how; st: the error, for SERVE_FINISH_ERROR) and reports it (done()). */
 void serve_lane_end(serve_decoder *d, serve_lane *ln, serve_finish how, ts_status st);
+/* The oldest lane started after `after` (lanes' `used` grows and is distinct) whose prompt -
+ * or, with embedding, whose embedding job's inputs - still has tokens to put in; NULL when
+ * none. */
+serve_lane *serve_lane_prefilling(serve_decoder *d, uint64_t after, bool embedding);
 /* A forward or a state change of the lane's slot failed: what the slot holds is no longer
  * known (no prefix is taken from it), and the lane's job ends with st. */
 void serve_lane_fail(serve_decoder *d, serve_lane *ln, ts_status st);

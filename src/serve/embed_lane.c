@@ -81,12 +81,7 @@ void serve_embed_step(serve_decoder *d) {
     int n = 0, n_in = 0, n_rows = 0, D = d->o.n_embd;
     uint64_t after = 0;
     for (;;) { /* the embedding lanes in start order, as many chunks as fit one call */
-        serve_lane *next = NULL;
-        for (int l = 0; l < d->o.n_lanes; l++) {
-            serve_lane *ln = &d->lane[l];
-            if (ln->job && ln->job->pool && ln->used > after && (!next || ln->used < next->used))
-                next = ln;
-        }
+        serve_lane *next = serve_lane_prefilling(d, after, true);
         if (!next) break;
         serve_job *j = next->job;
         int start = j->input_at[next->input], end = j->input_at[next->input + 1];

@@ -167,17 +167,25 @@ static bool route_takes(int route, const char *method) {
     return false;
 }
 
-static int find_route(const char *url) {
-    for (int i = 0; i < ROUTE_UNKNOWN; i++)
-        if (strcmp(url, routes[i].path) == 0) return i;
+/* The route of url; for a route with an id in its path, the id (*id, *id_len). */
+static int find_route(const char *url, const char **id, size_t *id_len) {
+    static const char models[] = "/v1/models/", responses[] = "/v1/responses/",
+                      items[] = "/input_items";
+    size_t n = strlen(url), m = sizeof models - 1, r = sizeof responses - 1, k = sizeof items - 1;
     /* a model's id may hold slashes (an alias "org/name"): the rest of the path is the id */
-    if (strncmp(url, "/v1/models/", 11) == 0 && url[11]) return ROUTE_MODEL;
-    static const char items[] = "/input_items";
-    size_t n = strlen(url), k = sizeof items - 1;
-    if (strncmp(url, "/v1/responses/", 14) == 0 && n > 14 + k && !strcmp(url + n - k, items))
-        return ROUTE_RESPONSE_ITEMS;
-    if (strncmp(url, "/v1/responses/", 14) == 0 && url[14]) return ROUTE_RESPONSE;
-    return ROUTE_UNKNOWN;
+    if (n > m && strncmp(url, models, m) == 0) {
+        *id = url + m, *id_len = n - m;
+        return ROUTE_MODEL;
+    }
+    if (n <= r || strncmp(url, responses, r) != 0) {
+        for (int i = 0; i < ROUTE_UNKNOWN; i++) /* the routes without an id */
+            if (strcmp(url, routes[i].path) == 0) return i;
+        return ROUTE_UNKNOWN;
+    }
+    *id = url + r, *id_len = n - r;
+    if (n <= r + k || strcmp(url + n - k, items) != 0) return ROUTE_RESPONSE;
+    *id_len -= k;
+    return ROUTE_RESPONSE_ITEMS;
 }
 
 /* 503 for a body that did not fit beside the others held as received (its bytes read and
@@ -278,14 +286,11 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         cn = calloc(1, sizeof *cn);
         if (!cn) return MHD_NO;
         cn->srv = s;
-        cn->route = find_route(url);
-        if (cn->route == ROUTE_MODEL || cn->route == ROUTE_RESPONSE ||
-            cn->route == ROUTE_RESPONSE_ITEMS) { /* the id in the path */
-            const char *id = url + (cn->route == ROUTE_MODEL ? 11 : 14);
-            size_t n =
-                strlen(id) - (cn->route == ROUTE_RESPONSE_ITEMS ? strlen("/input_items") : 0);
-            if (n < sizeof cn->model_asked) memcpy(cn->model_asked, id, n), cn->model_asked[n] = 0;
-        }
+        const char *id = NULL;
+        size_t n = 0;
+        cn->route = find_route(url, &id, &n);
+        if (id && n < sizeof cn->model_asked)
+            memcpy(cn->model_asked, id, n), cn->model_asked[n] = 0;
         cn->del = strcmp(method, "DELETE") == 0;
         *con_cls = cn;
         bool done;

@@ -428,7 +428,7 @@ static bool previous(builder *b, const json_t *body, serve_rsp_store *store, ser
         return serve_fail(e, 400, "invalid_value", "previous_response_id",
                           "'previous_response_id' must be a string");
     json_t *kept = NULL;
-    if (!store || !serve_rsp_store_get(store, json_string_value(prev), &kept, NULL))
+    if (!store || !serve_rsp_store_get(store, json_string_value(prev), &kept, NULL, NULL))
         return serve_fail(e, 400, "previous_response_not_found", "previous_response_id",
                           "Previous response with id '%.100s' not found (kept are the latest "
                           "responses stored, up to --responses-store-mb, until a restart)",
@@ -453,7 +453,7 @@ void serve_rsp_read_free(serve_rsp_read *rd) {
 }
 
 /* The request's input as the items GET /v1/responses/{id}/input_items lists (its ids given
- * when it is stored, serve_rsp_items_ids): a string is one user message; a message's text
+ * when it is stored, responses.c item_ids): a string is one user message; a message's text
  * content becomes its one part (input_text, output_text for the assistant's), and an item
  * without a type is a message. The input has been read whole (every item checked). */
 static json_t *listed_items(const json_t *input) {

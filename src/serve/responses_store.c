@@ -98,10 +98,12 @@ static entry *find(serve_rsp_store *s, const char *id) {
     return NULL;
 }
 
-bool serve_rsp_store_get(serve_rsp_store *s, const char *id, json_t **messages, char **object) {
+bool serve_rsp_store_get(serve_rsp_store *s, const char *id, json_t **messages, json_t **input,
+                         char **object) {
     pthread_mutex_lock(&s->mu);
     entry *e = find(s, id);
     if (e && messages) *messages = json_incref(e->messages);
+    if (e && input) *input = json_incref(e->input);
     if (e && object) *object = strdup(e->object);
     pthread_mutex_unlock(&s->mu);
     return e != NULL;
@@ -116,14 +118,6 @@ bool serve_rsp_store_delete(serve_rsp_store *s, const char *id) {
         memmove(e, e + 1, (size_t)(s->e + s->n - (e + 1)) * sizeof *e);
         s->n--;
     }
-    pthread_mutex_unlock(&s->mu);
-    return e != NULL;
-}
-
-bool serve_rsp_store_input(serve_rsp_store *s, const char *id, json_t **input) {
-    pthread_mutex_lock(&s->mu);
-    entry *e = find(s, id);
-    *input = e ? json_incref(e->input) : NULL;
     pthread_mutex_unlock(&s->mu);
     return e != NULL;
 }

@@ -24,11 +24,10 @@ void serve_rsp_store_free(serve_rsp_store *s);
 void serve_rsp_store_put(serve_rsp_store *s, const char *id, json_t *messages, json_t *input,
                          const char *object);
 /* Whether response id is kept; then, for each output not NULL, a new reference to its
- * conversation and a malloc'd copy of its object (NULL without memory). */
-bool serve_rsp_store_get(serve_rsp_store *s, const char *id, json_t **messages, char **object);
-
-/* Whether response id is kept; then a new reference to its input items (NULL: none). */
-bool serve_rsp_store_input(serve_rsp_store *s, const char *id, json_t **input);
+ * conversation and to its input items (NULL: none), and a malloc'd copy of its object (NULL
+ * without memory). */
+bool serve_rsp_store_get(serve_rsp_store *s, const char *id, json_t **messages, json_t **input,
+                         char **object);
 /* Forgets response id; false when it was not kept. */
 bool serve_rsp_store_delete(serve_rsp_store *s, const char *id);
 

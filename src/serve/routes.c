@@ -278,10 +278,13 @@ static void rank_best(serve_choices *cs) {
     }
 }
 
-/* Waits for every choice of a non-streaming request, watching for the client leaving. */
-static enum MHD_Result finish_blocking(serve_conn *cn, struct MHD_Connection *c, serve_choices *cs,
-                                       const serve_resp *resp) {
-    const serve_job *failed = NULL;
+/* Waits for every job of a request answered in one piece, watching for the client leaving:
+ * false when it left (its jobs cancelled and let go, its open_jobs count given back: nobody to
+ * answer). *failed: the first job that ended without an answer (the others then cancelled:
+ * the answer is an error), or NULL. */
+static bool wait_jobs(serve_conn *cn, struct MHD_Connection *c, serve_choices *cs,
+                      const serve_job **failed) {
+    *failed = NULL;
     for (int i = 0; i < cs->n; i++) {
         serve_job *j = cs->job[i];
         pthread_mutex_lock(&j->mu);
@@ -292,15 +295,23 @@ static enum MHD_Result finish_blocking(serve_conn *cn, struct MHD_Connection *c,
                 choices_cancel(cs);
                 choices_free(cs);
                 atomic_fetch_sub(&cn->srv->open_jobs, 1);
-                return MHD_NO; /* nobody to answer */
+                return false;
             }
         }
-        if (!failed && j->finish != SERVE_FINISH_STOP && j->finish != SERVE_FINISH_LENGTH) {
-            failed = j;
-            choices_cancel(cs); /* the answer is an error: the other choices are not needed */
+        if (!*failed && j->finish != SERVE_FINISH_STOP && j->finish != SERVE_FINISH_LENGTH) {
+            *failed = j;
+            choices_cancel(cs);
         }
         pthread_mutex_unlock(&j->mu);
     }
+    return true;
+}
+
+/* Waits for every choice of a non-streaming request and answers. */
+static enum MHD_Result finish_blocking(serve_conn *cn, struct MHD_Connection *c, serve_choices *cs,
+                                       const serve_resp *resp) {
+    const serve_job *failed;
+    if (!wait_jobs(cn, c, cs, &failed)) return MHD_NO;
     enum MHD_Result ret;
     if (!failed) {
         for (int i = 0; i < cs->n; i++)
@@ -402,6 +413,21 @@ static bool prepare_choices(serve_server *s, const serve_runtime *rt, serve_requ
     return true;
 }
 
+/* The name an answer gives the model: the one the request used, as the server's own string
+ * (the request's does not outlive it). */
+static const char *answer_model(const serve_server *s, const char *asked) {
+    return asked && s->model_ids[1] && strcmp(asked, s->model_ids[1]) == 0 ? s->model_ids[1]
+                                                                           : s->model_ids[0];
+}
+
+/* Admits a request's jobs together, or refuses them all at once (503 server_busy in e). */
+static bool admit(serve_server *s, serve_choices *cs, serve_error *e) {
+    if (serve_worker_submit(s->worker, cs->job, cs->n) == TS_OK) return true;
+    serve_metrics_event(&s->metrics, 0);
+    return serve_fail(e, 503, "server_busy", NULL,
+                      "the server is busy (%d requests admitted); retry later", s->o.max_pending);
+}
+
 /* The shape a generation request came in: OpenAI's chat or completions, the Responses API
  * (read as the chat request it means), llama-server's /infill (read as the completion it
  * means). */
@@ -433,19 +459,11 @@ static enum MHD_Result generate(serve_conn *cn, struct MHD_Connection *c, serve_
         infill = ok; /* from here on the completion's checks, named as /infill names them */
     }
     if (ok) ok = serve_request_parse(api, root, s->model_ids, s->o.max_tokens_cap, &req, &e);
-    /* the name the answer gives the model: the one the request used (the request's own string
-     * does not outlive it) */
-    const char *model = req.model && s->model_ids[1] && strcmp(req.model, s->model_ids[1]) == 0
-                            ? s->model_ids[1]
-                            : s->model_ids[0];
+    const char *model = answer_model(s, req.model);
     if (ok) ok = prepare_choices(s, rt, &req, &cs, &e);
     if (ok && keep_at > 0 && keep_at < cs.job[0]->n_ids) cs.job[0]->keep_at = keep_at;
     const serve_request *rq = cs.n && cs.job[0]->req ? cs.job[0]->req : &req;
-    if (ok && serve_worker_submit(s->worker, cs.job, cs.n) != TS_OK) {
-        serve_metrics_event(&s->metrics, 0);
-        ok = serve_fail(&e, 503, "server_busy", NULL, "the server is busy (%d requests admitted); "
-                        "retry later", s->o.max_pending);
-    }
+    if (ok) ok = admit(s, &cs, &e);
     if (!ok && responses) serve_rsp_error(&rd.map, &e);
     if (!ok && infill) serve_infill_error(&e);
     if (!ok) {
@@ -495,44 +513,18 @@ static enum MHD_Result embeddings(serve_conn *cn, struct MHD_Connection *c, json
     bool ok = serve_embed_parse(root, s->model_ids, rt, &req, &e) &&
               serve_embed_jobs(rt, &req, s->o.pool_mean ? SERVE_POOL_MEAN : SERVE_POOL_LAST, lanes,
                                &cs.job, &cs.n, &e);
-    const char *model = req.model && s->model_ids[1] && strcmp(req.model, s->model_ids[1]) == 0
-                            ? s->model_ids[1]
-                            : s->model_ids[0];
+    const char *model = answer_model(s, req.model);
     bool base64 = req.base64;
     serve_embed_request_free(&req);
     prep_done(cn); /* the jobs hold their token ids: the body and its tree are gone */
-    if (ok && serve_worker_submit(s->worker, cs.job, cs.n) != TS_OK) {
-        serve_metrics_event(&s->metrics, 0);
-        ok = serve_fail(&e, 503, "server_busy", NULL,
-                        "the server is busy (%d requests admitted); "
-                        "retry later",
-                        s->o.max_pending);
-    }
+    if (ok) ok = admit(s, &cs, &e);
     if (!ok) {
         choices_free(&cs);
         return serve_send_error(cn, c, &e);
     }
     atomic_fetch_add(&s->open_jobs, 1);
-    const serve_job *failed = NULL;
-    for (int i = 0; i < cs.n; i++) {
-        serve_job *j = cs.job[i];
-        pthread_mutex_lock(&j->mu);
-        while (j->finish == SERVE_RUNNING) {
-            serve_job_wait_locked(j, j->n_seg, j->n_lp, WAIT_SLICE_MS);
-            if (j->finish == SERVE_RUNNING && serve_client_gone(c)) {
-                pthread_mutex_unlock(&j->mu);
-                choices_cancel(&cs);
-                choices_free(&cs);
-                atomic_fetch_sub(&s->open_jobs, 1);
-                return MHD_NO; /* nobody to answer */
-            }
-        }
-        if (!failed && j->finish != SERVE_FINISH_STOP) {
-            failed = j;
-            choices_cancel(&cs); /* the answer is an error: the other inputs are not needed */
-        }
-        pthread_mutex_unlock(&j->mu);
-    }
+    const serve_job *failed;
+    if (!wait_jobs(cn, c, &cs, &failed)) return MHD_NO;
     enum MHD_Result r;
     if (failed) {
         job_error(failed, &e);
@@ -689,7 +681,7 @@ static enum MHD_Result stored_response(serve_conn *cn, struct MHD_Connection *c)
         return serve_send_json(cn, c, 200, body); /* NULL body: a 500 "out of memory" */
     }
     char *o = NULL;
-    if (id[0] && !cn->del && serve_rsp_store_get(s->rsp_store, id, NULL, &o))
+    if (id[0] && !cn->del && serve_rsp_store_get(s->rsp_store, id, NULL, NULL, &o))
         return serve_send_json(cn, c, 200, o);
     serve_error e;
     serve_fail(&e, 404, "not_found", NULL,
@@ -724,7 +716,8 @@ static enum MHD_Result input_items(serve_conn *cn, struct MHD_Connection *c) {
         serve_fail(&e, 400, "invalid_value", "limit", "'limit' must be an integer in [1, 100]");
     else if (order && strcmp(order, "asc") != 0 && strcmp(order, "desc") != 0)
         serve_fail(&e, 400, "invalid_value", "order", "'order' must be 'asc' or 'desc'");
-    else if (!cn->model_asked[0] || !serve_rsp_store_input(s->rsp_store, cn->model_asked, &items))
+    else if (!cn->model_asked[0] ||
+             !serve_rsp_store_get(s->rsp_store, cn->model_asked, NULL, &items, NULL))
         serve_fail(&e, 404, "not_found", NULL, "Response with id '%.100s' not found",
                    cn->model_asked);
     else

@@ -146,10 +146,8 @@ static void lane_rewind(serve_decoder *d, serve_lane *ln) {
     if (!ln->slot_known || ts_engine_slot_len(d->o.engine, ln->slot) <= keep) return;
     ts_status st = ts_engine_slot_rewind(d->o.engine, ln->slot, keep, &got);
     if (st == TS_OK) return;
-    if (ln->job)
-        serve_lane_fail(d, ln, st);
-    else
-        ln->slot_known = false;
+    ln->slot_known = false;
+    if (ln->job) serve_lane_end(d, ln, SERVE_FINISH_ERROR, st);
 }
 
 bool serve_spec_step(serve_decoder *d) {

@@ -431,14 +431,16 @@ static ts_status encode_text(const ts_tokenizer *t, const char *s, size_t n, ts_
     return s && n ? tok_encode(t, s, n, false, v) : TS_OK;
 }
 
-/* Appends a and b's concatenation (a line of a name and its newline), encoded as one text. */
-static ts_status encode_two(const ts_tokenizer *t, const char *a, size_t na, const char *b,
-                            size_t nb, ts_ids *v) {
-    char *s = malloc(na + nb + 1);
+/* Appends a line of the repo-level pattern: the token tok, then name (NULL: none) and a
+ * newline, encoded as one text. */
+static ts_status name_line(const ts_tokenizer *t, int32_t tok, const char *name, size_t n,
+                           ts_ids *v) {
+    TS_TRY(ts_ids_push(v, tok));
+    char *s = malloc(n + 2);
     if (!s) return ts_error(TS_ERR_NOMEM, "out of memory");
-    memcpy(s, a, na);
-    memcpy(s + na, b, nb);
-    ts_status st = encode_text(t, s, na + nb, v);
+    if (n) memcpy(s, name, n);
+    s[n] = '\n';
+    ts_status st = encode_text(t, s, n + 1, v);
     free(s);
     return st;
 }
@@ -453,27 +455,17 @@ static ts_status fim_frame(const ts_tokenizer *t, const ts_fim_frame *f, const i
                                             "tokens");
     ts_status st = t->add_bos ? ts_ids_push(v, t->bos) : TS_OK;
     bool repo = k.repo >= 0 && k.file_sep >= 0, files = f->n_files > 0;
-    if (st == TS_OK && repo && files) {
-        st = ts_ids_push(v, k.repo);
-        const char *name = f->repo ? f->repo : "";
-        if (st == TS_OK) st = encode_two(t, name, strlen(name), "\n", 1, v);
-    }
+    if (st == TS_OK && repo && files)
+        st = name_line(t, k.repo, f->repo, f->repo ? strlen(f->repo) : 0, v);
     static const char snippet[] = "\n\n--- snippet ---\n\n";
     for (int i = 0; i < f->n_files && st == TS_OK; i++) {
         const ts_fim_file *x = &f->files[i];
-        if (repo) {
-            st = ts_ids_push(v, k.file_sep);
-            if (st == TS_OK) st = encode_two(t, x->name ? x->name : "", x->name_len, "\n", 1, v);
-        } else {
-            st = encode_text(t, snippet, sizeof snippet - 1, v);
-        }
+        st = repo ? name_line(t, k.file_sep, x->name, x->name_len, v)
+                  : encode_text(t, snippet, sizeof snippet - 1, v);
         if (st == TS_OK) st = encode_text(t, x->text, x->text_len, v);
     }
-    if (st == TS_OK && repo && files) {
-        st = ts_ids_push(v, k.file_sep);
-        const char *name = f->file ? f->file : "";
-        if (st == TS_OK) st = encode_two(t, name, strlen(name), "\n", 1, v);
-    }
+    if (st == TS_OK && repo && files)
+        st = name_line(t, k.file_sep, f->file, f->file ? strlen(f->file) : 0, v);
     if (n_context) *n_context = v->len;
     if (st == TS_OK) st = ts_ids_push(v, k.prefix);
     if (prefix_ids)
