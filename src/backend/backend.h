@@ -31,7 +31,8 @@ typedef struct {
 typedef struct {
     int n_heads, n_kv_heads, head_dim;
     float scale;
-    int window; /* sliding window in keys (key j visible to query i iff i-window < j <= i); 0 = none */
+    int window;    /* sliding window in keys (key j visible to query i iff i-window < j <= i;
+                    * attention_full: iff |i - j| < window); 0 = none */
     float softcap; /* scores -> softcap * tanh(scores / softcap) when > 0 */
 } ts_attn_dims;
 
@@ -351,9 +352,12 @@ typedef struct {
      * cs has 2 * half floats a token (the model computes them: two-axis or MRoPE angles).
      * layernorm: out[r, :] = (x[r, :] - mean) / sqrt(var + eps) * w + b (out may be x).
      * bias_act: x[r, i] = act(x[r, i] + bias[i]) (bias NULL: none), act TS_ACT_*.
-     * attention_full: attention without a mask among n tokens, every query sees every key:
-     * q, k, v rows of n_heads * head_dim (head h at h * head_dim), q with stride ldq, k and v
-     * with stride ldkv (n_kv_heads must equal n_heads); out [n][n_heads * head_dim].
+     * attention_full: attention without the causal mask among n tokens (an image encoder's,
+     * a text encoder's): every query sees every key, or with dims->window > 0 the keys within
+     * window - 1 positions of it on either side; q, k, v rows of n_heads * head_dim (head h at
+     * h * head_dim), q with stride ldq, k and v rows of n_kv_heads heads (a divisor of n_heads:
+     * query head h reads kv head h / (n_heads / n_kv_heads)) with stride ldkv; out [n][n_heads
+     * * head_dim]. A model with an encoder's attention needs this op even without images.
      * vision_patches: the rows of an image's patch embedding - patch n (vision_grid.h's order)
      * is, channel by channel and frame by frame (the still image repeated temporal times), its
      * patch x patch pixels row by row, byte b of channel c given as lut[c * 256 + b]; rgb is the

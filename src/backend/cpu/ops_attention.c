@@ -35,16 +35,23 @@ typedef struct {
     int head_blocks;    /* ceil(group / gh) */
     int pos_blocks;     /* ceil(n / bq) */
     int64_t ldkv;       /* row stride of the keys and values */
-    int n_keys;         /* > 0: no mask, every query sees keys 0..n_keys-1 (attention_full) */
+    int n_keys; /* > 0: no causal mask (attention_full): query i sees keys 0..n_keys-1, within
+                 * window - 1 of i on either side where the window is set */
 } attn_job;
 
 /* Per-thread tiles; static TLS rather than the stack, whose size the pool's threads do not
  * promise, and rather than a per-call allocation. */
 static _Thread_local float att_q[ATT_TILE], att_o[ATT_TILE], att_s[ATT_MAX_ROWS * ATT_BK];
 
-/* The first key a query at position qpos sees. */
+/* The first key a query at position qpos sees, and one past the last (causal: itself; without
+ * the mask: n_keys, or a window's reach ahead) */
 static int first_key(const ts_attn_dims *d, int qpos) {
     return d->window > 0 && qpos - d->window + 1 > 0 ? qpos - d->window + 1 : 0;
+}
+static int key_end(const attn_job *j, int qpos) {
+    if (!j->n_keys) return qpos + 1;
+    int w = j->d->window;
+    return w > 0 && qpos + w < j->n_keys ? qpos + w : j->n_keys;
 }
 
 /* Scales, caps and masks row r of the score tile (keys p0..p0+nk-1 for a query at qpos),
@@ -53,8 +60,7 @@ static int first_key(const ts_attn_dims *d, int qpos) {
 static float softmax_row(const attn_job *j, float *s, int nk, int p0, int qpos, float *m,
                          float *l) {
     const ts_attn_dims *d = j->d;
-    int lo = first_key(d, qpos) - p0, hi = qpos - p0 + 1; /* visible: [lo, hi) */
-    if (j->n_keys) lo = 0, hi = nk;
+    int lo = first_key(d, qpos) - p0, hi = key_end(j, qpos) - p0; /* visible: [lo, hi) */
     if (lo < 0) lo = 0;
     if (hi > nk) hi = nk;
     if (lo >= hi) { /* nothing visible in this block */
@@ -101,9 +107,9 @@ static void attend_item(const attn_job *j, int kvh, int h0, int gh, int i0, int 
         l[r] = 0.0f;
     }
     int qpos0 = j->pos0 + i0, qpos1 = j->pos0 + i0 + bq - 1;
-    int p_end = j->n_keys ? j->n_keys : qpos1 + 1; /* keys [first, p_end) */
+    int p_end = key_end(j, qpos1); /* keys [first, p_end) */
     const float *kc = j->k_cache + (int64_t)kvh * hd, *vc = j->v_cache + (int64_t)kvh * hd;
-    for (int p0 = j->n_keys ? 0 : first_key(d, qpos0); p0 < p_end; p0 += ATT_BK) {
+    for (int p0 = first_key(d, qpos0); p0 < p_end; p0 += ATT_BK) {
         int nk = p_end - p0 < ATT_BK ? p_end - p0 : ATT_BK;
         K->gemm_nt(R, nk, hd, Q, hd, kc + p0 * ldkv, ldkv, S, ATT_BK);
         for (int r = 0; r < R; r++)
@@ -192,7 +198,8 @@ void cpu_op_attention(ts_backend *be, const float *q, int64_t ldq, int64_t q_hea
                   (int64_t)dims->n_kv_heads * dims->head_dim, 0, dims, out, ldo);
 }
 
-/* The same tiles without the mask: keys and values are the n tokens' own rows. */
+/* The same tiles without the causal mask: keys and values are the n tokens' own rows, a window
+ * (dims->window > 0) symmetric about each query. */
 void cpu_op_attention_full(ts_backend *be, const float *q, int64_t ldq, const float *k,
                            const float *v, int64_t ldkv, int n, const ts_attn_dims *dims,
                            float *out, int64_t ldo) {

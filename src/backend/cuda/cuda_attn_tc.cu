@@ -198,7 +198,7 @@ __global__ static void __launch_bounds__(32 * TC_WARPS)
 bool cuda_attention_full_tc(cuda_ctx *c, const float *q, int64_t ldq, const float *k,
                             const float *v, int64_t ldkv, int n, const ts_attn_dims *d, float *out,
                             int64_t ldo) {
-    if (!c->attn_tc || c->cc < 80 || d->head_dim != TC_D || d->softcap != 0.0f ||
+    if (!c->attn_tc || c->cc < 80 || d->head_dim != TC_D || d->softcap != 0.0f || d->window ||
         d->n_kv_heads != d->n_heads || n < 1 || ldq % 4 || ldkv % 4 || ((uintptr_t)q & 15) ||
         ((uintptr_t)k & 15) || ((uintptr_t)v & 15))
         return false;

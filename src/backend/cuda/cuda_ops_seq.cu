@@ -345,21 +345,28 @@ __global__ static void k_attention_tiled(const float *q, int64_t ldq, int64_t q_
     int nq = min(AT_Q, n - i0);
     int kvh = h / (d.n_heads / d.n_kv_heads);
     if (!ldkv) ldkv = (int64_t)d.n_kv_heads * hd;
-    bool full = n_keys > 0; /* attention_full: every query sees keys 0..n_keys-1 */
+    /* attention_full: every query sees keys 0..n_keys-1, or (a window) those within window - 1
+     * of it on either side; else the causal mask, a window behind */
+    bool full = n_keys > 0;
     int qlast = full ? n_keys - 1 : pos0 + i0 + nq - 1, kbeg = 0;
-    if (!full && d.window > 0 && pos0 + i0 - d.window + 1 > 0) kbeg = pos0 + i0 - d.window + 1;
+    if (full && d.window > 0) qlast = min(qlast, i0 + nq - 1 + d.window - 1);
+    if (d.window > 0 && pos0 + i0 - d.window + 1 > 0) kbeg = pos0 + i0 - d.window + 1;
     at_stage(buf, buf + AT_K * ks, kc, vc, ldkv, kvh, hd, kbeg, min(AT_K, qlast - kbeg + 1));
     for (int idx = threadIdx.x; idx < AT_Q * hd; idx += blockDim.x) {
         int r = idx / hd, ch = idx % hd;
         Qs[idx] = r < nq ? q[(int64_t)(i0 + r) * ldq + (int64_t)h * q_head_stride + ch] : 0.0f;
     }
     float m[4], l[4], acc[4][NPL];
-    int qpos[4];
+    int klo[4], khi[4]; /* the keys row r sees: [klo, khi]; none for no such query */
 #pragma unroll
     for (int r = 0; r < 4; r++) {
         m[r] = -FLT_MAX, l[r] = 0.0f;
-        /* -1: no such query, no key; a full query's position is the last key's */
-        qpos[r] = rb + r >= nq ? -1 : full ? n_keys - 1 : pos0 + i0 + rb + r;
+        int qp = pos0 + i0 + rb + r;
+        klo[r] = d.window > 0 ? qp - d.window + 1 : 0;
+        khi[r] = rb + r >= nq   ? -1
+                 : !full        ? qp
+                 : d.window > 0 ? min(n_keys - 1, qp + d.window - 1)
+                                : n_keys - 1;
 #pragma unroll
         for (int j = 0; j < NPL; j++) acc[r][j] = 0.0f;
     }
@@ -389,8 +396,7 @@ __global__ static void k_attention_tiled(const float *q, int64_t ldq, int64_t q_
         float p[4];
 #pragma unroll
         for (int r = 0; r < 4; r++) {
-            bool valid =
-                lane < nk && kp <= qpos[r] && (full || d.window <= 0 || kp > qpos[r] - d.window);
+            bool valid = lane < nk && kp >= klo[r] && kp <= khi[r];
             float sr = attn_logit(s[r], d);
             float mt = valid ? sr : -FLT_MAX;
             for (int off = 16; off > 0; off >>= 1)
@@ -570,9 +576,11 @@ void cuda_op_attention_full(ts_backend *be, const float *q, int64_t ldq, const f
     cuda_ctx *c = cuda_of(be);
     if (n <= 0 || cuda_attention_full_tc(c, q, ldq, k, v, ldkv, n, dims, out, ldo)) return;
     int hd = dims->head_dim;
-    if (!attention_tiled_shape(hd, k, v) || ldkv % 4 || dims->n_kv_heads != dims->n_heads) {
+    if (!attention_tiled_shape(hd, k, v) || ldkv % 4 || dims->n_kv_heads < 1 ||
+        dims->n_heads % dims->n_kv_heads) {
         cuda_check(c, cudaErrorInvalidValue,
-                   "attention_full: heads of 4-256 dims in steps of 4, rows 16-byte aligned");
+                   "attention_full: heads of 4-256 dims in steps of 4, "
+                   "rows 16-byte aligned, kv heads a divisor of heads");
         return;
     }
     if (!attention_tiled_smem_granted(c)) {
