@@ -2,7 +2,7 @@
 """Embeddings through `tessera serve` (POST /v1/embeddings): inputs and tokens a second.
 
     python3 bench/serve_embeddings.py --model MODEL [--bin build/tessera] [--device cpu|cuda]
-        [--inputs 64] [--tokens 128] [--per-request 1,16] [--pooling last|mean] [--threads N]
+        [--inputs 64] [--tokens 128] [--per-request 1,16] [--pooling last|mean|cls] [--threads N]
         [--json]
 
 The inputs are token-id lists of --tokens ids each (fixed pseudo-random ids under 1000, so any
@@ -40,15 +40,16 @@ def main():
     ap.add_argument("--inputs", type=int, default=64)
     ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--per-request", default="1,16")
-    ap.add_argument("--pooling", default="last")
+    ap.add_argument("--pooling", choices=["last", "mean", "cls"],
+                    help="the server's --pooling (default: none, the model's own or last)")
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     os.environ["TS_SERVER_BIN"] = a.bin
     inputs = inputs_of(a.inputs, a.tokens)
     rows = []
-    with server_util.Server("--device", a.device, "--pooling", a.pooling, "--threads",
-                            str(a.threads), "--ctx",
+    pooling = ["--pooling", a.pooling] if a.pooling else []
+    with server_util.Server("--device", a.device, *pooling, "--threads", str(a.threads), "--ctx",
                             str(max(a.tokens, 256)), model=a.model) as srv:
         srv.post_ok("/v1/embeddings", {"input": inputs[:2]})  # warm-up
         for k in (int(x) for x in a.per_request.split(",")):
@@ -64,7 +65,8 @@ def main():
     if a.json:
         print(json.dumps(rows))
         return
-    print(f"{a.model} on {a.device}, {a.inputs} inputs of {a.tokens} tokens, pooling {a.pooling}")
+    pool = a.pooling or "the model's"
+    print(f"{a.model} on {a.device}, {a.inputs} inputs of {a.tokens} tokens, pooling {pool}")
     print("inputs/request   seconds   inputs/s   tokens/s")
     for r in rows:
         print(f"{r['per_request']:>14}   {r['seconds']:>7.2f}   {r['inputs_per_s']:>8.1f}   "

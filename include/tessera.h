@@ -39,6 +39,14 @@ typedef struct ts_model ts_model;
 ts_status ts_model_open(const char *path, ts_model **out);
 void ts_model_close(ts_model *model);
 
+/* How an input's hidden states become one vector (an embedding) */
+typedef enum {
+    TS_POOL_UNSET = 0, /* the model does not say */
+    TS_POOL_LAST,      /* the last token's */
+    TS_POOL_MEAN,      /* the mean over the tokens */
+    TS_POOL_FIRST,     /* the first token's (sentence-transformers' "cls") */
+} ts_pooling;
+
 typedef struct {
     const char *arch;         /* factory name, e.g. "qwen35" */
     const char *weight_dtype; /* dtype of the bulk of the weights, e.g. "BF16" */
@@ -48,9 +56,25 @@ typedef struct {
     int n_ctx_train;
     int64_t n_params;      /* parameters of the text model */
     uint64_t weight_bytes; /* bytes of weights read per decoded token (roofline) */
+    /* An encoder (EmbeddingGemma: bidirectional attention): it makes embeddings, never text.
+     * Its forward takes each sequence's whole input in one call (every token sees the ones
+     * after it) and writes hidden states only (ts_engine_forward_hidden). */
+    bool encoder;
+    ts_pooling pooling; /* the model's own pooling (its sentence-transformers Pooling module,
+                         * a GGUF's pooling_type); TS_POOL_UNSET where it declares none */
+    int n_embd_out;     /* width of its embeddings: after ts_model_embed_project */
 } ts_model_info;
 
 void ts_model_get_info(const ts_model *model, ts_model_info *info);
+
+/* An embedding model's layers after the pooling (sentence-transformers' Dense modules; a GGUF's
+ * dense_2 / dense_3): in, n_embd floats (pooled hidden states) -> out, n_embd_out floats, in
+ * the model's order (each act(W x + b)); a copy where it has none. Not normalized. */
+ts_status ts_model_embed_project(const ts_model *model, const float *in, float *out);
+/* An input's embedding from its pooled hidden state: ts_model_embed_project, then scaled to
+ * unit length (a cosine is then a dot product). TS_ERR_RANGE, out unspecified, when the state
+ * is not a number (activations that overflowed): an error, never a vector of NaN. */
+ts_status ts_model_embed_finish(const ts_model *model, const float *pooled, float *out);
 
 /* Writes a random checkpoint with the real shapes of a known size (config.json +
  * model.safetensors) into dir, for speed measurements. arch "qwen35", preset "0.8b" or "2b",

@@ -50,8 +50,6 @@ def resolve_config(cfg):
                  "sliding_attention": float(cfg.get("rope_local_base_freq", 10_000.0))}
     if cfg.get("attn_logit_softcapping") is not None:
         raise ValueError("attn_logit_softcapping is set; not covered by the spec")
-    if cfg.get("use_bidirectional_attention"):
-        raise ValueError("bidirectional attention not supported")
     if cfg.get("hidden_activation", "gelu_pytorch_tanh") != "gelu_pytorch_tanh":
         raise ValueError(f"activation {cfg['hidden_activation']}")
     return dict(
@@ -61,6 +59,9 @@ def resolve_config(cfg):
         qpas=float(cfg["query_pre_attn_scalar"]), window=cfg["sliding_window"],
         eps=cfg["rms_norm_eps"], final_softcap=cfg.get("final_logit_softcapping"),
         tied=cfg.get("tie_word_embeddings", True),
+        # an encoder (EmbeddingGemma): no causal mask; a sliding layer sees |i - j| < this
+        encoder=bool(cfg.get("use_bidirectional_attention")),
+        enc_window=cfg["sliding_window"] // 2 + 1,
     )
 
 
@@ -69,6 +70,8 @@ def load(model_dir, config_name="config.json", embed_scale=None):
     with open(os.path.join(model_dir, config_name)) as f:
         c = resolve_config(json.load(f))
     w = read_safetensors(os.path.join(model_dir, "model.safetensors"))
+    if "embed_tokens.weight" in w:  # a bare Gemma3TextModel (EmbeddingGemma): no "model."
+        w = {"model." + k: v for k, v in w.items()}
     if c["tied"] and "lm_head.weight" in w:
         raise ValueError("tied model carries lm_head.weight")
     if not c["tied"] and "lm_head.weight" not in w:
@@ -124,9 +127,15 @@ def attend(m, q, keys, vals, bias):
 
 
 def window_bias(m, L, T):
-    """Key j is visible to query i iff j <= i, and for sliding layers also i - window < j."""
+    """Key j is visible to query i iff j <= i, and for sliding layers also i - window < j. An
+    encoder's: every key, and for sliding layers |i - j| < sliding_window // 2 + 1."""
     i = np.arange(T)[:, None]
     j = np.arange(T)[None, :]
+    if m["cfg"]["encoder"]:
+        ok = np.ones((T, T), dtype=bool)
+        if m["cfg"]["kinds"][L] == "sliding_attention":
+            ok &= np.abs(i - j) < m["cfg"]["enc_window"]
+        return np.where(ok, 0.0, -np.inf)
     ok = j <= i
     if m["cfg"]["kinds"][L] == "sliding_attention":
         ok &= j > i - m["cfg"]["window"]

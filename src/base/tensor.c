@@ -1,5 +1,9 @@
 #include "base/tensor.h"
 
+#include "base/half.h"
+
+#include <string.h>
+
 static const struct {
     const char *name;
     int block_elems;
@@ -21,4 +25,24 @@ size_t ts_dtype_row_bytes(ts_dtype t, int64_t n) {
     int be = dtype_info[t].block_elems;
     if (n < 0 || n % be) return 0;
     return (size_t)(n / be) * (size_t)dtype_info[t].block_bytes;
+}
+
+bool ts_tensor_to_f32(const ts_tensor *t, float *dst, int64_t n) {
+    const unsigned char *p = t->data;
+    uint16_t h;
+    for (int64_t i = 0; i < n; i++) {
+        switch (t->dtype) {
+        case TS_DTYPE_F32: memcpy(&dst[i], p + 4 * i, 4); break;
+        case TS_DTYPE_F16:
+            memcpy(&h, p + 2 * i, 2);
+            dst[i] = ts_f16_to_f32(h);
+            break;
+        case TS_DTYPE_BF16:
+            memcpy(&h, p + 2 * i, 2);
+            dst[i] = ts_bf16_to_f32(h);
+            break;
+        default: return false;
+        }
+    }
+    return true;
 }

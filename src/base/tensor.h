@@ -8,6 +8,7 @@
 #ifndef TS_BASE_TENSOR_H
 #define TS_BASE_TENSOR_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -39,6 +40,9 @@ int ts_dtype_block_elems(ts_dtype t);
 int ts_dtype_block_bytes(ts_dtype t);
 /* Bytes of one row of n elements; 0 when n is not a whole number of blocks. */
 size_t ts_dtype_row_bytes(ts_dtype t, int64_t n);
+
+/* The first n elements of a float tensor (F32, F16 or BF16) as fp32; false for other dtypes. */
+bool ts_tensor_to_f32(const ts_tensor *t, float *dst, int64_t n);
 
 static inline int64_t ts_tensor_rows(const ts_tensor *t) {
     int64_t r = 1;

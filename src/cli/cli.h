@@ -13,6 +13,7 @@
 #define CLI_EXIT_ERROR 2
 
 int cmd_logits(int argc, char **argv);
+int cmd_embed(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_synth(int argc, char **argv);
 int cmd_bench(int argc, char **argv);

@@ -40,23 +40,15 @@ int cmd_logits(int argc, char **argv) {
     ts_model_info info;
     ts_model_get_info(model, &info);
     int V = hidden ? info.n_embd : ts_engine_n_vocab(engine);
-    int32_t *pos = malloc((size_t)n * sizeof *pos), *slot = calloc((size_t)n, sizeof *slot);
-    uint8_t *want = malloc((size_t)n);
     float *logits = malloc((size_t)n * V * sizeof(float));
-    if (!pos || !slot || !want || !logits) {
+    if (!logits) {
         fprintf(stderr, "tessera: logits: out of memory\n");
         rc = CLI_EXIT_ERROR;
         goto done;
     }
-    for (int i = 0; i < n; i++) {
-        pos[i] = i;
-        want[i] = 1;
-    }
-    ts_batch b = {n, ids, pos, slot, want, NULL, NULL};
     double t0 = cli_now();
-    if ((hidden ? ts_engine_forward_hidden(engine, &b, logits)
-                : ts_engine_forward(engine, &b, logits)) != TS_OK) {
-        rc = cli_fail("forward failed");
+    if (!cli_forward_all(engine, ids, n, hidden, logits)) {
+        rc = CLI_EXIT_ERROR;
         goto done;
     }
     double dt = cli_now() - t0;
@@ -86,9 +78,6 @@ int cmd_logits(int argc, char **argv) {
            sqrt(sumsq / V), out_path ? ", written to " : "", out_path ? out_path : "");
 done:
     free(ids);
-    free(pos);
-    free(slot);
-    free(want);
     free(logits);
     ts_engine_free(engine);
     ts_model_close(model);

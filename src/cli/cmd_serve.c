@@ -54,10 +54,14 @@ int cmd_serve(int argc, char **argv) {
             continue;
         }
         if ((v = cli_opt_value(argc, argv, &i, NULL, "--pooling"))) {
-            if (strcmp(v, "last") == 0 || strcmp(v, "mean") == 0)
-                o.pool_mean = strcmp(v, "mean") == 0;
+            if (strcmp(v, "last") == 0)
+                o.pooling = TS_POOL_LAST;
+            else if (strcmp(v, "mean") == 0)
+                o.pooling = TS_POOL_MEAN;
+            else if (strcmp(v, "cls") == 0 || strcmp(v, "first") == 0)
+                o.pooling = TS_POOL_FIRST;
             else
-                return cli_usage("bad --pooling '%s' (last or mean)", v);
+                return cli_usage("bad --pooling '%s' (last, mean or cls)", v);
             continue;
         }
         INT_OPT("--port", 0, 65535, o.port)

@@ -51,6 +51,23 @@ const char *cli_default_model(void) {
     return access(path, R_OK) == 0 ? path : NULL;
 }
 
+bool cli_forward_all(ts_engine *e, const int32_t *ids, int n, bool hidden, float *out) {
+    int32_t *pos = malloc((size_t)n * sizeof *pos), *slot = calloc((size_t)n, sizeof *slot);
+    uint8_t *want = malloc((size_t)n);
+    bool ok = pos && slot && want;
+    if (!ok) cli_fail("out of memory");
+    for (int i = 0; ok && i < n; i++)
+        pos[i] = i, want[i] = 1;
+    ts_batch b = {n, ids, pos, slot, want, NULL, NULL};
+    if (ok &&
+        (hidden ? ts_engine_forward_hidden(e, &b, out) : ts_engine_forward(e, &b, out)) != TS_OK) {
+        cli_fail("forward failed");
+        ok = false;
+    }
+    free(pos), free(slot), free(want);
+    return ok;
+}
+
 int cli_open(const cli_engine_args *a, ts_model **model, ts_engine **engine) {
     *model = NULL;
     *engine = NULL;
@@ -66,7 +83,10 @@ int cli_open(const cli_engine_args *a, ts_model **model, ts_engine **engine) {
     o.device = a->device;
     o.n_slots = a->n_slots > 0 ? a->n_slots : 1;
     o.n_ctx = a->n_ctx > 0 ? a->n_ctx : (info.n_ctx_train < 4096 ? info.n_ctx_train : 4096);
-    if (a->n_batch > 0) o.n_batch = a->n_batch;
+    if (a->n_batch > 0)
+        o.n_batch = a->n_batch;
+    else if (info.encoder) /* an encoder's input goes in whole: up to the context */
+        o.n_batch = o.n_ctx;
     if (ts_engine_create(*model, &o, engine) != TS_OK) {
         int rc = cli_fail("cannot create the engine");
         ts_model_close(*model);

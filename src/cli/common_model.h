@@ -25,4 +25,9 @@ const char *cli_default_model(void);
  * failure. */
 int cli_open(const cli_engine_args *a, ts_model **model, ts_engine **engine);
 
+/* One forward of n ids (slot 0, positions 0..n-1) with every position wanted: n rows of
+ * logits, or of final hidden states (hidden), into out. Prints the error and returns false on
+ * failure. */
+bool cli_forward_all(ts_engine *engine, const int32_t *ids, int n, bool hidden, float *out);
+
 #endif

@@ -25,13 +25,16 @@ static const struct {
      "[--idle-timeout 30] [--send-timeout 600] [--request-timeout 60] [--max-connections 1024] "
      "[--max-connections-per-ip N] [--cors-origins '*'|LIST|''] "
      "[--device cpu|cuda] [--prefill-chunk N] [--image-max-pixels N] [--draft-max 8] "
-     "[--draft-lookup] [--pooling last|mean]"},
+     "[--draft-lookup] [--pooling last|mean|cls]"},
     {"ppl", cmd_ppl,
      "ppl -m MODEL -f FILE [--ctx 512] [--stride 256] [--max-tokens N] "
      "[--threads K]"},
     {"tokenize", cmd_tokenize, "tokenize -m MODEL [--special] TEXT"},
     {"detokenize", cmd_detokenize, "detokenize -m MODEL [--skip-special] ID..."},
     {"logits", cmd_logits, "logits -m MODEL --ids 1,2,3 [-o FILE] [--hidden] [--threads K]"},
+    {"embed", cmd_embed,
+     "embed -m MODEL (-p TEXT [--special] | --ids 1,2,3) [--pooling last|mean|cls] "
+     "[--threads K]"},
     {"bench", cmd_bench,
      "bench -m MODEL [-p 512] [-n 128] [-r REPS] [-d DEPTH] "
      "[--parallel 1,8,32] [--temp T] [--top-k K] [--top-p P] [--min-p P] [--seed S] "

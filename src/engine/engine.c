@@ -89,7 +89,8 @@ ts_status ts_engine_create(ts_model *model, const ts_engine_opts *opts, ts_engin
             e->mark_len[i] = -1;
     }
     if (st == TS_OK) st = engine_ahead_init(e);
-    for (int i = 0; st == TS_OK && i < o.n_slots; i++) {
+    /* an encoder keeps nothing between calls: no state at all */
+    for (int i = 0; st == TS_OK && e->state_bytes && i < o.n_slots; i++) {
         e->slot_state[i] = e->be->ops->alloc(e->be, e->state_bytes);
         if (!e->slot_state[i])
             st = ts_error(TS_ERR_NOMEM, "out of memory for the state of %d sequences of %d tokens "
@@ -124,7 +125,7 @@ ts_status ts_engine_slot_clear(ts_engine *e, int slot) {
     TS_TRY(check_slot(e, slot));
     engine_ahead_drop(e);
     /* KV rows past the length are never read, but conv and recurrent state must be zero */
-    e->be->ops->zero(e->be, e->slot_state[slot], e->state_bytes);
+    if (e->state_bytes) e->be->ops->zero(e->be, e->slot_state[slot], e->state_bytes);
     e->slot_len[slot] = 0;
     e->mark_len[slot] = -1;
     return TS_OK;
@@ -139,7 +140,8 @@ ts_status ts_engine_slot_copy(ts_engine *e, int src, int dst) {
     TS_TRY(check_slot(e, dst));
     engine_ahead_drop(e);
     if (src != dst) {
-        e->be->ops->copy(e->be, e->slot_state[dst], e->slot_state[src], e->state_bytes);
+        if (e->state_bytes)
+            e->be->ops->copy(e->be, e->slot_state[dst], e->slot_state[src], e->state_bytes);
         e->slot_len[dst] = e->slot_len[src];
         e->mark_len[dst] = -1;
     }
@@ -212,12 +214,29 @@ ts_status engine_check_batch(ts_engine *e, const ts_batch *b) {
     return TS_OK;
 }
 
+/* An encoder's forward has no output head: hidden states only (ts_engine_forward_hidden). */
+static ts_status engine_no_text(const ts_engine *e) {
+    return ts_error(TS_ERR_UNSUPPORTED,
+                    "%s is an embedding model (an encoder): it gives hidden "
+                    "states for embeddings, not logits or text",
+                    e->model->path);
+}
+
 /* logits, or the output fields of o (the model's batch: argmax ids, or draws with their
  * log-probability passes; its input fields are ignored) receive the wanted tokens' outputs:
  * n_vocab floats, one id, or the backend's answer to one sampling request each. */
 static ts_status forward(ts_engine *e, const ts_batch *b, float *logits, ts_fwd_batch o) {
     engine_ahead_drop(e);
     TS_TRY(engine_check_batch(e, b));
+    if (e->model->info.encoder) {
+        if (logits || o.argmax || o.sample) return engine_no_text(e);
+        /* every token sees the tokens after it: an input cannot be cut into steps */
+        if (b->n_tokens > e->n_batch)
+            return ts_error(TS_ERR_INVALID,
+                            "an encoder takes its inputs in one call: %d tokens, "
+                            "more than the batch of %d",
+                            b->n_tokens, e->n_batch);
+    }
     for (int start = 0; start < b->n_tokens; start += e->n_batch) {
         int n = b->n_tokens - start < e->n_batch ? b->n_tokens - start : e->n_batch;
         /* without a wants_logits array only the batch's last token gets logits */
@@ -267,6 +286,7 @@ ts_status ts_engine_forward_hidden(ts_engine *e, const ts_batch *b, float *hidde
 }
 
 ts_status ts_engine_forward_greedy(ts_engine *e, const ts_batch *b, int32_t *ids) {
+    if (e->model->info.encoder) return engine_no_text(e);
     if (engine_ahead_fits(e, b)) return engine_ahead_step(e, b, NULL, ids, -1, NULL);
     return forward(e, b, NULL, (ts_fwd_batch){.argmax = ids});
 }
@@ -305,6 +325,7 @@ static float drawn_logit(const ts_engine *e, int k, int32_t id) {
  * ts_engine_forward_sample_logprobs. */
 static ts_status forward_sample(ts_engine *e, const ts_batch *b, ts_sampler *const *samplers,
                                 int32_t *ids, float *logits, int n_top, ts_logprobs *lps) {
+    if (e->model->info.encoder) return engine_no_text(e);
     int n_want = 0;
     for (int i = 0; b->wants_logits && i < b->n_tokens; i++)
         n_want += b->wants_logits[i] != 0;

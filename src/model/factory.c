@@ -39,7 +39,12 @@ static ts_status open_gguf(const char *path, ts_model **out) {
             st = ts_error(TS_ERR_UNSUPPORTED, "%s: unknown architecture: general.architecture '%s'",
                           path, arch);
     }
-    if (st == TS_OK) st = m->arch->load_gguf(m);
+    if (st == TS_OK) {
+        st = m->arch->load_gguf(m);
+        if (st == TS_OK) m->info.n_embd_out = m->info.n_embd;
+        if (st == TS_OK && m->info.encoder && (st = ts_embed_head_load_gguf(m, arch)) != TS_OK)
+            m->arch->unload(m);
+    }
     if (st != TS_OK) {
         m->arch = NULL;
         ts_model_close(m);
@@ -70,6 +75,11 @@ ts_status ts_model_open(const char *path, ts_model **out) {
     }
     if (st == TS_OK) st = ts_st_open(path, &m->st);
     if (st == TS_OK) st = m->arch->load_hf(m);
+    if (st == TS_OK) {
+        m->info.n_embd_out = m->info.n_embd;
+        st = ts_embed_head_load_st(m);
+        if (st != TS_OK) m->arch->unload(m);
+    }
     if (st != TS_OK) {
         m->arch = NULL; /* load_hf cleans up after itself */
         ts_model_close(m);
@@ -82,6 +92,7 @@ ts_status ts_model_open(const char *path, ts_model **out) {
 void ts_model_close(ts_model *m) {
     if (!m) return;
     if (m->arch && m->arch->unload) m->arch->unload(m);
+    ts_embed_head_free(&m->head);
     ts_st_close(m->st);
     ts_gguf_close(m->gguf);
     ts_hfconfig_free(m->cfg);
@@ -145,27 +156,9 @@ ts_status ts_model_tensor_f32(const ts_model *m, const char *name, int64_t n, fl
         return ts_error(TS_ERR_FORMAT, "%s: tensor '%s': expected %lld elements, got %lld",
                         ts_model_file_of(m, name), name, (long long)n,
                         (long long)ts_tensor_nelems(t));
-    const unsigned char *p = t->data;
-    for (int64_t i = 0; i < n; i++) {
-        switch (t->dtype) {
-        case TS_DTYPE_F32: memcpy(&dst[i], p + 4 * i, 4); break;
-        case TS_DTYPE_F16: {
-            uint16_t h;
-            memcpy(&h, p + 2 * i, 2);
-            dst[i] = ts_f16_to_f32(h);
-            break;
-        }
-        case TS_DTYPE_BF16: {
-            uint16_t h;
-            memcpy(&h, p + 2 * i, 2);
-            dst[i] = ts_bf16_to_f32(h);
-            break;
-        }
-        default:
-            return ts_error(TS_ERR_UNSUPPORTED, "%s: tensor '%s': dtype %s not supported here",
-                            ts_model_file_of(m, name), name, ts_dtype_name(t->dtype));
-        }
-    }
+    if (!ts_tensor_to_f32(t, dst, n))
+        return ts_error(TS_ERR_UNSUPPORTED, "%s: tensor '%s': dtype %s not supported here",
+                        ts_model_file_of(m, name), name, ts_dtype_name(t->dtype));
     return TS_OK;
 }
 

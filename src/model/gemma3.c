@@ -19,6 +19,11 @@ typedef struct {
     float eps, scale, embed_scale, theta_local, theta_global, final_softcap, attn_softcap;
     bool tied;
     bool lm_head_separate; /* an output head of its own was loaded */
+    /* an encoder (use_bidirectional_attention: EmbeddingGemma): attention without the causal
+     * mask, a sliding layer's keys within enc_window - 1 positions on either side
+     * (transformers' sliding_window // 2 + 1, exclusive) */
+    bool encoder;
+    int enc_window;
     bool is_global[GEMMA3_MAX_LAYERS];
 } gemma3_hparams;
 
@@ -112,10 +117,8 @@ static ts_status read_hparams(const ts_hfconfig *c, gemma3_hparams *h) {
     if (strcmp(act, "gelu_pytorch_tanh") != 0)
         return ts_error(TS_ERR_UNSUPPORTED, "%s: field 'hidden_activation': '%s' not supported",
                         path, act);
-    bool bidir;
-    TS_TRY(ts_hfconfig_bool_opt(c, "use_bidirectional_attention", false, &bidir));
-    if (bidir)
-        return ts_error(TS_ERR_UNSUPPORTED, "%s: bidirectional attention not supported", path);
+    TS_TRY(ts_hfconfig_bool_opt(c, "use_bidirectional_attention", false, &h->encoder));
+    h->enc_window = h->window / 2 + 1;
     if (h->n_head % h->n_kv_head)
         return ts_error(TS_ERR_FORMAT, "%s: num_attention_heads %d is not a multiple of "
                         "num_key_value_heads %d", path, h->n_head, h->n_kv_head);
@@ -281,6 +284,7 @@ static ts_status finish_load(ts_model *m, gemma3_model *g, loader *L) {
         .n_params = L->n_params,
         .weight_bytes = L->bytes - (h->lm_head_separate ? g->embed->nbytes : 0) +
                         ts_dtype_row_bytes(g->embed->dtype, h->n_embd),
+        .encoder = h->encoder,
     };
     return TS_OK;
 }
@@ -292,45 +296,60 @@ static ts_status gemma3_load_hf(ts_model *m) {
     ts_status st = read_hparams(m->cfg, &g->hp);
     if (st == TS_OK) {
         loader L = {.m = m, .nm = &hf_names};
+        /* a Gemma3ForCausalLM's, a multimodal wrapper's, or a bare Gemma3TextModel's
+         * (EmbeddingGemma) */
         L.prefix = ts_st_find(m->st, "model.language_model.embed_tokens.weight")
                        ? "model.language_model."
-                       : "model.";
+                   : ts_st_find(m->st, "embed_tokens.weight") ? ""
+                                                              : "model.";
         st = finish_load(m, g, &L);
     }
     if (st != TS_OK) gemma3_unload(m);
     return st;
 }
 
-/* Hyper-parameters from GGUF metadata (llama.cpp's gemma3 keys). The sliding-layer RoPE base
- * and the 5:1 layer pattern are not in the metadata; llama.cpp fixes them for Gemma 3 too. */
-static ts_status read_gguf_hparams(const ts_model *m, gemma3_hparams *h) {
+/* Hyper-parameters from GGUF metadata (llama.cpp's keys, under the architecture's name:
+ * "gemma3", or "gemma-embedding" for EmbeddingGemma, an encoder whose sliding_window is the
+ * Hugging Face config's, keys within half of it on either side). The sliding-layer RoPE base
+ * and the 5:1 layer pattern are not in the metadata; llama.cpp fixes them for both. */
+static ts_status read_gguf_hparams(const ts_model *m, const char *arch, gemma3_hparams *h) {
     const ts_gguf *g = m->gguf;
     uint32_t u;
-#define U32(key, dst, lo, hi)                                                                      \
+    char key[128];
+#define K(name) (snprintf(key, sizeof key, "%s." name, arch), key)
+#define U32(name, dst, lo, hi)                                                                     \
     do {                                                                                           \
-        TS_TRY(ts_gguf_get_u32(g, key, &u));                                                       \
+        TS_TRY(ts_gguf_get_u32(g, K(name), &u));                                                   \
         if (u < (lo) || u > (hi))                                                                  \
             return ts_error(TS_ERR_FORMAT, "%s: key '%s': %u out of range [%u, %u]", m->path, key, \
                             u, (unsigned)(lo), (unsigned)(hi));                                    \
         dst = (int)u;                                                                              \
     } while (0)
-    U32("gemma3.embedding_length", h->n_embd, 1, 1 << 16);
-    U32("gemma3.block_count", h->n_layers, 1, GEMMA3_MAX_LAYERS);
-    U32("gemma3.feed_forward_length", h->n_ff, 1, 1 << 20);
-    U32("gemma3.attention.head_count", h->n_head, 1, 1024);
-    U32("gemma3.attention.head_count_kv", h->n_kv_head, 1, 1024);
-    U32("gemma3.attention.key_length", h->head_dim, 1, 512);
-    U32("gemma3.context_length", h->n_ctx_train, 1, INT32_MAX);
-    U32("gemma3.attention.sliding_window", h->window, 1, INT32_MAX);
+    U32("embedding_length", h->n_embd, 1, 1 << 16);
+    U32("block_count", h->n_layers, 1, GEMMA3_MAX_LAYERS);
+    U32("feed_forward_length", h->n_ff, 1, 1 << 20);
+    U32("attention.head_count", h->n_head, 1, 1024);
+    U32("attention.head_count_kv", h->n_kv_head, 1, 1024);
+    U32("attention.key_length", h->head_dim, 1, 512);
+    U32("context_length", h->n_ctx_train, 1, INT32_MAX);
+    U32("attention.sliding_window", h->window, 1, INT32_MAX);
 #undef U32
     uint32_t vlen;
-    TS_TRY(ts_gguf_get_u32_opt(g, "gemma3.attention.value_length", (uint32_t)h->head_dim, &vlen));
+    TS_TRY(ts_gguf_get_u32_opt(g, K("attention.value_length"), (uint32_t)h->head_dim, &vlen));
     if ((int)vlen != h->head_dim)
         return ts_error(TS_ERR_UNSUPPORTED, "%s: value_length %u differs from key_length %d",
                         m->path, vlen, h->head_dim);
-    TS_TRY(ts_gguf_get_f32_opt(g, "gemma3.attention.layer_norm_rms_epsilon", 1e-6f, &h->eps));
-    TS_TRY(ts_gguf_get_f32_opt(g, "gemma3.rope.freq_base", 1000000.0f, &h->theta_global));
-    TS_TRY(ts_gguf_get_f32_opt(g, "gemma3.final_logit_softcapping", 0.0f, &h->final_softcap));
+    TS_TRY(ts_gguf_get_f32_opt(g, K("attention.layer_norm_rms_epsilon"), 1e-6f, &h->eps));
+    TS_TRY(ts_gguf_get_f32_opt(g, K("rope.freq_base"), 1000000.0f, &h->theta_global));
+    TS_TRY(ts_gguf_get_f32_opt(g, K("final_logit_softcapping"), 0.0f, &h->final_softcap));
+    bool embedding = strcmp(arch, "gemma-embedding") == 0, causal;
+    TS_TRY(ts_gguf_get_bool_opt(g, K("attention.causal"), !embedding, &causal));
+#undef K
+    if (causal == embedding)
+        return ts_error(TS_ERR_UNSUPPORTED, "%s: %s with attention.causal %s not supported",
+                        m->path, arch, causal ? "true" : "false");
+    h->encoder = embedding;
+    h->enc_window = h->window / 2 + 1;
     h->theta_local = 10000.0f;
     if (h->n_head % h->n_kv_head)
         return ts_error(TS_ERR_FORMAT, "%s: head_count %d is not a multiple of head_count_kv %d",
@@ -345,17 +364,22 @@ static ts_status read_gguf_hparams(const ts_model *m, gemma3_hparams *h) {
     return TS_OK;
 }
 
-static ts_status gemma3_load_gguf(ts_model *m) {
+static ts_status load_gguf_as(ts_model *m, const char *arch) {
     gemma3_model *g = calloc(1, sizeof *g);
     if (!g) return ts_error(TS_ERR_NOMEM, "out of memory");
     m->impl = g;
-    ts_status st = read_gguf_hparams(m, &g->hp);
+    ts_status st = read_gguf_hparams(m, arch, &g->hp);
     if (st == TS_OK) {
         loader L = {.m = m, .prefix = "", .nm = &gguf_names};
         st = finish_load(m, g, &L);
     }
     if (st != TS_OK) gemma3_unload(m);
     return st;
+}
+
+static ts_status gemma3_load_gguf(ts_model *m) { return load_gguf_as(m, "gemma3"); }
+static ts_status gemma_embedding_load_gguf(ts_model *m) {
+    return load_gguf_as(m, "gemma-embedding");
 }
 
 /* ---- the forward pass ------------------------------------------------------------------ */
@@ -376,6 +400,7 @@ static size_t kv_bytes(const gemma3_hparams *h, int n_ctx) {
 
 static size_t gemma3_state_bytes(const ts_model *m, int n_ctx) {
     const gemma3_model *g = m->impl;
+    if (g->hp.encoder) return 0; /* nothing is kept from one call to the next */
     return 2 * kv_bytes(&g->hp, n_ctx) * (size_t)g->hp.n_layers;
 }
 
@@ -408,11 +433,17 @@ static ts_status gemma3_runtime_create(const ts_model *m, ts_backend *be, int n_
     struct {
         float **p;
         size_t n;
-    } plan[] = {{&rt->x, nb * h->n_embd}, {&rt->h, nb * h->n_embd}, {&rt->q, nb * qw},
-                {&rt->k, nb * kvw},       {&rt->v, nb * kvw},       {&rt->o, nb * qw},
-                {&rt->f1, nb * h->n_ff},  {&rt->f2, nb * h->n_ff},
+    } plan[] = {{&rt->x, nb * h->n_embd},
+                {&rt->h, nb * h->n_embd},
+                {&rt->q, nb * qw},
+                {&rt->k, nb * kvw},
+                {&rt->v, nb * kvw},
+                {&rt->o, nb * qw},
+                {&rt->f1, nb * h->n_ff},
+                {&rt->f2, nb * h->n_ff},
                 {&rt->lh, (size_t)ts_logit_rows(n_batch) * h->n_embd},
-                {&rt->logits, (size_t)ts_logit_rows(n_batch) * h->n_vocab},
+                /* an encoder writes no logits */
+                {&rt->logits, h->encoder ? 1 : (size_t)ts_logit_rows(n_batch) * h->n_vocab},
                 {&rt->params, g->n_host_params}};
     for (size_t i = 0; i < sizeof plan / sizeof plan[0]; i++)
         if (!(*plan[i].p = be->ops->alloc(be, plan[i].n * sizeof(float)))) {
@@ -451,6 +482,18 @@ static void attention(gemma3_rt *rt, int il, const ts_fwd_batch *b, const ts_run
     }
     ts_attn_dims dims = {hp->n_head, hp->n_kv_head, hd, hp->scale,
                          hp->is_global[il] ? 0 : hp->window, hp->attn_softcap};
+    if (hp->encoder) { /* every token of a run sees the run's keys, before and after it */
+        ts_qk_norm_rope(be, rt->q, qw, hd, hp->n_head, P(rt, ly->q_norm), rt->k, kvw, hp->n_kv_head,
+                        P(rt, ly->k_norm), n, hd, hp->eps, hd, b->pos, theta);
+        dims.window = hp->is_global[il] ? 0 : hp->enc_window;
+        for (int r = 0; r < nr; r++) {
+            size_t s = (size_t)runs[r].start;
+            op->attention_full(be, rt->q + s * qw, qw, rt->k + s * kvw, rt->v + s * kvw, kvw,
+                               runs[r].len, &dims, rt->o + s * qw, qw);
+        }
+        op->matmul(be, ly->wo, rt->o, qw, n, rt->h, D);
+        return;
+    }
     size_t kvb = kv_bytes(hp, rt->n_ctx);
     ts_seq_run *sr = rt->sruns;
     for (int r = 0; r < nr; r++) {
@@ -481,6 +524,19 @@ static ts_status gemma3_forward(void *p, const ts_fwd_batch *b, float *logits) {
     if (n < 1 || n > rt->n_batch)
         return ts_error(TS_ERR_INVALID, "batch of %d tokens (limit %d)", n, rt->n_batch);
     int nr = ts_batch_runs(b, rt->runs);
+    if (hp->encoder) {
+        if (!op->attention_full)
+            return ts_error(TS_ERR_UNSUPPORTED,
+                            "the %s backend has no attention without a mask "
+                            "(an encoder's)",
+                            op->name);
+        for (int r = 0; r < nr; r++)
+            if (rt->runs[r].pos0 != 0)
+                return ts_error(TS_ERR_INVALID,
+                                "an encoder takes a sequence's whole input in one "
+                                "call: slot %d goes on at position %d",
+                                rt->runs[r].slot, rt->runs[r].pos0);
+    }
     TS_TRY(ts_embed(be, g->embed, b, hp->embed_scale, rt->x));
     op->rmsnorm(be, rt->x, D, n, D, P(rt, g->layers[0].ln_in), hp->eps, rt->h, D);
     for (int il = 0; il < hp->n_layers; il++) {
@@ -501,16 +557,26 @@ static ts_status gemma3_forward(void *p, const ts_fwd_batch *b, float *logits) {
     return TS_OK;
 }
 
+/* What the two GGUF names of the model share: everything after the loading */
+#define GEMMA3_RUNTIME_OPS                                                                         \
+    .unload = gemma3_unload, .state_bytes = gemma3_state_bytes,                                    \
+    .runtime_create = gemma3_runtime_create, .runtime_free = gemma3_runtime_free,                  \
+    .forward = gemma3_forward, .synth = NULL
+
 const ts_arch ts_arch_gemma3 = {
     .name = "gemma3",
     .matches_hf = gemma3_matches_hf,
     .load_hf = gemma3_load_hf,
     .gguf_arch = "gemma3",
     .load_gguf = gemma3_load_gguf,
-    .unload = gemma3_unload,
-    .state_bytes = gemma3_state_bytes,
-    .runtime_create = gemma3_runtime_create,
-    .runtime_free = gemma3_runtime_free,
-    .forward = gemma3_forward,
-    .synth = NULL,
+    GEMMA3_RUNTIME_OPS,
+};
+
+/* EmbeddingGemma as llama.cpp writes it: its own GGUF architecture name, the same model (an
+ * HF EmbeddingGemma is a gemma3_text config: ts_arch_gemma3's) */
+const ts_arch ts_arch_gemma_embedding = {
+    .name = "gemma3",
+    .gguf_arch = "gemma-embedding",
+    .load_gguf = gemma_embedding_load_gguf,
+    GEMMA3_RUNTIME_OPS,
 };

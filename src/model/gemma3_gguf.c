@@ -13,6 +13,7 @@ typedef struct {
     int64_t n_vocab, n_embd, n_layers, n_ff, n_head, n_kv_head, head_dim, window, ctx, qpas;
     double eps, theta_global, theta_local, softcap;
     bool tied;
+    const char *arch; /* "gemma3", or "gemma-embedding" for an encoder (EmbeddingGemma) */
 } g3_cfg;
 
 static ts_status read_theta(const ts_hfconfig *c, const char *kind, const char *legacy,
@@ -50,6 +51,7 @@ static ts_status read_cfg(const ts_model *m, g3_cfg *g) {
     g->n_embd = info.n_embd;
     g->n_layers = info.n_layers;
     g->ctx = info.n_ctx_train;
+    g->arch = info.encoder ? "gemma-embedding" : "gemma3";
     TS_TRY(ts_hfconfig_int(c, "intermediate_size", 1, 1 << 20, &g->n_ff));
     TS_TRY(ts_hfconfig_int(c, "num_attention_heads", 1, 1024, &g->n_head));
     TS_TRY(ts_hfconfig_int(c, "num_key_value_heads", 1, 1024, &g->n_kv_head));
@@ -67,35 +69,81 @@ static ts_status read_cfg(const ts_model *m, g3_cfg *g) {
     TS_TRY(layer_is_global(c, g->n_layers, global));
     for (int64_t i = 0; i < g->n_layers; i++)
         if (global[i] != ((i + 1) % 6 == 0))
-            return ts_error(TS_ERR_UNSUPPORTED, "%s: layer %lld is %s attention, but llama.cpp's "
-                            "gemma3 GGUF fixes every 6th layer as the global one", path,
-                            (long long)i, global[i] ? "full" : "sliding");
+            return ts_error(TS_ERR_UNSUPPORTED,
+                            "%s: layer %lld is %s attention, but llama.cpp's "
+                            "%s GGUF fixes every 6th layer as the global one",
+                            path, (long long)i, global[i] ? "full" : "sliding", g->arch);
     if (g->theta_local != 10000.0)
-        return ts_error(TS_ERR_UNSUPPORTED, "%s: sliding-layer RoPE base %g: llama.cpp's gemma3 "
-                        "GGUF fixes it at 10000", path, g->theta_local);
+        return ts_error(TS_ERR_UNSUPPORTED,
+                        "%s: sliding-layer RoPE base %g: llama.cpp's %s "
+                        "GGUF fixes it at 10000",
+                        path, g->theta_local, g->arch);
     int64_t scale_dim = g->n_layers == 62 ? g->n_embd / g->n_head : g->head_dim;
     if (g->qpas != scale_dim)
-        return ts_error(TS_ERR_UNSUPPORTED, "%s: query_pre_attn_scalar %lld: llama.cpp's gemma3 "
-                        "GGUF implies %lld", path, (long long)g->qpas, (long long)scale_dim);
+        return ts_error(TS_ERR_UNSUPPORTED,
+                        "%s: query_pre_attn_scalar %lld: llama.cpp's %s "
+                        "GGUF implies %lld",
+                        path, (long long)g->qpas, g->arch, (long long)scale_dim);
     return TS_OK;
 }
 
 static ts_status write_metadata(const g3_cfg *g, ts_gguf_writer *w) {
-#define U32(k, v) TS_TRY(ts_gguf_writer_kv_u32(w, "gemma3." k, (uint32_t)(v)))
+    char key[128];
+#define K(name)   (snprintf(key, sizeof key, "%s." name, g->arch), key)
+#define U32(k, v) TS_TRY(ts_gguf_writer_kv_u32(w, K(k), (uint32_t)(v)))
     U32("context_length", g->ctx);
     U32("embedding_length", g->n_embd);
     U32("block_count", g->n_layers);
     U32("feed_forward_length", g->n_ff);
     U32("attention.head_count", g->n_head);
-    TS_TRY(ts_gguf_writer_kv_f32(w, "gemma3.attention.layer_norm_rms_epsilon", (float)g->eps));
+    TS_TRY(ts_gguf_writer_kv_f32(w, K("attention.layer_norm_rms_epsilon"), (float)g->eps));
     U32("attention.key_length", g->head_dim);
     U32("attention.value_length", g->head_dim);
-    TS_TRY(ts_gguf_writer_kv_f32(w, "gemma3.rope.freq_base", (float)g->theta_global));
-    U32("attention.sliding_window", g->window);
+    TS_TRY(ts_gguf_writer_kv_f32(w, K("rope.freq_base"), (float)g->theta_global));
+    U32("attention.sliding_window", g->window); /* an encoder's too: the config's, not halved */
     U32("attention.head_count_kv", g->n_kv_head);
 #undef U32
     if (g->softcap > 0)
-        TS_TRY(ts_gguf_writer_kv_f32(w, "gemma3.final_logit_softcapping", (float)g->softcap));
+        TS_TRY(ts_gguf_writer_kv_f32(w, K("final_logit_softcapping"), (float)g->softcap));
+    if (strcmp(g->arch, "gemma-embedding") == 0)
+        TS_TRY(ts_gguf_writer_kv_bool(w, K("attention.causal"), false));
+#undef K
+    return TS_OK;
+}
+
+/* An encoder's pooling and Dense layers in llama.cpp's gemma-embedding form: pooling_type
+ * (1 mean, 2 cls, 3 last), dense_2 and dense_3 without bias or activation (all the form
+ * holds; F32, as quantize.c keeps them). */
+static ts_status plan_embed_head(const ts_model *m, const g3_cfg *g, qz_plan *p) {
+    ts_model_info info;
+    ts_model_get_info(m, &info);
+    static const uint32_t types[] = {
+        [TS_POOL_UNSET] = 0, [TS_POOL_MEAN] = 1, [TS_POOL_FIRST] = 2, [TS_POOL_LAST] = 3};
+    char key[128];
+    snprintf(key, sizeof key, "%s.pooling_type", g->arch);
+    TS_TRY(ts_gguf_writer_kv_u32(p->w, key, types[info.pooling]));
+    const ts_embed_head *h = &m->head;
+    if (h->n_dense > 2)
+        return ts_error(TS_ERR_UNSUPPORTED,
+                        "%s: %d Dense modules: llama.cpp's gemma-embedding "
+                        "GGUF holds two",
+                        m->path, h->n_dense);
+    for (int i = 0; i < h->n_dense; i++) {
+        const ts_dense *d = &h->dense[i];
+        if (d->b || d->tanh)
+            return ts_error(TS_ERR_UNSUPPORTED,
+                            "%s: Dense module %d has a %s: llama.cpp's "
+                            "gemma-embedding GGUF holds plain matrices",
+                            m->path, i + 1, d->b ? "bias" : "Tanh");
+        char name[64];
+        snprintf(name, sizeof name, "dense_%d.weight", i + 2);
+        qz_tensor *t;
+        TS_TRY(qz_add_f32(p, name, d->w, d->out, d->in, &t));
+        snprintf(key, sizeof key, "%s.dense_%d_feat_in", g->arch, i + 2);
+        TS_TRY(ts_gguf_writer_kv_u32(p->w, key, (uint32_t)d->in));
+        snprintf(key, sizeof key, "%s.dense_%d_feat_out", g->arch, i + 2);
+        TS_TRY(ts_gguf_writer_kv_u32(p->w, key, (uint32_t)d->out));
+    }
     return TS_OK;
 }
 
@@ -125,7 +173,8 @@ ts_status gemma3_gguf_plan(const ts_model *m, qz_plan *p) {
     planner P = {m, p,
                  ts_st_find(m->st, "model.language_model.embed_tokens.weight")
                      ? "model.language_model."
-                     : "model."};
+                 : ts_st_find(m->st, "embed_tokens.weight") ? ""
+                                                            : "model."};
     int64_t D = g.n_embd, hd = g.head_dim, qw = g.n_head * hd, kvw = g.n_kv_head * hd;
     TS_TRY(add(&P, "token_embd.weight%.0d", "embed_tokens.weight%.0d", -1, 2, g.n_vocab, D,
                QZ_OP_NONE));
@@ -165,5 +214,6 @@ ts_status gemma3_gguf_plan(const ts_model *m, qz_plan *p) {
         TS_TRY(add(&P, "output.weight%.0d", "lm_head.weight%.0d", -1, 2, g.n_vocab, D,
                    QZ_OP_NONE));
     }
+    if (strcmp(g.arch, "gemma-embedding") == 0) TS_TRY(plan_embed_head(m, &g, p));
     return TS_OK;
 }

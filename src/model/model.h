@@ -55,6 +55,20 @@ typedef struct {
     const int32_t *rope_pos;
 } ts_fwd_batch;
 
+/* An embedding model's layers after the pooling (embed_head.c): each out = act(W in + b) */
+#define TS_MAX_DENSE 4
+typedef struct {
+    int in, out;
+    float *w;  /* [out][in] */
+    float *b;  /* [out], or NULL */
+    bool tanh; /* else the identity */
+} ts_dense;
+
+typedef struct {
+    int n_dense;
+    ts_dense dense[TS_MAX_DENSE];
+} ts_embed_head;
+
 typedef struct ts_arch ts_arch;
 
 struct ts_model {
@@ -65,6 +79,7 @@ struct ts_model {
     ts_gguf *gguf; /* GGUF form: metadata and tensors in one file */
     void *impl; /* the architecture's hyper-parameters and weight views */
     ts_model_info info;
+    ts_embed_head head; /* an embedding model's Dense layers (none for the others) */
 };
 
 struct ts_arch {
@@ -114,5 +129,13 @@ ts_status ts_model_tensor(const ts_model *m, const char *name, int n_dims, const
 /* The file that holds a tensor, for messages. */
 const char *ts_model_file_of(const ts_model *m, const char *name);
 ts_status ts_model_tensor_f32(const ts_model *m, const char *name, int64_t n, float *dst);
+
+/* The pooling and Dense layers of an embedding model (embed_head.c), into m->info.pooling,
+ * m->info.n_embd_out and m->head: from a sentence-transformers directory's modules.json (none:
+ * nothing to read), or from a GGUF's {arch}.pooling_type and dense_2 / dense_3 tensors. Called
+ * after the architecture's loader has filled m->info.n_embd. */
+ts_status ts_embed_head_load_st(ts_model *m);
+ts_status ts_embed_head_load_gguf(ts_model *m, const char *arch);
+void ts_embed_head_free(ts_embed_head *h);
 
 #endif

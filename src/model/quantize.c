@@ -86,9 +86,28 @@ static void plan_free(qz_plan *p) {
     for (int i = 0; i < p->n; i++) {
         free(p->t[i].row_map);
         free(p->t[i].col_map);
+        free(p->t[i].own);
     }
     free(p->t);
     ts_gguf_writer_free(p->w);
+}
+
+ts_status qz_add_f32(qz_plan *p, const char *name, const float *data, int64_t rows, int64_t cols,
+                     qz_tensor **out) {
+    ts_tensor *v = malloc(sizeof *v);
+    if (!v) return ts_error(TS_ERR_NOMEM, "out of memory");
+    *v = (ts_tensor){.dtype = TS_DTYPE_F32,
+                     .n_dims = 2,
+                     .shape = {rows, cols, 1, 1, 1, 1},
+                     .data = data,
+                     .nbytes = (uint64_t)(rows * cols) * sizeof(float)};
+    ts_status st = qz_add(p, name, -1, v, 2, rows, cols, QZ_OP_NONE, out);
+    if (st != TS_OK) {
+        free(v);
+        return st;
+    }
+    p->t[p->n - 1].own = v;
+    return TS_OK;
 }
 
 /* ---- choosing types ------------------------------------------------------------------------ */
@@ -100,7 +119,9 @@ static bool ends_with(const char *s, const char *tail) {
 
 static bool quantizable(const qz_tensor *t) {
     return t->n_dims >= 2 && ends_with(t->name, "weight") && !strstr(t->name, "_norm.weight") &&
-           !strstr(t->name, "ssm_conv1d");
+           !strstr(t->name, "ssm_conv1d") &&
+           strncmp(t->name, "dense_", 6) != 0; /* kept F32:
+                                                * an embedding model's Dense layers */
 }
 
 static bool use_more_bits(int i, int n) {
@@ -293,7 +314,10 @@ static ts_status from_hf(const char *in, const char *out, const qz_ftype *ft, in
     qz_plan p = {0};
     ts_status st = ts_gguf_writer_new(&p.w, 0);
     const char *arch = m->info.arch;
-    if (st == TS_OK) st = write_general(&p, arch, in);
+    /* an encoder is llama.cpp's own architecture (gemma3_gguf.c writes its keys under it) */
+    if (st == TS_OK)
+        st = write_general(
+            &p, m->info.encoder && strcmp(arch, "gemma3") == 0 ? "gemma-embedding" : arch, in);
     if (st == TS_OK) {
         if (strcmp(arch, "qwen35") == 0)
             st = qwen35_gguf_plan(m, &p);

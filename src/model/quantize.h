@@ -32,6 +32,7 @@ typedef struct {
     int64_t *col_map; /* output col c = source col col_map[c]; NULL: identity (owned) */
     qz_op op;
     int layer; /* blk index, -1 outside the blocks */
+    ts_tensor *own;    /* src when the plan made it (qz_add_f32), freed with the plan */
     uint32_t out_type; /* ggml type chosen by quantize.c */
 } qz_tensor;
 
@@ -48,6 +49,10 @@ typedef struct {
  * the caller can attach index maps (qz_new_map). */
 ts_status qz_add(qz_plan *p, const char *name, int layer, const ts_tensor *src, int n_dims,
                  int64_t rows, int64_t cols, qz_op op, qz_tensor **out);
+/* The same for host floats (rows x cols, row-major) that outlive the plan: a view of them is
+ * made, owned by the plan. */
+ts_status qz_add_f32(qz_plan *p, const char *name, const float *data, int64_t rows, int64_t cols,
+                     qz_tensor **out);
 /* A malloc'd index map of n entries, owned by the plan (freed with it). */
 int64_t *qz_new_map(int64_t n);
 

@@ -5,10 +5,11 @@
 
 extern const ts_arch ts_arch_qwen35;
 extern const ts_arch ts_arch_gemma3;
+extern const ts_arch ts_arch_gemma_embedding;
 
 static const ts_arch *const archs[] = {
-    &ts_arch_qwen35,
-    &ts_arch_gemma3,
+    &ts_arch_qwen35, &ts_arch_gemma3,
+    &ts_arch_gemma_embedding, /* after gemma3: ts_arch_find_name finds that one */
 };
 
 const ts_arch *ts_arch_find_hf(const char *model_type) {

@@ -46,6 +46,8 @@ typedef struct {
      * request between two calls (serve_decoder_init caps it at prefill_chunk) */
     int next_turn_chunk;
     int n_embd; /* the model's width: rows of an image's embeddings */
+    const ts_model *model; /* its Dense layers after an embedding's pooling */
+    int n_embd_out;        /* an embedding's length after them */
     /* speculative decoding (speculate.c): the most tokens a lane guesses a step (0: none),
      * and whether it guesses by prompt lookup too (else only from a request's prediction) */
     int draft_max;

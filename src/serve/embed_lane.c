@@ -1,14 +1,14 @@
 /* Embedding jobs on the decoder's lanes (POST /v1/embeddings): each input of a job is run
  * through the model from an empty slot, and the final hidden states of its tokens (the output
- * head's input, ts_engine_forward_hidden) are pooled into the input's embedding. An input goes
- * in in chunks of --prefill-chunk tokens, as a prompt does, so a long one neither holds up the
- * other lanes' answers for longer than a chunk nor misses its cancellation; the embedding
- * lanes' chunks share a forward call of their own, beside the prompts' (whose outputs are
- * logits). Worker thread only. */
+ * head's input, ts_engine_forward_hidden) are pooled into the input's embedding, which an
+ * embedding model's Dense layers then take to its own width. An input goes in in chunks of
+ * --prefill-chunk tokens, as a prompt does, so a long one neither holds up the other lanes'
+ * answers for longer than a chunk nor misses its cancellation (an encoder's goes in whole: the
+ * worker makes its chunk the context); the embedding lanes' chunks share a forward call of
+ * their own, beside the prompts' (whose outputs are logits). Worker thread only. */
 #include "base/status.h"
 #include "serve/decode_int.h"
 
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,6 +21,8 @@ void serve_embed_start(serve_decoder *d, serve_lane *ln) {
     ln->input = 0;
     ln->prefill_at = j->input_at[0];
     ts_engine_slot_clear(d->o.engine, ln->slot);
+    /* the sums start from zero: the lane's last job may have ended with its own in them */
+    if (ln->pool_sum) memset(ln->pool_sum, 0, (size_t)d->o.n_embd * sizeof *ln->pool_sum);
     pthread_mutex_lock(&j->mu);
     j->prompt_tokens = j->n_ids;
     j->cached_tokens = 0;
@@ -29,39 +31,37 @@ void serve_embed_start(serve_decoder *d, serve_lane *ln) {
 
 /* The room an embedding call needs; false (the lane's job then fails) when out of memory. */
 static bool embed_room(serve_decoder *d, serve_lane *ln) {
-    size_t D = (size_t)d->o.n_embd;
+    size_t D = (size_t)d->o.n_embd, W = D > (size_t)d->o.n_embd_out ? D : (size_t)d->o.n_embd_out;
     if (!d->hidden && !(d->hidden = malloc((size_t)d->o.prefill_chunk * D * sizeof *d->hidden)))
         return false;
-    if (ln->job->pool == SERVE_POOL_MEAN && !ln->pool_sum &&
-        !(ln->pool_sum = calloc(D, sizeof *ln->pool_sum)))
-        return false;
+    if (!ln->pool_sum && !(ln->pool_sum = calloc(D + 2 * W, sizeof *ln->pool_sum))) return false;
     return true;
 }
 
-/* The input's embedding from its last row (last pooling) or the sums (mean), to unit length
- * (OpenAI's embeddings are; a cosine is then a dot product). False for a state that is not a
- * number (a model whose activations overflowed): an error, not a vector of NaN. */
-static bool embed_finish(serve_decoder *d, serve_lane *ln, const float *last_row) {
+/* The rows of an input's piece the pooling wants: all (mean), the input's first, or its last */
+static bool row_wanted(serve_pool pool, int at, int start, int end) {
+    return pool == SERVE_POOL_MEAN || at == (pool == SERVE_POOL_FIRST ? start : end - 1);
+}
+
+/* The input's embedding from the pooled row (first, last) or the sums (mean), through the
+ * model's Dense layers (an embedding model's; else as it is), to unit length (OpenAI's
+ * embeddings are). False for a state that is not a number (a model whose activations
+ * overflowed): an error, not a vector of NaN. */
+static bool embed_finish(serve_decoder *d, serve_lane *ln, const float *row) {
     serve_job *j = ln->job;
-    int D = d->o.n_embd, n = j->input_at[ln->input + 1] - j->input_at[ln->input];
-    float *out = j->embedding + (size_t)ln->input * D;
-    double ss = 0;
-    for (int i = 0; i < D; i++) {
-        double v = j->pool == SERVE_POOL_MEAN ? ln->pool_sum[i] / n : last_row[i];
-        out[i] = (float)v;
-        ss += v * v;
-    }
-    if (!isfinite(ss)) return false;
-    float inv = ss > 0 ? (float)(1.0 / sqrt(ss)) : 0.0f;
+    int D = d->o.n_embd;
+    int n = j->input_at[ln->input + 1] - j->input_at[ln->input];
+    float *pooled = (float *)(ln->pool_sum + D);
     for (int i = 0; i < D; i++)
-        out[i] *= inv;
-    return true;
+        pooled[i] = j->pool == SERVE_POOL_MEAN ? (float)(ln->pool_sum[i] / n) : row[i];
+    return ts_model_embed_finish(d->o.model, pooled,
+                                 j->embedding + (size_t)ln->input * d->o.n_embd_out) == TS_OK;
 }
 
 /* The lane's input is in: pooled, then the next input from an empty slot, or the job ends. */
-static void input_done(serve_decoder *d, serve_lane *ln, const float *last_row) {
+static void input_done(serve_decoder *d, serve_lane *ln, const float *row) {
     serve_job *j = ln->job;
-    if (!embed_finish(d, ln, last_row)) {
+    if (!embed_finish(d, ln, row)) {
         serve_lane_end(d, ln, SERVE_FINISH_ERROR,
                        ts_error(TS_ERR_INVALID,
                                 "input %d: the model's hidden state is not a number", ln->input));
@@ -69,7 +69,7 @@ static void input_done(serve_decoder *d, serve_lane *ln, const float *last_row) 
     }
     if (++ln->input < j->n_inputs) {
         ln->prefill_at = j->input_at[ln->input];
-        if (ln->pool_sum) memset(ln->pool_sum, 0, (size_t)d->o.n_embd * sizeof *ln->pool_sum);
+        memset(ln->pool_sum, 0, (size_t)d->o.n_embd * sizeof *ln->pool_sum);
         ts_engine_slot_clear(d->o.engine, ln->slot);
         return;
     }
@@ -93,15 +93,16 @@ void serve_embed_step(serve_decoder *d) {
             continue;
         }
         after = next->used;
-        bool mean = j->pool == SERVE_POOL_MEAN;
+        int wanted = 0;
         for (int i = 0; i < piece; i++) {
             d->tok[n + i] = j->ids[next->prefill_at + i];
             d->pos[n + i] = next->prefill_at + i - start;
             d->slot[n + i] = next->slot;
-            d->want[n + i] = mean || (piece == left && i == piece - 1);
+            d->want[n + i] = row_wanted(j->pool, next->prefill_at + i, start, end);
+            wanted += d->want[n + i];
         }
         d->b_row[n_in] = n_rows;
-        n_rows += mean ? piece : piece == left;
+        n_rows += wanted;
         n += piece;
         d->b_in[n_in] = next, d->b_piece[n_in++] = piece;
     }
@@ -124,7 +125,10 @@ void serve_embed_step(serve_decoder *d) {
             for (int r = 0; r < piece; r++)
                 for (int k = 0; k < D; k++)
                     ln->pool_sum[k] += rows[(size_t)r * D + k];
+        else if (j->pool == SERVE_POOL_FIRST && ln->prefill_at == j->input_at[ln->input])
+            memcpy(ln->pool_sum + D, rows, (size_t)D * sizeof *rows);
         ln->prefill_at += piece;
-        if (ln->prefill_at == j->input_at[ln->input + 1]) input_done(d, ln, rows);
+        if (ln->prefill_at == j->input_at[ln->input + 1])
+            input_done(d, ln, j->pool == SERVE_POOL_FIRST ? (float *)(ln->pool_sum + D) : rows);
     }
 }

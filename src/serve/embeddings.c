@@ -31,11 +31,11 @@ bool serve_embed_parse(json_t *root, const char *const *model_ids, const serve_r
         if (!json_is_integer(d) || json_integer_value(d) < 1)
             return serve_fail(e, 400, "invalid_value", "dimensions",
                               "'dimensions' must be a positive integer");
-        if (json_integer_value(d) != rt->n_embd)
+        if (json_integer_value(d) != rt->n_embd_out)
             return serve_fail(e, 400, "unsupported_feature", "dimensions",
                               "this model's embeddings have %d dimensions; it was not trained "
                               "for shorter ones",
-                              rt->n_embd);
+                              rt->n_embd_out);
     }
     return true;
 }
@@ -119,7 +119,7 @@ bool serve_embed_jobs(const serve_runtime *rt, const serve_embed_request *r, ser
         j->n_ids = n_ids;
         j->ids = malloc((size_t)n_ids * sizeof *j->ids);
         j->input_at = malloc((size_t)(n_in + 1) * sizeof *j->input_at);
-        j->embedding = malloc((size_t)n_in * rt->n_embd * sizeof *j->embedding);
+        j->embedding = malloc((size_t)n_in * rt->n_embd_out * sizeof *j->embedding);
         if (!j->ids || !j->input_at || !j->embedding) {
             ok = serve_fail(e, 500, "internal_error", NULL, "out of memory");
             break;

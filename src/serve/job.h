@@ -29,6 +29,7 @@ typedef enum {
     SERVE_POOL_NONE = 0, /* not an embedding job: an answer */
     SERVE_POOL_LAST,     /* the last token's: the only one that has seen the whole input */
     SERVE_POOL_MEAN,     /* the mean over the input's tokens */
+    SERVE_POOL_FIRST,    /* the first token's (an encoder's "cls" pooling) */
 } serve_pool;
 
 typedef struct {

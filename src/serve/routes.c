@@ -459,6 +459,10 @@ static enum MHD_Result generate(serve_conn *cn, struct MHD_Connection *c, serve_
         infill = ok; /* from here on the completion's checks, named as /infill names them */
     }
     if (ok) ok = serve_request_parse(api, root, s->model_ids, s->o.max_tokens_cap, &req, &e);
+    if (ok && rt->encoder)
+        ok = serve_fail(&e, 400, "unsupported_feature", "model",
+                        "the model is an embedding model (an encoder): it answers POST "
+                        "/v1/embeddings, not text");
     const char *model = answer_model(s, req.model);
     if (ok) ok = prepare_choices(s, rt, &req, &cs, &e);
     if (ok && keep_at > 0 && keep_at < cs.job[0]->n_ids) cs.job[0]->keep_at = keep_at;
@@ -511,8 +515,7 @@ static enum MHD_Result embeddings(serve_conn *cn, struct MHD_Connection *c, json
     serve_choices cs = {0};
     int lanes = rt->n_parallel < s->o.max_pending ? rt->n_parallel : s->o.max_pending;
     bool ok = serve_embed_parse(root, s->model_ids, rt, &req, &e) &&
-              serve_embed_jobs(rt, &req, s->o.pool_mean ? SERVE_POOL_MEAN : SERVE_POOL_LAST, lanes,
-                               &cs.job, &cs.n, &e);
+              serve_embed_jobs(rt, &req, rt->pooling, lanes, &cs.job, &cs.n, &e);
     const char *model = answer_model(s, req.model);
     bool base64 = req.base64;
     serve_embed_request_free(&req);
@@ -530,7 +533,7 @@ static enum MHD_Result embeddings(serve_conn *cn, struct MHD_Connection *c, json
         job_error(failed, &e);
         r = serve_send_error(cn, c, &e);
     } else {
-        char *body = serve_embed_answer(cs.job, cs.n, rt->n_embd, model, base64);
+        char *body = serve_embed_answer(cs.job, cs.n, rt->n_embd_out, model, base64);
         r = body ? serve_send_json(cn, c, 200, body)
                  : (serve_fail(&e, 500, "internal_error", NULL, "out of memory"),
                     serve_send_error(cn, c, &e));

@@ -42,9 +42,10 @@ typedef struct {
      * prediction and, with draft_lookup, by prompt lookup (serve/speculate.c) */
     int draft_max;
     bool draft_lookup;
-    /* embeddings (POST /v1/embeddings): the mean of an input's tokens' final hidden states,
-     * else (the default) its last token's */
-    bool pool_mean;
+    /* embeddings (POST /v1/embeddings): how an input's tokens' final hidden states become one
+     * vector; TS_POOL_UNSET: the model's own pooling (an embedding model's), else the last
+     * token's */
+    ts_pooling pooling;
     int step_delay_ms;   /* testing aid: sleep before every decode step and embedding call */
     int load_delay_ms;   /* testing aid: sleep before loading the model */
 } serve_opts;

@@ -141,6 +141,28 @@ static ts_status warm_up(ts_engine *e, int chunk, int n_lanes) {
  * upload, its kernels' loading, its GEMMs' algorithms: ~70 ms of the 0.8B's tower on an H100,
  * for an image of any size (bench/RESULTS.md) - so one image of the smallest size the model
  * takes (a grey square) goes through it before the server says it is ready. */
+/* An encoder's warm-up: one input of each length the prompts' warm-up takes, from an empty slot
+ * (its forward has no logits and no decode step). */
+static ts_status warm_up_encoder(ts_engine *e, int chunk, int n_embd) {
+    int n = chunk;
+    int32_t *ids = calloc((size_t)n, sizeof *ids), *pos = malloc((size_t)n * sizeof *pos),
+            *slot = calloc((size_t)n, sizeof *slot);
+    uint8_t *want = malloc((size_t)n);
+    float *hidden = malloc((size_t)n * n_embd * sizeof *hidden);
+    ts_status st =
+        ids && pos && slot && want && hidden ? TS_OK : ts_error(TS_ERR_NOMEM, "out of memory");
+    for (int c = n; st == TS_OK && c > 0; c = warm_next(c)) {
+        for (int i = 0; i < c; i++)
+            pos[i] = i, want[i] = 1;
+        ts_batch b = {c, ids, pos, slot, want, NULL, NULL};
+        st = ts_engine_slot_clear(e, 0);
+        if (st == TS_OK) st = ts_engine_forward_hidden(e, &b, hidden);
+    }
+    if (st == TS_OK) st = ts_engine_slot_clear(e, 0);
+    free(ids), free(pos), free(slot), free(want), free(hidden);
+    return st;
+}
+
 static ts_status warm_up_vision(ts_engine *e, const ts_model *m) {
     ts_vision_info vi;
     ts_model_info mi;
@@ -191,6 +213,7 @@ static ts_status load(serve_worker *w) {
                 : gpu                  ? SERVE_PREFILL_CHUNK_GPU
                                        : SERVE_PREFILL_CHUNK_CPU;
     if (chunk > n_ctx) chunk = n_ctx; /* no prompt is longer */
+    if (info.encoder) chunk = n_ctx;  /* an encoder's input goes in whole */
     ts_engine_opts eo;
     ts_engine_opts_default(&eo);
     eo.n_ctx = n_ctx;
@@ -209,22 +232,30 @@ static ts_status load(serve_worker *w) {
     }
     if (gpu) {
         double t0 = ts_now_s();
-        TS_TRY(warm_up(w->engine, chunk, lanes));
+        TS_TRY(info.encoder ? warm_up_encoder(w->engine, chunk, info.n_embd)
+                            : warm_up(w->engine, chunk, lanes));
         w->rt.warmed_vision = ts_engine_vision(w->engine);
         if (w->rt.warmed_vision) TS_TRY(warm_up_vision(w->engine, w->model));
         w->rt.warm_ms = (ts_now_s() - t0) * 1e3;
     }
     TS_TRY(serve_prefix_cache_init(&w->cache, (int)n_snap, lanes, info.n_vocab));
     int next_turn = gpu ? SERVE_NEXT_TURN_CHUNK_GPU : SERVE_NEXT_TURN_CHUNK_CPU;
-    serve_decoder_opts dopts = {w->engine,          w->tok, &w->cache, w->metrics,  lanes,
-                                w->o.step_delay_ms, chunk,  next_turn, info.n_embd, w->o.draft_max,
-                                w->o.draft_lookup};
+    serve_decoder_opts dopts = {
+        w->engine,          w->tok,         &w->cache,        w->metrics,  lanes,
+        w->o.step_delay_ms, chunk,          next_turn,        info.n_embd, w->model,
+        info.n_embd_out,    w->o.draft_max, w->o.draft_lookup};
     TS_TRY(serve_decoder_init(&w->dec, &dopts, job_done, w));
     serve_runtime *rt = &w->rt;
     rt->tok = w->tok;
     rt->n_ctx = n_ctx;
     rt->n_vocab = info.n_vocab;
     rt->n_embd = info.n_embd;
+    rt->n_embd_out = info.n_embd_out;
+    rt->encoder = info.encoder;
+    ts_pooling pool = w->o.pooling ? w->o.pooling : info.pooling ? info.pooling : TS_POOL_LAST;
+    rt->pooling = pool == TS_POOL_MEAN    ? SERVE_POOL_MEAN
+                  : pool == TS_POOL_FIRST ? SERVE_POOL_FIRST
+                                          : SERVE_POOL_LAST;
     rt->think_open = single_token(w->tok, "<think>");
     rt->think_close = single_token(w->tok, "</think>");
     rt->turn_start = single_token(w->tok, "<|im_start|>");

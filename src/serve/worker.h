@@ -38,6 +38,7 @@ typedef struct {
     int64_t image_max_pixels;
     int draft_max;     /* speculative decoding (serve/speculate.c): guesses a step, 0 none */
     bool draft_lookup; /* guesses by prompt lookup too */
+    ts_pooling pooling; /* embeddings' pooling; TS_POOL_UNSET: the model's own, else last */
 } serve_worker_opts;
 
 /* Jobs run together by default. On 2 CPU cores 4 clients of the 0.8B get ~2.9x the tokens of
@@ -69,7 +70,12 @@ typedef struct {
     const ts_tokenizer *tok;
     int n_ctx;
     int n_vocab;
-    int n_embd;                                  /* the model's width: an embedding's length */
+    int n_embd;     /* the model's width */
+    int n_embd_out; /* an embedding's length (the width after an embedding model's Dense layers) */
+    /* an encoder (an embedding model: it answers /v1/embeddings, never text), and how an
+     * embedding pools its input's hidden states (--pooling, else the model's own, else last) */
+    bool encoder;
+    serve_pool pooling;
     int32_t think_open, think_close, turn_start; /* token ids, -1 when absent */
     int n_snapshots;
     int n_parallel; /* lanes: jobs decoded together */

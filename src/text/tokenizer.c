@@ -2,9 +2,10 @@
  * the SentencePiece-style BPE of a GGUF ("llama" model); their streaming detokenizer; and chat
  * rendering turned into ids (control segments -> special ids, text -> plain encoding).
  *
- * BOS: ts_tokenize prepends the BOS id when a GGUF says tokenizer.ggml.add_bos_token (Gemma);
- * tokenizer.json files never get one. Chat formats write their own `<bos>`, so
- * ts_chat_tokenize never adds another. */
+ * BOS: ts_tokenize prepends the BOS id when a GGUF says tokenizer.ggml.add_bos_token (Gemma),
+ * and appends the EOS id when it says tokenizer.ggml.add_eos_token (EmbeddingGemma: an
+ * embedding model's input ends with it); tokenizer.json files never get either. Chat formats write
+ * their own `<bos>`, so ts_chat_tokenize never adds another. */
 #include "base/mmapfile.h"
 #include "format/gguf.h"
 #include "text/bpe.h"
@@ -29,6 +30,8 @@ struct ts_tokenizer {
     int n_eog;
     int32_t bos; /* -1 = none */
     bool add_bos;
+    int32_t eos; /* appended by ts_tokenize where add_eos */
+    bool add_eos;
     tok_chat chat;
     bool thinking_default; /* the chat template's default for enable_thinking */
     ts_fim_tokens fim;
@@ -305,17 +308,21 @@ static ts_status open_gguf(ts_tokenizer *t, const char *file) {
                           file, model);
     }
     uint32_t bos = UINT32_MAX, eos = UINT32_MAX, eot = UINT32_MAX;
-    bool add_bos = t->spm != NULL; /* llama.cpp's defaults when the key is absent */
+    bool add_bos = t->spm != NULL, add_eos = false; /* llama.cpp's defaults when absent */
     if (st == TS_OK) st = ts_gguf_get_u32_opt(g, "tokenizer.ggml.bos_token_id", bos, &bos);
     if (st == TS_OK) st = ts_gguf_get_u32_opt(g, "tokenizer.ggml.eos_token_id", eos, &eos);
     if (st == TS_OK) st = ts_gguf_get_u32_opt(g, "tokenizer.ggml.eot_token_id", eot, &eot);
     if (st == TS_OK)
         st = ts_gguf_get_bool_opt(g, "tokenizer.ggml.add_bos_token", add_bos, &add_bos);
+    if (st == TS_OK)
+        st = ts_gguf_get_bool_opt(g, "tokenizer.ggml.add_eos_token", add_eos, &add_eos);
     if (st == TS_OK) st = ts_gguf_get_str_opt(g, "tokenizer.chat_template", "", &tmpl);
     if (st == TS_OK) {
         int nv = ts_tokenizer_vocab_size(t);
         t->bos = bos < (uint32_t)nv ? (int32_t)bos : -1;
         t->add_bos = add_bos && t->bos >= 0;
+        t->eos = eos < (uint32_t)nv ? (int32_t)eos : -1;
+        t->add_eos = add_eos && t->eos >= 0;
         add_eog(t, eos < (uint32_t)nv ? (int32_t)eos : -1);
         add_eog(t, eot < (uint32_t)nv ? (int32_t)eot : -1);
         st = gguf_fim(t, g);
@@ -412,6 +419,7 @@ ts_status ts_tokenize(const ts_tokenizer *t, const char *text, size_t len, bool 
     *n_ids = 0;
     ts_status st = t->add_bos ? ts_ids_push(&v, t->bos) : TS_OK;
     if (st == TS_OK) st = tok_encode(t, text, len, parse_special, &v);
+    if (st == TS_OK && t->add_eos) st = ts_ids_push(&v, t->eos);
     if (st != TS_OK) {
         ts_ids_free(&v);
         return st;

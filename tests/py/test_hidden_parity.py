@@ -1,5 +1,6 @@
 """The final hidden states (`tessera logits --hidden`, ts_engine_forward_hidden: what the
-embeddings are pooled from) of every Qwen3.5 and Gemma 3 fixture, against the independent
+embeddings are pooled from) of every Qwen3.5 and Gemma 3 fixture (the Gemma 3 encoders of
+gemma3_embed too: their attention has no causal mask), against the independent
 float64 numpy forwards of tools/ (the same ones that check the fixtures' logits), on the CPU
 and, where the binary has CUDA and there is a device, on the GPU. Each position's row is the
 final norm's output: ‖Δ‖ / ‖ref‖ per row within 1e-4 on the CPU (float32 against float64; the
@@ -19,12 +20,13 @@ import gemma3_numpy_ref  # noqa: E402
 import qwen35_numpy_ref  # noqa: E402
 
 MODELS = sorted(glob.glob(os.path.join(fixtures(), "qwen35", "tiny_*")) +
-                glob.glob(os.path.join(fixtures(), "gemma3", "tiny_*")))
+                glob.glob(os.path.join(fixtures(), "gemma3", "tiny_*")) +
+                glob.glob(os.path.join(fixtures(), "gemma3_embed", "tiny_*")))
 TOL = {"cpu": 1e-4, "cuda": 1e-2}
 
 
 def reference(path, ids):
-    if "/gemma3/" in path:
+    if os.path.basename(os.path.dirname(path)).startswith("gemma3"):  # the encoders too
         m = gemma3_numpy_ref.load(path)
         return gemma3_numpy_ref.final_norm(m, gemma3_numpy_ref.body(m, ids))
     return qwen35_numpy_ref.hidden(qwen35_numpy_ref.load(path), ids)
