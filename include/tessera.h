@@ -68,13 +68,15 @@ typedef struct {
 void ts_model_get_info(const ts_model *model, ts_model_info *info);
 
 /* An embedding model's layers after the pooling (sentence-transformers' Dense modules; a GGUF's
- * dense_2 / dense_3): in, n_embd floats (pooled hidden states) -> out, n_embd_out floats, in
- * the model's order (each act(W x + b)); a copy where it has none. Not normalized. */
-ts_status ts_model_embed_project(const ts_model *model, const float *in, float *out);
-/* An input's embedding from its pooled hidden state: ts_model_embed_project, then scaled to
- * unit length (a cosine is then a dot product). TS_ERR_RANGE, out unspecified, when the state
- * is not a number (activations that overflowed): an error, never a vector of NaN. */
-ts_status ts_model_embed_finish(const ts_model *model, const float *pooled, float *out);
+ * dense_2 / dense_3), for n inputs at once: in, n rows of n_embd floats (pooled hidden states)
+ * -> out, n rows of n_embd_out floats, in the model's order (each act(W x + b)); a copy where it
+ * has none. Not normalized. */
+ts_status ts_model_embed_project(const ts_model *model, int n, const float *in, float *out);
+/* n inputs' embeddings from their pooled hidden states: ts_model_embed_project, then each row
+ * scaled to unit length (a cosine is then a dot product). A row whose state is not a number
+ * (activations that overflowed) comes out as NaN and the call says TS_ERR_RANGE, naming the
+ * first: an error, never a vector of NaN passed on; the other rows are right. */
+ts_status ts_model_embed_finish(const ts_model *model, int n, const float *pooled, float *out);
 
 /* Writes a random checkpoint with the real shapes of a known size (config.json +
  * model.safetensors) into dir, for speed measurements. arch "qwen35", preset "0.8b" or "2b",

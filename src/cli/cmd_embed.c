@@ -98,7 +98,7 @@ int cmd_embed(int argc, char **argv) {
                     : pool == TS_POOL_FIRST ? hidden[k]
                                             : hidden[(size_t)(n - 1) * D + k];
     }
-    if (ts_model_embed_finish(model, pooled, out) != TS_OK) {
+    if (ts_model_embed_finish(model, 1, pooled, out) != TS_OK) {
         rc = cli_fail("embedding failed");
         goto done;
     }

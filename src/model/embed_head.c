@@ -3,6 +3,8 @@
  * modules' weights, a Normalize module) or a GGUF's pooling_type and dense_2 / dense_3 tensors
  * (llama.cpp's converter writes those from the same modules). The dense layers run on the host:
  * one pooled vector an input, a few million multiply-adds. */
+#include "backend/cpu/matmul.h"
+#include "backend/cpu/ops_seq.h"
 #include "backend/cpu/quant.h"
 #include "base/mmapfile.h"
 #include "model/model.h"
@@ -224,48 +226,58 @@ ts_status ts_embed_head_load_gguf(ts_model *m, const char *arch) {
     return TS_OK;
 }
 
-ts_status ts_model_embed_project(const ts_model *m, const float *in, float *out) {
+/* y = act(x W^T + b) for n rows of x: one pass over the weights for all of them, in the CPU
+ * backend's register-tiled kernels (the best ISA here; a scalar double loop took 4.9 ms a
+ * 768 -> 3072 -> 768 vector, most of a short input's time on a GPU). */
+static void dense_apply(const ts_dense *d, const cpu_seq_kernels *K, int n, const float *x,
+                        float *y) {
+    K->gemm_nt(n, d->out, d->in, x, d->in, d->w, d->in, y, d->out);
+    for (int j = 0; j < n; j++) {
+        float *r = y + (size_t)j * d->out;
+        for (int o = 0; o < d->out; o++) {
+            float v = r[o] + (d->b ? d->b[o] : 0.0f);
+            r[o] = d->tanh ? tanhf(v) : v;
+        }
+    }
+}
+
+ts_status ts_model_embed_project(const ts_model *m, int n, const float *in, float *out) {
     const ts_embed_head *h = &m->head;
     int w = m->info.n_embd;
     if (h->n_dense == 0) {
-        memcpy(out, in, (size_t)w * sizeof *out);
+        memcpy(out, in, (size_t)n * w * sizeof *out);
         return TS_OK;
     }
     int widest = w;
     for (int i = 0; i < h->n_dense; i++)
         widest = h->dense[i].out > widest ? h->dense[i].out : widest;
-    double *a = malloc(2 * (size_t)widest * sizeof *a);
-    if (!a) return ts_error(TS_ERR_NOMEM, "out of memory");
-    double *cur = a, *next = a + widest;
-    for (int k = 0; k < w; k++)
-        cur[k] = in[k];
-    for (int i = 0; i < h->n_dense; i++) { /* act(W x + b) in double: 1e-7 from a float64 ref */
-        const ts_dense *d = &h->dense[i];
-        for (int o = 0; o < d->out; o++) {
-            const float *row = d->w + (size_t)o * d->in;
-            double s = d->b ? d->b[o] : 0.0;
-            for (int k = 0; k < d->in; k++)
-                s += (double)row[k] * cur[k];
-            next[o] = d->tanh ? tanh(s) : s;
-        }
-        double *t = cur;
-        cur = next, next = t;
+    float *a = h->n_dense > 1 ? malloc(2 * (size_t)n * widest * sizeof *a) : NULL;
+    if (h->n_dense > 1 && !a) return ts_error(TS_ERR_NOMEM, "out of memory");
+    const cpu_seq_kernels *K = cpu_seq_pick(cpu_isa_best());
+    const float *cur = in;
+    for (int i = 0; i < h->n_dense; i++) { /* the last layer straight into out */
+        float *next = i + 1 == h->n_dense ? out : a + (size_t)(i & 1) * n * widest;
+        dense_apply(&h->dense[i], K, n, cur, next);
+        cur = next;
     }
-    for (int k = 0; k < h->dense[h->n_dense - 1].out; k++)
-        out[k] = (float)cur[k];
     free(a);
     return TS_OK;
 }
 
-ts_status ts_model_embed_finish(const ts_model *m, const float *pooled, float *out) {
-    TS_TRY(ts_model_embed_project(m, pooled, out));
-    int w = m->info.n_embd_out;
-    double ss = 0;
-    for (int i = 0; i < w; i++)
-        ss += (double)out[i] * out[i];
-    if (!isfinite(ss)) return ts_error(TS_ERR_RANGE, "the model's hidden state is not a number");
-    float inv = ss > 0 ? (float)(1.0 / sqrt(ss)) : 0.0f;
-    for (int i = 0; i < w; i++)
-        out[i] *= inv;
+ts_status ts_model_embed_finish(const ts_model *m, int n, const float *pooled, float *out) {
+    TS_TRY(ts_model_embed_project(m, n, pooled, out));
+    int w = m->info.n_embd_out, bad = -1;
+    for (int j = 0; j < n; j++) {
+        float *r = out + (size_t)j * w;
+        double ss = 0;
+        for (int i = 0; i < w; i++)
+            ss += (double)r[i] * r[i];
+        float inv = isfinite(ss) ? ss > 0 ? (float)(1.0 / sqrt(ss)) : 0.0f : NAN;
+        if (!isfinite(ss) && bad < 0) bad = j;
+        for (int i = 0; i < w; i++)
+            r[i] = isfinite(ss) ? r[i] * inv : NAN;
+    }
+    if (bad >= 0)
+        return ts_error(TS_ERR_RANGE, "vector %d: the model's hidden state is not a number", bad);
     return TS_OK;
 }

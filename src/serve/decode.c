@@ -87,7 +87,7 @@ void serve_decoder_free(serve_decoder *d) {
     free(d->lane), free(d->logits), free(d->tok), free(d->pos), free(d->slot), free(d->want);
     free(d->b_tok), free(d->b_pos), free(d->b_slot), free(d->b_drawn), free(d->b_lane);
     free(d->b_smp), free(d->b_lp), free(d->b_in), free(d->b_piece), free(d->b_row);
-    free(d->echo_rows), free(d->hidden);
+    free(d->echo_rows), free(d->hidden), free(d->e_pooled), free(d->e_out), free(d->e_lane);
     ts_sampler_free(d->echo_smp);
     free(d->embd), free(d->rope), free(d->b_rope);
     free(d->eog);

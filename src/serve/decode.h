@@ -157,8 +157,11 @@ typedef struct {
     uint8_t *s_want;
     float *s_rows;
     /* [prefill chunk x n_embd] an embedding call's hidden states (embed_lane.c), made for the
-     * first embedding job */
-    float *hidden;
+     * first embedding job; the inputs a call completes (a lane's at most): their pooled states
+     * [n_lanes x n_embd], embeddings [n_lanes x n_embd_out] and lanes, taken through the
+     * model's Dense layers together */
+    float *hidden, *e_pooled, *e_out;
+    serve_lane **e_lane;
 } serve_decoder;
 
 ts_status serve_decoder_init(serve_decoder *d, const serve_decoder_opts *o, serve_job_done_fn done,

@@ -9,6 +9,7 @@
 #include "base/status.h"
 #include "serve/decode_int.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -31,10 +32,20 @@ void serve_embed_start(serve_decoder *d, serve_lane *ln) {
 
 /* The room an embedding call needs; false (the lane's job then fails) when out of memory. */
 static bool embed_room(serve_decoder *d, serve_lane *ln) {
-    size_t D = (size_t)d->o.n_embd, W = D > (size_t)d->o.n_embd_out ? D : (size_t)d->o.n_embd_out;
-    if (!d->hidden && !(d->hidden = malloc((size_t)d->o.prefill_chunk * D * sizeof *d->hidden)))
-        return false;
-    if (!ln->pool_sum && !(ln->pool_sum = calloc(D + 2 * W, sizeof *ln->pool_sum))) return false;
+    size_t D = (size_t)d->o.n_embd, L = (size_t)d->o.n_lanes;
+    if (!d->hidden) {
+        d->hidden = malloc((size_t)d->o.prefill_chunk * D * sizeof *d->hidden);
+        d->e_pooled = malloc(L * D * sizeof *d->e_pooled);
+        d->e_out = malloc(L * (size_t)d->o.n_embd_out * sizeof *d->e_out);
+        d->e_lane = malloc(L * sizeof *d->e_lane);
+        if (!d->hidden || !d->e_pooled || !d->e_out || !d->e_lane) {
+            free(d->hidden), free(d->e_pooled), free(d->e_out), free(d->e_lane);
+            d->hidden = d->e_pooled = d->e_out = NULL, d->e_lane = NULL;
+            return false;
+        }
+    }
+    /* the sums (mean), then the first row (cls) as floats */
+    if (!ln->pool_sum && !(ln->pool_sum = calloc(2 * D, sizeof *ln->pool_sum))) return false;
     return true;
 }
 
@@ -43,38 +54,49 @@ static bool row_wanted(serve_pool pool, int at, int start, int end) {
     return pool == SERVE_POOL_MEAN || at == (pool == SERVE_POOL_FIRST ? start : end - 1);
 }
 
-/* The input's embedding from the pooled row (first, last) or the sums (mean), through the
- * model's Dense layers (an embedding model's; else as it is), to unit length (OpenAI's
- * embeddings are). False for a state that is not a number (a model whose activations
- * overflowed): an error, not a vector of NaN. */
-static bool embed_finish(serve_decoder *d, serve_lane *ln, const float *row) {
+/* The lane's input is in: its pooled state (the sums' mean, the first row, or the last row)
+ * becomes the call's k-th to finish. */
+static void input_pooled(serve_decoder *d, serve_lane *ln, const float *last, int k) {
     serve_job *j = ln->job;
-    int D = d->o.n_embd;
-    int n = j->input_at[ln->input + 1] - j->input_at[ln->input];
-    float *pooled = (float *)(ln->pool_sum + D);
+    int D = d->o.n_embd, n = j->input_at[ln->input + 1] - j->input_at[ln->input];
+    const float *first = (const float *)(ln->pool_sum + D);
+    float *p = d->e_pooled + (size_t)k * D;
     for (int i = 0; i < D; i++)
-        pooled[i] = j->pool == SERVE_POOL_MEAN ? (float)(ln->pool_sum[i] / n) : row[i];
-    return ts_model_embed_finish(d->o.model, pooled,
-                                 j->embedding + (size_t)ln->input * d->o.n_embd_out) == TS_OK;
+        p[i] = j->pool == SERVE_POOL_MEAN    ? (float)(ln->pool_sum[i] / n)
+               : j->pool == SERVE_POOL_FIRST ? first[i]
+                                             : last[i];
+    d->e_lane[k] = ln;
 }
 
-/* The lane's input is in: pooled, then the next input from an empty slot, or the job ends. */
-static void input_done(serve_decoder *d, serve_lane *ln, const float *row) {
-    serve_job *j = ln->job;
-    if (!embed_finish(d, ln, row)) {
-        serve_lane_end(d, ln, SERVE_FINISH_ERROR,
-                       ts_error(TS_ERR_INVALID,
-                                "input %d: the model's hidden state is not a number", ln->input));
-        return;
+/* The call's k finished inputs through the model's Dense layers together (an embedding
+ * model's: its weights read once for all of them; else as they are), to unit length (OpenAI's
+ * embeddings are), into their jobs; then each lane's next input from an empty slot, or its job
+ * ends. A state that is not a number (a model whose activations overflowed) fails its job: an
+ * error, not a vector of NaN. */
+static void inputs_finish(serve_decoder *d, int k) {
+    int W = d->o.n_embd_out;
+    ts_status st = ts_model_embed_finish(d->o.model, k, d->e_pooled, d->e_out);
+    for (int e = 0; e < k; e++) {
+        serve_lane *ln = d->e_lane[e];
+        serve_job *j = ln->job;
+        const float *v = d->e_out + (size_t)e * W;
+        if (st != TS_OK && (st != TS_ERR_RANGE || isnan(v[0]))) {
+            serve_lane_end(d, ln, SERVE_FINISH_ERROR,
+                           ts_error(st, "input %d: %s", ln->input,
+                                    st == TS_ERR_RANGE ? "the model's hidden state is not a number"
+                                                       : "out of memory"));
+            continue;
+        }
+        memcpy(j->embedding + (size_t)ln->input * W, v, (size_t)W * sizeof *v);
+        if (++ln->input < j->n_inputs) {
+            ln->prefill_at = j->input_at[ln->input];
+            memset(ln->pool_sum, 0, (size_t)d->o.n_embd * sizeof *ln->pool_sum);
+            ts_engine_slot_clear(d->o.engine, ln->slot);
+            continue;
+        }
+        serve_metrics_tokens(d->o.metrics, j->n_ids, 0, j->n_ids, 0);
+        serve_lane_end(d, ln, SERVE_FINISH_STOP, TS_OK);
     }
-    if (++ln->input < j->n_inputs) {
-        ln->prefill_at = j->input_at[ln->input];
-        memset(ln->pool_sum, 0, (size_t)d->o.n_embd * sizeof *ln->pool_sum);
-        ts_engine_slot_clear(d->o.engine, ln->slot);
-        return;
-    }
-    serve_metrics_tokens(d->o.metrics, j->n_ids, 0, j->n_ids, 0);
-    serve_lane_end(d, ln, SERVE_FINISH_STOP, TS_OK);
 }
 
 void serve_embed_step(serve_decoder *d) {
@@ -112,6 +134,7 @@ void serve_embed_step(serve_decoder *d) {
     ts_status st = n_rows ? ts_engine_forward_hidden(d->o.engine, &b, d->hidden)
                           : ts_engine_forward(d->o.engine, &b, NULL);
     if (d->o.metrics) serve_metrics_prefill_call(d->o.metrics);
+    int done = 0;
     for (int i = 0; i < n_in; i++) {
         serve_lane *ln = d->b_in[i];
         serve_job *j = ln->job;
@@ -128,7 +151,7 @@ void serve_embed_step(serve_decoder *d) {
         else if (j->pool == SERVE_POOL_FIRST && ln->prefill_at == j->input_at[ln->input])
             memcpy(ln->pool_sum + D, rows, (size_t)D * sizeof *rows);
         ln->prefill_at += piece;
-        if (ln->prefill_at == j->input_at[ln->input + 1])
-            input_done(d, ln, j->pool == SERVE_POOL_FIRST ? (float *)(ln->pool_sum + D) : rows);
+        if (ln->prefill_at == j->input_at[ln->input + 1]) input_pooled(d, ln, rows, done++);
     }
+    if (done) inputs_finish(d, done);
 }
