@@ -79,6 +79,7 @@ static void embeddings(json_t *root, const char *const *ids) {
                         .n_ctx = 64,
                         .n_vocab = ts_tokenizer_vocab_size(tok),
                         .n_embd = 4,
+                        .n_embd_out = 3, /* not the width: the Dense layers' */
                         .n_parallel = 3};
     serve_embed_request r;
     serve_error e;
@@ -100,12 +101,12 @@ static void embeddings(json_t *root, const char *const *ids) {
             }
             for (int i = 0; i < j->n_ids; i++)
                 FZ_ASSERT(j->ids[i] >= 0 && j->ids[i] < rt.n_vocab);
-            for (int i = 0; i < j->n_inputs * rt.n_embd; i++)
+            for (int i = 0; i < j->n_inputs * rt.n_embd_out; i++)
                 j->embedding[i] = 0.5f;
             inputs += j->n_inputs, tokens += j->n_ids;
         }
         FZ_ASSERT(inputs == r.n_inputs);
-        char *body = serve_embed_answer(jobs, n, rt.n_embd, "tessera", r.base64);
+        char *body = serve_embed_answer(jobs, n, rt.n_embd_out, "tessera", r.base64);
         json_t *v = body ? json_loads(body, 0, NULL) : NULL;
         FZ_ASSERT(v && (int)json_array_size(json_object_get(v, "data")) == inputs);
         FZ_ASSERT(json_integer_value(
