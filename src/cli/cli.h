@@ -39,6 +39,8 @@ const char *cli_opt_value(int argc, char **argv, int *i, const char *short_name,
                           const char *long_name);
 bool cli_parse_int(const char *s, long lo, long hi, long *out);
 bool cli_parse_float(const char *s, double *out);
+/* --pooling's value: last, mean, or cls (also spelt first); false for anything else. */
+bool cli_parse_pooling(const char *s, ts_pooling *out);
 /* Parses "1,2,3" into a malloc'd array; false on any malformed entry. */
 bool cli_parse_ids(const char *s, int32_t **ids, int *n);
 double cli_now(void);

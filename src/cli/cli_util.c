@@ -52,6 +52,18 @@ bool cli_parse_float(const char *s, double *out) {
     return true;
 }
 
+bool cli_parse_pooling(const char *s, ts_pooling *out) {
+    if (strcmp(s, "last") == 0)
+        *out = TS_POOL_LAST;
+    else if (strcmp(s, "mean") == 0)
+        *out = TS_POOL_MEAN;
+    else if (strcmp(s, "cls") == 0 || strcmp(s, "first") == 0)
+        *out = TS_POOL_FIRST;
+    else
+        return false;
+    return true;
+}
+
 bool cli_parse_ids(const char *s, int32_t **ids, int *n) {
     *ids = NULL;
     *n = 0;

@@ -7,18 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static bool parse_pooling(const char *v, ts_pooling *out) {
-    if (strcmp(v, "last") == 0)
-        *out = TS_POOL_LAST;
-    else if (strcmp(v, "mean") == 0)
-        *out = TS_POOL_MEAN;
-    else if (strcmp(v, "cls") == 0 || strcmp(v, "first") == 0)
-        *out = TS_POOL_FIRST;
-    else
-        return false;
-    return true;
-}
-
 /* The input's ids: --ids as given, or -p's text through the model's tokenizer (a BOS, and an
  * EOS where the tokenizer adds them, as the server's inputs get them). */
 static bool input_ids(const char *model, const char *ids_arg, const char *text, bool special,
@@ -50,7 +38,7 @@ int cmd_embed(int argc, char **argv) {
         else if (strcmp(argv[i], "--special") == 0)
             special = true;
         else if ((v = cli_opt_value(argc, argv, &i, NULL, "--pooling"))) {
-            if (!parse_pooling(v, &pool))
+            if (!cli_parse_pooling(v, &pool))
                 return cli_usage("embed: bad --pooling '%s' (last, mean or cls)", v);
         } else
             return cli_usage("embed: unknown option '%s'", argv[i]);

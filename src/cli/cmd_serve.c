@@ -54,13 +54,7 @@ int cmd_serve(int argc, char **argv) {
             continue;
         }
         if ((v = cli_opt_value(argc, argv, &i, NULL, "--pooling"))) {
-            if (strcmp(v, "last") == 0)
-                o.pooling = TS_POOL_LAST;
-            else if (strcmp(v, "mean") == 0)
-                o.pooling = TS_POOL_MEAN;
-            else if (strcmp(v, "cls") == 0 || strcmp(v, "first") == 0)
-                o.pooling = TS_POOL_FIRST;
-            else
+            if (!cli_parse_pooling(v, &o.pooling))
                 return cli_usage("bad --pooling '%s' (last, mean or cls)", v);
             continue;
         }

@@ -210,10 +210,8 @@ ts_status ts_embed_head_load_gguf(ts_model *m, const char *arch) {
             st = ts_error(TS_ERR_NOMEM, "out of memory");
         if (st == TS_OK && b && !(d->b = malloc((size_t)d->out * sizeof *d->b)))
             st = ts_error(TS_ERR_NOMEM, "out of memory");
-        size_t rb = st == TS_OK ? ts_dtype_row_bytes(w->dtype, d->in) : 0;
-        for (int o = 0; st == TS_OK && o < d->out; o++) /* any type: a Q8_0 file's too */
-            st = ts_dequantize_row(w->dtype, (const char *)w->data + (size_t)o * rb,
-                                   d->w + (size_t)o * d->in, d->in);
+        if (st == TS_OK) /* any type, a Q8_0 file's too: its rows are whole blocks, in a row */
+            st = ts_dequantize_row(w->dtype, w->data, d->w, (int64_t)d->in * d->out);
         if (st == TS_OK && b) st = ts_model_tensor_f32(m, bn, d->out, d->b);
         h->n_dense++;
         if (st != TS_OK) {

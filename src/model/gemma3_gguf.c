@@ -42,6 +42,10 @@ static ts_status layer_is_global(const ts_hfconfig *c, int64_t n_layers, bool *g
     return TS_OK;
 }
 
+const char *gemma3_gguf_arch(const ts_model *m) {
+    return m->info.encoder ? "gemma-embedding" : "gemma3";
+}
+
 static ts_status read_cfg(const ts_model *m, g3_cfg *g) {
     const ts_hfconfig *c = m->cfg;
     const char *path = ts_hfconfig_path(c);
@@ -51,7 +55,7 @@ static ts_status read_cfg(const ts_model *m, g3_cfg *g) {
     g->n_embd = info.n_embd;
     g->n_layers = info.n_layers;
     g->ctx = info.n_ctx_train;
-    g->arch = info.encoder ? "gemma-embedding" : "gemma3";
+    g->arch = gemma3_gguf_arch(m);
     TS_TRY(ts_hfconfig_int(c, "intermediate_size", 1, 1 << 20, &g->n_ff));
     TS_TRY(ts_hfconfig_int(c, "num_attention_heads", 1, 1024, &g->n_head));
     TS_TRY(ts_hfconfig_int(c, "num_key_value_heads", 1, 1024, &g->n_kv_head));

@@ -314,10 +314,8 @@ static ts_status from_hf(const char *in, const char *out, const qz_ftype *ft, in
     qz_plan p = {0};
     ts_status st = ts_gguf_writer_new(&p.w, 0);
     const char *arch = m->info.arch;
-    /* an encoder is llama.cpp's own architecture (gemma3_gguf.c writes its keys under it) */
     if (st == TS_OK)
-        st = write_general(
-            &p, m->info.encoder && strcmp(arch, "gemma3") == 0 ? "gemma-embedding" : arch, in);
+        st = write_general(&p, strcmp(arch, "gemma3") == 0 ? gemma3_gguf_arch(m) : arch, in);
     if (st == TS_OK) {
         if (strcmp(arch, "qwen35") == 0)
             st = qwen35_gguf_plan(m, &p);

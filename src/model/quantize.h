@@ -63,5 +63,8 @@ void qz_tiled_from_grouped(int64_t *map, int n_k_heads, int n_v_heads, int hd);
 
 ts_status qwen35_gguf_plan(const ts_model *m, qz_plan *p);
 ts_status gemma3_gguf_plan(const ts_model *m, qz_plan *p);
+/* The GGUF architecture a Gemma 3 model is written as: "gemma3", or "gemma-embedding" for an
+ * encoder (llama.cpp's name for EmbeddingGemma). */
+const char *gemma3_gguf_arch(const ts_model *m);
 
 #endif

@@ -13,6 +13,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The lane's next input (ln->input) begins: from an empty slot, its sums from zero (the lane's
+ * last input or job may have left its own in them). */
+static void input_begin(serve_decoder *d, serve_lane *ln) {
+    ln->prefill_at = ln->job->input_at[ln->input];
+    ts_engine_slot_clear(d->o.engine, ln->slot);
+    if (ln->pool_sum) memset(ln->pool_sum, 0, (size_t)d->o.n_embd * sizeof *ln->pool_sum);
+}
+
 void serve_embed_start(serve_decoder *d, serve_lane *ln) {
     serve_job *j = ln->job;
     /* the slot will hold the last input alone: nothing a later job could take as its prefix */
@@ -20,10 +28,7 @@ void serve_embed_start(serve_decoder *d, serve_lane *ln) {
     ln->slot_known = true;
     ln->decoding = ln->encoding = false;
     ln->input = 0;
-    ln->prefill_at = j->input_at[0];
-    ts_engine_slot_clear(d->o.engine, ln->slot);
-    /* the sums start from zero: the lane's last job may have ended with its own in them */
-    if (ln->pool_sum) memset(ln->pool_sum, 0, (size_t)d->o.n_embd * sizeof *ln->pool_sum);
+    input_begin(d, ln);
     pthread_mutex_lock(&j->mu);
     j->prompt_tokens = j->n_ids;
     j->cached_tokens = 0;
@@ -89,9 +94,7 @@ static void inputs_finish(serve_decoder *d, int k) {
         }
         memcpy(j->embedding + (size_t)ln->input * W, v, (size_t)W * sizeof *v);
         if (++ln->input < j->n_inputs) {
-            ln->prefill_at = j->input_at[ln->input];
-            memset(ln->pool_sum, 0, (size_t)d->o.n_embd * sizeof *ln->pool_sum);
-            ts_engine_slot_clear(d->o.engine, ln->slot);
+            input_begin(d, ln);
             continue;
         }
         serve_metrics_tokens(d->o.metrics, j->n_ids, 0, j->n_ids, 0);
