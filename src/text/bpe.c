@@ -1,4 +1,4 @@
-/* Byte-level BPE encoding and decoding (see bpe.h); loading is in bpe_load.c.
+/* BPE encoding and decoding (see bpe.h); loading is in bpe_load.c.
  *
  * - Merging takes the adjacent pair of lowest merge rank, leftmost on ties, until none
  *   applies; that is the order HF's priority queue produces. Short words rescan an array,
@@ -69,7 +69,8 @@ struct bpe_scratch {
     pcre2_match_context *mctx;
     pcre2_jit_stack *jit_stack;
     ts_strbuf clean;       /* the input with ill-formed UTF-8 repaired */
-    ts_strbuf norm;        /* a stage-1 gap after NFC */
+    ts_strbuf norm;        /* a stage-1 gap after the normalizer */
+    ts_strbuf norm_work;   /* between normalizer steps */
     ts_strbuf spelling;    /* a pre-token in the alphabet (ignore_merges lookups) */
     bpe_piece_fn piece_fn; /* set only by bpe_pretokenize */
     void *piece_ctx;
@@ -108,6 +109,7 @@ static void bpe_scratch_free(bpe_scratch *s) {
     pcre2_jit_stack_free(s->jit_stack);
     ts_strbuf_free(&s->clean);
     ts_strbuf_free(&s->norm);
+    ts_strbuf_free(&s->norm_work);
     ts_strbuf_free(&s->spelling);
     bpe_scratch_words_free(s);
     free(s->slots);
@@ -154,6 +156,7 @@ void bpe_scratch_put(const ts_bpe *t, bpe_scratch *s) {
     if (s->cap > BPE_SCRATCH_SHRINK) bpe_scratch_words_free(s);
     if (s->clean.cap > BPE_SCRATCH_SHRINK) ts_strbuf_free(&s->clean);
     if (s->norm.cap > BPE_SCRATCH_SHRINK) ts_strbuf_free(&s->norm);
+    if (s->norm_work.cap > BPE_SCRATCH_SHRINK) ts_strbuf_free(&s->norm_work);
     pthread_mutex_lock(&mt->pool_lock);
     if (mt->pool_n < BPE_POOL_KEEP) {
         s->next = mt->pool;
@@ -239,13 +242,9 @@ static void bpe_cache_put(bpe_scratch *s, uint64_t h, const uint8_t *p, size_t n
 /* ---- merging -------------------------------------------------------------------------------- */
 
 /* Short words: keep each adjacent pair's rank and rescan for the lowest (leftmost on ties).
- * Quadratic in the word length, but with tiny constants. */
-static ts_status bpe_merge_scan(const ts_bpe *t, bpe_scratch *s, const uint8_t *p, size_t n,
-                                ts_ids *out) {
+ * Quadratic in the word length, but with tiny constants. Starts from s->ids[0..m). */
+static ts_status bpe_merge_scan(const ts_bpe *t, bpe_scratch *s, size_t m, ts_ids *out) {
     int32_t *ids = s->ids, *rank = s->rank, *nid = s->nid;
-    size_t m = n;
-    for (size_t i = 0; i < n; i++)
-        ids[i] = t->byte_id[p[i]];
     for (size_t i = 0; i + 1 < m; i++)
         rank[i] = bpe_pair(t, ids[i], ids[i + 1], &nid[i]);
     for (;;) {
@@ -301,14 +300,14 @@ static uint64_t bpe_heap_pop(uint64_t *heap, size_t *n) {
 
 /* Long words: a min-heap of (rank, position) over adjacent pairs, O(n log n). Entries go
  * stale when a neighbour merges; they are recognised on pop because the pair now at that
- * position no longer has that rank. */
-static ts_status bpe_merge_heap(const ts_bpe *t, bpe_scratch *s, const uint8_t *p, size_t n,
-                                ts_ids *out) {
+ * position no longer has that rank. Starts from s->ids[0..n). */
+static ts_status bpe_merge_heap(const ts_bpe *t, bpe_scratch *s, size_t n, ts_ids *out) {
     bpe_sym *sym = s->sym;
     uint64_t *heap = s->heap;
     size_t hn = 0;
+    if (n == 0) return TS_OK;
     for (size_t i = 0; i < n; i++) {
-        sym[i].id = t->byte_id[p[i]];
+        sym[i].id = s->ids[i];
         sym[i].prev = (int32_t)i - 1;
         sym[i].next = i + 1 < n ? (int32_t)i + 1 : -1;
     }
@@ -342,14 +341,67 @@ static ts_status bpe_merge_heap(const ts_bpe *t, bpe_scratch *s, const uint8_t *
     return TS_OK;
 }
 
+/* The symbols merging starts from, into s->ids; their count in *m. Byte-level: the bytes'
+ * tokens. Otherwise each character's piece, else (byte_fallback) its bytes' <0xXX> pieces,
+ * else unk - as HF's BPE, including its order: a pending unk (held to fuse the next one)
+ * goes out only before the next character found in the vocab, or at the end, so byte pieces
+ * in between come first. */
+static ts_status bpe_initial(const ts_bpe *t, bpe_scratch *s, const uint8_t *p, size_t n,
+                             size_t *m) {
+    int32_t *ids = s->ids;
+    size_t k = 0;
+    if (t->byte_level) {
+        for (size_t i = 0; i < n; i++)
+            ids[i] = t->byte_id[p[i]];
+        *m = n;
+        return TS_OK;
+    }
+    bool unk_pending = false;
+    for (size_t i = 0; i < n;) {
+        size_t len = 1;
+        while (i + len < n && (p[i + len] & 0xC0) == 0x80)
+            len++;
+        int32_t id = bpe_vocab_find(t, (const char *)p + i, len);
+        bool bytes = id < 0 && t->byte_fallback;
+        for (size_t j = 0; bytes && j < len; j++)
+            bytes = t->fallback_id[p[i + j]] >= 0;
+        if (id >= 0) {
+            if (unk_pending) ids[k++] = t->unk_id;
+            unk_pending = false;
+            ids[k++] = id;
+        } else if (bytes) {
+            for (size_t j = 0; j < len; j++)
+                ids[k++] = t->fallback_id[p[i + j]];
+        } else if (t->unk_id >= 0) {
+            if (unk_pending && !t->fuse_unk) ids[k++] = t->unk_id;
+            unk_pending = true;
+        } else {
+            /* HF drops the character without a trace; refuse rather than lose text. */
+            uint32_t cp = 0;
+            size_t cl;
+            ts_utf8_next((const char *)p + i, n - i, &cp, &cl);
+            return ts_error(TS_ERR_UNSUPPORTED,
+                            "the tokenizer has no token for U+%04X (no piece, no byte pieces, no "
+                            "unk_token)",
+                            (unsigned)cp);
+        }
+        i += len;
+    }
+    if (unk_pending) ids[k++] = t->unk_id;
+    *m = k;
+    return TS_OK;
+}
+
 ts_status bpe_merge_word(const ts_bpe *t, bpe_scratch *s, const uint8_t *p, size_t n, int method,
                          ts_ids *out) {
     if (n == 0) return TS_OK;
     if (n >= (size_t)INT32_MAX / 4)
         return ts_error(TS_ERR_RANGE, "a pre-token of %zu bytes is too long", n);
-    TS_TRY(bpe_scratch_words(s, n));
-    bool scan = method == 1 || (method == 0 && n <= BPE_SMALL_WORD);
-    return scan ? bpe_merge_scan(t, s, p, n, out) : bpe_merge_heap(t, s, p, n, out);
+    TS_TRY(bpe_scratch_words(s, n)); /* never more symbols than bytes */
+    size_t m = 0;
+    TS_TRY(bpe_initial(t, s, p, n, &m));
+    bool scan = method == 1 || (method == 0 && m <= BPE_SMALL_WORD);
+    return scan ? bpe_merge_scan(t, s, m, out) : bpe_merge_heap(t, s, m, out);
 }
 
 /* ---- encoding ------------------------------------------------------------------------------- */
@@ -357,7 +409,7 @@ ts_status bpe_merge_word(const ts_bpe *t, bpe_scratch *s, const uint8_t *p, size
 static ts_status bpe_word(const ts_bpe *t, bpe_scratch *s, const uint8_t *p, size_t n,
                           ts_ids *out) {
     if (s->piece_fn) return s->piece_fn(s->piece_ctx, (const char *)p, n, -1);
-    if (n == 1) return ts_ids_push(out, t->byte_id[p[0]]);
+    if (n == 1 && t->byte_level) return ts_ids_push(out, t->byte_id[p[0]]);
     uint64_t h = 0;
     ts_status st = TS_OK;
     bool cacheable = n <= BPE_CACHE_MAX_WORD;
@@ -367,7 +419,9 @@ static ts_status bpe_word(const ts_bpe *t, bpe_scratch *s, const uint8_t *p, siz
     }
     size_t before = out->len;
     int32_t whole = -1;
-    if (t->ignore_merges) {
+    if (t->ignore_merges && !t->byte_level) {
+        whole = bpe_vocab_find(t, (const char *)p, n);
+    } else if (t->ignore_merges) {
         s->spelling.len = 0;
         TS_TRY(ts_strbuf_reserve(&s->spelling, 2 * n));
         size_t sl = bpe_bytes_to_spelling(p, n, s->spelling.data);
@@ -458,19 +512,82 @@ static ts_status bpe_nfc_append(const char *p, size_t n, ts_strbuf *out) {
     return ts_strbuf_append(out, p + copied, n - copied);
 }
 
+ts_status bpe_replace_append(const char *s, size_t n, const char *from, size_t from_len,
+                             const char *to, size_t to_len, ts_strbuf *out) {
+    size_t i = 0;
+    while (i < n) {
+        const char *hit = memmem(s + i, n - i, from, from_len);
+        size_t upto = hit ? (size_t)(hit - s) : n;
+        TS_TRY(ts_strbuf_append(out, s + i, upto - i));
+        if (!hit) break;
+        TS_TRY(ts_strbuf_append(out, to, to_len));
+        i = upto + from_len;
+    }
+    return TS_OK;
+}
+
+/* One NFC step: text without a code point >= U+0300 (lead byte >= 0xCC) is already NFC. */
+static ts_status bpe_nfc_step(const char *p, size_t n, ts_strbuf *out) {
+    for (size_t i = 0; i < n; i++)
+        if ((uint8_t)p[i] >= 0xCC) return bpe_nfc_append(p, n, out);
+    return ts_strbuf_append(out, p, n);
+}
+
+ts_status bpe_normalize(const ts_bpe *t, const char *s, size_t n, ts_strbuf *out, ts_strbuf *work) {
+    /* Steps alternate between the two buffers so that the last one writes into out. */
+    const char *src = s;
+    size_t src_len = n;
+    for (int i = 0; i < t->n_norm; i++) {
+        ts_strbuf *dst = (t->n_norm - 1 - i) % 2 == 0 ? out : work;
+        dst->len = 0;
+        TS_TRY(ts_strbuf_reserve(dst, src_len));
+        const bpe_norm_step *st = &t->norm[i];
+        TS_TRY(st->nfc ? bpe_nfc_step(src, src_len, dst)
+                       : bpe_replace_append(src, src_len, st->from, st->from_len, st->to,
+                                            st->to_len, dst));
+        src = dst->data;
+        src_len = dst->len;
+    }
+    if (t->n_norm == 0) {
+        out->len = 0;
+        TS_TRY(ts_strbuf_append(out, s, n));
+    }
+    return TS_OK;
+}
+
+/* Whether the normalizer leaves p[0..n) as it is: no steps, or only NFC and p has nothing it
+ * could change (the common case for Qwen's text, which then needs no copy). */
+static bool bpe_norm_identity(const ts_bpe *t, const char *p, size_t n) {
+    for (int i = 0; i < t->n_norm; i++)
+        if (!t->norm[i].nfc) return false;
+    for (size_t i = 0; t->nfc && i < n; i++)
+        if ((uint8_t)p[i] >= 0xCC) return false;
+    return true;
+}
+
 static ts_status bpe_gap(const ts_bpe *t, bpe_scratch *s, int stage, const char *p, size_t n,
                          bool parse_special, ts_ids *out) {
     if (n == 0) return TS_OK;
     if (stage == 2) return bpe_pretok(t, s, 0, p, n, out);
-    bool stable = true;
-    if (t->nfc)
-        for (size_t i = 0; i < n && stable; i++)
-            stable = (uint8_t)p[i] < 0xCC;
-    if (stable) return bpe_added_split(t, s, 2, p, n, parse_special, out);
+    if (bpe_norm_identity(t, p, n)) return bpe_added_split(t, s, 2, p, n, parse_special, out);
     /* Gaps are finished one after another and stage 2 never comes back here: one buffer. */
-    s->norm.len = 0;
-    TS_TRY(bpe_nfc_append(p, n, &s->norm));
+    TS_TRY(bpe_normalize(t, p, n, &s->norm, &s->norm_work));
     return bpe_added_split(t, s, 2, s->norm.data, s->norm.len, parse_special, out);
+}
+
+/* The added token of m whose pattern is the longest one starting at p[0..n), or NULL. */
+static const bpe_added *bpe_match_at(const ts_bpe *t, const bpe_matcher *m, const char *p,
+                                     size_t n) {
+    uint8_t b = (uint8_t)p[0];
+    for (int32_t k = m->first[b]; k < m->first[b + 1]; k++) {
+        size_t len = m->lens[k];
+        if (len > n) continue;
+        for (size_t i = bpe_hash(p, len) & m->mask; m->slots[i] >= 0; i = (i + 1) & m->mask) {
+            const bpe_added *a = &t->added[m->slots[i]];
+            if (a->pattern_len == len && memcmp(a->pattern, p, len) == 0) return a;
+        }
+    }
+    return NULL;
 }
 
 static ts_status bpe_added_split(const ts_bpe *t, bpe_scratch *s, int stage, const char *p,
@@ -480,16 +597,12 @@ static ts_status bpe_added_split(const ts_bpe *t, bpe_scratch *s, int stage, con
     size_t gap = 0, i = 0;
     while (i < n) {
         uint8_t b = (uint8_t)p[i];
-        int32_t lo = m->first[b], hi = m->first[b + 1], k;
-        for (k = lo; k < hi; k++) {
-            const bpe_added *a = &t->added[m->order[k]];
-            if (a->pattern_len <= n - i && memcmp(p + i, a->pattern, a->pattern_len) == 0) break;
-        }
-        if (k == hi) {
+        const bpe_added *a =
+            m->first[b] < m->first[b + 1] ? bpe_match_at(t, m, p + i, n - i) : NULL;
+        if (!a) {
             i++;
             continue;
         }
-        const bpe_added *a = &t->added[m->order[k]];
         if (a->special && !parse_special) {
             i += a->pattern_len;
             continue;
@@ -553,18 +666,42 @@ const char *ts_bpe_token_bytes(const ts_bpe *t, int32_t id, size_t *len) {
     return t->blob + t->tok_off[id];
 }
 
+/* The regular token that decodes to text[0..n) exactly, -1 when none. Byte-level: text
+ * spelled in the alphabet, or a token outside the alphabet spelled as itself. Otherwise:
+ * the decoder's Replace undone, or the text itself. */
+static int32_t bpe_regular_id(const ts_bpe *t, const char *text, size_t n, ts_strbuf *tmp) {
+    int32_t id = -1;
+    if (t->byte_level) {
+        if (ts_strbuf_reserve(tmp, 2 * n) != TS_OK) return -1;
+        id = bpe_vocab_find(t, tmp->data,
+                            bpe_bytes_to_spelling((const uint8_t *)text, n, tmp->data));
+    } else if (t->dec_from_len && bpe_replace_append(text, n, t->dec_to, t->dec_to_len, t->dec_from,
+                                                     t->dec_from_len, tmp) == TS_OK) {
+        id = bpe_vocab_find(t, tmp->data ? tmp->data : "", tmp->len);
+    }
+    if (id < 0) id = bpe_vocab_find(t, text, n);
+    if (id < 0 || t->tok_len[id] != n || memcmp(t->blob + t->tok_off[id], text, n) != 0) return -1;
+    return id;
+}
+
 int32_t ts_bpe_token_id(const ts_bpe *t, const char *token_text) {
     size_t n = strlen(token_text);
     for (int i = 0; i < t->n_added; i++)
         if (strcmp(t->added[i].content, token_text) == 0) return t->added[i].id;
     if (n == 0 || n > 4096) return -1;
-    char spelled[2 * 4096];
-    size_t sl = bpe_bytes_to_spelling((const uint8_t *)token_text, n, spelled);
-    int32_t id = bpe_vocab_find(t, spelled, sl);
-    if (id >= 0) return id;
-    /* A regular token outside the alphabet decodes to its own spelling. */
-    id = bpe_vocab_find(t, token_text, n);
-    return id >= 0 && !(t->tok_flags[id] & BPE_TOK_BYTES) ? id : -1;
+    ts_strbuf tmp = {0};
+    int32_t id = bpe_regular_id(t, token_text, n, &tmp);
+    ts_strbuf_free(&tmp);
+    return id;
+}
+
+void ts_bpe_post_tokens(const ts_bpe *t, int32_t *bos, int32_t *eos) {
+    *bos = t->post_bos;
+    *eos = t->post_eos;
+}
+
+static bool bpe_is_byte(const ts_bpe *t, int32_t id) {
+    return id >= 0 && id < t->n_ids && (t->tok_flags[id] & BPE_TOK_BYTE);
 }
 
 ts_status ts_bpe_decode(const ts_bpe *t, const int32_t *ids, size_t n, bool skip_special,
@@ -573,17 +710,38 @@ ts_status ts_bpe_decode(const ts_bpe *t, const int32_t *ids, size_t n, bool skip
     *len = 0;
     ts_strbuf raw = {0}, text = {0};
     ts_status st = TS_OK;
+    /* Byte-level: all bytes joined, then made valid. Otherwise every regular token is text
+     * already, and each run of ByteFallback bytes is joined on its own (as HF). */
+    size_t run = 0; /* bytes of the current run, at the end of raw */
     for (size_t i = 0; i < n && st == TS_OK; i++) {
         size_t bl;
         const char *b = ts_bpe_token_bytes(t, ids[i], &bl);
-        if (!b)
+        if (!b) {
             st = ts_error(TS_ERR_RANGE, "decode: token id %d at index %zu is outside [0, %d)",
                           (int)ids[i], i, t->n_ids);
-        else if (!(skip_special && ts_bpe_is_special(t, ids[i])))
-            st = ts_strbuf_append(&raw, b, bl);
+            break;
+        }
+        if (skip_special && ts_bpe_is_special(t, ids[i])) continue;
+        if (!t->byte_level && bpe_is_byte(t, ids[i])) {
+            run += bl;
+        } else if (run) {
+            raw.len -= run;
+            st = ts_utf8_append_byte_run(&text, raw.data + raw.len, run);
+            run = 0;
+        }
+        if (st == TS_OK) st = ts_strbuf_append(&raw, b, bl);
+        if (st == TS_OK && !t->byte_level && !run) {
+            st = ts_strbuf_append(&text, raw.data, raw.len);
+            raw.len = 0;
+        }
     }
-    if (st == TS_OK) st = ts_strbuf_reserve(&text, raw.len);
-    if (st == TS_OK) st = ts_utf8_append_lossy(&text, raw.data ? raw.data : "", raw.len);
+    if (st == TS_OK && run)
+        st = ts_utf8_append_byte_run(&text, raw.data, run);
+    else if (st == TS_OK && t->byte_level) {
+        st = ts_strbuf_reserve(&text, raw.len);
+        if (st == TS_OK) st = ts_utf8_append_lossy(&text, raw.data ? raw.data : "", raw.len);
+    }
+    if (st == TS_OK && !text.data) st = ts_strbuf_reserve(&text, 0);
     ts_strbuf_free(&raw);
     if (st != TS_OK) {
         ts_strbuf_free(&text);
@@ -600,8 +758,11 @@ static const char *bpe_source_bytes(const void *ctx, int32_t id, size_t *len) {
 
 static bool bpe_source_special(const void *ctx, int32_t id) { return ts_bpe_is_special(ctx, id); }
 
+static bool bpe_source_byte(const void *ctx, int32_t id) { return bpe_is_byte(ctx, id); }
+
 void ts_bpe_token_source(const ts_bpe *t, ts_token_source *src) {
     src->ctx = t;
     src->token_bytes = bpe_source_bytes;
     src->is_special = bpe_source_special;
+    src->is_byte = t->byte_level ? NULL : bpe_source_byte;
 }

@@ -1,11 +1,13 @@
-/* Byte-level BPE tokenizer (GPT-2 / Qwen style) loaded from a Hugging Face tokenizer.json.
+/* BPE tokenizer loaded from a Hugging Face tokenizer.json: byte-level (GPT-2 / Qwen style) or
+ * over characters with byte fallback (SentencePiece models converted by transformers: Gemma).
  *
  * Encoding reproduces Hugging Face `tokenizers` exactly for the configurations it accepts:
  * added tokens are split out first (leftmost-longest match), the remaining segments are
- * normalized (NFC or none), split by the pre-tokenizer regex(es), mapped to the byte-level
- * alphabet and merged by rank. Anything else in the file (other normalizers, pre-tokenizers,
- * models, truncation, padding, added-token flags) is refused at load with TS_ERR_UNSUPPORTED
- * naming the field, rather than tokenized differently.
+ * normalized (NFC, Replace, or none), split by the pre-tokenizer regex(es), and merged by
+ * rank - from the byte-level alphabet's bytes, or from characters (a character missing from
+ * the vocab as its <0xXX> byte pieces, else unk). Anything else in the file (other
+ * normalizers, pre-tokenizers, models, truncation, padding, added-token flags) is refused at
+ * load with TS_ERR_UNSUPPORTED naming the field, rather than tokenized differently.
  *
  * Input text may be any bytes: ill-formed UTF-8 is first repaired by the policy in utf8.h
  * (each maximal ill-formed subpart becomes U+FFFD), which gives the ids that HF gives for
@@ -83,18 +85,23 @@ ts_status ts_bpe_encode(const ts_bpe *t, const char *text, size_t len, bool pars
  * whose decoded bytes are exactly token_text (e.g. "\n"). -1 when there is none. */
 int32_t ts_bpe_token_id(const ts_bpe *t, const char *token_text);
 
+/* What HF's encode with add_special_tokens=True puts before and after one sequence (the
+ * post-processor's template, e.g. Gemma's <bos>); -1 for none. ts_bpe_encode never adds them. */
+void ts_bpe_post_tokens(const ts_bpe *t, int32_t *bos, int32_t *eos);
+
 /* True for added tokens flagged "special" (dropped by skip_special decoding). */
 bool ts_bpe_is_special(const ts_bpe *t, int32_t id);
 
-/* The bytes a token decodes to (byte-level alphabet undone; an added token's content). The
+/* The bytes a token decodes to (byte-level alphabet undone, or the decoder's Replace and
+ * ByteFallback applied; an added token's content likewise). The
  * pointer lives as long as t; the bytes are not NUL-terminated and may be a partial UTF-8
  * character. NULL for an id outside [0, vocab_size); "" with *len = 0 for an unused id. */
 const char *ts_bpe_token_bytes(const ts_bpe *t, int32_t id, size_t *len);
 
 /* Decodes ids to text: the tokens' bytes joined, ill-formed UTF-8 replaced by U+FFFD (as HF
- * decode). skip_special drops special added tokens. *out is malloc'd and NUL-terminated; the
- * caller frees it. TS_ERR_RANGE for an id outside [0, vocab_size) (HF silently skips those;
- * we refuse). */
+ * decode; with ByteFallback, each run of byte pieces on its own, ts_utf8_append_byte_run).
+ * skip_special drops special added tokens. *out is malloc'd and NUL-terminated; the caller frees
+ * it. TS_ERR_RANGE for an id outside [0, vocab_size) (HF silently skips those; we refuse). */
 ts_status ts_bpe_decode(const ts_bpe *t, const int32_t *ids, size_t n, bool skip_special,
                         char **out, size_t *len);
 

@@ -1,4 +1,5 @@
-/* Internals of the byte-level BPE tokenizer, shared by bpe.c and its unit test. */
+/* Internals of the BPE tokenizer (byte-level, or over characters with byte fallback), shared by
+ * bpe.c, bpe_load.c and its unit test. */
 #ifndef TS_TEXT_BPE_INT_H
 #define TS_TEXT_BPE_INT_H
 
@@ -11,13 +12,22 @@
 
 #define BPE_MAX_ID     (1 << 24) /* ids at or above this are refused at load */
 #define BPE_MAX_SPLITS 4         /* pre-tokenizer regexes applied one after another */
+#define BPE_MAX_NORM   4         /* normalizer steps */
 
 enum {
     BPE_TOK_PRESENT = 1, /* the id has a token */
     BPE_TOK_BYTES = 2,   /* a regular token spelled in the byte-level alphabet (mergeable) */
     BPE_TOK_ADDED = 4,
     BPE_TOK_SPECIAL = 8,
+    BPE_TOK_BYTE = 16, /* decodes to one byte through the ByteFallback decoder (<0xXX>) */
 };
+
+/* A normalizer step: NFC, or every occurrence of a literal string replaced by another. */
+typedef struct {
+    bool nfc;
+    char *from, *to; /* Replace: from non-empty */
+    size_t from_len, to_len;
+} bpe_norm_step;
 
 typedef struct {
     uint64_t key; /* (left id << 32) | right id; BPE_EMPTY_KEY when the slot is free */
@@ -36,12 +46,15 @@ typedef struct {
     bool normalized;
 } bpe_added;
 
-/* Leftmost-longest matcher over a set of added tokens: candidates grouped by first byte,
- * longest first. */
+/* Leftmost-longest matcher over a set of added tokens (Gemma has ~6,400, most starting with
+ * '<'): the patterns in a hash table, and for each first byte the distinct lengths of the
+ * patterns that start with it, longest first; a position costs one lookup per length. */
 typedef struct {
     int n;
-    int32_t *order;     /* [n] indices into ts_bpe.added */
-    int32_t first[257]; /* order[first[b] .. first[b+1]) start with byte b */
+    int32_t *slots; /* indices into ts_bpe.added by pattern hash; -1 = free */
+    size_t mask;
+    uint32_t *lens;     /* distinct pattern lengths, by first byte, each run longest first */
+    int32_t first[257]; /* lens[first[b] .. first[b+1]) for patterns starting with byte b */
 } bpe_matcher;
 
 typedef struct bpe_scratch bpe_scratch;
@@ -66,9 +79,29 @@ struct ts_bpe {
     bpe_merge *merges; /* open addressing over (left, right) */
     size_t merge_mask;
 
-    int32_t byte_id[256]; /* the single-byte tokens BPE starts from */
-    bool ignore_merges;   /* a whole pre-token found in the vocab is emitted as is */
-    bool nfc;
+    /* Byte-level (GPT-2, Qwen): pieces are spelled in the byte alphabet and merging starts
+     * from the single-byte tokens. Otherwise (SentencePiece converted, Gemma): merging starts
+     * from the pieces' characters, a character missing from the vocab becomes its bytes' <0xXX>
+     * pieces (byte_fallback) or unk_id (consecutive ones fused with fuse_unk). */
+    bool byte_level;
+    int32_t byte_id[256]; /* byte-level: the single-byte tokens BPE starts from */
+    bool byte_fallback;
+    int32_t fallback_id[256]; /* the <0xXX> pieces; -1 when absent */
+    int32_t unk_id;           /* -1 = none */
+    bool fuse_unk;
+    bool ignore_merges; /* a whole pre-token found in the vocab is emitted as is */
+
+    bpe_norm_step norm[BPE_MAX_NORM];
+    int n_norm;
+    bool nfc; /* some step is NFC */
+
+    /* The decoder, when not byte-level: Replace (dec_from -> dec_to; none when dec_from_len is
+     * 0), then ByteFallback. Applied to every token once, at load (tok_off / tok_len). */
+    char *dec_from, *dec_to;
+    size_t dec_from_len, dec_to_len;
+    bool dec_byte_fallback;
+
+    int32_t post_bos, post_eos; /* what the post-processor puts around a sequence; -1 = none */
 
     bpe_added *added;
     int n_added;
@@ -138,6 +171,21 @@ static inline uint64_t bpe_hash(const void *data, size_t n) {
     return bpe_mix(h ^ w);
 }
 
+static inline int bpe_hex_digit(char c) {
+    return c >= '0' && c <= '9'   ? c - '0'
+           : c >= 'a' && c <= 'f' ? c - 'a' + 10
+           : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                  : -1;
+}
+
+/* The ByteFallback decoder's reading of a token: exactly "<0x" two hex digits ">" (Rust's
+ * u8::from_str_radix, so "+F" reads as 15) is that byte. */
+static inline int bpe_fallback_byte(const char *s, size_t n) {
+    if (n != 6 || memcmp(s, "<0x", 3) != 0 || s[5] != '>') return -1;
+    int lo = bpe_hex_digit(s[4]), hi = s[3] == '+' ? 0 : bpe_hex_digit(s[3]);
+    return lo < 0 || hi < 0 ? -1 : hi * 16 + lo;
+}
+
 /* The merge rank of the pair (a, b), INT32_MAX when the pair never merges. */
 static inline int32_t bpe_pair(const ts_bpe *t, int32_t a, int32_t b, int32_t *new_id) {
     uint64_t key = ((uint64_t)(uint32_t)a << 32) | (uint32_t)b;
@@ -162,6 +210,12 @@ size_t bpe_bytes_to_spelling(const uint8_t *p, size_t n, char *out);
 int32_t bpe_vocab_find(const ts_bpe *t, const char *key, size_t n);
 /* NFC of s[0..n) (valid UTF-8) into a malloc'd *out. */
 ts_status bpe_nfc(const char *s, size_t n, char **out, size_t *out_len);
+/* The normalizer's steps over s[0..n), appended to out (work: scratch for the steps between). */
+ts_status bpe_normalize(const ts_bpe *t, const char *s, size_t n, ts_strbuf *out, ts_strbuf *work);
+/* Appends s[0..n) to out with every occurrence of from replaced by to (left to right, not
+ * overlapping: HF's Replace with a String pattern). */
+ts_status bpe_replace_append(const char *s, size_t n, const char *from, size_t from_len,
+                             const char *to, size_t to_len, ts_strbuf *out);
 /* Frees the idle scratch objects (at ts_bpe_free, when no call is running). */
 void bpe_pool_free(ts_bpe *t);
 

@@ -1,4 +1,5 @@
-/* Loading and validating tokenizer.json for the byte-level BPE tokenizer (see bpe.h).
+/* Loading and validating tokenizer.json for the BPE tokenizer (see bpe.h): byte-level files
+ * (GPT-2, Qwen) and SentencePiece conversions (Gemma: characters with byte fallback).
  *
  * Everything that HF's tokenizer would treat differently from what bpe.c implements is
  * refused here with TS_ERR_UNSUPPORTED naming the JSON field; malformed or inconsistent files
@@ -174,6 +175,40 @@ static ts_status bpe_count_ids(ts_bpe *t, const json_t *vocab, const json_t *add
     return TS_OK;
 }
 
+/* The bytes a token decodes to, appended to blob; *flags gains BPE_TOK_BYTES (byte-level: the
+ * spelling is in the alphabet, so merging bytes can produce it) or BPE_TOK_BYTE (a ByteFallback
+ * <0xXX> piece). Byte-level: the alphabet undone when the whole spelling is in it, else the
+ * spelling itself (HF's ByteLevel decoder). Otherwise the decoder's Replace, then a <0xXX>
+ * piece is its byte. */
+static ts_status bpe_token_decoded(const ts_bpe *t, const char *text, size_t len, ts_strbuf *blob,
+                                   uint8_t *flags) {
+    if (t->byte_level) {
+        TS_TRY(ts_strbuf_reserve(blob, len));
+        size_t blen;
+        if (bpe_spelling_to_bytes(text, len, blob->data + blob->len, &blen)) {
+            *flags |= BPE_TOK_BYTES;
+            blob->len += blen;
+            blob->data[blob->len] = 0;
+            return TS_OK;
+        }
+        return ts_strbuf_append(blob, text, len);
+    }
+    size_t start = blob->len;
+    if (t->dec_from_len)
+        TS_TRY(bpe_replace_append(text, len, t->dec_from, t->dec_from_len, t->dec_to, t->dec_to_len,
+                                  blob));
+    else
+        TS_TRY(ts_strbuf_append(blob, text, len));
+    int b = t->dec_byte_fallback ? bpe_fallback_byte(blob->data + start, blob->len - start) : -1;
+    if (b >= 0) {
+        blob->data[start] = (char)b;
+        blob->len = start + 1;
+        blob->data[blob->len] = 0;
+        *flags |= BPE_TOK_BYTE;
+    }
+    return TS_OK;
+}
+
 static ts_status bpe_load_vocab(ts_bpe *t, const json_t *vocab, ts_strbuf *blob, ts_strbuf *keys) {
     size_t n = json_object_size(vocab);
     size_t slots = bpe_table_size(n);
@@ -182,7 +217,7 @@ static ts_status bpe_load_vocab(ts_bpe *t, const json_t *vocab, ts_strbuf *blob,
     memset(t->vocab_slots, 0xff, slots * sizeof *t->vocab_slots);
     t->vocab_mask = slots - 1;
     for (int b = 0; b < 256; b++)
-        t->byte_id[b] = -1;
+        t->byte_id[b] = t->fallback_id[b] = -1;
 
     const char *key;
     const json_t *v;
@@ -196,22 +231,12 @@ static ts_status bpe_load_vocab(ts_bpe *t, const json_t *vocab, ts_strbuf *blob,
         t->key_off[id] = (uint32_t)keys->len;
         t->key_len[id] = (uint32_t)klen;
         TS_TRY(ts_strbuf_append(keys, key, klen));
-        /* Decoded bytes: the alphabet undone when the whole spelling is in the alphabet, else
-         * the spelling itself (what HF's ByteLevel decoder does). Only the former can ever be
-         * produced by merging bytes. */
-        TS_TRY(ts_strbuf_reserve(blob, klen));
-        size_t blen;
-        t->tok_off[id] = (uint32_t)blob->len;
         uint8_t flags = BPE_TOK_PRESENT;
-        if (bpe_spelling_to_bytes(key, klen, blob->data + blob->len, &blen)) {
-            flags |= BPE_TOK_BYTES;
-            if (blen == 1) t->byte_id[(uint8_t)blob->data[blob->len]] = id;
-        } else {
-            memcpy(blob->data + blob->len, key, klen);
-            blen = klen;
-        }
-        blob->len += blen;
-        t->tok_len[id] = (uint32_t)blen;
+        t->tok_off[id] = (uint32_t)blob->len;
+        TS_TRY(bpe_token_decoded(t, key, klen, blob, &flags));
+        t->tok_len[id] = (uint32_t)(blob->len - t->tok_off[id]);
+        if ((flags & BPE_TOK_BYTES) && t->tok_len[id] == 1)
+            t->byte_id[(uint8_t)blob->data[t->tok_off[id]]] = id;
         t->tok_flags[id] = flags;
     }
     /* keys is complete only now, so the hash table is filled afterwards. */
@@ -222,6 +247,15 @@ static ts_status bpe_load_vocab(ts_bpe *t, const json_t *vocab, ts_strbuf *blob,
         while (t->vocab_slots[i] >= 0)
             i = (i + 1) & t->vocab_mask;
         t->vocab_slots[i] = id;
+    }
+    if (!t->byte_level) {
+        /* What byte fallback looks up: "<0x" uppercase hex ">" (HF's format!("<{:#04X}>")). */
+        for (int b = 0; b < 256; b++) {
+            char name[8];
+            snprintf(name, sizeof name, "<0x%02X>", b);
+            t->fallback_id[b] = bpe_vocab_find(t, name, 6);
+        }
+        return TS_OK;
     }
     for (int b = 0; b < 256; b++)
         if (t->byte_id[b] < 0)
@@ -328,37 +362,80 @@ ts_status bpe_nfc(const char *s, size_t n, char **out, size_t *out_len) {
     return TS_OK;
 }
 
-static int bpe_added_order(const ts_bpe *t, int32_t x, int32_t y) {
-    const bpe_added *a = &t->added[x], *b = &t->added[y];
-    uint8_t fa = (uint8_t)a->pattern[0], fb = (uint8_t)b->pattern[0];
-    if (fa != fb) return fa < fb ? -1 : 1;
-    if (a->pattern_len != b->pattern_len) return a->pattern_len > b->pattern_len ? -1 : 1;
-    return x < y ? -1 : x > y;
+static int bpe_len_desc(const void *x, const void *y) {
+    uint32_t a = *(const uint32_t *)x, b = *(const uint32_t *)y;
+    return a < b ? 1 : a > b ? -1 : 0;
 }
 
+/* The matcher of the added tokens whose "normalized" flag is normalized. A pattern listed twice
+ * (two tokens normalizing alike) keeps its first token, which a scan in list order finds
+ * first. */
 static ts_status bpe_build_matcher(ts_bpe *t, bpe_matcher *m, bool normalized) {
-    m->order = malloc((size_t)(t->n_added ? t->n_added : 1) * sizeof *m->order);
-    if (!m->order) return ts_error(TS_ERR_NOMEM, "%s: out of memory", t->path);
     m->n = 0;
     for (int i = 0; i < t->n_added; i++)
-        if (t->added[i].normalized == normalized) m->order[m->n++] = i;
-    /* Insertion sort: a few dozen tokens in the files we load. */
-    for (int i = 1; i < m->n; i++) {
-        int32_t x = m->order[i];
-        int j = i - 1;
-        while (j >= 0 && bpe_added_order(t, m->order[j], x) > 0) {
-            m->order[j + 1] = m->order[j];
-            j--;
+        m->n += t->added[i].normalized == normalized;
+    size_t slots = bpe_table_size((size_t)m->n);
+    m->slots = malloc(slots * sizeof *m->slots);
+    m->lens = malloc((size_t)(m->n ? m->n : 1) * sizeof *m->lens);
+    if (!m->slots || !m->lens) return ts_error(TS_ERR_NOMEM, "%s: out of memory", t->path);
+    memset(m->slots, 0xff, slots * sizeof *m->slots);
+    m->mask = slots - 1;
+    /* Lengths by first byte: counted, placed, then each run sorted longest first, deduped. */
+    uint32_t count[257] = {0};
+    for (int i = 0; i < t->n_added; i++) {
+        const bpe_added *a = &t->added[i];
+        if (a->normalized != normalized) continue;
+        count[(uint8_t)a->pattern[0] + 1]++;
+        size_t k = bpe_hash(a->pattern, a->pattern_len) & m->mask;
+        bool dup = false;
+        for (; m->slots[k] >= 0; k = (k + 1) & m->mask) {
+            const bpe_added *o = &t->added[m->slots[k]];
+            dup |= o->pattern_len == a->pattern_len &&
+                   memcmp(o->pattern, a->pattern, a->pattern_len) == 0;
         }
-        m->order[j + 1] = x;
+        if (!dup) m->slots[k] = i;
     }
-    int k = 0;
-    for (int b = 0; b <= 256; b++) {
-        while (k < m->n && (uint8_t)t->added[m->order[k]].pattern[0] < b)
-            k++;
-        m->first[b] = k;
+    uint32_t fill[257];
+    for (int b = 0; b < 256; b++)
+        count[b + 1] += count[b];
+    memcpy(fill, count, sizeof fill);
+    for (int i = 0; i < t->n_added; i++) {
+        const bpe_added *a = &t->added[i];
+        if (a->normalized == normalized)
+            m->lens[fill[(uint8_t)a->pattern[0]]++] = (uint32_t)a->pattern_len;
     }
+    int32_t out = 0;
+    for (int b = 0; b < 256; b++) {
+        uint32_t *run = m->lens + count[b];
+        size_t n = count[b + 1] - count[b];
+        qsort(run, n, sizeof *run, bpe_len_desc);
+        m->first[b] = out; /* runs move down in place: out never passes count[b] */
+        for (size_t i = 0; i < n; i++)
+            if (i == 0 || run[i] != run[i - 1]) m->lens[out++] = run[i];
+    }
+    m->first[256] = out;
     return TS_OK;
+}
+
+static int bpe_added_by_content(const void *x, const void *y) {
+    return strcmp((*(const bpe_added *const *)x)->content, (*(const bpe_added *const *)y)->content);
+}
+
+/* No content twice (HF would give both the first one's id). */
+static ts_status bpe_added_unique(const ts_bpe *t) {
+    if (t->n_added < 2) return TS_OK;
+    const bpe_added **by = malloc((size_t)t->n_added * sizeof *by);
+    if (!by) return ts_error(TS_ERR_NOMEM, "%s: out of memory", t->path);
+    for (int i = 0; i < t->n_added; i++)
+        by[i] = &t->added[i];
+    qsort(by, (size_t)t->n_added, sizeof *by, bpe_added_by_content);
+    ts_status st = TS_OK;
+    for (int i = 1; i < t->n_added && st == TS_OK; i++)
+        if (strcmp(by[i - 1]->content, by[i]->content) == 0)
+            st = ts_error(TS_ERR_FORMAT, "%s: added_tokens: content '%s' is listed twice", t->path,
+                          by[i]->content);
+    free(by);
+    return st;
 }
 
 /* HF does not take an added token's id from the file: a token spelled like a vocab entry gets
@@ -402,14 +479,9 @@ static ts_status bpe_load_added(ts_bpe *t, const json_t *added, size_t vocab_len
                 return ts_error(TS_ERR_UNSUPPORTED, "%s: %s.%s: only false is supported", t->path,
                                 where, refused[r]);
         }
-        for (int j = 0; j < t->n_added; j++) {
-            if (strcmp(t->added[j].content, text) == 0)
-                return ts_error(TS_ERR_FORMAT, "%s: %s: content '%s' is listed twice", t->path,
-                                where, text);
-            if (t->added[j].id == tok->id)
-                return ts_error(TS_ERR_FORMAT, "%s: %s: id %d is listed twice", t->path, where,
-                                (int)tok->id);
-        }
+        if (t->tok_flags[tok->id] & BPE_TOK_ADDED)
+            return ts_error(TS_ERR_FORMAT, "%s: %s: id %d is listed twice", t->path, where,
+                            (int)tok->id);
         int64_t expect = bpe_vocab_find(t, text, len);
         if (expect < 0)
             expect = max_assigned >= (int64_t)vocab_len ? max_assigned + 1 : (int64_t)vocab_len;
@@ -422,8 +494,19 @@ static ts_status bpe_load_added(ts_bpe *t, const json_t *added, size_t vocab_len
         tok->content = strdup(text);
         if (!tok->content) return ts_error(TS_ERR_NOMEM, "%s: out of memory", t->path);
         t->n_added++;
-        if (tok->normalized && t->nfc) {
-            TS_TRY(bpe_nfc(text, len, &tok->pattern, &tok->pattern_len));
+        if (tok->normalized && t->n_norm) {
+            /* Matched after normalization, so spelled as the normalizer would leave it. */
+            ts_strbuf norm = {0}, work = {0};
+            ts_status st = bpe_normalize(t, text, len, &norm, &work);
+            ts_strbuf_free(&work);
+            if (st == TS_OK && norm.len == 0)
+                st = ts_error(TS_ERR_FORMAT, "%s: %s: normalizes to nothing", t->path, where);
+            if (st != TS_OK) {
+                ts_strbuf_free(&norm);
+                return st;
+            }
+            tok->pattern = norm.data;
+            tok->pattern_len = norm.len;
         } else {
             tok->pattern = strdup(text);
             if (!tok->pattern) return ts_error(TS_ERR_NOMEM, "%s: out of memory", t->path);
@@ -437,51 +520,84 @@ static ts_status bpe_load_added(ts_bpe *t, const json_t *added, size_t vocab_len
                                 t->path, where, (int)tok->id, (int)t->key_len[tok->id],
                                 t->keys + t->key_off[tok->id]);
         } else {
-            /* The decoder treats an added token like any other: alphabet undone if possible. */
-            TS_TRY(ts_strbuf_reserve(blob, len));
-            size_t blen;
-            if (!bpe_spelling_to_bytes(text, len, blob->data + blob->len, &blen)) {
-                memcpy(blob->data + blob->len, text, len);
-                blen = len;
-            }
-            t->tok_off[tok->id] = (uint32_t)blob->len;
-            t->tok_len[tok->id] = (uint32_t)blen;
-            blob->len += blen;
+            /* The decoder treats an added token like any other. */
             *flags = BPE_TOK_PRESENT;
+            t->tok_off[tok->id] = (uint32_t)blob->len;
+            TS_TRY(bpe_token_decoded(t, text, len, blob, flags));
+            t->tok_len[tok->id] = (uint32_t)(blob->len - t->tok_off[tok->id]);
+            *flags &= (uint8_t)~BPE_TOK_BYTES; /* never the product of merging */
         }
         *flags |= BPE_TOK_ADDED | (tok->special ? BPE_TOK_SPECIAL : 0);
     }
+    TS_TRY(bpe_added_unique(t));
     TS_TRY(bpe_build_matcher(t, &t->raw_match, false));
     return bpe_build_matcher(t, &t->norm_match, true);
 }
 
 /* ---- loading: normalizer, pre-tokenizer, decoder ------------------------------------------ */
 
+/* A String pattern's text ({"String": "..."}); NULL for a Regex or anything else. */
+static const char *bpe_string_pattern(const json_t *obj, size_t *len) {
+    const json_t *lit = json_object_get(json_object_get(obj, "pattern"), "String");
+    if (!json_is_string(lit)) return NULL;
+    *len = json_string_length(lit);
+    return json_string_value(lit);
+}
+
+static ts_status bpe_load_norm_step(ts_bpe *t, const json_t *n, const char *where) {
+    const char *type = bpe_type(n);
+    if (t->n_norm == BPE_MAX_NORM)
+        return ts_error(TS_ERR_UNSUPPORTED, "%s: %s: more than %d normalizer steps", t->path, where,
+                        BPE_MAX_NORM);
+    bpe_norm_step *step = &t->norm[t->n_norm];
+    if (strcmp(type, "NFC") == 0) {
+        step->nfc = t->nfc = true;
+        t->n_norm++;
+        return TS_OK;
+    }
+    if (strcmp(type, "Replace") == 0) {
+        size_t from_len;
+        const char *from = bpe_string_pattern(n, &from_len);
+        const json_t *to = json_object_get(n, "content");
+        if (!from)
+            return ts_error(TS_ERR_UNSUPPORTED,
+                            "%s: %s.pattern: only a String pattern is supported", t->path, where);
+        if (from_len == 0 || !json_is_string(to) || memchr(from, 0, from_len))
+            return ts_error(TS_ERR_FORMAT, "%s: %s: expected a non-empty pattern and a content",
+                            t->path, where);
+        step->from = malloc(from_len);
+        step->to = malloc(json_string_length(to) + 1);
+        if (!step->from || !step->to) {
+            free(step->from);
+            free(step->to);
+            return ts_error(TS_ERR_NOMEM, "%s: out of memory", t->path);
+        }
+        memcpy(step->from, from, from_len);
+        step->from_len = from_len;
+        step->to_len = json_string_length(to);
+        memcpy(step->to, json_string_value(to), step->to_len + 1);
+        t->n_norm++;
+        return TS_OK;
+    }
+    return ts_error(TS_ERR_UNSUPPORTED,
+                    "%s: %s.type '%s': only NFC and Replace (a String pattern) are supported",
+                    t->path, where, type);
+}
+
 static ts_status bpe_load_normalizer(ts_bpe *t, const json_t *norm) {
     if (bpe_null(norm)) return TS_OK;
-    const char *type = bpe_type(norm);
-    if (strcmp(type, "NFC") == 0) {
-        t->nfc = true;
-        return TS_OK;
+    if (strcmp(bpe_type(norm), "Sequence") != 0) return bpe_load_norm_step(t, norm, "normalizer");
+    const json_t *list = json_object_get(norm, "normalizers");
+    size_t i;
+    const json_t *n;
+    if (!json_is_array(list))
+        return ts_error(TS_ERR_FORMAT, "%s: normalizer.normalizers: expected an array", t->path);
+    json_array_foreach(list, i, n) {
+        char where[64];
+        snprintf(where, sizeof where, "normalizer.normalizers[%zu]", i);
+        TS_TRY(bpe_load_norm_step(t, n, where));
     }
-    if (strcmp(type, "Sequence") == 0) {
-        const json_t *list = json_object_get(norm, "normalizers");
-        size_t i;
-        const json_t *n;
-        if (!json_is_array(list))
-            return ts_error(TS_ERR_FORMAT, "%s: normalizer.normalizers: expected an array",
-                            t->path);
-        json_array_foreach(list, i, n) {
-            if (strcmp(bpe_type(n), "NFC") != 0)
-                return ts_error(TS_ERR_UNSUPPORTED,
-                                "%s: normalizer.normalizers[%zu].type '%s': only NFC is supported",
-                                t->path, i, bpe_type(n));
-            t->nfc = true;
-        }
-        return TS_OK;
-    }
-    return ts_error(TS_ERR_UNSUPPORTED, "%s: normalizer.type '%s': only NFC or null is supported",
-                    t->path, type);
+    return TS_OK;
 }
 
 /* Rewrites the escapes whose meaning differs between Oniguruma (HF) and PCRE2. */
@@ -547,6 +663,25 @@ static ts_status bpe_add_split(ts_bpe *t, const char *where, const char *pattern
 static const char bpe_gpt2_pattern[] =
     "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
 
+/* True when no text the normalizer leaves can hold pat, one character: a Replace step removes
+ * every pat and no later step can bring one back (NFC could: it maps some characters to ASCII
+ * ones). With a single character, no replacement can form one across its neighbours. */
+static bool bpe_norm_removes(const ts_bpe *t, const char *pat, size_t n) {
+    uint32_t cp;
+    size_t len;
+    if (ts_utf8_next(pat, n, &cp, &len) != TS_UTF8_CHAR || len != n) return false;
+    int k = -1;
+    for (int i = 0; i < t->n_norm; i++) {
+        const bpe_norm_step *st = &t->norm[i];
+        bool brings = st->nfc || (st->to_len && memmem(st->to, st->to_len, pat, n));
+        if (brings)
+            k = -1;
+        else if (st->from_len == n && memcmp(st->from, pat, n) == 0)
+            k = i;
+    }
+    return k >= 0;
+}
+
 static ts_status bpe_load_pretok_step(ts_bpe *t, const json_t *p, const char *where,
                                       bool *byte_level) {
     const char *type = bpe_type(p);
@@ -558,14 +693,23 @@ static ts_status bpe_load_pretok_step(ts_bpe *t, const json_t *p, const char *wh
         const json_t *re = json_object_get(pat, "Regex");
         const json_t *lit = json_object_get(pat, "String");
         const json_t *behavior = json_object_get(p, "behavior");
+        const char *bh = json_is_string(behavior) ? json_string_value(behavior) : "";
         bool invert;
         TS_TRY(bpe_bool(t, p, where, "invert", false, &invert));
-        if (!json_is_string(behavior) || strcmp(json_string_value(behavior), "Isolated") != 0)
-            return ts_error(TS_ERR_UNSUPPORTED, "%s: %s.behavior: only Isolated is supported",
-                            t->path, where);
         if (invert)
             return ts_error(TS_ERR_UNSUPPORTED, "%s: %s.invert: only false is supported", t->path,
                             where);
+        /* Gemma's converted tokenizer splits on " " after the normalizer has turned every
+         * " " into U+2581: a split that never finds anything. */
+        if (strcmp(bh, "MergedWithPrevious") == 0 && json_is_string(lit) &&
+            json_string_length(lit) > 0 &&
+            bpe_norm_removes(t, json_string_value(lit), json_string_length(lit)))
+            return TS_OK;
+        if (strcmp(bh, "Isolated") != 0)
+            return ts_error(TS_ERR_UNSUPPORTED,
+                            "%s: %s.behavior: only Isolated is supported (or a String split "
+                            "that the normalizer leaves nothing to find)",
+                            t->path, where);
         snprintf(field, sizeof field, "%s.pattern", where);
         if (json_is_string(re)) return bpe_add_split(t, field, json_string_value(re), false);
         if (json_is_string(lit) && json_string_length(lit) > 0)
@@ -575,6 +719,10 @@ static ts_status bpe_load_pretok_step(ts_bpe *t, const json_t *p, const char *wh
     }
     if (strcmp(type, "ByteLevel") == 0) {
         bool prefix, use_regex;
+        if (!t->byte_level)
+            return ts_error(TS_ERR_UNSUPPORTED,
+                            "%s: %s: a ByteLevel pre-tokenizer needs the ByteLevel decoder",
+                            t->path, where);
         TS_TRY(bpe_bool(t, p, where, "add_prefix_space", true, &prefix));
         TS_TRY(bpe_bool(t, p, where, "use_regex", true, &use_regex));
         if (prefix)
@@ -590,8 +738,14 @@ static ts_status bpe_load_pretok_step(ts_bpe *t, const json_t *p, const char *wh
 
 static ts_status bpe_load_pretok(ts_bpe *t, const json_t *pre) {
     bool byte_level = false;
-    if (bpe_null(pre))
-        return ts_error(TS_ERR_UNSUPPORTED, "%s: pre_tokenizer: null (not byte-level)", t->path);
+    if (bpe_null(pre)) {
+        if (t->byte_level)
+            return ts_error(TS_ERR_UNSUPPORTED,
+                            "%s: pre_tokenizer: null (the ByteLevel decoder "
+                            "needs a ByteLevel pre-tokenizer)",
+                            t->path);
+        return TS_OK;
+    }
     if (strcmp(bpe_type(pre), "Sequence") == 0) {
         const json_t *list = json_object_get(pre, "pretokenizers");
         if (!json_is_array(list))
@@ -607,8 +761,57 @@ static ts_status bpe_load_pretok(ts_bpe *t, const json_t *pre) {
     } else {
         TS_TRY(bpe_load_pretok_step(t, pre, "pre_tokenizer", &byte_level));
     }
-    if (!byte_level)
+    if (t->byte_level && !byte_level)
         return ts_error(TS_ERR_UNSUPPORTED, "%s: pre_tokenizer: no ByteLevel step", t->path);
+    return TS_OK;
+}
+
+/* The decoder: ByteLevel, or a Sequence of Replace (a String pattern), ByteFallback and Fuse
+ * in that order, each at most once (what SentencePiece conversions write; Fuse only joins the
+ * strings, which decoding does anyway). */
+static ts_status bpe_load_decoder(ts_bpe *t, const json_t *dec) {
+    const char *type = bpe_type(dec);
+    if (strcmp(type, "ByteLevel") == 0) {
+        t->byte_level = true;
+        return TS_OK;
+    }
+    const json_t *list = json_object_get(dec, "decoders");
+    if (strcmp(type, "Sequence") != 0 || !json_is_array(list))
+        return ts_error(TS_ERR_UNSUPPORTED,
+                        "%s: decoder.type '%s': only ByteLevel, or a Sequence of Replace, "
+                        "ByteFallback and Fuse is supported",
+                        t->path, type);
+    static const char *const order[] = {"Replace", "ByteFallback", "Fuse"};
+    int next = 0;
+    size_t i;
+    const json_t *d;
+    json_array_foreach(list, i, d) {
+        const char *dt = bpe_type(d);
+        int k = 0;
+        while (k < 3 && strcmp(dt, order[k]) != 0)
+            k++;
+        if (k == 3 || k < next)
+            return ts_error(TS_ERR_UNSUPPORTED,
+                            "%s: decoder.decoders[%zu].type '%s': only Replace, ByteFallback, Fuse "
+                            "(in that order, once each) are supported",
+                            t->path, i, dt);
+        next = k + 1;
+        if (k == 1) t->dec_byte_fallback = true;
+        if (k != 0) continue;
+        size_t from_len;
+        const char *from = bpe_string_pattern(d, &from_len);
+        const json_t *to = json_object_get(d, "content");
+        if (!from || from_len == 0 || !json_is_string(to))
+            return ts_error(TS_ERR_UNSUPPORTED,
+                            "%s: decoder.decoders[%zu]: only a Replace of a non-empty String "
+                            "pattern is supported",
+                            t->path, i);
+        t->dec_from = strndup(from, from_len);
+        t->dec_to = strndup(json_string_value(to), json_string_length(to));
+        if (!t->dec_from || !t->dec_to) return ts_error(TS_ERR_NOMEM, "%s: out of memory", t->path);
+        t->dec_from_len = from_len;
+        t->dec_to_len = json_string_length(to);
+    }
     return TS_OK;
 }
 
@@ -622,17 +825,73 @@ static ts_status bpe_load_model(ts_bpe *t, const json_t *model, ts_strbuf *blob,
         return ts_error(TS_ERR_UNSUPPORTED, "%s: model.dropout: only null is supported", t->path);
     TS_TRY(bpe_empty_string(t, model, "model", "continuing_subword_prefix"));
     TS_TRY(bpe_empty_string(t, model, "model", "end_of_word_suffix"));
-    /* unk_token, fuse_unk and byte_fallback only act on characters missing from the vocab,
-     * which cannot happen once all 256 byte tokens are present (checked below). */
+    /* unk_token, fuse_unk and byte_fallback only act on characters missing from the vocab:
+     * never in a byte-level file (all 256 byte tokens are required). */
     TS_TRY(bpe_bool(t, model, "model", "ignore_merges", false, &t->ignore_merges));
+    TS_TRY(bpe_bool(t, model, "model", "byte_fallback", false, &t->byte_fallback));
+    TS_TRY(bpe_bool(t, model, "model", "fuse_unk", false, &t->fuse_unk));
     const json_t *vocab = json_object_get(model, "vocab");
     const json_t *merges = json_object_get(model, "merges");
+    const json_t *unk = json_object_get(model, "unk_token");
     if (!json_is_object(vocab))
         return ts_error(TS_ERR_FORMAT, "%s: model.vocab: expected an object", t->path);
     if (!bpe_null(merges) && !json_is_array(merges))
         return ts_error(TS_ERR_FORMAT, "%s: model.merges: expected an array", t->path);
+    if (!bpe_null(unk) && !json_is_string(unk))
+        return ts_error(TS_ERR_FORMAT, "%s: model.unk_token: expected a string", t->path);
     TS_TRY(bpe_load_vocab(t, vocab, blob, keys));
+    t->unk_id = -1;
+    if (json_is_string(unk)) {
+        t->unk_id = bpe_vocab_find(t, json_string_value(unk), json_string_length(unk));
+        if (t->unk_id < 0)
+            return ts_error(TS_ERR_FORMAT, "%s: model.unk_token '%.48s' is not in model.vocab",
+                            t->path, json_string_value(unk));
+    }
     return bpe_load_merges(t, merges); /* absent or null: no merges */
+}
+
+/* One side of a TemplateProcessing "single" template: a SpecialToken item's id, through the
+ * special_tokens map (exactly one id). */
+static ts_status bpe_post_special(ts_bpe *t, const json_t *tp, const json_t *item, int32_t *id) {
+    const json_t *name = json_object_get(json_object_get(item, "SpecialToken"), "id");
+    const json_t *ids = json_object_get(
+        json_object_get(json_object_get(tp, "special_tokens"), json_string_value(name)), "ids");
+    if (!json_is_string(name) || !json_is_array(ids) || json_array_size(ids) != 1)
+        return ts_error(TS_ERR_UNSUPPORTED,
+                        "%s: post_processor: a special token of the template must name one id "
+                        "in special_tokens",
+                        t->path);
+    TS_TRY(bpe_id_value(t, json_array_get(ids, 0), "post_processor.special_tokens", id));
+    if (*id >= t->n_ids || !(t->tok_flags[*id] & BPE_TOK_PRESENT))
+        return ts_error(TS_ERR_FORMAT, "%s: post_processor: id %d is no token", t->path, (int)*id);
+    return TS_OK;
+}
+
+/* What HF's encode adds around one sequence (add_special_tokens=True): TemplateProcessing's
+ * "single" template, alone or in a Sequence, read as [SpecialToken] $A [SpecialToken]. Other
+ * post-processors (ByteLevel, which adds nothing here) leave none. */
+static ts_status bpe_load_post(ts_bpe *t, const json_t *post) {
+    t->post_bos = t->post_eos = -1;
+    if (strcmp(bpe_type(post), "Sequence") == 0) {
+        size_t i;
+        const json_t *p;
+        json_array_foreach(json_object_get(post, "processors"), i,
+                           p) if (strcmp(bpe_type(p), "TemplateProcessing") ==
+                                  0) return bpe_load_post(t, p);
+        return TS_OK;
+    }
+    if (strcmp(bpe_type(post), "TemplateProcessing") != 0) return TS_OK;
+    const json_t *single = json_object_get(post, "single");
+    size_t n = json_array_size(single), a = 0;
+    while (a < n && !json_object_get(json_array_get(single, a), "Sequence"))
+        a++;
+    if (a == n || a > 1 || n - a > 2)
+        return ts_error(TS_ERR_UNSUPPORTED,
+                        "%s: post_processor.single: only [special] $A [special] is supported",
+                        t->path);
+    if (a == 1) TS_TRY(bpe_post_special(t, post, json_array_get(single, 0), &t->post_bos));
+    if (n - a == 2) TS_TRY(bpe_post_special(t, post, json_array_get(single, a + 1), &t->post_eos));
+    return TS_OK;
 }
 
 static ts_status bpe_parse(ts_bpe *t, const json_t *root) {
@@ -641,12 +900,6 @@ static ts_status bpe_parse(ts_bpe *t, const json_t *root) {
         return ts_error(TS_ERR_UNSUPPORTED, "%s: truncation: only null is supported", t->path);
     if (!bpe_null(json_object_get(root, "padding")))
         return ts_error(TS_ERR_UNSUPPORTED, "%s: padding: only null is supported", t->path);
-    const json_t *decoder = json_object_get(root, "decoder");
-    if (strcmp(bpe_type(decoder), "ByteLevel") != 0)
-        return ts_error(TS_ERR_UNSUPPORTED, "%s: decoder.type '%s': only ByteLevel is supported",
-                        t->path, bpe_type(decoder));
-    /* post_processor only matters to HF's add_special_tokens=True; ts_bpe_encode never adds
-     * tokens (the chat template does), so it is not read. */
     const json_t *model = json_object_get(root, "model");
     const json_t *vocab = json_object_get(model, "vocab");
     const json_t *added = json_object_get(root, "added_tokens");
@@ -656,13 +909,15 @@ static ts_status bpe_parse(ts_bpe *t, const json_t *root) {
     if (!no_added) return ts_error(TS_ERR_NOMEM, "%s: out of memory", t->path);
     if (bpe_null(added)) added = no_added;
     ts_strbuf blob = {0}, keys = {0};
-    ts_status st = bpe_load_normalizer(t, json_object_get(root, "normalizer"));
+    ts_status st = bpe_load_decoder(t, json_object_get(root, "decoder"));
+    if (st == TS_OK) st = bpe_load_normalizer(t, json_object_get(root, "normalizer"));
     if (st == TS_OK) st = bpe_load_pretok(t, json_object_get(root, "pre_tokenizer"));
     if (st == TS_OK && !json_is_object(vocab))
         st = ts_error(TS_ERR_FORMAT, "%s: model.vocab: expected an object", t->path);
     if (st == TS_OK) st = bpe_count_ids(t, vocab, added);
     if (st == TS_OK) st = bpe_load_model(t, model, &blob, &keys);
     if (st == TS_OK) st = bpe_load_added(t, added, json_object_size(vocab), &blob);
+    if (st == TS_OK) st = bpe_load_post(t, json_object_get(root, "post_processor"));
     json_decref(no_added);
     t->blob = blob.data;
     t->keys = keys.data;
@@ -818,8 +1073,16 @@ void ts_bpe_free(ts_bpe *t) {
         free(t->added[i].pattern);
     }
     free(t->added);
-    free(t->raw_match.order);
-    free(t->norm_match.order);
+    free(t->raw_match.slots);
+    free(t->raw_match.lens);
+    free(t->norm_match.slots);
+    free(t->norm_match.lens);
+    for (int i = 0; i < t->n_norm; i++) {
+        free(t->norm[i].from);
+        free(t->norm[i].to);
+    }
+    free(t->dec_from);
+    free(t->dec_to);
     free(t->merges);
     free(t->vocab_slots);
     free(t->tok_off);

@@ -597,4 +597,5 @@ void ts_spm_token_source(const ts_spm *t, ts_token_source *src) {
     src->ctx = t;
     src->token_bytes = spm_src_bytes;
     src->is_special = spm_src_special;
+    src->is_byte = NULL; /* llama.cpp joins all the bytes: the lossy decode of the whole */
 }

@@ -80,6 +80,14 @@ ts_status ts_utf8_append_lossy(ts_strbuf *out, const char *s, size_t n) {
     return utf8_lossy(out, s, n, false, NULL);
 }
 
+ts_status ts_utf8_append_byte_run(ts_strbuf *out, const char *run, size_t n) {
+    if (ts_utf8_valid(run, n)) return ts_strbuf_append(out, run, n);
+    TS_TRY(ts_strbuf_reserve(out, 3 * n));
+    for (size_t i = 0; i < n; i++)
+        TS_TRY(ts_strbuf_append(out, TS_UTF8_REPLACEMENT, 3));
+    return TS_OK;
+}
+
 /* ---- incremental detokenizer ------------------------------------------------------------- */
 
 struct ts_detok {
@@ -87,6 +95,7 @@ struct ts_detok {
     bool skip_special;
     char held[4]; /* a character's first bytes, waiting for the rest (at most 3) */
     size_t n_held;
+    ts_strbuf run;  /* with src.is_byte: the byte tokens since the last other token */
     ts_strbuf work; /* held bytes + the new token's bytes */
     ts_strbuf out;  /* text returned by the last call */
 };
@@ -110,6 +119,7 @@ ts_status ts_detok_create(const ts_token_source *src, bool skip_special, ts_deto
 
 void ts_detok_free(ts_detok *d) {
     if (!d) return;
+    ts_strbuf_free(&d->run);
     ts_strbuf_free(&d->work);
     ts_strbuf_free(&d->out);
     free(d);
@@ -126,6 +136,14 @@ ts_status ts_detok_push(ts_detok *d, int32_t id, const char **text, size_t *len)
     /* A skipped token leaves held bytes waiting: a one-shot decode drops the token before
      * joining the bytes, so the next token may still complete the character. */
     if (d->skip_special && d->src.is_special && d->src.is_special(d->src.ctx, id)) return TS_OK;
+    if (d->src.is_byte) {
+        /* ByteFallback: a run's bytes count only as a whole, so it waits for its end. */
+        if (d->src.is_byte(d->src.ctx, id)) return ts_strbuf_append(&d->run, bytes, n);
+        if (d->run.len) {
+            TS_TRY(ts_utf8_append_byte_run(&d->out, d->run.data, d->run.len));
+            d->run.len = 0;
+        }
+    }
     const char *s = bytes;
     if (d->n_held) {
         d->work.len = 0;
@@ -147,6 +165,8 @@ ts_status ts_detok_push(ts_detok *d, int32_t id, const char **text, size_t *len)
 ts_status ts_detok_flush(ts_detok *d, const char **text, size_t *len) {
     d->out.len = 0;
     d->out.data[0] = '\0';
+    if (d->run.len) TS_TRY(ts_utf8_append_byte_run(&d->out, d->run.data, d->run.len));
+    d->run.len = 0;
     if (d->n_held) TS_TRY(utf8_lossy(&d->out, d->held, d->n_held, false, NULL));
     d->n_held = 0;
     *text = d->out.data;
@@ -154,4 +174,7 @@ ts_status ts_detok_flush(ts_detok *d, const char **text, size_t *len) {
     return TS_OK;
 }
 
-void ts_detok_reset(ts_detok *d) { d->n_held = 0; }
+void ts_detok_reset(ts_detok *d) {
+    d->n_held = 0;
+    d->run.len = 0;
+}

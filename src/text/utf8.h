@@ -39,15 +39,22 @@ void ts_strbuf_free(ts_strbuf *b);
 /* Appends s[0..n) to out with the invalid-input policy above applied. */
 ts_status ts_utf8_append_lossy(ts_strbuf *out, const char *s, size_t n);
 
+/* Appends a run of byte tokens as Hugging Face's ByteFallback decoder joins them: the bytes
+ * when the whole run is valid UTF-8, else one U+FFFD for each byte of the run. */
+ts_status ts_utf8_append_byte_run(ts_strbuf *out, const char *run, size_t n);
+
 /* ---- incremental detokenizer ------------------------------------------------------------- */
 
 /* Where the detokenizer reads token bytes; implemented by each tokenizer (BPE, SentencePiece).
  * token_bytes returns the raw bytes of id (NULL when id is out of range; a valid id with no
- * bytes returns "" and 0). is_special says whether skip_special drops the id. */
+ * bytes returns "" and 0). is_special says whether skip_special drops the id. is_byte, where
+ * set, names the byte tokens that Hugging Face's ByteFallback decoder joins in runs
+ * (ts_utf8_append_byte_run); the other tokens' bytes are then whole UTF-8 text. */
 typedef struct {
     const void *ctx;
     const char *(*token_bytes)(const void *ctx, int32_t id, size_t *len);
     bool (*is_special)(const void *ctx, int32_t id);
+    bool (*is_byte)(const void *ctx, int32_t id);
 } ts_token_source;
 
 /* The token source of a tokenizer (tokenizer.c). */
@@ -56,7 +63,9 @@ void ts_tokenizer_token_source(const ts_tokenizer *t, ts_token_source *src);
 /* Streams text out of token ids, one id at a time: emits only whole UTF-8 characters, holds
  * back the bytes of a character that a later token may complete, and replaces ill-formed
  * bytes by U+FFFD as soon as they are known to be ill-formed. Pushing ids one by one and then
- * flushing yields exactly the text of a one-shot lossy decode of all their bytes. */
+ * flushing yields exactly the text of a one-shot lossy decode of all their bytes. With a
+ * source's is_byte, a run of byte tokens is held until the next other token (or the flush)
+ * and then joined by ts_utf8_append_byte_run, as the tokenizer's one-shot decode joins it. */
 typedef struct ts_detok ts_detok;
 
 /* src is copied; the tokenizer behind it must outlive the detokenizer. */

@@ -121,7 +121,15 @@ static bool fake_special(const void *ctx, int32_t id) {
     return id == 6;
 }
 
-static const ts_token_source fake_src = {NULL, fake_bytes, fake_special};
+static const ts_token_source fake_src = {NULL, fake_bytes, fake_special, NULL};
+
+/* The single-byte tokens of the fake vocabulary, as ByteFallback pieces. */
+static bool fake_byte(const void *ctx, int32_t id) {
+    (void)ctx;
+    return id == 0 || id == 1 || id == 2 || id == 7 || id == 9;
+}
+
+static const ts_token_source fake_fallback_src = {NULL, fake_bytes, fake_special, fake_byte};
 
 /* Streams ids; concatenates what comes out (push per id, then flush). */
 static void stream(ts_detok *d, const int32_t *ids, int n, ts_strbuf *all) {
@@ -175,6 +183,53 @@ static void test_detok_cases(void) {
     ts_detok_free(d);
 }
 
+/* ByteFallback runs: a run of byte tokens counts as a whole - its bytes when valid UTF-8, else
+ * one U+FFFD a byte (valid ones included), as Hugging Face's decoder joins them. */
+static void test_detok_byte_runs(void) {
+    ts_strbuf b = {0};
+    CHECK(ts_utf8_append_byte_run(&b, "\xE4\xB8\xAD", 3) == TS_OK && b.len == 3);
+    b.len = 0;
+    CHECK(ts_utf8_append_byte_run(&b, "A\xFF", 2) == TS_OK && b.len == 6 &&
+          !memcmp(b.data, R R, 6));
+    b.len = 0;
+    CHECK(ts_utf8_append_byte_run(&b, "\xE4\xB8", 2) == TS_OK && b.len == 6);
+    ts_strbuf_free(&b);
+
+    ts_detok *d;
+    const char *text;
+    size_t len;
+    CHECK(ts_detok_create(&fake_fallback_src, true, &d) == TS_OK);
+    /* a complete character: out when the next other token comes */
+    CHECK(ts_detok_push(d, 0, &text, &len) == TS_OK && len == 0);
+    CHECK(ts_detok_push(d, 1, &text, &len) == TS_OK && len == 0);
+    CHECK(ts_detok_push(d, 2, &text, &len) == TS_OK && len == 0);
+    CHECK(ts_detok_push(d, 3, &text, &len) == TS_OK && len == 4);
+    CHECK(!memcmp(text,
+                  "\xE4\xB8\xAD"
+                  "a",
+                  4));
+    /* an unfinished run: one U+FFFD a byte, not one for the subpart */
+    CHECK(ts_detok_push(d, 0, &text, &len) == TS_OK && len == 0);
+    CHECK(ts_detok_push(d, 1, &text, &len) == TS_OK && len == 0);
+    CHECK(ts_detok_push(d, 3, &text, &len) == TS_OK && len == 7 && !memcmp(text, R R "a", 7));
+    /* a skipped special token does not end the run; the flush does */
+    CHECK(ts_detok_push(d, 0, &text, &len) == TS_OK && len == 0);
+    CHECK(ts_detok_push(d, 6, &text, &len) == TS_OK && len == 0);
+    CHECK(ts_detok_push(d, 1, &text, &len) == TS_OK && len == 0);
+    CHECK(ts_detok_push(d, 2, &text, &len) == TS_OK && len == 0);
+    CHECK(ts_detok_flush(d, &text, &len) == TS_OK && len == 3);
+    /* reset forgets a run */
+    CHECK(ts_detok_push(d, 7, &text, &len) == TS_OK && len == 0);
+    ts_detok_reset(d);
+    CHECK(ts_detok_push(d, 3, &text, &len) == TS_OK && len == 1 && text[0] == 'a');
+    ts_detok_free(d);
+    /* not skipped, the special token ends the run */
+    CHECK(ts_detok_create(&fake_fallback_src, false, &d) == TS_OK);
+    CHECK(ts_detok_push(d, 9, &text, &len) == TS_OK && len == 0);
+    CHECK(ts_detok_push(d, 6, &text, &len) == TS_OK && len == 6 && !memcmp(text, R "<s>", 6));
+    ts_detok_free(d);
+}
+
 /* Property: streaming equals a one-shot lossy decode of the joined bytes, and every piece is
  * valid UTF-8, for random id sequences. */
 static void test_detok_random(void) {
@@ -209,6 +264,7 @@ int main(void) {
     test_encode_all();
     test_valid_random();
     test_detok_cases();
+    test_detok_byte_runs();
     test_detok_random();
     return tu_report("test_utf8");
 }
