@@ -4,8 +4,10 @@
  *
  * BOS: ts_tokenize prepends the BOS id when a GGUF says tokenizer.ggml.add_bos_token (Gemma),
  * and appends the EOS id when it says tokenizer.ggml.add_eos_token (EmbeddingGemma: an
- * embedding model's input ends with it); tokenizer.json files never get either. Chat formats write
- * their own `<bos>`, so ts_chat_tokenize never adds another. */
+ * embedding model's input ends with it); a tokenizer.json says the same by its post-processor's
+ * template ("<bos> $A", "<bos> $A <eos>"; Qwen's adds nothing) - transformers (5.x) ignores
+ * tokenizer_config.json's add_bos_token / add_eos_token where a tokenizer.json exists. Chat
+ * formats write their own `<bos>`, so ts_chat_tokenize never adds another. */
 #include "base/mmapfile.h"
 #include "format/gguf.h"
 #include "text/bpe.h"
@@ -14,6 +16,7 @@
 #include "text/utf8.h"
 
 #include <dirent.h>
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -68,6 +71,21 @@ static void add_eog(ts_tokenizer *t, int32_t id) {
     for (int i = 0; i < t->n_eog; i++)
         if (t->eog[i] == id) return;
     t->eog[t->n_eog++] = id;
+}
+
+/* The end-of-generation ids a Hugging Face directory names: generation_config.json's
+ * eos_token_id (an id or a list: Gemma 3 gives [1, 106]). */
+static void add_eog_from_generation_config(ts_tokenizer *t, const char *dir) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/generation_config.json", dir);
+    json_t *root = json_load_file(path, 0, NULL); /* optional */
+    json_t *eos = json_object_get(root, "eos_token_id");
+    size_t i;
+    json_t *v;
+    if (json_is_integer(eos)) add_eog(t, (int32_t)json_integer_value(eos));
+    json_array_foreach(eos, i, v) if (json_is_integer(v))
+        add_eog(t, (int32_t)json_integer_value(v));
+    json_decref(root);
 }
 
 /* The fill-in-the-middle tokens: each one's GGUF key and Qwen spelling, in ts_fim_tokens'
@@ -368,8 +386,16 @@ ts_status ts_tokenizer_open(const char *path, ts_tokenizer **out) {
     } else {
         st = ts_bpe_load(file, &t->bpe);
         if (st == TS_OK) {
-            t->chat = TOK_CHAT_QWEN;
+            int32_t bos, eos;
+            ts_bpe_post_tokens(t->bpe, &bos, &eos);
+            t->bos = bos;
+            t->add_bos = bos >= 0;
+            t->eos = eos;
+            t->add_eos = eos >= 0;
+            /* Gemma's turns when its turn token exists; ChatML (Qwen3.5) otherwise. */
+            t->chat = tok_id(t, "<start_of_turn>") >= 0 ? TOK_CHAT_GEMMA : TOK_CHAT_QWEN;
             t->thinking_default = read_thinking_default(dir);
+            add_eog_from_generation_config(t, dir);
         }
     }
     if (st != TS_OK) {
