@@ -1,12 +1,15 @@
-/* libFuzzer target for encoding and decoding with a fixed, valid tokenizer (the small Qwen3.5
- * stand-in, tests/fixtures/tokenizer/small, loaded once): arbitrary bytes must encode to ids
- * in the vocabulary; decoding gives valid UTF-8; text without added tokens comes back as its NFC
- * form (ASCII: exactly); and the streaming detokenizer (text/utf8.h), fed the ids one by one,
- * gives exactly the one-shot decode. The same is checked for arbitrary id sequences (the input
- * read as 16-bit ids), which reach byte sequences no encoding produces.
+/* libFuzzer target for encoding and decoding with two fixed, valid tokenizers, loaded once: the
+ * small Qwen3.5 stand-in (byte-level, tests/fixtures/tokenizer/small) and the small Gemma-style
+ * one (characters with byte fallback, tests/fixtures/tokenizer/small_gemma). Arbitrary bytes
+ * must encode to ids in the vocabulary; decoding gives valid UTF-8; text without added tokens
+ * comes back as its NFC form (Gemma: as itself, U+2581 read as a space); and the streaming
+ * detokenizer (text/utf8.h), fed the ids one by one, gives exactly the one-shot decode. The
+ * same is checked for arbitrary id sequences (the input read as 16-bit ids), which reach byte
+ * sequences no encoding produces.
  *
  * Input: byte 0 = flags (bit 0 parse_special, bit 1 skip_special, bit 2 the rest is ids rather
- * than text). TS_FUZZ_TOKENIZER overrides the tokenizer.json used. */
+ * than text, bit 3 the Gemma-style tokenizer). TS_FUZZ_TOKENIZER overrides the byte-level
+ * tokenizer.json used. */
 #include "fuzz_util.h"
 #include "text/bpe.h"
 
@@ -16,15 +19,39 @@
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static ts_bpe *tok;
+static ts_bpe *byte_level, *gemma, *tok;
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc, (void)argv;
-    if (ts_bpe_load(fz_tokenizer_path(), &tok) != TS_OK) {
+    if (ts_bpe_load(fz_tokenizer_path(), &byte_level) != TS_OK ||
+        ts_bpe_load(TS_SOURCE_DIR "/tests/fixtures/tokenizer/small_gemma/tokenizer.json", &gemma) !=
+            TS_OK) {
         fprintf(stderr, "fuzz_bpe_encode: %s\n", ts_last_error());
         abort();
     }
     return 0;
+}
+
+/* What decoding gives back for text of one segment: NFC (byte-level, Qwen's normalizer), or
+ * the text with every U+2581 a space (Gemma's normalizer and decoder). malloc'd. */
+static char *round_trip(const char *text, size_t len, size_t *n) {
+    if (tok == gemma) {
+        ts_strbuf b = {0};
+        FZ_ASSERT(ts_strbuf_reserve(&b, len) == TS_OK);
+        for (size_t i = 0; i < len; i++) {
+            bool space = i + 2 < len && !memcmp(text + i, "\xE2\x96\x81", 3);
+            FZ_ASSERT(ts_strbuf_append(&b, space ? " " : text + i, 1) == TS_OK);
+            i += space ? 2 : 0;
+        }
+        *n = b.len;
+        return b.data;
+    }
+    utf8proc_uint8_t *nfc = NULL;
+    utf8proc_ssize_t r = utf8proc_map((const utf8proc_uint8_t *)text, (utf8proc_ssize_t)len, &nfc,
+                                      UTF8PROC_STABLE | UTF8PROC_COMPOSE);
+    FZ_ASSERT(r >= 0);
+    *n = (size_t)r;
+    return (char *)nfc;
 }
 
 /* The one-shot decode against the streaming detokenizer. */
@@ -58,6 +85,7 @@ static void check_decode(const int32_t *ids, size_t n, bool skip) {
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1) return 0;
     bool parse_special = data[0] & 1, skip = data[0] & 2;
+    tok = data[0] & 8 ? gemma : byte_level;
     const char *text = (const char *)data + 1;
     size_t len = size - 1;
     int vocab = ts_bpe_vocab_size(tok);
@@ -79,15 +107,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     check_decode(ids.data, ids.len, skip);
     /* One segment (no '<' starts an added token) of valid UTF-8 decodes to its NFC form. */
     if (!skip && ts_utf8_valid(text, len) && !memchr(text, '<', len) && !memchr(text, 0, len)) {
-        char *out;
-        size_t n;
+        char *out, *want;
+        size_t n, want_len;
         FZ_ASSERT(ts_bpe_decode(tok, ids.data, ids.len, false, &out, &n) == TS_OK);
-        utf8proc_uint8_t *nfc = NULL;
-        utf8proc_ssize_t r = utf8proc_map((const utf8proc_uint8_t *)text, (utf8proc_ssize_t)len,
-                                          &nfc, UTF8PROC_STABLE | UTF8PROC_COMPOSE);
-        FZ_ASSERT(r >= 0);
-        FZ_ASSERT((size_t)r == n && memcmp(nfc, out, n) == 0);
-        free(nfc);
+        want = round_trip(text, len, &want_len);
+        FZ_ASSERT(want_len == n && (n == 0 || memcmp(want, out, n) == 0));
+        free(want);
         free(out);
     }
     ts_ids_free(&ids);

@@ -74,7 +74,10 @@ def small_tokenizer(nfc=True, byte_level_regex=False, merges_as_strings=False, n
 
 
 def seeds_bpe_load():
-    return [open(TOKENIZER, "rb").read(), small_tokenizer(), small_tokenizer(nfc=False),
+    gemma = os.path.join(os.path.dirname(os.path.dirname(TOKENIZER)), "small_gemma",
+                         "tokenizer.json")
+    return [open(TOKENIZER, "rb").read(), open(gemma, "rb").read(), small_tokenizer(),
+            small_tokenizer(nfc=False),
             small_tokenizer(byte_level_regex=True, merges_as_strings=True),
             small_tokenizer(n_merges=0)]
 
@@ -112,7 +115,7 @@ def ids_of(text):
 
 
 def seeds_bpe_encode():
-    out = [bytes([f]) + t.encode() for t in TEXTS for f in (0, 1, 3)]
+    out = [bytes([f]) + t.encode() for t in TEXTS for f in (0, 1, 3, 8, 9)]
     out += [b"\0\xff\xfe\xc3\x28\xe2\x82\x41\xf0\x9f\x98", b"\x01" + b"\xed\xa0\x80<|im_end|>"]
     out += [b"\x04" + struct.pack(f"<{len(i)}H", *i) for i in map(ids_of, TEXTS)]
     out += [b"\x06" + struct.pack("<8H", 0xC3, 0xA9, 1000, 0xE2, 0x82, 0xAC, 1001, 0xF0)]

