@@ -545,20 +545,26 @@ static void test_vision_ops(bool quick) {
      * tokens than a tile, a partial last tile, several tiles, the head sizes of the lanes'
      * three register widths, a softcap, and the 4096 patches of a 1024x1024 image's tokens;
      * heads of 64 dims without a softcap take the tensor cores (cuda_attn_tc.cu: fewer tokens
-     * than a warp's 16 rows, query and key tiles cut short) */
+     * than a warp's 16 rows, query and key tiles cut short). Then an encoder's (EmbeddingGemma):
+     * grouped kv heads (the first kv * dims of the k and v blocks) and a symmetric window (keys
+     * within window - 1 on either side), which the tiled kernel takes, across tile edges. */
     struct {
-        int nh, hd, n;
+        int nh, kv, hd, n, window;
         float softcap;
-    } cases[] = {{2, 16, 5, 0},   {3, 64, 33, 0}, {12, 64, 300, 0},    {4, 128, 97, 0},
-                 {2, 256, 70, 0}, {4, 40, 64, 0}, {4, 64, 257, 20.0f}, {2, 64, 4096, 0},
-                 {2, 64, 5, 0},   {1, 64, 130, 0}};
+    } cases[] = {{2, 2, 16, 5, 0, 0},       {3, 3, 64, 33, 0, 0},   {12, 12, 64, 300, 0, 0},
+                 {4, 4, 128, 97, 0, 0},     {2, 2, 256, 70, 0, 0},  {4, 4, 40, 64, 0, 0},
+                 {4, 4, 64, 257, 0, 20.0f}, {2, 2, 64, 4096, 0, 0}, {2, 2, 64, 5, 0, 0},
+                 {1, 1, 64, 130, 0, 0},     {4, 2, 64, 70, 0, 0},   {4, 1, 32, 33, 0, 0},
+                 {4, 2, 64, 200, 9, 0},     {3, 1, 256, 90, 5, 0},  {2, 2, 64, 130, 65, 0},
+                 {4, 1, 16, 40, 1, 0}};
     for (size_t ci = 0; ci < sizeof cases / sizeof *cases; ci++) {
         int nh = cases[ci].nh, hd = cases[ci].hd, n = cases[ci].n, H = nh * hd;
         if (quick && n > 1000) continue;
         size_t nqkv = (size_t)n * 3 * H, no = (size_t)n * H;
         float *qkv = rnd(nqkv, 1.0f), *o = calloc(no, sizeof *o);
         float *dqkv = dev(qkv, nqkv), *dout = dev(o, no);
-        ts_attn_dims d = {nh, nh, hd, 1.0f / sqrtf((float)hd), 0, cases[ci].softcap};
+        ts_attn_dims d = {
+            nh, cases[ci].kv, hd, 1.0f / sqrtf((float)hd), cases[ci].window, cases[ci].softcap};
         cpu->ops->attention_full(cpu, qkv, 3 * H, qkv + H, qkv + 2 * H, 3 * H, n, &d, o, H);
         g->attention_full(gpu, dqkv, 3 * H, dqkv + H, dqkv + 2 * H, 3 * H, n, &d, dout, H);
         char what[64];
