@@ -32,7 +32,8 @@ int cmd_quantize(int argc, char **argv) {
     if (ts_tokenizer_open(out, &tok) == TS_OK)
         ts_tokenizer_free(tok);
     else
-        printf("note: no tokenizer in %s (the input has no byte-level BPE tokenizer.json, or it "
-               "is a Gemma checkpoint); pass one with the model when running\n", out);
+        printf("note: no tokenizer in %s (the input has no tokenizer.json); pass one with the "
+               "model when running\n",
+               out);
     return 0;
 }

@@ -173,7 +173,7 @@ ts_status gemma3_gguf_plan(const ts_model *m, qz_plan *p) {
     TS_TRY(read_cfg(m, &g));
     TS_TRY(write_metadata(&g, p->w));
     p->n_layers = (int)g.n_layers;
-    p->tok_pre = NULL; /* Gemma's tokenizer is SentencePiece: not converted */
+    p->tok_pre = "default"; /* Gemma's SentencePiece tokenizer.json: written as "llama" */
     planner P = {m, p,
                  ts_st_find(m->st, "model.language_model.embed_tokens.weight")
                      ? "model.language_model."

@@ -1,7 +1,19 @@
-/* tokenizer.json -> GGUF tokenizer metadata, as llama.cpp's converter writes it for byte-level
- * BPE models: the tokens in id order (the byte-level spellings of tokenizer.json), padded up to
- * the model's vocab_size with "[PAD<i>]" entries of type UNUSED; added tokens typed CONTROL when
- * special, USER_DEFINED otherwise; merges as "left right" strings. */
+/* tokenizer.json -> GGUF tokenizer metadata, as llama.cpp's converter writes it.
+ *
+ * Byte-level BPE (Qwen) -> "gpt2": the tokens in id order (the byte-level spellings of
+ * tokenizer.json), padded up to the model's vocab_size with "[PAD<i>]" entries of type UNUSED;
+ * added tokens typed CONTROL when special, USER_DEFINED otherwise; merges as "left right"
+ * strings.
+ *
+ * SentencePiece converted (Gemma: decoder Replace + ByteFallback) -> "llama": the same tokens
+ * and types (<0xXX> pieces BYTE), and scores instead of merges. llama.cpp's SentencePiece
+ * tokenizer (and ts_spm) merges the adjacent pair whose concatenation has the highest score;
+ * Hugging Face's BPE the pair of lowest merge rank. A piece's score is minus the rank of the
+ * first merge that makes it, so the two agree wherever every split of a piece into two pieces
+ * is a merge - what a conversion from tokenizer.model lists (transformers' generate_merges).
+ * That is checked, as is the rest of what the "llama" form cannot say (another normalizer, a
+ * real split, added tokens matched after normalization, missing byte pieces): refused, not
+ * written as a vocabulary that tokenizes differently. */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,7 +23,7 @@
 #include "format/hfconfig.h"
 #include "model/quantize_vocab.h"
 
-enum { TOK_NORMAL = 1, TOK_CONTROL = 3, TOK_USER_DEFINED = 4, TOK_UNUSED = 5 };
+enum { TOK_NORMAL = 1, TOK_CONTROL = 3, TOK_USER_DEFINED = 4, TOK_UNUSED = 5, TOK_BYTE = 6 };
 
 typedef struct {
     const char *path;
@@ -145,7 +157,8 @@ static int special_id(const vocab *v, json_t *tcfg, const ts_hfconfig *cfg, cons
     return -1;
 }
 
-static ts_status write_specials(const vocab *v, const char *dir, ts_gguf_writer *w) {
+static ts_status write_specials(const vocab *v, const char *dir, bool add_bos, bool add_eos,
+                                ts_gguf_writer *w) {
     char path[4096];
     snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
     json_t *tcfg = json_load_file(path, 0, NULL); /* optional */
@@ -161,7 +174,9 @@ static ts_status write_specials(const vocab *v, const char *dir, ts_gguf_writer 
         int id = special_id(v, tcfg, cfg, ids[i].which);
         if (id >= 0) st = ts_gguf_writer_kv_u32(w, ids[i].key, (uint32_t)id);
     }
-    if (st == TS_OK) st = ts_gguf_writer_kv_bool(w, "tokenizer.ggml.add_bos_token", false);
+    if (st == TS_OK) st = ts_gguf_writer_kv_bool(w, "tokenizer.ggml.add_bos_token", add_bos);
+    if (st == TS_OK && add_eos)
+        st = ts_gguf_writer_kv_bool(w, "tokenizer.ggml.add_eos_token", true);
     /* the chat template: tokenizer_config.json's, else chat_template.jinja */
     json_t *tmpl = json_object_get(tcfg, "chat_template");
     if (st == TS_OK && json_is_string(tmpl)) {
@@ -186,6 +201,182 @@ static ts_status write_specials(const vocab *v, const char *dir, ts_gguf_writer 
     return st;
 }
 
+/* ---- SentencePiece converted -> "llama" ------------------------------------------------------ */
+
+static bool json_str_is(const json_t *v, const char *s) {
+    return json_is_string(v) && strcmp(json_string_value(v), s) == 0;
+}
+
+static const char *obj_type(const json_t *obj) {
+    const json_t *t = json_object_get(obj, "type");
+    return json_is_string(t) ? json_string_value(t) : "";
+}
+
+/* The one-step form a Sequence may wrap: the Sequence's only item, or obj itself. */
+static const json_t *only_step(const json_t *obj, const char *list) {
+    const json_t *items = json_object_get(obj, list);
+    if (strcmp(obj_type(obj), "Sequence") == 0)
+        return json_array_size(items) == 1 ? json_array_get(items, 0) : NULL;
+    return obj;
+}
+
+/* What the "llama" form can say: Gemma's normalizer (spaces -> U+2581, nothing else), no split
+ * (or the converter's Split on " " that finds none), byte fallback over all 256 bytes, no
+ * added token matched after normalization. */
+static ts_status spm_check(const vocab *v) {
+    static const char sp[] = "\xE2\x96\x81";
+    const json_t *model = json_object_get(v->root, "model");
+    const json_t *norm = only_step(json_object_get(v->root, "normalizer"), "normalizers");
+    const json_t *pre = json_object_get(v->root, "pre_tokenizer");
+    const char *why = NULL;
+    if (!norm || strcmp(obj_type(norm), "Replace") != 0 ||
+        !json_str_is(json_object_get(json_object_get(norm, "pattern"), "String"), " ") ||
+        !json_str_is(json_object_get(norm, "content"), sp))
+        why = "normalizer: only Replace(' ' -> U+2581)";
+    else if (!json_is_null(pre) && pre &&
+             !(strcmp(obj_type(pre), "Split") == 0 &&
+               json_str_is(json_object_get(json_object_get(pre, "pattern"), "String"), " ") &&
+               json_str_is(json_object_get(pre, "behavior"), "MergedWithPrevious")))
+        why = "pre_tokenizer: only none, or the Split on ' ' that the normalizer leaves nothing "
+              "to find";
+    else if (!json_is_true(json_object_get(model, "byte_fallback")) ||
+             json_is_true(json_object_get(model, "ignore_merges")))
+        why = "model: byte_fallback true and ignore_merges false";
+    for (int b = 0; !why && b < 256; b++) {
+        char name[8];
+        snprintf(name, sizeof name, "<0x%02X>", b);
+        if (!json_object_get(v->vocab, name)) why = "model.vocab: a <0xXX> piece for every byte";
+    }
+    size_t i;
+    json_t *a;
+    json_array_foreach(v->added, i, a) if (!why && json_is_true(json_object_get(a, "normalized")))
+        why = "added_tokens: none matched after normalization (normalized: true)";
+    return why ? ts_error(TS_ERR_UNSUPPORTED,
+                          "%s: a SentencePiece tokenizer is written as llama.cpp's 'llama' "
+                          "vocabulary, which needs %s",
+                          v->path, why)
+               : TS_OK;
+}
+
+/* Each piece's score: minus the rank of the first merge that makes it; pieces no merge makes
+ * (characters, bytes, added tokens) -1e9, which no merge ever compares. Every split of a
+ * piece into two vocabulary pieces must be a merge (else llama.cpp would merge a pair that
+ * Hugging Face does not). */
+static ts_status spm_scores(const vocab *v, float *score) {
+    const json_t *merges = json_object_get(json_object_get(v->root, "model"), "merges");
+    for (int k = 0; k < v->n; k++)
+        score[k] = -1e9f;
+    json_t *pairs = json_object(); /* "left right" -> true, to check the splits */
+    if (!pairs) return ts_error(TS_ERR_NOMEM, "out of memory");
+    ts_status st = TS_OK;
+    char *buf = NULL;
+    size_t cap = 0, i;
+    json_t *m;
+    json_array_foreach(merges, i, m) {
+        const char *a = json_string_value(json_array_get(m, 0));
+        const char *b = json_string_value(json_array_get(m, 1));
+        const char *sp = json_is_string(m) ? strchr(json_string_value(m), ' ') : NULL;
+        size_t la = a ? strlen(a) : sp ? (size_t)(sp - json_string_value(m)) : 0;
+        if (sp) a = json_string_value(m), b = sp + 1;
+        if (!a || !b) {
+            st = ts_error(TS_ERR_FORMAT, "%s: model.merges[%zu]: expected \"a b\" or [a, b]",
+                          v->path, i);
+            break;
+        }
+        size_t lb = strlen(b);
+        if (la + lb + 2 > cap) {
+            free(buf);
+            cap = 2 * (la + lb + 2);
+            if (!(buf = malloc(cap))) {
+                st = ts_error(TS_ERR_NOMEM, "out of memory");
+                break;
+            }
+        }
+        memcpy(buf, a, la);
+        buf[la] = ' ';
+        memcpy(buf + la + 1, b, lb + 1);
+        json_object_set_new(pairs, buf, json_true());
+        memmove(buf + la, buf + la + 1, lb + 1); /* the merged piece */
+        json_t *id = json_object_get(v->vocab, buf);
+        json_int_t k = json_is_integer(id) ? json_integer_value(id) : -1;
+        if (k >= 0 && k < v->n && score[k] == -1e9f) score[k] = -(float)i;
+    }
+    const char *key;
+    json_t *val;
+    json_object_foreach(v->vocab, key, val) {
+        size_t n = strlen(key);
+        if (st != TS_OK) break;
+        if (n + 2 > cap) {
+            free(buf);
+            cap = 2 * (n + 2);
+            if (!(buf = malloc(cap))) {
+                st = ts_error(TS_ERR_NOMEM, "out of memory");
+                break;
+            }
+        }
+        for (size_t cut = 1; cut < n && st == TS_OK; cut++) {
+            if (((unsigned char)key[cut] & 0xC0) == 0x80) continue; /* inside a character */
+            memcpy(buf, key, cut);
+            buf[cut] = 0;
+            if (!json_object_get(v->vocab, buf) || !json_object_get(v->vocab, key + cut)) continue;
+            buf[cut] = ' ';
+            memcpy(buf + cut + 1, key + cut, n - cut + 1);
+            if (!json_object_get(pairs, buf))
+                st = ts_error(TS_ERR_UNSUPPORTED,
+                              "%s: piece '%.48s' splits into two pieces at byte %zu with no merge "
+                              "for them: llama.cpp's scores cannot say which pairs never merge "
+                              "(a conversion from tokenizer.model lists every split)",
+                              v->path, key, cut);
+        }
+    }
+    free(buf);
+    json_decref(pairs);
+    return st;
+}
+
+/* The post-processor's tokens around one sequence: TemplateProcessing's "single" starting or
+ * ending with a SpecialToken (the tokenizer's reading of it is text/bpe_load.c's). */
+static void post_tokens(const vocab *v, bool *bos, bool *eos) {
+    const json_t *post = json_object_get(v->root, "post_processor");
+    const json_t *single = json_object_get(post, "single");
+    size_t n = json_array_size(single);
+    *bos = n > 1 && json_object_get(json_array_get(single, 0), "SpecialToken");
+    *eos = n > 1 && json_object_get(json_array_get(single, n - 1), "SpecialToken");
+}
+
+static ts_status write_spm(vocab *v, const char *dir, ts_gguf_writer *w) {
+    TS_TRY(spm_check(v));
+    float *score = malloc((size_t)v->n * sizeof *score);
+    if (!score) return ts_error(TS_ERR_NOMEM, "out of memory");
+    ts_status st = spm_scores(v, score);
+    for (int k = 0; st == TS_OK && k < v->n; k++) {
+        unsigned x;
+        char close;
+        if (v->type[k] == TOK_NORMAL && v->len[k] == 6 &&
+            sscanf(v->text[k], "<0x%2X%c", &x, &close) == 2 && close == '>')
+            v->type[k] = TOK_BYTE;
+    }
+    const json_t *unk = json_object_get(json_object_get(v->root, "model"), "unk_token");
+    int unk_id = json_is_string(unk) ? token_id(v, json_string_value(unk)) : -1;
+    bool add_bos, add_eos;
+    post_tokens(v, &add_bos, &add_eos);
+    if (st == TS_OK) st = ts_gguf_writer_kv_str(w, "tokenizer.ggml.model", "llama");
+    if (st == TS_OK) st = ts_gguf_writer_kv_str(w, "tokenizer.ggml.pre", "default");
+    if (st == TS_OK)
+        st = ts_gguf_writer_kv_str_arr(w, "tokenizer.ggml.tokens", v->text, v->len, (uint64_t)v->n);
+    if (st == TS_OK)
+        st = ts_gguf_writer_kv_arr(w, "tokenizer.ggml.scores", TS_GGUF_F32, score, (uint64_t)v->n);
+    if (st == TS_OK)
+        st = ts_gguf_writer_kv_arr(w, "tokenizer.ggml.token_type", TS_GGUF_I32, v->type,
+                                   (uint64_t)v->n);
+    if (st == TS_OK && unk_id >= 0)
+        st = ts_gguf_writer_kv_u32(w, "tokenizer.ggml.unknown_token_id", (uint32_t)unk_id);
+    if (st == TS_OK) st = ts_gguf_writer_kv_bool(w, "tokenizer.ggml.add_space_prefix", false);
+    if (st == TS_OK) st = write_specials(v, dir, add_bos, add_eos, w);
+    free(score);
+    return st;
+}
+
 ts_status qz_write_vocab(ts_gguf_writer *w, const char *dir, const char *pre, int n_vocab) {
     char path[4096];
     snprintf(path, sizeof path, "%s/tokenizer.json", dir);
@@ -200,14 +391,19 @@ ts_status qz_write_vocab(ts_gguf_writer *w, const char *dir, const char *pre, in
     json_t *type = json_object_get(model, "type");
     v.vocab = json_object_get(model, "vocab");
     v.added = json_object_get(v.root, "added_tokens");
+    bool byte_level = strcmp(obj_type(json_object_get(v.root, "decoder")), "ByteLevel") == 0;
     ts_status st = TS_OK;
     if (!json_is_string(type) || strcmp(json_string_value(type), "BPE") != 0 ||
         !json_is_object(v.vocab))
-        st = ts_error(TS_ERR_UNSUPPORTED, "%s: only byte-level BPE tokenizers are converted",
-                      path);
+        st = ts_error(TS_ERR_UNSUPPORTED, "%s: only BPE tokenizers are converted", path);
     if (st == TS_OK && v.added && !json_is_array(v.added))
         st = ts_error(TS_ERR_FORMAT, "%s: added_tokens: expected an array", path);
     if (st == TS_OK) st = fill_tokens(&v);
+    if (st == TS_OK && !byte_level) {
+        st = write_spm(&v, dir, w);
+        vocab_free(&v);
+        return st;
+    }
     if (st == TS_OK) st = ts_gguf_writer_kv_str(w, "tokenizer.ggml.model", "gpt2");
     if (st == TS_OK) st = ts_gguf_writer_kv_str(w, "tokenizer.ggml.pre", pre);
     if (st == TS_OK)
@@ -217,7 +413,7 @@ ts_status qz_write_vocab(ts_gguf_writer *w, const char *dir, const char *pre, in
         st = ts_gguf_writer_kv_arr(w, "tokenizer.ggml.token_type", TS_GGUF_I32, v.type,
                                    (uint64_t)v.n);
     if (st == TS_OK) st = write_merges(&v, w);
-    if (st == TS_OK) st = write_specials(&v, dir, w);
+    if (st == TS_OK) st = write_specials(&v, dir, false, false, w);
     vocab_free(&v);
     return st;
 }

@@ -9,7 +9,9 @@
 - Q4_K_M / Q4_0 / Q8_0 pick llama.cpp's type for every tensor (use_more_bits layers, output head,
   fallbacks for rows that are not whole blocks).
 - Round trip: HF -> GGUF(f32) -> quantize again gives the same bytes as HF -> quantize.
-- The tokenizer (tokenizer.json -> tokenizer.ggml.*) tokenizes like the tokenizer.json.
+- The tokenizer (tokenizer.json -> tokenizer.ggml.*) tokenizes like the tokenizer.json: Qwen's
+  byte-level BPE as "gpt2", Gemma's SentencePiece conversion as "llama" (scores from the merge
+  ranks), and what the "llama" form cannot say is refused.
 - Errors: unknown --type, unsupported architecture, unwritable output -> exit 2, one line.
 """
 
@@ -437,6 +439,79 @@ def test_tokenizer_metadata(tmp_path):
     for text in ["Hello world, the cat's 123 dogs.\n\n  x", "<|im_start|>user\nhi<|im_end|>"]:
         want = run("tokenize", "-m", tok_json, "--special", text).stdout
         assert run("tokenize", "-m", g, "--special", text).stdout == want
+
+
+def gemma_with_tokenizer(tmp_path, edit=None):
+    """tiny_b's weights (vocab 640) with the small Gemma-style tokenizer.json, less its added
+    token matched after normalization (the "llama" form has no such thing), and edit(tok)."""
+    d = gemma_dir(tmp_path, "tiny_b_bf16_tied_gqa_w32_pat6")
+    tok = json.load(open(os.path.join(fixtures_dir(), "tokenizer", "small_gemma",
+                                      "tokenizer.json"), encoding="utf-8"))
+    tok["added_tokens"] = [a for a in tok["added_tokens"] if not a["normalized"]]
+    if edit:
+        edit(tok)
+    with open(os.path.join(d, "tokenizer.json"), "w", encoding="utf-8") as f:
+        json.dump(tok, f, ensure_ascii=False)
+    with open(os.path.join(d, "tokenizer_config.json"), "w") as f:
+        json.dump({"bos_token": "<bos>", "eos_token": "<eos>", "pad_token": "<pad>",
+                   "chat_template": "{{ bos_token }}"}, f)
+    return d, tok
+
+
+def test_gemma_tokenizer_metadata(tmp_path):
+    """Gemma's converted SentencePiece tokenizer.json as llama.cpp's "llama" vocabulary: the
+    pieces and types, scores in the merges' order (a piece's score is minus the rank of the
+    first merge that makes it), BOS from the post-processor; read back (ts_spm, llama.cpp's
+    algorithm) it tokenizes as the tokenizer.json does (HF's)."""
+    d, tok = gemma_with_tokenizer(tmp_path)
+    g = tmp_path / "g.gguf"
+    p = run("quantize", d, g, "--type", "q8_0")
+    assert b"no tokenizer" not in p.stdout
+    _, meta = reader(g)
+    assert meta["tokenizer.ggml.model"] == "llama" and meta["tokenizer.ggml.pre"] == "default"
+    tokens, types = meta["tokenizer.ggml.tokens"], meta["tokenizer.ggml.token_type"]
+    scores = meta["tokenizer.ggml.scores"]
+    assert len(tokens) == len(types) == len(scores) == 640
+    vocab = tok["model"]["vocab"]
+    added = {a["id"]: a for a in tok["added_tokens"]}
+    for t, i in vocab.items():
+        want = (3 if added[i]["special"] else 4) if i in added else 6 if (
+            len(t) == 6 and t.startswith("<0x")) else 1
+        assert tokens[i] == t and types[i] == want, (i, t)
+    assert tokens[600] == "[PAD600]" and types[600] == 5
+    first = {}
+    for rank, (a, b) in enumerate(tok["model"]["merges"]):
+        first.setdefault(vocab[a + b], rank)
+    for i in range(len(vocab)):
+        assert scores[i] == (-first[i] if i in first else -1e9), i
+    assert meta["tokenizer.ggml.add_bos_token"] is True
+    assert meta["tokenizer.ggml.add_space_prefix"] is False
+    assert meta["tokenizer.ggml.unknown_token_id"] == 3
+    assert meta["tokenizer.ggml.bos_token_id"] == 2 and meta["tokenizer.ggml.eos_token_id"] == 1
+    for text in ["Hello  world,\tthe cat's 123 dogs.\n\n  x",
+                 "caf\u00e9 \U0001f600 <start_of_turn>",
+                 "\u2581\u2581\u2581\u2581 and <start_of_image>"]:
+        for special in ([], ["--special"]):
+            want = run("tokenize", "-m", d, *special, text).stdout
+            assert run("tokenize", "-m", g, *special, text).stdout == want, text
+
+
+def test_gemma_tokenizer_the_llama_form_cannot_say_is_refused(tmp_path):
+    """Refused with the reason, not written as a vocabulary that tokenizes otherwise: an added
+    token matched after normalization; merges that are not every split of the pieces (a pair
+    llama.cpp would merge and Hugging Face does not)."""
+    def normalized_token(t):
+        t["added_tokens"].append({"id": max(a["id"] for a in t["added_tokens"]) + 1,
+                                  "content": " the end", "single_word": False, "lstrip": False,
+                                  "rstrip": False, "special": False, "normalized": True})
+    for edit, what in [(normalized_token, "normalized: true"),
+                       (lambda t: t["model"].update(merges=t["model"]["merges"][:-1]),
+                        "with no merge for them")]:
+        sub = tmp_path / what.split()[0]
+        sub.mkdir()
+        d, _ = gemma_with_tokenizer(sub, edit=edit)
+        err = one_line_error(run("quantize", d, sub / "g.gguf", "--type", "q8_0", check=False))
+        assert what in err, err
 
 
 def test_gemma_has_no_tokenizer_and_says_so(tmp_path):
