@@ -437,10 +437,22 @@ static ts_status bpe_word(const ts_bpe *t, bpe_scratch *s, const uint8_t *p, siz
 
 /* Splits p[0..n) with pre-tokenizer regex `level`; the matches and the text between them are
  * pieces, each split further by the next level or, after the last one, merged. */
+/* A word merged in parts cut before its spaces (space_cut.h). */
+static ts_status bpe_space_parts(const ts_bpe *t, bpe_scratch *s, const char *p, size_t n,
+                                 ts_ids *out) {
+    for (size_t start = 0, end; start < n; start = end) {
+        end = ts_space_part_end(&t->space_glue, p, n, start);
+        TS_TRY(bpe_word(t, s, (const uint8_t *)p + start, end - start, out));
+    }
+    return TS_OK;
+}
+
 static ts_status bpe_pretok(const ts_bpe *t, bpe_scratch *s, int level, const char *p, size_t n,
                             ts_ids *out) {
     if (n == 0) return TS_OK;
-    if (level == t->n_split) return bpe_word(t, s, (const uint8_t *)p, n, out);
+    if (level == t->n_split)
+        return t->space_glue.on && !s->piece_fn ? bpe_space_parts(t, s, p, n, out)
+                                                : bpe_word(t, s, (const uint8_t *)p, n, out);
     const pcre2_code *re = t->split[level];
     const PCRE2_SIZE *ov = pcre2_get_ovector_pointer(s->md);
     size_t start = 0, gap = 0, last_end = SIZE_MAX;
@@ -596,9 +608,9 @@ static ts_status bpe_added_split(const ts_bpe *t, bpe_scratch *s, int stage, con
     if (m->n == 0) return bpe_gap(t, s, stage, p, n, parse_special, out);
     size_t gap = 0, i = 0;
     while (i < n) {
-        uint8_t b = (uint8_t)p[i];
-        const bpe_added *a =
-            m->first[b] < m->first[b + 1] ? bpe_match_at(t, m, p + i, n - i) : NULL;
+        uint8_t b = (uint8_t)p[i], b1 = i + 1 < n ? (uint8_t)p[i + 1] : 0;
+        bool maybe = m->single[b] || (i + 1 < n && (m->second[b][b1 >> 6] >> (b1 & 63) & 1));
+        const bpe_added *a = maybe ? bpe_match_at(t, m, p + i, n - i) : NULL;
         if (!a) {
             i++;
             continue;

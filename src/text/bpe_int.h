@@ -5,6 +5,7 @@
 
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include "text/bpe.h"
+#include "text/space_cut.h"
 
 #include <pcre2.h>
 #include <pthread.h>
@@ -55,6 +56,11 @@ typedef struct {
     size_t mask;
     uint32_t *lens;     /* distinct pattern lengths, by first byte, each run longest first */
     int32_t first[257]; /* lens[first[b] .. first[b+1]) for patterns starting with byte b */
+    /* A filter before the lookups: the second bytes of the patterns starting with byte b (a
+     * bit each), and whether one of them is b alone. Gemma has ~30 whitespace runs as added
+     * tokens: without it every space of a text would cost ~30 lookups. */
+    uint64_t second[256][4];
+    bool single[256];
 } bpe_matcher;
 
 typedef struct bpe_scratch bpe_scratch;
@@ -90,6 +96,9 @@ struct ts_bpe {
     int32_t unk_id;           /* -1 = none */
     bool fuse_unk;
     bool ignore_merges; /* a whole pre-token found in the vocab is emitted as is */
+    /* Characters-and-fallback files: where a word may be cut before a U+2581 (space_cut.h);
+     * off for byte-level files, with ignore_merges, or where U+2581 is no piece. */
+    ts_space_glue space_glue;
 
     bpe_norm_step norm[BPE_MAX_NORM];
     int n_norm;

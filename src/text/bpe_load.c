@@ -382,10 +382,17 @@ static ts_status bpe_build_matcher(ts_bpe *t, bpe_matcher *m, bool normalized) {
     m->mask = slots - 1;
     /* Lengths by first byte: counted, placed, then each run sorted longest first, deduped. */
     uint32_t count[257] = {0};
+    memset(m->second, 0, sizeof m->second);
+    memset(m->single, 0, sizeof m->single);
     for (int i = 0; i < t->n_added; i++) {
         const bpe_added *a = &t->added[i];
         if (a->normalized != normalized) continue;
-        count[(uint8_t)a->pattern[0] + 1]++;
+        uint8_t b0 = (uint8_t)a->pattern[0];
+        count[b0 + 1]++;
+        if (a->pattern_len == 1)
+            m->single[b0] = true;
+        else
+            m->second[b0][(uint8_t)a->pattern[1] >> 6] |= 1ull << ((uint8_t)a->pattern[1] & 63);
         size_t k = bpe_hash(a->pattern, a->pattern_len) & m->mask;
         bool dup = false;
         for (; m->slots[k] >= 0; k = (k + 1) & m->mask) {
@@ -815,6 +822,17 @@ static ts_status bpe_load_decoder(ts_bpe *t, const json_t *dec) {
     return TS_OK;
 }
 
+/* Where a word may be cut (space_cut.h): not in byte-level files, nor with ignore_merges (the
+ * whole word is looked up first), nor where U+2581 is no piece (its bytes would be fallback
+ * pieces, and a pending unk could move). */
+static void bpe_find_space_glue(ts_bpe *t) {
+    static const char sp[] = "\xE2\x96\x81";
+    t->space_glue.on = !t->byte_level && !t->ignore_merges && bpe_vocab_find(t, sp, 3) >= 0;
+    for (int32_t id = 0; t->space_glue.on && id < t->n_ids; id++)
+        if (t->tok_flags[id] & BPE_TOK_PRESENT)
+            ts_space_glue_add(&t->space_glue, t->keys + t->key_off[id], t->key_len[id]);
+}
+
 static ts_status bpe_load_model(ts_bpe *t, const json_t *model, ts_strbuf *blob, ts_strbuf *keys) {
     if (!json_is_object(model)) return ts_error(TS_ERR_FORMAT, "%s: model: missing", t->path);
     const char *type = bpe_type(model);
@@ -840,6 +858,7 @@ static ts_status bpe_load_model(ts_bpe *t, const json_t *model, ts_strbuf *blob,
     if (!bpe_null(unk) && !json_is_string(unk))
         return ts_error(TS_ERR_FORMAT, "%s: model.unk_token: expected a string", t->path);
     TS_TRY(bpe_load_vocab(t, vocab, blob, keys));
+    bpe_find_space_glue(t);
     t->unk_id = -1;
     if (json_is_string(unk)) {
         t->unk_id = bpe_vocab_find(t, json_string_value(unk), json_string_length(unk));

@@ -2,6 +2,7 @@
 #include "text/spm.h"
 
 #include "base/status.h"
+#include "text/space_cut.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,6 +35,7 @@ struct ts_spm {
     spm_starts all;  /* every special token (parse_special on) */
     int32_t byte_id[256];
     bool add_space_prefix;
+    ts_space_glue space_glue; /* where a fragment may be cut before a U+2581 (space_cut.h) */
 };
 
 static uint64_t spm_hash(const char *s, size_t n) {
@@ -252,6 +254,9 @@ ts_status ts_spm_build(const ts_spm_spec *spec, ts_spm **out) {
     t->n = spec->n_tokens;
     t->add_space_prefix = spec->add_space_prefix;
     ts_status st = t->name ? spm_fill(t, spec) : ts_error(TS_ERR_NOMEM, "out of memory");
+    t->space_glue.on = true;
+    for (int32_t id = 0; st == TS_OK && id < t->n; id++)
+        ts_space_glue_add(&t->space_glue, t->pieces + t->off[id], t->len[id]);
     if (st != TS_OK) {
         ts_spm_free(t);
         return st;
@@ -452,9 +457,10 @@ static ts_status spm_try_pair(const ts_spm *t, spm_work *w, int32_t left, int32_
     return spm_heap_push(w, (spm_pair){t->score[id], left, right, size});
 }
 
-static ts_status spm_merge_fragment(const ts_spm *t, spm_work *w, ts_ids *out) {
+/* Merges w->text[base .. base + n) (symbols keep offsets into w->text). */
+static ts_status spm_merge_fragment(const ts_spm *t, spm_work *w, size_t base, size_t n,
+                                    ts_ids *out) {
     const char *s = w->text.data;
-    size_t n = w->text.len;
     if (n > w->sym_cap) {
         spm_sym *p = realloc(w->sym, n * sizeof *p);
         if (!p) return ts_error(TS_ERR_NOMEM, "out of memory");
@@ -462,10 +468,10 @@ static ts_status spm_merge_fragment(const ts_spm *t, spm_work *w, ts_ids *out) {
         w->sym_cap = n;
     }
     int32_t count = 0;
-    for (size_t i = 0; i < n;) {
+    for (size_t i = base; i < base + n;) {
         uint32_t cp;
         size_t cl;
-        ts_utf8_next(s + i, n - i, &cp, &cl); /* the text is valid UTF-8 here */
+        ts_utf8_next(s + i, base + n - i, &cp, &cl); /* the text is valid UTF-8 here */
         w->sym[count] = (spm_sym){(uint32_t)i, (uint32_t)cl, count - 1, -1};
         if (count > 0) w->sym[count - 1].next = count;
         count++;
@@ -511,7 +517,12 @@ static ts_status spm_fragment(const ts_spm *t, spm_work *w, const char *s, size_
         if (i < n) TS_TRY(ts_strbuf_append(&w->text, SPM_SPACE, SPM_SPACE_LEN));
         run = i + 1;
     }
-    return w->text.len ? spm_merge_fragment(t, w, out) : TS_OK;
+    /* merged in parts cut before its spaces: the same ids, smaller work lists */
+    for (size_t start = 0, end; start < w->text.len; start = end) {
+        end = ts_space_part_end(&t->space_glue, w->text.data, w->text.len, start);
+        TS_TRY(spm_merge_fragment(t, w, start, end - start, out));
+    }
+    return TS_OK;
 }
 
 ts_status ts_spm_encode(const ts_spm *t, const char *text, size_t len, bool parse_special,

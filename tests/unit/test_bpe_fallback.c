@@ -117,6 +117,20 @@ static void test_initial_symbols(void) {
     }
     free(s);
 
+    /* A piece that joins a character to the U+2581 after it ("b▁", merged before "▁a"): long
+     * text is merged in parts cut before U+2581, but never after such a character. */
+    s = variant("\"<0x+A>\":9},\"merges\":[[\"a\",\"b\"],",
+                "\"b\xE2\x96\x81\":9},\"merges\":[[\"a\",\"b\"],[\"b\",\"\xE2\x96\x81\"],");
+    t = s ? load_ok(s) : NULL;
+    if (t) {
+        expect_ids(t, "b a", true, IDS(9, 1));
+        expect_ids(t, "ab a", true, IDS(5, 8));
+        expect_ids(t, "a b a", true, IDS(1, 7, 9, 1));
+        expect_ids(t, "bb  a", true, IDS(2, 9, 8));
+        ts_bpe_free(t);
+    }
+    free(s);
+
     /* No unk token: HF drops the character; we refuse the text instead of losing it. */
     s = variant("\"unk_token\":\"<unk>\"", "\"unk_token\":null");
     t = s ? load_ok(s) : NULL;
