@@ -17,7 +17,6 @@ Two modes:
               control pieces (type 3) and user-defined pieces (type 4) as added tokens that are
               not normalized (control ones and <start_of_turn>/<end_of_turn> special), and
               transformers' GemmaTokenizer pipeline (normalizer, pre-tokenizer, decoder).
-              `--post eos` makes the post-processor append <eos> as EmbeddingGemma's does.
 
   small OUT   A small stand-in with the same pipeline, trained with `tokenizers` on
               WikiText-2: ids 0..4 <pad> <eos> <bos> <unk> <mask>, the 256 byte pieces
@@ -28,8 +27,8 @@ Two modes:
               and three added tokens (one matched after normalization). Committed as
               tests/fixtures/tokenizer/small_gemma/.
 
-Both write a post-processor that prepends <bos> (HF's add_bos_token), and with `--post eos`
-also appends <eos>.
+Both write a post-processor that prepends <bos> (HF's add_bos_token; EmbeddingGemma's also
+appends <eos>, which tests/py/test_embedding_model.py writes into a copy).
 """
 
 import argparse
@@ -50,14 +49,12 @@ def pipeline(tok):
         [decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse()])
 
 
-def post_processor(tok, post):
+def post_processor(tok):
     from tokenizers import processors
 
     bos = ("<bos>", tok.token_to_id("<bos>"))
     eos = ("<eos>", tok.token_to_id("<eos>"))
-    single = "<bos> $A" + (" <eos>" if post == "eos" else "")
-    pair = "<bos> $A <bos> $B" if post != "eos" else "<bos> $A <eos> <bos> $B <eos>"
-    tok.post_processor = processors.TemplateProcessing(single=single, pair=pair,
+    tok.post_processor = processors.TemplateProcessing(single="<bos> $A", pair="<bos> $A <bos> $B",
                                                        special_tokens=[bos, eos])
 
 
@@ -76,7 +73,7 @@ def gguf_vocab(path):
     return tokens, scores, types
 
 
-def build_gemma(out, gguf_path, post):
+def build_gemma(out, gguf_path):
     from tokenizers import AddedToken, Tokenizer, models
     from transformers.convert_slow_tokenizer import generate_merges
 
@@ -101,12 +98,12 @@ def build_gemma(out, gguf_path, post):
     added = [AddedToken(t, normalized=False, special=ty == 3 or t in SPECIAL_TURN)
              for t, ty in zip(tokens, types) if ty in (3, 4)]
     tok.add_tokens(added)
-    post_processor(tok, post)
+    post_processor(tok)
     tok.save(out, pretty=False)
     print(f"{out}: {len(vocab)} pieces, {len(merges)} merges, {len(added)} added tokens")
 
 
-def build_small(out, wiki, n_vocab, post):
+def build_small(out, wiki, n_vocab):
     from tokenizers import AddedToken, Tokenizer, models, trainers
 
     specials = ["<pad>", "<eos>", "<bos>", "<unk>", "<mask>"]
@@ -145,7 +142,7 @@ def build_small(out, wiki, n_vocab, post):
     tok.add_tokens([AddedToken("<start_of_image>", normalized=False, special=False),
                     AddedToken("\u2581\u2581\u2581\u2581", normalized=False, special=False),
                     AddedToken(" the end", normalized=True, special=False)])
-    post_processor(tok, post)
+    post_processor(tok)
     tok.save(out, pretty=True)
     print(f"{out}: {tok.get_vocab_size()} tokens")
 
@@ -157,15 +154,14 @@ def main():
     ap.add_argument("--gguf", help="the Gemma 3 GGUF (default: the PyPI package's)")
     ap.add_argument("--wiki", help="WikiText-2 wiki.test.raw (small mode)")
     ap.add_argument("--vocab", type=int, default=500)
-    ap.add_argument("--post", choices=["bos", "eos"], default="bos")
     a = ap.parse_args()
     tmp = a.out + f".tmp{os.getpid()}"
     if a.mode == "gemma":
-        build_gemma(tmp, a.gguf, a.post)
+        build_gemma(tmp, a.gguf)
     else:
         if not a.wiki:
             sys.exit("small mode needs --wiki")
-        build_small(tmp, a.wiki, a.vocab, a.post)
+        build_small(tmp, a.wiki, a.vocab)
     os.replace(tmp, a.out)
 
 
