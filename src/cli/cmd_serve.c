@@ -6,6 +6,26 @@
 #include "cli/common_model.h"
 #include "serve/serve.h"
 
+/* --matryoshka: "any", or a comma-separated list of lengths. */
+static bool parse_matryoshka(const char *v, serve_opts *o) {
+    if (strcmp(v, "any") == 0) {
+        o->n_matryoshka = -1;
+        return true;
+    }
+    char buf[256];
+    if (!*v || strlen(v) >= sizeof buf) return false;
+    strcpy(buf, v);
+    int n = 0;
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok;
+         tok = strtok_r(NULL, ",", &save)) {
+        long x;
+        if (n == TS_MAX_MATRYOSHKA || !cli_parse_int(tok, 1, 1 << 20, &x)) return false;
+        o->matryoshka[n++] = (int)x;
+    }
+    o->n_matryoshka = n;
+    return n > 0;
+}
+
 int cmd_serve(int argc, char **argv) {
     serve_opts o;
     serve_opts_default(&o);
@@ -56,6 +76,11 @@ int cmd_serve(int argc, char **argv) {
         if ((v = cli_opt_value(argc, argv, &i, NULL, "--pooling"))) {
             if (!cli_parse_pooling(v, &o.pooling))
                 return cli_usage("bad --pooling '%s' (last, mean or cls)", v);
+            continue;
+        }
+        if ((v = cli_opt_value(argc, argv, &i, NULL, "--matryoshka"))) {
+            if (!parse_matryoshka(v, &o))
+                return cli_usage("bad --matryoshka '%s' (any, or lengths like 512,256,128)", v);
             continue;
         }
         INT_OPT("--port", 0, 65535, o.port)

@@ -56,6 +56,34 @@ static ts_status open_gguf(const char *path, ts_model **out) {
     return TS_OK;
 }
 
+/* config.json's Matryoshka lengths (ts_model_info.matryoshka): each in [1, the embedding's
+ * width), at most TS_MAX_MATRYOSHKA of them. */
+static ts_status read_matryoshka(ts_model *m) {
+    ts_model_info *in = &m->info;
+    bool any = false;
+    TS_TRY(ts_hfconfig_bool_opt(m->cfg, "is_matryoshka", false, &any));
+    if (!ts_hfconfig_has(m->cfg, "matryoshka_dimensions")) {
+        in->n_matryoshka = any ? -1 : 0;
+        return TS_OK;
+    }
+    int64_t dims[TS_MAX_MATRYOSHKA];
+    int n;
+    TS_TRY(ts_hfconfig_int_array(m->cfg, "matryoshka_dimensions", dims, TS_MAX_MATRYOSHKA, &n));
+    if (n > TS_MAX_MATRYOSHKA)
+        return ts_error(TS_ERR_UNSUPPORTED, "%s: matryoshka_dimensions: more than %d lengths",
+                        ts_hfconfig_path(m->cfg), TS_MAX_MATRYOSHKA);
+    for (int i = 0; i < n; i++) {
+        if (dims[i] < 1 || dims[i] > in->n_embd_out)
+            return ts_error(TS_ERR_FORMAT,
+                            "%s: matryoshka_dimensions: %lld is not a length of the %d-wide "
+                            "embeddings",
+                            ts_hfconfig_path(m->cfg), (long long)dims[i], in->n_embd_out);
+        in->matryoshka[i] = (int)dims[i];
+    }
+    in->n_matryoshka = n;
+    return TS_OK;
+}
+
 ts_status ts_model_open(const char *path, ts_model **out) {
     *out = NULL;
     struct stat sb;
@@ -78,6 +106,7 @@ ts_status ts_model_open(const char *path, ts_model **out) {
     if (st == TS_OK) {
         m->info.n_embd_out = m->info.n_embd;
         st = ts_embed_head_load_st(m);
+        if (st == TS_OK) st = read_matryoshka(m);
         if (st != TS_OK) m->arch->unload(m);
     }
     if (st != TS_OK) {

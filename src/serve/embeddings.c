@@ -24,18 +24,35 @@ bool serve_embed_parse(json_t *root, const char *const *model_ids, const serve_r
                               "'encoding_format' must be \"float\" or \"base64\"");
         r->base64 = strcmp(v, "base64") == 0;
     }
-    /* dimensions shortens the vectors of models trained for it (Matryoshka); this model's width
-     * is the one length that means anything here */
+    /* dimensions shortens the vectors of models trained for it (Matryoshka: the first values
+     * of a vector are a vector of their own), to the lengths the model declares */
+    r->dims = rt->n_embd_out;
     const json_t *d = json_object_get(root, "dimensions");
     if (d && !json_is_null(d)) {
         if (!json_is_integer(d) || json_integer_value(d) < 1)
             return serve_fail(e, 400, "invalid_value", "dimensions",
                               "'dimensions' must be a positive integer");
-        if (json_integer_value(d) != rt->n_embd_out)
+        json_int_t want = json_integer_value(d);
+        if (want > rt->n_embd_out)
+            return serve_fail(e, 400, "invalid_value", "dimensions",
+                              "this model's embeddings have %d dimensions", rt->n_embd_out);
+        bool ok = want == rt->n_embd_out || rt->n_matryoshka < 0;
+        for (int i = 0; i < rt->n_matryoshka; i++)
+            ok |= want == rt->matryoshka[i];
+        if (!ok) {
+            char lens[16 * (TS_MAX_MATRYOSHKA + 1)] = "";
+            for (int i = 0; i < rt->n_matryoshka; i++)
+                if (rt->matryoshka[i] != rt->n_embd_out)
+                    snprintf(lens + strlen(lens), sizeof lens - strlen(lens), "%d, ",
+                             rt->matryoshka[i]);
             return serve_fail(e, 400, "unsupported_feature", "dimensions",
-                              "this model's embeddings have %d dimensions; it was not trained "
-                              "for shorter ones",
-                              rt->n_embd_out);
+                              rt->n_matryoshka ? "this model's embeddings may be cut to %s%d "
+                                                 "dimensions"
+                                               : "%sthis model's embeddings have %d dimensions; "
+                                                 "it was not trained for shorter ones",
+                              lens, rt->n_embd_out);
+        }
+        r->dims = (int)want;
     }
     return true;
 }
@@ -139,7 +156,19 @@ bool serve_embed_jobs(const serve_runtime *rt, const serve_embed_request *r, ser
 
 /* One vector: 9 significant digits give back the same float32; or base64 of its float32
  * bytes (little-endian, as OpenAI's clients decode it) into enc's room. */
-static ts_status put_vector(ts_strbuf *b, const float *v, int n, char *enc) {
+/* The first n values of a unit vector of n_embd, scaled back to unit length where n is shorter
+ * (into cut), in JSON or base64. */
+static ts_status put_vector(ts_strbuf *b, const float *v, int n_embd, int n, float *cut,
+                            char *enc) {
+    if (n < n_embd) {
+        double ss = 0;
+        for (int k = 0; k < n; k++)
+            ss += (double)v[k] * v[k];
+        double scale = ss > 0 ? 1.0 / sqrt(ss) : 0.0;
+        for (int k = 0; k < n; k++)
+            cut[k] = (float)(v[k] * scale);
+        v = cut;
+    }
     if (enc) {
         serve_base64_encode(v, (size_t)n * sizeof(float), enc);
         return ts_strbuf_printf(b, "\"%s\"", enc);
@@ -150,14 +179,15 @@ static ts_status put_vector(ts_strbuf *b, const float *v, int n, char *enc) {
     return ts_strbuf_append(b, "]", 1);
 }
 
-char *serve_embed_answer(serve_job *const *jobs, int n, int n_embd, const char *model,
+char *serve_embed_answer(serve_job *const *jobs, int n, int n_embd, int dims, const char *model,
                          bool base64) {
     ts_strbuf b = {0};
-    char *enc = base64 ? malloc(SERVE_BASE64_LEN((size_t)n_embd * sizeof(float)) + 1) : NULL;
+    char *enc = base64 ? malloc(SERVE_BASE64_LEN((size_t)dims * sizeof(float)) + 1) : NULL;
+    float *cut = malloc((size_t)dims * sizeof *cut);
     json_t *m = json_string(model);
     char *mj = m ? json_dumps(m, JSON_ENCODE_ANY) : NULL;
     json_decref(m);
-    ts_status st = (base64 && !enc) || !mj ? TS_ERR_NOMEM : TS_OK;
+    ts_status st = (base64 && !enc) || !mj || !cut ? TS_ERR_NOMEM : TS_OK;
     if (st == TS_OK) st = ts_strbuf_printf(&b, "{\"object\":\"list\",\"data\":[");
     int index = 0, tokens = 0;
     for (int g = 0; st == TS_OK && g < n; g++) {
@@ -166,7 +196,8 @@ char *serve_embed_answer(serve_job *const *jobs, int n, int n_embd, const char *
         for (int i = 0; st == TS_OK && i < j->n_inputs; i++, index++) {
             st = ts_strbuf_printf(&b, "%s{\"object\":\"embedding\",\"index\":%d,\"embedding\":",
                                   index ? "," : "", index);
-            if (st == TS_OK) st = put_vector(&b, j->embedding + (size_t)i * n_embd, n_embd, enc);
+            if (st == TS_OK)
+                st = put_vector(&b, j->embedding + (size_t)i * n_embd, n_embd, dims, cut, enc);
             if (st == TS_OK) st = ts_strbuf_append(&b, "}", 1);
         }
     }
@@ -176,6 +207,7 @@ char *serve_embed_answer(serve_job *const *jobs, int n, int n_embd, const char *
                               "\"total_tokens\":%d}}",
                               mj, tokens, tokens);
     free(enc);
+    free(cut);
     free(mj);
     if (st != TS_OK) {
         ts_strbuf_free(&b);

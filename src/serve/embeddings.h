@@ -22,6 +22,7 @@ typedef struct {
     serve_prompt *inputs; /* owned */
     int n_inputs;
     bool base64; /* encoding_format "base64": each vector as its float32 bytes, little-endian */
+    int dims;    /* `dimensions`: each vector cut to its first dims values, then to unit length */
 } serve_embed_request;
 
 /* Reads root (taken over: freed with r) in the fixed order model, input, encoding_format,
@@ -36,8 +37,10 @@ void serve_embed_request_free(serve_embed_request *r);
 bool serve_embed_jobs(const serve_runtime *rt, const serve_embed_request *r, serve_pool pool,
                       int max_jobs, serve_job ***jobs, int *n, serve_error *e);
 
-/* The answer to the finished jobs (in order): OpenAI's list of embeddings and usage; NULL when
+/* The answer to the finished jobs (in order): OpenAI's list of embeddings of dims values (of
+ * the n_embd each job holds: the first dims, scaled back to unit length) and usage; NULL when
  * out of memory. */
-char *serve_embed_answer(serve_job *const *jobs, int n, int n_embd, const char *model, bool base64);
+char *serve_embed_answer(serve_job *const *jobs, int n, int n_embd, int dims, const char *model,
+                         bool base64);
 
 #endif

@@ -518,6 +518,7 @@ static enum MHD_Result embeddings(serve_conn *cn, struct MHD_Connection *c, json
               serve_embed_jobs(rt, &req, rt->pooling, lanes, &cs.job, &cs.n, &e);
     const char *model = answer_model(s, req.model);
     bool base64 = req.base64;
+    int dims = req.dims;
     serve_embed_request_free(&req);
     prep_done(cn); /* the jobs hold their token ids: the body and its tree are gone */
     if (ok) ok = admit(s, &cs, &e);
@@ -533,7 +534,7 @@ static enum MHD_Result embeddings(serve_conn *cn, struct MHD_Connection *c, json
         job_error(failed, &e);
         r = serve_send_error(cn, c, &e);
     } else {
-        char *body = serve_embed_answer(cs.job, cs.n, rt->n_embd_out, model, base64);
+        char *body = serve_embed_answer(cs.job, cs.n, rt->n_embd_out, dims, model, base64);
         r = body ? serve_send_json(cn, c, 200, body)
                  : (serve_fail(&e, 500, "internal_error", NULL, "out of memory"),
                     serve_send_error(cn, c, &e));

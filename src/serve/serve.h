@@ -46,6 +46,10 @@ typedef struct {
      * vector; TS_POOL_UNSET: the model's own pooling (an embedding model's), else the last
      * token's */
     ts_pooling pooling;
+    /* the lengths `dimensions` may cut an embedding to (Matryoshka), overriding the model's
+     * config: n_matryoshka of them, -1 any length; 0 (unset): the model's */
+    int matryoshka[TS_MAX_MATRYOSHKA];
+    int n_matryoshka;
     int step_delay_ms;   /* testing aid: sleep before every decode step and embedding call */
     int load_delay_ms;   /* testing aid: sleep before loading the model */
 } serve_opts;

@@ -106,7 +106,7 @@ static void embeddings(json_t *root, const char *const *ids) {
             inputs += j->n_inputs, tokens += j->n_ids;
         }
         FZ_ASSERT(inputs == r.n_inputs);
-        char *body = serve_embed_answer(jobs, n, rt.n_embd_out, "tessera", r.base64);
+        char *body = serve_embed_answer(jobs, n, rt.n_embd_out, r.dims, "tessera", r.base64);
         json_t *v = body ? json_loads(body, 0, NULL) : NULL;
         FZ_ASSERT(v && (int)json_array_size(json_object_get(v, "data")) == inputs);
         FZ_ASSERT(json_integer_value(

@@ -318,3 +318,41 @@ def test_text_through_the_hf_tokenizer(tmp_path):
         want = numpy_embedding(dst, ids, "mean")
         assert np.linalg.norm(v - want) < 2e-5, f"{np.linalg.norm(v - want):.2e}"
     assert r["usage"]["prompt_tokens"] == sum(map(len, want_ids))
+
+
+def test_matryoshka_dimensions(tmp_path):
+    """`dimensions` cuts each vector to its first values, back at unit length, where the model
+    declares that it was trained for those lengths (config.json's matryoshka_dimensions, as
+    vLLM reads it) or the server is told so (--matryoshka); any other length is refused, naming
+    the ones there are."""
+    import base64
+
+    ids = ref_ids(MEAN, 1)
+    width = len(ref_vec(MEAN, 1, "embedding"))
+    dst = served_copy(MEAN, str(tmp_path / "declared"))
+    cfg = json.load(open(os.path.join(dst, "config.json")))
+    cfg["matryoshka_dimensions"] = [16, 8]
+    json.dump(cfg, open(os.path.join(dst, "config.json"), "w"))
+    with Server(model=dst) as s:
+        (full,) = vectors(s.post_ok("/v1/embeddings", {"input": [ids]}))
+        assert len(full) == width
+        for d in (16, 8):
+            (v,) = vectors(s.post_ok("/v1/embeddings", {"input": [ids], "dimensions": d}))
+            want = full[:d] / np.linalg.norm(full[:d])
+            assert len(v) == d and np.abs(v - want).max() < 1e-6, d
+        r = s.post_ok("/v1/embeddings", {"input": [ids], "dimensions": 8,
+                                         "encoding_format": "base64"})
+        v = np.frombuffer(base64.b64decode(r["data"][0]["embedding"]), "<f4")
+        assert np.abs(v - full[:8] / np.linalg.norm(full[:8])).max() < 1e-6
+        status, _, r = s.post("/v1/embeddings", {"input": [ids], "dimensions": 12})
+        assert status == 400 and r["error"]["param"] == "dimensions"
+        assert f"16, 8, {width} dimensions" in r["error"]["message"], r
+        status, _, r = s.post("/v1/embeddings", {"input": [ids], "dimensions": width + 1})
+        assert status == 400 and r["error"]["code"] == "invalid_value"
+    with Server("--matryoshka", "any", model=served_copy(MEAN, str(tmp_path / "flag"))) as s:
+        (v,) = vectors(s.post_ok("/v1/embeddings", {"input": [ids], "dimensions": 5}))
+        assert np.abs(v - full[:5] / np.linalg.norm(full[:5])).max() < 1e-6
+    # a length wider than the embeddings cannot be promised
+    p = subprocess.run([binary(), "serve", "-m", dst, "--port", "0", "--matryoshka",
+                        f"8,{width + 8}"], capture_output=True, text=True, timeout=60)
+    assert p.returncode != 0 and f"--matryoshka {width + 8}" in p.stderr, p.stderr
