@@ -14,14 +14,16 @@
  * That is checked, as is the rest of what the "llama" form cannot say (another normalizer, a
  * real split, added tokens matched after normalization, missing byte pieces): refused, not
  * written as a vocabulary that tokenizes differently. */
+#include "model/quantize_vocab.h"
+
+#include "base/byte_piece.h"
+#include "format/hfconfig.h"
+
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-
-#include "format/hfconfig.h"
-#include "model/quantize_vocab.h"
 
 enum { TOK_NORMAL = 1, TOK_CONTROL = 3, TOK_USER_DEFINED = 4, TOK_UNUSED = 5, TOK_BYTE = 6 };
 
@@ -349,13 +351,9 @@ static ts_status write_spm(vocab *v, const char *dir, ts_gguf_writer *w) {
     float *score = malloc((size_t)v->n * sizeof *score);
     if (!score) return ts_error(TS_ERR_NOMEM, "out of memory");
     ts_status st = spm_scores(v, score);
-    for (int k = 0; st == TS_OK && k < v->n; k++) {
-        unsigned x;
-        char close;
-        if (v->type[k] == TOK_NORMAL && v->len[k] == 6 &&
-            sscanf(v->text[k], "<0x%2X%c", &x, &close) == 2 && close == '>')
+    for (int k = 0; st == TS_OK && k < v->n; k++)
+        if (v->type[k] == TOK_NORMAL && ts_byte_piece(v->text[k], v->len[k], false) >= 0)
             v->type[k] = TOK_BYTE;
-    }
     const json_t *unk = json_object_get(json_object_get(v->root, "model"), "unk_token");
     int unk_id = json_is_string(unk) ? token_id(v, json_string_value(unk)) : -1;
     bool add_bos, add_eos;

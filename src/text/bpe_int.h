@@ -4,6 +4,7 @@
 #define TS_TEXT_BPE_INT_H
 
 #define PCRE2_CODE_UNIT_WIDTH 8
+#include "base/byte_piece.h"
 #include "text/bpe.h"
 #include "text/space_cut.h"
 
@@ -178,21 +179,6 @@ static inline uint64_t bpe_hash(const void *data, size_t n) {
     uint64_t w = 0;
     memcpy(&w, p, n);
     return bpe_mix(h ^ w);
-}
-
-static inline int bpe_hex_digit(char c) {
-    return c >= '0' && c <= '9'   ? c - '0'
-           : c >= 'a' && c <= 'f' ? c - 'a' + 10
-           : c >= 'A' && c <= 'F' ? c - 'A' + 10
-                                  : -1;
-}
-
-/* The ByteFallback decoder's reading of a token: exactly "<0x" two hex digits ">" (Rust's
- * u8::from_str_radix, so "+F" reads as 15) is that byte. */
-static inline int bpe_fallback_byte(const char *s, size_t n) {
-    if (n != 6 || memcmp(s, "<0x", 3) != 0 || s[5] != '>') return -1;
-    int lo = bpe_hex_digit(s[4]), hi = s[3] == '+' ? 0 : bpe_hex_digit(s[3]);
-    return lo < 0 || hi < 0 ? -1 : hi * 16 + lo;
 }
 
 /* The merge rank of the pair (a, b), INT32_MAX when the pair never merges. */

@@ -199,7 +199,7 @@ static ts_status bpe_token_decoded(const ts_bpe *t, const char *text, size_t len
                                   blob));
     else
         TS_TRY(ts_strbuf_append(blob, text, len));
-    int b = t->dec_byte_fallback ? bpe_fallback_byte(blob->data + start, blob->len - start) : -1;
+    int b = t->dec_byte_fallback ? ts_byte_piece(blob->data + start, blob->len - start, true) : -1;
     if (b >= 0) {
         blob->data[start] = (char)b;
         blob->len = start + 1;

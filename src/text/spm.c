@@ -1,6 +1,7 @@
 /* SentencePiece-style BPE as llama.cpp runs it for "llama" vocabularies (see spm.h). */
 #include "text/spm.h"
 
+#include "base/byte_piece.h"
 #include "base/status.h"
 #include "text/space_cut.h"
 
@@ -135,20 +136,6 @@ static ts_status spm_build_starts(ts_spm *t, spm_starts *st, bool user_only) {
     return TS_OK;
 }
 
-static int spm_hexval(char c) {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    return -1;
-}
-
-/* <0xXX> -> XX, -1 when the piece is not spelled so. */
-static int spm_byte_piece(const char *s, size_t n) {
-    if (n != 6 || memcmp(s, "<0x", 3) != 0 || s[5] != '>') return -1;
-    int hi = spm_hexval(s[3]), lo = spm_hexval(s[4]);
-    return hi < 0 || lo < 0 ? -1 : hi * 16 + lo;
-}
-
 static ts_status spm_fill(ts_spm *t, const ts_spm_spec *spec) {
     size_t n = (size_t)spec->n_tokens, total = 0, dtotal = 0;
     for (size_t i = 0; i < n; i++) {
@@ -197,7 +184,7 @@ static ts_status spm_fill(ts_spm *t, const ts_spm_spec *spec) {
                 }
             }
         } else if (ty == TS_SPM_BYTE) {
-            int b = spm_byte_piece(s, len);
+            int b = ts_byte_piece(s, len, false);
             if (b < 0)
                 return ts_error(TS_ERR_FORMAT, "%s: token %zu: byte token '%.*s' is not <0xXX>",
                                 t->name, i, (int)(len > 16 ? 16 : len), s);
