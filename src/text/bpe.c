@@ -435,8 +435,6 @@ static ts_status bpe_word(const ts_bpe *t, bpe_scratch *s, const uint8_t *p, siz
     return TS_OK;
 }
 
-/* Splits p[0..n) with pre-tokenizer regex `level`; the matches and the text between them are
- * pieces, each split further by the next level or, after the last one, merged. */
 /* A word merged in parts cut before its spaces (space_cut.h). */
 static ts_status bpe_space_parts(const ts_bpe *t, bpe_scratch *s, const char *p, size_t n,
                                  ts_ids *out) {
@@ -447,6 +445,8 @@ static ts_status bpe_space_parts(const ts_bpe *t, bpe_scratch *s, const char *p,
     return TS_OK;
 }
 
+/* Splits p[0..n) with pre-tokenizer regex `level`; the matches and the text between them are
+ * pieces, each split further by the next level or, after the last one, merged. */
 static ts_status bpe_pretok(const ts_bpe *t, bpe_scratch *s, int level, const char *p, size_t n,
                             ts_ids *out) {
     if (n == 0) return TS_OK;
@@ -572,7 +572,7 @@ ts_status bpe_normalize(const ts_bpe *t, const char *s, size_t n, ts_strbuf *out
 static bool bpe_norm_identity(const ts_bpe *t, const char *p, size_t n) {
     for (int i = 0; i < t->n_norm; i++)
         if (!t->norm[i].nfc) return false;
-    for (size_t i = 0; t->nfc && i < n; i++)
+    for (size_t i = 0; t->n_norm && i < n; i++)
         if ((uint8_t)p[i] >= 0xCC) return false;
     return true;
 }
@@ -720,39 +720,30 @@ ts_status ts_bpe_decode(const ts_bpe *t, const int32_t *ids, size_t n, bool skip
                         char **out, size_t *len) {
     *out = NULL;
     *len = 0;
+    /* Byte-level: all the bytes in raw, made valid at the end. Otherwise every regular token is
+     * text already, and raw holds a run of ByteFallback bytes, joined on its own (as HF). */
     ts_strbuf raw = {0}, text = {0};
     ts_status st = TS_OK;
-    /* Byte-level: all bytes joined, then made valid. Otherwise every regular token is text
-     * already, and each run of ByteFallback bytes is joined on its own (as HF). */
-    size_t run = 0; /* bytes of the current run, at the end of raw */
     for (size_t i = 0; i < n && st == TS_OK; i++) {
         size_t bl;
         const char *b = ts_bpe_token_bytes(t, ids[i], &bl);
         if (!b) {
             st = ts_error(TS_ERR_RANGE, "decode: token id %d at index %zu is outside [0, %d)",
                           (int)ids[i], i, t->n_ids);
-            break;
-        }
-        if (skip_special && ts_bpe_is_special(t, ids[i])) continue;
-        if (!t->byte_level && bpe_is_byte(t, ids[i])) {
-            run += bl;
-        } else if (run) {
-            raw.len -= run;
-            st = ts_utf8_append_byte_run(&text, raw.data + raw.len, run);
-            run = 0;
-        }
-        if (st == TS_OK) st = ts_strbuf_append(&raw, b, bl);
-        if (st == TS_OK && !t->byte_level && !run) {
-            st = ts_strbuf_append(&text, raw.data, raw.len);
+        } else if (skip_special && ts_bpe_is_special(t, ids[i])) {
+            continue;
+        } else if (t->byte_level || bpe_is_byte(t, ids[i])) {
+            st = ts_strbuf_append(&raw, b, bl);
+        } else {
+            if (raw.len) st = ts_utf8_append_byte_run(&text, raw.data, raw.len);
             raw.len = 0;
+            if (st == TS_OK) st = ts_strbuf_append(&text, b, bl);
         }
     }
-    if (st == TS_OK && run)
-        st = ts_utf8_append_byte_run(&text, raw.data, run);
-    else if (st == TS_OK && t->byte_level) {
-        st = ts_strbuf_reserve(&text, raw.len);
-        if (st == TS_OK) st = ts_utf8_append_lossy(&text, raw.data ? raw.data : "", raw.len);
-    }
+    if (st == TS_OK && t->byte_level)
+        st = ts_utf8_append_lossy(&text, raw.data ? raw.data : "", raw.len);
+    if (st == TS_OK && !t->byte_level && raw.len)
+        st = ts_utf8_append_byte_run(&text, raw.data, raw.len);
     if (st == TS_OK && !text.data) st = ts_strbuf_reserve(&text, 0);
     ts_strbuf_free(&raw);
     if (st != TS_OK) {

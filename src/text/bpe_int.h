@@ -103,7 +103,6 @@ struct ts_bpe {
 
     bpe_norm_step norm[BPE_MAX_NORM];
     int n_norm;
-    bool nfc; /* some step is NFC */
 
     /* The decoder, when not byte-level: Replace (dec_from -> dec_to; none when dec_from_len is
      * 0), then ByteFallback. Applied to every token once, at load (tok_off / tok_len). */

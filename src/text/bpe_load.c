@@ -558,7 +558,7 @@ static ts_status bpe_load_norm_step(ts_bpe *t, const json_t *n, const char *wher
                         BPE_MAX_NORM);
     bpe_norm_step *step = &t->norm[t->n_norm];
     if (strcmp(type, "NFC") == 0) {
-        step->nfc = t->nfc = true;
+        step->nfc = true;
         t->n_norm++;
         return TS_OK;
     }
@@ -873,9 +873,10 @@ static ts_status bpe_load_model(ts_bpe *t, const json_t *model, ts_strbuf *blob,
  * special_tokens map (exactly one id). */
 static ts_status bpe_post_special(ts_bpe *t, const json_t *tp, const json_t *item, int32_t *id) {
     const json_t *name = json_object_get(json_object_get(item, "SpecialToken"), "id");
-    const json_t *ids = json_object_get(
-        json_object_get(json_object_get(tp, "special_tokens"), json_string_value(name)), "ids");
-    if (!json_is_string(name) || !json_is_array(ids) || json_array_size(ids) != 1)
+    const json_t *map = json_object_get(tp, "special_tokens"), *ids = NULL;
+    if (json_is_string(name))
+        ids = json_object_get(json_object_get(map, json_string_value(name)), "ids");
+    if (!json_is_array(ids) || json_array_size(ids) != 1)
         return ts_error(TS_ERR_UNSUPPORTED,
                         "%s: post_processor: a special token of the template must name one id "
                         "in special_tokens",
@@ -894,9 +895,9 @@ static ts_status bpe_load_post(ts_bpe *t, const json_t *post) {
     if (strcmp(bpe_type(post), "Sequence") == 0) {
         size_t i;
         const json_t *p;
-        json_array_foreach(json_object_get(post, "processors"), i,
-                           p) if (strcmp(bpe_type(p), "TemplateProcessing") ==
-                                  0) return bpe_load_post(t, p);
+        json_array_foreach(json_object_get(post, "processors"), i, p) {
+            if (strcmp(bpe_type(p), "TemplateProcessing") == 0) return bpe_load_post(t, p);
+        }
         return TS_OK;
     }
     if (strcmp(bpe_type(post), "TemplateProcessing") != 0) return TS_OK;

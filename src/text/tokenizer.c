@@ -83,8 +83,9 @@ static void add_eog_from_generation_config(ts_tokenizer *t, const char *dir) {
     size_t i;
     json_t *v;
     if (json_is_integer(eos)) add_eog(t, (int32_t)json_integer_value(eos));
-    json_array_foreach(eos, i, v) if (json_is_integer(v))
-        add_eog(t, (int32_t)json_integer_value(v));
+    json_array_foreach(eos, i, v) {
+        if (json_is_integer(v)) add_eog(t, (int32_t)json_integer_value(v));
+    }
     json_decref(root);
 }
 
