@@ -88,41 +88,74 @@ static ts_status fill_tokens(vocab *v) {
     return TS_OK;
 }
 
-static ts_status write_merges(const vocab *v, ts_gguf_writer *w) {
+/* model.merges as "left right" strings (the file's own, or a [left, right] pair joined), with
+ * where each left piece ends. */
+typedef struct {
+    size_t n;
+    const char **joined;
+    size_t *left; /* joined[i][left[i]] is the space between the two pieces (a string without
+                   * one: its length) */
+    char **owned; /* the joined pairs' storage */
+} merge_list;
+
+static void merges_free(merge_list *ml) {
+    for (size_t k = 0; ml->owned && k < ml->n; k++)
+        free(ml->owned[k]);
+    free(ml->owned);
+    free(ml->joined);
+    free(ml->left);
+    memset(ml, 0, sizeof *ml);
+}
+
+static ts_status merges_read(const vocab *v, merge_list *ml) {
+    memset(ml, 0, sizeof *ml);
     json_t *merges = json_object_get(json_object_get(v->root, "model"), "merges");
     if (!json_is_array(merges)) return TS_OK;
     size_t n = json_array_size(merges), i;
-    const char **items = malloc((n ? n : 1) * sizeof *items);
-    char **owned = calloc(n ? n : 1, sizeof *owned);
-    ts_status st = items && owned ? TS_OK : ts_error(TS_ERR_NOMEM, "out of memory");
+    ml->n = n;
+    ml->joined = malloc((n ? n : 1) * sizeof *ml->joined);
+    ml->left = malloc((n ? n : 1) * sizeof *ml->left);
+    ml->owned = calloc(n ? n : 1, sizeof *ml->owned);
+    ts_status st =
+        ml->joined && ml->left && ml->owned ? TS_OK : ts_error(TS_ERR_NOMEM, "out of memory");
     json_t *m;
     json_array_foreach(merges, i, m) {
         if (st != TS_OK) break;
         if (json_is_string(m)) {
-            items[i] = json_string_value(m);
+            const char *sp = strchr(json_string_value(m), ' ');
+            ml->joined[i] = json_string_value(m);
+            ml->left[i] = sp ? (size_t)(sp - ml->joined[i]) : strlen(ml->joined[i]);
         } else if (json_is_array(m) && json_array_size(m) == 2 &&
                    json_is_string(json_array_get(m, 0)) && json_is_string(json_array_get(m, 1))) {
             const char *a = json_string_value(json_array_get(m, 0));
             const char *b = json_string_value(json_array_get(m, 1));
             size_t la = strlen(a), lb = strlen(b);
-            owned[i] = malloc(la + lb + 2);
-            if (!owned[i]) {
+            ml->owned[i] = malloc(la + lb + 2);
+            if (!ml->owned[i]) {
                 st = ts_error(TS_ERR_NOMEM, "out of memory");
                 break;
             }
-            memcpy(owned[i], a, la);
-            owned[i][la] = ' ';
-            memcpy(owned[i] + la + 1, b, lb + 1);
-            items[i] = owned[i];
+            memcpy(ml->owned[i], a, la);
+            ml->owned[i][la] = ' ';
+            memcpy(ml->owned[i] + la + 1, b, lb + 1);
+            ml->joined[i] = ml->owned[i];
+            ml->left[i] = la;
         } else {
             st = ts_error(TS_ERR_FORMAT, "%s: model.merges[%zu]: expected \"a b\" or [a, b]",
                           v->path, i);
         }
     }
-    if (st == TS_OK) st = ts_gguf_writer_kv_str_arr(w, "tokenizer.ggml.merges", items, NULL, n);
-    for (size_t k = 0; owned && k < n; k++) free(owned[k]);
-    free(owned);
-    free(items);
+    if (st != TS_OK) merges_free(ml);
+    return st;
+}
+
+static ts_status write_merges(const vocab *v, ts_gguf_writer *w) {
+    merge_list ml;
+    TS_TRY(merges_read(v, &ml));
+    ts_status st =
+        ml.joined ? ts_gguf_writer_kv_str_arr(w, "tokenizer.ggml.merges", ml.joined, NULL, ml.n)
+                  : TS_OK;
+    merges_free(&ml);
     return st;
 }
 
@@ -251,8 +284,10 @@ static ts_status spm_check(const vocab *v) {
     }
     size_t i;
     json_t *a;
-    json_array_foreach(v->added, i, a) if (!why && json_is_true(json_object_get(a, "normalized")))
-        why = "added_tokens: none matched after normalization (normalized: true)";
+    json_array_foreach(v->added, i, a) {
+        if (!why && json_is_true(json_object_get(a, "normalized")))
+            why = "added_tokens: none matched after normalization (normalized: true)";
+    }
     return why ? ts_error(TS_ERR_UNSUPPORTED,
                           "%s: a SentencePiece tokenizer is written as llama.cpp's 'llama' "
                           "vocabulary, which needs %s",
@@ -260,45 +295,40 @@ static ts_status spm_check(const vocab *v) {
                : TS_OK;
 }
 
+/* buf grown to hold need bytes. */
+static ts_status grow(char **buf, size_t *cap, size_t need) {
+    if (need <= *cap) return TS_OK;
+    free(*buf);
+    *cap = 2 * need;
+    *buf = malloc(*cap);
+    return *buf ? TS_OK : ts_error(TS_ERR_NOMEM, "out of memory");
+}
+
 /* Each piece's score: minus the rank of the first merge that makes it; pieces no merge makes
  * (characters, bytes, added tokens) -1e9, which no merge ever compares. Every split of a
  * piece into two vocabulary pieces must be a merge (else llama.cpp would merge a pair that
  * Hugging Face does not). */
 static ts_status spm_scores(const vocab *v, float *score) {
-    const json_t *merges = json_object_get(json_object_get(v->root, "model"), "merges");
     for (int k = 0; k < v->n; k++)
         score[k] = -1e9f;
+    merge_list ml;
+    TS_TRY(merges_read(v, &ml));
     json_t *pairs = json_object(); /* "left right" -> true, to check the splits */
-    if (!pairs) return ts_error(TS_ERR_NOMEM, "out of memory");
-    ts_status st = TS_OK;
+    ts_status st = pairs ? TS_OK : ts_error(TS_ERR_NOMEM, "out of memory");
     char *buf = NULL;
-    size_t cap = 0, i;
-    json_t *m;
-    json_array_foreach(merges, i, m) {
-        const char *a = json_string_value(json_array_get(m, 0));
-        const char *b = json_string_value(json_array_get(m, 1));
-        const char *sp = json_is_string(m) ? strchr(json_string_value(m), ' ') : NULL;
-        size_t la = a ? strlen(a) : sp ? (size_t)(sp - json_string_value(m)) : 0;
-        if (sp) a = json_string_value(m), b = sp + 1;
-        if (!a || !b) {
+    size_t cap = 0;
+    for (size_t i = 0; st == TS_OK && i < ml.n; i++) {
+        const char *j = ml.joined[i];
+        size_t la = ml.left[i], n = strlen(j);
+        if (la == n) {
             st = ts_error(TS_ERR_FORMAT, "%s: model.merges[%zu]: expected \"a b\" or [a, b]",
                           v->path, i);
             break;
         }
-        size_t lb = strlen(b);
-        if (la + lb + 2 > cap) {
-            free(buf);
-            cap = 2 * (la + lb + 2);
-            if (!(buf = malloc(cap))) {
-                st = ts_error(TS_ERR_NOMEM, "out of memory");
-                break;
-            }
-        }
-        memcpy(buf, a, la);
-        buf[la] = ' ';
-        memcpy(buf + la + 1, b, lb + 1);
-        json_object_set_new(pairs, buf, json_true());
-        memmove(buf + la, buf + la + 1, lb + 1); /* the merged piece */
+        json_object_set_new(pairs, j, json_true());
+        if ((st = grow(&buf, &cap, n)) != TS_OK) break;
+        memcpy(buf, j, la); /* the merged piece: the two without the space */
+        memcpy(buf + la, j + la + 1, n - la);
         json_t *id = json_object_get(v->vocab, buf);
         json_int_t k = json_is_integer(id) ? json_integer_value(id) : -1;
         if (k >= 0 && k < v->n && score[k] == -1e9f) score[k] = -(float)i;
@@ -307,15 +337,7 @@ static ts_status spm_scores(const vocab *v, float *score) {
     json_t *val;
     json_object_foreach(v->vocab, key, val) {
         size_t n = strlen(key);
-        if (st != TS_OK) break;
-        if (n + 2 > cap) {
-            free(buf);
-            cap = 2 * (n + 2);
-            if (!(buf = malloc(cap))) {
-                st = ts_error(TS_ERR_NOMEM, "out of memory");
-                break;
-            }
-        }
+        if (st != TS_OK || (st = grow(&buf, &cap, n + 2)) != TS_OK) break;
         for (size_t cut = 1; cut < n && st == TS_OK; cut++) {
             if (((unsigned char)key[cut] & 0xC0) == 0x80) continue; /* inside a character */
             memcpy(buf, key, cut);
@@ -333,6 +355,7 @@ static ts_status spm_scores(const vocab *v, float *score) {
     }
     free(buf);
     json_decref(pairs);
+    merges_free(&ml);
     return st;
 }
 
