@@ -41,6 +41,13 @@ void ts_model_close(ts_model *model);
 
 #define TS_MAX_MATRYOSHKA 16
 
+/* The shorter lengths an embedding may be cut to (Matryoshka: its first values are a vector of
+ * their own): n of them in len, n -1 any length, n 0 none. */
+typedef struct {
+    int n;
+    int len[TS_MAX_MATRYOSHKA];
+} ts_matryoshka;
+
 /* How an input's hidden states become one vector (an embedding) */
 typedef enum {
     TS_POOL_UNSET = 0, /* the model does not say */
@@ -65,11 +72,9 @@ typedef struct {
     ts_pooling pooling; /* the model's own pooling (its sentence-transformers Pooling module,
                          * a GGUF's pooling_type); TS_POOL_UNSET where it declares none */
     int n_embd_out;     /* width of its embeddings: after ts_model_embed_project */
-    /* Shorter lengths its embeddings were trained to be cut to (Matryoshka), as config.json
-     * declares them the way vLLM reads it: matryoshka_dimensions (n_matryoshka of them), or
-     * is_matryoshka true without a list (n_matryoshka -1: any length); 0: none declared. */
-    int matryoshka[TS_MAX_MATRYOSHKA];
-    int n_matryoshka;
+    /* The lengths its embeddings were trained to be cut to, as config.json declares them the
+     * way vLLM reads it: matryoshka_dimensions, or is_matryoshka true without a list (any). */
+    ts_matryoshka matryoshka;
 } ts_model_info;
 
 void ts_model_get_info(const ts_model *model, ts_model_info *info);

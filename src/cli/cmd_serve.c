@@ -9,7 +9,7 @@
 /* --matryoshka: "any", or a comma-separated list of lengths. */
 static bool parse_matryoshka(const char *v, serve_opts *o) {
     if (strcmp(v, "any") == 0) {
-        o->n_matryoshka = -1;
+        o->matryoshka.n = -1;
         return true;
     }
     char buf[256];
@@ -20,9 +20,9 @@ static bool parse_matryoshka(const char *v, serve_opts *o) {
          tok = strtok_r(NULL, ",", &save)) {
         long x;
         if (n == TS_MAX_MATRYOSHKA || !cli_parse_int(tok, 1, 1 << 20, &x)) return false;
-        o->matryoshka[n++] = (int)x;
+        o->matryoshka.len[n++] = (int)x;
     }
-    o->n_matryoshka = n;
+    o->matryoshka.n = n;
     return n > 0;
 }
 

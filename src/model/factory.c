@@ -57,13 +57,14 @@ static ts_status open_gguf(const char *path, ts_model **out) {
 }
 
 /* config.json's Matryoshka lengths (ts_model_info.matryoshka): each in [1, the embedding's
- * width), at most TS_MAX_MATRYOSHKA of them. */
+ * width], at most TS_MAX_MATRYOSHKA of them. */
 static ts_status read_matryoshka(ts_model *m) {
     ts_model_info *in = &m->info;
+    ts_matryoshka *mt = &in->matryoshka;
     bool any = false;
     TS_TRY(ts_hfconfig_bool_opt(m->cfg, "is_matryoshka", false, &any));
     if (!ts_hfconfig_has(m->cfg, "matryoshka_dimensions")) {
-        in->n_matryoshka = any ? -1 : 0;
+        mt->n = any ? -1 : 0;
         return TS_OK;
     }
     int64_t dims[TS_MAX_MATRYOSHKA];
@@ -78,9 +79,9 @@ static ts_status read_matryoshka(ts_model *m) {
                             "%s: matryoshka_dimensions: %lld is not a length of the %d-wide "
                             "embeddings",
                             ts_hfconfig_path(m->cfg), (long long)dims[i], in->n_embd_out);
-        in->matryoshka[i] = (int)dims[i];
+        mt->len[i] = (int)dims[i];
     }
-    in->n_matryoshka = n;
+    mt->n = n;
     return TS_OK;
 }
 

@@ -36,17 +36,17 @@ bool serve_embed_parse(json_t *root, const char *const *model_ids, const serve_r
         if (want > rt->n_embd_out)
             return serve_fail(e, 400, "invalid_value", "dimensions",
                               "this model's embeddings have %d dimensions", rt->n_embd_out);
-        bool ok = want == rt->n_embd_out || rt->n_matryoshka < 0;
-        for (int i = 0; i < rt->n_matryoshka; i++)
-            ok |= want == rt->matryoshka[i];
+        bool ok = want == rt->n_embd_out || rt->matryoshka.n < 0;
+        for (int i = 0; i < rt->matryoshka.n; i++)
+            ok |= want == rt->matryoshka.len[i];
         if (!ok) {
             char lens[16 * (TS_MAX_MATRYOSHKA + 1)] = "";
-            for (int i = 0; i < rt->n_matryoshka; i++)
-                if (rt->matryoshka[i] != rt->n_embd_out)
+            for (int i = 0; i < rt->matryoshka.n; i++)
+                if (rt->matryoshka.len[i] != rt->n_embd_out)
                     snprintf(lens + strlen(lens), sizeof lens - strlen(lens), "%d, ",
-                             rt->matryoshka[i]);
+                             rt->matryoshka.len[i]);
             return serve_fail(e, 400, "unsupported_feature", "dimensions",
-                              rt->n_matryoshka ? "this model's embeddings may be cut to %s%d "
+                              rt->matryoshka.n ? "this model's embeddings may be cut to %s%d "
                                                  "dimensions"
                                                : "%sthis model's embeddings have %d dimensions; "
                                                  "it was not trained for shorter ones",

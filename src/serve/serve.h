@@ -47,9 +47,8 @@ typedef struct {
      * token's */
     ts_pooling pooling;
     /* the lengths `dimensions` may cut an embedding to (Matryoshka), overriding the model's
-     * config: n_matryoshka of them, -1 any length; 0 (unset): the model's */
-    int matryoshka[TS_MAX_MATRYOSHKA];
-    int n_matryoshka;
+     * config; none (n 0): the model's */
+    ts_matryoshka matryoshka;
     int step_delay_ms;   /* testing aid: sleep before every decode step and embedding call */
     int load_delay_ms;   /* testing aid: sleep before loading the model */
 } serve_opts;

@@ -63,23 +63,11 @@ int serve_run(const serve_opts *opts) {
     pthread_sigmask(SIG_BLOCK, &set, NULL);
     signal(SIGPIPE, SIG_IGN);
 
-    serve_worker_opts wo = {opts->model_path,
-                            opts->n_ctx,
-                            opts->n_threads,
-                            opts->device,
-                            opts->max_pending,
-                            opts->n_parallel,
-                            opts->cache_mb << 20,
-                            opts->step_delay_ms,
-                            opts->load_delay_ms,
-                            opts->prefill_chunk,
-                            opts->image_max_pixels,
-                            opts->draft_max,
-                            opts->draft_lookup,
-                            opts->pooling,
-                            {0},
-                            opts->n_matryoshka};
-    memcpy(wo.matryoshka, opts->matryoshka, sizeof wo.matryoshka);
+    serve_worker_opts wo = {
+        opts->model_path,    opts->n_ctx,         opts->n_threads,        opts->device,
+        opts->max_pending,   opts->n_parallel,    opts->cache_mb << 20,   opts->step_delay_ms,
+        opts->load_delay_ms, opts->prefill_chunk, opts->image_max_pixels, opts->draft_max,
+        opts->draft_lookup,  opts->pooling,       opts->matryoshka};
     int rc = 0;
     bool deadlines_on = false;
     if (serve_worker_start(&wo, &s->metrics, &s->worker) != TS_OK) {

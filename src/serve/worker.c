@@ -252,13 +252,12 @@ static ts_status load(serve_worker *w) {
     rt->n_embd = info.n_embd;
     rt->n_embd_out = info.n_embd_out;
     rt->encoder = info.encoder;
-    bool own = w->o.n_matryoshka != 0;
-    for (int i = 0; own && i < w->o.n_matryoshka; i++)
-        if (w->o.matryoshka[i] > info.n_embd_out)
+    const ts_matryoshka *own = &w->o.matryoshka;
+    for (int i = 0; i < own->n; i++)
+        if (own->len[i] > info.n_embd_out)
             return ts_error(TS_ERR_INVALID, "--matryoshka %d: the embeddings have %d dimensions",
-                            w->o.matryoshka[i], info.n_embd_out);
-    rt->n_matryoshka = own ? w->o.n_matryoshka : info.n_matryoshka;
-    memcpy(rt->matryoshka, own ? w->o.matryoshka : info.matryoshka, sizeof rt->matryoshka);
+                            own->len[i], info.n_embd_out);
+    rt->matryoshka = own->n ? *own : info.matryoshka;
     ts_pooling pool = w->o.pooling ? w->o.pooling : info.pooling ? info.pooling : TS_POOL_LAST;
     rt->pooling = pool == TS_POOL_MEAN    ? SERVE_POOL_MEAN
                   : pool == TS_POOL_FIRST ? SERVE_POOL_FIRST

@@ -39,10 +39,7 @@ typedef struct {
     int draft_max;     /* speculative decoding (serve/speculate.c): guesses a step, 0 none */
     bool draft_lookup; /* guesses by prompt lookup too */
     ts_pooling pooling; /* embeddings' pooling; TS_POOL_UNSET: the model's own, else last */
-    /* the lengths `dimensions` may cut an embedding to: n_matryoshka of them, -1 any; 0: the
-     * model's config */
-    int matryoshka[TS_MAX_MATRYOSHKA];
-    int n_matryoshka;
+    ts_matryoshka matryoshka; /* --matryoshka; none (n 0): the model's config */
 } serve_worker_opts;
 
 /* Jobs run together by default. On 2 CPU cores 4 clients of the 0.8B get ~2.9x the tokens of
@@ -80,10 +77,9 @@ typedef struct {
      * embedding pools its input's hidden states (--pooling, else the model's own, else last) */
     bool encoder;
     serve_pool pooling;
-    /* the shorter lengths an embedding may be cut to (`dimensions`): n_matryoshka of them, -1
-     * any, 0 none (--matryoshka, else the model's config) */
-    int matryoshka[TS_MAX_MATRYOSHKA];
-    int n_matryoshka;
+    /* the shorter lengths an embedding may be cut to (`dimensions`): --matryoshka, else the
+     * model's config */
+    ts_matryoshka matryoshka;
     int32_t think_open, think_close, turn_start; /* token ids, -1 when absent */
     int n_snapshots;
     int n_parallel; /* lanes: jobs decoded together */
