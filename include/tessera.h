@@ -363,6 +363,33 @@ ts_status ts_image_decode(const void *data, size_t len, ts_image **out);
 ts_status ts_image_resize(const ts_image *src, int width, int height, ts_image **out);
 void ts_image_free(ts_image *img);
 
+/* ---- video: frames in ------------------------------------------------------------------- */
+/* A video file's first video stream as Hugging Face's load_video (PyAV) sees it, before any
+ * frame is decoded: its size, its frames (counted by reading every packet of the stream, not
+ * taken from the header) and its average frame rate (0 when the file gives none). */
+typedef struct {
+    int width, height;
+    int64_t n_frames;
+    double fps;
+} ts_video_info;
+/* The most ts_video_probe takes: frames a stream, and frames times pixels (the decoding work,
+ * since every frame up to the last one asked for is decoded). A side and a frame's pixels are
+ * held to TS_IMAGE_MAX_SIDE and TS_IMAGE_MAX_PIXELS. */
+#define TS_VIDEO_MAX_FRAMES 100000
+#define TS_VIDEO_MAX_WORK   ((int64_t)1 << 34)
+/* Reads a video file held in memory (MP4 / QuickTime, Matroska / WebM; decoded by the system's
+ * libavformat and libavcodec, nothing outside the data ever opened) far enough to fill *out.
+ * TS_ERR_UNSUPPORTED for another container or a codec not read, TS_ERR_FORMAT for a damaged
+ * file or one without a video stream, TS_ERR_RANGE over the limits above. */
+ts_status ts_video_probe(const void *data, size_t len, ts_video_info *out);
+/* Decodes the frames at the n ascending indices (frame 0 is the stream's first), each turned
+ * into 8-bit RGB as PyAV's to_ndarray("rgb24") turns it and resized to width x height with
+ * ts_image_resize (no resize where the size is the frame's own), into frames[0..n). The
+ * stream's display rotation is not applied (Hugging Face applies none). TS_ERR_FORMAT when the
+ * stream ends before an index or a frame cannot be decoded; on error frames[] holds nothing. */
+ts_status ts_video_decode(const void *data, size_t len, const int64_t *indices, int n, int width,
+                          int height, ts_image **frames);
+
 /* ---- vision: images in a prompt ---------------------------------------------------------- */
 /* How a model with a vision tower takes images: each image is resized to multiples of
  * patch_size * merge_size pixels within [min_pixels, max_pixels] (aspect ratio kept), cut into

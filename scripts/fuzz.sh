@@ -2,7 +2,7 @@
 # Fuzzes the parsers of untrusted input with libFuzzer + ASan + UBSan for a bounded time.
 #   scripts/fuzz.sh [SECONDS] [JOBS] [TARGET]      (defaults: 60 seconds, 1 job, gguf)
 # TARGET: gguf, safetensors, hfconfig, bpe_load, bpe_encode, openai, toolcall, textout, grammar,
-#   image, or all
+#   image, video, or all
 # (each in turn, SECONDS apiece); tests/fuzz/README.md says what each one covers.
 # Builds build-fuzz/fuzz_TARGET with clang, writes its seed corpus (gguf: with our own writer,
 # tests/fuzz/gguf_seeds.c; the others: tests/fuzz/make_seeds.py, from the repository's fixtures),
@@ -27,7 +27,7 @@ if [ -z "$CC" ]; then
   echo "fuzz.sh: clang not found (apt-get install clang-14 libclang-rt-14-dev)" >&2
   exit 2
 fi
-ALL="gguf safetensors hfconfig bpe_load bpe_encode openai toolcall textout grammar image"
+ALL="gguf safetensors hfconfig bpe_load bpe_encode openai toolcall textout grammar image video"
 
 BASE="src/base/status.c src/base/mmapfile.c src/base/tensor.c src/base/utf8.c"
 GGUF="src/format/gguf_read.c src/format/gguf_meta.c"
@@ -39,9 +39,12 @@ TOKENIZER="$BPE src/text/spm.c src/text/tokenizer.c src/text/chat.c src/text/cha
 GRAMMAR="src/text/grammar.c src/text/grammar_vocab.c src/text/json_grammar.c
          src/text/json_schema.c src/text/tool_grammar.c src/text/gbnf.c src/text/regex_grammar.c
          src/text/utf8_ranges.c"
-LIBS="$(pkg-config --libs jansson libpcre2-8 libutf8proc libpng libjpeg libwebp libwebpdemux zlib) -lpthread -lm"
+PKGS="jansson libpcre2-8 libutf8proc libpng libjpeg libwebp libwebpdemux zlib libavformat libavcodec
+      libswscale libavutil"
+# shellcheck disable=SC2086
+LIBS="$(pkg-config --libs $PKGS) -lpthread -lm"
 FLAGS="-std=c11 -D_GNU_SOURCE -g -O1 -fno-omit-frame-pointer -Iinclude -Isrc -Wall -Wextra
-       -DTS_SOURCE_DIR=\"$PWD\" $(pkg-config --cflags jansson libpcre2-8 libutf8proc libpng libjpeg libwebp libwebpdemux zlib)"
+       -DTS_SOURCE_DIR=\"$PWD\" $(pkg-config --cflags $PKGS)"
 SAN="-fsanitize=address,undefined -fno-sanitize-recover=undefined"
 
 # What each target links, its dictionary and its input cap (small inputs keep the rate high;
@@ -56,7 +59,7 @@ sources() {
     toolcall) echo "src/serve/toolcall.c src/text/utf8.c" ;;
     textout) echo "src/serve/textout.c src/serve/stop.c src/serve/toolcall.c $BPE" ;;
     grammar) echo "$TOKENIZER $GRAMMAR" ;;
-    image) echo src/image/*.c ;;
+    image | video) echo src/image/*.c ;;
     *) echo "fuzz.sh: unknown target '$1' (one of: $ALL, all)" >&2; exit 2 ;;
   esac
 }

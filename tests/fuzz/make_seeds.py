@@ -306,6 +306,18 @@ def huge_chunk_png():
             chunk(b"iTXt", b"XML:com.adobe.xmp\0\0\0\0\0x", 0x7ffffff0))
 
 
+def seeds_video():
+    """The video fixtures (MP4, WebM, Matroska; all a few KiB), and stubs of each container and
+    of the lists that must be refused."""
+    files = sorted(glob.glob(f"{FIX}/video/*.mp4") + glob.glob(f"{FIX}/video/*.webm") +
+                   glob.glob(f"{FIX}/video/*.mkv"))
+    out = [open(p, "rb").read() for p in files]
+    return [s for s in out if len(s) <= 8192] + [
+        b"\0\0\0\x18ftypisom\0\0\0\0isomavc1", b"\x1a\x45\xdf\xa3\x9f\x42\x82\x84webm",
+        b"#EXTM3U\n#EXT-X-TARGETDURATION:1\n#EXTINF:1,\nfile:///etc/passwd\n#EXT-X-ENDLIST\n",
+        b"ffconcat version 1.0\nfile '/etc/passwd'\n"]
+
+
 def main():
     target, outdir = sys.argv[1], sys.argv[2]
     os.makedirs(outdir, exist_ok=True)
