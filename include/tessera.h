@@ -304,10 +304,17 @@ typedef struct {
     const char *arguments_json; /* a JSON object (key order kept), or NULL for no arguments */
 } ts_tool_call;
 
-/* A piece of a message's content: text, or an image where text is NULL. */
+/* A piece of a message's content: text, or where text is NULL an image (or a video). */
 typedef struct {
     const char *text;
+    bool video;
 } ts_content_part;
+/* A video of a conversation as its prompt takes it (ts_video_plan): n_steps steps of
+ * step_tokens video tokens each, step s preceded by the text "<seconds[s] seconds>" */
+typedef struct {
+    int n_steps, step_tokens;
+    const double *seconds;
+} ts_chat_video;
 typedef struct {
     const char *role; /* "system", "user", "assistant" or "tool" */
     const char *content;          /* NULL: the parts below, or no content */
@@ -327,6 +334,11 @@ typedef struct {
      * image parts */
     const int *image_tokens;
     int n_images;
+    /* the videos of the conversation, in order: each video part's one video token of the
+     * template (between vision_start and vision_end) becomes its steps, as the Qwen3-VL
+     * processor writes them; n_videos must be the number of video parts */
+    const ts_chat_video *videos;
+    int n_videos;
     /* the final message is left open for the answer to continue it (transformers'
      * continue_final_message, rendered as it renders it); needs add_generation_prompt false */
     bool continue_final;
@@ -399,6 +411,18 @@ typedef struct {
     int patch_size, merge_size;
     int64_t min_pixels, max_pixels;
     int32_t image_token, vision_start, vision_end;
+    /* Videos (Hugging Face's Qwen3-VL video processor; ts_video_plan): frames sampled at
+     * video_fps a second (at least video_min_frames, at most video_max_frames), every frame
+     * resized alike so that all of them together hold video_min_pixels..video_max_pixels, cut
+     * into steps of temporal_patch_size frames. video_max_frame_tokens > 0 caps each frame's
+     * share first (the processor's cap_pixels_per_frame with max_video_tokens). video_token < 0:
+     * the model takes no videos. */
+    int32_t video_token;
+    int temporal_patch_size;
+    int64_t video_min_pixels, video_max_pixels;
+    double video_fps;
+    int video_min_frames, video_max_frames;
+    int video_max_frame_tokens;
 } ts_vision_info;
 /* Whether the model reads images (a vision tower was loaded); if so, fills *out (may be NULL). */
 bool ts_model_vision(const ts_model *model, ts_vision_info *out);
@@ -407,17 +431,47 @@ typedef struct {
     int width, height;  /* the size it is resized to */
     int grid_h, grid_w; /* patches */
     int n_tokens;       /* image tokens in the prompt: grid_h * grid_w / merge_size^2 */
+    bool video;         /* one step of a video: its tokens are video_token, not image_token */
 } ts_image_plan;
 /* The plan for an image of width x height: Hugging Face's Qwen2-VL smart_resize (sides rounded
  * to the nearest multiple, then scaled down or up into the pixel range). TS_ERR_RANGE for an
  * aspect ratio over 200 or a side under 1. */
 ts_status ts_vision_plan(const ts_vision_info *v, int width, int height, ts_image_plan *out);
+/* How a video enters the model (Hugging Face's Qwen3-VL video processor and processor,
+ * specs/models.md C.5): the frames sampled (indices into the stream, ascending), the size every
+ * frame is resized to, and its steps of temporal_patch_size frames (the last frame repeated to
+ * fill the last step). Each step enters the prompt as the text "<S seconds>" (S: the mean time
+ * of the step's frames, one decimal) then vision_start, step.n_tokens video tokens, vision_end;
+ * the tower encodes each step's frames together (ts_engine_encode_frames). */
+typedef struct {
+    ts_image_plan step; /* each step's size, grid and tokens; step.video is true */
+    int n_frames;       /* frames sampled */
+    int n_steps;        /* steps: n_frames / temporal_patch_size, rounded up */
+    int64_t *indices;   /* [n_frames] */
+    double *seconds;    /* [n_steps] */
+} ts_video_plan;
+/* The plan of a video: HF's sample_frames (fps frames a second of the stream's average rate, 24
+ * where the file gives none; clamped to [min_frames, max_frames] and the stream's frames;
+ * np.linspace(0, frames - 1, n).round()) and the video smart_resize. fps > 0 replaces the
+ * model's video_fps. TS_ERR_UNSUPPORTED for a model that takes no videos, TS_ERR_RANGE for a
+ * video of fewer frames than a step or outside the size limits. */
+ts_status ts_video_plan_make(const ts_vision_info *v, const ts_video_info *video, double fps,
+                             ts_video_plan *out);
+void ts_video_plan_free(ts_video_plan *p);
+/* A video file all the way to what the tower takes: probed, planned (ts_video_plan_make, fps as
+ * there) and its sampled frames decoded at the plan's size, n_steps * temporal_patch_size of
+ * them, the last frame repeated to fill a short last step (*frames malloc'd; free each with
+ * ts_image_free, then the array, and the plan with ts_video_plan_free). The errors of the
+ * three. */
+ts_status ts_video_load(const void *data, size_t len, const ts_vision_info *v, double fps,
+                        ts_video_plan *plan, ts_image ***frames);
 /* The rotary positions of a prompt holding images (Qwen3.5's MRoPE, specs/models.md C.7): for
  * each of the n tokens its (time, height, width) positions, 3 ints, into rope_pos; each run of
  * image tokens is the next image of plans (n_images of them, in order; a run's length must be
- * that image's n_tokens). *delta gets what every later token adds to its place in the sequence
- * (its rotary positions are pos + delta): a decode step's rope_pos. TS_ERR_INVALID when the runs
- * and the plans disagree. */
+ * that image's n_tokens). A video's steps are plans of their own (video true), their runs of
+ * video tokens taken as images are. *delta gets what every later token adds to its place in the
+ * sequence (its rotary positions are pos + delta): a decode step's rope_pos. TS_ERR_INVALID when
+ * the runs and the plans disagree. */
 ts_status ts_vision_rope_positions(const ts_vision_info *v, const int32_t *ids, int n,
                                    const ts_image_plan *plans, int n_images, int32_t *rope_pos,
                                    int32_t *delta);
@@ -428,6 +482,10 @@ ts_status ts_vision_rope_positions(const ts_vision_info *v, const int32_t *ids, 
  * not finite (a device that failed). */
 ts_status ts_engine_encode_image(ts_engine *engine, const ts_image *img, const ts_image_plan *plan,
                                  float *out);
+/* The same for one step of a video: its frames (temporal_patch_size of them, each resized to
+ * the plan's size; frames repeat where the video's last step is short) encoded together. */
+ts_status ts_engine_encode_frames(ts_engine *engine, const ts_image *const *frames, int n_frames,
+                                  const ts_image_plan *plan, float *out);
 /* Whether the engine takes images: its model has a vision tower and its device runs it. */
 bool ts_engine_vision(const ts_engine *engine);
 

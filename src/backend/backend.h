@@ -103,11 +103,14 @@ typedef struct {
 } ts_sample_res;
 
 /* An image's cut into patches for ts_backend_ops.vision_patches: the image's size in pixels,
- * the patch side, the merge side (patches go merge x merge block by block) and the frames of
- * the still image (its repeats along the patch embedding's time axis). */
+ * the patch side, the merge side (patches go merge x merge block by block), the patch
+ * embedding's time axis (temporal frames a patch) and the frames the bytes hold, one after
+ * another: 1 for a still image, which fills every place of the time axis, else temporal (a
+ * video's step; 0 is taken as 1). */
 typedef struct {
     int width, height;
     int patch, merge, temporal;
+    int frames;
 } ts_patch_dims;
 
 typedef struct {

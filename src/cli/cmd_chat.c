@@ -1,7 +1,8 @@
 /* tessera chat: an interactive multi-turn chat in the terminal. Tokens stream as they come;
  * the conversation's state stays in the engine between turns, so each turn prefills only its
- * own tokens; tokens/s is shown after each answer. Commands: /image FILE (attaches an image to
- * the next message, with a model that takes images), /reset, /exit (or end of input). */
+ * own tokens; tokens/s is shown after each answer. Commands: /image FILE and /video FILE (attach
+ * an image or a video to the next message, with a model that takes them), /reset, /exit (or end
+ * of input). */
 #include "cli/common_model.h"
 #include "cli/generate.h"
 #include "cli/images.h"
@@ -58,25 +59,28 @@ static void drop_images(chat_ctx *c) {
     cli_images_free(&c->ci);
 }
 
-/* /image FILE: reads and plans the image for the next message. Returns false (after saying
- * why) when it cannot be taken. */
-static bool attach_image(chat_ctx *c, const char *path) {
-    if (!c->vision) {
-        printf("(this model takes no images here: it has no vision tower, or its device runs "
-               "none)\n");
+/* /image FILE, /video FILE: reads and plans the file for the next message. Returns false
+ * (after saying why) when it cannot be taken. */
+static bool attach(chat_ctx *c, const char *path, bool video) {
+    const char *what = video ? "video" : "image";
+    if (!c->vision || (video && c->ci.vinfo.video_token < 0)) {
+        printf("(this model takes no %ss here: it has no vision tower, or its device runs "
+               "none)\n",
+               what);
         return false;
     }
     if (!*path) {
-        printf("(usage: /image FILE)\n");
+        printf("(usage: /%s FILE)\n", what);
         return false;
     }
     if (c->ci.n == CLI_MAX_IMAGES) {
-        printf("(at most %d images a message)\n", CLI_MAX_IMAGES);
+        printf("(at most %d images and videos a message)\n", CLI_MAX_IMAGES);
         return false;
     }
     int k = c->ci.n;
     c->paths[k] = strdup(path);
     c->ci.path[k] = c->paths[k];
+    c->ci.video[k] = video;
     if (!c->paths[k] || cli_images_read(&c->ci, k) != 0) {
         free(c->paths[k]);
         c->paths[k] = NULL;
@@ -84,8 +88,14 @@ static bool attach_image(chat_ctx *c, const char *path) {
         return false;
     }
     c->ci.n++;
-    printf("(image %s: %dx%d, %d tokens; it goes with your next message)\n", path,
-           c->ci.img[k]->width, c->ci.img[k]->height, c->ci.tokens[k]);
+    if (video)
+        printf("(video %s: %d frames sampled, %d steps of %dx%d, %d tokens; it goes with your "
+               "next message)\n",
+               path, c->ci.vplan[k].n_frames, c->ci.vplan[k].n_steps, c->ci.vplan[k].step.width,
+               c->ci.vplan[k].step.height, c->ci.tokens[k]);
+    else
+        printf("(image %s: %dx%d, %d tokens; it goes with your next message)\n", path,
+               c->ci.img[k]->width, c->ci.img[k]->height, c->ci.tokens[k]);
     return true;
 }
 
@@ -103,6 +113,7 @@ static int32_t single_token(const ts_tokenizer *tok, const char *text, int32_t b
 int cmd_chat(int argc, char **argv) {
     cli_engine_args ea = {.model_path = cli_default_model()};
     const char *system = NULL, *v, *image_args[CLI_MAX_IMAGES];
+    bool video_arg[CLI_MAX_IMAGES];
     int n_image_args = 0;
     long max_new = 512;
     int thinking = -1;
@@ -122,9 +133,12 @@ int cmd_chat(int argc, char **argv) {
             thinking = 1;
         } else if (strcmp(argv[i], "--no-think") == 0) {
             thinking = 0;
-        } else if ((v = cli_opt_value(argc, argv, &i, NULL, "--image"))) {
+        } else if (!strcmp(argv[i], "--image") || !strcmp(argv[i], "--video")) {
+            bool video = argv[i][2] == 'v';
+            v = cli_opt_value(argc, argv, &i, NULL, argv[i]);
             if (n_image_args == CLI_MAX_IMAGES)
-                return cli_usage("chat: at most %d images", CLI_MAX_IMAGES);
+                return cli_usage("chat: at most %d images and videos", CLI_MAX_IMAGES);
+            video_arg[n_image_args] = video;
             image_args[n_image_args++] = v;
         } else if ((v = cli_opt_value(argc, argv, &i, "-n", "--n-predict"))) {
             if (!cli_parse_int(v, 1, 1 << 20, &max_new)) return cli_usage("bad -n '%s'", v);
@@ -184,9 +198,9 @@ int cmd_chat(int argc, char **argv) {
     }
     printf("tessera chat (%s, context %d). %s/reset starts over, /exit quits.\n",
            ts_engine_describe(engine), n_ctx,
-           c.vision ? "/image FILE attaches an image to your next message, " : "");
+           c.vision ? "/image FILE or /video FILE attaches one to your next message, " : "");
     for (int k = 0; k < n_image_args; k++)
-        if (!attach_image(&c, image_args[k])) {
+        if (!attach(&c, image_args[k], video_arg[k])) {
             rc = CLI_EXIT_USAGE;
             goto done;
         }
@@ -206,11 +220,12 @@ int cmd_chat(int argc, char **argv) {
             drop_images(&c);
             continue;
         }
-        if (strncmp(line, "/image", 6) == 0 && (line[6] == ' ' || line[6] == 0)) {
+        if ((strncmp(line, "/image", 6) == 0 || strncmp(line, "/video", 6) == 0) &&
+            (line[6] == ' ' || line[6] == 0)) {
             const char *path = line + 6;
             while (*path == ' ')
                 path++;
-            attach_image(&c, path);
+            attach(&c, path, line[1] == 'v');
             continue;
         }
         /* the new turn: the whole first turn, later only "\n" + this user turn, since the
@@ -218,18 +233,14 @@ int cmd_chat(int argc, char **argv) {
         ts_chat_message msgs[2];
         int nm = 0;
         if (first && system) msgs[nm++] = (ts_chat_message){.role = "system", .content = system};
-        /* the attached images, then the text, as `tessera run --image` lays out a turn */
+        /* the attached files, then the text, as `tessera run --image` lays out a turn */
         ts_content_part parts[CLI_MAX_IMAGES + 1];
-        for (int k = 0; k < c.ci.n; k++)
-            parts[k].text = NULL;
-        parts[c.ci.n].text = line;
-        msgs[nm++] = c.ci.n
-                         ? (ts_chat_message){.role = "user", .parts = parts, .n_parts = c.ci.n + 1}
-                         : (ts_chat_message){.role = "user", .content = line};
-        ts_chat_params cp = {.add_generation_prompt = true,
-                             .enable_thinking = thinking,
-                             .image_tokens = c.ci.tokens,
-                             .n_images = c.ci.n};
+        int itok[CLI_MAX_IMAGES];
+        ts_chat_video vids[CLI_MAX_IMAGES];
+        ts_chat_params cp = {.add_generation_prompt = true, .enable_thinking = thinking};
+        msgs[nm] = (ts_chat_message){.role = "user", .content = line};
+        if (c.ci.n) cli_images_message(&c.ci, line, parts, itok, vids, &msgs[nm], &cp);
+        nm++;
         int32_t *ids;
         size_t n;
         if (ts_chat_tokenize(tok, msgs, nm, &cp, &ids, &n) != TS_OK) {

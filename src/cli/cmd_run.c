@@ -37,8 +37,12 @@ int cmd_run(int argc, char **argv) {
             schema_path = v;
         } else if ((v = cli_opt_value(argc, argv, &i, NULL, "--grammar"))) {
             gbnf_path = v;
-        } else if ((v = cli_opt_value(argc, argv, &i, NULL, "--image"))) {
-            if (ci.n == CLI_MAX_IMAGES) return cli_usage("run: at most %d images", CLI_MAX_IMAGES);
+        } else if (!strcmp(argv[i], "--image") || !strcmp(argv[i], "--video")) {
+            bool video = argv[i][2] == 'v';
+            v = cli_opt_value(argc, argv, &i, NULL, argv[i]);
+            if (ci.n == CLI_MAX_IMAGES)
+                return cli_usage("run: at most %d images and videos", CLI_MAX_IMAGES);
+            ci.video[ci.n] = video;
             ci.path[ci.n++] = v;
         } else if (strcmp(argv[i], "--print-ids") == 0) {
             print_ids = true;

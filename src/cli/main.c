@@ -12,9 +12,11 @@ static const struct {
     {"run", cmd_run,
      "run -m MODEL (--ids 1,2,3 | -p TEXT [--special]) -n N [--temp T] "
      "[--top-k K] [--top-p P] [--min-p P] [--seed S] [--threads K] [--print-ids] "
-     "[--ignore-eos] [--json | --json-schema FILE | --grammar FILE] [--image FILE ...]"},
+     "[--ignore-eos] [--json | --json-schema FILE | --grammar FILE] [--image FILE ...] [--video "
+     "FILE ...]"},
     {"chat", cmd_chat,
-     "chat -m MODEL [--system TEXT] [--think] [-n MAX] [--image FILE ...] [--temp T] [--top-k K] "
+     "chat -m MODEL [--system TEXT] [--think] [-n MAX] [--image FILE ...] [--video FILE ...] "
+     "[--temp T] [--top-k K] "
      "[--top-p P] [--min-p P] [--seed S] [--threads K]"},
     {"serve", cmd_serve,
      "serve -m MODEL [--host 127.0.0.1] [--port 8080] [--ctx N] "

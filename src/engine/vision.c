@@ -16,14 +16,36 @@ bool ts_engine_vision(const ts_engine *e) {
            backend_runs_vision(e->be->ops);
 }
 
-ts_status ts_engine_encode_image(ts_engine *e, const ts_image *img, const ts_image_plan *p,
-                                 float *out) {
-    ts_vision_info vi;
-    if (!e->model->arch->encode_image || !ts_model_vision(e->model, &vi))
+/* The tower over frames already at the plan's size; the rows checked finite */
+static ts_status encode(ts_engine *e, const ts_image *const *frames, int n_frames,
+                        const ts_image_plan *plan, float *out) {
+    engine_ahead_drop(e);
+    ts_status st = e->model->arch->encode_image(e->rt, frames, n_frames, plan, out);
+    if (st == TS_OK) { /* a failed device gives NaN (it says why on stderr): never rows of it */
+        ts_model_info mi;
+        ts_model_get_info(e->model, &mi);
+        size_t n = (size_t)plan->n_tokens * mi.n_embd;
+        for (size_t i = 0; i < n; i++)
+            if (!isfinite(out[i]))
+                return ts_error(TS_ERR_RANGE, "the vision tower's output is not finite (row %zu)",
+                                i / mi.n_embd);
+    }
+    return st;
+}
+
+static ts_status vision_check(const ts_engine *e, ts_vision_info *vi) {
+    if (!e->model->arch->encode_image || !ts_model_vision(e->model, vi))
         return ts_error(TS_ERR_UNSUPPORTED, "the model takes no images");
     if (!backend_runs_vision(e->be->ops))
         return ts_error(TS_ERR_UNSUPPORTED, "the %s backend runs no vision tower",
                         e->be->ops->name);
+    return TS_OK;
+}
+
+ts_status ts_engine_encode_image(ts_engine *e, const ts_image *img, const ts_image_plan *p,
+                                 float *out) {
+    ts_vision_info vi;
+    TS_TRY(vision_check(e, &vi));
     if (!img || !img->rgb || img->width < 1 || img->height < 1)
         return ts_error(TS_ERR_INVALID, "no image");
     ts_image_plan plan;
@@ -31,20 +53,26 @@ ts_status ts_engine_encode_image(ts_engine *e, const ts_image *img, const ts_ima
         plan = *p;
     else
         TS_TRY(ts_vision_plan(&vi, img->width, img->height, &plan));
-    engine_ahead_drop(e);
     ts_image *sized = NULL;
     if (plan.width != img->width || plan.height != img->height)
         TS_TRY(ts_image_resize(img, plan.width, plan.height, &sized));
-    ts_status st = e->model->arch->encode_image(e->rt, sized ? sized : img, &plan, out);
+    const ts_image *frame = sized ? sized : img;
+    ts_status st = encode(e, &frame, 1, &plan, out);
     ts_image_free(sized);
-    if (st == TS_OK) { /* a failed device gives NaN (it says why on stderr): never rows of it */
-        ts_model_info mi;
-        ts_model_get_info(e->model, &mi);
-        size_t n = (size_t)plan.n_tokens * mi.n_embd;
-        for (size_t i = 0; i < n; i++)
-            if (!isfinite(out[i]))
-                return ts_error(TS_ERR_RANGE, "the vision tower's output is not finite (row %zu)",
-                                i / mi.n_embd);
-    }
     return st;
+}
+
+ts_status ts_engine_encode_frames(ts_engine *e, const ts_image *const *frames, int n_frames,
+                                  const ts_image_plan *plan, float *out) {
+    ts_vision_info vi;
+    TS_TRY(vision_check(e, &vi));
+    if (vi.video_token < 0) return ts_error(TS_ERR_UNSUPPORTED, "the model takes no videos");
+    if (!frames || !plan || n_frames != vi.temporal_patch_size)
+        return ts_error(TS_ERR_INVALID, "a video step takes %d frames", vi.temporal_patch_size);
+    for (int f = 0; f < n_frames; f++)
+        if (!frames[f] || !frames[f]->rgb || frames[f]->width != plan->width ||
+            frames[f]->height != plan->height)
+            return ts_error(TS_ERR_INVALID, "frame %d is not at its plan's size %dx%d", f,
+                            plan->width, plan->height);
+    return encode(e, frames, n_frames, plan, out);
 }

@@ -109,9 +109,11 @@ struct ts_arch {
     /* Vision (NULL, or false from vision: the model takes no images; see tessera.h). */
     bool (*vision)(const ts_model *m, ts_vision_info *out);
     /* Encodes an image already resized to plan's size into plan->n_tokens rows of n_embd floats
-     * (host) on the runtime's backend; the runtime may keep the tower's parameters and working
+     * (host) on the runtime's backend: one frame (a still image) or a video step's
+     * temporal_patch_size frames; the runtime may keep the tower's parameters and working
      * buffers there for the next image. */
-    ts_status (*encode_image)(void *rt, const ts_image *img, const ts_image_plan *plan, float *out);
+    ts_status (*encode_image)(void *rt, const ts_image *const *frames, int n_frames,
+                              const ts_image_plan *plan, float *out);
     /* Writes a random checkpoint of a named size; NULL when not provided. */
     ts_status (*synth)(const char *preset, ts_dtype dtype, uint64_t seed, const char *dir);
 };

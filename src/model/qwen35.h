@@ -76,7 +76,8 @@ ts_status qwen35_runtime_create(const ts_model *m, ts_backend *be, int n_batch, 
 void qwen35_runtime_free(void *rt);
 ts_status qwen35_forward(void *rt, const ts_fwd_batch *b, float *logits);
 /* The vision tower on the runtime's backend (the arch's encode_image; qwen35_vision.h). */
-ts_status qwen35_encode_image(void *rt, const ts_image *img, const ts_image_plan *plan, float *out);
+ts_status qwen35_encode_image(void *rt, const ts_image *const *frames, int n_frames,
+                              const ts_image_plan *plan, float *out);
 /* GGUF (llama.cpp's qwen35 conventions, qwen35_gguf.c): hyper-parameters from the metadata, and
  * the value heads of a linear layer put back into Hugging Face's order after loading. */
 ts_status qwen35_read_gguf_hparams(const ts_model *m, qwen35_hparams *h);

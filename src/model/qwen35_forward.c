@@ -107,10 +107,11 @@ void qwen35_runtime_free(void *p) {
     free(rt);
 }
 
-ts_status qwen35_encode_image(void *p, const ts_image *img, const ts_image_plan *plan, float *out) {
+ts_status qwen35_encode_image(void *p, const ts_image *const *frames, int n_frames,
+                              const ts_image_plan *plan, float *out) {
     qwen35_rt *rt = p;
     if (!rt->q->vision) return ts_error(TS_ERR_UNSUPPORTED, "the model has no vision tower");
-    return qwen35_vision_encode(rt->q->vision, rt->be, &rt->venc, img, plan, out);
+    return qwen35_vision_encode(rt->q->vision, rt->be, &rt->venc, frames, n_frames, plan, out);
 }
 
 ts_status qwen35_runtime_create(const ts_model *m, ts_backend *be, int n_batch, int n_ctx,

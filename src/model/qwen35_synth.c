@@ -30,13 +30,13 @@ static const preset presets[] = {
  * the composite form with one). The tiny one takes the small test tokenizer's vision ids. */
 typedef struct {
     int depth, hidden, heads, n_ff, n_pos;
-    int32_t image, start, end;
+    int32_t image, start, end, video;
 } vision_preset;
 
 static const vision_preset vision_presets[] = {
-    {12, 768, 12, 3072, 2304, 248056, 248053, 248054},
-    {24, 1024, 16, 4096, 2304, 248056, 248053, 248054},
-    {2, 32, 2, 64, 16, 1012, 1009, 1010},
+    {12, 768, 12, 3072, 2304, 248056, 248053, 248054, 248057},
+    {24, 1024, 16, 4096, 2304, 248056, 248053, 248054, 248057},
+    {2, 32, 2, 64, 16, 1012, 1009, 1010, 1013},
 };
 
 static uint64_t rng_next(uint64_t *s) {
@@ -197,6 +197,7 @@ static ts_status write_config(const char *dir, const qwen35_hparams *h, ts_dtype
                 "{\n  \"architectures\": [\"Qwen3_5ForConditionalGeneration\"],\n"
                 "  \"model_type\": \"qwen3_5\",\n  \"image_token_id\": %d,\n"
                 "  \"vision_start_token_id\": %d,\n  \"vision_end_token_id\": %d,\n"
+                "  \"video_token_id\": %d,\n"
                 "  \"tie_word_embeddings\": true,\n"
                 "  \"vision_config\": {\"model_type\": \"qwen3_5_vision\", \"depth\": %d, "
                 "\"hidden_size\": %d, \"num_heads\": %d, \"intermediate_size\": %d, "
@@ -204,8 +205,8 @@ static ts_status write_config(const char *dir, const qwen35_hparams *h, ts_dtype
                 "\"temporal_patch_size\": 2, \"spatial_merge_size\": 2, \"in_channels\": 3, "
                 "\"num_position_embeddings\": %d, \"out_hidden_size\": %d},\n"
                 "  \"text_config\": ",
-                vp->image, vp->start, vp->end, vp->depth, vp->hidden, vp->heads, vp->n_ff,
-                vp->n_pos, h->n_embd);
+                vp->image, vp->start, vp->end, vp->video, vp->depth, vp->hidden, vp->heads,
+                vp->n_ff, vp->n_pos, h->n_embd);
     fprintf(
         f,
         "{\n  \"architectures\": [\"Qwen3_5ForCausalLM\"],\n  \"model_type\": \"qwen3_5_text\",\n"

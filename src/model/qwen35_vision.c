@@ -90,65 +90,141 @@ static ts_status read_vision_hp(const ts_hfconfig *c, int text_hidden, qwen35_vi
     for (int i = 0; i < 3; i++)
         h->mean[i] = h->std[i] = 0.5f;
     h->rescale = 1.0 / 255.0;
+    /* videos: the Qwen3-VL video processor's defaults */
+    TS_TRY(ts_hfconfig_int_opt(c, "video_token_id", 0, INT32_MAX, 248057, &id));
+    h->info.video_token = (int32_t)id;
+    h->info.temporal_patch_size = h->temporal;
+    h->info.video_min_pixels = 128 * 32 * 32;
+    h->info.video_max_pixels = 768 * 32 * 32;
+    h->info.video_fps = 2.0;
+    h->info.video_min_frames = 4;
+    h->info.video_max_frames = 768;
+    h->info.video_max_frame_tokens = 0;
     return TS_OK;
 }
 
-/* preprocessor_config.json beside config.json, when there is one: the pixel range (as
+/* What an image processor's file and a video processor's file both say: the pixel range (as
  * size.shortest_edge / longest_edge, which are pixel counts, or the older min_pixels /
- * max_pixels), mean and std; its patch and merge sizes must be the tower's. */
-static ts_status read_processor(const char *dir, qwen35_vision_hp *h) {
-    char probe[4096];
-    snprintf(probe, sizeof probe, "%s/preprocessor_config.json", dir);
-    FILE *f = fopen(probe, "rb");
-    if (!f) return TS_OK;
-    fclose(f);
-    ts_hfconfig *c;
-    TS_TRY(ts_hfconfig_load_file(dir, "preprocessor_config.json", &c));
-    ts_status st = TS_OK;
+ * max_pixels), mean, std and rescale factor; its patch and merge sizes (and a video
+ * processor's temporal_patch_size) must be the tower's. */
+typedef struct {
+    int64_t min_pixels, max_pixels;
+    float mean[3], std[3];
+    double rescale;
+} vproc;
+
+static ts_status read_vproc(const ts_hfconfig *c, const qwen35_vision_hp *h, bool video, vproc *p) {
+    const char *path = ts_hfconfig_path(c);
     int64_t v;
     const char *lo = ts_hfconfig_has(c, "size.shortest_edge") ? "size.shortest_edge" : "min_pixels";
     const char *hi = ts_hfconfig_has(c, "size.longest_edge") ? "size.longest_edge" : "max_pixels";
-    st = ts_hfconfig_int_opt(c, lo, 1, INT64_C(1) << 40, h->info.min_pixels, &h->info.min_pixels);
-    if (st == TS_OK)
-        st = ts_hfconfig_int_opt(c, hi, 1, INT64_C(1) << 40, h->info.max_pixels,
-                                 &h->info.max_pixels);
-    const char *keys[2] = {"patch_size", "merge_size"};
-    int want[2] = {h->patch, h->merge};
-    for (int k = 0; st == TS_OK && k < 2; k++) {
-        st = ts_hfconfig_int_opt(c, keys[k], 1, 1024, want[k], &v);
-        if (st == TS_OK && v != want[k])
-            st = ts_error(TS_ERR_FORMAT, "%s: field '%s': %lld, but the vision tower's is %d",
-                          ts_hfconfig_path(c), keys[k], (long long)v, want[k]);
+    TS_TRY(ts_hfconfig_int_opt(c, lo, 1, INT64_C(1) << 40, p->min_pixels, &p->min_pixels));
+    TS_TRY(ts_hfconfig_int_opt(c, hi, 1, INT64_C(1) << 40, p->max_pixels, &p->max_pixels));
+    const char *keys[3] = {"patch_size", "merge_size", "temporal_patch_size"};
+    int want[3] = {h->patch, h->merge, h->temporal};
+    for (int k = 0; k < (video ? 3 : 2); k++) {
+        TS_TRY(ts_hfconfig_int_opt(c, keys[k], 1, 1024, want[k], &v));
+        if (v != want[k])
+            return ts_error(TS_ERR_FORMAT, "%s: field '%s': %lld, but the vision tower's is %d",
+                            path, keys[k], (long long)v, want[k]);
     }
     const char *arrays[2] = {"image_mean", "image_std"};
-    float *dst[2] = {h->mean, h->std};
-    for (int k = 0; st == TS_OK && k < 2; k++) {
+    float *dst[2] = {p->mean, p->std};
+    for (int k = 0; k < 2; k++) {
         if (!ts_hfconfig_has(c, arrays[k])) continue;
         double a[3];
         int n;
-        st = ts_hfconfig_float_array(c, arrays[k], a, 3, &n);
-        if (st == TS_OK && n != 3)
-            st = ts_error(TS_ERR_FORMAT, "%s: field '%s': %d values, expected 3",
-                          ts_hfconfig_path(c), arrays[k], n);
-        for (int i = 0; st == TS_OK && i < 3; i++) {
+        TS_TRY(ts_hfconfig_float_array(c, arrays[k], a, 3, &n));
+        if (n != 3)
+            return ts_error(TS_ERR_FORMAT, "%s: field '%s': %d values, expected 3", path, arrays[k],
+                            n);
+        for (int i = 0; i < 3; i++) {
             if (k == 1 && !(a[i] > 0))
-                st = ts_error(TS_ERR_FORMAT, "%s: field 'image_std': %g is not positive",
-                              ts_hfconfig_path(c), a[i]);
+                return ts_error(TS_ERR_FORMAT, "%s: field 'image_std': %g is not positive", path,
+                                a[i]);
             dst[k][i] = (float)a[i];
         }
     }
-    double rs = h->rescale;
-    if (st == TS_OK) st = ts_hfconfig_float_opt(c, "rescale_factor", rs, &rs);
-    if (st == TS_OK && !(rs > 0 && rs <= 1))
-        st = ts_error(TS_ERR_FORMAT, "%s: field 'rescale_factor': %g out of range",
-                      ts_hfconfig_path(c), rs);
-    h->rescale = rs;
-    if (st == TS_OK && h->info.min_pixels > h->info.max_pixels)
-        st = ts_error(TS_ERR_FORMAT, "%s: the pixel range [%lld, %lld] is empty",
-                      ts_hfconfig_path(c), (long long)h->info.min_pixels,
-                      (long long)h->info.max_pixels);
+    TS_TRY(ts_hfconfig_float_opt(c, "rescale_factor", p->rescale, &p->rescale));
+    if (!(p->rescale > 0 && p->rescale <= 1))
+        return ts_error(TS_ERR_FORMAT, "%s: field 'rescale_factor': %g out of range", path,
+                        p->rescale);
+    if (p->min_pixels > p->max_pixels)
+        return ts_error(TS_ERR_FORMAT, "%s: the pixel range [%lld, %lld] is empty", path,
+                        (long long)p->min_pixels, (long long)p->max_pixels);
+    return TS_OK;
+}
+
+/* The directory's file `name`, loaded into *c when it exists (else *c is NULL) */
+static ts_status load_optional(const char *dir, const char *name, ts_hfconfig **c) {
+    char probe[4096];
+    snprintf(probe, sizeof probe, "%s/%s", dir, name);
+    *c = NULL;
+    FILE *f = fopen(probe, "rb");
+    if (!f) return TS_OK;
+    fclose(f);
+    return ts_hfconfig_load_file(dir, name, c);
+}
+
+/* preprocessor_config.json beside config.json, when there is one (the image processor) */
+static ts_status read_processor(const char *dir, qwen35_vision_hp *h) {
+    ts_hfconfig *c;
+    TS_TRY(load_optional(dir, "preprocessor_config.json", &c));
+    if (!c) return TS_OK;
+    vproc p = {h->info.min_pixels, h->info.max_pixels, {0}, {0}, h->rescale};
+    memcpy(p.mean, h->mean, sizeof p.mean);
+    memcpy(p.std, h->std, sizeof p.std);
+    ts_status st = read_vproc(c, h, false, &p);
     ts_hfconfig_free(c);
-    return st;
+    TS_TRY(st);
+    h->info.min_pixels = p.min_pixels, h->info.max_pixels = p.max_pixels;
+    memcpy(h->mean, p.mean, sizeof p.mean);
+    memcpy(h->std, p.std, sizeof p.std);
+    h->rescale = p.rescale;
+    return TS_OK;
+}
+
+/* video_preprocessor_config.json, when there is one (the video processor; without it, the
+ * Qwen3-VL video processor's own defaults set in read_vision_hp). Its pixels are normalised as
+ * the image processor's are (the one table the patches are looked up in), or the file is
+ * refused; so is frame sampling other than by frames a second. */
+static ts_status read_video_processor(const char *dir, qwen35_vision_hp *h) {
+    ts_hfconfig *c;
+    TS_TRY(load_optional(dir, "video_preprocessor_config.json", &c));
+    if (!c) return TS_OK;
+    ts_vision_info *vi = &h->info;
+    const char *path = ts_hfconfig_path(c);
+    vproc p = {vi->video_min_pixels, vi->video_max_pixels, {0}, {0}, h->rescale};
+    memcpy(p.mean, h->mean, sizeof p.mean);
+    memcpy(p.std, h->std, sizeof p.std);
+    ts_status st = read_vproc(c, h, true, &p);
+    if (st == TS_OK && (memcmp(p.mean, h->mean, sizeof p.mean) ||
+                        memcmp(p.std, h->std, sizeof p.std) || p.rescale != h->rescale))
+        st =
+            ts_error(TS_ERR_UNSUPPORTED,
+                     "%s: its mean, std or rescale factor differ from the image processor's", path);
+    int64_t lo = vi->video_min_frames, hi = vi->video_max_frames, cap_tokens = 768;
+    bool sample = true, cap = false;
+    if (st == TS_OK) st = ts_hfconfig_bool_opt(c, "do_sample_frames", true, &sample);
+    if (st == TS_OK && (!sample || ts_hfconfig_has(c, "num_frames")))
+        st = ts_error(TS_ERR_UNSUPPORTED,
+                      "%s: frames sampled other than by 'fps' (do_sample_frames false, or "
+                      "num_frames) are not supported",
+                      path);
+    if (st == TS_OK) st = ts_hfconfig_float_opt(c, "fps", vi->video_fps, &vi->video_fps);
+    if (st == TS_OK && !(vi->video_fps > 0 && vi->video_fps <= 1000))
+        st = ts_error(TS_ERR_FORMAT, "%s: field 'fps': %g out of range", path, vi->video_fps);
+    if (st == TS_OK) st = ts_hfconfig_int_opt(c, "min_frames", 1, TS_VIDEO_MAX_FRAMES, lo, &lo);
+    if (st == TS_OK) st = ts_hfconfig_int_opt(c, "max_frames", lo, TS_VIDEO_MAX_FRAMES, hi, &hi);
+    if (st == TS_OK) st = ts_hfconfig_bool_opt(c, "cap_pixels_per_frame", false, &cap);
+    if (st == TS_OK)
+        st = ts_hfconfig_int_opt(c, "max_video_tokens", 1, 1 << 20, cap_tokens, &cap_tokens);
+    ts_hfconfig_free(c);
+    TS_TRY(st);
+    vi->video_min_pixels = p.min_pixels, vi->video_max_pixels = p.max_pixels;
+    vi->video_min_frames = (int)lo, vi->video_max_frames = (int)hi;
+    vi->video_max_frame_tokens = cap ? (int)cap_tokens : 0;
+    return TS_OK;
 }
 
 typedef struct {
@@ -263,6 +339,7 @@ ts_status qwen35_vision_load(const ts_model *m, int text_hidden, qwen35_vision *
     if (!v) return ts_error(TS_ERR_NOMEM, "out of memory");
     ts_status st = read_vision_hp(m->cfg, text_hidden, &v->hp);
     if (st == TS_OK) st = read_processor(m->path, &v->hp);
+    if (st == TS_OK) st = read_video_processor(m->path, &v->hp);
     if (st == TS_OK) st = load_weights(m, v);
     if (st != TS_OK) {
         qwen35_vision_free(v);
@@ -327,7 +404,7 @@ static void venc_sizes(const qwen35_vision_hp *h, size_t N, size_t n[VENC_BUFS],
     size_t sz[VENC_BUFS] = {N * K,       N * H,           N * H, N * 3 * H,        N * H,
                             N * h->n_ff, N * h->head_dim, T * M, T * h->out_hidden};
     memcpy(n, sz, sizeof sz);
-    *rgb = N * h->patch * h->patch * 3;
+    *rgb = N * h->patch * h->patch * 3 * h->temporal; /* a video step's frames */
 }
 
 static float **venc_bufs(qwen35_venc *e, int i) {
@@ -428,12 +505,19 @@ static void block_forward(const qwen35_vision *v, const qwen35_venc *e, const qw
 }
 
 ts_status qwen35_vision_encode(const qwen35_vision *v, ts_backend *be, qwen35_venc **ws,
-                               const ts_image *img, const ts_image_plan *plan, float *out) {
+                               const ts_image *const *frames, int n_frames,
+                               const ts_image_plan *plan, float *out) {
     const qwen35_vision_hp *h = &v->hp;
     const ts_backend_ops *op = be->ops; /* with the vision ops: the engine checks */
     int m = h->merge;
-    if (img->width != plan->width || img->height != plan->height ||
-        plan->grid_h * h->patch != plan->height || plan->grid_w * h->patch != plan->width ||
+    if (n_frames != 1 && n_frames != h->temporal)
+        return ts_error(TS_ERR_INVALID, "%d frames for a patch of %d", n_frames, h->temporal);
+    for (int f = 0; f < n_frames; f++)
+        if (frames[f]->width != plan->width || frames[f]->height != plan->height)
+            return ts_error(TS_ERR_INVALID, "frame %d of %dx%d does not fit its plan (%dx%d)", f,
+                            frames[f]->width, frames[f]->height, plan->width, plan->height);
+    const ts_image *img = frames[0];
+    if (plan->grid_h * h->patch != plan->height || plan->grid_w * h->patch != plan->width ||
         plan->grid_h % m || plan->grid_w % m || plan->grid_h < 1 || plan->grid_w < 1)
         return ts_error(TS_ERR_INVALID, "image %dx%d does not fit its plan (%dx%d, grid %dx%d)",
                         img->width, img->height, plan->width, plan->height, plan->grid_w,
@@ -452,9 +536,10 @@ ts_status qwen35_vision_encode(const qwen35_vision *v, ts_backend *be, qwen35_ve
     /* the image's bytes go up (a quarter of its patches' floats), and the backend cuts the
      * patches and resamples the learned positions where they are used */
     rope_table(h, plan, host_cs);
-    op->upload(be, e->rgb, img->rgb, n_rgb);
+    for (int f = 0; f < n_frames; f++)
+        op->upload(be, e->rgb + f * n_rgb, frames[f]->rgb, n_rgb);
     op->upload(be, e->cs, host_cs, n * hd * sizeof(float));
-    ts_patch_dims pd = {img->width, img->height, h->patch, m, h->temporal};
+    ts_patch_dims pd = {img->width, img->height, h->patch, m, h->temporal, n_frames};
     op->vision_patches(be, e->rgb, &pd, e->lut, e->patches);
     op->vision_positions(be, VP(v, e, v->pos), h->grid_side, H, plan->grid_h, plan->grid_w, m,
                          e->t);

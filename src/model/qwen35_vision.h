@@ -50,9 +50,11 @@ typedef struct qwen35_venc qwen35_venc;
 void qwen35_venc_free(qwen35_venc *ws);
 
 /* Encodes an image already resized to plan's size into plan->n_tokens rows of out_hidden
- * floats (host memory), on be (which must have the vision ops of backend.h). *ws: the
+ * floats (host memory), on be (which must have the vision ops of backend.h): one frame (a still
+ * image, which fills the patch's whole time axis) or temporal frames (a video's step). *ws: the
  * workspace on be (NULL: made here, and kept in *ws for the next image). */
 ts_status qwen35_vision_encode(const qwen35_vision *v, ts_backend *be, qwen35_venc **ws,
-                               const ts_image *img, const ts_image_plan *plan, float *out);
+                               const ts_image *const *frames, int n_frames,
+                               const ts_image_plan *plan, float *out);
 
 #endif

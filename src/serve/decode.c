@@ -312,10 +312,18 @@ ts_status serve_decoder_encode_next(serve_decoder *d, serve_images *im) {
     for (int k = 0; k < im->n_encoded; k++)
         at += (size_t)im->plan[k].n_tokens;
     int k = im->n_encoded;
-    if (!im->img[k]) return ts_error(TS_ERR_INVALID, "image %d is gone", k);
-    TS_TRY(ts_engine_encode_image(d->o.engine, im->img[k], &im->plan[k], im->embd + at * n_embd));
-    ts_image_free(im->img[k]); /* its rows are all that is needed now */
-    im->img[k] = NULL;
+    serve_frames *b = &im->block[k];
+    if (!b->frames) return ts_error(TS_ERR_INVALID, "image %d is gone", k);
+    float *out = im->embd + at * n_embd;
+    if (b->n_frames == 1)
+        TS_TRY(ts_engine_encode_image(d->o.engine, b->frames[0], &im->plan[k], out));
+    else
+        TS_TRY(ts_engine_encode_frames(d->o.engine, (const ts_image *const *)b->frames, b->n_frames,
+                                       &im->plan[k], out));
+    for (int f = 0; f < b->n_frames; f++) /* its rows are all that is needed now */
+        ts_image_free(b->frames[f]);
+    free(b->frames);
+    b->frames = NULL;
     im->n_encoded++;
     return TS_OK;
 }

@@ -3,6 +3,7 @@
 #include "base/status.h"
 #include "serve/decode.h"
 #include "serve/openai.h"
+#include "serve/prep.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -88,8 +89,8 @@ static ts_status render_next_turn(serve_decoder *d, const serve_job *j, int32_t 
                                          .tool_calls = calls,
                                          .n_tool_calls = n_calls};
         m[r->n_msgs + 1] = (ts_chat_message){.role = n_calls ? "tool" : "user", .content = "x"};
-        ts_chat_params cp = {
-            false, r->enable_thinking, r->tools_json, j->images.tokens, j->images.n, false};
+        ts_chat_params cp = serve_chat_params(r, &j->images);
+        cp.add_generation_prompt = cp.continue_final = false;
         st = ts_chat_tokenize(d->o.tok, m, r->n_msgs + 2, &cp, ids, n);
     }
     *cut = -1;

@@ -137,26 +137,27 @@ static void *own(serve_request *r, void *s) {
     return s;
 }
 
-/* An image part's data: URL, {"url": "data:<type>;base64,<data>"} (OpenAI's image_url), into
- * the request's images. The server fetches nothing: other URLs are refused. */
-static bool parse_image(serve_request *r, const json_t *part, const char *param, serve_error *e) {
-    const json_t *iu = json_object_get(part, "image_url");
+/* An image part's data: URL, {"url": "data:<type>;base64,<data>"} (OpenAI's image_url), or
+ * (video) a video_url part's (vLLM's), into the request's images. The server fetches nothing:
+ * other URLs are refused. */
+static bool parse_image(serve_request *r, const json_t *part, const char *param, bool video,
+                        serve_error *e) {
+    const char *key = video ? "video_url" : "image_url";
+    const json_t *iu = json_object_get(part, key);
     const json_t *url = json_is_object(iu) ? json_object_get(iu, "url") : NULL;
     if (!json_is_string(url))
-        return serve_fail(e, 400, "invalid_value", param,
-                          "%s: an image_url part needs "
-                          "'image_url': {'url': ...}",
-                          param);
+        return serve_fail(e, 400, "invalid_value", param, "%s: an %s part needs '%s': {'url': ...}",
+                          param, key, key);
     if (r->n_images == SERVE_MAX_IMAGES)
-        return serve_fail(e, 400, "invalid_value", param, "%s: at most %d images a request", param,
-                          SERVE_MAX_IMAGES);
+        return serve_fail(e, 400, "invalid_value", param,
+                          "%s: at most %d images and videos a request", param, SERVE_MAX_IMAGES);
     const char *u = json_string_value(url);
     const char *comma = strchr(u, ',');
     if (strncmp(u, "data:", 5) != 0 || !comma)
         return serve_fail(e, 400, "invalid_value", param,
-                          "%s: only data: URLs are read (the "
-                          "image inline, base64); the server fetches nothing",
-                          param);
+                          "%s: only data: URLs are read (the %s inline, base64); the server "
+                          "fetches nothing",
+                          param, video ? "video" : "image");
     size_t head = (size_t)(comma - u);
     if (head < 7 || strncmp(comma - 7, ";base64", 7) != 0)
         return serve_fail(e, 400, "invalid_value", param,
@@ -167,9 +168,10 @@ static bool parse_image(serve_request *r, const json_t *part, const char *param,
     size_t n = json_string_length(url) - head - 1;
     if (!serve_base64_decode(comma + 1, n, &im->data, &im->len)) {
         if (im->len == SIZE_MAX) return serve_fail(e, 500, "internal_error", NULL, "out of memory");
-        return serve_fail(e, 400, "invalid_value", param, "%s: the image's base64 is malformed",
-                          param);
+        return serve_fail(e, 400, "invalid_value", param, "%s: the %s's base64 is malformed", param,
+                          video ? "video" : "image");
     }
+    im->video = video;
     snprintf(im->param, sizeof im->param, "%s", param);
     r->n_images++;
     return true;
@@ -217,12 +219,12 @@ static bool parse_content(serve_request *r, const json_t *c, int i, ts_chat_mess
                               "'type'",
                               pp);
         const char *t = json_string_value(type);
-        if (strcmp(t, "image_url") == 0) {
-            if (!parse_image(r, part, pp, e)) return false;
+        if (strcmp(t, "image_url") == 0 || strcmp(t, "video_url") == 0) {
+            if (!parse_image(r, part, pp, t[0] == 'v', e)) return false;
             images++;
             continue;
         }
-        if (strcmp(t, "input_audio") == 0 || strcmp(t, "video_url") == 0 || strcmp(t, "file") == 0)
+        if (strcmp(t, "input_audio") == 0 || strcmp(t, "file") == 0)
             return serve_fail(e, 400, "unsupported_feature", param,
                               "%s: '%s' parts are not "
                               "supported",
@@ -240,10 +242,10 @@ static bool parse_content(serve_request *r, const json_t *c, int i, ts_chat_mess
         ts_content_part *parts = own(r, calloc(np, sizeof *parts));
         if (!parts) return serve_fail(e, 500, "internal_error", NULL, "out of memory");
         json_array_foreach(c, k, part) {
-            const json_t *text = json_object_get(part, "text");
-            parts[k].text = strcmp(json_string_value(json_object_get(part, "type")), "text") == 0
-                                ? json_string_value(text)
-                                : NULL;
+            const char *t = json_string_value(json_object_get(part, "type"));
+            parts[k].text =
+                strcmp(t, "text") == 0 ? json_string_value(json_object_get(part, "text")) : NULL;
+            parts[k].video = strcmp(t, "video_url") == 0;
         }
         cm->content = NULL;
         cm->parts = parts;
@@ -368,6 +370,32 @@ static bool parse_messages(serve_request *r, const json_t *root, serve_error *e)
                 return serve_fail(e, 400, "invalid_value", param, "%s must be a string", param);
             if (strcmp(mapped, "assistant") == 0) cm->reasoning_content = json_string_value(rc);
         }
+    }
+    return true;
+}
+
+/* vLLM's mm_processor_kwargs: settings of the model's processor for this request. Only "fps"
+ * (a video's frames sampled a second) is read; any other key is refused, not ignored. */
+static bool parse_mm_kwargs(serve_request *r, const json_t *root, serve_error *e) {
+    const json_t *kw = field(root, "mm_processor_kwargs");
+    if (!kw) return true;
+    if (!json_is_object(kw))
+        return serve_fail(e, 400, "invalid_value", "mm_processor_kwargs",
+                          "'mm_processor_kwargs' must be an object");
+    const char *k;
+    const json_t *v;
+    json_object_foreach((json_t *)kw, k, v) {
+        char param[96];
+        snprintf(param, sizeof param, "mm_processor_kwargs.%.60s", k);
+        if (strcmp(k, "fps") != 0)
+            return serve_fail(e, 400, "unsupported_feature", param,
+                              "%s: only 'fps' is read from mm_processor_kwargs", param);
+        if (json_is_null(v)) continue;
+        double x = json_is_number(v) ? json_number_value(v) : -1;
+        if (!(x > 0 && x <= 1000))
+            return serve_fail(e, 400, "invalid_value", param, "%s must be a number in (0, 1000]",
+                              param);
+        r->video_fps = x;
     }
     return true;
 }
@@ -963,6 +991,7 @@ bool serve_request_parse(serve_api api, json_t *root, const char *const *model_i
     if (api == SERVE_API_CHAT) {
         if (!parse_chat_extras(r, root, e)) return false;
         if (!parse_tools(r, root, e)) return false;
+        if (!parse_mm_kwargs(r, root, e)) return false;
         static const char *const unsupported[] = {"functions", "function_call", "audio", NULL};
         if (!refuse_unsupported(root, unsupported, e)) return false;
     } else {

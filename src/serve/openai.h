@@ -25,11 +25,13 @@ bool serve_fail(serve_error *e, int status, const char *code, const char *param,
 
 typedef enum { SERVE_API_CHAT, SERVE_API_COMPLETION } serve_api;
 
-/* Images a request carries (data: URLs, decoded from base64; the bytes are a PNG, JPEG or
- * WebP file, read by preparation). At most SERVE_MAX_IMAGES a request. */
+/* Images and videos a request carries (data: URLs, decoded from base64; the bytes are a PNG,
+ * JPEG or WebP file, or a video file, read by preparation). At most SERVE_MAX_IMAGES a
+ * request. */
 typedef struct {
     unsigned char *data; /* owned */
     size_t len;
+    bool video;
     char param[96]; /* "messages[i].content[k]", for errors */
 } serve_image_data;
 
@@ -89,7 +91,9 @@ typedef struct serve_request {
     int n_msgs;
     serve_image_data images[SERVE_MAX_IMAGES]; /* in the order the conversation holds them */
     int n_images;
-    void **owned; /* strings joined from content parts, tool call lists */
+    double
+        video_fps; /* mm_processor_kwargs.fps (vLLM's): frames sampled a second; 0: the model's */
+    void **owned;  /* strings joined from content parts, tool call lists */
     int n_owned;
     char *tools_json; /* owned; NULL = no tools */
     bool parse_tools; /* tools offered and tool_choice is not "none" */

@@ -12,8 +12,17 @@ bool serve_read_images(const serve_runtime *rt, const serve_request *r, serve_im
         if (!rt->vision)
             return serve_fail(e, 400, "unsupported_feature", d->param, "%s: %s", d->param,
                               rt->vision_model ? "this device runs no vision tower"
+                              : d->video       ? "this model takes no videos"
                                                : "this model takes no images");
-        if (serve_images_add(im, &rt->vinfo, rt->image_max_pixels, d->data, d->len) != TS_OK)
+        if (d->video && rt->vinfo.video_token < 0)
+            return serve_fail(e, 400, "unsupported_feature", d->param,
+                              "%s: this model takes no videos", d->param);
+        ts_status st =
+            d->video ? serve_images_add_video(im, &rt->vinfo, r->video_fps, d->data, d->len)
+                     : serve_images_add(im, &rt->vinfo, rt->image_max_pixels, d->data, d->len);
+        if (st == TS_ERR_NOMEM)
+            return serve_fail(e, 500, "internal_error", NULL, "%s: %s", d->param, ts_last_error());
+        if (st != TS_OK)
             return serve_fail(e, 400, "invalid_value", d->param, "%s: %s", d->param,
                               ts_last_error());
     }
@@ -28,9 +37,14 @@ static const char *which_prompt(const serve_request *r, int prompt, char at[24])
 }
 
 ts_chat_params serve_chat_params(const serve_request *r, const serve_images *im) {
-    return (ts_chat_params){
-        r->add_generation_prompt, r->enable_thinking, r->tools_json, im->tokens, im->n,
-        r->continue_final};
+    return (ts_chat_params){.add_generation_prompt = r->add_generation_prompt,
+                            .enable_thinking = r->enable_thinking,
+                            .tools_json = r->tools_json,
+                            .image_tokens = im->tokens,
+                            .n_images = im->n_images,
+                            .videos = im->videos,
+                            .n_videos = im->n_videos,
+                            .continue_final = r->continue_final};
 }
 
 static bool tokenize(const serve_runtime *rt, const serve_request *r, int prompt, serve_images *im,

@@ -270,6 +270,16 @@ static ts_status load(serve_worker *w) {
     rt->state_bytes = sb;
     rt->vision_model = ts_model_vision(w->model, &rt->vinfo);
     rt->vision = rt->vision_model && ts_engine_vision(w->engine);
+    /* videos only where the tokenizer's <|video_pad|> is the model's video token: the chat
+     * format writes the one, the rotary positions look for the other */
+    int32_t video_pad = single_token(w->tok, "<|video_pad|>");
+    if (rt->vision_model && rt->vinfo.video_token >= 0 && video_pad != rt->vinfo.video_token) {
+        fprintf(stderr,
+                "tessera: serve: videos are refused: the model's video token %d is not the "
+                "tokenizer's <|video_pad|> (%d)\n",
+                rt->vinfo.video_token, video_pad);
+        rt->vinfo.video_token = -1;
+    }
     rt->image_max_pixels =
         w->o.image_max_pixels > 0 ? w->o.image_max_pixels : SERVE_IMAGE_MAX_PIXELS;
     snprintf(rt->describe, sizeof rt->describe, "%s", ts_engine_describe(w->engine));

@@ -114,6 +114,9 @@ static ts_status gemma_render(const ts_chat_msg *msgs, int n, const ts_chat_opts
                     TS_TRY(gemma_control(g, "<start_of_image>"));
                 else if (m->parts[k].kind == TS_PART_TEXT)
                     TS_TRY(gemma_trimmed(g, m->parts[k].text));
+                else /* the Gemma template drops a video; never silently */
+                    return ts_error(TS_ERR_UNSUPPORTED, "videos in the Gemma chat format are not "
+                                                        "supported");
             }
         }
         TS_TRY(gemma_control(g, "<end_of_turn>"));

@@ -17,6 +17,7 @@
 
 #include <dirent.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -598,6 +599,52 @@ static ts_status role_of(const char *name, int i, ts_chat_role *out) {
     return ts_error(TS_ERR_INVALID, "message %d: unknown role '%s'", i, name ? name : "(null)");
 }
 
+/* Whether segments k, k + 1, k + 2 are the template's wrapper of a video */
+static bool video_wrapper(const ts_chat_out *out, int k) {
+    static const char *w[3] = {"<|vision_start|>", "<|video_pad|>", "<|vision_end|>"};
+    if (k + 2 >= out->n_segs) return false;
+    for (int j = 0; j < 3; j++) {
+        const ts_chat_seg *g = &out->segs[k + j];
+        if (g->kind != TS_CHAT_SEG_CONTROL || g->len != strlen(w[j]) ||
+            memcmp(out->text + g->off, w[j], g->len) != 0)
+            return false;
+    }
+    return true;
+}
+
+/* A video's wrapper as the Qwen3-VL processor rewrites it: each step "<S seconds>" (joined to
+ * the text before the wrapper, pre bytes of it, for the first: the processor's prompt is one
+ * string), vision_start, its video tokens, vision_end */
+static ts_status put_video(const ts_tokenizer *t, const ts_chat_video *vd, const char *pre,
+                           size_t n_pre, ts_ids *v) {
+    int32_t vs = tok_id(t, "<|vision_start|>"), vp = tok_id(t, "<|video_pad|>"),
+            ve = tok_id(t, "<|vision_end|>");
+    if (vs < 0 || vp < 0 || ve < 0)
+        return ts_error(TS_ERR_UNSUPPORTED, "the tokenizer has no video tokens");
+    if (vd->n_steps < 1 || vd->step_tokens < 1 || !vd->seconds)
+        return ts_error(TS_ERR_INVALID, "a video of %d steps of %d tokens", vd->n_steps,
+                        vd->step_tokens);
+    for (int s = 0; s < vd->n_steps; s++) {
+        char stamp[64];
+        int l = snprintf(stamp, sizeof stamp, "<%.1f seconds>", vd->seconds[s]);
+        if (l < 0 || (size_t)l >= sizeof stamp || !isfinite(vd->seconds[s]))
+            return ts_error(TS_ERR_INVALID, "a video step at %g seconds", vd->seconds[s]);
+        size_t n = (s == 0 ? n_pre : 0) + (size_t)l;
+        char *txt = malloc(n);
+        if (!txt) return ts_error(TS_ERR_NOMEM, "out of memory");
+        if (s == 0 && n_pre) memcpy(txt, pre, n_pre);
+        memcpy(txt + n - l, stamp, (size_t)l);
+        ts_status st = tok_encode(t, txt, n, false, v);
+        free(txt);
+        TS_TRY(st);
+        TS_TRY(ts_ids_push(v, vs));
+        for (int k = 0; k < vd->step_tokens; k++)
+            TS_TRY(ts_ids_push(v, vp));
+        TS_TRY(ts_ids_push(v, ve));
+    }
+    return TS_OK;
+}
+
 ts_status ts_chat_tokenize(const ts_tokenizer *t, const ts_chat_message *msgs, int n,
                            const ts_chat_params *p, int32_t **ids, size_t *n_ids) {
     *ids = NULL;
@@ -630,7 +677,8 @@ ts_status ts_chat_tokenize(const ts_tokenizer *t, const ts_chat_message *msgs, i
         cm[i].n_parts = msgs[i].n_parts;
         for (int k = 0; k < msgs[i].n_parts; k++, c++)
             parts[c] = msgs[i].parts[k].text ? (ts_chat_part){TS_PART_TEXT, msgs[i].parts[k].text}
-                                             : (ts_chat_part){TS_PART_IMAGE, NULL};
+                       : msgs[i].parts[k].video ? (ts_chat_part){TS_PART_VIDEO, NULL}
+                                                : (ts_chat_part){TS_PART_IMAGE, NULL};
     }
     for (int i = 0, c = 0; i < n && st == TS_OK; i++) {
         st = role_of(msgs[i].role, i, &cm[i].role);
@@ -662,10 +710,29 @@ ts_status ts_chat_tokenize(const ts_tokenizer *t, const ts_chat_message *msgs, i
                                        : ts_chat_render(cm, n, &o, &out);
     ts_ids v = {0};
     int n_images = p ? p->n_images : 0, image = 0;
+    int n_videos = p ? p->n_videos : 0, video = 0;
     if (n_images < 0 || (n_images > 0 && !p->image_tokens))
         st = ts_error(TS_ERR_INVALID, "bad image token counts");
+    if (n_videos < 0 || (n_videos > 0 && !p->videos))
+        st = ts_error(TS_ERR_INVALID, "bad video list");
+    const char *pre = NULL; /* text held back to join a video's first step */
+    size_t n_pre = 0;
     for (int s = 0; st == TS_OK && s < out.n_segs; s++) {
         const ts_chat_seg *seg = &out.segs[s];
+        if (seg->kind == TS_CHAT_SEG_TEXT && video_wrapper(&out, s + 1)) {
+            pre = out.text + seg->off, n_pre = seg->len;
+            continue;
+        }
+        if (video_wrapper(&out, s)) {
+            if (video >= n_videos) {
+                st = ts_error(TS_ERR_INVALID, "video %d of the conversation: no steps given for it",
+                              video);
+                break;
+            }
+            st = put_video(t, &p->videos[video++], pre, n_pre, &v);
+            pre = NULL, n_pre = 0, s += 2;
+            continue;
+        }
         if (seg->kind == TS_CHAT_SEG_CONTROL) {
             char tok[64];
             size_t l = seg->len < sizeof tok - 1 ? seg->len : sizeof tok - 1;
@@ -703,6 +770,9 @@ ts_status ts_chat_tokenize(const ts_tokenizer *t, const ts_chat_message *msgs, i
     if (st == TS_OK && image != n_images)
         st = ts_error(TS_ERR_INVALID, "%d image token counts given for %d image(s)", n_images,
                       image);
+    if (st == TS_OK && video != n_videos)
+        st =
+            ts_error(TS_ERR_INVALID, "%d videos given for %d in the conversation", n_videos, video);
     ts_chat_out_free(&out);
     free(calls);
     free(parts);

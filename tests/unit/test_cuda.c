@@ -444,12 +444,15 @@ static void same_as_host(const char *what, const float *d, const float *ref, siz
 static void test_vision_input_ops(bool quick) {
     const ts_backend_ops *g = gpu->ops;
     struct {
-        int w, h, patch, merge, temporal;
-    } pc[] = {{64, 96, 16, 2, 2}, {96, 32, 16, 2, 2}, {24, 40, 4, 2, 2}, {1024, 1024, 16, 2, 2}};
+        int w, h, patch, merge, temporal, frames;
+    } pc[] = {{64, 96, 16, 2, 2, 1},     {96, 32, 16, 2, 2, 1}, {24, 40, 4, 2, 2, 1},
+              {1024, 1024, 16, 2, 2, 1}, {64, 96, 16, 2, 2, 2}, {24, 40, 4, 2, 2, 2}};
     for (size_t ci = 0; ci < sizeof pc / sizeof *pc; ci++) {
         if (quick && pc[ci].w > 512) continue;
-        ts_patch_dims d = {pc[ci].w, pc[ci].h, pc[ci].patch, pc[ci].merge, pc[ci].temporal};
-        size_t nb = (size_t)d.width * d.height * 3,
+        /* frames 2: a video's step, each frame its own place of the patch's time axis */
+        ts_patch_dims d = {pc[ci].w,     pc[ci].h,        pc[ci].patch,
+                           pc[ci].merge, pc[ci].temporal, pc[ci].frames};
+        size_t nb = (size_t)d.width * d.height * 3 * d.frames,
                np = (size_t)(d.width / d.patch) * (d.height / d.patch),
                K = 3 * (size_t)d.temporal * d.patch * d.patch;
         uint8_t *rgb = malloc(nb);
@@ -462,7 +465,8 @@ static void test_vision_input_ops(bool quick) {
         cpu->ops->vision_patches(cpu, rgb, &d, lut, want);
         g->vision_patches(gpu, drgb, &d, dlut, dout);
         char what[64];
-        snprintf(what, sizeof what, "vision_patches %dx%d patch %d", d.width, d.height, d.patch);
+        snprintf(what, sizeof what, "vision_patches %dx%d patch %d, %d frame(s)", d.width, d.height,
+                 d.patch, d.frames);
         same_as_host(what, dout, want, np * K);
         g->free(gpu, drgb), g->free(gpu, dlut), g->free(gpu, dout);
         free(rgb), free(lut), free(want);

@@ -124,10 +124,12 @@ static void patches_task(void *p, int ith, int nth) {
         int row, col;
         ts_grid_patch_rc((int)n, grid_w, d->merge, &row, &col);
         float *v = j->out + n * K;
+        size_t frame = (size_t)d->width * d->height * 3;
         for (int c = 0; c < 3; c++)
             for (int t = 0; t < d->temporal; t++)
                 for (int y = 0; y < P; y++) {
-                    const uint8_t *px = j->rgb + ((size_t)(row * P + y) * d->width + col * P) * 3;
+                    const uint8_t *px = j->rgb + (d->frames > 1 ? t * frame : 0) +
+                                        ((size_t)(row * P + y) * d->width + col * P) * 3;
                     for (int x = 0; x < P; x++)
                         *v++ = j->lut[c * 256 + px[3 * x + c]];
                 }

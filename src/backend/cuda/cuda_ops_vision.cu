@@ -89,16 +89,19 @@ void cuda_op_bias_act(ts_backend *be, float *x, int64_t ldx, int n_rows, int dim
 }
 
 /* A block per patch, a thread per element of its row in turn: element ((c * temporal + t) * P
- * + y) * P + x is pixel (y, x) of the patch, channel c, looked up in the channel's table. */
+ * + y) * P + x is pixel (y, x) of the patch in frame t (the one frame of a still image),
+ * channel c, looked up in the channel's table. */
 __global__ static void k_vision_patches(const uint8_t *rgb, ts_patch_dims d, const float *lut,
                                         float *out) {
     cuda_pdl_entry();
     int n = (int)blockIdx.x, P = d.patch, PP = P * P, K = 3 * d.temporal * PP, row, col;
     ts_grid_patch_rc(n, d.width / P, d.merge, &row, &col);
     float *o = out + (int64_t)n * K;
+    int64_t frame = (int64_t)d.width * d.height * 3;
     for (int i = threadIdx.x; i < K; i += blockDim.x) {
-        int ch = i / (d.temporal * PP), y = i % PP / P, x = i % P;
-        o[i] = lut[ch * 256 + rgb[((int64_t)(row * P + y) * d.width + col * P + x) * 3 + ch]];
+        int ch = i / (d.temporal * PP), t = i / PP % d.temporal, y = i % PP / P, x = i % P;
+        const uint8_t *f = rgb + (d.frames > 1 ? t * frame : 0);
+        o[i] = lut[ch * 256 + f[((int64_t)(row * P + y) * d.width + col * P + x) * 3 + ch]];
     }
 }
 
