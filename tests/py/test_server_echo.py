@@ -53,7 +53,12 @@ def test_echo_text_and_answer(srv):
     lp = e["logprobs"]
     n_answer = len(plain["logprobs"]["tokens"])
     assert lp["tokens"][-n_answer:] == plain["logprobs"]["tokens"]
-    assert lp["token_logprobs"][-n_answer:] == plain["logprobs"]["token_logprobs"]
+    # the same tokens, scored alike: the echo's last prompt row comes from the output head run
+    # over every prompt row (the matrix kernel), the plain answer's from the head run over that
+    # row alone (the vector kernel), whose sums round apart in the last bits on a CPU without
+    # AVX-512 (5e-7 seen on an AVX2 one)
+    for a, b in zip(lp["token_logprobs"][-n_answer:], plain["logprobs"]["token_logprobs"]):
+        assert abs(a - b) < 1e-5, (a, b)
     assert "".join(lp["tokens"][:-n_answer]) == "The sea is blue and"
     # without logprobs, and a prompt of ids (its text is the ids' text)
     assert complete(srv, dict(body, echo=True, logprobs=None))["text"] == e["text"]
