@@ -4,6 +4,7 @@
 #define TS_FIXTURE_UTIL_H
 
 #include <dirent.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -89,6 +90,22 @@ static inline int fx_list_models(const char *dir, char **names, int cap) {
     closedir(d);
     qsort(names, (size_t)n, sizeof *names, fx_cmp);
     return n;
+}
+
+/* ||a - ref|| / ||ref|| over n values, in double */
+static inline double fx_rel_err(const float *a, const float *ref, long n) {
+    double e = 0, d = 0;
+    for (long i = 0; i < n; i++)
+        e += ((double)a[i] - ref[i]) * ((double)a[i] - ref[i]), d += (double)ref[i] * ref[i];
+    return sqrt(e / (d > 0 ? d : 1));
+}
+
+/* The first index of the largest of n values */
+static inline int fx_argmax(const float *x, int n) {
+    int b = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[b]) b = i;
+    return b;
 }
 
 #endif

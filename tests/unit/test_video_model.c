@@ -38,20 +38,6 @@ static const char *at(const char *fmt, int k) {
     return p;
 }
 
-static double rel_err(const float *a, const float *ref, long n) {
-    double e = 0, d = 0;
-    for (long i = 0; i < n; i++)
-        e += pow((double)a[i] - ref[i], 2), d += (double)ref[i] * ref[i];
-    return sqrt(e / (d > 0 ? d : 1));
-}
-
-static int argmax(const float *x, int n) {
-    int b = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[b]) b = i;
-    return b;
-}
-
 typedef struct {
     ts_video_info info;
     ts_video_plan plan;
@@ -163,12 +149,12 @@ static void check_video(ts_engine *e, int D, const json_t *v, int k, video *vd) 
     /* the tower on HF's frames: HF's rows */
     vd->rows = malloc(n * sizeof *vd->rows);
     encode(e, D, p, hf, vd->rows);
-    double err = rel_err(vd->rows, ref, (long)n);
+    double err = fx_rel_err(vd->rows, ref, (long)n);
     CHECKF(err < tol_rows, "video %d: rows vs HF %.3g", k, err);
     /* and on ours: a pixel off here and there */
     float *mine = malloc(n * sizeof *mine);
     encode(e, D, p, ours, mine);
-    double err2 = rel_err(mine, ref, (long)n);
+    double err2 = fx_rel_err(mine, ref, (long)n);
     CHECKF(resized ? err2 < 2e-2 : err2 < tol_rows, "video %d: rows from our frames vs HF %.3g", k,
            err2);
     printf("video %d: rows vs HF %.3g (HF's frames), %.3g (ours)\n", k, err, err2);
@@ -219,10 +205,10 @@ static void check_prompt(ts_engine *e, const ts_model_info *mi, const ts_vision_
     CHECK(ts_engine_slot_clear(e, 0) == TS_OK);
     ts_batch b = {n, ids, pos, slot, want, rows, rope};
     CHECK(ts_engine_forward(e, &b, lg) == TS_OK);
-    double err = ref ? rel_err(lg, ref, (long)n * V) : 1;
+    double err = ref ? fx_rel_err(lg, ref, (long)n * V) : 1;
     int wrong = 0;
     for (int i = 0; ref && i < n; i++)
-        wrong += argmax(lg + (size_t)i * V, V) != argmax(ref + (size_t)i * V, V);
+        wrong += fx_argmax(lg + (size_t)i * V, V) != fx_argmax(ref + (size_t)i * V, V);
     CHECKF(err < tol_logits && wrong == 0, "prompt logits vs HF %.3g, %d argmaxes differ", err,
            wrong);
     printf("prompt of %d ids: logits vs HF %.3g\n", n, err);

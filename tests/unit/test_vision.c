@@ -49,20 +49,6 @@ static char *path_of(const char *dir, const char *fmt, int k) {
     return p;
 }
 
-static double rel_err(const float *a, const float *ref, long n) {
-    double e = 0, d = 0;
-    for (long i = 0; i < n; i++)
-        e += pow((double)a[i] - ref[i], 2), d += (double)ref[i] * ref[i];
-    return sqrt(e / (d > 0 ? d : 1));
-}
-
-static int argmax(const float *x, int n) {
-    int b = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[b]) b = i;
-    return b;
-}
-
 /* the tower on HF's resized pixels, then from the PNG */
 static void check_images(vcase *c) {
     for (int k = 0; k < MAX_IMG; k++) {
@@ -85,7 +71,7 @@ static void check_images(vcase *c) {
         ts_image img = {want.width, want.height, rgb};
         float *out = malloc((size_t)nt * D * sizeof *out);
         CHECK(ts_engine_encode_image(c->e, &img, &want, out) == TS_OK);
-        double err = rel_err(out, ref, (long)nt * D);
+        double err = fx_rel_err(out, ref, (long)nt * D);
         worst_rows = fmax(worst_rows, err);
         CHECKF(err < tol_rows, "%s image %d: tower vs HF: %.3g", c->dir, k, err);
         /* the whole way from the file */
@@ -102,7 +88,7 @@ static void check_images(vcase *c) {
                    c->dir, k, p.width, p.height, p.grid_w, p.grid_h, gw, gh);
             float *out2 = malloc((size_t)nt * D * sizeof *out2);
             CHECK(ts_engine_encode_image(c->e, dec, NULL, out2) == TS_OK);
-            double e2 = rel_err(out2, ref, (long)nt * D);
+            double e2 = fx_rel_err(out2, ref, (long)nt * D);
             worst_rows = fmax(worst_rows, e2);
             CHECKF(e2 < tol_rows, "%s image %d: from the PNG vs HF: %.3g", c->dir, k, e2);
             free(out2);
@@ -183,10 +169,10 @@ static void check_prompt(vcase *c, int pi) {
             ts_batch b = {m, ids + a, pos + a, slot, want, rows + a, rope + 3 * a};
             CHECK(ts_engine_forward(c->e, &b, lg + (size_t)a * V) == TS_OK);
         }
-        double err = ref ? rel_err(lg, ref, (long)n * V) : 1;
+        double err = ref ? fx_rel_err(lg, ref, (long)n * V) : 1;
         int wrong = 0;
         for (int i = 0; ref && i < n; i++)
-            wrong += argmax(lg + (size_t)i * V, V) != argmax(ref + (size_t)i * V, V);
+            wrong += fx_argmax(lg + (size_t)i * V, V) != fx_argmax(ref + (size_t)i * V, V);
         worst_logits = fmax(worst_logits, err);
         CHECKF(err < tol_logits && wrong == 0,
                "%s prompt %d (chunks of %d): logits vs HF %.3g, %d "
