@@ -1,22 +1,16 @@
 /* A video file to the frames a vision tower takes: ts_video_probe, ts_video_plan_make and
  * ts_video_decode in one call, with the processor's padding of a short last step. */
 #include "base/status.h"
-#include "tessera.h"
+#include "image/image_int.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-static ts_image *image_copy(const ts_image *src) {
-    size_t n = (size_t)src->width * src->height * 3;
-    ts_image *c = malloc(sizeof *c);
-    uint8_t *rgb = malloc(n);
-    if (!c || !rgb) {
-        free(c), free(rgb);
-        return NULL;
-    }
-    memcpy(rgb, src->rgb, n);
-    *c = (ts_image){src->width, src->height, rgb};
-    return c;
+/* A copy of an image, from img_alloc as every image of this module is */
+static ts_status image_copy(const ts_image *src, ts_image **out) {
+    TS_TRY(img_alloc(src->width, src->height, out));
+    memcpy((*out)->rgb, src->rgb, (size_t)src->width * src->height * 3);
+    return TS_OK;
 }
 
 ts_status ts_video_load(const void *data, size_t len, const ts_vision_info *v, double fps,
@@ -32,8 +26,7 @@ ts_status ts_video_load(const void *data, size_t len, const ts_vision_info *v, d
                                        plan->step.height, f)
                      : ts_error(TS_ERR_NOMEM, "out of memory");
     for (int i = plan->n_frames; st == TS_OK && i < n; i++) /* the processor's padding */
-        if (!(f[i] = image_copy(f[plan->n_frames - 1])))
-            st = ts_error(TS_ERR_NOMEM, "out of memory");
+        st = image_copy(f[plan->n_frames - 1], &f[i]);
     if (st != TS_OK) {
         for (int i = 0; f && i < n; i++)
             ts_image_free(f[i]);
