@@ -97,10 +97,11 @@ void serve_decoder_free(serve_decoder *d) {
 
 static bool cancelled(const serve_job *j) { return atomic_load(&j->cancel); }
 
+/* The text output's sink; called with j->mu held, so that a token's text and its
+ * log-probability reach a streaming reader together (serve_lane_token). */
 static ts_status sink(void *ctx, serve_channel ch, const char *s, size_t n) {
     serve_job *j = ctx;
     if (!n) return TS_OK;
-    pthread_mutex_lock(&j->mu);
     ts_status st = TS_OK;
     if (j->n_seg == j->cap_seg) {
         int cap = j->cap_seg ? 2 * j->cap_seg : 64;
@@ -113,7 +114,6 @@ static ts_status sink(void *ctx, serve_channel ch, const char *s, size_t n) {
         st = ts_strbuf_append(&j->text, s, n);
         if (st == TS_OK) j->seg[j->n_seg++] = (serve_segment){ch, off, n};
     }
-    pthread_mutex_unlock(&j->mu);
     return st;
 }
 
@@ -202,9 +202,9 @@ static void to_job_logprob(int32_t chosen, const ts_logprobs *tl, int n_top, ser
         out->top_id[i] = tl->top_id[i], out->top_lp[i] = tl->top_logprob[i];
 }
 
-static ts_status push_logprob(serve_job *j, const serve_logprob *lp) {
+/* j->mu held (see serve_lane_token). */
+static ts_status push_logprob_locked(serve_job *j, const serve_logprob *lp) {
     ts_status st = TS_OK;
-    pthread_mutex_lock(&j->mu);
     if (j->n_lp == j->cap_lp) {
         int cap = j->cap_lp ? 2 * j->cap_lp : 64;
         serve_logprob *p = realloc(j->lp, (size_t)cap * sizeof *p);
@@ -212,7 +212,6 @@ static ts_status push_logprob(serve_job *j, const serve_logprob *lp) {
         else j->lp = p, j->cap_lp = cap;
     }
     if (st == TS_OK) j->lp[j->n_lp++] = *lp;
-    pthread_mutex_unlock(&j->mu);
     return st;
 }
 
@@ -552,12 +551,17 @@ void serve_lane_end(serve_decoder *d, serve_lane *ln, serve_finish how, ts_statu
         size_t len = 0;
         if (ts_detokenizer_flush(ln->dt, &text, &len) == TS_OK && len) {
             bool stopped = false;
+            pthread_mutex_lock(&j->mu);
             st = serve_textout_token(&ln->to, -1, text, len, &stopped);
+            pthread_mutex_unlock(&j->mu);
         }
     }
     /* held text that was not a stop (end of generation, or the length) */
-    if ((how == SERVE_FINISH_LENGTH || how == SERVE_FINISH_STOP) && st == TS_OK)
+    if ((how == SERVE_FINISH_LENGTH || how == SERVE_FINISH_STOP) && st == TS_OK) {
+        pthread_mutex_lock(&j->mu);
         st = serve_textout_finish(&ln->to);
+        pthread_mutex_unlock(&j->mu);
+    }
     if (st != TS_OK && st != TS_ERR_CANCELLED) how = SERVE_FINISH_ERROR;
     if (st == TS_ERR_CANCELLED) how = SERVE_FINISH_CANCELLED;
     char err[256] = "";
@@ -625,7 +629,7 @@ void serve_lane_token(serve_decoder *d, serve_lane *ln, int32_t tok, const ts_lo
     j->completion_tokens = k + 1;
     pthread_mutex_unlock(&j->mu);
     if (k == 0) serve_metrics_ttft(d->o.metrics, j->t_first_token - j->t_submit);
-    bool stopped = false;
+    bool stopped = false, lp_pushed = false;
     if (!j->ignore_eos &&
         (ts_tokenizer_is_eog(d->o.tok, tok) || in_ids(j->end_ids, j->n_end_ids, tok))) {
         stopped = true;
@@ -633,7 +637,14 @@ void serve_lane_token(serve_decoder *d, serve_lane *ln, int32_t tok, const ts_lo
         const char *text = NULL;
         size_t len = 0;
         if (ts_detokenizer_push(ln->dt, tok, &text, &len) != TS_OK) len = 0;
+        /* the token's text and its log-probability are published in one hold of the job's
+         * mutex: a streaming reader that saw the text without it would send the text with
+         * the previous tokens' log-probabilities and this one's with the next text */
+        pthread_mutex_lock(&j->mu);
         st = serve_textout_token(&ln->to, tok, text, len, &stopped);
+        if (st == TS_OK && ln->want_lp) st = push_logprob_locked(j, &lp);
+        pthread_mutex_unlock(&j->mu);
+        lp_pushed = true;
         bool by_string = stopped;
         /* the grammar takes the token; once its text is complete and nothing may follow,
          * the answer is done (as at an end-of-generation token) */
@@ -650,7 +661,11 @@ void serve_lane_token(serve_decoder *d, serve_lane *ln, int32_t tok, const ts_lo
         }
         stopped |= by_token;
     }
-    if (st == TS_OK && ln->want_lp) st = push_logprob(j, &lp);
+    if (st == TS_OK && ln->want_lp && !lp_pushed) { /* an end-of-generation token's */
+        pthread_mutex_lock(&j->mu);
+        st = push_logprob_locked(j, &lp);
+        pthread_mutex_unlock(&j->mu);
+    }
     wake(j);
     ln->k = k + 1;
     ln->last = tok;

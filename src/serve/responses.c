@@ -253,10 +253,17 @@ static ts_status close_item(const serve_resp *r, serve_rsp_stream *s, const char
     const char *text = s->text.data ? s->text.data : "";
     bool msg = ch == SERVE_CH_CONTENT;
     json_t *lps = msg && s->lps ? s->lps : NULL;
+    if (lps && (size_t)s->lp_held < json_array_size(lps)) {
+        /* tokens that showed no text (an end-of-generation token): their log-probabilities
+         * still come in a delta, so that the deltas' add up to the done event's */
+        json_t *d =
+            json_pack("{s:o, s:i, s:i, s:s, s:o}", "item_id", item_id(r, "msg", k), "output_index",
+                      k, "content_index", 0, "delta", "", "logprobs", take_lps(s));
+        TS_TRY(event(s, "response.output_text.delta", d, out));
+    }
     json_t *done = json_pack("{s:o, s:i, s:i, s:s%}", "item_id", item_id(r, msg ? "msg" : "rs", k),
                              "output_index", k, "content_index", 0, "text", text, s->text.len);
     if (done && lps) json_object_set(done, "logprobs", lps);
-    if (msg) json_decref(take_lps(s)); /* all of them go with the done event */
     TS_TRY(event(s, msg ? "response.output_text.done" : "response.reasoning_text.done", done, out));
     TS_TRY(event(s, "response.content_part.done",
                  json_pack("{s:o, s:i, s:i, s:o}", "item_id", item_id(r, msg ? "msg" : "rs", k),

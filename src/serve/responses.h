@@ -58,8 +58,8 @@ typedef struct {
     int n_items;    /* output items opened */
     int open;       /* the channel of the item open now (SERVE_CH_*), -1 none */
     ts_strbuf text; /* the open item's text so far */
-    json_t *lps;    /* the answer's log-probabilities sent so far (a list), NULL without */
-    int lp_held;    /* of them, those not yet sent with an output_text delta */
+    json_t *lps;    /* the answer's log-probabilities so far (a list), NULL without */
+    int lp_held;    /* of them, how many went out with output_text deltas */
 } serve_rsp_stream;
 
 void serve_rsp_stream_free(serve_rsp_stream *s);

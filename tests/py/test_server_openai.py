@@ -1,6 +1,7 @@
 """The server through the official openai client: chat (plain and streaming), completions,
 models, stop strings, usage, seeds, logprobs and reasoning_content."""
 import json
+import re
 
 import pytest
 
@@ -191,6 +192,41 @@ def test_logprobs(client):
         # greedy: the chosen token is the most likely one
         assert abs(e.top_logprobs[0].logprob - e.logprob) < 1e-5
         assert e.top_logprobs[0].logprob >= e.top_logprobs[1].logprob >= e.top_logprobs[2].logprob
+
+
+def _collapse(text):
+    """Runs of U+FFFD as one: how many a broken UTF-8 sequence turns into is not at stake."""
+    return re.sub("\ufffd+", "\ufffd", text)
+
+
+def test_streamed_logprobs_go_with_their_text(srv):
+    """A streamed chunk carries the log-probabilities of the tokens whose text it brings: at
+    every chunk the text so far is what the tokens so far spell (less a character they have not
+    finished), never a token ahead of them. The decoder publishes a token's text and its
+    log-probability together; a reader that caught the text alone sent it with the previous
+    tokens' and the token's with the next chunk (or, last, with none)."""
+    only_text = {str(i): -100 for i in range(1000, 4096)}  # no special token: all content
+    for r in range(12):
+        body = dict(messages=[{"role": "user", "content": f"Tell me story {r}."}], max_tokens=40,
+                    temperature=0, logit_bias=only_text, logprobs=True, top_logprobs=1)
+        st, _, want = srv.post("/v1/chat/completions", body)
+        assert st == 200
+        st, _, data = srv.request("POST", "/v1/chat/completions", dict(body, stream=True))
+        assert st == 200
+        text, raw, lps = "", b"", []
+        for line in data.decode().splitlines():
+            if not line.startswith("data: {"):
+                continue
+            c = json.loads(line[len("data: "):])["choices"][0]
+            got = (c.get("logprobs") or {}).get("content") or []
+            lps += got
+            raw += b"".join(bytes(e["bytes"]) for e in got)
+            text += c["delta"].get("content") or ""
+            if c["finish_reason"] is None:
+                spelt = _collapse(raw.decode("utf-8", "replace"))
+                assert spelt.startswith(_collapse(text)), (r, text, spelt)
+        assert text == want["choices"][0]["message"]["content"]
+        assert lps == want["choices"][0]["logprobs"]["content"]
 
 
 def test_reasoning_content(client, srv):

@@ -610,6 +610,10 @@ STREAMED = {
                       tool_choice={"type": "function", "name": "get_weather"}),
     "logprobs": greedy(input="Tell me a story about a dog.", max_output_tokens=6,
                        top_logprobs=2, include=["message.output_text.logprobs"]),
+    # ends at <|im_end|> (1002), a token with no text whose log-probability still goes out
+    "logprobs_end": greedy(input="Tell me a story about a dog.", max_output_tokens=6,
+                           top_logprobs=2, include=["message.output_text.logprobs"],
+                           min_tokens=3, logit_bias=dict(TEXT_ONLY, **{"1002": 100})),
 }
 
 
@@ -639,6 +643,10 @@ def test_stream_matches_the_answer(srv, case):
         assert calls_of(final) == calls_of(want) and calls_of(final)
     if case == "logprobs":
         assert len(items(final, "message")[0]["content"][0]["logprobs"]) == 6
+    if case == "logprobs_end":
+        assert final["status"] == "completed"
+        lps = items(final, "message")[0]["content"][0]["logprobs"]
+        assert len(lps) == 4 and lps[-1]["token"] == "<|im_end|>"
 
 
 def test_stream_failure_is_not_a_done_line(srv):
