@@ -245,6 +245,10 @@ ts_status ts_tokenize(const ts_tokenizer *tok, const char *text, size_t len, boo
 /* Decodes ids into a malloc'd NUL-terminated string (caller frees). */
 ts_status ts_detokenize(const ts_tokenizer *tok, const int32_t *ids, size_t n, bool skip_special,
                         char **text, size_t *len);
+/* The bytes token id stands for on its own, not NUL-terminated and possibly part of a UTF-8
+ * character (a byte token); what the streaming detokenizer joins. Lives as long as tok; NULL
+ * for an id outside the vocabulary. */
+const char *ts_tokenizer_token_bytes(const ts_tokenizer *tok, int32_t id, size_t *len);
 /* True for the tokens that end a generation (<|im_end|>, <|endoftext|>, <end_of_turn>, and a
  * GGUF's eos/eot ids). */
 bool ts_tokenizer_is_eog(const ts_tokenizer *tok, int32_t id);

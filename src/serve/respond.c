@@ -97,10 +97,13 @@ static json_t *usage_json(serve_job *const *jobs, int n, int per_prompt) {
 }
 
 /* The token's text (lossy UTF-8 for JSON) and its raw bytes. */
+/* A token as log-probabilities show it: its bytes as text (a part of a character as U+FFFD)
+ * and, as OpenAI's `bytes`, the bytes themselves, so that a client can join the tokens that
+ * split a character. */
 static void token_text(const serve_resp *r, int32_t id, json_t **str, json_t **bytes) {
-    char *t = NULL;
     size_t n = 0;
-    if (ts_detokenize(r->tok, &id, 1, false, &t, &n) != TS_OK) n = 0;
+    const char *t = ts_tokenizer_token_bytes(r->tok, id, &n);
+    if (!t) n = 0;
     ts_strbuf b = {0};
     ts_utf8_append_lossy(&b, t ? t : "", n);
     *str = json_stringn(b.data ? b.data : "", b.len);
@@ -109,7 +112,6 @@ static void token_text(const serve_resp *r, int32_t id, json_t **str, json_t **b
         for (size_t i = 0; i < n; i++) json_array_append_new(*bytes, json_integer((unsigned char)t[i]));
     }
     ts_strbuf_free(&b);
-    free(t);
 }
 
 /* One token's entries of a completion's logprobs; lp NULL: the prompt's first token, which

@@ -428,6 +428,11 @@ void ts_tokenizer_token_source(const ts_tokenizer *t, ts_token_source *src) {
         ts_bpe_token_source(t->bpe, src);
 }
 
+const char *ts_tokenizer_token_bytes(const ts_tokenizer *t, int32_t id, size_t *len) {
+    *len = 0;
+    return t->spm ? ts_spm_token_bytes(t->spm, id, len) : ts_bpe_token_bytes(t->bpe, id, len);
+}
+
 bool ts_tokenizer_is_eog(const ts_tokenizer *t, int32_t id) {
     for (int i = 0; id >= 0 && i < t->n_eog; i++)
         if (t->eog[i] == id) return true;

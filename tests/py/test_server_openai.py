@@ -206,6 +206,7 @@ def test_streamed_logprobs_go_with_their_text(srv):
     log-probability together; a reader that caught the text alone sent it with the previous
     tokens' and the token's with the next chunk (or, last, with none)."""
     only_text = {str(i): -100 for i in range(1000, 4096)}  # no special token: all content
+    split = 0
     for r in range(12):
         body = dict(messages=[{"role": "user", "content": f"Tell me story {r}."}], max_tokens=40,
                     temperature=0, logit_bias=only_text, logprobs=True, top_logprobs=1)
@@ -227,6 +228,11 @@ def test_streamed_logprobs_go_with_their_text(srv):
                 assert spelt.startswith(_collapse(text)), (r, text, spelt)
         assert text == want["choices"][0]["message"]["content"]
         assert lps == want["choices"][0]["logprobs"]["content"]
+        # `bytes` are each token's own (a byte token's one byte, not U+FFFD's three): joined,
+        # they spell the whole answer
+        assert _collapse(raw.decode("utf-8", "replace")) == _collapse(text)
+        split += any(len(e["bytes"]) == 1 and e["bytes"][0] >= 0x80 for e in lps)
+    assert split  # the answers had characters that tokens split
 
 
 def test_reasoning_content(client, srv):
