@@ -80,7 +80,7 @@ static ts_status fill_tokens(vocab *v) {
     for (int k = 0; k < v->n; k++)
         if (!v->text[k]) {
             char *s = v->pads + (size_t)k * 16;
-            snprintf(s, 16, "[PAD%d]", k);
+            snprintf(s, 16, "[PAD%u]", (unsigned)k); /* at most 10 digits */
             v->text[k] = s;
             v->len[k] = strlen(s);
             v->type[k] = TOK_UNUSED;

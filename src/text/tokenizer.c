@@ -49,7 +49,8 @@ struct ts_detokenizer {
  * ones unless it is false. Read that from the template text when the file is there. */
 static bool read_thinking_default(const char *dir) {
     char path[4096];
-    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+    if (snprintf(path, sizeof path, "%s/tokenizer_config.json", dir) >= (int)sizeof path)
+        return false; /* ts_tokenizer_open refuses such paths first */
     char *buf;
     size_t len;
     if (ts_read_file(path, 16u << 20, &buf, &len) != TS_OK) return false;
@@ -78,7 +79,7 @@ static void add_eog(ts_tokenizer *t, int32_t id) {
  * eos_token_id (an id or a list: Gemma 3 gives [1, 106]). */
 static void add_eog_from_generation_config(ts_tokenizer *t, const char *dir) {
     char path[4096];
-    snprintf(path, sizeof path, "%s/generation_config.json", dir);
+    if (snprintf(path, sizeof path, "%s/generation_config.json", dir) >= (int)sizeof path) return;
     json_t *root = json_load_file(path, 0, NULL); /* optional */
     json_t *eos = json_object_get(root, "eos_token_id");
     size_t i;
@@ -362,6 +363,10 @@ ts_status ts_tokenizer_open(const char *path, ts_tokenizer **out) {
     struct stat sb;
     if (stat(path, &sb) != 0) return ts_error(TS_ERR_IO, "%s: no such file or directory", path);
     char file[4096], dir[4096];
+    /* room for the longest name joined to it (/generation_config.json): nothing cut short */
+    if (strlen(path) + 32 > sizeof file)
+        return ts_error(TS_ERR_INVALID, "%.64s...: a path of %zu bytes is too long", path,
+                        strlen(path));
     bool gguf = false;
     if (S_ISDIR(sb.st_mode)) {
         snprintf(file, sizeof file, "%s/tokenizer.json", path);
