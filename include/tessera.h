@@ -420,8 +420,10 @@ typedef struct {
      * resized alike so that all of them together hold video_min_pixels..video_max_pixels, cut
      * into steps of temporal_patch_size frames. video_max_frame_tokens > 0 caps each frame's
      * share first (the processor's cap_pixels_per_frame with max_video_tokens). video_token < 0:
-     * the model takes no videos. */
+     * the model takes no videos; video_refused then says why when the checkpoint would take
+     * them but asks for what is not supported (its images still work), else it is "". */
     int32_t video_token;
+    char video_refused[192];
     int temporal_patch_size;
     int64_t video_min_pixels, video_max_pixels;
     double video_fps;

@@ -63,6 +63,10 @@ static void drop_images(chat_ctx *c) {
  * (after saying why) when it cannot be taken. */
 static bool attach(chat_ctx *c, const char *path, bool video) {
     const char *what = video ? "video" : "image";
+    if (c->vision && video && c->ci.vinfo.video_refused[0]) {
+        printf("(this model takes no videos: %s)\n", c->ci.vinfo.video_refused);
+        return false;
+    }
     if (!c->vision || (video && c->ci.vinfo.video_token < 0)) {
         printf("(this model takes no %ss here: it has no vision tower, or its device runs "
                "none)\n",

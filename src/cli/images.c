@@ -72,8 +72,11 @@ int cli_images_load(cli_images *ci, const char *model_path) {
     ts_model_close(m);
     for (int k = 0; k < ci->n; k++) {
         if (!vision || (ci->video[k] && ci->vinfo.video_token < 0))
-            return cli_usage("%s: the model %s takes no %s", ci->video[k] ? "--video" : "--image",
-                             model_path, ci->video[k] ? "videos" : "images");
+            return cli_usage("%s: the model %s takes no %s%s%s",
+                             ci->video[k] ? "--video" : "--image", model_path,
+                             ci->video[k] ? "videos" : "images",
+                             vision && ci->vinfo.video_refused[0] ? ": " : "",
+                             vision ? ci->vinfo.video_refused : "");
         int rc = cli_images_read(ci, k);
         if (rc) return rc;
     }

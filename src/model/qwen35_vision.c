@@ -184,10 +184,18 @@ static ts_status read_processor(const char *dir, qwen35_vision_hp *h) {
     return TS_OK;
 }
 
+/* The model takes no videos, for the reason given; its text and images are unaffected. */
+static void refuse_videos(ts_vision_info *vi, const char *path, const char *why) {
+    vi->video_token = -1;
+    const char *base = strrchr(path, '/');
+    snprintf(vi->video_refused, sizeof vi->video_refused, "%s: %s", base ? base + 1 : path, why);
+}
+
 /* video_preprocessor_config.json, when there is one (the video processor; without it, the
- * Qwen3-VL video processor's own defaults set in read_vision_hp). Its pixels are normalised as
- * the image processor's are (the one table the patches are looked up in), or the file is
- * refused; so is frame sampling other than by frames a second. */
+ * Qwen3-VL video processor's own defaults set in read_vision_hp). Its pixels must be normalised
+ * as the image processor's are (the one table the patches are looked up in), and frames sampled
+ * by frames a second; a file that asks otherwise is a checkpoint whose videos are refused
+ * (video_refused), not one that fails to load. A malformed value is a load error. */
 static ts_status read_video_processor(const char *dir, qwen35_vision_hp *h) {
     ts_hfconfig *c;
     TS_TRY(load_optional(dir, "video_preprocessor_config.json", &c));
@@ -198,19 +206,24 @@ static ts_status read_video_processor(const char *dir, qwen35_vision_hp *h) {
     memcpy(p.mean, h->mean, sizeof p.mean);
     memcpy(p.std, h->std, sizeof p.std);
     ts_status st = read_vproc(c, h, true, &p);
-    if (st == TS_OK && (memcmp(p.mean, h->mean, sizeof p.mean) ||
-                        memcmp(p.std, h->std, sizeof p.std) || p.rescale != h->rescale))
-        st =
-            ts_error(TS_ERR_UNSUPPORTED,
-                     "%s: its mean, std or rescale factor differ from the image processor's", path);
     int64_t lo = vi->video_min_frames, hi = vi->video_max_frames, cap_tokens = 768;
     bool sample = true, cap = false;
     if (st == TS_OK) st = ts_hfconfig_bool_opt(c, "do_sample_frames", true, &sample);
-    if (st == TS_OK && (!sample || ts_hfconfig_has(c, "num_frames")))
-        st = ts_error(TS_ERR_UNSUPPORTED,
-                      "%s: frames sampled other than by 'fps' (do_sample_frames false, or "
-                      "num_frames) are not supported",
-                      path);
+    if (st == TS_OK && (memcmp(p.mean, h->mean, sizeof p.mean) ||
+                        memcmp(p.std, h->std, sizeof p.std) || p.rescale != h->rescale)) {
+        refuse_videos(vi, path,
+                      "its mean, std or rescale factor differ from the image "
+                      "processor's, which tessera's one pixel table follows");
+        ts_hfconfig_free(c);
+        return TS_OK;
+    }
+    if (st == TS_OK && (!sample || ts_hfconfig_has(c, "num_frames"))) {
+        refuse_videos(vi, path,
+                      "frames sampled other than by 'fps' (do_sample_frames false, or "
+                      "num_frames) are not supported");
+        ts_hfconfig_free(c);
+        return TS_OK;
+    }
     if (st == TS_OK) st = ts_hfconfig_float_opt(c, "fps", vi->video_fps, &vi->video_fps);
     if (st == TS_OK && !(vi->video_fps > 0 && vi->video_fps <= 1000))
         st = ts_error(TS_ERR_FORMAT, "%s: field 'fps': %g out of range", path, vi->video_fps);

@@ -16,7 +16,8 @@ bool serve_read_images(const serve_runtime *rt, const serve_request *r, serve_im
                                                : "this model takes no images");
         if (d->video && rt->vinfo.video_token < 0)
             return serve_fail(e, 400, "unsupported_feature", d->param,
-                              "%s: this model takes no videos", d->param);
+                              "%s: this model takes no videos%s%s", d->param,
+                              rt->vinfo.video_refused[0] ? ": " : "", rt->vinfo.video_refused);
         ts_status st =
             d->video ? serve_images_add_video(im, &rt->vinfo, r->video_fps, d->data, d->len)
                      : serve_images_add(im, &rt->vinfo, rt->image_max_pixels, d->data, d->len);

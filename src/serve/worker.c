@@ -274,12 +274,13 @@ static ts_status load(serve_worker *w) {
      * format writes the one, the rotary positions look for the other */
     int32_t video_pad = single_token(w->tok, "<|video_pad|>");
     if (rt->vision_model && rt->vinfo.video_token >= 0 && video_pad != rt->vinfo.video_token) {
-        fprintf(stderr,
-                "tessera: serve: videos are refused: the model's video token %d is not the "
-                "tokenizer's <|video_pad|> (%d)\n",
-                rt->vinfo.video_token, video_pad);
+        snprintf(rt->vinfo.video_refused, sizeof rt->vinfo.video_refused,
+                 "the model's video token %d is not the tokenizer's <|video_pad|> (%d)",
+                 rt->vinfo.video_token, video_pad);
         rt->vinfo.video_token = -1;
     }
+    if (rt->vision_model && rt->vinfo.video_refused[0])
+        fprintf(stderr, "tessera: serve: videos are refused: %s\n", rt->vinfo.video_refused);
     rt->image_max_pixels =
         w->o.image_max_pixels > 0 ? w->o.image_max_pixels : SERVE_IMAGE_MAX_PIXELS;
     snprintf(rt->describe, sizeof rt->describe, "%s", ts_engine_describe(w->engine));

@@ -12,6 +12,7 @@ import pytest
 
 from server_util import Server, fixtures, tiny_model
 from test_server_vision import STRIPES, tiny_vl_model
+from test_server_vision import data_url as vision_url
 
 VIDEO_START, VIDEO_END, VIDEO_PAD = 1009, 1010, 1013
 
@@ -189,6 +190,28 @@ def test_bad_processor_kwargs(warm, kw, code):
     st, _, r = warm.post("/v1/chat/completions", ask(MP4, mm_processor_kwargs=kw))
     assert st == 400, r
     assert r["error"]["code"] == code, r
+
+
+def test_a_video_processor_it_cannot_follow_refuses_videos_only(tmp_path):
+    """A checkpoint whose video_preprocessor_config.json samples frames otherwise than by fps
+    still loads: the server says at start why it refuses videos, refuses each with that
+    reason, and answers text and images."""
+    src = tiny_vl_model()
+    for name in os.listdir(src):
+        os.symlink(os.path.join(src, name), tmp_path / name)
+    (tmp_path / "video_preprocessor_config.json").write_text('{"do_sample_frames": false}')
+    with Server(model=str(tmp_path)) as s:
+        assert "videos are refused: video_preprocessor_config.json: frames sampled" in s.stderr()
+        st, _, r = s.post("/v1/chat/completions", ask(MP4))
+        assert st == 400, r
+        assert r["error"]["code"] == "unsupported_feature", r
+        assert "takes no videos: video_preprocessor_config.json: " in r["error"]["message"], r
+        assert "do_sample_frames false" in r["error"]["message"], r
+        image = {"messages": [{"role": "user", "content": [
+            {"type": "image_url", "image_url": {"url": vision_url(STRIPES)}},
+            {"type": "text", "text": "What is it?"}]}], "max_tokens": 2}
+        st, _, r = s.post("/v1/chat/completions", image)
+        assert st == 200 and r["usage"]["prompt_tokens"] > 20, r
 
 
 def test_a_model_without_a_tower_refuses_videos():

@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define MAX_VIDEOS 4
 
@@ -292,8 +293,60 @@ static void check_chat(const ts_vision_info *vi, video *vd) {
     json_decref(doc);
 }
 
+/* tiny_v_f32 with the video processor file replaced by one with `set` (a JSON object's
+ * members, ,-separated) over its frames-a-second defaults, opened: a checkpoint that asks for
+ * what is not supported takes no videos and says why, its images unaffected; a malformed value
+ * fails the load. */
+static void check_video_config(const char *set, const char *why) {
+    char dir[] = "/tmp/ts_video_cfg_XXXXXX", from[1300], to[1300];
+    if (!mkdtemp(dir)) {
+        CHECKF(false, "mkdtemp: %s", dir);
+        return;
+    }
+    const char *files[] = {"config.json", "model.safetensors", "preprocessor_config.json"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(to, sizeof to, "%s/%s", dir, files[i]);
+        CHECK(realpath(at("tiny_v_f32", 0), from) != NULL);
+        snprintf(from + strlen(from), sizeof from - strlen(from), "/%s", files[i]);
+        CHECK(symlink(from, to) == 0);
+    }
+    snprintf(to, sizeof to, "%s/video_preprocessor_config.json", dir);
+    FILE *f = fopen(to, "w");
+    CHECK(f != NULL);
+    if (f) {
+        fprintf(f,
+                "{\"image_mean\": [0.5, 0.5, 0.5], \"image_std\": [0.5, 0.5, 0.5], "
+                "\"patch_size\": 4, \"temporal_patch_size\": 2, \"merge_size\": 2, %s}",
+                set);
+        fclose(f);
+    }
+    ts_model *m = NULL;
+    ts_status st = ts_model_open(dir, &m);
+    ts_vision_info vi;
+    if (why) {
+        CHECKF(st == TS_OK, "%s: %s", set, ts_last_error());
+        CHECKF(m && ts_model_vision(m, &vi) && vi.video_token == -1 &&
+                   strstr(vi.video_refused, "video_preprocessor_config.json: ") &&
+                   strstr(vi.video_refused, why),
+               "%s: '%s'", set, m ? vi.video_refused : "");
+    } else {
+        CHECKF(st == TS_ERR_FORMAT && strstr(ts_last_error(), "video_preprocessor_config.json"),
+               "%s: %d %s", set, st, ts_last_error());
+    }
+    ts_model_close(m);
+    for (int i = 0; i < 4; i++) {
+        snprintf(to, sizeof to, "%s/%s", dir, i < 3 ? files[i] : "video_preprocessor_config.json");
+        unlink(to);
+    }
+    rmdir(dir);
+}
+
 int main(void) {
     snprintf(root, sizeof root, "%s/qwen35_vision", tu_env("TS_FIXTURES", "tests/fixtures"));
+    check_video_config("\"do_sample_frames\": false", "do_sample_frames false");
+    check_video_config("\"num_frames\": 8", "num_frames");
+    check_video_config("\"rescale_factor\": 0.5", "rescale factor differ");
+    check_video_config("\"fps\": -1", NULL);
     char dir[1200];
     snprintf(dir, sizeof dir, "%s/tiny_v_f32", root);
     ts_model *m = NULL;
