@@ -9,6 +9,27 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* smart_resize's arithmetic, the image processor's and the video processor's: n frames of h x w
+ * (an image: one frame, steps of one), the sides rounded to multiples of f, then scaled down
+ * or up so that the frames (their count rounded to steps of tf) hold min_px..max_px pixels. */
+static void fit_pixels(double h, double w, int n, int tf, int f, double min_px, double max_px,
+                       double *h_out, double *w_out) {
+    /* Python's round() is to the nearest, ties to even: nearbyint in the default mode */
+    double hb = nearbyint(h / f) * f, wb = nearbyint(w / f) * f,
+           tb = nearbyint((double)n / tf) * tf;
+    double px = (double)n * h * w;
+    if (tb * hb * wb > max_px) {
+        double beta = sqrt(px / max_px);
+        hb = fmax(f, floor(h / beta / f) * f);
+        wb = fmax(f, floor(w / beta / f) * f);
+    } else if (tb * hb * wb < min_px) {
+        double beta = sqrt(min_px / px);
+        hb = ceil(h * beta / f) * f;
+        wb = ceil(w * beta / f) * f;
+    }
+    *h_out = hb, *w_out = wb;
+}
+
 ts_status ts_vision_plan(const ts_vision_info *v, int width, int height, ts_image_plan *out) {
     if (width < 1 || height < 1)
         return ts_error(TS_ERR_RANGE, "image of %dx%d pixels", width, height);
@@ -16,19 +37,9 @@ ts_status ts_vision_plan(const ts_vision_info *v, int width, int height, ts_imag
     if ((double)hi / lo > 200)
         return ts_error(TS_ERR_RANGE, "image of %dx%d: aspect ratio %.0f is over 200", width,
                         height, (double)hi / lo);
-    int f = v->patch_size * v->merge_size;
-    /* Python's round() is to the nearest, ties to even: nearbyint in the default mode */
-    double h = nearbyint((double)height / f) * f, w = nearbyint((double)width / f) * f;
-    double px = (double)height * width;
-    if (h * w > (double)v->max_pixels) {
-        double beta = sqrt(px / (double)v->max_pixels);
-        h = fmax(f, floor(height / beta / f) * f);
-        w = fmax(f, floor(width / beta / f) * f);
-    } else if (h * w < (double)v->min_pixels) {
-        double beta = sqrt((double)v->min_pixels / px);
-        h = ceil(height * beta / f) * f;
-        w = ceil(width * beta / f) * f;
-    }
+    double h, w;
+    fit_pixels(height, width, 1, 1, v->patch_size * v->merge_size, (double)v->min_pixels,
+               (double)v->max_pixels, &h, &w);
     if (h > TS_IMAGE_MAX_SIDE || w > TS_IMAGE_MAX_SIDE || h * w > TS_IMAGE_MAX_PIXELS)
         return ts_error(TS_ERR_RANGE,
                         "image of %dx%d would be resized to %.0fx%.0f, over the "
@@ -50,8 +61,8 @@ static void linspace_round(int64_t last, int n, int64_t *out) {
         out[i] = (int64_t)nearbyint(i == n - 1 && n > 1 ? (double)last : i * step);
 }
 
-/* The video processor's smart_resize: the frames' size, for n frames of width x height in all
- * (factor f, time factor tf), into *w, *h */
+/* The video processor's smart_resize: the frames' size, for n frames of width x height, into
+ * *w_out, *h_out (sides under the factor first scaled up, as the video processor does) */
 static ts_status video_resize(const ts_vision_info *v, int n, int width, int height,
                               int64_t max_pixels, int *w_out, int *h_out) {
     int f = v->patch_size * v->merge_size, tf = v->temporal_patch_size;
@@ -64,18 +75,8 @@ static ts_status video_resize(const ts_vision_info *v, int n, int width, int hei
     if (hi / lo > 200)
         return ts_error(TS_ERR_RANGE, "video of %dx%d: aspect ratio %.0f is over 200", width,
                         height, hi / lo);
-    double hb = nearbyint(h / f) * f, wb = nearbyint(w / f) * f,
-           tb = nearbyint((double)n / tf) * tf;
-    double px = (double)n * h * w;
-    if (tb * hb * wb > (double)max_pixels) {
-        double beta = sqrt(px / (double)max_pixels);
-        hb = fmax(f, floor(h / beta / f) * f);
-        wb = fmax(f, floor(w / beta / f) * f);
-    } else if (tb * hb * wb < (double)v->video_min_pixels) {
-        double beta = sqrt((double)v->video_min_pixels / px);
-        hb = ceil(h * beta / f) * f;
-        wb = ceil(w * beta / f) * f;
-    }
+    double hb, wb;
+    fit_pixels(h, w, n, tf, f, (double)v->video_min_pixels, (double)max_pixels, &hb, &wb);
     if (hb > TS_IMAGE_MAX_SIDE || wb > TS_IMAGE_MAX_SIDE || hb * wb > TS_IMAGE_MAX_PIXELS)
         return ts_error(TS_ERR_RANGE,
                         "video of %dx%d would be resized to %.0fx%.0f, over the limits", width,
