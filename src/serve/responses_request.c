@@ -351,7 +351,7 @@ static bool text_field(const json_t *text, json_t *chat, serve_error *e) {
 /* The Responses fields a server that keeps only responses, and never truncates, cannot
  * honour. */
 static bool refused(const json_t *body, serve_error *e) {
-    static const char *const stored[] = {"conversation", "prompt", "max_tool_calls"};
+    static const char *const stored[] = {"conversation", "prompt"};
     for (size_t i = 0; i < sizeof stored / sizeof stored[0]; i++)
         if (field(body, stored[i]))
             return !serve_fail(e, 400, "unsupported_feature", stored[i],
@@ -362,6 +362,11 @@ static bool refused(const json_t *body, serve_error *e) {
     if (json_is_true(field(body, "background")))
         return !serve_fail(e, 400, "unsupported_feature", "background",
                            "background responses are not supported (nothing is stored to poll)");
+    /* it counts calls of the built-in tools, of which there are none here: nothing to cap */
+    const json_t *mtc = field(body, "max_tool_calls");
+    if (mtc && !json_is_null(mtc) && !(json_is_integer(mtc) && json_integer_value(mtc) >= 0))
+        return !serve_fail(e, 400, "invalid_value", "max_tool_calls",
+                           "'max_tool_calls' must be an integer >= 0 or null");
     const json_t *tr = field(body, "truncation");
     if (tr && !(json_is_string(tr) && !strcmp(json_string_value(tr), "disabled")))
         return !serve_fail(e, 400, "unsupported_feature", "truncation",
@@ -404,6 +409,7 @@ static json_t *settings_of(const json_t *body, bool stored) {
                 {"text", json_pack("{s:{s:s}}", "format", "type", "text")},
                 {"reasoning", json_pack("{s:n, s:n}", "effort", "summary")},
                 {"metadata", json_object()},
+                {"max_tool_calls", json_null()},
                 {"top_logprobs", json_integer(0)}};
     for (size_t i = 0; i < sizeof echo / sizeof echo[0]; i++) {
         const json_t *v = field(body, echo[i].key);

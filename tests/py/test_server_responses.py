@@ -197,7 +197,7 @@ def test_settings_are_echoed_and_ignored_fields_accepted(srv):
     r2 = responses(srv, dict(base, store=False, metadata={"k": "v"}, user="u1",
                              safety_identifier="s", prompt_cache_key="p", service_tier="auto",
                              stream_options={"include_obfuscation": False},
-                             reasoning={"summary": "auto"}))
+                             reasoning={"summary": "auto"}, max_tool_calls=2))
     for x in (r, r2):
         check_shape(x)
         assert x["instructions"] == "Be kind."
@@ -210,6 +210,8 @@ def test_settings_are_echoed_and_ignored_fields_accepted(srv):
         assert x["text"]["format"]["type"] == "text"
     assert r["store"] is True and r2["store"] is False
     assert r2["metadata"] == {"k": "v"}
+    # the built-in tools' cap: there are none, so it caps nothing, and is echoed
+    assert r["max_tool_calls"] is None and r2["max_tool_calls"] == 2
     assert text_of(r2) == text_of(r)
     assert r2["usage"]["input_tokens"] == r["usage"]["input_tokens"]
 
@@ -769,7 +771,8 @@ REFUSED = [
     ("conversation", dict(GOOD, conversation="conv_1"), "unsupported_feature", "conversation"),
     ("background", dict(GOOD, background=True), "unsupported_feature", "background"),
     ("truncation_auto", dict(GOOD, truncation="auto"), "unsupported_feature", "truncation"),
-    ("max_tool_calls", dict(GOOD, max_tool_calls=3), "unsupported_feature", "max_tool_calls"),
+    ("max_tool_calls_type", dict(GOOD, max_tool_calls="3"), "invalid_value", "max_tool_calls"),
+    ("max_tool_calls_neg", dict(GOOD, max_tool_calls=-1), "invalid_value", "max_tool_calls"),
     ("web_search_tool", dict(GOOD, tools=[{"type": "web_search"}]),
      "unsupported_feature", "tools[0].type"),
     ("max_output_tokens_0", dict(GOOD, max_output_tokens=0), "invalid_value", "max_output_tokens"),
