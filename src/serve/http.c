@@ -30,6 +30,8 @@ static const struct {
     [ROUTE_EMBEDDINGS] = {"/v1/embeddings", "POST"},
     [ROUTE_INFILL] = {"/infill", "POST"},
     [ROUTE_RESPONSE_ITEMS] = {"/v1/responses/{id}/input_items", "GET"},
+    [ROUTE_PROPS] = {"/props", "GET"},
+    [ROUTE_APPLY_TEMPLATE] = {"/apply-template", "POST"},
 };
 
 /* The origin a web page must have for the browser to hand it this response (CORS), or NULL:

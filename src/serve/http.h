@@ -28,6 +28,8 @@ enum {
     ROUTE_EMBEDDINGS,
     ROUTE_INFILL,
     ROUTE_RESPONSE_ITEMS, /* GET /v1/responses/{id}/input_items */
+    ROUTE_PROPS,          /* GET /props (llama-server's) */
+    ROUTE_APPLY_TEMPLATE, /* POST /apply-template (llama-server's) */
     ROUTE_UNKNOWN
 };
 

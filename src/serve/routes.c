@@ -546,6 +546,24 @@ static enum MHD_Result embeddings(serve_conn *cn, struct MHD_Connection *c, json
 
 /* ---- tokenize / detokenize ---------------------------------------------------------------- */
 
+/* A chat request's prompt as /v1/chat/completions renders and tokenizes it, images as the
+ * tokens their plans take (root is borrowed). False with *e set. */
+static bool chat_prompt_ids(serve_server *s, const serve_runtime *rt, json_t *root, int32_t **ids,
+                            size_t *n, serve_error *e) {
+    serve_request req;
+    json_incref(root);
+    bool ok = serve_request_parse(SERVE_API_CHAT, root, s->model_ids, 0, &req, e);
+    serve_images im = {0};
+    if (ok && (ok = serve_read_images(rt, &req, &im, e))) {
+        ts_chat_params cp = serve_chat_params(&req, &im);
+        if (ts_chat_tokenize(rt->tok, req.msgs, req.n_msgs, &cp, ids, n) != TS_OK)
+            ok = serve_fail(e, 400, "invalid_value", "messages", "%s", ts_last_error());
+    }
+    serve_images_free(&im);
+    serve_request_free(&req);
+    return ok;
+}
+
 static enum MHD_Result tokenize(serve_conn *cn, struct MHD_Connection *c, json_t *root) {
     serve_server *s = cn->srv;
     const serve_runtime *rt = serve_worker_runtime(s->worker);
@@ -565,20 +583,7 @@ static enum MHD_Result tokenize(serve_conn *cn, struct MHD_Connection *c, json_t
         else
             e.status = 0;
     } else if (msgs && !text) {
-        /* a chat: rendered as /v1/chat/completions would render it */
-        serve_request req;
-        json_incref(root);
-        bool ok = serve_request_parse(SERVE_API_CHAT, root, s->model_ids, 0, &req, &e);
-        serve_images im = {0}; /* images count the tokens their plans take */
-        if (ok && serve_read_images(rt, &req, &im, &e)) {
-            ts_chat_params cp = serve_chat_params(&req, &im);
-            if (ts_chat_tokenize(rt->tok, req.msgs, req.n_msgs, &cp, &ids, &n) != TS_OK)
-                serve_fail(&e, 400, "invalid_value", "messages", "%s", ts_last_error());
-            else
-                e.status = 0;
-        }
-        serve_images_free(&im);
-        serve_request_free(&req);
+        if (chat_prompt_ids(s, rt, root, &ids, &n, &e)) e.status = 0;
     } else {
         serve_fail(&e, 400, "invalid_value", "content", "give 'content' (a string) or 'messages'");
     }
@@ -642,6 +647,30 @@ static enum MHD_Result detokenize(serve_conn *cn, struct MHD_Connection *c, json
     return serve_send_json(cn, c, 200, body);
 }
 
+/* POST /apply-template (llama-server's): the prompt text a chat request becomes, without
+ * running it - the template's rendering as the model reads it (each image as the image tokens
+ * its plan takes, as /tokenize counts them). */
+static enum MHD_Result apply_template(serve_conn *cn, struct MHD_Connection *c, json_t *root) {
+    serve_server *s = cn->srv;
+    const serve_runtime *rt = serve_worker_runtime(s->worker);
+    serve_error e;
+    int32_t *ids = NULL;
+    size_t n = 0;
+    char *text = NULL;
+    size_t len = 0;
+    bool ok = chat_prompt_ids(s, rt, root, &ids, &n, &e);
+    json_decref(root);
+    if (ok && ts_detokenize(rt->tok, ids, n, false, &text, &len) != TS_OK)
+        ok = serve_fail(&e, 500, "internal_error", NULL, "%s", ts_last_error());
+    free(ids);
+    if (!ok) return serve_send_error(cn, c, &e);
+    json_t *out = json_pack("{s:s%}", "prompt", text, len);
+    free(text);
+    char *body = out ? json_dumps(out, JSON_COMPACT) : NULL;
+    json_decref(out);
+    return serve_send_json(cn, c, 200, body);
+}
+
 enum MHD_Result serve_route_post(serve_conn *cn, struct MHD_Connection *c) {
     serve_error e = {0};
     json_t *root;
@@ -659,6 +688,7 @@ enum MHD_Result serve_route_post(serve_conn *cn, struct MHD_Connection *c) {
         case ROUTE_INFILL: r = generate(cn, c, SERVE_API_COMPLETION, root, WIRE_INFILL); break;
         case ROUTE_TOKENIZE: r = tokenize(cn, c, root); break;
         case ROUTE_EMBEDDINGS: r = embeddings(cn, c, root); break;
+        case ROUTE_APPLY_TEMPLATE: r = apply_template(cn, c, root); break;
         default: r = detokenize(cn, c, root); break;
         }
     }
@@ -671,6 +701,25 @@ enum MHD_Result serve_route_post(serve_conn *cn, struct MHD_Connection *c) {
 static json_t *model_json(const serve_server *s, const serve_runtime *rt, const char *id) {
     return json_pack("{s:s, s:s, s:I, s:s, s:i}", "id", id, "object", "model", "created",
                      (json_int_t)s->started, "owned_by", "tessera", "context_length", rt->n_ctx);
+}
+
+/* GET /props (llama-server's): what a client may want to know of the server before it asks -
+ * the model's names, the context, how many requests decode together, the defaults a request
+ * leaves out gets, and what the model reads besides text. */
+static json_t *props_json(const serve_server *s, const serve_runtime *rt) {
+    json_t *params = json_pack("{s:f, s:f, s:i, s:f, s:f, s:f, s:f}", "temperature", 1.0, "top_p",
+                               1.0, "top_k", 0, "min_p", 0.0, "presence_penalty", 0.0,
+                               "frequency_penalty", 0.0, "repetition_penalty", 1.0);
+    if (params)
+        json_object_set_new(params, "max_tokens",
+                            s->o.max_tokens_cap > 0 ? json_integer(s->o.max_tokens_cap)
+                                                    : json_null());
+    return json_pack("{s:s, s:s, s:i, s:{s:i, s:o}, s:{s:b, s:b, s:b}, s:b, s:s}", "model_alias",
+                     s->model_ids[0], "model_path", s->o.model_path, "total_slots", rt->n_parallel,
+                     "default_generation_settings", "n_ctx", rt->n_ctx, "params", params,
+                     "modalities", "vision", rt->vision, "video",
+                     rt->vision && rt->vinfo.video_token >= 0, "audio", 0, "embeddings",
+                     rt->encoder, "device", rt->describe);
 }
 
 /* GET /v1/responses/{id}: a stored response, as it was answered; DELETE: forgotten, answered
@@ -790,6 +839,8 @@ enum MHD_Result serve_route_get(serve_conn *cn, struct MHD_Connection *c) {
             return serve_send_error(cn, c, &e);
         }
         out = model_json(s, rt, id);
+    } else if (cn->route == ROUTE_PROPS) {
+        out = props_json(s, rt);
     } else {
         out =
             json_pack("{s:s, s:[o]}", "object", "list", "data", model_json(s, rt, s->model_ids[0]));

@@ -274,6 +274,46 @@ def test_tokenize_detokenize(srv):
     assert t2["count"] == u.usage.prompt_tokens
 
 
+def test_apply_template(srv):
+    """POST /apply-template (llama-server's) gives the prompt text a chat request becomes: the
+    text whose tokens are the request's prompt, in the model's chat format, with what the
+    request asks of the template (tools, thinking) in it."""
+    st, _, r = srv.post("/apply-template", {"messages": MSG})
+    assert st == 200, r
+    assert r["prompt"].startswith("<|im_start|>user\nTell me a story about a cat.<|im_end|>\n"
+                                  "<|im_start|>assistant\n"), r
+    st, _, t = srv.post("/tokenize", {"messages": MSG})
+    st2, _, t2 = srv.post("/tokenize", {"content": r["prompt"]})
+    assert st == st2 == 200 and t["tokens"] == t2["tokens"]
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}}}}}]
+    st, _, r2 = srv.post("/apply-template", {"messages": MSG, "tools": tools,
+                                             "chat_template_kwargs": {"enable_thinking": True}})
+    assert st == 200 and r2["prompt"].startswith("<|im_start|>system\n"), r2
+    assert '"name": "get_weather"' in r2["prompt"] and r2["prompt"].endswith("<think>\n"), r2
+    st, _, e = srv.post("/apply-template", {"messages": [{"role": "wizard", "content": "x"}]})
+    assert st == 400 and e["error"]["param"] == "messages[0].role", e
+    st, _, e = srv.request("GET", "/apply-template")
+    assert st == 405
+
+
+def test_props(srv):
+    """GET /props (llama-server's): the model's names, its context, the lanes, the defaults a
+    request that leaves them out is sampled with, and what it reads besides text."""
+    st, _, p = srv.request("GET", "/props")
+    assert st == 200
+    p = json.loads(p)
+    assert p["model_alias"] == "tiny-test" and p["model_path"].endswith("serve-tiny")
+    assert p["default_generation_settings"]["n_ctx"] == 4096
+    d = p["default_generation_settings"]["params"]
+    assert d["temperature"] == 1 and d["top_p"] == 1 and d["max_tokens"] is None
+    assert p["total_slots"] >= 1
+    assert p["modalities"] == {"vision": False, "video": False, "audio": False}
+    assert p["embeddings"] is False and p["device"]
+    st, _, _ = srv.post("/props", {})
+    assert st == 405
+
+
 def test_multimodal_text_parts(client):
     parts = [{"type": "text", "text": "Tell me a story "}, {"type": "text", "text": "about a cat."}]
     a = client.chat.completions.create(model="tiny-test", max_tokens=8, temperature=0,

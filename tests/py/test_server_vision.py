@@ -5,6 +5,7 @@ changes the answer, and is told apart from another image of the same size by pre
 follow-up turn reuses the image's state and answers as a server without the cache does. Bad
 images are 400s that leave the server running."""
 import base64
+import json
 import os
 import shutil
 import struct
@@ -241,6 +242,18 @@ def test_tokenize_counts_the_image(warm):
     assert t["tokens"].count(TINY_VL_IMAGE_TOKENS) == 64
     st, _, r = warm.post("/v1/chat/completions", dict(body, max_tokens=1))
     assert t["count"] == r["usage"]["prompt_tokens"]
+
+
+def test_props_and_template_show_the_images(warm):
+    """/props says the model reads images and videos; /apply-template writes an image as the
+    tokens its plan takes, as /tokenize counts them."""
+    st, _, p = warm.request("GET", "/props")
+    assert st == 200 and json.loads(p)["modalities"] == {"vision": True, "video": True,
+                                                         "audio": False}
+    body = ask(STRIPES, text="x")
+    st, _, r = warm.post("/apply-template", {"messages": body["messages"]})
+    assert st == 200, r
+    assert "<|vision_start|>" + "<|image_pad|>" * 64 + "<|vision_end|>x" in r["prompt"], r
 
 
 def two_images_turn(tmp_path, **extra):
