@@ -1,6 +1,7 @@
 /* Byte-level BPE: loading and refusing configurations, encoding rules, merge order, the cost
  * of huge pre-tokens, thread safety. Exact parity with Hugging Face on a large corpus is
  * tests/py/test_tokenizer_parity.py; the expected ids here were produced by HF tokenizers. */
+#include "tessera.h"
 #include "testutil.h"
 #include "text/bpe_int.h"
 
@@ -531,6 +532,29 @@ static void test_threads(void) {
     ts_bpe_free(t);
 }
 
+/* A directory whose path leaves no room for the names joined to it (tokenizer.json, the
+ * optional generation_config.json) is refused by name, not read under a path cut short. */
+static void test_long_path(void) {
+    char path[4096];
+    size_t n = (size_t)snprintf(path, sizeof path, "%s", tmpdir);
+    while (n + 200 < 4070) { /* components of 199 bytes, then one to reach ~4070 */
+        size_t k = n + 200 < 4000 ? 199 : 4070 - n - 1;
+        path[n++] = '/';
+        memset(path + n, 'd', k);
+        n += k;
+        path[n] = 0;
+        if (mkdir(path, 0700) != 0) {
+            CHECKF(false, "mkdir at %zu bytes", n);
+            return;
+        }
+    }
+    ts_tokenizer *tok = NULL;
+    ts_status st = ts_tokenizer_open(path, &tok);
+    CHECKF(st == TS_ERR_INVALID && tok == NULL && strstr(ts_last_error(), "too long"),
+           "a path of %zu bytes: %d %s", strlen(path), st, ts_last_error());
+    ts_tokenizer_free(tok);
+}
+
 int main(void) {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/ts_test_bpe_XXXXXX");
     if (!mkdtemp(tmpdir)) return 1;
@@ -541,6 +565,7 @@ int main(void) {
     test_merge_methods_agree();
     test_huge_pretokens();
     test_threads();
+    test_long_path();
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
     if (system(cmd) != 0) return 1;
