@@ -629,22 +629,23 @@ void serve_lane_token(serve_decoder *d, serve_lane *ln, int32_t tok, const ts_lo
     j->completion_tokens = k + 1;
     pthread_mutex_unlock(&j->mu);
     if (k == 0) serve_metrics_ttft(d->o.metrics, j->t_first_token - j->t_submit);
-    bool stopped = false, lp_pushed = false;
-    if (!j->ignore_eos &&
-        (ts_tokenizer_is_eog(d->o.tok, tok) || in_ids(j->end_ids, j->n_end_ids, tok))) {
+    bool stopped = false;
+    bool eog = !j->ignore_eos &&
+               (ts_tokenizer_is_eog(d->o.tok, tok) || in_ids(j->end_ids, j->n_end_ids, tok));
+    const char *text = NULL;
+    size_t len = 0;
+    if (!eog && st == TS_OK && ts_detokenizer_push(ln->dt, tok, &text, &len) != TS_OK) len = 0;
+    /* the token's text (an end-of-generation token has none) and its log-probability are
+     * published in one hold of the job's mutex: a streaming reader that saw the text without
+     * it would send the text with the previous tokens' log-probabilities and this one's with
+     * the next text */
+    pthread_mutex_lock(&j->mu);
+    if (!eog && st == TS_OK) st = serve_textout_token(&ln->to, tok, text, len, &stopped);
+    if (st == TS_OK && ln->want_lp) st = push_logprob_locked(j, &lp);
+    pthread_mutex_unlock(&j->mu);
+    if (eog) {
         stopped = true;
-    } else if (st == TS_OK) {
-        const char *text = NULL;
-        size_t len = 0;
-        if (ts_detokenizer_push(ln->dt, tok, &text, &len) != TS_OK) len = 0;
-        /* the token's text and its log-probability are published in one hold of the job's
-         * mutex: a streaming reader that saw the text without it would send the text with
-         * the previous tokens' log-probabilities and this one's with the next text */
-        pthread_mutex_lock(&j->mu);
-        st = serve_textout_token(&ln->to, tok, text, len, &stopped);
-        if (st == TS_OK && ln->want_lp) st = push_logprob_locked(j, &lp);
-        pthread_mutex_unlock(&j->mu);
-        lp_pushed = true;
+    } else {
         bool by_string = stopped;
         /* the grammar takes the token; once its text is complete and nothing may follow,
          * the answer is done (as at an end-of-generation token) */
@@ -660,11 +661,6 @@ void serve_lane_token(serve_decoder *d, serve_lane *ln, int32_t tok, const ts_lo
             pthread_mutex_unlock(&j->mu);
         }
         stopped |= by_token;
-    }
-    if (st == TS_OK && ln->want_lp && !lp_pushed) { /* an end-of-generation token's */
-        pthread_mutex_lock(&j->mu);
-        st = push_logprob_locked(j, &lp);
-        pthread_mutex_unlock(&j->mu);
     }
     wake(j);
     ln->k = k + 1;
