@@ -547,16 +547,16 @@ static bool parse_sampling(serve_request *r, const json_t *o, int max_tokens_cap
                           "max_tokens %lld is over this server's cap of %d", x, max_tokens_cap);
     r->max_tokens = (int)x;
     double d;
-    d = 1.0;
+    d = SERVE_DEFAULT_TEMPERATURE;
     if (!get_num(o, "temperature", 0, 2, false, &d, e)) return false;
     r->sp.temperature = (float)d;
-    d = 1.0;
+    d = SERVE_DEFAULT_TOP_P;
     if (!get_num(o, "top_p", 0, 1, true, &d, e)) return false;
     r->sp.top_p = (float)d;
-    x = 0;
+    x = SERVE_DEFAULT_TOP_K;
     if (!get_int(o, "top_k", -1, INT32_MAX, &x, e)) return false;
     r->sp.top_k = x < 0 ? 0 : (int)x;
-    d = 0;
+    d = SERVE_DEFAULT_MIN_P;
     if (!get_num(o, "min_p", 0, 1, false, &d, e)) return false;
     r->sp.min_p = (float)d;
     if (field(o, "seed")) {
@@ -564,13 +564,13 @@ static bool parse_sampling(serve_request *r, const json_t *o, int max_tokens_cap
         r->sp.seed = (uint64_t)x;
         r->has_seed = true;
     }
-    d = 0;
+    d = SERVE_DEFAULT_PRESENCE_PENALTY;
     if (!get_num(o, "presence_penalty", -2, 2, false, &d, e)) return false;
     r->presence_penalty = (float)d;
-    d = 0;
+    d = SERVE_DEFAULT_FREQUENCY_PENALTY;
     if (!get_num(o, "frequency_penalty", -2, 2, false, &d, e)) return false;
     r->frequency_penalty = (float)d;
-    d = 1;
+    d = SERVE_DEFAULT_REPETITION_PENALTY;
     if (!get_num(o, "repetition_penalty", 0, 2, true, &d, e)) return false;
     r->repetition_penalty = (float)d;
     return parse_logit_bias(r, o, e);

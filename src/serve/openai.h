@@ -62,6 +62,16 @@ void serve_prompts_free(serve_prompt *p, int n);
 #define SERVE_MAX_PROMPTS 128
 #define SERVE_MAX_N       128
 
+/* The sampling a request that leaves these fields out gets (OpenAI's defaults; top_k and
+ * min_p 0 are off, the penalties neutral); GET /props tells them. */
+#define SERVE_DEFAULT_TEMPERATURE        1.0
+#define SERVE_DEFAULT_TOP_P              1.0
+#define SERVE_DEFAULT_TOP_K              0
+#define SERVE_DEFAULT_MIN_P              0.0
+#define SERVE_DEFAULT_PRESENCE_PENALTY   0.0
+#define SERVE_DEFAULT_FREQUENCY_PENALTY  0.0
+#define SERVE_DEFAULT_REPETITION_PENALTY 1.0
+
 typedef struct serve_request {
     serve_api api;
     json_t *root; /* owned; every string below is borrowed from it unless said otherwise */

@@ -401,8 +401,8 @@ static json_t *settings_of(const json_t *body, bool stored) {
         json_t *dflt;
     } echo[] = {{"instructions", json_null()},
                 {"max_output_tokens", json_null()},
-                {"temperature", json_real(1.0)},
-                {"top_p", json_real(1.0)},
+                {"temperature", json_real(SERVE_DEFAULT_TEMPERATURE)},
+                {"top_p", json_real(SERVE_DEFAULT_TOP_P)},
                 {"tools", json_array()},
                 {"tool_choice", json_string("auto")},
                 {"parallel_tool_calls", json_true()},

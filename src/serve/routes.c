@@ -707,9 +707,11 @@ static json_t *model_json(const serve_server *s, const serve_runtime *rt, const 
  * the model's names, the context, how many requests decode together, the defaults a request
  * leaves out gets, and what the model reads besides text. */
 static json_t *props_json(const serve_server *s, const serve_runtime *rt) {
-    json_t *params = json_pack("{s:f, s:f, s:i, s:f, s:f, s:f, s:f}", "temperature", 1.0, "top_p",
-                               1.0, "top_k", 0, "min_p", 0.0, "presence_penalty", 0.0,
-                               "frequency_penalty", 0.0, "repetition_penalty", 1.0);
+    json_t *params = json_pack(
+        "{s:f, s:f, s:i, s:f, s:f, s:f, s:f}", "temperature", SERVE_DEFAULT_TEMPERATURE, "top_p",
+        SERVE_DEFAULT_TOP_P, "top_k", SERVE_DEFAULT_TOP_K, "min_p", SERVE_DEFAULT_MIN_P,
+        "presence_penalty", SERVE_DEFAULT_PRESENCE_PENALTY, "frequency_penalty",
+        SERVE_DEFAULT_FREQUENCY_PENALTY, "repetition_penalty", SERVE_DEFAULT_REPETITION_PENALTY);
     if (params)
         json_object_set_new(params, "max_tokens",
                             s->o.max_tokens_cap > 0 ? json_integer(s->o.max_tokens_cap)
