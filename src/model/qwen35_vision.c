@@ -209,18 +209,16 @@ static ts_status read_video_processor(const char *dir, qwen35_vision_hp *h) {
     int64_t lo = vi->video_min_frames, hi = vi->video_max_frames, cap_tokens = 768;
     bool sample = true, cap = false;
     if (st == TS_OK) st = ts_hfconfig_bool_opt(c, "do_sample_frames", true, &sample);
+    const char *why = NULL;
     if (st == TS_OK && (memcmp(p.mean, h->mean, sizeof p.mean) ||
-                        memcmp(p.std, h->std, sizeof p.std) || p.rescale != h->rescale)) {
-        refuse_videos(vi, path,
-                      "its mean, std or rescale factor differ from the image "
-                      "processor's, which tessera's one pixel table follows");
-        ts_hfconfig_free(c);
-        return TS_OK;
-    }
-    if (st == TS_OK && (!sample || ts_hfconfig_has(c, "num_frames"))) {
-        refuse_videos(vi, path,
-                      "frames sampled other than by 'fps' (do_sample_frames false, or "
-                      "num_frames) are not supported");
+                        memcmp(p.std, h->std, sizeof p.std) || p.rescale != h->rescale))
+        why = "its mean, std or rescale factor differ from the image processor's, which "
+              "tessera's one pixel table follows";
+    else if (st == TS_OK && (!sample || ts_hfconfig_has(c, "num_frames")))
+        why = "frames sampled other than by 'fps' (do_sample_frames false, or num_frames) are "
+              "not supported";
+    if (why) {
+        refuse_videos(vi, path, why);
         ts_hfconfig_free(c);
         return TS_OK;
     }

@@ -96,7 +96,6 @@ static json_t *usage_json(serve_job *const *jobs, int n, int per_prompt) {
     return u;
 }
 
-/* The token's text (lossy UTF-8 for JSON) and its raw bytes. */
 /* A token as log-probabilities show it: its bytes as text (a part of a character as U+FFFD)
  * and, as OpenAI's `bytes`, the bytes themselves, so that a client can join the tokens that
  * split a character. */
