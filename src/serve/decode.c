@@ -634,13 +634,19 @@ void serve_lane_token(serve_decoder *d, serve_lane *ln, int32_t tok, const ts_lo
                (ts_tokenizer_is_eog(d->o.tok, tok) || in_ids(j->end_ids, j->n_end_ids, tok));
     const char *text = NULL;
     size_t len = 0;
-    if (!eog && st == TS_OK && ts_detokenizer_push(ln->dt, tok, &text, &len) != TS_OK) len = 0;
-    /* the token's text (an end-of-generation token has none) and its log-probability are
-     * published in one hold of the job's mutex: a streaming reader that saw the text without
-     * it would send the text with the previous tokens' log-probabilities and this one's with
-     * the next text */
+    /* an end-of-generation token has no text, but it ends the answer: bytes of a character
+     * still held (a byte token the answer ended in the middle of) show as U+FFFD, as Hugging
+     * Face's decode of the answer shows them */
+    ts_status dst = eog ? ts_detokenizer_flush(ln->dt, &text, &len)
+                        : ts_detokenizer_push(ln->dt, tok, &text, &len);
+    if (dst != TS_OK) len = 0;
+    /* the token's text and its log-probability are published in one hold of the job's mutex:
+     * a streaming reader that saw the text without it would send the text with the previous
+     * tokens' log-probabilities and this one's with the next text */
     pthread_mutex_lock(&j->mu);
-    if (!eog && st == TS_OK) st = serve_textout_token(&ln->to, tok, text, len, &stopped);
+    if (st == TS_OK && (!eog || len))
+        st = serve_textout_token(&ln->to, eog ? -1 : tok, text, len, &stopped);
+    if (eog && stopped) j->stop_str = ln->to.stop.hit; /* the held bytes ended in a stop string */
     if (st == TS_OK && ln->want_lp) st = push_logprob_locked(j, &lp);
     pthread_mutex_unlock(&j->mu);
     if (eog) {

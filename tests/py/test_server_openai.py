@@ -235,6 +235,31 @@ def test_streamed_logprobs_go_with_their_text(srv):
     assert split  # the answers had characters that tokens split
 
 
+def test_answer_ending_inside_a_character(srv):
+    """An answer whose last text token is a byte that begins a character (0xE4, token 160 of
+    the fixtures' tokenizer) and that then ends at <|im_end|> shows the unfinished character as
+    U+FFFD, as Hugging Face's decode of the answer does (and as an answer cut by length does);
+    it used to be dropped. Streamed, the same text comes in the chunks."""
+    bias = {str(i): -100 for i in range(1000, 4096)}
+    bias.update({"160": 50, "1002": 100})  # min_tokens bans <|im_end|> for the first token
+    body = dict(messages=[{"role": "user", "content": "Hi"}], max_tokens=5, temperature=0,
+                min_tokens=1, logit_bias=bias)
+    st, _, r = srv.post("/v1/chat/completions", body)
+    assert st == 200, r
+    c = r["choices"][0]
+    assert (c["message"]["content"], c["finish_reason"]) == ("\ufffd", "stop")
+    assert r["usage"]["completion_tokens"] == 2
+    st, _, data = srv.request("POST", "/v1/chat/completions", dict(body, stream=True))
+    assert st == 200
+    text = "".join(json.loads(line[6:])["choices"][0]["delta"].get("content") or ""
+                   for line in data.decode().splitlines()
+                   if line.startswith("data: {") and json.loads(line[6:])["choices"])
+    assert text == "\ufffd"
+    # cut by length inside the character: the same
+    st, _, r = srv.post("/v1/chat/completions", dict(body, max_tokens=1))
+    assert r["choices"][0]["message"]["content"] == "\ufffd"
+
+
 def test_reasoning_content(client, srv):
     # with thinking on, the prompt ends inside <think>: everything up to </think> is reasoning.
     # A random model rarely closes the block, so all its text must be reasoning, none content.
