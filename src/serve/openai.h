@@ -101,6 +101,9 @@ typedef struct serve_request {
     int n_msgs;
     serve_image_data images[SERVE_MAX_IMAGES]; /* in the order the conversation holds them */
     int n_images;
+    /* the Responses API's truncation "auto" (set by its reading, not a chat field): a
+     * conversation too long for the context loses its oldest turns (serve/truncate.h) */
+    bool truncate_auto;
     double
         video_fps; /* mm_processor_kwargs.fps (vLLM's): frames sampled a second; 0: the model's */
     void **owned;  /* strings joined from content parts, tool call lists */

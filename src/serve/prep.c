@@ -1,5 +1,7 @@
 #include "serve/prep.h"
 
+#include "serve/truncate.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,7 +50,7 @@ ts_chat_params serve_chat_params(const serve_request *r, const serve_images *im)
                             .continue_final = r->continue_final};
 }
 
-static bool tokenize(const serve_runtime *rt, const serve_request *r, int prompt, serve_images *im,
+static bool tokenize(const serve_runtime *rt, serve_request *r, int prompt, serve_images *im,
                      int32_t **ids, int *n, serve_error *e) {
     const serve_prompt *p = r->api == SERVE_API_CHAT ? NULL : &r->prompts[prompt];
     char at[24];
@@ -65,6 +67,11 @@ static bool tokenize(const serve_runtime *rt, const serve_request *r, int prompt
         ts_chat_params cp = serve_chat_params(r, im);
         if (ts_chat_tokenize(rt->tok, r->msgs, r->n_msgs, &cp, ids, &nn) != TS_OK)
             return serve_fail(e, 400, "invalid_value", "messages", "%s", ts_last_error());
+        /* the most prompt tokens that leave the answer its room (the checks below) */
+        long long room = r->max_tokens >= 0 ? (long long)rt->n_ctx - r->max_tokens : rt->n_ctx - 1;
+        if (r->truncate_auto && room > 0 && nn > (size_t)room &&
+            !serve_truncate_turns(rt, r, im, (int)room, ids, &nn, e))
+            return false;
     } else if (r->suffix) { /* the prompt is the text before a hole, the suffix after it */
         ts_status st = ts_tokenize_fim(rt->tok, p->text, p->text ? strlen(p->text) : 0,
                                        p->text ? NULL : p->ids, p->text ? 0 : (size_t)p->n_ids,
@@ -177,7 +184,7 @@ static void end_ids(const serve_runtime *rt, const serve_request *r, serve_job *
             j->end_ids[j->n_end_ids++] = all[i];
 }
 
-bool serve_prepare(const serve_runtime *rt, const serve_request *r, int prompt, int choice,
+bool serve_prepare(const serve_runtime *rt, serve_request *r, int prompt, int choice,
                    int max_tokens_cap, serve_job *j, serve_error *e) {
     int n = 0;
     char at[24];

@@ -1,7 +1,8 @@
 /* Preparation, on the HTTP thread before admission: render the chat -> tokenize the whole
  * prompt -> check prompt + max_tokens against the context window -> parse the stop strings.
  * Bound to the tokenizer and context size the worker published, so what is checked here is
- * exactly what will run. Nothing is ever truncated: an over-long prompt is a 400. */
+ * exactly what will run. Nothing is truncated unless the request asks for it (the Responses
+ * API's truncation "auto", serve/truncate.h): an over-long prompt is a 400. */
 #ifndef TS_SERVE_PREP_H
 #define TS_SERVE_PREP_H
 
@@ -12,8 +13,9 @@
 /* Fills the job's input from the request: the answer to its prompt number `prompt` (0 for a
  * chat; completions may carry several), choice `choice` of the request's n (its seed, when the
  * request gives one, is seed + choice). max_tokens_cap (0 = none) bounds the default
- * max_tokens of a chat request. */
-bool serve_prepare(const serve_runtime *rt, const serve_request *r, int prompt, int choice,
+ * max_tokens of a chat request. A chat that asks for truncation and is too long loses its
+ * oldest turns here (r's messages and images; the later choices find it done). */
+bool serve_prepare(const serve_runtime *rt, serve_request *r, int prompt, int choice,
                    int max_tokens_cap, serve_job *j, serve_error *e);
 
 /* The request's images, decoded and planned into im (before the chat is rendered: each takes

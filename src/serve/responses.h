@@ -32,6 +32,7 @@ typedef struct {
     json_t *chat, *settings, *conversation; /* owned; conversation NULL: not stored */
     json_t *input; /* owned, with the conversation: the input as its listed items */
     serve_rsp_map map;
+    bool truncate_auto; /* truncation "auto": the chat request's truncate_auto */
 } serve_rsp_read;
 
 void serve_rsp_read_free(serve_rsp_read *rd);

@@ -348,8 +348,8 @@ static bool text_field(const json_t *text, json_t *chat, serve_error *e) {
     return json_object_set_new(chat, "response_format", rf) == 0 || oom(e);
 }
 
-/* The Responses fields a server that keeps only responses, and never truncates, cannot
- * honour. */
+/* The Responses fields a server that keeps only responses cannot honour, and the shape of
+ * those it reads here. */
 static bool refused(const json_t *body, serve_error *e) {
     static const char *const stored[] = {"conversation", "prompt"};
     for (size_t i = 0; i < sizeof stored / sizeof stored[0]; i++)
@@ -368,10 +368,10 @@ static bool refused(const json_t *body, serve_error *e) {
         return !serve_fail(e, 400, "invalid_value", "max_tool_calls",
                            "'max_tool_calls' must be an integer >= 0 or null");
     const json_t *tr = field(body, "truncation");
-    if (tr && !(json_is_string(tr) && !strcmp(json_string_value(tr), "disabled")))
-        return !serve_fail(e, 400, "unsupported_feature", "truncation",
-                           "truncation: only 'disabled' (a conversation longer than the context "
-                           "is refused, never cut)");
+    if (tr && !(json_is_string(tr) && (!strcmp(json_string_value(tr), "disabled") ||
+                                       !strcmp(json_string_value(tr), "auto"))))
+        return !serve_fail(e, 400, "invalid_value", "truncation",
+                           "'truncation' must be 'auto' or 'disabled'");
     return false;
 }
 
@@ -418,7 +418,8 @@ static json_t *settings_of(const json_t *body, bool stored) {
         else
             json_object_set_new(s, echo[i].key, echo[i].dflt);
     }
-    json_object_set_new(s, "truncation", json_string("disabled"));
+    const json_t *tr = field(body, "truncation");
+    json_object_set_new(s, "truncation", json_string(tr ? json_string_value(tr) : "disabled"));
     json_object_set_new(s, "store", json_boolean(stored));
     const json_t *prev = field(body, "previous_response_id");
     json_object_set(s, "previous_response_id", prev ? (json_t *)prev : json_null());
@@ -577,6 +578,8 @@ bool serve_rsp_request(const json_t *body, serve_rsp_store *store, serve_rsp_rea
         return false;
     }
     rd->settings = settings_of(body, stored);
+    const json_t *tr = field(body, "truncation");
+    rd->truncate_auto = tr && !strcmp(json_string_value(tr), "auto");
     return true;
 }
 

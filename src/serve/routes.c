@@ -459,6 +459,7 @@ static enum MHD_Result generate(serve_conn *cn, struct MHD_Connection *c, serve_
         infill = ok; /* from here on the completion's checks, named as /infill names them */
     }
     if (ok) ok = serve_request_parse(api, root, s->model_ids, s->o.max_tokens_cap, &req, &e);
+    req.truncate_auto = responses && rd.truncate_auto;
     if (ok && rt->encoder)
         ok = serve_fail(&e, 400, "unsupported_feature", "model",
                         "the model is an embedding model (an encoder): it answers POST "

@@ -770,7 +770,7 @@ REFUSED = [
     ("store_type", dict(GOOD, store="yes"), "invalid_value", "store"),
     ("conversation", dict(GOOD, conversation="conv_1"), "unsupported_feature", "conversation"),
     ("background", dict(GOOD, background=True), "unsupported_feature", "background"),
-    ("truncation_auto", dict(GOOD, truncation="auto"), "unsupported_feature", "truncation"),
+    ("truncation_unknown", dict(GOOD, truncation="middle"), "invalid_value", "truncation"),
     ("max_tool_calls_type", dict(GOOD, max_tool_calls="3"), "invalid_value", "max_tool_calls"),
     ("max_tool_calls_neg", dict(GOOD, max_tool_calls=-1), "invalid_value", "max_tool_calls"),
     ("web_search_tool", dict(GOOD, tools=[{"type": "web_search"}]),
@@ -909,6 +909,79 @@ def test_a_stream_cut_by_shutdown_ends_failed():
         assert s.proc.wait(10) == 0
     finally:
         s.stop()
+
+
+# ---- 12. truncation "auto" --------------------------------------------------------------------
+
+TRUNC_CTX = 1024
+
+
+def long_conversation():
+    """Turns of a conversation, each a list of items starting with its user message; the first
+    has a tool call and its output (a unit with the question before it), the last is the
+    question to answer."""
+    filler = "Tell me about the sea, the sky and the long road home. "
+    turns = [[{"role": "user", "content": f"Turn {i}: " + filler * 2},
+              {"role": "assistant", "content": f"Answer {i}: the sea is wide and deep."}]
+             for i in range(6)]
+    turns[0][1:1] = [
+        {"type": "function_call", "call_id": "call_0", "name": "get_weather",
+         "arguments": '{"city": "Paris"}'},
+        {"type": "function_call_output", "call_id": "call_0", "output": "sunny"}]
+    turns.append([{"role": "user", "content": "And now, what next?"}])
+    return turns
+
+
+def test_truncation_auto_drops_the_oldest_turns():
+    """With truncation "auto" a conversation longer than the context loses its oldest turns -
+    whole: a user message with the calls, outputs and answers after it - as few as make it fit,
+    the instructions kept: the answer is the one to the conversation without them (truncation
+    "disabled"), and without one turn fewer dropped it would not fit. "disabled" refuses it."""
+    turns = long_conversation()
+    body = greedy(instructions="Be brief.", tools=RESP_TOOLS, max_output_tokens=8)
+    with Server("--ctx", str(TRUNC_CTX)) as srv:
+        def ask(k, truncation):
+            inp = [it for t in turns[k:] for it in t]
+            return srv.post("/v1/responses", dict(body, input=inp, truncation=truncation))
+
+        st, _, e = ask(0, "disabled")
+        assert st == 400 and e["error"]["code"] == "context_length_exceeded", e
+        st, _, r = ask(0, "auto")
+        assert st == 200, r
+        assert r["truncation"] == "auto" and r["status"] == "incomplete"
+        assert r["usage"]["input_tokens"] + 8 <= TRUNC_CTX
+        fits = [ask(k, "disabled")[0] == 200 for k in range(len(turns))]
+        k = fits.index(True)
+        assert 2 <= k < len(turns) - 1, fits  # some turns, not all, had to go
+        st, _, want = ask(k, "disabled")
+        assert text_of(r) == text_of(want) and text_of(r)
+        assert r["usage"]["input_tokens"] == want["usage"]["input_tokens"]
+        # streamed: the same answer
+        st, _, data = srv.request("POST", "/v1/responses",
+                                  dict(body, input=[it for t in turns for it in t],
+                                       truncation="auto", stream=True))
+        assert st == 200
+        done = [json.loads(b.split("\n", 1)[1][len("data: "):])
+                for b in data.decode().split("\n\n") if b.startswith("event: response.incompl")]
+        assert text_of(done[0]["response"]) == text_of(want)
+
+
+def test_truncation_auto_cannot_cut_the_last_question():
+    """The last user message (and what follows it) is never dropped: when it alone is too long
+    the request is refused as an over-long one is, saying that truncation could not help."""
+    with Server("--ctx", str(TRUNC_CTX)) as srv:
+        inp = [{"role": "user", "content": "hello"}, {"role": "assistant", "content": "hi"},
+               {"role": "user", "content": "the sea and the sky " * 200}]
+        st, _, e = srv.post("/v1/responses", greedy(input=inp, truncation="auto",
+                                                     max_output_tokens=8))
+        assert st == 400 and e["error"]["code"] == "context_length_exceeded", e
+        assert "truncation" in e["error"]["message"]
+        # one that fits is answered as it is, nothing dropped
+        r = responses(srv, greedy(input=inp[:2] + [user("ok")[0]], truncation="auto",
+                                  max_output_tokens=4))
+        r2 = responses(srv, greedy(input=inp[:2] + [user("ok")[0]], max_output_tokens=4))
+        assert r["usage"]["input_tokens"] == r2["usage"]["input_tokens"]
+        assert text_of(r) == text_of(r2)
 
 
 # ---- stored responses: previous_response_id, GET and DELETE /v1/responses/{id} -----------------

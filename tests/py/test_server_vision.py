@@ -165,6 +165,36 @@ def test_two_images_in_order(warm, cold):
     assert r["usage"]["prompt_tokens"] == s["usage"]["prompt_tokens"]
 
 
+def test_truncation_auto_drops_the_images_of_the_turns_it_drops(warm):
+    """The Responses API's truncation "auto" drops the oldest turns with their images: a
+    conversation whose first turn holds one image and whose last holds another, on a server
+    whose context fits only the last, is answered as the last turn alone is (the same prompt
+    length and log-probabilities: its own image kept, not the first one)."""
+    def img(picture):
+        return {"type": "input_image", "image_url": data_url(picture)}
+    first = [{"role": "user", "content": [{"type": "input_text", "text": "first"}, img(STRIPES)]},
+             {"role": "assistant", "content": "a striped one"}]
+    last = [{"role": "user", "content": [{"type": "input_text", "text": "and this?"}, img(DOTS)]}]
+    body = {"temperature": 0, "max_output_tokens": 4, "top_logprobs": 2,
+            "include": ["message.output_text.logprobs"]}
+    st, _, want = warm.post("/v1/responses", dict(body, input=last))
+    assert st == 200, want
+    st, _, other = warm.post("/v1/responses", dict(body, input=[
+        dict(last[0], content=[last[0]["content"][0], img(STRIPES)])]))
+    lps = [m["content"][0]["logprobs"] for r in (want, other)
+           for m in r["output"] if m["type"] == "message"]
+    assert lps[0] != lps[1]  # which image is kept shows
+    n = want["usage"]["input_tokens"]
+    with Server("--ctx", str(n + 4), model=tiny_vl_model()) as s:
+        st, _, e = s.post("/v1/responses", dict(body, input=first + last))
+        assert st == 400 and e["error"]["code"] == "context_length_exceeded", e
+        st, _, r = s.post("/v1/responses", dict(body, input=first + last, truncation="auto"))
+        assert st == 200, r
+        assert r["usage"]["input_tokens"] == n
+        got = [m["content"][0]["logprobs"] for m in r["output"] if m["type"] == "message"]
+        assert got == lps[:1]
+
+
 def test_streaming_with_an_image(warm):
     client = warm.client()
     body = ask(STRIPES)
