@@ -7,7 +7,7 @@ SUDO=""
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends \
   build-essential cmake pkg-config git ca-certificates \
-  libjansson-dev libpcre2-dev libutf8proc-dev libmicrohttpd-dev \
+  libjansson-dev libpcre2-dev libutf8proc-dev libmicrohttpd-dev libcurl4-gnutls-dev \
   libpng-dev libjpeg62-turbo-dev libwebp-dev zlib1g-dev \
   libavformat-dev libavcodec-dev libswscale-dev libavutil-dev \
   python3 python3-pip tmux clang-14 libclang-rt-14-dev > /dev/null

@@ -44,6 +44,10 @@ int cmd_serve(int argc, char **argv) {
             o.draft_lookup = true;
             continue;
         }
+        if (strcmp(argv[i], "--allow-media-urls") == 0) {
+            o.allow_media_urls = true;
+            continue;
+        }
         if ((v = cli_opt_value(argc, argv, &i, "-m", "--model"))) {
             o.model_path = v;
             continue;
@@ -104,6 +108,8 @@ int cmd_serve(int argc, char **argv) {
         INT_OPT("--prefill-chunk", 1, 65536, o.prefill_chunk)
         INT_OPT("--draft-max", 0, 64, o.draft_max)
         INT_OPT("--image-max-pixels", 1024, TS_IMAGE_MAX_PIXELS, image_px)
+        INT_OPT("--media-url-max-mb", 1, 4096, o.media_url_max_mb)
+        INT_OPT("--media-url-timeout", 1, 3600, o.media_url_timeout_s)
         /* testing aids: slow decode (cancellation tests) and slow loading (503 model_loading) */
         INT_OPT("--debug-step-delay-ms", 0, 60000, o.step_delay_ms)
         INT_OPT("--debug-load-delay-ms", 0, 600000, o.load_delay_ms)

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 bool serve_fail(serve_error *e, int status, const char *code, const char *param, const char *fmt,
                 ...) {
@@ -138,8 +139,8 @@ static void *own(serve_request *r, void *s) {
 }
 
 /* An image part's data: URL, {"url": "data:<type>;base64,<data>"} (OpenAI's image_url), or
- * (video) a video_url part's (vLLM's), into the request's images. The server fetches nothing:
- * other URLs are refused. */
+ * (video) a video_url part's (vLLM's), into the request's images. An http(s) URL is kept for
+ * serve/fetch.c (which refuses it unless the server fetches URLs); other URLs are refused. */
 static bool parse_image(serve_request *r, const json_t *part, const char *param, bool video,
                         serve_error *e) {
     const char *key = video ? "video_url" : "image_url";
@@ -152,11 +153,18 @@ static bool parse_image(serve_request *r, const json_t *part, const char *param,
         return serve_fail(e, 400, "invalid_value", param,
                           "%s: at most %d images and videos a request", param, SERVE_MAX_IMAGES);
     const char *u = json_string_value(url);
+    serve_image_data *im = &r->images[r->n_images];
+    if (!strncasecmp(u, "http://", 7) || !strncasecmp(u, "https://", 8)) {
+        *im = (serve_image_data){.url = u, .video = video};
+        snprintf(im->param, sizeof im->param, "%s", param);
+        r->n_images++;
+        return true;
+    }
     const char *comma = strchr(u, ',');
     if (strncmp(u, "data:", 5) != 0 || !comma)
         return serve_fail(e, 400, "invalid_value", param,
-                          "%s: only data: URLs are read (the %s inline, base64); the server "
-                          "fetches nothing",
+                          "%s: only data: URLs (the %s inline, base64) and http(s) URLs are "
+                          "read",
                           param, video ? "video" : "image");
     size_t head = (size_t)(comma - u);
     if (head < 7 || strncmp(comma - 7, ";base64", 7) != 0)
@@ -164,7 +172,6 @@ static bool parse_image(serve_request *r, const json_t *part, const char *param,
                           "%s: the data: URL must be base64 "
                           "(data:<type>;base64,<data>)",
                           param);
-    serve_image_data *im = &r->images[r->n_images];
     size_t n = json_string_length(url) - head - 1;
     if (!serve_base64_decode(comma + 1, n, &im->data, &im->len)) {
         if (im->len == SIZE_MAX) return serve_fail(e, 500, "internal_error", NULL, "out of memory");

@@ -25,12 +25,13 @@ bool serve_fail(serve_error *e, int status, const char *code, const char *param,
 
 typedef enum { SERVE_API_CHAT, SERVE_API_COMPLETION } serve_api;
 
-/* Images and videos a request carries (data: URLs, decoded from base64; the bytes are a PNG,
- * JPEG or WebP file, or a video file, read by preparation). At most SERVE_MAX_IMAGES a
- * request. */
+/* Images and videos a request carries (data: URLs, decoded from base64, or http(s) URLs
+ * fetched by serve/fetch.c before preparation; the bytes are a PNG, JPEG or WebP file, or a
+ * video file, read by preparation). At most SERVE_MAX_IMAGES a request. */
 typedef struct {
     unsigned char *data; /* owned */
     size_t len;
+    const char *url; /* an http(s) URL still to fetch (borrowed from the request), else NULL */
     bool video;
     char param[96]; /* "messages[i].content[k]", for errors */
 } serve_image_data;

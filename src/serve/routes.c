@@ -7,6 +7,7 @@
 #endif
 #include "base/status.h"
 #include "serve/embeddings.h"
+#include "serve/fetch.h"
 #include "serve/http.h"
 #include "serve/infill.h"
 #include "serve/prep.h"
@@ -428,6 +429,13 @@ static bool admit(serve_server *s, serve_choices *cs, serve_error *e) {
                       "the server is busy (%d requests admitted); retry later", s->o.max_pending);
 }
 
+/* The images and videos of a parsed request given by URL, fetched as the server allows. */
+static bool fetch_media(const serve_server *s, serve_request *r, serve_error *e) {
+    serve_fetch_opts o = {s->o.allow_media_urls, (size_t)s->o.media_url_max_mb << 20,
+                          s->o.media_url_timeout_s};
+    return serve_fetch_media(r, &o, e);
+}
+
 /* The shape a generation request came in: OpenAI's chat or completions, the Responses API
  * (read as the chat request it means), llama-server's /infill (read as the completion it
  * means). */
@@ -460,6 +468,7 @@ static enum MHD_Result generate(serve_conn *cn, struct MHD_Connection *c, serve_
     }
     if (ok) ok = serve_request_parse(api, root, s->model_ids, s->o.max_tokens_cap, &req, &e);
     req.truncate_auto = responses && rd.truncate_auto;
+    if (ok) ok = fetch_media(s, &req, &e);
     if (ok && rt->encoder)
         ok = serve_fail(&e, 400, "unsupported_feature", "model",
                         "the model is an embedding model (an encoder): it answers POST "
@@ -555,6 +564,7 @@ static bool chat_prompt_ids(serve_server *s, const serve_runtime *rt, json_t *ro
     json_incref(root);
     bool ok = serve_request_parse(SERVE_API_CHAT, root, s->model_ids, 0, &req, e);
     serve_images im = {0};
+    if (ok) ok = fetch_media(s, &req, e);
     if (ok && (ok = serve_read_images(rt, &req, &im, e))) {
         ts_chat_params cp = serve_chat_params(&req, &im);
         if (ts_chat_tokenize(rt->tok, req.msgs, req.n_msgs, &cp, ids, n) != TS_OK)

@@ -1,14 +1,15 @@
 /* serve_run: starts the worker (which loads the model on its own thread) and the HTTP daemon,
  * then waits for SIGTERM/SIGINT and shuts down in order: stop accepting, drain with a
  * deadline, cancel the rest, join, exit 0. */
+#include "serve/fetch.h"
+#include "serve/http.h"
+
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-
-#include "serve/http.h"
 
 void serve_opts_default(serve_opts *o) {
     *o = (serve_opts){.host = "127.0.0.1",
@@ -23,6 +24,8 @@ void serve_opts_default(serve_opts *o) {
                       .cache_mb = 1024,
                       .responses_store_mb = 64,
                       .draft_max = 8,
+                      .media_url_max_mb = 32,
+                      .media_url_timeout_s = 10,
                       .drain_ms = 10000};
 }
 
@@ -39,6 +42,7 @@ int serve_run(const serve_opts *opts) {
     serve_server *s = calloc(1, sizeof *s);
     if (!s) return 2;
     s->o = *opts;
+    serve_fetch_global_init(); /* before any thread: libcurl's global state */
     static char dir_name[256];
     base_name(opts->model_path, dir_name, sizeof dir_name);
     snprintf(s->model_id, sizeof s->model_id, "%s", opts->alias ? opts->alias : dir_name);

@@ -3,7 +3,7 @@
 # tests), benchmarks synthetic Qwen3.5 models and runs compute-sanitizer. Usage, from the repo
 # root:
 #   bash src/backend/cuda/gpu_check.sh [DEBS_DIR]
-# DEBS_DIR holds the .deb files of the build dependencies (jansson, pcre2, utf8proc,
+# DEBS_DIR holds the .deb files of the build dependencies (jansson, pcre2, utf8proc, curl,
 # microhttpd, pkgconf) for machines that lack them and have no network; they are unpacked
 # under /tmp/sys, never into /. Logs go to $GPU_CHECK_OUT (default /tmp/gpu_check).
 # Knobs: GPU_CHECK_PRESETS (default "0.8b"), GPU_CHECK_TYPES (default "bf16 q4_k_m q8_0"),
@@ -18,7 +18,7 @@ OUT=${GPU_CHECK_OUT:-/tmp/gpu_check}
 mkdir -p "$OUT"
 B=/tmp/tsb
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-if ! pkg-config --exists jansson libpcre2-8 libutf8proc libmicrohttpd 2>/dev/null; then
+if ! pkg-config --exists jansson libpcre2-8 libutf8proc libmicrohttpd libcurl 2>/dev/null; then
     S=/tmp/sys
     for f in "${1:-.dev/cuda-deps}"/*.deb; do dpkg -x "$f" $S; done
     L=$S/usr/lib/x86_64-linux-gnu

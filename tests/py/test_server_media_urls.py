@@ -1,0 +1,127 @@
+"""Images by http(s) URL (--allow-media-urls): fetched from a local HTTP server this test runs,
+an image at a URL is answered exactly as the same file inline; redirects are followed between
+http URLs only; a missing file, a redirect to another scheme, a file over --media-url-max-mb,
+a transfer over --media-url-timeout and an unreachable host are 400s naming the part, and the
+server goes on. Without the flag, a URL is a 400 that says how to send the file."""
+import http.server
+import threading
+import time
+
+import pytest
+
+from server_util import Server
+from test_server_vision import DOTS, STRIPES, data_url, tiny_vl_model
+
+
+class Files(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        if self.path == "/stripes.png":
+            self.reply(200, STRIPES)
+        elif self.path == "/moved":
+            self.send_response(302)
+            self.send_header("Location", "/stripes.png")
+            self.end_headers()
+        elif self.path == "/to-file":
+            self.send_response(302)
+            self.send_header("Location", "file:///etc/hostname")
+            self.end_headers()
+        elif self.path == "/big.png":
+            self.reply(200, STRIPES + b"\0" * (2 << 20))
+        elif self.path == "/slow.png":
+            time.sleep(3)
+            self.reply(200, STRIPES)
+        else:
+            self.reply(404, b"no such file")
+
+    def reply(self, status, data):
+        self.send_response(status)
+        self.send_header("Content-Type", "image/png")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        try:
+            self.wfile.write(data)
+        except OSError:
+            pass  # the client gave up (the size and time limits)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture(scope="module")
+def files():
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Files)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+
+
+@pytest.fixture(scope="module")
+def srv():
+    with Server("--allow-media-urls", "--media-url-max-mb", "1", "--media-url-timeout", "1",
+                model=tiny_vl_model()) as s:
+        yield s
+
+
+def ask(url, **kw):
+    return dict({"messages": [{"role": "user", "content": [
+        {"type": "text", "text": "What is in the picture?"},
+        {"type": "image_url", "image_url": {"url": url}}]}],
+        "temperature": 0, "max_tokens": 6, "logprobs": True, "top_logprobs": 2}, **kw)
+
+
+def answer(r):
+    c = r["choices"][0]
+    return c["message"]["content"], c["logprobs"], r["usage"]["prompt_tokens"]
+
+
+def test_image_at_a_url_is_the_image_inline(srv, files):
+    st, _, want = srv.post("/v1/chat/completions", ask(data_url(STRIPES)))
+    assert st == 200, want
+    for path in ("/stripes.png", "/moved"):
+        st, _, r = srv.post("/v1/chat/completions", ask(files + path))
+        assert st == 200, r
+        assert answer(r) == answer(want)
+    st, _, other = srv.post("/v1/chat/completions", ask(data_url(DOTS)))
+    assert answer(other) != answer(want)  # the image's pixels matter
+    # the Responses API's input_image by URL too
+    st, _, r = srv.post("/v1/responses", {"input": [{"role": "user", "content": [
+        {"type": "input_text", "text": "What is in the picture?"},
+        {"type": "input_image", "image_url": files + "/stripes.png"}]}],
+        "temperature": 0, "max_output_tokens": 6})
+    assert st == 200, r
+    assert r["output"][-1]["content"][0]["text"] == answer(want)[0]
+
+
+@pytest.mark.parametrize("path,says", [
+    ("/missing.png", "HTTP 404"),
+    ("/to-file", "fetching the image failed"),
+    ("/big.png", "larger than this server fetches"),
+    ("/slow.png", "took longer than 1 s"),
+])
+def test_a_url_that_fails_is_400(srv, files, path, says):
+    t0 = time.monotonic()
+    st, _, e = srv.post("/v1/chat/completions", ask(files + path))
+    assert st == 400, e
+    assert e["error"]["code"] == "invalid_value"
+    assert e["error"]["param"] == "messages[0].content[1]"
+    assert says in e["error"]["message"], e
+    assert time.monotonic() - t0 < 2.5
+    st, _, r = srv.post("/v1/chat/completions", ask(data_url(STRIPES), max_tokens=1))
+    assert st == 200, r
+
+
+def test_other_schemes_and_unreachable_hosts(srv):
+    for url in ("file:///etc/hostname", "ftp://127.0.0.1/x.png", "http://127.0.0.1:1/x.png"):
+        st, _, e = srv.post("/v1/chat/completions", ask(url))
+        assert st == 400 and e["error"]["param"] == "messages[0].content[1]", (url, e)
+
+
+def test_urls_are_refused_unless_allowed(files):
+    with Server(model=tiny_vl_model()) as s:
+        st, _, e = s.post("/v1/chat/completions", ask(files + "/stripes.png"))
+        assert st == 400 and e["error"]["code"] == "invalid_value", e
+        assert e["error"]["param"] == "messages[0].content[1]"
+        assert "--allow-media-urls" in e["error"]["message"]
+        # /tokenize reads the same way
+        st, _, e = s.post("/tokenize", ask(files + "/stripes.png"))
+        assert st == 400 and "--allow-media-urls" in e["error"]["message"], e
