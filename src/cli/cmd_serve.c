@@ -1,10 +1,12 @@
 /* tessera serve: the OpenAI-compatible HTTP server (see src/serve/README.md, docs/API.md). */
-#include <stdlib.h>
-#include <string.h>
-
 #include "cli/cli.h"
 #include "cli/common_model.h"
+#include "serve/fetch.h"
 #include "serve/serve.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
 
 /* --matryoshka: "any", or a comma-separated list of lengths. */
 static bool parse_matryoshka(const char *v, serve_opts *o) {
@@ -58,6 +60,11 @@ int cmd_serve(int argc, char **argv) {
         }
         if ((v = cli_opt_value(argc, argv, &i, NULL, "--api-key"))) {
             o.api_key = v;
+            continue;
+        }
+        if ((v = cli_opt_value(argc, argv, &i, NULL, "--allowed-media-dir"))) {
+            if (!(o.media_dir = serve_fetch_media_dir(v))) /* kept for the process's life */
+                return cli_usage("bad --allowed-media-dir '%s': %s", v, strerror(errno));
             continue;
         }
         if ((v = cli_opt_value(argc, argv, &i, NULL, "--alias"))) {

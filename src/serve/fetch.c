@@ -1,9 +1,15 @@
 #include "serve/fetch.h"
 
 #include <curl/curl.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 void serve_fetch_global_init(void) { curl_global_init(CURL_GLOBAL_DEFAULT); }
 
@@ -87,10 +93,115 @@ static bool fetch_one(serve_image_data *d, const serve_fetch_opts *o, serve_erro
                       what, err[0] ? err : curl_easy_strerror(rc));
 }
 
+char *serve_fetch_media_dir(const char *dir) {
+    char *p = realpath(dir, NULL);
+    struct stat st;
+    if (p && (stat(p, &st) != 0 || !S_ISDIR(st.st_mode))) {
+        free(p);
+        errno = ENOTDIR;
+        return NULL;
+    }
+    return p;
+}
+
+static int hex(char c) {
+    return c >= '0' && c <= '9'   ? c - '0'
+           : c >= 'a' && c <= 'f' ? c - 'a' + 10
+           : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                  : -1;
+}
+
+/* A file: URL's path (file:///p or file://localhost/p), percent-escapes decoded, into out;
+ * false for another host, a relative path, a bad escape or a NUL. */
+static bool file_path(const char *url, char *out, size_t cap) {
+    const char *p = url + 7; /* after "file://" */
+    if (!strncasecmp(p, "localhost/", 10)) p += 9;
+    if (*p != '/') return false;
+    size_t n = 0;
+    for (; *p; p++) {
+        int c = (unsigned char)*p;
+        if (c == '%') {
+            int hi = hex(p[1]), lo = hi < 0 ? -1 : hex(p[2]);
+            if (lo < 0 || (hi == 0 && lo == 0)) return false;
+            c = hi * 16 + lo, p += 2;
+        }
+        if (n + 1 >= cap) return false;
+        out[n++] = (char)c;
+    }
+    out[n] = 0;
+    return true;
+}
+
+/* A file: URL's bytes, from under o->dir, into d; or e set. */
+static bool read_local(serve_image_data *d, const serve_fetch_opts *o, serve_error *e) {
+    const char *what = d->video ? "video" : "image";
+    if (!o->dir)
+        return serve_fail(e, 400, "invalid_value", d->param,
+                          "%s: this server reads no local files (it would, from under one "
+                          "directory, started with --allowed-media-dir DIR): send the %s "
+                          "inline, as a data: URL",
+                          d->param, what);
+    char path[PATH_MAX], *real = NULL;
+    if (!file_path(d->url, path, sizeof path))
+        return serve_fail(e, 400, "invalid_value", d->param,
+                          "%s: a file: URL must name an absolute path on this host "
+                          "(file:///path)",
+                          d->param);
+    real = realpath(path, NULL);
+    size_t nd = strlen(o->dir);
+    /* under the directory once every link is followed: a link out of it is outside */
+    bool inside = real && !strncmp(real, o->dir, nd) && (real[nd] == '/' || o->dir[nd - 1] == '/');
+    int fd = inside ? open(real, O_RDONLY | O_CLOEXEC) : -1;
+    free(real);
+    if (!inside)
+        return serve_fail(e, 400, "invalid_value", d->param,
+                          "%s: no %s at that path under the directory this server reads "
+                          "(--allowed-media-dir)",
+                          d->param, what);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        if (fd >= 0) close(fd);
+        return serve_fail(e, 400, "invalid_value", d->param, "%s: the path is not a readable file",
+                          d->param);
+    }
+    if ((uint64_t)st.st_size > o->max_bytes) {
+        close(fd);
+        return serve_fail(e, 400, "invalid_value", d->param,
+                          "%s: the %s file is larger than this server reads (%zu bytes, "
+                          "--media-url-max-mb)",
+                          d->param, what, o->max_bytes);
+    }
+    size_t len = (size_t)st.st_size, got = 0;
+    unsigned char *data = malloc(len ? len : 1);
+    if (!data) {
+        close(fd);
+        return serve_fail(e, 500, "internal_error", NULL, "out of memory");
+    }
+    while (got < len) {
+        ssize_t k = read(fd, data + got, len - got);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) break;
+        got += (size_t)k;
+    }
+    close(fd);
+    if (got != len || len == 0) {
+        free(data);
+        return serve_fail(e, 400, "invalid_value", d->param, "%s: the %s file %s", d->param, what,
+                          len == 0 ? "is empty" : "could not be read whole");
+    }
+    d->data = data, d->len = len;
+    return true;
+}
+
 bool serve_fetch_media(serve_request *r, const serve_fetch_opts *o, serve_error *e) {
     for (int k = 0; k < r->n_images; k++) {
         serve_image_data *d = &r->images[k];
         if (!d->url) continue;
+        if (!strncasecmp(d->url, "file://", 7)) {
+            if (!read_local(d, o, e)) return false;
+            d->url = NULL;
+            continue;
+        }
         if (!o->allow)
             return serve_fail(e, 400, "invalid_value", d->param,
                               "%s: this server fetches no URLs (it would, started with "

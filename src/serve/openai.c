@@ -139,8 +139,9 @@ static void *own(serve_request *r, void *s) {
 }
 
 /* An image part's data: URL, {"url": "data:<type>;base64,<data>"} (OpenAI's image_url), or
- * (video) a video_url part's (vLLM's), into the request's images. An http(s) URL is kept for
- * serve/fetch.c (which refuses it unless the server fetches URLs); other URLs are refused. */
+ * (video) a video_url part's (vLLM's), into the request's images. An http(s) or file: URL is
+ * kept for serve/fetch.c (which refuses it unless the server reads such URLs); other URLs are
+ * refused. */
 static bool parse_image(serve_request *r, const json_t *part, const char *param, bool video,
                         serve_error *e) {
     const char *key = video ? "video_url" : "image_url";
@@ -154,7 +155,8 @@ static bool parse_image(serve_request *r, const json_t *part, const char *param,
                           "%s: at most %d images and videos a request", param, SERVE_MAX_IMAGES);
     const char *u = json_string_value(url);
     serve_image_data *im = &r->images[r->n_images];
-    if (!strncasecmp(u, "http://", 7) || !strncasecmp(u, "https://", 8)) {
+    if (!strncasecmp(u, "http://", 7) || !strncasecmp(u, "https://", 8) ||
+        !strncasecmp(u, "file://", 7)) {
         *im = (serve_image_data){.url = u, .video = video};
         snprintf(im->param, sizeof im->param, "%s", param);
         r->n_images++;
@@ -163,8 +165,8 @@ static bool parse_image(serve_request *r, const json_t *part, const char *param,
     const char *comma = strchr(u, ',');
     if (strncmp(u, "data:", 5) != 0 || !comma)
         return serve_fail(e, 400, "invalid_value", param,
-                          "%s: only data: URLs (the %s inline, base64) and http(s) URLs are "
-                          "read",
+                          "%s: only data: URLs (the %s inline, base64), http(s) URLs and file: "
+                          "URLs are read",
                           param, video ? "video" : "image");
     size_t head = (size_t)(comma - u);
     if (head < 7 || strncmp(comma - 7, ";base64", 7) != 0)

@@ -31,7 +31,7 @@ typedef enum { SERVE_API_CHAT, SERVE_API_COMPLETION } serve_api;
 typedef struct {
     unsigned char *data; /* owned */
     size_t len;
-    const char *url; /* an http(s) URL still to fetch (borrowed from the request), else NULL */
+    const char *url; /* an http(s) or file: URL still to read (borrowed from the request) */
     bool video;
     char param[96]; /* "messages[i].content[k]", for errors */
 } serve_image_data;

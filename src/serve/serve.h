@@ -38,10 +38,12 @@ typedef struct {
     int drain_ms;        /* on SIGTERM: how long running jobs may take to finish */
     int prefill_chunk;   /* prompt tokens a forward call; 0 = by the device (worker.h) */
     int64_t image_max_pixels; /* an image's pixels at most; 0 = SERVE_IMAGE_MAX_PIXELS */
-    /* images and videos given by http(s) URL (serve/fetch.h): fetched at all, a file's MB at
-     * most, a file's seconds at most */
+    /* images and videos given by URL (serve/fetch.h): http(s) URLs fetched at all, a file's MB
+     * at most, a fetch's seconds at most; the directory file: URLs are read from under (a
+     * canonical path, serve_fetch_media_dir), NULL: none */
     bool allow_media_urls;
     int media_url_max_mb, media_url_timeout_s;
+    const char *media_dir;
     /* speculative decoding: tokens guessed a step at most (0: none), from a request's
      * prediction and, with draft_lookup, by prompt lookup (serve/speculate.c) */
     int draft_max;

@@ -1,15 +1,17 @@
-"""Images by http(s) URL (--allow-media-urls): fetched from a local HTTP server this test runs,
+"""Images by URL. http(s) (--allow-media-urls): fetched from a local HTTP server this test runs,
 an image at a URL is answered exactly as the same file inline; redirects are followed between
 http URLs only; a missing file, a redirect to another scheme, a file over --media-url-max-mb,
 a transfer over --media-url-timeout and an unreachable host are 400s naming the part, and the
-server goes on. Without the flag, a URL is a 400 that says how to send the file."""
+server goes on. Without the flag, a URL is a 400 that says how to send the file. file:
+(--allowed-media-dir): read from under the directory only, links followed before the check."""
 import http.server
+import subprocess
 import threading
 import time
 
 import pytest
 
-from server_util import Server
+from server_util import Server, binary
 from test_server_vision import DOTS, STRIPES, data_url, tiny_vl_model
 
 
@@ -111,7 +113,7 @@ def test_a_url_that_fails_is_400(srv, files, path, says):
 
 
 def test_other_schemes_and_unreachable_hosts(srv):
-    for url in ("file:///etc/hostname", "ftp://127.0.0.1/x.png", "http://127.0.0.1:1/x.png"):
+    for url in ("ftp://127.0.0.1/x.png", "gopher://127.0.0.1/x.png", "http://127.0.0.1:1/x.png"):
         st, _, e = srv.post("/v1/chat/completions", ask(url))
         assert st == 400 and e["error"]["param"] == "messages[0].content[1]", (url, e)
 
@@ -125,3 +127,61 @@ def test_urls_are_refused_unless_allowed(files):
         # /tokenize reads the same way
         st, _, e = s.post("/tokenize", ask(files + "/stripes.png"))
         assert st == 400 and "--allow-media-urls" in e["error"]["message"], e
+
+
+@pytest.fixture(scope="module")
+def media(tmp_path_factory):
+    """A directory the server may read (stripes.png, a file with a space in its name, a link
+    out of it, a subdirectory) beside a file it may not."""
+    root = tmp_path_factory.mktemp("media")
+    inside = root / "allowed"
+    (inside / "sub").mkdir(parents=True)
+    (inside / "stripes.png").write_bytes(STRIPES)
+    (inside / "two words.png").write_bytes(STRIPES)
+    (inside / "big.png").write_bytes(STRIPES + b"\0" * (2 << 20))
+    (root / "outside.png").write_bytes(STRIPES)
+    (inside / "link-out.png").symlink_to(root / "outside.png")
+    return inside
+
+
+def test_local_file_is_the_image_inline(media):
+    """--allowed-media-dir: a file: URL under the directory is read (percent-escapes decoded)
+    and answered as the same file inline."""
+    with Server("--allowed-media-dir", str(media), "--media-url-max-mb", "1",
+                model=tiny_vl_model()) as s:
+        st, _, want = s.post("/v1/chat/completions", ask(data_url(STRIPES)))
+        for url in (f"file://{media}/stripes.png", f"file://{media}/two%20words.png",
+                    f"file://localhost{media}/sub/../stripes.png"):
+            st, _, r = s.post("/v1/chat/completions", ask(url))
+            assert st == 200, (url, r)
+            assert answer(r) == answer(want)
+
+
+@pytest.mark.parametrize("name,says", [
+    ("../outside.png", "under the directory"),
+    ("link-out.png", "under the directory"),  # a link out of it is outside
+    ("missing.png", "under the directory"),
+    ("sub", "not a readable file"),
+    ("big.png", "larger than this server reads"),
+    ("stripes%00.png", "absolute path"),
+])
+def test_local_file_outside_or_unreadable_is_400(media, name, says):
+    with Server("--allowed-media-dir", str(media), "--media-url-max-mb", "1",
+                model=tiny_vl_model()) as s:
+        st, _, e = s.post("/v1/chat/completions", ask(f"file://{media}/{name}"))
+        assert st == 400 and e["error"]["code"] == "invalid_value", e
+        assert e["error"]["param"] == "messages[0].content[1]"
+        assert says in e["error"]["message"], e
+        st, _, r = s.post("/v1/chat/completions", ask(data_url(STRIPES), max_tokens=1))
+        assert st == 200, r
+
+
+def test_local_files_are_refused_without_a_directory(srv, media):
+    """No --allowed-media-dir (here a server that fetches http URLs): file: URLs are refused,
+    saying how to allow them; a bad directory stops the server at its start."""
+    st, _, e = srv.post("/v1/chat/completions", ask(f"file://{media}/stripes.png"))
+    assert st == 400 and "--allowed-media-dir" in e["error"]["message"], e
+    p = subprocess.run([binary(), "serve", "-m", tiny_vl_model(), "--port", "0",
+                        "--allowed-media-dir", str(media / "stripes.png")],
+                       capture_output=True, timeout=60)
+    assert p.returncode != 0 and b"--allowed-media-dir" in p.stderr, p.stderr
