@@ -1,5 +1,7 @@
 #include "serve/http.h"
 
+#include "serve/messages.h"
+
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <poll.h>
@@ -32,6 +34,8 @@ static const struct {
     [ROUTE_RESPONSE_ITEMS] = {"/v1/responses/{id}/input_items", "GET"},
     [ROUTE_PROPS] = {"/props", "GET"},
     [ROUTE_APPLY_TEMPLATE] = {"/apply-template", "POST"},
+    [ROUTE_MESSAGES] = {"/v1/messages", "POST"},
+    [ROUTE_MESSAGES_COUNT] = {"/v1/messages/count_tokens", "POST"},
 };
 
 /* The origin a web page must have for the browser to hand it this response (CORS), or NULL:
@@ -113,7 +117,10 @@ enum MHD_Result serve_send_json(serve_conn *cn, struct MHD_Connection *c, int st
 }
 
 enum MHD_Result serve_send_error(serve_conn *cn, struct MHD_Connection *c, const serve_error *e) {
-    return serve_send_json(cn, c, e->status, serve_error_json(e));
+    /* the Messages API's routes answer in Anthropic's envelope, whatever refused the request */
+    bool anthropic = cn->route == ROUTE_MESSAGES || cn->route == ROUTE_MESSAGES_COUNT;
+    return serve_send_json(cn, c, e->status,
+                           anthropic ? serve_msg_error_json(e) : serve_error_json(e));
 }
 
 /* libmicrohttpd counts a timeout from the last byte moved, and setting one over none starts the
@@ -144,6 +151,9 @@ static bool key_equal(const char *given, const char *want) {
 
 static bool authorized(serve_server *s, struct MHD_Connection *c) {
     if (!s->o.api_key) return true;
+    /* Anthropic's clients send the key as x-api-key */
+    const char *x = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-api-key");
+    if (x) return key_equal(x, s->o.api_key);
     const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
     if (!h || strncasecmp(h, "Bearer ", 7) != 0) return false;
     h += 7;
@@ -226,8 +236,9 @@ static enum MHD_Result check_headers(serve_conn *cn, struct MHD_Connection *c, c
         return serve_send_error(cn, c, &e);
     }
     if (cn->route != ROUTE_HEALTH && !authorized(s, c)) {
-        serve_fail(&e, 401, "invalid_api_key", NULL, "missing or wrong API key (send "
-                   "'Authorization: Bearer KEY')");
+        serve_fail(&e, 401, "invalid_api_key", NULL,
+                   "missing or wrong API key (send "
+                   "'Authorization: Bearer KEY' or 'x-api-key: KEY')");
         return serve_send_error(cn, c, &e);
     }
     if (serve_worker_state(s->worker) != SERVE_READY) {

@@ -30,6 +30,8 @@ enum {
     ROUTE_RESPONSE_ITEMS, /* GET /v1/responses/{id}/input_items */
     ROUTE_PROPS,          /* GET /props (llama-server's) */
     ROUTE_APPLY_TEMPLATE, /* POST /apply-template (llama-server's) */
+    ROUTE_MESSAGES,       /* POST /v1/messages (Anthropic's) */
+    ROUTE_MESSAGES_COUNT, /* POST /v1/messages/count_tokens (Anthropic's) */
     ROUTE_UNKNOWN
 };
 

@@ -21,6 +21,8 @@ const char *const serve_metrics_route_names[SERVE_METRICS_ROUTES] = {
     "/v1/responses/{id}/input_items",
     "/props",
     "/apply-template",
+    "/v1/messages",
+    "/v1/messages/count_tokens",
     "other"};
 
 static const int status_codes[SERVE_METRICS_STATUSES] = {200, 400, 401, 404, 405,

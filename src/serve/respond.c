@@ -18,17 +18,14 @@ void serve_resp_init(serve_resp *r, serve_api api, const char *model, bool logpr
     z ^= z >> 29;
     z *= 0x94D049BB133111EBULL;
     z ^= z >> 32;
+    *r = (serve_resp){0}; /* every wire's field off, settings and the rest NULL */
     r->api = api;
     snprintf(r->id, sizeof r->id, "%s-%016llx%08llx", api == SERVE_API_CHAT ? "chatcmpl" : "cmpl",
              (unsigned long long)z, (unsigned long long)(counter & 0xffffffffu));
     r->created = (long long)time(NULL);
     r->model = model;
     r->logprobs = logprobs;
-    r->token_ids = false;
     r->tok = tok;
-    r->settings = r->conversation = r->input = NULL;
-    r->store = NULL;
-    r->infill = false;
     r->think_open = r->think_close = -1;
 }
 

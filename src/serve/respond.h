@@ -24,7 +24,8 @@ typedef struct {
      * items to keep with it (owned), and the store */
     json_t *conversation, *input;
     struct serve_rsp_store *store;
-    bool infill; /* llama-server's /infill (serve/infill.h): its own answer's shape */
+    bool infill;   /* llama-server's /infill (serve/infill.h): its own answer's shape */
+    bool messages; /* the Anthropic Messages API (serve/messages.h): its own answer's shape */
 } serve_resp;
 
 void serve_resp_init(serve_resp *r, serve_api api, const char *model, bool logprobs,

@@ -10,6 +10,7 @@
 #include "serve/fetch.h"
 #include "serve/http.h"
 #include "serve/infill.h"
+#include "serve/messages.h"
 #include "serve/prep.h"
 #include "serve/respond.h"
 #include "serve/responses.h"
@@ -59,6 +60,7 @@ typedef struct {
     serve_stream_choice *at; /* [cs.n] */
     serve_resp resp;
     serve_rsp_stream rs; /* the Responses API's (resp.settings set) */
+    serve_msg_stream ms; /* the Messages API's (resp.messages set) */
     bool include_usage;
     int phase;     /* 0 role chunks, 1 deltas, 2 all formatted */
     ts_strbuf out; /* formatted, not yet handed to MHD */
@@ -94,6 +96,11 @@ static ts_status format_new(serve_stream *s, int i) {
         /* merge consecutive segments of one channel into one delta */
         serve_channel ch = j->seg[c->n_seg].ch;
         size_t off = j->seg[c->n_seg].off, len = 0;
+        if (ch == SERVE_CH_TOOL && s->resp.messages) {
+            TS_TRY(serve_msg_stream_tool(&s->resp, &s->ms, c->n_tool++, j->text.data + off,
+                                         j->seg[c->n_seg++].len, &s->out));
+            continue;
+        }
         if (ch == SERVE_CH_TOOL) { /* one chunk per call */
             TS_TRY(s->resp.settings
                        ? serve_rsp_stream_tool(&s->resp, &s->rs, c->n_tool++, j->text.data + off,
@@ -111,6 +118,10 @@ static ts_status format_new(serve_stream *s, int i) {
             TS_TRY(serve_infill_chunk_text(j->text.data + off, len, &s->out));
             continue;
         }
+        if (s->resp.messages) {
+            TS_TRY(serve_msg_stream_text(&s->ms, ch, j->text.data + off, len, &s->out));
+            continue;
+        }
         TS_TRY(s->resp.settings
                    ? serve_rsp_stream_text(&s->resp, &s->rs, ch, j->text.data + off, len,
                                            j->lp + c->n_lp, lp_end - c->n_lp, &s->out)
@@ -122,6 +133,7 @@ static ts_status format_new(serve_stream *s, int i) {
     c->done = true;
     bool ok = j->finish == SERVE_FINISH_STOP || j->finish == SERVE_FINISH_LENGTH;
     if (ok && s->resp.infill) return serve_infill_chunk_finish(&s->resp, j, &s->out);
+    if (ok && s->resp.messages) return serve_msg_stream_finish(&s->ms, j, &s->out);
     if (ok && s->resp.settings)
         return serve_rsp_stream_finish(&s->resp, &s->rs, j, j->lp + c->n_lp, lp_end - c->n_lp,
                                        &s->out);
@@ -131,6 +143,7 @@ static ts_status format_new(serve_stream *s, int i) {
     serve_error e;
     job_error(j, &e);
     if (s->resp.infill) return serve_infill_chunk_error(&e, &s->out);
+    if (s->resp.messages) return serve_msg_stream_error(&e, &s->out);
     return s->resp.settings ? serve_rsp_stream_error(&s->resp, &s->rs, &e, &s->out)
                             : serve_resp_chunk_error(&e, &s->out);
 }
@@ -161,8 +174,9 @@ static ts_status stream_poll(serve_stream *s) {
     }
     if (!all_done) return TS_OK;
     s->phase = 2;
-    /* the Responses API's final event, and /infill's, went with the answer's end */
-    if (s->resp.settings || s->resp.infill) return TS_OK;
+    /* the Responses API's final event, /infill's and the Messages API's went with the answer's
+     * end */
+    if (s->resp.settings || s->resp.infill || s->resp.messages) return TS_OK;
     for (int i = 0; i < s->cs.n; i++)
         pthread_mutex_lock(&s->cs.job[i]->mu);
     ts_status st = serve_resp_chunk_done(&s->resp, s->cs.job, s->cs.n, s->cs.per_prompt,
@@ -188,7 +202,11 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
             s->phase = 1;
             if (s->resp.settings && serve_rsp_stream_start(&s->resp, &s->rs, &s->out) != TS_OK)
                 return MHD_CONTENT_READER_END_WITH_ERROR;
-            for (int i = 0; i < s->cs.n && !s->resp.settings && !s->resp.infill; i++)
+            if (s->resp.messages &&
+                serve_msg_stream_start(&s->resp, &s->ms, s->cs.job[0], &s->out) != TS_OK)
+                return MHD_CONTENT_READER_END_WITH_ERROR;
+            for (int i = 0;
+                 i < s->cs.n && !s->resp.settings && !s->resp.infill && !s->resp.messages; i++)
                 if (serve_resp_chunk_role(&s->resp, i, &s->out) != TS_OK)
                     return MHD_CONTENT_READER_END_WITH_ERROR;
             continue;
@@ -233,7 +251,12 @@ static enum MHD_Result start_stream(serve_conn *cn, struct MHD_Connection *c, se
         json_decref(resp->input);
         return MHD_NO;
     }
-    *s = (serve_stream){cn->srv, c, *cs, at, *resp, {0}, include_usage, 0, {0}, 0};
+    *s = (serve_stream){.srv = cn->srv,
+                        .conn = c,
+                        .cs = *cs,
+                        .at = at,
+                        .resp = *resp,
+                        .include_usage = include_usage};
     *cs = (serve_choices){0};
     struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024,
                                                                stream_read, s, stream_free);
@@ -318,7 +341,8 @@ static enum MHD_Result finish_blocking(serve_conn *cn, struct MHD_Connection *c,
         for (int i = 0; i < cs->n; i++)
             pthread_mutex_lock(&cs->job[i]->mu);
         if (cs->keep < cs->per_prompt) rank_best(cs);
-        char *body = resp->settings ? serve_rsp_full(resp, cs->job[0])
+        char *body = resp->settings   ? serve_rsp_full(resp, cs->job[0])
+                     : resp->messages ? serve_msg_full(resp, cs->job[0])
                      : resp->infill
                          ? serve_infill_full(resp, cs->job[0])
                          : serve_resp_full(resp, cs->job, cs->n, cs->per_prompt, cs->keep);
@@ -438,13 +462,14 @@ static bool fetch_media(const serve_server *s, serve_request *r, serve_error *e)
 
 /* The shape a generation request came in: OpenAI's chat or completions, the Responses API
  * (read as the chat request it means), llama-server's /infill (read as the completion it
- * means). */
-typedef enum { WIRE_OPENAI, WIRE_RESPONSES, WIRE_INFILL } serve_wire;
+ * means), Anthropic's Messages API (read as the chat request it means). */
+typedef enum { WIRE_OPENAI, WIRE_RESPONSES, WIRE_INFILL, WIRE_MESSAGES } serve_wire;
 
 /* A generation request of any wire shape. */
 static enum MHD_Result generate(serve_conn *cn, struct MHD_Connection *c, serve_api api,
                                 json_t *root, serve_wire wire) {
     bool responses = wire == WIRE_RESPONSES, infill = wire == WIRE_INFILL;
+    bool messages = wire == WIRE_MESSAGES;
     int keep_at = 0; /* /infill: the frame's files part (serve_job.keep_at) */
     serve_server *s = cn->srv;
     const serve_runtime *rt = serve_worker_runtime(s->worker);
@@ -453,8 +478,14 @@ static enum MHD_Result generate(serve_conn *cn, struct MHD_Connection *c, serve_
     serve_error e;
     serve_choices cs = {0};
     serve_rsp_read rd = {0};
+    serve_msg_read md = {0};
     bool ok = true;
-    if (responses) {
+    if (messages) {
+        ok = serve_msg_request(root, false, &md, &e);
+        json_decref(root);
+        root = md.chat; /* the parse takes it over */
+        md.chat = NULL;
+    } else if (responses) {
         ok = serve_rsp_request(root, s->rsp_store, &rd, &e);
         json_decref(root);
         root = rd.chat; /* the parse takes it over */
@@ -479,8 +510,10 @@ static enum MHD_Result generate(serve_conn *cn, struct MHD_Connection *c, serve_
     const serve_request *rq = cs.n && cs.job[0]->req ? cs.job[0]->req : &req;
     if (ok) ok = admit(s, &cs, &e);
     if (!ok && responses) serve_rsp_error(&rd.map, &e);
+    if (!ok && messages) serve_msg_error(&md, &e);
     if (!ok && infill) serve_infill_error(&e);
     if (!ok) {
+        serve_msg_read_free(&md);
         serve_rsp_read_free(&rd);
         serve_request_free(&req);
         choices_free(&cs);
@@ -500,7 +533,14 @@ static enum MHD_Result generate(serve_conn *cn, struct MHD_Connection *c, serve_
         resp.think_open = rt->think_open, resp.think_close = rt->think_close;
     }
     resp.infill = wire == WIRE_INFILL;
+    if (messages) {
+        resp.messages = true;
+        char id[sizeof resp.id];
+        snprintf(id, sizeof id, "msg_%s", strchr(resp.id, '-') + 1);
+        memcpy(resp.id, id, sizeof id);
+    }
     serve_rsp_read_free(&rd); /* what is left of it: the map */
+    serve_msg_read_free(&md);
     bool stream = rq->stream, include_usage = rq->include_usage;
     serve_request_free(&req);
     prep_done(cn);
@@ -658,6 +698,30 @@ static enum MHD_Result detokenize(serve_conn *cn, struct MHD_Connection *c, json
     return serve_send_json(cn, c, 200, body);
 }
 
+/* POST /v1/messages/count_tokens (Anthropic's): {"input_tokens": N}, the tokens of the prompt a
+ * Messages request becomes (its images' as they take). */
+static enum MHD_Result count_tokens(serve_conn *cn, struct MHD_Connection *c, json_t *root) {
+    serve_server *s = cn->srv;
+    const serve_runtime *rt = serve_worker_runtime(s->worker);
+    serve_error e;
+    serve_msg_read md;
+    int32_t *ids = NULL;
+    size_t n = 0;
+    bool ok = serve_msg_request(root, true, &md, &e);
+    json_decref(root);
+    if (ok && !chat_prompt_ids(s, rt, md.chat, &ids, &n, &e)) {
+        serve_msg_error(&md, &e);
+        ok = false;
+    }
+    serve_msg_read_free(&md);
+    free(ids);
+    if (!ok) return serve_send_error(cn, c, &e);
+    json_t *out = json_pack("{s:I}", "input_tokens", (json_int_t)n);
+    char *body = out ? json_dumps(out, JSON_COMPACT) : NULL;
+    json_decref(out);
+    return serve_send_json(cn, c, 200, body);
+}
+
 /* POST /apply-template (llama-server's): the prompt text a chat request becomes, without
  * running it - the template's rendering as the model reads it (each image as the image tokens
  * its plan takes, as /tokenize counts them). */
@@ -700,6 +764,8 @@ enum MHD_Result serve_route_post(serve_conn *cn, struct MHD_Connection *c) {
         case ROUTE_TOKENIZE: r = tokenize(cn, c, root); break;
         case ROUTE_EMBEDDINGS: r = embeddings(cn, c, root); break;
         case ROUTE_APPLY_TEMPLATE: r = apply_template(cn, c, root); break;
+        case ROUTE_MESSAGES: r = generate(cn, c, SERVE_API_CHAT, root, WIRE_MESSAGES); break;
+        case ROUTE_MESSAGES_COUNT: r = count_tokens(cn, c, root); break;
         default: r = detokenize(cn, c, root); break;
         }
     }

@@ -1,0 +1,441 @@
+/* An Anthropic Messages request read as the chat request it means. The Messages fields' own
+ * shape is checked here (roles, content blocks, tools, tool_choice, thinking, what this
+ * server does not run); everything else is chat's to check on the chat body this builds, and
+ * serve_msg_error names the Messages fields in chat's errors. */
+#include "serve/messages.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const json_t *field(const json_t *o, const char *name) {
+    const json_t *v = json_object_get(o, name);
+    return v && !json_is_null(v) ? v : NULL;
+}
+
+static bool oom(serve_error *e) {
+    return serve_fail(e, 500, "internal_error", NULL, "out of memory");
+}
+
+void serve_msg_read_free(serve_msg_read *rd) {
+    json_decref(rd->chat);
+    free(rd->from);
+    *rd = (serve_msg_read){0};
+}
+
+/* Appends chat message m (its reference taken) that came from the request's message `from`. */
+static bool push(serve_msg_read *rd, json_t *msgs, json_t *m, int from, serve_error *e) {
+    if (rd->n_from == rd->cap_from) {
+        int cap = rd->cap_from ? 2 * rd->cap_from : 16;
+        int *f = realloc(rd->from, (size_t)cap * sizeof *f);
+        if (!f) {
+            json_decref(m);
+            return oom(e);
+        }
+        rd->from = f, rd->cap_from = cap;
+    }
+    if (!m || json_array_append_new(msgs, m) != 0) return oom(e);
+    rd->from[rd->n_from++] = from;
+    return true;
+}
+
+static const char *type_of(const json_t *block) {
+    const json_t *t = json_object_get(block, "type");
+    return json_is_string(t) ? json_string_value(t) : "";
+}
+
+/* The text of a string, or of a list of text blocks (joined); NULL with e set. */
+static json_t *text_of(const json_t *v, const char *at, serve_error *e) {
+    if (json_is_string(v)) return json_incref((json_t *)v);
+    if (!json_is_array(v)) {
+        serve_fail(e, 400, "invalid_value", at, "%s must be a string or a list of text blocks", at);
+        return NULL;
+    }
+    ts_strbuf t = {0};
+    size_t k;
+    const json_t *b;
+    json_array_foreach(v, k, b) {
+        const json_t *text = json_object_get(b, "text");
+        if (strcmp(type_of(b), "text") != 0 || !json_is_string(text)) {
+            ts_strbuf_free(&t);
+            serve_fail(e, 400, "unsupported_feature", at,
+                       "%s.%zu: only text blocks are read here (type '%.40s')", at, k, type_of(b));
+            return NULL;
+        }
+        ts_strbuf_append(&t, json_string_value(text), json_string_length(text));
+    }
+    json_t *s = json_stringn(t.data ? t.data : "", t.len);
+    ts_strbuf_free(&t);
+    if (!s) oom(e);
+    return s;
+}
+
+/* An image block as chat's image_url part: a base64 source as a data: URL, a url source as it
+ * is (fetched as the server allows). */
+static json_t *image_part(const json_t *b, const char *at, serve_error *e) {
+    const json_t *src = json_object_get(b, "source");
+    const char *st = json_is_object(src) ? type_of(src) : "";
+    const json_t *data = json_object_get(src, "data"), *mt = json_object_get(src, "media_type");
+    const json_t *url = json_object_get(src, "url");
+    json_t *p = NULL;
+    if (!strcmp(st, "base64") && json_is_string(data) && json_is_string(mt)) {
+        ts_strbuf u = {0};
+        ts_strbuf_append(&u, "data:", 5);
+        ts_strbuf_append(&u, json_string_value(mt), json_string_length(mt));
+        ts_strbuf_append(&u, ";base64,", 8);
+        ts_strbuf_append(&u, json_string_value(data), json_string_length(data));
+        if (u.data)
+            p = json_pack("{s:s, s:{s:s%}}", "type", "image_url", "image_url", "url", u.data,
+                          u.len);
+        ts_strbuf_free(&u);
+        if (!p) oom(e);
+        return p;
+    }
+    if (!strcmp(st, "url") && json_is_string(url)) {
+        p = json_pack("{s:s, s:{s:O}}", "type", "image_url", "image_url", "url", url);
+        if (!p) oom(e);
+        return p;
+    }
+    serve_fail(e, 400, "invalid_value", at,
+               "%s: an image's source must be {\"type\": \"base64\", \"media_type\", \"data\"} "
+               "or {\"type\": \"url\", \"url\"}",
+               at);
+    return NULL;
+}
+
+/* A tool_result block as a chat tool message. */
+static json_t *tool_message(const json_t *b, const char *at, serve_error *e) {
+    const json_t *id = json_object_get(b, "tool_use_id");
+    if (!json_is_string(id)) {
+        serve_fail(e, 400, "invalid_value", at, "%s.tool_use_id must be a string", at);
+        return NULL;
+    }
+    const json_t *c = field(b, "content");
+    json_t *text = c ? text_of(c, at, e) : json_string("");
+    if (!text) return NULL;
+    json_t *m = json_pack("{s:s, s:O, s:o}", "role", "tool", "tool_call_id", id, "content", text);
+    if (!m) oom(e);
+    return m;
+}
+
+/* A user message: its tool results as tool messages first, then its other blocks as one user
+ * message (text and images, in order). */
+static bool user_message(serve_msg_read *rd, json_t *msgs, const json_t *content, int i,
+                         serve_error *e) {
+    char at[48];
+    snprintf(at, sizeof at, "messages[%d].content", i);
+    if (json_is_string(content))
+        return push(rd, msgs, json_pack("{s:s, s:O}", "role", "user", "content", content), i, e);
+    if (!json_is_array(content))
+        return serve_fail(e, 400, "invalid_value", at, "%s must be a string or a list of blocks",
+                          at);
+    json_t *parts = json_array();
+    size_t k;
+    const json_t *b;
+    bool ok = parts != NULL || oom(e);
+    json_array_foreach(content, k, b) {
+        if (!ok) break;
+        char bat[96];
+        snprintf(bat, sizeof bat, "%s.%zu", at, k);
+        const char *t = type_of(b);
+        json_t *p = NULL;
+        if (!strcmp(t, "tool_result")) {
+            json_t *m = tool_message(b, bat, e);
+            ok = m && push(rd, msgs, m, i, e);
+            continue;
+        }
+        if (!strcmp(t, "text")) {
+            const json_t *text = json_object_get(b, "text");
+            if (!json_is_string(text)) {
+                ok = serve_fail(e, 400, "invalid_value", bat, "%s.text must be a string", bat);
+                break;
+            }
+            p = json_pack("{s:s, s:O}", "type", "text", "text", text);
+            ok = p || oom(e);
+        } else if (!strcmp(t, "image")) {
+            ok = (p = image_part(b, bat, e)) != NULL;
+        } else {
+            ok = serve_fail(e, 400, "unsupported_feature", bat,
+                            "%s: blocks of type '%.40s' are not read here (text, image, "
+                            "tool_result)",
+                            bat, t);
+        }
+        if (ok && json_array_append_new(parts, p) != 0) ok = oom(e);
+    }
+    if (ok && json_array_size(parts) > 0)
+        return push(rd, msgs, json_pack("{s:s, s:o}", "role", "user", "content", parts), i, e);
+    json_decref(parts);
+    return ok;
+}
+
+/* An assistant message: text blocks its content, thinking blocks its reasoning, tool_use
+ * blocks its tool calls. */
+static bool assistant_message(serve_msg_read *rd, json_t *msgs, const json_t *content, int i,
+                              serve_error *e) {
+    char at[48];
+    snprintf(at, sizeof at, "messages[%d].content", i);
+    if (json_is_string(content))
+        return push(rd, msgs, json_pack("{s:s, s:O}", "role", "assistant", "content", content), i,
+                    e);
+    if (!json_is_array(content))
+        return serve_fail(e, 400, "invalid_value", at, "%s must be a string or a list of blocks",
+                          at);
+    ts_strbuf text = {0}, thinking = {0};
+    json_t *calls = json_array();
+    bool ok = calls != NULL || oom(e);
+    size_t k;
+    const json_t *b;
+    json_array_foreach(content, k, b) {
+        if (!ok) break;
+        char bat[96];
+        snprintf(bat, sizeof bat, "%s.%zu", at, k);
+        const char *t = type_of(b);
+        if (!strcmp(t, "text") || !strcmp(t, "thinking")) {
+            bool th = t[1] == 'h';
+            const json_t *s = json_object_get(b, th ? "thinking" : "text");
+            if (!json_is_string(s)) {
+                ok = serve_fail(e, 400, "invalid_value", bat, "%s.%s must be a string", bat,
+                                th ? "thinking" : "text");
+                break;
+            }
+            ts_strbuf_append(th ? &thinking : &text, json_string_value(s), json_string_length(s));
+        } else if (!strcmp(t, "tool_use")) {
+            const json_t *id = json_object_get(b, "id"), *name = json_object_get(b, "name");
+            const json_t *input = json_object_get(b, "input");
+            if (!json_is_string(id) || !json_is_string(name) || (input && !json_is_object(input))) {
+                ok = serve_fail(e, 400, "invalid_value", bat,
+                                "%s: a tool_use block needs a string id and name and an object "
+                                "input",
+                                bat);
+                break;
+            }
+            char *args =
+                json_dumps(input ? input : json_object(), JSON_COMPACT | JSON_PRESERVE_ORDER);
+            json_t *c = args ? json_pack("{s:O, s:s, s:{s:O, s:s}}", "id", id, "type", "function",
+                                         "function", "name", name, "arguments", args)
+                             : NULL;
+            free(args);
+            ok = (c && json_array_append_new(calls, c) == 0) || oom(e);
+        } else if (strcmp(t, "redacted_thinking") != 0) { /* its text is not ours to read */
+            ok = serve_fail(e, 400, "unsupported_feature", bat,
+                            "%s: blocks of type '%.40s' are not read in an assistant message "
+                            "(text, thinking, tool_use)",
+                            bat, t);
+        }
+    }
+    json_t *m = NULL;
+    if (ok) {
+        m = json_pack("{s:s, s:s%}", "role", "assistant", "content", text.data ? text.data : "",
+                      text.len);
+        if (m && thinking.len)
+            json_object_set_new(m, "reasoning_content", json_stringn(thinking.data, thinking.len));
+        if (m && json_array_size(calls)) json_object_set(m, "tool_calls", calls);
+        ok = push(rd, msgs, m, i, e);
+    }
+    ts_strbuf_free(&text);
+    ts_strbuf_free(&thinking);
+    json_decref(calls);
+    return ok;
+}
+
+static bool messages_field(serve_msg_read *rd, json_t *msgs, const json_t *list, serve_error *e) {
+    if (!json_is_array(list) || json_array_size(list) == 0)
+        return serve_fail(e, 400, "invalid_value", "messages",
+                          "'messages' is required: a non-empty list of messages");
+    size_t i;
+    const json_t *m;
+    json_array_foreach(list, i, m) {
+        char at[40];
+        snprintf(at, sizeof at, "messages[%zu]", i);
+        const json_t *role = json_object_get(m, "role"), *content = json_object_get(m, "content");
+        const char *r = json_is_string(role) ? json_string_value(role) : "";
+        if (!json_is_object(m) || !content)
+            return serve_fail(e, 400, "invalid_value", at,
+                              "%s must be an object with a role and content", at);
+        bool ok = !strcmp(r, "user")        ? user_message(rd, msgs, content, (int)i, e)
+                  : !strcmp(r, "assistant") ? assistant_message(rd, msgs, content, (int)i, e)
+                                            : serve_fail(e, 400, "invalid_value", at,
+                                                         "%s.role must be 'user' or 'assistant' "
+                                                         "(the system prompt is 'system')",
+                                                         at);
+        if (!ok) return false;
+    }
+    return true;
+}
+
+/* tools: custom tools {name, description, input_schema} as chat's function tools. */
+static bool tools_field(const json_t *tools, json_t *chat, serve_error *e) {
+    if (!json_is_array(tools))
+        return serve_fail(e, 400, "invalid_value", "tools", "'tools' must be a list");
+    json_t *out = json_array();
+    size_t i;
+    const json_t *t;
+    json_array_foreach(tools, i, t) {
+        const char *type = type_of(t);
+        if (*type && strcmp(type, "custom") != 0) {
+            json_decref(out);
+            return serve_fail(e, 400, "unsupported_feature", "tools",
+                              "tools[%zu]: only custom tools (name, description, input_schema) "
+                              "are run here, not '%.60s'",
+                              i, type);
+        }
+        json_t *fn = json_object();
+        if (json_object_get(t, "name")) json_object_set(fn, "name", json_object_get(t, "name"));
+        if (json_object_get(t, "description"))
+            json_object_set(fn, "description", json_object_get(t, "description"));
+        if (json_object_get(t, "input_schema"))
+            json_object_set(fn, "parameters", json_object_get(t, "input_schema"));
+        json_array_append_new(out, json_pack("{s:s, s:o}", "type", "function", "function", fn));
+    }
+    return json_object_set_new(chat, "tools", out) == 0 || oom(e);
+}
+
+static bool tool_choice_field(const json_t *tc, json_t *chat, serve_error *e) {
+    const char *t = json_is_object(tc) ? type_of(tc) : "";
+    json_t *v = NULL;
+    if (!strcmp(t, "auto") || !strcmp(t, "none"))
+        v = json_string(t);
+    else if (!strcmp(t, "any"))
+        v = json_string("required");
+    else if (!strcmp(t, "tool"))
+        v = json_pack("{s:s, s:{s:O?}}", "type", "function", "function", "name",
+                      json_object_get(tc, "name"));
+    else
+        return serve_fail(e, 400, "invalid_value", "tool_choice",
+                          "tool_choice must be {\"type\": \"auto\" | \"any\" | \"none\"} or "
+                          "{\"type\": \"tool\", \"name\"}");
+    if (json_is_true(json_object_get(tc, "disable_parallel_tool_use")))
+        json_object_set_new(chat, "parallel_tool_calls", json_false());
+    return json_object_set_new(chat, "tool_choice", v) == 0 || oom(e);
+}
+
+/* thinking: {"type": "enabled", "budget_tokens"} turns the model's thinking on; left out or
+ * {"type": "disabled"}, it is off (Anthropic's default) - unless left out and the extension
+ * chat_template_kwargs.enable_thinking says otherwise. */
+static bool thinking_field(const json_t *th, json_t *chat, serve_error *e) {
+    if (th && !json_is_object(th))
+        return serve_fail(e, 400, "invalid_value", "thinking", "'thinking' must be an object");
+    const char *t = th ? type_of(th) : "disabled";
+    if (strcmp(t, "enabled") != 0 && strcmp(t, "disabled") != 0)
+        return serve_fail(e, 400, "invalid_value", "thinking",
+                          "thinking.type must be 'enabled' or 'disabled'");
+    json_t *kw = json_object_get(chat, "chat_template_kwargs");
+    if (!kw) json_object_set_new(chat, "chat_template_kwargs", kw = json_object());
+    if (!json_is_object(kw)) return true; /* chat refuses it */
+    if (!th && json_object_get(kw, "enable_thinking")) return true;
+    return json_object_set_new(kw, "enable_thinking", json_boolean(t[0] == 'e')) == 0 || oom(e);
+}
+
+static bool read_request(const json_t *body, bool count, serve_msg_read *rd, serve_error *e) {
+    const json_t *mt = field(body, "max_tokens");
+    if (!count && !mt)
+        return serve_fail(e, 400, "invalid_value", "max_tokens", "'max_tokens' is required");
+    if (field(body, "mcp_servers"))
+        return serve_fail(e, 400, "unsupported_feature", "mcp_servers",
+                          "'mcp_servers' is not supported: this server calls no tools itself");
+    json_t *chat = json_object(), *msgs = json_array();
+    rd->chat = chat;
+    if (!chat || !msgs) {
+        json_decref(msgs);
+        return oom(e);
+    }
+    json_object_set_new(chat, "messages", msgs);
+    const json_t *sys = field(body, "system"), *v;
+    if (sys) {
+        json_t *text = text_of(sys, "system", e);
+        if (!text ||
+            !push(rd, msgs, json_pack("{s:s, s:o}", "role", "system", "content", text), -1, e))
+            return false;
+    }
+    if (!messages_field(rd, msgs, field(body, "messages"), e)) return false;
+    /* Anthropic's fields chat shares, then this server's chat extensions, as they are */
+    static const char *const same[] = {"model",
+                                       "max_tokens",
+                                       "temperature",
+                                       "top_p",
+                                       "top_k",
+                                       "stream",
+                                       "min_p",
+                                       "seed",
+                                       "presence_penalty",
+                                       "frequency_penalty",
+                                       "repetition_penalty",
+                                       "logit_bias",
+                                       "stop_token_ids",
+                                       "min_tokens",
+                                       "ignore_eos",
+                                       "chat_template_kwargs"};
+    for (size_t i = 0; i < sizeof same / sizeof same[0]; i++)
+        if ((v = json_object_get(body, same[i])) && json_object_set(chat, same[i], (json_t *)v))
+            return oom(e);
+    if ((v = field(body, "stop_sequences"))) {
+        if (!json_is_array(v))
+            return serve_fail(e, 400, "invalid_value", "stop_sequences",
+                              "'stop_sequences' must be a list of strings");
+        if (json_object_set(chat, "stop", (json_t *)v)) return oom(e);
+    }
+    if ((v = field(body, "tools")) && !tools_field(v, chat, e)) return false;
+    if ((v = field(body, "tool_choice")) && !tool_choice_field(v, chat, e)) return false;
+    return thinking_field(field(body, "thinking"), chat, e);
+}
+
+bool serve_msg_request(const json_t *body, bool count, serve_msg_read *rd, serve_error *e) {
+    *rd = (serve_msg_read){0};
+    if (read_request(body, count, rd, e)) return true;
+    serve_msg_read_free(rd);
+    return false;
+}
+
+/* ---- chat's errors in the Messages request's names -------------------------------------- */
+
+static void put(char *out, size_t cap, size_t *len, const char *s, size_t n) {
+    if (*len + n >= cap) n = cap - 1 - *len;
+    memcpy(out + *len, s, n);
+    *len += n;
+    out[*len] = 0;
+}
+
+static void rename_in(const serve_msg_read *rd, const char *in, char *out, size_t cap) {
+    static const struct {
+        const char *from, *to;
+    } names[] = {{"max_completion_tokens", "max_tokens"},
+                 {"chat_template_kwargs.enable_thinking", "thinking"},
+                 {"tool_choice.function.name", "tool_choice.name"},
+                 {".function.parameters", ".input_schema"},
+                 {".function.", "."},
+                 {"'stop'", "'stop_sequences'"},
+                 {"stop[", "stop_sequences["}};
+    size_t len = 0;
+    out[0] = 0;
+    for (const char *p = in; *p;) {
+        int i, used = 0;
+        char tail[32];
+        if (sscanf(p, "messages[%d]%n", &i, &used) == 1 && used && i >= 0 && i < rd->n_from) {
+            if (rd->from[i] < 0)
+                snprintf(tail, sizeof tail, "system");
+            else
+                snprintf(tail, sizeof tail, "messages[%d]", rd->from[i]);
+            put(out, cap, &len, tail, strlen(tail));
+            p += used;
+            continue;
+        }
+        bool renamed = false;
+        for (size_t n = 0; n < sizeof names / sizeof names[0] && !renamed; n++) {
+            size_t fl = strlen(names[n].from);
+            if (strncmp(p, names[n].from, fl) != 0) continue;
+            put(out, cap, &len, names[n].to, strlen(names[n].to));
+            p += fl;
+            renamed = true;
+        }
+        if (!renamed) put(out, cap, &len, p++, 1);
+    }
+}
+
+void serve_msg_error(const serve_msg_read *rd, serve_error *e) {
+    char buf[sizeof e->message];
+    rename_in(rd, e->param, buf, sizeof e->param);
+    memcpy(e->param, buf, sizeof e->param);
+    if (!strcmp(e->param, "stop")) snprintf(e->param, sizeof e->param, "stop_sequences");
+    rename_in(rd, e->message, buf, sizeof buf);
+    memcpy(e->message, buf, sizeof e->message);
+}
