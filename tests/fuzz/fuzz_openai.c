@@ -27,6 +27,7 @@
 #include "serve/embeddings.h"
 #include "serve/infill.h"
 #include "serve/json_load.h"
+#include "serve/messages.h"
 #include "serve/openai.h"
 #include "serve/prep.h"
 #include "serve/responses.h"
@@ -69,6 +70,13 @@ static void check_error(const serve_error *e) {
     /* the message as given, or with a character cut by a %.Ns repaired to U+FFFD */
     FZ_ASSERT(msg &&
               (strcmp(msg, e->message) == 0 || !ts_utf8_valid(e->message, strlen(e->message))));
+    json_decref(v);
+    free(s);
+    /* the Messages API's envelope for the same error */
+    s = serve_msg_error_json(e);
+    FZ_ASSERT(s);
+    v = json_loads(s, 0, &je);
+    FZ_ASSERT(v && json_is_string(json_object_get(json_object_get(v, "error"), "message")));
     json_decref(v);
     free(s);
 }
@@ -122,8 +130,9 @@ static void embeddings(json_t *root, const char *const *ids) {
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1) return 0;
-    bool responses = data[0] & 16;
-    serve_api api = data[0] & 1 && !responses ? SERVE_API_COMPLETION : SERVE_API_CHAT;
+    bool messages = (data[0] & 80) == 80; /* the Messages API: both bits */
+    bool responses = data[0] & 16 && !messages;
+    serve_api api = data[0] & 1 && !(data[0] & 16) ? SERVE_API_COMPLETION : SERVE_API_CHAT;
     static const char *const ids[] = {"tessera", "qwen", NULL};
     serve_error e;
     json_t *root;
@@ -147,7 +156,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         embeddings(root, ids);
         return 0;
     }
-    bool infill = data[0] & 64 && !responses;
+    bool infill = data[0] & 64 && !(data[0] & 16);
     if (infill) {
         serve_runtime rt = {.tok = tok, .n_ctx = 64, .n_vocab = ts_tokenizer_vocab_size(tok)};
         int keep_at;
@@ -160,6 +169,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         root = b, api = SERVE_API_COMPLETION;
     }
     serve_rsp_map map = {0};
+    serve_msg_read md = {0};
+    if (messages) {
+        bool ok = serve_msg_request(root, data[0] & 1, &md, &e);
+        json_decref(root);
+        if (!ok) {
+            check_error(&e);
+            return 0;
+        }
+        root = md.chat, md.chat = NULL;
+    }
     if (responses) {
         serve_rsp_read rd;
         bool ok = serve_rsp_request(root, store, &rd, &e);
@@ -178,12 +197,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (!serve_request_parse(api, root, ids, 4096, &r, &e)) {
         if (responses) serve_rsp_error(&map, &e);
         if (infill) serve_infill_error(&e);
+        if (messages) serve_msg_error(&md, &e);
         serve_rsp_map_free(&map);
+        serve_msg_read_free(&md);
         check_error(&e);
         serve_request_free(&r);
         return 0;
     }
     serve_rsp_map_free(&map);
+    serve_msg_read_free(&md);
     /* 0 only for a completion that echoes its prompt (its log-probabilities, no answer) */
     FZ_ASSERT(r.max_tokens == -1 || (r.max_tokens >= 1 && r.max_tokens <= 4096) ||
               (r.max_tokens == 0 && api == SERVE_API_COMPLETION && r.echo));

@@ -218,6 +218,23 @@ def seeds_openai():
                 "prompt": "ret", "n_predict": -1, "repeat_penalty": 1.1, "stop": ["\n"],
                 "stream": True, "temperature": 0.2, "top_k": 40}]
     out += [b"\x41" + json.dumps(c).encode() for c in infills]
+    msgs = [{"model": "tessera", "max_tokens": 8, "system": [{"type": "text", "text": "sys"}],
+             "messages": [{"role": "user", "content": "hi"}], "stop_sequences": ["\n"],
+             "thinking": {"type": "enabled", "budget_tokens": 1024}, "stream": True},
+            {"max_tokens": 8, "tools": [{"name": "f", "description": "d",
+                                         "input_schema": {"type": "object"}}],
+             "tool_choice": {"type": "tool", "name": "f", "disable_parallel_tool_use": True},
+             "messages": [{"role": "user", "content": [{"type": "text", "text": "a"}, {
+                 "type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                             "data": "iVBORw0KGgo="}}]},
+                          {"role": "assistant", "content": [
+                              {"type": "thinking", "thinking": "t", "signature": "s"},
+                              {"type": "tool_use", "id": "t1", "name": "f", "input": {"x": 1}}]},
+                          {"role": "user", "content": [
+                              {"type": "tool_result", "tool_use_id": "t1",
+                               "content": [{"type": "text", "text": "r"}]},
+                              {"type": "text", "text": "go on"}]}]}]
+    out += [b"\x50" + json.dumps(c).encode() for c in msgs]  # bits 4 and 6: the Messages API
     return out
 
 
