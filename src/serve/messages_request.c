@@ -309,21 +309,23 @@ static bool tool_choice_field(const json_t *tc, json_t *chat, serve_error *e) {
     return json_object_set_new(chat, "tool_choice", v) == 0 || oom(e);
 }
 
-/* thinking: {"type": "enabled", "budget_tokens"} turns the model's thinking on; left out or
+/* thinking: {"type": "enabled", "budget_tokens"} (or "adaptive", the model's own choice: this
+ * model thinks when its template lets it) turns the model's thinking on; left out or
  * {"type": "disabled"}, it is off (Anthropic's default) - unless left out and the extension
  * chat_template_kwargs.enable_thinking says otherwise. */
 static bool thinking_field(const json_t *th, json_t *chat, serve_error *e) {
     if (th && !json_is_object(th))
         return serve_fail(e, 400, "invalid_value", "thinking", "'thinking' must be an object");
     const char *t = th ? type_of(th) : "disabled";
-    if (strcmp(t, "enabled") != 0 && strcmp(t, "disabled") != 0)
+    bool on = !strcmp(t, "enabled") || !strcmp(t, "adaptive");
+    if (!on && strcmp(t, "disabled") != 0)
         return serve_fail(e, 400, "invalid_value", "thinking",
-                          "thinking.type must be 'enabled' or 'disabled'");
+                          "thinking.type must be 'enabled', 'adaptive' or 'disabled'");
     json_t *kw = json_object_get(chat, "chat_template_kwargs");
     if (!kw) json_object_set_new(chat, "chat_template_kwargs", kw = json_object());
     if (!json_is_object(kw)) return true; /* chat refuses it */
     if (!th && json_object_get(kw, "enable_thinking")) return true;
-    return json_object_set_new(kw, "enable_thinking", json_boolean(t[0] == 'e')) == 0 || oom(e);
+    return json_object_set_new(kw, "enable_thinking", json_boolean(on)) == 0 || oom(e);
 }
 
 static bool read_request(const json_t *body, bool count, serve_msg_read *rd, serve_error *e) {

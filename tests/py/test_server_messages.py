@@ -109,6 +109,10 @@ def test_thinking_block(srv):
         want["choices"][0]["message"]["reasoning_content"]
     off = messages(srv, dict(body, thinking=None))[2]
     assert not blocks(off, "thinking")
+    adaptive = messages(srv, dict(body, thinking={"type": "adaptive"}))[2]
+    assert adaptive["content"] == m["content"]
+    st, _, e = messages(srv, dict(body, thinking={"type": "sometimes"}))
+    assert st == 400 and "thinking" in e["error"]["message"]
 
 
 def test_tool_use_round_trip(srv):
