@@ -3,6 +3,7 @@
  * server does not run); everything else is chat's to check on the chat body this builds, and
  * serve_msg_error names the Messages fields in chat's errors. */
 #include "serve/messages.h"
+#include "serve/rename.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -390,23 +391,14 @@ bool serve_msg_request(const json_t *body, bool count, serve_msg_read *rd, serve
 
 /* ---- chat's errors in the Messages request's names -------------------------------------- */
 
-static void put(char *out, size_t cap, size_t *len, const char *s, size_t n) {
-    if (*len + n >= cap) n = cap - 1 - *len;
-    memcpy(out + *len, s, n);
-    *len += n;
-    out[*len] = 0;
-}
-
 static void rename_in(const serve_msg_read *rd, const char *in, char *out, size_t cap) {
-    static const struct {
-        const char *from, *to;
-    } names[] = {{"max_completion_tokens", "max_tokens"},
-                 {"chat_template_kwargs.enable_thinking", "thinking"},
-                 {"tool_choice.function.name", "tool_choice.name"},
-                 {".function.parameters", ".input_schema"},
-                 {".function.", "."},
-                 {"'stop'", "'stop_sequences'"},
-                 {"stop[", "stop_sequences["}};
+    static const serve_rename_pair names[] = {{"max_completion_tokens", "max_tokens"},
+                                              {"chat_template_kwargs.enable_thinking", "thinking"},
+                                              {"tool_choice.function.name", "tool_choice.name"},
+                                              {".function.parameters", ".input_schema"},
+                                              {".function.", "."},
+                                              {"'stop'", "'stop_sequences'"},
+                                              {"stop[", "stop_sequences["}};
     size_t len = 0;
     out[0] = 0;
     for (const char *p = in; *p;) {
@@ -417,19 +409,16 @@ static void rename_in(const serve_msg_read *rd, const char *in, char *out, size_
                 snprintf(tail, sizeof tail, "system");
             else
                 snprintf(tail, sizeof tail, "messages[%d]", rd->from[i]);
-            put(out, cap, &len, tail, strlen(tail));
+            serve_rename_put(out, cap, &len, tail, strlen(tail));
             p += used;
             continue;
         }
-        bool renamed = false;
-        for (size_t n = 0; n < sizeof names / sizeof names[0] && !renamed; n++) {
-            size_t fl = strlen(names[n].from);
-            if (strncmp(p, names[n].from, fl) != 0) continue;
-            put(out, cap, &len, names[n].to, strlen(names[n].to));
-            p += fl;
-            renamed = true;
-        }
-        if (!renamed) put(out, cap, &len, p++, 1);
+        size_t used_name =
+            serve_rename_step(names, sizeof names / sizeof names[0], in, p, out, cap, &len);
+        if (used_name)
+            p += used_name;
+        else
+            serve_rename_put(out, cap, &len, p++, 1);
     }
 }
 

@@ -2,6 +2,7 @@
  * checked here (input's items, tools, text, reasoning, what a stateless server cannot do);
  * everything else is chat's to check, on the chat body this builds, and serve_rsp_error names
  * the Responses fields in chat's errors. */
+#include "serve/rename.h"
 #include "serve/responses.h"
 
 #include <stdio.h>
@@ -585,25 +586,15 @@ bool serve_rsp_request(const json_t *body, serve_rsp_store *store, serve_rsp_rea
 
 /* ---- chat's errors in the Responses request's names ------------------------------------- */
 
-/* Appends s[0..n) to out (cap bytes, NUL-terminated, cut at the end). */
-static void put(char *out, size_t cap, size_t *len, const char *s, size_t n) {
-    if (*len + n >= cap) n = cap - 1 - *len;
-    memcpy(out + *len, s, n);
-    *len += n;
-    out[*len] = 0;
-}
-
 static void rename_in(const serve_rsp_map *map, const char *in, char *out, size_t cap) {
-    static const struct {
-        const char *from, *to;
-    } names[] = {{"max_completion_tokens", "max_output_tokens"},
-                 {"max_tokens", "max_output_tokens"},
-                 {"response_format.json_schema", "text.format"},
-                 {"response_format", "text.format"},
-                 {"reasoning_effort", "reasoning.effort"},
-                 {"tool_choice.function", "tool_choice"},
-                 {".function.", "."},
-                 {".function", ""}};
+    static const serve_rename_pair names[] = {{"max_completion_tokens", "max_output_tokens"},
+                                              {"max_tokens", "max_output_tokens"},
+                                              {"response_format.json_schema", "text.format"},
+                                              {"response_format", "text.format"},
+                                              {"reasoning_effort", "reasoning.effort"},
+                                              {"tool_choice.function", "tool_choice"},
+                                              {".function.", "."},
+                                              {".function", ""}};
     size_t len = 0;
     out[0] = 0;
     for (const char *p = in; *p;) {
@@ -615,7 +606,7 @@ static void rename_in(const serve_rsp_map *map, const char *in, char *out, size_
         if (sscanf(p, "messages[%d].tool_calls[%d]%n", &i, &k, &used) == 2 && used && i >= 0 &&
             i < map->n_msgs && map->item[i] != -2 && k >= 0 && map->call_at[i] + k < map->n_calls) {
             snprintf(tail, sizeof tail, "input[%d]", map->call[map->call_at[i] + k]);
-            put(out, cap, &len, tail, strlen(tail));
+            serve_rename_put(out, cap, &len, tail, strlen(tail));
             p += used;
             continue;
         }
@@ -627,33 +618,28 @@ static void rename_in(const serve_rsp_map *map, const char *in, char *out, size_
                 snprintf(tail, sizeof tail, "instructions");
             else
                 snprintf(tail, sizeof tail, "input[%d]", map->item[i]);
-            put(out, cap, &len, tail, strlen(tail));
+            serve_rename_put(out, cap, &len, tail, strlen(tail));
             p += used;
             if (map->tool_output[i] && !strncmp(p, ".content", 8)) { /* the item's names */
-                put(out, cap, &len, ".output", 7);
+                serve_rename_put(out, cap, &len, ".output", 7);
                 p += 8;
             } else if (map->tool_output[i] && !strncmp(p, ".tool_call_id", 13)) {
-                put(out, cap, &len, ".call_id", 8);
+                serve_rename_put(out, cap, &len, ".call_id", 8);
                 p += 13;
             }
             continue;
         }
         if (!strncmp(p, "messages", 8)) {
-            put(out, cap, &len, "input", 5);
+            serve_rename_put(out, cap, &len, "input", 5);
             p += 8;
             continue;
         }
-        bool renamed = false;
-        for (size_t n = 0; n < sizeof names / sizeof names[0] && !renamed; n++) {
-            size_t fl = strlen(names[n].from);
-            /* ".function" only right after "tools[i]" */
-            if (names[n].from[0] == '.' && !(p > in && p[-1] == ']' && len >= 1)) continue;
-            if (strncmp(p, names[n].from, fl) != 0) continue;
-            put(out, cap, &len, names[n].to, strlen(names[n].to));
-            p += fl;
-            renamed = true;
-        }
-        if (!renamed) put(out, cap, &len, p++, 1);
+        size_t used_name =
+            serve_rename_step(names, sizeof names / sizeof names[0], in, p, out, cap, &len);
+        if (used_name)
+            p += used_name;
+        else
+            serve_rename_put(out, cap, &len, p++, 1);
     }
 }
 
