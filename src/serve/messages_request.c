@@ -210,8 +210,9 @@ static bool assistant_message(serve_msg_read *rd, json_t *msgs, const json_t *co
                                 bat);
                 break;
             }
+            /* no input: no arguments, {} */
             char *args =
-                json_dumps(input ? input : json_object(), JSON_COMPACT | JSON_PRESERVE_ORDER);
+                input ? json_dumps(input, JSON_COMPACT | JSON_PRESERVE_ORDER) : strdup("{}");
             json_t *c = args ? json_pack("{s:O, s:s, s:{s:O, s:s}}", "id", id, "type", "function",
                                          "function", "name", name, "arguments", args)
                              : NULL;
