@@ -5,6 +5,7 @@
 #include "serve/serve.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -63,8 +64,10 @@ int cmd_serve(int argc, char **argv) {
             continue;
         }
         if ((v = cli_opt_value(argc, argv, &i, NULL, "--allowed-media-dir"))) {
-            if (!(o.media_dir = serve_fetch_media_dir(v))) /* kept for the process's life */
+            static char media_dir[PATH_MAX]; /* the server's for its life */
+            if (!serve_fetch_media_dir(v, media_dir))
                 return cli_usage("bad --allowed-media-dir '%s': %s", v, strerror(errno));
+            o.media_dir = media_dir;
             continue;
         }
         if ((v = cli_opt_value(argc, argv, &i, NULL, "--alias"))) {

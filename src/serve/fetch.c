@@ -93,15 +93,14 @@ static bool fetch_one(serve_image_data *d, const serve_fetch_opts *o, serve_erro
                       what, err[0] ? err : curl_easy_strerror(rc));
 }
 
-char *serve_fetch_media_dir(const char *dir) {
-    char *p = realpath(dir, NULL);
+bool serve_fetch_media_dir(const char *dir, char *out) {
     struct stat st;
-    if (p && (stat(p, &st) != 0 || !S_ISDIR(st.st_mode))) {
-        free(p);
+    if (!realpath(dir, out)) return false;
+    if (stat(out, &st) != 0 || !S_ISDIR(st.st_mode)) {
         errno = ENOTDIR;
-        return NULL;
+        return false;
     }
-    return p;
+    return true;
 }
 
 static int hex(char c) {

@@ -19,9 +19,9 @@ typedef struct {
     const char *dir;  /* file: URLs are read from under it (a canonical path); NULL: none */
 } serve_fetch_opts;
 
-/* dir as the canonical path serve_fetch_opts.dir wants (malloc'd), or NULL (errno set) when
- * it does not resolve to a directory. */
-char *serve_fetch_media_dir(const char *dir);
+/* dir as the canonical path serve_fetch_opts.dir wants, into out (PATH_MAX bytes); false
+ * (errno set) when it does not resolve to a directory. */
+bool serve_fetch_media_dir(const char *dir, char *out);
 
 /* Once, before the server's threads start (libcurl's global state). */
 void serve_fetch_global_init(void);
