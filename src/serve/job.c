@@ -55,3 +55,12 @@ void serve_job_wait_locked(serve_job *j, int n_seg, int n_lp, int timeout_ms) {
     ts_deadline_in_ms(&ts, timeout_ms);
     pthread_cond_timedwait(&j->cv, &j->mu, &ts);
 }
+
+int serve_job_piece_end(const serve_job *j, int i, size_t *off, size_t *len) {
+    serve_channel ch = j->seg[i].ch;
+    *off = j->seg[i].off, *len = 0;
+    do
+        *len += j->seg[i++].len;
+    while (ch != SERVE_CH_TOOL && i < j->n_seg && j->seg[i].ch == ch);
+    return i;
+}

@@ -143,6 +143,11 @@ void serve_job_unref(serve_job *j);
  * called with mu held (cond wait). */
 void serve_job_wait_locked(serve_job *j, int n_seg, int n_lp, int timeout_ms);
 
+/* The piece of a finished answer that starts at segment i - a Responses output item, a
+ * Messages content block: a tool call is one segment, the consecutive segments of a text
+ * channel are one piece of adjacent text. Its text (*off, *len) and the segment after it. */
+int serve_job_piece_end(const serve_job *j, int i, size_t *off, size_t *len);
+
 double serve_now(void);
 
 #endif

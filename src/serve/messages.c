@@ -35,17 +35,6 @@ char *serve_msg_error_json(const serve_error *e) {
     return s;
 }
 
-static const char *hex_of(const serve_resp *r) {
-    const char *h = strchr(r->id, '_');
-    return h ? h + 1 : r->id;
-}
-
-static json_t *tool_id(const serve_resp *r, int k) {
-    char id[96];
-    snprintf(id, sizeof id, "toolu_%s_%d", hex_of(r), k);
-    return json_string(id);
-}
-
 /* A tool_use block from a call segment's JSON {"name", "arguments"}: input the parsed
  * arguments (an object), {} while open in a stream. */
 static json_t *tool_block(const serve_resp *r, int k, const char *s, size_t n, bool whole) {
@@ -55,8 +44,9 @@ static json_t *tool_block(const serve_resp *r, int k, const char *s, size_t n, b
                         ? json_loads(json_string_value(args), JSON_DECODE_ANY, NULL)
                         : NULL;
     if (!json_is_object(input)) json_decref(input), input = json_object();
-    json_t *b = json_pack("{s:s, s:o, s:O?, s:o}", "type", "tool_use", "id", tool_id(r, k), "name",
-                          json_object_get(c, "name"), "input", input);
+    json_t *b = json_pack("{s:s, s:o, s:O?, s:o}", "type", "tool_use", "id",
+                          serve_resp_part_id(r, "toolu", k), "name", json_object_get(c, "name"),
+                          "input", input);
     json_decref(c);
     return b;
 }
@@ -92,16 +82,6 @@ static json_t *usage(const serve_job *j, bool done) {
                      "output_tokens", done ? j->completion_tokens : 0);
 }
 
-/* The block that starts at segment i: its text and the segment after it. */
-static int block_end(const serve_job *j, int i, size_t *off, size_t *len) {
-    serve_channel ch = j->seg[i].ch;
-    *off = j->seg[i].off, *len = 0;
-    do
-        *len += j->seg[i++].len;
-    while (ch != SERVE_CH_TOOL && i < j->n_seg && j->seg[i].ch == ch);
-    return i;
-}
-
 static json_t *message_json(const serve_resp *r, json_t *content, const serve_job *j, bool done) {
     json_t *seq = json_null(), *reason = done ? stop_reason(j, &seq) : json_null();
     return json_pack("{s:s, s:s, s:s, s:s, s:o, s:o, s:o, s:o}", "id", r->id, "type", "message",
@@ -114,7 +94,7 @@ char *serve_msg_full(const serve_resp *r, const serve_job *j) {
     size_t off, len;
     for (int i = 0, next, k = 0; i < j->n_seg; i = next, k++) {
         serve_channel ch = j->seg[i].ch;
-        next = block_end(j, i, &off, &len);
+        next = serve_job_piece_end(j, i, &off, &len);
         json_array_append_new(content, ch == SERVE_CH_TOOL
                                            ? tool_block(r, k, j->text.data + off, len, true)
                                            : text_block(ch, j->text.data + off, len));
@@ -127,19 +107,9 @@ char *serve_msg_full(const serve_resp *r, const serve_job *j) {
 
 /* ---- the stream ------------------------------------------------------------------------- */
 
+/* One of the stream's events (serve_sse_event, in this file's argument order). */
 static ts_status event(const char *type, json_t *v, ts_strbuf *out) {
-    if (!v) return TS_ERR_NOMEM;
-    json_object_set_new(v, "type", json_string(type));
-    char *s = json_dumps(v, JSON_COMPACT);
-    json_decref(v);
-    if (!s) return TS_ERR_NOMEM;
-    ts_status st = ts_strbuf_append(out, "event: ", 7);
-    if (st == TS_OK) st = ts_strbuf_append(out, type, strlen(type));
-    if (st == TS_OK) st = ts_strbuf_append(out, "\ndata: ", 7);
-    if (st == TS_OK) st = ts_strbuf_append(out, s, strlen(s));
-    if (st == TS_OK) st = ts_strbuf_append(out, "\n\n", 2);
-    free(s);
-    return st;
+    return serve_sse_event(out, type, v);
 }
 
 ts_status serve_msg_stream_start(const serve_resp *r, serve_msg_stream *s, const serve_job *j,

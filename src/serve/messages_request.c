@@ -119,17 +119,10 @@ static json_t *tool_message(const json_t *b, const char *at, serve_error *e) {
     return m;
 }
 
-/* A user message: its tool results as tool messages first, then its other blocks as one user
- * message (text and images, in order). */
+/* A user message's blocks (message i, at: its content's name): its tool results as tool
+ * messages first, then its other blocks as one user message (text and images, in order). */
 static bool user_message(serve_msg_read *rd, json_t *msgs, const json_t *content, int i,
-                         serve_error *e) {
-    char at[48];
-    snprintf(at, sizeof at, "messages[%d].content", i);
-    if (json_is_string(content))
-        return push(rd, msgs, json_pack("{s:s, s:O}", "role", "user", "content", content), i, e);
-    if (!json_is_array(content))
-        return serve_fail(e, 400, "invalid_value", at, "%s must be a string or a list of blocks",
-                          at);
+                         const char *at, serve_error *e) {
     json_t *parts = json_array();
     size_t k;
     const json_t *b;
@@ -169,18 +162,10 @@ static bool user_message(serve_msg_read *rd, json_t *msgs, const json_t *content
     return ok;
 }
 
-/* An assistant message: text blocks its content, thinking blocks its reasoning, tool_use
- * blocks its tool calls. */
+/* An assistant message's blocks: text blocks its content, thinking blocks its reasoning,
+ * tool_use blocks its tool calls. */
 static bool assistant_message(serve_msg_read *rd, json_t *msgs, const json_t *content, int i,
-                              serve_error *e) {
-    char at[48];
-    snprintf(at, sizeof at, "messages[%d].content", i);
-    if (json_is_string(content))
-        return push(rd, msgs, json_pack("{s:s, s:O}", "role", "assistant", "content", content), i,
-                    e);
-    if (!json_is_array(content))
-        return serve_fail(e, 400, "invalid_value", at, "%s must be a string or a list of blocks",
-                          at);
+                              const char *at, serve_error *e) {
     ts_strbuf text = {0}, thinking = {0};
     json_t *calls = json_array();
     bool ok = calls != NULL || oom(e);
@@ -254,12 +239,23 @@ static bool messages_field(serve_msg_read *rd, json_t *msgs, const json_t *list,
         if (!json_is_object(m) || !content)
             return serve_fail(e, 400, "invalid_value", at,
                               "%s must be an object with a role and content", at);
-        bool ok = !strcmp(r, "user")        ? user_message(rd, msgs, content, (int)i, e)
-                  : !strcmp(r, "assistant") ? assistant_message(rd, msgs, content, (int)i, e)
-                                            : serve_fail(e, 400, "invalid_value", at,
-                                                         "%s.role must be 'user' or 'assistant' "
-                                                         "(the system prompt is 'system')",
-                                                         at);
+        bool user = !strcmp(r, "user");
+        if (!user && strcmp(r, "assistant") != 0)
+            return serve_fail(e, 400, "invalid_value", at,
+                              "%s.role must be 'user' or 'assistant' (the system prompt is "
+                              "'system')",
+                              at);
+        char cat[48];
+        snprintf(cat, sizeof cat, "%s.content", at);
+        bool ok;
+        if (json_is_string(content)) /* either role's text as it is */
+            ok = push(rd, msgs, json_pack("{s:s, s:O}", "role", r, "content", content), (int)i, e);
+        else if (!json_is_array(content))
+            ok = serve_fail(e, 400, "invalid_value", cat, "%s must be a string or a list of blocks",
+                            cat);
+        else
+            ok = user ? user_message(rd, msgs, content, (int)i, cat, e)
+                      : assistant_message(rd, msgs, content, (int)i, cat, e);
         if (!ok) return false;
     }
     return true;

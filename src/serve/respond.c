@@ -231,6 +231,38 @@ char *serve_resp_full(const serve_resp *r, serve_job *const *jobs, int n, int pe
     return s;
 }
 
+/* The id's hex: what follows its prefix ("chatcmpl-", "resp_", "msg_"). */
+static const char *id_hex(const serve_resp *r) {
+    size_t n = strcspn(r->id, "-_");
+    return r->id[n] ? r->id + n + 1 : r->id;
+}
+
+void serve_resp_set_id_prefix(serve_resp *r, const char *prefix) {
+    char id[sizeof r->id];
+    /* the prefixes are as short as chat's: the id fits (cut at worst) */
+    if (snprintf(id, sizeof id, "%s_%s", prefix, id_hex(r)) < 0) return;
+    memcpy(r->id, id, sizeof id);
+}
+
+json_t *serve_resp_part_id(const serve_resp *r, const char *kind, int k) {
+    char id[96];
+    snprintf(id, sizeof id, "%s_%s_%d", kind, id_hex(r), k);
+    return json_string(id);
+}
+
+ts_status serve_sse_event(ts_strbuf *out, const char *type, json_t *v) {
+    if (!v) return TS_ERR_NOMEM;
+    json_object_set_new(v, "type", json_string(type));
+    ts_status st = ts_strbuf_append(out, "event: ", 7);
+    if (st == TS_OK) st = ts_strbuf_append(out, type, strlen(type));
+    if (st == TS_OK) st = ts_strbuf_append(out, "\n", 1);
+    if (st != TS_OK) {
+        json_decref(v);
+        return st;
+    }
+    return serve_sse_data(out, v);
+}
+
 ts_status serve_sse_data(ts_strbuf *out, json_t *v) {
     char *s = v ? json_dumps(v, JSON_COMPACT) : NULL;
     json_decref(v);

@@ -31,6 +31,12 @@ typedef struct {
 void serve_resp_init(serve_resp *r, serve_api api, const char *model, bool logprobs,
                      const ts_tokenizer *tok);
 
+/* The answer's id in another API's form, PREFIX_<the id's hex> (resp_..., msg_...). */
+void serve_resp_set_id_prefix(serve_resp *r, const char *prefix);
+/* An id made from the answer's, KIND_<its hex>_K: a Responses output item's, a Messages
+ * tool_use block's (k: its place in the answer), the same in a stream and in the whole. */
+json_t *serve_resp_part_id(const serve_resp *r, const char *kind, int k);
+
 /* The whole non-streaming response from n jobs (all finished, the caller holds their mutexes),
  * per_prompt of them a prompt (whose prompt the usage counts once). Of each prompt's jobs the
  * first keep are its choices: choice p * keep + k is job p * per_prompt + k. The usage counts
@@ -61,6 +67,9 @@ const char *serve_finish_name(serve_finish f);
 
 /* "data: " v "\n\n" appended to out (v's reference taken; NULL: out of memory). */
 ts_status serve_sse_data(ts_strbuf *out, json_t *v);
+/* A typed event, "event: TYPE\ndata: " v "\n\n", v given "type": TYPE (the Responses and
+ * Messages APIs' streams; v's reference taken, NULL: out of memory). */
+ts_status serve_sse_event(ts_strbuf *out, const char *type, json_t *v);
 
 /* Chat's log-probability entries ({token, logprob, bytes, top_logprobs}) of n tokens, a list. */
 json_t *serve_resp_logprob_list(const serve_resp *r, const serve_logprob *lp, int n);

@@ -17,17 +17,6 @@ void serve_rsp_stream_free(serve_rsp_stream *s) {
     s->lps = NULL;
 }
 
-static const char *hex_of(const serve_resp *r) {
-    const char *h = strchr(r->id, '_');
-    return h ? h + 1 : r->id;
-}
-
-static json_t *item_id(const serve_resp *r, const char *kind, int k) {
-    char id[96];
-    snprintf(id, sizeof id, "%s_%s_%d", kind, hex_of(r), k);
-    return json_string(id);
-}
-
 /* Tokens inside the thinking (its tags included), from the answer's ids. */
 static int reasoning_tokens(const serve_resp *r, const serve_job *j) {
     bool in = j->in_think;
@@ -63,19 +52,20 @@ static json_t *text_item(const serve_resp *r, serve_channel ch, int k, json_t *p
                          const char *status) {
     json_t *content = part ? json_pack("[o]", part) : json_array();
     if (ch == SERVE_CH_REASONING)
-        return json_pack("{s:s, s:o, s:[], s:o}", "type", "reasoning", "id", item_id(r, "rs", k),
-                         "summary", "content", content);
-    return json_pack("{s:s, s:o, s:s, s:s, s:o}", "type", "message", "id", item_id(r, "msg", k),
-                     "status", status, "role", "assistant", "content", content);
+        return json_pack("{s:s, s:o, s:[], s:o}", "type", "reasoning", "id",
+                         serve_resp_part_id(r, "rs", k), "summary", "content", content);
+    return json_pack("{s:s, s:o, s:s, s:s, s:o}", "type", "message", "id",
+                     serve_resp_part_id(r, "msg", k), "status", status, "role", "assistant",
+                     "content", content);
 }
 
 /* A tool call's item from its segment's JSON {"name", "arguments"}; arguments "" while open. */
 static json_t *call_item(const serve_resp *r, int k, const char *s, size_t n, bool whole) {
     json_t *c = json_loadb(s, n, 0, NULL);
     json_t *it = json_pack("{s:s, s:o, s:o, s:O?, s:O?, s:s}", "type", "function_call", "id",
-                           item_id(r, "fc", k), "call_id", item_id(r, "call", k), "name",
-                           json_object_get(c, "name"), "arguments",
-                           whole ? json_object_get(c, "arguments") : NULL, "status",
+                           serve_resp_part_id(r, "fc", k), "call_id",
+                           serve_resp_part_id(r, "call", k), "name", json_object_get(c, "name"),
+                           "arguments", whole ? json_object_get(c, "arguments") : NULL, "status",
                            whole ? "completed" : "in_progress");
     if (it && !whole) json_object_set_new(it, "arguments", json_string(""));
     json_decref(c);
@@ -101,27 +91,16 @@ static const char *job_status(const serve_job *j) {
     return j->finish == SERVE_FINISH_LENGTH ? "incomplete" : "completed";
 }
 
-/* The output item that starts at segment i of job j: its text (a tool call is one segment; the
- * consecutive segments of a text channel are adjacent text) and the segment after it. */
-static int item_end(const serve_job *j, int i, size_t *off, size_t *len) {
-    serve_channel ch = j->seg[i].ch;
-    *off = j->seg[i].off, *len = 0;
-    do
-        *len += j->seg[i++].len;
-    while (ch != SERVE_CH_TOOL && i < j->n_seg && j->seg[i].ch == ch);
-    return i;
-}
-
 /* The output items of a finished job. */
 static json_t *output_json(const serve_resp *r, const serve_job *j) {
     json_t *out = json_array();
     int last_msg = -1; /* the answer's log-probabilities go with its last message */
     size_t off, len;
-    for (int i = 0, k = 0; i < j->n_seg; i = item_end(j, i, &off, &len), k++)
+    for (int i = 0, k = 0; i < j->n_seg; i = serve_job_piece_end(j, i, &off, &len), k++)
         if (j->seg[i].ch == SERVE_CH_CONTENT) last_msg = k;
     for (int i = 0, next, k = 0; i < j->n_seg; i = next, k++) {
         serve_channel ch = j->seg[i].ch;
-        next = item_end(j, i, &off, &len);
+        next = serve_job_piece_end(j, i, &off, &len);
         if (ch == SERVE_CH_TOOL) {
             json_array_append_new(out, call_item(r, k, j->text.data + off, len, true));
             continue;
@@ -141,7 +120,7 @@ json_t *serve_rsp_answer_message(const serve_resp *r, const serve_job *j) {
     size_t off, len;
     for (int i = 0, next, k = 0; i < j->n_seg; i = next, k++) {
         serve_channel ch = j->seg[i].ch;
-        next = item_end(j, i, &off, &len);
+        next = serve_job_piece_end(j, i, &off, &len);
         if (ch != SERVE_CH_TOOL) {
             ts_strbuf_append(&text[ch == SERVE_CH_REASONING], j->text.data + off, len);
             continue;
@@ -204,19 +183,8 @@ char *serve_rsp_full(const serve_resp *r, const serve_job *j) {
 /* ---- the stream ----------------------------------------------------------------------- */
 
 static ts_status event(serve_rsp_stream *s, const char *type, json_t *v, ts_strbuf *out) {
-    if (!v) return TS_ERR_NOMEM;
-    json_object_set_new(v, "type", json_string(type));
-    json_object_set_new(v, "sequence_number", json_integer(s->seq++));
-    char *d = json_dumps(v, JSON_COMPACT);
-    json_decref(v);
-    if (!d) return TS_ERR_NOMEM;
-    ts_status st = ts_strbuf_append(out, "event: ", 7);
-    if (st == TS_OK) st = ts_strbuf_append(out, type, strlen(type));
-    if (st == TS_OK) st = ts_strbuf_append(out, "\ndata: ", 7);
-    if (st == TS_OK) st = ts_strbuf_append(out, d, strlen(d));
-    if (st == TS_OK) st = ts_strbuf_append(out, "\n\n", 2);
-    free(d);
-    return st;
+    if (v) json_object_set_new(v, "sequence_number", json_integer(s->seq++));
+    return serve_sse_event(out, type, v);
 }
 
 ts_status serve_rsp_stream_start(const serve_resp *r, serve_rsp_stream *s, ts_strbuf *out) {
@@ -257,18 +225,19 @@ static ts_status close_item(const serve_resp *r, serve_rsp_stream *s, const char
         /* tokens that showed no text (an end-of-generation token): their log-probabilities
          * still come in a delta, so that the deltas' add up to the done event's */
         json_t *d =
-            json_pack("{s:o, s:i, s:i, s:s, s:o}", "item_id", item_id(r, "msg", k), "output_index",
-                      k, "content_index", 0, "delta", "", "logprobs", take_lps(s));
+            json_pack("{s:o, s:i, s:i, s:s, s:o}", "item_id", serve_resp_part_id(r, "msg", k),
+                      "output_index", k, "content_index", 0, "delta", "", "logprobs", take_lps(s));
         TS_TRY(event(s, "response.output_text.delta", d, out));
     }
-    json_t *done = json_pack("{s:o, s:i, s:i, s:s%}", "item_id", item_id(r, msg ? "msg" : "rs", k),
-                             "output_index", k, "content_index", 0, "text", text, s->text.len);
+    json_t *done =
+        json_pack("{s:o, s:i, s:i, s:s%}", "item_id", serve_resp_part_id(r, msg ? "msg" : "rs", k),
+                  "output_index", k, "content_index", 0, "text", text, s->text.len);
     if (done && lps) json_object_set(done, "logprobs", lps);
     TS_TRY(event(s, msg ? "response.output_text.done" : "response.reasoning_text.done", done, out));
     TS_TRY(event(s, "response.content_part.done",
-                 json_pack("{s:o, s:i, s:i, s:o}", "item_id", item_id(r, msg ? "msg" : "rs", k),
-                           "output_index", k, "content_index", 0, "part",
-                           text_part(ch, text, s->text.len, lps)),
+                 json_pack("{s:o, s:i, s:i, s:o}", "item_id",
+                           serve_resp_part_id(r, msg ? "msg" : "rs", k), "output_index", k,
+                           "content_index", 0, "part", text_part(ch, text, s->text.len, lps)),
                  out));
     TS_TRY(event(s, "response.output_item.done",
                  json_pack("{s:i, s:o}", "output_index", k, "item",
@@ -293,15 +262,16 @@ ts_status serve_rsp_stream_text(const serve_resp *r, serve_rsp_stream *s, serve_
                                text_item(r, ch, k, NULL, "in_progress")),
                      out));
         TS_TRY(event(s, "response.content_part.added",
-                     json_pack("{s:o, s:i, s:i, s:o}", "item_id", item_id(r, msg ? "msg" : "rs", k),
-                               "output_index", k, "content_index", 0, "part",
-                               text_part(ch, "", 0, NULL)),
+                     json_pack("{s:o, s:i, s:i, s:o}", "item_id",
+                               serve_resp_part_id(r, msg ? "msg" : "rs", k), "output_index", k,
+                               "content_index", 0, "part", text_part(ch, "", 0, NULL)),
                      out));
     }
     int k = s->n_items - 1;
     TS_TRY(ts_strbuf_append(&s->text, text, n));
-    json_t *d = json_pack("{s:o, s:i, s:i, s:s%}", "item_id", item_id(r, msg ? "msg" : "rs", k),
-                          "output_index", k, "content_index", 0, "delta", text, n);
+    json_t *d =
+        json_pack("{s:o, s:i, s:i, s:s%}", "item_id", serve_resp_part_id(r, msg ? "msg" : "rs", k),
+                  "output_index", k, "content_index", 0, "delta", text, n);
     if (d && msg && s->lps) json_object_set_new(d, "logprobs", take_lps(s));
     return event(s, msg ? "response.output_text.delta" : "response.reasoning_text.delta", d, out);
 }
@@ -321,15 +291,15 @@ ts_status serve_rsp_stream_tool(const serve_resp *r, serve_rsp_stream *s, int ca
         json_pack("{s:i, s:o}", "output_index", k, "item", call_item(r, k, text, n, false)), out);
     if (st == TS_OK)
         st = event(s, "response.function_call_arguments.delta",
-                   json_pack("{s:o, s:i, s:O}", "item_id", item_id(r, "fc", k), "output_index", k,
-                             "delta", args),
+                   json_pack("{s:o, s:i, s:O}", "item_id", serve_resp_part_id(r, "fc", k),
+                             "output_index", k, "delta", args),
                    out);
     if (st == TS_OK)
-        st =
-            event(s, "response.function_call_arguments.done",
-                  json_pack("{s:o, s:i, s:O?, s:O}", "item_id", item_id(r, "fc", k), "output_index",
-                            k, "name", json_object_get(whole, "name"), "arguments", args),
-                  out);
+        st = event(s, "response.function_call_arguments.done",
+                   json_pack("{s:o, s:i, s:O?, s:O}", "item_id", serve_resp_part_id(r, "fc", k),
+                             "output_index", k, "name", json_object_get(whole, "name"), "arguments",
+                             args),
+                   out);
     if (st == TS_OK)
         st = event(s, "response.output_item.done",
                    json_pack("{s:i, s:O}", "output_index", k, "item", whole), out);

@@ -524,9 +524,7 @@ static enum MHD_Result generate(serve_conn *cn, struct MHD_Connection *c, serve_
     serve_resp_init(&resp, api, model, rq->top_logprobs >= 0, rt->tok);
     resp.token_ids = rq->return_token_ids;
     if (responses) {
-        char id[sizeof resp.id];
-        snprintf(id, sizeof id, "resp_%s", strchr(resp.id, '-') + 1);
-        memcpy(resp.id, id, sizeof id);
+        serve_resp_set_id_prefix(&resp, "resp");
         resp.settings = rd.settings, resp.conversation = rd.conversation, resp.input = rd.input;
         resp.store = s->rsp_store;
         rd.settings = rd.conversation = rd.input = NULL; /* the answer's now */
@@ -535,9 +533,7 @@ static enum MHD_Result generate(serve_conn *cn, struct MHD_Connection *c, serve_
     resp.infill = wire == WIRE_INFILL;
     if (messages) {
         resp.messages = true;
-        char id[sizeof resp.id];
-        snprintf(id, sizeof id, "msg_%s", strchr(resp.id, '-') + 1);
-        memcpy(resp.id, id, sizeof id);
+        serve_resp_set_id_prefix(&resp, "msg");
     }
     serve_rsp_read_free(&rd); /* what is left of it: the map */
     serve_msg_read_free(&md);
