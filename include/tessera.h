@@ -301,6 +301,8 @@ void ts_detokenizer_free(ts_detokenizer *d);
 /* *text (not NUL-terminated, *len bytes) stays valid until the next call on d. */
 ts_status ts_detokenizer_push(ts_detokenizer *d, int32_t id, const char **text, size_t *len);
 ts_status ts_detokenizer_flush(ts_detokenizer *d, const char **text, size_t *len);
+/* Whether the ids pushed so far end inside a character (bytes held for the next id). */
+bool ts_detokenizer_mid_char(const ts_detokenizer *d);
 
 /* A function call an assistant turn made. */
 typedef struct {

@@ -70,6 +70,10 @@ int cmd_serve(int argc, char **argv) {
             o.media_dir = media_dir;
             continue;
         }
+        if ((v = cli_opt_value(argc, argv, &i, NULL, "--reasoning-budget-message"))) {
+            o.reasoning_message = v;
+            continue;
+        }
         if ((v = cli_opt_value(argc, argv, &i, NULL, "--alias"))) {
             o.alias = v;
             continue;
@@ -104,6 +108,7 @@ int cmd_serve(int argc, char **argv) {
         INT_OPT("--parallel", 1, 256, o.n_parallel)
         INT_OPT("-np", 1, 256, o.n_parallel)
         INT_OPT("--max-tokens-cap", 1, 1 << 24, o.max_tokens_cap)
+        INT_OPT("--reasoning-budget", -1, INT32_MAX, o.reasoning_budget)
         INT_OPT("--threads", 1, 1024, o.n_threads)
         INT_OPT("-t", 1, 1024, o.n_threads)
         INT_OPT("--cache-mb", 0, 1 << 20, o.cache_mb)

@@ -361,6 +361,32 @@ bool serve_lane_constrained(const serve_lane *ln) {
     return ln->gm && ln->to.ch != SERVE_CH_REASONING;
 }
 
+/* ---- the thinking budget ------------------------------------------------------------------ */
+
+/* The token the lane's next draw must give, -1 when it is free: while the end of a thinking
+ * that ran out of budget is put in, its next token. */
+int32_t serve_lane_forced(const serve_lane *ln) {
+    return ln->think_end_at >= 0 ? ln->job->think_end[ln->think_end_at] : -1;
+}
+
+/* After a token out (was_thinking: it was drawn inside the thinking): counts the thinking and
+ * moves through the end being put in; once the thinking has used its budget, the end starts -
+ * but not in the middle of a character (a byte token begun), whose bytes would come out as
+ * U+FFFD: that waits for up to 3 more tokens, the most a character can still need. The
+ * thinking's own </think> ends it as it would; thinking opened again later counts on. */
+static void think_budget_token(serve_lane *ln, bool was_thinking) {
+    const serve_job *j = ln->job;
+    if (j->think_budget < 0) return;
+    if (ln->think_end_at >= 0) {
+        if (++ln->think_end_at == j->n_think_end) ln->think_end_at = -1;
+        return;
+    }
+    if (was_thinking) ln->thought++;
+    bool over = ln->to.ch == SERVE_CH_REASONING && ln->thought >= j->think_budget;
+    if (over && (ln->thought >= j->think_budget + 3 || !ts_detokenizer_mid_char(ln->dt)))
+        ln->think_end_at = 0;
+}
+
 /* The lane's matcher, and the decoder's vocabulary for grammars when this is the first job
  * that needs it (~0.1 s for a 248k-token vocabulary). The think tags are not text: the text
  * output reads them as the reasoning's bounds, so the content may never hold one. */
@@ -396,8 +422,11 @@ static ts_status masked_draw(serve_decoder *d, serve_lane *ln, const float *row,
  * log-probabilities, from the row the draw saw before any mask. */
 static ts_status host_rows_draw(serve_decoder *d, serve_lane *ln, const float *row, int32_t *tok,
                                 ts_logprobs *lp) {
-    if (serve_lane_constrained(ln) &&
-        (mask_first(&ln->job->sp) || !ts_grammar_matcher_allows(ln->gm, *tok)))
+    int32_t forced = serve_lane_forced(ln);
+    if (forced >= 0)
+        *tok = forced;
+    else if (serve_lane_constrained(ln) &&
+             (mask_first(&ln->job->sp) || !ts_grammar_matcher_allows(ln->gm, *tok)))
         TS_TRY(masked_draw(d, ln, row, tok));
     if (ln->want_lp) ts_sampler_logprobs(ln->smp, row, *tok, ln->n_top, lp);
     return TS_OK;
@@ -598,6 +627,7 @@ void serve_lane_token(serve_decoder *d, serve_lane *ln, int32_t tok, const ts_lo
     serve_job *j = ln->job;
     int k = ln->k;
     bool gm_on = serve_lane_constrained(ln); /* the token was drawn under the grammar */
+    bool was_thinking = ln->to.ch == SERVE_CH_REASONING;
     serve_logprob lp;
     if (ln->want_lp) to_job_logprob(tok, tl, ln->n_top, &lp);
     ln->seq[ln->n_seq++] = tok;
@@ -649,6 +679,7 @@ void serve_lane_token(serve_decoder *d, serve_lane *ln, int32_t tok, const ts_lo
     if (eog && stopped) j->stop_str = ln->to.stop.hit; /* the held bytes ended in a stop string */
     if (st == TS_OK && ln->want_lp) st = push_logprob_locked(j, &lp);
     pthread_mutex_unlock(&j->mu);
+    think_budget_token(ln, was_thinking);
     if (eog) {
         stopped = true;
     } else {
@@ -702,6 +733,8 @@ static void lane_first_token(serve_decoder *d, serve_lane *ln, float *logits) {
     ln->penalised = has_penalties(j) || j->n_bias > 0 || j->min_tokens > 0;
     ln->n_top = j->top_logprobs < TS_MAX_TOP_LOGPROBS ? j->top_logprobs : TS_MAX_TOP_LOGPROBS;
     ln->k = 0;
+    ln->thought = 0;
+    ln->think_end_at = j->think_budget == 0 && j->in_think ? 0 : -1; /* no thinking at all */
     adjust_reset(d, ln);
     if (j->max_tokens < 1) {
         serve_lane_end(d, ln, SERVE_FINISH_LENGTH, TS_OK);
@@ -716,10 +749,10 @@ static void lane_first_token(serve_decoder *d, serve_lane *ln, float *logits) {
         return;
     }
     ts_logit_adjust_apply(ln->adj, ln->n_adj, logits, d->n_vocab);
-    int32_t tok = -1;
-    if (!serve_lane_constrained(ln))
+    int32_t tok = serve_lane_forced(ln);
+    if (tok < 0 && !serve_lane_constrained(ln))
         tok = ts_sampler_sample(ln->smp, logits);
-    else if ((st = masked_draw(d, ln, logits, &tok)) != TS_OK) {
+    else if (tok < 0 && (st = masked_draw(d, ln, logits, &tok)) != TS_OK) {
         serve_lane_end(d, ln, SERVE_FINISH_ERROR, st);
         return;
     }
@@ -789,7 +822,8 @@ void serve_decoder_step(serve_decoder *d) {
     for (int l = 0; l < d->o.n_lanes; l++) {
         serve_lane *ln = &d->lane[l];
         if (!ln->job || !ln->decoding) continue;
-        any_constrained |= serve_lane_constrained(ln);
+        /* a token put in for the lane is drawn on the host too, for its log-probabilities */
+        any_constrained |= serve_lane_constrained(ln) || serve_lane_forced(ln) >= 0;
         d->b_tok[n] = ln->last;
         d->b_pos[n] = ln->n_seq - 1;
         /* after an image a token's rotary positions are its place plus the images' shift */

@@ -20,6 +20,9 @@ void serve_lane_fail(serve_decoder *d, serve_lane *ln, ts_status st);
 void serve_lane_token(serve_decoder *d, serve_lane *ln, int32_t tok, const ts_logprobs *tl);
 /* Whether the lane's next draw is constrained by its grammar. */
 bool serve_lane_constrained(const serve_lane *ln);
+/* The token the lane's next draw must give (the end of a thinking that used its budget, put in
+ * a token a step), -1 when the draw is free. */
+int32_t serve_lane_forced(const serve_lane *ln);
 /* The lane's next token drawn on the host from the model's row (raw logits; the lane's
  * adjustments are applied to it in place): the same draw, from the same generator, as a decode
  * step makes where the logits are, the grammar's mask included, and its log-probabilities

@@ -19,6 +19,7 @@ ts_status serve_job_create(serve_job **out) {
     j->top_logprobs = -1;
     j->repetition_penalty = 1.0f;
     j->stop_str = j->stop_token = -1;
+    j->think_budget = -1;
     *out = j;
     return TS_OK;
 }
@@ -30,6 +31,7 @@ void serve_job_unref(serve_job *j) {
     free(j->ids);
     free(j->bias);
     free(j->stop_ids);
+    free(j->think_end);
     free(j->pred_ids);
     free(j->echo_text);
     free(j->prompt_lp);

@@ -68,6 +68,12 @@ typedef struct serve_job {
      * ignore_eos) and stop_ids are banned from the draws, stop strings not yet matched */
     int min_tokens;
     bool in_think;     /* the prompt ends inside <think> */
+    /* the thinking budget: once the answer has thought this many tokens (-1: no bound), the
+     * decoder puts in think_end (owned: the server's --reasoning-budget-message, then
+     * </think>) for it, one token a step, instead of what it would draw (serve/decode.c) */
+    int think_budget;
+    int32_t *think_end;
+    int n_think_end;
     bool ignore_eos;
     int top_logprobs;  /* -1 = no logprobs */
     bool parse_tools;  /* tool calls in the content become SERVE_CH_TOOL segments */

@@ -5,6 +5,7 @@
 #include "serve/messages.h"
 #include "serve/rename.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -310,7 +311,9 @@ static bool tool_choice_field(const json_t *tc, json_t *chat, serve_error *e) {
 /* thinking: {"type": "enabled", "budget_tokens"} (or "adaptive", the model's own choice: this
  * model thinks when its template lets it) turns the model's thinking on; left out or
  * {"type": "disabled"}, it is off (Anthropic's default) - unless left out and the extension
- * chat_template_kwargs.enable_thinking says otherwise. */
+ * chat_template_kwargs.enable_thinking says otherwise. budget_tokens bounds the thinking (chat's
+ * thinking_token_budget). Anthropic's own limits on it (at least 1024, less than max_tokens)
+ * are not kept: a small model may want less, and a budget over max_tokens bounds nothing. */
 static bool thinking_field(const json_t *th, json_t *chat, serve_error *e) {
     if (th && !json_is_object(th))
         return serve_fail(e, 400, "invalid_value", "thinking", "'thinking' must be an object");
@@ -319,6 +322,13 @@ static bool thinking_field(const json_t *th, json_t *chat, serve_error *e) {
     if (!on && strcmp(t, "disabled") != 0)
         return serve_fail(e, 400, "invalid_value", "thinking",
                           "thinking.type must be 'enabled', 'adaptive' or 'disabled'");
+    const json_t *b = !strcmp(t, "enabled") ? json_object_get(th, "budget_tokens") : NULL;
+    if (b && !json_is_null(b)) {
+        if (!json_is_integer(b) || json_integer_value(b) < 0 || json_integer_value(b) > INT32_MAX)
+            return serve_fail(e, 400, "invalid_value", "thinking.budget_tokens",
+                              "thinking.budget_tokens must be an integer >= 0");
+        if (json_object_set(chat, "thinking_token_budget", (json_t *)b)) return oom(e);
+    }
     json_t *kw = json_object_get(chat, "chat_template_kwargs");
     if (!kw) json_object_set_new(chat, "chat_template_kwargs", kw = json_object());
     if (!json_is_object(kw)) return true; /* chat refuses it */

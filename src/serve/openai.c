@@ -994,6 +994,9 @@ bool serve_request_parse(serve_api api, json_t *root, const char *const *model_i
     long long min_tokens = 0;
     if (!get_int(root, "min_tokens", 0, INT32_MAX, &min_tokens, e)) return false;
     r->min_tokens = (int)min_tokens;
+    long long budget = SERVE_THINK_BUDGET_UNSET;
+    if (!get_int(root, "thinking_token_budget", -1, INT32_MAX, &budget, e)) return false;
+    r->think_budget = (int)budget;
     if (!parse_stop_ids(r, root, e)) return false;
     if (!get_bool(root, "include_stop_str_in_output", &r->include_stop, e)) return false;
     if (!parse_prediction(r, root, e)) return false;

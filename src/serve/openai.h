@@ -73,6 +73,8 @@ void serve_prompts_free(serve_prompt *p, int n);
 #define SERVE_DEFAULT_FREQUENCY_PENALTY  0.0
 #define SERVE_DEFAULT_REPETITION_PENALTY 1.0
 
+#define SERVE_THINK_BUDGET_UNSET (-2)
+
 typedef struct serve_request {
     serve_api api;
     json_t *root; /* owned; every string below is borrowed from it unless said otherwise */
@@ -94,6 +96,10 @@ typedef struct serve_request {
     /* vLLM's extensions: the answer's first min_tokens tokens cannot end it (end-of-generation
      * tokens and stop_token_ids banned, stop strings not matched); stop_token_ids end it */
     int min_tokens;
+    /* vLLM's thinking_token_budget: the tokens the answer may think (between <think> and
+     * </think>) before the server closes its thinking for it (serve/decode.c); -1 no bound,
+     * SERVE_THINK_BUDGET_UNSET not given (the server's --reasoning-budget then) */
+    int think_budget;
     bool include_stop; /* include_stop_str_in_output: a stop string that ends it is shown */
     int32_t *stop_ids; /* owned */
     int n_stop_ids;

@@ -184,8 +184,32 @@ static void end_ids(const serve_runtime *rt, const serve_request *r, serve_job *
             j->end_ids[j->n_end_ids++] = all[i];
 }
 
+/* The thinking budget (the request's, else the server's) and what ends the thinking when it
+ * runs out: the server's message, tokenized as text, then </think>. A model without the tags
+ * has no thinking to bound. False without memory (or a message the tokenizer refuses). */
+static bool think_budget(const serve_runtime *rt, const serve_request *r, const serve_prep_opts *po,
+                         serve_job *j) {
+    int b = r->think_budget == SERVE_THINK_BUDGET_UNSET ? po->reasoning_budget : r->think_budget;
+    if (b < 0 || rt->think_open < 0 || rt->think_close < 0) return true;
+    const char *m = po->reasoning_message ? po->reasoning_message : "";
+    int32_t *ids = NULL;
+    size_t n = 0;
+    if (*m && ts_tokenize(rt->tok, m, strlen(m), false, &ids, &n) != TS_OK) return false;
+    int32_t *all = realloc(ids, (n + 1) * sizeof *all);
+    if (!all) {
+        free(ids);
+        return false;
+    }
+    all[n] = rt->think_close;
+    j->think_end = all;
+    j->n_think_end = (int)n + 1;
+    j->think_budget = b;
+    return true;
+}
+
 bool serve_prepare(const serve_runtime *rt, serve_request *r, int prompt, int choice,
-                   int max_tokens_cap, serve_job *j, serve_error *e) {
+                   const serve_prep_opts *po, serve_job *j, serve_error *e) {
+    int max_tokens_cap = po->max_tokens_cap;
     int n = 0;
     char at[24];
     int32_t top_id = r->n_logit_bias ? r->logit_bias[r->n_logit_bias - 1].id : -1; /* sorted */
@@ -273,6 +297,9 @@ bool serve_prepare(const serve_runtime *rt, serve_request *r, int prompt, int ch
         if (j->ids[i] == rt->think_close) last_close = i;
     }
     j->in_think = rt->think_open >= 0 && last_open > last_close;
+    if (!think_budget(rt, r, po, j))
+        return serve_fail(e, 500, "internal_error", NULL, "the thinking budget's end: %s",
+                          ts_last_error());
     j->parse_tools = r->parse_tools;
     if (r->api == SERVE_API_COMPLETION && r->echo) { /* the prompt's text as the client gets it */
         if (!echo_text(rt, &r->prompts[prompt], j))

@@ -10,13 +10,22 @@
 #include "serve/openai.h"
 #include "serve/worker.h"
 
+/* What the server's options add to every answer's preparation. */
+typedef struct {
+    int max_tokens_cap; /* bounds the default max_tokens of a chat request; 0 = none */
+    /* --reasoning-budget: the thinking budget of a request that gives none (-1: no bound),
+     * and --reasoning-budget-message: the text put in before </think> when a budget ends the
+     * thinking (NULL or "": </think> alone) */
+    int reasoning_budget;
+    const char *reasoning_message;
+} serve_prep_opts;
+
 /* Fills the job's input from the request: the answer to its prompt number `prompt` (0 for a
  * chat; completions may carry several), choice `choice` of the request's n (its seed, when the
- * request gives one, is seed + choice). max_tokens_cap (0 = none) bounds the default
- * max_tokens of a chat request. A chat that asks for truncation and is too long loses its
- * oldest turns here (r's messages and images; the later choices find it done). */
+ * request gives one, is seed + choice). A chat that asks for truncation and is too long loses
+ * its oldest turns here (r's messages and images; the later choices find it done). */
 bool serve_prepare(const serve_runtime *rt, serve_request *r, int prompt, int choice,
-                   int max_tokens_cap, serve_job *j, serve_error *e);
+                   const serve_prep_opts *po, serve_job *j, serve_error *e);
 
 /* The request's images, decoded and planned into im (before the chat is rendered: each takes
  * the number of tokens its plan says); a 400 naming the part for a bad one, or for any image

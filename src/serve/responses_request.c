@@ -542,6 +542,7 @@ bool serve_rsp_request(const json_t *body, serve_rsp_store *store, serve_rsp_rea
                                        "stop",
                                        "stop_token_ids",
                                        "min_tokens",
+                                       "thinking_token_budget",
                                        "ignore_eos",
                                        "chat_template_kwargs"};
     for (size_t i = 0; ok && i < sizeof same / sizeof same[0]; i++) {

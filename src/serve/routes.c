@@ -410,12 +410,13 @@ static bool prepare_choices(serve_server *s, const serve_runtime *rt, serve_requ
     if (!cs->job) return serve_fail(e, 500, "internal_error", NULL, "out of memory");
     cs->per_prompt = per;
     cs->keep = req->n;
+    serve_prep_opts po = {s->o.max_tokens_cap, s->o.reasoning_budget, s->o.reasoning_message};
     for (int i = 0; i < n; i++) {
         if (serve_job_create(&cs->job[i]) != TS_OK)
             return serve_fail(e, 500, "internal_error", NULL, "out of memory");
         cs->n++;
         serve_job *j = cs->job[i];
-        if (!serve_prepare(rt, req, i / per, i % per, s->o.max_tokens_cap, j, e)) return false;
+        if (!serve_prepare(rt, req, i / per, i % per, &po, j, e)) return false;
         j->no_idle_work = i % per > 0;
         /* best_of ranks the answers by their tokens' log-probabilities: each records them */
         if (per > req->n && j->top_logprobs < 0) j->top_logprobs = 0;
@@ -789,6 +790,8 @@ static json_t *props_json(const serve_server *s, const serve_runtime *rt) {
         json_object_set_new(params, "max_tokens",
                             s->o.max_tokens_cap > 0 ? json_integer(s->o.max_tokens_cap)
                                                     : json_null());
+    if (params) /* -1: no bound */
+        json_object_set_new(params, "thinking_token_budget", json_integer(s->o.reasoning_budget));
     return json_pack("{s:s, s:s, s:i, s:{s:i, s:o}, s:{s:b, s:b, s:b}, s:b, s:s}", "model_alias",
                      s->model_ids[0], "model_path", s->o.model_path, "total_slots", rt->n_parallel,
                      "default_generation_settings", "n_ctx", rt->n_ctx, "params", params,

@@ -16,6 +16,10 @@ typedef struct {
     int max_pending;  /* queued + running jobs */
     int n_parallel;   /* jobs decoded together; 0 = by device (serve/worker.h) */
     int max_tokens_cap;
+    /* the thinking budget of a request that gives none (-1: no bound), and the text put in
+     * before </think> when a budget ends the thinking (NULL: none) */
+    int reasoning_budget;
+    const char *reasoning_message;
     int n_threads;
     ts_device device; /* where the model runs (TS_DEVICE_CUDA needs a CUDA build and a GPU) */
     const char *api_key; /* NULL = no key required */

@@ -24,6 +24,7 @@ void serve_opts_default(serve_opts *o) {
                       .cache_mb = 1024,
                       .responses_store_mb = 64,
                       .draft_max = 8,
+                      .reasoning_budget = -1,
                       .media_url_max_mb = 32,
                       .media_url_timeout_s = 10,
                       .drain_ms = 10000};

@@ -97,8 +97,9 @@ static int lane_draws(serve_decoder *d, serve_lane *ln, bool greedy, double dt) 
     for (int r = 0; r <= k; r++) {
         int32_t tok;
         ts_logprobs tl = {0};
-        if (greedy) {
-            tok = d->s_ids[ln->b_row + r];
+        if (greedy) { /* a token put in for the lane (no log-probabilities in such a step) */
+            tok = serve_lane_forced(ln);
+            if (tok < 0) tok = d->s_ids[ln->b_row + r];
         } else {
             float *row = d->s_rows + (size_t)(ln->b_row + r) * d->n_vocab;
             ts_status st = serve_lane_draw_row(d, ln, row, &tok, &tl);

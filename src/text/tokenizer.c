@@ -593,6 +593,8 @@ ts_status ts_detokenizer_flush(ts_detokenizer *d, const char **text, size_t *len
     return ts_detok_flush(d->d, text, len);
 }
 
+bool ts_detokenizer_mid_char(const ts_detokenizer *d) { return ts_detok_mid_char(d->d); }
+
 static ts_status role_of(const char *name, int i, ts_chat_role *out) {
     static const struct {
         const char *name;

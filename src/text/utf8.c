@@ -174,6 +174,21 @@ ts_status ts_detok_flush(ts_detok *d, const char **text, size_t *len) {
     return TS_OK;
 }
 
+/* Whether s ends inside a character: its last lead byte wants more bytes than follow it. */
+static bool ends_mid_char(const unsigned char *s, size_t n) {
+    for (size_t k = 1; k <= 4 && k <= n; k++) {
+        unsigned c = s[n - k];
+        if ((c & 0xC0) == 0x80) continue; /* a continuation byte */
+        size_t want = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
+        return want > k;
+    }
+    return false;
+}
+
+bool ts_detok_mid_char(const ts_detok *d) {
+    return d->n_held > 0 || ends_mid_char((const unsigned char *)d->run.data, d->run.len);
+}
+
 void ts_detok_reset(ts_detok *d) {
     d->n_held = 0;
     d->run.len = 0;

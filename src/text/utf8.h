@@ -80,6 +80,9 @@ ts_status ts_detok_push(ts_detok *d, int32_t id, const char **text, size_t *len)
 /* Ends the stream: held-back bytes come out as U+FFFD. d is then ready for a new stream. */
 ts_status ts_detok_flush(ts_detok *d, const char **text, size_t *len);
 
+/* Whether the ids so far end inside a character: bytes held for a later id to complete. */
+bool ts_detok_mid_char(const ts_detok *d);
+
 /* Forgets held-back bytes without emitting them. */
 void ts_detok_reset(ts_detok *d);
 

@@ -131,7 +131,7 @@ def seeds_openai():
          "seed": 7, "stream": True, "stream_options": {"include_usage": True}, "stop": ["\n\n", "END"],
          "logprobs": True, "top_logprobs": 3, "presence_penalty": 0.5, "frequency_penalty": -0.5,
          "repetition_penalty": 1.1, "logit_bias": {"5": -100, "17": 2.5, "0": 0},
-         "chat_template_kwargs": {"enable_thinking": True}},
+         "chat_template_kwargs": {"enable_thinking": True}, "thinking_token_budget": 64},
         {"messages": [{"role": "user", "content": [{"type": "text", "text": "a"},
                                                    {"type": "text", "text": "b"}]},
                       {"role": "assistant", "content": None, "reasoning_content": "think",

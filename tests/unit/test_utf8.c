@@ -149,10 +149,12 @@ static void test_detok_cases(void) {
     CHECK(ts_detok_create(&fake_src, true, &d) == TS_OK);
     const char *text;
     size_t len;
-    /* 中 split over three tokens: nothing until the last byte arrives */
-    CHECK(ts_detok_push(d, 0, &text, &len) == TS_OK && len == 0);
-    CHECK(ts_detok_push(d, 1, &text, &len) == TS_OK && len == 0);
-    CHECK(ts_detok_push(d, 2, &text, &len) == TS_OK && len == 3);
+    /* 中 split over three tokens: nothing until the last byte arrives (mid character until
+     * then) */
+    CHECK(!ts_detok_mid_char(d));
+    CHECK(ts_detok_push(d, 0, &text, &len) == TS_OK && len == 0 && ts_detok_mid_char(d));
+    CHECK(ts_detok_push(d, 1, &text, &len) == TS_OK && len == 0 && ts_detok_mid_char(d));
+    CHECK(ts_detok_push(d, 2, &text, &len) == TS_OK && len == 3 && !ts_detok_mid_char(d));
     CHECK(!memcmp(text, "\xE4\xB8\xAD", 3));
     /* 😀 split 2 + 2 with a skipped special token in between */
     CHECK(ts_detok_push(d, 4, &text, &len) == TS_OK && len == 0);
@@ -199,11 +201,12 @@ static void test_detok_byte_runs(void) {
     const char *text;
     size_t len;
     CHECK(ts_detok_create(&fake_fallback_src, true, &d) == TS_OK);
-    /* a complete character: out when the next other token comes */
-    CHECK(ts_detok_push(d, 0, &text, &len) == TS_OK && len == 0);
-    CHECK(ts_detok_push(d, 1, &text, &len) == TS_OK && len == 0);
-    CHECK(ts_detok_push(d, 2, &text, &len) == TS_OK && len == 0);
-    CHECK(ts_detok_push(d, 3, &text, &len) == TS_OK && len == 4);
+    /* a complete character: out when the next other token comes (whole, not mid character,
+     * as soon as its last byte is in the run) */
+    CHECK(ts_detok_push(d, 0, &text, &len) == TS_OK && len == 0 && ts_detok_mid_char(d));
+    CHECK(ts_detok_push(d, 1, &text, &len) == TS_OK && len == 0 && ts_detok_mid_char(d));
+    CHECK(ts_detok_push(d, 2, &text, &len) == TS_OK && len == 0 && !ts_detok_mid_char(d));
+    CHECK(ts_detok_push(d, 3, &text, &len) == TS_OK && len == 4 && !ts_detok_mid_char(d));
     CHECK(!memcmp(text,
                   "\xE4\xB8\xAD"
                   "a",

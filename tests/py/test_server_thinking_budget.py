@@ -1,0 +1,205 @@
+"""The thinking budget: a request's thinking_token_budget (vLLM's), the server's
+--reasoning-budget and --reasoning-budget-message, Responses' pass-through and Messages'
+thinking.budget_tokens. Once the answer has thought its budget of tokens, the server puts in
+</think> (after the message) instead of the model's draws, and the answer goes on as content.
+
+The tiny random model thinks without end, so the answer without a budget is the reference:
+with one, its first tokens are the same, then the end is put in."""
+import json
+import os
+
+import pytest
+
+from server_util import Server, fixtures
+
+MSG = [{"role": "user", "content": "Tell me a story."}]
+THINK = {"enable_thinking": True}
+
+
+@pytest.fixture(scope="module")
+def srv():
+    with Server("--alias", "tiny-test") as s:
+        yield s
+
+
+def chat(srv, **kw):
+    body = {"model": "tiny-test", "messages": MSG, "max_tokens": 40, "temperature": 0,
+            "return_token_ids": True, "chat_template_kwargs": THINK}
+    body.update(kw)
+    st, _, r = srv.post("/v1/chat/completions", body)
+    assert st == 200, r
+    return r["choices"][0]
+
+
+def token_id(srv, text):
+    st, _, t = srv.post("/tokenize", {"content": text})
+    assert st == 200 and t["count"] == 1, t
+    return t["tokens"][0]
+
+
+def vocab_size():
+    """The tokenizer's: the random model draws ids past it too, which have no text."""
+    with open(os.path.join(fixtures(), "tokenizer", "small", "tokenizer.json")) as f:
+        t = json.load(f)
+    return 1 + max(list(t["model"]["vocab"].values()) + [a["id"] for a in t["added_tokens"]])
+
+
+def detok(srv, ids):
+    v = vocab_size()
+    st, _, d = srv.post("/detokenize", {"tokens": [i for i in ids if i < v]})
+    assert st == 200, d
+    return d["content"]
+
+
+def budget_point(srv, ids, n):
+    """Where the end goes for a budget of n: at n, or up to 3 tokens later while the thinking
+    ends inside a character (its bytes held back)."""
+    c = n
+    while c < n + 3 and detok(srv, ids[:c]).endswith("\ufffd") and \
+            not detok(srv, ids[:c + 1]).startswith(detok(srv, ids[:c])):
+        c += 1
+    return c
+
+
+def test_budget_ends_the_thinking(srv):
+    close = token_id(srv, "</think>")
+    free = chat(srv)
+    ids = free["token_ids"]
+    assert close not in ids and free["message"]["content"] == ""  # thinks to the end
+    opener, reopened = token_id(srv, "<think>"), []
+    for n in (1, 8, 20):
+        got = chat(srv, thinking_token_budget=n)
+        c = budget_point(srv, ids, n)
+        out = got["token_ids"]
+        assert out[:c] == ids[:c] and out[c] == close, (n, c, out)
+        assert len(out) == 40 and got["finish_reason"] == "length"
+        # the reasoning is the thought tokens' text, the rest is content
+        assert got["message"]["reasoning_content"] == detok(srv, ids[:c]).strip("\n")
+        assert got["message"]["content"]
+        # thinking opened again in the content (the model did, for one of these): its budget
+        # is spent, so the end (here just </think>) is put in right after <think>
+        for at in (i for i in range(c + 1, len(out) - 1) if out[i] == opener):
+            reopened.append(n)
+            assert out[at + 1] == close, out
+    assert reopened, "no answer opened its thinking again: the check above tested nothing"
+
+
+def test_budget_zero_and_unbounded(srv):
+    close = token_id(srv, "</think>")
+    free = chat(srv)
+    zero = chat(srv, thinking_token_budget=0)
+    assert zero["token_ids"][0] == close
+    assert not zero["message"].get("reasoning_content") and zero["message"]["content"]
+    assert chat(srv, thinking_token_budget=-1)["token_ids"] == free["token_ids"]
+    assert chat(srv, thinking_token_budget=40)["token_ids"] == free["token_ids"]
+    # thinking off: nothing to bound, the answer as without a budget
+    off = dict(chat_template_kwargs={"enable_thinking": False})
+    assert chat(srv, thinking_token_budget=0, **off)["token_ids"] == chat(srv, **off)["token_ids"]
+
+
+def test_budget_waits_for_a_character(srv):
+    """A thought that ends inside a character: the end waits for the character's bytes (3 at
+    most). logit_bias makes every draw the byte token 0xE4, which begins a 3-byte character."""
+    close = token_id(srv, "</think>")
+    bias = {"160": 100}
+    got = chat(srv, thinking_token_budget=2, logit_bias=bias, max_tokens=8)["token_ids"]
+    assert got[:5] == [160] * 5 and got[5] == close, got
+
+
+def test_stream_and_logprobs(srv):
+    """Streamed, the reasoning and content add up to the answer; the tokens put in carry the
+    model's own log-probabilities for them."""
+    want = chat(srv, thinking_token_budget=8, logprobs=True, top_logprobs=2)
+    lp = want["logprobs"]["content"]
+    assert len(lp) == 40 and all(x["logprob"] <= 0 for x in lp)
+    c = want["token_ids"].index(token_id(srv, "</think>"))
+    assert lp[c]["token"] == "</think>" and lp[c]["logprob"] < lp[c]["top_logprobs"][1]["logprob"]
+    st, _, data = srv.request("POST", "/v1/chat/completions", {
+        "model": "tiny-test", "messages": MSG, "max_tokens": 40, "temperature": 0,
+        "stream": True, "chat_template_kwargs": THINK, "thinking_token_budget": 8})
+    assert st == 200
+    reasoning = content = ""
+    for line in data.decode().splitlines():
+        if line.startswith("data: {"):
+            ch = json.loads(line[6:])["choices"]
+            if ch:
+                reasoning += ch[0]["delta"].get("reasoning_content") or ""
+                content += ch[0]["delta"].get("content") or ""
+    assert reasoning == want["message"]["reasoning_content"]
+    assert content == want["message"]["content"]
+
+
+def test_guesses_do_not_pass_the_end(srv):
+    """Speculative decoding: with the unbounded answer as the prediction, every guess is
+    right up to the budget; the end put in must still replace the guessed token."""
+    free = chat(srv)
+    want = chat(srv, thinking_token_budget=8)
+    text = free["message"]["reasoning_content"]
+    got = chat(srv, thinking_token_budget=8, prediction={"type": "content", "content": text})
+    assert got["token_ids"] == want["token_ids"]
+
+
+def test_server_default_and_message(srv):
+    close = token_id(srv, "</think>")
+    free = chat(srv)["token_ids"]
+    note = " Time is up."
+    with Server("--alias", "tiny-test", "--reasoning-budget", "4",
+                "--reasoning-budget-message", note) as s:
+        st, _, t = s.post("/tokenize", {"content": note, "parse_special": False})
+        end = t["tokens"] + [close]
+        got = chat(s)
+        c = budget_point(s, free, 4)
+        assert got["token_ids"][:c + len(end)] == free[:c] + end
+        assert got["message"]["reasoning_content"].endswith("Time is up.")
+        # the request's own budget wins, -1 none
+        assert chat(s, thinking_token_budget=-1)["token_ids"] == free
+        assert chat(s, thinking_token_budget=0)["token_ids"][:len(end)] == end
+        st, _, p = s.request("GET", "/props")
+        assert json.loads(p)["default_generation_settings"]["params"]["thinking_token_budget"] == 4
+    st, _, p = srv.request("GET", "/props")
+    assert json.loads(p)["default_generation_settings"]["params"]["thinking_token_budget"] == -1
+
+
+@pytest.mark.parametrize("bad", ["8", 1.5, -2, True, 2**31])
+def test_bad_budget(srv, bad):
+    body = {"model": "tiny-test", "messages": MSG, "max_tokens": 4, "thinking_token_budget": bad}
+    st, _, e = srv.post("/v1/chat/completions", body)
+    assert st == 400 and e["error"]["param"] == "thinking_token_budget", e
+    st, _, e = srv.post("/v1/completions", dict(body, messages=None, prompt="Hi"))
+    assert st == 400 and e["error"]["param"] == "thinking_token_budget", e
+    st, _, e = srv.post("/v1/messages", {
+        "model": "tiny-test", "max_tokens": 4, "messages": MSG,
+        "thinking": {"type": "enabled", "budget_tokens": bad}})
+    assert st == 400 and e["error"]["type"] == "invalid_request_error", e
+    assert "budget_tokens" in e["error"]["message"]
+
+
+def test_responses_and_messages(srv):
+    want = chat(srv, thinking_token_budget=8)
+    st, _, r = srv.post("/v1/responses", {
+        "model": "tiny-test", "input": MSG[0]["content"], "max_output_tokens": 40,
+        "temperature": 0, "chat_template_kwargs": THINK, "thinking_token_budget": 8})
+    assert st == 200, r
+    items = {i["type"]: i for i in r["output"]}
+    assert items["reasoning"]["content"][0]["text"] == want["message"]["reasoning_content"]
+    assert items["message"]["content"][0]["text"] == want["message"]["content"]
+    st, _, m = srv.post("/v1/messages", {
+        "model": "tiny-test", "max_tokens": 40, "temperature": 0, "messages": MSG,
+        "thinking": {"type": "enabled", "budget_tokens": 8}})
+    assert st == 200, m
+    blocks = {b["type"]: b for b in m["content"]}
+    assert blocks["thinking"]["thinking"] == want["message"]["reasoning_content"]
+    assert blocks["text"]["text"] == want["message"]["content"]
+
+
+def test_budget_then_grammar(srv):
+    """A response format constrains the content only: the thinking is free up to its budget,
+    the end is put in, and the content then follows the schema."""
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"],
+              "additionalProperties": False}
+    got = chat(srv, thinking_token_budget=6, max_tokens=200,
+               response_format={"type": "json_schema",
+                                "json_schema": {"name": "x", "schema": schema}})
+    assert got["token_ids"][6] == token_id(srv, "</think>")
+    assert got["finish_reason"] == "stop"
+    assert set(json.loads(got["message"]["content"])) == {"a"}
