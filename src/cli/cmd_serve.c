@@ -75,7 +75,17 @@ int cmd_serve(int argc, char **argv) {
             continue;
         }
         if ((v = cli_opt_value(argc, argv, &i, NULL, "--alias"))) {
-            o.alias = v;
+            if (!*v || !strcmp(v, "*") || strlen(v) > 255)
+                return cli_usage("bad --alias '%s' (a name of 1 to 255 bytes; --any-model "
+                                 "answers to any)",
+                                 v);
+            if (o.n_alias == SERVE_MAX_ALIASES)
+                return cli_usage("at most %d --alias names", SERVE_MAX_ALIASES);
+            o.alias[o.n_alias++] = v;
+            continue;
+        }
+        if (strcmp(argv[i], "--any-model") == 0) {
+            o.any_model = true;
             continue;
         }
         if ((v = cli_opt_value(argc, argv, &i, NULL, "--cors-origins"))) {

@@ -40,8 +40,9 @@ typedef struct {
     serve_worker *worker;
     serve_metrics metrics;
     struct MHD_Daemon *daemon;
-    char model_id[256];
-    const char *model_ids[3]; /* the names a request's "model" may use */
+    /* the names a request's "model" may use (NULL-terminated; the first is the model's id),
+     * ending in "*" with --any-model (serve_check_model) */
+    const char *model_ids[SERVE_MAX_ALIASES + 3];
     long long started;
     atomic_bool shutting_down;
     atomic_int open_jobs; /* generation requests whose response is not finished */

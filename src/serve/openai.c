@@ -953,7 +953,10 @@ bool serve_check_model(const json_t *root, const char *const *model_ids, const c
         return serve_fail(e, 400, "invalid_value", "model", "'model' must be a string");
     bool known = false;
     for (int i = 0; model_ids[i]; i++)
-        known |= strcmp(model_ids[i], json_string_value(m)) == 0;
+        known |= strcmp(model_ids[i], json_string_value(m)) == 0 || !strcmp(model_ids[i], "*");
+    if (known && json_string_length(m) > SERVE_MAX_MODEL_NAME)
+        return serve_fail(e, 400, "invalid_value", "model", "'model' is longer than %d bytes (%zu)",
+                          SERVE_MAX_MODEL_NAME, json_string_length(m));
     if (!known)
         return serve_fail(e, 404, "model_not_found", "model",
                           "the model '%.100s' does not exist; this server runs '%s'",

@@ -44,7 +44,8 @@ typedef struct {
     int n_ids;
 } serve_prompt;
 
-/* The request's "model", when given, is one of model_ids (NULL-terminated), else 404
+/* The request's "model", when given, is one of model_ids (NULL-terminated; an entry "*"
+ * stands for any name: --any-model), else 404
  * model_not_found; *model the name given (borrowed from root), NULL without. */
 bool serve_check_model(const json_t *root, const char *const *model_ids, const char **model,
                        serve_error *e);
@@ -74,6 +75,10 @@ void serve_prompts_free(serve_prompt *p, int n);
 #define SERVE_DEFAULT_REPETITION_PENALTY 1.0
 
 #define SERVE_THINK_BUDGET_UNSET (-2)
+
+/* The longest model name a request may give (what --any-model lets it name; an alias is no
+ * longer either) */
+#define SERVE_MAX_MODEL_NAME 255
 
 typedef struct serve_request {
     serve_api api;

@@ -439,11 +439,16 @@ static bool prepare_choices(serve_server *s, const serve_runtime *rt, serve_requ
     return true;
 }
 
-/* The name an answer gives the model: the one the request used, as the server's own string
- * (the request's does not outlive it). */
-static const char *answer_model(const serve_server *s, const char *asked) {
-    return asked && s->model_ids[1] && strcmp(asked, s->model_ids[1]) == 0 ? s->model_ids[1]
-                                                                           : s->model_ids[0];
+/* The name an answer gives the model: the one the request used (its id when none), as a string
+ * that outlives the request: the server's own, or a name only --any-model accepts, kept in the
+ * connection's buffer (serve_check_model refuses one too long for it). */
+static const char *answer_model(serve_conn *cn, const char *asked) {
+    const char *const *ids = cn->srv->model_ids;
+    if (!asked) return ids[0];
+    for (int i = 0; ids[i]; i++)
+        if (!strcmp(asked, ids[i])) return ids[i];
+    snprintf(cn->model_asked, sizeof cn->model_asked, "%s", asked);
+    return cn->model_asked;
 }
 
 /* Admits a request's jobs together, or refuses them all at once (503 server_busy in e). */
@@ -505,7 +510,7 @@ static enum MHD_Result generate(serve_conn *cn, struct MHD_Connection *c, serve_
         ok = serve_fail(&e, 400, "unsupported_feature", "model",
                         "the model is an embedding model (an encoder): it answers POST "
                         "/v1/embeddings, not text");
-    const char *model = answer_model(s, req.model);
+    const char *model = answer_model(cn, req.model);
     if (ok) ok = prepare_choices(s, rt, &req, &cs, &e);
     if (ok && keep_at > 0 && keep_at < cs.job[0]->n_ids) cs.job[0]->keep_at = keep_at;
     const serve_request *rq = cs.n && cs.job[0]->req ? cs.job[0]->req : &req;
@@ -563,7 +568,7 @@ static enum MHD_Result embeddings(serve_conn *cn, struct MHD_Connection *c, json
     int lanes = rt->n_parallel < s->o.max_pending ? rt->n_parallel : s->o.max_pending;
     bool ok = serve_embed_parse(root, s->model_ids, rt, &req, &e) &&
               serve_embed_jobs(rt, &req, rt->pooling, lanes, &cs.job, &cs.n, &e);
-    const char *model = answer_model(s, req.model);
+    const char *model = answer_model(cn, req.model);
     bool base64 = req.base64;
     int dims = req.dims;
     serve_embed_request_free(&req);
@@ -906,9 +911,12 @@ enum MHD_Result serve_route_get(serve_conn *cn, struct MHD_Connection *c) {
     const serve_runtime *rt = serve_worker_runtime(s->worker);
     json_t *out;
     if (cn->route == ROUTE_MODEL) { /* OpenAI's retrieve: the model, by a name it answers to */
-        const char *id = NULL;
-        for (int i = 0; s->model_ids[i]; i++)
-            if (strcmp(cn->model_asked, s->model_ids[i]) == 0) id = s->model_ids[i];
+        const char *id = NULL;      /* a name longer than the buffer left it empty: none */
+        for (int i = 0; !id && cn->model_asked[0] && s->model_ids[i]; i++)
+            if (!strcmp(cn->model_asked, s->model_ids[i]))
+                id = s->model_ids[i];
+            else if (!strcmp(s->model_ids[i], "*")) /* --any-model: the name asked */
+                id = cn->model_asked;
         if (!id) {
             serve_error e;
             serve_fail(&e, 404, "model_not_found", "model",

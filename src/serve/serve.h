@@ -8,6 +8,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#define SERVE_MAX_ALIASES 8
+
 typedef struct {
     const char *model_path;
     const char *host; /* default 127.0.0.1 */
@@ -23,7 +25,13 @@ typedef struct {
     int n_threads;
     ts_device device; /* where the model runs (TS_DEVICE_CUDA needs a CUDA build and a GPU) */
     const char *api_key; /* NULL = no key required */
-    const char *alias;   /* model id; NULL = the model directory's name */
+    /* --alias: the names the model answers to, the first its id (none: the model directory's
+     * name, which it answers to in any case) */
+    const char *alias[SERVE_MAX_ALIASES];
+    int n_alias;
+    /* --any-model: a request's "model" may name any model (llama-server's way: clients that
+     * ask for their vendor's names get this one); the answer names it as the request did */
+    bool any_model;
     /* CORS: "*" (the default) lets any web page read the answers, a comma-separated list of
      * origins only those, "" none (no CORS headers) */
     const char *cors_origins;

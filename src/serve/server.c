@@ -46,9 +46,15 @@ int serve_run(const serve_opts *opts) {
     serve_fetch_global_init(); /* before any thread: libcurl's global state */
     static char dir_name[256];
     base_name(opts->model_path, dir_name, sizeof dir_name);
-    snprintf(s->model_id, sizeof s->model_id, "%s", opts->alias ? opts->alias : dir_name);
-    s->model_ids[0] = s->model_id;
-    s->model_ids[1] = opts->alias && strcmp(opts->alias, dir_name) != 0 ? dir_name : NULL;
+    int n = 0;
+    for (int i = 0; i < opts->n_alias; i++)
+        s->model_ids[n++] = opts->alias[i];
+    bool dir_too = true;
+    for (int i = 0; i < n; i++)
+        dir_too &= strcmp(s->model_ids[i], dir_name) != 0;
+    if (dir_too) s->model_ids[n++] = dir_name;
+    if (opts->any_model) s->model_ids[n++] = "*";
+    s->model_ids[n] = NULL;
     s->started = (long long)time(NULL);
     atomic_init(&s->shutting_down, false);
     atomic_init(&s->open_jobs, 0);
@@ -92,7 +98,7 @@ int serve_run(const serve_opts *opts) {
         rc = 2;
         goto out;
     }
-    fprintf(stderr, "tessera: serving '%s' on http://%s:%u (loading the model)\n", s->model_id,
+    fprintf(stderr, "tessera: serving '%s' on http://%s:%u (loading the model)\n", s->model_ids[0],
             opts->host, port);
     bool announced = false;
     for (;;) {

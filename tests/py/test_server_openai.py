@@ -47,6 +47,51 @@ def test_model_retrieve(client, srv):
         assert status == 200 and json.loads(body)["id"] == "org/tiny"
 
 
+def test_several_names_and_any_model(srv):
+    """--alias may be given several times: the model answers to each (and to its directory's
+    name), the first is its id, and an answer names it as the request did. --any-model:
+    any name is accepted (clients with their vendor's model names), and answered with."""
+    import subprocess
+    from server_util import binary, tiny_model
+
+    def ask(s, name, path="/v1/chat/completions"):
+        body = {"model": name, "max_tokens": 2, "messages": MSG}
+        return s.post(path, body)
+
+    with Server("--alias", "a", "--alias", "org/b") as s:
+        for name in ("a", "org/b", "serve-tiny"):
+            st, _, r = ask(s, name)
+            assert st == 200 and r["model"] == name, r
+            st, _, m = s.request("GET", "/v1/models/" + name)
+            assert st == 200 and json.loads(m)["id"] == name
+        st, _, r = ask(s, "c")
+        assert st == 404 and r["error"]["code"] == "model_not_found" and "'a'" in r["error"]["message"]
+        st, _, m = s.request("GET", "/v1/models")
+        assert [x["id"] for x in json.loads(m)["data"]] == ["a"]
+    with Server("--alias", "mine", "--any-model") as s:
+        for name in ("claude-sonnet-4-5", "gpt-4o", "mine"):
+            st, _, r = ask(s, name)
+            assert st == 200 and r["model"] == name, r
+            st, _, r = ask(s, name, "/v1/messages")
+            assert st == 200 and r["model"] == name, r
+            st, _, m = s.request("GET", "/v1/models/" + name)
+            assert st == 200 and json.loads(m)["id"] == name
+        st, _, r = ask(s, "x" * 256)
+        assert st == 400 and r["error"]["param"] == "model", r
+        st, _, r = ask(s, "x" * 255)
+        assert st == 200 and r["model"] == "x" * 255
+        st, _, m = s.request("GET", "/v1/models/" + "y" * 300)
+        assert st == 404
+        st, _, m = s.request("GET", "/v1/models")
+        assert [x["id"] for x in json.loads(m)["data"]] == ["mine"]
+    # bad names, too many
+    for args in (["--alias", ""], ["--alias", "*"], ["--alias", "z" * 256],
+                 sum((["--alias", f"n{i}"] for i in range(9)), [])):
+        p = subprocess.run([binary(), "serve", "-m", tiny_model(), "--port", "0", *args],
+                           capture_output=True, timeout=30)
+        assert p.returncode == 1 and b"alias" in p.stderr, (args, p.stderr)  # usage
+
+
 def test_chat_non_streaming(client):
     r = client.chat.completions.create(model="tiny-test", messages=MSG, max_tokens=12,
                                        temperature=0)
