@@ -105,7 +105,55 @@ static json_t *image_part(const json_t *b, const char *at, serve_error *e) {
     return NULL;
 }
 
-/* A tool_result block as a chat tool message. */
+/* A text or image block as chat's content part; NULL with e set for any other block (what
+ * says which blocks the content may hold). */
+static json_t *content_part(const json_t *b, const char *at, const char *what, serve_error *e) {
+    const char *t = type_of(b);
+    if (!strcmp(t, "image")) return image_part(b, at, e);
+    if (strcmp(t, "text") != 0) {
+        serve_fail(e, 400, "unsupported_feature", at,
+                   "%s: blocks of type '%.40s' are not read here (%s)", at, t, what);
+        return NULL;
+    }
+    const json_t *text = json_object_get(b, "text");
+    if (!json_is_string(text)) {
+        serve_fail(e, 400, "invalid_value", at, "%s.text must be a string", at);
+        return NULL;
+    }
+    json_t *p = json_pack("{s:s, s:O}", "type", "text", "text", text);
+    if (!p) oom(e);
+    return p;
+}
+
+/* A tool_result's content with an image among its blocks: chat's parts, in order (a tool's
+ * result may show what it read, as a file reader or a screenshot tool does). */
+static json_t *result_parts(const json_t *c, const char *at, serve_error *e) {
+    json_t *parts = json_array();
+    if (!parts) return oom(e), NULL;
+    size_t k;
+    const json_t *b;
+    json_array_foreach(c, k, b) {
+        char bat[136];
+        snprintf(bat, sizeof bat, "%s.content.%zu", at, k);
+        json_t *p = content_part(b, bat, "text, image", e);
+        if (!p || json_array_append_new(parts, p) != 0) {
+            if (p) oom(e);
+            json_decref(parts);
+            return NULL;
+        }
+    }
+    return parts;
+}
+
+static bool has_image(const json_t *c) {
+    size_t k;
+    const json_t *b;
+    json_array_foreach(c, k, b) if (!strcmp(type_of(b), "image")) return true;
+    return false;
+}
+
+/* A tool_result block as a chat tool message: its content a string, or text blocks joined,
+ * or with images the blocks as parts. */
 static json_t *tool_message(const json_t *b, const char *at, serve_error *e) {
     const json_t *id = json_object_get(b, "tool_use_id");
     if (!json_is_string(id)) {
@@ -113,7 +161,9 @@ static json_t *tool_message(const json_t *b, const char *at, serve_error *e) {
         return NULL;
     }
     const json_t *c = field(b, "content");
-    json_t *text = c ? text_of(c, at, e) : json_string("");
+    json_t *text = !c                                 ? json_string("")
+                   : json_is_array(c) && has_image(c) ? result_parts(c, at, e)
+                                                      : text_of(c, at, e);
     if (!text) return NULL;
     json_t *m = json_pack("{s:s, s:O, s:o}", "role", "tool", "tool_call_id", id, "content", text);
     if (!m) oom(e);
@@ -132,29 +182,13 @@ static bool user_message(serve_msg_read *rd, json_t *msgs, const json_t *content
         if (!ok) break;
         char bat[96];
         snprintf(bat, sizeof bat, "%s.%zu", at, k);
-        const char *t = type_of(b);
-        json_t *p = NULL;
-        if (!strcmp(t, "tool_result")) {
+        if (!strcmp(type_of(b), "tool_result")) {
             json_t *m = tool_message(b, bat, e);
             ok = m && push(rd, msgs, m, i, e);
             continue;
         }
-        if (!strcmp(t, "text")) {
-            const json_t *text = json_object_get(b, "text");
-            if (!json_is_string(text)) {
-                ok = serve_fail(e, 400, "invalid_value", bat, "%s.text must be a string", bat);
-                break;
-            }
-            p = json_pack("{s:s, s:O}", "type", "text", "text", text);
-            ok = p || oom(e);
-        } else if (!strcmp(t, "image")) {
-            ok = (p = image_part(b, bat, e)) != NULL;
-        } else {
-            ok = serve_fail(e, 400, "unsupported_feature", bat,
-                            "%s: blocks of type '%.40s' are not read here (text, image, "
-                            "tool_result)",
-                            bat, t);
-        }
+        json_t *p = content_part(b, bat, "text, image, tool_result", e);
+        ok = p != NULL;
         if (ok && json_array_append_new(parts, p) != 0) ok = oom(e);
     }
     if (ok && json_array_size(parts) > 0)

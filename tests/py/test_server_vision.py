@@ -355,3 +355,35 @@ def test_large_images_at_once_stay_within_memory():
         if not os.environ.get("TS_SERVER_BIN"):  # a sanitizer's allocator keeps freed memory
             grown = peak_mb() - before
             assert grown < 400, f"peak memory grew {grown:.0f} MB"
+
+
+def test_messages_images_and_tool_results(warm):
+    """Anthropic's Messages API with a vision model: an image block of a user message, and an
+    image among a tool_result's blocks (a tool that read a picture), answer as the chat
+    request they mean - the image, and the text before and after it, in a tool message."""
+    src = {"type": "base64", "media_type": "image/png",
+           "data": base64.b64encode(DOTS).decode()}
+    msgs = [{"role": "user", "content": [{"type": "image", "source": src},
+                                         {"type": "text", "text": "Open it."}]},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "read",
+                                               "input": {}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": [
+                {"type": "text", "text": "the file:"}, {"type": "image", "source": src},
+                {"type": "text", "text": "(64x64)"}]}]}]
+    st, _, m = warm.post("/v1/messages", {"max_tokens": 4, "temperature": 0, "messages": msgs})
+    assert st == 200, m
+    part = {"type": "image_url", "image_url": {"url": data_url(DOTS)}}
+    chat = [{"role": "user", "content": [part, {"type": "text", "text": "Open it."}]},
+            {"role": "assistant", "content": None, "tool_calls": [
+                {"id": "t1", "type": "function", "function": {"name": "read", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": "t1", "content": [
+                {"type": "text", "text": "the file:"}, part, {"type": "text", "text": "(64x64)"}]}]
+    st, _, c = warm.post("/v1/chat/completions", {"max_tokens": 4, "temperature": 0,
+                                                  "messages": chat})
+    assert st == 200, c
+    assert m["usage"]["input_tokens"] == c["usage"]["prompt_tokens"] > 2 * 64
+    assert m["content"][0]["text"] == c["choices"][0]["message"]["content"]
+    # a block the tool_result cannot hold is named
+    msgs[2]["content"][0]["content"].append({"type": "document", "source": src})
+    st, _, e = warm.post("/v1/messages", {"max_tokens": 4, "messages": msgs})
+    assert st == 400 and "messages[2].content.0.content.3" in e["error"]["message"], e
