@@ -37,6 +37,11 @@ def requests_for(srv):
     # logit_bias: entries of the same list, held steps get them at their launch too
     ask(chat("Tell me about the sea.", temperature=0.8, seed=11, repetition_penalty=1.2,
              logit_bias={str(t): 2.0 for t in range(100, 140)}, **LONG))
+    # a thinking budget: the end put in replaces the held step's draws
+    ask(chat("Tell me about the sea.", temperature=0.8, seed=13, thinking_token_budget=10,
+             chat_template_kwargs={"enable_thinking": True}, **LONG))
+    ask(chat("Tell me about the sea.", thinking_token_budget=3,
+             chat_template_kwargs={"enable_thinking": True}, **LONG))
     # min_tokens: its bans are entries of the list too, lifted mid-answer under a held step
     _, _, t = srv.post("/tokenize", {"content": "<|im_end|>"})
     ask(chat("Tell me about the sea.", temperature=0.8, seed=12, min_tokens=12,
@@ -129,6 +134,21 @@ def test_speculative_decoding_on_the_gpu():
         sp.test_several_choices_and_a_stream(srv, plain)
         sp.test_the_answer_ends_where_it_would(srv, plain)
         sp.test_a_grammar_constrains_the_guessed_tokens_too(srv, plain)
+
+
+def test_thinking_budget_on_the_gpu():
+    """The thinking budget's end put in for the device's draws, decoded ahead or guessed
+    (test_server_thinking_budget.py's checks)."""
+    import test_server_thinking_budget as tb
+
+    with serve_cuda({}, "--alias", "tiny-test") as srv:
+        tb.test_budget_ends_the_thinking(srv)
+        tb.test_budget_zero_and_unbounded(srv)
+        tb.test_budget_waits_for_a_character(srv)
+        tb.test_stream_and_logprobs(srv)
+        tb.test_guesses_do_not_pass_the_end(srv)
+        tb.test_budget_then_grammar(srv)
+        tb.test_responses_and_messages(srv)
 
 
 def test_embeddings_on_the_gpu():
