@@ -70,6 +70,12 @@ int cmd_serve(int argc, char **argv) {
             o.media_dir = media_dir;
             continue;
         }
+        if ((v = cli_opt_value(argc, argv, &i, NULL, "--allowed-media-domains"))) {
+            if (!*v || strspn(v, ",") == strlen(v))
+                return cli_usage("bad --allowed-media-domains '%s' (hosts, comma-separated)", v);
+            o.media_hosts = v;
+            continue;
+        }
         if ((v = cli_opt_value(argc, argv, &i, NULL, "--reasoning-budget-message"))) {
             o.reasoning_message = v;
             continue;

@@ -28,7 +28,8 @@ static const struct {
      "[--idle-timeout 30] [--send-timeout 600] [--request-timeout 60] [--max-connections 1024] "
      "[--max-connections-per-ip N] [--cors-origins '*'|LIST|''] "
      "[--device cpu|cuda] [--prefill-chunk N] [--image-max-pixels N] [--allow-media-urls] "
-     "[--media-url-max-mb 32] [--media-url-timeout 10] [--allowed-media-dir DIR] [--draft-max 8] "
+     "[--media-url-max-mb 32] [--media-url-timeout 10] [--allowed-media-domains HOST,...] "
+     "[--allowed-media-dir DIR] [--draft-max 8] "
      "[--draft-lookup] [--pooling last|mean|cls] [--matryoshka any|LENGTHS]"},
     {"ppl", cmd_ppl,
      "ppl -m MODEL -f FILE [--ctx 512] [--stride 256] [--max-tokens N] "

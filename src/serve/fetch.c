@@ -1,5 +1,7 @@
 #include "serve/fetch.h"
 
+#include "base/clock.h"
+
 #include <curl/curl.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -43,19 +45,45 @@ static size_t on_bytes(char *p, size_t size, size_t n, void *ctx) {
     return k;
 }
 
-/* One URL's bytes into d, or e set. */
+/* Whether url's host is one o->hosts names (a comma-separated list, hosts compared without
+ * regard to case; NULL: any host); host receives it for the refusal's message. */
+static bool host_allowed(const char *url, const serve_fetch_opts *o, char *host, size_t cap) {
+    snprintf(host, cap, "?");
+    if (!o->hosts) return true;
+    CURLU *u = curl_url();
+    char *h = NULL;
+    bool ok = false;
+    if (u && curl_url_set(u, CURLUPART_URL, url, 0) == CURLUE_OK &&
+        curl_url_get(u, CURLUPART_HOST, &h, 0) == CURLUE_OK) {
+        snprintf(host, cap, "%s", h);
+        size_t n = strlen(h);
+        for (const char *p = o->hosts; *p && !ok;) {
+            size_t k = strcspn(p, ",");
+            ok = k == n && !strncasecmp(p, h, n);
+            p += k + (p[k] == ',');
+        }
+    }
+    curl_free(h);
+    curl_url_cleanup(u);
+    return ok;
+}
+
+#define SERVE_FETCH_REDIRECTS 5
+
+/* One URL's bytes into d, or e set. Redirects are followed here, not by libcurl, so that each
+ * URL's host is checked against the allowed hosts before anything connects to it. */
 static bool fetch_one(serve_image_data *d, const serve_fetch_opts *o, serve_error *e) {
     const char *what = d->video ? "video" : "image";
     CURL *c = curl_easy_init();
-    if (!c) return serve_fail(e, 500, "internal_error", NULL, "out of memory");
+    char *url = strdup(d->url);
+    if (!c || !url) {
+        curl_easy_cleanup(c);
+        free(url);
+        return serve_fail(e, 500, "internal_error", NULL, "out of memory");
+    }
     sink s = {.max = o->max_bytes};
-    char err[CURL_ERROR_SIZE] = "";
-    curl_easy_setopt(c, CURLOPT_URL, d->url);
+    char err[CURL_ERROR_SIZE] = "", host[256];
     curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
-    curl_easy_setopt(c, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
-    curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 1L);
-    curl_easy_setopt(c, CURLOPT_MAXREDIRS, 5L);
-    curl_easy_setopt(c, CURLOPT_TIMEOUT, (long)o->timeout_s);
     curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L); /* threads: no SIGALRM for name lookups */
     curl_easy_setopt(c, CURLOPT_FAILONERROR, 1L);
     curl_easy_setopt(c, CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)o->max_bytes);
@@ -63,11 +91,43 @@ static bool fetch_one(serve_image_data *d, const serve_fetch_opts *o, serve_erro
     curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_bytes);
     curl_easy_setopt(c, CURLOPT_WRITEDATA, &s);
     curl_easy_setopt(c, CURLOPT_ERRORBUFFER, err);
-    CURLcode rc = curl_easy_perform(c);
+    double end = ts_now_s() + o->timeout_s; /* the whole transfer, redirects included */
+    CURLcode rc = CURLE_OK;
     long status = 0;
-    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
+    bool refused = false, too_many = false;
+    for (int hop = 0;; hop++) {
+        if ((refused = !host_allowed(url, o, host, sizeof host))) break;
+        long ms = (long)((end - ts_now_s()) * 1000);
+        curl_easy_setopt(c, CURLOPT_URL, url);
+        curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, ms > 1 ? ms : 1L);
+        s.len = 0; /* a redirect's own body is not the file */
+        rc = curl_easy_perform(c);
+        curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
+        char *next = NULL;
+        if (rc != CURLE_OK || status < 300 || status >= 400 ||
+            curl_easy_getinfo(c, CURLINFO_REDIRECT_URL, &next) != CURLE_OK || !next)
+            break;
+        if ((too_many = hop == SERVE_FETCH_REDIRECTS)) break;
+        free(url);
+        if (!(url = strdup(next))) {
+            s.oom = true;
+            break;
+        }
+    }
     curl_easy_cleanup(c);
-    if (rc == CURLE_OK && s.len > 0) {
+    free(url);
+    if (refused || too_many) {
+        free(s.data);
+        if (refused)
+            return serve_fail(e, 400, "invalid_value", d->param,
+                              "%s: this server fetches no %ss from '%.200s' (only from the hosts "
+                              "of --allowed-media-domains)",
+                              d->param, what, host);
+        return serve_fail(e, 400, "invalid_value", d->param,
+                          "%s: fetching the %s took more than %d redirects", d->param, what,
+                          SERVE_FETCH_REDIRECTS);
+    }
+    if (rc == CURLE_OK && s.len > 0 && !s.oom) {
         d->data = s.data, d->len = s.len;
         return true;
     }

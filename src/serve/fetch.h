@@ -17,6 +17,9 @@ typedef struct {
     size_t max_bytes; /* a file's bytes at most */
     int timeout_s;    /* a file's whole transfer, redirects included */
     const char *dir;  /* file: URLs are read from under it (a canonical path); NULL: none */
+    /* the only hosts fetched from, each redirect's too (a comma-separated list, compared
+     * without regard to case; --allowed-media-domains); NULL: any */
+    const char *hosts;
 } serve_fetch_opts;
 
 /* dir as the canonical path serve_fetch_opts.dir wants, into out (PATH_MAX bytes); false

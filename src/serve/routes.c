@@ -461,8 +461,9 @@ static bool admit(serve_server *s, serve_choices *cs, serve_error *e) {
 
 /* The images and videos of a parsed request given by URL, fetched as the server allows. */
 static bool fetch_media(const serve_server *s, serve_request *r, serve_error *e) {
-    serve_fetch_opts o = {s->o.allow_media_urls, (size_t)s->o.media_url_max_mb << 20,
-                          s->o.media_url_timeout_s, s->o.media_dir};
+    serve_fetch_opts o = {s->o.allow_media_urls || s->o.media_hosts,
+                          (size_t)s->o.media_url_max_mb << 20, s->o.media_url_timeout_s,
+                          s->o.media_dir, s->o.media_hosts};
     return serve_fetch_media(r, &o, e);
 }
 

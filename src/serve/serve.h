@@ -56,6 +56,9 @@ typedef struct {
     bool allow_media_urls;
     int media_url_max_mb, media_url_timeout_s;
     const char *media_dir;
+    /* --allowed-media-domains: http(s) URLs are fetched from these hosts only (a
+     * comma-separated list; fetching on even without allow_media_urls); NULL: any */
+    const char *media_hosts;
     /* speculative decoding: tokens guessed a step at most (0: none), from a request's
      * prediction and, with draft_lookup, by prompt lookup (serve/speculate.c) */
     int draft_max;

@@ -23,6 +23,15 @@ class Files(http.server.BaseHTTPRequestHandler):
             self.send_response(302)
             self.send_header("Location", "/stripes.png")
             self.end_headers()
+        elif self.path == "/loop":
+            self.send_response(302)
+            self.send_header("Location", "/loop")
+            self.end_headers()
+        elif self.path == "/away":  # to this server by its address, not by the name asked
+            self.send_response(302)
+            self.send_header("Location",
+                             f"http://127.0.0.1:{self.server.server_address[1]}/stripes.png")
+            self.end_headers()
         elif self.path == "/to-file":
             self.send_response(302)
             self.send_header("Location", "file:///etc/hostname")
@@ -99,6 +108,7 @@ def test_image_at_a_url_is_the_image_inline(srv, files):
     ("/to-file", "fetching the image failed"),
     ("/big.png", "larger than this server fetches"),
     ("/slow.png", "took longer than 1 s"),
+    ("/loop", "more than 5 redirects"),
 ])
 def test_a_url_that_fails_is_400(srv, files, path, says):
     t0 = time.monotonic()
@@ -116,6 +126,25 @@ def test_other_schemes_and_unreachable_hosts(srv):
     for url in ("ftp://127.0.0.1/x.png", "gopher://127.0.0.1/x.png", "http://127.0.0.1:1/x.png"):
         st, _, e = srv.post("/v1/chat/completions", ask(url))
         assert st == 400 and e["error"]["param"] == "messages[0].content[1]", (url, e)
+
+
+def test_only_the_allowed_hosts(files):
+    """--allowed-media-domains: fetching on, from those hosts only - each redirect's target
+    checked before it is fetched; the host compared without regard to case."""
+    by_name = files.replace("127.0.0.1", "localhost")
+    with Server("--allowed-media-domains", "example.org,LocalHost", model=tiny_vl_model()) as s:
+        st, _, want = s.post("/v1/chat/completions", ask(data_url(STRIPES)))
+        for url in (by_name + "/stripes.png", by_name + "/moved"):
+            st, _, r = s.post("/v1/chat/completions", ask(url))
+            assert st == 200 and answer(r) == answer(want), (url, r)
+        for url in (files + "/stripes.png", by_name + "/away"):
+            st, _, e = s.post("/v1/chat/completions", ask(url))
+            assert st == 400 and e["error"]["param"] == "messages[0].content[1]", (url, e)
+            assert "'127.0.0.1'" in e["error"]["message"], e
+            assert "--allowed-media-domains" in e["error"]["message"], e
+    p = subprocess.run([binary(), "serve", "-m", tiny_vl_model(), "--allowed-media-domains", ","],
+                       capture_output=True, timeout=30)
+    assert p.returncode == 1 and b"allowed-media-domains" in p.stderr
 
 
 def test_urls_are_refused_unless_allowed(files):
