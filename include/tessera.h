@@ -546,6 +546,34 @@ int ts_sampler_top(ts_sampler *s, const float *logits, int k, int32_t *ids, floa
 void ts_sampler_logprobs(ts_sampler *s, const float *logits, int32_t id, int n_top,
                          ts_logprobs *out);
 
+/* ---- thinking budget --------------------------------------------------------------------- */
+
+/* Bounds a generation's thinking (its tokens between <think> and </think>): once it has thought
+ * `budget` tokens, the caller's `end` (a message's tokens, then </think>) is put in, a token a
+ * step, in place of the draws, and the generation goes on after it. Not inside a character: a
+ * budget that runs out where the text so far ends inside one waits for up to 3 more tokens
+ * (the most a character can still need). Thinking opened again later counts on from where it
+ * stopped. The caller draws as usual and takes ts_think_budget_forced's token instead where
+ * there is one, then hands every token out to ts_think_budget_token. */
+typedef struct {
+    int32_t open, close; /* the tags' ids */
+    int budget;          /* tokens of thinking; -1: no bound */
+    const int32_t *end;  /* borrowed: n_end tokens, ending in close */
+    int n_end;
+    bool thinking; /* inside <think> */
+    int thought;   /* tokens thought so far */
+    int end_at;    /* the next of end's tokens to put in; -1: none */
+} ts_think_budget;
+/* thinking: the prompt ends inside <think> (a budget of 0 then puts the end in first). No
+ * bound where budget < 0, n_end == 0 or the tags are not tokens (open or close < 0). */
+void ts_think_budget_init(ts_think_budget *b, int32_t open, int32_t close, int budget,
+                          const int32_t *end, int n_end, bool thinking);
+/* The token the next draw must give; -1 when the draw is free. */
+int32_t ts_think_budget_forced(const ts_think_budget *b);
+/* After each token out (id), the text so far ending inside a character or not (mid_char:
+ * ts_detokenizer_mid_char). */
+void ts_think_budget_token(ts_think_budget *b, int32_t id, bool mid_char);
+
 /* ---- constrained decoding --------------------------------------------------------------- */
 
 /* A grammar the generated text must follow (immutable once made; may be shared by threads). */

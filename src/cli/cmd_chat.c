@@ -15,7 +15,8 @@ typedef struct {
     ts_engine *engine;
     const ts_tokenizer *tok;
     int32_t im_end, newline;
-    bool vision; /* the engine takes images */
+    int32_t think[2]; /* <think>, </think>; -1 where the vocabulary has none */
+    bool vision;      /* the engine takes images */
     int n_embd;
     cli_images ci; /* the images the next message carries; ci.vinfo: the model's */
     char *paths[CLI_MAX_IMAGES];
@@ -121,6 +122,7 @@ int cmd_chat(int argc, char **argv) {
     int n_image_args = 0;
     long max_new = 512;
     int thinking = -1;
+    long think_budget = -1;
     ts_sampler_params sp;
     ts_sampler_params_default(&sp);
     sp.temperature = 0.7f;
@@ -137,6 +139,9 @@ int cmd_chat(int argc, char **argv) {
             thinking = 1;
         } else if (strcmp(argv[i], "--no-think") == 0) {
             thinking = 0;
+        } else if ((v = cli_opt_value(argc, argv, &i, NULL, "--think-budget"))) {
+            if (!cli_parse_int(v, -1, 1 << 30, &think_budget))
+                return cli_usage("bad --think-budget '%s'", v);
         } else if (!strcmp(argv[i], "--image") || !strcmp(argv[i], "--video")) {
             bool video = argv[i][2] == 'v';
             v = cli_opt_value(argc, argv, &i, NULL, argv[i]);
@@ -177,6 +182,7 @@ int cmd_chat(int argc, char **argv) {
                   .tok = tok,
                   .im_end = close_id,
                   .newline = single_token(tok, "\n", bos),
+                  .think = {single_token(tok, "<think>", bos), single_token(tok, "</think>", bos)},
                   .vision = ts_engine_vision(engine) && ts_model_vision(model, NULL)};
     if (c.vision) {
         ts_model_info mi;
@@ -287,6 +293,11 @@ int cmd_chat(int argc, char **argv) {
             }
             rows = c.ci.rows, rope = c.ci.rope;
         }
+        /* the answer starts inside the thinking where the turn's last <think> is open */
+        bool in_think = false;
+        for (int k = 0; k < nt; k++)
+            if (c.think[0] >= 0 && (turn[k] == c.think[0] || turn[k] == c.think[1]))
+                in_think = turn[k] == c.think[0];
         double t0 = cli_now();
         ts_status st = prefill(&c, turn, nt, rows, rope, logits);
         double t_prefill = cli_now() - t0;
@@ -299,7 +310,10 @@ int cmd_chat(int argc, char **argv) {
         }
         first = false;
         int room = n_ctx - ts_engine_slot_len(engine, 0) - 1;
-        cli_gen g = {engine, 0, sampler, tok, detok, true, true, NULL, NULL, c.delta};
+        ts_think_budget tb;
+        ts_think_budget_init(&tb, c.think[0], c.think[1], (int)think_budget, &c.think[1], 1,
+                             in_think);
+        cli_gen g = {engine, 0, sampler, tok, detok, true, true, NULL, NULL, c.delta, &tb, true};
         cli_gen_result gr;
         if (cli_generate(&g, logits, ts_engine_slot_len(engine, 0),
                          (int)(max_new < room ? max_new : room), &gr) != TS_OK) {

@@ -166,7 +166,8 @@ int cmd_run(int argc, char **argv) {
         goto done;
     }
     double t_prefill = cli_now() - t0;
-    cli_gen g = {engine, 0, sampler, tok, detok, tok && !ignore_eos, false, out, gm, ci.delta};
+    cli_gen g = {engine, 0,   sampler, tok,      detok, tok && !ignore_eos,
+                 false,  out, gm,      ci.delta, NULL,  false};
     cli_gen_result gr;
     if (cli_generate(&g, logits, n_prompt, (int)n_gen, &gr) != TS_OK) {
         rc = cli_fail("decode failed");

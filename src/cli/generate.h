@@ -18,6 +18,11 @@ typedef struct {
     ts_grammar_matcher *gm;
     /* rotary positions of a generated token: its place plus this (after an image; 0 = none) */
     int32_t rope_delta;
+    /* NULL, or the thinking's tags followed and its budget kept (the tokens it puts in are
+     * taken instead of the draws); with show_think the thinking is printed between <think>
+     * and </think> (dimmed on a terminal), which the detokenizer would leave out */
+    ts_think_budget *think;
+    bool show_think;
 } cli_gen;
 
 typedef struct {

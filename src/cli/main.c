@@ -15,7 +15,8 @@ static const struct {
      "[--ignore-eos] [--json | --json-schema FILE | --grammar FILE] [--image FILE ...] [--video "
      "FILE ...]"},
     {"chat", cmd_chat,
-     "chat -m MODEL [--system TEXT] [--think] [-n MAX] [--image FILE ...] [--video FILE ...] "
+     "chat -m MODEL [--system TEXT] [--think] [--think-budget N] [-n MAX] [--image FILE ...] "
+     "[--video FILE ...] "
      "[--temp T] [--top-k K] "
      "[--top-p P] [--min-p P] [--seed S] [--threads K]"},
     {"serve", cmd_serve,

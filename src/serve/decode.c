@@ -361,31 +361,9 @@ bool serve_lane_constrained(const serve_lane *ln) {
     return ln->gm && ln->to.ch != SERVE_CH_REASONING;
 }
 
-/* ---- the thinking budget ------------------------------------------------------------------ */
-
-/* The token the lane's next draw must give, -1 when it is free: while the end of a thinking
- * that ran out of budget is put in, its next token. */
-int32_t serve_lane_forced(const serve_lane *ln) {
-    return ln->think_end_at >= 0 ? ln->job->think_end[ln->think_end_at] : -1;
-}
-
-/* After a token out (was_thinking: it was drawn inside the thinking): counts the thinking and
- * moves through the end being put in; once the thinking has used its budget, the end starts -
- * but not in the middle of a character (a byte token begun), whose bytes would come out as
- * U+FFFD: that waits for up to 3 more tokens, the most a character can still need. The
- * thinking's own </think> ends it as it would; thinking opened again later counts on. */
-static void think_budget_token(serve_lane *ln, bool was_thinking) {
-    const serve_job *j = ln->job;
-    if (j->think_budget < 0) return;
-    if (ln->think_end_at >= 0) {
-        if (++ln->think_end_at == j->n_think_end) ln->think_end_at = -1;
-        return;
-    }
-    if (was_thinking) ln->thought++;
-    bool over = ln->to.ch == SERVE_CH_REASONING && ln->thought >= j->think_budget;
-    if (over && (ln->thought >= j->think_budget + 3 || !ts_detokenizer_mid_char(ln->dt)))
-        ln->think_end_at = 0;
-}
+/* The token the lane's next draw must give (the end of a thinking that used its budget, put
+ * in a token a step: ts_think_budget), -1 when the draw is free. */
+int32_t serve_lane_forced(const serve_lane *ln) { return ts_think_budget_forced(&ln->think); }
 
 /* The lane's matcher, and the decoder's vocabulary for grammars when this is the first job
  * that needs it (~0.1 s for a 248k-token vocabulary). The think tags are not text: the text
@@ -627,7 +605,6 @@ void serve_lane_token(serve_decoder *d, serve_lane *ln, int32_t tok, const ts_lo
     serve_job *j = ln->job;
     int k = ln->k;
     bool gm_on = serve_lane_constrained(ln); /* the token was drawn under the grammar */
-    bool was_thinking = ln->to.ch == SERVE_CH_REASONING;
     serve_logprob lp;
     if (ln->want_lp) to_job_logprob(tok, tl, ln->n_top, &lp);
     ln->seq[ln->n_seq++] = tok;
@@ -679,7 +656,7 @@ void serve_lane_token(serve_decoder *d, serve_lane *ln, int32_t tok, const ts_lo
     if (eog && stopped) j->stop_str = ln->to.stop.hit; /* the held bytes ended in a stop string */
     if (st == TS_OK && ln->want_lp) st = push_logprob_locked(j, &lp);
     pthread_mutex_unlock(&j->mu);
-    think_budget_token(ln, was_thinking);
+    ts_think_budget_token(&ln->think, tok, ts_detokenizer_mid_char(ln->dt));
     if (eog) {
         stopped = true;
     } else {
@@ -733,8 +710,8 @@ static void lane_first_token(serve_decoder *d, serve_lane *ln, float *logits) {
     ln->penalised = has_penalties(j) || j->n_bias > 0 || j->min_tokens > 0;
     ln->n_top = j->top_logprobs < TS_MAX_TOP_LOGPROBS ? j->top_logprobs : TS_MAX_TOP_LOGPROBS;
     ln->k = 0;
-    ln->thought = 0;
-    ln->think_end_at = j->think_budget == 0 && j->in_think ? 0 : -1; /* no thinking at all */
+    ts_think_budget_init(&ln->think, d->think_open, d->think_close, j->think_budget, j->think_end,
+                         j->n_think_end, j->in_think);
     adjust_reset(d, ln);
     if (j->max_tokens < 1) {
         serve_lane_end(d, ln, SERVE_FINISH_LENGTH, TS_OK);

@@ -85,10 +85,7 @@ typedef struct {
     bool encoding;  /* the job's images still need the vision tower (one a step) */
     int k;          /* tokens out */
     int32_t last;   /* the last token out: the next step's input */
-    /* the thinking budget (job.think_budget): the answer's tokens of thinking so far, and
-     * while its end is being put in, the next of job.think_end's tokens to put in (-1: none) */
-    int thought;
-    int think_end_at;
+    ts_think_budget think; /* the job's thinking budget (think_budget, think_end) */
     /* speculative decoding: where the guesses come from, and this step's (n_draft of them in
      * draft[draft_max]) and its first row of the step's logits */
     serve_draft guess;
