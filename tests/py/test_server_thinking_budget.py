@@ -203,3 +203,18 @@ def test_budget_then_grammar(srv):
     assert got["token_ids"][6] == token_id(srv, "</think>")
     assert got["finish_reason"] == "stop"
     assert set(json.loads(got["message"]["content"])) == {"a"}
+
+
+def test_choices_decode_together(srv):
+    """n choices decode in one batch, each lane with its own budget's end put in at its own
+    step: each equals the request for that choice alone (choice c's seed is seed + c)."""
+    body = dict(thinking_token_budget=6, temperature=0.9, seed=40, max_tokens=24)
+    st, _, r = srv.post("/v1/chat/completions", {
+        "model": "tiny-test", "messages": MSG, "return_token_ids": True, "n": 3,
+        "chat_template_kwargs": THINK, **body})
+    assert st == 200, r
+    close = token_id(srv, "</think>")
+    for c in r["choices"]:
+        alone = chat(srv, **dict(body, seed=40 + c["index"]))
+        assert c["token_ids"] == alone["token_ids"], c["index"]
+        assert close in c["token_ids"][6:10], c["token_ids"]
