@@ -252,6 +252,9 @@ const char *ts_tokenizer_token_bytes(const ts_tokenizer *tok, int32_t id, size_t
 /* True for the tokens that end a generation (<|im_end|>, <|endoftext|>, <end_of_turn>, and a
  * GGUF's eos/eot ids). */
 bool ts_tokenizer_is_eog(const ts_tokenizer *tok, int32_t id);
+/* Whether the tokenizer's chat format has tools and tool calls (Qwen3.5's; Gemma 3's has none:
+ * ts_chat_tokenize refuses them there, TS_ERR_UNSUPPORTED). */
+bool ts_tokenizer_chat_tools(const ts_tokenizer *tok);
 
 /* Fill in the middle: the vocabulary's frame tokens (-1 where absent), from a GGUF's
  * tokenizer.ggml.fim_{pre,suf,mid,pad,rep,sep}_token_id or else by their Qwen spelling

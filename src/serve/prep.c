@@ -50,6 +50,30 @@ ts_chat_params serve_chat_params(const serve_request *r, const serve_images *im)
                             .continue_final = r->continue_final};
 }
 
+bool serve_chat_ids(const serve_runtime *rt, const serve_request *r, serve_images *im,
+                    int32_t **ids, size_t *n, serve_error *e) {
+    /* a chat format without tools (Gemma 3's) would leave them out: refused, never dropped */
+    if (!ts_tokenizer_chat_tools(rt->tok)) {
+        if (r->tools_json)
+            return serve_fail(e, 400, "unsupported_feature", "tools",
+                              "this model's chat format has no tools (Gemma 3's template leaves "
+                              "them out, so the model would never see them): send the request "
+                              "without tools");
+        for (int i = 0; i < r->n_msgs; i++)
+            if (r->msgs[i].n_tool_calls > 0) {
+                char param[48];
+                snprintf(param, sizeof param, "messages[%d].tool_calls", i);
+                return serve_fail(e, 400, "unsupported_feature", param,
+                                  "%s: this model's chat format has no tool calls", param);
+            }
+    }
+    if (!serve_read_images(rt, r, im, e)) return false;
+    ts_chat_params cp = serve_chat_params(r, im);
+    if (ts_chat_tokenize(rt->tok, r->msgs, r->n_msgs, &cp, ids, n) != TS_OK)
+        return serve_fail(e, 400, "invalid_value", "messages", "%s", ts_last_error());
+    return true;
+}
+
 static bool tokenize(const serve_runtime *rt, serve_request *r, int prompt, serve_images *im,
                      int32_t **ids, int *n, serve_error *e) {
     const serve_prompt *p = r->api == SERVE_API_CHAT ? NULL : &r->prompts[prompt];
@@ -63,10 +87,7 @@ static bool tokenize(const serve_runtime *rt, serve_request *r, int prompt, serv
                               "%sprompt[%d]: token id %d is not in the vocabulary of %d", at, i,
                               p->ids[i], rt->n_vocab);
     if (r->api == SERVE_API_CHAT) {
-        if (!serve_read_images(rt, r, im, e)) return false;
-        ts_chat_params cp = serve_chat_params(r, im);
-        if (ts_chat_tokenize(rt->tok, r->msgs, r->n_msgs, &cp, ids, &nn) != TS_OK)
-            return serve_fail(e, 400, "invalid_value", "messages", "%s", ts_last_error());
+        if (!serve_chat_ids(rt, r, im, ids, &nn, e)) return false;
         /* the most prompt tokens that leave the answer its room (the checks below) */
         long long room = r->max_tokens >= 0 ? (long long)rt->n_ctx - r->max_tokens : rt->n_ctx - 1;
         if (r->truncate_auto && room > 0 && nn > (size_t)room &&

@@ -33,6 +33,13 @@ bool serve_prepare(const serve_runtime *rt, serve_request *r, int prompt, int ch
 bool serve_read_images(const serve_runtime *rt, const serve_request *r, serve_images *im,
                        serve_error *e);
 
+/* A chat request's prompt ids (malloc'd), its images decoded and planned into im: rendered in
+ * the model's chat format and tokenized, as its answer's prompt and /tokenize both take it.
+ * Tools, or an assistant's tool calls, for a chat format without them (Gemma 3's) are a 400
+ * unsupported_feature. */
+bool serve_chat_ids(const serve_runtime *rt, const serve_request *r, serve_images *im,
+                    int32_t **ids, size_t *n, serve_error *e);
+
 /* How the request's chat is rendered (generation prompt, thinking, tools, continuing the final
  * message), with its images' token counts: for its prompt and for /tokenize alike. */
 ts_chat_params serve_chat_params(const serve_request *r, const serve_images *im);

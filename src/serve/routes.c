@@ -608,11 +608,7 @@ static bool chat_prompt_ids(serve_server *s, const serve_runtime *rt, json_t *ro
     bool ok = serve_request_parse(SERVE_API_CHAT, root, s->model_ids, 0, &req, e);
     serve_images im = {0};
     if (ok) ok = fetch_media(s, &req, e);
-    if (ok && (ok = serve_read_images(rt, &req, &im, e))) {
-        ts_chat_params cp = serve_chat_params(&req, &im);
-        if (ts_chat_tokenize(rt->tok, req.msgs, req.n_msgs, &cp, ids, n) != TS_OK)
-            ok = serve_fail(e, 400, "invalid_value", "messages", "%s", ts_last_error());
-    }
+    if (ok) ok = serve_chat_ids(rt, &req, &im, ids, n, e);
     serve_images_free(&im);
     serve_request_free(&req);
     return ok;

@@ -6,11 +6,15 @@
  * message and then alternate user / non-user (its exact test), each rendered as
  * `<start_of_turn>{role}\n{content trimmed}<end_of_turn>\n` with assistant named "model" and
  * other roles by their name; content parts: text trimmed, images as `<start_of_image>`, other
- * kinds nothing; then `<start_of_turn>model\n` when a generation prompt is wanted. Reasoning and
- * tool calls are not part of the format and are ignored, as the template ignores them. */
+ * kinds nothing; then `<start_of_turn>model\n` when a generation prompt is wanted. Reasoning is
+ * not part of the format and is left out, as the template leaves it out. Tools and an
+ * assistant's tool calls are not part of it either; the template leaves them out too, but a
+ * model that never saw them cannot call them, so here they are refused (TS_ERR_UNSUPPORTED)
+ * rather than dropped without a word. */
 #include "text/chat.h"
 #include "text/utf8.h"
 
+#include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -77,7 +81,24 @@ static const char *gemma_role(ts_chat_role r) {
     }
 }
 
+/* Whether tools_json lists any tool (NULL and "[]" none; anything else unread counts as some:
+ * refused, not dropped). */
+static bool has_tools(const char *tools_json) {
+    if (!tools_json) return false;
+    json_t *t = json_loads(tools_json, 0, NULL);
+    bool none = json_is_array(t) && json_array_size(t) == 0;
+    json_decref(t);
+    return !none;
+}
+
 static ts_status gemma_render(const ts_chat_msg *msgs, int n, const ts_chat_opts *o, gemma_out *g) {
+    if (has_tools(o->tools_json))
+        return ts_error(TS_ERR_UNSUPPORTED, "the Gemma 3 chat format has no tools (its template "
+                                            "leaves them out, so the model would never see them)");
+    for (int i = 0; i < n; i++)
+        if (msgs[i].n_tool_calls > 0)
+            return ts_error(TS_ERR_UNSUPPORTED,
+                            "chat: message %d: the Gemma 3 chat format has no tool calls", i);
     TS_TRY(gemma_control(g, "<bos>"));
     const char *prefix = NULL; /* the system text, before the first turn's content */
     int first = 0;

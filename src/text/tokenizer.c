@@ -438,6 +438,8 @@ const char *ts_tokenizer_token_bytes(const ts_tokenizer *t, int32_t id, size_t *
     return t->spm ? ts_spm_token_bytes(t->spm, id, len) : ts_bpe_token_bytes(t->bpe, id, len);
 }
 
+bool ts_tokenizer_chat_tools(const ts_tokenizer *t) { return t->chat == TOK_CHAT_QWEN; }
+
 bool ts_tokenizer_is_eog(const ts_tokenizer *t, int32_t id) {
     for (int i = 0; id >= 0 && i < t->n_eog; i++)
         if (t->eog[i] == id) return true;

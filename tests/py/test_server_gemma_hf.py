@@ -110,3 +110,30 @@ def test_generation_ends_on_generation_configs_ids(server, end):
                         "logit_bias": {str(end): 100}})
     choice = r["choices"][0]
     assert choice["finish_reason"] == "stop" and choice["message"]["content"] == ""
+
+
+def test_tools_are_refused_not_dropped(server):
+    """Gemma 3's chat format has no tools: its template leaves them (and an assistant's tool
+    calls) out, so a model served with them would never see them. They are a 400, on chat,
+    /tokenize, the Responses API and the Messages API; an empty list of tools is none."""
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}}}}}]
+    msgs = [{"role": "user", "content": "Weather in Paris?"}]
+    for path in ("/v1/chat/completions", "/tokenize"):
+        st, _, e = server.post(path, {"messages": msgs, "tools": tools, "max_tokens": 2})
+        assert st == 400 and e["error"]["code"] == "unsupported_feature", e
+        assert e["error"]["param"] == "tools" and "no tools" in e["error"]["message"]
+    st, _, r = server.post("/v1/chat/completions", {"messages": msgs, "tools": [], "max_tokens": 2})
+    assert st == 200, r
+    called = msgs + [{"role": "assistant", "content": "ok", "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+        {"role": "user", "content": "and?"}]
+    st, _, e = server.post("/v1/chat/completions", {"messages": called, "max_tokens": 2})
+    assert st == 400 and e["error"]["param"] == "messages[1].tool_calls", e
+    st, _, e = server.post("/v1/responses", {"input": "Weather?", "max_output_tokens": 2,
+                                             "tools": [{"type": "function", "name": "f",
+                                                        "parameters": {"type": "object"}}]})
+    assert st == 400 and e["error"]["param"] == "tools", e
+    st, _, e = server.post("/v1/messages", {"max_tokens": 2, "messages": msgs, "tools": [
+        {"name": "f", "input_schema": {"type": "object"}}]})
+    assert st == 400 and "no tools" in e["error"]["message"], e

@@ -104,6 +104,23 @@ static void test_errors(void) {
                           {.role = TS_ROLE_USER, .content = "x"}};
     CHECK(ts_chat_render_gemma(sys, 2, &o, &out) == TS_ERR_INVALID);
     CHECK(out.text == NULL && out.n_segs == 0);
+    /* tools and tool calls: the template leaves them out; refused here, not dropped */
+    ts_chat_msg hi = {.role = TS_ROLE_USER, .content = "hi"};
+    o.tools_json = "[{\"type\": \"function\", \"function\": {\"name\": \"f\"}}]";
+    CHECK(ts_chat_render_gemma(&hi, 1, &o, &out) == TS_ERR_UNSUPPORTED);
+    o.tools_json = "[]"; /* no tools */
+    CHECK(ts_chat_render_gemma(&hi, 1, &o, &out) == TS_OK);
+    ts_chat_out_free(&out);
+    o.tools_json = NULL;
+    ts_chat_tool_call call = {"f", "{}"};
+    ts_chat_msg turns[3] = {
+        {.role = TS_ROLE_USER, .content = "hi"},
+        {.role = TS_ROLE_ASSISTANT, .content = "ok", .tool_calls = &call, .n_tool_calls = 1},
+        {.role = TS_ROLE_USER, .content = "and?"}};
+    CHECK(ts_chat_render_gemma(turns, 3, &o, &out) == TS_ERR_UNSUPPORTED);
+    turns[1].n_tool_calls = 0;
+    CHECK(ts_chat_render_gemma(turns, 3, &o, &out) == TS_OK);
+    ts_chat_out_free(&out);
 }
 
 int main(void) {
