@@ -105,11 +105,52 @@ static json_t *image_part(const json_t *b, const char *at, serve_error *e) {
     return NULL;
 }
 
-/* A text or image block as chat's content part; NULL with e set for any other block (what
- * says which blocks the content may hold). */
+/* A plain-text document block as chat's text part: its title and context, when given, each on
+ * a line before the text. The text is the source's data ({"type": "text"}) or its text blocks
+ * joined ({"type": "content"}); PDFs (base64, url, file sources) are not read, and citations -
+ * which this server does not write - are refused rather than left out. */
+static json_t *document_part(const json_t *b, const char *at, serve_error *e) {
+    const json_t *src = json_object_get(b, "source"), *cit = json_object_get(b, "citations");
+    const char *st = json_is_object(src) ? type_of(src) : "";
+    json_t *text = NULL;
+    if (json_is_true(json_object_get(cit, "enabled")))
+        serve_fail(e, 400, "unsupported_feature", at,
+                   "%s: citations are not written by this server", at);
+    else if (!strcmp(st, "text") && json_is_string(json_object_get(src, "data")))
+        text = json_incref(json_object_get(src, "data"));
+    else if (!strcmp(st, "content") && json_object_get(src, "content"))
+        text = text_of(json_object_get(src, "content"), at, e);
+    else if (!strcmp(st, "text") || !strcmp(st, "content"))
+        serve_fail(e, 400, "invalid_value", at, "%s: a text document's source needs its text", at);
+    else
+        serve_fail(e, 400, "unsupported_feature", at,
+                   "%s: only plain-text documents are read here (source type 'text' or "
+                   "'content'), not '%.40s'",
+                   at, st);
+    if (!text) return NULL;
+    ts_strbuf t = {0};
+    static const char *const heads[] = {"title", "context"};
+    for (int k = 0; k < 2; k++) {
+        const json_t *h = json_object_get(b, heads[k]);
+        if (json_is_string(h) && json_string_length(h) > 0) {
+            ts_strbuf_append(&t, json_string_value(h), json_string_length(h));
+            ts_strbuf_append(&t, "\n\n", 2);
+        }
+    }
+    ts_strbuf_append(&t, json_string_value(text), json_string_length(text));
+    json_decref(text);
+    json_t *p = t.data ? json_pack("{s:s, s:s%}", "type", "text", "text", t.data, t.len) : NULL;
+    ts_strbuf_free(&t);
+    if (!p) oom(e);
+    return p;
+}
+
+/* A text, image or document block as chat's content part; NULL with e set for any other block
+ * (what says which blocks the content may hold). */
 static json_t *content_part(const json_t *b, const char *at, const char *what, serve_error *e) {
     const char *t = type_of(b);
     if (!strcmp(t, "image")) return image_part(b, at, e);
+    if (!strcmp(t, "document")) return document_part(b, at, e);
     if (strcmp(t, "text") != 0) {
         serve_fail(e, 400, "unsupported_feature", at,
                    "%s: blocks of type '%.40s' are not read here (%s)", at, t, what);
@@ -125,8 +166,8 @@ static json_t *content_part(const json_t *b, const char *at, const char *what, s
     return p;
 }
 
-/* A tool_result's content with an image among its blocks: chat's parts, in order (a tool's
- * result may show what it read, as a file reader or a screenshot tool does). */
+/* A tool_result's content with an image or a document among its blocks: chat's parts, in
+ * order (a tool's result may show what it read, as a file reader or a screenshot tool does). */
 static json_t *result_parts(const json_t *c, const char *at, serve_error *e) {
     json_t *parts = json_array();
     if (!parts) return oom(e), NULL;
@@ -135,7 +176,7 @@ static json_t *result_parts(const json_t *c, const char *at, serve_error *e) {
     json_array_foreach(c, k, b) {
         char bat[136];
         snprintf(bat, sizeof bat, "%s.content.%zu", at, k);
-        json_t *p = content_part(b, bat, "text, image", e);
+        json_t *p = content_part(b, bat, "text, image, document", e);
         if (!p || json_array_append_new(parts, p) != 0) {
             if (p) oom(e);
             json_decref(parts);
@@ -145,10 +186,10 @@ static json_t *result_parts(const json_t *c, const char *at, serve_error *e) {
     return parts;
 }
 
-static bool has_image(const json_t *c) {
+static bool beyond_text(const json_t *c) {
     size_t k;
     const json_t *b;
-    json_array_foreach(c, k, b) if (!strcmp(type_of(b), "image")) return true;
+    json_array_foreach(c, k, b) if (strcmp(type_of(b), "text") != 0) return true;
     return false;
 }
 
@@ -161,9 +202,9 @@ static json_t *tool_message(const json_t *b, const char *at, serve_error *e) {
         return NULL;
     }
     const json_t *c = field(b, "content");
-    json_t *text = !c                                 ? json_string("")
-                   : json_is_array(c) && has_image(c) ? result_parts(c, at, e)
-                                                      : text_of(c, at, e);
+    json_t *text = !c                                   ? json_string("")
+                   : json_is_array(c) && beyond_text(c) ? result_parts(c, at, e)
+                                                        : text_of(c, at, e);
     if (!text) return NULL;
     json_t *m = json_pack("{s:s, s:O, s:o}", "role", "tool", "tool_call_id", id, "content", text);
     if (!m) oom(e);
@@ -187,7 +228,7 @@ static bool user_message(serve_msg_read *rd, json_t *msgs, const json_t *content
             ok = m && push(rd, msgs, m, i, e);
             continue;
         }
-        json_t *p = content_part(b, bat, "text, image, tool_result", e);
+        json_t *p = content_part(b, bat, "text, image, document, tool_result", e);
         ok = p != NULL;
         if (ok && json_array_append_new(parts, p) != 0) ok = oom(e);
     }

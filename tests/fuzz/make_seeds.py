@@ -221,6 +221,12 @@ def seeds_openai():
     msgs = [{"model": "tessera", "max_tokens": 8, "system": [{"type": "text", "text": "sys"}],
              "messages": [{"role": "user", "content": "hi"}], "stop_sequences": ["\n"],
              "thinking": {"type": "enabled", "budget_tokens": 1024}, "stream": True},
+            {"max_tokens": 4, "messages": [{"role": "user", "content": [
+                {"type": "document", "title": "t", "context": "c",
+                 "source": {"type": "text", "media_type": "text/plain", "data": "d"}},
+                {"type": "document", "source": {"type": "content",
+                                                "content": [{"type": "text", "text": "e"}]}},
+                {"type": "text", "text": "q"}]}]},
             {"max_tokens": 8, "tools": [{"name": "f", "description": "d",
                                          "input_schema": {"type": "object"}}],
              "tool_choice": {"type": "tool", "name": "f", "disable_parallel_tool_use": True},

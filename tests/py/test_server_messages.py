@@ -97,6 +97,37 @@ def test_stop_sequence(srv):
     assert s["content"][0]["text"] == text[:cut]
 
 
+def test_text_documents(srv):
+    """A plain-text document block (source text, or content blocks) is read as a text part: its
+    title and context each on a line before its text, in the message's order; a PDF and
+    citations are refused, not left out."""
+    doc = {"type": "document", "title": "Notes", "context": "From the wiki.",
+           "source": {"type": "text", "media_type": "text/plain", "data": "The sky is blue."}}
+    body = greedy(max_tokens=8, messages=[{"role": "user", "content": [
+        doc, {"type": "text", "text": "What colour is the sky?"}]}])
+    st, _, m = messages(srv, body)
+    assert st == 200, m
+    want = chat(srv, greedy(max_tokens=8, messages=[{"role": "user", "content": [
+        {"type": "text", "text": "Notes\n\nFrom the wiki.\n\nThe sky is blue."},
+        {"type": "text", "text": "What colour is the sky?"}]}]))
+    assert m["usage"]["input_tokens"] == want["usage"]["prompt_tokens"]
+    assert m["content"][0]["text"] == want["choices"][0]["message"]["content"]
+    blocks = dict(doc, title=None, context=None,
+                  source={"type": "content", "content": [{"type": "text", "text": "The sky "},
+                                                         {"type": "text", "text": "is blue."}]})
+    st, _, m2 = messages(srv, dict(body, messages=[{"role": "user", "content": [
+        blocks, {"type": "text", "text": "What colour is the sky?"}]}]))
+    want2 = chat(srv, greedy(max_tokens=8, messages=[{"role": "user", "content": [
+        {"type": "text", "text": "The sky is blue."},
+        {"type": "text", "text": "What colour is the sky?"}]}]))
+    assert st == 200 and m2["usage"]["input_tokens"] == want2["usage"]["prompt_tokens"], m2
+    for bad, says in ((dict(doc, source={"type": "base64", "media_type": "application/pdf",
+                                         "data": "JVBERi0="}), "plain-text documents"),
+                      (dict(doc, citations={"enabled": True}), "citations")):
+        st, _, e = messages(srv, dict(body, messages=[{"role": "user", "content": [bad]}]))
+        assert st == 400 and says in e["error"]["message"], e
+
+
 def test_thinking_block(srv):
     """thinking enabled: the model's thinking is a thinking block before the text; left out,
     thinking is off (Anthropic's default) and there is none."""
