@@ -29,6 +29,28 @@ static bool parse_matryoshka(const char *v, serve_opts *o) {
     return n > 0;
 }
 
+/* --reasoning-effort-budgets: EFFORT=N pairs, comma-separated (minimal, low, medium, high; N a
+ * budget of at least -1, -1 for none). */
+static bool parse_effort_budgets(const char *v, serve_opts *o) {
+    static const char *const names[] = {"none", "minimal", "low", "medium", "high"};
+    char buf[256];
+    if (!*v || strlen(v) >= sizeof buf) return false;
+    strcpy(buf, v);
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok;
+         tok = strtok_r(NULL, ",", &save)) {
+        char *eq = strchr(tok, '=');
+        long x;
+        if (!eq || !cli_parse_int(eq + 1, -1, INT32_MAX, &x)) return false;
+        *eq = 0;
+        int k = 1; /* "none" turns thinking off: no budget to give */
+        while (k < 5 && strcmp(tok, names[k]) != 0)
+            k++;
+        if (k == 5) return false;
+        o->effort_budget[k] = (int)x;
+    }
+    return true;
+}
+
 int cmd_serve(int argc, char **argv) {
     serve_opts o;
     serve_opts_default(&o);
@@ -110,6 +132,13 @@ int cmd_serve(int argc, char **argv) {
         if ((v = cli_opt_value(argc, argv, &i, NULL, "--pooling"))) {
             if (!cli_parse_pooling(v, &o.pooling))
                 return cli_usage("bad --pooling '%s' (last, mean or cls)", v);
+            continue;
+        }
+        if ((v = cli_opt_value(argc, argv, &i, NULL, "--reasoning-effort-budgets"))) {
+            if (!parse_effort_budgets(v, &o))
+                return cli_usage("bad --reasoning-effort-budgets '%s' (like "
+                                 "minimal=0,low=512,medium=2048,high=-1)",
+                                 v);
             continue;
         }
         if ((v = cli_opt_value(argc, argv, &i, NULL, "--matryoshka"))) {

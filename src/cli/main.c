@@ -23,6 +23,7 @@ static const struct {
      "serve -m MODEL [--host 127.0.0.1] [--port 8080] [--ctx N] "
      "[--max-pending 32] [--parallel N (4 cpu, 16 cuda)] [--max-tokens-cap N] [--threads K] "
      "[--api-key KEY] [--reasoning-budget N] [--reasoning-budget-message TEXT] "
+     "[--reasoning-effort-budgets low=N,...] "
      "[--alias NAME ...] [--any-model] [--cache-mb 1024] [--responses-store-mb 64] [--max-body-kb "
      "4096] [--drain-ms "
      "10000] "

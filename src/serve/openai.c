@@ -798,14 +798,16 @@ static bool parse_chat_extras(serve_request *r, const json_t *o, serve_error *e)
     r->enable_thinking = -1;
     const json_t *re = field(o, "reasoning_effort");
     if (re) {
-        static const char *const efforts[] = {"none", "minimal", "low", "medium", "high"};
+        static const char *const efforts[SERVE_EFFORTS] = {"none", "minimal", "low", "medium",
+                                                           "high"};
         int idx = -1;
-        for (int i = 0; json_is_string(re) && i < 5; i++)
+        for (int i = 0; json_is_string(re) && i < SERVE_EFFORTS; i++)
             if (strcmp(json_string_value(re), efforts[i]) == 0) idx = i;
         if (idx < 0)
             return serve_fail(e, 400, "invalid_value", "reasoning_effort",
                               "'reasoning_effort' must be none, minimal, low, medium or high");
-        if (idx == 0) r->enable_thinking = 0;
+        if (idx == SERVE_EFFORT_NONE) r->enable_thinking = 0;
+        r->effort = idx;
     }
     if (kw) {
         bool on = false;
@@ -975,6 +977,7 @@ bool serve_request_parse(serve_api api, json_t *root, const char *const *model_i
     r->add_generation_prompt = true;
     r->top_logprobs = -1;
     r->enable_thinking = -1;
+    r->effort = -1;
     ts_sampler_params_default(&r->sp);
     if (!serve_check_model(root, model_ids, &r->model, e)) return false;
     if (api == SERVE_API_CHAT ? !parse_messages(r, root, e) : !parse_prompt(r, root, e))

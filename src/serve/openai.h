@@ -76,6 +76,16 @@ void serve_prompts_free(serve_prompt *p, int n);
 
 #define SERVE_THINK_BUDGET_UNSET (-2)
 
+/* reasoning_effort's values, in order */
+enum {
+    SERVE_EFFORT_NONE,
+    SERVE_EFFORT_MINIMAL,
+    SERVE_EFFORT_LOW,
+    SERVE_EFFORT_MEDIUM,
+    SERVE_EFFORT_HIGH,
+    SERVE_EFFORTS
+};
+
 /* The longest model name a request may give (what --any-model lets it name; an alias is no
  * longer either) */
 #define SERVE_MAX_MODEL_NAME 255
@@ -93,6 +103,7 @@ typedef struct serve_request {
     int n_logit_bias;
     int top_logprobs; /* -1 = no logprobs */
     int enable_thinking;
+    int effort; /* reasoning_effort: SERVE_EFFORT_NONE .. _HIGH, -1 not given */
     /* chat (vLLM's fields): the prompt ends with the assistant's turn opened (true unless
      * continue_final), or continues the final message as transformers renders it */
     bool add_generation_prompt, continue_final;

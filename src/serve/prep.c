@@ -205,12 +205,17 @@ static void end_ids(const serve_runtime *rt, const serve_request *r, serve_job *
             j->end_ids[j->n_end_ids++] = all[i];
 }
 
-/* The thinking budget (the request's, else the server's) and what ends the thinking when it
- * runs out: the server's message, tokenized as text, then </think>. A model without the tags
- * has no thinking to bound. False without memory (or a message the tokenizer refuses). */
+/* The thinking budget - the request's thinking_token_budget, else the one its
+ * reasoning_effort gives (--reasoning-effort-budgets), else the server's --reasoning-budget -
+ * and what ends the thinking when it runs out: the server's message, tokenized as text, then
+ * </think>. A model without the tags has no thinking to bound. False without memory (or a
+ * message the tokenizer refuses). */
 static bool think_budget(const serve_runtime *rt, const serve_request *r, const serve_prep_opts *po,
                          serve_job *j) {
-    int b = r->think_budget == SERVE_THINK_BUDGET_UNSET ? po->reasoning_budget : r->think_budget;
+    int b = r->think_budget;
+    if (b == SERVE_THINK_BUDGET_UNSET && r->effort >= 0 && po->effort_budget)
+        b = po->effort_budget[r->effort];
+    if (b == SERVE_THINK_BUDGET_UNSET) b = po->reasoning_budget;
     if (b < 0 || rt->think_open < 0 || rt->think_close < 0) return true;
     const char *m = po->reasoning_message ? po->reasoning_message : "";
     int32_t *ids = NULL;

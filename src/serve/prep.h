@@ -18,6 +18,9 @@ typedef struct {
      * thinking (NULL or "": </think> alone) */
     int reasoning_budget;
     const char *reasoning_message;
+    /* --reasoning-effort-budgets: the budget each reasoning_effort gives (by SERVE_EFFORT_*;
+     * SERVE_THINK_BUDGET_UNSET: that effort gives none, the default budget holds) */
+    const int *effort_budget;
 } serve_prep_opts;
 
 /* Fills the job's input from the request: the answer to its prompt number `prompt` (0 for a

@@ -410,7 +410,8 @@ static bool prepare_choices(serve_server *s, const serve_runtime *rt, serve_requ
     if (!cs->job) return serve_fail(e, 500, "internal_error", NULL, "out of memory");
     cs->per_prompt = per;
     cs->keep = req->n;
-    serve_prep_opts po = {s->o.max_tokens_cap, s->o.reasoning_budget, s->o.reasoning_message};
+    serve_prep_opts po = {s->o.max_tokens_cap, s->o.reasoning_budget, s->o.reasoning_message,
+                          s->o.effort_budget};
     for (int i = 0; i < n; i++) {
         if (serve_job_create(&cs->job[i]) != TS_OK)
             return serve_fail(e, 500, "internal_error", NULL, "out of memory");
@@ -792,8 +793,15 @@ static json_t *props_json(const serve_server *s, const serve_runtime *rt) {
         json_object_set_new(params, "max_tokens",
                             s->o.max_tokens_cap > 0 ? json_integer(s->o.max_tokens_cap)
                                                     : json_null());
-    if (params) /* -1: no bound */
+    if (params) { /* -1: no bound; the efforts that give a budget of their own */
         json_object_set_new(params, "thinking_token_budget", json_integer(s->o.reasoning_budget));
+        static const char *const names[] = {"none", "minimal", "low", "medium", "high"};
+        json_t *eb = json_object();
+        for (int k = 1; eb && k < 5; k++)
+            if (s->o.effort_budget[k] != SERVE_THINK_BUDGET_UNSET)
+                json_object_set_new(eb, names[k], json_integer(s->o.effort_budget[k]));
+        if (eb) json_object_set_new(params, "reasoning_effort_budgets", eb);
+    }
     return json_pack("{s:s, s:s, s:i, s:{s:i, s:o}, s:{s:b, s:b, s:b}, s:b, s:s}", "model_alias",
                      s->model_ids[0], "model_path", s->o.model_path, "total_slots", rt->n_parallel,
                      "default_generation_settings", "n_ctx", rt->n_ctx, "params", params,

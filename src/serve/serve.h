@@ -22,6 +22,9 @@ typedef struct {
      * before </think> when a budget ends the thinking (NULL: none) */
     int reasoning_budget;
     const char *reasoning_message;
+    /* the budget each reasoning_effort gives (none, minimal, low, medium, high; -2: that
+     * effort gives none, reasoning_budget holds) */
+    int effort_budget[5];
     int n_threads;
     ts_device device; /* where the model runs (TS_DEVICE_CUDA needs a CUDA build and a GPU) */
     const char *api_key; /* NULL = no key required */

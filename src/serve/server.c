@@ -25,6 +25,7 @@ void serve_opts_default(serve_opts *o) {
                       .responses_store_mb = 64,
                       .draft_max = 8,
                       .reasoning_budget = -1,
+                      .effort_budget = {-2, -2, -2, -2, -2},
                       .media_url_max_mb = 32,
                       .media_url_timeout_s = 10,
                       .drain_ms = 10000};

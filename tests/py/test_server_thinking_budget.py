@@ -7,10 +7,11 @@ The tiny random model thinks without end, so the answer without a budget is the 
 with one, its first tokens are the same, then the end is put in."""
 import json
 import os
+import subprocess
 
 import pytest
 
-from server_util import Server, fixtures
+from server_util import Server, binary, fixtures, tiny_model
 
 MSG = [{"role": "user", "content": "Tell me a story."}]
 THINK = {"enable_thinking": True}
@@ -218,3 +219,36 @@ def test_choices_decode_together(srv):
         alone = chat(srv, **dict(body, seed=40 + c["index"]))
         assert c["token_ids"] == alone["token_ids"], c["index"]
         assert close in c["token_ids"][6:10], c["token_ids"]
+
+
+def test_reasoning_effort_budgets(srv):
+    """--reasoning-effort-budgets: the budget a reasoning_effort gives (chat's field, and the
+    Responses API's reasoning.effort), between the request's own thinking_token_budget, which
+    wins, and --reasoning-budget, which an effort without a budget of its own keeps."""
+    close = token_id(srv, "</think>")
+    free = chat(srv)["token_ids"]
+    with Server("--alias", "tiny-test", "--reasoning-budget", "10",
+                "--reasoning-effort-budgets", "low=4,high=-1") as s:
+        def closed_at(**kw):
+            ids = chat(s, **kw)["token_ids"]
+            return ids.index(close) if close in ids else None
+
+        assert closed_at(reasoning_effort="low") == budget_point(s, free, 4)
+        assert closed_at(reasoning_effort="medium") == budget_point(s, free, 10)  # the default
+        assert closed_at(reasoning_effort="high") is None
+        assert closed_at(reasoning_effort="low", thinking_token_budget=6) == budget_point(s, free, 6)
+        assert closed_at() == budget_point(s, free, 10)
+        st, _, r = s.post("/v1/responses", {
+            "model": "tiny-test", "input": MSG[0]["content"], "max_output_tokens": 40,
+            "temperature": 0, "chat_template_kwargs": THINK, "reasoning": {"effort": "low"}})
+        assert st == 200, r
+        want = chat(s, reasoning_effort="low")
+        items = {i["type"]: i for i in r["output"]}
+        assert items["reasoning"]["content"][0]["text"] == want["message"]["reasoning_content"]
+        st, _, p = s.request("GET", "/props")
+        params = json.loads(p)["default_generation_settings"]["params"]
+        assert params["reasoning_effort_budgets"] == {"low": 4, "high": -1}
+    for bad in ("low", "low=x", "huge=5", "none=3", "low=-2"):
+        p = subprocess.run([binary(), "serve", "-m", tiny_model(), "--port", "0",
+                            "--reasoning-effort-budgets", bad], capture_output=True, timeout=30)
+        assert p.returncode == 1 and b"reasoning-effort-budgets" in p.stderr, (bad, p.stderr)
