@@ -252,8 +252,10 @@ const char *ts_tokenizer_token_bytes(const ts_tokenizer *tok, int32_t id, size_t
 /* True for the tokens that end a generation (<|im_end|>, <|endoftext|>, <end_of_turn>, and a
  * GGUF's eos/eot ids). */
 bool ts_tokenizer_is_eog(const ts_tokenizer *tok, int32_t id);
-/* Whether the tokenizer's chat format has tools and tool calls (Qwen3.5's; Gemma 3's has none:
- * ts_chat_tokenize refuses them there, TS_ERR_UNSUPPORTED). */
+/* Whether the tokenizer's chat format has tools and tool calls of its own (Qwen3.5's; Gemma
+ * 3's has none: with tools, ts_chat_tokenize writes its own form there - the tools and a call
+ * form, a Python list of calls, in the first user turn - and an assistant's tool calls without
+ * tools are TS_ERR_UNSUPPORTED). */
 bool ts_tokenizer_chat_tools(const ts_tokenizer *tok);
 
 /* Fill in the middle: the vocabulary's frame tokens (-1 where absent), from a GGUF's

@@ -551,18 +551,24 @@ static void flush_snapshot(serve_decoder *d, serve_lane *ln) {
 
 /* Ends the lane's job: the text still held back, its sampler and detokenizer freed, the job's
  * terminal state reported. st: the error that ended it, for SERVE_FINISH_ERROR. */
+/* The bytes the detokenizer still holds (a character, or a run of byte tokens, an answer
+ * ended in) as the answer's last text. */
+static ts_status flush_held(serve_lane *ln) {
+    const char *text = NULL;
+    size_t len = 0;
+    ts_status st = TS_OK;
+    if (ln->dt && ts_detokenizer_flush(ln->dt, &text, &len) == TS_OK && len) {
+        bool stopped = false;
+        pthread_mutex_lock(&ln->job->mu);
+        st = serve_textout_token(&ln->to, -1, text, len, &stopped);
+        pthread_mutex_unlock(&ln->job->mu);
+    }
+    return st;
+}
+
 void serve_lane_end(serve_decoder *d, serve_lane *ln, serve_finish how, ts_status st) {
     serve_job *j = ln->job;
-    if (how == SERVE_FINISH_LENGTH && ln->dt) {
-        const char *text = NULL;
-        size_t len = 0;
-        if (ts_detokenizer_flush(ln->dt, &text, &len) == TS_OK && len) {
-            bool stopped = false;
-            pthread_mutex_lock(&j->mu);
-            st = serve_textout_token(&ln->to, -1, text, len, &stopped);
-            pthread_mutex_unlock(&j->mu);
-        }
-    }
+    if (how == SERVE_FINISH_LENGTH) st = flush_held(ln);
     /* held text that was not a stop (end of generation, or the length) */
     if ((how == SERVE_FINISH_LENGTH || how == SERVE_FINISH_STOP) && st == TS_OK) {
         pthread_mutex_lock(&j->mu);
@@ -664,7 +670,12 @@ void serve_lane_token(serve_decoder *d, serve_lane *ln, int32_t tok, const ts_lo
         /* the grammar takes the token; once its text is complete and nothing may follow,
          * the answer is done (as at an end-of-generation token) */
         if (st == TS_OK && gm_on) st = ts_grammar_matcher_accept(ln->gm, tok);
-        if (st == TS_OK && gm_on && ts_grammar_matcher_done(ln->gm)) stopped = true;
+        if (st == TS_OK && gm_on && ts_grammar_matcher_done(ln->gm)) {
+            stopped = true;
+            /* the grammar's text is complete: a run of byte tokens it ended in (SentencePiece's
+             * byte fallback holds one until the next token) is part of it */
+            st = flush_held(ln);
+        }
         /* a stop token's text is part of the answer (vLLM's rule; special ones have none) */
         bool by_token = !stopped && st == TS_OK && k + 1 > j->min_tokens &&
                         in_ids(j->stop_ids, j->n_stop_ids, tok);
@@ -694,7 +705,8 @@ static void lane_first_token(serve_decoder *d, serve_lane *ln, float *logits) {
     /* before min_tokens no stop string is looked for (serve_textout_start_stops then) */
     serve_textout_init(&ln->to, d->think_open, d->think_close, j->in_think, j->stops,
                        j->min_tokens > 0 ? 0 : j->n_stops, sink, j);
-    if (j->parse_tools) serve_textout_enable_tools(&ln->to);
+    /* calls in the model's own format, or as a list where its chat format has none */
+    if (j->parse_tools) serve_textout_enable_tools(&ln->to, !ts_tokenizer_chat_tools(d->o.tok));
     if (j->keep_stop) serve_textout_keep_stops(&ln->to);
     ts_status st = ts_sampler_create(&j->sp, d->n_vocab, &ln->smp);
     if (st == TS_OK) st = ts_detokenizer_create(d->o.tok, true, &ln->dt);

@@ -910,6 +910,7 @@ static bool parse_tools(serve_request *r, const json_t *o, serve_error *e) {
                               ts_last_error());
     }
     r->parse_tools = r->tools_json && !none;
+    r->tools_forced = required;
     return true;
 }
 

@@ -133,6 +133,7 @@ typedef struct serve_request {
     int n_owned;
     char *tools_json; /* owned; NULL = no tools */
     bool parse_tools; /* tools offered and tool_choice is not "none" */
+    bool tools_forced;   /* tool_choice "required" or a named function (a grammar of calls) */
     ts_grammar *grammar; /* owned; the answer's content must follow it (response_format) */
     /* completions: one prompt or several (each answered by n choices) */
     serve_prompt *prompts; /* owned */

@@ -52,19 +52,23 @@ ts_chat_params serve_chat_params(const serve_request *r, const serve_images *im)
 
 bool serve_chat_ids(const serve_runtime *rt, const serve_request *r, serve_images *im,
                     int32_t **ids, size_t *n, serve_error *e) {
-    /* a chat format without tools (Gemma 3's) would leave them out: refused, never dropped */
+    /* a chat format without tools of its own (Gemma 3's): the functions and the calls are
+     * written in the list form (text/chat_gemma.c), which no grammar forces; an assistant's
+     * calls without tools would be left out: refused, never dropped */
     if (!ts_tokenizer_chat_tools(rt->tok)) {
-        if (r->tools_json)
-            return serve_fail(e, 400, "unsupported_feature", "tools",
-                              "this model's chat format has no tools (Gemma 3's template leaves "
-                              "them out, so the model would never see them): send the request "
-                              "without tools");
-        for (int i = 0; i < r->n_msgs; i++)
+        if (r->tools_forced)
+            return serve_fail(e, 400, "unsupported_feature", "tool_choice",
+                              "tool_choice 'required' or a named function is not supported for "
+                              "this model, whose chat format has no tool calls of its own (the "
+                              "calls are asked for as a Python list): use 'auto'");
+        for (int i = 0; !r->tools_json && i < r->n_msgs; i++)
             if (r->msgs[i].n_tool_calls > 0) {
                 char param[48];
                 snprintf(param, sizeof param, "messages[%d].tool_calls", i);
                 return serve_fail(e, 400, "unsupported_feature", param,
-                                  "%s: this model's chat format has no tool calls", param);
+                                  "%s: this model's chat format has tool calls only in a request "
+                                  "that offers tools",
+                                  param);
             }
     }
     if (!serve_read_images(rt, r, im, e)) return false;

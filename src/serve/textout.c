@@ -27,9 +27,9 @@ static ts_status tool_sink(void *ctx, bool call, const char *s, size_t n) {
     return t->sink(t->sink_ctx, call ? SERVE_CH_TOOL : SERVE_CH_CONTENT, s, n);
 }
 
-void serve_textout_enable_tools(serve_textout *t) {
+void serve_textout_enable_tools(serve_textout *t, bool list_form) {
     t->tools = true;
-    serve_toolcall_filter_init(&t->tc, tool_sink, t);
+    serve_toolcall_filter_init(&t->tc, list_form, tool_sink, t);
 }
 
 static ts_status write_channel(serve_textout *t, const char *s, size_t n) {

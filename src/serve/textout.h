@@ -35,8 +35,9 @@ typedef struct {
 void serve_textout_init(serve_textout *t, int32_t think_open, int32_t think_close, bool in_think,
                         char *const *stops, int n_stops, serve_text_sink sink, void *ctx);
 void serve_textout_free(serve_textout *t);
-/* Parses tool calls out of the content channel from now on (the request offered tools). */
-void serve_textout_enable_tools(serve_textout *t);
+/* Parses tool calls out of the content channel from now on (the request offered tools): in
+ * the list form (serve_toolcall_parse_list) or in Qwen3.5's blocks. */
+void serve_textout_enable_tools(serve_textout *t, bool list_form);
 
 /* Feeds one generated token and its text (from the streaming detokenizer; may be empty).
  * *stopped is set when a stop string completed. */

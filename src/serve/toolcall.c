@@ -128,8 +128,10 @@ bool serve_toolcall_parse(const char *block, size_t n, ts_strbuf *out) {
 
 /* ---- the streaming filter ---------------------------------------------------------------- */
 
-void serve_toolcall_filter_init(serve_toolcall_filter *f, serve_toolcall_sink sink, void *ctx) {
+void serve_toolcall_filter_init(serve_toolcall_filter *f, bool list_form, serve_toolcall_sink sink,
+                                void *ctx) {
     memset(f, 0, sizeof *f);
+    f->list_form = list_form;
     f->sink = sink;
     f->ctx = ctx;
 }
@@ -174,7 +176,39 @@ static ts_status close_call(serve_toolcall_filter *f, size_t end) {
     return st;
 }
 
+/* The list form: held whole while it may be a list of calls, else streamed. */
+static ts_status push_list(serve_toolcall_filter *f, const char *s, size_t n) {
+    if (f->decided) return content(f, s, n);
+    TS_TRY(ts_strbuf_append(&f->held, s, n));
+    size_t i = 0;
+    while (i < f->held.len && is_space(f->held.data[i]))
+        i++;
+    if (i == f->held.len || f->held.data[i] == '[' || f->held.data[i] == '`') return TS_OK;
+    f->decided = true;
+    ts_status st = content(f, f->held.data, f->held.len);
+    f->held.len = 0;
+    return st;
+}
+
+/* The list form at the end: the calls, or the text as it was. */
+static ts_status finish_list(serve_toolcall_filter *f) {
+    ts_strbuf *sc = &f->scratch;
+    sc->len = 0;
+    ts_status st = TS_OK;
+    if (!f->decided && f->held.len && serve_toolcall_parse_list(f->held.data, f->held.len, sc)) {
+        for (size_t at = 0; st == TS_OK && at < sc->len; at += strlen(sc->data + at) + 1) {
+            f->n_calls++;
+            st = f->sink(f->ctx, true, sc->data + at, strlen(sc->data + at));
+        }
+    } else {
+        st = content(f, f->held.data, f->held.len);
+    }
+    f->held.len = 0;
+    return st;
+}
+
 ts_status serve_toolcall_filter_push(serve_toolcall_filter *f, const char *s, size_t n) {
+    if (f->list_form) return push_list(f, s, n);
     TS_TRY(ts_strbuf_append(&f->held, s, n));
     for (;;) {
         char *h = f->held.data;
@@ -206,6 +240,7 @@ ts_status serve_toolcall_filter_push(serve_toolcall_filter *f, const char *s, si
 }
 
 ts_status serve_toolcall_filter_finish(serve_toolcall_filter *f) {
+    if (f->list_form) return finish_list(f);
     ts_status st = TS_OK;
     if (f->in_call) st = content(f, f->sep.data, f->sep.len);
     if (st == TS_OK && f->in_call) st = content(f, open_tag, OPEN_LEN);

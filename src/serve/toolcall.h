@@ -22,6 +22,12 @@
  * the call as compact JSON {"name": NAME, "arguments": "<JSON object text>"} to out. */
 bool serve_toolcall_parse(const char *block, size_t n, ts_strbuf *out);
 
+/* The other form (serve/toolcall_py.c): a reply that is nothing but a Python list of calls,
+ * [name(key=value, ...), ...] (in a ``` fence or not), the form a model without a tool format
+ * of its own (Gemma 3) is asked for. On success appends each call's JSON, as
+ * serve_toolcall_parse writes it, followed by a NUL, to out. */
+bool serve_toolcall_parse_list(const char *s, size_t n, ts_strbuf *out);
+
 /* Receives what the filter decided: content text (call == false) or one call's JSON. */
 typedef ts_status (*serve_toolcall_sink)(void *ctx, bool call, const char *s, size_t n);
 
@@ -31,11 +37,16 @@ typedef struct {
     ts_strbuf scratch;
     ts_strbuf sep; /* the whitespace in front of the open call: content again if it is not one */
     int n_calls;
+    /* the list form (serve_toolcall_parse_list): a reply whose first non-space character is
+     * '[' or '`' is held whole and read at the end (decided: it was not, it streams) */
+    bool list_form, decided;
     serve_toolcall_sink sink;
     void *ctx;
 } serve_toolcall_filter;
 
-void serve_toolcall_filter_init(serve_toolcall_filter *f, serve_toolcall_sink sink, void *ctx);
+/* list_form: calls in the list form, else in the Qwen3.5 blocks. */
+void serve_toolcall_filter_init(serve_toolcall_filter *f, bool list_form, serve_toolcall_sink sink,
+                                void *ctx);
 void serve_toolcall_filter_free(serve_toolcall_filter *f);
 /* Feeds content text. */
 ts_status serve_toolcall_filter_push(serve_toolcall_filter *f, const char *s, size_t n);

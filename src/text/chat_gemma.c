@@ -7,11 +7,18 @@
  * `<start_of_turn>{role}\n{content trimmed}<end_of_turn>\n` with assistant named "model" and
  * other roles by their name; content parts: text trimmed, images as `<start_of_image>`, other
  * kinds nothing; then `<start_of_turn>model\n` when a generation prompt is wanted. Reasoning is
- * not part of the format and is left out, as the template leaves it out. Tools and an
- * assistant's tool calls are not part of it either; the template leaves them out too, but a
- * model that never saw them cannot call them, so here they are refused (TS_ERR_UNSUPPORTED)
- * rather than dropped without a word. */
+ * not part of the format and is left out, as the template leaves it out.
+ *
+ * Tools are not part of the template either (it leaves them out, so a model served with them
+ * would never see them). With tools, this file writes its own function-calling form, the one
+ * Gemma 3's documentation describes in outline: the first user turn opens with the functions
+ * (their JSON) and how to call them - a reply that is nothing but a Python list of calls,
+ * [name(arg=value, ...), ...] -, an assistant's tool calls are written so, and tool results go
+ * back in the user's turn (the format has only user and model turns), each as a
+ * `tool_output` block; consecutive user-side messages share one turn. Without tools, an
+ * assistant's tool calls are refused (TS_ERR_UNSUPPORTED) rather than dropped. */
 #include "text/chat.h"
+#include "text/chat_json.h"
 #include "text/utf8.h"
 
 #include <jansson.h>
@@ -91,28 +98,199 @@ static bool has_tools(const char *tools_json) {
     return !none;
 }
 
+/* The system message's text, which goes before the first user turn's content (*t NULL: no
+ * system message); TS_ERR_INVALID when its first part is not text. */
+static ts_status system_text(const ts_chat_msg *msgs, const char **t) {
+    *t = NULL;
+    if (msgs[0].role != TS_ROLE_SYSTEM) return TS_OK;
+    const ts_chat_msg *s = &msgs[0];
+    *t = s->content                                           ? s->content
+         : s->n_parts > 0 && s->parts[0].kind == TS_PART_TEXT ? s->parts[0].text
+                                                              : NULL;
+    return *t ? TS_OK
+              : ts_error(TS_ERR_INVALID, "chat: message 0: a system message's first part must "
+                                         "be text");
+}
+
+/* The model's turn opened for the answer, when wanted. */
+static ts_status generation_prompt(gemma_out *g, const ts_chat_opts *o) {
+    if (!o->add_generation_prompt) return TS_OK;
+    TS_TRY(gemma_control(g, "<start_of_turn>"));
+    return gemma_text(g, "model\n");
+}
+
+/* ---- function calling (with tools) ---------------------------------------------------------- */
+
+static const char gemma_tools_head[] =
+    "You can call the functions below. To call one or more of them, reply with nothing but a "
+    "Python list of the calls, like [function_name(argument=value, other_argument=value)], "
+    "with the argument values written as Python literals. Otherwise reply as usual.\n\n";
+
+/* A JSON value as a Python literal: strings and numbers as JSON writes them (valid Python),
+ * true / false / null as True / False / None, lists and dicts alike inside. */
+static ts_status py_literal(const json_t *v, chat_buf *b) {
+    if (json_is_true(v)) return chat_buf_puts(b, "True");
+    if (json_is_false(v)) return chat_buf_puts(b, "False");
+    if (json_is_null(v)) return chat_buf_puts(b, "None");
+    if (json_is_array(v)) {
+        TS_TRY(chat_buf_puts(b, "["));
+        for (size_t i = 0; i < json_array_size(v); i++) {
+            if (i) TS_TRY(chat_buf_puts(b, ", "));
+            TS_TRY(py_literal(json_array_get(v, i), b));
+        }
+        return chat_buf_puts(b, "]");
+    }
+    if (json_is_object(v)) {
+        TS_TRY(chat_buf_puts(b, "{"));
+        const char *k;
+        const json_t *x;
+        bool first = true;
+        json_object_foreach((json_t *)v, k, x) {
+            if (!first) TS_TRY(chat_buf_puts(b, ", "));
+            first = false;
+            json_t *key = json_string(k);
+            ts_status st = key ? chat_json_dumps(key, b) : TS_ERR_NOMEM;
+            json_decref(key);
+            TS_TRY(st);
+            TS_TRY(chat_buf_puts(b, ": "));
+            TS_TRY(py_literal(x, b));
+        }
+        return chat_buf_puts(b, "}");
+    }
+    return chat_json_dumps(v, b);
+}
+
+/* An assistant's tool calls as the list the model is asked to write. */
+static ts_status calls_text(const ts_chat_msg *m, chat_buf *b) {
+    TS_TRY(chat_buf_puts(b, "["));
+    for (int k = 0; k < m->n_tool_calls; k++) {
+        const ts_chat_tool_call *c = &m->tool_calls[k];
+        if (k) TS_TRY(chat_buf_puts(b, ", "));
+        TS_TRY(chat_buf_puts(b, c->name));
+        TS_TRY(chat_buf_puts(b, "("));
+        json_t *args = c->arguments_json ? json_loads(c->arguments_json, 0, NULL) : json_object();
+        if (!json_is_object(args)) {
+            json_decref(args);
+            return ts_error(TS_ERR_INVALID, "chat: tool call '%s': arguments must be a JSON object",
+                            c->name);
+        }
+        const char *key;
+        json_t *v;
+        bool first = true;
+        ts_status st = TS_OK;
+        json_object_foreach(args, key, v) {
+            if (st != TS_OK) break;
+            if (!first) st = chat_buf_puts(b, ", ");
+            first = false;
+            if (st == TS_OK) st = chat_buf_puts(b, key);
+            if (st == TS_OK) st = chat_buf_puts(b, "=");
+            if (st == TS_OK) st = py_literal(v, b);
+        }
+        json_decref(args);
+        TS_TRY(st);
+        TS_TRY(chat_buf_puts(b, ")"));
+    }
+    return chat_buf_puts(b, "]");
+}
+
+/* A message's content (text trimmed, images) into the turn. */
+static ts_status gemma_content(gemma_out *g, const ts_chat_msg *m) {
+    if (m->content) return gemma_trimmed(g, m->content);
+    for (int k = 0; k < m->n_parts; k++) {
+        if (m->parts[k].kind == TS_PART_IMAGE)
+            TS_TRY(gemma_control(g, "<start_of_image>"));
+        else if (m->parts[k].kind == TS_PART_TEXT)
+            TS_TRY(gemma_trimmed(g, m->parts[k].text));
+        else /* the Gemma template drops a video; never silently */
+            return ts_error(TS_ERR_UNSUPPORTED, "videos in the Gemma chat format are not "
+                                                "supported");
+    }
+    return TS_OK;
+}
+
+static ts_status gemma_render_tools(const ts_chat_msg *msgs, int n, const ts_chat_opts *o,
+                                    gemma_out *g) {
+    TS_TRY(gemma_control(g, "<bos>"));
+    const char *sys;
+    TS_TRY(system_text(msgs, &sys));
+    int first = sys ? 1 : 0;
+    bool user_side = false, head_done = false;
+    for (int i = first; i < n; i++) {
+        const ts_chat_msg *m = &msgs[i];
+        bool side = m->role != TS_ROLE_ASSISTANT; /* user and tool messages: the user's turn */
+        if (m->role == TS_ROLE_SYSTEM)
+            return ts_error(TS_ERR_INVALID, "chat: message %d: a system message must be first", i);
+        if (i == first && !side)
+            return ts_error(TS_ERR_INVALID,
+                            "chat: message %d: the conversation must start with "
+                            "the user",
+                            i);
+        if (i > first && side && user_side) { /* the same user turn goes on */
+            TS_TRY(gemma_text(g, "\n\n"));
+        } else {
+            if (i > first) {
+                TS_TRY(gemma_control(g, "<end_of_turn>"));
+                TS_TRY(gemma_text(g, "\n"));
+            }
+            TS_TRY(gemma_control(g, "<start_of_turn>"));
+            TS_TRY(gemma_text(g, side ? "user\n" : "model\n"));
+        }
+        user_side = side;
+        if (side && !head_done) { /* the first user turn: the system text, then the tools */
+            head_done = true;
+            if (sys) {
+                TS_TRY(gemma_text(g, sys));
+                TS_TRY(gemma_text(g, "\n\n"));
+            }
+            TS_TRY(gemma_text(g, gemma_tools_head));
+            json_t *tools = json_loads(o->tools_json, 0, NULL);
+            chat_buf b = {0};
+            ts_status st =
+                json_is_array(tools) ? TS_OK : ts_error(TS_ERR_INVALID, "chat: bad tools");
+            for (size_t k = 0; st == TS_OK && k < json_array_size(tools); k++) {
+                st = chat_json_dumps(json_array_get(tools, k), &b);
+                if (st == TS_OK) st = chat_buf_puts(&b, "\n");
+            }
+            json_decref(tools);
+            if (st == TS_OK && b.p) st = gemma_text(g, b.p);
+            free(b.p);
+            TS_TRY(st);
+            TS_TRY(gemma_text(g, "\n"));
+        }
+        if (m->role == TS_ROLE_TOOL) {
+            TS_TRY(gemma_text(g, "```tool_output\n"));
+            TS_TRY(gemma_content(g, m));
+            TS_TRY(gemma_text(g, "\n```"));
+        } else {
+            TS_TRY(gemma_content(g, m));
+        }
+        if (m->role == TS_ROLE_ASSISTANT && m->n_tool_calls > 0) {
+            chat_buf b = {0};
+            ts_status st = calls_text(m, &b);
+            bool text = m->content ? *m->content : m->n_parts > 0;
+            if (st == TS_OK && text) st = gemma_text(g, "\n");
+            if (st == TS_OK) st = gemma_text(g, b.p);
+            free(b.p);
+            TS_TRY(st);
+        }
+    }
+    TS_TRY(gemma_control(g, "<end_of_turn>"));
+    TS_TRY(gemma_text(g, "\n"));
+    return generation_prompt(g, o);
+}
+
+/* ---- the template ---------------------------------------------------------------------------- */
+
 static ts_status gemma_render(const ts_chat_msg *msgs, int n, const ts_chat_opts *o, gemma_out *g) {
-    if (has_tools(o->tools_json))
-        return ts_error(TS_ERR_UNSUPPORTED, "the Gemma 3 chat format has no tools (its template "
-                                            "leaves them out, so the model would never see them)");
+    if (has_tools(o->tools_json)) return gemma_render_tools(msgs, n, o, g);
     for (int i = 0; i < n; i++)
         if (msgs[i].n_tool_calls > 0)
             return ts_error(TS_ERR_UNSUPPORTED,
                             "chat: message %d: the Gemma 3 chat format has no tool calls", i);
     TS_TRY(gemma_control(g, "<bos>"));
-    const char *prefix = NULL; /* the system text, before the first turn's content */
-    int first = 0;
-    if (msgs[0].role == TS_ROLE_SYSTEM) {
-        const ts_chat_msg *s = &msgs[0];
-        if (s->content)
-            prefix = s->content;
-        else if (s->n_parts > 0 && s->parts[0].kind == TS_PART_TEXT)
-            prefix = s->parts[0].text;
-        else
-            return ts_error(TS_ERR_INVALID, "chat: message 0: a system message's first part "
-                                            "must be text");
-        first = 1;
-    }
+    const char *prefix; /* the system text, before the first turn's content */
+    TS_TRY(system_text(msgs, &prefix));
+    int first = prefix ? 1 : 0;
     for (int i = first; i < n; i++) {
         const ts_chat_msg *m = &msgs[i];
         if ((m->role == TS_ROLE_USER) != ((i - first) % 2 == 0))
@@ -127,27 +305,11 @@ static ts_status gemma_render(const ts_chat_msg *msgs, int n, const ts_chat_opts
             TS_TRY(gemma_text(g, prefix));
             TS_TRY(gemma_text(g, "\n\n"));
         }
-        if (m->content) {
-            TS_TRY(gemma_trimmed(g, m->content));
-        } else {
-            for (int k = 0; k < m->n_parts; k++) {
-                if (m->parts[k].kind == TS_PART_IMAGE)
-                    TS_TRY(gemma_control(g, "<start_of_image>"));
-                else if (m->parts[k].kind == TS_PART_TEXT)
-                    TS_TRY(gemma_trimmed(g, m->parts[k].text));
-                else /* the Gemma template drops a video; never silently */
-                    return ts_error(TS_ERR_UNSUPPORTED, "videos in the Gemma chat format are not "
-                                                        "supported");
-            }
-        }
+        TS_TRY(gemma_content(g, m));
         TS_TRY(gemma_control(g, "<end_of_turn>"));
         TS_TRY(gemma_text(g, "\n"));
     }
-    if (o->add_generation_prompt) {
-        TS_TRY(gemma_control(g, "<start_of_turn>"));
-        TS_TRY(gemma_text(g, "model\n"));
-    }
-    return TS_OK;
+    return generation_prompt(g, o);
 }
 
 ts_status ts_chat_render_gemma(const ts_chat_msg *msgs, int n, const ts_chat_opts *o,

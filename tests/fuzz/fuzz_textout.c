@@ -89,7 +89,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     state s = {stops, n_stops, tools, -1, {0}};
     serve_textout to;
     serve_textout_init(&to, think_open, think_close, in_think, stops, n_stops, sink, &s);
-    if (tools) serve_textout_enable_tools(&to);
+    if (tools) serve_textout_enable_tools(&to, false);
     ts_token_source src;
     ts_bpe_token_source(tok, &src);
     ts_detok *d;

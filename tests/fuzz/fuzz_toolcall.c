@@ -3,7 +3,10 @@
  * "<a JSON object>"} or refuse it, and the filter must give the same content and calls however
  * the text is cut into pieces (the streaming and the blocking response must agree).
  *
- * Input: byte 0 = the piece length for the streamed run (1 + byte % 16), then the text. */
+ * Both forms: Qwen3.5's blocks, and the list of Python calls (serve_toolcall_parse_list).
+ *
+ * Input: byte 0 = the piece length for the streamed run (1 + (byte & 0x7f) % 16) and, in its
+ * top bit, the list form; then the text. */
 #include "base/status.h"
 #include "fuzz_util.h"
 #include "serve/toolcall.h"
@@ -43,9 +46,9 @@ static void check_call(const char *s, size_t n) {
     json_decref(v);
 }
 
-static void run(const char *text, size_t len, size_t piece, collected *c) {
+static void run(const char *text, size_t len, size_t piece, bool list, collected *c) {
     serve_toolcall_filter f;
-    serve_toolcall_filter_init(&f, sink, c);
+    serve_toolcall_filter_init(&f, list, sink, c);
     for (size_t i = 0; i < len; i += piece)
         FZ_ASSERT(serve_toolcall_filter_push(&f, text + i, len - i < piece ? len - i : piece) ==
                   TS_OK);
@@ -56,17 +59,22 @@ static void run(const char *text, size_t len, size_t piece, collected *c) {
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1) return 0;
-    size_t piece = 1 + data[0] % 16;
+    size_t piece = 1 + (data[0] & 0x7f) % 16;
+    bool list = data[0] & 0x80;
     const char *text = (const char *)data + 1;
     size_t len = size - 1;
 
     ts_strbuf out = {0};
     if (serve_toolcall_parse(text, len, &out)) check_call(out.data, out.len);
+    out.len = 0;
+    if (serve_toolcall_parse_list(text, len, &out))
+        for (size_t off = 0; off < out.len; off += strlen(out.data + off) + 1)
+            check_call(out.data + off, strlen(out.data + off));
     ts_strbuf_free(&out);
 
     collected whole = {0}, cut = {0};
-    run(text, len, len ? len : 1, &whole);
-    run(text, len, piece, &cut);
+    run(text, len, len ? len : 1, list, &whole);
+    run(text, len, piece, list, &cut);
     for (size_t off = 0; off < whole.calls.len; off += strlen(whole.calls.data + off) + 1)
         check_call(whole.calls.data + off, strlen(whole.calls.data + off));
     FZ_ASSERT(whole.n_calls == cut.n_calls);

@@ -112,28 +112,64 @@ def test_generation_ends_on_generation_configs_ids(server, end):
     assert choice["finish_reason"] == "stop" and choice["message"]["content"] == ""
 
 
-def test_tools_are_refused_not_dropped(server):
-    """Gemma 3's chat format has no tools: its template leaves them (and an assistant's tool
-    calls) out, so a model served with them would never see them. They are a 400, on chat,
-    /tokenize, the Responses API and the Messages API; an empty list of tools is none."""
-    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {
-        "type": "object", "properties": {"city": {"type": "string"}}}}}]
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}}}}}]
+CALL = r'\[get_weather\(city="Paris"\)\]'  # a regex forcing the model to call
+
+
+def test_tools_in_the_list_form(server):
+    """Gemma 3's template has no tools (it would leave them out, and the model would never see
+    them): the server writes the functions into the first user turn and asks for calls as a
+    Python list, which it reads back as tool calls - whole or streamed; earlier calls and
+    results are written back the same way. A grammar of calls (tool_choice required or named)
+    is refused, and so are an assistant's calls in a request without tools."""
     msgs = [{"role": "user", "content": "Weather in Paris?"}]
-    for path in ("/v1/chat/completions", "/tokenize"):
-        st, _, e = server.post(path, {"messages": msgs, "tools": tools, "max_tokens": 2})
-        assert st == 400 and e["error"]["code"] == "unsupported_feature", e
-        assert e["error"]["param"] == "tools" and "no tools" in e["error"]["message"]
-    st, _, r = server.post("/v1/chat/completions", {"messages": msgs, "tools": [], "max_tokens": 2})
+    st, _, p = server.post("/apply-template", {"messages": msgs, "tools": TOOLS})
+    assert st == 200 and '"name": "get_weather"' in p["prompt"] and "Python list" in p["prompt"]
+    body = {"messages": msgs, "tools": TOOLS, "max_tokens": 40, "temperature": 0,
+            "guided_regex": CALL}
+    st, _, r = server.post("/v1/chat/completions", body)
     assert st == 200, r
-    called = msgs + [{"role": "assistant", "content": "ok", "tool_calls": [
-        {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
-        {"role": "user", "content": "and?"}]
-    st, _, e = server.post("/v1/chat/completions", {"messages": called, "max_tokens": 2})
+    c = r["choices"][0]
+    assert c["finish_reason"] == "tool_calls" and c["message"]["content"] is None, c
+    call = c["message"]["tool_calls"][0]
+    assert call["function"] == {"name": "get_weather", "arguments": '{"city":"Paris"}'}
+    st, _, data = server.request("POST", "/v1/chat/completions", dict(body, stream=True))
+    deltas = [json.loads(line[6:])["choices"][0]["delta"] for line in data.decode().splitlines()
+              if line.startswith("data: {")]
+    streamed = [t for d in deltas for t in d.get("tool_calls", [])]
+    assert [t["function"] for t in streamed] == [call["function"]]
+    assert not any(d.get("content") for d in deltas)
+    # the call and its result go back into the conversation, in the same form
+    follow = msgs + [c["message"], {"role": "tool", "tool_call_id": call["id"], "content": "sun"}]
+    st, _, p = server.post("/apply-template", {"messages": follow, "tools": TOOLS})
+    assert st == 200 and '[get_weather(city="Paris")]' in p["prompt"], p
+    assert "tool_output\nsun\n" in p["prompt"]
+    st, _, r = server.post("/v1/chat/completions", {"messages": follow, "tools": TOOLS,
+                                                    "max_tokens": 2})
+    assert st == 200, r
+    # without tools the answer is text as before, and a reply that is no list stays content
+    st, _, r = server.post("/v1/chat/completions", dict(body, guided_regex=r"Sunny, probably\."))
+    assert st == 200 and r["choices"][0]["message"]["content"] == "Sunny, probably.", r
+    st, _, e = server.post("/v1/chat/completions", dict(body, tool_choice="required"))
+    assert st == 400 and e["error"]["param"] == "tool_choice", e
+    st, _, e = server.post("/v1/chat/completions", {"messages": follow, "max_tokens": 2})
     assert st == 400 and e["error"]["param"] == "messages[1].tool_calls", e
-    st, _, e = server.post("/v1/responses", {"input": "Weather?", "max_output_tokens": 2,
-                                             "tools": [{"type": "function", "name": "f",
-                                                        "parameters": {"type": "object"}}]})
-    assert st == 400 and e["error"]["param"] == "tools", e
-    st, _, e = server.post("/v1/messages", {"max_tokens": 2, "messages": msgs, "tools": [
-        {"name": "f", "input_schema": {"type": "object"}}]})
-    assert st == 400 and "no tools" in e["error"]["message"], e
+    # the Messages API's tools likewise: offered in the list form; "any" is a grammar of calls
+    mtools = [{"name": "get_weather", "input_schema": {"type": "object"}}]
+    st, _, m = server.post("/v1/messages", {"max_tokens": 2, "messages": msgs, "tools": mtools})
+    assert st == 200 and m["usage"]["input_tokens"] > 60, m
+    st, _, e = server.post("/v1/messages", {"max_tokens": 2, "messages": msgs, "tools": mtools,
+                                            "tool_choice": {"type": "any"}})
+    assert st == 400 and "tool_choice" in e["error"]["message"], e
+
+
+def test_a_grammar_answer_ends_whole(server):
+    """An answer that a grammar ends (its text complete) keeps the bytes of its last tokens:
+    SentencePiece's byte fallback holds a run of byte tokens until the next token, and there
+    is none. The JSON answer must parse."""
+    st, _, r = server.post("/v1/chat/completions", {
+        "messages": [{"role": "user", "content": "JSON please"}], "max_tokens": 60,
+        "temperature": 0, "response_format": {"type": "json_object"}})
+    assert st == 200 and r["choices"][0]["finish_reason"] == "stop", r
+    assert isinstance(json.loads(r["choices"][0]["message"]["content"]), dict)

@@ -104,27 +104,54 @@ static void test_errors(void) {
                           {.role = TS_ROLE_USER, .content = "x"}};
     CHECK(ts_chat_render_gemma(sys, 2, &o, &out) == TS_ERR_INVALID);
     CHECK(out.text == NULL && out.n_segs == 0);
-    /* tools and tool calls: the template leaves them out; refused here, not dropped */
-    ts_chat_msg hi = {.role = TS_ROLE_USER, .content = "hi"};
-    o.tools_json = "[{\"type\": \"function\", \"function\": {\"name\": \"f\"}}]";
-    CHECK(ts_chat_render_gemma(&hi, 1, &o, &out) == TS_ERR_UNSUPPORTED);
-    o.tools_json = "[]"; /* no tools */
-    CHECK(ts_chat_render_gemma(&hi, 1, &o, &out) == TS_OK);
-    ts_chat_out_free(&out);
-    o.tools_json = NULL;
+    /* an assistant's tool calls without tools: the template leaves them out; refused here */
     ts_chat_tool_call call = {"f", "{}"};
     ts_chat_msg turns[3] = {
         {.role = TS_ROLE_USER, .content = "hi"},
         {.role = TS_ROLE_ASSISTANT, .content = "ok", .tool_calls = &call, .n_tool_calls = 1},
         {.role = TS_ROLE_USER, .content = "and?"}};
     CHECK(ts_chat_render_gemma(turns, 3, &o, &out) == TS_ERR_UNSUPPORTED);
+    o.tools_json = "[]"; /* no tools either */
+    CHECK(ts_chat_render_gemma(turns, 3, &o, &out) == TS_ERR_UNSUPPORTED);
     turns[1].n_tool_calls = 0;
     CHECK(ts_chat_render_gemma(turns, 3, &o, &out) == TS_OK);
     ts_chat_out_free(&out);
 }
 
+/* With tools, the function-calling form this renderer writes (the template has none): the
+ * functions in the first user turn after the system text, an assistant's calls as a Python
+ * list, a tool's result in the user's turn (joined with the user's next message). */
+static void test_tools(void) {
+    ts_chat_opts o;
+    ts_chat_opts_default(&o);
+    o.tools_json = "[{\"type\": \"function\", \"function\": {\"name\": \"f\"}}]";
+    ts_chat_tool_call call = {"f", "{\"s\": \"x\", \"l\": [1, true, null]}"};
+    ts_chat_msg m[5] = {{.role = TS_ROLE_SYSTEM, .content = "Sys."},
+                        {.role = TS_ROLE_USER, .content = "hi"},
+                        {.role = TS_ROLE_ASSISTANT, .tool_calls = &call, .n_tool_calls = 1},
+                        {.role = TS_ROLE_TOOL, .content = "42"},
+                        {.role = TS_ROLE_USER, .content = "and?"}};
+    ts_chat_out out;
+    CHECK(ts_chat_render_gemma(m, 5, &o, &out) == TS_OK);
+    const char *want =
+        "<bos><start_of_turn>user\nSys.\n\nYou can call the functions below. To call one or "
+        "more of them, reply with nothing but a Python list of the calls, like "
+        "[function_name(argument=value, other_argument=value)], with the argument values "
+        "written as Python literals. Otherwise reply as usual.\n\n"
+        "{\"type\": \"function\", \"function\": {\"name\": \"f\"}}\n\nhi<end_of_turn>\n"
+        "<start_of_turn>model\n[f(s=\"x\", l=[1, True, None])]<end_of_turn>\n"
+        "<start_of_turn>user\n```tool_output\n42\n```\n\nand?<end_of_turn>\n"
+        "<start_of_turn>model\n";
+    CHECK(out.text && !strcmp(out.text, want));
+    if (out.text && strcmp(out.text, want)) fprintf(stderr, "  got: %s\n", out.text);
+    ts_chat_out_free(&out);
+    /* the turns still alternate: an assistant first is refused */
+    CHECK(ts_chat_render_gemma(m + 2, 3, &o, &out) == TS_ERR_INVALID);
+}
+
 int main(void) {
     test_fixtures();
     test_errors();
+    test_tools();
     return tu_report("test_chat_gemma");
 }

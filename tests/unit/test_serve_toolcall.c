@@ -1,6 +1,7 @@
-/* serve/toolcall: the Qwen3.5 tool-call block parser, the streaming filter that holds calls
- * back from the content (fed in pieces of every size), and the content channel of textout
- * with tools on. */
+/* serve/toolcall: the Qwen3.5 tool-call block parser, the list form's parser (a Python list of
+ * calls, serve/toolcall_py.c), the streaming filter that holds calls back from the content
+ * (fed in pieces of every size) in either form, and the content channel of textout with tools
+ * on. */
 #include <string.h>
 
 #include <jansson.h>
@@ -67,14 +68,18 @@ static ts_status cap(void *ctx, bool call, const char *s, size_t n) {
 }
 
 /* Runs text through the filter in pieces of `step` bytes. */
-static void filter(const char *text, size_t step, capture *c, bool finish) {
+static void filter_form(const char *text, size_t step, capture *c, bool finish, bool list) {
     serve_toolcall_filter f;
-    serve_toolcall_filter_init(&f, cap, c);
+    serve_toolcall_filter_init(&f, list, cap, c);
     size_t n = strlen(text);
     for (size_t i = 0; i < n; i += step)
         CHECK(serve_toolcall_filter_push(&f, text + i, n - i < step ? n - i : step) == TS_OK);
     if (finish) CHECK(serve_toolcall_filter_finish(&f) == TS_OK);
     serve_toolcall_filter_free(&f);
+}
+
+static void filter(const char *text, size_t step, capture *c, bool finish) {
+    filter_form(text, step, c, finish, false);
 }
 
 static bool eq(const ts_strbuf *b, const char *s) {
@@ -152,7 +157,7 @@ static void test_textout_tools(void) {
     serve_textout t;
     bool stop;
     serve_textout_init(&t, OPEN, CLOSE, true, NULL, 0, seg_sink, &c);
-    serve_textout_enable_tools(&t);
+    serve_textout_enable_tools(&t, false);
     const char *pieces[] = {"I should call <tool_call>", "\n", "ok", NULL};
     for (int i = 0; pieces[i]; i++)
         CHECK(serve_textout_token(&t, i, pieces[i], strlen(pieces[i]), &stop) == TS_OK);
@@ -232,8 +237,74 @@ static void test_response(void) {
     serve_job_unref(j);
 }
 
+/* The list's calls, joined by '|', or NULL when it is not a list of calls. */
+static bool parse_list(const char *text, const char *want) {
+    ts_strbuf out = {0};
+    bool ok = serve_toolcall_parse_list(text, strlen(text), &out);
+    for (size_t i = 0; i < out.len; i++) /* the NULs between the calls */
+        if (out.data[i] == 0) out.data[i] = '|';
+    bool same = ok && want && out.len == strlen(want) && memcmp(out.data, want, out.len) == 0;
+    if (ok != (want != NULL) || (ok && !same))
+        fprintf(stderr, "  parse_list '%s' -> %s '%.*s'\n", text, ok ? "ok" : "rejected",
+                (int)out.len, out.data ? out.data : "");
+    ts_strbuf_free(&out);
+    return ok == (want != NULL) && (!ok || same);
+}
+
+static void test_parse_list(void) {
+    CHECK(parse_list("[get_weather(city=\"Paris\")]",
+                     "{\"name\":\"get_weather\",\"arguments\":\"{\\\"city\\\":\\\"Paris\\\"}\"}|"));
+    /* two calls, no arguments, Python literals of every kind, spaces and a trailing comma */
+    CHECK(parse_list(
+        " \n[ a() , b(s='it\\'s\\n\\u00e9', n=-3, x=2.5e1, t=True, f=False, z=None, l=[1, (2,)], "
+        "d={'k': [\"v\"]}, ), ]\n",
+        "{\"name\":\"a\",\"arguments\":\"{}\"}|{\"name\":\"b\",\"arguments\":\"{\\\"s\\\":"
+        "\\\"it's\\\\n\u00e9\\\",\\\"n\\\":-3,\\\"x\\\":25.0,\\\"t\\\":true,\\\"f\\\":"
+        "false,\\\"z\\\":null,\\\"l\\\":[1,[2]],\\\"d\\\":{\\\"k\\\":[\\\"v\\\"]}}\"}|"));
+    /* in a code fence */
+    CHECK(parse_list("```python\n[f(a=1)]\n```",
+                     "{\"name\":\"f\",\"arguments\":\"{\\\"a\\\":1}\"}|"));
+    /* not a list of calls: text, an empty list, a bare call, text after the list, positional
+     * arguments, an unclosed string, a bad escape, a non-string dict key, an open list */
+    const char *bad[] = {"hello",   "[]",         "f(a=1)",         "[f(a=1)] and more",
+                         "[f(1)]",  "[f(a=\"x)]", "[f(a=\"\\q\")]", "[f(a={1: 2})]",
+                         "[f(a=1)", "[1, 2, 3]",  "```\n[f()]",     "[f(a=1 b=2)]"};
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++)
+        CHECK(parse_list(bad[k], NULL));
+    /* nesting past the bound */
+    char deep[400] = "[f(a=";
+    for (int k = 0; k < 100; k++)
+        strcat(deep, "[");
+    CHECK(parse_list(deep, NULL));
+}
+
+/* The list form through the filter: a reply that may be a list is held whole and read at
+ * the end (the calls, or the text as it was); any other reply streams as it comes. */
+static void test_filter_list(void) {
+    for (size_t step = 1; step <= 7; step++) {
+        capture c = {{0}, {0}, 0};
+        filter_form("  [f(a=1), g()]\n", step, &c, false, true);
+        CHECK(c.content.len == 0 && c.n_calls == 0); /* held until the end */
+        ts_strbuf_free(&c.content), ts_strbuf_free(&c.calls);
+        c = (capture){{0}, {0}, 0};
+        filter_form("  [f(a=1), g()]\n", step, &c, true, true);
+        CHECK(c.n_calls == 2 && c.content.len == 0);
+        ts_strbuf_free(&c.content), ts_strbuf_free(&c.calls);
+        c = (capture){{0}, {0}, 0};
+        filter_form("[1, 2] are numbers", step, &c, true, true);
+        CHECK(c.n_calls == 0 && eq(&c.content, "[1, 2] are numbers"));
+        ts_strbuf_free(&c.content), ts_strbuf_free(&c.calls);
+        c = (capture){{0}, {0}, 0};
+        filter_form("Sure: [f()]", step, &c, false, true); /* streams from its first letter */
+        CHECK(c.n_calls == 0 && eq(&c.content, "Sure: [f()]"));
+        ts_strbuf_free(&c.content), ts_strbuf_free(&c.calls);
+    }
+}
+
 int main(void) {
     test_parse();
+    test_parse_list();
+    test_filter_list();
     test_filter();
     test_textout_tools();
     test_response();
