@@ -32,7 +32,6 @@ static bool parse_matryoshka(const char *v, serve_opts *o) {
 /* --reasoning-effort-budgets: EFFORT=N pairs, comma-separated (minimal, low, medium, high; N a
  * budget of at least -1, -1 for none). */
 static bool parse_effort_budgets(const char *v, serve_opts *o) {
-    static const char *const names[] = {"none", "minimal", "low", "medium", "high"};
     char buf[256];
     if (!*v || strlen(v) >= sizeof buf) return false;
     strcpy(buf, v);
@@ -42,10 +41,10 @@ static bool parse_effort_budgets(const char *v, serve_opts *o) {
         long x;
         if (!eq || !cli_parse_int(eq + 1, -1, INT32_MAX, &x)) return false;
         *eq = 0;
-        int k = 1; /* "none" turns thinking off: no budget to give */
-        while (k < 5 && strcmp(tok, names[k]) != 0)
+        int k = SERVE_EFFORT_MINIMAL; /* "none" turns thinking off: no budget to give */
+        while (k < SERVE_EFFORTS && strcmp(tok, serve_effort_names[k]) != 0)
             k++;
-        if (k == 5) return false;
+        if (k == SERVE_EFFORTS) return false;
         o->effort_budget[k] = (int)x;
     }
     return true;

@@ -549,8 +549,6 @@ static void flush_snapshot(serve_decoder *d, serve_lane *ln) {
     ln->pending_snap = -1;
 }
 
-/* Ends the lane's job: the text still held back, its sampler and detokenizer freed, the job's
- * terminal state reported. st: the error that ended it, for SERVE_FINISH_ERROR. */
 /* The bytes the detokenizer still holds (a character, or a run of byte tokens, an answer
  * ended in) as the answer's last text. */
 static ts_status flush_held(serve_lane *ln) {
@@ -566,6 +564,8 @@ static ts_status flush_held(serve_lane *ln) {
     return st;
 }
 
+/* Ends the lane's job: the text still held back, its sampler and detokenizer freed, the job's
+ * terminal state reported. st: the error that ended it, for SERVE_FINISH_ERROR. */
 void serve_lane_end(serve_decoder *d, serve_lane *ln, serve_finish how, ts_status st) {
     serve_job *j = ln->job;
     if (how == SERVE_FINISH_LENGTH) st = flush_held(ln);

@@ -1,5 +1,6 @@
 #include "serve/fetch.h"
 
+#include "base/byte_piece.h"
 #include "base/clock.h"
 
 #include <curl/curl.h>
@@ -163,13 +164,6 @@ bool serve_fetch_media_dir(const char *dir, char *out) {
     return true;
 }
 
-static int hex(char c) {
-    return c >= '0' && c <= '9'   ? c - '0'
-           : c >= 'a' && c <= 'f' ? c - 'a' + 10
-           : c >= 'A' && c <= 'F' ? c - 'A' + 10
-                                  : -1;
-}
-
 /* A file: URL's path (file:///p or file://localhost/p), percent-escapes decoded, into out;
  * false for another host, a relative path, a bad escape or a NUL. */
 static bool file_path(const char *url, char *out, size_t cap) {
@@ -180,7 +174,7 @@ static bool file_path(const char *url, char *out, size_t cap) {
     for (; *p; p++) {
         int c = (unsigned char)*p;
         if (c == '%') {
-            int hi = hex(p[1]), lo = hi < 0 ? -1 : hex(p[2]);
+            int hi = ts_hex_digit(p[1]), lo = hi < 0 ? -1 : ts_hex_digit(p[2]);
             if (lo < 0 || (hi == 0 && lo == 0)) return false;
             c = hi * 16 + lo, p += 2;
         }

@@ -798,11 +798,9 @@ static bool parse_chat_extras(serve_request *r, const json_t *o, serve_error *e)
     r->enable_thinking = -1;
     const json_t *re = field(o, "reasoning_effort");
     if (re) {
-        static const char *const efforts[SERVE_EFFORTS] = {"none", "minimal", "low", "medium",
-                                                           "high"};
         int idx = -1;
         for (int i = 0; json_is_string(re) && i < SERVE_EFFORTS; i++)
-            if (strcmp(json_string_value(re), efforts[i]) == 0) idx = i;
+            if (strcmp(json_string_value(re), serve_effort_names[i]) == 0) idx = i;
         if (idx < 0)
             return serve_fail(e, 400, "invalid_value", "reasoning_effort",
                               "'reasoning_effort' must be none, minimal, low, medium or high");
@@ -946,6 +944,8 @@ static bool parse_prediction(serve_request *r, const json_t *o, serve_error *e) 
     r->prediction = join_text(r, c, total);
     return r->prediction ? true : serve_fail(e, 500, "internal_error", NULL, "out of memory");
 }
+
+const char *const serve_effort_names[SERVE_EFFORTS] = {"none", "minimal", "low", "medium", "high"};
 
 bool serve_check_model(const json_t *root, const char *const *model_ids, const char **model,
                        serve_error *e) {

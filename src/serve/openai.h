@@ -4,6 +4,7 @@
 #define TS_SERVE_OPENAI_H
 
 #include "serve/images.h"
+#include "serve/serve.h"
 #include "tessera.h"
 
 #include <jansson.h>
@@ -73,18 +74,6 @@ void serve_prompts_free(serve_prompt *p, int n);
 #define SERVE_DEFAULT_PRESENCE_PENALTY   0.0
 #define SERVE_DEFAULT_FREQUENCY_PENALTY  0.0
 #define SERVE_DEFAULT_REPETITION_PENALTY 1.0
-
-#define SERVE_THINK_BUDGET_UNSET (-2)
-
-/* reasoning_effort's values, in order */
-enum {
-    SERVE_EFFORT_NONE,
-    SERVE_EFFORT_MINIMAL,
-    SERVE_EFFORT_LOW,
-    SERVE_EFFORT_MEDIUM,
-    SERVE_EFFORT_HIGH,
-    SERVE_EFFORTS
-};
 
 /* The longest model name a request may give (what --any-model lets it name; an alias is no
  * longer either) */

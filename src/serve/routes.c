@@ -795,11 +795,10 @@ static json_t *props_json(const serve_server *s, const serve_runtime *rt) {
                                                     : json_null());
     if (params) { /* -1: no bound; the efforts that give a budget of their own */
         json_object_set_new(params, "thinking_token_budget", json_integer(s->o.reasoning_budget));
-        static const char *const names[] = {"none", "minimal", "low", "medium", "high"};
         json_t *eb = json_object();
-        for (int k = 1; eb && k < 5; k++)
+        for (int k = SERVE_EFFORT_MINIMAL; eb && k < SERVE_EFFORTS; k++)
             if (s->o.effort_budget[k] != SERVE_THINK_BUDGET_UNSET)
-                json_object_set_new(eb, names[k], json_integer(s->o.effort_budget[k]));
+                json_object_set_new(eb, serve_effort_names[k], json_integer(s->o.effort_budget[k]));
         if (eb) json_object_set_new(params, "reasoning_effort_budgets", eb);
     }
     return json_pack("{s:s, s:s, s:i, s:{s:i, s:o}, s:{s:b, s:b, s:b}, s:b, s:s}", "model_alias",

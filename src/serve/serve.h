@@ -10,6 +10,20 @@
 
 #define SERVE_MAX_ALIASES 8
 
+/* reasoning_effort's values, in order (their names: serve_effort_names) */
+enum {
+    SERVE_EFFORT_NONE,
+    SERVE_EFFORT_MINIMAL,
+    SERVE_EFFORT_LOW,
+    SERVE_EFFORT_MEDIUM,
+    SERVE_EFFORT_HIGH,
+    SERVE_EFFORTS
+};
+extern const char *const serve_effort_names[SERVE_EFFORTS];
+
+/* A thinking budget not given (a request's, or the one an effort gives) */
+#define SERVE_THINK_BUDGET_UNSET (-2)
+
 typedef struct {
     const char *model_path;
     const char *host; /* default 127.0.0.1 */
@@ -22,9 +36,9 @@ typedef struct {
      * before </think> when a budget ends the thinking (NULL: none) */
     int reasoning_budget;
     const char *reasoning_message;
-    /* the budget each reasoning_effort gives (none, minimal, low, medium, high; -2: that
+    /* the budget each reasoning_effort gives (SERVE_EFFORT_*; SERVE_THINK_BUDGET_UNSET: that
      * effort gives none, reasoning_budget holds) */
-    int effort_budget[5];
+    int effort_budget[SERVE_EFFORTS];
     int n_threads;
     ts_device device; /* where the model runs (TS_DEVICE_CUDA needs a CUDA build and a GPU) */
     const char *api_key; /* NULL = no key required */

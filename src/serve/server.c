@@ -25,7 +25,9 @@ void serve_opts_default(serve_opts *o) {
                       .responses_store_mb = 64,
                       .draft_max = 8,
                       .reasoning_budget = -1,
-                      .effort_budget = {-2, -2, -2, -2, -2},
+                      .effort_budget = {SERVE_THINK_BUDGET_UNSET, SERVE_THINK_BUDGET_UNSET,
+                                        SERVE_THINK_BUDGET_UNSET, SERVE_THINK_BUDGET_UNSET,
+                                        SERVE_THINK_BUDGET_UNSET},
                       .media_url_max_mb = 32,
                       .media_url_timeout_s = 10,
                       .drain_ms = 10000};

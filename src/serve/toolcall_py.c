@@ -2,6 +2,7 @@
  * text/chat_gemma.c asks a model without a tool format of its own (Gemma 3) to reply in.
  * The values are Python literals (strings in either quotes with their escapes, numbers,
  * True / False / None, lists, tuples, dicts with string keys), read into JSON. */
+#include "base/byte_piece.h"
 #include "base/status.h"
 #include "serve/toolcall.h"
 
@@ -44,13 +45,6 @@ static size_t ident(py_in *in) {
     return n;
 }
 
-static int hexval(char c) {
-    return c >= '0' && c <= '9'   ? c - '0'
-           : c >= 'a' && c <= 'f' ? c - 'a' + 10
-           : c >= 'A' && c <= 'F' ? c - 'A' + 10
-                                  : -1;
-}
-
 static bool put_utf8(ts_strbuf *b, unsigned long cp) {
     char u[4];
     size_t n = cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4;
@@ -91,7 +85,7 @@ static json_t *py_string(py_in *in) {
                 int len = e == 'x' ? 2 : e == 'u' ? 4 : 8;
                 unsigned long cp = 0;
                 for (int k = 0; ok && k < len; k++) {
-                    int h = in->p < in->end ? hexval(*in->p++) : -1;
+                    int h = in->p < in->end ? ts_hex_digit(*in->p++) : -1;
                     ok = h >= 0;
                     cp = cp * 16 + (unsigned long)(h < 0 ? 0 : h);
                 }

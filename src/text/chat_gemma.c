@@ -88,16 +88,6 @@ static const char *gemma_role(ts_chat_role r) {
     }
 }
 
-/* Whether tools_json lists any tool (NULL and "[]" none; anything else unread counts as some:
- * refused, not dropped). */
-static bool has_tools(const char *tools_json) {
-    if (!tools_json) return false;
-    json_t *t = json_loads(tools_json, 0, NULL);
-    bool none = json_is_array(t) && json_array_size(t) == 0;
-    json_decref(t);
-    return !none;
-}
-
 /* The system message's text, which goes before the first user turn's content (*t NULL: no
  * system message); TS_ERR_INVALID when its first part is not text. */
 static ts_status system_text(const ts_chat_msg *msgs, const char **t) {
@@ -208,8 +198,9 @@ static ts_status gemma_content(gemma_out *g, const ts_chat_msg *m) {
     return TS_OK;
 }
 
-static ts_status gemma_render_tools(const ts_chat_msg *msgs, int n, const ts_chat_opts *o,
-                                    gemma_out *g) {
+/* tools: the request's, a non-empty array. */
+static ts_status gemma_render_tools(const ts_chat_msg *msgs, int n, const json_t *tools,
+                                    const ts_chat_opts *o, gemma_out *g) {
     TS_TRY(gemma_control(g, "<bos>"));
     const char *sys;
     TS_TRY(system_text(msgs, &sys));
@@ -243,15 +234,12 @@ static ts_status gemma_render_tools(const ts_chat_msg *msgs, int n, const ts_cha
                 TS_TRY(gemma_text(g, "\n\n"));
             }
             TS_TRY(gemma_text(g, gemma_tools_head));
-            json_t *tools = json_loads(o->tools_json, 0, NULL);
             chat_buf b = {0};
-            ts_status st =
-                json_is_array(tools) ? TS_OK : ts_error(TS_ERR_INVALID, "chat: bad tools");
+            ts_status st = TS_OK;
             for (size_t k = 0; st == TS_OK && k < json_array_size(tools); k++) {
                 st = chat_json_dumps(json_array_get(tools, k), &b);
                 if (st == TS_OK) st = chat_buf_puts(&b, "\n");
             }
-            json_decref(tools);
             if (st == TS_OK && b.p) st = gemma_text(g, b.p);
             free(b.p);
             TS_TRY(st);
@@ -282,7 +270,16 @@ static ts_status gemma_render_tools(const ts_chat_msg *msgs, int n, const ts_cha
 /* ---- the template ---------------------------------------------------------------------------- */
 
 static ts_status gemma_render(const ts_chat_msg *msgs, int n, const ts_chat_opts *o, gemma_out *g) {
-    if (has_tools(o->tools_json)) return gemma_render_tools(msgs, n, o, g);
+    /* tools (a non-empty list; NULL and "[]" are none): this file's own form */
+    json_t *tools = o->tools_json ? json_loads(o->tools_json, 0, NULL) : NULL;
+    bool any = json_array_size(tools) > 0;
+    ts_status st = TS_OK;
+    if (o->tools_json && !json_is_array(tools))
+        st = ts_error(TS_ERR_INVALID, "chat: tools must be a JSON array");
+    else if (any)
+        st = gemma_render_tools(msgs, n, tools, o, g);
+    json_decref(tools);
+    if (st != TS_OK || any) return st;
     for (int i = 0; i < n; i++)
         if (msgs[i].n_tool_calls > 0)
             return ts_error(TS_ERR_UNSUPPORTED,
