@@ -37,7 +37,7 @@ TOKENIZER="$BPE src/text/spm.c src/text/tokenizer.c src/text/chat.c src/text/cha
            src/text/chat_json.c $GGUF"
 # Grammars: the automaton, JSON Schema, tool calls.
 GRAMMAR="src/text/grammar.c src/text/grammar_vocab.c src/text/json_grammar.c
-         src/text/json_schema.c src/text/tool_grammar.c src/text/gbnf.c src/text/regex_grammar.c
+         src/text/json_schema.c src/text/tool_grammar.c src/text/tool_grammar_py.c src/text/gbnf.c src/text/regex_grammar.c
          src/text/utf8_ranges.c"
 PKGS="jansson libpcre2-8 libutf8proc libpng libjpeg libwebp libwebpdemux zlib libavformat libavcodec
       libswscale libavutil"

@@ -909,6 +909,8 @@ static bool parse_tools(serve_request *r, const json_t *o, serve_error *e) {
     }
     r->parse_tools = r->tools_json && !none;
     r->tools_forced = required;
+    r->tool_only = only;
+    r->tools_parallel = parallel;
     return true;
 }
 
@@ -1088,6 +1090,7 @@ ts_status serve_request_detach(serve_request *r) {
     r->model = NULL;
     r->stop = NULL;
     r->prediction = NULL; /* tokenized by preparation */
+    r->tool_only = NULL;
     return TS_OK;
 }
 

@@ -123,6 +123,12 @@ typedef struct serve_request {
     char *tools_json; /* owned; NULL = no tools */
     bool parse_tools; /* tools offered and tool_choice is not "none" */
     bool tools_forced;   /* tool_choice "required" or a named function (a grammar of calls) */
+    /* the named function (borrowed), NULL for any; parallel_tool_calls: several calls may
+     * follow each other. Kept for preparation, which makes the grammar of the list form for a
+     * chat format without calls of its own (this file makes Qwen3.5's). */
+    const char *tool_only;
+    bool tools_parallel;
+    bool tools_list_grammar; /* preparation has made the list form's grammar */
     ts_grammar *grammar; /* owned; the answer's content must follow it (response_format) */
     /* completions: one prompt or several (each answered by n choices) */
     serve_prompt *prompts; /* owned */

@@ -1,6 +1,7 @@
 #include "serve/prep.h"
 
 #include "serve/truncate.h"
+#include "text/json_schema.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,14 +54,9 @@ ts_chat_params serve_chat_params(const serve_request *r, const serve_images *im)
 bool serve_chat_ids(const serve_runtime *rt, const serve_request *r, serve_images *im,
                     int32_t **ids, size_t *n, serve_error *e) {
     /* a chat format without tools of its own (Gemma 3's): the functions and the calls are
-     * written in the list form (text/chat_gemma.c), which no grammar forces; an assistant's
-     * calls without tools would be left out: refused, never dropped */
+     * written in the list form (text/chat_gemma.c); an assistant's calls without tools would
+     * be left out: refused, never dropped */
     if (!ts_tokenizer_chat_tools(rt->tok)) {
-        if (r->tools_forced)
-            return serve_fail(e, 400, "unsupported_feature", "tool_choice",
-                              "tool_choice 'required' or a named function is not supported for "
-                              "this model, whose chat format has no tool calls of its own (the "
-                              "calls are asked for as a Python list): use 'auto'");
         for (int i = 0; !r->tools_json && i < r->n_msgs; i++)
             if (r->msgs[i].n_tool_calls > 0) {
                 char param[48];
@@ -78,6 +74,20 @@ bool serve_chat_ids(const serve_runtime *rt, const serve_request *r, serve_image
     return true;
 }
 
+/* Forced calls (tool_choice required or named) for a chat format without calls of its own:
+ * the request's grammar, made for Qwen3.5's calls when it was read, becomes the list form's. */
+static bool list_form_grammar(const serve_runtime *rt, serve_request *r, serve_error *e) {
+    if (!r->tools_forced || r->tools_list_grammar || ts_tokenizer_chat_tools(rt->tok)) return true;
+    ts_grammar *g = NULL;
+    ts_status st = ts_grammar_tool_list(r->tools_json, r->tool_only, r->tools_parallel, &g);
+    if (st == TS_ERR_NOMEM) return serve_fail(e, 500, "internal_error", NULL, "out of memory");
+    if (st != TS_OK) return serve_fail(e, 400, "invalid_value", "tools", "%s", ts_last_error());
+    ts_grammar_free(r->grammar);
+    r->grammar = g;
+    r->tools_list_grammar = true;
+    return true;
+}
+
 static bool tokenize(const serve_runtime *rt, serve_request *r, int prompt, serve_images *im,
                      int32_t **ids, int *n, serve_error *e) {
     const serve_prompt *p = r->api == SERVE_API_CHAT ? NULL : &r->prompts[prompt];
@@ -91,7 +101,7 @@ static bool tokenize(const serve_runtime *rt, serve_request *r, int prompt, serv
                               "%sprompt[%d]: token id %d is not in the vocabulary of %d", at, i,
                               p->ids[i], rt->n_vocab);
     if (r->api == SERVE_API_CHAT) {
-        if (!serve_chat_ids(rt, r, im, ids, &nn, e)) return false;
+        if (!list_form_grammar(rt, r, e) || !serve_chat_ids(rt, r, im, ids, &nn, e)) return false;
         /* the most prompt tokens that leave the answer its room (the checks below) */
         long long room = r->max_tokens >= 0 ? (long long)rt->n_ctx - r->max_tokens : rt->n_ctx - 1;
         if (r->truncate_auto && room > 0 && nn > (size_t)room &&

@@ -46,6 +46,11 @@ void js_never(js_ctx *c, int rule) {
     ts_gbuild_set(c->b, js_alt(c, rule), none);
 }
 
+const char *js_word(const js_ctx *c, const char *json_word) {
+    if (!c->python) return json_word;
+    return !strcmp(json_word, "true") ? "True" : !strcmp(json_word, "false") ? "False" : "None";
+}
+
 /* Rules for set{0,k}: ids[j] ::= "" | set ids[j-1], ids[0] ::= "". Returns ids[k]. */
 static int js_chain(js_ctx *c, const uint64_t set[4], int k, int *ids) {
     return ts_gbuild_set_chain(c->b, set, k, true, ids);
@@ -85,10 +90,12 @@ int js_lead(js_ctx *c) {
  * are one byte set rather than one alternative each. */
 static int js_char(js_ctx *c) {
     if (c->r_char >= 0) return c->r_char;
-    /* esc ::= ["\\/bfnrt] | "u" hex hex hex hex */
+    /* esc ::= ["\\/bfnrt] | "u" hex hex hex hex. Python reads "\/" as two characters and
+     * "\ud83d\ude00" as two lone surrogates (which the list form's reader refuses): there,
+     * esc ::= ["\\bfnrt] | "u" a hex value outside U+D800-U+DFFF. */
     int esc = c->r_esc = js_rule(c);
     uint64_t simple[4] = {0};
-    for (const char *p = "\"\\/bfnrt"; *p; p++)
+    for (const char *p = c->python ? "\"\\bfnrt" : "\"\\/bfnrt"; *p; p++)
         js_set_add(simple, (unsigned char)*p, (unsigned char)*p);
     ts_gbuild_set(c->b, js_alt(c, esc), simple);
     uint64_t hex[4] = {0};
@@ -97,8 +104,29 @@ static int js_char(js_ctx *c) {
     js_set_add(hex, 'A', 'F');
     int a = js_alt(c, esc);
     js_lit(c, a, "u");
-    for (int i = 0; i < 4; i++)
+    if (c->python) { /* [0-9a-cA-Ce-fE-F] hex hex hex | [dD] [0-7] hex hex */
+        uint64_t lead[4] = {0}, d[4] = {0}, low[4] = {0};
+        js_set_add(lead, '0', '9');
+        js_set_add(lead, 'a', 'c');
+        js_set_add(lead, 'A', 'C');
+        js_set_add(lead, 'e', 'f');
+        js_set_add(lead, 'E', 'F');
+        js_set_add(d, 'd', 'd');
+        js_set_add(d, 'D', 'D');
+        js_set_add(low, '0', '7');
+        ts_gbuild_set(c->b, a, lead);
+        for (int i = 0; i < 3; i++)
+            ts_gbuild_set(c->b, a, hex);
+        a = js_alt(c, esc);
+        js_lit(c, a, "u");
+        ts_gbuild_set(c->b, a, d);
+        ts_gbuild_set(c->b, a, low);
         ts_gbuild_set(c->b, a, hex);
+        ts_gbuild_set(c->b, a, hex);
+    } else {
+        for (int i = 0; i < 4; i++)
+            ts_gbuild_set(c->b, a, hex);
+    }
 
     int r = c->r_char = js_rule(c);
     uint64_t ascii[4] = {0};
@@ -369,8 +397,8 @@ int js_number(js_ctx *c) {
 int js_bool(js_ctx *c) {
     if (c->r_bool >= 0) return c->r_bool;
     int r = c->r_bool = js_rule(c);
-    js_lit(c, js_alt(c, r), "true");
-    js_lit(c, js_alt(c, r), "false");
+    js_lit(c, js_alt(c, r), js_word(c, "true"));
+    js_lit(c, js_alt(c, r), js_word(c, "false"));
     return r;
 }
 
@@ -381,9 +409,9 @@ int js_value(js_ctx *c) {
     int parts[4] = {js_object_any(c), js_array_any(c), js_string_any(c), js_number(c)};
     for (int i = 0; i < 4; i++)
         js_ref(c, js_alt(c, r), parts[i]);
-    js_lit(c, js_alt(c, r), "true");
-    js_lit(c, js_alt(c, r), "false");
-    js_lit(c, js_alt(c, r), "null");
+    js_lit(c, js_alt(c, r), js_word(c, "true"));
+    js_lit(c, js_alt(c, r), js_word(c, "false"));
+    js_lit(c, js_alt(c, r), js_word(c, "null"));
     return r;
 }
 

@@ -270,7 +270,7 @@ static bool js_has_real(const json_t *v) {
 /* v as compact JSON text (jansson's: `{"a":1}`, no spaces), which the value must then be
  * exactly. Reals get the fewest significant digits that read back as the same doubles: with
  * jansson's default of 17, 0.1 would have to be written 0.10000000000000001. */
-static char *js_dump(const json_t *v) {
+static char *js_dump_json(const json_t *v) {
     size_t flags = JSON_COMPACT | JSON_ENCODE_ANY;
     if (!js_has_real(v)) return json_dumps(v, flags);
     for (int prec = 1; prec < 17; prec++) {
@@ -283,6 +283,29 @@ static char *js_dump(const json_t *v) {
         free(s);
     }
     return json_dumps(v, flags | JSON_REAL_PRECISION(17));
+}
+
+/* The same text as the value's syntax writes it: in Python, true / false / null outside the
+ * strings are True / False / None (the same lengths, so in place); jansson's strings are
+ * already Python's (it escapes no '/' and writes no surrogate). */
+static char *js_dump(const js_ctx *c, const json_t *v) {
+    char *text = js_dump_json(v);
+    bool in_string = false;
+    for (char *p = text; c->python && p && *p; p++) {
+        if (in_string) {
+            if (*p == '\\')
+                p++; /* the escaped byte, never the NUL: jansson escapes whole */
+            else if (*p == '"')
+                in_string = false;
+        } else if (*p == '"') {
+            in_string = true;
+        } else if (!strncmp(p, "true", 4) || !strncmp(p, "false", 5)) {
+            *p = (char)(*p - 'a' + 'A');
+        } else if (!strncmp(p, "null", 4)) {
+            memcpy(p, "None", 4);
+        }
+    }
+    return text;
 }
 
 static bool js_is_kind(const json_t *v, int kinds) {
@@ -338,7 +361,7 @@ static ts_status js_literals(js_ctx *c, const json_t *s, int kinds, const js_ira
         for (size_t j = 0; j < i && !dup; j++)
             dup = json_equal((json_t *)v, json_array_get(en, j));
         if (dup) continue;
-        char *text = js_dump(v);
+        char *text = js_dump(c, v);
         if (!text) return ts_error(TS_ERR_NOMEM, "JSON Schema: out of memory");
         js_lit(c, js_alt(c, into), text);
         free(text);
@@ -753,7 +776,7 @@ static const char *js_format_pattern(const json_t *s) {
  * unless anchored): `pattern`, or an enforced format's. */
 static ts_status js_regex_string(js_ctx *c, const char *re, size_t len, int into, int *n_alts) {
     int content;
-    ts_status st = ts_regex_rule(c->b, re, len, &content);
+    ts_status st = ts_regex_rule(c->b, re, len, c->python, &content);
     if (st != TS_OK) {
         char where[JS_PATH_MAX + 32];
         snprintf(where, sizeof where, "JSON Schema at %s", js_where(c));
@@ -887,7 +910,7 @@ static ts_status js_own_kw(js_ctx *c, json_t *s, int into, int *n_alts) {
         (*n_alts)++;
     }
     if (kinds & JS_NULL) {
-        js_lit(c, js_alt(c, into), "null");
+        js_lit(c, js_alt(c, into), js_word(c, "null"));
         (*n_alts)++;
     }
     return TS_OK;
@@ -985,10 +1008,12 @@ static ts_status js_sub(js_ctx *c, json_t *s, int *rule) {
 /* The value rule of a schema (NULL: any object) in the builder b - the part the stand-alone
  * grammar and one embedded in another grammar share - and, when lead is not NULL, the rule of
  * the whitespace allowed before a stand-alone value. */
-static ts_status schema_value(ts_gbuild *b, const char *schema, size_t len, int *value, int *lead) {
+static ts_status schema_value(ts_gbuild *b, const char *schema, size_t len, bool python, int *value,
+                              int *lead) {
     js_ctx c;
     memset(&c, 0, sizeof c);
     c.b = b;
+    c.python = python;
     c.r_ws = c.r_lead = c.r_char = c.r_esc = c.r_strtail = -1;
     c.r_string = c.r_integer = c.r_number = c.r_bool = c.r_value = c.r_object = c.r_array = -1;
     for (int i = 0; i <= JS_DIGIT_CHAIN; i++)
@@ -1025,8 +1050,9 @@ static ts_status schema_value(ts_gbuild *b, const char *schema, size_t len, int 
     return st;
 }
 
-ts_status ts_json_schema_rule(ts_gbuild *b, const char *schema, size_t len, int *rule) {
-    return schema_value(b, schema, len, rule, NULL);
+ts_status ts_json_schema_rule(ts_gbuild *b, const char *schema, size_t len, bool python,
+                              int *rule) {
+    return schema_value(b, schema, len, python, rule, NULL);
 }
 
 ts_status ts_grammar_from_json_schema(const char *schema, size_t len, ts_grammar **out) {
@@ -1034,7 +1060,7 @@ ts_status ts_grammar_from_json_schema(const char *schema, size_t len, ts_grammar
     ts_gbuild *b;
     TS_TRY(ts_gbuild_create(&b));
     int root = ts_gbuild_rule(b), value, lead;
-    ts_status st = schema_value(b, schema, len, &value, &lead);
+    ts_status st = schema_value(b, schema, len, false, &value, &lead);
     if (st == TS_OK) {
         int a = ts_gbuild_alt(b, root);
         ts_gbuild_ref(b, a, lead);

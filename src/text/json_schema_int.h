@@ -52,6 +52,9 @@ typedef struct {
     int nest;  /* objects and arrays entered: a $ref cycle through one consumes input */
     char path[JS_PATH_MAX]; /* JSON pointer of the subschema being compiled (for messages) */
     size_t path_len;
+    /* Values as Python literals (the list form of tool calls, tool_grammar_py.c): True, False
+     * and None for the JSON words, and only the string escapes Python reads the same way. */
+    bool python;
 } js_ctx;
 
 /* ---- builder shorthands: ts_gbuild_* on c->b, so the compilers read as the rules they write */
@@ -66,6 +69,8 @@ void js_ref(js_ctx *c, int alt, int rule);
 void js_lit(js_ctx *c, int alt, const char *s);
 /* For a rule whose schema allows no value: the builder wants every rule to have an alternative. */
 void js_never(js_ctx *c, int rule);
+/* "true", "false" or "null" as the value's syntax writes it (Python: True, False, None). */
+const char *js_word(const js_ctx *c, const char *json_word);
 
 /* ---- shared rules: each made once per grammar, on first use ------------------------------ */
 

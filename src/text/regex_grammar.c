@@ -78,6 +78,7 @@ typedef struct {
     int n_br, cap_br;
     /* compiling */
     bool raw;     /* plain text, the whole of it matched (guided_regex), not a JSON string */
+    bool python;  /* a JSON string that Python reads the same: no "\/", no surrogate escapes */
     ts_gbuild *b; /* NULL on the counting pass */
     long cost;
     int n_rules; /* rules made on the counting pass */
@@ -589,15 +590,34 @@ static void emit_any_char(rx *c, int r, int k) {
     }
     emit_set(c, r, plain, 3, k);
     uint64_t esc[4] = {0}, hex[4] = {0};
-    for (const char *p = "\"\\/bfnrt"; *p; p++)
+    for (const char *p = c->python ? "\"\\bfnrt" : "\"\\/bfnrt"; *p; p++)
         set_add(esc, *p);
     for (const char *p = "0123456789abcdefABCDEF"; *p; p++)
         set_add(hex, *p);
     g_set_alt(c, r, "\\", esc, k);
     int a = g_alt(c, r);
     g_lit(c, a, "\\u");
-    for (int i = 0; i < 4; i++)
+    if (c->python) { /* [0-9a-cA-Ce-fE-F] hex hex hex | [dD] [0-7] hex hex */
+        uint64_t lead[4] = {0}, d[4] = {0}, low[4] = {0};
+        for (const char *p = "0123456789abcABCefEF"; *p; p++)
+            set_add(lead, *p);
+        set_add(d, 'd'), set_add(d, 'D');
+        for (const char *p = "01234567"; *p; p++)
+            set_add(low, *p);
+        g_set(c, a, lead);
+        for (int i = 0; i < 3; i++)
+            g_set(c, a, hex);
+        g_ref(c, a, k);
+        a = g_alt(c, r);
+        g_lit(c, a, "\\u");
+        g_set(c, a, d);
+        g_set(c, a, low);
         g_set(c, a, hex);
+        g_set(c, a, hex);
+    } else {
+        for (int i = 0; i < 4; i++)
+            g_set(c, a, hex);
+    }
     g_ref(c, a, k);
 }
 
@@ -736,8 +756,9 @@ static int compile_top(rx *c) {
     return content;
 }
 
-static ts_status regex_rule(ts_gbuild *b, const char *pattern, size_t len, bool raw, int *rule) {
-    rx c = {.p = (const uint8_t *)pattern, .len = len, .raw = raw};
+static ts_status regex_rule(ts_gbuild *b, const char *pattern, size_t len, bool raw, bool python,
+                            int *rule) {
+    rx c = {.p = (const uint8_t *)pattern, .len = len, .raw = raw, .python = python};
     ts_status st = parse(&c);
     if (st == TS_OK) {
         compile_top(&c); /* counting */
@@ -754,8 +775,8 @@ static ts_status regex_rule(ts_gbuild *b, const char *pattern, size_t len, bool 
     return st;
 }
 
-ts_status ts_regex_rule(ts_gbuild *b, const char *pattern, size_t len, int *rule) {
-    return regex_rule(b, pattern, len, false, rule);
+ts_status ts_regex_rule(ts_gbuild *b, const char *pattern, size_t len, bool python, int *rule) {
+    return regex_rule(b, pattern, len, false, python, rule);
 }
 
 ts_status ts_grammar_from_regex(const char *pattern, size_t len, ts_grammar **out) {
@@ -763,7 +784,7 @@ ts_status ts_grammar_from_regex(const char *pattern, size_t len, ts_grammar **ou
     ts_gbuild *b;
     TS_TRY(ts_gbuild_create(&b));
     int rule = -1;
-    ts_status st = regex_rule(b, pattern, len, true, &rule);
+    ts_status st = regex_rule(b, pattern, len, true, false, &rule);
     if (st == TS_OK) st = ts_gbuild_finish(b, rule, out);
     ts_gbuild_free(b);
     return st;

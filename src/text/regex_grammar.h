@@ -43,6 +43,7 @@
 
 #include "text/grammar.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 
 /* Adds to b the rules of the JSON string contents (without the quotes) whose decoded value
@@ -50,7 +51,9 @@
  * unless the pattern starts with ^ and/or ends with $. *rule is their start. TS_ERR_UNSUPPORTED
  * (message naming the construct and its byte offset) for regex features outside the subset,
  * TS_ERR_INVALID for a malformed pattern. The pattern is read whole before b is written to, so
- * on those errors b is unchanged. */
-ts_status ts_regex_rule(ts_gbuild *b, const char *pattern, size_t len, int *rule);
+ * on those errors b is unchanged. With python, the free characters' escapes are the ones
+ * Python reads as JSON does (no "\/", no \u of a surrogate): a string of the list form of
+ * tool calls (text/tool_grammar_py.c). */
+ts_status ts_regex_rule(ts_gbuild *b, const char *pattern, size_t len, bool python, int *rule);
 
 #endif

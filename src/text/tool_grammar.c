@@ -97,7 +97,7 @@ static bool json_value(ts_gbuild *b, const json_t *schema, int r) {
     bool ok = text && ts_grammar_from_json_schema(text, strlen(text), &probe) == TS_OK;
     ts_grammar_free(probe);
     int value = -1;
-    ok = ok && ts_json_schema_rule(b, text, strlen(text), &value) == TS_OK;
+    ok = ok && ts_json_schema_rule(b, text, strlen(text), false, &value) == TS_OK;
     free(text);
     if (!ok) return false; /* out of memory here also fails ts_gbuild_finish */
     int a = ts_gbuild_alt(b, r);

@@ -121,8 +121,8 @@ def test_tools_in_the_list_form(server):
     """Gemma 3's template has no tools (it would leave them out, and the model would never see
     them): the server writes the functions into the first user turn and asks for calls as a
     Python list, which it reads back as tool calls - whole or streamed; earlier calls and
-    results are written back the same way. A grammar of calls (tool_choice required or named)
-    is refused, and so are an assistant's calls in a request without tools."""
+    results are written back the same way. An assistant's calls in a request without tools
+    are refused."""
     msgs = [{"role": "user", "content": "Weather in Paris?"}]
     st, _, p = server.post("/apply-template", {"messages": msgs, "tools": TOOLS})
     assert st == 200 and '"name": "get_weather"' in p["prompt"] and "Python list" in p["prompt"]
@@ -151,17 +151,86 @@ def test_tools_in_the_list_form(server):
     # without tools the answer is text as before, and a reply that is no list stays content
     st, _, r = server.post("/v1/chat/completions", dict(body, guided_regex=r"Sunny, probably\."))
     assert st == 200 and r["choices"][0]["message"]["content"] == "Sunny, probably.", r
-    st, _, e = server.post("/v1/chat/completions", dict(body, tool_choice="required"))
-    assert st == 400 and e["error"]["param"] == "tool_choice", e
     st, _, e = server.post("/v1/chat/completions", {"messages": follow, "max_tokens": 2})
     assert st == 400 and e["error"]["param"] == "messages[1].tool_calls", e
-    # the Messages API's tools likewise: offered in the list form; "any" is a grammar of calls
+    # the Messages API's tools likewise: offered in the list form
     mtools = [{"name": "get_weather", "input_schema": {"type": "object"}}]
     st, _, m = server.post("/v1/messages", {"max_tokens": 2, "messages": msgs, "tools": mtools})
     assert st == 200 and m["usage"]["input_tokens"] > 60, m
-    st, _, e = server.post("/v1/messages", {"max_tokens": 2, "messages": msgs, "tools": mtools,
-                                            "tool_choice": {"type": "any"}})
-    assert st == 400 and "tool_choice" in e["error"]["message"], e
+
+
+# typed and enumerated parameters: every call's text is finite, so answers end on their own
+FORCED = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object",
+    "properties": {"days": {"type": "integer"}, "metric": {"type": "boolean"},
+                   "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+                   "spots": {"type": "array", "items": {"type": "integer"}, "maxItems": 2}},
+    "required": ["days", "unit"]}}},
+    {"type": "function", "function": {"name": "now",
+                                      "parameters": {"type": "object", "properties": {}}}}]
+
+
+def check_forced(calls):
+    assert calls
+    for c in calls:
+        args = json.loads(c["function"]["arguments"])
+        assert c["function"]["name"] in ("get_weather", "now"), c
+        if c["function"]["name"] == "now":
+            assert args == {}
+        else:
+            assert isinstance(args["days"], int) and not isinstance(args["days"], bool)
+            assert args["unit"] in ("celsius", "fahrenheit")
+            assert isinstance(args.get("metric", True), bool)
+            assert all(isinstance(x, int) for x in args.get("spots", []))
+            assert set(args) <= {"days", "metric", "unit", "spots"}
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_forced_calls_in_the_list_form(server, seed):
+    """tool_choice "required" for a model whose calls are a Python list: a grammar of that
+    list (text/tool_grammar_py.c) makes the answer calls of the offered functions, with
+    arguments valid against their schemas, whatever the model would have written."""
+    msgs = [{"role": "user", "content": f"weather? {seed}"}]
+    st, _, r = server.post("/v1/chat/completions", {
+        "messages": msgs, "tools": FORCED, "tool_choice": "required", "max_tokens": 300,
+        "temperature": 1.0, "seed": seed})
+    assert st == 200, r
+    c = r["choices"][0]
+    assert c["finish_reason"] == "tool_calls" and c["message"]["content"] is None, c
+    check_forced(c["message"]["tool_calls"])
+
+
+def test_forced_named_call_in_the_list_form(server):
+    """A named function: one call of it (parallel_tool_calls false), whole or streamed; the
+    Messages API's tool_choice "any" and "tool" likewise; a tool whose name a Python call
+    cannot carry is refused."""
+    body = {"messages": [{"role": "user", "content": "now?"}], "tools": FORCED,
+            "tool_choice": {"type": "function", "function": {"name": "get_weather"}},
+            "parallel_tool_calls": False, "max_tokens": 300, "temperature": 1.0, "seed": 3}
+    st, _, r = server.post("/v1/chat/completions", body)
+    assert st == 200, r
+    calls = r["choices"][0]["message"]["tool_calls"]
+    assert len(calls) == 1 and calls[0]["function"]["name"] == "get_weather", calls
+    check_forced(calls)
+    st, _, data = server.request("POST", "/v1/chat/completions", dict(body, stream=True))
+    deltas = [json.loads(line[6:])["choices"][0]["delta"] for line in data.decode().splitlines()
+              if line.startswith("data: {")]
+    streamed = [t for d in deltas for t in d.get("tool_calls", [])]
+    assert [t["function"] for t in streamed] == [calls[0]["function"]]
+    mtools = [{"name": f["function"]["name"], "input_schema": f["function"]["parameters"]}
+              for f in FORCED]
+    for choice in ({"type": "any"}, {"type": "tool", "name": "now"}):
+        st, _, m = server.post("/v1/messages", {"max_tokens": 300, "messages": body["messages"],
+                                                "tools": mtools, "tool_choice": choice})
+        assert st == 200 and m["stop_reason"] == "tool_use", m
+        uses = [b for b in m["content"] if b["type"] == "tool_use"]
+        assert uses and all(b["name"] in ("get_weather", "now") for b in uses), m
+        if choice["type"] == "tool":
+            assert all(b["name"] == "now" and b["input"] == {} for b in uses), uses
+    bad = [{"type": "function", "function": {"name": "get weather"}}]
+    st, _, e = server.post("/v1/chat/completions", dict(body, tools=bad, tool_choice="required"))
+    assert st == 400 and e["error"]["param"] == "tools" and "get weather" in \
+        e["error"]["message"], e
 
 
 def test_a_grammar_answer_ends_whole(server):

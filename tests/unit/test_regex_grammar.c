@@ -19,7 +19,7 @@ static ts_grammar *string_grammar(const char *pat, size_t len, ts_status *st) {
     ts_grammar *g = NULL;
     CHECK(ts_gbuild_create(&b) == TS_OK);
     int root = ts_gbuild_rule(b), content = -1;
-    *st = ts_regex_rule(b, pat, len, &content);
+    *st = ts_regex_rule(b, pat, len, false, &content);
     if (*st == TS_OK) {
         int a = ts_gbuild_alt(b, root);
         ts_gbuild_literal(b, a, "\"", 1);
