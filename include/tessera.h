@@ -242,6 +242,10 @@ int ts_tokenizer_vocab_size(const ts_tokenizer *tok);
  * tokenizer asks for it (GGUF add_bos_token, e.g. Gemma). */
 ts_status ts_tokenize(const ts_tokenizer *tok, const char *text, size_t len, bool parse_special,
                       int32_t **ids, size_t *n_ids);
+/* The same without the BOS and EOS the tokenizer adds around a text: the text's own tokens
+ * (llama-server's /tokenize without add_special). */
+ts_status ts_tokenize_bare(const ts_tokenizer *tok, const char *text, size_t len,
+                           bool parse_special, int32_t **ids, size_t *n_ids);
 /* Decodes ids into a malloc'd NUL-terminated string (caller frees). */
 ts_status ts_detokenize(const ts_tokenizer *tok, const int32_t *ids, size_t n, bool skip_special,
                         char **text, size_t *len);

@@ -615,22 +615,61 @@ static bool chat_prompt_ids(serve_server *s, const serve_runtime *rt, json_t *ro
     return ok;
 }
 
+/* llama-server's with_pieces: each token as {"id", "piece"}, the piece its text, or its bytes
+ * as a list of numbers where they are not whole UTF-8 (a part of a character). */
+static json_t *token_pieces(const ts_tokenizer *tok, const int32_t *ids, size_t n) {
+    json_t *arr = json_array();
+    for (size_t i = 0; arr && i < n; i++) {
+        size_t len = 0;
+        const char *t = ts_tokenizer_token_bytes(tok, ids[i], &len);
+        if (!t) len = 0;
+        json_t *piece = ts_utf8_valid(t, len) ? json_stringn(t ? t : "", len) : json_array();
+        for (size_t k = 0; json_is_array(piece) && k < len; k++)
+            json_array_append_new(piece, json_integer((unsigned char)t[k]));
+        if (json_array_append_new(
+                arr, json_pack("{s:i, s:o}", "id", (int)ids[i], "piece", piece)) != 0) {
+            json_decref(arr);
+            return NULL;
+        }
+    }
+    return arr;
+}
+
+/* An optional boolean field; false with *e set when it is there and not a boolean. */
+static bool opt_bool(const json_t *root, const char *name, bool *v, serve_error *e) {
+    const json_t *f = json_object_get(root, name);
+    if (f && !json_is_boolean(f))
+        return serve_fail(e, 400, "invalid_value", name, "'%s' must be a boolean", name);
+    if (f) *v = json_is_true(f);
+    return true;
+}
+
 static enum MHD_Result tokenize(serve_conn *cn, struct MHD_Connection *c, json_t *root) {
     serve_server *s = cn->srv;
     const serve_runtime *rt = serve_worker_runtime(s->worker);
     serve_error e;
     int32_t *ids = NULL;
     size_t n = 0;
+    /* llama-server's {"content"} adds no BOS/EOS unless add_special; vLLM's {"prompt"} adds
+     * them unless add_special_tokens is false */
     const json_t *text = json_object_get(root, "content");
+    bool llama_form = text != NULL;
     if (!text) text = json_object_get(root, "prompt");
     const json_t *msgs = json_object_get(root, "messages");
-    const json_t *ps = json_object_get(root, "parse_special");
-    if (ps && !json_is_boolean(ps)) {
-        serve_fail(&e, 400, "invalid_value", "parse_special", "'parse_special' must be a boolean");
+    bool parse_special = true, add_special = !llama_form, pieces = false;
+    if (!opt_bool(root, "parse_special", &parse_special, &e) ||
+        !opt_bool(root, "add_special", &add_special, &e) ||
+        !opt_bool(root, "add_special_tokens", &add_special, &e) ||
+        !opt_bool(root, "with_pieces", &pieces, &e)) {
+        /* e is set */
     } else if (json_is_string(text)) {
-        if (ts_tokenize(rt->tok, json_string_value(text), json_string_length(text),
-                        ps ? json_is_true(ps) : true, &ids, &n) != TS_OK)
-            serve_fail(&e, 400, "invalid_value", "content", "%s", ts_last_error());
+        const char *t = json_string_value(text);
+        size_t len = json_string_length(text);
+        ts_status st = add_special ? ts_tokenize(rt->tok, t, len, parse_special, &ids, &n)
+                                   : ts_tokenize_bare(rt->tok, t, len, parse_special, &ids, &n);
+        if (st != TS_OK)
+            serve_fail(&e, 400, "invalid_value", llama_form ? "content" : "prompt", "%s",
+                       ts_last_error());
         else
             e.status = 0;
     } else if (msgs && !text) {
@@ -643,11 +682,13 @@ static enum MHD_Result tokenize(serve_conn *cn, struct MHD_Connection *c, json_t
         free(ids);
         return serve_send_error(cn, c, &e);
     }
-    json_t *arr = json_array();
-    for (size_t i = 0; i < n; i++) json_array_append_new(arr, json_integer(ids[i]));
+    json_t *arr = pieces ? token_pieces(rt->tok, ids, n) : json_array();
+    for (size_t i = 0; !pieces && arr && i < n; i++)
+        json_array_append_new(arr, json_integer(ids[i]));
     free(ids);
-    json_t *out = json_pack("{s:o, s:i, s:i}", "tokens", arr, "count", (int)n, "max_model_len",
-                            rt->n_ctx);
+    json_t *out = arr ? json_pack("{s:o, s:i, s:i}", "tokens", arr, "count", (int)n,
+                                  "max_model_len", rt->n_ctx)
+                      : NULL;
     char *body = out ? json_dumps(out, JSON_COMPACT) : NULL;
     json_decref(out);
     return serve_send_json(cn, c, 200, body);

@@ -452,14 +452,14 @@ static ts_status tok_encode(const ts_tokenizer *t, const char *text, size_t len,
                   : ts_bpe_encode(t->bpe, text, len, parse_special, out);
 }
 
-ts_status ts_tokenize(const ts_tokenizer *t, const char *text, size_t len, bool parse_special,
-                      int32_t **ids, size_t *n_ids) {
+static ts_status tokenize(const ts_tokenizer *t, const char *text, size_t len, bool parse_special,
+                          bool add_special, int32_t **ids, size_t *n_ids) {
     ts_ids v = {0};
     *ids = NULL;
     *n_ids = 0;
-    ts_status st = t->add_bos ? ts_ids_push(&v, t->bos) : TS_OK;
+    ts_status st = add_special && t->add_bos ? ts_ids_push(&v, t->bos) : TS_OK;
     if (st == TS_OK) st = tok_encode(t, text, len, parse_special, &v);
-    if (st == TS_OK && t->add_eos) st = ts_ids_push(&v, t->eos);
+    if (st == TS_OK && add_special && t->add_eos) st = ts_ids_push(&v, t->eos);
     if (st != TS_OK) {
         ts_ids_free(&v);
         return st;
@@ -467,6 +467,16 @@ ts_status ts_tokenize(const ts_tokenizer *t, const char *text, size_t len, bool 
     *ids = v.data ? v.data : calloc(1, sizeof(int32_t));
     *n_ids = v.len;
     return *ids ? TS_OK : ts_error(TS_ERR_NOMEM, "out of memory");
+}
+
+ts_status ts_tokenize(const ts_tokenizer *t, const char *text, size_t len, bool parse_special,
+                      int32_t **ids, size_t *n_ids) {
+    return tokenize(t, text, len, parse_special, true, ids, n_ids);
+}
+
+ts_status ts_tokenize_bare(const ts_tokenizer *t, const char *text, size_t len, bool parse_special,
+                           int32_t **ids, size_t *n_ids) {
+    return tokenize(t, text, len, parse_special, false, ids, n_ids);
 }
 
 bool ts_tokenizer_fim(const ts_tokenizer *t, ts_fim_tokens *out) {

@@ -313,7 +313,7 @@ def test_text_through_the_hf_tokenizer(tmp_path):
     with Server(model=dst) as s:
         r = s.post_ok("/v1/embeddings", {"input": texts})
         for t, ids in zip(texts, want_ids):
-            assert s.post_ok("/tokenize", {"content": t})["tokens"] == ids
+            assert s.post_ok("/tokenize", {"prompt": t})["tokens"] == ids
     for v, ids in zip(vectors(r), want_ids):
         want = numpy_embedding(dst, ids, "mean")
         assert np.linalg.norm(v - want) < 2e-5, f"{np.linalg.norm(v - want):.2e}"

@@ -72,10 +72,27 @@ def chat_ids(hf, messages):
 
 
 def test_text_is_tokenized_as_transformers_does(server, hf):
+    """vLLM's {"prompt"} adds the post-processor's <bos> (unless add_special_tokens is
+    false), llama-server's {"content"} does not (unless add_special); with_pieces gives each
+    token's text, or its bytes where they are part of a character."""
     for text in TEXTS:
         want = hf(text)["input_ids"]
         assert want[0] == 2  # the post-processor's <bos>
-        assert server.post_ok("/tokenize", {"content": text})["tokens"] == want, text
+        assert server.post_ok("/tokenize", {"prompt": text})["tokens"] == want, text
+        assert server.post_ok("/tokenize", {"content": text, "add_special": True})[
+            "tokens"] == want, text
+        assert server.post_ok("/tokenize", {"content": text})["tokens"] == want[1:], text
+        assert server.post_ok("/tokenize", {"prompt": text, "add_special_tokens": False})[
+            "tokens"] == want[1:], text
+    text = TEXTS[2]  # its emoji is beyond the vocabulary: byte tokens
+    p = server.post_ok("/tokenize", {"content": text, "with_pieces": True})["tokens"]
+    assert [t["id"] for t in p] == hf(text, add_special_tokens=False)["input_ids"]
+    joined = b"".join(bytes(t["piece"]) if isinstance(t["piece"], list)
+                      else t["piece"].encode() for t in p)
+    assert joined.decode().replace("\u2581", " ") == text
+    assert any(isinstance(t["piece"], list) for t in p), p
+    st, _, e = server.post("/tokenize", {"content": text, "add_special": "yes"})
+    assert st == 400 and e["error"]["param"] == "add_special", e
 
 
 def test_chat_is_rendered_and_tokenized_as_transformers_does(server, hf):
@@ -219,14 +236,16 @@ def test_forced_named_call_in_the_list_form(server):
     assert [t["function"] for t in streamed] == [calls[0]["function"]]
     mtools = [{"name": f["function"]["name"], "input_schema": f["function"]["parameters"]}
               for f in FORCED]
-    for choice in ({"type": "any"}, {"type": "tool", "name": "now"}):
+    # one call each (a random model may go on adding calls to the list up to max_tokens)
+    for choice in ({"type": "any", "disable_parallel_tool_use": True},
+                   {"type": "tool", "name": "now", "disable_parallel_tool_use": True}):
         st, _, m = server.post("/v1/messages", {"max_tokens": 300, "messages": body["messages"],
                                                 "tools": mtools, "tool_choice": choice})
         assert st == 200 and m["stop_reason"] == "tool_use", m
         uses = [b for b in m["content"] if b["type"] == "tool_use"]
         assert uses and all(b["name"] in ("get_weather", "now") for b in uses), m
         if choice["type"] == "tool":
-            assert all(b["name"] == "now" and b["input"] == {} for b in uses), uses
+            assert [(b["name"], b["input"]) for b in uses] == [("now", {})], uses
     bad = [{"type": "function", "function": {"name": "get weather"}}]
     st, _, e = server.post("/v1/chat/completions", dict(body, tools=bad, tool_choice="required"))
     assert st == 400 and e["error"]["param"] == "tools" and "get weather" in \
