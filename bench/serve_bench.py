@@ -4,6 +4,7 @@ follow-up, reasoning prompt) with and without prefix reuse, server overhead per 
 the time to admit or refuse a request.
 
     python3 bench/serve_bench.py [--bin build/tessera] [--model DIR] [--reps 5] [--json]
+        [--conversations N] [--server-args "--ctx 32768"]
 
 Without --model a tiny random model is built (tessera synth --preset tiny + the fixture
 tokenizer): that measures the server, not the model. `--model 0.8b` builds a random model with
@@ -89,7 +90,7 @@ def system_prompt(srv, tokens):
     return SYSTEM_LINE * max(1, round(tokens / one))
 
 
-def bench_ttft(srv, reps, max_tokens, history, reuse):
+def bench_ttft(srv, reps, max_tokens, history, reuse, conversations=1):
     out = {}
     system = system_prompt(srv, history)
     out["history_tokens"] = srv.post("/tokenize", {"messages": conversation(
@@ -122,6 +123,9 @@ def bench_ttft(srv, reps, max_tokens, history, reuse):
                 "temperature": 0, "max_tokens": max_tokens}
         follow.append(stream_ttft(srv.port, "/v1/chat/completions", body)[0])
     out["follow_up"] = median_ms(follow)
+    if conversations > 1:
+        out["follow_up_interleaved"] = median_ms(interleaved(srv, conversations, system,
+                                                             max_tokens, reuse))
     think = [stream_ttft(srv.port, "/v1/chat/completions",
                          {"messages": [{"role": "user", "content": f"Think about 17 * {i}."}],
                           "temperature": 0, "max_tokens": max_tokens,
@@ -129,6 +133,24 @@ def bench_ttft(srv, reps, max_tokens, history, reuse):
              for i in range(reps)]
     out["reasoning"] = median_ms(think)
     return out
+
+
+def interleaved(srv, n, system, max_tokens, reuse):
+    """n conversations at once, as n people chatting: each one's first turn is answered (and
+    its next turn prepared), then each one's follow-up is timed. Only a cache that holds all n
+    conversations' states serves every follow-up from its own."""
+    answers = []
+    for k in range(n):
+        before = next_turns(srv)
+        q = f"Person {k} asks about subject {k * 7}."
+        _, _, r = srv.post("/v1/chat/completions", {"messages": conversation([(q, None)], system),
+                                                    "temperature": 0, "max_tokens": max_tokens})
+        answers.append((q, r["choices"][0]["message"]["content"]))
+        if reuse:
+            wait_next_turn(srv, before)
+    return [stream_ttft(srv.port, "/v1/chat/completions",
+                        {"messages": conversation([(q, a), ("And why?", None)], system),
+                         "temperature": 0, "max_tokens": max_tokens})[0] for q, a in answers]
 
 
 def model_0_8b(binary):
@@ -200,17 +222,21 @@ def main():
     ap.add_argument("--threads", default=None)
     ap.add_argument("--skip-overhead", action="store_true",
                     help="only the TTFT table (the overhead numbers need a tiny model)")
+    ap.add_argument("--conversations", type=int, default=1,
+                    help="also time follow-ups of this many conversations held at once")
+    ap.add_argument("--server-args", default="", help="more `tessera serve` options, e.g. --ctx")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     if a.bin:
         os.environ["TS_SERVER_BIN"] = os.path.abspath(a.bin)
-    extra = ["--threads", a.threads] if a.threads else []
+    extra = (["--threads", a.threads] if a.threads else []) + a.server_args.split()
     model = (model_0_8b(server_util.binary()) if a.model == "0.8b"
              else a.model or server_util.tiny_model())
     res = {"model": model}
     for name, args in (("cache", []), ("no_cache", ["--cache-mb", "0"])):
         with server_util.Server(*args, *extra, model=model) as srv:
-            res[name] = bench_ttft(srv, a.reps, a.max_tokens, a.history, name == "cache")
+            res[name] = bench_ttft(srv, a.reps, a.max_tokens, a.history, name == "cache",
+                                   a.conversations)
             if name == "cache" and not a.skip_overhead:
                 res["overhead"] = bench_overhead(srv, a.reps)
     if not a.skip_overhead:
@@ -224,8 +250,9 @@ def main():
         return
     print(f"model: {model}; history {c['history_tokens']} tokens before the follow-up")
     print(f"{'TTFT (median ms)':24} {'prefix reuse':>14} {'no reuse':>10}")
-    for k in ("short", "repeat", "follow_up", "reasoning"):
-        print(f"{k:24} {res['cache'][k]:14.2f} {res['no_cache'][k]:10.2f}")
+    for k in ("short", "repeat", "follow_up", "follow_up_interleaved", "reasoning"):
+        if k in res["cache"]:
+            print(f"{k:24} {res['cache'][k]:14.2f} {res['no_cache'][k]:10.2f}")
     if "overhead" in res:
         o = res["overhead"]
         print(f"1-token request {o['request_ms']:.2f} ms = worker {o['worker_ms']:.2f} ms + "

@@ -119,6 +119,10 @@ typedef struct {
     int n_threads; /* 0 = one per core (CPU device) */
     ts_isa isa;    /* kernels to use; AUTO = best the CPU supports */
     ts_device device;
+    /* prefix snapshots (ts_engine_snap_*): a pool of snap_bytes on the device, allocated at
+     * creation, for up to n_snaps of them; 0: none */
+    size_t snap_bytes;
+    int n_snaps;
 } ts_engine_opts;
 
 void ts_engine_opts_default(ts_engine_opts *opts);
@@ -200,8 +204,22 @@ ts_status ts_engine_forward_sample_logprobs(ts_engine *engine, const ts_batch *b
 ts_status ts_engine_slot_clear(ts_engine *engine, int slot);
 /* Tokens held by a slot. */
 int ts_engine_slot_len(const ts_engine *engine, int slot);
-/* Copies the whole state of slot src into slot dst (snapshot / restore). */
+/* Copies the state of slot src into slot dst: what its tokens use of it (the summed-up
+ * state and the KV rows of its positions). */
 ts_status ts_engine_slot_copy(ts_engine *engine, int src, int dst);
+/* Prefix snapshots: a slot's state kept aside, in the pool ts_engine_opts.snap_bytes sets, at
+ * the size its tokens take - the summed-up state (a hybrid model's conv and recurrent state)
+ * and the KV rows of its positions, not the whole context - so that a short conversation's
+ * takes little. Ids 0..n_snaps-1. ts_engine_snap_bytes: what a snapshot of len tokens takes of
+ * the pool (0 without one); save replaces what snap held, and fails with TS_ERR_NOMEM, snap
+ * then empty, when the pool has not the room (the caller drops others first); restore puts
+ * it into a slot (its length becomes the snapshot's). ts_engine_snap_len: -1 when empty. */
+size_t ts_engine_snap_bytes(const ts_engine *engine, int len);
+size_t ts_engine_snap_pool_bytes(const ts_engine *engine);
+ts_status ts_engine_snap_save(ts_engine *engine, int slot, int snap);
+ts_status ts_engine_snap_restore(ts_engine *engine, int snap, int slot);
+void ts_engine_snap_drop(ts_engine *engine, int snap);
+int ts_engine_snap_len(const ts_engine *engine, int snap);
 /* Taking tokens back (speculative decoding: tokens guessed ahead, run through the model, and
  * some found wrong). ts_engine_slot_mark remembers the slot's state at its present length;
  * ts_engine_slot_rewind then shortens the slot to len tokens, the mark's length <= len <= its

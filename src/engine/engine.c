@@ -24,6 +24,7 @@ void ts_engine_free(ts_engine *e) {
     if (!e) return;
     engine_ahead_drop(e);
     engine_ahead_free(e);
+    engine_snap_free(e);
     if (e->slot_state)
         for (int i = 0; i < e->n_slots; i++)
             if (e->slot_state[i]) e->be->ops->free(e->be, e->slot_state[i]);
@@ -95,7 +96,12 @@ ts_status ts_engine_create(ts_model *model, const ts_engine_opts *opts, ts_engin
         if (!e->slot_state[i])
             st = ts_error(TS_ERR_NOMEM, "out of memory for the state of %d sequences of %d tokens "
                           "(%zu MiB each)", o.n_slots, o.n_ctx, e->state_bytes >> 20);
+        /* zeroed once: a clear then zeroes only the summed-up state, and the KV rows past a
+         * slot's length, never read, are at worst an earlier sequence's (finite) values */
+        else
+            e->be->ops->zero(e->be, e->slot_state[i], e->state_bytes);
     }
+    if (st == TS_OK) st = engine_snap_init(e, o.snap_bytes, o.n_snaps);
     if (st != TS_OK) {
         ts_engine_free(e);
         return st;
@@ -125,7 +131,8 @@ ts_status ts_engine_slot_clear(ts_engine *e, int slot) {
     TS_TRY(check_slot(e, slot));
     engine_ahead_drop(e);
     /* KV rows past the length are never read, but conv and recurrent state must be zero */
-    if (e->state_bytes) e->be->ops->zero(e->be, e->slot_state[slot], e->state_bytes);
+    size_t summed = e->whole_state ? e->state_bytes : e->seq_bytes;
+    if (summed) e->be->ops->zero(e->be, e->slot_state[slot], summed);
     e->slot_len[slot] = 0;
     e->mark_len[slot] = -1;
     return TS_OK;
@@ -141,7 +148,7 @@ ts_status ts_engine_slot_copy(ts_engine *e, int src, int dst) {
     engine_ahead_drop(e);
     if (src != dst) {
         if (e->state_bytes)
-            e->be->ops->copy(e->be, e->slot_state[dst], e->slot_state[src], e->state_bytes);
+            engine_copy_used(e, e->slot_state[dst], e->slot_state[src], e->slot_len[src]);
         e->slot_len[dst] = e->slot_len[src];
         e->mark_len[dst] = -1;
     }

@@ -51,6 +51,23 @@ struct ts_engine {
     size_t seq_bytes;
     void **mark_state;
     int *mark_len;
+    /* what a sequence of len tokens uses of a slot's state: the first seq_bytes and the
+     * first len rows of each run (n_rows 0 and whole_state: the model does not say; all of
+     * it) - engine/snapshot.c */
+    ts_state_rows *rows;
+    int n_rows;
+    bool whole_state;
+    /* prefix snapshots: pages of page_bytes in one pool, a stack of the free ones, and each
+     * snapshot's length (-1: empty) and pages */
+    char *snap_pool;
+    size_t page_bytes;
+    int n_pages, n_free;
+    int *free_pages;
+    int n_snaps;
+    struct engine_snap {
+        int len, n_pages;
+        int *pages;
+    } * snaps;
     char desc[64];
     uint8_t *want_scratch; /* [n_batch]: "last token only" when a batch gives no flags */
     /* ts_engine_forward_sample's host side, grown to the most rows asked for so far */
@@ -65,6 +82,12 @@ struct ts_engine {
 /* The engine's checks of a batch (engine.c): positions continue their slots, ids in range. */
 ts_status engine_check_batch(ts_engine *e, const ts_batch *b);
 /* ahead.c */
+/* snapshot.c: the state's layout and the snapshot pool, at creation and freeing; the copy
+ * of what len tokens use of a slot's state */
+ts_status engine_snap_init(ts_engine *e, size_t pool_bytes, int n_snaps);
+void engine_snap_free(ts_engine *e);
+void engine_copy_used(ts_engine *e, void *dst, const void *src, int len);
+
 ts_status engine_ahead_init(ts_engine *e);
 void engine_ahead_free(ts_engine *e);
 /* Forgets the held step, if any (before anything else uses the backend). */

@@ -404,6 +404,18 @@ static size_t gemma3_state_bytes(const ts_model *m, int n_ctx) {
     return 2 * kv_bytes(&g->hp, n_ctx) * (size_t)g->hp.n_layers;
 }
 
+/* Each layer's K rows, then its V rows (the layout gemma3_forward's runs point into). */
+static int gemma3_state_rows(const ts_model *m, int n_ctx, ts_state_rows *out, int max) {
+    const gemma3_model *g = m->impl;
+    if (g->hp.encoder || 2 * g->hp.n_layers > max) return 0;
+    size_t kvb = kv_bytes(&g->hp, n_ctx), row = kv_bytes(&g->hp, 1);
+    for (int il = 0; il < g->hp.n_layers; il++) {
+        out[2 * il] = (ts_state_rows){2 * kvb * (size_t)il, row};
+        out[2 * il + 1] = (ts_state_rows){2 * kvb * (size_t)il + kvb, row};
+    }
+    return 2 * g->hp.n_layers;
+}
+
 static void gemma3_runtime_free(void *p) {
     gemma3_rt *rt = p;
     if (!rt) return;
@@ -559,7 +571,7 @@ static ts_status gemma3_forward(void *p, const ts_fwd_batch *b, float *logits) {
 
 /* What the two GGUF names of the model share: everything after the loading */
 #define GEMMA3_RUNTIME_OPS                                                                         \
-    .unload = gemma3_unload, .state_bytes = gemma3_state_bytes,                                    \
+    .unload = gemma3_unload, .state_bytes = gemma3_state_bytes, .state_rows = gemma3_state_rows,   \
     .runtime_create = gemma3_runtime_create, .runtime_free = gemma3_runtime_free,                  \
     .forward = gemma3_forward, .synth = NULL
 

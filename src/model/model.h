@@ -82,6 +82,11 @@ struct ts_model {
     ts_embed_head head; /* an embedding model's Dense layers (none for the others) */
 };
 
+/* A run of per-position rows in a sequence's state (ts_arch.state_rows). */
+typedef struct {
+    size_t off, row_bytes;
+} ts_state_rows;
+
 struct ts_arch {
     const char *name;
     /* Whether this architecture reads an HF config of this (text section) model_type. */
@@ -100,6 +105,12 @@ struct ts_arch {
      * sequence simply stops reading): what a mark must save for a rewind (ts_engine_slot_mark).
      * NULL: none, the state is all per-position rows. */
     size_t (*seq_state_bytes)(const ts_model *m);
+    /* The state's per-position rows (KV caches) for n_ctx tokens: up to max runs, each row p
+     * at off + p * row_bytes; returns how many. With seq_state_bytes they make up the whole
+     * state, so what a sequence of len tokens uses is its first seq_state_bytes and the first
+     * len rows of each run (a snapshot keeps only that: engine/snapshot.c). NULL: not known,
+     * the whole state is copied. */
+    int (*state_rows)(const ts_model *m, int n_ctx, ts_state_rows *out, int max);
     /* Scratch buffers and device copies of small parameters for batches of up to n_batch tokens. */
     ts_status (*runtime_create)(const ts_model *m, ts_backend *be, int n_batch, int n_ctx,
                                 void **rt);

@@ -389,6 +389,7 @@ const ts_arch ts_arch_qwen35 = {
     .unload = qwen35_unload,
     .state_bytes = qwen35_state_bytes,
     .seq_state_bytes = qwen35_seq_state_bytes,
+    .state_rows = qwen35_state_rows,
     .runtime_create = qwen35_runtime_create,
     .runtime_free = qwen35_runtime_free,
     .forward = qwen35_forward,

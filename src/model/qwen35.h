@@ -71,6 +71,7 @@ void qwen35_state_layout(const qwen35_hparams *h, int n_ctx, qwen35_state_off *o
 
 size_t qwen35_state_bytes(const ts_model *m, int n_ctx);
 size_t qwen35_seq_state_bytes(const ts_model *m);
+int qwen35_state_rows(const ts_model *m, int n_ctx, ts_state_rows *out, int max);
 ts_status qwen35_runtime_create(const ts_model *m, ts_backend *be, int n_batch, int n_ctx,
                                 void **rt);
 void qwen35_runtime_free(void *rt);

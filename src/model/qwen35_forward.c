@@ -88,6 +88,23 @@ size_t qwen35_seq_state_bytes(const ts_model *m) {
     return seq;
 }
 
+int qwen35_state_rows(const ts_model *m, int n_ctx, ts_state_rows *out, int max) {
+    const qwen35_model *q = m->impl;
+    const qwen35_hparams *h = &q->hp;
+    qwen35_state_off offs[QWEN35_MAX_LAYERS];
+    size_t total;
+    qwen35_state_layout(h, n_ctx, offs, &total, NULL);
+    size_t row = (size_t)h->n_kv_head * h->head_dim * sizeof(float);
+    int n = 0;
+    for (int i = 0; i < h->n_layers; i++) {
+        if (!h->is_full[i]) continue;
+        if (n + 2 > max) return 0;
+        out[n++] = (ts_state_rows){offs[i].kc, row};
+        out[n++] = (ts_state_rows){offs[i].vc, row};
+    }
+    return n;
+}
+
 static size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
 
 void qwen35_runtime_free(void *p) {

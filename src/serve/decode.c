@@ -282,13 +282,25 @@ int serve_decoder_pick_lane(serve_decoder *d, const serve_job *j) {
     return best;
 }
 
+int serve_snap_reserve(serve_decoder *d, const int32_t *ids, int len, const float *logits) {
+    return serve_prefix_cache_store(d->o.cache, ids, len, logits,
+                                    ts_engine_snap_bytes(d->o.engine, len));
+}
+
+void serve_snap_fill(serve_decoder *d, const serve_lane *ln, int id, int len) {
+    if (id < 0) return;
+    if (ts_engine_slot_len(d->o.engine, ln->slot) != len ||
+        ts_engine_snap_save(d->o.engine, ln->slot, id) != TS_OK)
+        serve_prefix_cache_drop(d->o.cache, id);
+}
+
 /* Puts the longest reusable prefix into the lane's slot - a snapshot (which, for the whole
  * prompt, comes with its logits that replace the prefill), or the held tokens already there -
  * or clears it; returns the tokens reused. */
 static int restore_prefix(serve_decoder *d, serve_lane *ln, const serve_job *j, int held) {
     const serve_snapshot *s = serve_prefix_cache_find_prompt(d->o.cache, job_keys(j), j->n_ids);
     if (s && s->len >= held) {
-        if (ts_engine_slot_copy(d->o.engine, s->slot, ln->slot) == TS_OK) {
+        if (ts_engine_snap_restore(d->o.engine, s->id, ln->slot) == TS_OK) {
             if (s->len == j->n_ids)
                 memcpy(d->logits, s->logits, (size_t)d->n_vocab * sizeof *d->logits);
             return s->len;
@@ -462,9 +474,8 @@ serve_lane *serve_lane_prefilling(serve_decoder *d, uint64_t after, bool embeddi
 /* The lane's prompt is in up to its job's keep_at (an /infill's files): that state is kept as
  * a snapshot at once, for the next requests that start with the same tokens. */
 static void keep_part(serve_decoder *d, serve_lane *ln) {
-    int s = serve_prefix_cache_store(d->o.cache, ln->seq, ln->job->keep_at, NULL);
-    if (s >= 0 && ts_engine_slot_copy(d->o.engine, ln->slot, s) != TS_OK)
-        serve_prefix_cache_drop(d->o.cache, s);
+    int keep = ln->job->keep_at;
+    serve_snap_fill(d, ln, serve_snap_reserve(d, ln->seq, keep, NULL), keep);
 }
 
 /* Runs the next chunk of the prompts still to prefill, in one forward call: the oldest lane's
@@ -534,7 +545,8 @@ static void prefill_lanes(serve_decoder *d) {
         if (ln->prefill_at == j->keep_at) keep_part(d, ln);
         if (ln->prefill_at < j->n_ids) continue;
         float *logits = j->prompt_lp ? row + (size_t)(d->b_piece[i] - 1) * d->n_vocab : row;
-        ln->pending_snap = serve_prefix_cache_store(d->o.cache, ln->seq, j->n_ids, logits);
+        ln->pending_snap = serve_snap_reserve(d, ln->seq, j->n_ids, logits);
+        ln->pending_len = j->n_ids;
         serve_metrics_tokens(d->o.metrics, j->n_ids, j->cached_tokens,
                              j->n_ids - j->cached_tokens, 0);
         lane_first_token(d, ln, logits);
@@ -543,9 +555,7 @@ static void prefill_lanes(serve_decoder *d) {
 
 /* Copies the slot into the snapshot reserved by prefill_lanes, before anything moves it on. */
 static void flush_snapshot(serve_decoder *d, serve_lane *ln) {
-    if (ln->pending_snap < 0) return;
-    if (ts_engine_slot_copy(d->o.engine, ln->slot, ln->pending_snap) != TS_OK)
-        serve_prefix_cache_drop(d->o.cache, ln->pending_snap);
+    serve_snap_fill(d, ln, ln->pending_snap, ln->pending_len);
     ln->pending_snap = -1;
 }
 

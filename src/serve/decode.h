@@ -61,7 +61,8 @@ typedef struct {
     int n_seq;           /* tokens in seq; the slot holds the first ts_engine_slot_len(slot) */
     bool slot_known;     /* the slot holds seq[0, slot_len) (false after a failed forward) */
     bool answer_pending; /* seq holds an answer whose state may be snapshotted */
-    int pending_snap;    /* snapshot slot still to receive the prompt's state, or -1 */
+    int pending_snap;    /* snapshot still to receive the prompt's state, or -1 */
+    int pending_len;     /* its tokens */
     uint64_t used;       /* when it last took a job (the least recently used is reused first) */
     /* the penalties as logit adjustments (decode.c), for the host's draw and the forward's
      * (ts_sampler_set_adjust): n_adj entries, adj_at[id] the entry of a token or -1 */

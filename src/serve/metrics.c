@@ -94,6 +94,14 @@ void serve_metrics_token_latency(serve_metrics *m, double seconds) {
     pthread_mutex_unlock(&m->mu);
 }
 
+void serve_metrics_snapshots(serve_metrics *m, int held, size_t bytes, uint64_t stores) {
+    pthread_mutex_lock(&m->mu);
+    m->snapshots = held;
+    m->snapshot_bytes = bytes;
+    m->snapshot_stores = stores;
+    pthread_mutex_unlock(&m->mu);
+}
+
 void serve_metrics_gauges(serve_metrics *m, int queued, int running) {
     pthread_mutex_lock(&m->mu);
     m->queued = queued;
@@ -211,6 +219,18 @@ ts_status serve_metrics_render(serve_metrics *src, ts_strbuf *o) {
                          "# HELP tessera_running Jobs the worker is running (at most --parallel).\n"
                          "# TYPE tessera_running gauge\ntessera_running %d\n",
                          m.running));
+    TS_TRY(counter(o, "tessera_prefix_snapshot_stores_total",
+                   "Prefix snapshots made (a prompt's, a next turn's, an answer's state kept).",
+                   m.snapshot_stores));
+    TS_TRY(ts_strbuf_printf(o,
+                            "# HELP tessera_prefix_snapshots Prefix snapshots held.\n"
+                            "# TYPE tessera_prefix_snapshots gauge\n"
+                            "tessera_prefix_snapshots %d\n"
+                            "# HELP tessera_prefix_snapshot_bytes The room they take of the "
+                            "pool (--cache-mb).\n"
+                            "# TYPE tessera_prefix_snapshot_bytes gauge\n"
+                            "tessera_prefix_snapshot_bytes %zu\n",
+                            m.snapshots, m.snapshot_bytes));
     TS_TRY(put_hist(o, "tessera_ttft_seconds", "Time from admission to the first token.",
                     &m.ttft));
     TS_TRY(put_hist(o, "tessera_token_latency_seconds", "Time per decoded token.",

@@ -31,6 +31,9 @@ typedef struct {
     uint64_t draft_tokens, draft_accepted; /* speculative decoding's guesses, and the right ones */
     uint64_t next_turn_ready, next_turn_abandoned, next_turn_tokens;
     int queued, running;
+    int snapshots;         /* prefix snapshots held */
+    size_t snapshot_bytes; /* and the room they take of the pool */
+    uint64_t snapshot_stores;
     serve_hist ttft, token_latency;
 } serve_metrics;
 
@@ -46,6 +49,8 @@ void serve_metrics_ttft(serve_metrics *m, double seconds);
 /* One forward call of a request's prompt (a chunk of its prefill). */
 void serve_metrics_prefill_call(serve_metrics *m);
 void serve_metrics_token_latency(serve_metrics *m, double seconds);
+/* The prefix cache as it stands: snapshots held, their bytes, snapshots made so far. */
+void serve_metrics_snapshots(serve_metrics *m, int held, size_t bytes, uint64_t stores);
 /* One forward call of a decode step, which checked `drafted` guessed tokens (speculative
  * decoding) of which `accepted` were right. */
 void serve_metrics_decode_call(serve_metrics *m, int drafted, int accepted);

@@ -1,7 +1,7 @@
 /* The idle worker's work after an answer (decode.h): the prefix a chat's next request will
  * start with, or a raw completion's own state, kept as snapshots. */
 #include "base/status.h"
-#include "serve/decode.h"
+#include "serve/decode_int.h"
 #include "serve/openai.h"
 #include "serve/prep.h"
 
@@ -30,12 +30,9 @@ static ts_status lane_prefill(serve_decoder *d, serve_lane *ln, const serve_imag
     return TS_OK;
 }
 
-/* Copies the lane's slot (holding seq[0, len)) into a snapshot slot. */
+/* Keeps the lane's slot (holding seq[0, len)) as a snapshot. */
 static void lane_snapshot(serve_decoder *d, serve_lane *ln, int len) {
-    int dst = serve_prefix_cache_store(d->o.cache, ln->seq, len, NULL);
-    if (dst < 0) return;
-    if (ts_engine_slot_copy(d->o.engine, ln->slot, dst) != TS_OK)
-        serve_prefix_cache_drop(d->o.cache, dst);
+    serve_snap_fill(d, ln, serve_snap_reserve(d, ln->seq, len, NULL), len);
 }
 
 /* After a raw completion: runs the answer's last token and keeps the state as a snapshot. */
@@ -136,7 +133,7 @@ static bool prepare_next_turn(serve_decoder *d, serve_lane *ln, serve_job *j,
         return true; /* already held */
     }
     if (s && s->len > (slot_ok ? held : 0) &&
-        ts_engine_slot_copy(d->o.engine, s->slot, ln->slot) == TS_OK) {
+        ts_engine_snap_restore(d->o.engine, s->id, ln->slot) == TS_OK) {
         start = s->len;
     } else if (slot_ok) {
         start = held;

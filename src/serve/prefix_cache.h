@@ -1,11 +1,14 @@
-/* Which token sequences the snapshot slots hold: a bounded LRU keyed by token sequence.
+/* Which token sequences the prefix snapshots hold: a bounded LRU keyed by token sequence,
+ * within a byte budget.
  *
- * The engine keeps each snapshot's state in its own slot (1..n); this module only decides
- * which slot holds what, finds the longest snapshot that is a prefix of a new prompt, and picks
- * the slot to overwrite when a new snapshot is taken. A snapshot taken at the end of a prompt
- * also keeps that prompt's last logits row (host memory), so the same prompt again needs no
- * prefill at all: the state is restored and the first token sampled from the stored row. It
- * never touches the engine, so it is tested on its own. */
+ * The engine keeps each snapshot's state in its pool (ts_engine_snap_*), at the size its
+ * tokens take; this module decides which sequences are held, finds the longest snapshot that is
+ * a prefix of a new prompt, and picks what to drop when a new one needs the room: the least
+ * recently used, as many as it takes (the drop callback gives their room back to the engine).
+ * A snapshot taken at the end of a prompt also keeps that prompt's last logits row (host
+ * memory, at most max_rows of them: the oldest rows go first), so the same prompt again needs
+ * no prefill at all: the state is restored and the first token sampled from the stored row. It
+ * never touches the engine itself, so it is tested on its own. */
 #ifndef TS_SERVE_PREFIX_CACHE_H
 #define TS_SERVE_PREFIX_CACHE_H
 
@@ -15,24 +18,35 @@
 #include "tessera.h"
 
 typedef struct {
-    int32_t *tokens; /* owned; NULL = the slot is empty */
+    int32_t *tokens; /* owned; NULL = the entry is empty */
     int len;
-    int slot;       /* engine slot holding the state */
-    uint64_t used;  /* LRU clock of the last hit or store */
-    float *logits;  /* owned [n_logits]: logits of the last token, or NULL */
+    int id;        /* the engine's snapshot id: the entry's index */
+    size_t bytes;  /* of the budget */
+    uint64_t used; /* LRU clock of the last hit or store */
+    float *logits; /* owned [n_logits]: logits of the last token, or NULL */
 } serve_snapshot;
+
+/* Gives an entry's room back: called with its id whenever an entry is dropped or replaced. */
+typedef void (*serve_snapshot_drop_fn)(void *ctx, int id);
 
 typedef struct {
     serve_snapshot *e; /* [n] */
     int n;
-    int n_logits; /* floats in a stored logits row (the vocabulary) */
+    size_t budget, held;  /* bytes: at most, and taken by the entries */
+    int n_held;           /* entries that hold a snapshot */
+    int n_logits;         /* floats in a stored logits row (the vocabulary) */
+    int max_rows, n_rows; /* logits rows kept: at most, and now */
+    serve_snapshot_drop_fn drop;
+    void *drop_ctx;
     uint64_t clock;
     uint64_t hits, misses, stores;
 } serve_prefix_cache;
 
-/* n snapshot slots, engine slots first_slot .. first_slot + n - 1 (n may be 0: no cache);
- * logits rows of n_logits floats. */
-ts_status serve_prefix_cache_init(serve_prefix_cache *c, int n, int first_slot, int n_logits);
+/* Up to n entries (ids 0..n-1; n may be 0: no cache) taking at most budget bytes, logits rows
+ * of n_logits floats (at most max_rows of them); drop (may be NULL) is told of each entry
+ * dropped. */
+ts_status serve_prefix_cache_init(serve_prefix_cache *c, int n, size_t budget, int n_logits,
+                                  int max_rows, serve_snapshot_drop_fn drop, void *drop_ctx);
 void serve_prefix_cache_free(serve_prefix_cache *c);
 
 /* The longest snapshot whose tokens are a prefix of ids[0..n) and hold at most max_len
@@ -46,14 +60,14 @@ const serve_snapshot *serve_prefix_cache_find(serve_prefix_cache *c, const int32
 const serve_snapshot *serve_prefix_cache_find_prompt(serve_prefix_cache *c, const int32_t *ids,
                                                      int n);
 
-/* Reserves a slot for a snapshot of ids[0..len) and keeps a copy of logits (the last token's
- * row, or NULL): returns the engine slot to copy the state into, or -1 when there is nothing
- * to do (no cache, or that exact sequence is already held — then it is only marked used, and
- * given the logits row if it had none). The entry is recorded at once; if the copy fails the
- * caller calls serve_prefix_cache_drop. Without memory for the row the snapshot is kept
- * without it. */
+/* Reserves an entry for a snapshot of ids[0..len) that takes bytes, dropping the least recently
+ * used ones until it fits, and keeps a copy of logits (the last token's row, or NULL): returns
+ * the id to save the state into, or -1 when there is nothing to do (no cache, more bytes than
+ * the budget, or that exact sequence is already held - then it is only marked used, and given
+ * the logits row if it had none). The entry is recorded at once; if the save fails the caller
+ * calls serve_prefix_cache_drop. Without memory for the row the snapshot is kept without it. */
 int serve_prefix_cache_store(serve_prefix_cache *c, const int32_t *ids, int len,
-                             const float *logits);
-void serve_prefix_cache_drop(serve_prefix_cache *c, int slot);
+                             const float *logits, size_t bytes);
+void serve_prefix_cache_drop(serve_prefix_cache *c, int id);
 
 #endif

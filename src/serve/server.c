@@ -122,10 +122,10 @@ int serve_run(const serve_opts *opts) {
         if (st == SERVE_READY && !announced) {
             const serve_runtime *rt = serve_worker_runtime(s->worker);
             fprintf(stderr,
-                    "tessera: ready: context %d, %s, %d requests at once, %d prefix snapshots of "
-                    "%.1f MiB",
-                    rt->n_ctx, rt->describe, rt->n_parallel, rt->n_snapshots,
-                    rt->state_bytes / 1048576.0);
+                    "tessera: ready: context %d, %s, %d requests at once, prefix snapshots in "
+                    "%.0f MiB (each %.0f KiB + %.1f KiB a token)",
+                    rt->n_ctx, rt->describe, rt->n_parallel, rt->snap_pool_bytes / 1048576.0,
+                    rt->snap_fixed_bytes / 1024.0, rt->snap_token_bytes / 1024.0);
             if (rt->warm_ms > 0)
                 fprintf(stderr, "; warmed up in %.0f ms%s", rt->warm_ms,
                         rt->warmed_vision ? " (the vision tower too)" : "");

@@ -11,7 +11,8 @@
 #include <string.h>
 #include <time.h>
 
-#define SERVE_MAX_SNAPSHOTS 64
+#define SERVE_MAX_SNAPSHOTS  256 /* prefix cache entries (their state is bounded by bytes) */
+#define SERVE_MAX_LOGIT_ROWS 64  /* prompts' last logits rows kept with their snapshots */
 /* Idle work after an answer (a chat's next-turn prefix, a completion's answer state) waits this
  * long for another request first: a client that sends its next request straight away (a
  * benchmark, a batch script) then never waits behind a forward call it does not need. A
@@ -47,6 +48,11 @@ struct serve_worker {
 
 static void publish_gauges(serve_worker *w) {
     serve_metrics_gauges(w->metrics, w->q_len, w->n_running);
+}
+
+/* Worker thread only (the cache is its own): after the steps that may keep snapshots. */
+static void publish_snapshots(serve_worker *w) {
+    serve_metrics_snapshots(w->metrics, w->cache.n_held, w->cache.held, w->cache.stores);
 }
 
 static int32_t single_token(const ts_tokenizer *tok, const char *text) {
@@ -186,8 +192,11 @@ static ts_status warm_up_vision(ts_engine *e, const ts_model *m) {
 
 static void job_done(void *ctx, serve_job *j, serve_finish how, const char *err);
 
-/* Builds the runtime on this thread: tokenizer, model (through the factory), engine with one
- * working slot plus as many snapshot slots as the cache budget holds. */
+/* The prefix cache's entries are the engine's snapshot ids: a dropped one's room goes back. */
+static void drop_snapshot(void *engine, int id) { ts_engine_snap_drop(engine, id); }
+
+/* Builds the runtime on this thread: tokenizer, model (through the factory), engine with a
+ * slot a lane and a snapshot pool of the cache budget. */
 static ts_status load(serve_worker *w) {
     if (w->o.load_delay_ms > 0) {
         struct timespec ts = {w->o.load_delay_ms / 1000, (long)(w->o.load_delay_ms % 1000) * 1000000L};
@@ -203,10 +212,12 @@ static ts_status load(serve_worker *w) {
     int n_ctx = w->o.n_ctx > 0 ? w->o.n_ctx
                                : (info.n_ctx_train < 4096 ? info.n_ctx_train : 4096);
     size_t sb = ts_model_state_bytes(w->model, n_ctx);
-    /* a snapshot may keep its prompt's last logits row in host memory: counted in the budget */
-    size_t per_snap = sb + (size_t)info.n_vocab * sizeof(float);
-    size_t n_snap = sb ? w->o.cache_bytes / per_snap : 0;
-    if (n_snap > SERVE_MAX_SNAPSHOTS) n_snap = SERVE_MAX_SNAPSHOTS;
+    /* --cache-mb: the snapshots' pool on the device, and an eighth of it (at most 64 rows) for
+     * the prompts' last logits rows they keep in host memory */
+    size_t row = (size_t)info.n_vocab * sizeof(float);
+    size_t rows = sb ? w->o.cache_bytes / 8 / row : 0;
+    if (rows > SERVE_MAX_LOGIT_ROWS) rows = SERVE_MAX_LOGIT_ROWS;
+    size_t snap_budget = sb ? w->o.cache_bytes - rows * row : 0;
     bool gpu = w->o.device == TS_DEVICE_CUDA;
     int lanes = w->n_lanes;
     int chunk = w->o.prefill_chunk > 0 ? w->o.prefill_chunk
@@ -219,16 +230,19 @@ static ts_status load(serve_worker *w) {
     eo.n_ctx = n_ctx;
     eo.n_threads = w->o.n_threads;
     eo.device = w->o.device;
-    eo.n_slots = lanes + (int)n_snap;
+    eo.n_slots = lanes;
+    eo.snap_bytes = snap_budget;
+    eo.n_snaps = snap_budget ? SERVE_MAX_SNAPSHOTS : 0;
     if (eo.n_batch < chunk) eo.n_batch = chunk;
     if (eo.n_batch < lanes) eo.n_batch = lanes;
     ts_status st = ts_engine_create(w->model, &eo, &w->engine);
     if (st != TS_OK) { /* most likely memory: say what took it and what sets that */
         char why[384];
         snprintf(why, sizeof why, "%s", ts_last_error());
-        return ts_error(st, "%s (%d lanes and %zu snapshot slots of %.1f MiB of state each: "
-                            "--parallel, --ctx and --cache-mb set these)",
-                        why, lanes, n_snap, (double)sb / 1048576.0);
+        return ts_error(st,
+                        "%s (%d lanes of %.1f MiB of state each and a snapshot pool of "
+                        "%zu MiB: --parallel, --ctx and --cache-mb set these)",
+                        why, lanes, (double)sb / 1048576.0, snap_budget >> 20);
     }
     if (gpu) {
         double t0 = ts_now_s();
@@ -238,7 +252,9 @@ static ts_status load(serve_worker *w) {
         if (w->rt.warmed_vision) TS_TRY(warm_up_vision(w->engine, w->model));
         w->rt.warm_ms = (ts_now_s() - t0) * 1e3;
     }
-    TS_TRY(serve_prefix_cache_init(&w->cache, (int)n_snap, lanes, info.n_vocab));
+    size_t snap_pool = ts_engine_snap_pool_bytes(w->engine);
+    TS_TRY(serve_prefix_cache_init(&w->cache, snap_pool ? SERVE_MAX_SNAPSHOTS : 0, snap_pool,
+                                   info.n_vocab, (int)rows, drop_snapshot, w->engine));
     int next_turn = gpu ? SERVE_NEXT_TURN_CHUNK_GPU : SERVE_NEXT_TURN_CHUNK_CPU;
     serve_decoder_opts dopts = {
         w->engine,          w->tok,         &w->cache,        w->metrics,  lanes,
@@ -265,9 +281,14 @@ static ts_status load(serve_worker *w) {
     rt->think_open = single_token(w->tok, "<think>");
     rt->think_close = single_token(w->tok, "</think>");
     rt->turn_start = single_token(w->tok, "<|im_start|>");
-    rt->n_snapshots = (int)n_snap;
     rt->n_parallel = lanes;
     rt->state_bytes = sb;
+    rt->snap_pool_bytes = snap_pool;
+    if (snap_pool) { /* pages round each up; the rate is over a long sequence */
+        rt->snap_fixed_bytes = ts_engine_snap_bytes(w->engine, 0);
+        rt->snap_token_bytes =
+            (double)(ts_engine_snap_bytes(w->engine, n_ctx) - rt->snap_fixed_bytes) / n_ctx;
+    }
     rt->vision_model = ts_model_vision(w->model, &rt->vinfo);
     rt->vision = rt->vision_model && ts_engine_vision(w->engine);
     /* videos only where the tokenizer's <|video_pad|> is the model's video token: the chat
@@ -390,6 +411,7 @@ static void *worker_main(void *arg) {
         if (w->n_running > 0) {
             pthread_mutex_unlock(&w->mu);
             serve_decoder_step(&w->dec);
+            publish_snapshots(w);
             pthread_mutex_lock(&w->mu);
             continue;
         }
@@ -400,6 +422,7 @@ static void *worker_main(void *arg) {
             /* after the clients have their answers, unless a request comes: keep the states the
              * next turns start from (a chat's next prefix, or a completion's own state) */
             if (!request_soon(w)) serve_decoder_idle_work(&w->dec, worker_interrupted, w);
+            publish_snapshots(w);
             pthread_mutex_lock(&w->mu);
             continue;
         }

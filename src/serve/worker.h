@@ -81,9 +81,12 @@ typedef struct {
      * model's config */
     ts_matryoshka matryoshka;
     int32_t think_open, think_close, turn_start; /* token ids, -1 when absent */
-    int n_snapshots;
     int n_parallel; /* lanes: jobs decoded together */
-    size_t state_bytes;
+    size_t state_bytes; /* a lane's state, for the whole context */
+    /* prefix snapshots: the engine's pool (0: none), and what a snapshot takes of it: fixed
+     * (the summed-up state) and a token's KV rows */
+    size_t snap_pool_bytes, snap_fixed_bytes;
+    double snap_token_bytes;
     /* images: whether the engine takes them, how the model cuts them, and the most pixels an
      * image is given (--image-max-pixels, within the model's range) */
     bool vision, vision_model; /* vision_model: the model has a tower (the device may not run it) */

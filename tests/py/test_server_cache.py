@@ -296,3 +296,39 @@ def test_prompt_in_small_chunks_answers_the_same(cold):
         assert a["token_logprobs"] == pytest.approx(b["token_logprobs"], abs=1e-3)
     with pytest.raises(RuntimeError):
         Server("--prefill-chunk", "0")
+
+
+def test_snapshots_take_the_room_of_their_tokens():
+    """A snapshot keeps only what its tokens use of the state (the summed-up state and their
+    KV rows), not a whole context's: with --cache-mb 1 and a context of 4096 (a whole slot's
+    state of the tiny model is ~1 MiB, so one snapshot would fill it) twelve conversations of
+    a few dozen tokens all keep their state, and each follow-up reuses its conversation;
+    a conversation's snapshot is restored exactly (the same answer as without the cache)."""
+    with Server("--cache-mb", "1", "--ctx", "4096") as srv, \
+            Server("--cache-mb", "0", "--ctx", "4096") as plain:
+        for _ in range(100):
+            if "prefix snapshots in" in srv.stderr():
+                break
+            time.sleep(0.02)
+        assert "prefix snapshots in 1 MiB" in srv.stderr(), srv.stderr()
+        convs = [[{"role": "user", "content": f"Conversation {k}: tell me about the number {k}."}]
+                 for k in range(12)]
+        first = []
+        for msgs in convs:
+            before = srv.next_turns()
+            r = srv.post_ok("/v1/chat/completions", {"messages": msgs, "max_tokens": 6,
+                                                     "temperature": 0})
+            first.append(r["usage"]["prompt_tokens"])
+            msgs.append({"role": "assistant", "content": r["choices"][0]["message"]["content"]})
+            msgs.append({"role": "user", "content": "And then?"})
+            srv.wait_next_turn(before)
+        m = srv.metrics()
+        assert m["tessera_prefix_snapshots"] >= 12, m
+        assert m["tessera_prefix_snapshot_bytes"] <= 1 << 20, m
+        for msgs, n in zip(convs, first):
+            body = {"messages": msgs, "max_tokens": 6, "temperature": 0}
+            r = srv.post_ok("/v1/chat/completions", body)
+            # the first prompt, up to its assistant turn (rendered otherwise once answered)
+            assert r["usage"]["prompt_tokens_details"]["cached_tokens"] >= n - 4, (r["usage"], n)
+            assert r["choices"][0]["message"] == plain.post_ok("/v1/chat/completions",
+                                                               body)["choices"][0]["message"]

@@ -391,6 +391,76 @@ static void check_rewind(const char *dir, const char *model, ts_model *m, bool e
     ts_engine_free(e);
 }
 
+/* Runs ids[from, to) into slot one token at a time, the logits of the last into row (if not
+ * NULL). */
+static bool run_tokens(ts_engine *e, int slot, const int32_t *ids, int from, int to, float *row) {
+    for (int p = from; p < to; p++) {
+        int32_t pos = p, sl = slot;
+        uint8_t want = p == to - 1 && row;
+        ts_batch b = {1, &ids[p], &pos, &sl, &want, NULL, NULL};
+        if (ts_engine_forward(e, &b, want ? row : NULL) != TS_OK) return false;
+    }
+    return true;
+}
+
+/* Prefix snapshots (engine/snapshot.c): a prompt's head saved from one slot and restored into
+ * another that held a longer, different sequence goes on exactly as the slot it came from;
+ * a snapshot takes the pool's room by its length; a full pool refuses, a drop frees. */
+static void check_snapshots(const char *dir, const char *model, ts_model *m) {
+    char path[8192];
+    int32_t *a;
+    int na;
+    snprintf(path, sizeof path, "%s/%s/ref/prompt_1.ids", dir, model);
+    if (fx_read_ids(path, 0, &a, &na) != 0) return;
+    ts_engine_opts o;
+    ts_engine_opts_default(&o);
+    o.n_slots = 2, o.n_ctx = 512, o.n_batch = 64, o.n_threads = 2;
+    size_t slot_bytes = ts_model_state_bytes(m, o.n_ctx);
+    o.snap_bytes = slot_bytes / 4, o.n_snaps = 64; /* a few short snapshots, not one whole slot */
+    ts_engine *e = NULL;
+    CHECKF(ts_engine_create(m, &o, &e) == TS_OK, "%s", ts_last_error());
+    if (!e || na < 10) {
+        free(a);
+        ts_engine_free(e);
+        return;
+    }
+    int V = ts_engine_n_vocab(e), h = na - 4;
+    float *want = malloc((size_t)V * sizeof *want), *got = malloc((size_t)V * sizeof *got);
+    CHECK(ts_engine_slot_clear(e, 0) == TS_OK && run_tokens(e, 0, a, 0, h, NULL));
+    CHECK(ts_engine_snap_save(e, 0, 3) == TS_OK && ts_engine_snap_len(e, 3) == h);
+    size_t pool = ts_engine_snap_pool_bytes(e), one = ts_engine_snap_bytes(e, h);
+    CHECKF(pool > 0 && one > 0 && one < slot_bytes / 4 && ts_engine_snap_bytes(e, 2 * h) >= one,
+           "%s: pool %zu, a snapshot of %d tokens %zu, a slot %zu", model, pool, h, one,
+           slot_bytes);
+    /* slot 1 holds something longer and different, then the snapshot */
+    int32_t *other = malloc((size_t)na * sizeof *other);
+    for (int i = 0; i < na; i++)
+        other[i] = (a[i] * 7 + 3) % V;
+    CHECK(ts_engine_slot_clear(e, 1) == TS_OK && run_tokens(e, 1, other, 0, na, NULL));
+    CHECK(ts_engine_snap_restore(e, 3, 1) == TS_OK && ts_engine_slot_len(e, 1) == h);
+    CHECK(run_tokens(e, 0, a, h, na, want) && run_tokens(e, 1, a, h, na, got));
+    CHECKF(memcmp(want, got, (size_t)V * sizeof *want) == 0,
+           "%s: a restored snapshot goes on other than the slot it was taken from", model);
+    /* the pool fills: a save that does not fit leaves its id empty; a drop makes room */
+    int saved = 0;
+    ts_status st = TS_OK;
+    for (int k = 4; k < 64 && st == TS_OK; k++)
+        if ((st = ts_engine_snap_save(e, 0, k)) == TS_OK) saved++;
+    CHECKF(st == TS_ERR_NOMEM, "%s: %d saved, then %d", model, saved, (int)st);
+    CHECK(ts_engine_snap_len(e, 4 + saved) == -1);
+    size_t whole = ts_engine_snap_bytes(e, na), head = one;
+    CHECKF(saved * whole + head <= pool && (saved + 1) * whole + head > pool,
+           "%s: %d snapshots of %zu and one of %zu in a pool of %zu", model, saved, whole, head,
+           pool);
+    ts_engine_snap_drop(e, 3);
+    if (saved > 0) ts_engine_snap_drop(e, 4);
+    CHECK(ts_engine_snap_save(e, 0, 4 + saved) == TS_OK);
+    CHECK(ts_engine_snap_restore(e, 3, 1) == TS_ERR_INVALID); /* dropped: empty */
+    CHECK(ts_engine_snap_restore(e, 4 + saved, 1) == TS_OK && ts_engine_slot_len(e, 1) == na);
+    free(want), free(got), free(other), free(a);
+    ts_engine_free(e);
+}
+
 /* The same weights with an alternative form of config.json (config.<form>.json beside the
  * real one: older RoPE keys, a layer pattern instead of layer_types, ...) give the same logits. */
 static void check_config_forms(const char *dir, const char *model) {
@@ -461,6 +531,7 @@ static void check_family(const char *family, int min_models, bool attention_only
             }
             check_multi_sequence(dir, models[i], m);
             check_rewind(dir, models[i], m, attention_only);
+            check_snapshots(dir, models[i], m);
             check_sample_batch(models[i], m);
             check_config_forms(dir, models[i]);
             ts_model_close(m);

@@ -143,14 +143,21 @@ static void test_split(void) {
 
 /* ---- prefix cache ---- */
 
+/* The drop callback's record: which ids were given back, in order. */
+static int dropped[32], n_dropped;
+static void record_drop(void *ctx, int id) {
+    (void)ctx;
+    if (n_dropped < 32) dropped[n_dropped++] = id;
+}
+
 static void test_cache(void) {
     serve_prefix_cache c;
-    CHECK(serve_prefix_cache_init(&c, 2, 1, 4) == TS_OK);
+    CHECK(serve_prefix_cache_init(&c, 2, 100, 4, 8, record_drop, NULL) == TS_OK);
     int32_t a[] = {1, 2, 3, 4, 5, 6}, b[] = {1, 2, 9, 9};
-    int s1 = serve_prefix_cache_store(&c, a, 3, NULL);
-    int s2 = serve_prefix_cache_store(&c, a, 5, NULL);
-    CHECK(s1 == 1 && s2 == 2);
-    CHECK(serve_prefix_cache_store(&c, a, 5, NULL) == -1); /* already held */
+    int s1 = serve_prefix_cache_store(&c, a, 3, NULL, 30);
+    int s2 = serve_prefix_cache_store(&c, a, 5, NULL, 50);
+    CHECK(s1 == 0 && s2 == 1 && c.held == 80);
+    CHECK(serve_prefix_cache_store(&c, a, 5, NULL, 50) == -1); /* already held */
     const serve_snapshot *s = serve_prefix_cache_find(&c, a, 6, 5);
     CHECK(s && s->len == 5);
     s = serve_prefix_cache_find(&c, a, 6, 4);
@@ -161,31 +168,64 @@ static void test_cache(void) {
     CHECK(s && s->len == 3 && !s->logits);
     /* ... and once that snapshot has the row (the same sequence stored again), the whole one */
     float row[4] = {0.5f, -1.0f, 2.0f, 3.5f};
-    CHECK(serve_prefix_cache_store(&c, a, 5, row) == -1);
+    CHECK(serve_prefix_cache_store(&c, a, 5, row, 50) == -1);
     s = serve_prefix_cache_find_prompt(&c, a, 5);
     CHECK(s && s->len == 5 && s->logits && memcmp(s->logits, row, sizeof row) == 0);
     s = serve_prefix_cache_find_prompt(&c, a, 6); /* a longer prompt: a proper prefix */
     CHECK(s && s->len == 5);
     /* LRU: a[0..5) was used last, so a[0..3) is evicted; the row goes with its entry */
-    int s3 = serve_prefix_cache_store(&c, b, 2, NULL);
-    CHECK(s3 == s1);
+    n_dropped = 0;
+    int s3 = serve_prefix_cache_store(&c, b, 2, NULL, 20);
+    CHECK(s3 == s1 && n_dropped == 1 && dropped[0] == s1 && c.held == 70);
     s = serve_prefix_cache_find(&c, a, 6, 6);
     CHECK(s && s->len == 5 && s->logits);
     s = serve_prefix_cache_find(&c, b, 4, 4); /* now b[0..2) was used last */
     CHECK(s && s->len == 2);
-    int s4 = serve_prefix_cache_store(&c, b, 4, row); /* evicts a[0..5) and its row */
-    CHECK(s4 == s2);
+    int s4 = serve_prefix_cache_store(&c, b, 4, row, 40); /* evicts a[0..5) and its row */
+    CHECK(s4 == s2 && c.n_rows == 1);
     s = serve_prefix_cache_find_prompt(&c, a, 5); /* only b[0..2) = a[0..2) is left */
     CHECK(s && s->len == 2);
     s = serve_prefix_cache_find_prompt(&c, b, 4);
     CHECK(s && s->len == 4 && s->logits && s->logits[3] == 3.5f);
+    n_dropped = 0;
     serve_prefix_cache_drop(&c, s4);
+    CHECK(n_dropped == 1 && dropped[0] == s4 && c.held == 20 && c.n_rows == 0);
     s = serve_prefix_cache_find_prompt(&c, b, 4);
     CHECK(s && s->len == 2 && !s->logits);
+    /* more bytes than the budget: nothing is made, nothing dropped */
+    n_dropped = 0;
+    CHECK(serve_prefix_cache_store(&c, a, 6, NULL, 101) == -1 && n_dropped == 0);
     serve_prefix_cache_free(&c);
-    CHECK(serve_prefix_cache_init(&c, 0, 1, 4) == TS_OK);
-    CHECK(serve_prefix_cache_store(&c, a, 3, row) == -1);
+    CHECK(serve_prefix_cache_init(&c, 0, 100, 4, 8, NULL, NULL) == TS_OK);
+    CHECK(serve_prefix_cache_store(&c, a, 3, row, 1) == -1);
     CHECK(serve_prefix_cache_find_prompt(&c, a, 3) == NULL);
+    serve_prefix_cache_free(&c);
+}
+
+/* The budget is bytes, not entries: many small snapshots fit where few large ones do, and a
+ * large one drops as many of the least recently used as it needs; logits rows are bounded on
+ * their own, the oldest row going first. */
+static void test_cache_budget(void) {
+    serve_prefix_cache c;
+    CHECK(serve_prefix_cache_init(&c, 16, 100, 1, 2, record_drop, NULL) == TS_OK);
+    int32_t ids[16][2];
+    float row = 1.0f;
+    for (int i = 0; i < 10; i++) {
+        ids[i][0] = i, ids[i][1] = 100 + i;
+        CHECK(serve_prefix_cache_store(&c, ids[i], 2, &row, 10) == i);
+    }
+    CHECK(c.held == 100 && c.n_rows == 2);
+    CHECK(serve_prefix_cache_find_prompt(&c, ids[9], 2)->logits != NULL); /* the newest rows */
+    CHECK(serve_prefix_cache_find_prompt(&c, ids[8], 2)->logits != NULL);
+    CHECK(serve_prefix_cache_find(&c, ids[0], 2, 2) != NULL); /* 0 is now the newest used */
+    int32_t big[] = {7, 7, 7};
+    n_dropped = 0;
+    int id = serve_prefix_cache_store(&c, big, 3, NULL, 35); /* 1, 2, 3 and 4 go */
+    CHECKF(n_dropped == 4 && dropped[0] == 1 && dropped[1] == 2 && dropped[2] == 3 &&
+               dropped[3] == 4 && id >= 10 && c.held == 95,
+           "%d dropped, id %d, held %zu", n_dropped, id, c.held);
+    CHECK(serve_prefix_cache_find(&c, ids[0], 2, 2) != NULL);
+    CHECK(serve_prefix_cache_find(&c, ids[1], 2, 2) == NULL);
     serve_prefix_cache_free(&c);
 }
 
@@ -284,6 +324,7 @@ int main(void) {
     test_stop();
     test_split();
     test_cache();
+    test_cache_budget();
     test_validation();
     test_error_envelope_utf8();
     return tu_report("test_serve_text");
