@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,6 +71,7 @@ static bool host_allowed(const char *url, const serve_fetch_opts *o, char *host,
 }
 
 #define SERVE_FETCH_REDIRECTS 5
+#define SERVE_FETCH_PARALLEL  8 /* URLs of one request fetched at once */
 
 /* One URL's bytes into d, or e set. Redirects are followed here, not by libcurl, so that each
  * URL's host is checked against the allowed hosts before anything connects to it. */
@@ -246,23 +248,69 @@ static bool read_local(serve_image_data *d, const serve_fetch_opts *o, serve_err
     return true;
 }
 
+/* One URL's fetch on a thread of its own. */
+typedef struct {
+    serve_image_data *d;
+    const serve_fetch_opts *o;
+    serve_error e;
+    bool ok;
+    pthread_t th;
+} fetch_job;
+
+static void *fetch_thread(void *p) {
+    fetch_job *f = p;
+    f->ok = fetch_one(f->d, f->o, &f->e);
+    return NULL;
+}
+
 bool serve_fetch_media(serve_request *r, const serve_fetch_opts *o, serve_error *e) {
+    /* the URLs are fetched at the same time (up to SERVE_FETCH_PARALLEL), so that a request
+     * with several waits for the slowest, not for their sum; a file is read on this thread.
+     * Whatever fails, the error of the first part that failed is the answer, as if they had
+     * been read in order. */
+    fetch_job *jobs = calloc((size_t)(r->n_images ? r->n_images : 1), sizeof *jobs);
+    if (!jobs) return serve_fail(e, 500, "internal_error", NULL, "out of memory");
     for (int k = 0; k < r->n_images; k++) {
-        serve_image_data *d = &r->images[k];
+        fetch_job *f = &jobs[k];
+        serve_image_data *d = f->d = &r->images[k];
+        f->o = o;
+        f->ok = true;
         if (!d->url) continue;
-        if (!strncasecmp(d->url, "file://", 7)) {
-            if (!read_local(d, o, e)) return false;
-            d->url = NULL;
+        if (!strncasecmp(d->url, "file://", 7))
+            f->ok = read_local(d, o, &f->e);
+        else if (!o->allow)
+            f->ok = serve_fail(&f->e, 400, "invalid_value", d->param,
+                               "%s: this server fetches no URLs (it would, started with "
+                               "--allow-media-urls): send the %s inline, as a data: URL "
+                               "(data:<type>;base64,<data>)",
+                               d->param, d->video ? "video" : "image");
+        else
             continue;
-        }
-        if (!o->allow)
-            return serve_fail(e, 400, "invalid_value", d->param,
-                              "%s: this server fetches no URLs (it would, started with "
-                              "--allow-media-urls): send the %s inline, as a data: URL "
-                              "(data:<type>;base64,<data>)",
-                              d->param, d->video ? "video" : "image");
-        if (!fetch_one(d, o, e)) return false;
-        d->url = NULL; /* its bytes are in */
+        d->url = NULL;
     }
-    return true;
+    int started[SERVE_FETCH_PARALLEL], n = 0;
+    for (int k = 0; k <= r->n_images; k++) {
+        /* a full round, or the last: wait for the round's fetches */
+        if (n == SERVE_FETCH_PARALLEL || (k == r->n_images && n > 0)) {
+            for (int i = 0; i < n; i++) {
+                pthread_join(jobs[started[i]].th, NULL);
+                jobs[started[i]].d->url = NULL; /* its bytes are in, or its error is */
+            }
+            n = 0;
+        }
+        if (k == r->n_images) break;
+        fetch_job *f = &jobs[k];
+        if (!f->d->url) continue;
+        if (pthread_create(&f->th, NULL, fetch_thread, f) == 0) {
+            started[n++] = k;
+        } else { /* no thread to be had: on this one */
+            fetch_thread(f);
+            f->d->url = NULL;
+        }
+    }
+    bool ok = true;
+    for (int k = 0; k < r->n_images && ok; k++)
+        if (!jobs[k].ok) *e = jobs[k].e, ok = false;
+    free(jobs);
+    return ok;
 }

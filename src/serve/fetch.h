@@ -2,8 +2,9 @@
  * fetched (--allow-media-urls; off by default: a server that fetches what clients name
  * reaches whatever its own network reaches, so only trusted clients should get one), file:
  * URLs read from under one directory (--allowed-media-dir; none by default). Runs on the
- * request's own HTTP thread after the request is parsed and before it is prepared, one URL
- * after another, each bounded in bytes (and a fetch in time). */
+ * request's own HTTP thread after the request is parsed and before it is prepared (its URLs
+ * fetched at the same time, up to 8, each on a thread of its own), each bounded in bytes (and
+ * a fetch in time). */
 #ifndef TS_SERVE_FETCH_H
 #define TS_SERVE_FETCH_H
 

@@ -41,6 +41,9 @@ class Files(http.server.BaseHTTPRequestHandler):
         elif self.path == "/slow.png":
             time.sleep(3)
             self.reply(200, STRIPES)
+        elif self.path.startswith("/lag/"):  # /lag/<n>/x.png: 0.6 s, then DOTS or STRIPES
+            time.sleep(0.6)
+            self.reply(200, DOTS if self.path.endswith("dots.png") else STRIPES)
         else:
             self.reply(404, b"no such file")
 
@@ -101,6 +104,34 @@ def test_image_at_a_url_is_the_image_inline(srv, files):
         "temperature": 0, "max_output_tokens": 6})
     assert st == 200, r
     assert r["output"][-1]["content"][0]["text"] == answer(want)[0]
+
+
+def images(urls):
+    return {"messages": [{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": u}} for u in urls] + [
+        {"type": "text", "text": "What is in the pictures?"}]}],
+        "temperature": 0, "max_tokens": 4, "logprobs": True, "top_logprobs": 2}
+
+
+def test_a_request_s_urls_are_fetched_at_once(srv, files):
+    """Four URLs that each take 0.6 s: the request waits for the slowest, not for the sum (one
+    after another they took 2.4 s); the answer is the one to the same images inline, in their
+    order; the first part that fails is the one named, whichever finished first."""
+    names = ["dots.png", "stripes.png", "stripes.png", "dots.png"]
+    urls = [f"{files}/lag/{i}/{n}" for i, n in enumerate(names)]
+    st, _, want = srv.post("/v1/chat/completions",
+                           images([data_url(DOTS if n == "dots.png" else STRIPES) for n in names]))
+    assert st == 200, want
+    t0 = time.monotonic()
+    st, _, r = srv.post("/v1/chat/completions", images(urls))
+    took = time.monotonic() - t0
+    assert st == 200, r
+    assert answer(r) == answer(want)
+    assert took < 1.8, took
+    st, _, e = srv.post("/v1/chat/completions",
+                        images([urls[0], files + "/slow.png", files + "/missing.png"]))
+    assert st == 400 and e["error"]["param"] == "messages[0].content[1]", e
+    assert "took longer than 1 s" in e["error"]["message"], e
 
 
 @pytest.mark.parametrize("path,says", [
