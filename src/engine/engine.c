@@ -96,10 +96,8 @@ ts_status ts_engine_create(ts_model *model, const ts_engine_opts *opts, ts_engin
         if (!e->slot_state[i])
             st = ts_error(TS_ERR_NOMEM, "out of memory for the state of %d sequences of %d tokens "
                           "(%zu MiB each)", o.n_slots, o.n_ctx, e->state_bytes >> 20);
-        /* zeroed once: a clear then zeroes only the summed-up state, and the KV rows past a
-         * slot's length, never read, are at worst an earlier sequence's (finite) values */
-        else
-            e->be->ops->zero(e->be, e->slot_state[i], e->state_bytes);
+        /* zeroed by the allocation: a clear then zeroes only the summed-up state, and the KV
+         * rows past a slot's length, never read, are at worst an earlier sequence's values */
     }
     if (st == TS_OK) st = engine_snap_init(e, o.snap_bytes, o.n_snaps);
     if (st != TS_OK) {

@@ -128,3 +128,19 @@ def test_a_running_chat_keeps_its_messages_not_its_body():
         if not os.environ.get("TS_SERVER_BIN"):
             # eight trees kept would be ~1.1 GB
             assert running < 400, f"RSS grew {running:.0f} MB with 8 chats running"
+
+
+def test_memory_is_taken_as_it_is_used():
+    """A server's state buffers - each lane's for the whole context, the snapshot pool of all
+    of --cache-mb - take memory as they are used, not at start: with --cache-mb 512 and a
+    context of 32768 the idle server holds far less than either; a conversation takes its
+    tokens' share."""
+    if os.environ.get("TS_SERVER_BIN"):  # a sanitizer's allocator and shadow memory
+        return
+    with Server("--cache-mb", "512", "--ctx", "32768") as s:
+        idle = status_mb(s.proc.pid, "VmRSS")
+        assert idle < 100, idle
+        r = s.post_ok("/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}],
+                                               "max_tokens": 8})
+        assert r["usage"]["completion_tokens"] > 0
+        assert status_mb(s.proc.pid, "VmRSS") < 120
