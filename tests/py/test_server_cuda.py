@@ -340,3 +340,40 @@ def test_the_warm_up_runs_the_vision_tower():
     with serve_cuda({}) as srv:
         line = ready_line(srv)
     assert re.search(r"; warmed up in \d+ ms\n", line), line
+
+
+def test_prefix_snapshots_on_the_gpu():
+    """Prefix snapshots in the device's pool (engine/snapshot.c): eight conversations held at
+    once in --cache-mb 2 (a whole slot's state would fill it), each follow-up restored from its
+    own and scored as a server without the cache scores it (the first token's alternatives;
+    a batch of one token more or less may move their last bits); the same prompt again is
+    restored whole, its answer the same."""
+    with serve_cuda({}, "--cache-mb", "2") as srv, serve_cuda({}, "--cache-mb", "0") as plain:
+        convs = [[{"role": "user", "content": f"Conversation {k}: tell me about the number {k}."}]
+                 for k in range(8)]
+        first = []
+        for msgs in convs:
+            before = srv.next_turns()
+            r = srv.post_ok("/v1/chat/completions", {"messages": msgs, "max_tokens": 6,
+                                                     "temperature": 0})
+            first.append(r["usage"]["prompt_tokens"])
+            msgs.append({"role": "assistant", "content": r["choices"][0]["message"]["content"]})
+            msgs.append({"role": "user", "content": "And then?"})
+            srv.wait_next_turn(before)
+        assert srv.metrics()["tessera_prefix_snapshots"] >= 8
+        for msgs, n in zip(convs, first):
+            body = {"messages": msgs, "max_tokens": 4, "temperature": 0, "logprobs": True,
+                    "top_logprobs": 5}
+            r = srv.post_ok("/v1/chat/completions", body)
+            assert r["usage"]["prompt_tokens_details"]["cached_tokens"] >= n - 4, r["usage"]
+            p = plain.post_ok("/v1/chat/completions", body)
+            a = {t["token"]: t["logprob"] for t in r["choices"][0]["logprobs"]["content"][0]
+                 ["top_logprobs"]}
+            b = {t["token"]: t["logprob"] for t in p["choices"][0]["logprobs"]["content"][0]
+                 ["top_logprobs"]}
+            common = set(a) & set(b)
+            assert len(common) >= 4 and all(abs(a[t] - b[t]) < 2e-2 for t in common), (a, b)
+            again = srv.post_ok("/v1/chat/completions", body)
+            assert again["usage"]["prompt_tokens_details"]["cached_tokens"] == \
+                again["usage"]["prompt_tokens"]
+            assert again["choices"][0]["message"] == r["choices"][0]["message"]
