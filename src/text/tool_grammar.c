@@ -16,12 +16,12 @@
 #include "base/status.h"
 #include "text/grammar.h"
 #include "text/json_schema.h"
+#include "text/tool_grammar_int.h"
 
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define TG_LEAD_WS   8 /* [ \t\n]{0,8} before the first call (newlines after </think>) */
 #define TG_END_VALUE "\n</parameter>"
 
 /* Free text up to and including the first "\n</parameter>": the states of a string matcher
@@ -124,7 +124,6 @@ static int parameter(ts_gbuild *b, const char *key, const json_t *schema, int fr
  * it declares none. */
 static ts_status parameters(ts_gbuild *b, const json_t *params, int free_text, int *out) {
     const json_t *props = json_is_object(params) ? json_object_get(params, "properties") : NULL;
-    const json_t *req = json_is_object(params) ? json_object_get(params, "required") : NULL;
     if (!json_is_object(props)) { /* any keys: [^<>\n]+ */
         int any = ts_gbuild_rule(b), key = ts_gbuild_rule(b), more = ts_gbuild_rule(b);
         uint64_t kc[4] = {~0ull, ~0ull, ~0ull, ~0ull};
@@ -148,38 +147,55 @@ static ts_status parameters(ts_gbuild *b, const json_t *params, int free_text, i
         return TS_OK;
     }
     /* P_i ::= param_i P_{i+1} | P_{i+1} (when optional); P_n ::= "" */
-    size_t n = json_object_size(props), i = n;
-    const char **keys = malloc((n ? n : 1) * sizeof *keys);
-    const json_t **vals = malloc((n ? n : 1) * sizeof *vals);
-    if (!keys || !vals) {
-        free(keys), free(vals);
-        return ts_error(TS_ERR_NOMEM, "out of memory for a tool grammar");
-    }
-    const char *k;
-    json_t *v;
-    size_t at = 0;
-    json_object_foreach((json_t *)props, k, v) keys[at] = k, vals[at++] = v;
+    tool_params tp;
+    TS_TRY(tool_params_read(params, &tp));
     int next = ts_gbuild_rule(b);
     ts_gbuild_alt(b, next);
-    while (i-- > 0) {
-        bool required = false;
-        for (size_t q = 0; json_is_array(req) && q < json_array_size(req); q++) {
-            const json_t *e = json_array_get(req, q);
-            required |= json_is_string(e) && strcmp(json_string_value(e), keys[i]) == 0;
-        }
+    for (size_t i = tp.n; i-- > 0;) {
         int p = ts_gbuild_rule(b), a = ts_gbuild_alt(b, p);
-        ts_gbuild_ref(b, a, parameter(b, keys[i], vals[i], free_text));
+        ts_gbuild_ref(b, a, parameter(b, tp.keys[i], tp.vals[i], free_text));
         ts_gbuild_ref(b, a, next);
-        if (!required) ts_gbuild_ref(b, ts_gbuild_alt(b, p), next);
+        if (!tp.required[i]) ts_gbuild_ref(b, ts_gbuild_alt(b, p), next);
         next = p;
     }
-    free(keys), free(vals);
+    tool_params_free(&tp);
     *out = next;
     return TS_OK;
 }
 
-ts_status ts_grammar_tool_calls(const char *tools_json, const char *only, bool parallel,
-                                ts_grammar **out) {
+ts_status tool_params_read(const json_t *params, tool_params *p) {
+    const json_t *props = json_object_get(params, "properties");
+    const json_t *req = json_object_get(params, "required");
+    size_t n = json_object_size(props), at = 0;
+    *p = (tool_params){.n = n,
+                       .keys = malloc((n ? n : 1) * sizeof *p->keys),
+                       .vals = malloc((n ? n : 1) * sizeof *p->vals),
+                       .required = calloc(n ? n : 1, sizeof *p->required)};
+    if (!p->keys || !p->vals || !p->required) {
+        tool_params_free(p);
+        return ts_error(TS_ERR_NOMEM, "out of memory for a tool grammar");
+    }
+    const char *k;
+    json_t *v;
+    json_object_foreach((json_t *)props, k, v) {
+        for (size_t q = 0; json_is_array(req) && q < json_array_size(req); q++) {
+            const json_t *e = json_array_get(req, q);
+            p->required[at] |= json_is_string(e) && strcmp(json_string_value(e), k) == 0;
+        }
+        p->keys[at] = k, p->vals[at++] = v;
+    }
+    return TS_OK;
+}
+
+void tool_params_free(tool_params *p) {
+    free(p->keys), free(p->vals), free(p->required);
+    *p = (tool_params){0};
+}
+
+#define TG_LEAD_WS 8 /* [ \t\n]{0,8} before the first call (newlines after </think>) */
+
+ts_status tool_grammar_build(const char *tools_json, const char *only, bool parallel,
+                             tool_format *f, ts_grammar **out) {
     *out = NULL;
     json_error_t err;
     json_t *tools = json_loads(tools_json, 0, &err);
@@ -193,7 +209,7 @@ ts_status ts_grammar_tool_calls(const char *tools_json, const char *only, bool p
         json_decref(tools);
         return st;
     }
-    int free_text = free_value(b);
+    f->begin(f, b);
     int call = ts_gbuild_rule(b), n_fn = 0;
     size_t i;
     json_t *t;
@@ -203,15 +219,7 @@ ts_status ts_grammar_tool_calls(const char *tools_json, const char *only, bool p
         if (!json_is_string(name)) continue;
         const char *nm = json_string_value(name);
         if (only && strcmp(only, nm) != 0) continue;
-        int params = -1;
-        if ((st = parameters(b, json_object_get(fn, "parameters"), free_text, &params)) != TS_OK)
-            break;
-        int a = ts_gbuild_alt(b, call);
-        ts_gbuild_literal(b, a, "<tool_call>\n<function=", 22);
-        ts_gbuild_literal(b, a, nm, strlen(nm));
-        ts_gbuild_literal(b, a, ">\n", 2);
-        ts_gbuild_ref(b, a, params);
-        ts_gbuild_literal(b, a, "</function>\n</tool_call>", 24);
+        if ((st = f->call(f, b, call, nm, fn)) != TS_OK) break;
         n_fn++;
     }
     json_decref(tools);
@@ -219,22 +227,56 @@ ts_status ts_grammar_tool_calls(const char *tools_json, const char *only, bool p
         st = only ? ts_error(TS_ERR_INVALID, "no tool named '%.100s'", only)
                   : ts_error(TS_ERR_INVALID, "no function among the tools");
     if (st == TS_OK) {
-        /* root ::= lead call more ;  more ::= "" | "\n" call more (when parallel) */
         int root = ts_gbuild_rule(b), a = ts_gbuild_alt(b, root);
         uint64_t ws[4] = {(1ull << ' ') | (1ull << '\t') | (1ull << '\n'), 0, 0, 0};
         ts_gbuild_ref(b, a, ts_gbuild_set_chain(b, ws, TG_LEAD_WS, true, NULL));
+        if (*f->open) ts_gbuild_literal(b, a, f->open, strlen(f->open));
         ts_gbuild_ref(b, a, call);
         if (parallel) {
             int more = ts_gbuild_rule(b);
             ts_gbuild_alt(b, more);
             int m = ts_gbuild_alt(b, more);
-            ts_gbuild_literal(b, m, "\n", 1);
+            ts_gbuild_ref(b, m, f->sep);
             ts_gbuild_ref(b, m, call);
             ts_gbuild_ref(b, m, more);
             ts_gbuild_ref(b, a, more);
         }
+        if (*f->close) ts_gbuild_literal(b, a, f->close, strlen(f->close));
         st = ts_gbuild_finish(b, root, out);
     }
     ts_gbuild_free(b);
     return st;
+}
+
+/* Qwen3.5's blocks: free text's matcher shared by the parameters, calls one a line. */
+typedef struct {
+    tool_format f;
+    int free_text;
+} qwen_format;
+
+static void qwen_begin(tool_format *f, ts_gbuild *b) {
+    qwen_format *q = (qwen_format *)f;
+    q->free_text = free_value(b);
+    f->sep = ts_gbuild_rule(b);
+    ts_gbuild_literal(b, ts_gbuild_alt(b, f->sep), "\n", 1);
+}
+
+static ts_status qwen_call(tool_format *f, ts_gbuild *b, int call, const char *nm,
+                           const json_t *fn) {
+    int params = -1;
+    TS_TRY(
+        parameters(b, json_object_get(fn, "parameters"), ((qwen_format *)f)->free_text, &params));
+    int a = ts_gbuild_alt(b, call);
+    ts_gbuild_literal(b, a, "<tool_call>\n<function=", 22);
+    ts_gbuild_literal(b, a, nm, strlen(nm));
+    ts_gbuild_literal(b, a, ">\n", 2);
+    ts_gbuild_ref(b, a, params);
+    ts_gbuild_literal(b, a, "</function>\n</tool_call>", 24);
+    return TS_OK;
+}
+
+ts_status ts_grammar_tool_calls(const char *tools_json, const char *only, bool parallel,
+                                ts_grammar **out) {
+    qwen_format q = {.f = {.open = "", .close = "", .begin = qwen_begin, .call = qwen_call}};
+    return tool_grammar_build(tools_json, only, parallel, &q.f, out);
 }

@@ -14,16 +14,17 @@
 #include "base/status.h"
 #include "text/grammar.h"
 #include "text/json_schema.h"
+#include "text/tool_grammar_int.h"
 
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define TL_LEAD_WS 8   /* [ \t\n]{0,8} before the list (newlines after </think>) */
 #define TL_ANY_KEY 63  /* the longest key after its first byte, for functions without properties */
 #define TL_KEY_MAX 255 /* the reader's longest keyword */
 
 typedef struct {
+    tool_format f; /* first: the shared driver's hooks (tool_grammar_int.h) */
     ts_gbuild *b;
     int sep;       /* "," | ", " */
     int any_value; /* any Python literal, -1 until first needed */
@@ -108,39 +109,25 @@ static int any_arguments(tl_ctx *t) {
  * second alternatives only for an optional arg_i; F_n ::= C_n ::= "". */
 static ts_status arguments(tl_ctx *t, const char *fn, const json_t *params, int *out) {
     const json_t *props = json_is_object(params) ? json_object_get(params, "properties") : NULL;
-    const json_t *req = json_is_object(params) ? json_object_get(params, "required") : NULL;
     if (!json_is_object(props)) {
         *out = any_arguments(t);
         return TS_OK;
     }
-    size_t n = json_object_size(props), at = 0;
-    const char **keys = malloc((n ? n : 1) * sizeof *keys);
-    const json_t **vals = malloc((n ? n : 1) * sizeof *vals);
-    if (!keys || !vals) {
-        free(keys), free(vals);
-        return ts_error(TS_ERR_NOMEM, "out of memory for a tool grammar");
-    }
-    const char *k;
-    json_t *v;
-    json_object_foreach((json_t *)props, k, v) keys[at] = k, vals[at++] = v;
+    tool_params tp;
+    TS_TRY(tool_params_read(params, &tp));
     ts_status st = TS_OK;
-    for (size_t i = 0; i < n && st == TS_OK; i++)
-        if (!name_ok(keys[i], TL_KEY_MAX))
+    for (size_t i = 0; i < tp.n && st == TS_OK; i++)
+        if (!name_ok(tp.keys[i], TL_KEY_MAX))
             st = ts_error(TS_ERR_INVALID,
                           "tool '%.100s': parameter '%.100s' cannot be a keyword argument of a "
                           "call in this model's tool format (a Python call)",
-                          fn, keys[i]);
+                          fn, tp.keys[i]);
     ts_gbuild *b = t->b;
     int f = ts_gbuild_rule(b), c = ts_gbuild_rule(b);
     ts_gbuild_alt(b, f);
     ts_gbuild_alt(b, c);
-    for (size_t i = n; st == TS_OK && i-- > 0;) {
-        bool required = false;
-        for (size_t q = 0; json_is_array(req) && q < json_array_size(req); q++) {
-            const json_t *e = json_array_get(req, q);
-            required |= json_is_string(e) && strcmp(json_string_value(e), keys[i]) == 0;
-        }
-        int arg = argument(t, keys[i], vals[i]);
+    for (size_t i = tp.n; st == TS_OK && i-- > 0;) {
+        int arg = argument(t, tp.keys[i], tp.vals[i]);
         int f2 = ts_gbuild_rule(b), c2 = ts_gbuild_rule(b);
         int a = ts_gbuild_alt(b, f2);
         ts_gbuild_ref(b, a, arg);
@@ -149,84 +136,45 @@ static ts_status arguments(tl_ctx *t, const char *fn, const json_t *params, int 
         ts_gbuild_ref(b, a, t->sep);
         ts_gbuild_ref(b, a, arg);
         ts_gbuild_ref(b, a, c);
-        if (!required) {
+        if (!tp.required[i]) {
             ts_gbuild_ref(b, ts_gbuild_alt(b, f2), f);
             ts_gbuild_ref(b, ts_gbuild_alt(b, c2), c);
         }
         f = f2, c = c2;
     }
-    free(keys), free(vals);
+    tool_params_free(&tp);
     *out = f;
     return st;
 }
 
+static void list_begin(tool_format *f, ts_gbuild *b) {
+    tl_ctx *t = (tl_ctx *)f;
+    t->b = b;
+    t->any_value = -1;
+    t->sep = f->sep = ts_gbuild_rule(b);
+    ts_gbuild_literal(b, ts_gbuild_alt(b, t->sep), ",", 1);
+    ts_gbuild_literal(b, ts_gbuild_alt(b, t->sep), ", ", 2);
+}
+
+static ts_status list_call(tool_format *f, ts_gbuild *b, int call, const char *nm,
+                           const json_t *fn) {
+    if (!name_ok(nm, SIZE_MAX))
+        return ts_error(TS_ERR_INVALID,
+                        "tool '%.100s': the name cannot be called in this model's tool format "
+                        "(a Python call: letters, digits, '_', '-' and '.', not first a digit)",
+                        nm);
+    int args = -1;
+    TS_TRY(arguments((tl_ctx *)f, nm, json_object_get(fn, "parameters"), &args));
+    int a = ts_gbuild_alt(b, call);
+    ts_gbuild_literal(b, a, nm, strlen(nm));
+    ts_gbuild_literal(b, a, "(", 1);
+    ts_gbuild_ref(b, a, args);
+    ts_gbuild_literal(b, a, ")", 1);
+    return TS_OK;
+}
+
 ts_status ts_grammar_tool_list(const char *tools_json, const char *only, bool parallel,
                                ts_grammar **out) {
-    *out = NULL;
-    json_error_t err;
-    json_t *tools = json_loads(tools_json, 0, &err);
-    if (!json_is_array(tools)) {
-        json_decref(tools);
-        return ts_error(TS_ERR_INVALID, "tools: not a JSON array");
-    }
-    tl_ctx t = {.any_value = -1};
-    ts_status st = ts_gbuild_create(&t.b);
-    if (st != TS_OK) {
-        json_decref(tools);
-        return st;
-    }
-    ts_gbuild *b = t.b;
-    t.sep = ts_gbuild_rule(b);
-    ts_gbuild_literal(b, ts_gbuild_alt(b, t.sep), ",", 1);
-    ts_gbuild_literal(b, ts_gbuild_alt(b, t.sep), ", ", 2);
-    int call = ts_gbuild_rule(b), n_fn = 0;
-    size_t i;
-    json_t *tool;
-    json_array_foreach(tools, i, tool) {
-        const json_t *fn = json_object_get(tool, "function");
-        const json_t *name = json_object_get(fn, "name");
-        if (!json_is_string(name)) continue;
-        const char *nm = json_string_value(name);
-        if (only && strcmp(only, nm) != 0) continue;
-        if (!name_ok(nm, SIZE_MAX)) {
-            st = ts_error(TS_ERR_INVALID,
-                          "tool '%.100s': the name cannot be called in this model's tool format "
-                          "(a Python call: letters, digits, '_', '-' and '.', not first a digit)",
-                          nm);
-            break;
-        }
-        int args = -1;
-        if ((st = arguments(&t, nm, json_object_get(fn, "parameters"), &args)) != TS_OK) break;
-        int a = ts_gbuild_alt(b, call);
-        ts_gbuild_literal(b, a, nm, strlen(nm));
-        ts_gbuild_literal(b, a, "(", 1);
-        ts_gbuild_ref(b, a, args);
-        ts_gbuild_literal(b, a, ")", 1);
-        n_fn++;
-    }
-    json_decref(tools);
-    if (st == TS_OK && n_fn == 0)
-        st = only ? ts_error(TS_ERR_INVALID, "no tool named '%.100s'", only)
-                  : ts_error(TS_ERR_INVALID, "no function among the tools");
-    if (st == TS_OK) {
-        /* root ::= lead "[" call more "]" ;  more ::= "" | sep call more (when parallel) */
-        int root = ts_gbuild_rule(b), a = ts_gbuild_alt(b, root);
-        uint64_t ws[4] = {(1ull << ' ') | (1ull << '\t') | (1ull << '\n'), 0, 0, 0};
-        ts_gbuild_ref(b, a, ts_gbuild_set_chain(b, ws, TL_LEAD_WS, true, NULL));
-        ts_gbuild_literal(b, a, "[", 1);
-        ts_gbuild_ref(b, a, call);
-        if (parallel) {
-            int more = ts_gbuild_rule(b);
-            ts_gbuild_alt(b, more);
-            int m = ts_gbuild_alt(b, more);
-            ts_gbuild_ref(b, m, t.sep);
-            ts_gbuild_ref(b, m, call);
-            ts_gbuild_ref(b, m, more);
-            ts_gbuild_ref(b, a, more);
-        }
-        ts_gbuild_literal(b, a, "]", 1);
-        st = ts_gbuild_finish(b, root, out);
-    }
-    ts_gbuild_free(b);
-    return st;
+    tl_ctx t = {.f = {.open = "[", .close = "]", .begin = list_begin, .call = list_call}};
+    return tool_grammar_build(tools_json, only, parallel, &t.f, out);
 }

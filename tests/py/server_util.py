@@ -237,3 +237,22 @@ def at_once(fn, n, timeout=120):
         t.start()
     for t in threads:
         t.join(timeout)
+
+
+def hold_conversations(srv, n, max_tokens=6):
+    """n conversations' first turns, each answered and its next turn prepared, each then
+    asking a follow-up: returns the conversations (messages) and their first prompts' token
+    counts."""
+    convs, first = [], []
+    for k in range(n):
+        msgs = [{"role": "user", "content": f"Conversation {k}: tell me about the number {k}."}]
+        before = srv.next_turns()
+        status, _, r = srv.post("/v1/chat/completions", {"messages": msgs, "temperature": 0,
+                                                         "max_tokens": max_tokens})
+        assert status == 200, r
+        first.append(r["usage"]["prompt_tokens"])
+        msgs.append({"role": "assistant", "content": r["choices"][0]["message"]["content"]})
+        msgs.append({"role": "user", "content": "And then?"})
+        srv.wait_next_turn(before)
+        convs.append(msgs)
+    return convs, first

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from server_util import Server
+from server_util import Server, hold_conversations
 
 SYSTEM = "You are a helpful assistant. " + "Remember these facts carefully. " * 300
 QUESTIONS = ["What is the capital of France?", "And of Italy?", "Which one is larger?"]
@@ -311,17 +311,7 @@ def test_snapshots_take_the_room_of_their_tokens():
                 break
             time.sleep(0.02)
         assert "prefix snapshots in 1 MiB" in srv.stderr(), srv.stderr()
-        convs = [[{"role": "user", "content": f"Conversation {k}: tell me about the number {k}."}]
-                 for k in range(12)]
-        first = []
-        for msgs in convs:
-            before = srv.next_turns()
-            r = srv.post_ok("/v1/chat/completions", {"messages": msgs, "max_tokens": 6,
-                                                     "temperature": 0})
-            first.append(r["usage"]["prompt_tokens"])
-            msgs.append({"role": "assistant", "content": r["choices"][0]["message"]["content"]})
-            msgs.append({"role": "user", "content": "And then?"})
-            srv.wait_next_turn(before)
+        convs, first = hold_conversations(srv, 12)
         m = srv.metrics()
         assert m["tessera_prefix_snapshots"] >= 12, m
         assert m["tessera_prefix_snapshot_bytes"] <= 1 << 20, m

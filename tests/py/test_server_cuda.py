@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from server_util import Server, at_once, chat, tiny_model
+from server_util import Server, at_once, chat, hold_conversations, tiny_model
 
 LONG = {"max_tokens": 48}
 
@@ -349,17 +349,7 @@ def test_prefix_snapshots_on_the_gpu():
     a batch of one token more or less may move their last bits); the same prompt again is
     restored whole, its answer the same."""
     with serve_cuda({}, "--cache-mb", "2") as srv, serve_cuda({}, "--cache-mb", "0") as plain:
-        convs = [[{"role": "user", "content": f"Conversation {k}: tell me about the number {k}."}]
-                 for k in range(8)]
-        first = []
-        for msgs in convs:
-            before = srv.next_turns()
-            r = srv.post_ok("/v1/chat/completions", {"messages": msgs, "max_tokens": 6,
-                                                     "temperature": 0})
-            first.append(r["usage"]["prompt_tokens"])
-            msgs.append({"role": "assistant", "content": r["choices"][0]["message"]["content"]})
-            msgs.append({"role": "user", "content": "And then?"})
-            srv.wait_next_turn(before)
+        convs, first = hold_conversations(srv, 8)
         assert srv.metrics()["tessera_prefix_snapshots"] >= 8
         for msgs, n in zip(convs, first):
             body = {"messages": msgs, "max_tokens": 4, "temperature": 0, "logprobs": True,

@@ -16,6 +16,7 @@ import sys
 import pytest
 
 from server_util import REPO, Server, fixtures
+from test_server_tools import FORCED, check_calls  # the same tools, in the list form
 
 transformers = pytest.importorskip("transformers", reason="pip install transformers")
 sys.path.insert(0, os.path.join(REPO, "tools"))
@@ -176,32 +177,6 @@ def test_tools_in_the_list_form(server):
     assert st == 200 and m["usage"]["input_tokens"] > 60, m
 
 
-# typed and enumerated parameters: every call's text is finite, so answers end on their own
-FORCED = [{"type": "function", "function": {"name": "get_weather", "parameters": {
-    "type": "object",
-    "properties": {"days": {"type": "integer"}, "metric": {"type": "boolean"},
-                   "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
-                   "spots": {"type": "array", "items": {"type": "integer"}, "maxItems": 2}},
-    "required": ["days", "unit"]}}},
-    {"type": "function", "function": {"name": "now",
-                                      "parameters": {"type": "object", "properties": {}}}}]
-
-
-def check_forced(calls):
-    assert calls
-    for c in calls:
-        args = json.loads(c["function"]["arguments"])
-        assert c["function"]["name"] in ("get_weather", "now"), c
-        if c["function"]["name"] == "now":
-            assert args == {}
-        else:
-            assert isinstance(args["days"], int) and not isinstance(args["days"], bool)
-            assert args["unit"] in ("celsius", "fahrenheit")
-            assert isinstance(args.get("metric", True), bool)
-            assert all(isinstance(x, int) for x in args.get("spots", []))
-            assert set(args) <= {"days", "metric", "unit", "spots"}
-
-
 @pytest.mark.parametrize("seed", range(4))
 def test_forced_calls_in_the_list_form(server, seed):
     """tool_choice "required" for a model whose calls are a Python list: a grammar of that
@@ -214,7 +189,7 @@ def test_forced_calls_in_the_list_form(server, seed):
     assert st == 200, r
     c = r["choices"][0]
     assert c["finish_reason"] == "tool_calls" and c["message"]["content"] is None, c
-    check_forced(c["message"]["tool_calls"])
+    check_calls(c["message"]["tool_calls"])
 
 
 def test_forced_named_call_in_the_list_form(server):
@@ -228,7 +203,7 @@ def test_forced_named_call_in_the_list_form(server):
     assert st == 200, r
     calls = r["choices"][0]["message"]["tool_calls"]
     assert len(calls) == 1 and calls[0]["function"]["name"] == "get_weather", calls
-    check_forced(calls)
+    check_calls(calls)
     st, _, data = server.request("POST", "/v1/chat/completions", dict(body, stream=True))
     deltas = [json.loads(line[6:])["choices"][0]["delta"] for line in data.decode().splitlines()
               if line.startswith("data: {")]
