@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """A soak of `tessera serve`: many clients for a while, each drawing requests at random from a
 mix of what real clients send - chats (streamed or not, several answers, log-probabilities,
-stop strings), conversations that go on turn after turn, raw completions, structured output,
-forced tool calls, embeddings, the Responses and Messages APIs, tokenizing - and of what they
+stop strings, predicted outputs), conversations that go on turn after turn, raw completions,
+structured output (JSON Schema, regular expressions, GBNF, best_of), forced tool calls,
+embeddings, fill in the middle, the Responses and Messages APIs, tokenizing - and of what they
 do wrong or give up on: clients that leave mid-stream or before the answer, malformed JSON,
 oversized and truncated bodies, prompts longer than the context, garbage bytes, unknown routes.
 
@@ -90,7 +91,7 @@ class Soak:
                 js["error"].get("message")):
             raise Failure(f"an error without a message: {js}")
 
-    def stream(self, path, body, leave_after=None):
+    def stream(self, path, body, leave_after=None, events_only=False):
         """POSTs a streaming request and reads its events; with leave_after, closes the
         connection after that many. Returns (status, events) - events the parsed data lines."""
         c = self.conn()
@@ -112,7 +113,7 @@ class Soak:
                 events.append(json.loads(line[6:]))
                 if leave_after is not None and len(events) >= leave_after:
                     return 200, events  # the client goes away
-            if leave_after is None and not done and path != "/v1/messages":
+            if leave_after is None and not done and not events_only and path != "/v1/messages":
                 raise Failure(f"{path}: the stream ended without [DONE] after {len(events)} events")
             return 200, events
         finally:
@@ -254,6 +255,12 @@ class Soak:
         prev = state.get("response")
         if prev and rng.random() < 0.6:
             body["previous_response_id"] = prev
+        if rng.random() < 0.3:  # streamed: the last event says how the response ended
+            st, events = self.stream("/v1/responses", dict(body, stream=True), events_only=True)
+            last = {"response.completed", "response.incomplete"}
+            if st == 200 and not any(e.get("type") in last for e in events):
+                raise Failure("a Responses stream without its last event")
+            return
         st, hd, js = self.post("/v1/responses", body)
         if st == 404 and prev:  # the stored response was pushed out by newer ones
             state.pop("response", None)
@@ -273,6 +280,51 @@ class Soak:
         st, hd, js = self.post("/v1/messages", body)
         if self.expect_ok("messages", st, hd, js) and js["type"] != "message":
             raise Failure(f"not a message: {js}")
+
+    def op_infill(self, rng, state):
+        """llama-server's /infill with the project's other files; a model without fill in the
+        middle answers 400 unsupported_feature."""
+        body = {"input_prefix": "def f(x):\n    ", "input_suffix": "\n\nprint(f(2))\n",
+                "input_extra": [{"filename": "util.py", "text": self.words(rng, 5)}],
+                "n_predict": rng.randint(1, 12), "temperature": 0}
+        st, hd, js = self.post("/infill", body)
+        if st == 400 and js["error"]["code"] == "unsupported_feature":
+            return
+        if self.expect_ok("infill", st, hd, js) and not isinstance(js.get("content"), str):
+            raise Failure(f"an /infill answer without content: {js}")
+
+    def op_prediction(self, rng, state):
+        """Predicted Outputs: the answer is the model's, whatever is guessed from it."""
+        text = self.words(rng, 10)
+        body = {"messages": [{"role": "user", "content": "Repeat: " + text}],
+                "prediction": {"type": "content", "content": text}, "temperature": 0,
+                "max_tokens": rng.randint(2, 16)}
+        st, hd, js = self.post("/v1/chat/completions", body)
+        if self.expect_ok("prediction", st, hd, js):
+            d = js["usage"].get("completion_tokens_details", {})
+            if d.get("accepted_prediction_tokens", 0) > js["usage"]["completion_tokens"]:
+                raise Failure(f"more guesses accepted than tokens: {js['usage']}")
+
+    def op_constrained(self, rng, state):
+        """A regular expression or a GBNF grammar over the answer, n choices, best_of."""
+        if rng.random() < 0.5:
+            body = {"messages": [{"role": "user", "content": "a date"}], "max_tokens": 20,
+                    "guided_regex": r"[0-9]{4}-[0-9]{2}-[0-9]{2}", "temperature": 1.0,
+                    "seed": rng.randint(0, 1 << 30), "n": 2}
+            st, hd, js = self.post("/v1/chat/completions", body)
+            if not self.expect_ok("constrained", st, hd, js):
+                return
+            for ch in js["choices"]:
+                c = ch["message"]["content"]
+                if ch["finish_reason"] == "stop" and (len(c) != 10 or c[4] != "-"):
+                    raise Failure(f"an answer off its regex: {c!r}")
+            return
+        body = {"prompt": self.words(rng, 3), "max_tokens": 8, "n": 2, "best_of": 3,
+                "temperature": 1.0, "seed": rng.randint(0, 1 << 30),
+                "grammar": 'root ::= ("yes" | "no") " " [a-z]{1,4}'}
+        st, hd, js = self.post("/v1/completions", body)
+        if self.expect_ok("constrained", st, hd, js) and len(js["choices"]) != 2:
+            raise Failure(f"{len(js['choices'])} choices of best_of 3, n 2")
 
     def op_tokenize(self, rng, state):
         text = self.words(rng, 6)
@@ -330,7 +382,8 @@ class Soak:
            ("completion", op_completion, 2), ("json", op_json, 1), ("tools", op_tools, 1),
            ("embeddings", op_embeddings, 1), ("responses", op_responses, 1),
            ("messages", op_messages, 1), ("tokenize", op_tokenize, 1), ("reads", op_reads, 1),
-           ("bad", op_bad, 3)]
+           ("infill", op_infill, 1), ("prediction", op_prediction, 1),
+           ("constrained", op_constrained, 1), ("bad", op_bad, 3)]
 
     # ---- running it ----------------------------------------------------------------------
 
