@@ -36,6 +36,7 @@ static const struct {
     [ROUTE_APPLY_TEMPLATE] = {"/apply-template", "POST"},
     [ROUTE_MESSAGES] = {"/v1/messages", "POST"},
     [ROUTE_MESSAGES_COUNT] = {"/v1/messages/count_tokens", "POST"},
+    [ROUTE_COMPLETION] = {"/completion", "POST"},
 };
 
 /* The origin a web page must have for the browser to hand it this response (CORS), or NULL:
@@ -180,7 +181,23 @@ static bool route_takes(int route, const char *method) {
 }
 
 /* The route of url; for a route with an id in its path, the id (*id, *id_len). */
+static int find_route_v1(const char *url, const char **id, size_t *id_len);
+
+/* As find_route_v1, and the OpenAI routes without their /v1 too (/chat/completions,
+ * /completions, /embeddings, /models, ...): clients configured with a base URL that lacks it
+ * send those, and llama-server and vLLM answer them. */
 static int find_route(const char *url, const char **id, size_t *id_len) {
+    int r = find_route_v1(url, id, id_len);
+    char v1[512];
+    if (r != ROUTE_UNKNOWN || strncmp(url, "/v1/", 4) == 0 || strlen(url) + 4 > sizeof v1) return r;
+    snprintf(v1, sizeof v1, "/v1%s", url);
+    const char *vid = NULL;
+    r = find_route_v1(v1, &vid, id_len);
+    if (vid) *id = url + (vid - v1) - 3; /* the id where it lies in url */
+    return r;
+}
+
+static int find_route_v1(const char *url, const char **id, size_t *id_len) {
     static const char models[] = "/v1/models/", responses[] = "/v1/responses/",
                       items[] = "/input_items";
     size_t n = strlen(url), m = sizeof models - 1, r = sizeof responses - 1, k = sizeof items - 1;

@@ -32,6 +32,7 @@ enum {
     ROUTE_APPLY_TEMPLATE, /* POST /apply-template (llama-server's) */
     ROUTE_MESSAGES,       /* POST /v1/messages (Anthropic's) */
     ROUTE_MESSAGES_COUNT, /* POST /v1/messages/count_tokens (Anthropic's) */
+    ROUTE_COMPLETION,     /* POST /completion (llama-server's own completion) */
     ROUTE_UNKNOWN
 };
 

@@ -67,6 +67,26 @@ static bool rename_field(json_t *b, const char *from, const char *to, serve_erro
     return true;
 }
 
+/* One answer: llama-server's object has no choices. */
+static bool one_answer(const json_t *body, const char *route, serve_error *e) {
+    for (const char *k = "n\0best_of\0"; *k; k += strlen(k) + 1) {
+        const json_t *v = json_object_get(body, k);
+        if (v && !json_is_null(v) && !(json_is_integer(v) && json_integer_value(v) == 1))
+            return serve_fail(e, 400, "invalid_value", k, "%s gives one answer: '%s' must be 1",
+                              route, k);
+    }
+    return true;
+}
+
+/* llama-server's names of a completion's fields as the completion's: n_predict -1 (or absent:
+ * until the end of generation or the context) and the renames. */
+static bool completion_names(json_t *out, serve_error *e) {
+    const json_t *np = json_object_get(out, "n_predict");
+    if (np && json_is_integer(np) && json_integer_value(np) < 0) json_object_del(out, "n_predict");
+    return rename_field(out, "n_predict", "max_tokens", e) &&
+           rename_field(out, "repeat_penalty", "repetition_penalty", e);
+}
+
 json_t *serve_infill_request(const json_t *body, const serve_runtime *rt, int *keep_at,
                              serve_error *e) {
     ts_fim_frame f = {.repo = INFILL_REPO, .file = INFILL_FILE};
@@ -78,15 +98,9 @@ json_t *serve_infill_request(const json_t *body, const serve_runtime *rt, int *k
     bool ok = text_field(body, "input_prefix", &f.prefix, &f.prefix_len, e) &&
               text_field(body, "input_suffix", &f.suffix, &f.suffix_len, e) &&
               extra_files(body, &files, &f.n_files, e) &&
-              text_field(body, "prompt", &f.middle, &f.middle_len, e);
+              text_field(body, "prompt", &f.middle, &f.middle_len, e) &&
+              one_answer(body, "/infill", e);
     f.files = files;
-    /* one answer: llama-server's object has no choices */
-    for (const char *k = "n\0best_of\0"; ok && *k; k += strlen(k) + 1) {
-        const json_t *v = json_object_get(body, k);
-        if (v && !json_is_null(v) && !(json_is_integer(v) && json_integer_value(v) == 1))
-            ok = serve_fail(e, 400, "invalid_value", k, "/infill gives one answer: '%s' must be 1",
-                            k);
-    }
     if (ok) {
         ts_status st = ts_tokenize_fim_frame(rt->tok, &f, &ids, &n, &n_context);
         if (f.n_files > 0 && n_context < (size_t)INT32_MAX) *keep_at = (int)n_context;
@@ -107,16 +121,35 @@ json_t *serve_infill_request(const json_t *body, const serve_runtime *rt, int *k
         for (const char *k = "input_prefix\0input_suffix\0input_extra\0suffix\0"; *k;
              k += strlen(k) + 1)
             json_object_del(out, k);
-        /* n_predict -1 (or absent): until the end of generation or the context */
-        const json_t *np = json_object_get(out, "n_predict");
-        if (np && json_is_integer(np) && json_integer_value(np) < 0)
-            json_object_del(out, "n_predict");
-        ok = p && rename_field(out, "n_predict", "max_tokens", e) &&
-             rename_field(out, "repeat_penalty", "repetition_penalty", e);
+        ok = p && completion_names(out, e);
     }
     free(files);
     free(ids);
     if (!ok) {
+        json_decref(out);
+        return NULL;
+    }
+    return out;
+}
+
+json_t *serve_llama_completion_request(const json_t *body, serve_error *e) {
+    const json_t *p = json_object_get(body, "prompt");
+    bool ids = json_is_array(p) && json_array_size(p) > 0;
+    for (size_t i = 0; ids && i < json_array_size(p); i++)
+        ids = json_is_integer(json_array_get(p, i));
+    if (!json_is_string(p) && !ids) {
+        serve_fail(e, 400, "invalid_value", "prompt",
+                   "/completion's 'prompt' must be a string or a list of token ids (one prompt: "
+                   "/v1/completions takes several)");
+        return NULL;
+    }
+    if (!one_answer(body, "/completion", e)) return NULL;
+    json_t *out = json_deep_copy(body);
+    if (!out) {
+        serve_fail(e, 500, "internal_error", NULL, "out of memory");
+        return NULL;
+    }
+    if (!completion_names(out, e)) {
         json_decref(out);
         return NULL;
     }

@@ -22,6 +22,10 @@
  * the completion's checks come after, on the body returned (owned by the caller). */
 json_t *serve_infill_request(const json_t *body, const serve_runtime *rt, int *keep_at,
                              serve_error *e);
+/* The completion request body llama-server's POST /completion body means: one prompt (a string
+ * or token ids), its fields under the completion's names as for /infill; answered in the same
+ * shape as /infill. NULL with e set. */
+json_t *serve_llama_completion_request(const json_t *body, serve_error *e);
 
 /* A completion check's param renamed back into the /infill request's names. */
 void serve_infill_error(serve_error *e);

@@ -470,13 +470,15 @@ static bool fetch_media(const serve_server *s, serve_request *r, serve_error *e)
 
 /* The shape a generation request came in: OpenAI's chat or completions, the Responses API
  * (read as the chat request it means), llama-server's /infill (read as the completion it
- * means), Anthropic's Messages API (read as the chat request it means). */
-typedef enum { WIRE_OPENAI, WIRE_RESPONSES, WIRE_INFILL, WIRE_MESSAGES } serve_wire;
+ * means) and /completion (its own names of a completion's fields), Anthropic's Messages API
+ * (read as the chat request it means). /infill and /completion answer in llama-server's
+ * shape. */
+typedef enum { WIRE_OPENAI, WIRE_RESPONSES, WIRE_INFILL, WIRE_LLAMA, WIRE_MESSAGES } serve_wire;
 
 /* A generation request of any wire shape. */
 static enum MHD_Result generate(serve_conn *cn, struct MHD_Connection *c, serve_api api,
                                 json_t *root, serve_wire wire) {
-    bool responses = wire == WIRE_RESPONSES, infill = wire == WIRE_INFILL;
+    bool responses = wire == WIRE_RESPONSES, infill = wire == WIRE_INFILL || wire == WIRE_LLAMA;
     bool messages = wire == WIRE_MESSAGES;
     int keep_at = 0; /* /infill: the frame's files part (serve_job.keep_at) */
     serve_server *s = cn->srv;
@@ -499,7 +501,8 @@ static enum MHD_Result generate(serve_conn *cn, struct MHD_Connection *c, serve_
         root = rd.chat; /* the parse takes it over */
         rd.chat = NULL;
     } else if (infill) {
-        json_t *body = serve_infill_request(root, rt, &keep_at, &e);
+        json_t *body = wire == WIRE_LLAMA ? serve_llama_completion_request(root, &e)
+                                          : serve_infill_request(root, rt, &keep_at, &e);
         json_decref(root);
         root = body;
         ok = body != NULL;
@@ -538,7 +541,7 @@ static enum MHD_Result generate(serve_conn *cn, struct MHD_Connection *c, serve_
         rd.settings = rd.conversation = rd.input = NULL; /* the answer's now */
         resp.think_open = rt->think_open, resp.think_close = rt->think_close;
     }
-    resp.infill = wire == WIRE_INFILL;
+    resp.infill = wire == WIRE_INFILL || wire == WIRE_LLAMA;
     if (messages) {
         resp.messages = true;
         serve_resp_set_id_prefix(&resp, "msg");
@@ -802,6 +805,7 @@ enum MHD_Result serve_route_post(serve_conn *cn, struct MHD_Connection *c) {
         case ROUTE_COMPLETIONS: r = generate(cn, c, SERVE_API_COMPLETION, root, WIRE_OPENAI); break;
         case ROUTE_RESPONSES: r = generate(cn, c, SERVE_API_CHAT, root, WIRE_RESPONSES); break;
         case ROUTE_INFILL: r = generate(cn, c, SERVE_API_COMPLETION, root, WIRE_INFILL); break;
+        case ROUTE_COMPLETION: r = generate(cn, c, SERVE_API_COMPLETION, root, WIRE_LLAMA); break;
         case ROUTE_TOKENIZE: r = tokenize(cn, c, root); break;
         case ROUTE_EMBEDDINGS: r = embeddings(cn, c, root); break;
         case ROUTE_APPLY_TEMPLATE: r = apply_template(cn, c, root); break;

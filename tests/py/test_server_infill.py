@@ -192,3 +192,54 @@ def test_metrics_count_the_route(srv):
     before = srv.metrics().get(key, 0)
     infill(srv, {"input_prefix": "x", "n_predict": 1})
     assert srv.metrics()[key] == before + 1
+
+
+def test_llama_server_s_own_completion(srv):
+    """POST /completion (llama-server's own, which many of its clients speak): one prompt, a
+    string or token ids, llama-server's field names, answered in the shape of /infill - the
+    same text as /v1/completions, whole or streamed without [DONE]; several answers or
+    prompts are refused."""
+    body = {"prompt": "The sea is", "n_predict": 10, "temperature": 0, "logit_bias": TEXT_ONLY,
+            "cache_prompt": True, "n_probs": 0}
+    r = infill_like(srv, "/completion", body)
+    c = completion(srv, "The sea is", max_tokens=10, temperature=0, logit_bias=TEXT_ONLY)
+    assert r["content"] == c["choices"][0]["text"]
+    assert r["tokens_predicted"] == 10 and r["stop_type"] == "limit" and r["stop"] is True
+    assert r["tokens_evaluated"] == c["usage"]["prompt_tokens"]
+    assert r["model"] == "serve-tiny" and r["timings"]["predicted_n"] == 10
+    ids = srv.post_ok("/tokenize", {"prompt": "The sea is"})["tokens"]
+    assert infill_like(srv, "/completion", dict(body, prompt=ids))["content"] == r["content"]
+    status, hd, data = srv.request("POST", "/completion", dict(body, stream=True))
+    assert status == 200 and hd["content-type"].startswith("text/event-stream")
+    lines = [ln for ln in data.decode().split("\n\n") if ln]
+    assert all(ln.startswith("data: {") for ln in lines), lines[-1]  # no [DONE]
+    events = [json.loads(ln[6:]) for ln in lines]
+    assert "".join(e["content"] for e in events) == r["content"] and events[-1]["stop"] is True
+    for bad, param in ((dict(body, n=2), "n"), (dict(body, prompt=["a", "b"]), "prompt"),
+                       (dict(body, prompt=7), "prompt"), (dict(body, n_predict=0), "n_predict")):
+        status, _, e = srv.post("/completion", bad)
+        assert status == 400 and e["error"]["param"] == param, (bad, e)
+
+
+def infill_like(srv, path, body):
+    status, _, r = srv.post(path, body)
+    assert status == 200, r
+    return r
+
+
+def test_the_openai_routes_without_v1(srv):
+    """Clients whose base URL lacks /v1 send /chat/completions, /completions, /embeddings,
+    /models: the same routes (llama-server and vLLM answer them too)."""
+    body = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4, "temperature": 0}
+    a = srv.post_ok("/v1/chat/completions", body)
+    b = srv.post_ok("/chat/completions", body)
+    assert a["choices"][0]["message"] == b["choices"][0]["message"]
+    assert srv.post_ok("/completions", {"prompt": "x", "max_tokens": 2})["object"] == \
+        "text_completion"
+    assert srv.post_ok("/embeddings", {"input": "x"})["data"][0]["object"] == "embedding"
+    status, _, m = srv.request("GET", "/models")
+    assert status == 200 and json.loads(m)["data"][0]["id"] == "serve-tiny"
+    status, _, m = srv.request("GET", "/models/serve-tiny")
+    assert status == 200 and json.loads(m)["id"] == "serve-tiny"
+    status, _, _ = srv.request("GET", "/chat/nothing")
+    assert status == 404
