@@ -97,6 +97,13 @@ int cmd_serve(int argc, char **argv) {
             o.media_hosts = v;
             continue;
         }
+        if ((v = cli_opt_value(argc, argv, &i, NULL, "--reasoning-format"))) {
+            int inl = serve_reasoning_format(v);
+            if (inl < 0)
+                return cli_usage("bad --reasoning-format '%s' (none, deepseek or auto)", v);
+            o.reasoning_inline = inl;
+            continue;
+        }
         if ((v = cli_opt_value(argc, argv, &i, NULL, "--reasoning-budget-message"))) {
             o.reasoning_message = v;
             continue;

@@ -713,8 +713,10 @@ void serve_lane_token(serve_decoder *d, serve_lane *ln, int32_t tok, const ts_lo
 static void lane_first_token(serve_decoder *d, serve_lane *ln, float *logits) {
     serve_job *j = ln->job;
     /* before min_tokens no stop string is looked for (serve_textout_start_stops then) */
-    serve_textout_init(&ln->to, d->think_open, d->think_close, j->in_think, j->stops,
-                       j->min_tokens > 0 ? 0 : j->n_stops, sink, j);
+    /* reasoning_format none: no tag is a channel's switch, all is content as written */
+    bool split = !j->reasoning_inline;
+    serve_textout_init(&ln->to, split ? d->think_open : -1, split ? d->think_close : -1,
+                       split && j->in_think, j->stops, j->min_tokens > 0 ? 0 : j->n_stops, sink, j);
     /* calls in the model's own format, or as a list where its chat format has none */
     if (j->parse_tools) serve_textout_enable_tools(&ln->to, !ts_tokenizer_chat_tools(d->o.tok));
     if (j->keep_stop) serve_textout_keep_stops(&ln->to);

@@ -68,6 +68,7 @@ typedef struct serve_job {
      * ignore_eos) and stop_ids are banned from the draws, stop strings not yet matched */
     int min_tokens;
     bool in_think;     /* the prompt ends inside <think> */
+    bool reasoning_inline; /* the thinking stays in the content, tags and all */
     /* the thinking budget: once the answer has thought this many tokens (-1: no bound), the
      * decoder puts in think_end (owned: the server's --reasoning-budget-message, then
      * </think>) for it, one token a step, instead of what it would draw (serve/decode.c) */

@@ -807,6 +807,15 @@ static bool parse_chat_extras(serve_request *r, const json_t *o, serve_error *e)
         if (idx == SERVE_EFFORT_NONE) r->enable_thinking = 0;
         r->effort = idx;
     }
+    const json_t *rf = field(o, "reasoning_format");
+    if (rf) {
+        int inl = serve_reasoning_format(json_is_string(rf) ? json_string_value(rf) : "");
+        if (inl < 0)
+            return serve_fail(e, 400, "invalid_value", "reasoning_format",
+                              "'reasoning_format' must be none (the thinking left in the "
+                              "content), deepseek or auto (apart, as reasoning_content)");
+        r->reasoning_inline = inl;
+    }
     if (kw) {
         bool on = false;
         if (!get_bool(kw, "enable_thinking", &on, e)) {
@@ -949,6 +958,11 @@ static bool parse_prediction(serve_request *r, const json_t *o, serve_error *e) 
 
 const char *const serve_effort_names[SERVE_EFFORTS] = {"none", "minimal", "low", "medium", "high"};
 
+int serve_reasoning_format(const char *s) {
+    if (!strcmp(s, "none")) return 1;
+    return !strcmp(s, "deepseek") || !strcmp(s, "auto") ? 0 : -1;
+}
+
 bool serve_check_model(const json_t *root, const char *const *model_ids, const char **model,
                        serve_error *e) {
     *model = NULL;
@@ -981,6 +995,7 @@ bool serve_request_parse(serve_api api, json_t *root, const char *const *model_i
     r->top_logprobs = -1;
     r->enable_thinking = -1;
     r->effort = -1;
+    r->reasoning_inline = -1;
     ts_sampler_params_default(&r->sp);
     if (!serve_check_model(root, model_ids, &r->model, e)) return false;
     if (api == SERVE_API_CHAT ? !parse_messages(r, root, e) : !parse_prompt(r, root, e))

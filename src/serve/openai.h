@@ -93,6 +93,9 @@ typedef struct serve_request {
     int top_logprobs; /* -1 = no logprobs */
     int enable_thinking;
     int effort; /* reasoning_effort: SERVE_EFFORT_NONE .. _HIGH, -1 not given */
+    /* reasoning_format (llama-server's): -1 not given, 0 the thinking apart
+     * (reasoning_content; "deepseek", "auto"), 1 left in the content as written ("none") */
+    int reasoning_inline;
     /* chat (vLLM's fields): the prompt ends with the assistant's turn opened (true unless
      * continue_final), or continues the final message as transformers renders it */
     bool add_generation_prompt, continue_final;

@@ -337,6 +337,7 @@ bool serve_prepare(const serve_runtime *rt, serve_request *r, int prompt, int ch
         if (j->ids[i] == rt->think_close) last_close = i;
     }
     j->in_think = rt->think_open >= 0 && last_open > last_close;
+    j->reasoning_inline = r->reasoning_inline == 1;
     if (!think_budget(rt, r, po, j))
         return serve_fail(e, 500, "internal_error", NULL, "the thinking budget's end: %s",
                           ts_last_error());

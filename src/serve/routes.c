@@ -510,6 +510,10 @@ static enum MHD_Result generate(serve_conn *cn, struct MHD_Connection *c, serve_
     }
     if (ok) ok = serve_request_parse(api, root, s->model_ids, s->o.max_tokens_cap, &req, &e);
     req.truncate_auto = responses && rd.truncate_auto;
+    /* --reasoning-format: OpenAI's chat (the Responses and Messages APIs keep the thinking in
+     * blocks of its own) */
+    if (ok && wire == WIRE_OPENAI && req.reasoning_inline < 0)
+        req.reasoning_inline = s->o.reasoning_inline;
     if (ok) ok = fetch_media(s, &req, &e);
     if (ok && rt->encoder)
         ok = serve_fail(&e, 400, "unsupported_feature", "model",
@@ -845,6 +849,8 @@ static json_t *props_json(const serve_server *s, const serve_runtime *rt) {
             if (s->o.effort_budget[k] != SERVE_THINK_BUDGET_UNSET)
                 json_object_set_new(eb, serve_effort_names[k], json_integer(s->o.effort_budget[k]));
         if (eb) json_object_set_new(params, "reasoning_effort_budgets", eb);
+        json_object_set_new(params, "reasoning_format",
+                            json_string(s->o.reasoning_inline ? "none" : "deepseek"));
     }
     return json_pack("{s:s, s:s, s:i, s:{s:i, s:o}, s:{s:b, s:b, s:b}, s:b, s:s}", "model_alias",
                      s->model_ids[0], "model_path", s->o.model_path, "total_slots", rt->n_parallel,

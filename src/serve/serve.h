@@ -20,6 +20,9 @@ enum {
     SERVE_EFFORTS
 };
 extern const char *const serve_effort_names[SERVE_EFFORTS];
+/* reasoning_format (llama-server's): 1 for "none" (the thinking left in the content, tags and
+ * all), 0 for "deepseek" or "auto" (apart, as reasoning_content), -1 for anything else. */
+int serve_reasoning_format(const char *s);
 
 /* A thinking budget not given (a request's, or the one an effort gives) */
 #define SERVE_THINK_BUDGET_UNSET (-2)
@@ -36,6 +39,10 @@ typedef struct {
      * before </think> when a budget ends the thinking (NULL: none) */
     int reasoning_budget;
     const char *reasoning_message;
+    /* --reasoning-format none: a chat answer's thinking stays in its content, as written, for
+     * requests that do not say (OpenAI's chat and completions; the Responses and Messages
+     * APIs keep it apart, in their own blocks) */
+    bool reasoning_inline;
     /* the budget each reasoning_effort gives (SERVE_EFFORT_*; SERVE_THINK_BUDGET_UNSET: that
      * effort gives none, reasoning_budget holds) */
     int effort_budget[SERVE_EFFORTS];

@@ -252,3 +252,34 @@ def test_reasoning_effort_budgets(srv):
         p = subprocess.run([binary(), "serve", "-m", tiny_model(), "--port", "0",
                             "--reasoning-effort-budgets", bad], capture_output=True, timeout=30)
         assert p.returncode == 1 and b"reasoning-effort-budgets" in p.stderr, (bad, p.stderr)
+
+
+def test_reasoning_format_none_leaves_the_thinking_in_the_content(srv):
+    """llama-server's reasoning_format: "none" leaves the thinking in the content as written
+    (its </think> too), "deepseek" / "auto" (the default) put it apart as reasoning_content;
+    the tokens are the same either way. The server's --reasoning-format none makes it the
+    default of OpenAI's chat, while the Responses and Messages APIs keep their blocks."""
+    split = chat(srv, thinking_token_budget=5)
+    inline = chat(srv, thinking_token_budget=5, reasoning_format="none")
+    assert inline["token_ids"] == split["token_ids"]
+    assert "reasoning_content" not in inline["message"], inline
+    assert split["message"]["reasoning_content"] and "</think>" not in split["message"]["content"]
+    assert inline["message"]["content"] == detok(srv, inline["token_ids"])
+    assert "</think>" in inline["message"]["content"]
+    assert chat(srv, thinking_token_budget=5, reasoning_format="auto")["message"] == \
+        split["message"]
+    st, _, e = srv.post("/v1/chat/completions", {"messages": MSG, "reasoning_format": "raw"})
+    assert st == 400 and e["error"]["param"] == "reasoning_format", e
+    with Server("--reasoning-format", "none", "--alias", "tiny-test") as s:
+        assert chat(s, thinking_token_budget=5)["message"] == inline["message"]
+        assert chat(s, thinking_token_budget=5, reasoning_format="deepseek")["message"] == \
+            split["message"]
+        st, _, p = s.request("GET", "/props")
+        assert json.loads(p)["default_generation_settings"]["params"]["reasoning_format"] == \
+            "none"
+        st, _, m = s.post("/v1/messages", {"max_tokens": 40, "messages": MSG, "temperature": 0,
+                                           "thinking": {"type": "enabled", "budget_tokens": 5}})
+        assert st == 200 and m["content"][0]["type"] == "thinking", m
+    r = subprocess.run([binary(), "serve", "-m", tiny_model(), "--reasoning-format", "raw"],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 1 and "--reasoning-format" in r.stderr, r.stderr  # a usage error
