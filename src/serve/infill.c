@@ -186,17 +186,6 @@ static const char *stop_type(const serve_job *j) {
     return j->stop_str >= 0 ? "word" : "eos";
 }
 
-static json_t *timings(const serve_job *j) {
-    int pn = j->prompt_tokens - j->cached_tokens, gn = j->completion_tokens;
-    double first = j->t_first_token > 0 ? j->t_first_token : j->t_done;
-    double pms = (first - j->t_submit) * 1e3, gms = (j->t_done - first) * 1e3;
-    return json_pack("{s:i, s:f, s:f, s:f, s:i, s:f, s:f, s:f}", "prompt_n", pn, "prompt_ms", pms,
-                     "prompt_per_token_ms", pn ? pms / pn : 0.0, "prompt_per_second",
-                     pms > 0 ? pn * 1e3 / pms : 0.0, "predicted_n", gn, "predicted_ms", gms,
-                     "predicted_per_token_ms", gn ? gms / gn : 0.0, "predicted_per_second",
-                     gms > 0 ? gn * 1e3 / gms : 0.0);
-}
-
 /* The whole object; content NULL: the text's (a stream's end has none). */
 static json_t *infill_json(const serve_resp *r, const serve_job *j, json_t *content) {
     bool nl = j->text.data && memchr(j->text.data, '\n', j->text.len);
@@ -205,7 +194,8 @@ static json_t *infill_json(const serve_resp *r, const serve_job *j, json_t *cont
                      "content", content ? content : content_of(j), "stop", 1, "model", r->model,
                      "tokens_predicted", j->completion_tokens, "tokens_evaluated", j->prompt_tokens,
                      "tokens_cached", j->cached_tokens, "has_new_line", nl, "truncated", 0,
-                     "stop_type", stop_type(j), "stopping_word", word, "timings", timings(j));
+                     "stop_type", stop_type(j), "stopping_word", word, "timings",
+                     serve_job_timings(j));
 }
 
 char *serve_infill_full(const serve_resp *r, const serve_job *j) {

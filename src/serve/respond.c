@@ -216,6 +216,17 @@ static json_t *choice_json(const serve_resp *r, const serve_job *j, int index) {
     return choice;
 }
 
+json_t *serve_job_timings(const serve_job *j) {
+    int pn = j->prompt_tokens - j->cached_tokens, gn = j->completion_tokens;
+    double first = j->t_first_token > 0 ? j->t_first_token : j->t_done;
+    double pms = (first - j->t_submit) * 1e3, gms = (j->t_done - first) * 1e3;
+    return json_pack("{s:i, s:f, s:f, s:f, s:i, s:f, s:f, s:f}", "prompt_n", pn, "prompt_ms", pms,
+                     "prompt_per_token_ms", pn ? pms / pn : 0.0, "prompt_per_second",
+                     pms > 0 ? pn * 1e3 / pms : 0.0, "predicted_n", gn, "predicted_ms", gms,
+                     "predicted_per_token_ms", gn ? gms / gn : 0.0, "predicted_per_second",
+                     gms > 0 ? gn * 1e3 / gms : 0.0);
+}
+
 char *serve_resp_full(const serve_resp *r, serve_job *const *jobs, int n, int per_prompt,
                       int keep) {
     json_t *choices = json_array();
@@ -226,6 +237,7 @@ char *serve_resp_full(const serve_resp *r, serve_job *const *jobs, int n, int pe
                              r->api == SERVE_API_CHAT ? "chat.completion" : "text_completion",
                              "created", (json_int_t)r->created, "model", r->model, "choices",
                              choices, "usage", usage_json(jobs, n, per_prompt));
+    if (root && n > 0) json_object_set_new(root, "timings", serve_job_timings(jobs[0]));
     char *s = root ? json_dumps(root, JSON_COMPACT) : NULL;
     json_decref(root);
     return s;
@@ -329,7 +341,9 @@ ts_status serve_resp_chunk_finish(const serve_resp *r, int index, const serve_jo
         choice = json_pack("{s:i, s:s, s:o, s:s}", "index", index, "text", "", "logprobs", lpj,
                            "finish_reason", serve_finish_name(j->finish));
     if (choice) json_object_set_new(choice, "stop_reason", stop_reason(j));
-    return serve_sse_data(out, chunk(r, choice));
+    json_t *c = chunk(r, choice);
+    if (c) json_object_set_new(c, "timings", serve_job_timings(j));
+    return serve_sse_data(out, c);
 }
 
 ts_status serve_resp_chunk_done(const serve_resp *r, serve_job *const *jobs, int n, int per_prompt,

@@ -43,6 +43,11 @@ json_t *serve_resp_part_id(const serve_resp *r, const char *kind, int k);
  * every job's answer. */
 char *serve_resp_full(const serve_resp *r, serve_job *const *jobs, int n, int per_prompt, int keep);
 
+/* llama-server's timings of an answer (its prompt's prefill and its decoding: counts, ms,
+ * per token, per second), which its clients show: in /infill's and /completion's answers, and
+ * in a chat or completion's (of its first choice; a stream's in each choice's final chunk). */
+json_t *serve_job_timings(const serve_job *j);
+
 /* Stream pieces, each "data: {...}\n\n" appended to out; index: the choice. */
 ts_status serve_resp_chunk_role(const serve_resp *r, int index, ts_strbuf *out);
 /* A delta of one channel; lp/n_lp: the logprobs that go with it (may be 0). */

@@ -243,3 +243,21 @@ def test_the_openai_routes_without_v1(srv):
     assert status == 200 and json.loads(m)["id"] == "serve-tiny"
     status, _, _ = srv.request("GET", "/chat/nothing")
     assert status == 404
+
+
+def test_chat_answers_carry_llama_server_s_timings(srv):
+    """llama-server's timings in a chat or completion's answer (its clients show the speed
+    from them): counts that agree with the usage; in a stream, in each choice's final chunk."""
+    body = {"messages": [{"role": "user", "content": "Timings?"}], "max_tokens": 7,
+            "temperature": 0}
+    r = srv.post_ok("/v1/chat/completions", body)
+    t, u = r["timings"], r["usage"]
+    assert t["predicted_n"] == u["completion_tokens"] == 7
+    assert t["prompt_n"] == u["prompt_tokens"] - u["prompt_tokens_details"]["cached_tokens"]
+    assert min(t["prompt_ms"], t["predicted_ms"], t["predicted_per_second"]) >= 0
+    c = srv.post_ok("/v1/completions", {"prompt": "x", "max_tokens": 3})
+    assert c["timings"]["predicted_n"] == 3
+    status, _, data = srv.request("POST", "/v1/chat/completions", dict(body, stream=True, n=2))
+    finals = [json.loads(ln[6:]) for ln in data.decode().split("\n\n")
+              if ln.startswith("data: {") and '"finish_reason":"length"' in ln]
+    assert len(finals) == 2 and all(f["timings"]["predicted_n"] == 7 for f in finals), finals
