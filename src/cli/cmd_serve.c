@@ -104,6 +104,18 @@ int cmd_serve(int argc, char **argv) {
             o.reasoning_inline = inl;
             continue;
         }
+        if ((v = cli_opt_value(argc, argv, &i, NULL, "--reasoning-field"))) {
+            o.reasoning_fields = !strcmp(v, "reasoning_content") ? SERVE_REASONING_CONTENT
+                                 : !strcmp(v, "reasoning")       ? SERVE_REASONING_FIELD
+                                 : !strcmp(v, "both")
+                                     ? SERVE_REASONING_CONTENT | SERVE_REASONING_FIELD
+                                     : -1;
+            if (o.reasoning_fields < 0)
+                return cli_usage("bad --reasoning-field '%s' (reasoning_content, reasoning or "
+                                 "both)",
+                                 v);
+            continue;
+        }
         if ((v = cli_opt_value(argc, argv, &i, NULL, "--reasoning-budget-message"))) {
             o.reasoning_message = v;
             continue;

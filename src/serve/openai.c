@@ -372,12 +372,19 @@ static bool parse_messages(serve_request *r, const json_t *root, serve_error *e)
         } else if (!parse_content(r, c, (int)i, cm, e)) {
             return false;
         }
-        const json_t *rc = field(msg, "reasoning_content");
-        if (rc) {
-            snprintf(param, sizeof param, "messages[%zu].reasoning_content", i);
-            if (!json_is_string(rc))
+        /* an earlier answer's thinking: llama-server's and DeepSeek's field, or vLLM's and
+         * OpenRouter's - a client that kept both sends both, the same */
+        const json_t *rc = field(msg, "reasoning_content"), *rv = field(msg, "reasoning");
+        if (rc || rv) {
+            snprintf(param, sizeof param, "messages[%zu].%s", i,
+                     rc ? "reasoning_content" : "reasoning");
+            if (!json_is_string(rc ? rc : rv) || (rv && !json_is_string(rv)))
                 return serve_fail(e, 400, "invalid_value", param, "%s must be a string", param);
-            if (strcmp(mapped, "assistant") == 0) cm->reasoning_content = json_string_value(rc);
+            if (rc && rv && !json_equal((json_t *)rc, (json_t *)rv))
+                return serve_fail(e, 400, "invalid_value", param,
+                                  "messages[%zu]: reasoning_content and reasoning differ", i);
+            if (strcmp(mapped, "assistant") == 0)
+                cm->reasoning_content = json_string_value(rc ? rc : rv);
         }
     }
     return true;

@@ -27,6 +27,7 @@ void serve_resp_init(serve_resp *r, serve_api api, const char *model, bool logpr
     r->logprobs = logprobs;
     r->tok = tok;
     r->think_open = r->think_close = -1;
+    r->reasoning_fields = SERVE_REASONING_CONTENT | SERVE_REASONING_FIELD;
 }
 
 /* "tool_calls" when the answer ended after the model called tools. */
@@ -193,8 +194,10 @@ static json_t *choice_json(const serve_resp *r, const serve_job *j, int index) {
                               ? json_stringn(text[0].data ? text[0].data : "", text[0].len)
                               : json_null();
         json_t *msg = json_pack("{s:s, s:o}", "role", "assistant", "content", content);
-        if (text[1].len) json_object_set_new(msg, "reasoning_content",
-                                             json_stringn(text[1].data, text[1].len));
+        if (text[1].len && (r->reasoning_fields & SERVE_REASONING_CONTENT))
+            json_object_set_new(msg, "reasoning_content", json_stringn(text[1].data, text[1].len));
+        if (text[1].len && (r->reasoning_fields & SERVE_REASONING_FIELD))
+            json_object_set_new(msg, "reasoning", json_stringn(text[1].data, text[1].len));
         if (json_array_size(calls)) json_object_set(msg, "tool_calls", calls);
         choice = json_pack("{s:i, s:o, s:o, s:s}", "index", index, "message", msg, "logprobs", lp,
                            "finish_reason", finish_reason(j));
@@ -303,9 +306,16 @@ ts_status serve_resp_chunk_text(const serve_resp *r, int index, serve_channel ch
                                 size_t n, const serve_logprob *lp, int n_lp, ts_strbuf *out) {
     json_t *lpj = r->logprobs && n_lp ? logprobs_json(r, lp, n_lp) : json_null();
     json_t *choice;
-    if (r->api == SERVE_API_CHAT)
-        choice = json_pack("{s:i, s:{s:s%}, s:o, s:n}", "index", index, "delta",
-                           ch == SERVE_CH_REASONING ? "reasoning_content" : "content", s, n,
+    if (r->api == SERVE_API_CHAT && ch == SERVE_CH_REASONING) {
+        json_t *d = json_object();
+        if (d && (r->reasoning_fields & SERVE_REASONING_CONTENT))
+            json_object_set_new(d, "reasoning_content", json_stringn(s, n));
+        if (d && (r->reasoning_fields & SERVE_REASONING_FIELD))
+            json_object_set_new(d, "reasoning", json_stringn(s, n));
+        choice = json_pack("{s:i, s:o, s:o, s:n}", "index", index, "delta", d, "logprobs", lpj,
+                           "finish_reason");
+    } else if (r->api == SERVE_API_CHAT)
+        choice = json_pack("{s:i, s:{s:s%}, s:o, s:n}", "index", index, "delta", "content", s, n,
                            "logprobs", lpj, "finish_reason");
     else
         choice = json_pack("{s:i, s:s%, s:o, s:n}", "index", index, "text", s, n, "logprobs", lpj,

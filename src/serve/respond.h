@@ -3,10 +3,11 @@
 #ifndef TS_SERVE_RESPOND_H
 #define TS_SERVE_RESPOND_H
 
-#include <jansson.h>
-
 #include "serve/job.h"
 #include "serve/openai.h"
+#include "serve/serve.h"
+
+#include <jansson.h>
 
 typedef struct {
     serve_api api;
@@ -26,6 +27,9 @@ typedef struct {
     struct serve_rsp_store *store;
     bool infill;   /* llama-server's /infill (serve/infill.h): its own answer's shape */
     bool messages; /* the Anthropic Messages API (serve/messages.h): its own answer's shape */
+    /* the chat fields the thinking goes in (SERVE_REASONING_*): llama-server's and DeepSeek's
+     * reasoning_content, vLLM's and OpenRouter's reasoning, or both (the default) */
+    int reasoning_fields;
 } serve_resp;
 
 void serve_resp_init(serve_resp *r, serve_api api, const char *model, bool logprobs,

@@ -546,6 +546,7 @@ static enum MHD_Result generate(serve_conn *cn, struct MHD_Connection *c, serve_
         resp.think_open = rt->think_open, resp.think_close = rt->think_close;
     }
     resp.infill = wire == WIRE_INFILL || wire == WIRE_LLAMA;
+    if (s->o.reasoning_fields) resp.reasoning_fields = s->o.reasoning_fields;
     if (messages) {
         resp.messages = true;
         serve_resp_set_id_prefix(&resp, "msg");

@@ -24,6 +24,11 @@ extern const char *const serve_effort_names[SERVE_EFFORTS];
  * all), 0 for "deepseek" or "auto" (apart, as reasoning_content), -1 for anything else. */
 int serve_reasoning_format(const char *s);
 
+/* The chat fields a thinking goes in (--reasoning-field): llama-server's and DeepSeek's
+ * reasoning_content, vLLM's and OpenRouter's reasoning */
+#define SERVE_REASONING_CONTENT 1
+#define SERVE_REASONING_FIELD   2
+
 /* A thinking budget not given (a request's, or the one an effort gives) */
 #define SERVE_THINK_BUDGET_UNSET (-2)
 
@@ -43,6 +48,8 @@ typedef struct {
      * requests that do not say (OpenAI's chat and completions; the Responses and Messages
      * APIs keep it apart, in their own blocks) */
     bool reasoning_inline;
+    /* --reasoning-field: the chat fields the thinking goes in (SERVE_REASONING_*; 0: both) */
+    int reasoning_fields;
     /* the budget each reasoning_effort gives (SERVE_EFFORT_*; SERVE_THINK_BUDGET_UNSET: that
      * effort gives none, reasoning_budget holds) */
     int effort_budget[SERVE_EFFORTS];

@@ -283,3 +283,42 @@ def test_reasoning_format_none_leaves_the_thinking_in_the_content(srv):
     r = subprocess.run([binary(), "serve", "-m", tiny_model(), "--reasoning-format", "raw"],
                        capture_output=True, text=True, timeout=30)
     assert r.returncode == 1 and "--reasoning-format" in r.stderr, r.stderr  # a usage error
+
+
+def test_the_thinking_in_both_fields_clients_read(srv):
+    """The thinking goes in reasoning_content (llama-server's, DeepSeek's) and reasoning
+    (vLLM's, OpenRouter's), whole and streamed; --reasoning-field picks one. An earlier
+    answer's thinking sent back in either field renders the same; both differing is a 400."""
+    m = chat(srv, thinking_token_budget=5)["message"]
+    assert m["reasoning"] == m["reasoning_content"] and m["reasoning"]
+    body = {"model": "tiny-test", "messages": MSG, "max_tokens": 12, "temperature": 0,
+            "chat_template_kwargs": THINK, "thinking_token_budget": 5, "stream": True}
+    st, _, data = srv.request("POST", "/v1/chat/completions", body)
+    deltas = [json.loads(ln[6:])["choices"][0]["delta"] for ln in data.decode().splitlines()
+              if ln.startswith("data: {") and '"choices":[{' in ln]
+    thought = [d for d in deltas if "reasoning_content" in d or "reasoning" in d]
+    assert thought and all(d["reasoning"] == d["reasoning_content"] for d in thought)
+    assert "".join(d["reasoning"] for d in thought) == m["reasoning"]
+    for flag, want, gone in (("reasoning", "reasoning", "reasoning_content"),
+                             ("reasoning_content", "reasoning_content", "reasoning")):
+        with Server("--reasoning-field", flag, "--alias", "tiny-test") as s:
+            one = chat(s, thinking_token_budget=5)["message"]
+            assert one[want] == m[want] and gone not in one, one
+    # a tool call's turn after the last user message: its thinking is rendered
+    call = {"id": "c1", "type": "function", "function": {"name": "now", "arguments": "{}"}}
+    turn = [{"role": "user", "content": "Hi"},
+            {"role": "assistant", "content": "", "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "c1", "content": "noon"}]
+    ids = {}
+    for k in ("reasoning_content", "reasoning", None):
+        msgs = [dict(t) for t in turn]
+        if k:
+            msgs[1][k] = "I think so."
+        st, _, t = srv.post("/tokenize", {"messages": msgs, "chat_template_kwargs": THINK})
+        assert st == 200, t
+        ids[k] = t["tokens"]
+    assert ids["reasoning"] == ids["reasoning_content"] != ids[None]
+    msgs = [dict(t) for t in turn]
+    msgs[1].update(reasoning="a", reasoning_content="b")
+    st, _, e = srv.post("/v1/chat/completions", {"messages": msgs, "max_tokens": 2})
+    assert st == 400 and e["error"]["param"] == "messages[1].reasoning_content", e
