@@ -3,7 +3,8 @@
 mix of what real clients send - chats (streamed or not, several answers, log-probabilities,
 stop strings, predicted outputs), conversations that go on turn after turn, raw completions,
 structured output (JSON Schema, regular expressions, GBNF, best_of), forced tool calls,
-embeddings, fill in the middle, the Responses and Messages APIs, tokenizing - and of what they
+embeddings, fill in the middle, pictures (a model with a vision tower), the Responses and
+Messages APIs, tokenizing - and of what they
 do wrong or give up on: clients that leave mid-stream or before the answer, malformed JSON,
 oversized and truncated bodies, prompts longer than the context, garbage bytes, unknown routes.
 
@@ -18,14 +19,30 @@ resident memory is sampled to show whether it grows.
 Exits 1 when any check failed. The server tests run it for a short while (test_server_soak.py).
 """
 import argparse
+import base64
 import http.client
 import json
 import math
 import random
 import socket
+import struct
 import threading
 import time
 import urllib.parse
+import zlib
+
+
+def png(width, height, rgb):
+    """A PNG of one colour with a diagonal line, 8-bit RGB, made here (no image library)."""
+    rows = b"".join(b"\0" + b"".join(bytes((255, 255, 255) if x == y else rgb)
+                                     for x in range(width)) for y in range(height))
+
+    def chunk(kind, data):
+        return (struct.pack(">I", len(data)) + kind + data +
+                struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF))
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2,
+                                                               0, 0, 0)) +
+            chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
 
 
 class Failure(Exception):
@@ -44,6 +61,7 @@ class Soak:
         self.rss = []        # (seconds since start, MB)
         self.ctx = None
         self.model = None
+        self.vision = False
 
     # ---- HTTP ----------------------------------------------------------------------------
 
@@ -193,7 +211,11 @@ class Soak:
         if not self.expect_ok("conversation", st, hd, js):
             conv.pop()
             return
-        conv.append({"role": "assistant", "content": js["choices"][0]["message"]["content"] or ""})
+        answer = js["choices"][0]["message"]["content"] or ""
+        if "\0" in answer:  # a byte token 0x00: the server takes no U+0000 back (docs/API.md)
+            conv.clear()
+            return
+        conv.append({"role": "assistant", "content": answer})
 
     def op_completion(self, rng, state):
         body = dict(self.sampling(rng), prompt=[self.words(rng, 4), self.words(rng, 3)])
@@ -326,6 +348,30 @@ class Soak:
         if self.expect_ok("constrained", st, hd, js) and len(js["choices"]) != 2:
             raise Failure(f"{len(js['choices'])} choices of best_of 3, n 2")
 
+    def op_image(self, rng, state):
+        """Pictures in a chat (a model with a vision tower): one or two of random sizes, now
+        and then the same twice or a broken one (a 400 naming the part)."""
+        if not self.vision:
+            return
+        imgs = [png(rng.randint(16, 80), rng.randint(16, 80),
+                    (rng.randrange(256), rng.randrange(256), rng.randrange(256)))
+                for _ in range(rng.randint(1, 2))]
+        if rng.random() < 0.2:
+            imgs.append(imgs[0])
+        broken = rng.random() < 0.15
+        if broken:
+            imgs[-1] = imgs[-1][:len(imgs[-1]) // 2]
+        parts = [{"type": "image_url", "image_url": {
+            "url": "data:image/png;base64," + base64.b64encode(b).decode()}} for b in imgs]
+        body = {"messages": [{"role": "user", "content": parts + [
+            {"type": "text", "text": self.words(rng, 4)}]}], "max_tokens": rng.randint(1, 8),
+            "temperature": 0}
+        st, hd, js = self.post("/v1/chat/completions", body)
+        if broken:
+            self.expect_error(st, js, (400,))
+        else:
+            self.expect_ok("image", st, hd, js)
+
     def op_tokenize(self, rng, state):
         text = self.words(rng, 6)
         st, hd, js = self.post("/tokenize", {"content": text})
@@ -383,7 +429,7 @@ class Soak:
            ("embeddings", op_embeddings, 1), ("responses", op_responses, 1),
            ("messages", op_messages, 1), ("tokenize", op_tokenize, 1), ("reads", op_reads, 1),
            ("infill", op_infill, 1), ("prediction", op_prediction, 1),
-           ("constrained", op_constrained, 1), ("bad", op_bad, 3)]
+           ("constrained", op_constrained, 1), ("image", op_image, 1), ("bad", op_bad, 3)]
 
     # ---- running it ----------------------------------------------------------------------
 
@@ -438,6 +484,8 @@ class Soak:
         _, _, data = self.call("GET", "/v1/models")
         m = json.loads(data)["data"][0]
         self.model, self.ctx = m["id"], m["context_length"]
+        _, _, data = self.call("GET", "/props")
+        self.vision = bool(json.loads(data).get("modalities", {}).get("vision"))
         before = self.reference()
         t0 = time.time()
         stop = threading.Event()

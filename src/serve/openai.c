@@ -59,6 +59,13 @@ bool serve_json_parse(const char *body, size_t len, json_t **root, serve_error *
     if (too_deep)
         return serve_fail(e, 400, "invalid_request_body", NULL, "JSON nested deeper than %d levels",
                           SERVE_MAX_JSON_DEPTH);
+    /* text is C strings from here on: a NUL inside one would cut it short, so none is taken
+     * (a model can write one - a byte token - and a client that sends it back is told so) */
+    if (!v && strstr(je.text, "JSON_ALLOW_NUL"))
+        return serve_fail(e, 400, "invalid_request_body", NULL,
+                          "invalid JSON at byte %d: a string holds the character U+0000 "
+                          "(\\u0000), which this server does not take in text",
+                          je.position);
     if (!v)
         return serve_fail(e, 400, "invalid_request_body", NULL, "invalid JSON at byte %d: %s",
                           je.position, je.text);

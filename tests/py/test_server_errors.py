@@ -372,3 +372,11 @@ def test_device_without_gpu_fails_cleanly():
     p = subprocess.run([binary(), "serve", "-m", m, "--device", "tpu"], capture_output=True,
                        text=True, timeout=60)
     assert p.returncode != 0 and "bad --device 'tpu'" in p.stderr, p.stderr
+
+
+def test_a_nul_character_is_refused_by_name(srv):
+    """A string holding U+0000 is refused with a message that says so (a model's answer can
+    hold one, and a client that sends it back is told why)."""
+    st, _, e = srv.post("/v1/chat/completions",
+                        '{"messages": [{"role": "user", "content": "a\\u0000b"}]}')
+    assert st == 400 and "U+0000" in e["error"]["message"], e

@@ -7,6 +7,7 @@ import os
 import sys
 
 from server_util import REPO, Server
+from test_server_vision import tiny_vl_model
 
 sys.path.insert(0, os.path.join(REPO, "bench"))
 from serve_soak import Soak  # noqa: E402
@@ -25,3 +26,13 @@ def test_a_mixed_load_leaves_the_server_as_it_found_it():
         assert sum(v["refused_503"] for v in report["ops"].values()) > 0, report
         if not os.environ.get("TS_SERVER_BIN"):  # a sanitizer's allocator keeps freed memory
             assert report["rss_growth_mb"] is not None and report["rss_growth_mb"] < 16, report
+
+
+def test_a_mixed_load_with_pictures():
+    """The same with a model that reads images: pictures of random sizes, repeated ones,
+    broken ones, beside the rest."""
+    with Server("--parallel", "2", "--max-pending", "4", "--cache-mb", "16",
+                model=tiny_vl_model()) as srv:
+        report = Soak(srv.base, SECONDS / 2, clients=4, seed=11, pid=srv.proc.pid).run()
+        assert report["n_failures"] == 0, report
+        assert report["ops"].get("image", {}).get("done", 0) > 0, report
