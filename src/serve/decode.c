@@ -288,7 +288,9 @@ int serve_snap_reserve(serve_decoder *d, const int32_t *ids, int len, const floa
 }
 
 void serve_snap_fill(serve_decoder *d, const serve_lane *ln, int id, int len) {
-    if (id < 0) return;
+    /* a reservation is filled right after it is made, but should another have needed its
+     * room in between (dropped, the id reused for other tokens), this state is not theirs */
+    if (id < 0 || !serve_prefix_cache_holds(d->o.cache, id, ln->seq, len)) return;
     if (ts_engine_slot_len(d->o.engine, ln->slot) != len ||
         ts_engine_snap_save(d->o.engine, ln->slot, id) != TS_OK)
         serve_prefix_cache_drop(d->o.cache, id);

@@ -135,6 +135,12 @@ int serve_prefix_cache_store(serve_prefix_cache *c, const int32_t *ids, int len,
     return victim->id;
 }
 
+bool serve_prefix_cache_holds(const serve_prefix_cache *c, int id, const int32_t *ids, int len) {
+    if (id < 0 || id >= c->n) return false;
+    const serve_snapshot *s = &c->e[id];
+    return s->tokens && s->len == len && memcmp(s->tokens, ids, (size_t)len * sizeof *ids) == 0;
+}
+
 void serve_prefix_cache_drop(serve_prefix_cache *c, int id) {
     if (id >= 0 && id < c->n) forget(c, &c->e[id]);
 }

@@ -12,10 +12,11 @@
 #ifndef TS_SERVE_PREFIX_CACHE_H
 #define TS_SERVE_PREFIX_CACHE_H
 
+#include "tessera.h"
+
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-
-#include "tessera.h"
 
 typedef struct {
     int32_t *tokens; /* owned; NULL = the entry is empty */
@@ -69,5 +70,9 @@ const serve_snapshot *serve_prefix_cache_find_prompt(serve_prefix_cache *c, cons
 int serve_prefix_cache_store(serve_prefix_cache *c, const int32_t *ids, int len,
                              const float *logits, size_t bytes);
 void serve_prefix_cache_drop(serve_prefix_cache *c, int id);
+/* Whether entry id holds exactly ids[0..len): a reservation made earlier may have been dropped
+ * (another one needed the room) and the id given to another sequence before its state was
+ * saved - then that state must not go in. */
+bool serve_prefix_cache_holds(const serve_prefix_cache *c, int id, const int32_t *ids, int len);
 
 #endif

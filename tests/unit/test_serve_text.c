@@ -226,6 +226,14 @@ static void test_cache_budget(void) {
            "%d dropped, id %d, held %zu", n_dropped, id, c.held);
     CHECK(serve_prefix_cache_find(&c, ids[0], 2, 2) != NULL);
     CHECK(serve_prefix_cache_find(&c, ids[1], 2, 2) == NULL);
+    /* a reservation dropped for room, its id given to another sequence: it no longer holds
+     * the first one's tokens, so the first one's state must not be saved there */
+    CHECK(serve_prefix_cache_holds(&c, id, big, 3) && !serve_prefix_cache_holds(&c, id, big, 2));
+    CHECK(!serve_prefix_cache_holds(&c, 1, ids[1], 2)); /* dropped above */
+    int32_t huge[] = {8, 8, 8, 8};
+    int hid = serve_prefix_cache_store(&c, huge, 4, NULL, 100); /* drops everything */
+    CHECK(hid >= 0 && !serve_prefix_cache_holds(&c, id, big, 3));
+    CHECK(serve_prefix_cache_holds(&c, hid, huge, 4));
     serve_prefix_cache_free(&c);
 }
 
