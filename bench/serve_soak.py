@@ -23,26 +23,16 @@ import base64
 import http.client
 import json
 import math
+import os
 import random
 import socket
-import struct
+import sys
 import threading
 import time
 import urllib.parse
-import zlib
 
-
-def png(width, height, rgb):
-    """A PNG of one colour with a diagonal line, 8-bit RGB, made here (no image library)."""
-    rows = b"".join(b"\0" + b"".join(bytes((255, 255, 255) if x == y else rgb)
-                                     for x in range(width)) for y in range(height))
-
-    def chunk(kind, data):
-        return (struct.pack(">I", len(data)) + kind + data +
-                struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF))
-    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2,
-                                                               0, 0, 0)) +
-            chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "py"))
+from server_util import png  # noqa: E402
 
 
 class Failure(Exception):
@@ -353,9 +343,11 @@ class Soak:
         and then the same twice or a broken one (a 400 naming the part)."""
         if not self.vision:
             return
-        imgs = [png(rng.randint(16, 80), rng.randint(16, 80),
-                    (rng.randrange(256), rng.randrange(256), rng.randrange(256)))
-                for _ in range(rng.randint(1, 2))]
+        def picture():  # one colour and a white diagonal
+            rgb = (rng.randrange(256), rng.randrange(256), rng.randrange(256))
+            return png(rng.randint(16, 80), rng.randint(16, 80),
+                       lambda x, y: (255, 255, 255) if x == y else rgb)
+        imgs = [picture() for _ in range(rng.randint(1, 2))]
         if rng.random() < 0.2:
             imgs.append(imgs[0])
         broken = rng.random() < 0.15

@@ -171,6 +171,15 @@ static json_t *logprobs_json(const serve_resp *r, const serve_logprob *lp, int n
     return completion_logprobs(r, NULL, 0, lp, n);
 }
 
+/* The thinking's text in the fields the server gives it (--reasoning-field): a message's or
+ * a delta's. */
+static void put_reasoning(const serve_resp *r, json_t *obj, const char *s, size_t n) {
+    if (r->reasoning_fields & SERVE_REASONING_CONTENT)
+        json_object_set_new(obj, "reasoning_content", json_stringn(s, n));
+    if (r->reasoning_fields & SERVE_REASONING_FIELD)
+        json_object_set_new(obj, "reasoning", json_stringn(s, n));
+}
+
 /* Job j's choice of a non-streaming response, at index. */
 static json_t *choice_json(const serve_resp *r, const serve_job *j, int index) {
     ts_strbuf text[2] = {{0}, {0}};
@@ -194,10 +203,7 @@ static json_t *choice_json(const serve_resp *r, const serve_job *j, int index) {
                               ? json_stringn(text[0].data ? text[0].data : "", text[0].len)
                               : json_null();
         json_t *msg = json_pack("{s:s, s:o}", "role", "assistant", "content", content);
-        if (text[1].len && (r->reasoning_fields & SERVE_REASONING_CONTENT))
-            json_object_set_new(msg, "reasoning_content", json_stringn(text[1].data, text[1].len));
-        if (text[1].len && (r->reasoning_fields & SERVE_REASONING_FIELD))
-            json_object_set_new(msg, "reasoning", json_stringn(text[1].data, text[1].len));
+        if (text[1].len) put_reasoning(r, msg, text[1].data, text[1].len);
         if (json_array_size(calls)) json_object_set(msg, "tool_calls", calls);
         choice = json_pack("{s:i, s:o, s:o, s:s}", "index", index, "message", msg, "logprobs", lp,
                            "finish_reason", finish_reason(j));
@@ -308,10 +314,7 @@ ts_status serve_resp_chunk_text(const serve_resp *r, int index, serve_channel ch
     json_t *choice;
     if (r->api == SERVE_API_CHAT && ch == SERVE_CH_REASONING) {
         json_t *d = json_object();
-        if (d && (r->reasoning_fields & SERVE_REASONING_CONTENT))
-            json_object_set_new(d, "reasoning_content", json_stringn(s, n));
-        if (d && (r->reasoning_fields & SERVE_REASONING_FIELD))
-            json_object_set_new(d, "reasoning", json_stringn(s, n));
+        if (d) put_reasoning(r, d, s, n);
         choice = json_pack("{s:i, s:o, s:o, s:n}", "index", index, "delta", d, "logprobs", lpj,
                            "finish_reason");
     } else if (r->api == SERVE_API_CHAT)

@@ -13,11 +13,13 @@ import resource
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+import zlib
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -256,3 +258,20 @@ def hold_conversations(srv, n, max_tokens=6):
         srv.wait_next_turn(before)
         convs.append(msgs)
     return convs, first
+
+
+def png_file(width, height, idat):
+    """An 8-bit RGB PNG around its compressed rows (each a filter byte 0, then its pixels)."""
+    def chunk(kind, data):
+        return (struct.pack(">I", len(data)) + kind + data +
+                struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF))
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2,
+                                                               0, 0, 0)) +
+            chunk(b"IDAT", idat) + chunk(b"IEND", b""))
+
+
+def png(width, height, pixel):
+    """A PNG of 8-bit RGB pixels, pixel(x, y) -> (r, g, b): written here, no image library."""
+    rows = b"".join(b"\0" + bytes(v for x in range(width) for v in pixel(x, y))
+                    for y in range(height))
+    return png_file(width, height, zlib.compress(rows))

@@ -8,29 +8,15 @@ import base64
 import json
 import os
 import shutil
-import struct
 import subprocess
 import time
 import zlib
 
 import pytest
 
-from server_util import Server, binary, fixtures, tiny_model
+from server_util import Server, binary, fixtures, png, png_file, tiny_model
 
 TINY_VL_IMAGE_TOKENS = 1012
-
-
-def png(width, height, pixel):
-    """A PNG of 8-bit RGB pixels, pixel(x, y) -> (r, g, b): written here, no image library."""
-    rows = b"".join(b"\0" + bytes(v for x in range(width) for v in pixel(x, y))
-                    for y in range(height))
-
-    def chunk(kind, data):
-        return (struct.pack(">I", len(data)) + kind + data +
-                struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF))
-    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2,
-                                                               0, 0, 0)) +
-            chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
 
 
 def data_url(data, kind="image/png"):
@@ -318,14 +304,7 @@ def solid_png(width, height, rgb=(10, 200, 30)):
     and ~75 MB once decoded."""
     row = b"\0" + bytes(rgb) * width
     z = zlib.compressobj(9)
-    data = b"".join(z.compress(row) for _ in range(height)) + z.flush()
-
-    def chunk(kind, d):
-        return (struct.pack(">I", len(d)) + kind + d +
-                struct.pack(">I", zlib.crc32(kind + d) & 0xFFFFFFFF))
-    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2,
-                                                               0, 0, 0)) +
-            chunk(b"IDAT", data) + chunk(b"IEND", b""))
+    return png_file(width, height, b"".join(z.compress(row) for _ in range(height)) + z.flush())
 
 
 def test_large_images_at_once_stay_within_memory():

@@ -10,7 +10,7 @@
 /* Buffers from this size on are mapped: the kernel's zero pages, given memory as they are
  * first touched. A sequence's state is allocated for the whole context and the prefix
  * snapshots' pool for all of --cache-mb; zeroed by hand they took all of it at start (a
- * server of Gemma 3 270M held ~1.6 GB before its first request), mapped only what is used. */
+ * server of Gemma 3 270M held 2.0 GB before its first request), mapped only what is used. */
 #define CPU_BUF_MAP (1u << 20)
 
 /* A buffer's header, CPU_BUF_ALIGN bytes before it: the mapping's length, 0 when it came
