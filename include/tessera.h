@@ -237,6 +237,29 @@ size_t ts_model_state_bytes(const ts_model *model, int n_ctx);
 /* What runs the engine, e.g. "cpu avx512 x2" (backend, kernel set, threads). */
 const char *ts_engine_describe(const ts_engine *engine);
 
+/* ---- LoRA adapters ------------------------------------------------------------------------
+ * Low-rank corrections to the decoder layers' linear weights, applied as the model runs: with
+ * adapter a at scale s a weight W [out, in] that it adapts reads x as W x + s * B_a (A_a x) (and
+ * PEFT's lora_alpha / r inside B_a). The model's own weights never change, quantized or not.
+ * ts_model_lora_load reads a PEFT directory (adapter_config.json + adapter_model.safetensors)
+ * and gives its id (0, 1, ... in order of loading); an adapter trained on a model's Hugging Face
+ * checkpoint fits that model's GGUF file too. Adapters are loaded before any engine is made for
+ * the model (TS_ERR_INVALID after). Each slot has a scale for each adapter (all 0 at first:
+ * none applied); ts_engine_slot_lora sets them for the slot's next tokens - a slot's state
+ * computed under other scales is the caller's to clear - and ts_engine_slot_copy copies them
+ * with the state. Sequences with different adapters share one forward. */
+#define TS_MAX_LORA 16
+ts_status ts_model_lora_load(ts_model *model, const char *path, int *id);
+int ts_model_lora_count(const ts_model *model);
+typedef struct {
+    const char *path;
+    int rank;      /* the largest of its pairs' (padded to a multiple of 16) */
+    int n_weights; /* weights it adapts */
+} ts_lora_info;
+ts_status ts_model_lora_info(const ts_model *model, int id, ts_lora_info *out);
+/* scales[0..n) for adapters 0..n-1 (n <= ts_model_lora_count); the others 0. */
+ts_status ts_engine_slot_lora(ts_engine *engine, int slot, const float *scales, int n);
+
 /* Measured read bandwidth of main memory with n_threads threads (0 = all cores), in GB/s:
  * the denominator of the decode roofline. Takes about a second. */
 double ts_measure_read_bandwidth(int n_threads);

@@ -156,6 +156,9 @@ typedef struct {
     /* out[t, i] = gelu_tanh(gate[t, i]) * up[t, i] */
     void (*gelu_mul)(ts_backend *be, const float *gate, const float *up, int64_t ldg, int n_tok,
                      int dim, float *out, int64_t ldo);
+    /* x[t, i] *= s[t] for i < dim, s a backend buffer of n_rows floats (LoRA's per-token
+     * adapter scales) */
+    void (*scale_rows)(ts_backend *be, float *x, int64_t ldx, int n_rows, int dim, const float *s);
     /* x[i] = cap * tanh(x[i] / cap) (logit soft-capping) */
     void (*softcap)(ts_backend *be, float *x, int64_t n, float cap);
     /* x[t, h*hd + d] *= sigmoid(g[t, h*gstride + d]): the gated-attention output gate. */

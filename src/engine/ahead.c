@@ -127,6 +127,7 @@ static ts_fwd_batch held_batch(ts_engine *e, int n, const int32_t *pos, const in
     ts_fwd_batch fb = {0};
     fb.n_tokens = n, fb.pos = pos, fb.slot = slot, fb.wants_logits = a->want;
     fb.slot_state = e->slot_state, fb.argmax = a->ids[h], fb.sample = req, fb.held = true;
+    fb.lora = e->slot_lora;
     if (lp) fb.lp_req = a->lp_req, fb.lp_res = a->lp_res[h], fb.lp_chosen = a->lp_chosen[h];
     return fb;
 }

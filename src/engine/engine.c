@@ -33,6 +33,8 @@ void ts_engine_free(ts_engine *e) {
             if (e->mark_state[i]) e->be->ops->free(e->be, e->mark_state[i]);
     if (e->rt) e->model->arch->runtime_free(e->rt);
     ts_backend_free(e->be);
+    if (e->counted) e->model->n_engines--;
+    free(e->slot_lora);
     free(e->slot_state);
     free(e->slot_len);
     free(e->pending_len);
@@ -66,6 +68,7 @@ ts_status ts_engine_create(ts_model *model, const ts_engine_opts *opts, ts_engin
     ts_engine *e = calloc(1, sizeof *e);
     if (!e) return ts_error(TS_ERR_NOMEM, "out of memory");
     e->model = model;
+    model->n_engines++, e->counted = true; /* no adapters load from now on (lora.c) */
     e->n_slots = o.n_slots;
     e->n_ctx = o.n_ctx;
     e->n_batch = o.n_batch;
@@ -88,6 +91,9 @@ ts_status ts_engine_create(ts_model *model, const ts_engine_opts *opts, ts_engin
             st = ts_error(TS_ERR_NOMEM, "out of memory");
         for (int i = 0; st == TS_OK && i < o.n_slots; i++)
             e->mark_len[i] = -1;
+        if (st == TS_OK && ts_model_lora_count(model) > 0 &&
+            !(e->slot_lora = calloc((size_t)o.n_slots * TS_MAX_LORA, sizeof *e->slot_lora)))
+            st = ts_error(TS_ERR_NOMEM, "out of memory");
     }
     if (st == TS_OK) st = engine_ahead_init(e);
     /* an encoder keeps nothing between calls: no state at all */
@@ -149,6 +155,29 @@ ts_status ts_engine_slot_copy(ts_engine *e, int src, int dst) {
             engine_copy_used(e, e->slot_state[dst], e->slot_state[src], e->slot_len[src]);
         e->slot_len[dst] = e->slot_len[src];
         e->mark_len[dst] = -1;
+        if (e->slot_lora)
+            memcpy(e->slot_lora + (size_t)dst * TS_MAX_LORA,
+                   e->slot_lora + (size_t)src * TS_MAX_LORA, TS_MAX_LORA * sizeof *e->slot_lora);
+    }
+    return TS_OK;
+}
+
+ts_status ts_engine_slot_lora(ts_engine *e, int slot, const float *scales, int n) {
+    TS_TRY(check_slot(e, slot));
+    int have = ts_model_lora_count(e->model);
+    if (n < 0 || n > have)
+        return ts_error(TS_ERR_INVALID, "%d adapter scales for a model with %d LoRA adapters", n,
+                        have);
+    for (int a = 0; a < n; a++)
+        if (!isfinite(scales[a]))
+            return ts_error(TS_ERR_INVALID, "LoRA adapter %d: a scale must be a finite number", a);
+    if (!e->slot_lora) return TS_OK; /* no adapters: nothing to set */
+    float want[TS_MAX_LORA] = {0};
+    if (n) memcpy(want, scales, (size_t)n * sizeof *want);
+    float *have_s = e->slot_lora + (size_t)slot * TS_MAX_LORA;
+    if (memcmp(want, have_s, sizeof want) != 0) {
+        engine_ahead_drop(e); /* a held step read the old scales */
+        memcpy(have_s, want, sizeof want);
     }
     return TS_OK;
 }
@@ -262,6 +291,7 @@ static ts_status forward(ts_engine *e, const ts_batch *b, float *logits, ts_fwd_
         fb.slot = b->slot + start, fb.wants_logits = want, fb.slot_state = e->slot_state;
         fb.embd = b->embd ? b->embd + start : NULL;
         fb.rope_pos = b->rope_pos ? b->rope_pos + 3 * (size_t)start : NULL;
+        fb.lora = e->slot_lora;
         ts_status st = e->model->arch->forward(e->rt, &fb, logits);
         if (st != TS_OK) return st;
         for (int i = 0; i < n; i++) e->slot_len[fb.slot[i]]++;

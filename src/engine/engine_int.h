@@ -39,6 +39,7 @@ typedef struct {
 
 struct ts_engine {
     ts_model *model;
+    bool counted; /* in model->n_engines */
     ts_backend *be;
     void *rt; /* the model's runtime (scratch, device parameters) */
     int n_slots, n_ctx, n_batch, n_vocab, n_embd;
@@ -46,6 +47,9 @@ struct ts_engine {
     void **slot_state; /* [n_slots] state blobs, allocated at creation */
     int *slot_len;     /* tokens held per slot */
     int *pending_len;  /* scratch: per-slot length while checking a batch */
+    /* [n_slots][TS_MAX_LORA] each slot's LoRA adapter scales (ts_engine_slot_lora); NULL when
+     * the model has no adapters */
+    float *slot_lora;
     /* marks (ts_engine_slot_mark): the first seq_bytes of a slot's state at mark_len[slot]
      * tokens (-1: no mark), in a buffer made at the slot's first mark */
     size_t seq_bytes;

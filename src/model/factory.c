@@ -1,11 +1,12 @@
 /* ts_model_open: detect the format, read the architecture, bind it through the registry. */
+#include "base/half.h"
+#include "model/lora.h"
+#include "model/model.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-
-#include "base/half.h"
-#include "model/model.h"
 
 /* A GGUF file mixes weight types (Q4_K_M keeps some tensors in Q6_K, small rows in Q5_0):
  * name the mixture by general.file_type (llama.cpp's llama_ftype) when it is a known one. */
@@ -122,6 +123,7 @@ ts_status ts_model_open(const char *path, ts_model **out) {
 void ts_model_close(ts_model *m) {
     if (!m) return;
     if (m->arch && m->arch->unload) m->arch->unload(m);
+    ts_lora_set_free(m->lora);
     ts_embed_head_free(&m->head);
     ts_st_close(m->st);
     ts_gguf_close(m->gguf);

@@ -5,12 +5,13 @@
  * optional logit soft-capping, tied output head. The embedding scale is sqrt(hidden_size) in
  * fp32, matching an fp32 computation of the stored weights. Every sliding layer keeps a full
  * KV cache for now (the window only limits what attention reads). */
+#include "model/layers.h"
+#include "model/lora.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include "model/layers.h"
 
 #define GEMMA3_MAX_LAYERS 256
 
@@ -392,6 +393,7 @@ typedef struct {
     int32_t *sel;
     ts_run *runs;
     ts_seq_run *sruns; /* [n_batch] the runs with one layer's caches */
+    ts_lora_rt lora;
 } gemma3_rt;
 
 static size_t kv_bytes(const gemma3_hparams *h, int n_ctx) {
@@ -426,6 +428,7 @@ static void gemma3_runtime_free(void *p) {
     free(rt->sel);
     free(rt->runs);
     free(rt->sruns);
+    ts_lora_rt_free(&rt->lora);
     free(rt);
 }
 
@@ -469,6 +472,11 @@ static ts_status gemma3_runtime_create(const ts_model *m, ts_backend *be, int n_
         gemma3_runtime_free(rt);
         return ts_error(TS_ERR_NOMEM, "out of memory");
     }
+    ts_status st = ts_lora_rt_init(&rt->lora, m, be, n_batch);
+    if (st != TS_OK) {
+        gemma3_runtime_free(rt);
+        return st;
+    }
     be->ops->upload(be, rt->params, g->host_params, g->n_host_params * sizeof(float));
     *out = rt;
     return TS_OK;
@@ -490,7 +498,7 @@ static void attention(gemma3_rt *rt, int il, const ts_fwd_batch *b, const ts_run
         const ts_tensor *W[3] = {ly->wq, ly->wk, ly->wv};
         float *y[3] = {rt->q, rt->k, rt->v};
         int64_t ldy[3] = {qw, kvw, kvw};
-        ts_matmul_n(be, W, 3, rt->h, D, n, NULL, y, ldy);
+        ts_lora_matmul_n(&rt->lora, W, 3, rt->h, D, n, NULL, y, ldy);
     }
     ts_attn_dims dims = {hp->n_head, hp->n_kv_head, hd, hp->scale,
                          hp->is_global[il] ? 0 : hp->window, hp->attn_softcap};
@@ -503,7 +511,7 @@ static void attention(gemma3_rt *rt, int il, const ts_fwd_batch *b, const ts_run
             op->attention_full(be, rt->q + s * qw, qw, rt->k + s * kvw, rt->v + s * kvw, kvw,
                                runs[r].len, &dims, rt->o + s * qw, qw);
         }
-        op->matmul(be, ly->wo, rt->o, qw, n, rt->h, D);
+        ts_lora_matmul(&rt->lora, ly->wo, rt->o, qw, n, rt->h, D);
         return;
     }
     size_t kvb = kv_bytes(hp, rt->n_ctx);
@@ -523,7 +531,7 @@ static void attention(gemma3_rt *rt, int il, const ts_fwd_batch *b, const ts_run
                         P(rt, ly->k_norm), n, hd, hp->eps, hd, b->pos, theta);
         ts_attend_runs(be, rt->q, qw, hd, rt->k, rt->v, &dims, sr, nr, rt->o, qw);
     }
-    op->matmul(be, ly->wo, rt->o, qw, n, rt->h, D);
+    ts_lora_matmul(&rt->lora, ly->wo, rt->o, qw, n, rt->h, D);
 }
 
 static ts_status gemma3_forward(void *p, const ts_fwd_batch *b, float *logits) {
@@ -536,6 +544,7 @@ static ts_status gemma3_forward(void *p, const ts_fwd_batch *b, float *logits) {
     if (n < 1 || n > rt->n_batch)
         return ts_error(TS_ERR_INVALID, "batch of %d tokens (limit %d)", n, rt->n_batch);
     int nr = ts_batch_runs(b, rt->runs);
+    ts_lora_rt_begin(&rt->lora, b);
     if (hp->encoder) {
         if (!op->attention_full)
             return ts_error(TS_ERR_UNSUPPORTED,
@@ -556,8 +565,9 @@ static ts_status gemma3_forward(void *p, const ts_fwd_batch *b, float *logits) {
         attention(rt, il, b, rt->runs, nr);
         ts_norm_add_rmsnorm(be, rt->x, rt->h, n, D, D, P(rt, ly->ln_post_attn),
                             P(rt, ly->ln_pre_ff), hp->eps, rt->h);
-        ts_matmul_glu(be, ly->gate, ly->up, rt->h, D, n, NULL, true, rt->f1, rt->f2, F, rt->f1, F);
-        op->matmul(be, ly->down, rt->f1, F, n, rt->h, D);
+        ts_lora_matmul_glu(&rt->lora, ly->gate, ly->up, rt->h, D, n, NULL, true, rt->f1, rt->f2, F,
+                           rt->f1, F);
+        ts_lora_matmul(&rt->lora, ly->down, rt->f1, F, n, rt->h, D);
         /* the residual add, fused with the next layer's input norm (none after the last) */
         ts_norm_add_rmsnorm(be, rt->x, rt->h, n, D, D, P(rt, ly->ln_post_ff),
                             il + 1 < hp->n_layers ? P(rt, g->layers[il + 1].ln_in) : NULL, hp->eps,
@@ -569,11 +579,28 @@ static ts_status gemma3_forward(void *p, const ts_fwd_batch *b, float *logits) {
     return TS_OK;
 }
 
+/* The weights LoRA adapters may change: every decoder layer's projections. */
+static int gemma3_lora_targets(const ts_model *m, ts_lora_target *out, int max) {
+    const gemma3_model *g = m->impl;
+    int n = 0;
+    for (int il = 0; il < g->hp.n_layers; il++) {
+        const gemma3_layer *ly = &g->layers[il];
+        const ts_lora_target t[] = {
+            {il, "self_attn.q_proj", ly->wq}, {il, "self_attn.k_proj", ly->wk},
+            {il, "self_attn.v_proj", ly->wv}, {il, "self_attn.o_proj", ly->wo},
+            {il, "mlp.gate_proj", ly->gate},  {il, "mlp.up_proj", ly->up},
+            {il, "mlp.down_proj", ly->down}};
+        for (size_t k = 0; k < sizeof t / sizeof t[0]; k++, n++)
+            if (out && n < max) out[n] = t[k];
+    }
+    return n;
+}
+
 /* What the two GGUF names of the model share: everything after the loading */
 #define GEMMA3_RUNTIME_OPS                                                                         \
     .unload = gemma3_unload, .state_bytes = gemma3_state_bytes, .state_rows = gemma3_state_rows,   \
     .runtime_create = gemma3_runtime_create, .runtime_free = gemma3_runtime_free,                  \
-    .forward = gemma3_forward, .synth = NULL
+    .forward = gemma3_forward, .lora_targets = gemma3_lora_targets, .synth = NULL
 
 const ts_arch ts_arch_gemma3 = {
     .name = "gemma3",

@@ -53,6 +53,9 @@ typedef struct {
     const float *const *embd;
     /* NULL, or 3 rotary positions per token (ts_batch.rope_pos) */
     const int32_t *rope_pos;
+    /* NULL, or TS_MAX_LORA adapter scales a slot: a token of slot s takes LoRA adapter a at
+     * lora[s * TS_MAX_LORA + a] (ts_engine_slot_lora; model/lora.h) */
+    const float *lora;
 } ts_fwd_batch;
 
 /* An embedding model's layers after the pooling (embed_head.c): each out = act(W in + b) */
@@ -71,6 +74,18 @@ typedef struct {
 
 typedef struct ts_arch ts_arch;
 
+/* A weight the architecture lets LoRA adapters change (model/lora.h): its decoder layer, its
+ * module's name under the layer in Hugging Face's model (PEFT's names: "self_attn.q_proj",
+ * "mlp.down_proj") and the weight its forward multiplies by through the ts_lora_matmul*
+ * helpers. */
+typedef struct {
+    int layer;
+    const char *module;
+    const ts_tensor *w;
+} ts_lora_target;
+
+struct ts_lora_set; /* model/lora.h */
+
 struct ts_model {
     const ts_arch *arch;
     char *path;
@@ -80,6 +95,8 @@ struct ts_model {
     void *impl; /* the architecture's hyper-parameters and weight views */
     ts_model_info info;
     ts_embed_head head; /* an embedding model's Dense layers (none for the others) */
+    struct ts_lora_set *lora; /* LoRA adapters loaded (ts_model_lora_load), or NULL */
+    int n_engines;            /* engines made for the model and not freed */
 };
 
 /* A run of per-position rows in a sequence's state (ts_arch.state_rows). */
@@ -125,6 +142,9 @@ struct ts_arch {
      * buffers there for the next image. */
     ts_status (*encode_image)(void *rt, const ts_image *const *frames, int n_frames,
                               const ts_image_plan *plan, float *out);
+    /* The weights LoRA adapters may change: up to max of them into out (out may be NULL to
+     * count), returns how many there are. NULL: the architecture takes no adapters. */
+    int (*lora_targets)(const ts_model *m, ts_lora_target *out, int max);
     /* Writes a random checkpoint of a named size; NULL when not provided. */
     ts_status (*synth)(const char *preset, ts_dtype dtype, uint64_t seed, const char *dir);
 };

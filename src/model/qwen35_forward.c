@@ -6,6 +6,7 @@
  * TS_GDN_RECURRENT_MAX tokens use the recurrent form of the delta rule, longer runs the chunked
  * form (layers.h). */
 #include "model/layers.h"
+#include "model/lora.h"
 #include "model/qwen35.h"
 #include "model/qwen35_vision.h"
 
@@ -41,6 +42,7 @@ typedef struct {
     int32_t *rope_one;
     bool mrope;
     qwen35_venc *venc; /* the vision tower's workspace on be (NULL until the first image) */
+    ts_lora_rt lora;
 } qwen35_rt;
 
 /* A sequence's state: first every linear-attention layer's conv and recurrent state (what the
@@ -121,6 +123,7 @@ void qwen35_runtime_free(void *p) {
     free(rt->rope_cs_host);
     free(rt->rope_one);
     qwen35_venc_free(rt->venc);
+    ts_lora_rt_free(&rt->lora);
     free(rt);
 }
 
@@ -193,6 +196,11 @@ ts_status qwen35_runtime_create(const ts_model *m, ts_backend *be, int n_batch, 
         return ts_error(TS_ERR_NOMEM, "out of memory");
     }
     be->ops->upload(be, rt->params, q->host_params, np * sizeof(float));
+    ts_status lst = ts_lora_rt_init(&rt->lora, m, be, n_batch);
+    if (lst != TS_OK) {
+        qwen35_runtime_free(rt);
+        return lst;
+    }
     if (be->ops->rope_cs && h->rot_dim > 0) {
         rt->rope_cs = be->ops->alloc(be, nb * h->rot_dim * sizeof(float));
         rt->rope_cs_host = malloc(nb * h->rot_dim * sizeof(float));
@@ -227,7 +235,7 @@ static void linear_attention(qwen35_rt *rt, int il, const ts_fwd_batch *b, const
         const ts_tensor *W[4] = {ly->in_qkv, ly->in_z, ly->in_a, ly->in_b};
         float *y[4] = {mqkv, z, a, bb};
         int64_t ldy[4] = {cd, vd, Hv, Hv};
-        ts_matmul_n(be, W, 4, rt->x, D, n, pre, y, ldy);
+        ts_lora_matmul_n(&rt->lora, W, 4, rt->x, D, n, pre, y, ldy);
     }
     ts_seq_run *sr = rt->sruns;
     for (int r = 0; r < nr; r++) { /* a: the conv state; b: the recurrent state */
@@ -265,7 +273,7 @@ static void linear_attention(qwen35_rt *rt, int il, const ts_fwd_batch *b, const
             sr[r].a = sr[r].b; /* gdn_runs' state */
         ts_gdn_runs(be, qn, kn, kd, conv + 2 * kd, cd, rt->g, rt->beta, &dims, sr, nr, &gn, o);
     }
-    ts_matmul_add(be, ly->out_proj, o, vd, n, rt->x, D, rt->h);
+    ts_lora_matmul_add(&rt->lora, ly->out_proj, o, vd, n, rt->x, D, rt->h);
 }
 
 static void full_attention(qwen35_rt *rt, int il, const ts_fwd_batch *b, const ts_run *runs,
@@ -283,7 +291,7 @@ static void full_attention(qwen35_rt *rt, int il, const ts_fwd_batch *b, const t
         const ts_tensor *W[3] = {ly->wq, ly->wk, ly->wv};
         float *y[3] = {qg, k, v};
         int64_t ldy[3] = {qw, kvw, kvw};
-        ts_matmul_n(be, W, 3, rt->x, D, n, pre, y, ldy);
+        ts_lora_matmul_n(&rt->lora, W, 3, rt->x, D, n, pre, y, ldy);
     }
     ts_attn_dims dims = {hp->n_head, hp->n_kv_head, hd, 1.0f / sqrtf((float)hd), 0, 0};
     ts_seq_run *sr = rt->sruns;
@@ -313,16 +321,16 @@ static void full_attention(qwen35_rt *rt, int il, const ts_fwd_batch *b, const t
         ts_attend_runs(be, qg, qw, hstride, k, v, &dims, sr, nr, o, ow);
         if (hp->attn_gate) op->sigmoid_gate(be, o, ow, qg + hd, qw, n, hp->n_head, hd, hstride);
     }
-    ts_matmul_add(be, ly->wo, o, ow, n, rt->x, D, rt->h);
+    ts_lora_matmul_add(&rt->lora, ly->wo, o, ow, n, rt->x, D, rt->h);
 }
 
 static void mlp(qwen35_rt *rt, int il, int n, const ts_prenorm *pre) {
     const qwen35_hparams *hp = &rt->q->hp;
     const qwen35_layer *ly = &rt->q->layers[il];
-    ts_backend *be = rt->be;
     int D = hp->n_embd, F = hp->n_ff;
-    ts_matmul_glu(be, ly->gate, ly->up, rt->x, D, n, pre, false, rt->t1, rt->t2, F, rt->t4, F);
-    ts_matmul_add(be, ly->down, rt->t4, F, n, rt->x, D, rt->h);
+    ts_lora_matmul_glu(&rt->lora, ly->gate, ly->up, rt->x, D, n, pre, false, rt->t1, rt->t2, F,
+                       rt->t4, F);
+    ts_lora_matmul_add(&rt->lora, ly->down, rt->t4, F, n, rt->x, D, rt->h);
 }
 
 /* Which position a rotary frequency slot j takes (0 time, 1 height, 2 width): interleaved
@@ -388,6 +396,7 @@ ts_status qwen35_forward(void *p, const ts_fwd_batch *b, float *logits) {
                 return ts_error(TS_ERR_RANGE, "rotary position %d is negative", b->rope_pos[i]);
     ts_run *runs = rt->runs;
     int nr = ts_batch_runs(b, runs);
+    ts_lora_rt_begin(&rt->lora, b);
 
     TS_TRY(ts_embed(be, q->embed, b, 1.0f, rt->x));
     if (b->embd) /* an image's rows in place of its tokens' embeddings */

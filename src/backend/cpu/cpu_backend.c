@@ -71,6 +71,7 @@ static const ts_backend_ops cpu_ops = {
     .swiglu = cpu_op_swiglu,
     .gelu_mul = cpu_op_gelu_mul,
     .softcap = cpu_op_softcap,
+    .scale_rows = cpu_op_scale_rows,
     .sigmoid_gate = cpu_op_sigmoid_gate,
     .copy_rows = cpu_op_copy_rows,
     .argmax = cpu_op_argmax,

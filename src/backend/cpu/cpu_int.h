@@ -71,6 +71,7 @@ void cpu_op_swiglu(ts_backend *be, const float *gate, const float *up, int64_t l
 void cpu_op_gelu_mul(ts_backend *be, const float *gate, const float *up, int64_t ldg, int n_tok,
                      int dim, float *out, int64_t ldo);
 void cpu_op_softcap(ts_backend *be, float *x, int64_t n, float cap);
+void cpu_op_scale_rows(ts_backend *be, float *x, int64_t ldx, int n_rows, int dim, const float *s);
 void cpu_op_sigmoid_gate(ts_backend *be, float *x, int64_t ldx, const float *g, int64_t ldg,
                          int n_tok, int n_heads, int head_dim, int64_t gstride);
 void cpu_op_argmax(ts_backend *be, const float *x, int64_t ldx, int n_rows, int n_cols,

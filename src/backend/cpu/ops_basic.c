@@ -257,6 +257,13 @@ void cpu_op_matmul_glu(ts_backend *be, const ts_tensor *Wg, const ts_tensor *Wu,
     cpu_matmul_n(c->pool, c->wc, c->isa, W, 2, x, ldx, n, y, ldy, &pair);
 }
 
+void cpu_op_scale_rows(ts_backend *be, float *x, int64_t ldx, int n_rows, int dim, const float *s) {
+    (void)be;
+    for (int r = 0; r < n_rows; r++)
+        for (int i = 0; i < dim; i++)
+            x[r * ldx + i] *= s[r];
+}
+
 void cpu_op_softcap(ts_backend *be, float *x, int64_t n, float cap) {
     (void)be;
     for (int64_t i = 0; i < n; i++) x[i] = cap * tanhf(x[i] / cap);

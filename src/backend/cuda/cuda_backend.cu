@@ -146,6 +146,7 @@ static ts_backend_ops make_ops(void) {
     o.swiglu = cuda_op_swiglu;
     o.gelu_mul = cuda_op_gelu_mul;
     o.softcap = cuda_op_softcap;
+    o.scale_rows = cuda_op_scale_rows;
     o.sigmoid_gate = cuda_op_sigmoid_gate;
     o.copy_rows = cuda_op_copy_rows;
     o.argmax = cuda_op_argmax;

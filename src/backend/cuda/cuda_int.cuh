@@ -617,6 +617,7 @@ void cuda_op_swiglu(ts_backend *be, const float *gate, const float *up, int64_t 
 void cuda_op_gelu_mul(ts_backend *be, const float *gate, const float *up, int64_t ldg, int n_tok,
                       int dim, float *out, int64_t ldo);
 void cuda_op_softcap(ts_backend *be, float *x, int64_t n, float cap);
+void cuda_op_scale_rows(ts_backend *be, float *x, int64_t ldx, int n_rows, int dim, const float *s);
 void cuda_op_sigmoid_gate(ts_backend *be, float *x, int64_t ldx, const float *g, int64_t ldg,
                           int n_tok, int n_heads, int head_dim, int64_t gstride);
 /* The argmax of n_rows rows of n_cols values as keys (cuda_argmax_key), queued: each block's

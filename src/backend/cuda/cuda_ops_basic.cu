@@ -250,6 +250,23 @@ void cuda_op_softcap(ts_backend *be, float *x, int64_t n, float cap) {
     cuda_launch(c, "softcap", k_softcap, cuda_blocks(n, EW_THREADS), EW_THREADS, 0, x, n, cap);
 }
 
+__global__ static void k_scale_rows(float *x, int64_t ldx, int n_rows, int dim, const float *s) {
+    cuda_pdl_entry();
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (int64_t)n_rows * dim) return;
+    int64_t r = i / dim, c = i % dim;
+    x[r * ldx + c] *= s[r];
+}
+
+void cuda_op_scale_rows(ts_backend *be, float *x, int64_t ldx, int n_rows, int dim,
+                        const float *s) {
+    cuda_ctx *c = cuda_of(be);
+    int64_t n = (int64_t)n_rows * dim;
+    if (n <= 0) return;
+    cuda_launch(c, "scale_rows", k_scale_rows, cuda_blocks(n, EW_THREADS), EW_THREADS, 0, x, ldx,
+                n_rows, dim, s);
+}
+
 /* parts: where the values' bf16 split goes too (cuda_split_target), or NULL */
 __global__ static void k_sigmoid_gate(float *x, int64_t ldx, const float *g, int64_t ldg, int n_tok,
                                       int n_heads, int head_dim, int64_t gstride, void *parts) {
