@@ -57,7 +57,7 @@ sources() {
     safetensors) echo "src/format/safetensors.c src/format/tensor_stream.c" ;;
     hfconfig) echo "src/format/hfconfig.c" ;;
     bpe_load | bpe_encode) echo "$BPE" ;;
-    openai) echo "src/serve/openai.c src/serve/json_load.c src/serve/prep.c src/serve/base64.c src/serve/images.c src/serve/budget.c src/serve/responses_request.c src/serve/responses_store.c src/serve/messages_request.c src/serve/messages.c src/serve/rename.c src/serve/truncate.c src/serve/embeddings.c src/serve/infill.c src/serve/respond.c src/serve/job.c $IMAGE $TOKENIZER $GRAMMAR" ;;
+    openai) echo "src/serve/openai.c src/serve/json_load.c src/serve/prep.c src/serve/base64.c src/serve/images.c src/serve/budget.c src/serve/responses_request.c src/serve/responses_store.c src/serve/messages_request.c src/serve/messages.c src/serve/rename.c src/serve/truncate.c src/serve/embeddings.c src/serve/infill.c src/serve/respond.c src/serve/job.c src/serve/lora.c $IMAGE $TOKENIZER $GRAMMAR" ;;
     toolcall) echo "src/serve/toolcall.c src/serve/toolcall_py.c src/text/utf8.c" ;;
     textout) echo "src/serve/textout.c src/serve/stop.c src/serve/toolcall.c src/serve/toolcall_py.c $BPE" ;;
     grammar) echo "$TOKENIZER $GRAMMAR" ;;

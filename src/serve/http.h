@@ -5,6 +5,7 @@
 
 #include "serve/budget.h"
 #include "serve/deadline.h"
+#include "serve/lora.h"
 #include "serve/metrics.h"
 #include "serve/openai.h"
 #include "serve/responses_store.h"
@@ -33,6 +34,7 @@ enum {
     ROUTE_MESSAGES,       /* POST /v1/messages (Anthropic's) */
     ROUTE_MESSAGES_COUNT, /* POST /v1/messages/count_tokens (Anthropic's) */
     ROUTE_COMPLETION,     /* POST /completion (llama-server's own completion) */
+    ROUTE_LORA_ADAPTERS,  /* GET, POST /lora-adapters (llama-server's) */
     ROUTE_UNKNOWN
 };
 
@@ -43,7 +45,7 @@ typedef struct {
     struct MHD_Daemon *daemon;
     /* the names a request's "model" may use (NULL-terminated; the first is the model's id),
      * ending in "*" with --any-model (serve_check_model) */
-    const char *model_ids[SERVE_MAX_ALIASES + 3];
+    const char *model_ids[SERVE_MAX_ALIASES + TS_MAX_LORA + 3];
     long long started;
     atomic_bool shutting_down;
     atomic_int open_jobs; /* generation requests whose response is not finished */
@@ -57,6 +59,7 @@ typedef struct {
     /* each connection's request must arrive within --request-timeout */
     serve_deadlines deadlines;
     serve_rsp_store *rsp_store; /* the Responses API's stored responses */
+    serve_lora lora;            /* LoRA adapters: names, default scales */
 } serve_server;
 
 #define SERVE_PREP_BODIES 4

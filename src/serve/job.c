@@ -5,9 +5,24 @@
 #include "serve/openai.h"
 
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 double serve_now(void) { return ts_now_s(); }
+
+uint64_t serve_lora_tag(const float *scales, int n) {
+    uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a over the scales' bits */
+    bool any = false;
+    for (int a = 0; a < n; a++) {
+        uint32_t bits;
+        float s = scales[a] == 0.0f ? 0.0f : scales[a]; /* -0 is 0 */
+        memcpy(&bits, &s, sizeof bits);
+        any = any || bits != 0;
+        for (int k = 0; k < 4; k++)
+            h = (h ^ ((bits >> (8 * k)) & 0xff)) * 0x100000001b3ull;
+    }
+    return !any ? 0 : h ? h : 1;
+}
 
 ts_status serve_job_create(serve_job **out) {
     serve_job *j = calloc(1, sizeof *j);

@@ -98,6 +98,10 @@ typedef struct serve_job {
      * once they are in - the editor's next requests about the same files start from it - so
      * the prompt goes in in two pieces at least; 0: none (serve/infill.h) */
     int keep_at;
+    /* the LoRA adapters' scales for this job's sequence (ts_engine_slot_lora; all 0: none),
+     * and the tag prefix reuse keys its state by (serve_lora_tag) */
+    float lora[TS_MAX_LORA];
+    uint64_t lora_tag;
     /* the prompt's images (n 0: none): decoded and planned here, encoded by the worker when
      * their tokens must run; their keys are what prefix reuse compares (serve/images.h) */
     serve_images images;
@@ -142,6 +146,9 @@ typedef struct serve_job {
 } serve_job;
 
 /* A job with one reference (the caller's). */
+/* What a sequence's state depends on beyond its tokens, for prefix reuse: 0 for no adapters
+ * (every scale 0), else a hash of the n scales (never 0). */
+uint64_t serve_lora_tag(const float *scales, int n);
 ts_status serve_job_create(serve_job **out);
 void serve_job_ref(serve_job *j);
 void serve_job_unref(serve_job *j);

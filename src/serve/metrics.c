@@ -24,6 +24,7 @@ const char *const serve_metrics_route_names[SERVE_METRICS_ROUTES] = {
     "/v1/messages",
     "/v1/messages/count_tokens",
     "/completion",
+    "/lora-adapters",
     "other"};
 
 static const int status_codes[SERVE_METRICS_STATUSES] = {200, 400, 401, 404, 405,

@@ -10,7 +10,7 @@
 
 #include "text/utf8.h"
 
-#define SERVE_METRICS_ROUTES   19
+#define SERVE_METRICS_ROUTES   20
 #define SERVE_METRICS_STATUSES 10
 #define SERVE_HIST_BUCKETS     14
 

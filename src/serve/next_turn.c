@@ -32,7 +32,7 @@ static ts_status lane_prefill(serve_decoder *d, serve_lane *ln, const serve_imag
 
 /* Keeps the lane's slot (holding seq[0, len)) as a snapshot. */
 static void lane_snapshot(serve_decoder *d, serve_lane *ln, int len) {
-    serve_snap_fill(d, ln, serve_snap_reserve(d, ln->seq, len, NULL), len);
+    serve_snap_fill(d, ln, serve_snap_reserve(d, ln, len, NULL), len);
 }
 
 /* After a raw completion: runs the answer's last token and keeps the state as a snapshot. */
@@ -126,7 +126,7 @@ static bool prepare_next_turn(serve_decoder *d, serve_lane *ln, serve_job *j,
     int held = ts_engine_slot_len(d->o.engine, ln->slot), start = 0;
     bool slot_ok = ln->slot_known && held > 0 && held <= cut && held <= ln->n_seq &&
                    memcmp(ln->seq, ids, (size_t)held * sizeof *ids) == 0;
-    const serve_snapshot *s = serve_prefix_cache_find(d->o.cache, ids, cut, cut);
+    const serve_snapshot *s = serve_prefix_cache_find(d->o.cache, ln->lora_tag, ids, cut, cut);
     ln->answer_pending = false;
     if (s && s->len == cut) {
         free(ids);

@@ -3,6 +3,7 @@
 #include "base/status.h"
 #include "serve/base64.h"
 #include "serve/json_load.h"
+#include "serve/lora.h"
 #include "text/json_schema.h"
 #include "text/utf8.h"
 
@@ -50,6 +51,16 @@ char *serve_error_json(const serve_error *e) {
 }
 
 bool serve_json_parse(const char *body, size_t len, json_t **root, serve_error *e) {
+    if (!serve_json_parse_value(body, len, root, e)) return false;
+    if (!json_is_object(*root)) {
+        json_decref(*root);
+        *root = NULL;
+        return serve_fail(e, 400, "invalid_request_body", NULL, "the body must be a JSON object");
+    }
+    return true;
+}
+
+bool serve_json_parse_value(const char *body, size_t len, json_t **root, serve_error *e) {
     *root = NULL;
     if (len == 0) return serve_fail(e, 400, "invalid_request_body", NULL, "the body is empty");
     json_error_t je;
@@ -69,10 +80,6 @@ bool serve_json_parse(const char *body, size_t len, json_t **root, serve_error *
     if (!v)
         return serve_fail(e, 400, "invalid_request_body", NULL, "invalid JSON at byte %d: %s",
                           je.position, je.text);
-    if (!json_is_object(v)) {
-        json_decref(v);
-        return serve_fail(e, 400, "invalid_request_body", NULL, "the body must be a JSON object");
-    }
     *root = v;
     return true;
 }
@@ -1038,6 +1045,10 @@ bool serve_request_parse(serve_api api, json_t *root, const char *const *model_i
     if (!parse_stop_ids(r, root, e)) return false;
     if (!get_bool(root, "include_stop_str_in_output", &r->include_stop, e)) return false;
     if (!parse_prediction(r, root, e)) return false;
+    const json_t *lora = field(root, "lora");
+    if (lora && !serve_lora_parse(lora, "lora", &r->n_lora, r->lora_id, r->lora_scale, e))
+        return false;
+    r->lora_given = lora != NULL;
     if (api == SERVE_API_CHAT) {
         if (!parse_chat_extras(r, root, e)) return false;
         if (!parse_tools(r, root, e)) return false;

@@ -83,6 +83,11 @@ typedef struct serve_request {
     serve_api api;
     json_t *root; /* owned; every string below is borrowed from it unless said otherwise */
     const char *model;
+    /* llama-server's `lora` ([{"id", "scale"}]): given, and its n_lora entries (serve/lora.h) */
+    bool lora_given;
+    int n_lora;
+    int lora_id[TS_MAX_LORA];
+    float lora_scale[TS_MAX_LORA];
     bool stream, include_usage;
     int max_tokens; /* -1 = not given */
     ts_sampler_params sp;
@@ -150,6 +155,8 @@ typedef struct serve_request {
 /* Parses a body: rejects invalid JSON, duplicate keys, nesting deeper than
  * SERVE_MAX_JSON_DEPTH, and a non-object top level. */
 bool serve_json_parse(const char *body, size_t len, json_t **root, serve_error *e);
+/* The same checks, any JSON value at the top (a list: POST /lora-adapters). */
+bool serve_json_parse_value(const char *body, size_t len, json_t **root, serve_error *e);
 
 /* Validates the fields of a chat or completion request. model_ids: the names the model
  * answers to (NULL-terminated); max_tokens_cap: 0 = none. Takes ownership of root. */

@@ -33,12 +33,13 @@ void serve_prefix_cache_free(serve_prefix_cache *c) {
 
 /* The longest usable prefix snapshot: len <= max_len, and a snapshot of exactly full_len
  * tokens only when it has logits (full_len < 0: no such rule). */
-static const serve_snapshot *find(serve_prefix_cache *c, const int32_t *ids, int n, int max_len,
-                                  int full_len) {
+static const serve_snapshot *find(serve_prefix_cache *c, uint64_t tag, const int32_t *ids, int n,
+                                  int max_len, int full_len) {
     serve_snapshot *best = NULL;
     for (int i = 0; i < c->n; i++) {
         serve_snapshot *s = &c->e[i];
-        if (!s->tokens || s->len > max_len || s->len > n || (best && s->len <= best->len))
+        if (!s->tokens || s->tag != tag || s->len > max_len || s->len > n ||
+            (best && s->len <= best->len))
             continue;
         if (s->len == full_len && !s->logits) continue;
         if (memcmp(s->tokens, ids, (size_t)s->len * sizeof *ids) == 0) best = s;
@@ -52,14 +53,14 @@ static const serve_snapshot *find(serve_prefix_cache *c, const int32_t *ids, int
     return best;
 }
 
-const serve_snapshot *serve_prefix_cache_find(serve_prefix_cache *c, const int32_t *ids, int n,
-                                              int max_len) {
-    return find(c, ids, n, max_len, -1);
+const serve_snapshot *serve_prefix_cache_find(serve_prefix_cache *c, uint64_t tag,
+                                              const int32_t *ids, int n, int max_len) {
+    return find(c, tag, ids, n, max_len, -1);
 }
 
-const serve_snapshot *serve_prefix_cache_find_prompt(serve_prefix_cache *c, const int32_t *ids,
-                                                     int n) {
-    return find(c, ids, n, n, n);
+const serve_snapshot *serve_prefix_cache_find_prompt(serve_prefix_cache *c, uint64_t tag,
+                                                     const int32_t *ids, int n) {
+    return find(c, tag, ids, n, n, n);
 }
 
 static void forget_row(serve_prefix_cache *c, serve_snapshot *s) {
@@ -103,13 +104,14 @@ static void keep_logits(serve_prefix_cache *c, serve_snapshot *s, const float *l
     c->n_rows++;
 }
 
-int serve_prefix_cache_store(serve_prefix_cache *c, const int32_t *ids, int len,
+int serve_prefix_cache_store(serve_prefix_cache *c, uint64_t tag, const int32_t *ids, int len,
                              const float *logits, size_t bytes) {
     if (c->n == 0 || len <= 0 || bytes > c->budget) return -1;
     serve_snapshot *victim = NULL;
     for (int i = 0; i < c->n; i++) {
         serve_snapshot *s = &c->e[i];
-        if (s->tokens && s->len == len && memcmp(s->tokens, ids, (size_t)len * sizeof *ids) == 0) {
+        if (s->tokens && s->tag == tag && s->len == len &&
+            memcmp(s->tokens, ids, (size_t)len * sizeof *ids) == 0) {
             s->used = ++c->clock;
             keep_logits(c, s, logits);
             return -1;
@@ -125,6 +127,7 @@ int serve_prefix_cache_store(serve_prefix_cache *c, const int32_t *ids, int len,
     while (c->held + bytes > c->budget && (o = oldest(c, victim, false)))
         forget(c, o); /* the oldest others go until it fits */
     victim->tokens = copy;
+    victim->tag = tag;
     victim->len = len;
     victim->bytes = bytes;
     c->held += bytes;
@@ -135,10 +138,12 @@ int serve_prefix_cache_store(serve_prefix_cache *c, const int32_t *ids, int len,
     return victim->id;
 }
 
-bool serve_prefix_cache_holds(const serve_prefix_cache *c, int id, const int32_t *ids, int len) {
+bool serve_prefix_cache_holds(const serve_prefix_cache *c, int id, uint64_t tag, const int32_t *ids,
+                              int len) {
     if (id < 0 || id >= c->n) return false;
     const serve_snapshot *s = &c->e[id];
-    return s->tokens && s->len == len && memcmp(s->tokens, ids, (size_t)len * sizeof *ids) == 0;
+    return s->tokens && s->tag == tag && s->len == len &&
+           memcmp(s->tokens, ids, (size_t)len * sizeof *ids) == 0;
 }
 
 void serve_prefix_cache_drop(serve_prefix_cache *c, int id) {

@@ -8,7 +8,11 @@
  * A snapshot taken at the end of a prompt also keeps that prompt's last logits row (host
  * memory, at most max_rows of them: the oldest rows go first), so the same prompt again needs
  * no prefill at all: the state is restored and the first token sampled from the stored row. It
- * never touches the engine itself, so it is tested on its own. */
+ * never touches the engine itself, so it is tested on its own.
+ *
+ * Each entry also has a tag: what else its state depends on than its tokens - the LoRA adapters
+ * and scales it was computed with (serve_lora_tag; 0: none). A lookup finds only entries of its
+ * own tag. */
 #ifndef TS_SERVE_PREFIX_CACHE_H
 #define TS_SERVE_PREFIX_CACHE_H
 
@@ -20,6 +24,7 @@
 
 typedef struct {
     int32_t *tokens; /* owned; NULL = the entry is empty */
+    uint64_t tag;
     int len;
     int id;        /* the engine's snapshot id: the entry's index */
     size_t bytes;  /* of the budget */
@@ -52,14 +57,14 @@ void serve_prefix_cache_free(serve_prefix_cache *c);
 
 /* The longest snapshot whose tokens are a prefix of ids[0..n) and hold at most max_len
  * tokens; NULL when none. Marks it used. */
-const serve_snapshot *serve_prefix_cache_find(serve_prefix_cache *c, const int32_t *ids, int n,
-                                              int max_len);
+const serve_snapshot *serve_prefix_cache_find(serve_prefix_cache *c, uint64_t tag,
+                                              const int32_t *ids, int n, int max_len);
 
 /* For a prompt ids[0..n): the longest snapshot that is a proper prefix of it, or the whole
  * prompt itself when that snapshot has its logits (the first token needs logits: a snapshot
  * of all n tokens without them is no use). NULL when none. Marks it used. */
-const serve_snapshot *serve_prefix_cache_find_prompt(serve_prefix_cache *c, const int32_t *ids,
-                                                     int n);
+const serve_snapshot *serve_prefix_cache_find_prompt(serve_prefix_cache *c, uint64_t tag,
+                                                     const int32_t *ids, int n);
 
 /* Reserves an entry for a snapshot of ids[0..len) that takes bytes, dropping the least recently
  * used ones until it fits, and keeps a copy of logits (the last token's row, or NULL): returns
@@ -67,12 +72,13 @@ const serve_snapshot *serve_prefix_cache_find_prompt(serve_prefix_cache *c, cons
  * the budget, or that exact sequence is already held - then it is only marked used, and given
  * the logits row if it had none). The entry is recorded at once; if the save fails the caller
  * calls serve_prefix_cache_drop. Without memory for the row the snapshot is kept without it. */
-int serve_prefix_cache_store(serve_prefix_cache *c, const int32_t *ids, int len,
+int serve_prefix_cache_store(serve_prefix_cache *c, uint64_t tag, const int32_t *ids, int len,
                              const float *logits, size_t bytes);
 void serve_prefix_cache_drop(serve_prefix_cache *c, int id);
 /* Whether entry id holds exactly ids[0..len): a reservation made earlier may have been dropped
  * (another one needed the room) and the id given to another sequence before its state was
  * saved - then that state must not go in. */
-bool serve_prefix_cache_holds(const serve_prefix_cache *c, int id, const int32_t *ids, int len);
+bool serve_prefix_cache_holds(const serve_prefix_cache *c, int id, uint64_t tag, const int32_t *ids,
+                              int len);
 
 #endif

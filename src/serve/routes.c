@@ -412,6 +412,9 @@ static bool prepare_choices(serve_server *s, const serve_runtime *rt, serve_requ
     cs->keep = req->n;
     serve_prep_opts po = {s->o.max_tokens_cap, s->o.reasoning_budget, s->o.reasoning_message,
                           s->o.effort_budget};
+    float lora[TS_MAX_LORA];
+    if (!serve_lora_scales(&s->lora, req, lora, e)) return false;
+    uint64_t tag = serve_lora_tag(lora, s->lora.n);
     for (int i = 0; i < n; i++) {
         if (serve_job_create(&cs->job[i]) != TS_OK)
             return serve_fail(e, 500, "internal_error", NULL, "out of memory");
@@ -419,6 +422,8 @@ static bool prepare_choices(serve_server *s, const serve_runtime *rt, serve_requ
         serve_job *j = cs->job[i];
         if (!serve_prepare(rt, req, i / per, i % per, &po, j, e)) return false;
         j->no_idle_work = i % per > 0;
+        memcpy(j->lora, lora, sizeof lora);
+        j->lora_tag = tag;
         /* best_of ranks the answers by their tokens' log-probabilities: each records them */
         if (per > req->n && j->top_logprobs < 0) j->top_logprobs = 0;
         if (req->grammar && i > 0 && ts_grammar_copy(req->grammar, &j->grammar) != TS_OK)
@@ -579,6 +584,15 @@ static enum MHD_Result embeddings(serve_conn *cn, struct MHD_Connection *c, json
     bool ok = serve_embed_parse(root, s->model_ids, rt, &req, &e) &&
               serve_embed_jobs(rt, &req, rt->pooling, lanes, &cs.job, &cs.n, &e);
     const char *model = answer_model(cn, req.model);
+    if (ok) { /* the adapters an embedding runs with: its model's, else the defaults */
+        serve_request named = {.model = req.model};
+        float lora[TS_MAX_LORA];
+        ok = serve_lora_scales(&s->lora, &named, lora, &e);
+        for (int i = 0; ok && i < cs.n; i++) {
+            memcpy(cs.job[i]->lora, lora, sizeof lora);
+            cs.job[i]->lora_tag = serve_lora_tag(lora, s->lora.n);
+        }
+    }
     bool base64 = req.base64;
     int dims = req.dims;
     serve_embed_request_free(&req);
@@ -795,12 +809,27 @@ static enum MHD_Result apply_template(serve_conn *cn, struct MHD_Connection *c, 
     return serve_send_json(cn, c, 200, body);
 }
 
+/* POST /lora-adapters (llama-server's): the scales every request that says nothing gets. */
+static enum MHD_Result set_lora_adapters(serve_conn *cn, struct MHD_Connection *c, json_t *root) {
+    serve_error e;
+    bool ok = serve_lora_set(&cn->srv->lora, root, &e);
+    json_decref(root);
+    if (!ok) return serve_send_error(cn, c, &e);
+    json_t *out = serve_lora_list(&cn->srv->lora);
+    char *body = out ? json_dumps(out, JSON_COMPACT) : NULL;
+    json_decref(out);
+    return serve_send_json(cn, c, 200, body);
+}
+
 enum MHD_Result serve_route_post(serve_conn *cn, struct MHD_Connection *c) {
     serve_error e = {0};
     json_t *root;
     if (!prep_take(cn, c, &e)) return e.status ? serve_send_error(cn, c, &e) : MHD_NO;
     enum MHD_Result r;
-    if (!serve_json_parse(cn->body.data, cn->body.len, &root, &e)) {
+    bool parsed = cn->route == ROUTE_LORA_ADAPTERS /* its body is a list */
+                      ? serve_json_parse_value(cn->body.data, cn->body.len, &root, &e)
+                      : serve_json_parse(cn->body.data, cn->body.len, &root, &e);
+    if (!parsed) {
         r = serve_send_error(cn, c, &e);
     } else {
         ts_strbuf_free(&cn->body);
@@ -811,6 +840,7 @@ enum MHD_Result serve_route_post(serve_conn *cn, struct MHD_Connection *c) {
         case ROUTE_RESPONSES: r = generate(cn, c, SERVE_API_CHAT, root, WIRE_RESPONSES); break;
         case ROUTE_INFILL: r = generate(cn, c, SERVE_API_COMPLETION, root, WIRE_INFILL); break;
         case ROUTE_COMPLETION: r = generate(cn, c, SERVE_API_COMPLETION, root, WIRE_LLAMA); break;
+        case ROUTE_LORA_ADAPTERS: r = set_lora_adapters(cn, c, root); break;
         case ROUTE_TOKENIZE: r = tokenize(cn, c, root); break;
         case ROUTE_EMBEDDINGS: r = embeddings(cn, c, root); break;
         case ROUTE_APPLY_TEMPLATE: r = apply_template(cn, c, root); break;
@@ -983,9 +1013,21 @@ enum MHD_Result serve_route_get(serve_conn *cn, struct MHD_Connection *c) {
         out = model_json(s, rt, id);
     } else if (cn->route == ROUTE_PROPS) {
         out = props_json(s, rt);
+    } else if (cn->route == ROUTE_LORA_ADAPTERS) {
+        out = serve_lora_list(&s->lora);
     } else {
         out =
             json_pack("{s:s, s:[o]}", "object", "list", "data", model_json(s, rt, s->model_ids[0]));
+        /* vLLM's way: each adapter a request may name as its model, with the model its parent */
+        for (int a = 0; out && a < s->lora.n; a++) {
+            if (!s->lora.model_name[a]) continue;
+            json_t *m = model_json(s, rt, s->lora.name[a]);
+            if (m) {
+                json_object_set_new(m, "parent", json_string(s->model_ids[0]));
+                json_object_set_new(m, "root", json_string(s->lora.path[a]));
+            }
+            json_array_append_new(json_object_get(out, "data"), m);
+        }
     }
     char *body = out ? json_dumps(out, JSON_COMPACT) : NULL;
     json_decref(out);

@@ -32,6 +32,16 @@ int serve_reasoning_format(const char *s);
 /* A thinking budget not given (a request's, or the one an effort gives) */
 #define SERVE_THINK_BUDGET_UNSET (-2)
 
+/* The LoRA adapters to load (serve/lora.h): paths in id order, names (NULL: the path's last
+ * component), which are model names of their own (--lora-modules), default scales. */
+typedef struct {
+    int n;
+    const char *path[TS_MAX_LORA];
+    const char *name[TS_MAX_LORA];
+    bool model_name[TS_MAX_LORA];
+    float scale[TS_MAX_LORA];
+} serve_lora_opts;
+
 typedef struct {
     const char *model_path;
     const char *host; /* default 127.0.0.1 */
@@ -101,6 +111,8 @@ typedef struct {
     /* the lengths `dimensions` may cut an embedding to (Matryoshka), overriding the model's
      * config; none (n 0): the model's */
     ts_matryoshka matryoshka;
+    /* LoRA adapters (serve/lora.h): loaded with the model, in this order (their ids) */
+    serve_lora_opts lora;
     int step_delay_ms;   /* testing aid: sleep before every decode step and embedding call */
     int load_delay_ms;   /* testing aid: sleep before loading the model */
 } serve_opts;

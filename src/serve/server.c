@@ -56,6 +56,9 @@ int serve_run(const serve_opts *opts) {
     for (int i = 0; i < n; i++)
         dir_too &= strcmp(s->model_ids[i], dir_name) != 0;
     if (dir_too) s->model_ids[n++] = dir_name;
+    serve_lora_init(&s->lora, &opts->lora);
+    for (int a = 0; a < s->lora.n; a++) /* --lora-modules: a name a request may ask for */
+        if (s->lora.model_name[a]) s->model_ids[n++] = s->lora.name[a];
     if (opts->any_model) s->model_ids[n++] = "*";
     s->model_ids[n] = NULL;
     s->started = (long long)time(NULL);
@@ -65,6 +68,7 @@ int serve_run(const serve_opts *opts) {
     serve_budget_init(&s->prep, SERVE_PREP_BODIES * opts->max_body);
     serve_budget_init(&s->recv, SERVE_RECV_BODIES * opts->max_body);
     if (serve_rsp_store_create(opts->responses_store_mb << 20, &s->rsp_store) != TS_OK) {
+        serve_lora_free(&s->lora);
         free(s);
         return 2;
     }
@@ -81,7 +85,8 @@ int serve_run(const serve_opts *opts) {
         opts->model_path,    opts->n_ctx,         opts->n_threads,        opts->device,
         opts->max_pending,   opts->n_parallel,    opts->cache_mb << 20,   opts->step_delay_ms,
         opts->load_delay_ms, opts->prefill_chunk, opts->image_max_pixels, opts->draft_max,
-        opts->draft_lookup,  opts->pooling,       opts->matryoshka};
+        opts->draft_lookup,  opts->pooling,       opts->matryoshka,       opts->lora.n,
+        opts->lora.path};
     int rc = 0;
     bool deadlines_on = false;
     if (serve_worker_start(&wo, &s->metrics, &s->worker) != TS_OK) {
@@ -154,6 +159,7 @@ out:
     serve_budget_free(&s->prep);
     serve_budget_free(&s->recv);
     serve_rsp_store_free(s->rsp_store);
+    serve_lora_free(&s->lora);
     free(s);
     return rc;
 }

@@ -204,6 +204,8 @@ static ts_status load(serve_worker *w) {
     }
     TS_TRY(ts_tokenizer_open(w->o.model_path, &w->tok));
     TS_TRY(ts_model_open(w->o.model_path, &w->model));
+    for (int a = 0; a < w->o.n_lora; a++)
+        TS_TRY(ts_model_lora_load(w->model, w->o.lora_path[a], NULL));
     ts_model_info info;
     ts_model_get_info(w->model, &info);
     if (ts_tokenizer_vocab_size(w->tok) > info.n_vocab)
@@ -257,9 +259,9 @@ static ts_status load(serve_worker *w) {
                                    info.n_vocab, (int)rows, drop_snapshot, w->engine));
     int next_turn = gpu ? SERVE_NEXT_TURN_CHUNK_GPU : SERVE_NEXT_TURN_CHUNK_CPU;
     serve_decoder_opts dopts = {
-        w->engine,          w->tok,         &w->cache,        w->metrics,  lanes,
-        w->o.step_delay_ms, chunk,          next_turn,        info.n_embd, w->model,
-        info.n_embd_out,    w->o.draft_max, w->o.draft_lookup};
+        w->engine,          w->tok,         &w->cache,         w->metrics,  lanes,
+        w->o.step_delay_ms, chunk,          next_turn,         info.n_embd, w->model,
+        info.n_embd_out,    w->o.draft_max, w->o.draft_lookup, w->o.n_lora};
     TS_TRY(serve_decoder_init(&w->dec, &dopts, job_done, w));
     serve_runtime *rt = &w->rt;
     rt->tok = w->tok;

@@ -40,6 +40,9 @@ typedef struct {
     bool draft_lookup; /* guesses by prompt lookup too */
     ts_pooling pooling; /* embeddings' pooling; TS_POOL_UNSET: the model's own, else last */
     ts_matryoshka matryoshka; /* --matryoshka; none (n 0): the model's config */
+    /* LoRA adapters to load with the model (ts_model_lora_load), ids in this order */
+    int n_lora;
+    const char *const *lora_path;
 } serve_worker_opts;
 
 /* Jobs run together by default. On 2 CPU cores 4 clients of the 0.8B get ~2.9x the tokens of

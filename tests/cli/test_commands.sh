@@ -17,6 +17,20 @@ check "logits exit 0" "[ $? -eq 0 ]"
 check "logits file is n x vocab floats" "[ $(stat -c %s "$tmp/l.bin") -eq $((n * 512 * 4)) ]"
 check "logits prints a summary" "grep -q 'tokens $n' '$tmp/out'"
 
+# LoRA adapters: --lora / --lora-scaled give PEFT's logits (tools/gen_lora_fixtures.py)
+L=${TS_FIXTURES:-tests/fixtures}/lora/qwen35_text
+"$BIN" logits -m "$M" --ids "$ids" --lora "$L/all" --lora-scaled "$L/some" -1.5 \
+  --lora-scaled "$L/all" 0 -o "$tmp/lora.bin" > /dev/null 2>&1
+check "logits --lora exit 0 with three adapters" "[ $? -eq 0 ]"
+"$BIN" logits -m "$M" --ids "$ids" --lora-scaled "$L/all" 0.5 --lora-scaled "$L/some" -1.5 \
+  -o "$tmp/mix.bin" > /dev/null 2>&1
+check "logits --lora-scaled matches PEFT's mix" \
+  "python3 -c 'import numpy as n; a=n.fromfile(\"$tmp/mix.bin\",\"<f4\"); b=n.fromfile(\"$L/mix_1.logits\",\"<f4\"); assert n.linalg.norm(a-b)/n.linalg.norm(b) < 1e-4'"
+"$BIN" logits -m "$M" --ids 1,2 --lora "$tmp/none" > "$tmp/out" 2>&1
+check "a missing adapter: exit 2 and the reason" "[ $? -eq 2 ] && grep -q 'no such file' '$tmp/out'"
+"$BIN" logits -m "$M" --ids 1,2 --lora-scaled "$L/all" x > "$tmp/out" 2>&1
+check "a bad scale is a usage error" "[ $? -eq 1 ]"
+
 # greedy continuation equals the transformers reference
 prompt=$(sed -n 1p "$M/ref/greedy_0.txt" | tr ' ' ',')
 want=$(sed -n 2p "$M/ref/greedy_0.txt")

@@ -367,3 +367,32 @@ def test_prefix_snapshots_on_the_gpu():
             assert again["usage"]["prompt_tokens_details"]["cached_tokens"] == \
                 again["usage"]["prompt_tokens"]
             assert again["choices"][0]["message"] == r["choices"][0]["message"]
+
+
+def test_lora_adapters_on_the_gpu(tmp_path):
+    """LoRA adapters on the GPU: each request's adapter as on the CPU (greedy tokens, their
+    log-probabilities within float tolerance), and requests with different adapters decoded
+    together (steps held ahead and graphs replayed with the per-token scales) as alone."""
+    from test_server_lora import answer, write_adapter
+    a = write_adapter(str(tmp_path / "a"), tiny_model(), 1)
+    b = write_adapter(str(tmp_path / "b"), tiny_model(), 2)
+    asks = [[], [{"id": 0, "scale": 1}], [{"id": 1, "scale": 0.7}, {"id": 0, "scale": -0.5}]]
+    args = ("--lora", a, "--lora", b, "--lora-init-without-apply", "--cache-mb", "0")
+
+    def close(g, w):
+        return g[0] == w[0] and max(abs(x - y) for x, y in zip(g[1], w[1])) < 2e-2
+
+    with serve_cuda({}, *args, "--parallel", "3") as srv, Server(*args) as cpu:
+        alone = [answer(srv, lora=x) for x in asks]
+        assert len({json.dumps(g[:2]) for g in alone}) == 3
+        for x, g in zip(asks, alone):
+            w = answer(cpu, lora=x)
+            assert close(g, w), (x, g, w)
+        together = [None] * 6
+
+        def ask(i):
+            together[i] = answer(srv, lora=asks[i % 3])
+
+        at_once(ask, 6)
+        for i, g in enumerate(together):
+            assert close(g, alone[i % 3]), (i, g, alone[i % 3])

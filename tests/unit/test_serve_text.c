@@ -154,51 +154,51 @@ static void test_cache(void) {
     serve_prefix_cache c;
     CHECK(serve_prefix_cache_init(&c, 2, 100, 4, 8, record_drop, NULL) == TS_OK);
     int32_t a[] = {1, 2, 3, 4, 5, 6}, b[] = {1, 2, 9, 9};
-    int s1 = serve_prefix_cache_store(&c, a, 3, NULL, 30);
-    int s2 = serve_prefix_cache_store(&c, a, 5, NULL, 50);
+    int s1 = serve_prefix_cache_store(&c, 0, a, 3, NULL, 30);
+    int s2 = serve_prefix_cache_store(&c, 0, a, 5, NULL, 50);
     CHECK(s1 == 0 && s2 == 1 && c.held == 80);
-    CHECK(serve_prefix_cache_store(&c, a, 5, NULL, 50) == -1); /* already held */
-    const serve_snapshot *s = serve_prefix_cache_find(&c, a, 6, 5);
+    CHECK(serve_prefix_cache_store(&c, 0, a, 5, NULL, 50) == -1); /* already held */
+    const serve_snapshot *s = serve_prefix_cache_find(&c, 0, a, 6, 5);
     CHECK(s && s->len == 5);
-    s = serve_prefix_cache_find(&c, a, 6, 4);
+    s = serve_prefix_cache_find(&c, 0, a, 6, 4);
     CHECK(s && s->len == 3);
-    CHECK(serve_prefix_cache_find(&c, b, 4, 3) == NULL);
+    CHECK(serve_prefix_cache_find(&c, 0, b, 4, 3) == NULL);
     /* a prompt equal to a snapshot without logits: only a shorter one will do */
-    s = serve_prefix_cache_find_prompt(&c, a, 5);
+    s = serve_prefix_cache_find_prompt(&c, 0, a, 5);
     CHECK(s && s->len == 3 && !s->logits);
     /* ... and once that snapshot has the row (the same sequence stored again), the whole one */
     float row[4] = {0.5f, -1.0f, 2.0f, 3.5f};
-    CHECK(serve_prefix_cache_store(&c, a, 5, row, 50) == -1);
-    s = serve_prefix_cache_find_prompt(&c, a, 5);
+    CHECK(serve_prefix_cache_store(&c, 0, a, 5, row, 50) == -1);
+    s = serve_prefix_cache_find_prompt(&c, 0, a, 5);
     CHECK(s && s->len == 5 && s->logits && memcmp(s->logits, row, sizeof row) == 0);
-    s = serve_prefix_cache_find_prompt(&c, a, 6); /* a longer prompt: a proper prefix */
+    s = serve_prefix_cache_find_prompt(&c, 0, a, 6); /* a longer prompt: a proper prefix */
     CHECK(s && s->len == 5);
     /* LRU: a[0..5) was used last, so a[0..3) is evicted; the row goes with its entry */
     n_dropped = 0;
-    int s3 = serve_prefix_cache_store(&c, b, 2, NULL, 20);
+    int s3 = serve_prefix_cache_store(&c, 0, b, 2, NULL, 20);
     CHECK(s3 == s1 && n_dropped == 1 && dropped[0] == s1 && c.held == 70);
-    s = serve_prefix_cache_find(&c, a, 6, 6);
+    s = serve_prefix_cache_find(&c, 0, a, 6, 6);
     CHECK(s && s->len == 5 && s->logits);
-    s = serve_prefix_cache_find(&c, b, 4, 4); /* now b[0..2) was used last */
+    s = serve_prefix_cache_find(&c, 0, b, 4, 4); /* now b[0..2) was used last */
     CHECK(s && s->len == 2);
-    int s4 = serve_prefix_cache_store(&c, b, 4, row, 40); /* evicts a[0..5) and its row */
+    int s4 = serve_prefix_cache_store(&c, 0, b, 4, row, 40); /* evicts a[0..5) and its row */
     CHECK(s4 == s2 && c.n_rows == 1);
-    s = serve_prefix_cache_find_prompt(&c, a, 5); /* only b[0..2) = a[0..2) is left */
+    s = serve_prefix_cache_find_prompt(&c, 0, a, 5); /* only b[0..2) = a[0..2) is left */
     CHECK(s && s->len == 2);
-    s = serve_prefix_cache_find_prompt(&c, b, 4);
+    s = serve_prefix_cache_find_prompt(&c, 0, b, 4);
     CHECK(s && s->len == 4 && s->logits && s->logits[3] == 3.5f);
     n_dropped = 0;
     serve_prefix_cache_drop(&c, s4);
     CHECK(n_dropped == 1 && dropped[0] == s4 && c.held == 20 && c.n_rows == 0);
-    s = serve_prefix_cache_find_prompt(&c, b, 4);
+    s = serve_prefix_cache_find_prompt(&c, 0, b, 4);
     CHECK(s && s->len == 2 && !s->logits);
     /* more bytes than the budget: nothing is made, nothing dropped */
     n_dropped = 0;
-    CHECK(serve_prefix_cache_store(&c, a, 6, NULL, 101) == -1 && n_dropped == 0);
+    CHECK(serve_prefix_cache_store(&c, 0, a, 6, NULL, 101) == -1 && n_dropped == 0);
     serve_prefix_cache_free(&c);
     CHECK(serve_prefix_cache_init(&c, 0, 100, 4, 8, NULL, NULL) == TS_OK);
-    CHECK(serve_prefix_cache_store(&c, a, 3, row, 1) == -1);
-    CHECK(serve_prefix_cache_find_prompt(&c, a, 3) == NULL);
+    CHECK(serve_prefix_cache_store(&c, 0, a, 3, row, 1) == -1);
+    CHECK(serve_prefix_cache_find_prompt(&c, 0, a, 3) == NULL);
     serve_prefix_cache_free(&c);
 }
 
@@ -212,28 +212,37 @@ static void test_cache_budget(void) {
     float row = 1.0f;
     for (int i = 0; i < 10; i++) {
         ids[i][0] = i, ids[i][1] = 100 + i;
-        CHECK(serve_prefix_cache_store(&c, ids[i], 2, &row, 10) == i);
+        CHECK(serve_prefix_cache_store(&c, 0, ids[i], 2, &row, 10) == i);
     }
     CHECK(c.held == 100 && c.n_rows == 2);
-    CHECK(serve_prefix_cache_find_prompt(&c, ids[9], 2)->logits != NULL); /* the newest rows */
-    CHECK(serve_prefix_cache_find_prompt(&c, ids[8], 2)->logits != NULL);
-    CHECK(serve_prefix_cache_find(&c, ids[0], 2, 2) != NULL); /* 0 is now the newest used */
+    CHECK(serve_prefix_cache_find_prompt(&c, 0, ids[9], 2)->logits != NULL); /* the newest rows */
+    CHECK(serve_prefix_cache_find_prompt(&c, 0, ids[8], 2)->logits != NULL);
+    CHECK(serve_prefix_cache_find(&c, 0, ids[0], 2, 2) != NULL); /* 0 is now the newest used */
     int32_t big[] = {7, 7, 7};
     n_dropped = 0;
-    int id = serve_prefix_cache_store(&c, big, 3, NULL, 35); /* 1, 2, 3 and 4 go */
+    int id = serve_prefix_cache_store(&c, 0, big, 3, NULL, 35); /* 1, 2, 3 and 4 go */
     CHECKF(n_dropped == 4 && dropped[0] == 1 && dropped[1] == 2 && dropped[2] == 3 &&
                dropped[3] == 4 && id >= 10 && c.held == 95,
            "%d dropped, id %d, held %zu", n_dropped, id, c.held);
-    CHECK(serve_prefix_cache_find(&c, ids[0], 2, 2) != NULL);
-    CHECK(serve_prefix_cache_find(&c, ids[1], 2, 2) == NULL);
+    CHECK(serve_prefix_cache_find(&c, 0, ids[0], 2, 2) != NULL);
+    CHECK(serve_prefix_cache_find(&c, 0, ids[1], 2, 2) == NULL);
     /* a reservation dropped for room, its id given to another sequence: it no longer holds
      * the first one's tokens, so the first one's state must not be saved there */
-    CHECK(serve_prefix_cache_holds(&c, id, big, 3) && !serve_prefix_cache_holds(&c, id, big, 2));
-    CHECK(!serve_prefix_cache_holds(&c, 1, ids[1], 2)); /* dropped above */
+    CHECK(serve_prefix_cache_holds(&c, id, 0, big, 3) &&
+          !serve_prefix_cache_holds(&c, id, 0, big, 2));
+    CHECK(!serve_prefix_cache_holds(&c, 1, 0, ids[1], 2)); /* dropped above */
     int32_t huge[] = {8, 8, 8, 8};
-    int hid = serve_prefix_cache_store(&c, huge, 4, NULL, 100); /* drops everything */
-    CHECK(hid >= 0 && !serve_prefix_cache_holds(&c, id, big, 3));
-    CHECK(serve_prefix_cache_holds(&c, hid, huge, 4));
+    int hid = serve_prefix_cache_store(&c, 0, huge, 4, NULL, 100); /* drops everything */
+    CHECK(hid >= 0 && !serve_prefix_cache_holds(&c, id, 0, big, 3));
+    CHECK(serve_prefix_cache_holds(&c, hid, 0, huge, 4));
+    /* tags: the same tokens under other adapters are another entry, found only by their tag */
+    CHECK(!serve_prefix_cache_holds(&c, hid, 7, huge, 4));
+    CHECK(serve_prefix_cache_find_prompt(&c, 7, huge, 4) == NULL);
+    int tid = serve_prefix_cache_store(&c, 7, huge, 3, NULL, 10);
+    CHECK(tid >= 0 && serve_prefix_cache_holds(&c, tid, 7, huge, 3));
+    const serve_snapshot *ts = serve_prefix_cache_find_prompt(&c, 7, huge, 4);
+    CHECK(ts && ts->id == tid);
+    CHECK(serve_prefix_cache_find(&c, 0, huge, 4, 3) == NULL); /* tag 0 holds only all 4 */
     serve_prefix_cache_free(&c);
 }
 
