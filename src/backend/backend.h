@@ -159,6 +159,12 @@ typedef struct {
     /* x[t, i] *= s[t] for i < dim, s a backend buffer of n_rows floats (LoRA's per-token
      * adapter scales) */
     void (*scale_rows)(ts_backend *be, float *x, int64_t ldx, int n_rows, int dim, const float *s);
+    /* A LoRA pair's product, added: y[t, :] += s[t] * B (A x[t, :]) for n tokens, A [r, in] and
+     * B [out, r] F32 weights (r a multiple of 16), s a backend buffer of n scales, u scratch of
+     * n * r floats. False where the backend leaves it to matmul, scale_rows and matmul (then
+     * nothing was done). NULL: always so. */
+    bool (*lora_add)(ts_backend *be, const ts_tensor *A, const ts_tensor *B, const float *x,
+                     int64_t ldx, int n, const float *s, float *y, int64_t ldy, float *u);
     /* x[i] = cap * tanh(x[i] / cap) (logit soft-capping) */
     void (*softcap)(ts_backend *be, float *x, int64_t n, float cap);
     /* x[t, h*hd + d] *= sigmoid(g[t, h*gstride + d]): the gated-attention output gate. */

@@ -367,8 +367,11 @@ static void add_pairs(ts_lora_rt *lr, const ts_lora_weight *e, const float *x, i
         const ts_lora_pair *p = &e->pairs[k];
         if (!lr->on[p->adapter]) continue;
         int64_t r = p->A.shape[0];
+        const float *s = lr->scale + (size_t)p->adapter * lr->n_batch;
+        if (be->ops->lora_add && be->ops->lora_add(be, &p->A, &p->B, x, ldx, n, s, y, ldy, lr->t))
+            continue; /* one op where the backend has it */
         be->ops->matmul(be, &p->A, x, ldx, n, lr->t, r);
-        be->ops->scale_rows(be, lr->t, r, n, (int)r, lr->scale + (size_t)p->adapter * lr->n_batch);
+        be->ops->scale_rows(be, lr->t, r, n, (int)r, s);
         ts_matmul_add(be, &p->B, lr->t, r, n, y, ldy, lr->u);
     }
 }

@@ -72,6 +72,7 @@ static const ts_backend_ops cpu_ops = {
     .gelu_mul = cpu_op_gelu_mul,
     .softcap = cpu_op_softcap,
     .scale_rows = cpu_op_scale_rows,
+    .lora_add = cpu_op_lora_add,
     .sigmoid_gate = cpu_op_sigmoid_gate,
     .copy_rows = cpu_op_copy_rows,
     .argmax = cpu_op_argmax,

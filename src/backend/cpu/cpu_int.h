@@ -72,6 +72,8 @@ void cpu_op_gelu_mul(ts_backend *be, const float *gate, const float *up, int64_t
                      int dim, float *out, int64_t ldo);
 void cpu_op_softcap(ts_backend *be, float *x, int64_t n, float cap);
 void cpu_op_scale_rows(ts_backend *be, float *x, int64_t ldx, int n_rows, int dim, const float *s);
+bool cpu_op_lora_add(ts_backend *be, const ts_tensor *A, const ts_tensor *B, const float *x,
+                     int64_t ldx, int n, const float *s, float *y, int64_t ldy, float *u);
 void cpu_op_sigmoid_gate(ts_backend *be, float *x, int64_t ldx, const float *g, int64_t ldg,
                          int n_tok, int n_heads, int head_dim, int64_t gstride);
 void cpu_op_argmax(ts_backend *be, const float *x, int64_t ldx, int n_rows, int n_cols,
