@@ -242,8 +242,9 @@ const char *ts_engine_describe(const ts_engine *engine);
  * adapter a at scale s a weight W [out, in] that it adapts reads x as W x + s * B_a (A_a x) (and
  * PEFT's lora_alpha / r inside B_a). The model's own weights never change, quantized or not.
  * ts_model_lora_load reads a PEFT directory (adapter_config.json + adapter_model.safetensors)
- * and gives its id (0, 1, ... in order of loading); an adapter trained on a model's Hugging Face
- * checkpoint fits that model's GGUF file too. Adapters are loaded before any engine is made for
+ * or a GGUF LoRA file (llama.cpp's convert_lora_to_gguf.py: not, for Qwen3.5, of its linear
+ * attention) and gives its id (0, 1, ... in order of loading); an adapter trained on a model's
+ * Hugging Face checkpoint fits that model's GGUF file too. Adapters are loaded before any engine is made for
  * the model (TS_ERR_INVALID after). Each slot has a scale for each adapter (all 0 at first:
  * none applied); ts_engine_slot_lora sets them for the slot's next tokens - a slot's state
  * computed under other scales is the caller's to clear - and ts_engine_slot_copy copies them

@@ -585,11 +585,13 @@ static int gemma3_lora_targets(const ts_model *m, ts_lora_target *out, int max) 
     int n = 0;
     for (int il = 0; il < g->hp.n_layers; il++) {
         const gemma3_layer *ly = &g->layers[il];
-        const ts_lora_target t[] = {
-            {il, "self_attn.q_proj", ly->wq}, {il, "self_attn.k_proj", ly->wk},
-            {il, "self_attn.v_proj", ly->wv}, {il, "self_attn.o_proj", ly->wo},
-            {il, "mlp.gate_proj", ly->gate},  {il, "mlp.up_proj", ly->up},
-            {il, "mlp.down_proj", ly->down}};
+        const ts_lora_target t[] = {{il, "self_attn.q_proj", "attn_q", ly->wq},
+                                    {il, "self_attn.k_proj", "attn_k", ly->wk},
+                                    {il, "self_attn.v_proj", "attn_v", ly->wv},
+                                    {il, "self_attn.o_proj", "attn_output", ly->wo},
+                                    {il, "mlp.gate_proj", "ffn_gate", ly->gate},
+                                    {il, "mlp.up_proj", "ffn_up", ly->up},
+                                    {il, "mlp.down_proj", "ffn_down", ly->down}};
         for (size_t k = 0; k < sizeof t / sizeof t[0]; k++, n++)
             if (out && n < max) out[n] = t[k];
     }

@@ -1,7 +1,8 @@
-/* LoRA adapters (lora.h): loading a PEFT directory onto the architecture's targets, and the
- * matmul helpers that add the pairs' products as the model runs. */
+/* LoRA adapters (lora.h): loading a PEFT directory or a GGUF adapter onto the architecture's
+ * targets, and the matmul helpers that add the pairs' products as the model runs. */
 #include "model/lora.h"
 
+#include "format/gguf.h"
 #include "format/peft.h"
 #include "format/safetensors.h"
 
@@ -132,10 +133,42 @@ static bool ends_with(const char *s, const char *suf) {
     return a >= b && strcmp(s + a - b, suf) == 0;
 }
 
-/* One pair of the adapter file: A's tensor name given. */
+/* A pair for target tg from the file's A [r, in] and B [out, r] (name: A's, for messages): the
+ * shapes checked, fp32 copies with the rank padded, and scale_of(ctx, module, r) folded into B
+ * (module: the adapted module's name as the file gives it). */
+typedef double (*pair_scale_fn)(const void *ctx, const char *module, int r);
+
+static ts_status make_pair(const char *file, const char *name, const char *module,
+                           const ts_tensor *A, const ts_tensor *B, const ts_lora_target *tg, int id,
+                           pair_scale_fn scale_of, const void *ctx, ts_lora_pair *out) {
+    int64_t out_dim = ts_tensor_rows(tg->w), in_dim = ts_tensor_cols(tg->w);
+    int64_t r = A->n_dims == 2 ? A->shape[0] : -1;
+    if (A->n_dims != 2 || B->n_dims != 2 || A->shape[1] != in_dim || B->shape[0] != out_dim ||
+        B->shape[1] != r || r < 1 || r > 65536)
+        return ts_error(TS_ERR_FORMAT,
+                        "%s: '%s' is [%lld, %lld] and its B [%lld, %lld]: the weight it "
+                        "adapts is [%lld, %lld], so they must be [r, %lld] and [%lld, r]",
+                        file, name, (long long)A->shape[0],
+                        (long long)(A->n_dims > 1 ? A->shape[1] : 0), (long long)B->shape[0],
+                        (long long)(B->n_dims > 1 ? B->shape[1] : 0), (long long)out_dim,
+                        (long long)in_dim, (long long)in_dim, (long long)out_dim);
+    int64_t rp = (r + TS_LORA_RANK_ALIGN - 1) / TS_LORA_RANK_ALIGN * TS_LORA_RANK_ALIGN;
+    float scale = (float)scale_of(ctx, module, (int)r);
+    *out = (ts_lora_pair){.adapter = id};
+    TS_TRY(padded_copy(A, r, in_dim, rp, in_dim, 1.0f, &out->A));
+    ts_status st = padded_copy(B, out_dim, r, out_dim, rp, scale, &out->B);
+    if (st != TS_OK) pair_free(out);
+    return st;
+}
+
+static double peft_scale(const void *cfg, const char *module, int r) {
+    return ts_peft_scale(cfg, module, r);
+}
+
+/* One pair of a PEFT adapter file: A's tensor name given. */
 static ts_status load_pair(const ts_st *st, const ts_peft_config *cfg, const char *file,
                            const char *name_a, const ts_lora_target *t, int nt, int id,
-                           ts_lora_pair *out, const ts_tensor **target, int *rank) {
+                           ts_lora_pair *out, const ts_tensor **target) {
     static const char root[] = "base_model.model.";
     size_t len = strlen(name_a) - strlen(SUFFIX_A);
     char module[512], name_b[600];
@@ -158,27 +191,9 @@ static ts_status load_pair(const ts_st *st, const ts_peft_config *cfg, const cha
                         file, name_a, module);
     const ts_tensor *A = ts_st_find(st, name_a), *B = ts_st_find(st, name_b);
     if (!B) return ts_error(TS_ERR_FORMAT, "%s: '%s' has no '%s'", file, name_a, name_b);
-    int64_t out_dim = ts_tensor_rows(tg->w), in_dim = ts_tensor_cols(tg->w);
-    int64_t r = A->n_dims == 2 ? A->shape[0] : -1;
-    if (A->n_dims != 2 || B->n_dims != 2 || A->shape[1] != in_dim || B->shape[0] != out_dim ||
-        B->shape[1] != r || r < 1 || r > 65536)
-        return ts_error(TS_ERR_FORMAT,
-                        "%s: '%s' is [%lld, %lld] and its lora_B [%lld, %lld]: the weight it "
-                        "adapts is [%lld, %lld], so they must be [r, %lld] and [%lld, r]",
-                        file, name_a, (long long)A->shape[0],
-                        (long long)(A->n_dims > 1 ? A->shape[1] : 0), (long long)B->shape[0],
-                        (long long)(B->n_dims > 1 ? B->shape[1] : 0), (long long)out_dim,
-                        (long long)in_dim, (long long)in_dim, (long long)out_dim);
-    int64_t rp = (r + TS_LORA_RANK_ALIGN - 1) / TS_LORA_RANK_ALIGN * TS_LORA_RANK_ALIGN;
-    float scale = (float)ts_peft_scale(cfg, module, (int)r);
-    *out = (ts_lora_pair){.adapter = id};
-    TS_TRY(padded_copy(A, r, in_dim, rp, in_dim, 1.0f, &out->A));
-    ts_status st2 = padded_copy(B, out_dim, r, out_dim, rp, scale, &out->B);
-    if (st2 != TS_OK) {
-        pair_free(out);
-        return st2;
-    }
-    *target = tg->w, *rank = (int)rp;
+    /* alpha_pattern's keys match the module's whole name, as PEFT's do */
+    TS_TRY(make_pair(file, name_a, module, A, B, tg, id, peft_scale, cfg, out));
+    *target = tg->w;
     return TS_OK;
 }
 
@@ -218,18 +233,86 @@ static ts_status load_peft(const char *dir, const ts_lora_target *t, int nt, int
                           file, name);
             break;
         }
-        int rank;
-        rc = load_pair(st, &cfg, file, name, t, nt, id, &pend[np].p, &pend[np].w, &rank);
+        rc = load_pair(st, &cfg, file, name, t, nt, id, &pend[np].p, &pend[np].w);
         if (rc == TS_OK) np++;
     }
-    for (int i = 0; i < np; i++) /* one pair a weight */
-        for (int k = 0; rc == TS_OK && k < i; k++)
-            if (pend[k].w == pend[i].w)
-                rc = ts_error(TS_ERR_FORMAT, "%s: two pairs adapt the same weight", file);
-    if (rc == TS_OK && np == 0)
-        rc = ts_error(TS_ERR_FORMAT, "%s: no LoRA pairs (lora_A / lora_B tensors)", file);
     ts_st_close(st);
     ts_peft_config_free(&cfg);
+    if (rc != TS_OK) {
+        for (int i = 0; i < np; i++)
+            pair_free(&pend[i].p);
+        free(pend);
+        return rc;
+    }
+    *pend_out = pend, *n_out = np;
+    return TS_OK;
+}
+
+/* ---- llama.cpp's GGUF adapters ----------------------------------------------------------- */
+
+static double gguf_scale(const void *alpha, const char *module, int r) {
+    (void)module;
+    float a = *(const float *)alpha; /* llama.cpp's rule: alpha / r, or 1 without an alpha */
+    return a != 0.0f ? a / r : 1.0;
+}
+
+/* Every pair of a GGUF LoRA file (convert_lora_to_gguf.py's: general.type "adapter",
+ * adapter.type "lora", adapter.lora.alpha, tensors blk.N.NAME.weight.lora_a [r, in] and
+ * .lora_b [out, r]), into pend. */
+static ts_status load_gguf(const ts_model *m, const char *path, const ts_lora_target *t, int nt,
+                           int id, pending_pair **pend_out, int *n_out) {
+    ts_gguf *g = NULL;
+    TS_TRY(ts_gguf_open(path, &g));
+    const char *type = NULL, *atype = NULL, *arch = NULL;
+    float alpha = 0.0f;
+    ts_status rc = ts_gguf_get_str_opt(g, "general.type", "", &type);
+    if (rc == TS_OK) rc = ts_gguf_get_str_opt(g, "adapter.type", "", &atype);
+    if (rc == TS_OK) rc = ts_gguf_get_str_opt(g, "general.architecture", "", &arch);
+    if (rc == TS_OK) rc = ts_gguf_get_f32_opt(g, "adapter.lora.alpha", 0.0f, &alpha);
+    if (rc == TS_OK && (strcmp(type, "adapter") != 0 || strcmp(atype, "lora") != 0))
+        rc = ts_error(TS_ERR_FORMAT,
+                      "%s: not a LoRA adapter (general.type '%s', adapter.type '%s'; a GGUF "
+                      "adapter has \"adapter\" and \"lora\")",
+                      path, type, atype);
+    if (rc == TS_OK && (!m->arch->gguf_arch || strcmp(arch, m->arch->gguf_arch) != 0))
+        rc = ts_error(TS_ERR_FORMAT, "%s: an adapter of a '%s' model, not of this '%s' one", path,
+                      arch, m->arch->gguf_arch ? m->arch->gguf_arch : m->arch->name);
+    size_t n = rc == TS_OK ? ts_gguf_n_tensors(g) : 0;
+    pending_pair *pend = calloc(n ? n : 1, sizeof *pend);
+    if (rc == TS_OK && !pend) rc = ts_error(TS_ERR_NOMEM, "out of memory");
+    int np = 0;
+    for (size_t i = 0; rc == TS_OK && i < n; i++) {
+        const char *name = ts_gguf_tensor_name(g, i);
+        if (ends_with(name, ".weight.lora_b")) continue; /* with its lora_a */
+        int layer = -1, at = 0;
+        char kind[64] = "";
+        const ts_lora_target *tg = NULL;
+        if (ends_with(name, ".weight.lora_a") &&
+            sscanf(name, "blk.%d.%63[^.].weight.lora_a%n", &layer, kind, &at) == 2 && name[at] == 0)
+            for (int k = 0; k < nt && !tg; k++)
+                if (t[k].layer == layer && t[k].gguf && strcmp(t[k].gguf, kind) == 0) tg = &t[k];
+        if (!tg) {
+            rc = ts_error(TS_ERR_UNSUPPORTED,
+                          "%s: tensor '%s': not a pair this model's decoder layers can take "
+                          "from a GGUF adapter (blk.N.NAME.weight.lora_a / lora_b of a linear "
+                          "weight%s)",
+                          path, name,
+                          strcmp(m->arch->name, "qwen35") == 0
+                              ? "; the linear attention's are taken from the PEFT directory only"
+                              : "");
+            break;
+        }
+        char name_b[128];
+        snprintf(name_b, sizeof name_b, "blk.%d.%s.weight.lora_b", layer, kind);
+        const ts_tensor *A = ts_gguf_find(g, name), *B = ts_gguf_find(g, name_b);
+        if (!B) {
+            rc = ts_error(TS_ERR_FORMAT, "%s: '%s' has no '%s'", path, name, name_b);
+            break;
+        }
+        rc = make_pair(path, name, tg->module, A, B, tg, id, gguf_scale, &alpha, &pend[np].p);
+        if (rc == TS_OK) pend[np++].w = tg->w;
+    }
+    ts_gguf_close(g);
     if (rc != TS_OK) {
         for (int i = 0; i < np; i++)
             pair_free(&pend[i].p);
@@ -249,11 +332,17 @@ ts_status ts_lora_load(ts_model *m, const char *path, int *id) {
                         m->arch->name);
     struct stat sb;
     if (stat(path, &sb) != 0) return ts_error(TS_ERR_IO, "%s: no such file or directory", path);
-    if (!S_ISDIR(sb.st_mode))
-        return ts_error(TS_ERR_UNSUPPORTED,
-                        "%s: a LoRA adapter is a PEFT directory (adapter_config.json and "
-                        "adapter_model.safetensors)",
-                        path);
+    if (!S_ISDIR(sb.st_mode)) { /* a GGUF file, by its magic */
+        char magic[4] = {0};
+        FILE *f = fopen(path, "rb");
+        size_t got = f ? fread(magic, 1, 4, f) : 0;
+        if (f) fclose(f);
+        if (got != 4 || memcmp(magic, "GGUF", 4) != 0)
+            return ts_error(TS_ERR_FORMAT,
+                            "%s: neither a PEFT directory (adapter_config.json and "
+                            "adapter_model.safetensors) nor a GGUF LoRA file",
+                            path);
+    }
     struct ts_lora_set *s = m->lora;
     if (!s && !(s = m->lora = calloc(1, sizeof *s))) return ts_error(TS_ERR_NOMEM, "out of memory");
     if (s->n == TS_MAX_LORA)
@@ -264,8 +353,21 @@ ts_status ts_lora_load(ts_model *m, const char *path, int *id) {
     int a = s->n;
     pending_pair *pend = NULL;
     int np = 0;
-    ts_status rc = load_peft(path, t, nt, a, &pend, &np);
+    ts_status rc = S_ISDIR(sb.st_mode) ? load_peft(path, t, nt, a, &pend, &np)
+                                       : load_gguf(m, path, t, nt, a, &pend, &np);
     free(t);
+    for (int i = 0; rc == TS_OK && i < np; i++) /* one pair a weight */
+        for (int k = 0; rc == TS_OK && k < i; k++)
+            if (pend[k].w == pend[i].w)
+                rc = ts_error(TS_ERR_FORMAT, "%s: two pairs adapt the same weight", path);
+    if (rc == TS_OK && np == 0)
+        rc = ts_error(TS_ERR_FORMAT, "%s: no LoRA pairs in the adapter", path);
+    if (rc != TS_OK && pend) {
+        for (int i = 0; i < np; i++)
+            pair_free(&pend[i].p);
+        free(pend);
+        pend = NULL, np = 0;
+    }
     char *copy = rc == TS_OK ? strdup(path) : NULL;
     if (rc == TS_OK && !copy) rc = ts_error(TS_ERR_NOMEM, "out of memory");
     /* each weight's list grows by one; the room first, so that nothing is half added */

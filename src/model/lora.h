@@ -51,8 +51,10 @@ struct ts_lora_set {
     int64_t max_rows; /* of an adapted weight */
 };
 
-/* Loads the adapter at path (a PEFT directory) into m->lora; *id its index. Before any engine
- * is made for the model (the runtimes size their buffers by the adapters). */
+/* Loads the adapter at path (a PEFT directory, or a GGUF LoRA file: blk.N.NAME.weight.lora_a /
+ * lora_b, scaled by adapter.lora.alpha / r as llama.cpp does, matched by ts_lora_target.gguf)
+ * into m->lora; *id its index. Before any engine is made for the model (the runtimes size their
+ * buffers by the adapters). */
 ts_status ts_lora_load(ts_model *m, const char *path, int *id);
 void ts_lora_set_free(struct ts_lora_set *s);
 const ts_lora_weight *ts_lora_find(const struct ts_lora_set *s, const ts_tensor *w);

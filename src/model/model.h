@@ -76,11 +76,12 @@ typedef struct ts_arch ts_arch;
 
 /* A weight the architecture lets LoRA adapters change (model/lora.h): its decoder layer, its
  * module's name under the layer in Hugging Face's model (PEFT's names: "self_attn.q_proj",
- * "mlp.down_proj") and the weight its forward multiplies by through the ts_lora_matmul*
- * helpers. */
+ * "mlp.down_proj"), its name in llama.cpp's GGUF (between "blk.N." and ".weight": "attn_q";
+ * NULL where a GGUF adapter's pair could not be used as it is) and the weight its forward
+ * multiplies by through the ts_lora_matmul* helpers. */
 typedef struct {
     int layer;
-    const char *module;
+    const char *module, *gguf;
     const ts_tensor *w;
 } ts_lora_target;
 

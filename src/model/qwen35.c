@@ -381,24 +381,26 @@ static ts_status qwen35_load_gguf(ts_model *m) {
 }
 
 /* The weights LoRA adapters may change: every decoder layer's projections, as PEFT names the
- * modules of Hugging Face's Qwen3.5 (a GGUF's linear layers are back in that order at load). */
+ * modules of Hugging Face's Qwen3.5 (a GGUF's linear layers are back in that order at load).
+ * The linear attention's have no GGUF name here: llama.cpp's GGUF orders their value heads
+ * otherwise (qwen35_regroup_v), and so would a GGUF adapter's pairs. */
 static int qwen35_lora_targets(const ts_model *m, ts_lora_target *out, int max) {
     const qwen35_model *q = m->impl;
     int n = 0;
     for (int il = 0; il < q->hp.n_layers; il++) {
         const qwen35_layer *ly = &q->layers[il];
-        const ts_lora_target full[] = {{il, "self_attn.q_proj", ly->wq},
-                                       {il, "self_attn.k_proj", ly->wk},
-                                       {il, "self_attn.v_proj", ly->wv},
-                                       {il, "self_attn.o_proj", ly->wo}};
-        const ts_lora_target lin[] = {{il, "linear_attn.in_proj_qkv", ly->in_qkv},
-                                      {il, "linear_attn.in_proj_z", ly->in_z},
-                                      {il, "linear_attn.in_proj_b", ly->in_b},
-                                      {il, "linear_attn.in_proj_a", ly->in_a},
-                                      {il, "linear_attn.out_proj", ly->out_proj}};
-        const ts_lora_target mlp[] = {{il, "mlp.gate_proj", ly->gate},
-                                      {il, "mlp.up_proj", ly->up},
-                                      {il, "mlp.down_proj", ly->down}};
+        const ts_lora_target full[] = {{il, "self_attn.q_proj", "attn_q", ly->wq},
+                                       {il, "self_attn.k_proj", "attn_k", ly->wk},
+                                       {il, "self_attn.v_proj", "attn_v", ly->wv},
+                                       {il, "self_attn.o_proj", "attn_output", ly->wo}};
+        const ts_lora_target lin[] = {{il, "linear_attn.in_proj_qkv", NULL, ly->in_qkv},
+                                      {il, "linear_attn.in_proj_z", NULL, ly->in_z},
+                                      {il, "linear_attn.in_proj_b", NULL, ly->in_b},
+                                      {il, "linear_attn.in_proj_a", NULL, ly->in_a},
+                                      {il, "linear_attn.out_proj", NULL, ly->out_proj}};
+        const ts_lora_target mlp[] = {{il, "mlp.gate_proj", "ffn_gate", ly->gate},
+                                      {il, "mlp.up_proj", "ffn_up", ly->up},
+                                      {il, "mlp.down_proj", "ffn_down", ly->down}};
         const ts_lora_target *mix = q->hp.is_full[il] ? full : lin;
         int nmix = q->hp.is_full[il] ? 4 : 5;
         for (int k = 0; k < nmix + 3; k++, n++)

@@ -3,9 +3,11 @@
  * another with rsLoRA and an alpha_pattern, two at once at their own scales; on the model's
  * checkpoint, on its GGUF file (the adapter's names mapped onto the GGUF's weights) and on a
  * Q8_0 GGUF (the adapter over quantized weights) - and sequences with different adapters in one
- * batch. Also what a loader must refuse. TS_LORA_DEVICE=cuda runs the same on a GPU (skipped
- * without one). */
+ * batch; the Gemma 3 adapter as a GGUF adapter file too (llama.cpp's form). Also what a loader must
+ * refuse. TS_LORA_DEVICE=cuda runs the same on a GPU (skipped without one). */
 #include "fixture_util.h"
+#include "format/gguf.h"
+#include "format/safetensors.h"
 #include "tessera.h"
 #include "testutil.h"
 
@@ -291,6 +293,99 @@ static void check_mixed_batch(const lora_case *c) {
     ts_model_close(m);
 }
 
+/* A PEFT adapter of a Gemma 3 model as llama.cpp's convert_lora_to_gguf.py writes it: its
+ * pairs as blk.N.NAME.weight.lora_a / lora_b, general.architecture and alpha in the metadata;
+ * type "model" for a file that is no adapter. */
+static bool write_gguf_adapter(const char *peft_dir, const char *out, int n_layers, float alpha,
+                               const char *arch, const char *type) {
+    static const char *const peft[] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
+                                       "self_attn.o_proj", "mlp.gate_proj",    "mlp.up_proj",
+                                       "mlp.down_proj"};
+    static const char *const gguf[] = {"attn_q",   "attn_k", "attn_v",  "attn_output",
+                                       "ffn_gate", "ffn_up", "ffn_down"};
+    char file[8192];
+    snprintf(file, sizeof file, "%s/adapter_model.safetensors", peft_dir);
+    ts_st *st = NULL;
+    ts_gguf_writer *w = NULL;
+    if (ts_st_open(file, &st) != TS_OK || ts_gguf_writer_new(&w, 0) != TS_OK) return false;
+    bool ok = ts_gguf_writer_kv_str(w, "general.architecture", arch) == TS_OK &&
+              ts_gguf_writer_kv_str(w, "general.type", type) == TS_OK &&
+              ts_gguf_writer_kv_str(w, "adapter.type", "lora") == TS_OK &&
+              ts_gguf_writer_kv_f32(w, "adapter.lora.alpha", alpha) == TS_OK;
+    const ts_tensor *ts[2 * 7 * 64];
+    int n = 0;
+    for (int il = 0; ok && il < n_layers; il++)
+        for (int k = 0; ok && k < 7; k++)
+            for (int ab = 0; ok && ab < 2; ab++) {
+                char src[256], dst[64];
+                snprintf(src, sizeof src, "base_model.model.model.layers.%d.%s.lora_%c.weight", il,
+                         peft[k], ab ? 'B' : 'A');
+                snprintf(dst, sizeof dst, "blk.%d.%s.weight.lora_%c", il, gguf[k], ab ? 'b' : 'a');
+                const ts_tensor *t = ts_st_find(st, src);
+                ok = t && t->dtype == TS_DTYPE_F32 &&
+                     ts_gguf_writer_add_tensor(w, dst, TS_DTYPE_F32, 2, t->shape) == TS_OK;
+                ts[n++] = t;
+            }
+    ok = ok && ts_gguf_writer_begin(w, out) == TS_OK;
+    for (int i = 0; ok && i < n; i++)
+        ok = ts_gguf_writer_write(w, ts[i]->data, ts[i]->nbytes) == TS_OK;
+    ok = ok && ts_gguf_writer_end(w) == TS_OK;
+    ts_gguf_writer_free(w);
+    ts_st_close(st);
+    return ok;
+}
+
+/* The Gemma 3 case's adapter as a GGUF file, on the model's checkpoint and GGUF files: PEFT's
+ * logits again; and the GGUF adapters a loader must refuse. */
+static void check_gguf_adapter(const char *tmp, const char *q8, double q8_tol) {
+    const lora_case *c = &CASES[3];
+    char peft[8192], ad[8192], path[8192];
+    snprintf(peft, sizeof peft, "%s/lora/%s/all", g_fx, c->name);
+    snprintf(ad, sizeof ad, "%s/adapter.gguf", tmp);
+    CHECK(write_gguf_adapter(peft, ad, 6, 16.0f, "gemma3", "adapter"));
+    snprintf(path, sizeof path, "%s/%s", g_fx, c->base);
+    const char *models[2] = {path, q8};
+    for (int k = 0; k < 2; k++) {
+        ts_model *m = NULL;
+        if (ts_model_open(models[k], &m) != TS_OK) continue;
+        int id = -1;
+        ts_status st = ts_model_lora_load(m, ad, &id);
+        CHECKF(st == TS_OK && id == 0, "GGUF adapter: %s", st == TS_OK ? "id" : ts_last_error());
+        ts_engine *e = st == TS_OK ? make_engine(m, 1) : NULL;
+        int32_t *ids;
+        int n;
+        snprintf(path, sizeof path, "%s/lora/%s/prompt_1.ids", g_fx, c->name);
+        if (e && fx_read_ids(path, 0, &ids, &n) == 0) {
+            int V = ts_engine_n_vocab(e);
+            float one = 1.0f;
+            CHECK(ts_engine_slot_lora(e, 0, &one, 1) == TS_OK);
+            float *got = logits_of(e, 0, ids, n);
+            snprintf(path, sizeof path, "%s/lora/%s/all_1.logits", g_fx, c->name);
+            float *ref = fx_read_floats(path, (long)n * V);
+            double rel = got && ref ? tu_rel_l2(got, ref, (long)n * V) : 1.0;
+            CHECKF(rel <= (k ? q8_tol : LOGIT_TOL), "GGUF adapter on %s: rel L2 %.3g",
+                   k ? "Q8_0" : "the checkpoint", rel);
+            free(got), free(ref), free(ids);
+        }
+        ts_engine_free(e);
+        ts_model_close(m);
+    }
+    /* refused: a file that is no adapter; an adapter of another architecture */
+    ts_model *m = NULL;
+    if (ts_model_open(q8, &m) != TS_OK) return;
+    int id;
+    snprintf(ad, sizeof ad, "%s/model.gguf", tmp);
+    CHECK(write_gguf_adapter(peft, ad, 6, 16.0f, "gemma3", "model"));
+    CHECK(ts_model_lora_load(m, ad, &id) == TS_ERR_FORMAT &&
+          strstr(ts_last_error(), "not a LoRA adapter"));
+    snprintf(ad, sizeof ad, "%s/qwen.gguf", tmp);
+    CHECK(write_gguf_adapter(peft, ad, 6, 16.0f, "qwen35", "adapter"));
+    CHECK(ts_model_lora_load(m, ad, &id) == TS_ERR_FORMAT &&
+          strstr(ts_last_error(), "'qwen35' model"));
+    CHECK(ts_model_lora_count(m) == 0);
+    ts_model_close(m);
+}
+
 /* What the loader refuses, each with a message naming the reason. */
 static void check_refusals(const char *tmp) {
     char base[8192], dir[8192], cmd[8192 * 4];
@@ -303,9 +398,10 @@ static void check_refusals(const char *tmp) {
     CHECK(ts_model_lora_load(m, dir, &id) != TS_OK && id == -1);
     CHECKF(strstr(ts_last_error(), "must be [r,") != NULL, "message: %s", ts_last_error());
     CHECK(ts_model_lora_count(m) == 0);
-    /* not a directory; a missing one */
+    /* a file that is neither a PEFT directory nor a GGUF adapter; a missing one */
     snprintf(dir, sizeof dir, "%s/lora/gemma3/all/adapter_config.json", g_fx);
-    CHECK(ts_model_lora_load(m, dir, &id) == TS_ERR_UNSUPPORTED);
+    CHECKF(ts_model_lora_load(m, dir, &id) == TS_ERR_FORMAT && strstr(ts_last_error(), "neither"),
+           "%s", ts_last_error());
     CHECK(ts_model_lora_load(m, "/nonexistent/adapter", &id) == TS_ERR_IO);
     /* variants with another forward: DoRA, trained biases; a broken config */
     static const struct {
@@ -391,6 +487,7 @@ int main(void) {
             double qe = quant_error(c, path, gguf);
             CHECKF(qe > 0 && qe < 0.2, "%s: Q8_0 error %.3g", c->name, qe);
             check_runs(c, gguf, "gguf q8_0", 2 * qe);
+            if (c == &CASES[3]) check_gguf_adapter(tmp, gguf, 2 * qe);
         }
     }
     if (g_skip) {
