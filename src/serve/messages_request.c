@@ -449,7 +449,8 @@ static bool read_request(const json_t *body, bool count, serve_msg_read *rd, ser
                                        "stop_token_ids",
                                        "min_tokens",
                                        "ignore_eos",
-                                       "chat_template_kwargs"};
+                                       "chat_template_kwargs",
+                                       "lora"};
     for (size_t i = 0; i < sizeof same / sizeof same[0]; i++)
         if ((v = json_object_get(body, same[i])) && json_object_set(chat, same[i], (json_t *)v))
             return oom(e);

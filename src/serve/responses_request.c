@@ -544,7 +544,8 @@ bool serve_rsp_request(const json_t *body, serve_rsp_store *store, serve_rsp_rea
                                        "min_tokens",
                                        "thinking_token_budget",
                                        "ignore_eos",
-                                       "chat_template_kwargs"};
+                                       "chat_template_kwargs",
+                                       "lora"};
     for (size_t i = 0; ok && i < sizeof same / sizeof same[0]; i++) {
         const json_t *v = json_object_get(body, same[i]);
         if (v) ok = json_object_set(c, same[i], (json_t *)v) == 0 || oom(e);

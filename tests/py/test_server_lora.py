@@ -98,6 +98,22 @@ def test_request_scales_and_defaults(adapters):
         c0 = srv.post_ok("/v1/chat/completions", chat)["choices"][0]["message"]["content"]
         c1 = srv.post_ok("/v1/chat/completions", {**chat, "lora": [{"id": 1, "scale": 2}]})
         assert c1["choices"][0]["message"]["content"] != c0
+        # the Responses and Messages APIs pass it on as chat reads it
+        ask = {"max_tokens": 12, "ignore_eos": True, "temperature": 0}
+        on = [{"id": 1, "scale": 2}]
+        want = [srv.post_ok("/v1/chat/completions", {**chat, **ask, "lora": x})["choices"][0]
+                ["message"]["content"] for x in ([], on)]
+        assert want[0] != want[1]
+        for x, w in zip(([], on), want):
+            r = srv.post_ok("/v1/responses", {"input": "hi", "max_output_tokens": 12,
+                                              "ignore_eos": True, "temperature": 0, "lora": x,
+                                              "store": False})
+            assert r["output"][-1]["content"][0]["text"] == w
+            m = srv.post_ok("/v1/messages", {"messages": [{"role": "user", "content": "hi"}],
+                                             **ask, "lora": x})
+            assert m["content"][-1]["text"] == w
+        status, _, r = srv.post("/v1/responses", {"input": "hi", "lora": [{"id": 5, "scale": 1}]})
+        assert status == 400 and r["error"]["param"].startswith("lora"), r
         t0 = srv.post_ok("/completion", {"prompt": PROMPT, "n_predict": 5, "temperature": 0})
         t1 = srv.post_ok("/completion", {"prompt": PROMPT, "n_predict": 5, "temperature": 0,
                                           "lora": [{"id": 0, "scale": 1}]})
