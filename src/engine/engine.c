@@ -33,7 +33,7 @@ void ts_engine_free(ts_engine *e) {
             if (e->mark_state[i]) e->be->ops->free(e->be, e->mark_state[i]);
     if (e->rt) e->model->arch->runtime_free(e->rt);
     ts_backend_free(e->be);
-    if (e->counted) e->model->n_engines--;
+    e->model->n_engines--;
     free(e->slot_lora);
     free(e->slot_state);
     free(e->slot_len);
@@ -68,7 +68,7 @@ ts_status ts_engine_create(ts_model *model, const ts_engine_opts *opts, ts_engin
     ts_engine *e = calloc(1, sizeof *e);
     if (!e) return ts_error(TS_ERR_NOMEM, "out of memory");
     e->model = model;
-    model->n_engines++, e->counted = true; /* no adapters load from now on (lora.c) */
+    model->n_engines++; /* no adapters load from now on (lora.c) */
     e->n_slots = o.n_slots;
     e->n_ctx = o.n_ctx;
     e->n_batch = o.n_batch;

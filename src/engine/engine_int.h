@@ -38,8 +38,7 @@ typedef struct {
 } ts_ahead;
 
 struct ts_engine {
-    ts_model *model;
-    bool counted; /* in model->n_engines */
+    ts_model *model; /* counted in model->n_engines while the engine exists */
     ts_backend *be;
     void *rt; /* the model's runtime (scratch, device parameters) */
     int n_slots, n_ctx, n_batch, n_vocab, n_embd;

@@ -202,7 +202,11 @@ void ts_matmul_glu(ts_backend *be, const ts_tensor *Wg, const ts_tensor *Wu, con
     float *y[2] = {tg, tu};
     int64_t ldy[2] = {ldt, ldt};
     ts_matmul_n(be, W, 2, x, ldx, n, pre, y, ldy);
-    int dim = (int)ts_tensor_rows(Wg);
+    ts_glu(be, gelu, tg, tu, ldt, n, (int)ts_tensor_rows(Wg), out, ldo);
+}
+
+void ts_glu(ts_backend *be, bool gelu, const float *tg, const float *tu, int64_t ldt, int n,
+            int dim, float *out, int64_t ldo) {
     if (gelu)
         be->ops->gelu_mul(be, tg, tu, ldt, n, dim, out, ldo);
     else

@@ -78,6 +78,10 @@ void ts_norm_add_rmsnorm(ts_backend *be, float *x, float *h, int n_rows, int dim
 /* x += h, then out = rmsnorm(x) with weights w; w NULL: the add alone. */
 void ts_add_rmsnorm(ts_backend *be, float *x, const float *h, int n_rows, int dim, int64_t ld,
                     const float *w, float eps, float *out);
+/* out = act(tg) * tu over n rows of dim (act: SiLU, or tanh-GELU when gelu): the gated MLP's
+ * activation once its two products are made. */
+void ts_glu(ts_backend *be, bool gelu, const float *tg, const float *tu, int64_t ldt, int n,
+            int dim, float *out, int64_t ldo);
 /* out = act(Wg x) * (Wu x) (act: SiLU, or tanh-GELU when gelu; x normed first with pre, as
  * ts_matmul_n), tg/tu scratch for the two products (rows of ldt; out may be tg): the backend's
  * matmul_glu, or matmul_n + swiglu/gelu_mul. */

@@ -202,7 +202,15 @@ typedef struct {
     ts_lora_pair p;
 } pending_pair;
 
-/* Every pair of a PEFT directory's adapter_model.safetensors, into pend (none kept on error). */
+/* The pairs an adapter's reader made: freed once by ts_lora_load when anything fails. */
+static void pending_free(pending_pair *pend, int np) {
+    for (int i = 0; i < np; i++)
+        pair_free(&pend[i].p);
+    free(pend);
+}
+
+/* Every pair of a PEFT directory's adapter_model.safetensors, into pend (on error, those made
+ * so far, for the caller to free). */
 static ts_status load_peft(const char *dir, const ts_lora_target *t, int nt, int id,
                            pending_pair **pend_out, int *n_out) {
     ts_peft_config cfg;
@@ -238,14 +246,8 @@ static ts_status load_peft(const char *dir, const ts_lora_target *t, int nt, int
     }
     ts_st_close(st);
     ts_peft_config_free(&cfg);
-    if (rc != TS_OK) {
-        for (int i = 0; i < np; i++)
-            pair_free(&pend[i].p);
-        free(pend);
-        return rc;
-    }
     *pend_out = pend, *n_out = np;
-    return TS_OK;
+    return rc;
 }
 
 /* ---- llama.cpp's GGUF adapters ----------------------------------------------------------- */
@@ -258,7 +260,7 @@ static double gguf_scale(const void *alpha, const char *module, int r) {
 
 /* Every pair of a GGUF LoRA file (convert_lora_to_gguf.py's: general.type "adapter",
  * adapter.type "lora", adapter.lora.alpha, tensors blk.N.NAME.weight.lora_a [r, in] and
- * .lora_b [out, r]), into pend. */
+ * .lora_b [out, r]), into pend (on error, those made so far). */
 static ts_status load_gguf(const ts_model *m, const char *path, const ts_lora_target *t, int nt,
                            int id, pending_pair **pend_out, int *n_out) {
     ts_gguf *g = NULL;
@@ -292,14 +294,17 @@ static ts_status load_gguf(const ts_model *m, const char *path, const ts_lora_ta
             for (int k = 0; k < nt && !tg; k++)
                 if (t[k].layer == layer && t[k].gguf && strcmp(t[k].gguf, kind) == 0) tg = &t[k];
         if (!tg) {
+            bool some = false; /* weights without a GGUF name: PEFT directories only */
+            for (int k = 0; k < nt && !some; k++)
+                some = t[k].gguf == NULL;
             rc = ts_error(TS_ERR_UNSUPPORTED,
                           "%s: tensor '%s': not a pair this model's decoder layers can take "
                           "from a GGUF adapter (blk.N.NAME.weight.lora_a / lora_b of a linear "
                           "weight%s)",
                           path, name,
-                          strcmp(m->arch->name, "qwen35") == 0
-                              ? "; the linear attention's are taken from the PEFT directory only"
-                              : "");
+                          some ? "; some of this model's weights take pairs from a PEFT "
+                                 "directory only"
+                               : "");
             break;
         }
         char name_b[128];
@@ -313,14 +318,8 @@ static ts_status load_gguf(const ts_model *m, const char *path, const ts_lora_ta
         if (rc == TS_OK) pend[np++].w = tg->w;
     }
     ts_gguf_close(g);
-    if (rc != TS_OK) {
-        for (int i = 0; i < np; i++)
-            pair_free(&pend[i].p);
-        free(pend);
-        return rc;
-    }
     *pend_out = pend, *n_out = np;
-    return TS_OK;
+    return rc;
 }
 
 ts_status ts_lora_load(ts_model *m, const char *path, int *id) {
@@ -362,12 +361,6 @@ ts_status ts_lora_load(ts_model *m, const char *path, int *id) {
                 rc = ts_error(TS_ERR_FORMAT, "%s: two pairs adapt the same weight", path);
     if (rc == TS_OK && np == 0)
         rc = ts_error(TS_ERR_FORMAT, "%s: no LoRA pairs in the adapter", path);
-    if (rc != TS_OK && pend) {
-        for (int i = 0; i < np; i++)
-            pair_free(&pend[i].p);
-        free(pend);
-        pend = NULL, np = 0;
-    }
     char *copy = rc == TS_OK ? strdup(path) : NULL;
     if (rc == TS_OK && !copy) rc = ts_error(TS_ERR_NOMEM, "out of memory");
     /* each weight's list grows by one; the room first, so that nothing is half added */
@@ -381,9 +374,8 @@ ts_status ts_lora_load(ts_model *m, const char *path, int *id) {
         e->pairs = grown;
     }
     if (rc != TS_OK) {
-        for (int i = 0; i < np; i++)
-            pair_free(&pend[i].p);
-        free(pend), free(copy);
+        pending_free(pend, np);
+        free(copy);
         return rc;
     }
     int rank = 0;
@@ -529,11 +521,7 @@ void ts_lora_matmul_glu(ts_lora_rt *lr, const ts_tensor *Wg, const ts_tensor *Wu
     float *y[2] = {tg, tu};
     int64_t ldy[2] = {ldt, ldt};
     ts_lora_matmul_n(lr, W, 2, x, ldx, n, pre, y, ldy);
-    int dim = (int)ts_tensor_rows(Wg);
-    if (gelu)
-        lr->be->ops->gelu_mul(lr->be, tg, tu, ldt, n, dim, out, ldo);
-    else
-        lr->be->ops->swiglu(lr->be, tg, tu, ldt, n, dim, out, ldo);
+    ts_glu(lr->be, gelu, tg, tu, ldt, n, (int)ts_tensor_rows(Wg), out, ldo);
 }
 
 /* ---- the public calls (tessera.h) ------------------------------------------------------- */

@@ -3,6 +3,8 @@
 #ifndef TS_FIXTURE_UTIL_H
 #define TS_FIXTURE_UTIL_H
 
+#include "tessera.h"
+
 #include <dirent.h>
 #include <math.h>
 #include <stdint.h>
@@ -106,6 +108,26 @@ static inline int fx_argmax(const float *x, int n) {
     for (int i = 1; i < n; i++)
         if (x[i] > x[b]) b = i;
     return b;
+}
+
+/* Every position's logits of ids run through slot (cleared first) in one forward: n rows of
+ * the vocabulary, malloc'd; NULL (the error printed) when the forward fails. */
+static inline float *fx_prefill_all(ts_engine *e, int slot, const int32_t *ids, int n) {
+    int V = ts_engine_n_vocab(e);
+    float *out = malloc((size_t)n * V * sizeof *out);
+    int32_t *pos = malloc((size_t)n * 4), *sl = malloc((size_t)n * 4);
+    uint8_t *want = malloc((size_t)n);
+    for (int i = 0; i < n; i++)
+        pos[i] = i, sl[i] = slot, want[i] = 1;
+    ts_batch b = {n, ids, pos, sl, want, NULL, NULL};
+    ts_engine_slot_clear(e, slot);
+    if (ts_engine_forward(e, &b, out) != TS_OK) {
+        fprintf(stderr, "forward: %s\n", ts_last_error());
+        free(out);
+        out = NULL;
+    }
+    free(pos), free(sl), free(want);
+    return out;
 }
 
 #endif

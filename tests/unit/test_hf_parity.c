@@ -29,25 +29,6 @@ static ts_engine *make_engine(ts_model *m, ts_isa isa, int n_slots, int n_batch)
     return e;
 }
 
-static float *prefill_all(ts_engine *e, int slot, const int32_t *ids, int n) {
-    int V = ts_engine_n_vocab(e);
-    float *out = malloc((size_t)n * V * sizeof *out);
-    int32_t *pos = malloc((size_t)n * 4), *sl = malloc((size_t)n * 4);
-    uint8_t *want = malloc((size_t)n);
-    for (int i = 0; i < n; i++) pos[i] = i, sl[i] = slot, want[i] = 1;
-    ts_batch b = {n, ids, pos, sl, want, NULL, NULL};
-    ts_engine_slot_clear(e, slot);
-    if (ts_engine_forward(e, &b, out) != TS_OK) {
-        fprintf(stderr, "forward: %s\n", ts_last_error());
-        free(out);
-        out = NULL;
-    }
-    free(pos);
-    free(sl);
-    free(want);
-    return out;
-}
-
 static void check_logits(const char *dir, const char *model, ts_engine *e, const char *label) {
     int V = ts_engine_n_vocab(e);
     for (int p = 0; p < N_PROMPTS; p++) {
@@ -59,7 +40,7 @@ static void check_logits(const char *dir, const char *model, ts_engine *e, const
         snprintf(path, sizeof path, "%s/%s/ref/prompt_%d.logits", dir, model, p);
         float *ref = fx_read_floats(path, (long)n * V);
         CHECKF(ref != NULL, "%s: cannot read %s", model, path);
-        float *got = prefill_all(e, 0, ids, n);
+        float *got = fx_prefill_all(e, 0, ids, n);
         CHECK(got != NULL);
         if (ref && got) {
             double rel = tu_rel_l2(got, ref, (long)n * V);
@@ -272,7 +253,7 @@ static void check_multi_sequence(const char *dir, const char *model, ts_model *m
     CHECK(e != NULL);
     if (!e) return;
     int V = ts_engine_n_vocab(e);
-    float *ra = prefill_all(e, 0, a, na), *rb = prefill_all(e, 0, b, nb);
+    float *ra = fx_prefill_all(e, 0, a, na), *rb = fx_prefill_all(e, 0, b, nb);
     /* batch: a's tokens on slot 2 and b's on slot 1, alternating runs of 5 */
     int n = na + nb, ia = 0, ib = 0, k = 0;
     int32_t *tok = malloc((size_t)n * 4), *pos = malloc((size_t)n * 4), *sl = malloc((size_t)n * 4);
@@ -327,7 +308,7 @@ static void check_rewind(const char *dir, const char *model, ts_model *m, bool e
         return;
     }
     int V = ts_engine_n_vocab(e);
-    float *ref = prefill_all(e, 0, a, na);
+    float *ref = fx_prefill_all(e, 0, a, na);
     float *rows = malloc((size_t)na * V * sizeof *rows);
     int32_t tok[16], pos[16], sl[16];
     uint8_t want[16];
@@ -487,7 +468,7 @@ static void check_config_forms(const char *dir, const char *model) {
         CHECKF(st == TS_OK, "%s config.%s.json: %s", model, forms[f], ts_last_error());
         if (st == TS_OK) {
             ts_engine *ea = make_engine(a, TS_ISA_AUTO, 1, 512), *eb = make_engine(b, TS_ISA_AUTO, 1, 512);
-            float *la = prefill_all(ea, 0, ids, n), *lb = prefill_all(eb, 0, ids, n);
+            float *la = fx_prefill_all(ea, 0, ids, n), *lb = fx_prefill_all(eb, 0, ids, n);
             CHECKF(la && lb && tu_rel_l2(lb, la, (long)n * ts_engine_n_vocab(ea)) == 0.0,
                    "%s: config.%s.json gives other logits", model, forms[f]);
             free(la), free(lb);

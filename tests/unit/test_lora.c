@@ -38,25 +38,6 @@ static ts_engine *make_engine(ts_model *m, int n_slots) {
     return e;
 }
 
-/* Every position's logits of ids in one slot; NULL on failure. */
-static float *logits_of(ts_engine *e, int slot, const int32_t *ids, int n) {
-    int V = ts_engine_n_vocab(e);
-    float *out = malloc((size_t)n * V * sizeof *out);
-    int32_t *pos = malloc((size_t)n * 4), *sl = malloc((size_t)n * 4);
-    uint8_t *want = malloc((size_t)n);
-    for (int i = 0; i < n; i++)
-        pos[i] = i, sl[i] = slot, want[i] = 1;
-    ts_batch b = {n, ids, pos, sl, want, NULL, NULL};
-    ts_engine_slot_clear(e, slot);
-    if (ts_engine_forward(e, &b, out) != TS_OK) {
-        fprintf(stderr, "forward: %s\n", ts_last_error());
-        free(out);
-        out = NULL;
-    }
-    free(pos), free(sl), free(want);
-    return out;
-}
-
 /* A run of a case: its adapters (by directory name) and scales, as meta.json lists them. The
  * fixture's meta.json is what the generator wrote; the runs are written out here again so the
  * test does not need a JSON reader. */
@@ -123,7 +104,7 @@ static double quant_error(const lora_case *c, const char *path, const char *q) {
         int n;
         snprintf(ip, sizeof ip, "%s/lora/%s/prompt_%d.ids", g_fx, c->name, c->prompts[p]);
         if (fx_read_ids(ip, 0, &ids, &n) != 0) continue;
-        float *la = logits_of(ea, 0, ids, n), *lb = logits_of(eb, 0, ids, n);
+        float *la = fx_prefill_all(ea, 0, ids, n), *lb = fx_prefill_all(eb, 0, ids, n);
         double d = la && lb ? tu_rel_l2(lb, la, (long)n * ts_engine_n_vocab(ea)) : 0;
         if (d > worst) worst = d;
         free(la), free(lb), free(ids);
@@ -189,7 +170,7 @@ static void check_runs(const lora_case *c, const char *model_path, const char *l
             continue;
         }
         double far = INFINITY; /* the least distance between a run and the base model */
-        float *base = logits_of(e, 0, ids, n);
+        float *base = fx_prefill_all(e, 0, ids, n);
         for (int r = 0; r < c->n_runs; r++) {
             const lora_run *run = &c->runs[r];
             snprintf(path, sizeof path, "%s/lora/%s/%s_%d.logits", g_fx, c->name, run->name,
@@ -198,7 +179,7 @@ static void check_runs(const lora_case *c, const char *model_path, const char *l
             float s[TS_MAX_LORA];
             scales_of(c, run, s);
             CHECK(ts_engine_slot_lora(e, 0, s, c->n_adapters) == TS_OK);
-            float *got = logits_of(e, 0, ids, n);
+            float *got = fx_prefill_all(e, 0, ids, n);
             CHECKF(ref && got, "%s %s %s: no logits", c->name, label, run->name);
             if (ref && got) {
                 double rel = tu_rel_l2(got, ref, (long)n * V);
@@ -218,7 +199,7 @@ static void check_runs(const lora_case *c, const char *model_path, const char *l
         /* scales back to 0: the base model again, bit for bit */
         float zero[TS_MAX_LORA] = {0};
         CHECK(ts_engine_slot_lora(e, 0, zero, c->n_adapters) == TS_OK);
-        float *again = logits_of(e, 0, ids, n);
+        float *again = fx_prefill_all(e, 0, ids, n);
         CHECKF(base && again && tu_rel_l2(again, base, (long)n * V) == 0.0,
                "%s %s: scales 0 are not the base model", c->name, label);
         free(base), free(again), free(ids);
@@ -244,7 +225,7 @@ static void check_mixed_batch(const lora_case *c) {
     int n;
     snprintf(path, sizeof path, "%s/lora/%s/prompt_%d.ids", g_fx, c->name, c->prompts[0]);
     if (fx_read_ids(path, 0, &ids, &n) != 0) return;
-    float *plain = logits_of(e, 2, ids, n); /* slot 2: no adapter */
+    float *plain = fx_prefill_all(e, 2, ids, n); /* slot 2: no adapter */
     const lora_run *ra = &c->runs[0], *rb = &c->runs[c->n_runs - 1];
     float sa[TS_MAX_LORA], sb[TS_MAX_LORA];
     scales_of(c, ra, sa), scales_of(c, rb, sb);
@@ -359,7 +340,7 @@ static void check_gguf_adapter(const char *tmp, const char *q8, double q8_tol) {
             int V = ts_engine_n_vocab(e);
             float one = 1.0f;
             CHECK(ts_engine_slot_lora(e, 0, &one, 1) == TS_OK);
-            float *got = logits_of(e, 0, ids, n);
+            float *got = fx_prefill_all(e, 0, ids, n);
             snprintf(path, sizeof path, "%s/lora/%s/all_1.logits", g_fx, c->name);
             float *ref = fx_read_floats(path, (long)n * V);
             double rel = got && ref ? tu_rel_l2(got, ref, (long)n * V) : 1.0;
