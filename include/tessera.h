@@ -75,6 +75,8 @@ typedef struct {
     /* The lengths its embeddings were trained to be cut to, as config.json declares them the
      * way vLLM reads it: matryoshka_dimensions, or is_matryoshka true without a list (any). */
     ts_matryoshka matryoshka;
+    /* It carries a multi-token-prediction block (Qwen3.5's `mtp.*`): ts_engine_draft */
+    bool mtp;
 } ts_model_info;
 
 void ts_model_get_info(const ts_model *model, ts_model_info *info);
@@ -260,6 +262,22 @@ typedef struct {
 ts_status ts_model_lora_info(const ts_model *model, int id, ts_lora_info *out);
 /* scales[0..n) for adapters 0..n-1 (n <= ts_model_lora_count); the others 0. */
 ts_status ts_engine_slot_lora(ts_engine *engine, int slot, const float *scales, int n);
+
+/* ---- Multi-token prediction: drafts for speculative decoding --------------------------------
+ * A Qwen3.5 checkpoint's MTP block guesses the token after next from the model's last hidden
+ * state and the next token (ts_model_info.mtp). ts_model_mtp_enable, before any engine is made
+ * for the model (TS_ERR_INVALID after), makes its engines run the block on every forward, a
+ * layer's work more a token, so that ts_engine_draft can guess: each slot's state then also
+ * holds the block's KV rows and its last hidden state (ts_model_state_bytes grows).
+ * ts_engine_draft: for each of n slots, tokens[i] is the token that follows what slots[i]
+ * holds (not run yet); the block guesses the k tokens after it, greedily, into ids[i * k + j]
+ * - and their logits into logits[(j * n + i) * n_vocab] unless NULL. rope_shift (NULL: none)
+ * is each slot's rotary shift (text after images). The slots keep their lengths: the block's
+ * rows it writes past a slot's length are rewritten when the tokens there run. A slot must
+ * hold a token at least, and have room for k more. */
+ts_status ts_model_mtp_enable(ts_model *model);
+ts_status ts_engine_draft(ts_engine *engine, int n, const int32_t *slots, const int32_t *tokens,
+                          const int32_t *rope_shift, int k, int32_t *ids, float *logits);
 
 /* Measured read bandwidth of main memory with n_threads threads (0 = all cores), in GB/s:
  * the denominator of the decode roofline. Takes about a second. */

@@ -214,3 +214,14 @@ ts_status ts_synth_write(const char *arch, const char *preset, const char *dtype
 bool ts_model_vision(const ts_model *m, ts_vision_info *out) {
     return m->arch->vision && m->arch->vision(m, out);
 }
+
+ts_status ts_model_mtp_enable(ts_model *m) {
+    if (!m->info.mtp || !m->arch->draft)
+        return ts_error(TS_ERR_UNSUPPORTED, "%s has no multi-token-prediction block (MTP)",
+                        m->path);
+    if (m->n_engines > 0 && !m->mtp_on)
+        return ts_error(TS_ERR_INVALID, "the MTP block is turned on before any engine is made for "
+                                        "the model");
+    m->mtp_on = true;
+    return TS_OK;
+}

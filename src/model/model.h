@@ -98,6 +98,9 @@ struct ts_model {
     ts_embed_head head; /* an embedding model's Dense layers (none for the others) */
     struct ts_lora_set *lora; /* LoRA adapters loaded (ts_model_lora_load), or NULL */
     int n_engines;            /* engines made for the model and not freed */
+    /* ts_model_mtp_enable: the engines run the MTP block on every forward (its KV rows and
+     * the last hidden state are part of a slot's state) so that they can draft */
+    bool mtp_on;
 };
 
 /* A run of per-position rows in a sequence's state (ts_arch.state_rows). */
@@ -135,6 +138,13 @@ struct ts_arch {
     void (*runtime_free)(void *rt);
     /* Runs one batch (n_tokens <= n_batch); logits rows for wanted tokens go to logits (host). */
     ts_status (*forward)(void *rt, const ts_fwd_batch *b, float *logits);
+    /* Multi-token prediction (NULL: the architecture has none; ts_engine_draft): runs the
+     * model's MTP block once for each of b's tokens, one a slot, and writes their logits to
+     * logits or (b->argmax) their argmax. Token i follows the position b->pos[i], whose final
+     * hidden state it is paired with: the slot's last one (kept in its state) or, with chain,
+     * the block's own output for row i in the previous call. The block's KV row at b->pos[i]
+     * is written. Only with m->mtp_on. */
+    ts_status (*draft)(void *rt, const ts_fwd_batch *b, bool chain, float *logits);
     /* Vision (NULL, or false from vision: the model takes no images; see tessera.h). */
     bool (*vision)(const ts_model *m, ts_vision_info *out);
     /* Encodes an image already resized to plan's size into plan->n_tokens rows of n_embd floats

@@ -98,6 +98,9 @@ static ts_status read_hparams(const ts_hfconfig *c, qwen35_hparams *h) {
     h->n_ctx_train = (int)ctx;
     TS_TRY(ts_hfconfig_bool_opt(c, "attn_output_gate", true, &h->attn_gate));
     TS_TRY(ts_hfconfig_bool_opt(c, "tie_word_embeddings", true, &h->tied));
+    int64_t n_mtp;
+    TS_TRY(ts_hfconfig_int_opt(c, "mtp_num_hidden_layers", 0, 64, 0, &n_mtp));
+    h->n_mtp = (int)n_mtp;
 
     /* RoPE: newer configs nest it in rope_parameters, older ones keep top-level keys. */
     double theta, prf;
@@ -142,6 +145,8 @@ static size_t host_param_count(const qwen35_hparams *h) {
         else
             n += (size_t)qwen35_conv_dim(h) * h->conv_k + 2 * (size_t)h->lin_hv + h->lin_dv;
     }
+    /* an MTP block: its three norms, a full-attention layer's two and q / k norms */
+    if (h->n_mtp > 0) n += 5 * (size_t)h->n_embd + 2 * (size_t)h->head_dim;
     return n;
 }
 
@@ -227,17 +232,17 @@ static ts_status norm(loader *L, const char *fmt, int layer, int64_t n, float **
     return TS_OK;
 }
 
-static ts_status load_layer(loader *L, qwen35_model *q, int i, float **cur) {
-    const qwen35_hparams *h = &q->hp;
+/* A decoder block's weights: a full-attention one (full) or a linear-attention one. */
+static ts_status load_block(loader *L, const qwen35_hparams *h, qwen35_layer *ly, int i, bool full,
+                            float **cur) {
     const qwen35_names *nm = L->nm;
-    qwen35_layer *ly = &q->layers[i];
     int D = h->n_embd;
     TS_TRY(norm(L, nm->ln1, i, D, cur, &ly->ln1));
     TS_TRY(norm(L, nm->ln2, i, D, cur, &ly->ln2));
     TS_TRY(mat(L, nm->gate, i, h->n_ff, D, &ly->gate));
     TS_TRY(mat(L, nm->up, i, h->n_ff, D, &ly->up));
     TS_TRY(mat(L, nm->down, i, D, h->n_ff, &ly->down));
-    if (h->is_full[i]) {
+    if (full) {
         int qrows = h->n_head * h->head_dim * (h->attn_gate ? 2 : 1);
         TS_TRY(mat(L, nm->wq, i, qrows, D, &ly->wq));
         TS_TRY(mat(L, nm->wk, i, h->n_kv_head * h->head_dim, D, &ly->wk));
@@ -270,7 +275,52 @@ static ts_status load_layer(loader *L, qwen35_model *q, int i, float **cur) {
         for (int k = 0; k < h->lin_hv; k++) ly->neg_exp_a[k] = -expf(ly->neg_exp_a[k]);
     TS_TRY(vec(L, nm->dt_bias, i, h->lin_hv, cur, &ly->dt_bias));
     TS_TRY(vec(L, nm->gnorm, i, h->lin_dv, cur, &ly->gnorm));
-    return nm->hf ? TS_OK : qwen35_regroup_v(q, i);
+    return TS_OK;
+}
+
+static ts_status load_layer(loader *L, qwen35_model *q, int i, float **cur) {
+    TS_TRY(load_block(L, &q->hp, &q->layers[i], i, q->hp.is_full[i], cur));
+    return L->nm->hf || q->hp.is_full[i] ? TS_OK : qwen35_regroup_v(q, i);
+}
+
+/* The MTP block, where the file has one: Hugging Face's `mtp.fc`, `mtp.pre_fc_norm_embedding`,
+ * `mtp.pre_fc_norm_hidden`, `mtp.norm` and `mtp.layers.0.*`; llama.cpp's GGUF puts it in
+ * block n_layers (`nextn.eh_proj`, `nextn.enorm`, `nextn.hnorm`, `nextn.shared_head_norm` -
+ * else the output norm - beside a full-attention block's tensors). A file that declares one
+ * and does not hold its projection has none (converters may drop it); one that holds it must
+ * hold all of it, in the right shapes. Its weights are not counted as the model's: they are
+ * read only while drafting. */
+static ts_status load_mtp(loader *L, qwen35_model *q, float **cur) {
+    const qwen35_hparams *h = &q->hp;
+    qwen35_mtp *mt = &q->mtp;
+    const ts_model *m = L->m;
+    bool hf = L->nm->hf;
+    int D = h->n_embd, at = hf ? 0 : h->n_layers;
+    char fc[64];
+    snprintf(fc, sizeof fc, hf ? "mtp.fc.weight" : "blk.%d.nextn.eh_proj.weight", at);
+    if (h->n_mtp < 1 || !(m->gguf ? ts_gguf_find(m->gguf, fc) : ts_st_find(m->st, fc)))
+        return TS_OK;
+    loader M = *L;
+    snprintf(M.prefix, sizeof M.prefix, "%s", hf ? "mtp." : "");
+    TS_TRY(
+        mat(&M, hf ? "fc.weight" : "blk.%d.nextn.eh_proj.weight", at, D, 2 * (int64_t)D, &mt->fc));
+    TS_TRY(norm(&M, hf ? "pre_fc_norm_embedding.weight" : "blk.%d.nextn.enorm.weight", at, D, cur,
+                &mt->enorm));
+    TS_TRY(norm(&M, hf ? "pre_fc_norm_hidden.weight" : "blk.%d.nextn.hnorm.weight", at, D, cur,
+                &mt->hnorm));
+    char hn[64];
+    snprintf(hn, sizeof hn, "blk.%d.nextn.shared_head_norm.weight", at);
+    if (hf || ts_gguf_find(m->gguf, hn)) {
+        TS_TRY(norm(&M, hf ? "norm.weight" : "blk.%d.nextn.shared_head_norm.weight", at, D, cur,
+                    &mt->norm));
+    } else { /* the model's final norm, as llama.cpp falls back to */
+        mt->norm = *cur;
+        *cur += D;
+        memcpy(mt->norm, q->final_norm, (size_t)D * sizeof(float));
+    }
+    TS_TRY(load_block(&M, h, &mt->layer, at, true, cur));
+    mt->present = true;
+    return TS_OK;
 }
 
 static void qwen35_unload(ts_model *m) {
@@ -303,6 +353,12 @@ static ts_status finish_load(ts_model *m, qwen35_model *q, loader *L) {
     if (st == TS_OK) st = norm(L, nm->final_norm, 0, h->n_embd, &cur, &q->final_norm);
     for (int i = 0; st == TS_OK && i < h->n_layers; i++) st = load_layer(L, q, i, &cur);
     if (st == TS_OK) {
+        int64_t params = L->n_params;
+        uint64_t bytes = L->bytes;
+        st = load_mtp(L, q, &cur);
+        L->n_params = params, L->bytes = bytes;
+    }
+    if (st == TS_OK) {
         /* the output head is never under the HF model prefix */
         const ts_tensor *lm =
             m->gguf ? ts_gguf_find(m->gguf, nm->head) : ts_st_find(m->st, nm->head);
@@ -325,6 +381,7 @@ static ts_status finish_load(ts_model *m, qwen35_model *q, loader *L) {
         qwen35_unload(m);
         return st;
     }
+    q->n_host_params = (size_t)(cur - q->host_params);
     m->info = (ts_model_info){
         .arch = "qwen35",
         .weight_dtype = ts_dtype_name(q->layers[0].gate->dtype),
@@ -337,6 +394,7 @@ static ts_status finish_load(ts_model *m, qwen35_model *q, loader *L) {
          * row is read for the input), or both when untied */
         .weight_bytes = L->bytes - (h->tied ? 0 : q->embed->nbytes) +
                         ts_dtype_row_bytes(q->embed->dtype, h->n_embd),
+        .mtp = q->mtp.present,
     };
     return TS_OK;
 }
@@ -422,6 +480,7 @@ const ts_arch ts_arch_qwen35 = {
     .runtime_create = qwen35_runtime_create,
     .runtime_free = qwen35_runtime_free,
     .forward = qwen35_forward,
+    .draft = qwen35_draft,
     .vision = qwen35_vision_info,
     .encode_image = qwen35_encode_image,
     .lora_targets = qwen35_lora_targets,

@@ -23,6 +23,9 @@ typedef struct {
     bool mrope_interleaved;
     int n_ctx_train;
     bool tied;
+    /* multi-token-prediction blocks the file declares (config mtp_num_hidden_layers, GGUF
+     * nextn_predict_layers: extra blocks after the n_layers, not counted in them) */
+    int n_mtp;
     bool is_full[QWEN35_MAX_LAYERS];
 } qwen35_hparams;
 
@@ -46,6 +49,18 @@ typedef struct {
     float *q_norm, *k_norm; /* [head_dim], 1 + w */
 } qwen35_layer;
 
+/* The multi-token-prediction block (checkpoints' `mtp.*`, a GGUF's extra block with its
+ * `nextn.*` tensors): it drafts the token after next for speculative decoding (qwen35_mtp.c).
+ * From the final hidden state h of a position (the final norm's output) and the embedding e of
+ * the token after it: u = fc [enorm(e); hnorm(h)], one full-attention decoder layer over u with
+ * its own KV rows, then norm and the model's output head. */
+typedef struct {
+    bool present;
+    const ts_tensor *fc;         /* [D, 2D] */
+    float *enorm, *hnorm, *norm; /* [D] each, 1 + w */
+    qwen35_layer layer;          /* a full-attention layer */
+} qwen35_mtp;
+
 /* tensors a GGUF load rearranged into memory of its own (qwen35_regroup_v) */
 #define QWEN35_MAX_OWNED (5 * QWEN35_MAX_LAYERS)
 
@@ -54,7 +69,9 @@ typedef struct {
     const ts_tensor *embed, *lm_head;
     float *final_norm; /* 1 + w */
     qwen35_layer layers[QWEN35_MAX_LAYERS];
+    qwen35_mtp mtp;     /* present: false without one */
     float *host_params; /* one allocation behind every float* above */
+    size_t n_host_params;
     ts_tensor *owned[QWEN35_MAX_OWNED];
     int n_owned;
     qwen35_vision *vision; /* NULL: text only */
@@ -66,8 +83,11 @@ typedef struct {
     size_t kc, vc;      /* full layers */
 } qwen35_state_off;
 
-void qwen35_state_layout(const qwen35_hparams *h, int n_ctx, qwen35_state_off *offs, size_t *total,
-                         size_t *seq_total);
+/* With mtp (ts_model.mtp_on): the MTP block's KV rows (kc, vc in *mtp_off) and the last final
+ * hidden state the sequence's forward made (mtp_off->conv: n_embd floats, in the summed-up
+ * part). mtp_off may be NULL without. */
+void qwen35_state_layout(const qwen35_hparams *h, bool mtp, int n_ctx, qwen35_state_off *offs,
+                         qwen35_state_off *mtp_off, size_t *total, size_t *seq_total);
 
 size_t qwen35_state_bytes(const ts_model *m, int n_ctx);
 size_t qwen35_seq_state_bytes(const ts_model *m);
@@ -76,6 +96,8 @@ ts_status qwen35_runtime_create(const ts_model *m, ts_backend *be, int n_batch, 
                                 void **rt);
 void qwen35_runtime_free(void *rt);
 ts_status qwen35_forward(void *rt, const ts_fwd_batch *b, float *logits);
+/* The arch's draft (ts_arch.draft; qwen35_mtp.c). */
+ts_status qwen35_draft(void *rt, const ts_fwd_batch *b, bool chain, float *logits);
 /* The vision tower on the runtime's backend (the arch's encode_image; qwen35_vision.h). */
 ts_status qwen35_encode_image(void *rt, const ts_image *const *frames, int n_frames,
                               const ts_image_plan *plan, float *out);

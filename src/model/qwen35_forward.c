@@ -5,56 +5,25 @@
  * runs: maximal stretches of consecutive tokens of one sequence. Runs of up to
  * TS_GDN_RECURRENT_MAX tokens use the recurrent form of the delta rule, longer runs the chunked
  * form (layers.h). */
-#include "model/layers.h"
-#include "model/lora.h"
-#include "model/qwen35.h"
+#include "model/qwen35_rt.h"
 #include "model/qwen35_vision.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* Logits are computed for at most this many tokens at a time, so the scratch for them stays
- * small even for a vocabulary of 250k. */
-
-typedef struct {
-    const qwen35_model *q;
-    ts_backend *be;
-    int n_batch, n_ctx;
-    qwen35_state_off offs[QWEN35_MAX_LAYERS];
-    /* scratch, [n_batch][width] each */
-    float *x, *h, *t1, *t2, *t3, *t4, *t5, *t6;
-    float *g, *beta; /* [n_batch][Hv] */
-    float *lh;       /* [ts_logit_rows(n_batch)][n_embd] */
-    float *logits;   /* [ts_logit_rows(n_batch)][n_vocab] */
-    /* backend copies of the small parameters (same layout as the host block) */
-    float *params;
-    int32_t *sel;           /* [n_batch] indices of tokens whose logits are wanted */
-    ts_run *runs;           /* [n_batch] */
-    ts_seq_run *sruns;      /* [n_batch] the runs with one layer's state buffers */
-    /* a batch with rotary positions of its own (images): each token's cosines and sines,
-     * [n_batch][rot_dim] on the backend and its host copy; NULL where the backend has no
-     * rope_cs */
-    float *rope_cs, *rope_cs_host;
-    /* this forward's rotary positions: the batch's pos, or one a token where its three MRoPE
-     * positions are equal (rope_one, host); mrope: they are not, rope_cs rotates */
-    const int32_t *rpos;
-    int32_t *rope_one;
-    bool mrope;
-    qwen35_venc *venc; /* the vision tower's workspace on be (NULL until the first image) */
-    ts_lora_rt lora;
-} qwen35_rt;
-
 /* A sequence's state: first every linear-attention layer's conv and recurrent state (what the
  * whole sequence so far sums up to: the prefix ts_engine_slot_mark saves, qwen35_seq_state_bytes),
  * then every full-attention layer's K and V rows, one per position (a rewind just stops reading
- * the rows past it). */
-void qwen35_state_layout(const qwen35_hparams *h, int n_ctx, qwen35_state_off *offs, size_t *total,
-                         size_t *seq_total) {
+ * the rows past it). With the MTP block on (qwen35_mtp.c), the summed-up part ends with the
+ * sequence's last final hidden state and the rows with the block's K and V. */
+void qwen35_state_layout(const qwen35_hparams *h, bool mtp, int n_ctx, qwen35_state_off *offs,
+                         qwen35_state_off *mtp_off, size_t *total, size_t *seq_total) {
     size_t off = 0;
     size_t conv = (size_t)(h->conv_k - 1) * qwen35_conv_dim(h) * sizeof(float);
     size_t rec = (size_t)h->lin_hv * h->lin_dk * h->lin_dv * sizeof(float);
     size_t kv = (size_t)n_ctx * h->n_kv_head * h->head_dim * sizeof(float);
+    qwen35_state_off mo = {0};
     for (int i = 0; i < h->n_layers; i++) {
         memset(&offs[i], 0, sizeof offs[i]);
         if (h->is_full[i]) continue;
@@ -62,6 +31,10 @@ void qwen35_state_layout(const qwen35_hparams *h, int n_ctx, qwen35_state_off *o
         off += conv;
         offs[i].rec = off;
         off += rec;
+    }
+    if (mtp) { /* the last final hidden state: where the block's next row starts */
+        mo.conv = off;
+        off += (size_t)h->n_embd * sizeof(float);
     }
     if (seq_total) *seq_total = off;
     for (int i = 0; i < h->n_layers; i++) {
@@ -71,14 +44,27 @@ void qwen35_state_layout(const qwen35_hparams *h, int n_ctx, qwen35_state_off *o
         offs[i].vc = off;
         off += kv;
     }
+    if (mtp) {
+        mo.kc = off;
+        off += kv;
+        mo.vc = off;
+        off += kv;
+    }
+    if (mtp_off) *mtp_off = mo;
     *total = off;
+}
+
+/* Whether the model's engines run its MTP block. */
+static bool mtp_runs(const ts_model *m) {
+    const qwen35_model *q = m->impl;
+    return m->mtp_on && q->mtp.present;
 }
 
 size_t qwen35_state_bytes(const ts_model *m, int n_ctx) {
     const qwen35_model *q = m->impl;
     qwen35_state_off offs[QWEN35_MAX_LAYERS];
     size_t total;
-    qwen35_state_layout(&q->hp, n_ctx, offs, &total, NULL);
+    qwen35_state_layout(&q->hp, mtp_runs(m), n_ctx, offs, NULL, &total, NULL);
     return total;
 }
 
@@ -86,23 +72,25 @@ size_t qwen35_seq_state_bytes(const ts_model *m) {
     const qwen35_model *q = m->impl;
     qwen35_state_off offs[QWEN35_MAX_LAYERS];
     size_t total, seq;
-    qwen35_state_layout(&q->hp, 1, offs, &total, &seq);
+    qwen35_state_layout(&q->hp, mtp_runs(m), 1, offs, NULL, &total, &seq);
     return seq;
 }
 
 int qwen35_state_rows(const ts_model *m, int n_ctx, ts_state_rows *out, int max) {
     const qwen35_model *q = m->impl;
     const qwen35_hparams *h = &q->hp;
-    qwen35_state_off offs[QWEN35_MAX_LAYERS];
+    qwen35_state_off offs[QWEN35_MAX_LAYERS], mo;
     size_t total;
-    qwen35_state_layout(h, n_ctx, offs, &total, NULL);
+    bool mtp = mtp_runs(m);
+    qwen35_state_layout(h, mtp, n_ctx, offs, &mo, &total, NULL);
     size_t row = (size_t)h->n_kv_head * h->head_dim * sizeof(float);
     int n = 0;
-    for (int i = 0; i < h->n_layers; i++) {
-        if (!h->is_full[i]) continue;
+    for (int i = 0; i <= h->n_layers; i++) {
+        const qwen35_state_off *o = i < h->n_layers ? &offs[i] : &mo;
+        if (i < h->n_layers ? !h->is_full[i] : !mtp) continue;
         if (n + 2 > max) return 0;
-        out[n++] = (ts_state_rows){offs[i].kc, row};
-        out[n++] = (ts_state_rows){offs[i].vc, row};
+        out[n++] = (ts_state_rows){o->kc, row};
+        out[n++] = (ts_state_rows){o->vc, row};
     }
     return n;
 }
@@ -124,6 +112,7 @@ void qwen35_runtime_free(void *p) {
     free(rt->rope_one);
     qwen35_venc_free(rt->venc);
     ts_lora_rt_free(&rt->lora);
+    qwen35_mtp_rt_free(rt);
     free(rt);
 }
 
@@ -146,7 +135,8 @@ ts_status qwen35_runtime_create(const ts_model *m, ts_backend *be, int n_batch, 
     rt->n_batch = n_batch;
     rt->n_ctx = n_ctx;
     size_t total;
-    qwen35_state_layout(h, n_ctx, rt->offs, &total, NULL);
+    rt->mtp = mtp_runs(m);
+    qwen35_state_layout(h, rt->mtp, n_ctx, rt->offs, &rt->mtp_rt.off, &total, NULL);
 
     size_t nb = (size_t)n_batch;
     size_t qg = (size_t)h->n_head * h->head_dim * (h->attn_gate ? 2 : 1);
@@ -180,16 +170,7 @@ ts_status qwen35_runtime_create(const ts_model *m, ts_backend *be, int n_batch, 
     rt->runs = malloc(nb * sizeof *rt->runs);
     rt->sruns = malloc(nb * sizeof *rt->sruns);
     /* the small parameters: one upload of the whole host block */
-    size_t np = 0;
-    {
-        const float *end = q->final_norm + h->n_embd;
-        for (int i = 0; i < h->n_layers; i++) {
-            const qwen35_layer *ly = &q->layers[i];
-            const float *last = h->is_full[i] ? ly->k_norm + h->head_dim : ly->gnorm + h->lin_dv;
-            if (last > end) end = last;
-        }
-        np = (size_t)(end - q->host_params);
-    }
+    size_t np = q->n_host_params;
     rt->params = be->ops->alloc(be, np * sizeof(float));
     if (!rt->params || !rt->sel || !rt->runs || !rt->sruns) {
         qwen35_runtime_free(rt);
@@ -197,6 +178,7 @@ ts_status qwen35_runtime_create(const ts_model *m, ts_backend *be, int n_batch, 
     }
     be->ops->upload(be, rt->params, q->host_params, np * sizeof(float));
     ts_status lst = ts_lora_rt_init(&rt->lora, m, be, n_batch);
+    if (lst == TS_OK && rt->mtp) lst = qwen35_mtp_rt_init(rt, n_batch);
     if (lst != TS_OK) {
         qwen35_runtime_free(rt);
         return lst;
@@ -214,10 +196,7 @@ ts_status qwen35_runtime_create(const ts_model *m, ts_backend *be, int n_batch, 
     return TS_OK;
 }
 
-/* The backend copy of a host parameter vector. */
-static const float *P(const qwen35_rt *rt, const float *host) {
-    return rt->params + (host - rt->q->host_params);
-}
+static const float *P(const qwen35_rt *rt, const float *host) { return qwen35_param(rt, host); }
 
 static void linear_attention(qwen35_rt *rt, int il, const ts_fwd_batch *b, const ts_run *runs,
                              int nr, const ts_prenorm *pre) {
@@ -276,10 +255,10 @@ static void linear_attention(qwen35_rt *rt, int il, const ts_fwd_batch *b, const
     ts_lora_matmul_add(&rt->lora, ly->out_proj, o, vd, n, rt->x, D, rt->h);
 }
 
-static void full_attention(qwen35_rt *rt, int il, const ts_fwd_batch *b, const ts_run *runs,
-                           int nr, const ts_prenorm *pre) {
+void qwen35_full_attention(qwen35_rt *rt, const qwen35_layer *ly, const qwen35_state_off *off,
+                           const ts_fwd_batch *b, const ts_run *runs, int nr,
+                           const ts_prenorm *pre) {
     const qwen35_hparams *hp = &rt->q->hp;
-    const qwen35_layer *ly = &rt->q->layers[il];
     ts_backend *be = rt->be;
     const ts_backend_ops *op = be->ops;
     int n = b->n_tokens, D = hp->n_embd, hd = hp->head_dim;
@@ -302,8 +281,8 @@ static void full_attention(qwen35_rt *rt, int il, const ts_fwd_batch *b, const t
                              .len = runs[r].len,
                              .pos0 = runs[r].pos0,
                              .rope_shift = rt->rpos[runs[r].start] - runs[r].pos0,
-                             .a = (float *)(st + rt->offs[il].kc),
-                             .b = (float *)(st + rt->offs[il].vc)};
+                             .a = (float *)(st + off->kc),
+                             .b = (float *)(st + off->vc)};
     }
     if (rt->mrope) { /* the batch's own rotary angles (mrope_table) */
         ts_qk_norm_rope(be, qg, qw, hstride, hp->n_head, P(rt, ly->q_norm), k, kvw, hp->n_kv_head,
@@ -324,9 +303,8 @@ static void full_attention(qwen35_rt *rt, int il, const ts_fwd_batch *b, const t
     ts_lora_matmul_add(&rt->lora, ly->wo, o, ow, n, rt->x, D, rt->h);
 }
 
-static void mlp(qwen35_rt *rt, int il, int n, const ts_prenorm *pre) {
+void qwen35_mlp(qwen35_rt *rt, const qwen35_layer *ly, int n, const ts_prenorm *pre) {
     const qwen35_hparams *hp = &rt->q->hp;
-    const qwen35_layer *ly = &rt->q->layers[il];
     int D = hp->n_embd, F = hp->n_ff;
     ts_lora_matmul_glu(&rt->lora, ly->gate, ly->up, rt->x, D, n, pre, false, rt->t1, rt->t2, F,
                        rt->t4, F);
@@ -409,6 +387,8 @@ ts_status qwen35_forward(void *p, const ts_fwd_batch *b, float *logits) {
                 be->ops->upload(be, rt->x + (size_t)i * D, b->embd[i],
                                 (size_t)run * D * sizeof(float));
         }
+    /* the MTP block pairs each token's input embedding with the hidden state before it */
+    if (rt->mtp) be->ops->copy(be, rt->mtp_rt.e, rt->x, (size_t)n * D * sizeof(float));
     /* a token whose three positions are equal (text, also after an image) is rotated as the
      * plain rope does at that one position (mrope_table's angles are the rope op's): a batch of
      * such tokens takes the plain and fused paths, a decode step after an image included */
@@ -431,13 +411,14 @@ ts_status qwen35_forward(void *p, const ts_fwd_batch *b, float *logits) {
         const qwen35_layer *ly = &q->layers[il];
         ts_prenorm pre1 = {P(rt, ly->ln1), hp->eps, rt->h}, pre2 = {P(rt, ly->ln2), hp->eps, rt->h};
         if (hp->is_full[il])
-            full_attention(rt, il, b, runs, nr, &pre1);
+            qwen35_full_attention(rt, ly, &rt->offs[il], b, runs, nr, &pre1);
         else
             linear_attention(rt, il, b, runs, nr, &pre1);
-        mlp(rt, il, n, &pre2);
+        qwen35_mlp(rt, ly, n, &pre2);
     }
     ts_output_head oh = {P(rt, q->final_norm),       hp->eps, q->lm_head, D, hp->n_vocab,
                          ts_logit_rows(rt->n_batch), 0};
     ts_output_logits(be, &oh, b, rt->x, rt->sel, rt->lh, rt->logits, logits);
+    if (rt->mtp) qwen35_mtp_follow(rt, b, runs, nr);
     return TS_OK;
 }

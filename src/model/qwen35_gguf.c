@@ -23,9 +23,13 @@ static int full_interval(const qwen35_hparams *h) {
     return 0;
 }
 
-static ts_status write_metadata(const ts_model *m, const qwen35_hparams *h, ts_gguf_writer *w) {
+/* n_mtp: MTP blocks written after the layers (llama.cpp counts them in block_count and says
+ * how many in nextn_predict_layers) */
+static ts_status write_metadata(const ts_model *m, const qwen35_hparams *h, int n_mtp,
+                                ts_gguf_writer *w) {
 #define U32(k, v) TS_TRY(ts_gguf_writer_kv_u32(w, "qwen35." k, (uint32_t)(v)))
-    U32("block_count", h->n_layers);
+    U32("block_count", h->n_layers + n_mtp);
+    if (n_mtp) U32("nextn_predict_layers", n_mtp);
     U32("context_length", h->n_ctx_train);
     U32("embedding_length", h->n_embd);
     U32("feed_forward_length", h->n_ff);
@@ -46,10 +50,10 @@ static ts_status write_metadata(const ts_model *m, const qwen35_hparams *h, ts_g
 #undef U32
     /* no interval describes the layers: the per-layer list newer llama.cpp reads first */
     if (!interval) {
-        bool rec[QWEN35_MAX_LAYERS];
+        bool rec[QWEN35_MAX_LAYERS + 1] = {0}; /* an MTP block is attention */
         for (int i = 0; i < h->n_layers; i++) rec[i] = !h->is_full[i];
         TS_TRY(ts_gguf_writer_kv_arr(w, "qwen35.attention.recurrent_layers", TS_GGUF_BOOL, rec,
-                                     (uint64_t)h->n_layers));
+                                     (uint64_t)(h->n_layers + n_mtp)));
     }
     /* interleaved M-RoPE sections; with text-only positions they do not change the result */
     int32_t sec[4] = {11, 11, 10, 0};
@@ -66,11 +70,12 @@ typedef struct {
     const ts_model *m;
     qz_plan *p;
     const char *prefix;
+    int hf_shift; /* a GGUF block's Hugging Face index is its own minus this (the MTP block's) */
 } planner;
 
 static ts_status src_of(const planner *P, const char *fmt, int layer, const ts_tensor **out) {
     char tail[160], name[256];
-    snprintf(tail, sizeof tail, fmt, layer < 0 ? 0 : layer);
+    snprintf(tail, sizeof tail, fmt, layer < 0 ? 0 : layer - P->hf_shift);
     snprintf(name, sizeof name, "%s%s", P->prefix, tail);
     *out = ts_st_find(P->m->st, name);
     if (!*out) return ts_error(TS_ERR_FORMAT, "%s: missing tensor '%s'", P->m->path, name);
@@ -150,42 +155,66 @@ static ts_status plan_full(planner *P, const qwen35_hparams *h, int i) {
                QZ_OP_ADD_ONE, NULL);
 }
 
+/* A decoder block: its norms, its mixer, its MLP. */
+static ts_status plan_block(planner *P, const qwen35_hparams *h, int i, bool full) {
+    int64_t D = h->n_embd;
+    TS_TRY(add(P, "blk.%d.attn_norm.weight", "layers.%d.input_layernorm.weight", i, 1, 1, D,
+               QZ_OP_ADD_ONE, NULL));
+    TS_TRY(add(P, "blk.%d.post_attention_norm.weight", "layers.%d.post_attention_layernorm.weight",
+               i, 1, 1, D, QZ_OP_ADD_ONE, NULL));
+    TS_TRY(full ? plan_full(P, h, i) : plan_linear(P, h, i));
+    TS_TRY(add(P, "blk.%d.ffn_gate.weight", "layers.%d.mlp.gate_proj.weight", i, 2, h->n_ff, D,
+               QZ_OP_NONE, NULL));
+    TS_TRY(add(P, "blk.%d.ffn_up.weight", "layers.%d.mlp.up_proj.weight", i, 2, h->n_ff, D,
+               QZ_OP_NONE, NULL));
+    return add(P, "blk.%d.ffn_down.weight", "layers.%d.mlp.down_proj.weight", i, 2, D, h->n_ff,
+               QZ_OP_NONE, NULL);
+}
+
+/* The MTP block as llama.cpp's converter writes it: block n_layers, a full-attention block's
+ * tensors and the nextn ones (its norms with the 1 added, as every (1 + w) norm). */
+static ts_status plan_mtp(planner *P, const qwen35_hparams *h) {
+    int64_t D = h->n_embd;
+    int i = h->n_layers;
+    P->prefix = "mtp.";
+    P->hf_shift = i;
+    TS_TRY(plan_block(P, h, i, true));
+    TS_TRY(
+        add(P, "blk.%d.nextn.eh_proj.weight", "fc.weight%.0d", i, 2, D, 2 * D, QZ_OP_NONE, NULL));
+    TS_TRY(add(P, "blk.%d.nextn.enorm.weight", "pre_fc_norm_embedding.weight%.0d", i, 1, 1, D,
+               QZ_OP_ADD_ONE, NULL));
+    TS_TRY(add(P, "blk.%d.nextn.hnorm.weight", "pre_fc_norm_hidden.weight%.0d", i, 1, 1, D,
+               QZ_OP_ADD_ONE, NULL));
+    return add(P, "blk.%d.nextn.shared_head_norm.weight", "norm.weight%.0d", i, 1, 1, D,
+               QZ_OP_ADD_ONE, NULL);
+}
+
 ts_status qwen35_gguf_plan(const ts_model *m, qz_plan *p) {
     const qwen35_model *q = m->impl;
     const qwen35_hparams *h = &q->hp;
     if (!h->attn_gate)
         return ts_error(TS_ERR_UNSUPPORTED, "%s: attn_output_gate false has no llama.cpp qwen35 "
                         "form", m->path);
-    TS_TRY(write_metadata(m, h, p->w));
+    TS_TRY(write_metadata(m, h, q->mtp.present, p->w));
     p->n_layers = h->n_layers;
     p->tok_pre = "qwen35";
     planner P = {m, p,
                  ts_st_find(m->st, "model.language_model.embed_tokens.weight")
                      ? "model.language_model."
-                     : "model."};
+                     : "model.",
+                 0};
     int64_t D = h->n_embd;
     TS_TRY(add(&P, "token_embd.weight%.0d", "embed_tokens.weight%.0d", -1, 2, h->n_vocab, D,
                QZ_OP_NONE, NULL));
-    for (int i = 0; i < h->n_layers; i++) {
-        TS_TRY(add(&P, "blk.%d.attn_norm.weight", "layers.%d.input_layernorm.weight", i, 1, 1, D,
-                   QZ_OP_ADD_ONE, NULL));
-        TS_TRY(add(&P, "blk.%d.post_attention_norm.weight",
-                   "layers.%d.post_attention_layernorm.weight", i, 1, 1, D, QZ_OP_ADD_ONE, NULL));
-        TS_TRY(h->is_full[i] ? plan_full(&P, h, i) : plan_linear(&P, h, i));
-        TS_TRY(add(&P, "blk.%d.ffn_gate.weight", "layers.%d.mlp.gate_proj.weight", i, 2, h->n_ff,
-                   D, QZ_OP_NONE, NULL));
-        TS_TRY(add(&P, "blk.%d.ffn_up.weight", "layers.%d.mlp.up_proj.weight", i, 2, h->n_ff, D,
-                   QZ_OP_NONE, NULL));
-        TS_TRY(add(&P, "blk.%d.ffn_down.weight", "layers.%d.mlp.down_proj.weight", i, 2, D,
-                   h->n_ff, QZ_OP_NONE, NULL));
-    }
+    for (int i = 0; i < h->n_layers; i++)
+        TS_TRY(plan_block(&P, h, i, h->is_full[i]));
     TS_TRY(add(&P, "output_norm.weight%.0d", "norm.weight%.0d", -1, 1, 1, D, QZ_OP_ADD_ONE, NULL));
     if (q->lm_head != q->embed) {
         P.prefix = "";
         TS_TRY(add(&P, "output.weight%.0d", "lm_head.weight%.0d", -1, 2, h->n_vocab, D,
                    QZ_OP_NONE, NULL));
     }
-    return TS_OK;
+    return q->mtp.present ? plan_mtp(&P, h) : TS_OK;
 }
 
 /* ---- reading ------------------------------------------------------------------------------- */
@@ -202,6 +231,16 @@ ts_status qwen35_read_gguf_hparams(const ts_model *m, qwen35_hparams *h) {
         dst = (int)u;                                                                              \
     } while (0)
     U32("block_count", h->n_layers, 1, QWEN35_MAX_LAYERS);
+    /* MTP blocks come after the decoder's, counted in block_count */
+    uint32_t nextn;
+    TS_TRY(ts_gguf_get_u32_opt(g, "qwen35.nextn_predict_layers", 0, &nextn));
+    if (nextn >= (uint32_t)h->n_layers)
+        return ts_error(TS_ERR_FORMAT,
+                        "%s: nextn_predict_layers %u leaves no decoder blocks of "
+                        "block_count %d",
+                        m->path, nextn, h->n_layers);
+    h->n_layers -= (int)nextn;
+    h->n_mtp = (int)nextn;
     U32("embedding_length", h->n_embd, 1, 1 << 16);
     U32("feed_forward_length", h->n_ff, 1, 1 << 20);
     U32("attention.head_count", h->n_head, 1, 1024);

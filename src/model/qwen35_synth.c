@@ -180,6 +180,25 @@ static ts_status walk(synth *s, const qwen35_hparams *h, bool data) {
         T2("model.visual.merger.linear_fc2.weight", D, M, 1.0f / sqrtf((float)M));
         T1("model.visual.merger.linear_fc2.bias", D, FILL_UNIFORM, 0.02f, false);
     }
+    /* the multi-token-prediction block, as the published checkpoints carry it (after all
+     * the rest, so that the other tensors' values do not depend on it) */
+    T2("mtp.fc.weight", D, 2 * D, 1.0f / sqrtf(2.0f * D));
+    T1("mtp.pre_fc_norm_embedding.weight", D, FILL_UNIFORM, 0.1f, false);
+    T1("mtp.pre_fc_norm_hidden.weight", D, FILL_UNIFORM, 0.1f, false);
+    T1("mtp.norm.weight", D, FILL_UNIFORM, 0.1f, false);
+#define MN(fmt) (snprintf(name, sizeof name, "mtp.layers.0." fmt), name)
+    T1(MN("input_layernorm.weight"), D, FILL_UNIFORM, 0.1f, false);
+    T1(MN("post_attention_layernorm.weight"), D, FILL_UNIFORM, 0.1f, false);
+    T2(MN("mlp.gate_proj.weight"), h->n_ff, D, sD);
+    T2(MN("mlp.up_proj.weight"), h->n_ff, D, sD);
+    T2(MN("mlp.down_proj.weight"), D, h->n_ff, 1.0f / sqrtf((float)h->n_ff));
+    T2(MN("self_attn.q_proj.weight"), qrows, D, sD);
+    T2(MN("self_attn.k_proj.weight"), kvw, D, sD);
+    T2(MN("self_attn.v_proj.weight"), kvw, D, sD);
+    T2(MN("self_attn.o_proj.weight"), D, h->n_head * h->head_dim, sD);
+    T1(MN("self_attn.q_norm.weight"), h->head_dim, FILL_UNIFORM, 0.1f, false);
+    T1(MN("self_attn.k_norm.weight"), h->head_dim, FILL_UNIFORM, 0.1f, false);
+#undef MN
 #undef T1
 #undef T2
     return TS_OK;
@@ -216,6 +235,7 @@ static ts_status write_config(const char *dir, const qwen35_hparams *h, ts_dtype
         "  \"linear_num_key_heads\": %d,\n  \"linear_num_value_heads\": %d,\n"
         "  \"linear_key_head_dim\": %d,\n  \"linear_value_head_dim\": %d,\n"
         "  \"linear_conv_kernel_dim\": %d,\n  \"full_attention_interval\": 4,\n"
+        "  \"mtp_num_hidden_layers\": 1,\n"
         "  \"rms_norm_eps\": 1e-06,\n  \"max_position_embeddings\": %d,\n"
         "  \"rope_parameters\": {\"rope_type\": \"default\", \"rope_theta\": 10000000, "
         "\"partial_rotary_factor\": 0.25, \"mrope_section\": [11, 11, 10], "
