@@ -207,6 +207,7 @@ int cmd_serve(int argc, char **argv) {
         INT_OPT("--max-connections-per-ip", 0, 65536, o.max_connections_per_ip)
         INT_OPT("--prefill-chunk", 1, 65536, o.prefill_chunk)
         INT_OPT("--draft-max", 0, 64, o.draft_max)
+        INT_OPT("--draft-mtp", 0, 64, o.draft_mtp)
         INT_OPT("--image-max-pixels", 1024, TS_IMAGE_MAX_PIXELS, image_px)
         INT_OPT("--media-url-max-mb", 1, 4096, o.media_url_max_mb)
         INT_OPT("--media-url-timeout", 1, 3600, o.media_url_timeout_s)
@@ -221,6 +222,9 @@ int cmd_serve(int argc, char **argv) {
     if (o.api_key && !*o.api_key) return cli_usage("--api-key must not be empty");
     for (int a = 0; lora_off && a < o.lora.n; a++) /* loaded, applied only when asked for */
         o.lora.scale[a] = 0.0f;
+    if (o.draft_mtp > o.draft_max)
+        return cli_usage("--draft-mtp %d: more than --draft-max %d guesses a step", o.draft_mtp,
+                         o.draft_max);
     o.max_body = (size_t)body_kb << 10;
     o.image_max_pixels = (int64_t)image_px;
     int rc = serve_run(&o);

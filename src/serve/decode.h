@@ -53,6 +53,8 @@ typedef struct {
     int draft_max;
     bool draft_lookup;
     int n_lora; /* LoRA adapters the model has (a job's scales for each: serve_job.lora) */
+    /* guesses a step from the model's multi-token-prediction block (0: none) */
+    int draft_mtp;
 } serve_decoder_opts;
 
 /* One working slot and the job running on it. */
@@ -99,6 +101,7 @@ typedef struct {
      * row whose first guess was wrong (each doubles the next wait): a wrong guess costs a row of
      * compute, which on a CPU is not free (speculate.c) */
     int draft_cap, draft_wait, draft_misses;
+    int mtp_want; /* guesses asked of the MTP block this step (0: none) */
 
     /* an embedding job (embed_lane.c): the input running, and its tokens' hidden states summed
      * so far (mean pooling; [n_embd], made with the lane's first such job) */
@@ -160,6 +163,10 @@ typedef struct {
     int32_t *s_tok, *s_pos, *s_slot, *s_rope, *s_ids;
     uint8_t *s_want;
     float *s_rows;
+    /* the step's guesses from the MTP block (with draft_mtp): the lanes asking, their slots,
+     * last tokens and rotary shifts [n_lanes], and the guesses [n_lanes x draft_mtp] */
+    int *m_lane;
+    int32_t *m_slot, *m_tok, *m_shift, *m_ids;
     /* [prefill chunk x n_embd] an embedding call's hidden states (embed_lane.c), made for the
      * first embedding job; the inputs a call completes (a lane's at most): their pooled states
      * [n_lanes x n_embd], embeddings [n_lanes x n_embd_out] and lanes, taken through the

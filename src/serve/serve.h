@@ -104,6 +104,9 @@ typedef struct {
      * prediction and, with draft_lookup, by prompt lookup (serve/speculate.c) */
     int draft_max;
     bool draft_lookup;
+    /* and, up to this many a step (0: none), from the model's multi-token-prediction block
+     * (ts_engine_draft) */
+    int draft_mtp;
     /* embeddings (POST /v1/embeddings): how an input's tokens' final hidden states become one
      * vector; TS_POOL_UNSET: the model's own pooling (an embedding model's), else the last
      * token's */

@@ -86,7 +86,7 @@ int serve_run(const serve_opts *opts) {
         opts->max_pending,   opts->n_parallel,    opts->cache_mb << 20,   opts->step_delay_ms,
         opts->load_delay_ms, opts->prefill_chunk, opts->image_max_pixels, opts->draft_max,
         opts->draft_lookup,  opts->pooling,       opts->matryoshka,       opts->lora.n,
-        opts->lora.path};
+        opts->lora.path,     opts->draft_mtp};
     int rc = 0;
     bool deadlines_on = false;
     if (serve_worker_start(&wo, &s->metrics, &s->worker) != TS_OK) {

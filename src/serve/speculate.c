@@ -10,7 +10,12 @@
  * The slot then holds the guesses that were not drawn; it is rewound to the answer
  * (ts_engine_slot_rewind, from the mark taken before the step): an attention-only model just
  * stops reading those rows, a model with linear-attention layers goes back to its mark and the
- * tokens from there run again in the lane's next step, ahead of its last token. */
+ * tokens from there run again in the lane's next step, ahead of its last token.
+ *
+ * With draft_mtp the model's multi-token-prediction block guesses too (ts_engine_draft), for
+ * lanes whose request brought no prediction and whose prompt lookup found nothing: one call
+ * for all such lanes before the step. It guesses from the slot's last hidden state, so a lane
+ * with tokens to run again (after a wrong guess) does not ask it that step. */
 #include "base/status.h"
 #include "serve/decode_int.h"
 
@@ -31,6 +36,16 @@ ts_status serve_spec_init(serve_decoder *d) {
      * written: a greedy step's rows stay on the device) */
     size_t rows = (size_t)d->o.n_lanes * (size_t)(d->o.draft_max + 1);
     d->s_rows = malloc(rows * (size_t)d->n_vocab * sizeof *d->s_rows);
+    if (d->o.draft_mtp > 0) {
+        size_t nl = (size_t)d->o.n_lanes;
+        d->m_lane = malloc(nl * sizeof *d->m_lane);
+        d->m_slot = malloc(nl * sizeof *d->m_slot);
+        d->m_tok = malloc(nl * sizeof *d->m_tok);
+        d->m_shift = malloc(nl * sizeof *d->m_shift);
+        d->m_ids = malloc(nl * (size_t)d->o.draft_mtp * sizeof *d->m_ids);
+        if (!d->m_lane || !d->m_slot || !d->m_tok || !d->m_shift || !d->m_ids)
+            return ts_error(TS_ERR_NOMEM, "out of memory for the MTP block's guesses");
+    }
     if (!d->s_tok || !d->s_pos || !d->s_slot || !d->s_rope || !d->s_ids || !d->s_want || !d->s_rows)
         return ts_error(TS_ERR_NOMEM,
                         "out of memory for speculative decoding's rows (%zu of %d floats): "
@@ -42,6 +57,7 @@ ts_status serve_spec_init(serve_decoder *d) {
 void serve_spec_free(serve_decoder *d) {
     free(d->s_tok), free(d->s_pos), free(d->s_slot), free(d->s_rope), free(d->s_ids);
     free(d->s_want), free(d->s_rows);
+    free(d->m_lane), free(d->m_slot), free(d->m_tok), free(d->m_shift), free(d->m_ids);
 }
 
 void serve_spec_start(serve_decoder *d, serve_lane *ln) {
@@ -55,10 +71,14 @@ void serve_spec_start(serve_decoder *d, serve_lane *ln) {
 static int min_i(int a, int b) { return a < b ? a : b; }
 
 /* The lane's guesses for this step into ln->draft: as many as the answer may still take after
- * the step's first token (max_tokens, the context) and the step's share allow. */
+ * the step's first token (max_tokens, the context) and the step's share allow. From the
+ * prediction or prompt lookup; where they have none, ln->mtp_want says how many to ask of the
+ * MTP block (mtp_guesses). */
 static int lane_guess(serve_decoder *d, serve_lane *ln, int redo) {
     const serve_job *j = ln->job;
-    if (!ln->guess.pred && !ln->guess.lookup) return 0;
+    ln->mtp_want = 0;
+    bool mtp = d->o.draft_mtp > 0 && redo == 0 && ln->n_seq >= 2;
+    if (!ln->guess.pred && !ln->guess.lookup && !mtp) return 0;
     if (ln->draft_wait > 0) {
         ln->draft_wait--;
         return 0;
@@ -69,7 +89,30 @@ static int lane_guess(serve_decoder *d, serve_lane *ln, int redo) {
     int k = serve_draft_guess(&ln->guess, ln->seq, ln->n_seq, ln->k, max, ln->draft);
     for (int i = 0; i < k; i++) /* the prompt's image tokens are keys, not ids */
         if (ln->draft[i] < 0 || ln->draft[i] >= d->n_vocab) return i;
+    if (k == 0 && mtp) ln->mtp_want = min_i(max, d->o.draft_mtp);
     return k;
+}
+
+/* The MTP block's guesses for every lane that asks (ln->mtp_want), in one call; a lane gets
+ * none where the call fails (guesses are never needed: the step runs without them). */
+static void mtp_guesses(serve_decoder *d) {
+    int n = 0, k = 0;
+    for (int l = 0; l < d->o.n_lanes; l++) {
+        serve_lane *ln = &d->lane[l];
+        if (!ln->job || !ln->decoding || ln->mtp_want <= 0) continue;
+        d->m_lane[n] = l, d->m_slot[n] = ln->slot, d->m_tok[n] = ln->last;
+        d->m_shift[n] = ln->job->images.delta;
+        k = ln->mtp_want > k ? ln->mtp_want : k;
+        n++;
+    }
+    if (n == 0) return;
+    bool ok = ts_engine_draft(d->o.engine, n, d->m_slot, d->m_tok, d->m_shift, k, d->m_ids, NULL) ==
+              TS_OK;
+    for (int i = 0; i < n; i++) {
+        serve_lane *ln = &d->lane[d->m_lane[i]];
+        ln->n_draft = ok ? ln->mtp_want : 0;
+        memcpy(ln->draft, d->m_ids + (size_t)i * k, (size_t)ln->n_draft * sizeof *ln->draft);
+    }
 }
 
 /* A lane whose draws the engine's argmax gives: greedy, nothing that adjusts or masks the
@@ -127,7 +170,7 @@ static int lane_draws(serve_decoder *d, serve_lane *ln, bool greedy, double dt) 
  * mostly wrong would slow the answer down. */
 static void lane_adapt(serve_decoder *d, serve_lane *ln, int right) {
     if (ln->n_draft == 0) return;
-    if (right == ln->n_draft) {
+    if (right == ln->n_draft) { /* (the MTP block's guesses are capped apart: lane_guess) */
         ln->draft_cap = min_i(d->o.draft_max, 2 * ln->draft_cap);
     } else {
         ln->draft_cap = right + 1;
@@ -155,12 +198,19 @@ bool serve_spec_step(serve_decoder *d) {
     ts_engine *e = d->o.engine;
     bool any = false, greedy = true, any_shift = false;
     int n = 0, rows = 0;
+    for (int l = 0; l < d->o.n_lanes; l++) { /* the guesses */
+        serve_lane *ln = &d->lane[l];
+        ln->n_draft = ln->mtp_want = 0;
+        if (!ln->job || !ln->decoding) continue;
+        int from = ts_engine_slot_len(e, ln->slot);
+        ln->n_draft = lane_guess(d, ln, ln->n_seq - 1 - from);
+    }
+    if (d->o.draft_mtp > 0) mtp_guesses(d);
     for (int l = 0; l < d->o.n_lanes; l++) {
         serve_lane *ln = &d->lane[l];
-        ln->n_draft = 0;
         if (!ln->job || !ln->decoding) continue;
         int from = ts_engine_slot_len(e, ln->slot), redo = ln->n_seq - 1 - from;
-        int k = lane_guess(d, ln, redo);
+        int k = ln->n_draft;
         if (k > 0 && ts_engine_slot_mark(e, ln->slot) != TS_OK) k = 0; /* no memory: no guess */
         ln->n_draft = k;
         if (k > 0) count_guesses(ln->job, 0, k);

@@ -208,6 +208,11 @@ static ts_status load(serve_worker *w) {
         TS_TRY(ts_model_lora_load(w->model, w->o.lora_path[a], NULL));
     ts_model_info info;
     ts_model_get_info(w->model, &info);
+    if (w->o.draft_mtp > 0 && ts_model_mtp_enable(w->model) != TS_OK) {
+        char why[256];
+        snprintf(why, sizeof why, "%s", ts_last_error());
+        return ts_error(TS_ERR_UNSUPPORTED, "--draft-mtp: %s", why);
+    }
     if (ts_tokenizer_vocab_size(w->tok) > info.n_vocab)
         return ts_error(TS_ERR_FORMAT, "%s: the tokenizer has %d tokens but the model only %d",
                         w->o.model_path, ts_tokenizer_vocab_size(w->tok), info.n_vocab);
@@ -261,7 +266,7 @@ static ts_status load(serve_worker *w) {
     serve_decoder_opts dopts = {
         w->engine,          w->tok,         &w->cache,         w->metrics,  lanes,
         w->o.step_delay_ms, chunk,          next_turn,         info.n_embd, w->model,
-        info.n_embd_out,    w->o.draft_max, w->o.draft_lookup, w->o.n_lora};
+        info.n_embd_out,    w->o.draft_max, w->o.draft_lookup, w->o.n_lora, w->o.draft_mtp};
     TS_TRY(serve_decoder_init(&w->dec, &dopts, job_done, w));
     serve_runtime *rt = &w->rt;
     rt->tok = w->tok;

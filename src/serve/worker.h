@@ -43,6 +43,7 @@ typedef struct {
     /* LoRA adapters to load with the model (ts_model_lora_load), ids in this order */
     int n_lora;
     const char *const *lora_path;
+    int draft_mtp; /* guesses a step from the model's MTP block (0: none; it is turned on) */
 } serve_worker_opts;
 
 /* Jobs run together by default. On 2 CPU cores 4 clients of the 0.8B get ~2.9x the tokens of

@@ -5,11 +5,12 @@ queues each next step before the
 caller has seen the token (engine/ahead.c); a stop, a second turn or another request must drop
 the held step without a trace. Skipped where the binary has no CUDA or there is no device."""
 import json
+import os
 import re
 
 import pytest
 
-from server_util import Server, at_once, chat, hold_conversations, tiny_model
+from server_util import Server, at_once, chat, fixtures, hold_conversations, tiny_model
 
 LONG = {"max_tokens": 48}
 
@@ -396,3 +397,19 @@ def test_lora_adapters_on_the_gpu(tmp_path):
         at_once(ask, 6)
         for i, g in enumerate(together):
             assert close(g, alone[i % 3]), (i, g, alone[i % 3])
+
+
+def test_mtp_drafts_on_the_gpu(tmp_path):
+    """The MTP block's guesses on the GPU (its rows following every forward, its drafts for all
+    lanes in one call): answers as the GPU's own plain steps give them, in fewer steps
+    (test_server_mtp.py's checks)."""
+    import test_server_mtp as tm
+    model = tm.mtp_model(str(tmp_path))
+    prompt = tm.read_ids(os.path.join(fixtures(), "qwen35_mtp", "tiny_mtp", "ref",
+                                      "greedy.ids"), 0)
+    with serve_cuda({}, "--draft-mtp", "2", "--cache-mb", "0", model=model) as srv, \
+            serve_cuda({}, "--draft-max", "0", "--cache-mb", "0", model=model) as plain:
+        tm.test_greedy_answer_is_the_same_in_fewer_steps(srv, plain, prompt)
+        for kw in tm.SAMPLED:
+            tm.test_draws_are_the_ones_without_guesses(srv, plain, prompt, kw)
+        tm.test_requests_at_once_each_as_alone(srv, plain, prompt)
