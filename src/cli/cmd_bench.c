@@ -82,6 +82,56 @@ static double time_decode(ts_engine *e, int n, int B, const int32_t *ids, int32_
     return cli_now() - t0;
 }
 
+/* n tokens of greedy decode of slot 0 (given depth tokens of context first) with speculative
+ * decoding as the server runs it: each step the MTP block guesses up to k tokens after the
+ * last one (ts_engine_draft) and the step checks them with it; the right ones are kept, the
+ * slot goes back to its mark past them, and the tokens from the mark run again in the next
+ * step, which guesses nothing (the block drafts from the slot's last hidden state). Returns
+ * seconds or < 0 on error; counts the guesses made and taken. */
+static double time_decode_mtp(ts_engine *e, int n, int k, const int32_t *ids, int32_t *ctx_pos,
+                              int32_t *ctx_slot, int depth, float *logits, long *made,
+                              long *taken) {
+    int32_t *hist = malloc(((size_t)n + (size_t)k + 2) * sizeof *hist);
+    int32_t tok[130], pos[130], out[65], guess[64], slot[130];
+    uint8_t want[130];
+    if (!hist || k > 64 || !fill_context(e, 0, ids, ctx_pos, ctx_slot, depth, logits)) {
+        free(hist);
+        return -1;
+    }
+    int have = 1, slot0 = 0; /* the answer's tokens known (the last one not yet run) */
+    hist[0] = 1;
+    double t0 = cli_now();
+    while (have - 1 < n) {
+        int held = ts_engine_slot_len(e, 0), last = depth + have - 1;
+        int g = held == last && held > 0 ? k : 0, m = 0;
+        if (g > n - have) g = n - have > 0 ? n - have : 0;
+        if (g > 0 &&
+            (ts_engine_draft(e, 1, &slot0, &hist[have - 1], NULL, g, guess, NULL) != TS_OK ||
+             ts_engine_slot_mark(e, 0) != TS_OK))
+            goto fail;
+        for (int p = held; p <= last + g; p++, m++) {
+            tok[m] = p <= last ? hist[p - depth] : guess[p - last - 1];
+            pos[m] = p, slot[m] = 0, want[m] = p >= last;
+        }
+        ts_batch b = {m, tok, pos, slot, want, NULL, NULL};
+        if (ts_engine_forward_greedy(e, &b, out) != TS_OK) goto fail;
+        int right = 0;
+        while (right < g && out[right] == guess[right])
+            hist[have + right] = guess[right], right++;
+        hist[have + right] = out[right];
+        have += right + 1;
+        *made += g, *taken += right;
+        int keep = depth + have - 1, got;
+        if (ts_engine_slot_len(e, 0) > keep && ts_engine_slot_rewind(e, 0, keep, &got) != TS_OK)
+            goto fail;
+    }
+    free(hist);
+    return cli_now() - t0;
+fail:
+    free(hist);
+    return -1;
+}
+
 /* "1,8,32": at most max values in [1, 256]; their count, or -1. */
 static int parse_batches(const char *s, int *out, int max) {
     int n = 0;
@@ -99,7 +149,7 @@ static int parse_batches(const char *s, int *out, int max) {
 
 int cmd_bench(int argc, char **argv) {
     cli_engine_args ea = {.model_path = cli_default_model()};
-    long n_pp = 512, n_tg = 128, reps = 3, depth = 0;
+    long n_pp = 512, n_tg = 128, reps = 3, depth = 0, mtp = 0;
     bool json = false, no_bw = false;
     int batches[16], n_batches = 0;
     const char *v;
@@ -118,6 +168,8 @@ int cmd_bench(int argc, char **argv) {
             if (!cli_parse_int(v, 0, 1 << 20, &depth)) return cli_usage("bad --depth '%s'", v);
         } else if ((v = cli_opt_value(argc, argv, &i, "-r", "--repetitions"))) {
             if (!cli_parse_int(v, 1, 1000, &reps)) return cli_usage("bad -r '%s'", v);
+        } else if ((v = cli_opt_value(argc, argv, &i, NULL, "--draft-mtp"))) {
+            if (!cli_parse_int(v, 1, 64, &mtp)) return cli_usage("bad --draft-mtp '%s'", v);
         } else if (strcmp(argv[i], "--json") == 0) {
             json = true;
         } else if (strcmp(argv[i], "--no-bandwidth") == 0) {
@@ -135,6 +187,9 @@ int cmd_bench(int argc, char **argv) {
     long batch_need = n_pp > depth ? n_pp : depth;
     if (!ea.n_batch) ea.n_batch = batch_need > max_b ? (int)batch_need : max_b;
     if (ea.n_slots < max_b) ea.n_slots = max_b;
+    if (mtp) ea.n_ctx += (int)mtp + 1, ea.mtp = true;
+    if (mtp && sp.temperature > 0)
+        return cli_usage("--draft-mtp: the speculative decode measured is greedy");
     ts_model *model;
     ts_engine *e;
     int rc = cli_open(&ea, &model, &e);
@@ -205,6 +260,21 @@ int cmd_bench(int argc, char **argv) {
         if (t) agg[bi] = (double)batches[bi] * n_tg / median(t, (int)reps);
         free(t);
     }
+    /* greedy decode with the MTP block's guesses checked in each step */
+    double mtp_tps = 0;
+    long made = 0, taken = 0;
+    if (mtp && n_tg > 0) {
+        double *t = calloc((size_t)reps, sizeof *t);
+        for (long r = 0; t && r < reps; r++)
+            if ((t[r] = time_decode_mtp(e, (int)n_tg, (int)mtp, ids, pos, slot, (int)depth, logits,
+                                        &made, &taken)) < 0) {
+                free(t);
+                rc = cli_fail("bench");
+                goto done;
+            }
+        if (t) mtp_tps = n_tg / median(t, (int)reps);
+        free(t);
+    }
     double t_pp = median(pp, (int)reps), t_tg = median(tg, (int)reps);
     double pp_tps = n_pp > 0 ? n_pp / t_pp : 0, tg_tps = n_tg > 0 ? n_tg / t_tg : 0;
     /* the roofline of the memory the weights are read from */
@@ -239,7 +309,12 @@ int cmd_bench(int argc, char **argv) {
         for (int bi = 0; bi < n_batches; bi++)
             printf("%s{\"sequences\": %d, \"tokens_per_s\": %.2f}", bi ? ", " : "", batches[bi],
                    agg[bi]);
-        printf("]}\n");
+        printf("]");
+        if (mtp)
+            printf(", \"draft_mtp\": {\"max\": %ld, \"tokens_per_s\": %.3f, \"drafted\": %ld, "
+                   "\"accepted\": %ld}",
+                   mtp, mtp_tps, made, taken);
+        printf("}\n");
     } else {
         char at[32] = ""; /* llama-bench's notation for tests after some context */
         if (depth > 0) snprintf(at, sizeof at, " @ d%ld", depth);
@@ -257,7 +332,15 @@ int cmd_bench(int argc, char **argv) {
             printf("| %s | %s | %.0fM | %.0f MB | %s | tg%ld%s x %d seqs | %.2f |\n", info.arch,
                    info.weight_dtype, info.n_params / 1e6, info.weight_bytes / 1e6,
                    ts_engine_describe(e), n_tg, at, batches[bi], agg[bi]);
+        if (mtp && n_tg > 0)
+            printf("| %s | %s | %.0fM | %.0f MB | %s | tg%ld%s mtp %ld | %.2f |\n", info.arch,
+                   info.weight_dtype, info.n_params / 1e6, info.weight_bytes / 1e6,
+                   ts_engine_describe(e), n_tg, at, mtp, mtp_tps);
         if (n_pp > 0) printf("\ntime to first token (pp%ld): %.1f ms\n", n_pp, t_pp * 1e3);
+        if (mtp && n_tg > 0)
+            printf("%sMTP guesses (tg%ld mtp %ld, greedy): %ld made, %ld taken (%.0f%%); the other "
+                   "rows run with the block on (each forward also runs it)\n",
+                   n_pp > 0 ? "" : "\n", n_tg, mtp, made, taken, made ? 100.0 * taken / made : 0.0);
         if (sampled && n_tg > 0)
             printf("%sdecode draws at temperature %g, top-k %d, top-p %g, min-p %g (seed %llu, "
                    "one more a sequence)\n",

@@ -98,6 +98,11 @@ int cli_open(const cli_engine_args *a, ts_model **model, ts_engine **engine) {
             *model = NULL;
             return cli_fail("cannot load the LoRA adapter");
         }
+    if (a->mtp && ts_model_mtp_enable(*model) != TS_OK) {
+        ts_model_close(*model);
+        *model = NULL;
+        return cli_fail("--draft-mtp");
+    }
     ts_model_info info;
     ts_model_get_info(*model, &info);
     ts_engine_opts o;

@@ -15,6 +15,7 @@ typedef struct {
     int n_lora;
     const char *lora_path[TS_MAX_LORA];
     float lora_scale[TS_MAX_LORA];
+    bool mtp; /* the model's multi-token-prediction block on (ts_model_mtp_enable) */
 } cli_engine_args;
 
 /* Parses --threads/-t, --ctx/-c, --batch/-b, --device cpu|cuda, -m/--model, --lora and

@@ -33,7 +33,7 @@ static const struct {
      "[--device cpu|cuda] [--prefill-chunk N] [--image-max-pixels N] [--allow-media-urls] "
      "[--media-url-max-mb 32] [--media-url-timeout 10] [--allowed-media-domains HOST,...] "
      "[--allowed-media-dir DIR] [--draft-max 8] "
-     "[--draft-lookup] [--pooling last|mean|cls] [--matryoshka any|LENGTHS] "
+     "[--draft-lookup] [--draft-mtp N] [--pooling last|mean|cls] [--matryoshka any|LENGTHS] "
      "[--lora PATH ...] [--lora-scaled PATH SCALE ...] [--lora-modules NAME=PATH ...] "
      "[--lora-init-without-apply]"},
     {"ppl", cmd_ppl,
@@ -48,7 +48,7 @@ static const struct {
     {"bench", cmd_bench,
      "bench -m MODEL [-p 512] [-n 128] [-r REPS] [-d DEPTH] "
      "[--parallel 1,8,32] [--temp T] [--top-k K] [--top-p P] [--min-p P] [--seed S] "
-     "[--threads K] [--no-bandwidth] [--json]"},
+     "[--draft-mtp N] [--threads K] [--no-bandwidth] [--json]"},
     {"quantize", cmd_quantize,
      "quantize IN OUT.gguf --type q8_0|q4_0|q4_k_m|f16|bf16|f32 "
      "[--threads K]"},

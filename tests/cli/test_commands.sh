@@ -31,6 +31,18 @@ check "a missing adapter: exit 2 and the reason" "[ $? -eq 2 ] && grep -q 'no su
 "$BIN" logits -m "$M" --ids 1,2 --lora-scaled "$L/all" x > "$tmp/out" 2>&1
 check "a bad scale is a usage error" "[ $? -eq 1 ]"
 
+# the MTP block's guesses (tools/gen_qwen35_mtp_fixtures.py: a block trained on the model's own
+# continuations): bench --draft-mtp checks them in its greedy decode, most of them right
+T=${TS_FIXTURES:-tests/fixtures}/qwen35_mtp/tiny_mtp
+"$BIN" bench -m "$T" -p 8 -n 64 -r 1 --no-bandwidth --draft-mtp 2 --json > "$tmp/out" 2>&1
+check "bench --draft-mtp: most guesses taken" \
+  "python3 -c 'import json; d=json.load(open(\"$tmp/out\"))[\"draft_mtp\"]; assert d[\"accepted\"] > 0.6 * d[\"drafted\"] > 0, d'"
+"$BIN" bench -m "$M" -p 8 -n 8 -r 1 --no-bandwidth --draft-mtp 1 > "$tmp/out" 2>&1
+check "bench --draft-mtp without the block: exit 2 and the reason" \
+  "[ $? -eq 2 ] && grep -q 'no multi-token-prediction block' '$tmp/out'"
+"$BIN" serve -m "$T" --draft-mtp 9 --draft-max 8 > "$tmp/out" 2>&1
+check "serve --draft-mtp above --draft-max is a usage error" "[ $? -eq 1 ]"
+
 # greedy continuation equals the transformers reference
 prompt=$(sed -n 1p "$M/ref/greedy_0.txt" | tr ' ' ',')
 want=$(sed -n 2p "$M/ref/greedy_0.txt")
