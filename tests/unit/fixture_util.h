@@ -110,6 +110,18 @@ static inline int fx_argmax(const float *x, int n) {
     return b;
 }
 
+/* An engine for m as o asks; NULL with *skip set where o asks for a GPU and none is usable
+ * (the test then reports itself skipped), NULL with the reason printed on any other failure. */
+static inline ts_engine *fx_engine(ts_model *m, const ts_engine_opts *o, bool *skip) {
+    ts_engine *e = NULL;
+    ts_status st = ts_engine_create(m, o, &e);
+    if (st == TS_ERR_UNSUPPORTED && o->device == TS_DEVICE_CUDA)
+        *skip = true;
+    else if (st != TS_OK)
+        fprintf(stderr, "engine: %s\n", ts_last_error());
+    return e;
+}
+
 /* Every position's logits of ids run through slot (cleared first) in one forward: n rows of
  * the vocabulary, malloc'd; NULL (the error printed) when the forward fails. */
 static inline float *fx_prefill_all(ts_engine *e, int slot, const int32_t *ids, int n) {

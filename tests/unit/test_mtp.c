@@ -29,14 +29,7 @@ static ts_engine *make_engine(ts_model *m, int n_slots) {
     ts_engine_opts_default(&o);
     o.n_slots = n_slots, o.n_ctx = 256, o.n_batch = 64, o.n_threads = 2, o.device = g_device;
     o.snap_bytes = 8u << 20, o.n_snaps = 4;
-    ts_engine *e = NULL;
-    ts_status st = ts_engine_create(m, &o, &e);
-    if (st == TS_ERR_UNSUPPORTED && g_device == TS_DEVICE_CUDA) {
-        g_skip = true;
-        return NULL;
-    }
-    if (st != TS_OK) fprintf(stderr, "engine: %s\n", ts_last_error());
-    return e;
+    return fx_engine(m, &o, &g_skip);
 }
 
 /* ids[from, to) into the slot, in one forward */
