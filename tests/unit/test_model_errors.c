@@ -108,6 +108,24 @@ static int rename_head(const char *name, char *nn, ts_dtype *dt, int *nd, int64_
     return 1;
 }
 
+/* the multi-token-prediction block's (tests/fixtures/qwen35_mtp) */
+static int drop_mtp_up(const char *name, char *nn, ts_dtype *dt, int *nd, int64_t *shape) {
+    (void)nn, (void)dt, (void)nd, (void)shape;
+    return strcmp(name, "mtp.layers.0.mlp.up_proj.weight") != 0;
+}
+static int drop_mtp_fc(const char *name, char *nn, ts_dtype *dt, int *nd, int64_t *shape) {
+    (void)nn, (void)dt, (void)nd, (void)shape;
+    return strcmp(name, "mtp.fc.weight") != 0;
+}
+static int reshape_mtp_fc(const char *name, char *nn, ts_dtype *dt, int *nd, int64_t *shape) {
+    (void)nn, (void)dt, (void)nd;
+    if (strcmp(name, "mtp.fc.weight") == 0) { /* [D, 2D] read as [2D, D] */
+        int64_t r = shape[0];
+        shape[0] = shape[1], shape[1] = r;
+    }
+    return 1;
+}
+
 int main(void) {
     snprintf(src, sizeof src, "%s/qwen35/tiny_c_f32_untied_hv2x",
              tu_env("TS_FIXTURES", "tests/fixtures"));
@@ -137,6 +155,29 @@ int main(void) {
     expect_fail("wrong shape", TS_ERR_FORMAT, "model.safetensors", "layers.0.mlp.up_proj");
     write_model(rename_head);
     expect_fail("untied head absent", TS_ERR_FORMAT, "lm_head.weight", NULL);
+
+    /* an MTP block that is there must be whole, in its shapes; one without its projection is
+     * none (converters drop the block) */
+    char qsrc[1024];
+    snprintf(qsrc, sizeof qsrc, "%s", src);
+    snprintf(src, sizeof src, "%s/qwen35_mtp/tiny_mtp", tu_env("TS_FIXTURES", "tests/fixtures"));
+    write_config(NULL, NULL);
+    write_model(drop_mtp_up);
+    expect_fail("MTP block incomplete", TS_ERR_FORMAT, "missing tensor",
+                "mtp.layers.0.mlp.up_proj");
+    write_model(reshape_mtp_fc);
+    expect_fail("MTP fc's shape", TS_ERR_FORMAT, "model.safetensors", "mtp.fc.weight");
+    write_model(drop_mtp_fc);
+    CHECKF(ts_model_open(tmp, &m) == TS_OK, "MTP block without fc: %s", ts_last_error());
+    if (m) {
+        ts_model_info info;
+        ts_model_get_info(m, &info);
+        CHECK(!info.mtp);
+        CHECK(ts_model_mtp_enable(m) == TS_ERR_UNSUPPORTED);
+        ts_model_close(m);
+    }
+    snprintf(src, sizeof src, "%s", qsrc);
+    write_config(NULL, NULL);
 
     /* truncated weights file */
     write_model(NULL);
