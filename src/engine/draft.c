@@ -1,17 +1,10 @@
 /* Drafts for speculative decoding from the model's multi-token-prediction block
  * (ts_engine_draft; the block itself: model/qwen35_mtp.c). */
+#include "base/argmax.h"
 #include "engine/engine_int.h"
 
 #include <stdlib.h>
 #include <string.h>
-
-/* The first of the largest of n floats. */
-static int32_t first_max(const float *x, int n) {
-    int32_t best = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[best]) best = i;
-    return best;
-}
 
 static ts_status check_draft(const ts_engine *e, int n, const int32_t *slots, const int32_t *tokens,
                              int k) {
@@ -23,8 +16,7 @@ static ts_status check_draft(const ts_engine *e, int n, const int32_t *slots, co
                         e->n_batch);
     for (int i = 0; i < n; i++) {
         int s = slots[i];
-        if (s < 0 || s >= e->n_slots)
-            return ts_error(TS_ERR_INVALID, "slot %d out of range 0..%d", s, e->n_slots - 1);
+        TS_TRY(engine_check_slot(e, s));
         for (int j = 0; j < i; j++)
             if (slots[j] == s) return ts_error(TS_ERR_INVALID, "slot %d drafted twice", s);
         if (e->slot_len[s] < 1)
@@ -74,7 +66,7 @@ ts_status ts_engine_draft(ts_engine *e, int n, const int32_t *slots, const int32
         if (!lg) fb.argmax = out;
         st = e->model->arch->draft(e->rt, &fb, j > 0, lg);
         for (int i = 0; st == TS_OK && i < n; i++) {
-            if (lg) out[i] = first_max(lg + (size_t)i * e->n_vocab, e->n_vocab);
+            if (lg) out[i] = ts_argmax_f32(lg + (size_t)i * e->n_vocab, e->n_vocab);
             ids[(size_t)i * k + j] = in[i] = out[i];
         }
     }

@@ -125,14 +125,14 @@ const char *ts_engine_describe(const ts_engine *e) { return e->desc; }
 int ts_engine_n_vocab(const ts_engine *e) { return e->n_vocab; }
 int ts_engine_n_ctx(const ts_engine *e) { return e->n_ctx; }
 
-static ts_status check_slot(const ts_engine *e, int slot) {
+ts_status engine_check_slot(const ts_engine *e, int slot) {
     if (slot < 0 || slot >= e->n_slots)
         return ts_error(TS_ERR_INVALID, "slot %d out of range 0..%d", slot, e->n_slots - 1);
     return TS_OK;
 }
 
 ts_status ts_engine_slot_clear(ts_engine *e, int slot) {
-    TS_TRY(check_slot(e, slot));
+    TS_TRY(engine_check_slot(e, slot));
     engine_ahead_drop(e);
     /* KV rows past the length are never read, but conv and recurrent state must be zero */
     size_t summed = e->whole_state ? e->state_bytes : e->seq_bytes;
@@ -143,12 +143,12 @@ ts_status ts_engine_slot_clear(ts_engine *e, int slot) {
 }
 
 int ts_engine_slot_len(const ts_engine *e, int slot) {
-    return check_slot(e, slot) == TS_OK ? e->slot_len[slot] : -1;
+    return engine_check_slot(e, slot) == TS_OK ? e->slot_len[slot] : -1;
 }
 
 ts_status ts_engine_slot_copy(ts_engine *e, int src, int dst) {
-    TS_TRY(check_slot(e, src));
-    TS_TRY(check_slot(e, dst));
+    TS_TRY(engine_check_slot(e, src));
+    TS_TRY(engine_check_slot(e, dst));
     engine_ahead_drop(e);
     if (src != dst) {
         if (e->state_bytes)
@@ -163,7 +163,7 @@ ts_status ts_engine_slot_copy(ts_engine *e, int src, int dst) {
 }
 
 ts_status ts_engine_slot_lora(ts_engine *e, int slot, const float *scales, int n) {
-    TS_TRY(check_slot(e, slot));
+    TS_TRY(engine_check_slot(e, slot));
     int have = ts_model_lora_count(e->model);
     if (n < 0 || n > have)
         return ts_error(TS_ERR_INVALID, "%d adapter scales for a model with %d LoRA adapters", n,
@@ -183,7 +183,7 @@ ts_status ts_engine_slot_lora(ts_engine *e, int slot, const float *scales, int n
 }
 
 ts_status ts_engine_slot_mark(ts_engine *e, int slot) {
-    TS_TRY(check_slot(e, slot));
+    TS_TRY(engine_check_slot(e, slot));
     /* at the mark's length the slot is in the mark's state: a mark again copies nothing (the
      * state only moves on by a forward, which moves the length, or a rewind back to it) */
     if (e->mark_len[slot] == e->slot_len[slot]) return TS_OK;
@@ -199,7 +199,7 @@ ts_status ts_engine_slot_mark(ts_engine *e, int slot) {
 }
 
 ts_status ts_engine_slot_rewind(ts_engine *e, int slot, int len, int *got) {
-    TS_TRY(check_slot(e, slot));
+    TS_TRY(engine_check_slot(e, slot));
     int mark = e->mark_len[slot];
     if (len > e->slot_len[slot] || len < 0)
         return ts_error(TS_ERR_INVALID, "slot %d holds %d tokens: cannot rewind to %d", slot,
@@ -230,7 +230,7 @@ ts_status engine_check_batch(ts_engine *e, const ts_batch *b) {
         return ts_error(TS_ERR_INVALID, "batch without tokens, positions or slots");
     memcpy(e->pending_len, e->slot_len, (size_t)e->n_slots * sizeof *e->pending_len);
     for (int i = 0; i < b->n_tokens; i++) {
-        TS_TRY(check_slot(e, b->slot[i]));
+        TS_TRY(engine_check_slot(e, b->slot[i]));
         int s = b->slot[i];
         if (b->pos[i] != e->pending_len[s])
             return ts_error(TS_ERR_INVALID, "token %d: position %d does not continue slot %d "

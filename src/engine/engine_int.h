@@ -82,7 +82,9 @@ struct ts_engine {
     ts_ahead ahead;
 };
 
-/* The engine's checks of a batch (engine.c): positions continue their slots, ids in range. */
+/* The engine's checks (engine.c): a slot's index; a batch's positions continue their slots,
+ * its ids in range. */
+ts_status engine_check_slot(const ts_engine *e, int slot);
 ts_status engine_check_batch(ts_engine *e, const ts_batch *b);
 /* ahead.c */
 /* snapshot.c: the state's layout and the snapshot pool, at creation and freeing; the copy

@@ -349,22 +349,28 @@ static void mrope_table(qwen35_rt *rt, const ts_fwd_batch *b) {
                         (size_t)b->n_tokens * hp->rot_dim * sizeof(float));
 }
 
+ts_status qwen35_check_batch(const qwen35_rt *rt, const ts_fwd_batch *b) {
+    int n = b->n_tokens;
+    if (n < 1 || n > rt->n_batch)
+        return ts_error(TS_ERR_INVALID, "batch of %d tokens (limit %d)", n, rt->n_batch);
+    for (int i = 0; i < n; i++) {
+        if (!b->fed && (b->tokens[i] < 0 || b->tokens[i] >= rt->q->hp.n_vocab))
+            return ts_error(TS_ERR_RANGE, "token id %d out of range [0, %d)", b->tokens[i],
+                            rt->q->hp.n_vocab);
+        if (b->pos[i] < 0 || b->pos[i] >= rt->n_ctx)
+            return ts_error(TS_ERR_RANGE, "position %d outside the context of %d", b->pos[i],
+                            rt->n_ctx);
+    }
+    return TS_OK;
+}
+
 ts_status qwen35_forward(void *p, const ts_fwd_batch *b, float *logits) {
     qwen35_rt *rt = p;
     const qwen35_model *q = rt->q;
     const qwen35_hparams *hp = &q->hp;
     ts_backend *be = rt->be;
     int n = b->n_tokens, D = hp->n_embd;
-    if (n < 1 || n > rt->n_batch)
-        return ts_error(TS_ERR_INVALID, "batch of %d tokens (limit %d)", n, rt->n_batch);
-    for (int i = 0; i < n; i++) {
-        if (!b->fed && (b->tokens[i] < 0 || b->tokens[i] >= hp->n_vocab))
-            return ts_error(TS_ERR_RANGE, "token id %d out of range [0, %d)", b->tokens[i],
-                            hp->n_vocab);
-        if (b->pos[i] < 0 || b->pos[i] >= rt->n_ctx)
-            return ts_error(TS_ERR_RANGE, "position %d outside the context of %d", b->pos[i],
-                            rt->n_ctx);
-    }
+    TS_TRY(qwen35_check_batch(rt, b));
     if ((b->rope_pos || b->embd) && !rt->rope_cs)
         return ts_error(TS_ERR_UNSUPPORTED, "the %s backend takes no image input (yet)",
                         be->ops->name);

@@ -111,15 +111,9 @@ ts_status qwen35_draft(void *p, const ts_fwd_batch *b, bool chain, float *logits
     int n = b->n_tokens, D = hp->n_embd;
     if (!rt->mtp)
         return ts_error(TS_ERR_INVALID, "the model's MTP block is not on (ts_model_mtp_enable)");
-    if (n < 1 || n > rt->n_batch || b->fed)
-        return ts_error(TS_ERR_INVALID, "a draft of %d tokens (limit %d)", n, rt->n_batch);
+    if (b->fed) return ts_error(TS_ERR_INVALID, "a draft takes its tokens from the host");
+    TS_TRY(qwen35_check_batch(rt, b));
     for (int i = 0; i < n; i++) {
-        if (b->tokens[i] < 0 || b->tokens[i] >= hp->n_vocab)
-            return ts_error(TS_ERR_RANGE, "token id %d out of range [0, %d)", b->tokens[i],
-                            hp->n_vocab);
-        if (b->pos[i] < 0 || b->pos[i] >= rt->n_ctx)
-            return ts_error(TS_ERR_RANGE, "position %d outside the context of %d", b->pos[i],
-                            rt->n_ctx);
         m->runs[i] = (ts_run){i, 1, b->slot[i], b->pos[i]};
         m->pos[i] = b->pos[i];
         m->rpos[i] = b->rope_pos ? b->rope_pos[3 * i] : b->pos[i];

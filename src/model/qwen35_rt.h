@@ -55,6 +55,9 @@ static inline const float *qwen35_param(const qwen35_rt *rt, const float *host) 
     return rt->params + (host - rt->q->host_params);
 }
 
+/* A batch's size, token ids (unless fed) and positions within the runtime's (qwen35_forward.c). */
+ts_status qwen35_check_batch(const qwen35_rt *rt, const ts_fwd_batch *b);
+
 /* A full-attention block's mixer and a block's gated MLP over the batch in rt->x (its residual
  * stream, to which they add), the mixer's KV rows at off's: for the nr runs given, rotated at
  * rt->rpos (or rt->mrope's table). */
