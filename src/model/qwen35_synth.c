@@ -2,15 +2,15 @@
  * weights' values do not change the speed, and real weights cannot be downloaded everywhere.
  * Values are scaled like an initialised model (so activations stay finite), from a seeded
  * generator, so the same command writes the same file. */
+#include "base/half.h"
+#include "model/qwen35.h"
+
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-
-#include "base/half.h"
-#include "model/qwen35.h"
 
 typedef struct {
     const char *name;
@@ -66,7 +66,7 @@ static ts_status emit(synth *s, int64_t n, fill_kind kind, float scale, bool for
     for (int64_t done = 0; done < n;) {
         size_t k = (size_t)(n - done) < s->buf_elems ? (size_t)(n - done) : s->buf_elems;
         for (size_t i = 0; i < k; i++) {
-            float v = kind == FILL_CONST    ? scale
+            float v = kind == FILL_CONST   ? scale
                       : kind == FILL_LOG_A ? logf(1.0f + 7.5f * (rng_uniform(&s->rng) + 1.0f))
                                            : scale * rng_uniform(&s->rng);
             if (dt == TS_DTYPE_F32) {
@@ -82,12 +82,8 @@ static ts_status emit(synth *s, int64_t n, fill_kind kind, float scale, bool for
     return TS_OK;
 }
 
-/* The tensor list, walked twice: once to declare (data == false), once to write. */
-static ts_status walk(synth *s, const qwen35_hparams *h, bool data) {
-    char name[160];
-    int D = h->n_embd;
-    int cd = qwen35_conv_dim(h), vd = h->lin_hv * h->lin_dv, kvw = h->n_kv_head * h->head_dim;
-    int qrows = h->n_head * h->head_dim * 2;
+/* A tensor of the list: declared (data false) or its values written (data true). The macros
+ * read the caller's s and data. */
 #define T2(nm, r, c, sc)                                                                           \
     do {                                                                                           \
         int64_t shp[2] = {(r), (c)};                                                               \
@@ -104,46 +100,63 @@ static ts_status walk(synth *s, const qwen35_hparams *h, bool data) {
         else                                                                                       \
             TS_TRY(ts_st_writer_add(s->w, nm, (f32) ? TS_DTYPE_F32 : s->dtype, 1, shp));           \
     } while (0)
+
+/* A decoder block's tensors under the prefix lp ("model.layers.3.", "mtp.layers.0."): a
+ * full-attention block (full) or a linear-attention one. */
+static ts_status layer(synth *s, const qwen35_hparams *h, bool data, const char *lp, bool full) {
+    char name[192];
+    int D = h->n_embd;
+    int cd = qwen35_conv_dim(h), vd = h->lin_hv * h->lin_dv, kvw = h->n_kv_head * h->head_dim;
+    int qrows = h->n_head * h->head_dim * 2;
     float sD = 1.0f / sqrtf((float)D);
+#define NM(fmt) (snprintf(name, sizeof name, "%s" fmt, lp), name)
+    T1(NM("input_layernorm.weight"), D, FILL_UNIFORM, 0.1f, false);
+    T1(NM("post_attention_layernorm.weight"), D, FILL_UNIFORM, 0.1f, false);
+    T2(NM("mlp.gate_proj.weight"), h->n_ff, D, sD);
+    T2(NM("mlp.up_proj.weight"), h->n_ff, D, sD);
+    T2(NM("mlp.down_proj.weight"), D, h->n_ff, 1.0f / sqrtf((float)h->n_ff));
+    if (full) {
+        T2(NM("self_attn.q_proj.weight"), qrows, D, sD);
+        T2(NM("self_attn.k_proj.weight"), kvw, D, sD);
+        T2(NM("self_attn.v_proj.weight"), kvw, D, sD);
+        T2(NM("self_attn.o_proj.weight"), D, h->n_head * h->head_dim, sD);
+        T1(NM("self_attn.q_norm.weight"), h->head_dim, FILL_UNIFORM, 0.1f, false);
+        T1(NM("self_attn.k_norm.weight"), h->head_dim, FILL_UNIFORM, 0.1f, false);
+    } else {
+        T2(NM("linear_attn.in_proj_qkv.weight"), cd, D, sD);
+        T2(NM("linear_attn.in_proj_z.weight"), vd, D, sD);
+        T2(NM("linear_attn.in_proj_b.weight"), h->lin_hv, D, sD);
+        T2(NM("linear_attn.in_proj_a.weight"), h->lin_hv, D, sD);
+        {
+            int64_t shp[3] = {cd, 1, h->conv_k};
+            if (data)
+                TS_TRY(emit(s, (int64_t)cd * h->conv_k, FILL_UNIFORM, 0.5f, false));
+            else
+                TS_TRY(ts_st_writer_add(s->w, NM("linear_attn.conv1d.weight"), s->dtype, 3, shp));
+        }
+        /* as in the published checkpoints, A_log and the gated norm are F32 */
+        T1(NM("linear_attn.A_log"), h->lin_hv, FILL_LOG_A, 0, true);
+        T1(NM("linear_attn.dt_bias"), h->lin_hv, FILL_CONST, 1.0f, false);
+        T1(NM("linear_attn.norm.weight"), h->lin_dv, FILL_CONST, 1.0f, true);
+        T2(NM("linear_attn.out_proj.weight"), D, vd, 1.0f / sqrtf((float)vd));
+    }
+#undef NM
+    return TS_OK;
+}
+
+/* The tensor list, walked twice: once to declare (data == false), once to write. */
+static ts_status walk(synth *s, const qwen35_hparams *h, bool data) {
+    char name[160];
+    int D = h->n_embd;
     const char *pre = s->vp ? "model.language_model." : "model.";
 #define NM0(fmt) (snprintf(name, sizeof name, "%s" fmt, pre), name)
     T2(NM0("embed_tokens.weight"), h->n_vocab, D, 0.05f);
     T1(NM0("norm.weight"), D, FILL_UNIFORM, 0.1f, false);
 #undef NM0
     for (int i = 0; i < h->n_layers; i++) {
-#define NM(fmt) (snprintf(name, sizeof name, "%slayers.%d." fmt, pre, i), name)
-        T1(NM("input_layernorm.weight"), D, FILL_UNIFORM, 0.1f, false);
-        T1(NM("post_attention_layernorm.weight"), D, FILL_UNIFORM, 0.1f, false);
-        T2(NM("mlp.gate_proj.weight"), h->n_ff, D, sD);
-        T2(NM("mlp.up_proj.weight"), h->n_ff, D, sD);
-        T2(NM("mlp.down_proj.weight"), D, h->n_ff, 1.0f / sqrtf((float)h->n_ff));
-        if (h->is_full[i]) {
-            T2(NM("self_attn.q_proj.weight"), qrows, D, sD);
-            T2(NM("self_attn.k_proj.weight"), kvw, D, sD);
-            T2(NM("self_attn.v_proj.weight"), kvw, D, sD);
-            T2(NM("self_attn.o_proj.weight"), D, h->n_head * h->head_dim, sD);
-            T1(NM("self_attn.q_norm.weight"), h->head_dim, FILL_UNIFORM, 0.1f, false);
-            T1(NM("self_attn.k_norm.weight"), h->head_dim, FILL_UNIFORM, 0.1f, false);
-        } else {
-            T2(NM("linear_attn.in_proj_qkv.weight"), cd, D, sD);
-            T2(NM("linear_attn.in_proj_z.weight"), vd, D, sD);
-            T2(NM("linear_attn.in_proj_b.weight"), h->lin_hv, D, sD);
-            T2(NM("linear_attn.in_proj_a.weight"), h->lin_hv, D, sD);
-            {
-                int64_t shp[3] = {cd, 1, h->conv_k};
-                if (data)
-                    TS_TRY(emit(s, (int64_t)cd * h->conv_k, FILL_UNIFORM, 0.5f, false));
-                else
-                    TS_TRY(ts_st_writer_add(s->w, NM("linear_attn.conv1d.weight"), s->dtype, 3,
-                                            shp));
-            }
-            /* as in the published checkpoints, A_log and the gated norm are F32 */
-            T1(NM("linear_attn.A_log"), h->lin_hv, FILL_LOG_A, 0, true);
-            T1(NM("linear_attn.dt_bias"), h->lin_hv, FILL_CONST, 1.0f, false);
-            T1(NM("linear_attn.norm.weight"), h->lin_dv, FILL_CONST, 1.0f, true);
-            T2(NM("linear_attn.out_proj.weight"), D, vd, 1.0f / sqrtf((float)vd));
-        }
-#undef NM
+        char lp[96];
+        snprintf(lp, sizeof lp, "%slayers.%d.", pre, i);
+        TS_TRY(layer(s, h, data, lp, h->is_full[i]));
     }
     if (s->vp) { /* the vision tower (qwen35_vision.c) */
         const vision_preset *v = s->vp;
@@ -186,19 +199,7 @@ static ts_status walk(synth *s, const qwen35_hparams *h, bool data) {
     T1("mtp.pre_fc_norm_embedding.weight", D, FILL_UNIFORM, 0.1f, false);
     T1("mtp.pre_fc_norm_hidden.weight", D, FILL_UNIFORM, 0.1f, false);
     T1("mtp.norm.weight", D, FILL_UNIFORM, 0.1f, false);
-#define MN(fmt) (snprintf(name, sizeof name, "mtp.layers.0." fmt), name)
-    T1(MN("input_layernorm.weight"), D, FILL_UNIFORM, 0.1f, false);
-    T1(MN("post_attention_layernorm.weight"), D, FILL_UNIFORM, 0.1f, false);
-    T2(MN("mlp.gate_proj.weight"), h->n_ff, D, sD);
-    T2(MN("mlp.up_proj.weight"), h->n_ff, D, sD);
-    T2(MN("mlp.down_proj.weight"), D, h->n_ff, 1.0f / sqrtf((float)h->n_ff));
-    T2(MN("self_attn.q_proj.weight"), qrows, D, sD);
-    T2(MN("self_attn.k_proj.weight"), kvw, D, sD);
-    T2(MN("self_attn.v_proj.weight"), kvw, D, sD);
-    T2(MN("self_attn.o_proj.weight"), D, h->n_head * h->head_dim, sD);
-    T1(MN("self_attn.q_norm.weight"), h->head_dim, FILL_UNIFORM, 0.1f, false);
-    T1(MN("self_attn.k_norm.weight"), h->head_dim, FILL_UNIFORM, 0.1f, false);
-#undef MN
+    TS_TRY(layer(s, h, data, "mtp.layers.0.", true));
 #undef T1
 #undef T2
     return TS_OK;
@@ -271,12 +272,23 @@ ts_status qwen35_synth(const char *preset_name, ts_dtype dtype, uint64_t seed, c
     if (dtype != TS_DTYPE_BF16 && dtype != TS_DTYPE_F16 && dtype != TS_DTYPE_F32)
         return ts_error(TS_ERR_INVALID, "synth writes bf16, f16 or f32 weights");
     qwen35_hparams h = {
-        .n_vocab = p->n_vocab, .n_embd = p->n_embd, .n_layers = p->n_layers, .n_ff = p->n_ff,
-        .n_head = p->n_head, .n_kv_head = p->n_kv_head, .head_dim = p->head_dim,
-        .attn_gate = true, .lin_hk = p->lin_heads, .lin_hv = p->lin_heads,
-        .lin_dk = p->lin_dim, .lin_dv = p->lin_dim, .conv_k = 4, .n_ctx_train = 262144,
+        .n_vocab = p->n_vocab,
+        .n_embd = p->n_embd,
+        .n_layers = p->n_layers,
+        .n_ff = p->n_ff,
+        .n_head = p->n_head,
+        .n_kv_head = p->n_kv_head,
+        .head_dim = p->head_dim,
+        .attn_gate = true,
+        .lin_hk = p->lin_heads,
+        .lin_hv = p->lin_heads,
+        .lin_dk = p->lin_dim,
+        .lin_dv = p->lin_dim,
+        .conv_k = 4,
+        .n_ctx_train = 262144,
     };
-    for (int i = 0; i < h.n_layers; i++) h.is_full[i] = (i + 1) % 4 == 0;
+    for (int i = 0; i < h.n_layers; i++)
+        h.is_full[i] = (i + 1) % 4 == 0;
     if (mkdir(dir, 0755) != 0 && errno != EEXIST)
         return ts_error(TS_ERR_IO, "%s: cannot create directory: %s", dir, strerror(errno));
     TS_TRY(write_config(dir, &h, dtype, vp));
