@@ -492,15 +492,9 @@ def run_numpy_check(mdir, refdir):
                 greedy_argmax_match=True)
 
 
-def main():
-    here = os.path.dirname(os.path.abspath(__file__))
-    repo = os.path.dirname(here)
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default=os.path.join(repo, "tests", "fixtures", "qwen35"))
-    ap.add_argument("--skip-numpy-check", action="store_true",
-                    help="skip the float64 cross-check against tools/qwen35_numpy_ref.py")
-    args = ap.parse_args()
-
+def reference_setup():
+    """One CPU thread, deterministic kernels, quiet transformers; says which fast-kernel
+    packages are importable (the CallCounter checks show they are not used)."""
     torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)
     transformers.logging.set_verbosity_error()
@@ -510,6 +504,18 @@ def main():
             print(f"note: {pkg} is importable; the checks below verify it is not used")
         except ImportError:
             pass
+
+
+def main():
+    here = os.path.dirname(os.path.abspath(__file__))
+    repo = os.path.dirname(here)
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=os.path.join(repo, "tests", "fixtures", "qwen35"))
+    ap.add_argument("--skip-numpy-check", action="store_true",
+                    help="skip the float64 cross-check against tools/qwen35_numpy_ref.py")
+    args = ap.parse_args()
+
+    reference_setup()
     counter = CallCounter()
 
     root = fresh_fixture_dir(args.out)

@@ -46,7 +46,7 @@ from transformers.models.qwen3_5 import modeling_qwen3_5 as mq
 
 from fixture_common import (draw_prompt, fresh_fixture_dir, greedy, greedy_nocache, top2_gaps,
                             write_ids, write_versions)
-from gen_qwen35_fixtures import CONFIG_COMMON, CallCounter, rope
+from gen_qwen35_fixtures import CONFIG_COMMON, CallCounter, reference_setup, rope
 
 SEED = 20260321
 MODEL = "tiny_mtp"
@@ -814,15 +814,7 @@ def main():
                     help="skip the float64 cross-check with tools/qwen35_numpy_ref.py")
     args = ap.parse_args()
 
-    torch.set_num_threads(1)
-    torch.use_deterministic_algorithms(True)
-    transformers.logging.set_verbosity_error()
-    for pkg in ("fla", "causal_conv1d", "kernels"):
-        try:
-            __import__(pkg)
-            print(f"note: {pkg} is importable; the checks below verify it is not used")
-        except ImportError:
-            pass
+    reference_setup()
     counter = CallCounter()
     root = fresh_fixture_dir(args.out)
     meta = generate(root, counter, not args.skip_numpy_check)
