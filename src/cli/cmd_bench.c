@@ -82,15 +82,21 @@ static double time_decode(ts_engine *e, int n, int B, const int32_t *ids, int32_
     return cli_now() - t0;
 }
 
+/* Where the time of a decode with guesses goes: the drafts, the steps that check them (and run
+ * again what a wrong guess took back), the rewinds. */
+typedef struct {
+    long made, taken, drafts, steps;
+    double draft_s, step_s, rewind_s;
+} mtp_tally;
+
 /* n tokens of greedy decode of slot 0 (given depth tokens of context first) with speculative
  * decoding as the server runs it: each step the MTP block guesses up to k tokens after the
  * last one (ts_engine_draft) and the step checks them with it; the right ones are kept, the
  * slot goes back to its mark past them, and the tokens from the mark run again in the next
  * step, which guesses nothing (the block drafts from the slot's last hidden state). Returns
- * seconds or < 0 on error; counts the guesses made and taken. */
+ * seconds or < 0 on error; adds the guesses and the time's parts to *tl. */
 static double time_decode_mtp(ts_engine *e, int n, int k, const int32_t *ids, int32_t *ctx_pos,
-                              int32_t *ctx_slot, int depth, float *logits, long *made,
-                              long *taken) {
+                              int32_t *ctx_slot, int depth, float *logits, mtp_tally *tl) {
     int32_t *hist = malloc(((size_t)n + (size_t)k + 2) * sizeof *hist);
     int32_t tok[130], pos[130], out[65], guess[64], slot[130];
     uint8_t want[130];
@@ -105,25 +111,31 @@ static double time_decode_mtp(ts_engine *e, int n, int k, const int32_t *ids, in
         int held = ts_engine_slot_len(e, 0), last = depth + have - 1;
         int g = held == last && held > 0 ? k : 0, m = 0;
         if (g > n - have) g = n - have > 0 ? n - have : 0;
+        double t1 = cli_now();
         if (g > 0 &&
             (ts_engine_draft(e, 1, &slot0, &hist[have - 1], NULL, g, guess, NULL) != TS_OK ||
              ts_engine_slot_mark(e, 0) != TS_OK))
             goto fail;
+        double t2 = cli_now();
+        if (g > 0) tl->draft_s += t2 - t1, tl->drafts++;
         for (int p = held; p <= last + g; p++, m++) {
             tok[m] = p <= last ? hist[p - depth] : guess[p - last - 1];
             pos[m] = p, slot[m] = 0, want[m] = p >= last;
         }
         ts_batch b = {m, tok, pos, slot, want, NULL, NULL};
         if (ts_engine_forward_greedy(e, &b, out) != TS_OK) goto fail;
+        double t3 = cli_now();
+        tl->step_s += t3 - t2, tl->steps++;
         int right = 0;
         while (right < g && out[right] == guess[right])
             hist[have + right] = guess[right], right++;
         hist[have + right] = out[right];
         have += right + 1;
-        *made += g, *taken += right;
+        tl->made += g, tl->taken += right;
         int keep = depth + have - 1, got;
         if (ts_engine_slot_len(e, 0) > keep && ts_engine_slot_rewind(e, 0, keep, &got) != TS_OK)
             goto fail;
+        tl->rewind_s += cli_now() - t3;
     }
     free(hist);
     return cli_now() - t0;
@@ -131,6 +143,9 @@ fail:
     free(hist);
     return -1;
 }
+
+/* milliseconds per event, 0 for none */
+static double per_ms(double s, long n) { return n > 0 ? s * 1e3 / (double)n : 0; }
 
 /* "1,8,32": at most max values in [1, 256]; their count, or -1. */
 static int parse_batches(const char *s, int *out, int max) {
@@ -262,12 +277,12 @@ int cmd_bench(int argc, char **argv) {
     }
     /* greedy decode with the MTP block's guesses checked in each step */
     double mtp_tps = 0;
-    long made = 0, taken = 0;
+    mtp_tally tl = {0};
     if (mtp && n_tg > 0) {
         double *t = calloc((size_t)reps, sizeof *t);
         for (long r = 0; t && r < reps; r++)
             if ((t[r] = time_decode_mtp(e, (int)n_tg, (int)mtp, ids, pos, slot, (int)depth, logits,
-                                        &made, &taken)) < 0) {
+                                        &tl)) < 0) {
                 free(t);
                 rc = cli_fail("bench");
                 goto done;
@@ -312,8 +327,10 @@ int cmd_bench(int argc, char **argv) {
         printf("]");
         if (mtp)
             printf(", \"draft_mtp\": {\"max\": %ld, \"tokens_per_s\": %.3f, \"drafted\": %ld, "
-                   "\"accepted\": %ld}",
-                   mtp, mtp_tps, made, taken);
+                   "\"accepted\": %ld, \"drafts\": %ld, \"ms_per_draft\": %.3f, \"steps\": %ld, "
+                   "\"ms_per_step\": %.3f, \"ms_rewinds\": %.3f}",
+                   mtp, mtp_tps, tl.made, tl.taken, tl.drafts, per_ms(tl.draft_s, tl.drafts),
+                   tl.steps, per_ms(tl.step_s, tl.steps), tl.rewind_s * 1e3);
         printf("}\n");
     } else {
         char at[32] = ""; /* llama-bench's notation for tests after some context */
@@ -337,10 +354,17 @@ int cmd_bench(int argc, char **argv) {
                    info.weight_dtype, info.n_params / 1e6, info.weight_bytes / 1e6,
                    ts_engine_describe(e), n_tg, at, mtp, mtp_tps);
         if (n_pp > 0) printf("\ntime to first token (pp%ld): %.1f ms\n", n_pp, t_pp * 1e3);
-        if (mtp && n_tg > 0)
+        if (mtp && n_tg > 0) {
             printf("%sMTP guesses (tg%ld mtp %ld, greedy): %ld made, %ld taken (%.0f%%); the other "
                    "rows run with the block on (each forward also runs it)\n",
-                   n_pp > 0 ? "" : "\n", n_tg, mtp, made, taken, made ? 100.0 * taken / made : 0.0);
+                   n_pp > 0 ? "" : "\n", n_tg, mtp, tl.made, tl.taken,
+                   tl.made ? 100.0 * tl.taken / tl.made : 0.0);
+            printf("its time over %ld repetitions: %ld drafts of %.2f ms, %ld steps of %.2f ms "
+                   "(checking the guesses, or running again what a wrong one took back), "
+                   "rewinds %.1f ms in all\n",
+                   reps, tl.drafts, per_ms(tl.draft_s, tl.drafts), tl.steps,
+                   per_ms(tl.step_s, tl.steps), tl.rewind_s * 1e3);
+        }
         if (sampled && n_tg > 0)
             printf("%sdecode draws at temperature %g, top-k %d, top-p %g, min-p %g (seed %llu, "
                    "one more a sequence)\n",
