@@ -361,7 +361,7 @@ static void test_kernels(void) {
  * a prompt with and without a cached prefix, agree exactly - the token alone with a row block's
  * rows summed together and one after another (cpu_seq_rows, which a CPU's vendor picks by path). */
 static void test_batch_invariance(void) {
-    /* 5 whole chunks (where one or two tokens on AVX-512 take the rows as one stream,
+    /* 5 whole chunks (where one to four tokens on AVX-512 take the rows as one stream,
      * mmq_il_stream, an odd last row alone); the 32-element types also 3 or 7 blocks more (a
      * row tail, which the 8-block kernels fold in a form of its own for up to 4 blocks and
      * another for 5-7) */
@@ -369,7 +369,7 @@ static void test_batch_invariance(void) {
     unsigned long long s = 0xba7c4ull;
     float *x = malloc(sizeof(float) * NTOK * COLS), *tmp = malloc(sizeof(float) * COLS);
     float *yb = malloc(sizeof(float) * NTOK * ROWS), *y1 = malloc(sizeof(float) * ROWS);
-    float *y2 = malloc(sizeof(float) * 2 * ROWS);
+    float *yk = malloc(sizeof(float) * 4 * ROWS);
     for (int i = 0; i < NTOK * COLS; i++) x[i] = gauss(&s);
     const unsigned seq_default = cpu_seq_rows_mask();
     for (size_t d = 0; d < 3 * N_QTYPES; d++) {
@@ -400,18 +400,20 @@ static void test_batch_invariance(void) {
                            ts_dtype_name(dt), cpu_isa_name((cpu_isa)isa),
                            seq ? "one after another" : "together", t, diff);
                 }
-                for (int t = 0; t + 1 < NTOK; t += 2) { /* two tokens: a tile of two */
-                    memset(y2, 0xff, sizeof(float) * 2 * ROWS);
-                    run_kernel(NULL, &TABLES[isa][dt], w, dt, ROWS, cols, x + t * COLS, COLS, 2, y2,
-                               ROWS);
-                    int diff = 0;
-                    for (int o = 0; o < 2 * ROWS; o++)
-                        diff += memcmp(&y2[o], &yb[t * ROWS + o], 4) != 0;
-                    CHECKF(diff == 0,
-                           "%s %s, rows %s: tokens %d-%d differ from the batch in %d rows",
-                           ts_dtype_name(dt), cpu_isa_name((cpu_isa)isa),
-                           seq ? "one after another" : "together", t, t + 1, diff);
-                }
+                /* two to four tokens: a tile of that many, or on AVX-512 the stream */
+                for (int k = 2; k <= 4; k++)
+                    for (int t = 0; t + k <= NTOK; t += k) {
+                        memset(yk, 0xff, sizeof(float) * 4 * ROWS);
+                        run_kernel(NULL, &TABLES[isa][dt], w, dt, ROWS, cols, x + t * COLS, COLS, k,
+                                   yk, ROWS);
+                        int diff = 0;
+                        for (int o = 0; o < k * ROWS; o++)
+                            diff += memcmp(&yk[o], &yb[t * ROWS + o], 4) != 0;
+                        CHECKF(diff == 0,
+                               "%s %s, rows %s: tokens %d-%d differ from the batch in %d rows",
+                               ts_dtype_name(dt), cpu_isa_name((cpu_isa)isa),
+                               seq ? "one after another" : "together", t, t + k - 1, diff);
+                    }
             }
             cpu_seq_rows_set_mask(seq_default);
         }
@@ -421,7 +423,7 @@ static void test_batch_invariance(void) {
     free(tmp);
     free(yb);
     free(y1);
-    free(y2);
+    free(yk);
 }
 
 /* Prefill's activations quantized once by cpu_matmul_n for every thread and weight (matmul_act.c)
@@ -748,7 +750,9 @@ static int bench(int argc, char **argv) {
                 bench_one(pool, nth, (cpu_isa)i, dt, 6144, 1024, 1, 0.5, 0);
                 bench_one(pool, nth, (cpu_isa)i, dt, 1024, 6144, 1, 0.5, 0);
                 bench_one(pool, nth, (cpu_isa)i, dt, 248320, 1024, 1, 1.0, 0);
-                bench_one(pool, nth, (cpu_isa)i, dt, 248320, 1024, 2, 1.0, 0);
+                /* a few tokens: speculative decoding's guesses, or a few requests at once */
+                for (int t = 2; t <= 4; t++)
+                    bench_one(pool, nth, (cpu_isa)i, dt, 248320, 1024, t, 1.0, 0);
                 if (ts_dtype_block_elems(dt) == 32) /* Gemma 3 270M's output head */
                     bench_one(pool, nth, (cpu_isa)i, dt, 262144, 640, 1, 1.0, 0);
             }

@@ -76,7 +76,7 @@ void cpu_q8act_quantize_avx512(const float *x, int64_t n, void *buf) {
  * (16384 columns); 384 bytes an 8-block chunk (il_weights) */
 #define MMQ_IL_DEC_CHUNKS 64
 #define MMQ_IL_DEC_BYTES  (MMQ_R * MMQ_IL_DEC_CHUNKS * 384)
-/* one or two tokens: mmq_il_stream (below) */
+/* one to four tokens: mmq_il_stream (below) */
 #define MMQ_IL_STREAM 1
 /* Q4_K, Q6_K and Q4_0 blocks regrouped once (il_repack_q4k / _q6k / _q40, below) */
 static void il_repack_q4k(const uint8_t *src, uint8_t *dst, size_t bytes, size_t row_bytes);
@@ -617,7 +617,7 @@ INLINE void il_q6k_fold(__m512 acc16[MMQ_R][MMQ_T], __m256 acc[MMQ_R][MMQ_T], in
     }
 }
 
-/* Decode of one or two tokens (seq, mmq_run): the job's rows as one stream in passes of two
+/* Decode of one to four tokens (seq, mmq_run): the job's rows as one stream in passes of two
  * rows (which share each chunk's activations and Q6_K's per-chunk scales; every type went best
  * so, Q8_0 included: a row a pass was 5% slower, four rows 4%), a row's tail of blocks at the
  * end of its pass (il_tail), each chunk step asking for the lines pf bytes past the bytes it has
@@ -634,7 +634,15 @@ INLINE void il_q6k_fold(__m512 acc16[MMQ_R][MMQ_T], __m256 acc[MMQ_R][MMQ_T], in
  * alike) gave +8-13%, level within the noise. Rows with a tail (Gemma 3's 640 columns) in the
  * stream as well: the Gemma 3 270M GGUF +22%; mmq_run keeps a call of its own for rows of whole
  * chunks, where the compiler knows there is no tail (one call site for both cost the 0.8B
- * 15%). */
+ * 15%).
+ *
+ * Three and four tokens (speculative decoding's checks, a few requests at once) went to the
+ * row-block tile at first, which there takes a row a pass and streams the weights at about half
+ * the rate: 248320 x 1024 (the 0.8B's output head) on two threads of the Intel Xeon VM, Q4_K
+ * 3 tokens 9.95 -> 6.14 ms, 4 tokens 11.4 -> 7.1 (2 tokens: 5.3); Q6_K 11.9 -> 8.6 and 13.0 ->
+ * 9.7; Q8_0 12.7 -> 9.8 and 16.2 -> 10.8 (test_quant --bench decode). A row a pass for three
+ * or four tokens measured level with two (within +-10%, mixed by type), so every count takes
+ * two. */
 
 /* Lines from *done (an offset from the 64-aligned base) up to end, asked for pf bytes on into
  * L1 and 3 pf bytes on into L2. */
@@ -740,7 +748,8 @@ INLINE void mmq_il_tile(ts_dtype dt, const uint8_t *const *w, const uint8_t *pf,
     const int cb = il_chunk_bytes(dt);
     const size_t pf_step = mmq_chunk_pf_step(pf, n, cb, bb);
     il_weights *dec = dec_state ? (il_weights *)decbuf : NULL;
-    /* seq (cpu_seq_rows), one or two tokens - which mmq_run now gives mmq_il_stream, so this is
+    /* seq (cpu_seq_rows), one or two tokens - which mmq_run now gives mmq_il_stream (up to
+     * four), so this is
      * not reached; left for now because a build without it was slower, the cause not isolated
      * from another change (bench/RESULTS.md): to go with a measurement of its own. The row
      * block in passes of seq_rows

@@ -454,21 +454,33 @@ INLINE void mmq_run(ts_dtype dt, const cpu_mm_job *j, int64_t r0, int64_t r1) {
             cpu_q8act_arrange(layout, n, buf + (size_t)t * ab);
         }
 #ifdef MMQ_IL_STREAM
-        /* one or two tokens: the rows as one stream. Rows of whole chunks by calls of their own,
+        /* one to four tokens: the rows as one stream. Rows of whole chunks by calls of their own,
          * where n % 256 == 0 tells the compiler the stream's tail code is dead: with one call
          * site for both, that code (never run there) cost the K-quants' stream 15% on the Intel
          * Xeon VM (bench/RESULTS.md) */
-        if (il && seq && nt <= 2) {
+        if (il && seq && nt <= MMQ_T) {
             const uint8_t *w0 = j->w + (size_t)r0 * rb;
             float *y = j->y + (int64_t)t0 * j->ldy + r0;
-            if (n % 256 == 0 && nt == 1)
-                mmq_il_stream(dt, w0, rb, r1 - r0, tile, ab, n, y, j->ldy, 1, pf_bytes);
-            else if (n % 256 == 0)
-                mmq_il_stream(dt, w0, rb, r1 - r0, tile, ab, n, y, j->ldy, 2, pf_bytes);
-            else if (nt == 1)
-                mmq_il_stream(dt, w0, rb, r1 - r0, tile, ab, n, y, j->ldy, 1, pf_bytes);
-            else
-                mmq_il_stream(dt, w0, rb, r1 - r0, tile, ab, n, y, j->ldy, 2, pf_bytes);
+            const int64_t nrow = r1 - r0;
+            if (n % 256 == 0) {
+                switch (nt) {
+                case 1: mmq_il_stream(dt, w0, rb, nrow, tile, ab, n, y, j->ldy, 1, pf_bytes); break;
+                case 2: mmq_il_stream(dt, w0, rb, nrow, tile, ab, n, y, j->ldy, 2, pf_bytes); break;
+                case 3: mmq_il_stream(dt, w0, rb, nrow, tile, ab, n, y, j->ldy, 3, pf_bytes); break;
+                default:
+                    mmq_il_stream(dt, w0, rb, nrow, tile, ab, n, y, j->ldy, 4, pf_bytes);
+                    break;
+                }
+            } else {
+                switch (nt) {
+                case 1: mmq_il_stream(dt, w0, rb, nrow, tile, ab, n, y, j->ldy, 1, pf_bytes); break;
+                case 2: mmq_il_stream(dt, w0, rb, nrow, tile, ab, n, y, j->ldy, 2, pf_bytes); break;
+                case 3: mmq_il_stream(dt, w0, rb, nrow, tile, ab, n, y, j->ldy, 3, pf_bytes); break;
+                default:
+                    mmq_il_stream(dt, w0, rb, nrow, tile, ab, n, y, j->ldy, 4, pf_bytes);
+                    break;
+                }
+            }
             continue;
         }
 #endif
