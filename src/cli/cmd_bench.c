@@ -199,8 +199,12 @@ int cmd_bench(int argc, char **argv) {
     int max_b = 1;
     for (int i = 0; i < n_batches; i++) max_b = batches[i] > max_b ? batches[i] : max_b;
     if (!ea.n_ctx) ea.n_ctx = (int)(depth + (n_pp > n_tg ? n_pp : n_tg) + 1);
+    /* a forward's tokens in one step: the prompt, the sequences decoded together, or a token
+     * and its guesses checked with it (split into steps of fewer, a check costs a step a token) */
     long batch_need = n_pp > depth ? n_pp : depth;
-    if (!ea.n_batch) ea.n_batch = batch_need > max_b ? (int)batch_need : max_b;
+    if (batch_need < max_b) batch_need = max_b;
+    if (batch_need < mtp + 1) batch_need = mtp + 1;
+    if (!ea.n_batch) ea.n_batch = (int)batch_need;
     if (ea.n_slots < max_b) ea.n_slots = max_b;
     if (mtp) ea.n_ctx += (int)mtp + 1, ea.mtp = true;
     if (mtp && sp.temperature > 0)
