@@ -361,15 +361,15 @@ static void test_kernels(void) {
  * a prompt with and without a cached prefix, agree exactly - the token alone with a row block's
  * rows summed together and one after another (cpu_seq_rows, which a CPU's vendor picks by path). */
 static void test_batch_invariance(void) {
-    /* 5 whole chunks (where one to four tokens on AVX-512 take the rows as one stream,
+    /* 5 whole chunks (where one to eight tokens on AVX-512 take the rows as one stream,
      * mmq_il_stream, an odd last row alone); the 32-element types also 3 or 7 blocks more (a
      * row tail, which the 8-block kernels fold in a form of its own for up to 4 blocks and
      * another for 5-7) */
-    enum { ROWS = 37, COLS = 1280 + 224, NTOK = 7 };
+    enum { ROWS = 37, COLS = 1280 + 224, NTOK = 11 };
     unsigned long long s = 0xba7c4ull;
     float *x = malloc(sizeof(float) * NTOK * COLS), *tmp = malloc(sizeof(float) * COLS);
     float *yb = malloc(sizeof(float) * NTOK * ROWS), *y1 = malloc(sizeof(float) * ROWS);
-    float *yk = malloc(sizeof(float) * 4 * ROWS);
+    float *yk = malloc(sizeof(float) * NTOK * ROWS);
     for (int i = 0; i < NTOK * COLS; i++) x[i] = gauss(&s);
     const unsigned seq_default = cpu_seq_rows_mask();
     for (size_t d = 0; d < 3 * N_QTYPES; d++) {
@@ -400,10 +400,11 @@ static void test_batch_invariance(void) {
                            ts_dtype_name(dt), cpu_isa_name((cpu_isa)isa),
                            seq ? "one after another" : "together", t, diff);
                 }
-                /* two to four tokens: a tile of that many, or on AVX-512 the stream */
-                for (int k = 2; k <= 4; k++)
+                /* two to eight tokens: tiles of that many, or on AVX-512 the stream (the
+                 * batch of NTOK takes the tiles) */
+                for (int k = 2; k <= 8; k++)
                     for (int t = 0; t + k <= NTOK; t += k) {
-                        memset(yk, 0xff, sizeof(float) * 4 * ROWS);
+                        memset(yk, 0xff, sizeof(float) * NTOK * ROWS);
                         run_kernel(NULL, &TABLES[isa][dt], w, dt, ROWS, cols, x + t * COLS, COLS, k,
                                    yk, ROWS);
                         int diff = 0;
@@ -751,7 +752,7 @@ static int bench(int argc, char **argv) {
                 bench_one(pool, nth, (cpu_isa)i, dt, 1024, 6144, 1, 0.5, 0);
                 bench_one(pool, nth, (cpu_isa)i, dt, 248320, 1024, 1, 1.0, 0);
                 /* a few tokens: speculative decoding's guesses, or a few requests at once */
-                for (int t = 2; t <= 4; t++)
+                for (int t = 2; t <= 8; t++)
                     bench_one(pool, nth, (cpu_isa)i, dt, 248320, 1024, t, 1.0, 0);
                 if (ts_dtype_block_elems(dt) == 32) /* Gemma 3 270M's output head */
                     bench_one(pool, nth, (cpu_isa)i, dt, 262144, 640, 1, 1.0, 0);

@@ -54,7 +54,7 @@ static pthread_once_t best_once = PTHREAD_ONCE_INIT;
  * +0.6-5%) while the Gemma 3 270M GGUF, mostly Q8_0 and Q5_0, was slower with it; on an
  * Intel Xeon VM (AVX-512, AMX) the next row block (one Q4_K core 12.9 GB/s against 11.9 with
  * 8 KB ahead; 0.8B tg128 +2-6% by type): 2048 bytes, which the tiles round up to whole row
- * blocks and the AVX-512 decode stream (mmq_il_stream, Intel's one to four tokens) takes as it
+ * blocks and the AVX-512 decode stream (mmq_il_stream, Intel's one to eight tokens) takes as it
  * is into L1 and three times as far into L2 (1024, 1536 and 3072 into L1 were no better
  * there). TESSERA_CPU_PREFETCH=bytes sets it for every type, for comparisons. */
 static void mmq_prefetch_init(void) {

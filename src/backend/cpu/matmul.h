@@ -22,8 +22,8 @@ bool cpu_isa_supported(cpu_isa isa);
  * lower it (for tests and comparisons). */
 cpu_isa cpu_isa_best(void);
 /* Whether decode sums a row block in passes of fewer rows, so that the weights stream nearly in
- * memory order - one token's a row a pass in the float kernels, one to four tokens' two rows
- * a pass in the AVX-512 quantized stream - by path, as measured on each CPU vendor
+ * memory order - one token's a row a pass in the float kernels, one to eight tokens' rows
+ * in the AVX-512 quantized stream - by path, as measured on each CPU vendor
  * (matmul.c; TESSERA_CPU_SEQ_ROWS=0 / 1 sets every path); and, for tests, the paths that take
  * it as a mask of (1u << path), to read and to set (not while kernels run) */
 typedef enum {

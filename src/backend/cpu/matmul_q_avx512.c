@@ -76,7 +76,7 @@ void cpu_q8act_quantize_avx512(const float *x, int64_t n, void *buf) {
  * (16384 columns); 384 bytes an 8-block chunk (il_weights) */
 #define MMQ_IL_DEC_CHUNKS 64
 #define MMQ_IL_DEC_BYTES  (MMQ_R * MMQ_IL_DEC_CHUNKS * 384)
-/* one to four tokens: mmq_il_stream (below) */
+/* one to eight tokens: mmq_il_stream (below) */
 #define MMQ_IL_STREAM 1
 /* Q4_K, Q6_K and Q4_0 blocks regrouped once (il_repack_q4k / _q6k / _q40, below) */
 static void il_repack_q4k(const uint8_t *src, uint8_t *dst, size_t bytes, size_t row_bytes);
@@ -617,7 +617,7 @@ INLINE void il_q6k_fold(__m512 acc16[MMQ_R][MMQ_T], __m256 acc[MMQ_R][MMQ_T], in
     }
 }
 
-/* Decode of one to four tokens (seq, mmq_run): the job's rows as one stream in passes of two
+/* Decode of one to eight tokens (seq, mmq_run): the job's rows as one stream in passes of two
  * rows (which share each chunk's activations and Q6_K's per-chunk scales; every type went best
  * so, Q8_0 included: a row a pass was 5% slower, four rows 4%), a row's tail of blocks at the
  * end of its pass (il_tail), each chunk step asking for the lines pf bytes past the bytes it has
@@ -641,8 +641,11 @@ INLINE void il_q6k_fold(__m512 acc16[MMQ_R][MMQ_T], __m256 acc[MMQ_R][MMQ_T], in
  * the rate: 248320 x 1024 (the 0.8B's output head) on two threads of the Intel Xeon VM, Q4_K
  * 3 tokens 9.95 -> 6.14 ms, 4 tokens 11.4 -> 7.1 (2 tokens: 5.3); Q6_K 11.9 -> 8.6 and 13.0 ->
  * 9.7; Q8_0 12.7 -> 9.8 and 16.2 -> 10.8 (test_quant --bench decode). A row a pass for three
- * or four tokens measured level with two (within +-10%, mixed by type), so every count takes
- * two. */
+ * or four tokens measured level with two (within +-10%, mixed by type), so up to four take
+ * two. Five to eight tokens (several requests at once) likewise, a row a pass, its chunks
+ * decoded once for two groups of accumulators: Q4_K 8.9 - 13.4 ms against the tile's 12.3 -
+ * 19.2, Q6_K 9.9 - 13.9 against 15.0 - 22.8, Q8_0 10.8 - 13.4 against 16.8 - 22.4; two rows a
+ * pass there spilled (Q4_K 11.6 - 17.4). */
 
 /* Lines from *done (an offset from the 64-aligned base) up to end, asked for pf bytes on into
  * L1 and 3 pf bytes on into L2. */
@@ -656,40 +659,52 @@ INLINE void il_stream_prefetch(const uint8_t *base, size_t *done, size_t end, si
 }
 
 /* One pass: RS rows of rb bytes from w[0] (contiguous; chunks whole chunks, then nt blocks),
- * T tokens, their sums into y. */
+ * T tokens (up to 2 MMQ_T: tokens from MMQ_T on in a second group of accumulators, each chunk
+ * decoded once for both), their sums into y. */
 INLINE void il_stream_pass(ts_dtype dt, const uint8_t *const *w, size_t rb, const uint8_t *base,
                            size_t *done, size_t pf, const cpu_q8act *A, int64_t chunks, int nt,
                            float *y, int64_t ldy, int RS, int T) {
     const size_t cb = (size_t)il_chunk_bytes(dt);
+    const int T0 = T < MMQ_T ? T : MMQ_T, T1 = T - T0;
+    const cpu_q8act *A1 = A + MMQ_T;
     size_t end = (size_t)(w[0] - base);
-    __m256 acc[MMQ_R][MMQ_T];
+    __m256 acc[MMQ_R][MMQ_T], acc1[MMQ_R][MMQ_T];
     if (dt == TS_DTYPE_Q6_K) { /* as il_rows_q6k */
-        __m512 acc16[MMQ_R][MMQ_T];
+        __m512 acc16[MMQ_R][MMQ_T], acc16b[MMQ_R][MMQ_T];
         UNROLL(8)
         for (int q = 0; q < RS; q++) {
             UNROLL(8)
-            for (int t = 0; t < T; t++)
+            for (int t = 0; t < T0; t++)
                 acc16[q][t] = _mm512_setzero_ps();
+            UNROLL(8)
+            for (int t = 0; t < T1; t++)
+                acc16b[q][t] = _mm512_setzero_ps();
         }
         for (int64_t ch = 0; ch < chunks; ch++) {
             end += (size_t)RS * cb;
             il_stream_prefetch(base, done, end, pf);
-            __m512 da2[MMQ_T], s16x32[MMQ_T];
-            il_q6k_chunk_scales(A, ch, T, da2, s16x32);
+            __m512 da2[MMQ_T], s16x32[MMQ_T], da2b[MMQ_T], s16x32b[MMQ_T];
+            il_q6k_chunk_scales(A, ch, T0, da2, s16x32);
+            if (T1) il_q6k_chunk_scales(A1, ch, T1, da2b, s16x32b);
             UNROLL(8)
             for (int q = 0; q < RS; q++) {
                 il_weights wt;
                 il_decode(dt, w[q] + cb * (size_t)ch, &wt);
-                il_q6k_accumulate(&wt, A, ch, da2, s16x32, acc16[q], T);
+                il_q6k_accumulate(&wt, A, ch, da2, s16x32, acc16[q], T0);
+                if (T1) il_q6k_accumulate(&wt, A1, ch, da2b, s16x32b, acc16b[q], T1);
             }
         }
-        il_q6k_fold(acc16, acc, RS, T);
+        il_q6k_fold(acc16, acc, RS, T0);
+        if (T1) il_q6k_fold(acc16b, acc1, RS, T1);
     } else {
         UNROLL(8)
         for (int q = 0; q < RS; q++) {
             UNROLL(8)
-            for (int t = 0; t < T; t++)
+            for (int t = 0; t < T0; t++)
                 acc[q][t] = _mm256_setzero_ps();
+            UNROLL(8)
+            for (int t = 0; t < T1; t++)
+                acc1[q][t] = _mm256_setzero_ps();
         }
         for (int64_t ch = 0; ch < chunks; ch++) {
             end += (size_t)RS * cb;
@@ -698,38 +713,47 @@ INLINE void il_stream_pass(ts_dtype dt, const uint8_t *const *w, size_t rb, cons
             for (int q = 0; q < RS; q++) {
                 il_weights wt;
                 il_decode(dt, w[q] + cb * (size_t)ch, &wt);
-                il_accumulate(dt, &wt, A, ch, acc[q], T);
+                il_accumulate(dt, &wt, A, ch, acc[q], T0);
+                if (T1) il_accumulate(dt, &wt, A1, ch, acc1[q], T1);
             }
         }
         if (nt) { /* Q4_0, Q5_0, Q8_0: the rows' last blocks */
             il_stream_prefetch(base, done, (size_t)(w[0] - base) + (size_t)RS * rb, pf);
-            il_tail(dt, w, il_block_bytes(dt), A, 8 * chunks, nt, acc, RS, T);
+            il_tail(dt, w, il_block_bytes(dt), A, 8 * chunks, nt, acc, RS, T0);
+            if (T1) il_tail(dt, w, il_block_bytes(dt), A1, 8 * chunks, nt, acc1, RS, T1);
         }
     }
-    mmq_tile_close(acc, RS, T, RS, y, ldy);
+    mmq_tile_close(acc, RS, T0, RS, y, ldy);
+    if (T1) mmq_tile_close(acc1, RS, T1, RS, y + MMQ_T * ldy, ldy);
 }
+
+/* Rows a pass: two (sharing each chunk's activations) up to MMQ_T tokens, one beyond, where two
+ * rows' accumulators would not stay in the registers */
+#ifndef IL_STREAM_ROWS
+#define IL_STREAM_ROWS(T) ((T) <= MMQ_T ? 2 : 1)
+#endif
 
 INLINE void mmq_il_stream(ts_dtype dt, const uint8_t *w0, size_t rb, int64_t rows,
                           const uint8_t *act, size_t ab, int64_t n, float *y, int64_t ldy, int T,
                           size_t pf_bytes) {
-    cpu_q8act A[MMQ_T];
+    cpu_q8act A[2 * MMQ_T];
     UNROLL(8)
     for (int t = 0; t < T; t++)
         A[t] = cpu_q8act_view((uint8_t *)act + (size_t)t * ab, n);
     const int64_t chunks = n / 256;
+    const int tail = (int)(n / 32 - 8 * chunks);
     const uint8_t *base = (const uint8_t *)((uintptr_t)w0 & ~(uintptr_t)63);
     const size_t pf = (pf_bytes + 63) & ~(size_t)63;
     size_t done = 0;
     int64_t r = 0;
-    for (; r + 2 <= rows; r += 2) {
-        const uint8_t *w[MMQ_R] = {w0 + (size_t)r * rb, w0 + (size_t)(r + 1) * rb};
-        il_stream_pass(dt, w, rb, base, &done, pf, A, chunks, (int)(n / 32 - 8 * chunks), y + r,
-                       ldy, 2, T);
-    }
-    if (r < rows) { /* an odd last row */
+    if (IL_STREAM_ROWS(T) == 2)
+        for (; r + 2 <= rows; r += 2) {
+            const uint8_t *w[MMQ_R] = {w0 + (size_t)r * rb, w0 + (size_t)(r + 1) * rb};
+            il_stream_pass(dt, w, rb, base, &done, pf, A, chunks, tail, y + r, ldy, 2, T);
+        }
+    for (; r < rows; r++) { /* a row a pass, or an odd last row */
         const uint8_t *w[MMQ_R] = {w0 + (size_t)r * rb};
-        il_stream_pass(dt, w, rb, base, &done, pf, A, chunks, (int)(n / 32 - 8 * chunks), y + r,
-                       ldy, 1, T);
+        il_stream_pass(dt, w, rb, base, &done, pf, A, chunks, tail, y + r, ldy, 1, T);
     }
 }
 

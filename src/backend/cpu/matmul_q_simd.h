@@ -422,6 +422,24 @@ INLINE int mmq_act_layout(ts_dtype dt, int64_t n) {
     return mmq_layout(dt, MMQ_IL(dt) && (!MMQ_IL_PREFILL_ONLY || mmq_predecode(dt, n)));
 }
 
+#ifdef MMQ_IL_STREAM
+/* mmq_il_stream with the token count a constant, 1 .. 2 MMQ_T (the loops over tokens unrolled) */
+INLINE void mmq_il_stream_n(ts_dtype dt, const uint8_t *w0, size_t rb, int64_t rows,
+                            const uint8_t *act, size_t ab, int64_t n, float *y, int64_t ldy, int nt,
+                            size_t pf) {
+    switch (nt) {
+    case 1: mmq_il_stream(dt, w0, rb, rows, act, ab, n, y, ldy, 1, pf); break;
+    case 2: mmq_il_stream(dt, w0, rb, rows, act, ab, n, y, ldy, 2, pf); break;
+    case 3: mmq_il_stream(dt, w0, rb, rows, act, ab, n, y, ldy, 3, pf); break;
+    case 4: mmq_il_stream(dt, w0, rb, rows, act, ab, n, y, ldy, 4, pf); break;
+    case 5: mmq_il_stream(dt, w0, rb, rows, act, ab, n, y, ldy, 5, pf); break;
+    case 6: mmq_il_stream(dt, w0, rb, rows, act, ab, n, y, ldy, 6, pf); break;
+    case 7: mmq_il_stream(dt, w0, rb, rows, act, ab, n, y, ldy, 7, pf); break;
+    default: mmq_il_stream(dt, w0, rb, rows, act, ab, n, y, ldy, 8, pf); break;
+    }
+}
+#endif
+
 INLINE void mmq_run(ts_dtype dt, const cpu_mm_job *j, int64_t r0, int64_t r1) {
     _Alignas(64) uint8_t buf[CPU_MMQ_ACT_BYTES];
 #if MMQ_HAS_IL && defined(MMQ_IL_DEC_BYTES)
@@ -454,33 +472,17 @@ INLINE void mmq_run(ts_dtype dt, const cpu_mm_job *j, int64_t r0, int64_t r1) {
             cpu_q8act_arrange(layout, n, buf + (size_t)t * ab);
         }
 #ifdef MMQ_IL_STREAM
-        /* one to four tokens: the rows as one stream. Rows of whole chunks by calls of their own,
+        /* one to eight tokens: the rows as one stream. Rows of whole chunks by calls of their own,
          * where n % 256 == 0 tells the compiler the stream's tail code is dead: with one call
          * site for both, that code (never run there) cost the K-quants' stream 15% on the Intel
          * Xeon VM (bench/RESULTS.md) */
-        if (il && seq && nt <= MMQ_T) {
+        if (il && seq && nt <= 2 * MMQ_T) {
             const uint8_t *w0 = j->w + (size_t)r0 * rb;
             float *y = j->y + (int64_t)t0 * j->ldy + r0;
-            const int64_t nrow = r1 - r0;
-            if (n % 256 == 0) {
-                switch (nt) {
-                case 1: mmq_il_stream(dt, w0, rb, nrow, tile, ab, n, y, j->ldy, 1, pf_bytes); break;
-                case 2: mmq_il_stream(dt, w0, rb, nrow, tile, ab, n, y, j->ldy, 2, pf_bytes); break;
-                case 3: mmq_il_stream(dt, w0, rb, nrow, tile, ab, n, y, j->ldy, 3, pf_bytes); break;
-                default:
-                    mmq_il_stream(dt, w0, rb, nrow, tile, ab, n, y, j->ldy, 4, pf_bytes);
-                    break;
-                }
-            } else {
-                switch (nt) {
-                case 1: mmq_il_stream(dt, w0, rb, nrow, tile, ab, n, y, j->ldy, 1, pf_bytes); break;
-                case 2: mmq_il_stream(dt, w0, rb, nrow, tile, ab, n, y, j->ldy, 2, pf_bytes); break;
-                case 3: mmq_il_stream(dt, w0, rb, nrow, tile, ab, n, y, j->ldy, 3, pf_bytes); break;
-                default:
-                    mmq_il_stream(dt, w0, rb, nrow, tile, ab, n, y, j->ldy, 4, pf_bytes);
-                    break;
-                }
-            }
+            if (n % 256 == 0)
+                mmq_il_stream_n(dt, w0, rb, r1 - r0, tile, ab, n, y, j->ldy, nt, pf_bytes);
+            else
+                mmq_il_stream_n(dt, w0, rb, r1 - r0, tile, ab, n, y, j->ldy, nt, pf_bytes);
             continue;
         }
 #endif
