@@ -17,9 +17,13 @@ ts_status engine_ahead_init(ts_engine *e) {
     ts_ahead *a = &e->ahead;
     const ts_backend_ops *op = e->be->ops;
     const char *env = getenv("TESSERA_DECODE_AHEAD");
-    a->off = (env && strcmp(env, "0") == 0) || !op->step_can_hold || !op->argmax_held ||
-             !op->sample_held || !op->sample_held_fits || !op->get_rows_fed || !op->step_launch ||
-             !op->step_seal || !op->step_wait || !op->step_drop;
+    /* Not with the MTP block on: on an H100 its forwards held ahead (the block following each
+     * step) made a later step fault on the device (an illegal address; CUDA graphs on, not
+     * found with graphs off, launches blocking or under compute-sanitizer), not yet
+     * root-caused. A speculative step, which the block is there for, is not held anyway. */
+    a->off = (env && strcmp(env, "0") == 0) || e->model->mtp_on || !op->step_can_hold ||
+             !op->argmax_held || !op->sample_held || !op->sample_held_fits || !op->get_rows_fed ||
+             !op->step_launch || !op->step_seal || !op->step_wait || !op->step_drop;
     if (a->off) return TS_OK;
     size_t n = (size_t)e->n_batch;
     a->pos = malloc(n * sizeof *a->pos);

@@ -165,6 +165,104 @@ static void check_slots(ts_engine *e, const ref *r) {
     CHECKF(memcmp(again, alone[0], sizeof again) == 0, "a restored snapshot drafts otherwise");
 }
 
+/* Greedy decode as the server and `tessera bench --draft-mtp K` run it, in forwards of at most
+ * K + 1 tokens (the engine's batch no larger, as the bench makes it): the first half of the
+ * answer a token a step (on a GPU those steps are decoded ahead), the rest with up to K of the
+ * block's guesses checked in each step, a wrong one taken back by a rewind to the mark and the
+ * tokens after it run again in the next step. The answer must be the reference's greedy one,
+ * most guesses taken. (On an H100, forwards decoded ahead with the block on made a later step
+ * fault on the device: the engine does not decode ahead with the block on.) */
+static void check_greedy_with_guesses(ts_model *m, int k, const char *what) {
+    char p[8192];
+    snprintf(p, sizeof p, "%s/tiny_mtp/ref/greedy.ids", g_dir);
+    int32_t *prompt = NULL, *want = NULL, got[512], tok[64], pos[64], sl[64], out[64], guess[64];
+    uint8_t wl[64];
+    int np = 0, nw = 0;
+    if (fx_read_ids(p, 0, &prompt, &np) != 0 || fx_read_ids(p, 1, &want, &nw) != 0) {
+        CHECKF(false, "read %s", p);
+        goto out;
+    }
+    if (nw > 256) nw = 256;
+    ts_engine_opts o;
+    ts_engine_opts_default(&o);
+    o.n_slots = 1, o.n_ctx = np + nw + k + 2, o.n_batch = k + 1, o.n_threads = 2;
+    o.device = g_device;
+    ts_engine *e = fx_engine(m, &o, &g_skip);
+    if (!e) goto out;
+    int32_t slot0 = 0;
+    int have = 0, made = 0, taken = 0, steps = 0;
+    { /* the prompt, in forwards of at most K + 1 tokens (the engine splits it): its last row
+       * gives the answer's first token */
+        int32_t ps[256], sl0[256];
+        for (int i = 0; i < np; i++)
+            ps[i] = i, sl0[i] = 0;
+        ts_batch b = {np, prompt, ps, sl0, NULL, NULL, NULL};
+        CHECK(ts_engine_forward_greedy(e, &b, &got[have++]) == TS_OK);
+    }
+    while (have < nw) {
+        int held = ts_engine_slot_len(e, 0), last = np + have - 1;
+        int g = have >= nw / 2 && held == last ? k : 0, n = 0;
+        if (g > nw - have) g = nw - have;
+        if (g > 0) {
+            CHECK(ts_engine_draft(e, 1, &slot0, &got[have - 1], NULL, g, guess, NULL) == TS_OK);
+            CHECK(ts_engine_slot_mark(e, 0) == TS_OK);
+        }
+        for (int q = held; q <= last + g; q++, n++) {
+            tok[n] = q <= last ? got[q - np] : guess[q - last - 1];
+            pos[n] = q, sl[n] = 0, wl[n] = q >= last;
+        }
+        ts_batch b = {n, tok, pos, sl, wl, NULL, NULL};
+        ts_status st = ts_engine_forward_greedy(e, &b, out);
+        CHECKF(st == TS_OK, "%s, K = %d: step %d: %s", what, k, steps, ts_last_error());
+        if (st != TS_OK) break;
+        steps++;
+        int right = 0;
+        while (right < g && out[right] == guess[right])
+            got[have + right] = guess[right], right++;
+        got[have + right] = out[right];
+        have += right + 1, made += g, taken += right;
+        int keep = np + have - 1, len;
+        if (ts_engine_slot_len(e, 0) > keep)
+            CHECK(ts_engine_slot_rewind(e, 0, keep, &len) == TS_OK);
+    }
+    int diff = 0;
+    for (int i = 0; i < nw && i < have; i++)
+        diff += got[i] != want[i];
+    /* the state the guesses and rewinds left: the next token's logits as a plain prefill of
+     * the same tokens gives them (a rewind that kept the wrong guesses' state shows here,
+     * where this small model's greedy answer may not) */
+    if (diff == 0) {
+        int32_t seq[512], ps[512], sl0[512];
+        int n_seq = np + have, held = ts_engine_slot_len(e, 0), V = ts_engine_n_vocab(e);
+        memcpy(seq, prompt, (size_t)np * sizeof *seq);
+        memcpy(seq + np, got, (size_t)have * sizeof *seq);
+        for (int i = 0; i < n_seq; i++)
+            ps[i] = i, sl0[i] = 0;
+        float *la = malloc((size_t)V * sizeof *la), *lb = malloc((size_t)V * sizeof *lb);
+        ts_batch b = {n_seq - held, seq + held, ps + held, sl0, NULL, NULL, NULL};
+        CHECK(la && lb && ts_engine_forward(e, &b, la) == TS_OK);
+        o.n_batch = 64;
+        ts_engine *ref_e = fx_engine(m, &o, &g_skip);
+        ts_batch rb = {n_seq, seq, ps, sl0, NULL, NULL, NULL};
+        CHECK(ref_e && ts_engine_forward(ref_e, &rb, lb) == TS_OK);
+        double rel = la && lb ? tu_rel_l2(la, lb, V) : 1;
+        CHECKF(rel <= LOGIT_TOL, "%s, K = %d: the next logits after the guesses: relative L2 %.3g",
+               what, k, rel);
+        ts_engine_free(ref_e);
+        free(la), free(lb);
+    }
+    if (getenv("TS_VERBOSE"))
+        printf("  %s, K = %d: %d answer tokens in %d steps, %d of %d guesses taken\n", what, k,
+               nw, steps, taken, made);
+    CHECKF(diff == 0, "%s, K = %d: %d of %d answer tokens differ from the greedy reference", what,
+           k, diff, nw);
+    CHECKF(made > 0 && taken * 2 > made, "%s, K = %d: %d of %d guesses taken", what, k, taken,
+           made);
+    ts_engine_free(e);
+out:
+    free(prompt), free(want);
+}
+
 static void check_model(const char *path, const char *what, double tol) {
     ts_model *m = NULL;
     CHECKF(ts_model_open(path, &m) == TS_OK, "open %s: %s", path, ts_last_error());
@@ -186,6 +284,8 @@ static void check_model(const char *path, const char *what, double tol) {
     ts_engine_free(e);
     CHECK(ts_model_mtp_enable(m) == TS_OK);
     CHECK(ts_model_state_bytes(m, 256) > plain);
+    check_greedy_with_guesses(m, 1, what);
+    check_greedy_with_guesses(m, 3, what);
     e = make_engine(m, 3);
     if (!e) goto out;
     check_every_position(e, &r, 1, what, tol);
