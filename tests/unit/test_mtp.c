@@ -183,6 +183,8 @@ static void check_greedy_with_guesses(ts_model *m, int k, const char *what) {
         goto out;
     }
     if (nw > 256) nw = 256;
+    CHECKF(np <= 128, "%s: a prompt of %d tokens (the buffers here hold 128)", p, np);
+    if (np > 128) goto out;
     ts_engine_opts o;
     ts_engine_opts_default(&o);
     o.n_slots = 1, o.n_ctx = np + nw + k + 2, o.n_batch = k + 1, o.n_threads = 2;

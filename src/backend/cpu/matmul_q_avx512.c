@@ -727,12 +727,6 @@ INLINE void il_stream_pass(ts_dtype dt, const uint8_t *const *w, size_t rb, cons
     if (T1) mmq_tile_close(acc1, RS, T1, RS, y + MMQ_T * ldy, ldy);
 }
 
-/* Rows a pass: two (sharing each chunk's activations) up to MMQ_T tokens, one beyond, where two
- * rows' accumulators would not stay in the registers */
-#ifndef IL_STREAM_ROWS
-#define IL_STREAM_ROWS(T) ((T) <= MMQ_T ? 2 : 1)
-#endif
-
 INLINE void mmq_il_stream(ts_dtype dt, const uint8_t *w0, size_t rb, int64_t rows,
                           const uint8_t *act, size_t ab, int64_t n, float *y, int64_t ldy, int T,
                           size_t pf_bytes) {
@@ -746,7 +740,9 @@ INLINE void mmq_il_stream(ts_dtype dt, const uint8_t *w0, size_t rb, int64_t row
     const size_t pf = (pf_bytes + 63) & ~(size_t)63;
     size_t done = 0;
     int64_t r = 0;
-    if (IL_STREAM_ROWS(T) == 2)
+    /* two rows a pass (sharing each chunk's activations) up to MMQ_T tokens; beyond, one: two
+     * rows' accumulators would not stay in the registers */
+    if (T <= MMQ_T)
         for (; r + 2 <= rows; r += 2) {
             const uint8_t *w[MMQ_R] = {w0 + (size_t)r * rb, w0 + (size_t)(r + 1) * rb};
             il_stream_pass(dt, w, rb, base, &done, pf, A, chunks, tail, y + r, ldy, 2, T);
@@ -772,8 +768,7 @@ INLINE void mmq_il_tile(ts_dtype dt, const uint8_t *const *w, const uint8_t *pf,
     const int cb = il_chunk_bytes(dt);
     const size_t pf_step = mmq_chunk_pf_step(pf, n, cb, bb);
     il_weights *dec = dec_state ? (il_weights *)decbuf : NULL;
-    /* seq (cpu_seq_rows), one or two tokens - which mmq_run now gives mmq_il_stream (up to
-     * four), so this is
+    /* seq (cpu_seq_rows), one or two tokens - which mmq_run now gives mmq_il_stream, so this is
      * not reached; left for now because a build without it was slower, the cause not isolated
      * from another change (bench/RESULTS.md): to go with a measurement of its own. The row
      * block in passes of seq_rows
